@@ -1,0 +1,88 @@
+# CMake helpers shared by every part of FlashLadder.
+
+# fl_require_package(<Name> <min-version> <debian-package> [TARGET <t>])
+# Fails configure with the exact distro package to install.
+function(fl_require_package name version pkg)
+  cmake_parse_arguments(ARG "" "TARGET" "" ${ARGN})
+  find_package(${name} ${version} QUIET)
+  if(NOT ${name}_FOUND OR (ARG_TARGET AND NOT TARGET ${ARG_TARGET}))
+    message(FATAL_ERROR
+      "FlashLadder needs ${name} (>= ${version}), which was not found.\n"
+      "Install it with:  sudo apt-get install ${pkg}\n"
+      "(or run the README's install command, which installs every dependency)")
+  endif()
+endfunction()
+
+# Compile options shared by every CUDA target.
+function(fl_cuda_options target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo>
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra>
+    $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${FL_WERROR}>>:-Werror>)
+  if(FL_PTXAS_VERBOSE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+  endif()
+endfunction()
+option(FL_PTXAS_VERBOSE "Print ptxas resource usage for every kernel" OFF)
+
+# fl_add_rung(NUMBER <n> NAME <folder-name> SOURCES <files...>)
+# Registers a rung: its sources become the library fl_rung_<NN>, its main.cu
+# becomes the executable bin/<NN_name> (created in fl_finish_rungs, once every
+# rung is known, because a rung's report compares with the previous rung).
+# The rung's sources must define  void fl::register_rung_<NN>(fl::Registry&).
+function(fl_add_rung)
+  cmake_parse_arguments(ARG "" "NUMBER;NAME" "SOURCES" ${ARGN})
+  set(lib fl_rung_${ARG_NUMBER})
+  add_library(${lib} STATIC ${ARG_SOURCES})
+  target_link_libraries(${lib} PUBLIC fl_cuda)
+  target_include_directories(${lib} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  fl_cuda_options(${lib})
+  set_property(GLOBAL APPEND PROPERTY FL_RUNG_NUMBERS ${ARG_NUMBER})
+  set_property(GLOBAL APPEND PROPERTY FL_RUNG_NAMES ${ARG_NAME})
+  set_property(GLOBAL APPEND PROPERTY FL_RUNG_MAINS ${CMAKE_CURRENT_SOURCE_DIR}/main.cu)
+endfunction()
+
+# Generates the registry (one call per rung, in ladder order), builds the
+# library fl_rungs and one executable per rung plus fl_tour.
+function(fl_finish_rungs)
+  get_property(numbers GLOBAL PROPERTY FL_RUNG_NUMBERS)
+  get_property(names GLOBAL PROPERTY FL_RUNG_NAMES)
+  get_property(mains GLOBAL PROPERTY FL_RUNG_MAINS)
+  set(decls "")
+  set(calls "")
+  foreach(n IN LISTS numbers)
+    string(APPEND decls "void register_rung_${n}(Registry&);\n")
+    string(APPEND calls "    register_rung_${n}(r);\n")
+  endforeach()
+  set(FL_REGISTRY_DECLS "${decls}")
+  set(FL_REGISTRY_CALLS "${calls}")
+  configure_file(${PROJECT_SOURCE_DIR}/common/src/registry_list.cpp.in
+                 ${PROJECT_BINARY_DIR}/generated/registry_list.cpp @ONLY)
+  # INTERFACE: the generated registry is compiled into each consumer, so the
+  # runner (in fl_cuda) finds registry() whatever the static-library order.
+  add_library(fl_rungs INTERFACE)
+  target_sources(fl_rungs INTERFACE ${PROJECT_BINARY_DIR}/generated/registry_list.cpp)
+  foreach(n IN LISTS numbers)
+    target_link_libraries(fl_rungs INTERFACE fl_rung_${n})
+  endforeach()
+  target_link_libraries(fl_rungs INTERFACE fl_cuda)
+
+  list(LENGTH numbers count)
+  if(count GREATER 0)
+    math(EXPR last "${count} - 1")
+    foreach(i RANGE ${last})
+      list(GET names ${i} name)
+      list(GET mains ${i} main)
+      add_executable(${name} ${main})
+      target_link_libraries(${name} PRIVATE fl_rungs)
+      fl_cuda_options(${name})
+      set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+    endforeach()
+  endif()
+  add_executable(fl_tour ${PROJECT_SOURCE_DIR}/common/src/tour_main.cu)
+  target_link_libraries(fl_tour PRIVATE fl_rungs)
+  fl_cuda_options(fl_tour)
+  set_target_properties(fl_tour PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin
+                                            OUTPUT_NAME tour)
+  set(FL_RUNG_TARGETS ${names} PARENT_SCOPE)
+endfunction()

@@ -1,0 +1,71 @@
+/// @file check.h
+/// @brief Error metrics and the tolerance policy, defined once for every rung.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashladder/problem.h"
+#include "flashladder/reference.h"
+
+namespace fl {
+
+/// Errors of one output against the reference over the checked rows.
+struct ErrorStats {
+  double rel_fro = 0;   ///< ||out - ref||_F / ||ref||_F
+  double max_abs = 0;   ///< max |out - ref|
+  double ref_max_abs = 0;  ///< max |ref| (scales the absolute floor)
+  double lse_max_abs = 0;  ///< max |lse - lse_ref| over rows that see keys
+  long long nonfinite = 0;      ///< NaN/Inf in checked O (NaN = never written)
+  long long lse_bad = 0;        ///< LSE non-finite where keys are visible, or not -inf where none is
+};
+
+/// Tolerances actually applied.
+struct Tolerance {
+  double rel_fro;
+  double max_abs;
+  double lse_abs;
+};
+
+/// Verdict of one check.
+struct CheckResult {
+  bool pass = false;
+  bool checked = false;      ///< false with --check none
+  std::string mode;          ///< "full" / "sample" / "none"
+  size_t rows = 0;           ///< rows compared
+  ErrorStats err;            ///< device output vs fp64
+  ErrorStats fp32_err;       ///< plain fp32 CPU vs fp64
+  Tolerance tol{};           ///< what was required
+  long long unwritten = 0;   ///< NaN anywhere in O or LSE (the outputs are NaN-poisoned)
+  std::string reason;        ///< first failing criterion, "" if pass
+};
+
+/// Per-dtype floors of the tolerance (relative Frobenius, absolute).
+Tolerance tolerance_floor(DType t);
+
+/// The policy: pass iff rel_fro and max_abs are <= max(2 x fp32 error, floor),
+/// no NaN/Inf, every element written, LSE within tolerance.
+Tolerance tolerance_for(DType t, const ErrorStats& fp32_err);
+
+/// Compares rows of a 16-bit output [batch, seqlen_q, heads_q, head_dim]
+/// (dense) and fp32 LSE [batch, heads_q, seqlen_q] with a reference.
+ErrorStats compare_rows(const Problem& p, const std::vector<uint16_t>& out,
+                        const std::vector<float>& lse, const std::vector<RowId>& rows,
+                        const RowResults& ref);
+
+/// Errors of a CPU result (fp32 reference) against fp64 on the same rows.
+ErrorStats compare_results(const Problem& p, const RowResults& got, const RowResults& ref);
+
+/// Counts NaN in all of O and LSE. LSE = -inf is legal only where the row sees no key.
+long long count_unwritten(const Problem& p, const std::vector<uint16_t>& out,
+                          const std::vector<float>& lse);
+
+/// Applies the policy to the errors; fills pass and reason.
+void decide(CheckResult* r);
+
+/// Full check of a device result: rows, references, comparison, verdict.
+CheckResult check_output(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& out,
+                         const std::vector<float>& lse, CheckMode mode, unsigned long long seed);
+
+}  // namespace fl

@@ -1,0 +1,53 @@
+/// @file cli.h
+/// @brief The command line every rung executable, the tour and the bench share.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashladder/problem.h"
+
+namespace fl {
+
+/// How much of the output is compared with the fp64 reference.
+enum class CheckMode { auto_, full, sample, none };
+
+/// The input pattern (random is the default; the others are diagnostics).
+enum class InputKind { random, ones, identity, ramp };
+
+/// Everything the command line can set.
+struct Options {
+  Problem problem;              ///< the shape
+  InputKind input = InputKind::random;  ///< --input
+  CheckMode check = CheckMode::auto_;   ///< --check
+  int iters = 50;               ///< --iters: timed launches (median is reported)
+  int warmup = 5;               ///< --warmup
+  unsigned long long seed = 2024;  ///< --seed
+  std::string json_path;        ///< --json FILE
+  std::string variant;          ///< --variant NAME (ablations, sweep points)
+  bool compare_previous = true; ///< --no-compare turns off the previous-rung run
+  bool sweep = false;           ///< --sweep (rungs that define one)
+  bool list = false;            ///< --list: print the registry and exit
+  bool device_info = false;     ///< --device-info: print the GPU and exit (77 if none)
+  bool help = false;            ///< --help
+};
+
+/// Result of parsing: ok, or an error message that names the flag.
+struct ParseResult {
+  bool ok = true;
+  std::string error;  ///< e.g. "--dim: expected a positive integer, got '0'"
+};
+
+/// Parses argv into @p out (starting from defaults already in @p out).
+/// Values are checked for syntax here and for meaning by validate().
+ParseResult parse_cli(int argc, const char* const* argv, Options* out);
+
+/// The --help text.
+std::string usage(const std::string& program);
+
+/// Name of a check mode / input kind, as on the command line.
+const char* check_mode_name(CheckMode m);
+/// Name of an input kind, as on the command line.
+const char* input_kind_name(InputKind k);
+
+}  // namespace fl

@@ -1,0 +1,115 @@
+/// @file problem.h
+/// @brief The attention problem, its validation, the kernel parameter struct,
+/// the device description and the metrics (FLOPs, bytes), each defined once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "flashladder/types.h"
+
+namespace fl {
+
+/// Largest head_dim any rung accepts (rung 01 handles every value up to it).
+constexpr int kMaxHeadDim = 256;
+
+/// One attention problem, laid out as flash_attn_func:
+/// Q [batch, seqlen_q, heads_q, head_dim], K/V [batch, seqlen_k, heads_kv, head_dim].
+struct Problem {
+  int batch = 4;           ///< batch size
+  int seqlen_q = 1024;     ///< query length
+  int seqlen_k = 1024;     ///< key/value length
+  int heads_q = 16;        ///< query heads
+  int heads_kv = 16;       ///< key/value heads (divides heads_q: GQA/MQA)
+  int head_dim = 64;       ///< head dimension
+  DType dtype = DType::fp16;  ///< storage type
+  bool causal = false;     ///< bottom-right aligned causal mask
+  float softmax_scale = 0; ///< 0 means 1/sqrt(head_dim)
+  int num_splits = 0;      ///< split-KV count for decode rungs (0 = heuristic)
+  int page_size = 0;       ///< paged KV cache page size in tokens (0 = contiguous)
+
+  /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0.
+  float scale() const;
+  /// heads_q / heads_kv.
+  int group() const { return heads_q / heads_kv; }
+  /// seqlen_k - seqlen_q: query i sees key j iff j <= i + causal_offset().
+  int causal_offset() const { return seqlen_k - seqlen_q; }
+  /// Number of keys query row i sees (0 ... seqlen_k).
+  int visible_keys(int i) const;
+  /// One-line description, e.g. "B=4 Sq=1024 Sk=1024 H=16/16 d=64 fp16 causal=0".
+  std::string describe() const;
+};
+
+/// Checks a problem against the contract; "" if valid, else a message naming
+/// the offending flag (e.g. "--dim must be between 1 and 256, got 0").
+std::string validate(const Problem& p);
+
+/// Parameters every kernel receives (plain data, passed by value).
+/// Strides are in elements; the last dimension is contiguous.
+struct AttnParams {
+  const void* q;  ///< [batch, seqlen_q, heads_q, head_dim]
+  const void* k;  ///< [batch, seqlen_k, heads_kv, head_dim], or a page pool when paged
+  const void* v;  ///< like k
+  void* o;        ///< like q
+  float* lse;     ///< [batch, heads_q, seqlen_q], natural log; -inf for rows that see no key
+
+  int64_t q_batch_stride, q_row_stride, q_head_stride;
+  int64_t k_batch_stride, k_row_stride, k_head_stride;
+  int64_t v_batch_stride, v_row_stride, v_head_stride;
+  int64_t o_batch_stride, o_row_stride, o_head_stride;
+
+  int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  int group;          ///< heads_q / heads_kv
+  int causal;         ///< 0 or 1
+  int causal_offset;  ///< seqlen_k - seqlen_q
+  int dtype;          ///< DType as int
+  float softmax_scale;  ///< scale applied to QK^T
+  float scale_log2;     ///< softmax_scale * log2(e), for exp2-based kernels
+
+  void* workspace;          ///< rung-owned scratch (e.g. rung 01's S), may be null
+  size_t workspace_bytes;   ///< its size
+
+  int num_splits;           ///< decode rungs: requested split count (0 = heuristic)
+  int page_size;            ///< paged KV: tokens per page (0 = contiguous)
+  const int* block_table;   ///< paged KV: [batch, pages_per_seq] page ids
+  int block_table_stride;   ///< paged KV: pages_per_seq
+};
+
+/// What a rung needs to know about the GPU (filled by the CUDA library,
+/// constructed by hand in CPU tests).
+struct DeviceInfo {
+  std::string name;            ///< e.g. "NVIDIA H100 80GB HBM3"
+  int cc_major = 0;            ///< compute capability
+  int cc_minor = 0;
+  int sm_count = 0;            ///< multiprocessors
+  int clock_khz = 0;           ///< SM clock used for the peak rates
+  int smem_per_block_optin = 0;  ///< opt-in dynamic shared memory per block (bytes)
+  int smem_per_sm = 0;         ///< shared memory per SM (bytes)
+  int regs_per_sm = 0;         ///< registers per SM
+  int l2_bytes = 0;            ///< L2 size
+  size_t mem_total = 0;        ///< global memory (bytes)
+  size_t mem_free = 0;         ///< free global memory when queried (bytes)
+  double peak_fp32_tflops = 0;    ///< FFMA peak: SMs x FP32 lanes x 2 x clock
+  double peak_tensor_tflops = 0;  ///< dense fp16 tensor peak (fp32 accumulate)
+  double peak_gbps = 0;           ///< DRAM bandwidth from bus width and memory clock
+  int cuda_runtime_version = 0;   ///< e.g. 13000
+  int driver_version = 0;
+
+  /// "sm_90".
+  std::string arch() const { return "sm_" + std::to_string(cc_major * 10 + cc_minor); }
+};
+
+/// Which ceiling a rung's "% of peak" is measured against.
+enum class Peak { fp32_fma, tensor_16bit, memory };
+
+/// Number of (query, key) pairs that are not masked, over all batches and heads.
+double unmasked_pairs(const Problem& p);
+/// FLOPs = 4 * unmasked pairs * head_dim (QK^T and PV, 2 FLOPs per MAC).
+double attention_flops(const Problem& p);
+/// Bytes = Q, K, V read once + O written once (16-bit storage).
+double attention_bytes(const Problem& p);
+/// Bytes of K and V read once (the decode metric).
+double kv_bytes(const Problem& p);
+
+}  // namespace fl

@@ -1,0 +1,94 @@
+/// @file report.h
+/// @brief The run report: the table a student reads and the JSON the bench,
+/// notebooks and reports read. One format, one place.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashladder/check.h"
+#include "flashladder/problem.h"
+
+namespace fl {
+
+/// Resource usage of one kernel of a rung (cudaFuncGetAttributes + occupancy API).
+struct KernelResources {
+  std::string name;          ///< kernel name as the rung calls it
+  int block_threads = 0;     ///< threads per block at launch
+  int registers = 0;         ///< registers per thread
+  int local_bytes = 0;       ///< local memory per thread (spills and stack arrays)
+  int static_smem = 0;       ///< static shared memory per block
+  size_t dynamic_smem = 0;   ///< dynamic shared memory per block at launch
+  int max_blocks_per_sm = 0; ///< occupancy API
+  double occupancy = 0;      ///< active warps / max warps per SM
+};
+
+/// Timing of a rung (CUDA events, median).
+struct Timing {
+  bool timed = false;
+  int iters = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+/// Everything one run of one rung produced.
+struct RunReport {
+  int rung_number = 0;
+  std::string rung_name, variant, summary;
+  Peak peak = Peak::fp32_fma;
+  Problem problem;
+  std::string input;            ///< input kind name
+  unsigned long long seed = 0;
+  DeviceInfo device;
+  size_t workspace_bytes = 0;   ///< rung scratch in HBM (e.g. S for rung 01)
+  std::vector<std::string> notes;  ///< extra lines a rung adds
+  CheckResult check;
+  Timing timing;
+  std::vector<KernelResources> kernels;
+  // The previous rung on the same input (speedup line).
+  bool has_prev = false;
+  int prev_number = 0;
+  std::string prev_name;
+  Timing prev_timing;
+  std::string prev_skipped;     ///< why the previous rung did not run, if it did not
+};
+
+/// TFLOP/s from attention_flops() and the median time.
+double tflops_of(const Problem& p, double ms);
+/// GB/s from attention_bytes() (or kv_bytes() for Peak::memory rungs).
+double gbps_of(const Problem& p, double ms, Peak peak);
+/// Percent of the ceiling the rung is measured against.
+double percent_of_peak(const RunReport& r);
+/// Human-readable bytes ("256.0 MiB").
+std::string format_bytes(double bytes);
+/// The text report.
+std::string format_report(const RunReport& r);
+/// The report as one JSON object (schema "flashladder.run/1").
+std::string to_json(const RunReport& r);
+/// The device as a JSON object (shared by the bench context).
+std::string device_json(const DeviceInfo& d);
+
+/// Minimal JSON writer (objects, arrays, numbers, strings), enough for reports.
+class Json {
+ public:
+  Json& begin_object(const char* key = nullptr);
+  Json& end_object();
+  Json& begin_array(const char* key = nullptr);
+  Json& end_array();
+  Json& kv(const char* key, const std::string& v);
+  Json& kv(const char* key, const char* v) { return kv(key, std::string(v)); }
+  Json& kv(const char* key, double v);
+  Json& kv(const char* key, long long v);
+  Json& kv(const char* key, int v) { return kv(key, static_cast<long long>(v)); }
+  Json& kv(const char* key, bool v);
+  Json& raw(const char* key, const std::string& json);
+  const std::string& str() const { return s_; }
+  static std::string quote(const std::string& s);
+
+ private:
+  void comma();
+  void key(const char* k);
+  std::string s_;
+  std::vector<bool> first_{true};
+};
+
+}  // namespace fl

@@ -1,0 +1,200 @@
+#include "flashladder/cli.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+namespace fl {
+
+const char* check_mode_name(CheckMode m) {
+  switch (m) {
+    case CheckMode::full: return "full";
+    case CheckMode::sample: return "sample";
+    case CheckMode::none: return "none";
+    default: return "auto";
+  }
+}
+
+const char* input_kind_name(InputKind k) {
+  switch (k) {
+    case InputKind::ones: return "ones";
+    case InputKind::identity: return "identity";
+    case InputKind::ramp: return "ramp";
+    default: return "random";
+  }
+}
+
+namespace {
+
+bool parse_ll(const std::string& s, long long* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+/// Integer flag: syntax here, range in validate() (so messages name the flag).
+bool parse_int(const std::string& flag, const std::string& s, int* out, ParseResult* r) {
+  long long v;
+  if (!parse_ll(s, &v) || v < -2147483647LL || v > 2147483647LL) {
+    r->ok = false;
+    r->error = flag + ": expected an integer, got '" + s + "'";
+    return false;
+  }
+  *out = static_cast<int>(v);
+  return true;
+}
+
+}  // namespace
+
+ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
+  ParseResult r;
+  bool kv_heads_set = false, seqlen_k_set = false;
+  for (int a = 1; a < argc && r.ok; ++a) {
+    std::string flag = argv[a], value;
+    const auto eq = flag.find('=');
+    const bool has_eq = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (has_eq) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    // Flags without a value.
+    if (flag == "--help" || flag == "-h") { o->help = true; continue; }
+    if (flag == "--no-compare") { o->compare_previous = false; continue; }
+    if (flag == "--sweep") { o->sweep = true; continue; }
+    if (flag == "--list") { o->list = true; continue; }
+    if (flag == "--device-info") { o->device_info = true; continue; }
+    auto need = [&]() -> bool {
+      if (has_eq) return true;
+      if (a + 1 >= argc) {
+        r.ok = false;
+        r.error = flag + ": missing value";
+        return false;
+      }
+      value = argv[++a];
+      return true;
+    };
+    Problem& p = o->problem;
+    if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
+    else if (flag == "--seqlen" || flag == "-n") {
+      if (need() && parse_int(flag, value, &p.seqlen_q, &r)) { if (!seqlen_k_set) p.seqlen_k = p.seqlen_q; }
+    }
+    else if (flag == "--seqlen-q") { if (need()) parse_int(flag, value, &p.seqlen_q, &r); }
+    else if (flag == "--seqlen-k") { if (need() && parse_int(flag, value, &p.seqlen_k, &r)) seqlen_k_set = true; }
+    else if (flag == "--heads") { if (need()) parse_int(flag, value, &p.heads_q, &r); }
+    else if (flag == "--kv-heads") { if (need() && parse_int(flag, value, &p.heads_kv, &r)) kv_heads_set = true; }
+    else if (flag == "--dim") { if (need()) parse_int(flag, value, &p.head_dim, &r); }
+    else if (flag == "--splits") { if (need()) parse_int(flag, value, &p.num_splits, &r); }
+    else if (flag == "--page-size") { if (need()) parse_int(flag, value, &p.page_size, &r); }
+    else if (flag == "--iters") {
+      if (need() && parse_int(flag, value, &o->iters, &r) && o->iters < 1) {
+        r.ok = false;
+        r.error = "--iters must be >= 1, got " + value;
+      }
+    }
+    else if (flag == "--warmup") {
+      if (need() && parse_int(flag, value, &o->warmup, &r) && o->warmup < 0) {
+        r.ok = false;
+        r.error = "--warmup must be >= 0, got " + value;
+      }
+    }
+    else if (flag == "--dtype") {
+      if (need() && !parse_dtype(value, &p.dtype)) {
+        r.ok = false;
+        r.error = "--dtype: expected fp16 or bf16, got '" + value + "'";
+      }
+    }
+    else if (flag == "--causal") {
+      if (need()) {
+        if (value == "1" || value == "true") p.causal = true;
+        else if (value == "0" || value == "false") p.causal = false;
+        else { r.ok = false; r.error = "--causal: expected 0 or 1, got '" + value + "'"; }
+      }
+    }
+    else if (flag == "--scale") {
+      if (need()) {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (value.empty() || *end != '\0' || !(v > 0)) {
+          r.ok = false;
+          r.error = "--scale: expected a number > 0, got '" + value + "'";
+        } else {
+          p.softmax_scale = static_cast<float>(v);
+        }
+      }
+    }
+    else if (flag == "--seed") {
+      long long v;
+      if (need()) {
+        if (!parse_ll(value, &v) || v < 0) { r.ok = false; r.error = "--seed: expected a non-negative integer, got '" + value + "'"; }
+        else o->seed = static_cast<unsigned long long>(v);
+      }
+    }
+    else if (flag == "--check") {
+      if (need()) {
+        if (value == "full") o->check = CheckMode::full;
+        else if (value == "sample") o->check = CheckMode::sample;
+        else if (value == "none") o->check = CheckMode::none;
+        else if (value == "auto") o->check = CheckMode::auto_;
+        else { r.ok = false; r.error = "--check: expected full, sample, none or auto, got '" + value + "'"; }
+      }
+    }
+    else if (flag == "--input") {
+      if (need()) {
+        if (value == "random") o->input = InputKind::random;
+        else if (value == "ones") o->input = InputKind::ones;
+        else if (value == "identity") o->input = InputKind::identity;
+        else if (value == "ramp") o->input = InputKind::ramp;
+        else { r.ok = false; r.error = "--input: expected random, ones, identity or ramp, got '" + value + "'"; }
+      }
+    }
+    else if (flag == "--json") { if (need()) o->json_path = value; }
+    else if (flag == "--variant") { if (need()) o->variant = value; }
+    else {
+      r.ok = false;
+      r.error = "unknown flag '" + flag + "' (see --help)";
+    }
+  }
+  // MHA by default: --heads alone sets both.
+  if (r.ok && !kv_heads_set) o->problem.heads_kv = o->problem.heads_q;
+  return r;
+}
+
+std::string usage(const std::string& program) {
+  std::ostringstream s;
+  s << "usage: " << program << " [flags]\n"
+    << "Runs one attention problem, checks it against the fp64 CPU reference, times it,\n"
+    << "and compares with the previous rung on the same input.\n\n"
+    << "problem:\n"
+    << "  --batch N          batch size (default 4)\n"
+    << "  --seqlen N         seqlen_q = seqlen_k = N\n"
+    << "  --seqlen-q N       query length (default 1024)\n"
+    << "  --seqlen-k N       key/value length (default: seqlen-q)\n"
+    << "  --heads N          query heads (default 16)\n"
+    << "  --kv-heads N       key/value heads, divides --heads (default: --heads)\n"
+    << "  --dim N            head_dim, multiple of 8, <= 256 (default 64)\n"
+    << "  --dtype T          fp16 | bf16 (default fp16)\n"
+    << "  --causal 0|1       bottom-right aligned causal mask (default 0)\n"
+    << "  --scale X          softmax scale (default 1/sqrt(dim))\n"
+    << "  --splits N         split-KV count for decode rungs (default 0 = heuristic)\n"
+    << "  --page-size N      paged KV cache with N-token pages (default 0 = contiguous)\n"
+    << "run:\n"
+    << "  --input K          random | ones | identity | ramp (default random)\n"
+    << "  --seed N           input seed (default 2024)\n"
+    << "  --check M          auto | full | sample | none (default auto: full when small)\n"
+    << "  --iters N          timed launches, median reported (default 50)\n"
+    << "  --warmup N         untimed launches first (default 5)\n"
+    << "  --variant NAME     run a variant of the rung (ablations; see --list)\n"
+    << "  --sweep            run the rung's sweep table (rungs that define one)\n"
+    << "  --no-compare       skip the previous rung\n"
+    << "  --json FILE        also write the report as JSON\n"
+    << "  --list             list the rungs and variants built\n"
+    << "  --device-info      print the GPU and its peak rates\n"
+    << "exit codes: 0 ok, 1 check failed, 2 bad or unsupported input, 77 no usable CUDA device\n";
+  return s.str();
+}
+
+}  // namespace fl

@@ -1,0 +1,142 @@
+#include "flashladder/device.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace fl {
+
+bool has_device(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string(cudaGetErrorString(e)) : "no CUDA device found";
+    (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return false;
+  }
+  return true;
+}
+
+void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits) {
+  const int cc = d->cc_major * 10 + d->cc_minor;
+  // FP32 lanes per SM: 64 on GV100/GA100, 128 on the other recent chips.
+  const int fp32_lanes = (cc == 70 || cc == 80) ? 64 : 128;
+  // Dense fp16 tensor FLOP per SM per clock with fp32 accumulate (datasheet
+  // rates divided by SMs x boost clock): V100/T4 1024, A100 2048, GA10x/AD10x
+  // 1024 (datacenter parts), H100 4096 (wgmma; mma.sync reaches ~60% of it).
+  int tensor = 1024;
+  if (cc == 80) tensor = 2048;
+  if (cc >= 90 && cc < 100) tensor = 4096;
+  if (cc >= 100 && cc < 120) tensor = 8192;
+  const double hz = d->clock_khz * 1e3;
+  d->peak_fp32_tflops = d->sm_count * fp32_lanes * 2.0 * hz / 1e12;
+  d->peak_tensor_tflops = d->sm_count * static_cast<double>(tensor) * hz / 1e12;
+  // Double data rate: 2 transfers per memory clock over the bus.
+  d->peak_gbps = 2.0 * mem_clock_khz * 1e3 * (bus_width_bits / 8.0) / 1e9;
+}
+
+DeviceInfo query_device() {
+  std::string why;
+  if (!has_device(&why)) throw NoDevice("no usable CUDA device (" + why + ")");
+  int dev = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  FL_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  DeviceInfo d;
+  d.name = prop.name;
+  d.cc_major = prop.major;
+  d.cc_minor = prop.minor;
+  d.sm_count = prop.multiProcessorCount;
+  d.l2_bytes = prop.l2CacheSize;
+  d.mem_total = prop.totalGlobalMem;
+  d.smem_per_sm = static_cast<int>(prop.sharedMemPerMultiprocessor);
+  d.regs_per_sm = prop.regsPerMultiprocessor;
+  int v = 0, mem_clock = 0, bus = 0;
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  d.smem_per_block_optin = v;
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&d.clock_khz, cudaDevAttrClockRate, dev));
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&mem_clock, cudaDevAttrMemoryClockRate, dev));
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, dev));
+  size_t free_b = 0, total_b = 0;
+  FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  d.mem_free = free_b;
+  FL_CUDA_CHECK(cudaRuntimeGetVersion(&d.cuda_runtime_version));
+  FL_CUDA_CHECK(cudaDriverGetVersion(&d.driver_version));
+  fill_peaks(&d, mem_clock, bus);
+  return d;
+}
+
+// ---- DeviceBuffer -----------------------------------------------------------
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) FL_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);
+}
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+  o.ptr_ = nullptr;
+  o.bytes_ = 0;
+}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+void DeviceBuffer::upload(const void* host, size_t bytes) {
+  FL_CUDA_CHECK(cudaMemcpy(ptr_, host, std::min(bytes, bytes_), cudaMemcpyHostToDevice));
+}
+void DeviceBuffer::download(void* host, size_t bytes) const {
+  FL_CUDA_CHECK(cudaMemcpy(host, ptr_, std::min(bytes, bytes_), cudaMemcpyDeviceToHost));
+}
+void DeviceBuffer::poison() {
+  if (ptr_) FL_CUDA_CHECK(cudaMemset(ptr_, 0xff, bytes_));
+}
+
+// ---- EventTimer ---------------------------------------------------------------
+EventTimer::EventTimer() {
+  FL_CUDA_CHECK(cudaEventCreate(&a_));
+  FL_CUDA_CHECK(cudaEventCreate(&b_));
+}
+EventTimer::~EventTimer() {
+  cudaEventDestroy(a_);
+  cudaEventDestroy(b_);
+}
+void EventTimer::start(cudaStream_t s) { FL_CUDA_CHECK(cudaEventRecord(a_, s)); }
+float EventTimer::stop(cudaStream_t s) {
+  FL_CUDA_CHECK(cudaEventRecord(b_, s));
+  FL_CUDA_CHECK(cudaEventSynchronize(b_));
+  float ms = 0;
+  FL_CUDA_CHECK(cudaEventElapsedTime(&ms, a_, b_));
+  return ms;
+}
+
+// ---- L2Flusher ----------------------------------------------------------------
+L2Flusher::L2Flusher(int l2_bytes) : buf_(static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2) {}
+void L2Flusher::flush(cudaStream_t s) { FL_CUDA_CHECK(cudaMemsetAsync(buf_.get(), 0, buf_.bytes(), s)); }
+
+// ---- resources ----------------------------------------------------------------
+KernelResources kernel_resources(const std::string& name, const void* func, int block_threads,
+                                 size_t dynamic_smem) {
+  KernelResources k;
+  k.name = name;
+  k.block_threads = block_threads;
+  k.dynamic_smem = dynamic_smem;
+  cudaFuncAttributes a;
+  FL_CUDA_CHECK(cudaFuncGetAttributes(&a, func));
+  k.registers = a.numRegs;
+  k.local_bytes = static_cast<int>(a.localSizeBytes);
+  k.static_smem = static_cast<int>(a.sharedSizeBytes);
+  FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&k.max_blocks_per_sm, func, block_threads, dynamic_smem));
+  int dev = 0, max_threads_sm = 0;
+  FL_CUDA_CHECK(cudaGetDevice(&dev));
+  FL_CUDA_CHECK(cudaDeviceGetAttribute(&max_threads_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev));
+  const int warps = (block_threads + 31) / 32;
+  k.occupancy = max_threads_sm > 0 ? static_cast<double>(k.max_blocks_per_sm * warps * 32) / max_threads_sm : 0;
+  return k;
+}
+
+}  // namespace fl

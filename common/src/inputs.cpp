@@ -1,0 +1,89 @@
+#include "flashladder/inputs.h"
+
+#include <cmath>
+
+namespace fl {
+
+namespace {
+
+/// SplitMix64: a counter-based generator, so element n gets the same value
+/// whatever thread computes it.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+inline double uniform01(uint64_t bits) {  // (0, 1], never 0 so log() is finite
+  return (static_cast<double>(bits >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+
+/// Fills a [batch, seqlen, heads, dim] tensor with f(b, s, h, c).
+template <class F>
+std::vector<uint16_t> fill(int B, int S, int H, int D, DType t, F f) {
+  std::vector<uint16_t> out(static_cast<size_t>(B) * S * H * D);
+  const long long rows = static_cast<long long>(B) * S * H;
+#pragma omp parallel for schedule(static)
+  for (long long r = 0; r < rows; ++r) {
+    const int h = static_cast<int>(r % H);
+    const int s = static_cast<int>((r / H) % S);
+    const int b = static_cast<int>(r / (static_cast<long long>(H) * S));
+    for (int c = 0; c < D; ++c) out[static_cast<size_t>(r) * D + c] = to_bits(f(b, s, h, c, r * D + c), t);
+  }
+  return out;
+}
+
+}  // namespace
+
+float normal_at(unsigned long long seed, unsigned long long index) {
+  const uint64_t k = splitmix64(seed * 0x2545f4914f6cdd1dull ^ splitmix64(index));
+  const double u1 = uniform01(k), u2 = uniform01(splitmix64(k));
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed) {
+  const int B = p.batch, D = p.head_dim;
+  const DType t = p.dtype;
+  // Three independent streams for Q, K, V.
+  const unsigned long long sq = seed * 3 + 0, sk = seed * 3 + 1, sv = seed * 3 + 2;
+  auto rnd = [](unsigned long long s, float offset) {
+    return [s, offset](int, int, int, int, long long n) { return normal_at(s, n) + offset; };
+  };
+  HostInputs in;
+  switch (kind) {
+    case InputKind::ones: {
+      auto one = [](int, int, int, int, long long) { return 1.0f; };
+      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, one);
+      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, one);
+      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, one);
+      break;
+    }
+    case InputKind::identity: {
+      // Row s is 8 * e_{s mod D}: query i matches the keys j = i (mod D) strongly,
+      // so a wrong row or column index changes the output visibly.
+      auto unit = [D](int, int s, int, int c, long long) { return c == s % D ? 8.0f : 0.0f; };
+      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, unit);
+      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, unit);
+      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sv, 0.5f));
+      break;
+    }
+    case InputKind::ramp: {
+      // V values are multiples of 1/32 in [-1, 1): exact in fp16 and bf16.
+      auto ramp = [](int b, int s, int h, int c, long long) {
+        return static_cast<float>((s * 7 + c + h * 3 + b * 5) % 64) / 32.0f - 1.0f;
+      };
+      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, rnd(sq, 0.25f));
+      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sk, 0.25f));
+      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, ramp);
+      break;
+    }
+    default:
+      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, rnd(sq, 0.25f));
+      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sk, 0.25f));
+      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sv, 0.5f));
+  }
+  return in;
+}
+
+}  // namespace fl

@@ -1,0 +1,77 @@
+#include "flashladder/problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace fl {
+
+float Problem::scale() const {
+  return softmax_scale > 0 ? softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+int Problem::visible_keys(int i) const {
+  if (!causal) return seqlen_k;
+  const long long last = static_cast<long long>(i) + causal_offset();  // last visible key
+  return static_cast<int>(std::clamp<long long>(last + 1, 0, seqlen_k));
+}
+
+std::string Problem::describe() const {
+  std::ostringstream s;
+  s << "B=" << batch << " Sq=" << seqlen_q << " Sk=" << seqlen_k << " H=" << heads_q << "/"
+    << heads_kv << " d=" << head_dim << " " << dtype_name(dtype) << " causal=" << (causal ? 1 : 0);
+  if (page_size > 0) s << " page=" << page_size;
+  if (num_splits > 0) s << " splits=" << num_splits;
+  return s.str();
+}
+
+std::string validate(const Problem& p) {
+  auto bad = [](const char* flag, const std::string& what, long long got) {
+    return std::string(flag) + " " + what + ", got " + std::to_string(got);
+  };
+  if (p.batch < 1) return bad("--batch", "must be >= 1", p.batch);
+  if (p.seqlen_q < 1) return bad("--seqlen-q", "must be >= 1", p.seqlen_q);
+  if (p.seqlen_k < 1) return bad("--seqlen-k", "must be >= 1", p.seqlen_k);
+  if (p.heads_q < 1) return bad("--heads", "must be >= 1", p.heads_q);
+  if (p.heads_kv < 1) return bad("--kv-heads", "must be >= 1", p.heads_kv);
+  if (p.heads_q % p.heads_kv != 0)
+    return "--kv-heads must divide --heads (GQA/MQA), got heads " + std::to_string(p.heads_q) +
+           " and kv-heads " + std::to_string(p.heads_kv);
+  if (p.head_dim < 1 || p.head_dim > kMaxHeadDim)
+    return bad("--dim", "must be between 1 and " + std::to_string(kMaxHeadDim), p.head_dim);
+  if (p.head_dim % 8 != 0)
+    return bad("--dim", "must be a multiple of 8 (16-byte rows)", p.head_dim);
+  if (!(p.softmax_scale >= 0) || !std::isfinite(p.softmax_scale))
+    return "--scale must be a finite number > 0 (0 means 1/sqrt(dim))";
+  if (p.num_splits < 0) return bad("--splits", "must be >= 0 (0 = heuristic)", p.num_splits);
+  if (p.page_size < 0 || (p.page_size > 0 && (p.page_size & (p.page_size - 1)) != 0))
+    return bad("--page-size", "must be 0 (contiguous) or a power of two", p.page_size);
+  // Element counts must fit the int64 strides with room to spare.
+  const double elems = static_cast<double>(p.batch) * std::max(p.seqlen_q, p.seqlen_k) *
+                       p.heads_q * p.head_dim;
+  if (elems > 4e12) return "problem too large: more than 4e12 elements per tensor";
+  return "";
+}
+
+double unmasked_pairs(const Problem& p) {
+  double pairs = 0;
+  if (!p.causal) {
+    pairs = static_cast<double>(p.seqlen_q) * p.seqlen_k;
+  } else {
+    for (int i = 0; i < p.seqlen_q; ++i) pairs += p.visible_keys(i);
+  }
+  return pairs * p.batch * p.heads_q;
+}
+
+double attention_flops(const Problem& p) { return 4.0 * unmasked_pairs(p) * p.head_dim; }
+
+double attention_bytes(const Problem& p) {
+  const double qo = 2.0 * p.batch * p.seqlen_q * p.heads_q * p.head_dim;  // Q read + O write
+  return 2.0 * qo + kv_bytes(p);
+}
+
+double kv_bytes(const Problem& p) {
+  return 2.0 * 2.0 * p.batch * static_cast<double>(p.seqlen_k) * p.heads_kv * p.head_dim;
+}
+
+}  // namespace fl

@@ -1,0 +1,196 @@
+#include "flashladder/reference.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+
+namespace fl {
+
+std::vector<RowId> all_rows(const Problem& p) {
+  std::vector<RowId> rows;
+  rows.reserve(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q);
+  for (int b = 0; b < p.batch; ++b)
+    for (int h = 0; h < p.heads_q; ++h)
+      for (int i = 0; i < p.seqlen_q; ++i) rows.push_back({b, h, i});
+  return rows;
+}
+
+std::vector<RowId> sample_rows(const Problem& p, unsigned long long seed) {
+  std::set<std::tuple<int, int, int>> picked;
+  auto add = [&](int b, int h, int i) {
+    if (b >= 0 && b < p.batch && h >= 0 && h < p.heads_q && i >= 0 && i < p.seqlen_q)
+      picked.insert({b, h, i});
+  };
+  const int B = p.batch, H = p.heads_q, S = p.seqlen_q;
+  // First and last rows of the first and last (batch, head).
+  for (int i : {0, 1, S - 2, S - 1}) {
+    add(0, 0, i);
+    add(B - 1, H - 1, i);
+  }
+  // Tail rows: the rows past the last full tile of 64 and of 128 queries.
+  for (int tile : {64, 128}) {
+    const int start = (S / tile) * tile;
+    for (int i = start; i < S && i < start + 8; ++i) add(B - 1, H - 1, i);
+    for (int i = std::max(0, start - 2); i < start; ++i) add(0, H / 2, i);
+  }
+  // One whole head (strided when long, so the check stays within seconds).
+  const int wb = B / 2, wh = (H > 1) ? H - 2 : 0;
+  const int stride = std::max(1, S / 2048);
+  for (int i = 0; i < S; i += stride) add(wb, wh, i);
+  add(wb, wh, S - 1);
+  // Random rows anywhere, including every head of one batch (GQA groups).
+  std::mt19937_64 rng(seed ^ 0x5eedull);
+  for (int n = 0; n < 512; ++n)
+    add(static_cast<int>(rng() % B), static_cast<int>(rng() % H), static_cast<int>(rng() % S));
+  for (int h = 0; h < H; ++h) add(B - 1, h, static_cast<int>(rng() % S));
+  std::vector<RowId> rows;
+  for (auto& t : picked) rows.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t)});
+  return rows;
+}
+
+std::vector<RowId> rows_for_check(const Problem& p, CheckMode mode, unsigned long long seed) {
+  if (mode == CheckMode::none) return {};
+  if (mode == CheckMode::full) return all_rows(p);
+  if (mode == CheckMode::sample) return sample_rows(p, seed);
+  // auto: full while the fp64 work (B*H*Sq*Sk*d MACs) is small.
+  const double macs = static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_k * p.head_dim;
+  return macs <= 4.0e9 ? all_rows(p) : sample_rows(p, seed);
+}
+
+namespace {
+
+template <class Scalar>
+using Mat = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// [seqlen, heads, dim] slice of one (batch, head) as a seqlen x dim matrix.
+template <class Scalar>
+Mat<Scalar> head_matrix(const std::vector<uint16_t>& t, int b, int h, int S, int H, int D, DType dt) {
+  Mat<Scalar> m(S, D);
+  for (int s = 0; s < S; ++s) {
+    const size_t base = ((static_cast<size_t>(b) * S + s) * H + h) * D;
+    for (int c = 0; c < D; ++c) m(s, c) = static_cast<Scalar>(from_bits(t[base + c], dt));
+  }
+  return m;
+}
+
+/// Softmax attention for the rows in @p idx (all in one (batch, kv head)),
+/// computed in Scalar with Eigen: S = scale Q K^T, masked, softmax, O = P V.
+template <class Scalar>
+RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows) {
+  const int D = p.head_dim;
+  RowResults res;
+  res.out.assign(rows.size() * D, 0.0);
+  res.lse.assign(rows.size(), -std::numeric_limits<double>::infinity());
+
+  // Group rows by (batch, kv head), then cut each group into chunks of rows.
+  std::map<std::pair<int, int>, std::vector<size_t>> groups;
+  for (size_t r = 0; r < rows.size(); ++r)
+    groups[{rows[r].b, rows[r].h / p.group()}].push_back(r);
+  struct Task {
+    std::pair<int, int> key;
+    size_t begin, end;
+  };
+  std::vector<Task> tasks;
+  constexpr size_t kChunk = 64;
+  for (auto& [key, idx] : groups)
+    for (size_t s = 0; s < idx.size(); s += kChunk) tasks.push_back({key, s, std::min(idx.size(), s + kChunk)});
+
+  std::vector<std::pair<int, int>> keys;
+  for (auto& g : groups) keys.push_back(g.first);
+  std::map<std::pair<int, int>, std::pair<Mat<Scalar>, Mat<Scalar>>> kv;
+  for (auto& key : keys) kv[key];  // create entries before the parallel fill
+#pragma omp parallel for schedule(dynamic)
+  for (long long g = 0; g < static_cast<long long>(keys.size()); ++g) {
+    auto& e = kv.find(keys[g])->second;  // no insertion: safe in parallel
+    e.first = head_matrix<Scalar>(in.k, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
+    e.second = head_matrix<Scalar>(in.v, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
+  }
+
+  const Scalar scale = static_cast<Scalar>(p.scale());
+#pragma omp parallel for schedule(dynamic)
+  for (long long t = 0; t < static_cast<long long>(tasks.size()); ++t) {
+    const Task& task = tasks[t];
+    const auto& idx = groups.at(task.key);
+    const auto& [K, V] = kv.at(task.key);
+    const int n = static_cast<int>(task.end - task.begin);
+    Mat<Scalar> Q(n, D);
+    for (int r = 0; r < n; ++r) {
+      const RowId& row = rows[idx[task.begin + r]];
+      const size_t base = ((static_cast<size_t>(row.b) * p.seqlen_q + row.i) * p.heads_q + row.h) * D;
+      for (int c = 0; c < D; ++c) Q(r, c) = static_cast<Scalar>(from_bits(in.q[base + c], p.dtype));
+    }
+    Mat<Scalar> S = (Q * K.transpose()) * scale;
+    for (int r = 0; r < n; ++r) {
+      const size_t out_row = idx[task.begin + r];
+      const int visible = p.visible_keys(rows[out_row].i);
+      if (visible == 0) {
+        S.row(r).setZero();  // O = 0, LSE = -inf
+        continue;
+      }
+      const Scalar m = S.row(r).head(visible).maxCoeff();
+      Scalar l = 0;
+      for (int j = 0; j < p.seqlen_k; ++j) {
+        const Scalar e = j < visible ? std::exp(S(r, j) - m) : Scalar(0);
+        S(r, j) = e;
+        l += e;
+      }
+      S.row(r) /= l;
+      res.lse[out_row] = static_cast<double>(m + std::log(l));
+    }
+    const Mat<Scalar> O = S * V;
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < D; ++c)
+        res.out[idx[task.begin + r] * D + c] = static_cast<double>(O(r, c));
+  }
+  return res;
+}
+
+}  // namespace
+
+RowResults reference_fp64(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows) {
+  return reference_impl<double>(p, in, rows);
+}
+
+RowResults reference_fp32(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows) {
+  return reference_impl<float>(p, in, rows);
+}
+
+RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows) {
+  const int D = p.head_dim;
+  const double scale = p.scale();
+  RowResults res;
+  res.out.assign(rows.size() * D, 0.0);
+  res.lse.assign(rows.size(), -std::numeric_limits<double>::infinity());
+  auto q_at = [&](const RowId& r, int c) {
+    return from_bits(in.q[((static_cast<size_t>(r.b) * p.seqlen_q + r.i) * p.heads_q + r.h) * D + c], p.dtype);
+  };
+  auto kv_at = [&](const std::vector<uint16_t>& t, int b, int j, int hk, int c) {
+    return from_bits(t[((static_cast<size_t>(b) * p.seqlen_k + j) * p.heads_kv + hk) * D + c], p.dtype);
+  };
+  for (size_t n = 0; n < rows.size(); ++n) {
+    const RowId& r = rows[n];
+    const int hk = r.h / p.group();
+    std::vector<double> s;
+    for (int j = 0; j < p.seqlen_k; ++j) {
+      if (p.causal && j > r.i + p.causal_offset()) break;
+      double dot = 0;
+      for (int c = 0; c < D; ++c) dot += static_cast<double>(q_at(r, c)) * kv_at(in.k, r.b, j, hk, c);
+      s.push_back(dot * scale);
+    }
+    if (s.empty()) continue;
+    const double m = *std::max_element(s.begin(), s.end());
+    double l = 0;
+    for (double& x : s) l += (x = std::exp(x - m));
+    for (size_t j = 0; j < s.size(); ++j)
+      for (int c = 0; c < D; ++c)
+        res.out[n * D + c] += s[j] / l * kv_at(in.v, r.b, static_cast<int>(j), hk, c);
+    res.lse[n] = m + std::log(l);
+  }
+  return res;
+}
+
+}  // namespace fl

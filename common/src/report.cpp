@@ -1,0 +1,295 @@
+#include "flashladder/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <sstream>
+
+namespace fl {
+
+double tflops_of(const Problem& p, double ms) { return ms > 0 ? attention_flops(p) / (ms * 1e-3) / 1e12 : 0; }
+
+double gbps_of(const Problem& p, double ms, Peak peak) {
+  const double bytes = peak == Peak::memory ? kv_bytes(p) : attention_bytes(p);
+  return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
+}
+
+double percent_of_peak(const RunReport& r) {
+  if (!r.timing.timed) return 0;
+  switch (r.peak) {
+    case Peak::fp32_fma:
+      return r.device.peak_fp32_tflops > 0 ? 100 * tflops_of(r.problem, r.timing.median_ms) / r.device.peak_fp32_tflops : 0;
+    case Peak::tensor_16bit:
+      return r.device.peak_tensor_tflops > 0 ? 100 * tflops_of(r.problem, r.timing.median_ms) / r.device.peak_tensor_tflops : 0;
+    case Peak::memory:
+      return r.device.peak_gbps > 0 ? 100 * gbps_of(r.problem, r.timing.median_ms, r.peak) / r.device.peak_gbps : 0;
+  }
+  return 0;
+}
+
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::fabs(b) >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+namespace {
+const char* peak_name(Peak p) {
+  switch (p) {
+    case Peak::fp32_fma: return "fp32 FMA peak";
+    case Peak::tensor_16bit: return "16-bit tensor peak";
+    default: return "DRAM bandwidth";
+  }
+}
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", v);
+  return buf;
+}
+std::string fixed(double v, int prec) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
+  return buf;
+}
+}  // namespace
+
+std::string format_report(const RunReport& r) {
+  std::ostringstream s;
+  const DeviceInfo& d = r.device;
+  s << "FlashLadder rung " << (r.rung_number < 10 ? "0" : "") << r.rung_number << " " << r.rung_name;
+  if (!r.variant.empty()) s << " [" << r.variant << "]";
+  s << " - " << r.summary << "\n";
+  s << "  device    " << d.name << " (" << d.arch() << ", " << d.sm_count << " SMs, peaks: fp32 "
+    << fixed(d.peak_fp32_tflops, 1) << " TFLOP/s, tensor " << fixed(d.peak_tensor_tflops, 0) << " TFLOP/s, DRAM "
+    << fixed(d.peak_gbps, 0) << " GB/s)\n";
+  s << "  problem   " << r.problem.describe() << " scale=" << r.problem.scale() << " input=" << r.input
+    << " seed=" << r.seed << "\n";
+  s << "  work      " << fixed(attention_flops(r.problem) / 1e9, 2) << " GFLOP (unmasked pairs only), "
+    << format_bytes(attention_bytes(r.problem)) << " compulsory HBM traffic (Q,K,V read + O written)\n";
+  if (r.workspace_bytes > 0) s << "  workspace " << format_bytes(static_cast<double>(r.workspace_bytes)) << " in HBM\n";
+  for (const auto& n : r.notes) s << "  note      " << n << "\n";
+  const CheckResult& c = r.check;
+  if (!c.checked) {
+    s << "  check     " << (c.pass ? "skipped (--check none), all outputs written" : "FAIL: " + c.reason) << "\n";
+  } else {
+    s << "  check     " << (c.pass ? "PASS" : "FAIL") << " vs fp64 reference, " << c.rows << " rows (" << c.mode
+      << "): rel_fro " << sci(c.err.rel_fro) << " (tol " << sci(c.tol.rel_fro) << "), max_abs " << sci(c.err.max_abs)
+      << " (tol " << sci(c.tol.max_abs) << "), lse " << sci(c.err.lse_max_abs) << "; fp32 CPU rel_fro "
+      << sci(c.fp32_err.rel_fro) << "\n";
+    if (!c.pass) s << "            reason: " << c.reason << "\n";
+  }
+  if (r.timing.timed) {
+    s << "  time      " << fixed(r.timing.median_ms, 4) << " ms median of " << r.timing.iters << " (min "
+      << fixed(r.timing.min_ms, 4) << ", max " << fixed(r.timing.max_ms, 4) << "), L2 flushed before each\n";
+    s << "  rate      " << fixed(tflops_of(r.problem, r.timing.median_ms), 2) << " TFLOP/s, "
+      << fixed(gbps_of(r.problem, r.timing.median_ms, r.peak), 1) << " GB/s"
+      << (r.peak == Peak::memory ? " (K+V bytes)" : "") << ", " << fixed(percent_of_peak(r), 1) << "% of "
+      << peak_name(r.peak) << "\n";
+  }
+  if (!r.kernels.empty()) {
+    s << "  kernels   " << std::left << std::setw(26) << "name" << std::right << std::setw(8) << "threads" << std::setw(6)
+      << "regs" << std::setw(8) << "local B" << std::setw(10) << "smem B" << std::setw(10) << "blocks/SM" << std::setw(8)
+      << "occ %" << "\n";
+    for (const auto& k : r.kernels)
+      s << "            " << std::left << std::setw(26) << k.name << std::right << std::setw(8) << k.block_threads
+        << std::setw(6) << k.registers << std::setw(8) << k.local_bytes << std::setw(10)
+        << (k.static_smem + k.dynamic_smem) << std::setw(10) << k.max_blocks_per_sm << std::setw(8)
+        << fixed(100 * k.occupancy, 0) << "\n";
+  }
+  if (r.has_prev && r.prev_timing.timed && r.timing.timed) {
+    s << "  vs prev   rung " << (r.prev_number < 10 ? "0" : "") << r.prev_number << " " << r.prev_name << ": "
+      << fixed(r.prev_timing.median_ms, 4) << " ms -> speedup " << fixed(r.prev_timing.median_ms / r.timing.median_ms, 2)
+      << "x\n";
+  } else if (!r.prev_skipped.empty()) {
+    s << "  vs prev   " << r.prev_skipped << "\n";
+  }
+  return s.str();
+}
+
+// ---- JSON ----------------------------------------------------------------
+std::string Json::quote(const std::string& in) {
+  std::string o = "\"";
+  for (char ch : in) {
+    switch (ch) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+          o += buf;
+        } else {
+          o += ch;
+        }
+    }
+  }
+  return o + "\"";
+}
+void Json::comma() {
+  if (!first_.back()) s_ += ",";
+  first_.back() = false;
+}
+void Json::key(const char* k) {
+  comma();
+  if (k) s_ += quote(k) + ":";
+}
+Json& Json::begin_object(const char* k) {
+  key(k);
+  s_ += "{";
+  first_.push_back(true);
+  return *this;
+}
+Json& Json::end_object() {
+  s_ += "}";
+  first_.pop_back();
+  return *this;
+}
+Json& Json::begin_array(const char* k) {
+  key(k);
+  s_ += "[";
+  first_.push_back(true);
+  return *this;
+}
+Json& Json::end_array() {
+  s_ += "]";
+  first_.pop_back();
+  return *this;
+}
+Json& Json::kv(const char* k, const std::string& v) {
+  key(k);
+  s_ += quote(v);
+  return *this;
+}
+Json& Json::kv(const char* k, double v) {
+  key(k);
+  if (std::isfinite(v)) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    s_ += buf;
+  } else {
+    s_ += "null";
+  }
+  return *this;
+}
+Json& Json::kv(const char* k, long long v) {
+  key(k);
+  s_ += std::to_string(v);
+  return *this;
+}
+Json& Json::kv(const char* k, bool v) {
+  key(k);
+  s_ += v ? "true" : "false";
+  return *this;
+}
+Json& Json::raw(const char* k, const std::string& json) {
+  key(k);
+  s_ += json;
+  return *this;
+}
+
+std::string device_json(const DeviceInfo& d) {
+  Json j;
+  j.begin_object()
+      .kv("name", d.name)
+      .kv("arch", d.arch())
+      .kv("sms", d.sm_count)
+      .kv("clock_mhz", d.clock_khz / 1000.0)
+      .kv("memory_bytes", static_cast<long long>(d.mem_total))
+      .kv("l2_bytes", d.l2_bytes)
+      .kv("smem_per_block_optin", d.smem_per_block_optin)
+      .kv("peak_fp32_tflops", d.peak_fp32_tflops)
+      .kv("peak_tensor_tflops", d.peak_tensor_tflops)
+      .kv("peak_gbps", d.peak_gbps)
+      .kv("cuda_runtime", d.cuda_runtime_version)
+      .kv("cuda_driver", d.driver_version)
+      .end_object();
+  return j.str();
+}
+
+namespace {
+std::string problem_json(const Problem& p) {
+  Json j;
+  j.begin_object()
+      .kv("batch", p.batch)
+      .kv("seqlen_q", p.seqlen_q)
+      .kv("seqlen_k", p.seqlen_k)
+      .kv("heads_q", p.heads_q)
+      .kv("heads_kv", p.heads_kv)
+      .kv("head_dim", p.head_dim)
+      .kv("dtype", dtype_name(p.dtype))
+      .kv("causal", p.causal)
+      .kv("softmax_scale", static_cast<double>(p.scale()))
+      .kv("num_splits", p.num_splits)
+      .kv("page_size", p.page_size)
+      .kv("flops", attention_flops(p))
+      .kv("bytes", attention_bytes(p))
+      .end_object();
+  return j.str();
+}
+}  // namespace
+
+std::string to_json(const RunReport& r) {
+  Json j;
+  j.begin_object().kv("schema", "flashladder.run/1");
+  j.begin_object("rung").kv("number", r.rung_number).kv("name", r.rung_name).kv("variant", r.variant).kv("summary", r.summary).end_object();
+  j.raw("device", device_json(r.device));
+  j.raw("problem", problem_json(r.problem));
+  j.kv("input", r.input).kv("seed", static_cast<long long>(r.seed));
+  j.kv("workspace_bytes", static_cast<long long>(r.workspace_bytes));
+  j.begin_object("check")
+      .kv("pass", r.check.pass)
+      .kv("checked", r.check.checked)
+      .kv("mode", r.check.mode)
+      .kv("rows", static_cast<long long>(r.check.rows))
+      .kv("rel_fro", r.check.err.rel_fro)
+      .kv("max_abs", r.check.err.max_abs)
+      .kv("lse_max_abs", r.check.err.lse_max_abs)
+      .kv("tol_rel_fro", r.check.tol.rel_fro)
+      .kv("tol_max_abs", r.check.tol.max_abs)
+      .kv("fp32_rel_fro", r.check.fp32_err.rel_fro)
+      .kv("unwritten", r.check.unwritten)
+      .kv("reason", r.check.reason)
+      .end_object();
+  if (r.timing.timed) {
+    j.begin_object("timing")
+        .kv("median_ms", r.timing.median_ms)
+        .kv("min_ms", r.timing.min_ms)
+        .kv("max_ms", r.timing.max_ms)
+        .kv("iters", r.timing.iters)
+        .kv("tflops", tflops_of(r.problem, r.timing.median_ms))
+        .kv("gbps", gbps_of(r.problem, r.timing.median_ms, r.peak))
+        .kv("percent_of_peak", percent_of_peak(r))
+        .end_object();
+  }
+  j.begin_array("kernels");
+  for (const auto& k : r.kernels)
+    j.begin_object()
+        .kv("name", k.name)
+        .kv("block_threads", k.block_threads)
+        .kv("registers", k.registers)
+        .kv("local_bytes", k.local_bytes)
+        .kv("static_smem", k.static_smem)
+        .kv("dynamic_smem", static_cast<long long>(k.dynamic_smem))
+        .kv("max_blocks_per_sm", k.max_blocks_per_sm)
+        .kv("occupancy", k.occupancy)
+        .end_object();
+  j.end_array();
+  if (r.has_prev) {
+    j.begin_object("previous").kv("number", r.prev_number).kv("name", r.prev_name);
+    if (r.prev_timing.timed && r.timing.timed)
+      j.kv("median_ms", r.prev_timing.median_ms).kv("speedup", r.prev_timing.median_ms / r.timing.median_ms);
+    j.kv("skipped", r.prev_skipped).end_object();
+  }
+  j.end_object();
+  return j.str();
+}
+
+}  // namespace fl

@@ -1,0 +1,399 @@
+#include "flashladder/runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+namespace fl {
+
+// ---- DeviceProblem ------------------------------------------------------------
+namespace {
+int pages_per_seq(const Problem& p) { return (p.seqlen_k + p.page_size - 1) / p.page_size; }
+size_t kv_elems(const Problem& p) {
+  const size_t rows = p.page_size > 0 ? static_cast<size_t>(p.batch) * pages_per_seq(p) * p.page_size
+                                      : static_cast<size_t>(p.batch) * p.seqlen_k;
+  return rows * p.heads_kv * p.head_dim;
+}
+}  // namespace
+
+size_t DeviceProblem::device_bytes(const Problem& p, size_t workspace_bytes) {
+  const size_t qo = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim * 2;
+  const size_t lse = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * 4;
+  return 2 * qo + 2 * kv_elems(p) * 2 + lse + workspace_bytes;
+}
+
+DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t workspace_bytes,
+                             unsigned long long seed)
+    : p_(p) {
+  const int D = p.head_dim;
+  const size_t q_elems = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * D;
+  q_ = DeviceBuffer(q_elems * 2);
+  o_ = DeviceBuffer(q_elems * 2);
+  lse_ = DeviceBuffer(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * sizeof(float));
+  k_ = DeviceBuffer(kv_elems(p) * 2);
+  v_ = DeviceBuffer(kv_elems(p) * 2);
+  if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
+  q_.upload(in.q.data(), q_elems * 2);
+
+  AttnParams& a = params_;
+  const int64_t hd = static_cast<int64_t>(p.heads_kv) * D;
+  if (p.page_size == 0) {
+    k_.upload(in.k.data(), in.k.size() * 2);
+    v_.upload(in.v.data(), in.v.size() * 2);
+    a.k_batch_stride = a.v_batch_stride = static_cast<int64_t>(p.seqlen_k) * hd;
+  } else {
+    // Paged KV cache: token j of sequence b lives in page table[b][j / page] at
+    // row j % page. Pages are shuffled so a kernel that ignores the table fails.
+    const int pps = pages_per_seq(p), page = p.page_size;
+    std::vector<int> table(static_cast<size_t>(p.batch) * pps);
+    std::iota(table.begin(), table.end(), 0);
+    std::mt19937_64 rng(seed ^ 0x9a9edull);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<uint16_t> kp(kv_elems(p), 0), vp(kv_elems(p), 0);
+    for (int b = 0; b < p.batch; ++b)
+      for (int j = 0; j < p.seqlen_k; ++j) {
+        const size_t dst = (static_cast<size_t>(table[b * pps + j / page]) * page + j % page) * hd;
+        const size_t src = (static_cast<size_t>(b) * p.seqlen_k + j) * hd;
+        std::copy_n(in.k.begin() + src, hd, kp.begin() + dst);
+        std::copy_n(in.v.begin() + src, hd, vp.begin() + dst);
+      }
+    k_.upload(kp.data(), kp.size() * 2);
+    v_.upload(vp.data(), vp.size() * 2);
+    table_ = DeviceBuffer(table.size() * sizeof(int));
+    table_.upload(table.data(), table.size() * sizeof(int));
+    a.k_batch_stride = a.v_batch_stride = 0;  // unused: the block table locates pages
+    a.block_table = table_.as<int>();
+    a.block_table_stride = pps;
+    a.page_size = page;
+  }
+  a.q = q_.get();
+  a.k = k_.get();
+  a.v = v_.get();
+  a.o = o_.get();
+  a.lse = lse_.as<float>();
+  a.q_batch_stride = a.o_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * D;
+  a.q_row_stride = a.o_row_stride = static_cast<int64_t>(p.heads_q) * D;
+  a.q_head_stride = a.o_head_stride = D;
+  a.k_row_stride = a.v_row_stride = hd;
+  a.k_head_stride = a.v_head_stride = D;
+  a.batch = p.batch;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.heads_q = p.heads_q;
+  a.heads_kv = p.heads_kv;
+  a.head_dim = D;
+  a.group = p.group();
+  a.causal = p.causal ? 1 : 0;
+  a.causal_offset = p.causal_offset();
+  a.dtype = static_cast<int>(p.dtype);
+  a.softmax_scale = p.scale();
+  a.scale_log2 = p.scale() * 1.4426950408889634f;
+  a.workspace = ws_.get();
+  a.workspace_bytes = workspace_bytes;
+  a.num_splits = p.num_splits;
+}
+
+void DeviceProblem::poison_outputs() {
+  o_.poison();
+  lse_.poison();
+}
+
+std::vector<uint16_t> DeviceProblem::download_o() const {
+  std::vector<uint16_t> o(o_.bytes() / 2);
+  o_.download(o.data(), o_.bytes());
+  return o;
+}
+
+std::vector<float> DeviceProblem::download_lse() const {
+  std::vector<float> l(lse_.bytes() / 4);
+  lse_.download(l.data(), lse_.bytes());
+  return l;
+}
+
+// ---- running ------------------------------------------------------------------
+void launch_once(const Rung& r, DeviceProblem& dp) {
+  r.launch(dp.params(), nullptr);
+  FL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+Timing time_rung(const Rung& r, DeviceProblem& dp, const DeviceInfo& dev, int iters, int warmup) {
+  for (int i = 0; i < warmup; ++i) r.launch(dp.params(), nullptr);
+  FL_CUDA_CHECK(cudaDeviceSynchronize());
+  L2Flusher flusher(dev.l2_bytes);
+  EventTimer timer;
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    flusher.flush();
+    timer.start();
+    r.launch(dp.params(), nullptr);
+    ms.push_back(timer.stop());
+  }
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.timed = true;
+  t.iters = iters;
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  t.median_ms = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+  return t;
+}
+
+namespace {
+
+/// "" if the problem fits in free device memory, else the numbers.
+std::string memory_check(const Rung& r, const Problem& p, const DeviceInfo& dev) {
+  const size_t ws = r.workspace_bytes ? r.workspace_bytes(p) : 0;
+  const size_t need = DeviceProblem::device_bytes(p, ws);
+  size_t free_b = 0, total_b = 0;
+  FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  (void)dev;
+  // Keep 5% back for the L2 flush buffer and the CUDA context.
+  if (static_cast<double>(need) > 0.95 * static_cast<double>(free_b)) {
+    std::string s = "needs " + format_bytes(static_cast<double>(need)) + " of GPU memory";
+    if (ws > 0) s += " (" + format_bytes(static_cast<double>(ws)) + " of it rung workspace)";
+    s += " but only " + format_bytes(static_cast<double>(free_b)) + " of " +
+         format_bytes(static_cast<double>(total_b)) + " is free";
+    return s;
+  }
+  return "";
+}
+
+}  // namespace
+
+CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed) {
+  CaseResult res;
+  const DeviceInfo dev = query_device();
+  res.skipped = supports(r, p, dev);
+  if (res.skipped.empty()) res.skipped = memory_check(r, p, dev);
+  if (!res.skipped.empty()) return res;
+  const HostInputs in = make_inputs(p, input, seed);
+  DeviceProblem dp(p, in, r.workspace_bytes ? r.workspace_bytes(p) : 0, seed);
+  dp.poison_outputs();
+  launch_once(r, dp);
+  res.ran = true;
+  res.check = check_output(p, in, dp.download_o(), dp.download_lse(), mode, seed);
+  return res;
+}
+
+std::vector<KernelResources> rung_resources(const Rung& r, const Problem& p) {
+  std::vector<KernelResources> out;
+  if (!r.kernels) return out;
+  for (const auto& k : r.kernels(p)) out.push_back(kernel_resources(k.name, k.func, k.block_threads, k.dynamic_smem));
+  return out;
+}
+
+namespace {
+
+std::string program_name(const char* argv0) {
+  std::string s = argv0 ? argv0 : "flashladder";
+  const auto slash = s.find_last_of('/');
+  return slash == std::string::npos ? s : s.substr(slash + 1);
+}
+
+void print_list(const Registry& reg) {
+  for (const auto& r : reg.all())
+    std::printf("%-34s %s\n", r.label().c_str(), r.summary.c_str());
+}
+
+std::string device_line(const DeviceInfo& d) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s: %s, %d SMs, %.0f MHz, %s memory (%s free), L2 %s, smem/block opt-in %s\n"
+                "peaks (clock x units): fp32 FMA %.1f TFLOP/s, 16-bit tensor %.0f TFLOP/s, DRAM %.0f GB/s\n"
+                "CUDA runtime %d, driver %d",
+                d.name.c_str(), d.arch().c_str(), d.sm_count, d.clock_khz / 1e3,
+                format_bytes(static_cast<double>(d.mem_total)).c_str(),
+                format_bytes(static_cast<double>(d.mem_free)).c_str(), format_bytes(d.l2_bytes).c_str(),
+                format_bytes(d.smem_per_block_optin).c_str(), d.peak_fp32_tflops, d.peak_tensor_tflops, d.peak_gbps,
+                d.cuda_runtime_version, d.driver_version);
+  return buf;
+}
+
+/// Parses and validates; returns -1 to continue or an exit code.
+int parse_or_exit(int argc, char** argv, Options* opt, const std::string& prog) {
+  const ParseResult pr = parse_cli(argc, argv, opt);
+  if (!pr.ok) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), pr.error.c_str());
+    return kExitBadInput;
+  }
+  if (opt->help) {
+    std::printf("%s", usage(prog).c_str());
+    return kExitOk;
+  }
+  const std::string bad = validate(opt->problem);
+  if (!bad.empty()) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), bad.c_str());
+    return kExitBadInput;
+  }
+  return -1;
+}
+
+/// Runs one rung on one problem: check, time, resources. Fills @p rep.
+void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const HostInputs& in, RunReport* rep,
+             bool check, bool time) {
+  const Problem& p = opt.problem;
+  rep->rung_number = r.number;
+  rep->rung_name = r.name;
+  rep->variant = r.variant;
+  rep->summary = r.summary;
+  rep->peak = r.peak;
+  rep->problem = p;
+  rep->input = input_kind_name(opt.input);
+  rep->seed = opt.seed;
+  rep->device = dev;
+  rep->workspace_bytes = r.workspace_bytes ? r.workspace_bytes(p) : 0;
+  if (r.notes) rep->notes = r.notes(p);
+  DeviceProblem dp(p, in, rep->workspace_bytes, opt.seed);
+  dp.poison_outputs();
+  launch_once(r, dp);
+  if (check) rep->check = check_output(p, in, dp.download_o(), dp.download_lse(), opt.check, opt.seed);
+  if (time) rep->timing = time_rung(r, dp, dev, opt.iters, opt.warmup);
+  rep->kernels = rung_resources(r, p);
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv, int rung_number) {
+  const std::string prog = program_name(argv[0]);
+  Options opt;
+  if (const int rc = parse_or_exit(argc, argv, &opt, prog); rc >= 0) return rc;
+  const Registry& reg = registry();
+  if (opt.list) {
+    print_list(reg);
+    return kExitOk;
+  }
+  const Rung* rung = reg.find(rung_number, opt.variant);
+  if (!rung) {
+    std::string names;
+    for (const auto& r : reg.all())
+      if (r.number == rung_number && !r.variant.empty()) names += " " + r.variant;
+    std::fprintf(stderr, "%s: error: --variant: rung %d has no variant '%s' (variants:%s)\n", prog.c_str(),
+                 rung_number, opt.variant.c_str(), names.empty() ? " none" : names.c_str());
+    return kExitBadInput;
+  }
+  if (opt.sweep && !rung->sweep) {
+    std::fprintf(stderr, "%s: error: --sweep: rung %d has no sweep\n", prog.c_str(), rung_number);
+    return kExitBadInput;
+  }
+  try {
+    DeviceInfo dev;
+    try {
+      dev = query_device();
+    } catch (const NoDevice& e) {
+      std::fprintf(stderr, "%s: %s; nothing to run (exit 77 = skipped)\n", prog.c_str(), e.what());
+      return kExitNoDevice;
+    }
+    if (opt.device_info) {
+      std::printf("%s\n", device_line(dev).c_str());
+      return kExitOk;
+    }
+    if (!rung->not_implemented.empty()) {
+      std::fprintf(stderr, "%s: not implemented: %s\n", prog.c_str(), rung->not_implemented.c_str());
+      return kExitCheckFailed;
+    }
+    if (opt.sweep) return rung->sweep(opt);
+    const Problem& p = opt.problem;
+    std::string why = supports(*rung, p, dev);
+    if (why.empty()) why = memory_check(*rung, p, dev);
+    if (!why.empty()) {
+      std::fprintf(stderr, "%s: rung %s cannot run %s: %s\n", prog.c_str(), rung->label().c_str(),
+                   p.describe().c_str(), why.c_str());
+      return kExitBadInput;
+    }
+    const HostInputs in = make_inputs(p, opt.input, opt.seed);
+    RunReport rep;
+    run_one(*rung, opt, dev, in, &rep, true, true);
+
+    // The previous rung on the same input, for the speedup line.
+    if (opt.compare_previous) {
+      if (const Rung* prev = reg.previous(rung->number)) {
+        rep.has_prev = true;
+        rep.prev_number = prev->number;
+        rep.prev_name = prev->name;
+        std::string pwhy = supports(*prev, p, dev);
+        if (pwhy.empty()) pwhy = memory_check(*prev, p, dev);
+        if (!pwhy.empty()) {
+          rep.prev_skipped = "rung " + prev->label() + " not run: " + pwhy;
+        } else {
+          RunReport prev_rep;
+          Options popt = opt;
+          run_one(*prev, popt, dev, in, &prev_rep, false, true);
+          rep.prev_timing = prev_rep.timing;
+        }
+      }
+    }
+    std::printf("%s", format_report(rep).c_str());
+    if (!opt.json_path.empty()) {
+      std::ofstream f(opt.json_path);
+      f << to_json(rep) << "\n";
+      if (!f) {
+        std::fprintf(stderr, "%s: error: --json: cannot write '%s'\n", prog.c_str(), opt.json_path.c_str());
+        return kExitBadInput;
+      }
+    }
+    return rep.check.pass ? kExitOk : kExitCheckFailed;
+  } catch (const CudaError& e) {
+    std::fprintf(stderr, "%s: CUDA error: %s\n", prog.c_str(), e.what());
+    return kExitCheckFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), e.what());
+    return kExitCheckFailed;
+  }
+}
+
+int tour_main(int argc, char** argv) {
+  const std::string prog = program_name(argv[0]);
+  Options opt;
+  opt.iters = 20;
+  if (const int rc = parse_or_exit(argc, argv, &opt, prog); rc >= 0) return rc;
+  const Registry& reg = registry();
+  DeviceInfo dev;
+  try {
+    dev = query_device();
+  } catch (const NoDevice& e) {
+    std::fprintf(stderr, "%s: %s; nothing to run (exit 77 = skipped)\n", prog.c_str(), e.what());
+    return kExitNoDevice;
+  }
+  const Problem& p = opt.problem;
+  std::printf("FlashLadder tour on %s (%s, %d SMs)\nproblem: %s, input %s, %d timed runs each\n\n", dev.name.c_str(),
+              dev.arch().c_str(), dev.sm_count, p.describe().c_str(), input_kind_name(opt.input), opt.iters);
+  std::printf("%-22s %10s %9s %8s %9s %9s  %s\n", "rung", "time ms", "TFLOP/s", "% peak", "vs prev", "vs first",
+              "check");
+  const HostInputs in = make_inputs(p, opt.input, opt.seed);
+  bool all_pass = true;
+  double prev_ms = 0, first_ms = 0;
+  for (const Rung* r : reg.mains()) {
+    if (!r->in_tour) continue;
+    std::string why = supports(*r, p, dev);
+    try {
+      if (why.empty()) why = memory_check(*r, p, dev);
+      if (!why.empty()) {
+        std::printf("%-22s %10s  skipped: %s\n", r->label().c_str(), "-", why.c_str());
+        continue;
+      }
+      RunReport rep;
+      run_one(*r, opt, dev, in, &rep, true, true);
+      const double ms = rep.timing.median_ms;
+      char vs_prev[32] = "-", vs_first[32] = "-";
+      if (prev_ms > 0) std::snprintf(vs_prev, sizeof vs_prev, "%.2fx", prev_ms / ms);
+      if (first_ms > 0) std::snprintf(vs_first, sizeof vs_first, "%.1fx", first_ms / ms);
+      std::printf("%-22s %10.4f %9.2f %8.1f %9s %9s  %s\n", r->label().c_str(), ms, tflops_of(p, ms),
+                  percent_of_peak(rep), vs_prev, vs_first,
+                  rep.check.pass ? ("PASS (" + rep.check.mode + ")").c_str() : ("FAIL: " + rep.check.reason).c_str());
+      all_pass = all_pass && rep.check.pass;
+      if (first_ms == 0) first_ms = ms;
+      prev_ms = ms;
+    } catch (const std::exception& e) {
+      std::printf("%-22s FAIL: %s\n", r->label().c_str(), e.what());
+      all_pass = false;
+    }
+  }
+  return all_pass ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace fl

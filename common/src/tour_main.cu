@@ -1,0 +1,4 @@
+// The tour: every built rung, in order, on one default problem.
+#include "flashladder/runner.h"
+
+int main(int argc, char** argv) { return fl::tour_main(argc, argv); }
