@@ -1,0 +1,44 @@
+// Report text and JSON.
+#include "catch_compat.h"
+#include "flashladder/report.h"
+
+using namespace fl;
+
+TEST_CASE("bytes are formatted with binary units", "[cpu][report]") {
+  REQUIRE(format_bytes(512) == "512 B");
+  REQUIRE(format_bytes(256.0 * 1024 * 1024) == "256.0 MiB");
+  REQUIRE(format_bytes(16.0 * 1024 * 1024 * 1024) == "16.0 GiB");
+}
+
+TEST_CASE("JSON escapes and nests", "[cpu][report]") {
+  Json j;
+  j.begin_object().kv("a", 1).kv("s", "q\"uote\n").begin_array("xs").kv(nullptr, 1.5).kv(nullptr, true).end_array();
+  j.kv("nan", std::nan("")).end_object();
+  REQUIRE(j.str() == "{\"a\":1,\"s\":\"q\\\"uote\\n\",\"xs\":[1.5,true],\"nan\":null}");
+}
+
+TEST_CASE("a run report has the fields the bench and notebooks read", "[cpu][report]") {
+  RunReport r;
+  r.rung_number = 1;
+  r.rung_name = "naive";
+  r.summary = "three kernels";
+  r.device.name = "Fake GPU";
+  r.device.cc_major = 9;
+  r.device.peak_fp32_tflops = 50;
+  r.timing.timed = true;
+  r.timing.median_ms = 2.0;
+  r.timing.iters = 20;
+  r.check.checked = true;
+  r.check.pass = true;
+  r.check.mode = "full";
+  r.workspace_bytes = 1 << 20;
+  r.notes = {"S in HBM: 1.0 MiB"};
+  const std::string text = format_report(r);
+  REQUIRE(text.find("rung 01 naive") != std::string::npos);
+  REQUIRE(text.find("PASS") != std::string::npos);
+  REQUIRE(text.find("S in HBM") != std::string::npos);
+  const std::string js = to_json(r);
+  for (const char* key : {"\"schema\":\"flashladder.run/1\"", "\"median_ms\":2", "\"tflops\"", "\"device\"",
+                          "\"problem\"", "\"check\""})
+    REQUIRE(js.find(key) != std::string::npos);
+}

@@ -1,0 +1,164 @@
+// The GPU matrix every rung must pass, against the fp64 reference.
+// ctest runs it once per rung with FL_TEST_RUNG=<number> (tests/CMakeLists.txt).
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "flashladder/runner.h"
+
+using namespace fl;
+
+namespace {
+
+/// The rungs under test: FL_TEST_RUNG=<n>, or every main rung.
+std::vector<const Rung*> rungs_under_test(bool with_variants) {
+  std::vector<const Rung*> out;
+  const char* env = std::getenv("FL_TEST_RUNG");
+  const int only = env ? std::atoi(env) : 0;
+  for (const Rung& r : registry().all()) {
+    if (only && r.number != only) continue;
+    if (r.variant.empty() != !with_variants) continue;
+    out.push_back(&r);
+  }
+  return out;
+}
+
+std::vector<int> head_dims_of(const Rung& r) {
+  std::vector<int> dims;
+  for (int d : {32, 64, 128})
+    if (r.head_dims.empty() || std::find(r.head_dims.begin(), r.head_dims.end(), d) != r.head_dims.end())
+      dims.push_back(d);
+  return dims;
+}
+
+struct Counts {
+  int ran = 0, skipped = 0;
+};
+
+/// Runs one case and REQUIREs a pass; unsupported shapes are counted, not failed.
+void expect_pass(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed,
+                 Counts* n) {
+  const CaseResult res = run_case(r, p, input, mode, seed);
+  if (!res.ran) {
+    ++n->skipped;
+    return;
+  }
+  ++n->ran;
+  INFO(r.label() << " " << p.describe() << " input=" << input_kind_name(input) << ": " << res.check.reason
+                 << " (rel_fro " << res.check.err.rel_fro << ", max_abs " << res.check.err.max_abs << ")");
+  REQUIRE(res.check.pass);
+  REQUIRE(res.check.unwritten == 0);  // outputs were NaN-poisoned before the launch
+}
+
+}  // namespace
+
+TEST_CASE("matrix: dtypes x causal x seqlens x GQA/MQA x head_dims", "[gpu][matrix]") {
+  // Every length appears as seqlen_q and as seqlen_k, paired with a different
+  // length both ways, plus once equal; head layouts rotate over MHA, GQA 8:1, MQA.
+  const int lens[] = {1, 17, 113, 203, 257, 1000};
+  const int L = 6;
+  struct Heads {
+    int q, kv;
+  };
+  const Heads heads[] = {{4, 4}, {16, 2}, {4, 1}};  // MHA, GQA 8:1, MQA
+  const auto rungs = rungs_under_test(false);
+  REQUIRE(!rungs.empty());
+  for (const Rung* r : rungs) {
+    Counts n;
+    int k = 0;
+    for (DType t : {DType::fp16, DType::bf16})
+      for (bool causal : {false, true})
+        for (int d : head_dims_of(*r))
+          for (int a = 0; a < L; ++a)
+            for (int shift : {0, 1, L - 1}) {  // equal, then (a, a+1) and (a, a-1)
+              Problem p;
+              p.batch = (k % 4 == 0) ? 2 : 1;
+              p.seqlen_q = lens[a];
+              p.seqlen_k = lens[(a + shift) % L];
+              p.heads_q = heads[k % 3].q;
+              p.heads_kv = heads[k % 3].kv;
+              p.head_dim = d;
+              p.dtype = t;
+              p.causal = causal;
+              ++k;
+              expect_pass(*r, p, InputKind::random, CheckMode::full, 100 + k, &n);
+            }
+    INFO(r->label() << ": " << n.ran << " cases ran, " << n.skipped << " unsupported");
+    WARN(r->label() << ": " << n.ran << " matrix cases passed, " << n.skipped << " unsupported by the rung");
+    REQUIRE(n.ran > 0);
+  }
+}
+
+TEST_CASE("diagnostic inputs: ones, identity-like Q/K, V ramp", "[gpu][diagnostic]") {
+  for (const Rung* r : rungs_under_test(false)) {
+    Counts n;
+    for (InputKind in : {InputKind::ones, InputKind::identity, InputKind::ramp})
+      for (DType t : {DType::fp16, DType::bf16})
+        for (int d : head_dims_of(*r)) {
+          Problem p;
+          p.batch = 1;
+          p.seqlen_q = r->name.find("decod") != std::string::npos ? 4 : 130;
+          p.seqlen_k = 200;
+          p.heads_q = 4;
+          p.heads_kv = 2;
+          p.head_dim = d;
+          p.dtype = t;
+          p.causal = (d == 64);
+          expect_pass(*r, p, in, CheckMode::full, 7, &n);
+        }
+    REQUIRE(n.ran > 0);
+  }
+}
+
+TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][variants]") {
+  const auto variants = rungs_under_test(true);
+  for (const Rung* r : variants) {
+    Counts n;
+    for (DType t : {DType::fp16, DType::bf16})
+      for (bool causal : {false, true})
+        for (int d : head_dims_of(*r)) {
+          Problem p;
+          p.batch = 2;
+          p.seqlen_q = 203;
+          p.seqlen_k = causal ? 257 : 113;
+          p.heads_q = 4;
+          p.heads_kv = 1;
+          p.head_dim = d;
+          p.dtype = t;
+          p.causal = causal;
+          expect_pass(*r, p, InputKind::random, CheckMode::full, 3, &n);
+        }
+    INFO(r->label());
+    REQUIRE(n.ran > 0);
+  }
+  SUCCEED(variants.size() << " variants tested");
+}
+
+TEST_CASE("harness: poison is detected, memory refusal, exit paths", "[gpu][harness]") {
+  const Rung* naive = registry().find(1);
+  REQUIRE(naive != nullptr);
+  Problem p;
+  p.batch = 1;
+  p.seqlen_q = p.seqlen_k = 64;
+  p.heads_q = p.heads_kv = 2;
+  p.head_dim = 32;
+  const HostInputs in = make_inputs(p, InputKind::random, 1);
+  DeviceProblem dp(p, in, naive->workspace_bytes(p));
+  dp.poison_outputs();
+  // Not launched: every element is still NaN and the check must say so.
+  const CheckResult before = check_output(p, in, dp.download_o(), dp.download_lse(), CheckMode::full, 1);
+  REQUIRE_FALSE(before.pass);
+  REQUIRE(before.unwritten == static_cast<long long>(64 * 2 * 32 + 2 * 64));
+  launch_once(*naive, dp);
+  REQUIRE(check_output(p, in, dp.download_o(), dp.download_lse(), CheckMode::full, 1).pass);
+  // Rung 01 refuses (before allocating) a problem whose S cannot fit.
+  Problem huge = p;
+  huge.batch = 64;
+  huge.heads_q = huge.heads_kv = 32;
+  huge.seqlen_q = huge.seqlen_k = 32768;  // S = 8 TiB
+  const CaseResult res = run_case(*naive, huge, InputKind::random, CheckMode::none, 1);
+  REQUIRE_FALSE(res.ran);
+  REQUIRE(res.skipped.find("GPU memory") != std::string::npos);
+}
