@@ -16,24 +16,6 @@ bool has_device(std::string* why) {
   return true;
 }
 
-void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits) {
-  const int cc = d->cc_major * 10 + d->cc_minor;
-  // FP32 lanes per SM: 64 on GV100/GA100, 128 on the other recent chips.
-  const int fp32_lanes = (cc == 70 || cc == 80) ? 64 : 128;
-  // Dense fp16 tensor FLOP per SM per clock with fp32 accumulate (datasheet
-  // rates divided by SMs x boost clock): V100/T4 1024, A100 2048, GA10x/AD10x
-  // 1024 (datacenter parts), H100 4096 (wgmma; mma.sync reaches ~60% of it).
-  int tensor = 1024;
-  if (cc == 80) tensor = 2048;
-  if (cc >= 90 && cc < 100) tensor = 4096;
-  if (cc >= 100 && cc < 120) tensor = 8192;
-  const double hz = d->clock_khz * 1e3;
-  d->peak_fp32_tflops = d->sm_count * fp32_lanes * 2.0 * hz / 1e12;
-  d->peak_tensor_tflops = d->sm_count * static_cast<double>(tensor) * hz / 1e12;
-  // Double data rate: 2 transfers per memory clock over the bus.
-  d->peak_gbps = 2.0 * mem_clock_khz * 1e3 * (bus_width_bits / 8.0) / 1e9;
-}
-
 DeviceInfo query_device() {
   std::string why;
   if (!has_device(&why)) throw NoDevice("no usable CUDA device (" + why + ")");

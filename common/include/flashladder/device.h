@@ -26,10 +26,6 @@ DeviceInfo query_device();
 /// True if a usable CUDA device exists (never throws).
 bool has_device(std::string* why = nullptr);
 
-/// Peak rates from compute capability, SM count and clocks (datasheet method;
-/// tests check it on fake devices).
-void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits);
-
 /// Owning device allocation (move-only).
 class DeviceBuffer {
  public:

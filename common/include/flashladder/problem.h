@@ -100,6 +100,10 @@ struct DeviceInfo {
   std::string arch() const { return "sm_" + std::to_string(cc_major * 10 + cc_minor); }
 };
 
+/// Peak rates from compute capability, SM count and clocks (datasheet method:
+/// units x 2 FLOP x clock; tests check it on fake devices).
+void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits);
+
 /// Which ceiling a rung's "% of peak" is measured against.
 enum class Peak { fp32_fma, tensor_16bit, memory };
 
