@@ -1,0 +1,245 @@
+// ladder_bench: every registered rung over the standard sweeps of DESIGN.md.
+//
+//   prefill: batch*seqlen = 16k tokens, hidden 2048 (heads = 2048/d),
+//            seqlen 512..16k, head_dim 64 and 128, causal 0/1
+//   decode:  batch 1 and 8, 32 query heads, 32 or 8 KV heads, head_dim 128,
+//            seqlen_q 1, seqlen_k 1k..128k
+//
+// Time is manual (CUDA events around one launch, L2 flushed before each);
+// counters: TFLOPS and GB/s from the median, the shape for joining with the
+// PyTorch script's JSON. A shape a rung does not support is not registered:
+// it is listed with its reason on stderr and in the JSON context ("skip: ...").
+//
+// Own flags (before Google Benchmark's): --fl_family=prefill|decode|all
+// --fl_rungs=1,4,6 --fl_variants --fl_quick --fl_check=none|sample --fl_head_dims=64,128
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "flashladder/runner.h"
+
+using namespace fl;
+
+namespace {
+
+struct Config {
+  std::string family = "all";
+  std::set<int> rungs;  // empty: all
+  std::set<int> head_dims;
+  bool variants = false;
+  bool quick = false;
+  CheckMode check = CheckMode::none;
+};
+
+struct Shape {
+  std::string family;
+  Problem p;
+  std::string name() const {
+    std::ostringstream s;
+    s << family << "/d" << p.head_dim;
+    if (family == "prefill") s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
+    else s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
+    return s.str();
+  }
+};
+
+std::vector<Shape> sweep(const Config& c) {
+  std::vector<Shape> out;
+  if (c.family == "all" || c.family == "prefill") {
+    for (int d : {64, 128}) {
+      if (!c.head_dims.empty() && !c.head_dims.count(d)) continue;
+      for (int causal : {0, 1})
+        for (int n : {512, 1024, 2048, 4096, 8192, 16384}) {
+          if (c.quick && (n == 512 || n == 8192)) continue;
+          Shape s{"prefill", {}};
+          s.p.batch = 16384 / n;
+          s.p.seqlen_q = s.p.seqlen_k = n;
+          s.p.heads_q = s.p.heads_kv = 2048 / d;
+          s.p.head_dim = d;
+          s.p.causal = causal;
+          out.push_back(s);
+        }
+    }
+  }
+  if (c.family == "all" || c.family == "decode") {
+    for (int b : {1, 8})
+      for (int hkv : {32, 8})
+        for (int sk = 1024; sk <= 131072; sk *= 2) {
+          if (c.quick && (sk == 2048 || sk == 8192 || sk == 32768)) continue;
+          Shape s{"decode", {}};
+          s.p.batch = b;
+          s.p.seqlen_q = 1;
+          s.p.seqlen_k = sk;
+          s.p.heads_q = 32;
+          s.p.heads_kv = hkv;
+          s.p.head_dim = 128;
+          out.push_back(s);
+        }
+  }
+  return out;
+}
+
+/// Host inputs of the last shape, shared by consecutive benchmarks of one shape.
+const HostInputs& inputs_for(const Problem& p) {
+  static std::string key;
+  static std::unique_ptr<HostInputs> in;
+  if (!in || key != p.describe()) {
+    in = std::make_unique<HostInputs>(make_inputs(p, InputKind::random, 2024));
+    key = p.describe();
+  }
+  return *in;
+}
+
+void run_bench(benchmark::State& state, const Rung* r, Shape s, DeviceInfo dev, CheckMode check) {
+  const Problem& p = s.p;
+  const HostInputs& in = inputs_for(p);
+  DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0);
+  dp.poison_outputs();
+  launch_once(*r, dp);
+  const CheckResult c = check_output(p, in, dp.download_o(), dp.download_lse(), check, 1);
+  if (!c.pass) {
+    state.SkipWithError(("check failed: " + c.reason).c_str());
+    return;
+  }
+  L2Flusher flusher(dev.l2_bytes);
+  EventTimer timer;
+  std::vector<double> ms;
+  for (auto _ : state) {
+    flusher.flush();
+    timer.start();
+    r->launch(dp.params(), nullptr);
+    const double t = timer.stop();
+    ms.push_back(t);
+    state.SetIterationTime(t * 1e-3);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  state.counters["median_ms"] = med;
+  state.counters["TFLOPS"] = tflops_of(p, med);
+  state.counters["GB/s"] = gbps_of(p, med, s.family == "decode" ? Peak::memory : r->peak);
+  state.counters["rung"] = r->number;
+  state.counters["batch"] = p.batch;
+  state.counters["seqlen_q"] = p.seqlen_q;
+  state.counters["seqlen_k"] = p.seqlen_k;
+  state.counters["heads_q"] = p.heads_q;
+  state.counters["heads_kv"] = p.heads_kv;
+  state.counters["head_dim"] = p.head_dim;
+  state.counters["causal"] = p.causal ? 1 : 0;
+  state.SetLabel(r->label() + " " + s.name() + (c.checked ? " check:" + c.mode : ""));
+}
+
+/// Iterations: at least 5, up to 20, about 1.5 s of GPU time per benchmark.
+int iterations_for(const Rung* r, const Shape& s, const DeviceInfo& dev) {
+  (void)dev;
+  DeviceProblem dp(s.p, inputs_for(s.p), r->workspace_bytes ? r->workspace_bytes(s.p) : 0);
+  EventTimer t;
+  launch_once(*r, dp);  // warm-up (module load)
+  t.start();
+  r->launch(dp.params(), nullptr);
+  const double ms = t.stop();
+  return static_cast<int>(std::clamp(1500.0 / std::max(ms, 1e-3), 5.0, 20.0));
+}
+
+bool take_flag(const char* arg, const char* name, std::string* value) {
+  const size_t n = std::strlen(name);
+  if (std::strncmp(arg, name, n) != 0) return false;
+  if (arg[n] == '=') *value = arg + n + 1;
+  else if (arg[n] == '\0') *value = "1";
+  else return false;
+  return true;
+}
+
+std::set<int> int_list(const std::string& s) {
+  std::set<int> out;
+  std::stringstream ss(s);
+  std::string tok;
+  while (std::getline(ss, tok, ',')) out.insert(std::atoi(tok.c_str()));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    std::string v;
+    if (take_flag(argv[i], "--fl_family", &v)) cfg.family = v;
+    else if (take_flag(argv[i], "--fl_rungs", &v)) cfg.rungs = int_list(v);
+    else if (take_flag(argv[i], "--fl_head_dims", &v)) cfg.head_dims = int_list(v);
+    else if (take_flag(argv[i], "--fl_variants", &v)) cfg.variants = true;
+    else if (take_flag(argv[i], "--fl_quick", &v)) cfg.quick = true;
+    else if (take_flag(argv[i], "--fl_check", &v)) cfg.check = v == "sample" ? CheckMode::sample : CheckMode::none;
+    else rest.push_back(argv[i]);
+  }
+  int bargc = static_cast<int>(rest.size());
+  benchmark::Initialize(&bargc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(bargc, rest.data())) return 2;
+
+  DeviceInfo dev;
+  try {
+    dev = query_device();
+  } catch (const NoDevice& e) {
+    std::fprintf(stderr, "ladder_bench: %s; nothing to benchmark\n", e.what());
+    return 77;
+  }
+  benchmark::AddCustomContext("device", dev.name);
+  benchmark::AddCustomContext("arch", dev.arch());
+  benchmark::AddCustomContext("sms", std::to_string(dev.sm_count));
+  benchmark::AddCustomContext("cuda_version", std::to_string(dev.cuda_runtime_version));
+  benchmark::AddCustomContext("driver_version", std::to_string(dev.driver_version));
+  benchmark::AddCustomContext("git_sha", FL_GIT_SHA);
+  benchmark::AddCustomContext("peak_fp32_tflops", std::to_string(dev.peak_fp32_tflops));
+  benchmark::AddCustomContext("peak_tensor_tflops", std::to_string(dev.peak_tensor_tflops));
+  benchmark::AddCustomContext("peak_gbps", std::to_string(dev.peak_gbps));
+
+  int registered = 0, skipped = 0;
+  // Shape-major order: each shape's inputs are made once and shared by every rung.
+  for (const Shape& s : sweep(cfg)) {
+    for (const Rung& r : registry().all()) {
+      if (!cfg.rungs.empty() && !cfg.rungs.count(r.number)) continue;
+      if (!r.variant.empty() && !cfg.variants) continue;
+      const std::string name = r.label() + "/" + s.name();
+      std::string why = supports(r, s.p, dev);
+      if (why.empty()) {
+        const size_t need = DeviceProblem::device_bytes(s.p, r.workspace_bytes ? r.workspace_bytes(s.p) : 0);
+        if (static_cast<double>(need) > 0.9 * static_cast<double>(dev.mem_free))
+          why = "needs " + format_bytes(static_cast<double>(need)) + ", " +
+                format_bytes(static_cast<double>(dev.mem_free)) + " free";
+      }
+      if (!why.empty()) {
+        std::fprintf(stderr, "skip %s: %s\n", name.c_str(), why.c_str());
+        benchmark::AddCustomContext("skip: " + name, why);
+        ++skipped;
+        continue;
+      }
+      int iters = 20;
+      try {
+        iters = iterations_for(&r, s, dev);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "skip %s: %s\n", name.c_str(), e.what());
+        benchmark::AddCustomContext("skip: " + name, e.what());
+        ++skipped;
+        continue;
+      }
+      benchmark::RegisterBenchmark(name.c_str(), run_bench, &r, s, dev, cfg.check)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(iters);
+      ++registered;
+    }
+  }
+  std::fprintf(stderr, "ladder_bench: %d benchmarks, %d rung/shape pairs skipped (reasons above)\n", registered,
+               skipped);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
