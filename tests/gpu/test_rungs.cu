@@ -112,7 +112,7 @@ TEST_CASE("diagnostic inputs: ones, identity-like Q/K, V ramp", "[gpu][diagnosti
   }
 }
 
-TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][variants]") {
+TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][matrix]") {
   const auto variants = rungs_under_test(true);
   for (const Rung* r : variants) {
     Counts n;
@@ -133,7 +133,7 @@ TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][varia
     INFO(r->label());
     REQUIRE(n.ran > 0);
   }
-  SUCCEED(variants.size() << " variants tested");
+  WARN(variants.size() << " variants tested");
 }
 
 TEST_CASE("harness: poison is detected, memory refusal, exit paths", "[gpu][harness]") {

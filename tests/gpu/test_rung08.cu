@@ -1,0 +1,162 @@
+// Rung 08 (Flash-Decoding) on the GPU, beyond the shared matrix: explicit
+// split counts, long KV, GQA ratios with seqlen_q 1..16, rows that see no key,
+// and the paged KV cache against the contiguous layout.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "flashladder/runner.h"
+
+using namespace fl;
+
+namespace {
+
+const Rung& rung08() {
+  const Rung* r = registry().find(8);
+  REQUIRE(r != nullptr);
+  return *r;
+}
+
+Problem decode_problem(int batch, int heads_q, int heads_kv, int seqlen_q, int seqlen_k, int dim,
+                       DType t, bool causal, int splits, int page = 0) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.head_dim = dim;
+  p.dtype = t;
+  p.causal = causal;
+  p.num_splits = splits;
+  p.page_size = page;
+  return p;
+}
+
+/// Runs @p p against the fp64 reference and requires a pass.
+void expect_pass(const Problem& p, CheckMode mode = CheckMode::full, unsigned long long seed = 8) {
+  const CaseResult res = run_case(rung08(), p, InputKind::random, mode, seed);
+  INFO(p.describe() << ": " << (res.ran ? res.check.reason : "not run: " + res.skipped)
+                    << " (rel_fro " << res.check.err.rel_fro << ", max_abs "
+                    << res.check.err.max_abs << ")");
+  REQUIRE(res.ran);
+  REQUIRE(res.check.pass);
+  REQUIRE(res.check.unwritten == 0);  // O and LSE were NaN-poisoned before the launch
+}
+
+/// O and LSE of one launch of rung 08 on @p p with inputs @p in.
+struct Outputs {
+  std::vector<uint16_t> o;
+  std::vector<float> lse;
+};
+Outputs run_once(const Problem& p, const HostInputs& in, unsigned long long seed) {
+  const Rung& r = rung08();
+  DeviceProblem dp(p, in, r.workspace_bytes(p), seed);
+  dp.poison_outputs();
+  launch_once(r, dp);
+  return {dp.download_o(), dp.download_lse()};
+}
+
+}  // namespace
+
+TEST_CASE("rung 08: split counts x seqlen_k", "[gpu][rung08]") {
+  int k = 0;
+  for (int sk : {1, 257, 1000, 4097})
+    for (int splits : {1, 2, 3, 7, 0}) {  // 0 = heuristic
+      const DType t = (k++ % 2) ? DType::bf16 : DType::fp16;
+      expect_pass(decode_problem(2, 8, 2, 1, sk, 128, t, false, splits));
+    }
+}
+
+TEST_CASE("rung 08: long KV (65537 keys), sampled check", "[gpu][rung08]") {
+  expect_pass(decode_problem(1, 32, 8, 1, 65537, 128, DType::fp16, false, 0), CheckMode::sample);
+  expect_pass(decode_problem(1, 32, 8, 1, 65537, 128, DType::bf16, false, 7), CheckMode::sample);
+  expect_pass(decode_problem(1, 32, 8, 4, 65537, 128, DType::fp16, true, 0), CheckMode::sample);
+  expect_pass(decode_problem(1, 8, 1, 16, 65537, 64, DType::bf16, true, 0), CheckMode::sample);
+}
+
+TEST_CASE("rung 08: GQA 1:1, 4:1, 8:1, MQA x seqlen_q 1..16 x causal", "[gpu][rung08]") {
+  struct Heads {
+    int q, kv;
+  };
+  const Heads heads[] = {{8, 8}, {8, 2}, {16, 2}, {16, 1}};
+  int k = 0;
+  for (const Heads& h : heads)
+    for (int sq : {1, 3, 16})
+      for (bool causal : {false, true}) {
+        const DType t = (k % 2) ? DType::bf16 : DType::fp16;
+        const int d = (k / 2 % 2) ? 64 : 128;
+        const int splits = (k % 3 == 0) ? 3 : 0;
+        ++k;
+        expect_pass(decode_problem(2, h.q, h.kv, sq, 1000, d, t, causal, splits));
+      }
+}
+
+TEST_CASE("rung 08: rows that see no key (causal, seqlen_q > seqlen_k)", "[gpu][rung08]") {
+  // Query i sees keys j <= i + seqlen_k - seqlen_q: with 16 queries and 1 or 7
+  // keys the first rows see nothing and must give O = 0, LSE = -inf.
+  for (int sk : {1, 7})
+    for (int splits : {1, 3, 0}) {
+      expect_pass(decode_problem(2, 4, 1, 16, sk, 128, DType::fp16, true, splits));
+      expect_pass(decode_problem(1, 8, 8, 16, sk, 64, DType::bf16, true, splits));
+    }
+}
+
+TEST_CASE("rung 08: paged KV cache equals the contiguous layout", "[gpu][rung08]") {
+  int k = 0;
+  for (int page : {16, 64, 256})
+    for (int sk : {1000, 4097})
+      for (int splits : {0, 3}) {
+        const int sq = (k % 2) ? 4 : 1;
+        const DType t = (k / 2 % 2) ? DType::bf16 : DType::fp16;
+        ++k;
+        const Problem contiguous = decode_problem(3, 8, 2, sq, sk, 128, t, sq > 1, splits);
+        Problem paged = contiguous;
+        paged.page_size = page;
+        const HostInputs in = make_inputs(contiguous, InputKind::random, 21);
+        const Outputs a = run_once(contiguous, in, 21);
+        const Outputs b = run_once(paged, in, 21);
+        INFO(paged.describe());
+        // Same values, same order of arithmetic: the block table only moves rows.
+        REQUIRE(a.o.size() == b.o.size());
+        REQUIRE(std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(uint16_t)) == 0);
+        REQUIRE(a.lse.size() == b.lse.size());
+        REQUIRE(std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)) == 0);
+      }
+  // And a paged run on its own against the reference.
+  for (int page : {16, 64, 256})
+    expect_pass(decode_problem(2, 16, 2, 2, 777, 128, DType::fp16, true, 0, page));
+}
+
+TEST_CASE("rung 08: one split, several splits and the heuristic agree", "[gpu][rung08]") {
+  const Problem base = decode_problem(1, 32, 8, 1, 8192, 128, DType::fp16, false, 1);
+  const HostInputs in = make_inputs(base, InputKind::random, 5);
+  const Outputs one = run_once(base, in, 5);
+  for (int splits : {2, 7, 0}) {
+    Problem p = base;
+    p.num_splits = splits;
+    const Outputs many = run_once(p, in, 5);
+    double max_o = 0, max_lse = 0;
+    for (size_t e = 0; e < one.o.size(); ++e)
+      max_o = std::max(max_o, std::abs(double(from_bits(one.o[e], p.dtype)) -
+                                       from_bits(many.o[e], p.dtype)));
+    for (size_t e = 0; e < one.lse.size(); ++e)
+      max_lse = std::max(max_lse, std::abs(double(one.lse[e]) - many.lse[e]));
+    INFO("splits " << splits << ": max |dO| " << max_o << ", max |dLSE| " << max_lse);
+    CHECK(max_o <= 2e-3);  // a couple of fp16 ulps at |O| ~ 0.5
+    CHECK(max_lse <= 1e-4);
+  }
+}
+
+TEST_CASE("rung 08: refuses what it cannot do", "[gpu][rung08]") {
+  const DeviceInfo dev = query_device();
+  const Problem prefill = decode_problem(1, 8, 8, 17, 1024, 128, DType::fp16, false, 0);
+  CHECK(supports(rung08(), prefill, dev) ==
+        "rung 08 is a decode kernel: seqlen_q must be <= 16");
+  const Problem d96 = decode_problem(1, 8, 8, 1, 1024, 96, DType::fp16, false, 0);
+  CHECK_FALSE(supports(rung08(), d96, dev).empty());
+  const CaseResult res = run_case(rung08(), prefill, InputKind::random, CheckMode::full, 1);
+  CHECK_FALSE(res.ran);
+}
