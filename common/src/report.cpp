@@ -244,6 +244,9 @@ std::string to_json(const RunReport& r) {
   j.raw("problem", problem_json(r.problem));
   j.kv("input", r.input).kv("seed", static_cast<long long>(r.seed));
   j.kv("workspace_bytes", static_cast<long long>(r.workspace_bytes));
+  j.begin_array("notes");
+  for (const auto& n : r.notes) j.kv(nullptr, n);
+  j.end_array();
   j.begin_object("check")
       .kv("pass", r.check.pass)
       .kv("checked", r.check.checked)
