@@ -181,7 +181,8 @@ TEST_CASE("split + combine equals one softmax (CPU simulation)", "[cpu][split]")
         for (float& x : s) x = 2.f * normal(rng) + 0.5f;  // scores with a spread, off centre
         for (float& x : v) x = normal(rng) + 0.5f;
         if (masked_tail == 1)
-          for (int j = n - n * 2 / 5; j < n; ++j) s[j] = -INFINITY;  // causal-like: whole splits empty
+          for (int j = n - n * 2 / 5; j < n; ++j)
+            s[j] = -INFINITY;  // causal-like: whole splits empty
         if (masked_tail == 2) std::fill(s.begin(), s.end(), -INFINITY);
         std::vector<float> o;
         float lse = 0;

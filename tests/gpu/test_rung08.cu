@@ -140,8 +140,8 @@ TEST_CASE("rung 08: one split, several splits and the heuristic agree", "[gpu][r
     const Outputs many = run_once(p, in, 5);
     double max_o = 0, max_lse = 0;
     for (size_t e = 0; e < one.o.size(); ++e)
-      max_o = std::max(max_o, std::abs(double(from_bits(one.o[e], p.dtype)) -
-                                       from_bits(many.o[e], p.dtype)));
+      max_o = std::max(
+          max_o, std::abs(double(from_bits(one.o[e], p.dtype)) - from_bits(many.o[e], p.dtype)));
     for (size_t e = 0; e < one.lse.size(); ++e)
       max_lse = std::max(max_lse, std::abs(double(one.lse[e]) - many.lse[e]));
     INFO("splits " << splits << ": max |dO| " << max_o << ", max |dLSE| " << max_lse);
@@ -153,8 +153,7 @@ TEST_CASE("rung 08: one split, several splits and the heuristic agree", "[gpu][r
 TEST_CASE("rung 08: refuses what it cannot do", "[gpu][rung08]") {
   const DeviceInfo dev = query_device();
   const Problem prefill = decode_problem(1, 8, 8, 17, 1024, 128, DType::fp16, false, 0);
-  CHECK(supports(rung08(), prefill, dev) ==
-        "rung 08 is a decode kernel: seqlen_q must be <= 16");
+  CHECK(supports(rung08(), prefill, dev) == "rung 08 is a decode kernel: seqlen_q must be <= 16");
   const Problem d96 = decode_problem(1, 8, 8, 1, 1024, 96, DType::fp16, false, 0);
   CHECK_FALSE(supports(rung08(), d96, dev).empty());
   const CaseResult res = run_case(rung08(), prefill, InputKind::random, CheckMode::full, 1);

@@ -1,0 +1,4 @@
+// Rung 07: the register-spill study (DV tiling). Everything else is the shared runner (common/).
+#include "flashladder/runner.h"
+
+int main(int argc, char** argv) { return fl::run_main(argc, argv, 7); }
