@@ -276,6 +276,11 @@ int run_main(int argc, char** argv, int rung_number) {
                  rung_number, opt.variant.c_str(), names.empty() ? " none" : names.c_str());
     return kExitBadInput;
   }
+  // A lab starter tree says so before anything else, with or without a GPU.
+  if (!rung->not_implemented.empty()) {
+    std::fprintf(stderr, "%s: not implemented: %s\n", prog.c_str(), rung->not_implemented.c_str());
+    return kExitCheckFailed;
+  }
   if (opt.sweep && !rung->sweep) {
     std::fprintf(stderr, "%s: error: --sweep: rung %d has no sweep\n", prog.c_str(), rung_number);
     return kExitBadInput;
@@ -291,10 +296,6 @@ int run_main(int argc, char** argv, int rung_number) {
     if (opt.device_info) {
       std::printf("%s\n", device_line(dev).c_str());
       return kExitOk;
-    }
-    if (!rung->not_implemented.empty()) {
-      std::fprintf(stderr, "%s: not implemented: %s\n", prog.c_str(), rung->not_implemented.c_str());
-      return kExitCheckFailed;
     }
     if (opt.sweep) return rung->sweep(opt);
     const Problem& p = opt.problem;
