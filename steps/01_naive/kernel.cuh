@@ -64,14 +64,15 @@ __global__ void qk_scores(AttnParams p) {
   S_gmem[j] = acc * p.softmax_scale;
 }
 
-/// Block-wide reduction of one float with @p op over kSoftmaxThreads threads.
+/// Block-wide reduction of one float with @p op over kSoftmaxThreads threads;
+/// @p identity is op's neutral element (-inf for max, 0 for sum).
 template <class Op>
-__device__ __forceinline__ float block_reduce(float x, Op op, float* scratch) {
+__device__ __forceinline__ float block_reduce(float x, Op op, float identity, float* scratch) {
   for (int off = 16; off > 0; off /= 2) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) scratch[warp] = x;
   __syncthreads();
-  x = scratch[lane < kSoftmaxThreads / 32 ? lane : 0];
+  x = lane < kSoftmaxThreads / 32 ? scratch[lane] : identity;  // one value per warp
   for (int off = 16; off > 0; off /= 2) x = op(x, __shfl_xor_sync(0xffffffffu, x, off));
   __syncthreads();  // scratch is reused by the next reduction
   return x;
@@ -90,12 +91,12 @@ __global__ void softmax_rows(AttnParams p) {
 
   float m = -INFINITY;  // pass 1 over the row: max
   for (int j = threadIdx.x; j < p.seqlen_k; j += kSoftmaxThreads) m = fmaxf(m, S_gmem[j]);
-  m = block_reduce(m, [](float a, float c) { return fmaxf(a, c); }, scratch);
+  m = block_reduce(m, [](float a, float c) { return fmaxf(a, c); }, -INFINITY, scratch);
 
   float l = 0.f;  // pass 2: sum of exp(s - m); masked entries give exp(-inf) = 0
   if (m != -INFINITY)
     for (int j = threadIdx.x; j < p.seqlen_k; j += kSoftmaxThreads) l += expf(S_gmem[j] - m);
-  l = block_reduce(l, [](float a, float c) { return a + c; }, scratch);
+  l = block_reduce(l, [](float a, float c) { return a + c; }, 0.f, scratch);
 
   const float inv_l = (l > 0.f) ? 1.f / l : 0.f;  // pass 3: normalize in place
   for (int j = threadIdx.x; j < p.seqlen_k; j += kSoftmaxThreads)
