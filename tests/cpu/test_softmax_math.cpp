@@ -17,7 +17,7 @@ constexpr int kValueDim = 8;  // width of the V rows in these tests
 
 /// One query row: its scores and one V row per key.
 struct Row {
-  std::vector<float> s;                // scores (may hold -inf: masked keys)
+  std::vector<float> s;               // scores (may hold -inf: masked keys)
   std::vector<std::vector<float>> v;  // [keys][kValueDim]
 };
 
@@ -152,7 +152,8 @@ TEST_CASE("masked keys: rows partly or entirely -inf", "[cpu][softmax]") {
   SECTION("a row that sees no key gives l = 0, O = 0, LSE = -inf and no NaN") {
     Row r = random_row(50, 1.f, g);
     std::fill(r.s.begin(), r.s.end(), -INFINITY);
-    for (const Result& got : {online_fa1(r, random_blocks(50, g)), online_fa2(r, random_blocks(50, g))}) {
+    for (const Result& got :
+         {online_fa1(r, random_blocks(50, g)), online_fa2(r, random_blocks(50, g))}) {
       REQUIRE(got.m == -INFINITY);
       REQUIRE(got.l == 0.0);
       REQUIRE(got.lse == -INFINITY);
