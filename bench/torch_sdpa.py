@@ -1,0 +1,271 @@
+#!/usr/bin/env python3
+"""PyTorch SDPA on FlashLadder's benchmark shapes, one entry per backend.
+
+Runs torch.nn.functional.scaled_dot_product_attention with each backend
+(flash, cuDNN, memory-efficient, math) forced through
+torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
+
+  prefill: batch * seqlen = 16384 tokens, hidden 2048 (heads = 2048 / d),
+           seqlen 512 ... 16384, head_dim 32, 64, 128, causal 0 / 1, fp16
+  decode:  batch 1 and 8, 32 query heads, 32 or 8 KV heads (GQA), d = 128,
+           seqlen_q 1, seqlen_k 1k ... 128k
+
+and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
+same names and counters as ladder_bench, so the report can join the two:
+"torch_flash/prefill/d128/N4096/causal0", "torch_cudnn/decode/d128/B8/Hkv8/Sk65536".
+
+Timing: CUDA events around each call, warm-up first, L2 flushed before every
+timed call by writing a buffer twice the L2 size, median of >= 20 calls.
+Metrics, defined as in common/ (problem.h):
+  FLOPs = 4 * B * Hq * d * (unmasked (query, key) pairs), causal bottom-right
+          aligned: query i sees key j iff j <= i + Sk - Sq;
+  bytes = Q, K, V read once + O written once (16-bit).
+
+Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|all] [--quick]
+Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HIDDEN = 2048
+TOKENS = 16384
+PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+PREFILL_HEAD_DIMS = [32, 64, 128]
+DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
+MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
+ELEM_BYTES = 2  # fp16
+
+
+def unmasked_pairs(sq, sk, causal):
+    """(query, key) pairs that are not masked, per (batch, head)."""
+    if not causal:
+        return sq * sk
+    off = sk - sq
+    # Query i sees min(sk, max(0, i + off + 1)) keys.
+    total = 0
+    for i in range(sq):
+        total += min(sk, max(0, i + off + 1))
+    return total
+
+
+def prefill_shapes(quick):
+    out = []
+    for d in PREFILL_HEAD_DIMS:
+        for causal in (0, 1):
+            for n in PREFILL_SEQLENS:
+                if quick and n in (512, 8192):
+                    continue
+                out.append(dict(family="prefill", batch=TOKENS // n, seqlen_q=n, seqlen_k=n,
+                                heads_q=HIDDEN // d, heads_kv=HIDDEN // d, head_dim=d,
+                                causal=causal))
+    return out
+
+
+def decode_shapes(quick):
+    out = []
+    for b in (1, 8):
+        for hkv in (32, 8):
+            for sk in DECODE_SEQLENS:
+                if quick and sk in (2048, 8192, 32768):
+                    continue
+                out.append(dict(family="decode", batch=b, seqlen_q=1, seqlen_k=sk, heads_q=32,
+                                heads_kv=hkv, head_dim=128, causal=0))
+    return out
+
+
+def shape_name(s):
+    if s["family"] == "prefill":
+        return "prefill/d%d/N%d/causal%d" % (s["head_dim"], s["seqlen_q"], s["causal"])
+    return "decode/d%d/B%d/Hkv%d/Sk%d" % (s["head_dim"], s["batch"], s["heads_kv"], s["seqlen_k"])
+
+
+def git_sha():
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here,
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+class Bench:
+    """Times SDPA calls on one GPU (CUDA events, L2 flushed before each call)."""
+
+    def __init__(self, torch, iters, warmup):
+        self.torch = torch
+        self.iters = iters
+        self.warmup = warmup
+        props = torch.cuda.get_device_properties(0)
+        l2 = getattr(props, "L2_cache_size", 0) or (50 << 20)
+        self.flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
+
+    def time_ms(self, fn):
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(self.iters):
+            self.flush_buf.fill_(1)  # evict L2: K/V must come from HBM, as in ladder_bench
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        return statistics.median(times)
+
+
+def run_backend(torch, bench, backend, s, layout):
+    """Returns (median_ms, note); raises RuntimeError with the reason if refused."""
+    F = torch.nn.functional
+    from torch.nn.attention import sdpa_kernel
+
+    b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
+    hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
+    gen = torch.Generator(device="cuda").manual_seed(2024)
+
+    def make(seqlen, heads):
+        if layout == "bshd":  # FlashLadder / flash_attn_func layout, viewed as [B, H, S, D]
+            x = torch.randn(b, seqlen, heads, d, device="cuda", dtype=torch.float16, generator=gen)
+            return x.transpose(1, 2)
+        return torch.randn(b, heads, seqlen, d, device="cuda", dtype=torch.float16, generator=gen)
+
+    q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
+    # SDPA's is_causal is top-left aligned; FlashLadder's mask is bottom-right.
+    # They agree when sq == sk (prefill); decode (sq = 1) runs unmasked.
+    assert not s["causal"] or sq == sk
+    kwargs = dict(is_causal=bool(s["causal"]))
+    note = ""
+    if hq != hkv:
+        kwargs["enable_gqa"] = True
+    with sdpa_kernel([backend]):
+        try:
+            out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        except TypeError:  # torch < 2.5 has no enable_gqa: repeat the KV heads instead
+            kwargs.pop("enable_gqa", None)
+            k = k.repeat_interleave(hq // hkv, dim=1)
+            v = v.repeat_interleave(hq // hkv, dim=1)
+            note = "GQA by repeat_interleave (no enable_gqa in this torch)"
+            out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        del out
+        torch.cuda.synchronize()
+        ms = bench.time_ms(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
+    del q, k, v
+    return ms, note
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="torch_sdpa.json", help="JSON output file")
+    ap.add_argument("--family", default="all", choices=["prefill", "decode", "all"])
+    ap.add_argument("--quick", action="store_true", help="fewer shapes, 20 timed calls")
+    ap.add_argument("--iters", type=int, default=0, help="timed calls per shape (>= 20)")
+    ap.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
+                    help="bhsd: contiguous [B,H,S,D] (PyTorch's native, its best case); "
+                    "bshd: FlashLadder's [B,S,H,D] viewed as [B,H,S,D]")
+    ap.add_argument("--backends", default="flash,cudnn,efficient,math",
+                    help="comma-separated subset of flash,cudnn,efficient,math")
+    args = ap.parse_args()
+
+    try:
+        import torch
+    except ImportError:
+        print("torch_sdpa.py: PyTorch is not installed; nothing to measure.")
+        return 0
+    if not torch.cuda.is_available():
+        print("torch_sdpa.py: no CUDA GPU visible to PyTorch; nothing to measure.")
+        return 0
+    try:
+        from torch.nn.attention import SDPBackend
+    except ImportError:
+        print("torch_sdpa.py: this PyTorch (%s) has no torch.nn.attention.sdpa_kernel (needs "
+              ">= 2.3); nothing to measure." % torch.__version__)
+        return 0
+
+    all_backends = {
+        "flash": getattr(SDPBackend, "FLASH_ATTENTION", None),
+        "cudnn": getattr(SDPBackend, "CUDNN_ATTENTION", None),
+        "efficient": getattr(SDPBackend, "EFFICIENT_ATTENTION", None),
+        "math": getattr(SDPBackend, "MATH", None),
+    }
+    wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
+    iters = max(20, args.iters) if args.iters else (20 if args.quick else 30)
+    bench = Bench(torch, iters=iters, warmup=3 if args.quick else 5)
+
+    shapes = []
+    if args.family in ("prefill", "all"):
+        shapes += prefill_shapes(args.quick)
+    if args.family in ("decode", "all"):
+        shapes += decode_shapes(args.quick)
+
+    props = torch.cuda.get_device_properties(0)
+    context = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "executable": "bench/torch_sdpa.py",
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "cuda_version": torch.version.cuda or "unknown",
+        "torch": torch.__version__,
+        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else "",
+        "git_sha": git_sha(),
+        "layout": args.layout,
+        "iterations": iters,
+        "l2_flush_bytes": bench.flush_buf.numel(),
+        "library_build_type": "release",
+    }
+    results = []
+    for s in shapes:
+        b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
+        hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
+        flops = 4.0 * b * hq * d * unmasked_pairs(sq, sk, s["causal"])
+        nbytes = ELEM_BYTES * (2 * b * sq * hq * d + 2 * b * sk * hkv * d)  # Q, O + K, V
+        for name in wanted:
+            rung = "torch_" + name
+            entry = dict(name="%s/%s" % (rung, shape_name(s)), run_name="%s/%s" % (rung, shape_name(s)),
+                         run_type="iteration", rung=rung, iterations=iters, dtype="fp16",
+                         time_unit="ms", real_time=0.0, cpu_time=0.0, TFLOPS=0.0, skipped="",
+                         note="", **s)
+            entry["GB/s"] = 0.0
+            backend = all_backends.get(name)
+            math_bytes = ELEM_BYTES * 3 * b * hq * sq * sk  # S, P and a softmax temporary
+            if backend is None:
+                entry["skipped"] = "backend not in this torch"
+            elif name == "math" and math_bytes > MATH_LIMIT_BYTES:
+                entry["skipped"] = "math backend would materialize ~%.1f GB of scores" % (
+                    math_bytes / 2**30)
+            else:
+                try:
+                    ms, note = run_backend(torch, bench, backend, s, args.layout)
+                    entry.update(real_time=ms, cpu_time=ms, TFLOPS=flops / (ms * 1e-3) / 1e12,
+                                 note=note)
+                    entry["GB/s"] = nbytes / (ms * 1e-3) / 1e9
+                except (RuntimeError, ValueError) as e:  # the backend refused this shape
+                    reason = str(e).strip().splitlines()
+                    entry["skipped"] = (reason[0] if reason else type(e).__name__)[:200]
+                    torch.cuda.synchronize()
+                    torch.cuda.empty_cache()
+            if entry["skipped"]:
+                entry["error_occurred"] = True
+                entry["error_message"] = "skipped: " + entry["skipped"]
+                print("%-48s skipped: %s" % (entry["name"], entry["skipped"]), flush=True)
+            else:
+                print("%-48s %9.4f ms %8.1f TFLOP/s %8.1f GB/s" %
+                      (entry["name"], entry["real_time"], entry["TFLOPS"], entry["GB/s"]),
+                      flush=True)
+            results.append(entry)
+
+    with open(args.out, "w") as f:
+        json.dump({"context": context, "benchmarks": results}, f, indent=1)
+    print("wrote %s (%d entries)" % (args.out, len(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
