@@ -1,0 +1,6 @@
+// Rung 06: tiles per head_dim. Everything else is the shared runner (common/).
+#include "flashladder/runner.h"
+
+int main(int argc, char** argv) {
+  return fl::run_main(argc, argv, 6);
+}
