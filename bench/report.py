@@ -25,7 +25,6 @@ used by the notebooks.
 """
 
 import argparse
-import datetime
 import json
 import math
 import os
@@ -41,6 +40,7 @@ SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_di
 
 # ---- loading -----------------------------------------------------------------------------------
 
+
 def _num(x, default=None):
     try:
         v = float(x)
@@ -50,7 +50,7 @@ def _num(x, default=None):
 
 
 def _split_name(name):
-    """"04_fa2[v]/prefill/d128/N4096/causal1/iterations:20/manual_time" -> ("04_fa2[v]", "prefill").
+    """ "04_fa2[v]/prefill/d128/N4096/causal1/iterations:20/manual_time" -> ("04_fa2[v]", "prefill").
 
     Google Benchmark appends its own components (iterations:N, manual_time, repeats:N)."""
     parts = [p for p in name.split("/") if p and ":" not in p and p not in ("manual_time", "real_time")]
@@ -105,8 +105,14 @@ def load_records(path):
 
 def _shape_from_name(name):
     shape = {}
-    for key, pat in (("head_dim", r"/d(\d+)"), ("seqlen_q", r"/N(\d+)"), ("causal", r"/causal(\d)"),
-                     ("batch", r"/B(\d+)"), ("heads_kv", r"/Hkv(\d+)"), ("seqlen_k", r"/Sk(\d+)")):
+    for key, pat in (
+        ("head_dim", r"/d(\d+)"),
+        ("seqlen_q", r"/N(\d+)"),
+        ("causal", r"/causal(\d)"),
+        ("batch", r"/B(\d+)"),
+        ("heads_kv", r"/Hkv(\d+)"),
+        ("seqlen_k", r"/Sk(\d+)"),
+    ):
         m = re.search(pat, name)
         if m:
             shape[key] = int(m.group(1))
@@ -123,11 +129,11 @@ def load_context(path):
 
 def skipped_pairs(context):
     """ladder_bench lists each (rung, shape) it did not register as a context key "skip: <name>"."""
-    return {k[len("skip: "):]: v for k, v in context.items() if k.startswith("skip: ")}
+    return {k[len("skip: ") :]: v for k, v in context.items() if k.startswith("skip: ")}
 
 
 def slug(device_name):
-    """"NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3" (the results folder name)."""
+    """ "NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3" (the results folder name)."""
     s = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
     return s or "unknown-gpu"
 
@@ -142,6 +148,7 @@ def version_text(v):
 
 
 # ---- tables ------------------------------------------------------------------------------------
+
 
 def family_groups(records):
     """{(family, key): [records]} with key (head_dim, causal) for prefill, (batch, heads_kv) for decode."""
@@ -159,13 +166,17 @@ def group_title(family, key, records):
     if family == "prefill":
         d, causal = key
         r = records[0]
-        return ("Prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
-                "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
-                % (r["batch"] * r["seqlen_q"], r["heads_q"]))
+        return (
+            "Prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
+            "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
     b, hkv, d = key
-    return ("Decode, batch %d, %d KV heads" % (b, hkv),
-            "seqlen_q 1, %d query heads, head_dim %d; GB/s (Q, K, V read once, O written once)"
-            % (records[0]["heads_q"], d))
+    return (
+        "Decode, batch %d, %d KV heads" % (b, hkv),
+        "seqlen_q 1, %d query heads, head_dim %d; GB/s (Q, K, V read once, O written once)"
+        % (records[0]["heads_q"], d),
+    )
 
 
 def x_of(r):
@@ -180,6 +191,7 @@ def rung_order(labels):
         if label in TORCH_ORDER:
             return (1, TORCH_ORDER.index(label), "")
         return (2, 0, label)
+
     return sorted(labels, key=key)
 
 
@@ -244,7 +256,10 @@ class Grid:
 
 
 def markdown_table(header, rows):
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|",
+    ]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -255,7 +270,11 @@ def rung_cell(label):
 
 def family_section(family, key, records, include_variants):
     g = Grid(records)
-    labels = [l for l in g.labels if include_variants or not (LABEL_RE.match(l) and LABEL_RE.match(l)["variant"])]
+    labels = [
+        l
+        for l in g.labels
+        if include_variants or not (LABEL_RE.match(l) and LABEL_RE.match(l)["variant"])
+    ]
     title, sub = group_title(family, key, records)
     out = ["## %s" % title, "", sub + ".", ""]
     header = ["rung"] + [("N=" if family == "prefill" else "Sk=") + seqlen_text(x) for x in g.xs]
@@ -277,7 +296,9 @@ def family_section(family, key, records, include_variants):
     ladder = [l for l in labels if LABEL_RE.match(l)]
     base = next((l for l in g.mains if LABEL_RE.match(l)["num"] == "01"), None)
     if base:
-        rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(base, l, x)) for x in g.xs] for l in ladder if l != base]
+        rows = [
+            [rung_cell(l)] + [fmt_ratio(g.ratio(base, l, x)) for x in g.xs] for l in ladder if l != base
+        ]
         if rows:
             out += ["**Speedup over `%s`**" % base, "", markdown_table(header, rows), ""]
     rows = []
@@ -290,42 +311,77 @@ def family_section(family, key, records, include_variants):
         if len(named) == 1:  # the usual case: one previous rung for the whole row
             rows.append(["%s vs `%s`" % (rung_cell(l), named.pop())] + [fmt_ratio(r) for r in ratios])
         else:
-            rows.append([rung_cell(l)] + ["%s vs %s" % (fmt_ratio(r), prevs[x].split("_")[0]) if r else "—"
-                                          for r, x in zip(ratios, g.xs)])
+            rows.append(
+                [rung_cell(l)]
+                + [
+                    "%s vs %s" % (fmt_ratio(r), prevs[x].split("_")[0]) if r else "—"
+                    for r, x in zip(ratios, g.xs)
+                ]
+            )
     if rows:
-        out += ["**Speedup over the previous rung** (the closest lower rung measured on that shape)", "",
-                markdown_table(header, rows), ""]
-    for torch_label, name in (("torch_flash", "PyTorch SDPA flash"), ("torch_cudnn", "PyTorch SDPA cuDNN")):
+        out += [
+            "**Speedup over the previous rung** (the closest lower rung measured on that shape)",
+            "",
+            markdown_table(header, rows),
+            "",
+        ]
+    for torch_label, name in (
+        ("torch_flash", "PyTorch SDPA flash"),
+        ("torch_cudnn", "PyTorch SDPA cuDNN"),
+    ):
         if not any((torch_label, x) in g.ms for x in g.xs):
             continue
         rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(torch_label, l, x)) for x in g.xs] for l in ladder]
         rows = [r for r in rows if any(c != "—" for c in r[1:])]
         if not rows:
             continue
-        out += ["**Ratio to %s** (time of `%s` / time of the rung: above 1 = the rung is faster)"
-                % (name, torch_label), "", markdown_table(header, rows), ""]
+        out += [
+            "**Ratio to %s** (time of `%s` / time of the rung: above 1 = the rung is faster)"
+            % (name, torch_label),
+            "",
+            markdown_table(header, rows),
+            "",
+        ]
     return "\n".join(out)
 
 
 def header_lines(ctx, torch_ctx):
     dev = ctx.get("device", "unknown GPU")
-    rows = [["device", "%s (%s, %s SMs)" % (dev, ctx.get("arch", "?"), ctx.get("sms", "?"))],
-            ["date", str(ctx.get("date", "?"))],
-            ["git sha", "`%s`" % ctx.get("git_sha", "unknown")],
-            ["CUDA", "runtime %s, driver %s" % (version_text(ctx.get("cuda_version", "?")),
-                                                version_text(ctx.get("driver_version", "?")))]]
+    rows = [
+        ["device", "%s (%s, %s SMs)" % (dev, ctx.get("arch", "?"), ctx.get("sms", "?"))],
+        ["date", str(ctx.get("date", "?"))],
+        ["git sha", "`%s`" % ctx.get("git_sha", "unknown")],
+        [
+            "CUDA",
+            "runtime %s, driver %s"
+            % (version_text(ctx.get("cuda_version", "?")), version_text(ctx.get("driver_version", "?"))),
+        ],
+    ]
     peaks = []
-    for key, what in (("peak_fp32_tflops", "fp32 FMA %s TFLOP/s"), ("peak_tensor_tflops", "16-bit tensor %s TFLOP/s"),
-                      ("peak_gbps", "DRAM %s GB/s")):
+    for key, what in (
+        ("peak_fp32_tflops", "fp32 FMA %s TFLOP/s"),
+        ("peak_tensor_tflops", "16-bit tensor %s TFLOP/s"),
+        ("peak_gbps", "DRAM %s GB/s"),
+    ):
         v = _num(ctx.get(key))
         if v:
             peaks.append(what % fmt_value(v))
     if peaks:
         rows.append(["peaks (datasheet formula)", ", ".join(peaks)])
     if torch_ctx:
-        rows.append(["PyTorch", "%s (CUDA %s, cuDNN %s, layout %s), same GPU: %s" % (
-            torch_ctx.get("torch", "?"), torch_ctx.get("cuda_version", "?"), torch_ctx.get("cudnn", "?") or "none",
-            torch_ctx.get("layout", "?"), torch_ctx.get("device", "?"))])
+        rows.append(
+            [
+                "PyTorch",
+                "%s (CUDA %s, cuDNN %s, layout %s), same GPU: %s"
+                % (
+                    torch_ctx.get("torch", "?"),
+                    torch_ctx.get("cuda_version", "?"),
+                    torch_ctx.get("cudnn", "?") or "none",
+                    torch_ctx.get("layout", "?"),
+                    torch_ctx.get("device", "?"),
+                ),
+            ]
+        )
     return ["| | |", "|---|---|"] + ["| %s | %s |" % (a, b) for a, b in rows]
 
 
@@ -337,17 +393,24 @@ def full_report(ladder_path, torch_path=None, include_variants=False):
     if torch_path:
         torch_ctx = load_context(torch_path)
         if torch_ctx.get("device") and torch_ctx.get("device") != ctx.get("device"):
-            notes.append("**Warning:** the PyTorch run was on `%s`, the ladder on `%s`; ratios to PyTorch "
-                         "compare different GPUs." % (torch_ctx.get("device"), ctx.get("device")))
+            notes.append(
+                "**Warning:** the PyTorch run was on `%s`, the ladder on `%s`; ratios to PyTorch "
+                "compare different GPUs." % (torch_ctx.get("device"), ctx.get("device"))
+            )
         records += [r for r in load_records(torch_path)]
     out = ["# FlashLadder benchmark report", ""]
     out += header_lines(ctx, torch_ctx) + [""]
     out += notes
-    out += ["Median of CUDA-event times with L2 flushed before each launch (`bench/ladder_bench.cpp`, "
-            "`bench/torch_sdpa.py`); fp16. `—` = not measured, `skip` = the rung refuses the shape "
-            "(reason below), `fail` = the output check failed. Generated by `bench/report.py` from `%s`%s."
-            % (os.path.basename(ladder_path), (" and `%s`" % os.path.basename(torch_path)) if torch_path else ""),
-            ""]
+    out += [
+        "Median of CUDA-event times with L2 flushed before each launch (`bench/ladder_bench.cpp`, "
+        "`bench/torch_sdpa.py`); fp16. `—` = not measured, `skip` = the rung refuses the shape "
+        "(reason below), `fail` = the output check failed. Generated by `bench/report.py` from `%s`%s."
+        % (
+            os.path.basename(ladder_path),
+            (" and `%s`" % os.path.basename(torch_path)) if torch_path else "",
+        ),
+        "",
+    ]
     groups = family_groups(records)
     if not groups:
         out += ["No benchmark entries found."]
@@ -358,8 +421,11 @@ def full_report(ladder_path, torch_path=None, include_variants=False):
             continue
         out += [family_section(family, key, recs, include_variants), ""]
     if torch_only:
-        out += ["PyTorch measured shapes the ladder does not run (%s); they are in `%s`." % (
-            "; ".join(torch_only), os.path.basename(torch_path)), ""]
+        out += [
+            "PyTorch measured shapes the ladder does not run (%s); they are in `%s`."
+            % ("; ".join(torch_only), os.path.basename(torch_path)),
+            "",
+        ]
     skips = skipped_pairs(ctx)
     errors = [(r["rung"], r) for r in records if r["error"] and r["source"] == "ladder"]
     if skips or errors:
@@ -373,13 +439,16 @@ def full_report(ladder_path, torch_path=None, include_variants=False):
         for label, r in errors:
             reasons.setdefault((label, r["error"]), []).append("%s %s" % (r["family"], x_of(r)))
         for (label, why), shapes in sorted(reasons.items(), key=lambda kv: rung_order([kv[0][0]])[0]):
-            out.append("- `%s`: %s (%d shape%s, e.g. `%s`)" % (label, why, len(shapes), "s" if len(shapes) > 1 else "",
-                                                               shapes[0]))
+            out.append(
+                "- `%s`: %s (%d shape%s, e.g. `%s`)"
+                % (label, why, len(shapes), "s" if len(shapes) > 1 else "", shapes[0])
+            )
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
 # ---- the README summary ------------------------------------------------------------------------
+
 
 def pick(records, **want):
     for r in records:
@@ -400,13 +469,30 @@ def summary_table(ladder_path, torch_path=None, link=None, seqlen=4096, decode_s
         seqlen = max(r["seqlen_q"] for r in prefill)
     if decode and not any(r["seqlen_k"] == decode_sk for r in decode):
         decode_sk = max(r["seqlen_k"] for r in decode)
-    labels = rung_order({r["rung"] for r in records if r["rung"] in ("torch_flash", "torch_cudnn") or (
-        LABEL_RE.match(r["rung"]) and not LABEL_RE.match(r["rung"])["variant"])})
-    base = {c: pick(prefill, rung=l, causal=c, seqlen_q=seqlen) for c in (0, 1)
-            for l in labels if l.startswith("01_")}
+    labels = rung_order(
+        {
+            r["rung"]
+            for r in records
+            if r["rung"] in ("torch_flash", "torch_cudnn")
+            or (LABEL_RE.match(r["rung"]) and not LABEL_RE.match(r["rung"])["variant"])
+        }
+    )
+    base = {
+        c: pick(prefill, rung=l, causal=c, seqlen_q=seqlen)
+        for c in (0, 1)
+        for l in labels
+        if l.startswith("01_")
+    }
     flash = pick(prefill, rung="torch_flash", causal=0, seqlen_q=seqlen)
-    header = ["rung", "prefill TFLOP/s", "causal TFLOP/s", "vs 01", "vs previous", "vs PyTorch flash",
-              "decode GB/s"]
+    header = [
+        "rung",
+        "prefill TFLOP/s",
+        "causal TFLOP/s",
+        "vs 01",
+        "vs previous",
+        "vs PyTorch flash",
+        "decode GB/s",
+    ]
     rows = []
     prev_ms = {}
     for l in labels:
@@ -419,15 +505,27 @@ def summary_table(ladder_path, torch_path=None, link=None, seqlen=4096, decode_s
         vsprev = (prev_ms[0] / p0["ms"]) if (is_ladder and p0 and prev_ms.get(0)) else None
         if is_ladder and p0:
             prev_ms[0] = p0["ms"]
-        rows.append([rung_cell(l), fmt_value(p0["tflops"]) if p0 else "—", fmt_value(p1["tflops"]) if p1 else "—",
-                     fmt_ratio(vs01), fmt_ratio(vsprev),
-                     fmt_ratio(flash["ms"] / p0["ms"]) if (is_ladder and flash and p0) else "—",
-                     fmt_value(dec["gbps"]) if dec else "—"])
-    shape = ("Prefill: head_dim 128, seqlen %s, batch x seqlen = 16k tokens, 16 heads (speedups on the "
-             "non-causal column). Decode: batch 1, 32 query / 8 KV heads, head_dim 128, seqlen_k %s."
-             % (seqlen_text(seqlen), seqlen_text(decode_sk)))
-    where = "Measured on %s, %s, commit `%s`" % (ctx.get("device", "?"), str(ctx.get("date", "?"))[:10],
-                                               ctx.get("git_sha", "?"))
+        rows.append(
+            [
+                rung_cell(l),
+                fmt_value(p0["tflops"]) if p0 else "—",
+                fmt_value(p1["tflops"]) if p1 else "—",
+                fmt_ratio(vs01),
+                fmt_ratio(vsprev),
+                fmt_ratio(flash["ms"] / p0["ms"]) if (is_ladder and flash and p0) else "—",
+                fmt_value(dec["gbps"]) if dec else "—",
+            ]
+        )
+    shape = (
+        "Prefill: head_dim 128, seqlen %s, batch x seqlen = 16k tokens, 16 heads (speedups on the "
+        "non-causal column). Decode: batch 1, 32 query / 8 KV heads, head_dim 128, seqlen_k %s."
+        % (seqlen_text(seqlen), seqlen_text(decode_sk))
+    )
+    where = "Measured on %s, %s, commit `%s`" % (
+        ctx.get("device", "?"),
+        str(ctx.get("date", "?"))[:10],
+        ctx.get("git_sha", "?"),
+    )
     if link:
         where += "; every shape and ratio: [%s](%s)" % (link, link)
     return "\n".join([markdown_table(header, rows), "", shape + " " + where + "."]) + "\n"
@@ -437,7 +535,7 @@ def replace_block(text, block):
     b, e = text.find(BEGIN_MARK), text.find(END_MARK)
     if b < 0 or e < 0 or e < b:
         raise ValueError("no %s ... %s block" % (BEGIN_MARK, END_MARK))
-    return text[:b + len(BEGIN_MARK)] + "\n" + block + text[e:]
+    return text[: b + len(BEGIN_MARK)] + "\n" + block + text[e:]
 
 
 def main(argv=None):
@@ -447,7 +545,9 @@ def main(argv=None):
     ap.add_argument("--out", help="markdown report to write (default: standard output)")
     ap.add_argument("--variants", action="store_true", help="list rung variants too (ablations, sweeps)")
     ap.add_argument("--readme", help="replace the BENCH-TABLE block of this file with the summary table")
-    ap.add_argument("--link", help="with --readme: path of the full report to link (relative to the README)")
+    ap.add_argument(
+        "--link", help="with --readme: path of the full report to link (relative to the README)"
+    )
     args = ap.parse_args(argv)
     try:
         if args.readme:

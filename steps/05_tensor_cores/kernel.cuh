@@ -219,8 +219,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_tc_kernel(const AttnP
     const uint32_t K_j = K_smem + stage * Cfg::kKVTileBytes;
     const uint32_t V_j = V_smem + stage * Cfg::kKVTileBytes;
 
+    float S_acc[M_TILES][N_TILES][4];  // this warp's rows of S_ij, fp32 accumulators
     // LAB-BEGIN(05-mma-qk): S = Q_i K_j^T with ldmatrix + mma.sync m16n8k16
-    float S_acc[M_TILES][N_TILES][4];
 #pragma unroll
     for (int mi = 0; mi < M_TILES; ++mi)
 #pragma unroll

@@ -331,8 +331,9 @@ __global__ void __launch_bounds__(Tr::THREADS) split_d_fwd(const AttnParams p) {
       // rows already past their last key keep going with fully masked scores.
       if (!__any_sync(0xffffffffu, j0 < n_valid)) break;
 
-      // LAB-BEGIN(07-split-d-scores): partial dots over this thread's chunks, then a shuffle sum
       float s[kKeyStep];
+      float m_step = -INFINITY;
+      // LAB-BEGIN(07-split-d-scores): partial dots over this thread's chunks, then a shuffle sum
 #pragma unroll
       for (int kk = 0; kk < kKeyStep; ++kk) s[kk] = 0.f;
 #pragma unroll
@@ -348,7 +349,6 @@ __global__ void __launch_bounds__(Tr::THREADS) split_d_fwd(const AttnParams p) {
         for (int offset = TPR / 2; offset > 0; offset /= 2)
           s[kk] += __shfl_xor_sync(0xffffffffu, s[kk], offset);
       }
-      float m_step = -INFINITY;
 #pragma unroll
       for (int kk = 0; kk < kKeyStep; ++kk) {
         if (j0 + kk >= n_valid) s[kk] = -INFINITY;

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# One command for the whole benchmark, on a machine with a GPU:
+#
+#   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--no-torch] [--results DIR] [-- LADDER_ARGS...]
+#
+#   1. ladder_bench: every rung over the prefill and decode sweeps  -> ladder_bench.json
+#   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports  -> torch_sdpa.json
+#   3. rung 07's --sweep at head_dim 64 and 128                     -> sweep07_d64.json, sweep07_d128.json
+#   4. rung 08 with --splits 1..64 and the heuristic                -> decode_splits/*.json
+#   5. bench/report.py                                             -> report.md
+#   6. meta.json: device, date, git sha (and whether the tree had local changes), the commands
+#
+# Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
+# replacing that GPU's previous files; logs of each step sit next to them (*.log).
+# BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
+# --quick: fewer shapes (ladder_bench --fl_quick, torch_sdpa.py --quick, 4 split counts).
+# Exit: 0 done; 77 no GPU; otherwise the failing step's code.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+
+bin="" quick=0 torch=1 results="" ladder_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --no-torch) torch=0 ;;
+    --results) results=$2; shift ;;
+    --) shift; ladder_args=("$@"); break ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) bin=$1 ;;
+  esac
+  shift
+done
+
+# ---- find the binaries --------------------------------------------------------------------------
+find_bin() {
+  local d
+  for d in "$@"; do
+    [ -x "$d/ladder_bench" ] && { echo "$d"; return; }
+    [ -x "$d/bin/ladder_bench" ] && { echo "$d/bin"; return; }
+  done
+  # Newest build/*/bin/ladder_bench.
+  ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
+}
+if [ -n "$bin" ]; then BIN=$(find_bin "$bin"); else BIN=$(find_bin "$ROOT/build/release"); fi
+if [ -z "$BIN" ]; then
+  echo "run_all.sh: no ladder_bench found${bin:+ in $bin}. Build it first:" >&2
+  echo "  cmake --preset release && cmake --build --preset release" >&2
+  exit 2
+fi
+BIN=$(cd "$BIN" && pwd)
+echo "run_all.sh: binaries from $BIN"
+
+STAGE=$(mktemp -d "${TMPDIR:-/tmp}/fl-bench.XXXXXX")
+trap 'rm -rf "$STAGE"' EXIT
+commands=()
+step() {  # step NAME LOG CMD...: runs CMD, output to the terminal and to LOG
+  local name=$1 log=$2; shift 2
+  echo "run_all.sh: [$name] $*"
+  commands+=("$*")
+  "$@" 2>&1 | tee "$STAGE/$log"
+  return "${PIPESTATUS[0]}"
+}
+
+# ---- 1. the ladder ------------------------------------------------------------------------------
+qflag=()
+[ $quick = 1 ] && qflag=(--fl_quick)
+set +e
+step ladder ladder_bench.log "$BIN/ladder_bench" "${qflag[@]}" --benchmark_out="$STAGE/ladder_bench.json" \
+  --benchmark_out_format=json --benchmark_counters_tabular=true "${ladder_args[@]}"
+rc=$?
+set -e
+if [ $rc = 77 ]; then echo "run_all.sh: no usable CUDA device; nothing measured" >&2; exit 77; fi
+[ $rc = 0 ] || { echo "run_all.sh: ladder_bench failed (exit $rc)" >&2; exit $rc; }
+
+device=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("device","unknown"))' \
+  "$STAGE/ladder_bench.json")
+slug=$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import report; print(report.slug(sys.argv[2]))' \
+  "$ROOT/bench" "$device")
+OUT=${results:-$ROOT/bench/results/$slug}
+echo "run_all.sh: device '$device' -> $OUT"
+
+# ---- 2. PyTorch SDPA ----------------------------------------------------------------------------
+torch_json=()
+if [ $torch = 0 ]; then
+  echo "run_all.sh: [torch] skipped (--no-torch)"
+elif ! "$PY" -c 'import torch' 2>/dev/null; then
+  echo "run_all.sh: [torch] skipped (PyTorch does not import in $PY)"
+else
+  tq=()
+  [ $quick = 1 ] && tq=(--quick)
+  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
+    echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
+  if [ -f "$STAGE/torch_sdpa.json" ]; then torch_json=(--torch "$STAGE/torch_sdpa.json"); fi
+fi
+
+# ---- 3. rung 07's sweep -------------------------------------------------------------------------
+if [ -x "$BIN/07_dv_tiling" ]; then
+  for d in 64 128; do
+    step sweep07 "sweep07_d$d.log" "$BIN/07_dv_tiling" --sweep --dim "$d" --batch 8 --heads 16 --seqlen-q 2048 \
+      --seqlen-k 2048 --iters 10 --json "$STAGE/sweep07_d$d.json" ||
+      echo "run_all.sh: [sweep07] head_dim $d: a check failed or the sweep stopped (see sweep07_d$d.log)"
+  done
+fi
+
+# ---- 4. rung 08's split study --------------------------------------------------------------------
+if [ -x "$BIN/08_flash_decoding" ]; then
+  mkdir -p "$STAGE/decode_splits"
+  lengths=(4096 16384 65536 131072) counts=(1 2 4 8 16 32 64 0)  # 0 = the heuristic
+  [ $quick = 1 ] && lengths=(16384 131072) counts=(1 8 64 0)
+  for sk in "${lengths[@]}"; do
+    for s in "${counts[@]}"; do
+      f="$STAGE/decode_splits/b1_hkv8_sk${sk}_s${s}.json"
+      "$BIN/08_flash_decoding" --batch 1 --seqlen-q 1 --seqlen-k "$sk" --heads 32 --kv-heads 8 --dim 128 \
+        --splits "$s" --check sample --iters 20 --no-compare --json "$f" >>"$STAGE/decode_splits.log" 2>&1 ||
+        echo "run_all.sh: [splits] Sk=$sk splits=$s failed (see decode_splits.log)"
+      if [ -f "$f" ]; then
+        "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); t=r.get("timing",{})
+print("run_all.sh: [splits] Sk=%-6s --splits %-2s %8.1f GB/s  check %s" % (sys.argv[2], sys.argv[3],
+      t.get("gbps", 0), "ok" if r["check"]["pass"] else "FAILED"))' "$f" "$sk" "$s"
+      fi
+    done
+  done
+  commands+=("08_flash_decoding --splits {${counts[*]}} x Sk {${lengths[*]}} (decode_splits.log)")
+fi
+
+# ---- 5. report, 6. meta ---------------------------------------------------------------------------
+"$PY" "$ROOT/bench/report.py" "$STAGE/ladder_bench.json" "${torch_json[@]}" --out "$STAGE/report.md"
+sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+dirty=$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -c . || true)
+"$PY" - "$STAGE/meta.json" "$STAGE" "$OUT" "$device" "$sha" "$dirty" "$quick" "${commands[@]}" <<'EOF'
+import datetime, json, platform, sys
+path, stage, out, device, sha, dirty, quick, *commands = sys.argv[1:]
+commands = [c.replace(stage, out) for c in commands]  # the files' final place, not the staging folder
+json.dump({"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "git_sha": sha, "local_changes": int(dirty) > 0, "quick": quick == "1", "host": platform.node(),
+           "commands": commands}, open(path, "w"), indent=1)
+EOF
+
+mkdir -p "$OUT"
+rm -rf "$OUT/decode_splits"
+cp -r "$STAGE"/. "$OUT"/
+echo "run_all.sh: wrote $OUT:"
+(cd "$OUT" && ls -1 | sed 's/^/  /')
+echo "run_all.sh: README table: python3 bench/report.py $OUT/ladder_bench.json ${torch_json:+--torch $OUT/torch_sdpa.json }--readme README.md --link ${OUT#"$ROOT"/}/report.md"
