@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
       if (!cfg.rungs.empty() && !cfg.rungs.count(r.number)) continue;
       if (!r.variant.empty() && !cfg.variants) continue;
       const std::string name = r.label() + "/" + s.name();
-      std::string why = supports(r, s.p, dev);
+      std::string why = r.not_implemented.empty() ? supports(r, s.p, dev) : "not implemented (lab starter)";
       if (why.empty()) {
         const size_t need = DeviceProblem::device_bytes(s.p, r.workspace_bytes ? r.workspace_bytes(s.p) : 0);
         if (static_cast<double>(need) > 0.9 * static_cast<double>(dev.mem_free))

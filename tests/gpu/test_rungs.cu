@@ -40,6 +40,7 @@ struct Counts {
 /// Runs one case and REQUIREs a pass; unsupported shapes are counted, not failed.
 void expect_pass(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed,
                  Counts* n) {
+  if (!r.not_implemented.empty()) FAIL(r.label() << ": not implemented: " << r.not_implemented);
   const CaseResult res = run_case(r, p, input, mode, seed);
   if (!res.ran) {
     ++n->skipped;
