@@ -5,30 +5,41 @@
 ///
 /// @code
 ///   // clang-format off
-///   grid of kernel 1: (split, KV head x row tile, batch)
+///   grid of kernel 1: (split, KV head x row tile, batch), 4 warps per CTA
 ///
 ///       keys:  0 ........ L ........ 2L ........ 3L ... seqlen_k
 ///              |  split 0  |  split 1  |  split 2  | ...
 ///              v           v           v
-///   CTA(s, kvh, b): the G x Sq query rows of KV head kvh (G = heads_q / heads_kv)
-///                   against keys [s L, (s+1) L), each K/V row read once from HBM
-///        for each chunk of BLOCK_N keys (cp.async, STAGES deep):
-///            S = Q K_j^T            all rows x BLOCK_N keys   (CUDA cores, fp32)
-///            online softmax         m_i, l_i per row
-///            O_i = alpha O_i + P V_j
+///   CTA(s, kvh, b): the G x Sq query rows of KV head kvh (G = heads_q / heads_kv),
+///                   padded to one 16-row MMA tile, against keys [s L, (s+1) L)
+///
+///       keys of the split, in chunks of BLOCK_N:  | w0 | w1 | w2 | w3 | w0 | w1 | ...
+///       each warp streams its own chunks through its own cp.async ring
+///       (no CTA-wide barrier in the loop) and keeps its own m_i, l_i, O_i:
+///            S = Q K_j^T              mma.sync (16 rows x BLOCK_N keys)
+///            online softmax           m_i, l_i per row
+///            O_i = alpha O_i + P V_j  mma.sync (P stays in registers)
+///       after the loop the 4 warps merge (m, l, O) through shared memory
 ///        -> O_s = O_i / l_i (fp32), LSE_s = m_i + log l_i           (workspace)
 ///
-///   kernel 2, one warp per output row:
+///   kernel 2, one CTA per output row (b, h, i):
 ///        LSE = log sum_s exp(LSE_s)     O = sum_s exp(LSE_s - LSE) O_s   -> O (16-bit), LSE
 ///   // clang-format on
 /// @endcode
 ///
 /// Decode is memory-bound: a query row does 4 d FLOPs per key but the key
-/// costs 4 d bytes of K and V (16-bit), about 1 FLOP per byte where an H100
-/// needs ~20 to become compute-bound on CUDA cores. So the scores and P V are
-/// computed on CUDA cores (the tensor cores of rungs 05-06 would pad the few
-/// rows of a decode step to 16 or 64); what matters is that every CTA keeps
-/// enough K/V bytes in flight and that there are enough CTAs (the splits).
+/// costs 4 d bytes of K and V, about 1 FLOP per byte. What limits it is how
+/// many bytes are on their way from HBM (Little's law) and how few
+/// instructions each byte costs once it has arrived. Both decide the design:
+///  - The matmuls run on tensor cores even though a decode step has only 1-16
+///    rows: the m16n8k16 tile pads the rows to 16, yet a 16-key chunk then
+///    costs ~130 warp instructions (32 mma, 16 ldmatrix, the softmax), against
+///    ~300 for one row and ~1000 for GQA's 4 rows on CUDA cores, where every
+///    16-bit value must also be converted to fp32. The cost no longer grows
+///    with the rows, so GQA streams as fast as MHA (see the README).
+///  - Each warp owns a ring of kStages chunks: 2 chunks of 8 KiB in flight per
+///    warp, 8 warps per SM = 128 KiB per SM, 4x what Little's law asks
+///    (~4.3 TB/s x ~1 us / 132 SMs = 33 KB), and no __syncthreads() per chunk.
 #pragma once
 
 #include <math.h>
@@ -42,71 +53,65 @@
 
 namespace fl::decode {
 
-/// Tile constants of the split kernel for one head_dim and one row bucket.
-/// ROWS (1, 2, 4, 8, 16) is how many query rows (heads of the GQA group x
-/// query positions) one CTA carries; it is a compile-time constant so the
-/// per-row accumulators live in registers.
-template <int HEAD_DIM, int ROWS>
+/// Tile constants of the split kernel for one head_dim.
+template <int HEAD_DIM>
 struct DecodeTraits {
   static constexpr int kHeadDim = HEAD_DIM;
-  static constexpr int kRows = ROWS;
-  static constexpr int kThreads = 128;
-  static constexpr int kWarps = kThreads / 32;
-  /// 16-bit elements per 16-byte load (one cp.async, one LDS.128).
-  static constexpr int kVec = 8;
-  /// Keys per chunk (BLOCK_N): about 16 KiB of K+V per chunk for both head_dims.
-  static constexpr int kBlockN = HEAD_DIM >= 128 ? 32 : 64;
-  /// Chunks in shared memory: STAGES - 1 are in flight while one is consumed.
-  /// Decode needs bytes in flight, not reuse: 3 x 16 KiB per CTA, two or three
-  /// CTAs per SM, keeps ~100 KiB per SM on the way from HBM.
-  static constexpr int kStages = 4;
-  /// Padding per K/V row in shared memory (elements). The row pitch becomes
-  /// HEAD_DIM * 2 + 16 bytes, so 8 consecutive keys read at the same column by
-  /// one LDS.128 phase start 4 banks apart: conflict-free.
-  static constexpr int kSmemPad = 8;
-  static constexpr int kSmemRow = HEAD_DIM + kSmemPad;
+  /// Shape of one mma.sync.m16n8k16 (16-bit inputs, fp32 accumulators).
+  static constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 16;
+  static constexpr int kWarpSize = 32;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  /// Query rows per CTA: one MMA tile (rows the problem does not have are zeros).
+  static constexpr int kRows = kMaxRowsPerCta;
+  /// Bytes of one K or V row (16-bit) and the 16-byte pieces cp.async and
+  /// ldmatrix move.
+  static constexpr int kRowBytes = HEAD_DIM * 2;
+  static constexpr int kChunkBytes = 16;
+  static constexpr int kChunkElems = kChunkBytes / 2;
+  static constexpr int kChunksPerRow = kRowBytes / kChunkBytes;
+  /// K_j + V_j bytes of one warp's chunk. 8 KiB = 16 keys at d=128, 32 at
+  /// d=64: big enough that one cp.async group keeps the memory system busy,
+  /// small enough that 3 stages x 4 warps fit twice per SM.
+  static constexpr int kChunkKvBytes = 8 * 1024;
+  /// Keys per warp chunk (BLOCK_N).
+  static constexpr int kBlockN = kChunkKvBytes / (2 * kRowBytes);
+  /// Chunks in a warp's ring: kStages - 1 in flight while one is consumed.
+  static constexpr int kStages = 3;
 
-  /// S = Q K^T: thread owns one key of the chunk and a kQkDims-wide slice of
-  /// head_dim, for every row; the kQkSlots partial dots are summed in softmax.
-  static constexpr int kQkSlots = kThreads / kBlockN;
-  static constexpr int kQkDims = HEAD_DIM / kQkSlots;
-  /// O += P V: thread owns 2 output columns (one 32-bit load of V) for every
-  /// row and every kPvSlots-th key; the slots' partial O are summed at the end.
-  static constexpr int kPvCols = 2;
-  static constexpr int kPvSlots = kThreads / (HEAD_DIM / kPvCols);
-  /// Loader: kVecsPerRow threads copy one K row; kLoadPasses passes per chunk.
-  static constexpr int kVecsPerRow = HEAD_DIM / kVec;
-  static constexpr int kLoadRowsPerPass = kThreads / kVecsPerRow;
+  static constexpr int kNTiles = kBlockN / kMmaN;   ///< 8-key tiles of S
+  static constexpr int kDTiles = HEAD_DIM / kMmaN;  ///< 8-column tiles of O
+  static constexpr int kDSteps = HEAD_DIM / kMmaK;  ///< k-steps of S = Q K^T
+  static constexpr int kNSteps = kBlockN / kMmaK;   ///< k-steps of O += P V
+
+  /// Loader: a warp copies kLoadRowsPerPass rows per cp.async instruction.
+  static constexpr int kLoadRowsPerPass = kWarpSize / kChunksPerRow;
   static constexpr int kLoadPasses = kBlockN / kLoadRowsPerPass;
-  /// Softmax: one warp per row, kKeysPerLane keys per lane.
-  static constexpr int kKeysPerLane = kBlockN / 32;
-  static constexpr int kRowsPerWarp = (kRows + kWarps - 1) / kWarps;
 
-  /// Shared memory, in order: K stages, V stages (16-bit), Q (fp32, scaled),
-  /// S/P (fp32), row statistics (alpha, 1/l, LSE). After the loop the K/V
-  /// region is reused to sum the PV slots' partial O.
-  static constexpr int kStageElems = kBlockN * kSmemRow;
-  static constexpr size_t kKvBytes = 2ull * kStages * kStageElems * 2;
-  static constexpr size_t kQBytes = static_cast<size_t>(kRows) * HEAD_DIM * 4;
-  static constexpr size_t kSBytes = static_cast<size_t>(kQkSlots) * kRows * kBlockN * 4;
-  static constexpr size_t kStatBytes = 3ull * kRows * 4;
-  static constexpr size_t kReduceBytes = static_cast<size_t>(kPvSlots) * kRows * HEAD_DIM * 4;
-  static constexpr size_t kSmemBytes = kKvBytes + kQBytes + kSBytes + kStatBytes;
+  /// Shared memory: per warp, kStages K_j tiles then kStages V_j tiles
+  /// (swizzled, no padding). After the loop the same bytes hold the warps'
+  /// m, l [kWarps][kRows] and O [kWarps][kRows][HEAD_DIM] (fp32) for the merge.
+  static constexpr int kTileBytes = kBlockN * kRowBytes;
+  static constexpr int kWarpRingBytes = 2 * kStages * kTileBytes;
+  static constexpr int kSmemBytes = kWarps * kWarpRingBytes;
+  static constexpr int kMergeBytes = kWarps * kRows * (HEAD_DIM + 2) * 4;
 
-  static_assert(HEAD_DIM % (kVec * kQkSlots) == 0, "each QK slot reads whole 16-byte vectors");
-  static_assert(kThreads % kBlockN == 0, "QK: threads cover the chunk's keys evenly");
-  static_assert(kThreads % (HEAD_DIM / kPvCols) == 0, "PV: threads cover the column pairs evenly");
-  static_assert(kBlockN % kPvSlots == 0, "PV: slots cover the chunk's keys evenly");
-  static_assert(kThreads % kVecsPerRow == 0 && kBlockN % kLoadRowsPerPass == 0,
-                "loader: whole rows per pass, whole passes per chunk");
-  static_assert(kBlockN % 32 == 0, "softmax: whole keys per lane");
-  static_assert((kSmemRow * 2) % 16 == 0, "cp.async / LDS.128 need 16-byte aligned rows");
-  static_assert(kKvBytes % 16 == 0 && kQBytes % 16 == 0, "float4 reads of Q need alignment");
-  static_assert(kReduceBytes <= kKvBytes, "the O reduction reuses the K/V stages");
-  static_assert(kRows >= 1 && kRows <= kMaxRowsPerCta && (kRows & (kRows - 1)) == 0,
-                "row buckets are powers of two up to kMaxRowsPerCta");
+  /// Shared memory of an H100/H200 SM and what the driver reserves per CTA.
+  static constexpr int kSmemPerSmSm90 = 228 * 1024;
+  static constexpr int kSmemReservedPerCta = 1024;
+
+  static_assert(kRows == kMmaM, "a CTA's rows are one m16n8k16 tile");
+  static_assert(HEAD_DIM % kMmaK == 0, "head_dim must be a multiple of the MMA k (16)");
+  static_assert(kRowBytes >= 64 && (kRowBytes & (kRowBytes - 1)) == 0,
+                "ptx::swizzle needs rows of a power of two >= 64 bytes");
+  static_assert(kBlockN % (2 * kMmaN) == 0,
+                "ldmatrix.x4 loads two 8-key tiles of K, and P needs 16-key k-steps");
+  static_assert(kWarpSize % kChunksPerRow == 0 && kBlockN % kLoadRowsPerPass == 0,
+                "the loader copies whole rows per pass and whole passes per chunk");
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
-  static_assert(kSmemBytes <= 227 * 1024, "fits the H100/A100 opt-in shared memory per block");
+  static_assert(kMergeBytes <= kSmemBytes, "the merge reuses the K/V rings");
+  static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedPerCta) <= kSmemPerSmSm90,
+                "the split heuristic counts kCtasPerSm resident CTAs per SM");
 };
 
 /// What the launcher tells the kernels about the cut (see split_heuristic.h).
@@ -134,21 +139,6 @@ __device__ __forceinline__ int64_t kv_token_row(const AttnParams& p, int b, int 
   return static_cast<int64_t>(page) * p.page_size + n % p.page_size;
 }
 
-/// 8 16-bit values (one 16-byte load) -> 8 floats.
-template <class T>
-__device__ __forceinline__ void unpack8(const uint4& raw, float (&f)[8]) {
-  const float2 a = unpack2<T>(raw.x), b = unpack2<T>(raw.y);
-  const float2 c = unpack2<T>(raw.z), d = unpack2<T>(raw.w);
-  f[0] = a.x;
-  f[1] = a.y;
-  f[2] = b.x;
-  f[3] = b.y;
-  f[4] = c.x;
-  f[5] = c.y;
-  f[6] = d.x;
-  f[7] = d.y;
-}
-
 __device__ __forceinline__ float warp_max(float x) {
   for (int off = 16; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
   return x;
@@ -157,9 +147,19 @@ __device__ __forceinline__ float warp_sum(float x) {
   for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
   return x;
 }
+/// Max / sum over the 4 lanes of a quad: lanes 4g .. 4g+3 hold the columns of
+/// rows g and g+8 of an MMA C fragment.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
 
 /// Kernel 1: CTA (split, kvh + heads_kv * row_tile, b) computes attention of
-/// the rows [row0, row0 + ROWS) of KV head kvh's group against the keys of its
+/// the rows [row0, row0 + 16) of KV head kvh's group against the keys of its
 /// split. Row r of the group is query position i = r / group of query head
 /// h = kvh * group + r % group, so the heads sharing this K/V are all served by
 /// one read of it (GQA/MQA). Writes the normalized partial O and its LSE to
@@ -167,23 +167,18 @@ __device__ __forceinline__ float warp_sum(float x) {
 template <class T, class Tr>
 __global__ void __launch_bounds__(Tr::kThreads)
     split_kv_attention(const AttnParams p, const SplitArgs a) {
-  constexpr int D = Tr::kHeadDim, R = Tr::kRows, BLOCK_N = Tr::kBlockN, VEC = Tr::kVec;
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* K_smem = reinterpret_cast<T*>(smem_raw);          // [kStages][BLOCK_N][kSmemRow]
-  T* V_smem = K_smem + Tr::kStages * Tr::kStageElems;  // [kStages][BLOCK_N][kSmemRow]
-  float* Q_smem = reinterpret_cast<float*>(smem_raw + Tr::kKvBytes);  // [R][D], times scale
-  float* S_smem = Q_smem + R * D;                           // [kQkSlots][R][BLOCK_N]; P in slot 0
-  float* alpha_smem = S_smem + Tr::kQkSlots * R * BLOCK_N;  // [R] rescale of O this chunk
-  float* inv_l_smem = alpha_smem + R;                       // [R]
-  float* lse_smem = inv_l_smem + R;                         // [R]
-  float* O_red_smem = reinterpret_cast<float*>(smem_raw);   // [kPvSlots][R][D], after the loop
+  constexpr int D = Tr::kHeadDim, ROWS = Tr::kRows, WARPS = Tr::kWarps;
+  constexpr int BLOCK_N = Tr::kBlockN, STAGES = Tr::kStages, RB = Tr::kRowBytes;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int warp = threadIdx.x / Tr::kWarpSize, lane = threadIdx.x % Tr::kWarpSize;
+  const int g = lane / 4;  // this lane holds rows g and g + 8 of every MMA fragment
+  const int t = lane % 4;  // ... and their columns 2t, 2t + 1
   const int split = blockIdx.x;
   const int kvh = blockIdx.y % p.heads_kv;
-  const int row0 = (blockIdx.y / p.heads_kv) * R;
+  const int row0 = (blockIdx.y / p.heads_kv) * ROWS;
   const int b = blockIdx.z;
-  const int rows = min(R, a.rows_total - row0);  // rows of this tile that exist
+  const int rows = min(ROWS, a.rows_total - row0);  // rows of this tile that exist
 
   // This split's keys. With a causal mask no row of the tile sees past the
   // last row's diagonal, so those keys are not even loaded.
@@ -192,238 +187,268 @@ __global__ void __launch_bounds__(Tr::kThreads)
       min(static_cast<int64_t>(p.seqlen_k), static_cast<int64_t>(n_begin) + a.split_len));
   if (p.causal) n_end = min(n_end, (row0 + rows - 1) / p.group + p.causal_offset + 1);
   const int num_chunks = n_end > n_begin ? (n_end - n_begin + BLOCK_N - 1) / BLOCK_N : 0;
+  // Warp w takes chunks w, w + WARPS, w + 2 WARPS, ...: together the warps
+  // stream the split front to back.
+  const int my_chunks = num_chunks > warp ? (num_chunks - warp + WARPS - 1) / WARPS : 0;
+  auto chunk_key0 = [&](int c) { return n_begin + (c * WARPS + warp) * BLOCK_N; };
 
   const T* K_gmem =
       static_cast<const T*>(p.k) + kvh * p.k_head_stride + (p.page_size ? 0 : b * p.k_batch_stride);
   const T* V_gmem =
       static_cast<const T*>(p.v) + kvh * p.v_head_stride + (p.page_size ? 0 : b * p.v_batch_stride);
 
-  // Copies chunk c (keys n_begin + c*BLOCK_N ...) into stage st with cp.async.
+  // This warp's ring: STAGES tiles of K, then STAGES tiles of V.
+  const uint32_t K_ring = ptx::smem_addr(smem_raw) + warp * Tr::kWarpRingBytes;
+  const uint32_t V_ring = K_ring + STAGES * Tr::kTileBytes;
+
+  // Copies this warp's chunk c into ring stage st: lane copies 16-byte piece
+  // lane % kChunksPerRow of rows lane / kChunksPerRow, + kLoadRowsPerPass, ...
   // Keys past n_end are zero-filled: their P is 0, and 0 * V must not be NaN.
   auto load_chunk = [&](int c, int st) {
-    const int v = tid % Tr::kVecsPerRow;  // this thread's 16-byte column
+    const int piece = lane % Tr::kChunksPerRow;
+    const int key0 = chunk_key0(c);
 #pragma unroll
     for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
-      const int j = tid / Tr::kVecsPerRow + pass * Tr::kLoadRowsPerPass;  // key in the chunk
-      const int n = n_begin + c * BLOCK_N + j;
+      const int j = lane / Tr::kChunksPerRow + pass * Tr::kLoadRowsPerPass;  // key in the chunk
+      const int n = key0 + j;
       const bool valid = n < n_end;
-      const int64_t t = valid ? kv_token_row(p, b, n) : 0;
-      const int smem_off = st * Tr::kStageElems + j * Tr::kSmemRow + v * VEC;
-      ptx::cp_async_16(ptx::smem_addr(K_smem + smem_off), K_gmem + t * p.k_row_stride + v * VEC,
-                       valid ? 16 : 0);
-      ptx::cp_async_16(ptx::smem_addr(V_smem + smem_off), V_gmem + t * p.v_row_stride + v * VEC,
-                       valid ? 16 : 0);
+      const int64_t row = valid ? kv_token_row(p, b, n) : 0;  // row 0 exists; nothing is read
+      const uint32_t dst = st * Tr::kTileBytes + ptx::swizzle<RB>(j, piece);
+      const int col = piece * Tr::kChunkElems;
+      ptx::cp_async_16(K_ring + dst, K_gmem + row * p.k_row_stride + col, valid ? 16 : 0);
+      ptx::cp_async_16(V_ring + dst, V_gmem + row * p.v_row_stride + col, valid ? 16 : 0);
     }
   };
 
-  // Start the pipeline first so the Q load below overlaps the first K/V bytes.
+  // Start the pipeline first so the Q loads below overlap the first K/V bytes.
   // A group is committed even when empty, so "chunk c landed" is always
-  // "all but the newest kStages - 1 groups are done".
+  // "all but the newest STAGES - 2 groups are done".
 #pragma unroll
-  for (int st = 0; st < Tr::kStages - 1; ++st) {
-    if (st < num_chunks) load_chunk(st, st);
+  for (int st = 0; st < STAGES - 1; ++st) {
+    if (st < my_chunks) load_chunk(st, st);
     ptx::cp_async_commit();
   }
 
-  // Q rows of the tile, times softmax_scale, as fp32 (zeros for missing rows).
-  for (int e = tid; e < R * Tr::kVecsPerRow; e += Tr::kThreads) {
-    const int r = e / Tr::kVecsPerRow, v = e % Tr::kVecsPerRow;
-    float q[VEC] = {};
-    if (r < rows) {
-      const int row = row0 + r, i = row / p.group, h = kvh * p.group + row % p.group;
-      const T* q_gmem = static_cast<const T*>(p.q) + b * p.q_batch_stride + i * p.q_row_stride +
-                        h * p.q_head_stride + v * VEC;
-      unpack8<T>(*reinterpret_cast<const uint4*>(q_gmem), q);
+  // Q as the A operand of S = Q K^T, straight from global memory into the
+  // fragment layout (ptx.cuh): a0 = Q[g][2t..], a1 = Q[g+8][2t..],
+  // a2 = Q[g][2t+8..], a3 = Q[g+8][2t+8..] of each 16-wide k-step. Rows the
+  // tile does not have are zeros. key_end[half]: keys row g + 8 half sees.
+  uint32_t Q_frag[Tr::kDSteps][4];
+  int key_end[2];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) q[k] *= p.softmax_scale;
-    }
-    float4* dst = reinterpret_cast<float4*>(Q_smem + r * D + v * VEC);
-    dst[0] = make_float4(q[0], q[1], q[2], q[3]);
-    dst[1] = make_float4(q[4], q[5], q[6], q[7]);
+  for (int half = 0; half < 2; ++half) {
+    const int row = row0 + g + 8 * half;
+    const int i = row / p.group, h = kvh * p.group + row % p.group;
+    const bool valid = row < a.rows_total;
+    const T* q_gmem = static_cast<const T*>(p.q) + b * p.q_batch_stride +
+                      (valid ? i * p.q_row_stride + h * p.q_head_stride : 0);
+#pragma unroll
+    for (int kk = 0; kk < Tr::kDSteps; ++kk)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        Q_frag[kk][half + 2 * e] =
+            valid ? *reinterpret_cast<const uint32_t*>(q_gmem + kk * Tr::kMmaK + 2 * t + 8 * e)
+                  : 0u;
+    key_end[half] = p.causal ? min(n_end, i + p.causal_offset + 1) : n_end;
   }
 
-  // Running softmax state of the rows this warp owns (r = warp + k * kWarps).
-  SoftmaxState state[Tr::kRowsPerWarp];
+  // ldmatrix row addresses of this lane inside a tile (ptx::swizzle, rows of RB).
+  // K as the B operand (not transposed): lanes 0-7 keys 0-7 at piece 0, 8-15
+  // keys 0-7 at piece 1, 16-23 keys 8-15 at piece 0, 24-31 keys 8-15 at piece 1
+  // -> (b0, b1) of 8-key tile 2nj, then of 8-key tile 2nj + 1.
+  const uint32_t k_lane = ptx::swizzle<RB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  // V as the B operand (transposed): lanes 0-15 keys 0-15 at piece 0, lanes
+  // 16-31 the same keys at piece 1 -> (b0, b1) of columns 0-7, then of 8-15.
+  const uint32_t v_lane = ptx::swizzle<RB>(lane % 16, lane / 16);
+
+  // This warp's running state for rows g and g + 8: m (row max, natural-log
+  // units), l (this lane's share of the row sum) and O_i (unnormalized).
+  SoftmaxState state[2] = {softmax_init(), softmax_init()};
+  float O_acc[Tr::kDTiles][4];
 #pragma unroll
-  for (int k = 0; k < Tr::kRowsPerWarp; ++k) state[k] = softmax_init();
-  float O_reg[R][Tr::kPvCols] = {};  // unnormalized O_i: 2 columns x all rows
+  for (int dt = 0; dt < Tr::kDTiles; ++dt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) O_acc[dt][e] = 0.f;
 
-  for (int c = 0; c < num_chunks; ++c) {
-    const int st = c % Tr::kStages;
-    // Refill the stage chunk c - 1 used (freed by the barrier that ended it).
-    const int next = c + Tr::kStages - 1;
-    if (next < num_chunks) load_chunk(next, next % Tr::kStages);
+  for (int c = 0; c < my_chunks; ++c) {
+    // Chunk c has landed (for this lane); after the warp barrier, for every
+    // lane, and every lane is done with the stage chunk c - 1 used...
+    ptx::cp_async_wait<STAGES - 2>();
+    __syncwarp();
+    const int st = c % STAGES;
+    // ...so that stage can take chunk c + STAGES - 1.
+    if (c + STAGES - 1 < my_chunks) load_chunk(c + STAGES - 1, (c + STAGES - 1) % STAGES);
     ptx::cp_async_commit();
-    ptx::cp_async_wait<Tr::kStages - 1>();
-    __syncthreads();  // chunk c is in shared memory for every thread (and Q, at c = 0)
 
-    const int n0 = n_begin + c * BLOCK_N;
-    const T* K_j = K_smem + st * Tr::kStageElems;
-    const T* V_j = V_smem + st * Tr::kStageElems;
+    const uint32_t K_j = K_ring + st * Tr::kTileBytes;
+    const uint32_t V_j = V_ring + st * Tr::kTileBytes;
+    const int key0 = chunk_key0(c);
 
     // LAB-BEGIN(08-split-chunk): scores, online softmax and P V for one chunk of the split
-    // (1) S = Q K_j^T: each thread one key, one slice of head_dim, every row.
-    {
-      const int j = tid % BLOCK_N, slot = tid / BLOCK_N, d0 = slot * Tr::kQkDims;
-      float s[R] = {};
+    // (1) S = Q K_j^T: 16 rows x BLOCK_N keys, fp32 accumulators.
+    float S_acc[Tr::kNTiles][4];
 #pragma unroll
-      for (int v = 0; v < Tr::kQkDims / VEC; ++v) {
-        float k[VEC];
-        unpack8<T>(*reinterpret_cast<const uint4*>(K_j + j * Tr::kSmemRow + d0 + v * VEC), k);
+    for (int nt = 0; nt < Tr::kNTiles; ++nt)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {  // Q reads are warp-wide broadcasts
-          const float4 qa = *reinterpret_cast<const float4*>(Q_smem + r * D + d0 + v * VEC);
-          const float4 qb = *reinterpret_cast<const float4*>(Q_smem + r * D + d0 + v * VEC + 4);
-          s[r] = fmaf(qa.x, k[0], fmaf(qa.y, k[1], fmaf(qa.z, k[2], fmaf(qa.w, k[3], s[r]))));
-          s[r] = fmaf(qb.x, k[4], fmaf(qb.y, k[5], fmaf(qb.z, k[6], fmaf(qb.w, k[7], s[r]))));
-        }
+      for (int e = 0; e < 4; ++e) S_acc[nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < Tr::kDSteps; ++kk) {
+#pragma unroll
+      for (int nj = 0; nj < BLOCK_N / 16; ++nj) {
+        uint32_t k_frag[4];  // (b0, b1) of key tile 2nj, then of key tile 2nj + 1
+        ptx::ldmatrix_x4(k_frag, K_j + nj * 16 * RB + (k_lane ^ (kk * 32)));
+        ptx::mma_m16n8k16<T>(S_acc[2 * nj], Q_frag[kk], k_frag[0], k_frag[1]);
+        ptx::mma_m16n8k16<T>(S_acc[2 * nj + 1], Q_frag[kk], k_frag[2], k_frag[3]);
       }
-#pragma unroll
-      for (int r = 0; r < R; ++r) S_smem[(slot * R + r) * BLOCK_N + j] = s[r];
     }
-    __syncthreads();
 
-    // (2) Online softmax, one warp per row: mask, block max, rescale factor
+    // (2) Online softmax on the fragments (row g: elements 0, 1; row g + 8:
+    // elements 2, 3): scale, mask, block max over the quad, rescale factor
     // alpha = exp(m_old - m_new), P = exp(S - m_new), l += sum P.
 #pragma unroll
-    for (int k = 0; k < Tr::kRowsPerWarp; ++k) {
-      const int r = warp + k * Tr::kWarps;
-      if (r < R) {
-        const int i = (row0 + r) / p.group;  // query position of this row
-        float s[Tr::kKeysPerLane];
-        float m_block = -INFINITY;
+    for (int half = 0; half < 2; ++half) {
+      float m_block = -INFINITY;
 #pragma unroll
-        for (int t = 0; t < Tr::kKeysPerLane; ++t) {
-          const int j = lane + 32 * t, n = n0 + j;
-          float x = 0.f;
+      for (int nt = 0; nt < Tr::kNTiles; ++nt)
 #pragma unroll
-          for (int slot = 0; slot < Tr::kQkSlots; ++slot) x += S_smem[(slot * R + r) * BLOCK_N + j];
-          const bool visible = r < rows && n < n_end && (!p.causal || n <= i + p.causal_offset);
-          s[t] = visible ? x : -INFINITY;
-          m_block = fmaxf(m_block, s[t]);
+        for (int e = 0; e < 2; ++e) {
+          const int n = key0 + nt * Tr::kMmaN + 2 * t + e;
+          float& s = S_acc[nt][2 * half + e];
+          s = (n < key_end[half]) ? s * p.softmax_scale : -INFINITY;
+          m_block = fmaxf(m_block, s);
         }
-        const float alpha = softmax_rescale(&state[k], warp_max(m_block));
-        float l_block = 0.f;
+      const float alpha = softmax_rescale(&state[half], quad_max(m_block));
+      float l_block = 0.f;
 #pragma unroll
-        for (int t = 0; t < Tr::kKeysPerLane; ++t) {
-          const float p_ij = exp_diff(s[t], state[k].m);  // 0 for masked keys
-          S_smem[r * BLOCK_N + lane + 32 * t] = p_ij;
-          l_block += p_ij;
+      for (int nt = 0; nt < Tr::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& s = S_acc[nt][2 * half + e];
+          s = exp_diff(s, state[half].m);  // 0 for masked keys
+          l_block += s;
         }
-        state[k].l += warp_sum(l_block);
-        if (lane == 0) alpha_smem[r] = alpha;
+      state[half].l += l_block;
+#pragma unroll
+      for (int dt = 0; dt < Tr::kDTiles; ++dt) {
+        O_acc[dt][2 * half] *= alpha;
+        O_acc[dt][2 * half + 1] *= alpha;
       }
     }
-    __syncthreads();
 
-    // (3) O_i = alpha O_i + P V_j: each thread 2 columns of every row, over
-    // every kPvSlots-th key of the chunk (P reads are broadcasts).
-    {
-      const int cp = tid % (D / Tr::kPvCols), slot = tid / (D / Tr::kPvCols);
+    // (3) O_i += P V_j. The C fragments of key tiles 2kk and 2kk + 1, packed
+    // to 16 bits, are the A fragment of k-step kk: P never leaves registers.
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const float alpha = alpha_smem[r];
-        O_reg[r][0] *= alpha;
-        O_reg[r][1] *= alpha;
-      }
-#pragma unroll 4
-      for (int j = slot; j < BLOCK_N; j += Tr::kPvSlots) {
-        const float2 v =
-            unpack2<T>(*reinterpret_cast<const uint32_t*>(V_j + j * Tr::kSmemRow + cp * 2));
+    for (int kk = 0; kk < Tr::kNSteps; ++kk) {
+      uint32_t P_frag[4];
+      P_frag[0] = pack2<T>(S_acc[2 * kk][0], S_acc[2 * kk][1]);
+      P_frag[1] = pack2<T>(S_acc[2 * kk][2], S_acc[2 * kk][3]);
+      P_frag[2] = pack2<T>(S_acc[2 * kk + 1][0], S_acc[2 * kk + 1][1]);
+      P_frag[3] = pack2<T>(S_acc[2 * kk + 1][2], S_acc[2 * kk + 1][3]);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float p_ij = S_smem[r * BLOCK_N + j];
-          O_reg[r][0] = fmaf(p_ij, v.x, O_reg[r][0]);
-          O_reg[r][1] = fmaf(p_ij, v.y, O_reg[r][1]);
-        }
+      for (int dj = 0; dj < D / 16; ++dj) {
+        uint32_t v_frag[4];  // (b0, b1) of columns 16dj..+7, then of 16dj+8..+15
+        ptx::ldmatrix_x4_trans(v_frag, V_j + kk * 16 * RB + (v_lane ^ (dj * 32)));
+        ptx::mma_m16n8k16<T>(O_acc[2 * dj], P_frag, v_frag[0], v_frag[1]);
+        ptx::mma_m16n8k16<T>(O_acc[2 * dj + 1], P_frag, v_frag[2], v_frag[3]);
       }
     }
     // LAB-END(08-split-chunk)
-    __syncthreads();  // S and this stage are overwritten next iteration
   }
   ptx::cp_async_wait<0>();  // only empty groups can be left; be explicit anyway
-  __syncthreads();          // K/V stages are free: reuse them for the O reduction
+  __syncthreads();          // every warp is done with its ring: reuse the bytes for the merge
 
-  // Sum the PV slots' partial O; normalize by l (the split's own softmax).
-  {
-    const int cp = tid % (D / Tr::kPvCols), slot = tid / (D / Tr::kPvCols);
+  // Merge the warps. Each saw a quarter of the split's keys and holds its own
+  // (m, l, O) per row; they combine exactly like splits do in kernel 2, with
+  // fl::softmax_merge: m = max m_w, l = sum_w exp(m_w - m) l_w, same for O.
+  float* m_smem = reinterpret_cast<float*>(smem_raw);  // [WARPS][ROWS]
+  float* l_smem = m_smem + WARPS * ROWS;               // [WARPS][ROWS]
+  float* O_smem = l_smem + WARPS * ROWS;               // [WARPS][ROWS][D]
 #pragma unroll
-    for (int r = 0; r < R; ++r)
-      *reinterpret_cast<float2*>(O_red_smem + (slot * R + r) * D + cp * 2) =
-          make_float2(O_reg[r][0], O_reg[r][1]);
-  }
-#pragma unroll
-  for (int k = 0; k < Tr::kRowsPerWarp; ++k) {
-    const int r = warp + k * Tr::kWarps;
-    if (r < R && lane == 0) {
-      inv_l_smem[r] = softmax_inv_l(state[k]);  // 0 when the row saw no key: O = 0
-      lse_smem[r] = softmax_lse(state[k]);      // -inf when the row saw no key
+  for (int half = 0; half < 2; ++half) {
+    const int r = g + 8 * half;
+    const float l = quad_sum(state[half].l);  // the quad's 4 column shares of the row sum
+    if (t == 0) {
+      m_smem[warp * ROWS + r] = state[half].m;
+      l_smem[warp * ROWS + r] = l;
     }
+#pragma unroll
+    for (int dt = 0; dt < Tr::kDTiles; ++dt)
+      *reinterpret_cast<float2*>(O_smem + (warp * ROWS + r) * D + dt * Tr::kMmaN + 2 * t) =
+          make_float2(O_acc[dt][2 * half], O_acc[dt][2 * half + 1]);
   }
   __syncthreads();
 
-  for (int e = tid; e < rows * D; e += Tr::kThreads) {
+  for (int e = threadIdx.x; e < rows * D; e += Tr::kThreads) {
     const int r = e / D, col = e % D;
+    SoftmaxState merged = softmax_init();
     float o = 0.f;
 #pragma unroll
-    for (int slot = 0; slot < Tr::kPvSlots; ++slot) o += O_red_smem[(slot * R + r) * D + col];
-    o *= inv_l_smem[r];
+    for (int w = 0; w < WARPS; ++w) {
+      float alpha_old, alpha_w;
+      merged =
+          softmax_merge(merged, m_smem[w * ROWS + r], l_smem[w * ROWS + r], &alpha_old, &alpha_w);
+      o = o * alpha_old + O_smem[(w * ROWS + r) * D + col] * alpha_w;
+    }
+    o *= softmax_inv_l(merged);  // 0 when the row saw no key: O = 0
     const int row = row0 + r, i = row / p.group, h = kvh * p.group + row % p.group;
     if (a.num_splits == 1) {
       T* o_gmem =
           static_cast<T*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
       o_gmem[col] = from_float<T>(o);
+      if (col == 0) p.lse[out_row(p, b, h, i)] = softmax_lse(merged);  // -inf: no key seen
     } else {
       a.o_part[(out_row(p, b, h, i) * a.num_splits + split) * D + col] = o;
+      if (col == 0) a.lse_part[out_row(p, b, h, i) * a.num_splits + split] = softmax_lse(merged);
     }
-  }
-  for (int r = tid; r < rows; r += Tr::kThreads) {
-    const int row = row0 + r, i = row / p.group, h = kvh * p.group + row % p.group;
-    if (a.num_splits == 1)
-      p.lse[out_row(p, b, h, i)] = lse_smem[r];
-    else
-      a.lse_part[out_row(p, b, h, i) * a.num_splits + split] = lse_smem[r];
   }
 }
 
-/// Threads per CTA of the combine kernel (one warp per output row).
-constexpr int kCombineThreads = 128;
-
-/// Kernel 2: merges the splits of one output row (b, h, i) per warp.
+/// Kernel 2: merges the splits of one output row (b, h, i) per CTA of
+/// HEAD_DIM threads, one output column per thread.
 /// Split s holds O_s = softmax over its keys times V, and LSE_s = log of its
 /// sum of exp(scores). The whole row's LSE is log sum_s exp(LSE_s) and
 /// O = sum_s exp(LSE_s - LSE) O_s: each split weighs by its share of the total
 /// softmax mass (seed 002, section 3.3, written with LSE instead of m and l).
 template <class T, int HEAD_DIM>
-__global__ void __launch_bounds__(kCombineThreads)
-    combine_splits(const AttnParams p, const SplitArgs a) {
-  constexpr int kColsPerLane = HEAD_DIM / 32;
-  static_assert(HEAD_DIM % 32 == 0, "a warp covers head_dim in whole columns per lane");
-  const int lane = threadIdx.x % 32;
-  const int64_t g = static_cast<int64_t>(blockIdx.x) * (kCombineThreads / 32) + threadIdx.x / 32;
-  if (g >= static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q) return;
-  const int i = static_cast<int>(g % p.seqlen_q);
-  const int h = static_cast<int>((g / p.seqlen_q) % p.heads_q);
-  const int b = static_cast<int>(g / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
-  const float* lse_s = a.lse_part + g * a.num_splits;
-  const float* O_s = a.o_part + g * a.num_splits * HEAD_DIM;
+__global__ void __launch_bounds__(HEAD_DIM) combine_splits(const AttnParams p, const SplitArgs a) {
+  constexpr int kWarpSize = 32;
+  static_assert(HEAD_DIM % kWarpSize == 0, "whole warps, one column per thread");
+  __shared__ float lse_smem;
+  const int64_t row = blockIdx.x;  // in LSE order [batch, heads_q, seqlen_q]
+  const int col = threadIdx.x;
+  const int i = static_cast<int>(row % p.seqlen_q);
+  const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  const float* lse_s = a.lse_part + row * a.num_splits;
+  const float* O_s = a.o_part + row * a.num_splits * HEAD_DIM;
+  float o = 0.f;
 
   // LAB-BEGIN(08-lse-combine): merge the partial outputs by their log-sum-exp
-  const float lse = lse_reduce(lse_s, a.num_splits);  // -inf if no split saw a key
-  float o[kColsPerLane] = {};
-  for (int s = 0; s < a.num_splits; ++s) {
-    const float w = lse_weight(lse_s[s], lse);  // 0 for a split whose keys were all masked
-#pragma unroll
-    for (int k = 0; k < kColsPerLane; ++k)
-      o[k] = fmaf(w, O_s[static_cast<int64_t>(s) * HEAD_DIM + lane + 32 * k], o[k]);
+  // (1) LSE = log sum_s exp(LSE_s): fl::lse_reduce, with the loop over the
+  // splits spread across the first warp (one load per lane, not one per split).
+  if (threadIdx.x < kWarpSize) {
+    float m = -INFINITY;
+    for (int s = threadIdx.x; s < a.num_splits; s += kWarpSize) m = fmaxf(m, lse_s[s]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int s = threadIdx.x; s < a.num_splits; s += kWarpSize) sum += exp_diff(lse_s[s], m);
+    sum = warp_sum(sum);
+    if (threadIdx.x == 0) lse_smem = (m == -INFINITY) ? -INFINITY : m + logf(sum);
   }
+  __syncthreads();
+  // (2) O = sum_s w_s O_s with w_s = exp(LSE_s - LSE) (fl::lse_weight: 0 for a
+  // split whose keys were all masked). Unrolled so that several splits' loads
+  // are in flight at once.
+  const float lse = lse_smem;
+#pragma unroll 8
+  for (int s = 0; s < a.num_splits; ++s)
+    o = fmaf(lse_weight(lse_s[s], lse), O_s[static_cast<int64_t>(s) * HEAD_DIM + col], o);
   // LAB-END(08-lse-combine)
 
   T* o_gmem =
       static_cast<T*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
-#pragma unroll
-  for (int k = 0; k < kColsPerLane; ++k) o_gmem[lane + 32 * k] = from_float<T>(o[k]);
-  if (lane == 0) p.lse[g] = lse;
+  o_gmem[col] = from_float<T>(o);
+  if (col == 0) p.lse[row] = lse_smem;
 }
 
 }  // namespace fl::decode

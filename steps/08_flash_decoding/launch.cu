@@ -63,28 +63,7 @@ DecodePlan plan_for(const AttnParams& p) {
                           sm_count());
 }
 
-/// Runs @p f with std::integral_constant<int, ROWS> for a row bucket.
-template <class F>
-decltype(auto) with_row_bucket(int rows, F&& f) {
-  switch (rows) {
-    case 1:
-      return f(std::integral_constant<int, 1>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 8:
-      return f(std::integral_constant<int, 8>{});
-    case 16:
-      return f(std::integral_constant<int, 16>{});
-    default:
-      break;
-  }
-  throw std::invalid_argument("rung 08: no kernel for " + std::to_string(rows) + " rows per CTA");
-}
-static_assert(kMaxRowsPerCta == 16, "with_row_bucket instantiates buckets up to 16 rows");
-
-/// The split kernel for (T, D, ROWS) with its shared-memory limit raised once
+/// The split kernel for (T, D) with its shared-memory limit raised once
 /// (above 48 KiB dynamic shared memory must be opted into).
 template <class T, class Tr>
 const void* prepared_split_kernel() {
@@ -110,9 +89,9 @@ void check_alignment(const AttnParams& p) {
         "elements (16-byte vector loads)");
 }
 
-template <class T, int D, int ROWS>
+template <class T, int D>
 void launch_decode(const AttnParams& p, const DecodePlan& plan, cudaStream_t stream) {
-  using Tr = DecodeTraits<D, ROWS>;
+  using Tr = DecodeTraits<D>;
   SplitArgs a{plan.rows_total, plan.num_splits, plan.split_len, nullptr, nullptr};
   if (plan.num_splits > 1) {
     const size_t need = workspace_bytes(plan, p.batch, p.heads_q, p.seqlen_q, D);
@@ -127,11 +106,9 @@ void launch_decode(const AttnParams& p, const DecodePlan& plan, cudaStream_t str
   split_kv_attention<T, Tr><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, a);
   FL_LAUNCH_CHECK("split_kv_attention");
 
-  if (plan.num_splits > 1) {
+  if (plan.num_splits > 1) {  // one CTA of D threads per output row
     const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-    const int64_t rows_per_cta = kCombineThreads / 32;
-    const dim3 combine_grid(static_cast<unsigned>((rows + rows_per_cta - 1) / rows_per_cta));
-    combine_splits<T, D><<<combine_grid, kCombineThreads, 0, stream>>>(p, a);
+    combine_splits<T, D><<<static_cast<unsigned>(rows), D, 0, stream>>>(p, a);
     FL_LAUNCH_CHECK("combine_splits");
   }
 }
@@ -149,11 +126,8 @@ std::string supports_08(const Problem& p, const DeviceInfo& d) {
   if (p.batch > 65535) return "batch must be <= 65535 (grid z)";
   if (static_cast<long long>(p.heads_kv) * plan.row_tiles > 65535)
     return "heads_kv x row tiles must be <= 65535 (grid y)";
-  const size_t smem = with_head_dim(p.head_dim, [&](auto dim) {
-    return with_row_bucket(plan.rows_per_cta, [&](auto rows) {
-      return DecodeTraits<decltype(dim)::value, decltype(rows)::value>::kSmemBytes;
-    });
-  });
+  const size_t smem = with_head_dim(
+      p.head_dim, [&](auto dim) { return DecodeTraits<decltype(dim)::value>::kSmemBytes; });
   if (d.smem_per_block_optin > 0 && smem > static_cast<size_t>(d.smem_per_block_optin))
     return "needs " + std::to_string(smem) + " bytes of shared memory per block, the GPU allows " +
            std::to_string(d.smem_per_block_optin);
@@ -169,16 +143,12 @@ std::vector<KernelInfo> kernels_08(const Problem& p) {
   return FL_DTYPE_SWITCH(p.dtype, T, [&] {
     return with_head_dim(p.head_dim, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
+      using Tr = DecodeTraits<D>;
       std::vector<KernelInfo> k;
-      with_row_bucket(plan.rows_per_cta, [&](auto rows) {
-        using Tr = DecodeTraits<D, decltype(rows)::value>;
-        k.push_back({"split_kv_attention<d=" + std::to_string(D) +
-                         ",rows=" + std::to_string(Tr::kRows) + ">",
-                     prepared_split_kernel<T, Tr>(), Tr::kThreads, Tr::kSmemBytes});
-      });
+      k.push_back({"split_kv_attention<d=" + std::to_string(D) + ">",
+                   prepared_split_kernel<T, Tr>(), Tr::kThreads, Tr::kSmemBytes});
       if (plan.num_splits > 1)
-        k.push_back({"combine_splits", reinterpret_cast<const void*>(&combine_splits<T, D>),
-                     kCombineThreads, 0});
+        k.push_back({"combine_splits", reinterpret_cast<const void*>(&combine_splits<T, D>), D, 0});
       return k;
     });
   });
@@ -192,10 +162,9 @@ std::vector<std::string> notes_08(const Problem& p) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "split-KV: %d split(s) of %d keys (%s); %d rows per (batch, KV head) = group %d x "
-                "seqlen_q %d, %d per CTA, %d row tile(s)",
+                "seqlen_q %d, in %d row tile(s) of %d (one MMA tile)",
                 plan.num_splits, plan.split_len, plan.from_heuristic ? "heuristic" : "--splits",
-                plan.rows_total, p.group(), p.seqlen_q,
-                std::min(plan.rows_per_cta, plan.rows_total), plan.row_tiles);
+                plan.rows_total, p.group(), p.seqlen_q, plan.row_tiles, plan.rows_per_cta);
   std::vector<std::string> out{buf};
   std::snprintf(buf, sizeof buf,
                 "grid: %lld CTAs = %lld (batch x heads_kv x row tiles) x %d splits; %.2f waves "
@@ -225,18 +194,15 @@ void register_rung_08(Registry& reg) {
   r.peak = Peak::memory;
   r.head_dims = {64, 128};
   r.paged_kv = true;
-  r.min_cc = 80;  // cp.async
+  r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
   r.supports = supports_08;
   r.workspace_bytes = workspace_08;
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     check_alignment(p);
     const DecodePlan plan = plan_for(p);
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
-      with_head_dim(p.head_dim, [&](auto dim) {
-        with_row_bucket(plan.rows_per_cta, [&](auto rows) {
-          launch_decode<T, decltype(dim)::value, decltype(rows)::value>(p, plan, s);
-        });
-      });
+      with_head_dim(p.head_dim,
+                    [&](auto dim) { launch_decode<T, decltype(dim)::value>(p, plan, s); });
     });
   };
   r.kernels = kernels_08;

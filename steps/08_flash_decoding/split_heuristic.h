@@ -28,20 +28,30 @@
 
 namespace fl::decode {
 
-/// Most query rows (group x seqlen_q) one CTA keeps accumulators for. With
-/// more rows the rows are tiled and each row tile re-reads its split of K/V
-/// (from L2 mostly, since the tiles of a split run at the same time).
+/// Query rows (group x seqlen_q) one CTA carries: the M = 16 of one
+/// mma.sync.m16n8k16 tile. A decode step has 1 to 16 rows per KV head in the
+/// usual cases (MHA: 1, GQA 32:8: 4, 8 KV heads with 4 speculative tokens: 16);
+/// the rows a tile does not need are zeros and are never stored. With more rows
+/// the rows are tiled and each row tile re-reads its split of K/V (from L2
+/// mostly, since the tiles of a split run at the same time).
 constexpr int kMaxRowsPerCta = 16;
+
+/// CTAs of the split kernel resident on one SM of an H100/H200: its shared
+/// memory (96 KiB, kernel.cuh checks it with a static_assert) allows two.
+constexpr int kCtasPerSm = 2;
 
 /// The knobs of the heuristic, with the values rung 08 uses.
 struct SplitPolicy {
-  /// Shortest piece worth launching, in keys (4 to 8 K/V chunks of the kernel).
+  /// Shortest piece worth launching, in keys: 256 keys are 4 chunks of a
+  /// CTA's 4 warps at head_dim 128. Shorter pieces spend more on starting up
+  /// and on their partial result than on streaming. Measured on an H200, even
+  /// the shortest pieces pay for the combine kernel: at 1k keys, 4 splits of
+  /// 256 beat 1 split by 1.36x at batch 8 (GQA 32:8) and 1.8x at batch 1.
   int min_split_len = 256;
   /// Upper bound on splits (bounds the workspace and the combine loop).
   int max_splits = 128;
-  /// CTAs of the split kernel resident on one SM (its shared memory allows 2
-  /// at head_dim 128): one wave is sm_count x ctas_per_sm CTAs.
-  int ctas_per_sm = 2;
+  /// One wave is sm_count x ctas_per_sm CTAs.
+  int ctas_per_sm = kCtasPerSm;
   /// The unsplit grid is "big enough" when it fills this fraction of a wave.
   double full_wave_fraction = 0.8;
   /// Take the smallest split count within this fraction of the best efficiency.
@@ -77,21 +87,13 @@ inline int num_splits_heuristic(int sm_count, long long work_items, int seqlen_k
 /// Everything the launcher needs to know about how the work is cut up.
 struct DecodePlan {
   int rows_total = 0;          ///< query rows per (batch, KV head): group x seqlen_q
-  int rows_per_cta = 0;        ///< rows one CTA holds: a power of two <= kMaxRowsPerCta
+  int rows_per_cta = 0;        ///< rows one CTA holds: kMaxRowsPerCta (one MMA tile)
   int row_tiles = 0;           ///< ceil(rows_total / rows_per_cta)
   long long work_items = 0;    ///< CTAs without splitting: batch x heads_kv x row_tiles
   int num_splits = 1;          ///< splits actually launched (none of them empty)
   int split_len = 0;           ///< keys per split (the last one may be shorter)
   bool from_heuristic = true;  ///< false when Problem::num_splits overrode it
 };
-
-/// The smallest power of two >= @p rows, capped at kMaxRowsPerCta (the kernel
-/// is compiled for 1, 2, 4, 8 and 16 rows).
-inline int rows_bucket(int rows) {
-  int r = 1;
-  while (r < rows && r < kMaxRowsPerCta) r *= 2;
-  return r;
-}
 
 /// Cuts [0, seqlen_k) into at most @p splits pieces of equal length
 /// ceil(seqlen_k / splits); returns the pieces that are not empty. For example
@@ -110,7 +112,7 @@ inline DecodePlan make_decode_plan(int batch, int heads_kv, int group, int seqle
                                    const SplitPolicy& pol = SplitPolicy{}) {
   DecodePlan d;
   d.rows_total = group * seqlen_q;
-  d.rows_per_cta = rows_bucket(d.rows_total);
+  d.rows_per_cta = kMaxRowsPerCta;
   d.row_tiles = (d.rows_total + d.rows_per_cta - 1) / d.rows_per_cta;
   d.work_items = static_cast<long long>(batch) * heads_kv * d.row_tiles;
   d.from_heuristic = requested_splits <= 0;

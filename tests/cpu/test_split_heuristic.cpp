@@ -1,8 +1,10 @@
 // Rung 08's split heuristic and the split + combine math, on the CPU.
 // The heuristic must split only where it pays (few CTAs, long KV), never cut
 // pieces shorter than the minimum, and obey --splits. The simulation runs the
-// very functions the kernels call (softmax_math.h) on random data and checks
-// that splitting the keys and merging by log-sum-exp equals one softmax.
+// very functions the kernels call (softmax_math.h) on random data, in the
+// kernels' order (chunks dealt round-robin to the warps of a split, warps
+// merged, then splits merged by log-sum-exp), and checks that it equals one
+// softmax.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -34,10 +36,19 @@ TEST_CASE("split heuristic: one split where splitting does not pay", "[cpu][spli
   CHECK(plan(8, 32, 32, 1024).num_splits == 1);
   CHECK(plan(8, 32, 32, 131072).num_splits == 1);  // long, but the grid is full anyway
   CHECK(plan(64, 32, 8, 16384).num_splits == 1);   // big batches: no split (seed table 6.2)
-  // Short KV: no piece shorter than min_split_len.
+  // Short KV: no piece shorter than min_split_len (256 keys).
   CHECK(plan(1, 32, 8, 100).num_splits == 1);
   CHECK(plan(1, 32, 8, 511).num_splits == 1);
   CHECK(plan(1, 32, 8, 512).num_splits == 2);
+}
+
+TEST_CASE("split heuristic: batch 8 at 1k keys (the README's measured rows)", "[cpu][split]") {
+  // MHA: 256 CTAs already fill 132 SMs x 2 -> no split, no combine.
+  CHECK(plan(8, 32, 32, 1024).num_splits == 1);
+  // GQA 32:8: 64 CTAs -> 4 splits of 256 keys (1.36x faster than 1 split on an H200).
+  const DecodePlan gqa = plan(8, 32, 8, 1024);
+  CHECK(gqa.num_splits == 4);
+  CHECK(gqa.split_len == 256);
 }
 
 TEST_CASE("split heuristic: many splits for batch 1 at long seqlen_k", "[cpu][split]") {
@@ -93,10 +104,13 @@ TEST_CASE("split heuristic: --splits overrides", "[cpu][split]") {
 }
 
 TEST_CASE("split heuristic: rows per CTA and workspace", "[cpu][split]") {
-  CHECK(rows_bucket(1) == 1);
-  CHECK(rows_bucket(3) == 4);
-  CHECK(rows_bucket(16) == 16);
-  CHECK(rows_bucket(64) == kMaxRowsPerCta);
+  // A CTA carries one 16-row MMA tile of (query head, query position) rows.
+  const DecodePlan gqa = plan(1, 32, 8, 4096);  // 4 rows: one tile, 12 rows of padding
+  CHECK(gqa.rows_total == 4);
+  CHECK(gqa.rows_per_cta == kMaxRowsPerCta);
+  CHECK(gqa.row_tiles == 1);
+  CHECK(plan(1, 16, 2, 4096, 0, 2).row_tiles == 1);    // 8 heads x 2 queries = 16 rows
+  CHECK(plan(1, 16, 2, 4096, 0, 3).row_tiles == 2);    // 24 rows
   const DecodePlan mqa = plan(2, 32, 1, 4096, 0, 16);  // 32 heads x 16 queries = 512 rows
   CHECK(mqa.rows_total == 512);
   CHECK(mqa.rows_per_cta == 16);
@@ -111,34 +125,44 @@ TEST_CASE("split heuristic: rows per CTA and workspace", "[cpu][split]") {
 namespace {
 
 /// One attention row done the way the kernels do it: the keys of each split in
-/// chunks of @p chunk, online softmax (softmax_rescale, exp_diff), a normalized
-/// partial O and LSE per split, then the log-sum-exp merge (lse_reduce,
-/// lse_weight). Scores of masked keys are -inf.
+/// chunks of @p chunk, dealt round-robin to @p warps running online softmaxes
+/// (softmax_rescale, exp_diff); the warps merged (softmax_merge) into a
+/// normalized partial O and LSE per split; then the log-sum-exp merge of the
+/// splits (lse_reduce, lse_weight). Scores of masked keys are -inf.
 void split_and_combine(const std::vector<float>& s, const std::vector<float>& v, int d, int splits,
-                       int chunk, std::vector<float>* o, float* lse) {
+                       int chunk, int warps, std::vector<float>* o, float* lse) {
   const int n = static_cast<int>(s.size());
   int num = 0, len = 0;
   cut_keys(n, splits, &num, &len);
   std::vector<float> part_o(static_cast<size_t>(num) * d), part_lse(num);
   for (int sp = 0; sp < num; ++sp) {
-    SoftmaxState st = softmax_init();
-    std::vector<float> acc(d, 0.f);
+    std::vector<SoftmaxState> st(warps, softmax_init());
+    std::vector<std::vector<float>> acc(warps, std::vector<float>(d, 0.f));
     const int begin = sp * len, end = std::min(n, begin + len);
-    for (int c0 = begin; c0 < end; c0 += chunk) {
+    for (int c0 = begin, k = 0; c0 < end; c0 += chunk, ++k) {
+      const int w = k % warps;  // chunk k of the split goes to warp k % warps
       const int c1 = std::min(end, c0 + chunk);
       float m_block = -INFINITY;
       for (int j = c0; j < c1; ++j) m_block = std::max(m_block, s[j]);
-      const float alpha = softmax_rescale(&st, m_block);
-      for (float& a : acc) a *= alpha;
+      const float alpha = softmax_rescale(&st[w], m_block);
+      for (float& a : acc[w]) a *= alpha;
       for (int j = c0; j < c1; ++j) {
-        const float p = exp_diff(s[j], st.m);
-        st.l += p;
-        for (int c = 0; c < d; ++c) acc[c] += p * v[static_cast<size_t>(j) * d + c];
+        const float p = exp_diff(s[j], st[w].m);
+        st[w].l += p;
+        for (int c = 0; c < d; ++c) acc[w][c] += p * v[static_cast<size_t>(j) * d + c];
       }
     }
-    const float inv_l = softmax_inv_l(st);
-    for (int c = 0; c < d; ++c) part_o[static_cast<size_t>(sp) * d + c] = acc[c] * inv_l;
-    part_lse[sp] = softmax_lse(st);
+    // The CTA's merge of its warps (kernel.cuh, after the loop).
+    SoftmaxState merged = softmax_init();
+    std::vector<float> o_split(d, 0.f);
+    for (int w = 0; w < warps; ++w) {
+      float alpha_old = 0, alpha_w = 0;
+      merged = softmax_merge(merged, st[w].m, st[w].l, &alpha_old, &alpha_w);
+      for (int c = 0; c < d; ++c) o_split[c] = o_split[c] * alpha_old + acc[w][c] * alpha_w;
+    }
+    const float inv_l = softmax_inv_l(merged);
+    for (int c = 0; c < d; ++c) part_o[static_cast<size_t>(sp) * d + c] = o_split[c] * inv_l;
+    part_lse[sp] = softmax_lse(merged);
   }
   *lse = lse_reduce(part_lse.data(), num);
   o->assign(d, 0.f);
@@ -184,21 +208,24 @@ TEST_CASE("split + combine equals one softmax (CPU simulation)", "[cpu][split]")
           for (int j = n - n * 2 / 5; j < n; ++j)
             s[j] = -INFINITY;  // causal-like: whole splits empty
         if (masked_tail == 2) std::fill(s.begin(), s.end(), -INFINITY);
-        std::vector<float> o;
-        float lse = 0;
-        split_and_combine(s, v, d, splits, 32, &o, &lse);
         std::vector<double> o_ref;
         double lse_ref = 0;
         direct_softmax(s, v, d, &o_ref, &lse_ref);
-        INFO("n " << n << " splits " << splits << " masked " << masked_tail);
-        if (lse_ref == -INFINITY) {
-          REQUIRE(lse == -INFINITY);
-          for (float x : o) REQUIRE(x == 0.f);  // a row that sees no key: O = 0
-          continue;
+        for (int warps : {1, 4}) {
+          std::vector<float> o;
+          float lse = 0;
+          split_and_combine(s, v, d, splits, 16, warps, &o, &lse);
+          INFO("n " << n << " splits " << splits << " masked " << masked_tail << " warps "
+                    << warps);
+          if (lse_ref == -INFINITY) {
+            REQUIRE(lse == -INFINITY);
+            for (float x : o) REQUIRE(x == 0.f);  // a row that sees no key: O = 0
+            continue;
+          }
+          REQUIRE(std::isfinite(lse));
+          REQUIRE(std::abs(lse - lse_ref) <= 1e-4 * std::max(1.0, std::abs(lse_ref)));
+          for (int c = 0; c < d; ++c) REQUIRE(std::abs(o[c] - o_ref[c]) <= 1e-4);
         }
-        REQUIRE(std::isfinite(lse));
-        REQUIRE(std::abs(lse - lse_ref) <= 1e-4 * std::max(1.0, std::abs(lse_ref)));
-        for (int c = 0; c < d; ++c) REQUIRE(std::abs(o[c] - o_ref[c]) <= 1e-4);
       }
 }
 
