@@ -27,8 +27,8 @@ std::vector<const Rung*> rungs_under_test(bool with_variants) {
 
 std::vector<int> head_dims_of(const Rung& r) {
   std::vector<int> dims;
-  for (int d : {32, 64, 128})
-    if (r.head_dims.empty() || std::find(r.head_dims.begin(), r.head_dims.end(), d) != r.head_dims.end())
+  for (int d : {32, 64, 128, 256})
+    if ((r.head_dims.empty() && d <= 128) || std::find(r.head_dims.begin(), r.head_dims.end(), d) != r.head_dims.end())
       dims.push_back(d);
   return dims;
 }
