@@ -98,12 +98,19 @@ const HostInputs& inputs_for(const Problem& p) {
   return *in;
 }
 
+/// One benchmark = one (rung, shape). Google Benchmark runs the body once
+/// (Iterations(1)); inside, we launch the rung `iters` times with CUDA events
+/// around each launch and L2 flushed before it, and report the median as the
+/// iteration's manual time. iters adapts to the rung's speed: 3..20 launches,
+/// about 1 s of GPU time (slow rungs at long seqlens take seconds per launch;
+/// their spread is far below the rung-to-rung gaps). Inputs are made lazily
+/// here, so registering the whole sweep costs nothing.
 void run_bench(benchmark::State& state, const Rung* r, Shape s, DeviceInfo dev, CheckMode check) {
   const Problem& p = s.p;
   const HostInputs& in = inputs_for(p);
   DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0);
   dp.poison_outputs();
-  launch_once(*r, dp);
+  launch_once(*r, dp);  // also the warm-up (module load)
   const CheckResult c = check_output(p, in, dp.download_o(), dp.download_lse(), check, 1);
   if (!c.pass) {
     state.SkipWithError(("check failed: " + c.reason).c_str());
@@ -111,18 +118,20 @@ void run_bench(benchmark::State& state, const Rung* r, Shape s, DeviceInfo dev, 
   }
   L2Flusher flusher(dev.l2_bytes);
   EventTimer timer;
-  std::vector<double> ms;
-  for (auto _ : state) {
+  auto timed_launch = [&] {
     flusher.flush();
     timer.start();
     r->launch(dp.params(), nullptr);
-    const double t = timer.stop();
-    ms.push_back(t);
-    state.SetIterationTime(t * 1e-3);
-  }
+    return static_cast<double>(timer.stop());
+  };
+  std::vector<double> ms{timed_launch()};
+  const int iters = static_cast<int>(std::clamp(1000.0 / std::max(ms[0], 1e-3), 3.0, 20.0));
+  while (static_cast<int>(ms.size()) < iters) ms.push_back(timed_launch());
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
+  for (auto _ : state) state.SetIterationTime(med * 1e-3);
   state.counters["median_ms"] = med;
+  state.counters["launches"] = static_cast<double>(ms.size());
   state.counters["TFLOPS"] = tflops_of(p, med);
   state.counters["GB/s"] = gbps_of(p, med, s.family == "decode" ? Peak::memory : r->peak);
   state.counters["rung"] = r->number;
@@ -134,19 +143,6 @@ void run_bench(benchmark::State& state, const Rung* r, Shape s, DeviceInfo dev, 
   state.counters["head_dim"] = p.head_dim;
   state.counters["causal"] = p.causal ? 1 : 0;
   state.SetLabel(r->label() + " " + s.name() + (c.checked ? " check:" + c.mode : ""));
-}
-
-/// Iterations: at least 3, up to 20, about 1 s of GPU time per benchmark (slow rungs
-/// at long seqlens take seconds per launch; their spread is far below the rung-to-rung gaps).
-int iterations_for(const Rung* r, const Shape& s, const DeviceInfo& dev) {
-  (void)dev;
-  DeviceProblem dp(s.p, inputs_for(s.p), r->workspace_bytes ? r->workspace_bytes(s.p) : 0);
-  EventTimer t;
-  launch_once(*r, dp);  // warm-up (module load)
-  t.start();
-  r->launch(dp.params(), nullptr);
-  const double ms = t.stop();
-  return static_cast<int>(std::clamp(1000.0 / std::max(ms, 1e-3), 3.0, 20.0));
 }
 
 bool take_flag(const char* arg, const char* name, std::string* value) {
@@ -222,19 +218,10 @@ int main(int argc, char** argv) {
         ++skipped;
         continue;
       }
-      int iters = 20;
-      try {
-        iters = iterations_for(&r, s, dev);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "skip %s: %s\n", name.c_str(), e.what());
-        benchmark::AddCustomContext("skip: " + name, e.what());
-        ++skipped;
-        continue;
-      }
       benchmark::RegisterBenchmark(name.c_str(), run_bench, &r, s, dev, cfg.check)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
-          ->Iterations(iters);
+          ->Iterations(1);
       ++registered;
     }
   }
