@@ -75,16 +75,6 @@ __device__ __forceinline__ void load_tile_async(uint32_t tile_smem, const T* til
   }
 }
 
-/// Max / sum over the 4 lanes of a quad (the 4 threads that share a row of an
-/// MMA C fragment: lanes 4g .. 4g+3 hold columns 2t, 2t+1 of rows g and g+8).
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 /// The forward kernel. Grid: (ceil(seqlen_q / BLOCK_M), heads_q, batch);
 /// Cfg::kThreads threads; Cfg::kSmemBytes of dynamic shared memory.
@@ -285,7 +275,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_tc_kernel(const AttnP
 #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt)
           m_blk = fmaxf(m_blk, fmaxf(S_acc[mi][nt][2 * half], S_acc[mi][nt][2 * half + 1]));
-        const float m_new = fmaxf(m_i[mi][half], quad_max(m_blk));
+        const float m_new = fmaxf(m_i[mi][half], ptx::quad_max(m_blk));
         // A row that has not seen any key yet has m_new = -inf; subtracting 0
         // instead keeps exp2(-inf - ...) = 0 and avoids -inf - -inf = NaN.
         const float m_scaled = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
@@ -345,7 +335,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_tc_kernel(const AttnP
   for (int mi = 0; mi < M_TILES; ++mi)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float l = quad_sum(l_i[mi][half]);
+      const float l = ptx::quad_sum(l_i[mi][half]);
       const float inv_l = (l > 0.f) ? 1.f / l : 0.f;  // a row that saw no key: O = 0
       const int row = row0 + warp * Cfg::kWarpRows + mi * kMmaM + g + half * 8;
       if (row >= p.seqlen_q) continue;

@@ -147,16 +147,6 @@ __device__ __forceinline__ float warp_sum(float x) {
   for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
   return x;
 }
-/// Max / sum over the 4 lanes of a quad: lanes 4g .. 4g+3 hold the columns of
-/// rows g and g+8 of an MMA C fragment.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 /// Kernel 1: CTA (split, kvh + heads_kv * row_tile, b) computes attention of
 /// the rows [row0, row0 + 16) of KV head kvh's group against the keys of its
@@ -317,7 +307,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
           s = (n < key_end[half]) ? s * p.softmax_scale : -INFINITY;
           m_block = fmaxf(m_block, s);
         }
-      const float alpha = softmax_rescale(&state[half], quad_max(m_block));
+      const float alpha = softmax_rescale(&state[half], ptx::quad_max(m_block));
       float l_block = 0.f;
 #pragma unroll
       for (int nt = 0; nt < Tr::kNTiles; ++nt)
@@ -366,7 +356,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = g + 8 * half;
-    const float l = quad_sum(state[half].l);  // the quad's 4 column shares of the row sum
+    const float l = ptx::quad_sum(state[half].l);  // the quad's 4 column shares of the row sum
     if (t == 0) {
       m_smem[warp * ROWS + r] = state[half].m;
       l_smem[warp * ROWS + r] = l;

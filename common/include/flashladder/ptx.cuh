@@ -199,4 +199,15 @@ __device__ __forceinline__ float ex2_approx(float x) {
   return y;
 }
 
+/// Max / sum over the 4 lanes of a quad: lanes 4g .. 4g+3 hold columns 2t, 2t+1
+/// of rows g and g+8 of an m16n8 C fragment, so a row's reduction is a quad's.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
 }  // namespace fl::ptx
