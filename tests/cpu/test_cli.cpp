@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "run_command.h"
 #include "flashladder/cli.h"
 
 using namespace fl;
@@ -19,13 +20,9 @@ ParseResult parse(std::vector<const char*> args, Options* o) {
 
 /// Runs a command; returns its exit code and fills @p out with stdout+stderr.
 int run(const std::string& cmd, std::string* out) {
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(f != nullptr);
-  char buf[512];
-  out->clear();
-  while (fgets(buf, sizeof buf, f)) *out += buf;
-  const int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  const int rc = fl_test::run_command(cmd, out);
+  REQUIRE(rc != -1);
+  return rc;
 }
 
 }  // namespace

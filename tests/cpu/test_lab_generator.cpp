@@ -12,6 +12,7 @@
 #include <string>
 
 #include "catch_compat.h"
+#include "run_command.h"
 
 namespace fs = std::filesystem;
 
@@ -19,15 +20,11 @@ namespace {
 
 const std::string kGenerator = std::string(FL_SOURCE_DIR) + "/docs/labs/make_starter.py";
 
-/// Runs a shell command; returns its exit code and fills @p out with stdout+stderr.
+/// Runs a command; returns its exit code and fills @p out with stdout+stderr.
 int run(const std::string& cmd, std::string* out) {
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(f != nullptr);
-  char buf[512];
-  out->clear();
-  while (fgets(buf, sizeof buf, f)) *out += buf;
-  const int st = pclose(f);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  const int rc = fl_test::run_command(cmd, out);
+  REQUIRE(rc != -1);
+  return rc;
 }
 
 std::string read(const fs::path& p) {

@@ -18,6 +18,7 @@
 
 #include "07_dv_tiling/variants.h"
 #include "catch_compat.h"
+#include "run_command.h"
 
 namespace {
 
@@ -25,21 +26,6 @@ namespace {
 struct KernelUsage {
   int reg = -1, stack = -1, local = -1;
 };
-
-/// Runs a command and returns its stdout ("" if it could not start).
-std::string run_command(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  *status = pclose(f);
-  return out;
-}
 
 /// cuobjdump to use: $FL_CUOBJDUMP, then the build's CUDA toolkit, then PATH.
 std::string find_cuobjdump() {
@@ -50,9 +36,8 @@ std::string find_cuobjdump() {
 #endif
   candidates.push_back("cuobjdump");
   for (const std::string& c : candidates) {
-    int status = 0;
-    run_command("\"" + c + "\" --version 2>/dev/null", &status);
-    if (status == 0) return c;
+    std::string version;
+    if (fl_test::run_command("\"" + c + "\" --version", &version) == 0) return c;
   }
   return "";
 }
@@ -145,9 +130,9 @@ TEST_CASE("rung 07: untiled d=128 spills, the main DV-tiled kernel does not (sm_
   if (cuobjdump.empty()) {
     FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
   }
-  int status = 0;
-  const std::string text = run_command(
-      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG07_BINARY) + "\" 2>&1", &status);
+  std::string text;
+  const int status = fl_test::run_command(
+      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG07_BINARY) + "\"", &text);
   INFO("cuobjdump -res-usage " << FL_RUNG07_BINARY << " exited " << status);
   REQUIRE(status == 0);
   const auto kernels = parse_res_usage(text, "sm_90");
