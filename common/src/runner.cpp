@@ -146,12 +146,11 @@ Timing time_rung(const Rung& r, DeviceProblem& dp, const DeviceInfo& dev, int it
 namespace {
 
 /// "" if the problem fits in free device memory, else the numbers.
-std::string memory_check(const Rung& r, const Problem& p, const DeviceInfo& dev) {
+std::string memory_check(const Rung& r, const Problem& p) {
   const size_t ws = r.workspace_bytes ? r.workspace_bytes(p) : 0;
   const size_t need = DeviceProblem::device_bytes(p, ws);
   size_t free_b = 0, total_b = 0;
   FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  (void)dev;
   // Keep 5% back for the L2 flush buffer and the CUDA context.
   if (static_cast<double>(need) > 0.95 * static_cast<double>(free_b)) {
     std::string s = "needs " + format_bytes(static_cast<double>(need)) + " of GPU memory";
@@ -169,7 +168,7 @@ CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode 
   CaseResult res;
   const DeviceInfo dev = query_device();
   res.skipped = supports(r, p, dev);
-  if (res.skipped.empty()) res.skipped = memory_check(r, p, dev);
+  if (res.skipped.empty()) res.skipped = memory_check(r, p);
   if (!res.skipped.empty()) return res;
   const HostInputs in = make_inputs(p, input, seed);
   DeviceProblem dp(p, in, r.workspace_bytes ? r.workspace_bytes(p) : 0, seed);
@@ -300,7 +299,7 @@ int run_main(int argc, char** argv, int rung_number) {
     if (opt.sweep) return rung->sweep(opt);
     const Problem& p = opt.problem;
     std::string why = supports(*rung, p, dev);
-    if (why.empty()) why = memory_check(*rung, p, dev);
+    if (why.empty()) why = memory_check(*rung, p);
     if (!why.empty()) {
       std::fprintf(stderr, "%s: rung %s cannot run %s: %s\n", prog.c_str(), rung->label().c_str(),
                    p.describe().c_str(), why.c_str());
@@ -317,7 +316,7 @@ int run_main(int argc, char** argv, int rung_number) {
         rep.prev_number = prev->number;
         rep.prev_name = prev->name;
         std::string pwhy = supports(*prev, p, dev);
-        if (pwhy.empty()) pwhy = memory_check(*prev, p, dev);
+        if (pwhy.empty()) pwhy = memory_check(*prev, p);
         if (!pwhy.empty()) {
           rep.prev_skipped = "rung " + prev->label() + " not run: " + pwhy;
         } else {
@@ -377,7 +376,7 @@ int tour_main(int argc, char** argv) {
     }
     std::string why = supports(*r, p, dev);
     try {
-      if (why.empty()) why = memory_check(*r, p, dev);
+      if (why.empty()) why = memory_check(*r, p);
       if (!why.empty()) {
         std::printf("%-22s %10s  skipped: %s\n", r->label().c_str(), "-", why.c_str());
         continue;
