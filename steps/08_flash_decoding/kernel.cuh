@@ -53,8 +53,10 @@
 
 namespace fl::decode {
 
-/// Tile constants of the split kernel for one head_dim.
-template <int HEAD_DIM>
+/// Tile constants of the split kernel for one head_dim. STAGES is the depth
+/// of each warp's cp.async ring: 3 (the default) leaves room for two CTAs per
+/// SM; the ablation variants (variants.cu) trade CTAs for deeper rings.
+template <int HEAD_DIM, int STAGES = 3>
 struct DecodeTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   /// Shape of one mma.sync.m16n8k16 (16-bit inputs, fp32 accumulators).
@@ -77,7 +79,7 @@ struct DecodeTraits {
   /// Keys per warp chunk (BLOCK_N).
   static constexpr int kBlockN = kChunkKvBytes / (2 * kRowBytes);
   /// Chunks in a warp's ring: kStages - 1 in flight while one is consumed.
-  static constexpr int kStages = 3;
+  static constexpr int kStages = STAGES;
 
   static constexpr int kNTiles = kBlockN / kMmaN;   ///< 8-key tiles of S
   static constexpr int kDTiles = HEAD_DIM / kMmaN;  ///< 8-column tiles of O
@@ -96,9 +98,12 @@ struct DecodeTraits {
   static constexpr int kSmemBytes = kWarps * kWarpRingBytes;
   static constexpr int kMergeBytes = kWarps * kRows * (HEAD_DIM + 2) * 4;
 
-  /// Shared memory of an H100/H200 SM and what the driver reserves per CTA.
+  /// Shared memory of an H100/H200 SM and what the driver reserves per CTA,
+  /// and the CTAs that fit on one such SM (the launcher asks the occupancy API
+  /// on the GPU it runs on; this is the answer when there is none).
   static constexpr int kSmemPerSmSm90 = 228 * 1024;
   static constexpr int kSmemReservedPerCta = 1024;
+  static constexpr int kCtasPerSmSm90 = kSmemPerSmSm90 / (kSmemBytes + kSmemReservedPerCta);
 
   static_assert(kRows == kMmaM, "a CTA's rows are one m16n8k16 tile");
   static_assert(HEAD_DIM % kMmaK == 0, "head_dim must be a multiple of the MMA k (16)");
@@ -110,8 +115,7 @@ struct DecodeTraits {
                 "the loader copies whole rows per pass and whole passes per chunk");
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
   static_assert(kMergeBytes <= kSmemBytes, "the merge reuses the K/V rings");
-  static_assert(kCtasPerSm * (kSmemBytes + kSmemReservedPerCta) <= kSmemPerSmSm90,
-                "the split heuristic counts kCtasPerSm resident CTAs per SM");
+  static_assert(kCtasPerSmSm90 >= 1, "one CTA's rings must fit in an SM's shared memory");
 };
 
 /// What the launcher tells the kernels about the cut (see split_heuristic.h).
@@ -129,12 +133,11 @@ __device__ __forceinline__ int64_t out_row(const AttnParams& p, int b, int h, in
   return (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
 }
 
-/// Row of token @p n of sequence @p b in the K/V tensor. Contiguous: row n of
-/// the batch's slice. Paged: the block table names the page, n % page_size is
-/// the row inside it (the pool is [num_pages, page_size, heads_kv, head_dim]).
-/// Per-row lookup, so any page size works with any chunk size.
-__device__ __forceinline__ int64_t kv_token_row(const AttnParams& p, int b, int n) {
-  if (p.page_size == 0) return n;
+/// Pool row of token @p n of sequence @p b in a paged KV cache: the block
+/// table names the page, n % page_size is the row inside it (the pool is
+/// [num_pages, page_size, heads_kv, head_dim]). Looked up per key, so any page
+/// size works with any chunk size.
+__device__ __forceinline__ int64_t paged_token_row(const AttnParams& p, int b, int n) {
   const int page = p.block_table[static_cast<int64_t>(b) * p.block_table_stride + n / p.page_size];
   return static_cast<int64_t>(page) * p.page_size + n % p.page_size;
 }
@@ -147,6 +150,10 @@ __device__ __forceinline__ float warp_sum(float x) {
   for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
   return x;
 }
+__device__ __forceinline__ int warp_min(int x) {
+  for (int off = 16; off > 0; off /= 2) x = min(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
 
 /// Kernel 1: CTA (split, kvh + heads_kv * row_tile, b) computes attention of
 /// the rows [row0, row0 + 16) of KV head kvh's group against the keys of its
@@ -154,12 +161,18 @@ __device__ __forceinline__ float warp_sum(float x) {
 /// h = kvh * group + r % group, so the heads sharing this K/V are all served by
 /// one read of it (GQA/MQA). Writes the normalized partial O and its LSE to
 /// the workspace, or O and LSE directly when there is a single split.
-template <class T, class Tr>
+/// PAGED: K/V rows come through the block table (a template parameter, so the
+/// contiguous loader is plain pointer arithmetic).
+template <class T, class Tr, bool PAGED>
 __global__ void __launch_bounds__(Tr::kThreads)
     split_kv_attention(const AttnParams p, const SplitArgs a) {
   constexpr int D = Tr::kHeadDim, ROWS = Tr::kRows, WARPS = Tr::kWarps;
   constexpr int BLOCK_N = Tr::kBlockN, STAGES = Tr::kStages, RB = Tr::kRowBytes;
   extern __shared__ __align__(128) unsigned char smem_raw[];
+
+  // Let kernel 2 (launched with programmatic stream serialization) get its
+  // CTAs in place now; it waits in griddepcontrol.wait until this grid is done.
+  if (a.num_splits > 1) ptx::griddep_launch_dependents();
 
   const int warp = threadIdx.x / Tr::kWarpSize, lane = threadIdx.x % Tr::kWarpSize;
   const int g = lane / 4;  // this lane holds rows g and g + 8 of every MMA fragment
@@ -183,30 +196,41 @@ __global__ void __launch_bounds__(Tr::kThreads)
   auto chunk_key0 = [&](int c) { return n_begin + (c * WARPS + warp) * BLOCK_N; };
 
   const T* K_gmem =
-      static_cast<const T*>(p.k) + kvh * p.k_head_stride + (p.page_size ? 0 : b * p.k_batch_stride);
+      static_cast<const T*>(p.k) + kvh * p.k_head_stride + (PAGED ? 0 : b * p.k_batch_stride);
   const T* V_gmem =
-      static_cast<const T*>(p.v) + kvh * p.v_head_stride + (p.page_size ? 0 : b * p.v_batch_stride);
+      static_cast<const T*>(p.v) + kvh * p.v_head_stride + (PAGED ? 0 : b * p.v_batch_stride);
 
   // This warp's ring: STAGES tiles of K, then STAGES tiles of V.
   const uint32_t K_ring = ptx::smem_addr(smem_raw) + warp * Tr::kWarpRingBytes;
   const uint32_t V_ring = K_ring + STAGES * Tr::kTileBytes;
 
   // Copies this warp's chunk c into ring stage st: lane copies 16-byte piece
-  // lane % kChunksPerRow of rows lane / kChunksPerRow, + kLoadRowsPerPass, ...
-  // Keys past n_end are zero-filled: their P is 0, and 0 * V must not be NaN.
+  // lane % kChunksPerRow of keys j0 = lane / kChunksPerRow, j0 +
+  // kLoadRowsPerPass, ... Keys past n_end are zero-filled: their P is 0, and
+  // 0 * V must not be NaN. Contiguous K/V: key n is row n, so one pass is one
+  // pointer step; paged: each key's row comes from the block table.
+  const int piece = lane % Tr::kChunksPerRow, j0 = lane / Tr::kChunksPerRow;
+  const int col = piece * Tr::kChunkElems;
   auto load_chunk = [&](int c, int st) {
-    const int piece = lane % Tr::kChunksPerRow;
-    const int key0 = chunk_key0(c);
+    const int key0 = chunk_key0(c) + j0;
+    const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
+    const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
 #pragma unroll
     for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
-      const int j = lane / Tr::kChunksPerRow + pass * Tr::kLoadRowsPerPass;  // key in the chunk
-      const int n = key0 + j;
+      const int n = key0 + pass * Tr::kLoadRowsPerPass;
       const bool valid = n < n_end;
-      const int64_t row = valid ? kv_token_row(p, b, n) : 0;  // row 0 exists; nothing is read
-      const uint32_t dst = st * Tr::kTileBytes + ptx::swizzle<RB>(j, piece);
-      const int col = piece * Tr::kChunkElems;
-      ptx::cp_async_16(K_ring + dst, K_gmem + row * p.k_row_stride + col, valid ? 16 : 0);
-      ptx::cp_async_16(V_ring + dst, V_gmem + row * p.v_row_stride + col, valid ? 16 : 0);
+      const uint32_t dst = st * Tr::kTileBytes + ptx::swizzle<RB>(j0 + pass * Tr::kLoadRowsPerPass, piece);
+      if constexpr (PAGED) {
+        const int64_t row = valid ? paged_token_row(p, b, n) : 0;  // row 0 exists; nothing is read
+        k_src = K_gmem + row * p.k_row_stride + col;
+        v_src = V_gmem + row * p.v_row_stride + col;
+      }
+      ptx::cp_async_16(K_ring + dst, valid ? k_src : K_gmem, valid ? 16 : 0);
+      ptx::cp_async_16(V_ring + dst, valid ? v_src : V_gmem, valid ? 16 : 0);
+      if constexpr (!PAGED) {
+        k_src += Tr::kLoadRowsPerPass * p.k_row_stride;
+        v_src += Tr::kLoadRowsPerPass * p.v_row_stride;
+      }
     }
   };
 
@@ -241,6 +265,10 @@ __global__ void __launch_bounds__(Tr::kThreads)
                   : 0u;
     key_end[half] = p.causal ? min(n_end, i + p.causal_offset + 1) : n_end;
   }
+  // A chunk needs the mask only if some row of the warp stops seeing keys
+  // inside it (the split's last chunk, or the causal diagonal): one number
+  // for the whole warp, so the test is a uniform branch.
+  const int mask_from = warp_min(min(key_end[0], key_end[1]));
 
   // ldmatrix row addresses of this lane inside a tile (ptx::swizzle, rows of RB).
   // K as the B operand (not transposed): lanes 0-7 keys 0-7 at piece 0, 8-15
@@ -251,9 +279,12 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // 16-31 the same keys at piece 1 -> (b0, b1) of columns 0-7, then of 8-15.
   const uint32_t v_lane = ptx::swizzle<RB>(lane % 16, lane / 16);
 
-  // This warp's running state for rows g and g + 8: m (row max, natural-log
-  // units), l (this lane's share of the row sum) and O_i (unnormalized).
-  SoftmaxState state[2] = {softmax_init(), softmax_init()};
+  // This warp's running state for rows g and g + 8, as in rung 05: m_i is the
+  // row max of the raw scores Q K^T (-inf before any key), l_i this lane's
+  // share of sum exp(scale (s - m_i)), O_i unnormalized. exp is exp2 of scores
+  // pre-multiplied by scale_log2 = softmax_scale log2(e): one FFMA + one MUFU.
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
   float O_acc[Tr::kDTiles][4];
 #pragma unroll
   for (int dt = 0; dt < Tr::kDTiles; ++dt)
@@ -293,36 +324,47 @@ __global__ void __launch_bounds__(Tr::kThreads)
     }
 
     // (2) Online softmax on the fragments (row g: elements 0, 1; row g + 8:
-    // elements 2, 3): scale, mask, block max over the quad, rescale factor
-    // alpha = exp(m_old - m_new), P = exp(S - m_new), l += sum P.
+    // elements 2, 3). Mask keys a row does not see (-inf), block max over the
+    // quad, alpha = exp(m_old - m_new), P = exp(S - m_new), l = alpha l + sum P.
+    if (key0 + BLOCK_N > mask_from) {
+#pragma unroll
+      for (int nt = 0; nt < Tr::kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (key0 + nt * Tr::kMmaN + 2 * t + e % 2 >= key_end[e / 2]) S_acc[nt][e] = -INFINITY;
+    }
+    float alpha[2];
+    bool grew = false;  // did the max of any row of this lane grow?
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float m_block = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < Tr::kNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int n = key0 + nt * Tr::kMmaN + 2 * t + e;
-          float& s = S_acc[nt][2 * half + e];
-          s = (n < key_end[half]) ? s * p.softmax_scale : -INFINITY;
-          m_block = fmaxf(m_block, s);
-        }
-      const float alpha = softmax_rescale(&state[half], ptx::quad_max(m_block));
+        m_block = fmaxf(m_block, fmaxf(S_acc[nt][2 * half], S_acc[nt][2 * half + 1]));
+      const float m_new = fmaxf(m_i[half], ptx::quad_max(m_block));
+      // A row that has seen no key yet has m_new = -inf; subtracting 0 instead
+      // keeps exp2(-inf - ...) = 0 and avoids -inf - -inf = NaN.
+      const float m_scaled = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
+      alpha[half] = ptx::ex2_approx(m_i[half] * scale_log2 - m_scaled);
+      grew |= m_new != m_i[half];
+      m_i[half] = m_new;
       float l_block = 0.f;
 #pragma unroll
       for (int nt = 0; nt < Tr::kNTiles; ++nt)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& s = S_acc[nt][2 * half + e];
-          s = exp_diff(s, state[half].m);  // 0 for masked keys
-          l_block += s;
+        for (int e = 2 * half; e < 2 * half + 2; ++e) {
+          S_acc[nt][e] = ptx::ex2_approx(fmaf(S_acc[nt][e], scale_log2, -m_scaled));
+          l_block += S_acc[nt][e];
         }
-      state[half].l += l_block;
+      l_i[half] = l_i[half] * alpha[half] + l_block;
+    }
+    // Rescale O_i only when some row's max grew: after the first chunks of a
+    // long split it rarely does, and alpha = 1 would change nothing.
+    if (__any_sync(0xffffffffu, grew)) {
 #pragma unroll
-      for (int dt = 0; dt < Tr::kDTiles; ++dt) {
-        O_acc[dt][2 * half] *= alpha;
-        O_acc[dt][2 * half + 1] *= alpha;
-      }
+      for (int dt = 0; dt < Tr::kDTiles; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) O_acc[dt][e] *= alpha[e / 2];
     }
 
     // (3) O_i += P V_j. The C fragments of key tiles 2kk and 2kk + 1, packed
@@ -350,15 +392,16 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // Merge the warps. Each saw a quarter of the split's keys and holds its own
   // (m, l, O) per row; they combine exactly like splits do in kernel 2, with
   // fl::softmax_merge: m = max m_w, l = sum_w exp(m_w - m) l_w, same for O.
+  // m goes to shared memory in the natural-log units softmax_merge uses.
   float* m_smem = reinterpret_cast<float*>(smem_raw);  // [WARPS][ROWS]
   float* l_smem = m_smem + WARPS * ROWS;               // [WARPS][ROWS]
   float* O_smem = l_smem + WARPS * ROWS;               // [WARPS][ROWS][D]
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = g + 8 * half;
-    const float l = ptx::quad_sum(state[half].l);  // the quad's 4 column shares of the row sum
+    const float l = ptx::quad_sum(l_i[half]);  // the quad's 4 column shares of the row sum
     if (t == 0) {
-      m_smem[warp * ROWS + r] = state[half].m;
+      m_smem[warp * ROWS + r] = m_i[half] * p.softmax_scale;  // -inf stays -inf
       l_smem[warp * ROWS + r] = l;
     }
 #pragma unroll
@@ -393,52 +436,81 @@ __global__ void __launch_bounds__(Tr::kThreads)
   }
 }
 
-/// Kernel 2: merges the splits of one output row (b, h, i) per CTA of
-/// HEAD_DIM threads, one output column per thread.
+/// Shape of kernel 2: one CTA of 128 threads per output row. Thread
+/// (sg, cg) = (threadIdx.x / kColGroups, threadIdx.x % kColGroups) owns the 4
+/// columns 4 cg .. 4 cg + 3 of splits sg, sg + kSplitGroups, ...: its loads are
+/// 16-byte float4s, all independent, so a row's partials arrive in one round
+/// trip instead of one per split.
+template <int HEAD_DIM>
+struct CombineTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kVec = 4;  ///< fp32 columns per load (16 bytes)
+  static constexpr int kColGroups = HEAD_DIM / kVec;
+  static constexpr int kSplitGroups = kThreads / kColGroups;
+  static_assert(kThreads % kColGroups == 0 && kSplitGroups >= 1, "whole column groups per CTA");
+};
+
+/// Kernel 2: merges the splits of one output row (b, h, i) per CTA.
 /// Split s holds O_s = softmax over its keys times V, and LSE_s = log of its
 /// sum of exp(scores). The whole row's LSE is log sum_s exp(LSE_s) and
 /// O = sum_s exp(LSE_s - LSE) O_s: each split weighs by its share of the total
 /// softmax mass (seed 002, section 3.3, written with LSE instead of m and l).
+/// Launched with programmatic stream serialization: its CTAs may start while
+/// kernel 1 still runs, and wait for its results in griddepcontrol.wait.
 template <class T, int HEAD_DIM>
-__global__ void __launch_bounds__(HEAD_DIM) combine_splits(const AttnParams p, const SplitArgs a) {
+__global__ void __launch_bounds__(CombineTraits<HEAD_DIM>::kThreads)
+    combine_splits(const AttnParams p, const SplitArgs a) {
+  using Ct = CombineTraits<HEAD_DIM>;
   constexpr int kWarpSize = 32;
-  static_assert(HEAD_DIM % kWarpSize == 0, "whole warps, one column per thread");
-  __shared__ float lse_smem;
+  __shared__ float4 part_smem[Ct::kSplitGroups][Ct::kColGroups];
+  ptx::griddep_wait();  // kernel 1's partials are complete and visible
+
   const int64_t row = blockIdx.x;  // in LSE order [batch, heads_q, seqlen_q]
-  const int col = threadIdx.x;
+  const int lane = threadIdx.x % kWarpSize;
+  const int cg = threadIdx.x % Ct::kColGroups, sg = threadIdx.x / Ct::kColGroups;
+  const float* lse_s = a.lse_part + row * a.num_splits;
+  const float* O_s = a.o_part + row * a.num_splits * HEAD_DIM;
+  float lse = -INFINITY;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  // LAB-BEGIN(08-lse-combine): merge the partial outputs by their log-sum-exp
+  // (1) LSE = log sum_s exp(LSE_s) (fl::lse_reduce), computed by every warp
+  // with the splits spread over its lanes: no barrier needed to share it.
+  float m = -INFINITY;
+  for (int s = lane; s < a.num_splits; s += kWarpSize) m = fmaxf(m, lse_s[s]);
+  m = warp_max(m);
+  float sum = 0.f;
+  for (int s = lane; s < a.num_splits; s += kWarpSize) sum += exp_diff(lse_s[s], m);
+  sum = warp_sum(sum);
+  lse = (m == -INFINITY) ? -INFINITY : m + logf(sum);
+  // (2) This thread's share of O = sum_s w_s O_s, w_s = exp(LSE_s - LSE)
+  // (fl::lse_weight: 0 for a split whose keys were all masked). Unrolled so
+  // that all of its splits' loads are in flight at once.
+#pragma unroll 8
+  for (int s = sg; s < a.num_splits; s += Ct::kSplitGroups) {
+    const float w = lse_weight(lse_s[s], lse);
+    const float4 v = *reinterpret_cast<const float4*>(O_s + static_cast<int64_t>(s) * HEAD_DIM +
+                                                      cg * Ct::kVec);
+    o = make_float4(fmaf(w, v.x, o.x), fmaf(w, v.y, o.y), fmaf(w, v.z, o.z), fmaf(w, v.w, o.w));
+  }
+  // LAB-END(08-lse-combine)
+
+  // Sum the split groups' shares of each column group.
+  part_smem[sg][cg] = o;
+  __syncthreads();
+  if (sg != 0) return;
+#pragma unroll
+  for (int k = 1; k < Ct::kSplitGroups; ++k) {
+    const float4 q = part_smem[k][cg];
+    o = make_float4(o.x + q.x, o.y + q.y, o.z + q.z, o.w + q.w);
+  }
   const int i = static_cast<int>(row % p.seqlen_q);
   const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
-  const float* lse_s = a.lse_part + row * a.num_splits;
-  const float* O_s = a.o_part + row * a.num_splits * HEAD_DIM;
-  float o = 0.f;
-
-  // LAB-BEGIN(08-lse-combine): merge the partial outputs by their log-sum-exp
-  // (1) LSE = log sum_s exp(LSE_s): fl::lse_reduce, with the loop over the
-  // splits spread across the first warp (one load per lane, not one per split).
-  if (threadIdx.x < kWarpSize) {
-    float m = -INFINITY;
-    for (int s = threadIdx.x; s < a.num_splits; s += kWarpSize) m = fmaxf(m, lse_s[s]);
-    m = warp_max(m);
-    float sum = 0.f;
-    for (int s = threadIdx.x; s < a.num_splits; s += kWarpSize) sum += exp_diff(lse_s[s], m);
-    sum = warp_sum(sum);
-    if (threadIdx.x == 0) lse_smem = (m == -INFINITY) ? -INFINITY : m + logf(sum);
-  }
-  __syncthreads();
-  // (2) O = sum_s w_s O_s with w_s = exp(LSE_s - LSE) (fl::lse_weight: 0 for a
-  // split whose keys were all masked). Unrolled so that several splits' loads
-  // are in flight at once.
-  const float lse = lse_smem;
-#pragma unroll 8
-  for (int s = 0; s < a.num_splits; ++s)
-    o = fmaf(lse_weight(lse_s[s], lse), O_s[static_cast<int64_t>(s) * HEAD_DIM + col], o);
-  // LAB-END(08-lse-combine)
-
-  T* o_gmem =
-      static_cast<T*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride + h * p.o_head_stride;
-  o_gmem[col] = from_float<T>(o);
-  if (col == 0) p.lse[row] = lse_smem;
+  T* o_gmem = static_cast<T*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride +
+              h * p.o_head_stride + cg * Ct::kVec;
+  *reinterpret_cast<uint2*>(o_gmem) = make_uint2(pack2<T>(o.x, o.y), pack2<T>(o.z, o.w));
+  if (threadIdx.x == 0) p.lse[row] = lse;
 }
 
 }  // namespace fl::decode

@@ -1,7 +1,7 @@
 /// @file ptx.cuh
 /// @brief Small inline wrappers around the PTX instructions the tensor-core
 /// rungs (05, 06) are built from: ldmatrix, mma.sync m16n8k16, cp.async, the
-/// shared-memory swizzle and ex2.approx.
+/// shared-memory swizzle, programmatic dependent launch and ex2.approx.
 ///
 /// Each wrapper is one instruction, so the kernels read like the PTX manual's
 /// data-movement diagrams and nothing is hidden behind a library. All of them
@@ -184,6 +184,30 @@ __host__ __device__ constexpr uint32_t swizzle(int row, int chunk) {
   constexpr int kKeyMask = (kChunksPerRow >= 8 ? 8 : kChunksPerRow) - 1;
   return static_cast<uint32_t>(row * ROW_BYTES +
                                ((chunk ^ ((row / kRowsPerLine) & kKeyMask)) << 4));
+}
+
+// ---------------------------------------------------------------------------
+// Programmatic dependent launch (sm_90+; no-ops on older GPUs)
+// ---------------------------------------------------------------------------
+
+/// A kernel launched after this one with programmatic stream serialization
+/// may start (its CTAs get scheduled) once every CTA of this grid has called
+/// this or exited. It does not make this grid's writes visible: the dependent
+/// kernel must call griddep_wait() before it reads them.
+__device__ __forceinline__ void griddep_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// Blocks until the grids this kernel depends on (the previous kernel in the
+/// stream, when launched with programmatic stream serialization) have
+/// completed and their memory operations are visible. Returns at once for a
+/// kernel launched the ordinary way.
+__device__ __forceinline__ void griddep_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,24 @@
+/// @file steps/08_flash_decoding/variants.cu
+/// @brief The ablation variants of rung 08 (`--variant NAME`, head_dim 128,
+/// contiguous K/V): the ring depths behind DecodeTraits' default of 3 stages.
+/// A separate file so that the build compiles them in parallel with launch.cu.
+#include "launch_template.cuh"
+
+namespace fl {
+
+using decode::DecodeTraits;
+using decode::make_decode_variant;
+
+void register_rung_08_variants(Registry& reg) {
+  // Bytes in flight per SM = CTAs per SM x 4 warps x (STAGES - 1) x 8 KiB (README: Little's law).
+  // The default ring (3 stages) without PDL is registered by launch.cu, which
+  // owns that kernel (see make_decode_variant).
+  reg.add(make_decode_variant<DecodeTraits<128, 2>>(
+      "stages2", "2-stage rings, 3 CTAs/SM (96 KiB in flight per SM)", true));
+  reg.add(make_decode_variant<DecodeTraits<128, 6>>(
+      "stages6", "6-stage rings, 1 CTA/SM (160 KiB in flight per SM)", true));
+  reg.add(make_decode_variant<DecodeTraits<128, 7>>(
+      "stages7", "7-stage rings, 1 CTA/SM (192 KiB in flight per SM)", true));
+}
+
+}  // namespace fl
