@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <set>
@@ -105,7 +106,8 @@ const HostInputs& inputs_for(const Problem& p) {
 /// about 1 s of GPU time (slow rungs at long seqlens take seconds per launch;
 /// their spread is far below the rung-to-rung gaps). Inputs are made lazily
 /// here, so registering the whole sweep costs nothing.
-void run_bench(benchmark::State& state, const Rung* r, Shape s, DeviceInfo dev, CheckMode check) {
+void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, const DeviceInfo& dev,
+                        CheckMode check) {
   const Problem& p = s.p;
   const HostInputs& in = inputs_for(p);
   DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0);
@@ -143,6 +145,16 @@ void run_bench(benchmark::State& state, const Rung* r, Shape s, DeviceInfo dev, 
   state.counters["head_dim"] = p.head_dim;
   state.counters["causal"] = p.causal ? 1 : 0;
   state.SetLabel(r->label() + " " + s.name() + (c.checked ? " check:" + c.mode : ""));
+}
+
+/// A rung that throws (a launch error, a refused argument) is reported as this
+/// benchmark's error; the sweep goes on with the next one.
+void run_bench(benchmark::State& state, const Rung* r, Shape s, DeviceInfo dev, CheckMode check) {
+  try {
+    run_bench_or_throw(state, r, s, dev, check);
+  } catch (const std::exception& e) {
+    state.SkipWithError((std::string("threw: ") + e.what()).c_str());
+  }
 }
 
 bool take_flag(const char* arg, const char* name, std::string* value) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for the whole benchmark, on a machine with a GPU:
 #
-#   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--no-torch] [--results DIR] [-- LADDER_ARGS...]
+#   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--family prefill|decode|all] [--no-torch]
+#                    [--results DIR] [-- LADDER_ARGS...]
 #
 #   1. ladder_bench: every rung over the prefill and decode sweeps  -> ladder_bench.json
 #   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports  -> torch_sdpa.json
@@ -14,16 +15,20 @@
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
 # --quick: fewer shapes (ladder_bench --fl_quick, torch_sdpa.py --quick, 4 split counts).
+# --family prefill: steps 1-2 on the prefill sweep, and step 3; --family decode: steps 1-2 on the
+# decode sweep, and step 4. Where a machine limits how long one command may run, run the two
+# halves into two folders and join them with bench/merge_results.py.
 # Exit: 0 done; 77 no GPU; otherwise the failing step's code.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 
-bin="" quick=0 torch=1 results="" ladder_args=()
+bin="" quick=0 torch=1 results="" family=all ladder_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --no-torch) torch=0 ;;
+    --family) family=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
@@ -42,6 +47,7 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
+case "$family" in prefill|decode|all) ;; *) echo "run_all.sh: --family must be prefill, decode or all, got '$family'" >&2; exit 2 ;; esac
 if [ -n "$bin" ]; then BIN=$(find_bin "$bin"); else BIN=$(find_bin "$ROOT/build/release"); fi
 if [ -z "$BIN" ]; then
   echo "run_all.sh: no ladder_bench found${bin:+ in $bin}. Build it first:" >&2
@@ -66,7 +72,7 @@ step() {  # step NAME LOG CMD...: runs CMD, output to the terminal and to LOG
 qflag=()
 [ $quick = 1 ] && qflag=(--fl_quick)
 set +e
-step ladder ladder_bench.log "$BIN/ladder_bench" "${qflag[@]}" --benchmark_out="$STAGE/ladder_bench.json" \
+step ladder ladder_bench.log "$BIN/ladder_bench" "${qflag[@]}" --fl_family="$family" --benchmark_out="$STAGE/ladder_bench.json" \
   --benchmark_out_format=json --benchmark_counters_tabular=true "${ladder_args[@]}"
 rc=$?
 set -e
@@ -89,13 +95,13 @@ elif ! "$PY" -c 'import torch' 2>/dev/null; then
 else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
-  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
+  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$family" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
   if [ -f "$STAGE/torch_sdpa.json" ]; then torch_json=(--torch "$STAGE/torch_sdpa.json"); fi
 fi
 
 # ---- 3. rung 07's sweep -------------------------------------------------------------------------
-if [ -x "$BIN/07_dv_tiling" ]; then
+if [ "$family" != decode ] && [ -x "$BIN/07_dv_tiling" ]; then
   for d in 64 128; do
     step sweep07 "sweep07_d$d.log" "$BIN/07_dv_tiling" --sweep --dim "$d" --batch 8 --heads 16 --seqlen-q 2048 \
       --seqlen-k 2048 --iters 10 --json "$STAGE/sweep07_d$d.json" ||
@@ -104,7 +110,7 @@ if [ -x "$BIN/07_dv_tiling" ]; then
 fi
 
 # ---- 4. rung 08's split study --------------------------------------------------------------------
-if [ -x "$BIN/08_flash_decoding" ]; then
+if [ "$family" != prefill ] && [ -x "$BIN/08_flash_decoding" ]; then
   mkdir -p "$STAGE/decode_splits"
   lengths=(4096 16384 65536 131072) counts=(1 2 4 8 16 32 64 0)  # 0 = the heuristic
   [ $quick = 1 ] && lengths=(16384 131072) counts=(1 8 64 0)
@@ -125,15 +131,16 @@ print("run_all.sh: [splits] Sk=%-6s --splits %-2s %8.1f GB/s  check %s" % (sys.a
 fi
 
 # ---- 5. report, 6. meta ---------------------------------------------------------------------------
-"$PY" "$ROOT/bench/report.py" "$STAGE/ladder_bench.json" "${torch_json[@]}" --out "$STAGE/report.md"
-sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+"$PY" "$ROOT/bench/report.py" "$STAGE/ladder_bench.json" "${torch_json[@]}" --variants --out "$STAGE/report.md"
+sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "${FL_GIT_SHA:-unknown}")  # env: trees without .git
 dirty=$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -c . || true)
-"$PY" - "$STAGE/meta.json" "$STAGE" "$OUT" "$device" "$sha" "$dirty" "$quick" "${commands[@]}" <<'EOF'
+"$PY" - "$STAGE/meta.json" "$STAGE" "$OUT" "$device" "$sha" "$dirty" "$quick" "$family" "${commands[@]}" <<'EOF'
 import datetime, json, platform, sys
-path, stage, out, device, sha, dirty, quick, *commands = sys.argv[1:]
+path, stage, out, device, sha, dirty, quick, family, *commands = sys.argv[1:]
 commands = [c.replace(stage, out) for c in commands]  # the files' final place, not the staging folder
 json.dump({"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "git_sha": sha, "local_changes": int(dirty) > 0, "quick": quick == "1", "host": platform.node(),
+           "git_sha": sha, "local_changes": int(dirty) > 0, "quick": quick == "1", "family": family,
+           "host": platform.node(),
            "commands": commands}, open(path, "w"), indent=1)
 EOF
 
