@@ -58,7 +58,8 @@ BIN=$(cd "$BIN" && pwd)
 echo "run_all.sh: binaries from $BIN"
 
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/fl-bench.XXXXXX")
-trap 'rm -rf "$STAGE"' EXIT
+finished=0  # an interrupted run keeps what it measured so far
+trap 'if [ $finished = 1 ]; then rm -rf "$STAGE"; else echo "run_all.sh: stopped; partial results in $STAGE" >&2; fi' EXIT
 commands=()
 step() {  # step NAME LOG CMD...: runs CMD, output to the terminal and to LOG
   local name=$1 log=$2; shift 2
@@ -76,7 +77,7 @@ step ladder ladder_bench.log "$BIN/ladder_bench" "${qflag[@]}" --fl_family="$fam
   --benchmark_out_format=json --benchmark_counters_tabular=true "${ladder_args[@]}"
 rc=$?
 set -e
-if [ $rc = 77 ]; then echo "run_all.sh: no usable CUDA device; nothing measured" >&2; exit 77; fi
+if [ $rc = 77 ]; then finished=1; echo "run_all.sh: no usable CUDA device; nothing measured" >&2; exit 77; fi
 [ $rc = 0 ] || { echo "run_all.sh: ladder_bench failed (exit $rc)" >&2; exit $rc; }
 
 device=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("device","unknown"))' \
@@ -147,6 +148,7 @@ EOF
 mkdir -p "$OUT"
 rm -rf "$OUT/decode_splits"
 cp -r "$STAGE"/. "$OUT"/
+finished=1
 echo "run_all.sh: wrote $OUT:"
 (cd "$OUT" && ls -1 | sed 's/^/  /')
 echo "run_all.sh: README table: python3 bench/report.py $OUT/ladder_bench.json ${torch_json:+--torch $OUT/torch_sdpa.json }--readme README.md --link ${OUT#"$ROOT"/}/report.md"

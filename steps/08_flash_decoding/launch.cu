@@ -15,10 +15,6 @@ namespace {
 
 using namespace decode;
 
-static_assert(DecodeTraits<128>::kCtasPerSmSm90 == kCtasPerSm &&
-                  DecodeTraits<64>::kCtasPerSmSm90 == kCtasPerSm,
-              "split_heuristic.h's default wave (kCtasPerSm) is the default ring's occupancy");
-
 /// Runs @p f with std::integral_constant<int, D> for the head_dims rung 08 is
 /// built for. (FL_HEADDIM_SWITCH would also instantiate 32 and 256: its cases
 /// are not templates, so an `if constexpr` inside them does not stop that.)
@@ -32,12 +28,6 @@ decltype(auto) with_head_dim(int d, F&& f) {
                               " not supported or not built (64, 128)");
 }
 
-/// The plan of the default kernel (DecodeTraits<D>) for @p p.
-DecodePlan default_plan(const Problem& p) {
-  return with_head_dim(p.head_dim,
-                       [&](auto dim) { return plan_for<DecodeTraits<decltype(dim)::value>>(p); });
-}
-
 std::string supports_08(const Problem& p, const DeviceInfo& d) {
   if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
   if (!head_dim_built(p.head_dim))
@@ -48,11 +38,11 @@ std::string supports_08(const Problem& p, const DeviceInfo& d) {
 }
 
 size_t workspace_08(const Problem& p) {
-  return workspace_bytes(default_plan(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+  return workspace_bytes(plan_for(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
 }
 
 std::vector<KernelInfo> kernels_08(const Problem& p) {
-  const DecodePlan plan = default_plan(p);
+  const DecodePlan plan = plan_for(p);
   return FL_DTYPE_SWITCH(p.dtype, T, [&] {
     return with_head_dim(p.head_dim, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
@@ -74,11 +64,11 @@ std::vector<KernelInfo> kernels_08(const Problem& p) {
 
 std::vector<std::string> notes_08(const Problem& p) {
   const int sms = sm_count();
-  const DecodePlan plan = default_plan(p);
+  const DecodePlan plan = plan_for(p);
   const int per_sm = with_head_dim(
       p.head_dim, [&](auto dim) { return ctas_per_sm<DecodeTraits<decltype(dim)::value>>(); });
   const long long ctas = plan.work_items * plan.num_splits;
-  const long long slots = static_cast<long long>(sms) * per_sm;
+  const long long slots = static_cast<long long>(sms) * SplitPolicy{}.ctas_per_sm;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "split-KV: %d split(s) of %d keys (%s); %d rows per (batch, KV head) = group %d x "
@@ -88,9 +78,9 @@ std::vector<std::string> notes_08(const Problem& p) {
   std::vector<std::string> out{buf};
   std::snprintf(buf, sizeof buf,
                 "grid: %lld CTAs = %lld (batch x heads_kv x row tiles) x %d splits; %.2f waves "
-                "of %lld slots (%d SMs x %d), wave efficiency %.2f",
+                "of %lld (one CTA per SM; %d fit), wave efficiency %.2f",
                 ctas, plan.work_items, plan.num_splits,
-                static_cast<double>(ctas) / static_cast<double>(slots), slots, sms, per_sm,
+                static_cast<double>(ctas) / static_cast<double>(slots), slots, per_sm,
                 wave_efficiency(ctas, slots));
   out.push_back(buf);
   if (plan.num_splits > 1)
@@ -124,7 +114,7 @@ void register_rung_08(Registry& reg) {
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
       with_head_dim(p.head_dim, [&](auto dim) {
         using Tr = DecodeTraits<decltype(dim)::value>;
-        launch_decode<T, Tr>(p, plan_for<Tr>(p), s, /*pdl=*/true);
+        launch_decode<T, Tr>(p, plan_for(p), s, /*pdl=*/true);
       });
     });
   };

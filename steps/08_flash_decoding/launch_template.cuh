@@ -62,7 +62,8 @@ const void* prepared_split_kernel() {
 
 /// CTAs of the split kernel resident per SM on the current GPU (the
 /// occupancy API: its shared memory decides), or Tr::kCtasPerSmSm90 without a
-/// device. One wave of the split heuristic is sm_count() x this.
+/// device. The run report prints it; the split heuristic's wave is one CTA per
+/// SM (split_heuristic.h, kWaveCtasPerSm).
 template <class Tr>
 int ctas_per_sm() {
   static const int n = [] {
@@ -79,23 +80,15 @@ int ctas_per_sm() {
   return n;
 }
 
-/// The plan (split count, keys per split) for ring depth Tr on this GPU. The
-/// same call feeds workspace_bytes() and launch(), so both see the same plan.
-template <class Tr>
-DecodePlan plan_for(int batch, int heads_kv, int group, int seqlen_q, int seqlen_k,
-                    int requested_splits) {
-  SplitPolicy pol;
-  pol.ctas_per_sm = ctas_per_sm<Tr>();
-  return make_decode_plan(batch, heads_kv, group, seqlen_q, seqlen_k, requested_splits,
-                          sm_count(), pol);
+/// The plan (split count, keys per split) on this GPU. The same call feeds
+/// workspace_bytes() and launch(), so both see the same plan.
+inline DecodePlan plan_for(const Problem& p) {
+  return make_decode_plan(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k, p.num_splits,
+                          sm_count());
 }
-template <class Tr>
-DecodePlan plan_for(const Problem& p) {
-  return plan_for<Tr>(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k, p.num_splits);
-}
-template <class Tr>
-DecodePlan plan_for(const AttnParams& p) {
-  return plan_for<Tr>(p.batch, p.heads_kv, p.group, p.seqlen_q, p.seqlen_k, p.num_splits);
+inline DecodePlan plan_for(const AttnParams& p) {
+  return make_decode_plan(p.batch, p.heads_kv, p.group, p.seqlen_q, p.seqlen_k, p.num_splits,
+                          sm_count());
 }
 
 /// 16-byte loads need 16-byte aligned rows (8-byte stores of O in kernel 2):
@@ -170,7 +163,7 @@ std::string check_decode_limits(const Problem& p, const DeviceInfo& d) {
   if (p.seqlen_q > kMaxSeqlenQ)
     return "rung 08 is a decode kernel: seqlen_q must be <= " + std::to_string(kMaxSeqlenQ);
   if (!dtype_built(p.dtype)) return "dtype not built (configured with FL_DTYPE)";
-  const DecodePlan plan = plan_for<Tr>(p);
+  const DecodePlan plan = plan_for(p);
   if (p.batch > 65535) return "batch must be <= 65535 (grid z)";
   if (static_cast<long long>(p.heads_kv) * plan.row_tiles > 65535)
     return "heads_kv x row tiles must be <= 65535 (grid y)";
@@ -202,12 +195,12 @@ Rung make_decode_variant(const char* name, const std::string& summary, bool pdl)
   r.in_tour = false;
   r.supports = [](const Problem& p, const DeviceInfo& d) { return check_decode_limits<Tr>(p, d); };
   r.workspace_bytes = [](const Problem& p) {
-    return workspace_bytes(plan_for<Tr>(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+    return workspace_bytes(plan_for(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
   };
   r.launch = [pdl](const AttnParams& p, cudaStream_t s) {
     check_alignment(p);
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T,
-                    [&] { launch_decode<T, Tr, false>(p, plan_for<Tr>(p), s, pdl); });
+                    [&] { launch_decode<T, Tr, false>(p, plan_for(p), s, pdl); });
   };
   r.kernels = [](const Problem& p) {
     return FL_DTYPE_SWITCH(p.dtype, T, [&] {

@@ -9,7 +9,7 @@
 /// and S partial outputs in HBM. The rule below, after FlashAttention-2's
 /// num_splits_heuristic, counts "waves" of CTAs:
 ///
-///   slots     = SMs x CTAs resident per SM        (one wave)
+///   slots     = SMs x kWaveCtasPerSm (1)          (one wave)
 ///   ctas(S)   = work_items x S                    (work_items = batch x heads_kv x row tiles)
 ///   waves(S)  = ctas(S) / slots
 ///   eff(S)    = waves(S) / ceil(waves(S))         (1.0 = the last wave is full)
@@ -36,9 +36,14 @@ namespace fl::decode {
 /// mostly, since the tiles of a split run at the same time).
 constexpr int kMaxRowsPerCta = 16;
 
-/// CTAs of the split kernel resident on one SM of an H100/H200: its shared
-/// memory (96 KiB, kernel.cuh checks it with a static_assert) allows two.
-constexpr int kCtasPerSm = 2;
+/// CTAs per SM that make one wave for the heuristic: one. Two CTAs of the
+/// split kernel fit on an H100/H200 SM (96 KiB of shared memory each), but one
+/// already keeps 64 KiB of K/V in flight, about twice what Little's law asks
+/// of an SM (README), so a second CTA per SM adds no bandwidth, only splits to
+/// combine. Measured on an H200 (B=1, 32/8 heads): 16 splits (128 CTAs, one
+/// per SM) beat 32 splits (256 CTAs) at every seqlen_k from 16k to 128k, by
+/// 1-2 %. The second resident CTA still serves grids larger than one wave.
+constexpr int kWaveCtasPerSm = 1;
 
 /// The knobs of the heuristic, with the values rung 08 uses.
 struct SplitPolicy {
@@ -46,12 +51,12 @@ struct SplitPolicy {
   /// CTA's 4 warps at head_dim 128. Shorter pieces spend more on starting up
   /// and on their partial result than on streaming. Measured on an H200, even
   /// the shortest pieces pay for the combine kernel: at 1k keys, 4 splits of
-  /// 256 beat 1 split by 1.36x at batch 8 (GQA 32:8) and 1.8x at batch 1.
+  /// 256 beat 1 split by 1.8x at batch 1 (GQA 32:8).
   int min_split_len = 256;
   /// Upper bound on splits (bounds the workspace and the combine loop).
   int max_splits = 128;
   /// One wave is sm_count x ctas_per_sm CTAs.
-  int ctas_per_sm = kCtasPerSm;
+  int ctas_per_sm = kWaveCtasPerSm;
   /// The unsplit grid is "big enough" when it fills this fraction of a wave.
   double full_wave_fraction = 0.8;
   /// Take the smallest split count within this fraction of the best efficiency.

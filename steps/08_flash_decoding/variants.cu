@@ -10,15 +10,16 @@ using decode::DecodeTraits;
 using decode::make_decode_variant;
 
 void register_rung_08_variants(Registry& reg) {
-  // Bytes in flight per SM = CTAs per SM x 4 warps x (STAGES - 1) x 8 KiB (README: Little's law).
+  // K/V bytes in flight per CTA = 4 warps x (STAGES - 1) x 8 KiB (README: Little's law); the
+  // split heuristic gives each SM one CTA when it splits.
   // The default ring (3 stages) without PDL is registered by launch.cu, which
   // owns that kernel (see make_decode_variant).
   reg.add(make_decode_variant<DecodeTraits<128, 2>>(
-      "stages2", "2-stage rings, 3 CTAs/SM (96 KiB in flight per SM)", true));
+      "stages2", "2-stage rings: 32 KiB in flight per CTA, 3 CTAs fit per SM", true));
   reg.add(make_decode_variant<DecodeTraits<128, 6>>(
-      "stages6", "6-stage rings, 1 CTA/SM (160 KiB in flight per SM)", true));
+      "stages6", "6-stage rings: 160 KiB in flight per CTA, 1 CTA fits per SM", true));
   reg.add(make_decode_variant<DecodeTraits<128, 7>>(
-      "stages7", "7-stage rings, 1 CTA/SM (192 KiB in flight per SM)", true));
+      "stages7", "7-stage rings: 192 KiB in flight per CTA, 1 CTA fits per SM", true));
 }
 
 }  // namespace fl

@@ -32,7 +32,7 @@ DecodePlan plan(int batch, int heads_q, int heads_kv, int seqlen_k, int splits =
 }  // namespace
 
 TEST_CASE("split heuristic: one split where splitting does not pay", "[cpu][split]") {
-  // batch 8 x 32 heads = 256 CTAs already fill 132 SMs x 2 (the seed's 1K row).
+  // batch 8 x 32 heads = 256 CTAs already fill a wave of 132 SMs (the seed's 1K row).
   CHECK(plan(8, 32, 32, 1024).num_splits == 1);
   CHECK(plan(8, 32, 32, 131072).num_splits == 1);  // long, but the grid is full anyway
   CHECK(plan(64, 32, 8, 16384).num_splits == 1);   // big batches: no split (seed table 6.2)
@@ -43,24 +43,26 @@ TEST_CASE("split heuristic: one split where splitting does not pay", "[cpu][spli
 }
 
 TEST_CASE("split heuristic: batch 8 at 1k keys (the README's measured rows)", "[cpu][split]") {
-  // MHA: 256 CTAs already fill 132 SMs x 2 -> no split, no combine.
+  // MHA: 256 CTAs already fill 132 SMs -> no split, no combine.
   CHECK(plan(8, 32, 32, 1024).num_splits == 1);
-  // GQA 32:8: 64 CTAs -> 4 splits of 256 keys (1.36x faster than 1 split on an H200).
+  // GQA 32:8: 64 CTAs -> 2 splits of 512 keys, 128 CTAs: one per SM.
   const DecodePlan gqa = plan(8, 32, 8, 1024);
-  CHECK(gqa.num_splits == 4);
-  CHECK(gqa.split_len == 256);
+  CHECK(gqa.num_splits == 2);
+  CHECK(gqa.split_len == 512);
+  // Batch 1: 8 CTAs; pieces of at least 256 keys cap it at 4 splits.
+  CHECK(plan(1, 32, 8, 1024).num_splits == 4);
 }
 
 TEST_CASE("split heuristic: many splits for batch 1 at long seqlen_k", "[cpu][split]") {
   for (int sk : {65536, 131072, 262144}) {
     const DecodePlan gqa = plan(1, 32, 8, sk);  // 8 CTAs unsplit
     INFO("seqlen_k " << sk << ": " << gqa.num_splits << " splits");
-    CHECK(gqa.num_splits >= 16);
-    // The chosen grid is nearly a full wave of 132 x 2 slots.
-    const long long slots = 2LL * kH100Sms;
+    CHECK(gqa.num_splits == 16);
+    // The chosen grid is nearly a full wave: one CTA on each of 132 SMs.
+    const long long slots = kWaveCtasPerSm * kH100Sms;
     CHECK(wave_efficiency(gqa.work_items * gqa.num_splits, slots) >= 0.9);
     const DecodePlan mha = plan(1, 32, 32, sk);  // 32 CTAs unsplit
-    CHECK(mha.num_splits >= 4);
+    CHECK(mha.num_splits == 4);
     CHECK(wave_efficiency(mha.work_items * mha.num_splits, slots) >= 0.9);
   }
   // Smaller batches split more than larger ones (seed table 6.2).
