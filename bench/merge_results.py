@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
 """Joins result folders of one GPU, measured in parts, into one folder.
 
-    python3 bench/merge_results.py OUT PART [PART ...]
+    python3 bench/merge_results.py OUT PART [PART ...] [--git-sha SHA]
 
 Each PART is a folder written by `bench/run_all.sh --family prefill|decode --results PART` (or a
 whole run). OUT gets:
   ladder_bench.json, torch_sdpa.json  the parts' benchmarks one after another; the context of the
                                       first part, plus "parts" (each part's device, date, sha)
   meta.json                           {"device", "date" (the latest), "git_sha", "parts": [...]}
-  every other file of each part       a name already taken gets the part's family before its
-                                      extension (ladder_bench.log -> ladder_bench.decode.log)
+  every other file of each part       logs, and any name already taken, get the part's family
+                                      before the extension (ladder_bench.log -> ladder_bench.decode.log)
   report.md                           bench/report.py over the joined files
 The parts must come from the same device; parts with different git shas are joined, and meta.json
-lists every sha (the notebooks and the report show them).
+lists every sha (the notebooks and the report show them). --git-sha SHA records SHA instead of what
+the parts say, for trees whose .git did not follow the checkout they were measured from (a copied
+working tree with a stale .git); the parts' own values stay in meta.json's "parts".
 """
 import json
 import os
@@ -58,6 +60,13 @@ def join_json(parts, name, metas):
 
 
 def main(argv):
+    sha_override = None
+    if "--git-sha" in argv:
+        i = argv.index("--git-sha")
+        if i + 1 >= len(argv):
+            sys.exit(__doc__)
+        sha_override = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
     if len(argv) < 3:
         sys.exit(__doc__)
     out, parts = argv[1], argv[2:]
@@ -68,6 +77,8 @@ def main(argv):
     os.makedirs(out, exist_ok=True)
     for name in JOINED:
         j = join_json(parts, name, metas)
+        if j is not None and sha_override:
+            j["context"]["git_sha"] = sha_override
         if j is not None:
             with open(os.path.join(out, name), "w", encoding="utf-8") as f:
                 json.dump(j, f, indent=1)
@@ -76,7 +87,7 @@ def main(argv):
             if name in JOINED or name in ("meta.json", "report.md"):
                 continue
             src, dst = os.path.join(d, name), os.path.join(out, name)
-            if os.path.exists(dst) and not os.path.isdir(src):
+            if (os.path.exists(dst) or (len(parts) > 1 and name.endswith(".log"))) and not os.path.isdir(src):
                 stem, ext = os.path.splitext(name)
                 dst = os.path.join(out, "%s.%s%s" % (stem, meta["family"], ext))
             if os.path.isdir(src):
@@ -86,7 +97,7 @@ def main(argv):
     shas = sorted({m.get("git_sha", "unknown") for m in metas})
     meta = {"device": metas[0].get("device", "unknown"),
             "date": max(m.get("date", "") for m in metas),
-            "git_sha": shas[0] if len(shas) == 1 else shas,
+            "git_sha": sha_override or (shas[0] if len(shas) == 1 else shas),
             "parts": metas}
     with open(os.path.join(out, "meta.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1)
