@@ -92,6 +92,15 @@ std::vector<std::string> notes_08(const Problem& p) {
   return out;
 }
 
+/// The default kernel with kernel 2 launched the ordinary way (head_dim 128,
+/// when the build has it; see variants.cu for why this is a template).
+template <int D>
+void add_no_pdl_variant(Registry& reg) {
+  if constexpr (D == 128 && head_dim_built(D))
+    reg.add(make_decode_variant<DecodeTraits<D>>(
+        "no-pdl", "default rings, kernel 2 launched without PDL", false));
+}
+
 }  // namespace
 
 void register_rung_08_variants(Registry& reg);
@@ -123,8 +132,7 @@ void register_rung_08(Registry& reg) {
   reg.add(std::move(r));
   // Ablations: kernel 2 without PDL (here: this file owns the default kernel),
   // and the ring depths (variants.cu).
-  reg.add(make_decode_variant<DecodeTraits<128>>(
-      "no-pdl", "default rings, kernel 2 launched without PDL", false));
+  add_no_pdl_variant<128>(reg);
   register_rung_08_variants(reg);
 }
 
