@@ -133,14 +133,38 @@ __device__ __forceinline__ int64_t out_row(const AttnParams& p, int b, int h, in
   return (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + i;
 }
 
-/// Pool row of token @p n of sequence @p b in a paged KV cache: the block
-/// table names the page, n % page_size is the row inside it (the pool is
-/// [num_pages, page_size, heads_kv, head_dim]). Looked up per key, so any page
+/// Where token n of one sequence lives in a paged KV cache: the pool is
+/// [num_pages, page_size, heads_kv, head_dim], the block table names the page
+/// of slot n / page_size, and n % page_size is the row inside it. The cursor
+/// divides once and then steps, since the loader's keys come in order: a
+/// division per key would cost more than the rest of the loader. Any page
 /// size works with any chunk size.
-__device__ __forceinline__ int64_t paged_token_row(const AttnParams& p, int b, int n) {
-  const int page = p.block_table[static_cast<int64_t>(b) * p.block_table_stride + n / p.page_size];
-  return static_cast<int64_t>(page) * p.page_size + n % p.page_size;
-}
+struct PagedCursor {
+  const int* table;  ///< this sequence's row of the block table
+  int page_size;
+  int slot;     ///< n / page_size
+  int in_page;  ///< n % page_size
+
+  /// Unused cursor of the contiguous loader.
+  __device__ __forceinline__ PagedCursor() : table(nullptr), page_size(1), slot(0), in_page(0) {}
+  __device__ __forceinline__ PagedCursor(const AttnParams& p, int b, int n)
+      : table(p.block_table + static_cast<int64_t>(b) * p.block_table_stride),
+        page_size(p.page_size),
+        slot(n / p.page_size),
+        in_page(n % p.page_size) {}
+  /// Pool row of the current token (reads the block table).
+  __device__ __forceinline__ int64_t row() const {
+    return static_cast<int64_t>(table[slot]) * page_size + in_page;
+  }
+  /// Moves to the token @p k places further.
+  __device__ __forceinline__ void advance(int k) {
+    in_page += k;
+    while (in_page >= page_size) {
+      in_page -= page_size;
+      ++slot;
+    }
+  }
+};
 
 __device__ __forceinline__ float warp_max(float x) {
   for (int off = 16; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
@@ -215,15 +239,17 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const int key0 = chunk_key0(c) + j0;
     const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
     const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
+    PagedCursor page = PAGED ? PagedCursor(p, b, key0) : PagedCursor{};
 #pragma unroll
     for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
       const int n = key0 + pass * Tr::kLoadRowsPerPass;
       const bool valid = n < n_end;
       const uint32_t dst = st * Tr::kTileBytes + ptx::swizzle<RB>(j0 + pass * Tr::kLoadRowsPerPass, piece);
       if constexpr (PAGED) {
-        const int64_t row = valid ? paged_token_row(p, b, n) : 0;  // row 0 exists; nothing is read
+        const int64_t row = valid ? page.row() : 0;  // row 0 exists; nothing is read
         k_src = K_gmem + row * p.k_row_stride + col;
         v_src = V_gmem + row * p.v_row_stride + col;
+        page.advance(Tr::kLoadRowsPerPass);
       }
       ptx::cp_async_16(K_ring + dst, valid ? k_src : K_gmem, valid ? 16 : 0);
       ptx::cp_async_16(V_ring + dst, valid ? v_src : V_gmem, valid ? 16 : 0);
