@@ -248,7 +248,8 @@ __global__ void __launch_bounds__(Tr::kThreads)
     for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
       const int n = key0 + pass * Tr::kLoadRowsPerPass;
       const bool valid = n < n_end;
-      const uint32_t dst = st * Tr::kTileBytes + ptx::swizzle<RB>(j0 + pass * Tr::kLoadRowsPerPass, piece);
+      const uint32_t dst =
+          st * Tr::kTileBytes + ptx::swizzle<RB>(j0 + pass * Tr::kLoadRowsPerPass, piece);
       if constexpr (PAGED) {
         const int64_t row = valid ? page.row() : 0;  // row 0 exists; nothing is read
         k_src = K_gmem + row * p.k_row_stride + col;
@@ -519,8 +520,8 @@ __global__ void __launch_bounds__(CombineTraits<HEAD_DIM>::kThreads)
 #pragma unroll 8
   for (int s = sg; s < a.num_splits; s += Ct::kSplitGroups) {
     const float w = lse_weight(lse_s[s], lse);
-    const float4 v = *reinterpret_cast<const float4*>(O_s + static_cast<int64_t>(s) * HEAD_DIM +
-                                                      cg * Ct::kVec);
+    const float4 v =
+        *reinterpret_cast<const float4*>(O_s + static_cast<int64_t>(s) * HEAD_DIM + cg * Ct::kVec);
     o = make_float4(fmaf(w, v.x, o.x), fmaf(w, v.y, o.y), fmaf(w, v.z, o.z), fmaf(w, v.w, o.w));
   }
   // LAB-END(08-lse-combine)

@@ -52,10 +52,9 @@ inline int compute_capability() {
 /// once (above 48 KiB dynamic shared memory must be opted into).
 template <class T, class Tr, bool PAGED>
 const void* prepared_split_kernel() {
-  static const cudaError_t set =
-      cudaFuncSetAttribute(split_kv_attention<T, Tr, PAGED>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(Tr::kSmemBytes));
+  static const cudaError_t set = cudaFuncSetAttribute(split_kv_attention<T, Tr, PAGED>,
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      static_cast<int>(Tr::kSmemBytes));
   FL_CUDA_CHECK(set);
   return reinterpret_cast<const void*>(&split_kv_attention<T, Tr, PAGED>);
 }
@@ -96,10 +95,12 @@ inline DecodePlan plan_for(const AttnParams& p) {
 /// Problem, not the tensors.
 inline void check_alignment(const AttnParams& p) {
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  // clang-format off
   const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
                              p.k_batch_stride, p.k_row_stride, p.k_head_stride,
                              p.v_batch_stride, p.v_row_stride, p.v_head_stride,
                              p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  // clang-format on
   bool ok = aligned(p.q) && aligned(p.k) && aligned(p.v) && aligned(p.o);
   for (int64_t s : strides) ok = ok && s % 8 == 0;
   if (!ok)
@@ -131,8 +132,10 @@ void launch_decode(const AttnParams& p, const DecodePlan& plan, cudaStream_t str
     split_kv_attention<T, Tr, PAGED><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, a);
   };
   if constexpr (WITH_PAGED) {
-    if (p.page_size != 0) launch_split(std::true_type{});
-    else launch_split(std::false_type{});
+    if (p.page_size != 0)
+      launch_split(std::true_type{});
+    else
+      launch_split(std::false_type{});
   } else {
     if (p.page_size != 0) throw std::invalid_argument("rung 08: this variant has no paged loader");
     launch_split(std::false_type{});

@@ -31,6 +31,8 @@ void add_ring_depth_variants(Registry& reg) {
 
 }  // namespace
 
-void register_rung_08_variants(Registry& reg) { add_ring_depth_variants<128>(reg); }
+void register_rung_08_variants(Registry& reg) {
+  add_ring_depth_variants<128>(reg);
+}
 
 }  // namespace fl
