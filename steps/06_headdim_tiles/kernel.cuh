@@ -42,7 +42,7 @@ inline SmemClass current_smem_class() {
   return smem_class_for(optin);
 }
 
-/// Calls f.template operator()<Cfg>() with the tiles for head_dim D on a GPU
+/// Calls `f.template operator()<Cfg>()` with the tiles for head_dim D on a GPU
 /// of class @p c: the runtime class becomes a compile-time type.
 template <int D, class F>
 decltype(auto) with_tiles(SmemClass c, F&& f) {

@@ -75,6 +75,7 @@ inline double wave_efficiency(long long ctas, long long slots) {
 /// @param sm_count     multiprocessors of the GPU (132 on an H100 SXM)
 /// @param work_items   CTAs of the unsplit grid: batch x heads_kv x row tiles
 /// @param seqlen_k     keys per sequence
+/// @param pol          the knobs (SplitPolicy: wave, shortest split, bounds)
 inline int num_splits_heuristic(int sm_count, long long work_items, int seqlen_k,
                                 const SplitPolicy& pol = SplitPolicy{}) {
   const long long slots = static_cast<long long>(std::max(sm_count, 1)) * pol.ctas_per_sm;
