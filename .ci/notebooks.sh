@@ -2,9 +2,10 @@
 # Notebooks in CI: (1) every committed notebook is stripped (no outputs, no execution counts);
 # (2) the pinned requirements install into a venv; (3) every notebook runs headless with
 # nbconvert --execute (any cell error fails). A notebook whose metadata lists results it needs
-# ("flashladder": {"needs": [...]}) runs on the newest bench/results/<gpu>/ that has them, or
-# FL_RESULTS; with no such results it is skipped (results come only from real GPU runs), and
-# instead we check that it stops with the clear "no benchmark results" message.
+# ("flashladder": {"needs": [...], "family": "prefill"|"decode"}) runs on the newest
+# bench/results/<gpu>/ that has them (notebooks/flresults.py, find_results), or FL_RESULTS; with
+# no such results it is skipped (results come only from real GPU runs), and instead we check
+# that it stops with the clear "no benchmark results" message.
 #
 #   .ci/notebooks.sh            # all of the above
 #   .ci/notebooks.sh --check    # (1) only: no Python packages needed
@@ -62,14 +63,17 @@ unset FL_RESULTS
 passed=0 failed=0 skipped=0
 for nb in notebooks/*.ipynb; do
   name=$(basename "$nb" .ipynb)
-  # What this notebook needs ("-" = nothing) and the newest results folder that has it ("" = none).
+  # What this notebook needs ("-" = nothing) and the results folder it will plot ("" = none):
+  # notebooks/flresults.py's find_results, the rule the notebook itself applies.
   read -r needs results < <(FL_RESULTS="$USER_RESULTS" "$VPY" - "$nb" <<'EOF2'
-import glob, json, os, sys
-needs = json.load(open(sys.argv[1])).get("metadata", {}).get("flashladder", {}).get("needs", [])
-env = os.environ.get("FL_RESULTS")
-dirs = [env] if env else sorted(glob.glob("bench/results/*/"), key=os.path.getmtime, reverse=True)
-found = next((d for d in dirs if all(glob.glob(os.path.join(d, n)) for n in needs)), "") if needs else "-"
-print(",".join(needs) or "-", os.path.abspath(found) if found not in ("", "-") else found)
+import json, os, sys
+sys.path.insert(0, "notebooks")
+import flresults
+meta = json.load(open(sys.argv[1])).get("metadata", {}).get("flashladder", {})
+needs, family = meta.get("needs", []), meta.get("family")
+found = (flresults.find_results(needs, family) or "") if needs else "-"
+what = ",".join(needs) + (" (%s sweep)" % family if family else "")
+print(what.replace(" ", "_") or "-", os.path.abspath(found) if found not in ("", "-") else found)
 EOF2
 )
   if [ -z "${results:-}" ]; then

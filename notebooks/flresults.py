@@ -7,7 +7,8 @@ Results come from `bench/run_all.sh` on a GPU, which writes bench/results/<gpu-s
     decode_splits/*.json        rung 08 with --splits 1..64 and the heuristic (one run report each)
     meta.json, report.md        device, date, git sha; the speedup tables
 
-FL_RESULTS=<folder> picks a folder; otherwise the newest bench/results/*/ with a ladder_bench.json.
+FL_RESULTS=<folder> picks a folder; otherwise the newest bench/results/*/ that has what the notebook
+needs (find_results: the files, and the prefill or decode sweep per meta.json).
 FL_NOTEBOOK_OUT=<folder> is where figures go (default: <temp>/flashladder-plots, never the repo).
 """
 
@@ -37,25 +38,54 @@ class NoResults(RuntimeError):
     """Raised (with what to do) when a notebook needs results that do not exist."""
 
 
-def results_dir(need="ladder_bench.json"):
-    """The results folder to plot; raises NoResults naming what is missing and how to make it."""
+def families(d):
+    """The sweep families ("prefill", "decode") a results folder holds, from its meta.json: a run
+    with `bench/run_all.sh --family F` holds F, a joined folder (merge_results.py) its parts'
+    families; a folder that does not say holds both."""
+    try:
+        with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return {"prefill", "decode"}
+    out = set()
+    for fam in [p.get("family", "all") for p in meta.get("parts", [])] or [meta.get("family", "all")]:
+        out |= {"prefill", "decode"} if fam in ("all", "", None) else {fam}
+    return out
+
+
+def find_results(needs=(), family=None):
+    """The folder to plot: FL_RESULTS if set, else the newest bench/results/*/ (meta.json's date)
+    that has a file for every glob in @p needs and, if @p family is given, that sweep. None if
+    there is none. .ci/notebooks.sh asks the same question with each notebook's metadata."""
     env = os.environ.get("FL_RESULTS")
     if env:
-        if not os.path.isdir(env):
-            raise NoResults("FL_RESULTS=%s is not a folder" % env)
-        candidates = [env]
+        candidates = [env] if os.path.isdir(env) else []
     else:
         candidates = [
             d for d in glob.glob(os.path.join(ROOT, "bench", "results", "*")) if os.path.isdir(d)
         ]
         candidates.sort(key=_stamp, reverse=True)
     for d in candidates:
-        if glob.glob(os.path.join(d, need)):
+        if all(glob.glob(os.path.join(d, n)) for n in needs) and (
+            family is None or family in families(d)
+        ):
             return d
+    return None
+
+
+def results_dir(need="ladder_bench.json", family=None):
+    """The results folder to plot; raises NoResults naming what is missing and how to make it."""
+    d = find_results([need], family)
+    if d is not None:
+        return d
+    env = os.environ.get("FL_RESULTS")
+    if env and not os.path.isdir(env):
+        raise NoResults("FL_RESULTS=%s is not a folder" % env)
     raise NoResults(
-        "no benchmark results with %s in %s. Results come only from a real GPU run: build, then run "
-        "`bench/run_all.sh` (writes bench/results/<gpu>/), or point FL_RESULTS at such a folder."
-        % (need, env or os.path.join(ROOT, "bench", "results", "*"))
+        "no benchmark results with %s%s in %s. Results come only from a real GPU run: build, then "
+        "run `bench/run_all.sh` (writes bench/results/<gpu>/), or point FL_RESULTS at such a folder."
+        % (need, " and the %s sweep" % family if family else "",
+           env or os.path.join(ROOT, "bench", "results", "*"))
     )
 
 
