@@ -72,8 +72,8 @@ import flresults
 meta = json.load(open(sys.argv[1])).get("metadata", {}).get("flashladder", {})
 needs, family = meta.get("needs", []), meta.get("family")
 found = (flresults.find_results(needs, family) or "") if needs else "-"
-what = ",".join(needs) + (" (%s sweep)" % family if family else "")
-print(what.replace(" ", "_") or "-", os.path.abspath(found) if found not in ("", "-") else found)
+print(",".join(needs + (["%s-sweep" % family] if family else [])) or "-",
+      os.path.abspath(found) if found not in ("", "-") else found)
 EOF2
 )
   if [ -z "${results:-}" ]; then

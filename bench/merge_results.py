@@ -9,7 +9,8 @@ whole run). OUT gets:
                                       first part, plus "parts" (each part's device, date, sha)
   meta.json                           {"device", "date" (the latest), "git_sha", "parts": [...]}
   every other file of each part       logs, and any name already taken, get the part's family
-                                      before the extension (ladder_bench.log -> ladder_bench.decode.log)
+                                      (or "partN" when two parts share one) before the extension
+                                      (ladder_bench.log -> ladder_bench.decode.log)
   report.md                           bench/report.py over the joined files
 The parts must come from the same device; parts with different git shas are joined, and meta.json
 lists every sha (the notebooks and the report show them). --git-sha SHA records SHA instead of what
@@ -33,7 +34,7 @@ def load(path):
 def part_meta(d):
     path = os.path.join(d, "meta.json")
     meta = load(path) if os.path.exists(path) else {}
-    meta.setdefault("family", os.path.basename(os.path.normpath(d)))
+    meta.setdefault("family", "all")  # run_all.sh without --family
     meta["folder"] = os.path.basename(os.path.normpath(d))
     return meta
 
@@ -82,14 +83,16 @@ def main(argv):
         if j is not None:
             with open(os.path.join(out, name), "w", encoding="utf-8") as f:
                 json.dump(j, f, indent=1)
-    for d, meta in zip(parts, metas):
+    families = [m["family"] for m in metas]
+    for i, (d, meta) in enumerate(zip(parts, metas)):
+        tag = meta["family"] if families.count(meta["family"]) == 1 else "part%d" % (i + 1)
         for name in sorted(os.listdir(d)):
             if name in JOINED or name in ("meta.json", "report.md"):
                 continue
             src, dst = os.path.join(d, name), os.path.join(out, name)
             if (os.path.exists(dst) or (len(parts) > 1 and name.endswith(".log"))) and not os.path.isdir(src):
                 stem, ext = os.path.splitext(name)
-                dst = os.path.join(out, "%s.%s%s" % (stem, meta["family"], ext))
+                dst = os.path.join(out, "%s.%s%s" % (stem, tag, ext))
             if os.path.isdir(src):
                 shutil.copytree(src, dst, dirs_exist_ok=True)
             else:

@@ -102,12 +102,9 @@ struct DecodeTraits {
   static constexpr int kSmemBytes = kWarps * kWarpRingBytes;
   static constexpr int kMergeBytes = kWarps * kRows * (HEAD_DIM + 2) * 4;
 
-  /// Shared memory of an H100/H200 SM and what the driver reserves per CTA,
-  /// and the CTAs that fit on one such SM (the launcher asks the occupancy API
-  /// on the GPU it runs on; this is the answer when there is none).
+  /// Shared memory of an H100/H200 SM and what the driver reserves per CTA.
   static constexpr int kSmemPerSmSm90 = 228 * 1024;
   static constexpr int kSmemReservedPerCta = 1024;
-  static constexpr int kCtasPerSmSm90 = kSmemPerSmSm90 / (kSmemBytes + kSmemReservedPerCta);
 
   static_assert(kRows == kMmaM, "a CTA's rows are one m16n8k16 tile");
   static_assert(HEAD_DIM % kMmaK == 0, "head_dim must be a multiple of the MMA k (16)");
@@ -119,7 +116,8 @@ struct DecodeTraits {
                 "the loader copies whole rows per pass and whole passes per chunk");
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
   static_assert(kMergeBytes <= kSmemBytes, "the merge reuses the K/V rings");
-  static_assert(kCtasPerSmSm90 >= 1, "one CTA's rings must fit in an SM's shared memory");
+  static_assert(kSmemBytes + kSmemReservedPerCta <= kSmemPerSmSm90,
+                "one CTA's rings must fit in an SM's shared memory");
 };
 
 /// What the launcher tells the kernels about the cut (see split_heuristic.h).

@@ -65,8 +65,6 @@ std::vector<KernelInfo> kernels_08(const Problem& p) {
 std::vector<std::string> notes_08(const Problem& p) {
   const int sms = sm_count();
   const DecodePlan plan = plan_for(p);
-  const int per_sm = with_head_dim(
-      p.head_dim, [&](auto dim) { return ctas_per_sm<DecodeTraits<decltype(dim)::value>>(); });
   const long long ctas = plan.work_items * plan.num_splits;
   const long long slots = static_cast<long long>(sms) * SplitPolicy{}.ctas_per_sm;
   char buf[512];
@@ -78,9 +76,9 @@ std::vector<std::string> notes_08(const Problem& p) {
   std::vector<std::string> out{buf};
   std::snprintf(buf, sizeof buf,
                 "grid: %lld CTAs = %lld (batch x heads_kv x row tiles) x %d splits; %.2f waves "
-                "of %lld (one CTA per SM; %d fit), wave efficiency %.2f",
+                "of %lld (one CTA per SM), wave efficiency %.2f",
                 ctas, plan.work_items, plan.num_splits,
-                static_cast<double>(ctas) / static_cast<double>(slots), slots, per_sm,
+                static_cast<double>(ctas) / static_cast<double>(slots), slots,
                 wave_efficiency(ctas, slots));
   out.push_back(buf);
   if (plan.num_splits > 1)

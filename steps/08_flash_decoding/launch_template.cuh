@@ -59,26 +59,6 @@ const void* prepared_split_kernel() {
   return reinterpret_cast<const void*>(&split_kv_attention<T, Tr, PAGED>);
 }
 
-/// CTAs of the split kernel resident per SM on the current GPU (the
-/// occupancy API: its shared memory decides), or Tr::kCtasPerSmSm90 without a
-/// device. The run report prints it; the split heuristic's wave is one CTA per
-/// SM (split_heuristic.h, kWaveCtasPerSm).
-template <class Tr>
-int ctas_per_sm() {
-  static const int n = [] {
-    int dev = 0, blocks = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return Tr::kCtasPerSmSm90;
-    }
-    prepared_split_kernel<__half, Tr, false>();
-    FL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, split_kv_attention<__half, Tr, false>, Tr::kThreads, Tr::kSmemBytes));
-    return blocks > 0 ? blocks : 1;
-  }();
-  return n;
-}
-
 /// The plan (split count, keys per split) on this GPU. The same call feeds
 /// workspace_bytes() and launch(), so both see the same plan.
 inline DecodePlan plan_for(const Problem& p) {
