@@ -37,10 +37,6 @@ std::string supports_08(const Problem& p, const DeviceInfo& d) {
   });
 }
 
-size_t workspace_08(const Problem& p) {
-  return workspace_bytes(plan_for(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
-}
-
 std::vector<KernelInfo> kernels_08(const Problem& p) {
   const DecodePlan plan = plan_for(p);
   return FL_DTYPE_SWITCH(p.dtype, T, [&] {
@@ -82,8 +78,9 @@ std::vector<std::string> notes_08(const Problem& p) {
                 wave_efficiency(ctas, slots));
   out.push_back(buf);
   if (plan.num_splits > 1)
-    out.push_back("partial O + LSE in HBM: " + format_bytes(static_cast<double>(workspace_08(p))) +
-                  " (written by kernel 1, read by combine_splits)");
+    out.push_back(
+        "partial O + LSE in HBM: " + format_bytes(static_cast<double>(decode_workspace_bytes(p))) +
+        " (written by kernel 1, read by combine_splits)");
   if (plan.row_tiles > 1)
     out.push_back("more rows than one CTA holds: each of the " + std::to_string(plan.row_tiles) +
                   " row tiles re-reads its split of K/V (mostly from L2)");
@@ -115,7 +112,7 @@ void register_rung_08(Registry& reg) {
   r.paged_kv = true;
   r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
   r.supports = supports_08;
-  r.workspace_bytes = workspace_08;
+  r.workspace_bytes = decode_workspace_bytes;
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     check_alignment(p);
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {

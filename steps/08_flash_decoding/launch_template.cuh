@@ -1,7 +1,7 @@
 /// @file steps/08_flash_decoding/launch_template.cuh
 /// @brief Rung 08's launcher pieces, shared by launch.cu (the rung) and
-/// variants.cu (the ablations): the split plan for a ring depth, the two
-/// launches, and the checks.
+/// variants.cu (the ablations): the split plan, the two launches, the checks
+/// and the ablation registration.
 #pragma once
 
 #include <cstdint>
@@ -26,26 +26,24 @@ constexpr int kMaxSeqlenQ = 16;
 /// workspace_bytes() and the notes still give an answer on a CPU-only host.
 constexpr int kFallbackSmCount = 132;
 
-/// Multiprocessors and compute capability (major * 10 + minor) of the current
-/// device, or the fallback without one.
-inline int sm_count() {
-  int dev = 0, n = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+/// Attribute @p attr of the current device, or @p fallback without one.
+inline int device_attribute(cudaDeviceAttr attr, int fallback) {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) {
     (void)cudaGetLastError();  // clear the (non-sticky) error: no device is not a failure here
-    return kFallbackSmCount;
+    return fallback;
   }
-  return n;
+  return v;
 }
+/// Multiprocessors of the current device (kFallbackSmCount without one).
+inline int sm_count() {
+  const int n = device_attribute(cudaDevAttrMultiProcessorCount, kFallbackSmCount);
+  return n > 0 ? n : kFallbackSmCount;
+}
+/// Compute capability as major * 10 + minor (0 without a device).
 inline int compute_capability() {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return major * 10 + minor;
+  return device_attribute(cudaDevAttrComputeCapabilityMajor, 0) * 10 +
+         device_attribute(cudaDevAttrComputeCapabilityMinor, 0);
 }
 
 /// The split kernel for (T, Tr, PAGED) with its shared-memory limit raised
@@ -68,6 +66,10 @@ inline DecodePlan plan_for(const Problem& p) {
 inline DecodePlan plan_for(const AttnParams& p) {
   return make_decode_plan(p.batch, p.heads_kv, p.group, p.seqlen_q, p.seqlen_k, p.num_splits,
                           sm_count());
+}
+/// Workspace of that plan (the partial O and LSE; 0 for one split).
+inline size_t decode_workspace_bytes(const Problem& p) {
+  return workspace_bytes(plan_for(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
 }
 
 /// 16-byte loads need 16-byte aligned rows (8-byte stores of O in kernel 2):
@@ -177,9 +179,7 @@ Rung make_decode_variant(const char* name, const std::string& summary, bool pdl)
   r.min_cc = 80;
   r.in_tour = false;
   r.supports = [](const Problem& p, const DeviceInfo& d) { return check_decode_limits<Tr>(p, d); };
-  r.workspace_bytes = [](const Problem& p) {
-    return workspace_bytes(plan_for(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
-  };
+  r.workspace_bytes = decode_workspace_bytes;
   r.launch = [pdl](const AttnParams& p, cudaStream_t s) {
     check_alignment(p);
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T,
