@@ -48,6 +48,13 @@ bool parse_int(const std::string& flag, const std::string& s, int* out, ParseRes
   return true;
 }
 
+/// Value of a boolean flag: 1/true or 0/false.
+bool parse_bool(const std::string& s, bool* out) {
+  if (s != "0" && s != "1" && s != "true" && s != "false") return false;
+  *out = (s == "1" || s == "true");
+  return true;
+}
+
 }  // namespace
 
 ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
@@ -63,9 +70,10 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
     }
     // Flags without a value.
     if (flag == "--help" || flag == "-h") { o->help = true; continue; }
-    if (flag == "--no-compare") { o->compare_previous = false; continue; }
+    if (flag == "--no-compare") { o->compare_baselines = false; continue; }
     if (flag == "--sweep") { o->sweep = true; continue; }
     if (flag == "--list") { o->list = true; continue; }
+    if (flag == "--registry-json") { o->registry_json = true; continue; }
     if (flag == "--device-info") { o->device_info = true; continue; }
     auto need = [&]() -> bool {
       if (has_eq) return true;
@@ -108,10 +116,15 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
       }
     }
     else if (flag == "--causal") {
-      if (need()) {
-        if (value == "1" || value == "true") p.causal = true;
-        else if (value == "0" || value == "false") p.causal = false;
-        else { r.ok = false; r.error = "--causal: expected 0 or 1, got '" + value + "'"; }
+      // A boolean flag: alone it means 1; "--causal 0|1|true|false" and "--causal=0" still work.
+      if (!has_eq) {
+        value = "1";
+        // The next word is its value unless it is the next flag (no positional arguments exist).
+        if (a + 1 < argc && argv[a + 1][0] != '-') value = argv[++a];
+      }
+      if (!parse_bool(value, &p.causal)) {
+        r.ok = false;
+        r.error = "--causal: expected 0 or 1 (or nothing, meaning 1), got '" + value + "'";
       }
     }
     else if (flag == "--scale") {
@@ -167,7 +180,7 @@ std::string usage(const std::string& program) {
   std::ostringstream s;
   s << "usage: " << program << " [flags]\n"
     << "Runs one attention problem, checks it against the fp64 CPU reference, times it,\n"
-    << "and compares with the previous rung on the same input.\n\n"
+    << "and compares with the rung's declared baselines on the same input.\n\n"
     << "problem:\n"
     << "  --batch N          batch size (default 4)\n"
     << "  --seqlen N         seqlen_q = seqlen_k = N\n"
@@ -177,7 +190,7 @@ std::string usage(const std::string& program) {
     << "  --kv-heads N       key/value heads, divides --heads (default: --heads)\n"
     << "  --dim N            head_dim, multiple of 8, <= 256 (default 64)\n"
     << "  --dtype T          fp16 | bf16 (default fp16)\n"
-    << "  --causal 0|1       bottom-right aligned causal mask (default 0)\n"
+    << "  --causal [0|1]     bottom-right aligned causal mask (default 0; alone: 1)\n"
     << "  --scale X          softmax scale (default 1/sqrt(dim))\n"
     << "  --splits N         split-KV count for decode rungs (default 0 = heuristic)\n"
     << "  --page-size N      paged KV cache with N-token pages (default 0 = contiguous)\n"
@@ -189,9 +202,10 @@ std::string usage(const std::string& program) {
     << "  --warmup N         untimed launches first (default 5)\n"
     << "  --variant NAME     run a variant of the rung (ablations; see --list)\n"
     << "  --sweep            run the rung's sweep table (rungs that define one)\n"
-    << "  --no-compare       skip the previous rung\n"
+    << "  --no-compare       do not time the rung's baselines (see --list)\n"
     << "  --json FILE        also write the report as JSON\n"
-    << "  --list             list the rungs and variants built\n"
+    << "  --list             list the rungs and variants built, with their baselines\n"
+    << "  --registry-json    the same as JSON (read by bench/report.py and bench/docgen.py)\n"
     << "  --device-info      print the GPU and its peak rates\n"
     << "exit codes: 0 ok, 1 check failed, 2 bad or unsupported input, 77 no usable CUDA device\n";
   return s.str();

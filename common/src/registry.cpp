@@ -12,7 +12,33 @@ std::string Rung::label() const {
   return s;
 }
 
+Baseline Baseline::on(int n, std::string why, std::string v) {
+  Baseline b;
+  b.kind = Kind::rung;
+  b.number = n;
+  b.variant = std::move(v);
+  b.why = std::move(why);
+  return b;
+}
+
+Baseline Baseline::fastest(std::string why) {
+  Baseline b;
+  b.kind = Kind::fastest_earlier;
+  b.why = std::move(why);
+  return b;
+}
+
+std::string Baseline::target_label(const std::string& name) const {
+  if (kind != Kind::rung) return "";
+  std::string s = (number < 10 ? "0" : "") + std::to_string(number) + "_" + name;
+  if (!variant.empty()) s += "[" + variant + "]";
+  return s;
+}
+
 void Registry::add(Rung r) {
+  // A variant (ablation, sweep point) is compared with its own rung unless it says otherwise.
+  if (!r.variant.empty() && r.baselines.empty())
+    r.baselines.push_back(Baseline::on(r.number, "the rung this variant changes one thing of"));
   rungs_.push_back(std::move(r));
   std::stable_sort(rungs_.begin(), rungs_.end(), [](const Rung& a, const Rung& b) { return a.number < b.number; });
 }
@@ -30,11 +56,77 @@ const Rung* Registry::previous(int number) const {
   return best;
 }
 
+std::vector<const Rung*> Registry::candidates(const Rung& r, const Baseline& b) const {
+  std::vector<const Rung*> out;
+  if (b.kind == Baseline::Kind::rung) {
+    if (const Rung* t = find(b.number, b.variant)) out.push_back(t);
+    return out;
+  }
+  for (const auto& c : rungs_)
+    if (c.variant.empty() && c.number < r.number) out.push_back(&c);
+  return out;
+}
+
 std::vector<const Rung*> Registry::mains() const {
   std::vector<const Rung*> out;
   for (const auto& r : rungs_)
     if (r.variant.empty()) out.push_back(&r);
   return out;
+}
+
+namespace {
+std::string json_quote(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    o += c;
+  }
+  return o + "\"";
+}
+
+const char* peak_key(Peak p) {
+  switch (p) {
+    case Peak::fp32_fma: return "fp32_fma";
+    case Peak::tensor_16bit: return "tensor_16bit";
+    default: return "memory";
+  }
+}
+
+/// The label of baseline @p b in @p reg (a rung's name is looked up; unbuilt: "NN_?").
+std::string baseline_label(const Registry& reg, const Baseline& b) {
+  if (b.kind == Baseline::Kind::fastest_earlier) return "the fastest earlier rung";
+  const Rung* main = reg.find(b.number);
+  return b.target_label(main ? main->name : "?");
+}
+}  // namespace
+
+std::vector<std::string> describe_baselines(const Registry& reg, const Rung& r) {
+  std::vector<std::string> out;
+  for (const auto& b : r.baselines) out.push_back("vs " + baseline_label(reg, b) + ": " + b.why);
+  return out;
+}
+
+std::string registry_json(const Registry& reg) {
+  std::string s = "{\"schema\": \"flashladder.registry/1\", \"rungs\": [";
+  bool first = true;
+  for (const auto& r : reg.all()) {
+    s += first ? "\n " : ",\n ";
+    first = false;
+    s += "{\"label\": " + json_quote(r.label()) + ", \"number\": " + std::to_string(r.number) +
+         ", \"name\": " + json_quote(r.name) + ", \"variant\": " + json_quote(r.variant) +
+         ", \"summary\": " + json_quote(r.summary) + ", \"peak\": " + json_quote(peak_key(r.peak)) +
+         ", \"decode\": " + (r.decode ? "true" : "false") +
+         ", \"in_tour\": " + (r.in_tour ? "true" : "false") + ", \"baselines\": [";
+    for (size_t i = 0; i < r.baselines.size(); ++i) {
+      const Baseline& b = r.baselines[i];
+      s += (i ? ", " : "") + std::string("{\"kind\": ") +
+           (b.kind == Baseline::Kind::rung ? "\"rung\"" : "\"fastest_earlier\"") +
+           ", \"label\": " + json_quote(baseline_label(reg, b)) + ", \"why\": " + json_quote(b.why) + "}";
+    }
+    s += "]}";
+  }
+  return s + "\n]}\n";
 }
 
 std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& d) {

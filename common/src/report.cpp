@@ -102,12 +102,19 @@ std::string format_report(const RunReport& r) {
         << (k.static_smem + k.dynamic_smem) << std::setw(10) << k.max_blocks_per_sm << std::setw(8)
         << fixed(100 * k.occupancy, 0) << "\n";
   }
-  if (r.has_prev && r.prev_timing.timed && r.timing.timed) {
-    s << "  vs prev   rung " << (r.prev_number < 10 ? "0" : "") << r.prev_number << " " << r.prev_name << ": "
-      << fixed(r.prev_timing.median_ms, 4) << " ms -> speedup " << fixed(r.prev_timing.median_ms / r.timing.median_ms, 2)
-      << "x\n";
-  } else if (!r.prev_skipped.empty()) {
-    s << "  vs prev   " << r.prev_skipped << "\n";
+  for (const auto& b : r.baselines) {
+    s << "  vs        " << b.label;
+    if (b.fastest_of_earlier) s << " (fastest earlier rung)";
+    if (!b.skipped.empty()) {
+      s << ": not run: " << b.skipped << "\n";
+    } else if (b.timing.timed && r.timing.timed) {
+      s << ": " << fixed(b.timing.median_ms, 4) << " ms -> speedup "
+        << fixed(b.timing.median_ms / r.timing.median_ms, 2) << "x\n";
+    } else {
+      s << "\n";
+    }
+    s << "            why: " << b.why << "\n";
+    if (!b.considered.empty()) s << "            considered: " << b.considered << "\n";
   }
   return s.str();
 }
@@ -285,12 +292,15 @@ std::string to_json(const RunReport& r) {
         .kv("occupancy", k.occupancy)
         .end_object();
   j.end_array();
-  if (r.has_prev) {
-    j.begin_object("previous").kv("number", r.prev_number).kv("name", r.prev_name);
-    if (r.prev_timing.timed && r.timing.timed)
-      j.kv("median_ms", r.prev_timing.median_ms).kv("speedup", r.prev_timing.median_ms / r.timing.median_ms);
-    j.kv("skipped", r.prev_skipped).end_object();
+  j.begin_array("baselines");
+  for (const auto& b : r.baselines) {
+    j.begin_object().kv("label", b.label).kv("why", b.why).kv("fastest_of_earlier", b.fastest_of_earlier);
+    if (!b.considered.empty()) j.kv("considered", b.considered);
+    if (b.timing.timed && r.timing.timed)
+      j.kv("median_ms", b.timing.median_ms).kv("speedup", b.timing.median_ms / r.timing.median_ms);
+    j.kv("skipped", b.skipped).end_object();
   }
+  j.end_array();
   j.end_object();
   return j.str();
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -195,8 +196,10 @@ std::string program_name(const char* argv0) {
 }
 
 void print_list(const Registry& reg) {
-  for (const auto& r : reg.all())
+  for (const auto& r : reg.all()) {
     std::printf("%-34s %s\n", r.label().c_str(), r.summary.c_str());
+    for (const std::string& line : describe_baselines(reg, r)) std::printf("%-34s   %s\n", "", line.c_str());
+  }
 }
 
 std::string device_line(const DeviceInfo& d) {
@@ -255,6 +258,66 @@ void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const Hos
   rep->kernels = rung_resources(r, p);
 }
 
+/// "" if @p r can run @p p on @p dev (supports, memory, not a lab stub), else why not.
+std::string why_not(const Rung& r, const Problem& p, const DeviceInfo& dev) {
+  if (!r.not_implemented.empty()) return "not implemented (lab starter)";
+  std::string why = supports(r, p, dev);
+  if (why.empty()) why = memory_check(r, p);
+  return why;
+}
+
+/// Times @p r's declared baselines (Rung::baselines) on the same input. @p known holds
+/// times already measured on this input (the tour), by label: those are reused, not re-run,
+/// and what is timed here is added to it.
+std::vector<BaselineResult> time_baselines(const Registry& reg, const Rung& r, const Options& opt,
+                                           const DeviceInfo& dev, const HostInputs& in,
+                                           std::map<std::string, Timing>* known) {
+  std::vector<BaselineResult> out;
+  auto time_of = [&](const Rung& c) -> Timing {
+    if (auto it = known->find(c.label()); it != known->end()) return it->second;
+    RunReport rep;
+    run_one(c, opt, dev, in, &rep, false, true);
+    (*known)[c.label()] = rep.timing;
+    return rep.timing;
+  };
+  for (const Baseline& b : r.baselines) {
+    BaselineResult res;
+    res.why = b.why;
+    const std::vector<const Rung*> cands = reg.candidates(r, b);
+    if (b.kind == Baseline::Kind::rung) {
+      const Rung* main = reg.find(b.number);
+      res.label = b.target_label(main ? main->name : "?");
+      if (cands.empty()) {
+        res.skipped = "not built (see -DFL_RUNGS)";
+      } else if (std::string why = why_not(*cands[0], opt.problem, dev); !why.empty()) {
+        res.skipped = why;
+      } else {
+        res.timing = time_of(*cands[0]);
+      }
+    } else {
+      res.fastest_of_earlier = true;
+      for (const Rung* c : cands) {
+        if (!why_not(*c, opt.problem, dev).empty()) continue;
+        const Timing t = time_of(*c);
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s%s %.4f ms", res.considered.empty() ? "" : ", ", c->label().c_str(),
+                      t.median_ms);
+        res.considered += buf;
+        if (!res.timing.timed || t.median_ms < res.timing.median_ms) {
+          res.timing = t;
+          res.label = c->label();
+        }
+      }
+      if (!res.timing.timed) {
+        res.label = "the fastest earlier rung";
+        res.skipped = "no earlier rung runs this shape";
+      }
+    }
+    out.push_back(res);
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_main(int argc, char** argv, int rung_number) {
@@ -264,6 +327,10 @@ int run_main(int argc, char** argv, int rung_number) {
   const Registry& reg = registry();
   if (opt.list) {
     print_list(reg);
+    return kExitOk;
+  }
+  if (opt.registry_json) {
+    std::printf("%s", registry_json(reg).c_str());
     return kExitOk;
   }
   const Rung* rung = reg.find(rung_number, opt.variant);
@@ -309,23 +376,10 @@ int run_main(int argc, char** argv, int rung_number) {
     RunReport rep;
     run_one(*rung, opt, dev, in, &rep, true, true);
 
-    // The previous rung on the same input, for the speedup line.
-    if (opt.compare_previous) {
-      if (const Rung* prev = reg.previous(rung->number)) {
-        rep.has_prev = true;
-        rep.prev_number = prev->number;
-        rep.prev_name = prev->name;
-        std::string pwhy = supports(*prev, p, dev);
-        if (pwhy.empty()) pwhy = memory_check(*prev, p);
-        if (!pwhy.empty()) {
-          rep.prev_skipped = "rung " + prev->label() + " not run: " + pwhy;
-        } else {
-          RunReport prev_rep;
-          Options popt = opt;
-          run_one(*prev, popt, dev, in, &prev_rep, false, true);
-          rep.prev_timing = prev_rep.timing;
-        }
-      }
+    // The rung's declared baselines on the same input, for the speedup lines.
+    if (opt.compare_baselines) {
+      std::map<std::string, Timing> known{{rung->label(), rep.timing}};
+      rep.baselines = time_baselines(reg, *rung, opt, dev, in, &known);
     }
     std::printf("%s", format_report(rep).c_str());
     if (!opt.json_path.empty()) {
@@ -346,12 +400,93 @@ int run_main(int argc, char** argv, int rung_number) {
   }
 }
 
+namespace {
+
+/// The tour's decode problem: one new token of 32 query heads against a 16k-token
+/// KV cache of 8 KV heads (GQA 4:1), head_dim 128, in the tour's dtype.
+Problem tour_decode_problem(const Problem& prefill) {
+  Problem p;
+  p.batch = 1;
+  p.seqlen_q = 1;
+  p.seqlen_k = 16384;
+  p.heads_q = 32;
+  p.heads_kv = 8;
+  p.head_dim = 128;
+  p.dtype = prefill.dtype;
+  return p;
+}
+
+/// One section of the tour: every main rung in @p rungs on @p opt.problem, one line each,
+/// with the speedup over the rung's first declared baseline. Returns false if a check failed.
+bool tour_section(const Registry& reg, const std::vector<const Rung*>& rungs, const Options& opt,
+                  const DeviceInfo& dev, bool decode) {
+  const Problem& p = opt.problem;
+  std::printf("%s: %s, input %s, %d timed runs each\n", decode ? "decode" : "prefill", p.describe().c_str(),
+              input_kind_name(opt.input), opt.iters);
+  std::printf("%-22s %10s %9s %8s %8s  %-34s %s\n", "rung", "time ms", decode ? "GB/s" : "TFLOP/s", "% peak",
+              "speedup", "vs baseline", "check");
+  const HostInputs in = make_inputs(p, opt.input, opt.seed);
+  std::map<std::string, Timing> known;  // every time measured on this input, by label
+  bool all_pass = true;
+  for (const Rung* r : rungs) {
+    if (!r->not_implemented.empty()) {
+      std::printf("%-22s %10s  FAIL: not implemented: %s\n", r->label().c_str(), "-", r->not_implemented.c_str());
+      all_pass = false;
+      continue;
+    }
+    try {
+      if (const std::string why = why_not(*r, p, dev); !why.empty()) {
+        std::printf("%-22s %10s  skipped: %s\n", r->label().c_str(), "-", why.c_str());
+        continue;
+      }
+      RunReport rep;
+      run_one(*r, opt, dev, in, &rep, true, true);
+      known[r->label()] = rep.timing;
+      const double ms = rep.timing.median_ms;
+      // The headline baseline: earlier rungs of this section are reused, others are run now.
+      std::string vs = "-", speedup = "-";
+      if (!r->baselines.empty()) {
+        Rung first = *r;
+        first.baselines.resize(1);
+        const BaselineResult b = time_baselines(reg, first, opt, dev, in, &known).front();
+        vs = b.label + (b.fastest_of_earlier ? " (fastest earlier)" : "");
+        if (b.skipped.empty()) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%.2fx", b.timing.median_ms / ms);
+          speedup = buf;
+        } else {
+          vs += ": " + b.skipped;
+        }
+      }
+      const double rate = decode ? gbps_of(p, ms, Peak::memory) : tflops_of(p, ms);
+      std::printf("%-22s %10.4f %9.2f %8.1f %8s  %-34s %s\n", r->label().c_str(), ms, rate, percent_of_peak(rep),
+                  speedup.c_str(), vs.c_str(),
+                  rep.check.pass ? ("PASS (" + rep.check.mode + ")").c_str() : ("FAIL: " + rep.check.reason).c_str());
+      all_pass = all_pass && rep.check.pass;
+    } catch (const std::exception& e) {
+      std::printf("%-22s FAIL: %s\n", r->label().c_str(), e.what());
+      all_pass = false;
+    }
+  }
+  return all_pass;
+}
+
+}  // namespace
+
 int tour_main(int argc, char** argv) {
   const std::string prog = program_name(argv[0]);
   Options opt;
   opt.iters = 20;
   if (const int rc = parse_or_exit(argc, argv, &opt, prog); rc >= 0) return rc;
   const Registry& reg = registry();
+  if (opt.list) {
+    print_list(reg);
+    return kExitOk;
+  }
+  if (opt.registry_json) {
+    std::printf("%s", registry_json(reg).c_str());
+    return kExitOk;
+  }
   DeviceInfo dev;
   try {
     dev = query_device();
@@ -359,46 +494,25 @@ int tour_main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s; nothing to run (exit 77 = skipped)\n", prog.c_str(), e.what());
     return kExitNoDevice;
   }
-  const Problem& p = opt.problem;
-  std::printf("FlashLadder tour on %s (%s, %d SMs)\nproblem: %s, input %s, %d timed runs each\n\n", dev.name.c_str(),
-              dev.arch().c_str(), dev.sm_count, p.describe().c_str(), input_kind_name(opt.input), opt.iters);
-  std::printf("%-22s %10s %9s %8s %9s %9s  %s\n", "rung", "time ms", "TFLOP/s", "% peak", "vs prev", "vs first",
-              "check");
-  const HostInputs in = make_inputs(p, opt.input, opt.seed);
-  bool all_pass = true;
-  double prev_ms = 0, first_ms = 0;
-  for (const Rung* r : reg.mains()) {
-    if (!r->in_tour) continue;
-    if (!r->not_implemented.empty()) {
-      std::printf("%-22s %10s  FAIL: not implemented: %s\n", r->label().c_str(), "-", r->not_implemented.c_str());
-      all_pass = false;
-      continue;
-    }
-    std::string why = supports(*r, p, dev);
-    try {
-      if (why.empty()) why = memory_check(*r, p);
-      if (!why.empty()) {
-        std::printf("%-22s %10s  skipped: %s\n", r->label().c_str(), "-", why.c_str());
-        continue;
-      }
-      RunReport rep;
-      run_one(*r, opt, dev, in, &rep, true, true);
-      const double ms = rep.timing.median_ms;
-      char vs_prev[32] = "-", vs_first[32] = "-";
-      if (prev_ms > 0) std::snprintf(vs_prev, sizeof vs_prev, "%.2fx", prev_ms / ms);
-      if (first_ms > 0) std::snprintf(vs_first, sizeof vs_first, "%.1fx", first_ms / ms);
-      std::printf("%-22s %10.4f %9.2f %8.1f %9s %9s  %s\n", r->label().c_str(), ms, tflops_of(p, ms),
-                  percent_of_peak(rep), vs_prev, vs_first,
-                  rep.check.pass ? ("PASS (" + rep.check.mode + ")").c_str() : ("FAIL: " + rep.check.reason).c_str());
-      all_pass = all_pass && rep.check.pass;
-      if (first_ms == 0) first_ms = ms;
-      prev_ms = ms;
-    } catch (const std::exception& e) {
-      std::printf("%-22s FAIL: %s\n", r->label().c_str(), e.what());
-      all_pass = false;
-    }
+  std::printf("FlashLadder tour on %s (%s, %d SMs)\n", dev.name.c_str(), dev.arch().c_str(), dev.sm_count);
+  std::printf("speedup = time of the rung's baseline / time of the rung, on the same input (--list: every baseline)\n\n");
+  // Prefill: every main rung that is not a decode kernel, on the command line's problem.
+  std::vector<const Rung*> prefill, decode;
+  for (const Rung* r : reg.mains())
+    if (r->in_tour) (r->decode ? decode : prefill).push_back(r);
+  bool pass = tour_section(reg, prefill, opt, dev, false);
+  // Decode: the decode rungs on their own problem, after every earlier rung that runs it
+  // (rung 08's baseline is the fastest of them).
+  if (!decode.empty()) {
+    Options dopt = opt;
+    dopt.problem = tour_decode_problem(opt.problem);
+    std::vector<const Rung*> rows;
+    for (const Rung* r : reg.mains())
+      if (r->in_tour && r->number <= decode.back()->number) rows.push_back(r);
+    std::printf("\n");
+    pass = tour_section(reg, rows, dopt, dev, true) && pass;
   }
-  return all_pass ? kExitOk : kExitCheckFailed;
+  return pass ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace fl

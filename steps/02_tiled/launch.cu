@@ -68,6 +68,7 @@ void register_rung_02(Registry& reg) {
   r.peak = Peak::fp32_fma;
   r.head_dims = {32, 64, 128};
   r.supports = supports_02;
+  r.baselines = {Baseline::on(1, "the rung it improves on: S leaves HBM, Q/K/V tiles are reused")};
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
       FL_HEADDIM_SWITCH(p.head_dim, D, [&] {

@@ -71,6 +71,7 @@ void register_rung_03(Registry& reg) {
   r.peak = Peak::fp32_fma;
   r.head_dims = {32, 64, 128};
   r.supports = supports_03;
+  r.baselines = {Baseline::on(2, "the rung it improves on: one pass over K/V instead of two")};
   r.workspace_bytes = workspace_03;
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {

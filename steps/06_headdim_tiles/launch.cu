@@ -40,6 +40,7 @@ Rung make_rung(bool force_small) {
     r.in_tour = false;
   } else {
     r.summary = "tiles, warps and stages per head_dim from a traits struct (FA2 kernel_traits)";
+    r.baselines = {Baseline::on(5, "the rung it improves on: the same kernel with one tile size")};
   }
   r.supports = [cls](const Problem& p, const DeviceInfo& d) -> std::string {
     if (p.head_dim != 32 && p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)

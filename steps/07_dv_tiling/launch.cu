@@ -162,6 +162,9 @@ Rung make_dv_rung(const std::string& variant) {
   r.in_tour = false;
   r.summary = DV == kUntiled ? "one query row per thread, all of O_i in registers (spills at d=128)"
                              : "one query row per thread, O_i in DV_TILE-column passes over K/V";
+  if (DV != kUntiled)  // a sweep point is compared with the untiled kernel of its block shape
+    r.baselines = {Baseline::on(7, "the untiled kernel with the same BLOCK_M and BLOCK_N",
+                                dv_variant_name(kUntiled, BLOCK_M, BLOCK_N))};
   r.supports = [](const Problem& p, const DeviceInfo&) -> std::string {
     if (DV != kUntiled && DV >= p.head_dim)
       return "DV_TILE " + std::to_string(DV) + " is not below head_dim " +
@@ -202,6 +205,8 @@ Rung make_split_d_rung() {
   r.variant = "split-d";
   r.in_tour = false;
   r.summary = "4 threads per query row, head_dim split across them, dot products by warp shuffles";
+  r.baselines = {Baseline::on(7, "the untiled kernel with the same BLOCK_M and BLOCK_N",
+                              dv_variant_name(kUntiled, kMainBlockM, kMainBlockN))};
   r.supports = [](const Problem& p, const DeviceInfo&) { return grid_supports(p); };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     dispatch<void>(static_cast<DType>(p.dtype), p.head_dim, [&](auto t, auto hd) {
@@ -228,6 +233,12 @@ Rung make_split_d_rung() {
 Rung make_main_rung() {
   Rung r = base_rung();
   r.summary = "one query row per thread; O_i in DV_TILE-column passes so nothing spills";
+  // A study, not a speed step: compared with the spill it removes, and with the
+  // CUDA-core FA2 kernel (same fp32 units, FA2's register tiling).
+  r.baselines = {
+      Baseline::on(7, "its own untiled kernel, same block shape: the spill DV tiling removes",
+                   dv_variant_name(kUntiled, kMainBlockM, kMainBlockN)),
+      Baseline::on(4, "the CUDA-core FA2 kernel: the same fp32 units, a register-tiled design")};
   r.supports = [](const Problem& p, const DeviceInfo&) { return grid_supports(p); };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     dispatch<void>(static_cast<DType>(p.dtype), p.head_dim, [&](auto t, auto hd) {

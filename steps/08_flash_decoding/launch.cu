@@ -110,6 +110,9 @@ void register_rung_08(Registry& reg) {
   r.peak = Peak::memory;
   r.head_dims = {64, 128};
   r.paged_kv = true;
+  r.decode = true;
+  r.baselines = {Baseline::fastest(
+      "the fastest earlier rung on the same decode shape (which one depends on the shape)")};
   r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
   r.supports = supports_08;
   r.workspace_bytes = decode_workspace_bytes;

@@ -178,6 +178,7 @@ Rung make_decode_variant(const char* name, const std::string& summary, bool pdl)
   r.head_dims = {128};
   r.min_cc = 80;
   r.in_tour = false;
+  r.decode = true;
   r.supports = [](const Problem& p, const DeviceInfo& d) { return check_decode_limits<Tr>(p, d); };
   r.workspace_bytes = decode_workspace_bytes;
   r.launch = [pdl](const AttnParams& p, cudaStream_t s) {

@@ -38,8 +38,35 @@ TEST_CASE("flags parse into the problem", "[cpu][cli]") {
   REQUIRE((p.batch == 3 && p.seqlen_q == 77 && p.seqlen_k == 129 && p.heads_q == 8 && p.heads_kv == 2));
   REQUIRE((p.head_dim == 128 && p.dtype == DType::bf16 && p.causal));
   REQUIRE((o.iters == 7 && o.seed == 9 && o.check == CheckMode::sample && o.input == InputKind::ramp));
-  REQUIRE((o.json_path == "x.json" && !o.compare_previous));
+  REQUIRE((o.json_path == "x.json" && !o.compare_baselines));
   REQUIRE(validate(p).empty());
+}
+
+TEST_CASE("a boolean flag alone means 1; 0/1/true/false and = still work", "[cpu][cli]") {
+  struct Case {
+    std::vector<const char*> args;
+    bool causal;
+  };
+  const std::vector<Case> cases = {
+      {{"--causal"}, true},
+      {{"--causal", "--dim", "128"}, true},
+      {{"--dim", "128", "--causal"}, true},
+      {{"--causal", "0"}, false},
+      {{"--causal", "1"}, true},
+      {{"--causal", "false"}, false},
+      {{"--causal=0"}, false},
+      {{"--causal=true"}, true},
+  };
+  for (const auto& c : cases) {
+    Options o;
+    const ParseResult r = parse(c.args, &o);
+    INFO(c.args.size() << " args, first " << c.args[0] << ": " << r.error);
+    REQUIRE(r.ok);
+    REQUIRE(o.problem.causal == c.causal);
+  }
+  Options o;
+  REQUIRE(parse({"--causal", "--dim", "128"}, &o).ok);
+  REQUIRE(o.problem.head_dim == 128);  // the next flag is not eaten as a value
 }
 
 TEST_CASE("--heads alone means MHA; --seqlen sets both lengths", "[cpu][cli]") {

@@ -25,8 +25,8 @@ std::vector<const Rung*> rungs_under_test(bool with_variants) {
   return out;
 }
 
-/// Decode rungs (08) take at most 16 query rows, so their shapes differ.
-bool is_decode_rung(const Rung& r) { return r.name.find("decod") != std::string::npos; }
+/// Decode rungs (Rung::decode: 08) take at most 16 query rows, so their shapes differ.
+bool is_decode_rung(const Rung& r) { return r.decode; }
 
 std::vector<int> head_dims_of(const Rung& r) {
   std::vector<int> dims;

@@ -25,9 +25,10 @@ struct Options {
   unsigned long long seed = 2024;  ///< --seed
   std::string json_path;        ///< --json FILE
   std::string variant;          ///< --variant NAME (ablations, sweep points)
-  bool compare_previous = true; ///< --no-compare turns off the previous-rung run
+  bool compare_baselines = true;  ///< --no-compare: do not time the rung's baselines
   bool sweep = false;           ///< --sweep (rungs that define one)
   bool list = false;            ///< --list: print the registry and exit
+  bool registry_json = false;   ///< --registry-json: print the registry as JSON and exit
   bool device_info = false;     ///< --device-info: print the GPU and exit (77 if none)
   bool help = false;            ///< --help
 };

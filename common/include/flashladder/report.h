@@ -30,6 +30,16 @@ struct Timing {
   double median_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+/// One declared baseline timed on the same input (the "vs" lines of a report).
+struct BaselineResult {
+  std::string label;    ///< the entry that ran, e.g. "05_tensor_cores" or "07_dv_tiling[untiled-m64-n64]"
+  std::string why;      ///< Baseline::why
+  bool fastest_of_earlier = false;  ///< chosen as the fastest earlier rung on this shape
+  std::string considered;  ///< fastest_of_earlier: every candidate and its time ("04 1.2 ms, ...")
+  Timing timing;
+  std::string skipped;  ///< why it did not run ("" if it ran)
+};
+
 /// Everything one run of one rung produced.
 struct RunReport {
   int rung_number = 0;
@@ -44,12 +54,8 @@ struct RunReport {
   CheckResult check;
   Timing timing;
   std::vector<KernelResources> kernels;
-  // The previous rung on the same input (speedup line).
-  bool has_prev = false;
-  int prev_number = 0;
-  std::string prev_name;
-  Timing prev_timing;
-  std::string prev_skipped;     ///< why the previous rung did not run, if it did not
+  /// The rung's declared baselines (Rung::baselines) timed on the same input.
+  std::vector<BaselineResult> baselines;
 };
 
 /// TFLOP/s from attention_flops() and the median time.
