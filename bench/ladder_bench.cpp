@@ -1,17 +1,24 @@
-// ladder_bench: every registered rung over the standard sweeps of DESIGN.md.
+// ladder_bench: every registered rung over the standard sweeps (bench/README.md).
 //
-//   prefill: batch*seqlen = 16k tokens, hidden 2048 (heads = 2048/d),
-//            seqlen 512..16k, head_dim 64 and 128, causal 0/1
-//   decode:  batch 1 and 8, 32 query heads, 32 or 8 KV heads, head_dim 128,
-//            seqlen_q 1, seqlen_k 1k..128k
+//   prefill:  batch*seqlen = 16k tokens, hidden 2048 (heads = 2048/d),
+//             seqlen 512..16k, head_dim 32, 64 and 128, causal 0/1
+//   decode:   batch 1 and 8, 32 query heads, 32 or 8 KV heads, head_dim 128,
+//             seqlen_q 1, seqlen_k 1k..128k
+//   ablation: the prefill shape at seqlen 4096, head_dim 32..256, causal 0/1,
+//             for every prefill rung with variants: the rung and each variant
+//             back to back (the READMEs' ablation and traits tables)
+//   paged:    rung 08 (every rung that takes a paged KV cache), batch 1, 32/8
+//             heads, head_dim 128, seqlen_k 16k/64k/128k, pages of 16, 64 and
+//             256 tokens and contiguous (page 0), back to back
 //
 // Time is manual (CUDA events around one launch, L2 flushed before each);
 // counters: TFLOPS and GB/s from the median, the shape for joining with the
 // PyTorch script's JSON. A shape a rung does not support is not registered:
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
-// Own flags (before Google Benchmark's): --fl_family=prefill|decode|all
-// --fl_rungs=1,4,6 --fl_variants --fl_quick --fl_check=none|sample --fl_head_dims=64,128
+// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|all
+// (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
+// and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -32,12 +39,13 @@ using namespace fl;
 namespace {
 
 struct Config {
-  std::string family = "all";
+  std::set<std::string> families{"prefill", "decode", "ablation", "paged"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
   bool quick = false;
   CheckMode check = CheckMode::none;
+  bool wants(const char* family) const { return families.count(family) > 0; }
 };
 
 struct Shape {
@@ -46,46 +54,91 @@ struct Shape {
   std::string name() const {
     std::ostringstream s;
     s << family << "/d" << p.head_dim;
-    if (family == "prefill") s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
-    else s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
+    if (family == "prefill" || family == "ablation")
+      s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
+    else
+      s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
+    if (family == "paged") s << "/P" << p.page_size;
     return s.str();
   }
 };
 
+/// The prefill shape of the sweep (bench/README.md): 16k tokens, hidden 2048.
+Shape prefill_shape(const char* family, int n, int d, bool causal) {
+  Shape s{family, {}};
+  s.p.batch = 16384 / n;
+  s.p.seqlen_q = s.p.seqlen_k = n;
+  s.p.heads_q = s.p.heads_kv = 2048 / d;
+  s.p.head_dim = d;
+  s.p.causal = causal;
+  return s;
+}
+
+Shape decode_shape(const char* family, int b, int hkv, int sk, int page) {
+  Shape s{family, {}};
+  s.p.batch = b;
+  s.p.seqlen_q = 1;
+  s.p.seqlen_k = sk;
+  s.p.heads_q = 32;
+  s.p.heads_kv = hkv;
+  s.p.head_dim = 128;
+  s.p.page_size = page;
+  return s;
+}
+
 std::vector<Shape> sweep(const Config& c) {
   std::vector<Shape> out;
-  if (c.family == "all" || c.family == "prefill") {
-    for (int d : {64, 128}) {
-      if (!c.head_dims.empty() && !c.head_dims.count(d)) continue;
+  auto dim_ok = [&](int d) { return c.head_dims.empty() || c.head_dims.count(d) > 0; };
+  if (c.wants("prefill"))
+    for (int d : {32, 64, 128}) {
+      if (!dim_ok(d)) continue;
       for (int causal : {0, 1})
         for (int n : {512, 1024, 2048, 4096, 8192, 16384}) {
           if (c.quick && (n == 512 || n == 8192)) continue;
-          Shape s{"prefill", {}};
-          s.p.batch = 16384 / n;
-          s.p.seqlen_q = s.p.seqlen_k = n;
-          s.p.heads_q = s.p.heads_kv = 2048 / d;
-          s.p.head_dim = d;
-          s.p.causal = causal;
-          out.push_back(s);
+          out.push_back(prefill_shape("prefill", n, d, causal));
         }
     }
-  }
-  if (c.family == "all" || c.family == "decode") {
+  if (c.wants("decode"))
     for (int b : {1, 8})
       for (int hkv : {32, 8})
         for (int sk = 1024; sk <= 131072; sk *= 2) {
           if (c.quick && (sk == 2048 || sk == 8192 || sk == 32768)) continue;
-          Shape s{"decode", {}};
-          s.p.batch = b;
-          s.p.seqlen_q = 1;
-          s.p.seqlen_k = sk;
-          s.p.heads_q = 32;
-          s.p.heads_kv = hkv;
-          s.p.head_dim = 128;
-          out.push_back(s);
+          out.push_back(decode_shape("decode", b, hkv, sk, 0));
         }
-  }
+  if (c.wants("ablation"))
+    for (int d : {32, 64, 128, 256})
+      if (dim_ok(d))
+        for (int causal : {0, 1}) out.push_back(prefill_shape("ablation", 4096, d, causal));
+  if (c.wants("paged"))
+    for (int sk : {16384, 65536, 131072})
+      for (int page : {0, 16, 64, 256}) {
+        if (c.quick && sk == 65536) continue;
+        out.push_back(decode_shape("paged", 1, 8, sk, page));
+      }
   return out;
+}
+
+/// Is variant @p r the declared baseline of some main rung (rung 07's untiled kernel)? Then the
+/// sweeps run it beside the mains, so every "vs baseline" ratio is measured.
+bool is_a_main_baseline(const Rung& r) {
+  for (const Rung* m : registry().mains())
+    for (const Baseline& b : m->baselines)
+      if (b.kind == Baseline::Kind::rung && b.number == r.number && b.variant == r.variant) return true;
+  return false;
+}
+
+/// Does family @p f of the sweep run entry @p r (before supports())?
+bool runs_in(const Config& c, const std::string& f, const Rung& r) {
+  if (f == "ablation") {
+    // Rungs with ablation variants (not a --sweep study, not a decode kernel): the rung and every
+    // variant, back to back on one shape.
+    if (r.decode || r.sweep) return false;
+    for (const Rung& o : registry().all())
+      if (o.number == r.number && !o.variant.empty()) return true;
+    return false;
+  }
+  if (f == "paged") return r.paged_kv && r.variant.empty();
+  return r.variant.empty() || c.variants || is_a_main_baseline(r);
 }
 
 /// Host inputs of the last shape, shared by consecutive benchmarks of one shape.
@@ -135,7 +188,7 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   state.counters["median_ms"] = med;
   state.counters["launches"] = static_cast<double>(ms.size());
   state.counters["TFLOPS"] = tflops_of(p, med);
-  state.counters["GB/s"] = gbps_of(p, med, s.family == "decode" ? Peak::memory : r->peak);
+  state.counters["GB/s"] = gbps_of(p, med, s.family == "decode" || s.family == "paged" ? Peak::memory : r->peak);
   state.counters["rung"] = r->number;
   state.counters["batch"] = p.batch;
   state.counters["seqlen_q"] = p.seqlen_q;
@@ -144,6 +197,7 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   state.counters["heads_kv"] = p.heads_kv;
   state.counters["head_dim"] = p.head_dim;
   state.counters["causal"] = p.causal ? 1 : 0;
+  state.counters["page_size"] = p.page_size;
   state.SetLabel(r->label() + " " + s.name() + (c.checked ? " check:" + c.mode : ""));
 }
 
@@ -166,11 +220,17 @@ bool take_flag(const char* arg, const char* name, std::string* value) {
   return true;
 }
 
-std::set<int> int_list(const std::string& s) {
-  std::set<int> out;
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
   std::stringstream ss(s);
   std::string tok;
-  while (std::getline(ss, tok, ',')) out.insert(std::atoi(tok.c_str()));
+  while (std::getline(ss, tok, ',')) out.push_back(tok);
+  return out;
+}
+
+std::set<int> int_list(const std::string& s) {
+  std::set<int> out;
+  for (const std::string& tok : split(s)) out.insert(std::atoi(tok.c_str()));
   return out;
 }
 
@@ -181,7 +241,18 @@ int main(int argc, char** argv) {
   std::vector<char*> rest{argv[0]};
   for (int i = 1; i < argc; ++i) {
     std::string v;
-    if (take_flag(argv[i], "--fl_family", &v)) cfg.family = v;
+    if (take_flag(argv[i], "--fl_family", &v)) {
+      cfg.families.clear();
+      for (const std::string& f : split(v)) {
+        if (f == "all") cfg.families = Config{}.families;
+        else if (Config{}.families.count(f)) cfg.families.insert(f);
+        else {
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, all)\n",
+                       f.c_str());
+          return 2;
+        }
+      }
+    }
     else if (take_flag(argv[i], "--fl_rungs", &v)) cfg.rungs = int_list(v);
     else if (take_flag(argv[i], "--fl_head_dims", &v)) cfg.head_dims = int_list(v);
     else if (take_flag(argv[i], "--fl_variants", &v)) cfg.variants = true;
@@ -215,7 +286,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : sweep(cfg)) {
     for (const Rung& r : registry().all()) {
       if (!cfg.rungs.empty() && !cfg.rungs.count(r.number)) continue;
-      if (!r.variant.empty() && !cfg.variants) continue;
+      if (!runs_in(cfg, s.family, r)) continue;
       const std::string name = r.label() + "/" + s.name();
       std::string why = r.not_implemented.empty() ? supports(r, s.p, dev) : "not implemented (lab starter)";
       if (why.empty()) {

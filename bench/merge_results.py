@@ -15,7 +15,8 @@ whole run). OUT gets:
 The parts must come from the same device; parts with different git shas are joined, and meta.json
 lists every sha (the notebooks and the report show them). --git-sha SHA records SHA instead of what
 the parts say, for trees whose .git did not follow the checkout they were measured from (a copied
-working tree with a stale .git); the parts' own values stay in meta.json's "parts".
+working tree with a stale .git); the parts' own values stay in meta.json's "parts". The report's
+baselines come from the newest built tour (bench/report.py --registry).
 """
 import json
 import os
@@ -108,6 +109,8 @@ def main(argv):
               os.path.join(out, "ladder_bench.json"), "--variants", "--out", os.path.join(out, "report.md")]
     if os.path.exists(os.path.join(out, "torch_sdpa.json")):
         report[3:3] = ["--torch", os.path.join(out, "torch_sdpa.json")]
+    if os.path.exists(os.path.join(out, "ceilings.json")):
+        report += ["--ceilings", os.path.join(out, "ceilings.json")]
     subprocess.run(report, check=True)
     print("merge_results.py: wrote %s from %d part(s)" % (out, len(parts)))
 

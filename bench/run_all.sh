@@ -1,37 +1,42 @@
 #!/usr/bin/env bash
 # One command for the whole benchmark, on a machine with a GPU:
 #
-#   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--family prefill|decode|all] [--no-torch]
+#   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--family F[,F...]] [--no-torch] [--ncu]
 #                    [--results DIR] [-- LADDER_ARGS...]
 #
-#   1. ladder_bench: every rung over the prefill and decode sweeps  -> ladder_bench.json
-#   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports  -> torch_sdpa.json
-#   3. rung 07's --sweep at head_dim 64 and 128                     -> sweep07_d64.json, sweep07_d128.json
-#   4. rung 08 with --splits 1..64 and the heuristic                -> decode_splits/*.json
-#   5. bench/report.py                                             -> report.md
-#   6. meta.json: device, date, git sha (and whether the tree had local changes), the commands
+#   0. ceilings: the measured FFMA, mma.sync, cuBLAS and copy rates   -> ceilings.json
+#   1. ladder_bench: every rung over the sweeps of the families       -> ladder_bench.json
+#   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports      -> torch_sdpa.json
+#   3. rung 07's --sweep at head_dim 64 and 128 (family prefill)       -> sweep07_d64.json, sweep07_d128.json
+#   4. rung 08 with --splits 1..64 and the heuristic (family decode)   -> decode_splits/*.json
+#   5. with --ncu: bench/ncu_summary.sh (Nsight Compute, a few kernels) -> ncu_*.csv
+#   6. the tour (every rung on its default problems)                  -> tour.txt
+#   7. bench/report.py                                                -> report.md
+#   8. meta.json: device, date, git sha (and whether the tree had local changes), the commands,
+#      written relative to the repository root
 #
+# Families (bench/README.md): prefill, decode, ablation, paged; "all" (the default) is all four.
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
 # --quick: fewer shapes (ladder_bench --fl_quick, torch_sdpa.py --quick, 4 split counts).
-# --family prefill: steps 1-2 on the prefill sweep, and step 3; --family decode: steps 1-2 on the
-# decode sweep, and step 4. Where a machine limits how long one command may run, run the two
-# halves into two folders and join them with bench/merge_results.py.
+# A run may be made in parts (--family prefill,ablation into one folder, --family decode,paged
+# into another) and joined with bench/merge_results.py.
 # Exit: 0 done; 77 no GPU; otherwise the failing step's code.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 
-bin="" quick=0 torch=1 results="" family=all ladder_args=()
+bin="" quick=0 torch=1 ncu=0 results="" family=all ladder_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --no-torch) torch=0 ;;
+    --ncu) ncu=1 ;;
     --family) family=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) bin=$1 ;;
   esac
   shift
@@ -47,7 +52,13 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-case "$family" in prefill|decode|all) ;; *) echo "run_all.sh: --family must be prefill, decode or all, got '$family'" >&2; exit 2 ;; esac
+[ "$family" = all ] && family=prefill,decode,ablation,paged
+for f in ${family//,/ }; do
+  case "$f" in prefill|decode|ablation|paged) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  esac
+done
+has_family() { [[ ",$family," == *",$1,"* ]]; }
 if [ -n "$bin" ]; then BIN=$(find_bin "$bin"); else BIN=$(find_bin "$ROOT/build/release"); fi
 if [ -z "$BIN" ]; then
   echo "run_all.sh: no ladder_bench found${bin:+ in $bin}. Build it first:" >&2
@@ -55,6 +66,9 @@ if [ -z "$BIN" ]; then
   exit 2
 fi
 BIN=$(cd "$BIN" && pwd)
+# Run from the repository root with repo-relative binaries, so no file records a machine's paths.
+cd "$ROOT"
+case "$BIN" in "$ROOT"/*) BIN=${BIN#"$ROOT"/} ;; esac
 echo "run_all.sh: binaries from $BIN"
 
 STAGE=$(mktemp -d "${TMPDIR:-/tmp}/fl-bench.XXXXXX")
@@ -68,6 +82,12 @@ step() {  # step NAME LOG CMD...: runs CMD, output to the terminal and to LOG
   "$@" 2>&1 | tee "$STAGE/$log"
   return "${PIPESTATUS[0]}"
 }
+
+# ---- 0. the ceilings ----------------------------------------------------------------------------
+if [ -x "$BIN/ceilings" ]; then
+  step ceilings ceilings.log "$BIN/ceilings" --json "$STAGE/ceilings.json" ||
+    echo "run_all.sh: [ceilings] failed (see ceilings.log); the report goes on without measured ceilings"
+fi
 
 # ---- 1. the ladder ------------------------------------------------------------------------------
 qflag=()
@@ -96,13 +116,20 @@ elif ! "$PY" -c 'import torch' 2>/dev/null; then
 else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
-  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$family" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
+  tfam=""
+  has_family prefill && tfam=prefill
+  has_family decode && tfam=${tfam:+all}${tfam:-decode}
+  if [ -z "$tfam" ]; then
+    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill and decode families only)"
+  else
+  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
+  fi
   if [ -f "$STAGE/torch_sdpa.json" ]; then torch_json=(--torch "$STAGE/torch_sdpa.json"); fi
 fi
 
 # ---- 3. rung 07's sweep -------------------------------------------------------------------------
-if [ "$family" != decode ] && [ -x "$BIN/07_dv_tiling" ]; then
+if has_family prefill && [ -x "$BIN/07_dv_tiling" ]; then
   for d in 64 128; do
     step sweep07 "sweep07_d$d.log" "$BIN/07_dv_tiling" --sweep --dim "$d" --batch 8 --heads 16 --seqlen-q 2048 \
       --seqlen-k 2048 --iters 10 --json "$STAGE/sweep07_d$d.json" ||
@@ -111,7 +138,7 @@ if [ "$family" != decode ] && [ -x "$BIN/07_dv_tiling" ]; then
 fi
 
 # ---- 4. rung 08's split study --------------------------------------------------------------------
-if [ "$family" != prefill ] && [ -x "$BIN/08_flash_decoding" ]; then
+if has_family decode && [ -x "$BIN/08_flash_decoding" ]; then
   mkdir -p "$STAGE/decode_splits"
   lengths=(4096 16384 65536 131072) counts=(1 2 4 8 16 32 64 0)  # 0 = the heuristic
   [ $quick = 1 ] && lengths=(16384 131072) counts=(1 8 64 0)
@@ -131,24 +158,50 @@ print("run_all.sh: [splits] Sk=%-6s --splits %-2s %8.1f GB/s  check %s" % (sys.a
   commands+=("08_flash_decoding --splits {${counts[*]}} x Sk {${lengths[*]}} (decode_splits.log)")
 fi
 
-# ---- 5. report, 6. meta ---------------------------------------------------------------------------
-"$PY" "$ROOT/bench/report.py" "$STAGE/ladder_bench.json" "${torch_json[@]}" --variants --out "$STAGE/report.md"
+# ---- 5. Nsight Compute -----------------------------------------------------------------------------
+if [ $ncu = 1 ]; then
+  step ncu ncu.log bash "$ROOT/bench/ncu_summary.sh" "$BIN" "$STAGE" ||
+    echo "run_all.sh: [ncu] failed (see ncu.log); no ncu_*.csv this run"
+fi
+
+# ---- 6. the tour ---------------------------------------------------------------------------------
+if [ -x "$BIN/tour" ]; then
+  step tour tour.txt "$BIN/tour" || echo "run_all.sh: [tour] a rung failed its check (see tour.txt)"
+fi
+
+# ---- 7. report, 8. meta -----------------------------------------------------------------------------
+report_args=("$STAGE/ladder_bench.json" "${torch_json[@]}" --variants --out "$STAGE/report.md")
+[ -f "$STAGE/ceilings.json" ] && report_args+=(--ceilings "$STAGE/ceilings.json")
+# The baselines ("vs baseline") come from the registry the rungs declare (tour --registry-json).
+registry_json=$(mktemp "${TMPDIR:-/tmp}/fl-registry.XXXXXX")
+if [ -x "$BIN/tour" ] && "$BIN/tour" --registry-json >"$registry_json"; then
+  report_args+=(--registry "$registry_json")
+fi
+"$PY" "$ROOT/bench/report.py" "${report_args[@]}"
+rm -f "$registry_json"
 sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "${FL_GIT_SHA:-unknown}")  # env: trees without .git
 dirty=$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null | grep -c . || true)
-"$PY" - "$STAGE/meta.json" "$STAGE" "$OUT" "$device" "$sha" "$dirty" "$quick" "$family" "${commands[@]}" <<'EOF'
-import datetime, json, platform, sys
-path, stage, out, device, sha, dirty, quick, family, *commands = sys.argv[1:]
-commands = [c.replace(stage, out) for c in commands]  # the files' final place, not the staging folder
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+"$PY" - "$STAGE/meta.json" "$STAGE" "$OUT" "$ROOT" "$(cd "$BIN" && pwd)" "$device" "$sha" "$dirty" "$quick" "$family" "${commands[@]}" <<'EOF'
+import datetime, json, os, sys
+path, stage, out, root, bin_dir, device, sha, dirty, quick, family, *commands = sys.argv[1:]
+def rel(c):
+    """The command as run from the repository root: no path of the machine that ran it."""
+    # The files' final place, not the staging folder; a --results folder outside the repository
+    # (one part of a run that bench/merge_results.py joins later) is written <part>.
+    c = c.replace(stage, out if out.startswith(root + os.sep) else "<part>")
+    if not bin_dir.startswith(root + os.sep):
+        c = c.replace(bin_dir, "<build>/bin")  # a build folder outside the repository
+    return c.replace(root + os.sep, "")
 json.dump({"device": device, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "git_sha": sha, "local_changes": int(dirty) > 0, "quick": quick == "1", "family": family,
-           "host": platform.node(),
-           "commands": commands}, open(path, "w"), indent=1)
+           "commands": [rel(c) for c in commands]}, open(path, "w"), indent=1)
 EOF
 
-mkdir -p "$OUT"
 rm -rf "$OUT/decode_splits"
 cp -r "$STAGE"/. "$OUT"/
 finished=1
 echo "run_all.sh: wrote $OUT:"
 (cd "$OUT" && ls -1 | sed 's/^/  /')
-echo "run_all.sh: README table: python3 bench/report.py $OUT/ladder_bench.json ${torch_json:+--torch $OUT/torch_sdpa.json }--readme README.md --link ${OUT#"$ROOT"/}/report.md"
+echo "run_all.sh: the READMEs' generated tables: python3 bench/docgen.py --write"

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Nsight Compute figures the READMEs quote, exported as CSV (never the .ncu-rep files):
+#
+#   bench/ncu_summary.sh BIN_DIR OUT_DIR
+#
+# For each target below, one launch of the rung's kernels is profiled with a fixed metric list
+# (`ncu --metrics ... --csv --page raw`, default clock control: base clocks) and written to
+# OUT_DIR/ncu_<target>.csv, one row per profiled kernel. Metrics this ncu does not know on this GPU
+# are dropped (listed in the log) rather than failing the run.
+#
+#   rung05_d128  05_tensor_cores, prefill B=4 N=4096 H=16 d=128 fp16: tensor pipe, shared-memory
+#                bank conflicts, instructions
+#   rung06_d128  06_headdim_tiles, the same problem
+#   rung08_128k  08_flash_decoding, decode B=1 32/8 heads d=128 Sk=131072: DRAM throughput,
+#                issue activity, instructions (split kernel and combine kernel)
+#
+# Exit: 0 written; 77 no ncu or no GPU; otherwise ncu's exit code.
+set -euo pipefail
+BIN=${1:?usage: ncu_summary.sh BIN_DIR OUT_DIR}
+OUT=${2:?usage: ncu_summary.sh BIN_DIR OUT_DIR}
+NCU=${NCU:-ncu}
+command -v "$NCU" >/dev/null || { echo "ncu_summary.sh: no ncu on PATH; nothing profiled"; exit 77; }
+mkdir -p "$OUT"
+
+metrics=(
+  gpu__time_duration.sum
+  sm__cycles_elapsed.avg.per_second
+  dram__throughput.avg.pct_of_peak_sustained_elapsed
+  dram__bytes_read.sum
+  sm__throughput.avg.pct_of_peak_sustained_elapsed
+  sm__inst_executed.sum
+  smsp__issue_active.avg.pct_of_peak_sustained_active
+  sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+  sm__inst_executed_pipe_tensor_op_hmma.sum
+  smsp__inst_executed_op_ldsm.sum
+  l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+  l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+  l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum
+  launch__registers_per_thread
+  launch__occupancy_limit_registers
+  sm__warps_active.avg.pct_of_peak_sustained_active
+)
+# Keep the metrics this ncu knows on this GPU (a metric is known when its base name is listed).
+known=$("$NCU" --query-metrics 2>/dev/null | awk '{print $1}' || true)
+use=()
+for m in "${metrics[@]}"; do
+  base=${m%%.*}
+  if grep -qx "$base" <<<"$known"; then use+=("$m"); else echo "ncu_summary.sh: dropped unknown metric $m"; fi
+done
+[ ${#use[@]} -gt 0 ] || { echo "ncu_summary.sh: ncu lists none of the metrics"; exit 1; }
+list=$(IFS=,; echo "${use[*]}")
+
+profile() {  # profile NAME KERNEL_REGEX COUNT EXE ARGS...
+  local name=$1 kernels=$2 count=$3; shift 3
+  local log="$OUT/ncu_$name.log"
+  echo "ncu_summary.sh: [$name] $*"
+  set +e
+  "$NCU" --metrics "$list" --csv --page raw -k "regex:$kernels" -c "$count" --log-file "$log" "$@" >/dev/null
+  local rc=$?
+  set -e
+  if [ $rc -ne 0 ]; then
+    echo "ncu_summary.sh: [$name] ncu exit $rc:"; tail -20 "$log"
+    return $rc
+  fi
+  # The CSV rows are the quoted lines of ncu's log; the rest is ncu's progress text.
+  grep '^"' "$log" >"$OUT/ncu_$name.csv"
+  rm -f "$log"
+  echo "ncu_summary.sh: [$name] $(($(wc -l <"$OUT/ncu_$name.csv") - 1)) kernel row(s) -> ncu_$name.csv"
+}
+
+prefill=(--batch 4 --seqlen 4096 --heads 16 --dim 128 --iters 1 --warmup 0 --check none --no-compare)
+profile rung05_d128 "flash_fwd_tc" 1 "$BIN/05_tensor_cores" "${prefill[@]}"
+profile rung06_d128 "flash_fwd_tc" 1 "$BIN/06_headdim_tiles" "${prefill[@]}"
+profile rung08_128k "split_kv_attention|combine_splits" 2 "$BIN/08_flash_decoding" --batch 1 --seqlen-q 1 \
+  --seqlen-k 131072 --heads 32 --kv-heads 8 --dim 128 --iters 1 --warmup 0 --check none --no-compare
