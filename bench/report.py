@@ -1,41 +1,46 @@
 #!/usr/bin/env python3
 """Speedup tables from one ladder_bench run (and the PyTorch SDPA run on the same GPU).
 
-    python3 bench/report.py LADDER.json [--torch TORCH.json] [--out report.md]
-    python3 bench/report.py LADDER.json [--torch TORCH.json] --readme README.md [--link report.md]
+    python3 bench/report.py LADDER.json [--torch TORCH.json] [--registry REGISTRY.json]
+                            [--ceilings CEILINGS.json] [--variants] [--out report.md]
 
-The first form writes a markdown report: a header (device, date, git sha, CUDA, peaks), then per
-family (prefill by head_dim and causal; decode by batch and KV heads) the throughput of every rung
-at every sequence length (TFLOP/s for prefill, GB/s for decode), the speedup over rung 01, over the
-previous rung, and the ratio to PyTorch SDPA's flash and cuDNN backends. Every ratio compares
-times on the same shape, so it is also the ratio of throughputs.
+writes a markdown report: a header (device, date, git sha, CUDA, datasheet peaks and the measured
+ceilings), then per family the throughput of every rung at every shape (TFLOP/s for prefill,
+GB/s for decode), the speedup over rung 01, the speedup over each rung's **declared baseline**, and
+the ratio to PyTorch SDPA's flash and cuDNN backends. Every ratio compares times on the same shape,
+so it is also the ratio of throughputs. Families: prefill (by head_dim and causal), decode (by
+batch and KV heads), ablation (every variant beside its rung at one shape), paged (paged KV cache
+against contiguous).
 
-The second form replaces what lies between the lines
+The baselines come from the registry the rungs declare (`Rung::baselines`), printed by
+`tour --registry-json` (REGISTRY.json): a rung is compared with the rung it improves on, a study
+with its own untiled kernel, a decode rung with the fastest earlier rung on the same shape, a
+variant with its rung. Without --registry the report has no baseline columns.
 
-    <!-- BENCH-TABLE-BEGIN -->
-    <!-- BENCH-TABLE-END -->
-
-in README.md with a compact table (one prefill shape, causal and not, and one decode shape).
+bench/docgen.py imports this module to generate the README and handout tables (summary_table()
+and friends) and to regenerate every committed report.md; the notebooks use load_records().
 
 Inputs: ladder_bench's Google Benchmark JSON (--benchmark_out=F --benchmark_out_format=json), whose
 benchmark names are "<rung label>/<family>/<shape>" (e.g. "04_fa2/prefill/d128/N4096/causal1",
-"08_flash_decoding/decode/d128/B1/Hkv8/Sk65536"), and torch_sdpa.py's JSON in the same schema
-("torch_flash/prefill/d128/N4096/causal0"). The functions load_records() and friends are also
-used by the notebooks.
+"08_flash_decoding/decode/d128/B1/Hkv8/Sk65536", "08_flash_decoding/paged/d128/B1/Hkv8/Sk65536/P16"),
+and torch_sdpa.py's JSON in the same schema ("torch_flash/prefill/d128/N4096/causal0");
+bench/ceilings.cu's JSON for the measured ceilings.
 """
 
 import argparse
+import glob
 import json
 import math
 import os
 import re
+import subprocess
 import sys
+import tempfile
 
-BEGIN_MARK = "<!-- BENCH-TABLE-BEGIN -->"
-END_MARK = "<!-- BENCH-TABLE-END -->"
 TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
-SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal")
+SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
+FAMILIES = ("prefill", "decode", "ablation", "paged")
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -73,7 +78,7 @@ def load_records(path):
             continue  # aggregates (mean/median/stddev over repetitions) would double count
         label, family = _split_name(b.get("name", ""))
         family = b.get("family") or family
-        if family not in ("prefill", "decode"):
+        if family not in FAMILIES:
             continue
         rec = {"rung": label, "family": family, "variant": "", "number": None}
         m = LABEL_RE.match(label)
@@ -86,6 +91,8 @@ def load_records(path):
             rec[k] = int(v) if v is not None else None
         if rec["head_dim"] is None:  # counters missing: fall back to the name
             rec.update(_shape_from_name(b.get("name", "")))
+        if rec["page_size"] is None:  # runs before the paged family recorded no page size
+            rec["page_size"] = 0
         ms = _num(b.get("median_ms"))
         if ms is None:
             ms = _num(b.get("real_time"))
@@ -112,6 +119,7 @@ def _shape_from_name(name):
         ("batch", r"/B(\d+)"),
         ("heads_kv", r"/Hkv(\d+)"),
         ("seqlen_k", r"/Sk(\d+)"),
+        ("page_size", r"/P(\d+)"),
     ):
         m = re.search(pat, name)
         if m:
@@ -119,6 +127,7 @@ def _shape_from_name(name):
     if "seqlen_q" in shape and "seqlen_k" not in shape:
         shape["seqlen_k"] = shape["seqlen_q"]
     shape.setdefault("causal", 0)
+    shape.setdefault("page_size", 0)
     return shape
 
 
@@ -147,40 +156,112 @@ def version_text(v):
     return "%d.%d" % (n // 1000, (n % 1000) // 10) if n >= 1000 else str(v)
 
 
+# ---- the registry: each rung's declared baselines ---------------------------------------------
+
+
+def load_registry(path):
+    """{label: [{"kind": "rung"|"fastest_earlier", "label": ..., "why": ...}, ...]} from the JSON
+    that `tour --registry-json` prints (schema flashladder.registry/1)."""
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if doc.get("schema") != "flashladder.registry/1":
+        raise ValueError("%s: not a FlashLadder registry (tour --registry-json)" % path)
+    return {r["label"]: r["baselines"] for r in doc["rungs"]}
+
+
+def find_tour(bin_dir=None):
+    """The built `tour` of @p bin_dir, else the newest build/*/bin/tour of this checkout; None if none."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bins = [bin_dir] if bin_dir else glob.glob(os.path.join(root, "build", "*", "bin"))
+    tours = [os.path.join(b, "tour") for b in bins if os.path.exists(os.path.join(b, "tour"))]
+    return max(tours, key=os.path.getmtime) if tours else None
+
+
+def registry_from_tour(tour):
+    """(load_registry()'s dict, the raw entries by label) from `tour --registry-json`."""
+    out = subprocess.run([tour, "--registry-json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ValueError("%s --registry-json failed: %s" % (tour, out.stderr.strip()))
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        f.write(out.stdout)
+    try:
+        return load_registry(f.name), {r["label"]: r for r in json.loads(out.stdout)["rungs"]}
+    finally:
+        os.unlink(f.name)
+
+
+def load_ceilings(path):
+    """{key: (what, value, unit)} of the measured ceilings (bench/ceilings.cu's JSON); value None
+    where the ceiling was not measured (the note says why)."""
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    if doc.get("schema") != "flashladder.ceilings/1":
+        raise ValueError("%s: not a ceilings JSON (bench/ceilings.cu)" % path)
+    return {
+        k: (c["what"], _num(c.get("value")), c["unit"], c.get("note", ""))
+        for k, c in doc["ceilings"].items()
+    }
+
+
 # ---- tables ------------------------------------------------------------------------------------
 
 
 def family_groups(records):
-    """{(family, key): [records]} with key (head_dim, causal) for prefill, (batch, heads_kv) for decode."""
+    """{(family, key): [records]}: key (head_dim, causal) for prefill, (batch, heads_kv, head_dim)
+    for decode and paged, causal for ablation."""
     groups = {}
     for r in records:
         if r["family"] == "prefill":
             key = (r["head_dim"], r["causal"])
+        elif r["family"] == "ablation":
+            key = (r["causal"],)
         else:
             key = (r["batch"], r["heads_kv"], r["head_dim"])
         groups.setdefault((r["family"], key), []).append(r)
-    return dict(sorted(groups.items(), key=lambda kv: (kv[0][0] != "prefill", kv[0][1])))
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    return dict(sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))
 
 
 def group_title(family, key, records):
+    r = records[0]
     if family == "prefill":
         d, causal = key
-        r = records[0]
         return (
             "Prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
             "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
             % (r["batch"] * r["seqlen_q"], r["heads_q"]),
         )
+    if family == "ablation":
+        return (
+            "Ablations, %s" % ("causal" if key[0] else "not causal"),
+            "every variant beside its rung, back to back; seqlen %d, batch x seqlen = %d tokens, "
+            "hidden 2048 (heads = 2048 / head_dim); TFLOP/s (unmasked pairs only)"
+            % (r["seqlen_q"], r["batch"] * r["seqlen_q"]),
+        )
     b, hkv, d = key
+    if family == "paged":
+        return (
+            "Paged KV cache, batch %d, %d KV heads" % (b, hkv),
+            "seqlen_q 1, %d query heads, head_dim %d; pages shuffled in the pool (P = page size in "
+            "tokens, 0 = contiguous); GB/s of K and V" % (r["heads_q"], d),
+        )
     return (
         "Decode, batch %d, %d KV heads" % (b, hkv),
         "seqlen_q 1, %d query heads, head_dim %d; GB/s (Q, K, V read once, O written once)"
-        % (records[0]["heads_q"], d),
+        % (r["heads_q"], d),
     )
 
 
 def x_of(r):
+    if r["family"] == "ablation":
+        return r["head_dim"]
     return r["seqlen_q"] if r["family"] == "prefill" else r["seqlen_k"]
+
+
+def x_text(family, x):
+    if family == "ablation":
+        return "d=%d" % x
+    return ("N=" if family == "prefill" else "Sk=") + seqlen_text(x)
 
 
 def rung_order(labels):
@@ -219,47 +300,75 @@ def fmt_ratio(v):
     return ("%.2f×" % v) if v >= 0.1 else ("%.2g×" % v)  # 2 significant digits
 
 
-class Grid:
-    """Times (ms) of one family group: rung label x sequence length."""
+def is_main(label):
+    m = LABEL_RE.match(label)
+    return bool(m) and not m["variant"]
 
-    def __init__(self, records):
+
+def number_of(label):
+    m = LABEL_RE.match(label)
+    return int(m["num"]) if m else None
+
+
+def short(label):
+    """ "05_tensor_cores" -> "05"; a variant keeps its name: "07[untiled-m64-n64]"."""
+    m = LABEL_RE.match(label)
+    if not m:
+        return label
+    return m["num"] + ("[%s]" % m["variant"] if m["variant"] else "")
+
+
+class Grid:
+    """Times (ms) of one family group: series label x shape. A series is a rung label, or for the
+    paged family "label P=<page>"."""
+
+    def __init__(self, records, registry=None):
         self.ms, self.value, self.error = {}, {}, {}
+        self.registry = registry
         family = records[0]["family"]
+        self.family = family
         for r in records:
-            cell = (r["rung"], x_of(r))
+            cell = (series_of(r), x_of(r))
             if r["error"]:
                 self.error[cell] = r["error"]
                 continue
             self.ms[cell] = r["ms"]
-            self.value[cell] = r["tflops"] if family == "prefill" else r["gbps"]
+            self.value[cell] = r["tflops"] if family in ("prefill", "ablation") else r["gbps"]
         self.xs = sorted({x_of(r) for r in records})
-        self.labels = rung_order({r["rung"] for r in records})
-        self.mains = [l for l in self.labels if LABEL_RE.match(l) and not LABEL_RE.match(l)["variant"]]
+        self.labels = rung_order({series_of(r) for r in records})
+        self.mains = [l for l in self.labels if is_main(l)]
 
     def ratio(self, base, label, x):
         """time(base) / time(label): > 1 means label is faster."""
         a, b = self.ms.get((base, x)), self.ms.get((label, x))
         return a / b if a and b else None
 
-    def previous(self, label, x):
-        """The closest lower-numbered main rung measured at x (a variant's previous is its main's)."""
-        m = LABEL_RE.match(label)
-        if not m:
-            return None
-        num = int(m["num"])
+    def baselines(self, label):
+        """The declared baselines of @p label (registry entries); [] without a registry."""
+        return (self.registry or {}).get(label, [])
+
+    def resolve(self, label, baseline, x):
+        """The label baseline @p baseline of @p label resolves to at shape x, or None."""
+        if baseline["kind"] == "rung":
+            return baseline["label"] if (baseline["label"], x) in self.ms else None
+        num = number_of(label)
         best = None
-        for l in self.mains:
-            n = int(LABEL_RE.match(l)["num"])
-            if n < num and (l, x) in self.ms:
-                best = l
+        for m in self.mains:
+            if number_of(m) < num and (m, x) in self.ms:
+                if best is None or self.ms[(m, x)] < self.ms[(best, x)]:
+                    best = m
         return best
 
 
-def markdown_table(header, rows):
-    lines = [
-        "| " + " | ".join(header) + " |",
-        "|" + "|".join(["---"] + ["--:"] * (len(header) - 1)) + "|",
-    ]
+def series_of(r):
+    if r["family"] == "paged":
+        return "%s P=%d" % (r["rung"], r["page_size"])
+    return r["rung"]
+
+
+def markdown_table(header, rows, align=None):
+    align = align or ["---"] + ["--:"] * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
@@ -268,73 +377,94 @@ def rung_cell(label):
     return "`%s`" % label
 
 
-def family_section(family, key, records, include_variants):
-    g = Grid(records)
-    labels = [
-        l
-        for l in g.labels
-        if include_variants or not (LABEL_RE.match(l) and LABEL_RE.match(l)["variant"])
-    ]
-    title, sub = group_title(family, key, records)
-    out = ["## %s" % title, "", sub + ".", ""]
-    header = ["rung"] + [("N=" if family == "prefill" else "Sk=") + seqlen_text(x) for x in g.xs]
-
-    def value_row(label):
-        cells = []
-        for x in g.xs:
-            if (label, x) in g.value:
-                cells.append(fmt_value(g.value[(label, x)]))
-            elif (label, x) in g.error:
-                cells.append("fail" if "check failed" in g.error[(label, x)] else "skip")
-            else:
-                cells.append("—")
-        return [rung_cell(label)] + cells
-
-    unit = "TFLOP/s" if family == "prefill" else "GB/s"
-    out += ["**%s**" % unit, "", markdown_table(header, [value_row(l) for l in labels]), ""]
-
-    ladder = [l for l in labels if LABEL_RE.match(l)]
-    base = next((l for l in g.mains if LABEL_RE.match(l)["num"] == "01"), None)
-    if base:
-        rows = [
-            [rung_cell(l)] + [fmt_ratio(g.ratio(base, l, x)) for x in g.xs] for l in ladder if l != base
-        ]
-        if rows:
-            out += ["**Speedup over `%s`**" % base, "", markdown_table(header, rows), ""]
-    rows = []
-    for l in ladder:
-        prevs = {x: g.previous(l, x) for x in g.xs}
-        ratios = [g.ratio(prevs[x], l, x) if prevs[x] else None for x in g.xs]
-        if not any(ratios):
-            continue
-        named = {p for p in prevs.values() if p}
-        if len(named) == 1:  # the usual case: one previous rung for the whole row
-            rows.append(["%s vs `%s`" % (rung_cell(l), named.pop())] + [fmt_ratio(r) for r in ratios])
+def value_cells(g, label):
+    cells = []
+    for x in g.xs:
+        if (label, x) in g.value:
+            cells.append(fmt_value(g.value[(label, x)]))
+        elif (label, x) in g.error:
+            cells.append("fail" if "check failed" in g.error[(label, x)] else "skip")
         else:
-            rows.append(
-                [rung_cell(l)]
-                + [
-                    "%s vs %s" % (fmt_ratio(r), prevs[x].split("_")[0]) if r else "—"
-                    for r, x in zip(ratios, g.xs)
-                ]
-            )
-    if rows:
-        out += [
-            "**Speedup over the previous rung** (the closest lower rung measured on that shape)",
-            "",
-            markdown_table(header, rows),
-            "",
-        ]
-    for torch_label, name in (
-        ("torch_flash", "PyTorch SDPA flash"),
-        ("torch_cudnn", "PyTorch SDPA cuDNN"),
-    ):
+            cells.append("—")
+    return cells
+
+
+def baseline_rows(g, labels):
+    """One row per (entry, declared baseline): the speedup over the baseline at each shape. A
+    fixed baseline names itself in the first cell; "the fastest earlier rung" names the winner in
+    each cell."""
+    rows = []
+    for l in labels:
+        for b in g.baselines(l):
+            targets = {x: g.resolve(l, b, x) for x in g.xs}
+            ratios = [g.ratio(targets[x], l, x) if targets[x] else None for x in g.xs]
+            if not any(ratios):
+                continue
+            if b["kind"] == "rung":
+                rows.append(["%s vs `%s`" % (rung_cell(l), b["label"])] + [fmt_ratio(r) for r in ratios])
+            else:
+                rows.append(
+                    ["%s vs the fastest earlier rung" % rung_cell(l)]
+                    + [
+                        "%s vs %s" % (fmt_ratio(r), short(targets[x])) if r else "—"
+                        for r, x in zip(ratios, g.xs)
+                    ]
+                )
+    return rows
+
+
+BASELINE_TITLE = (
+    "**Speedup over the declared baseline** (`Rung::baselines`: the rung it improves on; a study "
+    "against its own untiled kernel; a decode rung against the fastest earlier rung on that shape; "
+    "a variant against its rung)"
+)
+
+
+def torch_rows(g, labels):
+    out = []
+    for torch_label, name in (("torch_flash", "PyTorch SDPA flash"), ("torch_cudnn", "PyTorch SDPA cuDNN")):
         if not any((torch_label, x) in g.ms for x in g.xs):
             continue
-        rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(torch_label, l, x)) for x in g.xs] for l in ladder]
+        rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(torch_label, l, x)) for x in g.xs] for l in labels]
         rows = [r for r in rows if any(c != "—" for c in r[1:])]
-        if not rows:
-            continue
+        if rows:
+            out.append((torch_label, name, rows))
+    return out
+
+
+def family_section(family, key, records, include_variants, registry=None):
+    g = Grid(records, registry)
+    labels = [l for l in g.labels if include_variants or not LABEL_RE.match(l) or is_main(l)]
+    if family in ("prefill", "decode"):  # a variant that is a main's baseline is shown with it
+        wanted = {b["label"] for m in g.mains for b in g.baselines(m) if b["kind"] == "rung"}
+        labels = [l for l in g.labels if l in labels or l in wanted]
+    title, sub = group_title(family, key, records)
+    out = ["## %s" % title, "", sub + ".", ""]
+    header = ["rung"] + [x_text(family, x) for x in g.xs]
+    unit = "TFLOP/s" if family in ("prefill", "ablation") else "GB/s"
+    out += ["**%s**" % unit, "", markdown_table(header, [[rung_cell(l)] + value_cells(g, l) for l in labels]), ""]
+    ladder = [l for l in labels if LABEL_RE.match(l)]
+    if family == "paged":
+        rows = []
+        for l in labels:
+            rung = l.split(" P=")[0]
+            if l.endswith(" P=0"):
+                continue
+            rows.append([rung_cell(l)] + [fmt_ratio(g.ratio(l, rung + " P=0", x)) for x in g.xs])
+        if rows:
+            out += ["**Paged / contiguous** (time of P=0 / time of the paged run: below 1 = paging costs)",
+                    "", markdown_table(header, rows), ""]
+        return "\n".join(out)
+    base = next((l for l in g.mains if number_of(l) == 1), None)
+    if base and family != "ablation":
+        rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(base, l, x)) for x in g.xs] for l in ladder if l != base]
+        rows = [r for r in rows if any(c != "—" for c in r[1:])]
+        if rows:
+            out += ["**Speedup over `%s`**" % base, "", markdown_table(header, rows), ""]
+    rows = baseline_rows(g, ladder)
+    if rows:
+        out += [BASELINE_TITLE, "", markdown_table(header, rows), ""]
+    for torch_label, name, rows in torch_rows(g, ladder):
         out += [
             "**Ratio to %s** (time of `%s` / time of the rung: above 1 = the rung is faster)"
             % (name, torch_label),
@@ -345,7 +475,14 @@ def family_section(family, key, records, include_variants):
     return "\n".join(out)
 
 
-def header_lines(ctx, torch_ctx):
+def ceiling_text(ceilings):
+    parts = []
+    for what, value, unit, note in ceilings.values():
+        parts.append("%s %s %s" % (what, fmt_value(value), unit) if value else "%s: %s" % (what, note))
+    return ", ".join(parts)
+
+
+def header_lines(ctx, torch_ctx, ceilings=None):
     dev = ctx.get("device", "unknown GPU")
     rows = [
         ["device", "%s (%s, %s SMs)" % (dev, ctx.get("arch", "?"), ctx.get("sms", "?"))],
@@ -368,6 +505,8 @@ def header_lines(ctx, torch_ctx):
             peaks.append(what % fmt_value(v))
     if peaks:
         rows.append(["peaks (datasheet formula)", ", ".join(peaks)])
+    if ceilings:
+        rows.append(["measured ceilings (`ceilings.json`)", ceiling_text(ceilings)])
     if torch_ctx:
         rows.append(
             [
@@ -385,7 +524,9 @@ def header_lines(ctx, torch_ctx):
     return ["| | |", "|---|---|"] + ["| %s | %s |" % (a, b) for a, b in rows]
 
 
-def full_report(ladder_path, torch_path=None, include_variants=False):
+def full_report(ladder_path, torch_path=None, include_variants=False, registry=None, ceilings=None):
+    """The markdown report. @p registry: load_registry()'s dict (baseline tables); @p ceilings:
+    load_ceilings()'s dict (header line)."""
     ctx = load_context(ladder_path)
     records = load_records(ladder_path)
     torch_ctx = None
@@ -399,7 +540,7 @@ def full_report(ladder_path, torch_path=None, include_variants=False):
             )
         records += [r for r in load_records(torch_path)]
     out = ["# FlashLadder benchmark report", ""]
-    out += header_lines(ctx, torch_ctx) + [""]
+    out += header_lines(ctx, torch_ctx, ceilings) + [""]
     out += notes
     out += [
         "Median of CUDA-event times with L2 flushed before each launch (`bench/ladder_bench.cpp`, "
@@ -411,6 +552,8 @@ def full_report(ladder_path, torch_path=None, include_variants=False):
         ),
         "",
     ]
+    if registry is None:
+        out += ["(No registry given: the speedups over each rung's declared baseline are not shown.)", ""]
     groups = family_groups(records)
     if not groups:
         out += ["No benchmark entries found."]
@@ -419,7 +562,7 @@ def full_report(ladder_path, torch_path=None, include_variants=False):
         if not any(r["source"] == "ladder" for r in recs):
             torch_only.append(group_title(family, key, recs)[0])
             continue
-        out += [family_section(family, key, recs, include_variants), ""]
+        out += [family_section(family, key, recs, include_variants or family == "ablation", registry), ""]
     if torch_only:
         out += [
             "PyTorch measured shapes the ladder does not run (%s); they are in `%s`."
@@ -432,13 +575,18 @@ def full_report(ladder_path, torch_path=None, include_variants=False):
         out += ["## Not measured", ""]
         reasons = {}
         for name, why in skips.items():
-            label, _ = _split_name(name)
-            if not include_variants and LABEL_RE.match(label) and LABEL_RE.match(label)["variant"]:
+            label, family = _split_name(name)
+            if (
+                not include_variants
+                and family != "ablation"
+                and LABEL_RE.match(label)
+                and LABEL_RE.match(label)["variant"]
+            ):
                 continue
             reasons.setdefault((label, why), []).append(name.split("/", 1)[1] if "/" in name else name)
         for label, r in errors:
             reasons.setdefault((label, r["error"]), []).append("%s %s" % (r["family"], x_of(r)))
-        for (label, why), shapes in sorted(reasons.items(), key=lambda kv: rung_order([kv[0][0]])[0]):
+        for (label, why), shapes in sorted(reasons.items(), key=lambda kv: (rung_order([kv[0][0]])[0], kv[0])):
             out.append(
                 "- `%s`: %s (%d shape%s, e.g. `%s`)"
                 % (label, why, len(shapes), "s" if len(shapes) > 1 else "", shapes[0])
@@ -457,7 +605,10 @@ def pick(records, **want):
     return None
 
 
-def summary_table(ladder_path, torch_path=None, link=None, seqlen=4096, decode_sk=65536):
+def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen=4096, decode_sk=65536):
+    """The top README's table: one prefill shape (head_dim 128, causal and not) and one decode shape
+    (batch 1, 32/8 heads); each rung's speedup over its declared baseline on its own family
+    (decode for decode rungs, prefill otherwise), and its ratio to PyTorch's flash and cuDNN."""
     ctx = load_context(ladder_path)
     records = load_records(ladder_path)
     if torch_path:
@@ -469,56 +620,41 @@ def summary_table(ladder_path, torch_path=None, link=None, seqlen=4096, decode_s
         seqlen = max(r["seqlen_q"] for r in prefill)
     if decode and not any(r["seqlen_k"] == decode_sk for r in decode):
         decode_sk = max(r["seqlen_k"] for r in decode)
+    g_pre = Grid([r for r in prefill if r["causal"] == 0 and r["seqlen_q"] == seqlen] or prefill, registry)
+    g_dec = Grid([r for r in decode if r["seqlen_k"] == decode_sk] or decode, registry) if decode else None
+    decode_rungs = {l for l, bs in (registry or {}).items() if any(b["kind"] == "fastest_earlier" for b in bs)}
     labels = rung_order(
-        {
-            r["rung"]
-            for r in records
-            if r["rung"] in ("torch_flash", "torch_cudnn")
-            or (LABEL_RE.match(r["rung"]) and not LABEL_RE.match(r["rung"])["variant"])
-        }
+        {r["rung"] for r in records if r["rung"] in ("torch_flash", "torch_cudnn") or is_main(r["rung"])}
     )
-    base = {
-        c: pick(prefill, rung=l, causal=c, seqlen_q=seqlen)
-        for c in (0, 1)
-        for l in labels
-        if l.startswith("01_")
-    }
-    flash = pick(prefill, rung="torch_flash", causal=0, seqlen_q=seqlen)
-    header = [
-        "rung",
-        "prefill TFLOP/s",
-        "causal TFLOP/s",
-        "vs 01",
-        "vs previous",
-        "vs PyTorch flash",
-        "decode GB/s",
-    ]
+    header = ["rung", "compared with", "prefill TFLOP/s", "causal TFLOP/s", "decode GB/s", "speedup",
+              "vs PyTorch flash", "vs cuDNN"]
     rows = []
-    prev_ms = {}
     for l in labels:
         p0 = pick(prefill, rung=l, causal=0, seqlen_q=seqlen)
         p1 = pick(prefill, rung=l, causal=1, seqlen_q=seqlen)
         dec = pick(decode, rung=l, seqlen_k=decode_sk)
-        is_ladder = bool(LABEL_RE.match(l))
-        b0 = base.get(0)
-        vs01 = (b0["ms"] / p0["ms"]) if (is_ladder and b0 and p0 and not l.startswith("01_")) else None
-        vsprev = (prev_ms[0] / p0["ms"]) if (is_ladder and p0 and prev_ms.get(0)) else None
-        if is_ladder and p0:
-            prev_ms[0] = p0["ms"]
-        rows.append(
-            [
-                rung_cell(l),
-                fmt_value(p0["tflops"]) if p0 else "—",
-                fmt_value(p1["tflops"]) if p1 else "—",
-                fmt_ratio(vs01),
-                fmt_ratio(vsprev),
-                fmt_ratio(flash["ms"] / p0["ms"]) if (is_ladder and flash and p0) else "—",
-                fmt_value(dec["gbps"]) if dec else "—",
-            ]
-        )
+        cells = [rung_cell(l), "", fmt_value(p0["tflops"]) if p0 else "—", fmt_value(p1["tflops"]) if p1 else "—",
+                 fmt_value(dec["gbps"]) if dec else "—", "—", "—", "—"]
+        if LABEL_RE.match(l):
+            g, x = (g_dec, decode_sk) if l in decode_rungs else (g_pre, seqlen)
+            if g is not None:
+                # The first declared baseline measured on this shape (a study may name two).
+                bs = g.baselines(l)
+                b = next((b for b in bs if g.resolve(l, b, x)), bs[0] if bs else None)
+                if b is not None:
+                    target = g.resolve(l, b, x)
+                    if b["kind"] == "rung":
+                        cells[1] = "`%s`" % b["label"]
+                    else:
+                        cells[1] = "fastest earlier%s" % (": `%s`" % target if target else "")
+                    cells[5] = fmt_ratio(g.ratio(target, l, x)) if target else "—"
+                cells[6] = fmt_ratio(g.ratio("torch_flash", l, x))
+                cells[7] = fmt_ratio(g.ratio("torch_cudnn", l, x))
+        rows.append(cells)
     shape = (
-        "Prefill: head_dim 128, seqlen %s, batch x seqlen = 16k tokens, 16 heads (speedups on the "
-        "non-causal column). Decode: batch 1, 32 query / 8 KV heads, head_dim 128, seqlen_k %s."
+        "Prefill: head_dim 128, seqlen %s, batch x seqlen = 16k tokens, 16 heads, fp16. Decode: batch 1, "
+        "32 query / 8 KV heads, head_dim 128, seqlen_k %s. The speedup and the PyTorch ratios are on the "
+        "rung's own family (decode for decode rungs, non-causal prefill otherwise)."
         % (seqlen_text(seqlen), seqlen_text(decode_sk))
     )
     where = "Measured on %s, %s, commit `%s`" % (
@@ -528,38 +664,28 @@ def summary_table(ladder_path, torch_path=None, link=None, seqlen=4096, decode_s
     )
     if link:
         where += "; every shape and ratio: [%s](%s)" % (link, link)
-    return "\n".join([markdown_table(header, rows), "", shape + " " + where + "."]) + "\n"
-
-
-def replace_block(text, block):
-    b, e = text.find(BEGIN_MARK), text.find(END_MARK)
-    if b < 0 or e < 0 or e < b:
-        raise ValueError("no %s ... %s block" % (BEGIN_MARK, END_MARK))
-    return text[: b + len(BEGIN_MARK)] + "\n" + block + text[e:]
+    align = ["---", "---"] + ["--:"] * (len(header) - 2)
+    return "\n".join([markdown_table(header, rows, align), "", shape + " " + where + "."]) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("ladder", help="ladder_bench JSON (Google Benchmark format)")
     ap.add_argument("--torch", help="torch_sdpa.py JSON from the same GPU (optional)")
+    ap.add_argument("--registry", help="tour --registry-json output: the rungs' declared baselines "
+                    "(default: ask the newest build/*/bin/tour)")
+    ap.add_argument("--ceilings", help="bench/ceilings.cu JSON from the same GPU (optional)")
     ap.add_argument("--out", help="markdown report to write (default: standard output)")
     ap.add_argument("--variants", action="store_true", help="list rung variants too (ablations, sweeps)")
-    ap.add_argument("--readme", help="replace the BENCH-TABLE block of this file with the summary table")
-    ap.add_argument(
-        "--link", help="with --readme: path of the full report to link (relative to the README)"
-    )
     args = ap.parse_args(argv)
     try:
-        if args.readme:
-            with open(args.readme, encoding="utf-8") as f:
-                text = f.read()
-            new = replace_block(text, summary_table(args.ladder, args.torch, args.link))
-            with open(args.readme, "w", encoding="utf-8") as f:
-                f.write(new)
-            print("report.py: updated the bench table in %s" % args.readme)
-            if not args.out:
-                return 0
-        report = full_report(args.ladder, args.torch, args.variants)
+        if args.registry:
+            registry = load_registry(args.registry)
+        else:
+            tour = find_tour()
+            registry = registry_from_tour(tour)[0] if tour else None
+        ceilings = load_ceilings(args.ceilings) if args.ceilings else None
+        report = full_report(args.ladder, args.torch, args.variants, registry, ceilings)
     except (OSError, ValueError, KeyError) as e:
         print("report.py: error: %s" % e, file=sys.stderr)
         return 2

@@ -1,0 +1,782 @@
+#!/usr/bin/env python3
+"""Every measured figure in the docs, generated from the committed runs under bench/results/.
+
+    python3 bench/docgen.py --check [--bin BUILD/bin | --registry REGISTRY.json]
+    python3 bench/docgen.py --write [--bin BUILD/bin | --registry REGISTRY.json]
+    python3 bench/docgen.py --list
+
+A markdown file (README.md, steps/*/README.md, docs/**/*.md, bench/README.md, notebooks/README.md)
+holds generated blocks between two marker lines:
+
+    <!-- gen:prefill-table rungs=02 d=64,128 -->
+    ...generated: never edit by hand...
+    <!-- /gen:prefill-table -->
+
+The first marker names a generator (GENERATORS below, `--list` prints them) and its parameters.
+Every committed bench/results/<gpu>/report.md is generated too (bench/report.py). --write rewrites
+the blocks and reports from the committed files; --check regenerates them in memory and exits 1
+with a unified diff when a committed file differs, so a hand-edited figure fails the CPU test
+`cpu_docgen` (tests/cpu/test_docgen.py), and so does a results file whose docs were not
+regenerated. A block whose data no committed run holds says so, with the command that makes it;
+it never keeps a number from elsewhere.
+
+Which run the docs quote: PRIMARY below (one folder name); a block may name another with gpu=...
+The rungs' declared baselines come from the registry, printed by the built `tour --registry-json`
+(--bin: the folder that holds `tour`; default: the newest build/*/bin/tour).
+Exit: 0 up to date (or written), 1 stale (--check), 2 usage or data errors.
+"""
+
+import argparse
+import difflib
+import glob
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import report  # noqa: E402  bench/report.py: one parser and one set of table helpers
+
+# The results folder the course quotes (bench/results/<PRIMARY>/): the GPU with the full sweep.
+PRIMARY = "nvidia-h200"
+
+MARK_RE = re.compile(r"^<!-- gen:(?P<name>[a-z0-9-]+)(?P<args>(?: [a-z_]+=[^ ]+)*) -->$")
+END_FMT = "<!-- /gen:%s -->"
+DOC_GLOBS = ("README.md", "steps/*/README.md", "docs/*.md", "docs/labs/*.md", "bench/README.md",
+             "notebooks/README.md")
+
+
+class Missing(Exception):
+    """The data a block needs is in no committed run: the block says so and how to make it."""
+
+    def __init__(self, what, command):
+        super().__init__(what)
+        self.what, self.command = what, command
+
+
+# ---- the committed runs -------------------------------------------------------------------------
+
+
+class Results:
+    """One folder bench/results/<gpu>/: its records, context, meta and side files, loaded lazily."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+        self.dir = os.path.join(ROOT, "bench", "results", gpu)
+        if not os.path.isdir(self.dir):
+            raise ValueError("no results folder bench/results/%s" % gpu)
+        self._records = None
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def rel(self, name):
+        return "bench/results/%s/%s" % (self.gpu, name)
+
+    def has(self, name):
+        return os.path.exists(self.path(name))
+
+    def json(self, name):
+        with open(self.path(name), encoding="utf-8") as f:
+            return json.load(f)
+
+    @property
+    def records(self):
+        if self._records is None:
+            recs = []
+            if self.has("ladder_bench.json"):
+                recs += report.load_records(self.path("ladder_bench.json"))
+            if self.has("torch_sdpa.json"):
+                recs += report.load_records(self.path("torch_sdpa.json"))
+            self._records = [r for r in recs if not r["error"]]
+        return self._records
+
+    @property
+    def ctx(self):
+        return report.load_context(self.path("ladder_bench.json"))
+
+    @property
+    def meta(self):
+        return self.json("meta.json") if self.has("meta.json") else {}
+
+    def find(self, **want):
+        """The record with every field of @p want (None if absent)."""
+        for r in self.records:
+            if all(r.get(k) == v for k, v in want.items()):
+                return r
+        return None
+
+    def need(self, family, command_family=None, **want):
+        r = self.find(family=family, **want)
+        if r is None:
+            desc = ", ".join("%s=%s" % kv for kv in sorted(want.items()))
+            raise Missing(
+                "%s (%s) on %s" % (family, desc, self.gpu),
+                "bench/run_all.sh --family %s" % (command_family or family),
+            )
+        return r
+
+    def provenance(self):
+        """ "NVIDIA H200, 2026-11-22, commit `5efb7eb`" (the ladder run's context)."""
+        ctx = self.ctx
+        return "%s, %s, commit `%s`" % (ctx.get("device", "?"), str(ctx.get("date", "?"))[:10],
+                                        ctx.get("git_sha", "?"))
+
+
+class Context:
+    def __init__(self, registry, info):
+        self.registry = registry  # report.load_registry()'s dict: label -> declared baselines
+        self.info = info  # label -> the registry entry (number, variant, peak, baselines, ...)
+        self._results = {}
+
+    def results(self, gpu=None):
+        gpu = gpu or PRIMARY
+        if gpu not in self._results:
+            self._results[gpu] = Results(gpu)
+        return self._results[gpu]
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+
+
+def ints(s):
+    return [int(x) for x in str(s).split(",") if x != ""]
+
+
+def labels_of(ctx, numbers):
+    """Main-entry labels of rung numbers, from the registry ("05" -> "05_tensor_cores")."""
+    out = []
+    for n in numbers:
+        hit = [l for l, e in ctx.info.items() if e["number"] == n and not e["variant"]]
+        if not hit:
+            raise ValueError("no rung %02d in the registry" % n)
+        out.append(hit[0])
+    return out
+
+
+# The folder of the markdown file being generated: links are written relative to it.
+CURRENT_DIR = [ROOT]
+
+
+def link(res, name, text=None):
+    """A markdown link from the file being generated to a results file."""
+    path = os.path.relpath(os.path.join(ROOT, res.rel(name)), CURRENT_DIR[0])
+    return "[%s](%s)" % (text or "`%s`" % res.rel(name), path)
+
+
+def measured_line(res, what=""):
+    return "Measured on %s%s; every shape: %s." % (res.provenance(), what, link(res, "report.md"))
+
+
+def pct_of_peak(ctx_json, entry_peak, rec):
+    key = {"fp32_fma": "peak_fp32_tflops", "tensor_16bit": "peak_tensor_tflops"}.get(entry_peak)
+    if key is None:
+        return None
+    peak = report._num(ctx_json.get(key))
+    return 100.0 * rec["tflops"] / peak if peak else None
+
+
+def binary_bytes(b):
+    """ "256.0 MiB" (the runner's format_bytes)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(b) < 1024 or unit == "TiB":
+            return "%.0f %s" % (b, unit) if unit == "B" else "%.1f %s" % (b, unit)
+        b /= 1024.0
+
+
+def pct(v):
+    return "—" if v is None else "%.1f %%" % v
+
+
+def ms(v):
+    return "—" if v is None else ("%.3f ms" % v if v < 10 else "%.2f ms" % v if v < 100 else "%.1f ms" % v)
+
+
+def prefill_want(d, n, causal):
+    return dict(head_dim=d, seqlen_q=n, causal=causal)
+
+
+def ratio_text(a, b):
+    """time(a) / time(b) as a speedup of b, or —."""
+    return report.fmt_ratio(a["ms"] / b["ms"]) if a and b else "—"
+
+
+def span(values):
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "—"
+    lo, hi = min(vals), max(vals)
+    return report.fmt_ratio(lo) if report.fmt_ratio(lo) == report.fmt_ratio(hi) else "%s–%s" % (
+        report.fmt_ratio(lo).rstrip("×"), report.fmt_ratio(hi))
+
+
+# ---- generators -------------------------------------------------------------------------------------
+# Each takes (ctx, **params) and returns markdown. Parameters come from the marker as strings.
+
+GENERATORS = {}
+
+
+def generator(name):
+    def deco(f):
+        GENERATORS[name] = f
+        return f
+
+    return deco
+
+
+@generator("readme-summary")
+def gen_readme_summary(ctx, gpu=None):
+    """The top README's table: every rung at one prefill and one decode shape, its declared
+    baseline, the speedup over it, and PyTorch (report.summary_table)."""
+    res = ctx.results(gpu)
+    return report.summary_table(res.path("ladder_bench.json"),
+                                res.path("torch_sdpa.json") if res.has("torch_sdpa.json") else None,
+                                ctx.registry, link=res.rel("report.md")).rstrip("\n")
+
+
+@generator("baselines")
+def gen_baselines(ctx):
+    """Rung -> what it is compared with -> why, from the registry (main entries)."""
+    rows = []
+    for label, e in ctx.info.items():
+        if e["variant"]:
+            continue
+        bs = e["baselines"]
+        if not bs:
+            rows.append(["`%s`" % label, "— (the reference point)", ""])
+        for b in bs:
+            rows.append(["`%s`" % label, "the fastest earlier rung on the same shape" if b["kind"] ==
+                         "fastest_earlier" else "`%s`" % b["label"], b["why"]])
+    return report.markdown_table(["rung", "compared with", "why"], rows, ["---", "---", "---"])
+
+
+@generator("prefill-table")
+def gen_prefill_table(ctx, rungs, d="64,128", n="4096", causal="0", gpu=None):
+    """Rows (rung, head_dim, seqlen, causal) of the prefill sweep: heads, time, TFLOP/s, % of the
+    datasheet peak the rung is measured against, and the speedup over its declared baseline."""
+    res = ctx.results(gpu)
+    cj = res.ctx
+    rows = []
+    for label in labels_of(ctx, ints(rungs)):
+        e = ctx.info[label]
+        for dd in ints(d):
+            for nn in ints(n):
+                for c in ints(causal):
+                    r = res.need("prefill", rung=label, **prefill_want(dd, nn, c))
+                    base = ""
+                    for b in e["baselines"][:1]:
+                        br = res.find(family="prefill", rung=b["label"], **prefill_want(dd, nn, c))
+                        base = "%s vs `%s`" % (ratio_text(br, r), b["label"]) if br else "—"
+                    rows.append(["`%s`" % label, str(dd), str(r["heads_q"]), report.seqlen_text(nn),
+                                 "yes" if c else "no", ms(r["ms"]), report.fmt_value(r["tflops"]),
+                                 pct(pct_of_peak(cj, e["peak"], r)), base or "—"])
+    peak_name = "% of datasheet peak"
+    table = report.markdown_table(["rung", "head_dim", "heads", "seqlen", "causal", "time", "TFLOP/s", peak_name,
+                                   "speedup over baseline"], rows)
+    return table + "\n\n" + measured_line(res, ", fp16, batch x seqlen = 16k tokens, hidden 2048")
+
+
+@generator("baseline-span")
+def gen_baseline_span(ctx, rung, d="64,128", gpu=None):
+    """One sentence per head_dim: the span of the rung's speedup over its declared baseline across
+    the prefill sweep, not causal and causal separately."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    e = ctx.info[label]
+    if not e["baselines"]:
+        raise ValueError("%s has no baseline" % label)
+    b = e["baselines"][0]
+    lines = []
+    for dd in ints(d):
+        parts = []
+        for c in (0, 1):
+            ratios, ns = [], []
+            for r in res.records:
+                if r["family"] == "prefill" and r["rung"] == label and r["head_dim"] == dd and r["causal"] == c:
+                    br = res.find(family="prefill", rung=b["label"], **prefill_want(dd, r["seqlen_q"], c))
+                    if br:
+                        ratios.append(br["ms"] / r["ms"])
+                        ns.append(r["seqlen_q"])
+            if not ratios:
+                raise Missing("prefill %s and %s at head_dim %d" % (label, b["label"], dd),
+                              "bench/run_all.sh --family prefill")
+            parts.append("%s %s" % (span(ratios), "causal" if c else "not causal"))
+        lines.append("- `%s` over `%s`, head_dim %d, seqlen %s–%s: %s." % (
+            label, b["label"], dd, report.seqlen_text(min(ns)), report.seqlen_text(max(ns)), "; ".join(parts)))
+    return "\n".join(lines) + "\n\n" + measured_line(res)
+
+
+@generator("torch-compare")
+def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None):
+    """The rung against PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends, same GPU, same
+    run: ms and the ratio (time of PyTorch / time of the rung: above 1 = the rung is faster)."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    rows = []
+    for dd in ints(d):
+        for nn in ints(n):
+            for c in ints(causal):
+                w = prefill_want(dd, nn, c)
+                r = res.need("prefill", rung=label, **w)
+                fl = res.find(family="prefill", rung="torch_flash", **w)
+                cu = res.find(family="prefill", rung="torch_cudnn", **w)
+                rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
+                             report.fmt_value(r["tflops"]), "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
+                             "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)])
+    head = ["head_dim", "seqlen", "causal", "`%s` ms" % label, "TFLOP/s", "flash ms", "flash / rung",
+            "cuDNN ms", "cuDNN / rung"]
+    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", fp16, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % res.json("torch_sdpa.json")
+        ["context"].get("torch", "?"))
+
+
+@generator("headdim-ratio")
+def gen_headdim_ratio(ctx, rung, small="32", large="64", gpu=None):
+    """time(d=large) / time(d=small) over the prefill sweep (same hidden size, same FLOPs): the
+    head_dim note's d=32 vs d=64 question, for the rung and for PyTorch's flash backend."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    ds, dl = int(small), int(large)
+    rows = []
+    missing = []
+    for nn in sorted({r["seqlen_q"] for r in res.records if r["family"] == "prefill"}):
+        cells = [report.seqlen_text(nn)]
+        for who in (label, "torch_flash"):
+            a = res.find(family="prefill", rung=who, **prefill_want(dl, nn, 0))
+            b = res.find(family="prefill", rung=who, **prefill_want(ds, nn, 0))
+            if not (a and b):
+                missing.append(who)
+            cells.append("%s (%.3f vs %.3f ms)" % (ratio_text(a, b), a["ms"], b["ms"]) if a and b else "—")
+        rows.append(cells)
+    head = ["seqlen", "`%s`: time d=%d / time d=%d" % (label, dl, ds), "PyTorch flash: the same"]
+    out = report.markdown_table(head, rows) + "\n\n" + measured_line(res, ", fp16, not causal")
+    if label in missing:
+        out += ("\n\n`—`: no committed run has `%s` at head_dim %d yet (`bench/run_all.sh --family prefill` "
+                "measures head_dim 32, 64 and 128)." % (label, ds))
+    return out
+
+
+@generator("ablation")
+def gen_ablation(ctx, rung, d="64,128", gpu=None):
+    """Every variant of a rung beside the rung, back to back on one shape (family ablation): ms and
+    the variant's time over the rung's (above 1 = the variant is slower), not causal and causal."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    entries = [l for l, e in ctx.info.items() if e["number"] == int(rung)]
+    rows = []
+    for l in entries:
+        cells = ["`%s`" % l]
+        any_cell = False
+        for dd in ints(d):
+            for c in (0, 1):
+                r = res.find(family="ablation", rung=l, head_dim=dd, causal=c)
+                m = res.find(family="ablation", rung=label, head_dim=dd, causal=c)
+                if r and m:
+                    any_cell = True
+                    cells.append("%.3f (%s)" % (r["ms"], report.fmt_ratio(r["ms"] / m["ms"])))
+                else:
+                    cells.append("—")
+        if any_cell:
+            rows.append(cells)
+    if not rows:
+        raise Missing("the ablation family for %s" % label, "bench/run_all.sh --family ablation")
+    head = ["entry"] + ["d=%d%s ms (/ rung)" % (dd, ", causal" if c else "") for dd in ints(d) for c in (0, 1)]
+    sample = res.find(family="ablation")
+    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", fp16, seqlen %d, batch x seqlen = 16k tokens, hidden 2048" % sample["seqlen_q"])
+
+
+@generator("run-reports")
+def gen_run_reports(ctx, files, gpu=None):
+    """Rows from committed run reports (a rung's --json output): problem, workspace, time,
+    TFLOP/s, % of peak, the check."""
+    res = ctx.results(gpu)
+    rows = []
+    for name in files.split(","):
+        if not res.has(name):
+            raise Missing(name, "the rung's --json FILE")
+        j = res.json(name)
+        p, t, c = j["problem"], j["timing"], j["check"]
+        rows.append(["B=%d H=%d N=%d d=%d %s" % (p["batch"], p["heads_q"], p["seqlen_q"], p["head_dim"], p["dtype"]),
+                     binary_bytes(j["workspace_bytes"]),
+                     ms(t["median_ms"]), report.fmt_value(t["tflops"]), "%.1f %%" % t["percent_of_peak"],
+                     "%s (%s), rel_fro %.1e" % ("PASS" if c["pass"] else "FAIL", c["mode"], c["rel_fro"]),
+                     link(res, name, "`%s`" % name)])
+    head = ["problem", "workspace (S)", "time", "TFLOP/s", "% of fp32 peak", "check", "report"]
+    d = res.json(files.split(",")[0])["device"]
+    return report.markdown_table(head, rows) + "\n\nMeasured on %s (the reports name date and device; the " \
+        "commands are in %s)." % (d["name"], link(res, "meta.json", "`meta.json`"))
+
+
+@generator("sweep07")
+def gen_sweep07(ctx, d="128", variants="", gpu=None):
+    """Rung 07's --sweep (sweep07_d<d>.json): per variant the passes over K/V, block shape, registers,
+    local memory per thread (the spill space), blocks per SM, check, time, TFLOP/s and the speedup
+    over the untiled kernel with the same block shape. variants=a,b,c keeps those rows."""
+    res = ctx.results(gpu)
+    name = "sweep07_d%s.json" % d
+    if not res.has(name):
+        raise Missing(name, "bench/run_all.sh --family prefill")
+    doc = res.json(name)
+    hd = doc["head_dim"]
+    rows_in = [r for r in doc["rows"] if not r["skipped"]]
+    base = {(r["block_m"], r["block_n"]): r["median_ms"] for r in rows_in
+            if r["kernel"] == "dv_tiled" and r["dv_tile"] == hd}
+    keep = variants.split(",") if variants else None
+    rows = []
+    for r in rows_in:
+        if keep and r["variant"] not in keep:
+            continue
+        b = base.get((r["block_m"], r["block_n"]) if r["kernel"] == "dv_tiled" else (64, 64))
+        passes = hd // r["dv_tile"] if r["kernel"] == "dv_tiled" else 1
+        rows.append(["`%s`" % r["variant"], str(passes), "%d x %d" % (r["block_m"], r["block_n"]),
+                     str(r["registers"]), str(r["local_bytes"]), "%d (%.1f %%)" % (r["max_blocks_per_sm"],
+                                                                               100 * r["occupancy"]),
+                     "pass" if r["check_pass"] else "FAIL", "%.2f" % r["median_ms"], "%.2f" % r["tflops"],
+                     report.fmt_ratio(b / r["median_ms"]) if b else "—"])
+    head = ["variant", "passes over K/V", "BLOCK_M x BLOCK_N", "registers", "local B / thread",
+            "blocks/SM (occupancy)", "check", "ms", "TFLOP/s", "vs untiled"]
+    return report.markdown_table(head, rows) + "\n\n%s, %s on %s; %s." % (
+        doc["problem"], "median ms", doc["device"]["name"], link(res, name))
+
+
+def earlier_fastest(ctx, res, label, want):
+    """(label, record) of the fastest main rung numbered below @p label measured at @p want."""
+    num = report.number_of(label)
+    best = None
+    for l, e in ctx.info.items():
+        if e["variant"] or e["number"] >= num:
+            continue
+        r = res.find(rung=l, **want)
+        if r and (best is None or r["ms"] < best[1]["ms"]):
+            best = (l, r)
+    return best
+
+
+@generator("decode-table")
+def gen_decode_table(ctx, rung="8", shapes="1/8/1024,1/8/65536", gpu=None):
+    """Decode shapes batch/kv_heads/seqlen_k: the decode rung (ms, GB/s), its baseline (the fastest
+    earlier rung on that shape, named), PyTorch cuDNN and flash, and the ratios."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    rows = []
+    for s in shapes.split(","):
+        b, hkv, sk = (int(x) for x in s.split("/"))
+        want = dict(family="decode", batch=b, heads_kv=hkv, seqlen_k=sk)
+        r = res.need("decode", rung=label, batch=b, heads_kv=hkv, seqlen_k=sk)
+        e = earlier_fastest(ctx, res, label, want)
+        cu = res.find(rung="torch_cudnn", **want)
+        fl = res.find(rung="torch_flash", **want)
+        rows.append(["%d, 32/%d, %s" % (b, hkv, report.seqlen_text(sk)), "%.4f" % r["ms"], report.fmt_value(r["gbps"]),
+                     "`%s` %s" % (report.short(e[0]), report.fmt_value(e[1]["gbps"])) if e else "—",
+                     ratio_text(e[1], r) if e else "—", report.fmt_value(cu["gbps"]) if cu else "—",
+                     report.fmt_value(fl["gbps"]) if fl else "—", ratio_text(cu, r), ratio_text(fl, r)])
+    head = ["B, heads q/kv, Sk", "`%s` ms" % report.short(label), "GB/s", "fastest earlier rung, GB/s",
+            "speedup", "cuDNN GB/s", "FA2 GB/s", "vs cuDNN", "vs FA2"]
+    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", fp16, head_dim 128, seqlen_q 1, GB/s of Q, K, V read once and O written once")
+
+
+@generator("decode-variants")
+def gen_decode_variants(ctx, rung="8", batch="1", kv="8", gpu=None):
+    """GB/s of a decode rung and each of its variants over seqlen_k (decode family, --fl_variants)."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    entries = [l for l, e in ctx.info.items() if e["number"] == int(rung)]
+    b, hkv = int(batch), int(kv)
+    sks = sorted({r["seqlen_k"] for r in res.records if r["family"] == "decode" and r["rung"] == label
+                  and r["batch"] == b and r["heads_kv"] == hkv})
+    rows = []
+    for l in entries:
+        cells = [res.find(family="decode", rung=l, batch=b, heads_kv=hkv, seqlen_k=sk) for sk in sks]
+        if any(cells):
+            rows.append(["`%s`" % l] + [report.fmt_value(c["gbps"]) if c else "—" for c in cells])
+    if len(rows) < 2:
+        raise Missing("the variants of %s in the decode family" % label,
+                      "bench/run_all.sh --family decode -- --fl_variants")
+    return report.markdown_table(["entry"] + ["Sk=" + report.seqlen_text(x) for x in sks], rows) + "\n\n" + \
+        measured_line(res, ", batch %d, 32/%d heads, head_dim 128, GB/s" % (b, hkv))
+
+
+@generator("splits")
+def gen_splits(ctx, gpu=None):
+    """Rung 08's split study (decode_splits/*.json): GB/s per --splits count and the heuristic's
+    choice (--splits 0), per seqlen_k."""
+    res = ctx.results(gpu)
+    files = sorted(glob.glob(res.path("decode_splits/*.json")))
+    if not files:
+        raise Missing("decode_splits/*.json on %s" % res.gpu, "bench/run_all.sh --family decode")
+    runs = {}
+    shape = None
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            j = json.load(fh)
+        if "timing" not in j:
+            continue
+        p = j["problem"]
+        shape = (p["batch"], p["heads_q"], p["heads_kv"], p["head_dim"])
+        m = re.search(r"split-KV: (\d+) split", " ".join(j.get("notes", [])))
+        runs[(p["seqlen_k"], p["num_splits"])] = (j["timing"]["gbps"], int(m.group(1)) if m else p["num_splits"])
+    sks = sorted({k[0] for k in runs})
+    counts = sorted({k[1] for k in runs if k[1] > 0})
+    rows = []
+    for sk in sks:
+        fixed = {c: runs[(sk, c)][0] for c in counts if (sk, c) in runs}
+        best = max(fixed, key=fixed.get) if fixed else None
+        cells = [report.seqlen_text(sk)]
+        for c in counts:
+            v = fixed.get(c)
+            cells.append("—" if v is None else ("**%s**" if c == best else "%s") % report.fmt_value(v))
+        h = runs.get((sk, 0))
+        cells.append("%s (%d)" % (report.fmt_value(h[0]), h[1]) if h else "—")
+        rows.append(cells)
+    head = ["seqlen_k"] + [str(c) for c in counts] + ["heuristic (splits)"]
+    b, hq, hkv, d = shape
+    return report.markdown_table(head, rows) + "\n\nGB/s of K and V, batch %d, %d/%d heads, head_dim %d, by " \
+        "`--splits`; bold: the best fixed count. Measured on %s (%s); files %s." % (
+            b, hq, hkv, d, res.meta.get("device", "?"), res.provenance().split(", ", 1)[1],
+            link(res, "decode_splits", "`%s`" % res.rel("decode_splits/")))
+
+
+@generator("paged")
+def gen_paged(ctx, rung="8", gpu=None):
+    """Paged KV cache against contiguous, back to back (family paged): GB/s and the ratio."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    recs = [r for r in res.records if r["family"] == "paged" and r["rung"] == label]
+    if not recs:
+        raise Missing("the paged family for %s" % label, "bench/run_all.sh --family paged")
+    sks = sorted({r["seqlen_k"] for r in recs})
+    pages = sorted({r["page_size"] for r in recs})
+    rows = []
+    for sk in sks:
+        base = next((r for r in recs if r["seqlen_k"] == sk and r["page_size"] == 0), None)
+        cells = [report.seqlen_text(sk)]
+        for pg in pages:
+            r = next((x for x in recs if x["seqlen_k"] == sk and x["page_size"] == pg), None)
+            if r is None:
+                cells.append("—")
+            elif pg == 0 or base is None:
+                cells.append(report.fmt_value(r["gbps"]))
+            else:
+                cells.append("%s (%.2f)" % (report.fmt_value(r["gbps"]), base["ms"] / r["ms"]))
+        rows.append(cells)
+    head = ["seqlen_k"] + ["contiguous" if p == 0 else "%d-token pages" % p for p in pages]
+    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", GB/s of K and V (in brackets: paged / contiguous)")
+
+
+@generator("ceilings")
+def gen_ceilings(ctx, gpu=None):
+    """The measured ceilings of the GPU (bench/ceilings.cu -> ceilings.json) beside its datasheet peaks."""
+    res = ctx.results(gpu)
+    if not res.has("ceilings.json"):
+        raise Missing("ceilings.json on %s" % res.gpu, "bench/run_all.sh (step 0: build/release/bin/ceilings)")
+    c = report.load_ceilings(res.path("ceilings.json"))
+    rows = [[what, report.fmt_value(v) if v else "—", unit, note] for what, v, unit, note in c.values()]
+    dev = res.json("ceilings.json")["device"]
+    return report.markdown_table(["ceiling", "measured", "unit", "how"], rows, ["---", "--:", "---", "---"]) + \
+        "\n\nOn %s; %s." % (dev["name"], link(res, "ceilings.json"))
+
+
+@generator("ncu")
+def gen_ncu(ctx, target, metrics, gpu=None):
+    """Selected metrics of one Nsight Compute export (ncu_<target>.csv from bench/ncu_summary.sh)."""
+    res = ctx.results(gpu)
+    name = "ncu_%s.csv" % target
+    if not res.has(name):
+        raise Missing(name, "bench/run_all.sh --ncu")
+    import csv
+
+    with open(res.path(name), encoding="utf-8") as f:
+        rows_in = list(csv.reader(f))
+    head_in, units, data = rows_in[0], rows_in[1], rows_in[2:]
+    want = metrics.split(",")
+    cols = [head_in.index(m) for m in want if m in head_in]
+    kcol = head_in.index("Kernel Name") if "Kernel Name" in head_in else None
+    rows = [[(r[kcol][:40] if kcol is not None else "")] + [r[i] + (" " + units[i] if units[i] else "")
+                                                              for i in cols] for r in data]
+    return report.markdown_table(["kernel"] + [head_in[i] for i in cols], rows) + \
+        "\n\n`bench/ncu_summary.sh` (target %s); %s." % (target, link(res, name))
+
+
+@generator("expect")
+def gen_expect(ctx, rung, d="128", n="4096", gpu=None, family="prefill", batch="1", kv="8", sk="65536",
+):
+    """A handout's one-line "what to expect": the rung against its declared baseline on one shape."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    e = ctx.info[label]
+    if family == "decode":
+        want = dict(family="decode", batch=int(batch), heads_kv=int(kv), seqlen_k=int(sk))
+        r = res.need("decode", rung=label, batch=int(batch), heads_kv=int(kv), seqlen_k=int(sk))
+        base = earlier_fastest(ctx, res, label, want)
+        unit, val = "GB/s", "gbps"
+        shape = "batch %s, 32/%s heads, head_dim 128, seqlen_k %s" % (batch, kv, report.seqlen_text(int(sk)))
+    else:
+        want = dict(family="prefill", **prefill_want(int(d), int(n), 0))
+        r = res.need("prefill", rung=label, **prefill_want(int(d), int(n), 0))
+        b = e["baselines"][0]
+        br = res.find(rung=b["label"], **want)
+        base = (b["label"], br) if br else None
+        unit, val = "TFLOP/s", "tflops"
+        shape = "head_dim %s, seqlen %s, not causal, batch x seqlen = 16k tokens, hidden 2048" % (
+            d, report.seqlen_text(int(n)))
+    if base is None:
+        raise Missing("the baseline of %s" % label, "bench/run_all.sh")
+    fl = res.find(rung="torch_flash", **want)
+    return "> `%s` against `%s`, %s: **%s** (%s vs %s %s)%s. Measured on %s, fp16; %s." % (
+        label, base[0], shape, report.fmt_ratio(base[1]["ms"] / r["ms"]), report.fmt_value(r[val]),
+        report.fmt_value(base[1][val]), unit,
+        "; PyTorch flash: %s %s" % (report.fmt_value(fl[val]), unit) if fl else "", res.provenance(),
+        link(res, "report.md", "report"))
+
+
+def lesson_diff(ctx):
+    """The changed code lines between consecutive teaching kernels (docs/lesson_diff.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "docs"))
+    import lesson_diff as ld  # docs/lesson_diff.py
+
+    return ld.lesson_table(ROOT).rstrip("\n")
+
+
+if os.path.exists(os.path.join(ROOT, "docs", "lesson_diff.py")):
+    GENERATORS["lesson-diff"] = lesson_diff
+
+
+# ---- blocks in files ---------------------------------------------------------------------------
+
+
+def parse_args(text):
+    out = {}
+    for tok in text.split():
+        k, v = tok.split("=", 1)
+        out[k] = v
+    return out
+
+
+def render(ctx, name, args):
+    if name not in GENERATORS:
+        raise ValueError("unknown generator '%s' (--list)" % name)
+    try:
+        return GENERATORS[name](ctx, **args).rstrip("\n")
+    except Missing as m:
+        return ("_Not in a committed run yet: %s. `%s` measures it; then `python3 bench/docgen.py --write` "
+                "fills this block._" % (m.what, m.command))
+
+
+def regenerate_text(ctx, text, path):
+    """@p text (of the file @p path, relative to the root) with every generated block regenerated.
+    Raises ValueError on marker errors."""
+    CURRENT_DIR[0] = os.path.dirname(os.path.join(ROOT, path))
+    lines = text.split("\n")
+    out, i = [], 0
+    while i < len(lines):
+        m = MARK_RE.match(lines[i])
+        out.append(lines[i])
+        if not m:
+            if lines[i].startswith("<!-- gen:"):
+                raise ValueError("%s:%d: malformed marker '%s'" % (path, i + 1, lines[i]))
+            i += 1
+            continue
+        end = END_FMT % m["name"]
+        try:
+            j = lines.index(end, i + 1)
+        except ValueError:
+            raise ValueError("%s:%d: '%s' has no '%s'" % (path, i + 1, lines[i], end))
+        try:
+            out.append(render(ctx, m["name"], parse_args(m["args"])))
+        except (KeyError, ValueError, TypeError, OSError) as e:
+            raise ValueError("%s:%d: gen:%s: %s" % (path, i + 1, m["name"], e))
+        out.append(end)
+        i = j + 1
+    return "\n".join(out)
+
+
+def doc_files():
+    files = []
+    for g in DOC_GLOBS:
+        files += glob.glob(os.path.join(ROOT, g))
+    return sorted(set(files))
+
+
+def report_files(ctx):
+    """{path of a committed report.md: its regenerated text} for every results folder with a ladder run."""
+    out = {}
+    for d in sorted(glob.glob(os.path.join(ROOT, "bench", "results", "*", "ladder_bench.json"))):
+        folder = os.path.dirname(d)
+        torch = os.path.join(folder, "torch_sdpa.json")
+        ceil = os.path.join(folder, "ceilings.json")
+        out[os.path.join(folder, "report.md")] = report.full_report(
+            d, torch if os.path.exists(torch) else None, True, ctx.registry,
+            report.load_ceilings(ceil) if os.path.exists(ceil) else None)
+    return out
+
+
+def load_registry(args):
+    """The Context: the registry from --registry FILE, or from the built tour (--bin, or the newest)."""
+    if args.registry:
+        reg = report.load_registry(args.registry)
+        with open(args.registry, encoding="utf-8") as f:
+            return Context(reg, {r["label"]: r for r in json.load(f)["rungs"]})
+    tour = report.find_tour(args.bin)
+    if not tour:
+        raise ValueError("no built tour (build first, or pass --bin BUILD/bin or --registry FILE)")
+    return Context(*report.registry_from_tour(tour))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="exit 1 if a generated block or report is stale")
+    mode.add_argument("--write", action="store_true", help="rewrite every generated block and report")
+    mode.add_argument("--list", action="store_true", help="the generators and what they make")
+    ap.add_argument("--bin", help="folder with the built tour (for the registry)")
+    ap.add_argument("--registry", help="tour --registry-json output (instead of --bin)")
+    ap.add_argument("files", nargs="*", help="markdown files to check/write (default: every doc file)")
+    args = ap.parse_args(argv)
+    if args.list:
+        for name, f in sorted(GENERATORS.items()):
+            print("%-16s %s" % (name, " ".join((f.__doc__ or "").split())))
+        return 0
+    try:
+        ctx = load_registry(args)
+        targets = {}
+        for path in [os.path.abspath(f) for f in args.files] or doc_files():
+            with open(path, encoding="utf-8") as f:
+                old = f.read()
+            targets[path] = (old, regenerate_text(ctx, old, os.path.relpath(path, ROOT)))
+        if not args.files:
+            for path, new in report_files(ctx).items():
+                old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+                targets[path] = (old, new)
+    except (ValueError, OSError, KeyError) as e:
+        print("docgen.py: error: %s" % e, file=sys.stderr)
+        return 2
+    stale = [(p, o, n) for p, (o, n) in targets.items() if o != n]
+    if args.write:
+        for p, _, n in stale:
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(n)
+            print("docgen.py: wrote %s" % os.path.relpath(p, ROOT))
+        print("docgen.py: %d file(s) up to date, %d rewritten" % (len(targets) - len(stale), len(stale)))
+        return 0
+    for p, o, n in stale:
+        rel = os.path.relpath(p, ROOT)
+        sys.stdout.writelines(difflib.unified_diff(o.splitlines(True), n.splitlines(True), "committed/" + rel,
+                                                   "generated/" + rel))
+    if stale:
+        print("docgen.py: %d file(s) differ from what the committed results generate: %s\n"
+              "Figures are never edited by hand: run `python3 bench/docgen.py --write` (after committing "
+              "the run under bench/results/) and commit the result." % (
+                  len(stale), ", ".join(os.path.relpath(p, ROOT) for p, _, _ in stale)))
+        return 1
+    print("docgen.py: %d file(s) checked, every generated block and report matches the committed results"
+          % len(targets))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Every figure in the docs is generated from the committed runs (bench/docgen.py).
+
+    python3 tests/cpu/test_docgen.py BUILD/bin      (ctest: cpu_docgen)
+
+1. The committed tree is up to date: every generated block of every doc page and every committed
+   bench/results/<gpu>/report.md equals what the committed results generate.
+2. A hand-edited figure inside a generated block fails the check (and names the file); an edit
+   outside the blocks does not.
+3. A block whose data no committed run holds says so, with the command that measures it, and
+   carries no number.
+4. Marker errors (unknown generator, missing end marker) are errors, not silently skipped.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCGEN = os.path.join(ROOT, "bench", "docgen.py")
+BIN = None  # set from argv
+
+
+def docgen(*args):
+    out = subprocess.run([sys.executable, DOCGEN, "--bin", BIN, *args], capture_output=True, text=True)
+    return out.returncode, out.stdout + out.stderr
+
+
+class ScratchDoc:
+    """A markdown file next to README.md (so its relative links are the README's), removed after."""
+
+    def __init__(self, text):
+        fd, self.path = tempfile.mkstemp(prefix="docgen-test-", suffix=".md", dir=ROOT)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def __enter__(self):
+        return self.path
+
+    def __exit__(self, *exc):
+        os.unlink(self.path)
+
+
+class DocgenTest(unittest.TestCase):
+    def test_committed_tree_is_generated(self):
+        rc, out = docgen("--check")
+        self.assertEqual(rc, 0, out)
+
+    def test_hand_edited_figure_fails(self):
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            text = f.read()
+        m = re.search(r"<!-- gen:readme-summary -->\n(.*?)<!-- /gen:readme-summary -->", text, re.S)
+        self.assertIsNotNone(m, "README.md has no readme-summary block")
+        block = m.group(1)
+        figure = re.search(r"\| (\d+\.\d+) \|", block)  # the first decimal figure in a table cell
+        self.assertIsNotNone(figure, "no figure in the README table")
+        edited_value = "%s9" % figure.group(1)
+        edited = text[: m.start(1) + figure.start(1)] + edited_value + text[m.start(1) + figure.end(1):]
+        with ScratchDoc(edited) as path:
+            rc, out = docgen("--check", path)
+            self.assertEqual(rc, 1, out)
+            self.assertIn(os.path.basename(path), out)
+            self.assertIn(edited_value, out)  # the diff shows the hand-edited line
+        # The same file without the edit is up to date; an edit outside every block is allowed.
+        with ScratchDoc(text.replace("## Quick start", "## Quick start (edited prose)")) as path:
+            rc, out = docgen("--check", path)
+            self.assertEqual(rc, 0, out)
+
+    def test_missing_data_is_said_not_invented(self):
+        doc = "<!-- gen:ablation rung=4 gpu=nvidia-h100-80gb-hbm3 -->\n<!-- /gen:ablation -->\n"
+        with ScratchDoc(doc) as path:
+            rc, out = docgen("--write", path)
+            self.assertEqual(rc, 0, out)
+            with open(path, encoding="utf-8") as f:
+                written = f.read()
+        self.assertIn("Not in a committed run yet", written)
+        self.assertIn("bench/run_all.sh --family ablation", written)
+        self.assertIsNone(re.search(r"\d+\.\d+", written), written)
+
+    def test_marker_errors(self):
+        with ScratchDoc("<!-- gen:no-such-table -->\n<!-- /gen:no-such-table -->\n") as path:
+            rc, out = docgen("--check", path)
+            self.assertEqual(rc, 2, out)
+            self.assertIn("unknown generator", out)
+        with ScratchDoc("<!-- gen:baselines -->\nno end marker\n") as path:
+            rc, out = docgen("--check", path)
+            self.assertEqual(rc, 2, out)
+            self.assertIn("has no", out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: test_docgen.py BUILD/bin")
+    BIN = sys.argv.pop(1)
+    unittest.main(verbosity=2)
