@@ -14,10 +14,10 @@
 ///   // clang-format on
 /// @endcode
 ///
-/// Small d leaves room for big tiles (the seed's point: d = 32 allows 128 x 128);
-/// large d fills the registers with O_i, so BLOCK_N (S) and BLOCK_M (rows per
-/// warp) must shrink. The choice is made at compile time for each head_dim
-/// and at run time between two shared-memory classes of GPU.
+/// Small d leaves room for big tiles (the head_dim note's point, docs/sources.md:
+/// d = 32 allows 128 x 128); large d fills the registers with O_i, so BLOCK_N (S)
+/// and BLOCK_M (rows per warp) must shrink. The choice is made at compile time
+/// for each head_dim and at run time between two shared-memory classes of GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -43,9 +43,10 @@ struct HeadDimTiles;
 // 2048: median ms of the forward, non-causal / causal (README.md, table 1).
 
 // d = 32: 128 x 64, 4 warps (32 rows each), Q in registers: 2.10 / 1.14 ms.
-// 128 x 128 (the seed's choice) is 6% slower (2.23 / 1.21 ms): 246 registers
-// and 40 KB leave 2 blocks per SM against 3 here, and at d = 32 a block does
-// little MMA work per K/V byte, so latency hiding needs the third block.
+// 128 x 128 (the head_dim note's choice, docs/sources.md) is 6% slower
+// (2.23 / 1.21 ms): 246 registers and 40 KB leave 2 blocks per SM against 3
+// here, and at d = 32 a block does little MMA work per K/V byte, so latency
+// hiding needs the third block.
 // 64 x 64 (rung 05) is 13% slower: 16 rows per warp double the ldmatrix
 // traffic per MMA.
 template <>

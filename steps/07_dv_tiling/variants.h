@@ -11,7 +11,7 @@ namespace fl::dv_tiling {
 constexpr int kUntiled = 0;
 
 /// The main entry's DV_TILE: the largest tile that does not spill, which is the
-/// seed's rule ("the largest tile without spill"). Measured with ptxas for sm_90
+/// course note's rule (docs/sources.md). Measured with ptxas for sm_90
 /// (nvcc 13.0, 255 registers per thread at most):
 ///   d = 64:  one 64-column tile (q 64 + O 64 floats) fits, no tiling needed;
 ///   d = 128: 128 spills (~450 B of stack), 64 still spills (~80 B: q 128 + O 64
@@ -25,7 +25,7 @@ constexpr int kMainBlockM = 64;
 /// The main entry's K rows per shared-memory tile.
 constexpr int kMainBlockN = 64;
 
-/// Threads that share one query row in the "split-d" variant (the seed's rejected
+/// Threads that share one query row in the "split-d" variant (the note's rejected
 /// alternative: split head_dim across threads, reduce the dot product by warp shuffles).
 constexpr int kSplitThreadsPerRow = 4;
 

@@ -2,12 +2,12 @@
 /// @brief How many pieces rung 08 cuts the KV sequence into, and which keys
 /// each piece gets. Plain C++ (no CUDA) so the CPU tests check it directly.
 ///
-/// The problem (seed 002): at decode time a (batch, KV head) pair has only a
-/// handful of query rows, so a grid with one CTA per pair can leave most SMs
-/// idle (B=1 with 8 KV heads launches 8 CTAs on a 132-SM H100). Splitting the
-/// keys into S pieces multiplies the CTAs by S; the price is a combine kernel
-/// and S partial outputs in HBM. The rule below, after FlashAttention-2's
-/// num_splits_heuristic, counts "waves" of CTAs:
+/// The problem (the Flash-Decoding write-up, Dao et al., 2023): at decode time
+/// a (batch, KV head) pair has only a handful of query rows, so a grid with one
+/// CTA per pair can leave most SMs idle (B=1 with 8 KV heads launches 8 CTAs on
+/// a 132-SM H100). Splitting the keys into S pieces multiplies the CTAs by S;
+/// the price is a combine kernel and S partial outputs in HBM. The rule below,
+/// after FlashAttention-2's num_splits_heuristic, counts "waves" of CTAs:
 ///
 ///   slots     = SMs x kWaveCtasPerSm (1)          (one wave)
 ///   ctas(S)   = work_items x S                    (work_items = batch x heads_kv x row tiles)

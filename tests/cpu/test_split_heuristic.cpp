@@ -32,10 +32,10 @@ DecodePlan plan(int batch, int heads_q, int heads_kv, int seqlen_k, int splits =
 }  // namespace
 
 TEST_CASE("split heuristic: one split where splitting does not pay", "[cpu][split]") {
-  // batch 8 x 32 heads = 256 CTAs already fill a wave of 132 SMs (the seed's 1K row).
+  // batch 8 x 32 heads = 256 CTAs already fill a wave of 132 SMs.
   CHECK(plan(8, 32, 32, 1024).num_splits == 1);
   CHECK(plan(8, 32, 32, 131072).num_splits == 1);  // long, but the grid is full anyway
-  CHECK(plan(64, 32, 8, 16384).num_splits == 1);   // big batches: no split (seed table 6.2)
+  CHECK(plan(64, 32, 8, 16384).num_splits == 1);   // big batches fill the SMs: no split
   // Short KV: no piece shorter than min_split_len (256 keys).
   CHECK(plan(1, 32, 8, 100).num_splits == 1);
   CHECK(plan(1, 32, 8, 511).num_splits == 1);
@@ -65,7 +65,7 @@ TEST_CASE("split heuristic: many splits for batch 1 at long seqlen_k", "[cpu][sp
     CHECK(mha.num_splits == 4);
     CHECK(wave_efficiency(mha.work_items * mha.num_splits, slots) >= 0.9);
   }
-  // Smaller batches split more than larger ones (seed table 6.2).
+  // Smaller batches split more than larger ones: fewer CTAs to fill the SMs with.
   CHECK(plan(1, 32, 8, 32768).num_splits > plan(4, 32, 8, 32768).num_splits);
   CHECK(plan(4, 32, 8, 32768).num_splits > plan(16, 32, 8, 32768).num_splits);
 }
