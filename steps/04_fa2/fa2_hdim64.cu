@@ -1,5 +1,6 @@
 /// @file steps/04_fa2/fa2_hdim64.cu
-/// @brief Rung 04's kernels for head_dim 64 (one file per head_dim: parallel builds).
+/// @brief Rung 04's kernel and its ablation kernels for head_dim 64 (one file per
+/// head_dim: parallel builds).
 #include "launch_template.cuh"
 
 #if FL_HEAD_DIM_ONLY == 0 || FL_HEAD_DIM_ONLY == 64

@@ -37,9 +37,12 @@
 ///   // clang-format on
 /// @endcode
 ///
-/// The ablation variants (see README) reuse this kernel through the Schedule
-/// switches: FA1's K/V-outer loop order with the O/m/l round trip through HBM,
-/// FA1's rescale-every-tile update, one CTA per (batch, head), no prefetch.
+/// This file is the lesson, top to bottom: traits, thread map, loaders, the
+/// four steps of one (Q tile, K/V tile) visit, the epilogue and the kernel.
+/// The ablation variants, which put FA1's pieces back one at a time to measure
+/// what each change is worth (`--variant fa1-rescale`, `bh-grid`, ...), are
+/// built from these same functions in ablations.cuh; none of their switches
+/// appear here.
 #pragma once
 
 #include <math.h>
@@ -112,21 +115,6 @@ struct Fa2Traits {
   static_assert(kSmemBytes <= 163 * 1024, "tiles must fit in an A100's shared memory");
 };
 
-/// Compile-time switches of the ablation variants (README: "Variants").
-template <bool KV_OUTER, bool RESCALE_EVERY_TILE, bool PREFETCH_KV>
-struct Schedule {
-  /// FA1's loop order: K/V tiles outer, the CTA's Q tiles inner; O/m/l of each
-  /// Q tile round-trip through an fp32 HBM workspace between K/V tiles.
-  static constexpr bool kKvOuter = KV_OUTER;
-  /// FA1's update: tile-local max, full row sum and O normalized by l on every
-  /// tile, instead of one division at the end.
-  static constexpr bool kRescaleEveryTile = RESCALE_EVERY_TILE;
-  /// Load K_{j+1}, V_{j+1} into registers while tile j is being computed.
-  static constexpr bool kPrefetchKv = PREFETCH_KV;
-};
-/// The rung itself: Q-outer, deferred rescaling, prefetch.
-using Fa2Schedule = Schedule<false, false, true>;
-
 /// Where a thread sits: its warp owns kRowsPerWarp rows; inside the warp the
 /// lane is (lane_row, lane_col) of a 4 x 8 grid.
 template <class Tr>
@@ -150,33 +138,14 @@ struct ThreadMap {
 
 /// What a thread carries for its rows through the K/V loop (registers).
 /// m is in the log2 domain (scores are pre-multiplied by scale * log2 e); l is
-/// this thread's partial sum over its keys (deferred), or the full row sum
-/// (Schedule::kRescaleEveryTile).
+/// this thread's partial sum over its keys (deferred: the row's 8 partial sums
+/// are added once, in write_output).
 template <class Tr>
 struct RowState {
   float O[Tr::kThreadRows][Tr::kThreadDims];
   float m[Tr::kThreadRows];
   float l[Tr::kThreadRows];
 };
-
-/// fp32 scratch in HBM for the K/V-outer variants (rung 03's layout):
-/// O [batch, heads_q, seqlen_q, head_dim], then m and l [batch, heads_q, seqlen_q].
-struct Workspace {
-  float* O;
-  float* m;
-  float* l;
-};
-
-/// Bytes of the workspace (K/V-outer variants only).
-inline size_t workspace_bytes(int batch, int heads_q, int seqlen_q, int head_dim) {
-  return sizeof(float) * static_cast<size_t>(batch) * heads_q * seqlen_q * (head_dim + 2);
-}
-
-__device__ __forceinline__ Workspace workspace(const AttnParams& p) {
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
-  float* base = static_cast<float*>(p.workspace);
-  return {base, base + rows * p.head_dim, base + rows * (p.head_dim + 1)};
-}
 
 /// Component i (0..3, a compile-time constant after unrolling) of a float4.
 __device__ __forceinline__ float component(const float4& v, int i) {
@@ -367,43 +336,6 @@ __device__ __forceinline__ void online_softmax_fa2(float (&S)[Tr::kThreadRows][T
   // LAB-END(04-online-softmax)
 }
 
-/// FA1's update (variants fa1-rescale, fa1-all), FlashAttention-1 Algorithm 1
-/// lines 10-12 in the log2 domain: P~ = exp2(S - m~) against the tile's own max,
-/// the full row sum l~ (a reduction on every tile), and O kept normalized:
-///   O = diag(l_new)^-1 (diag(l) 2^(m - m_new) O + 2^(m~ - m_new) P~ V).
-/// The two diagonal scalings are applied to O and to P~ before P~ V.
-template <class Tr>
-__device__ __forceinline__ void online_softmax_fa1(float (&S)[Tr::kThreadRows][Tr::kThreadKeys],
-                                                   RowState<Tr>& st) {
-#pragma unroll
-  for (int t = 0; t < Tr::kThreadRows; ++t) {
-    float m_tile = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < Tr::kThreadKeys; ++n) m_tile = fmaxf(m_tile, S[t][n]);
-    m_tile = reduce_lane_cols<Tr>(m_tile, [](float a, float b) { return fmaxf(a, b); });
-    const float m_tile_base = (m_tile == -INFINITY) ? 0.f : m_tile;
-    float l_tile = 0.f;
-#pragma unroll
-    for (int n = 0; n < Tr::kThreadKeys; ++n) {
-      S[t][n] = exp2f(S[t][n] - m_tile_base);
-      l_tile += S[t][n];
-    }
-    l_tile = reduce_lane_cols<Tr>(l_tile, [](float a, float b) { return a + b; });
-    const float m_new = fmaxf(st.m[t], m_tile);
-    const float m_base = (m_new == -INFINITY) ? 0.f : m_new;
-    const float alpha_old = exp2f(st.m[t] - m_base), alpha_tile = exp2f(m_tile - m_base);
-    const float l_new = alpha_old * st.l[t] + alpha_tile * l_tile;
-    const float inv_l_new = l_new > 0.f ? 1.f / l_new : 0.f;  // no key yet: O stays 0
-    const float c_old = st.l[t] * alpha_old * inv_l_new, c_tile = alpha_tile * inv_l_new;
-#pragma unroll
-    for (int d = 0; d < Tr::kThreadDims; ++d) st.O[t][d] *= c_old;
-#pragma unroll
-    for (int n = 0; n < Tr::kThreadKeys; ++n) S[t][n] *= c_tile;
-    st.m[t] = m_new;
-    st.l[t] = l_new;
-  }
-}
-
 /// O_i += P V_j. The thread holds P for its keys only; the PV product needs its
 /// rows for all keys, which the other 7 lanes of its lane_row hold. They swap
 /// through the warp's own rows of P_smem: only the warp touches them, so a
@@ -447,7 +379,7 @@ __device__ __forceinline__ void accumulate_pv(const float (&P)[Tr::kThreadRows][
 
 /// One (Q tile, K/V tile) step: scores, mask (diagonal / tail tiles only),
 /// online softmax, P V.
-template <class Tr, class Sched, bool kMask>
+template <class Tr, bool kMask>
 __device__ __forceinline__ void attend_tile(const AttnParams& p, const float* Q_smem,
                                             const float* K_smem, const float* V_smem, float* P_smem,
                                             const ThreadMap<Tr>& tm, int q0, int k0,
@@ -455,31 +387,21 @@ __device__ __forceinline__ void attend_tile(const AttnParams& p, const float* Q_
   float S[Tr::kThreadRows][Tr::kThreadKeys];
   compute_scores<Tr>(Q_smem, K_smem, tm, S);
   if constexpr (kMask) mask_scores<Tr>(p, tm, q0, k0, S);
-  if constexpr (Sched::kRescaleEveryTile)
-    online_softmax_fa1<Tr>(S, st);
-  else
-    online_softmax_fa2<Tr>(S, st);
+  online_softmax_fa2<Tr>(S, st);
   accumulate_pv<Tr>(S, P_smem, V_smem, tm, st);
-}
-
-/// The full row sums l_i (deferred: the 8 partial sums of a lane_row added once).
-template <class Tr, class Sched>
-__device__ __forceinline__ void full_row_sums(const RowState<Tr>& st,
-                                              float (&l_row)[Tr::kThreadRows]) {
-#pragma unroll
-  for (int t = 0; t < Tr::kThreadRows; ++t)
-    l_row[t] = Sched::kRescaleEveryTile
-                   ? st.l[t]
-                   : reduce_lane_cols<Tr>(st.l[t], [](float a, float b) { return a + b; });
 }
 
 /// Epilogue: O_i / l_i in 16 bits (8-byte stores of 4 dims) and LSE = m ln2 + ln l.
 /// A row that saw no key has l = 0: O = 0 and LSE = -inf (fl::softmax_inv_l / softmax_lse).
-template <class Tr, class Sched, class T>
+template <class Tr, class T>
 __device__ __forceinline__ void write_output(const AttnParams& p, const ThreadMap<Tr>& tm, int b,
                                              int h, int q0, const RowState<Tr>& st) {
+  // The deferred part of l: the 8 partial sums of a lane_row added once, by
+  // all lanes, before any row is skipped.
   float l_row[Tr::kThreadRows];
-  full_row_sums<Tr, Sched>(st, l_row);  // all lanes, before any row is skipped
+#pragma unroll
+  for (int t = 0; t < Tr::kThreadRows; ++t)
+    l_row[t] = reduce_lane_cols<Tr>(st.l[t], [](float a, float b) { return a + b; });
   T* O_gmem = static_cast<T*>(p.o) + b * p.o_batch_stride + h * p.o_head_stride;
   const int64_t lse_row0 = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q;
 #pragma unroll
@@ -487,8 +409,7 @@ __device__ __forceinline__ void write_output(const AttnParams& p, const ThreadMa
     const int row = q0 + tm.row(t);
     if (row >= p.seqlen_q) continue;
     const SoftmaxState s{st.m[t] / kLog2e, l_row[t]};  // back to natural-log units
-    // FA1's update has normalized O already (and kept it 0 for an empty row).
-    const float inv_l = Sched::kRescaleEveryTile ? 1.f : softmax_inv_l(s);
+    const float inv_l = softmax_inv_l(s);              // the one division of the row
 #pragma unroll
     for (int c = 0; c < Tr::kDimChunks; ++c) {
       const float* o = &st.O[t][4 * c];
@@ -500,61 +421,10 @@ __device__ __forceinline__ void write_output(const AttnParams& p, const ThreadMa
   }
 }
 
-/// K/V-outer variants: O_i, m_i, l_i back from the HBM workspace. The stored l
-/// is the full row sum; with deferred rescaling lane_col 0 takes it and the
-/// other lanes restart their partial sums at 0 (the partials still add up to l).
-template <class Tr, class Sched>
-__device__ __forceinline__ void load_row_state(const AttnParams& p, const ThreadMap<Tr>& tm,
-                                               int64_t bh_row0, int q0, RowState<Tr>& st) {
-  const Workspace ws = workspace(p);
-#pragma unroll
-  for (int t = 0; t < Tr::kThreadRows; ++t) {
-    const int row = q0 + tm.row(t);
-    const bool ok = row < p.seqlen_q;
-    const int64_t r = bh_row0 + row;
-    st.m[t] = ok ? ws.m[r] : -INFINITY;
-    st.l[t] = ok && (Sched::kRescaleEveryTile || tm.lane_col == 0) ? ws.l[r] : 0.f;
-#pragma unroll
-    for (int c = 0; c < Tr::kDimChunks; ++c) {
-      const float4 o = ok ? *reinterpret_cast<const float4*>(ws.O + r * Tr::kHeadDim + tm.dim(c))
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-      st.O[t][4 * c + 0] = o.x;
-      st.O[t][4 * c + 1] = o.y;
-      st.O[t][4 * c + 2] = o.z;
-      st.O[t][4 * c + 3] = o.w;
-    }
-  }
-}
-
-/// K/V-outer variants: O_i, m_i and the full l_i out to the HBM workspace.
-template <class Tr, class Sched>
-__device__ __forceinline__ void store_row_state(const AttnParams& p, const ThreadMap<Tr>& tm,
-                                                int64_t bh_row0, int q0, const RowState<Tr>& st) {
-  const Workspace ws = workspace(p);
-  float l_row[Tr::kThreadRows];
-  full_row_sums<Tr, Sched>(st, l_row);
-#pragma unroll
-  for (int t = 0; t < Tr::kThreadRows; ++t) {
-    const int row = q0 + tm.row(t);
-    if (row >= p.seqlen_q) continue;
-    const int64_t r = bh_row0 + row;
-#pragma unroll
-    for (int c = 0; c < Tr::kDimChunks; ++c)
-      *reinterpret_cast<float4*>(ws.O + r * Tr::kHeadDim + tm.dim(c)) =
-          make_float4(st.O[t][4 * c], st.O[t][4 * c + 1], st.O[t][4 * c + 2], st.O[t][4 * c + 3]);
-    if (tm.lane_col == 0) {
-      ws.m[r] = st.m[t];
-      ws.l[r] = l_row[t];
-    }
-  }
-}
-
-/// Rung 04's kernel (and its variants). Grid: (ceil(Q tiles / q_tiles_per_cta),
-/// heads_q, batch); Tr::kThreads threads; Tr::kSmemBytes of dynamic shared
-/// memory. The rung itself runs one Q tile per CTA.
-template <class Tr, class T, class Sched>
-__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
-    fa2_forward(AttnParams p, int q_tiles_per_cta) {
+/// Rung 04's kernel. Grid: (Q tiles, heads_q, batch), one Q tile per CTA;
+/// Tr::kThreads threads; Tr::kSmemBytes of dynamic shared memory.
+template <class Tr, class T>
+__global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm) fa2_forward(AttnParams p) {
   constexpr int BLOCK_M = Tr::kBlockM, BLOCK_N = Tr::kBlockN;
   extern __shared__ __align__(16) float smem[];
   float* Q_smem = smem;
@@ -562,85 +432,37 @@ __global__ void __launch_bounds__(Tr::kThreads, Tr::kMinCtasPerSm)
   float* V_smem = K_smem + Tr::kKFloats;
   float* P_smem = V_smem + Tr::kVFloats;
 
-  const int h = blockIdx.y, b = blockIdx.z;
+  const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int h_kv = h / p.group;  // GQA: query head h reads KV head h / group
-  const int num_q_tiles = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-  const int i_begin = blockIdx.x * q_tiles_per_cta;
-  const int i_end = min(num_q_tiles, i_begin + q_tiles_per_cta);
+  const int q0 = i * BLOCK_M;
   const ThreadMap<Tr> tm;
 
   const T* Q_gmem = static_cast<const T*>(p.q) + b * p.q_batch_stride + h * p.q_head_stride;
   const T* K_gmem = static_cast<const T*>(p.k) + b * p.k_batch_stride + h_kv * p.k_head_stride;
   const T* V_gmem = static_cast<const T*>(p.v) + b * p.v_batch_stride + h_kv * p.v_head_stride;
-  const int64_t bh_row0 = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q;
 
+  // ---- the Q tile is this CTA's for good: staged once, O_i, m_i, l_i in registers
+  load_q_tile<Tr, T>(Q_gmem + q0 * p.q_row_stride, p.q_row_stride, min(BLOCK_M, p.seqlen_q - q0),
+                     p.scale_log2, Q_smem);
   RowState<Tr> st;
-  KvTile<Tr, T> kv;
+  init_row_state(st);
 
-  if constexpr (!Sched::kKvOuter) {
-    // ---- FA2: Q tile outer (one per CTA), K/V tiles inner ----------------------
-    for (int i = i_begin; i < i_end; ++i) {
-      const int q0 = i * BLOCK_M;
-      __syncthreads();  // (several Q tiles per CTA) the previous tile's readers of Q_smem are done
-      load_q_tile<Tr, T>(Q_gmem + q0 * p.q_row_stride, p.q_row_stride,
-                         min(BLOCK_M, p.seqlen_q - q0), p.scale_log2, Q_smem);
-      init_row_state(st);
-      const int num_kv = visible_kv_tiles<Tr>(p, q0);  // causal: tiles above the diagonal skipped
-      if (Sched::kPrefetchKv && num_kv > 0) kv.fetch(K_gmem, V_gmem, p, 0);
-      for (int j = 0; j < num_kv; ++j) {
-        const int k0 = j * BLOCK_N;
-        if (!Sched::kPrefetchKv) kv.fetch(K_gmem, V_gmem, p, k0);
-        __syncthreads();  // every warp is done with K_{j-1}, V_{j-1} (and Q_smem is complete)
-        kv.store(K_smem, V_smem);
-        __syncthreads();
-        if (Sched::kPrefetchKv && j + 1 < num_kv) kv.fetch(K_gmem, V_gmem, p, k0 + BLOCK_N);
-        if (tile_needs_mask<Tr>(p, q0, k0))
-          attend_tile<Tr, Sched, true>(p, Q_smem, K_smem, V_smem, P_smem, tm, q0, k0, st);
-        else
-          attend_tile<Tr, Sched, false>(p, Q_smem, K_smem, V_smem, P_smem, tm, q0, k0, st);
-      }
-      write_output<Tr, Sched, T>(p, tm, b, h, q0, st);
-    }
-  } else {
-    // ---- FA1's order: K/V tiles outer, the CTA's Q tiles inner -----------------
-    // Q tiles that see no key at all (causal, seqlen_q > seqlen_k) are never
-    // visited below: they get O = 0, LSE = -inf now.
-    for (int i = i_begin; i < i_end; ++i) {
-      if (visible_kv_tiles<Tr>(p, i * BLOCK_M) > 0) continue;
-      init_row_state(st);
-      write_output<Tr, Sched, T>(p, tm, b, h, i * BLOCK_M, st);
-    }
-    const int num_kv = visible_kv_tiles<Tr>(p, (i_end - 1) * BLOCK_M);  // the last Q tile sees most
-    if (Sched::kPrefetchKv && num_kv > 0) kv.fetch(K_gmem, V_gmem, p, 0);
-    for (int j = 0; j < num_kv; ++j) {
-      const int k0 = j * BLOCK_N;
-      if (!Sched::kPrefetchKv) kv.fetch(K_gmem, V_gmem, p, k0);
-      __syncthreads();  // every warp is done with K_{j-1}, V_{j-1}
-      kv.store(K_smem, V_smem);
-      if (Sched::kPrefetchKv && j + 1 < num_kv) kv.fetch(K_gmem, V_gmem, p, k0 + BLOCK_N);
-      for (int i = i_begin; i < i_end; ++i) {
-        const int q0 = i * BLOCK_M;
-        const int num_kv_i = visible_kv_tiles<Tr>(p, q0);
-        if (j >= num_kv_i) continue;  // causal: tile j is above this Q tile's diagonal
-        __syncthreads();  // the previous Q tile's readers of Q_smem are done (and K/V is stored)
-        load_q_tile<Tr, T>(Q_gmem + q0 * p.q_row_stride, p.q_row_stride,
-                           min(BLOCK_M, p.seqlen_q - q0), p.scale_log2, Q_smem);
-        if (j == 0)
-          init_row_state(st);
-        else
-          load_row_state<Tr, Sched>(p, tm, bh_row0, q0, st);  // the HBM round trip, inbound
-        __syncthreads();
-        if (tile_needs_mask<Tr>(p, q0, k0))
-          attend_tile<Tr, Sched, true>(p, Q_smem, K_smem, V_smem, P_smem, tm, q0, k0, st);
-        else
-          attend_tile<Tr, Sched, false>(p, Q_smem, K_smem, V_smem, P_smem, tm, q0, k0, st);
-        if (j == num_kv_i - 1)
-          write_output<Tr, Sched, T>(p, tm, b, h, q0, st);
-        else
-          store_row_state<Tr, Sched>(p, tm, bh_row0, q0, st);  // the HBM round trip, outbound
-      }
-    }
+  // ---- the K/V loop: FA2's inner loop (its outer loop over Q tiles is the grid)
+  KvTile<Tr, T> kv;
+  const int num_kv = visible_kv_tiles<Tr>(p, q0);  // causal: tiles above the diagonal skipped
+  if (num_kv > 0) kv.fetch(K_gmem, V_gmem, p, 0);
+  for (int j = 0; j < num_kv; ++j) {
+    const int k0 = j * BLOCK_N;
+    __syncthreads();  // every warp is done with K_{j-1}, V_{j-1} (and Q_smem is complete)
+    kv.store(K_smem, V_smem);
+    __syncthreads();
+    if (j + 1 < num_kv) kv.fetch(K_gmem, V_gmem, p, k0 + BLOCK_N);  // in flight during tile j
+    if (tile_needs_mask<Tr>(p, q0, k0))
+      attend_tile<Tr, true>(p, Q_smem, K_smem, V_smem, P_smem, tm, q0, k0, st);
+    else
+      attend_tile<Tr, false>(p, Q_smem, K_smem, V_smem, P_smem, tm, q0, k0, st);
   }
+  write_output<Tr, T>(p, tm, b, h, q0, st);
 }
 
 }  // namespace fl::fa2

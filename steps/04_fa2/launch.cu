@@ -1,10 +1,12 @@
 /// @file steps/04_fa2/launch.cu
 /// @brief Rung 04's registration: the rung and its ablation variants,
-/// `supports`, workspace and report notes. Grid shapes: launch_template.cuh.
+/// `supports`, workspace and report notes. Grid shapes: launch_template.cuh;
+/// the rung's kernel: kernel.cuh; the variants' kernel: ablations.cuh.
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "ablations.cuh"  // workspace_bytes (K/V-outer variants)
 #include "flashladder/registry.h"
 #include "flashladder/report.h"
 #include "flashladder/static_switch.h"
@@ -93,6 +95,8 @@ void register_rung_04(Registry& reg) {
     r.peak = Peak::fp32_fma;
     r.head_dims = {32, 64, 128};
     r.in_tour = (v.id == Variant::fa2);
+    if (v.id == Variant::fa2)
+      r.baselines = {Baseline::on(3, "the rung it improves on: FA1's algorithm, FA2's schedule")};
     r.supports = supports_04;
     if (v.uses_workspace)
       r.workspace_bytes = [](const Problem& p) {

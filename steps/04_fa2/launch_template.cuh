@@ -1,10 +1,13 @@
 /// @file steps/04_fa2/launch_template.cuh
-/// @brief Grid shapes and the variant -> Schedule table of rung 04. Included
-/// by one file per head_dim (fa2_hdim32.cu, ...) so nvcc builds them in parallel.
+/// @brief Grid shapes of rung 04 and the variant -> kernel table: the rung
+/// launches the teaching kernel (kernel.cuh), the ablation variants the
+/// Schedule kernel of ablations.cuh. Included by one file per head_dim
+/// (fa2_hdim32.cu, ...) so nvcc builds them in parallel.
 #pragma once
 
 #include <vector>
 
+#include "ablations.cuh"
 #include "flashladder/cuda_check.h"
 #include "flashladder/static_switch.h"
 #include "kernel.cuh"
@@ -12,35 +15,52 @@
 
 namespace fl::fa2 {
 
-// The Schedule each variant compiles (KV_OUTER, RESCALE_EVERY_TILE, PREFETCH_KV).
-using Fa1RescaleSchedule = Schedule<false, true, true>;
-using Fa1OrderSchedule = Schedule<true, false, true>;
-using Fa1AllSchedule = Schedule<true, true, true>;
-using NoPrefetchSchedule = Schedule<false, false, false>;
-
-/// The kernel for (Tr, T, Sched), with its dynamic shared-memory limit raised once.
-template <class Tr, class T, class Sched>
+/// The rung's kernel for (Tr, T), prepared once.
+template <class Tr, class T>
 const void* prepared_kernel() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(fa2_forward<Tr, T, Sched>,
+    FL_CUDA_CHECK(cudaFuncSetAttribute(fa2_forward<Tr, T>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(Tr::kSmemBytes)));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(&fa2_forward<Tr, T, Sched>);
+  return reinterpret_cast<const void*>(&fa2_forward<Tr, T>);
 }
 
-/// Grid (Q-tile groups, heads_q, batch). FA2 gives each CTA one Q tile; the
-/// whole-head variants give a CTA all Q tiles of its (batch, head), like FA1.
+/// The ablation kernel for (Tr, T, Sched), prepared once.
 template <class Tr, class T, class Sched>
-void launch_kernel(const AttnParams& p, cudaStream_t stream, bool whole_head_per_cta) {
-  prepared_kernel<Tr, T, Sched>();
+const void* prepared_ablation() {
+  static const bool once = [] {
+    FL_CUDA_CHECK(cudaFuncSetAttribute(fa2_ablation<Tr, T, Sched>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(Tr::kSmemBytes)));
+    return true;
+  }();
+  (void)once;
+  return reinterpret_cast<const void*>(&fa2_ablation<Tr, T, Sched>);
+}
+
+/// The rung: grid (Q tiles, heads_q, batch), one Q tile per CTA.
+template <class Tr, class T>
+void launch_rung(const AttnParams& p, cudaStream_t stream) {
+  prepared_kernel<Tr, T>();
+  const int num_q_tiles = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
+  const dim3 grid(num_q_tiles, p.heads_q, p.batch);
+  fa2_forward<Tr, T><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p);
+  FL_LAUNCH_CHECK("fa2_forward");
+}
+
+/// An ablation: grid (Q-tile groups, heads_q, batch). One Q tile per CTA as
+/// in the rung, or (whole-head variants) all Q tiles of a (batch, head), like FA1.
+template <class Tr, class T, class Sched>
+void launch_ablation(const AttnParams& p, cudaStream_t stream, bool whole_head_per_cta) {
+  prepared_ablation<Tr, T, Sched>();
   const int num_q_tiles = (p.seqlen_q + Tr::kBlockM - 1) / Tr::kBlockM;
   const int q_tiles_per_cta = whole_head_per_cta ? num_q_tiles : 1;
   const dim3 grid((num_q_tiles + q_tiles_per_cta - 1) / q_tiles_per_cta, p.heads_q, p.batch);
-  fa2_forward<Tr, T, Sched><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, q_tiles_per_cta);
-  FL_LAUNCH_CHECK("fa2_forward");
+  fa2_ablation<Tr, T, Sched><<<grid, Tr::kThreads, Tr::kSmemBytes, stream>>>(p, q_tiles_per_cta);
+  FL_LAUNCH_CHECK("fa2_ablation");
 }
 
 template <int D, class T>
@@ -48,17 +68,17 @@ void launch_variant(const AttnParams& p, cudaStream_t s, Variant v) {
   using Tr = Fa2Traits<D>;
   switch (v) {
     case Variant::fa2:
-      return launch_kernel<Tr, T, Fa2Schedule>(p, s, false);
+      return launch_rung<Tr, T>(p, s);
     case Variant::fa1_rescale:
-      return launch_kernel<Tr, T, Fa1RescaleSchedule>(p, s, false);
+      return launch_ablation<Tr, T, Fa1RescaleSchedule>(p, s, false);
     case Variant::bh_grid:
-      return launch_kernel<Tr, T, Fa2Schedule>(p, s, true);
+      return launch_ablation<Tr, T, Fa2Schedule>(p, s, true);
     case Variant::fa1_order:
-      return launch_kernel<Tr, T, Fa1OrderSchedule>(p, s, true);
+      return launch_ablation<Tr, T, Fa1OrderSchedule>(p, s, true);
     case Variant::fa1_all:
-      return launch_kernel<Tr, T, Fa1AllSchedule>(p, s, true);
+      return launch_ablation<Tr, T, Fa1AllSchedule>(p, s, true);
     case Variant::no_prefetch:
-      return launch_kernel<Tr, T, NoPrefetchSchedule>(p, s, false);
+      return launch_ablation<Tr, T, NoPrefetchSchedule>(p, s, false);
   }
 }
 
@@ -67,16 +87,17 @@ const void* variant_kernel(Variant v) {
   using Tr = Fa2Traits<D>;
   switch (v) {
     case Variant::fa2:
-    case Variant::bh_grid:
-      return prepared_kernel<Tr, T, Fa2Schedule>();
+      return prepared_kernel<Tr, T>();
     case Variant::fa1_rescale:
-      return prepared_kernel<Tr, T, Fa1RescaleSchedule>();
+      return prepared_ablation<Tr, T, Fa1RescaleSchedule>();
+    case Variant::bh_grid:
+      return prepared_ablation<Tr, T, Fa2Schedule>();
     case Variant::fa1_order:
-      return prepared_kernel<Tr, T, Fa1OrderSchedule>();
+      return prepared_ablation<Tr, T, Fa1OrderSchedule>();
     case Variant::fa1_all:
-      return prepared_kernel<Tr, T, Fa1AllSchedule>();
+      return prepared_ablation<Tr, T, Fa1AllSchedule>();
     case Variant::no_prefetch:
-      return prepared_kernel<Tr, T, NoPrefetchSchedule>();
+      return prepared_ablation<Tr, T, NoPrefetchSchedule>();
   }
   return nullptr;
 }
@@ -90,7 +111,7 @@ template <int D>
 std::vector<KernelInfo> fa2_kernels(DType dtype, Variant v) {
   using Tr = Fa2Traits<D>;
   const void* f = FL_DTYPE_SWITCH(dtype, T, [&] { return variant_kernel<D, T>(v); });
-  return {{"fa2_forward", f, Tr::kThreads, Tr::kSmemBytes}};
+  return {{v == Variant::fa2 ? "fa2_forward" : "fa2_ablation", f, Tr::kThreads, Tr::kSmemBytes}};
 }
 
 template <int D>

@@ -1,6 +1,8 @@
 /// @file steps/04_fa2/variants.h
 /// @brief Rung 04 and its ablation variants (host side): what each one
 /// changes, and the per-head_dim entry points compiled in fa2_hdim*.cu.
+/// The rung runs fa2_forward (kernel.cuh); every other entry runs
+/// fa2_ablation (ablations.cuh) with the Schedule and grid it names.
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""How much code each rung of the ladder changes: the lesson-diff table of docs/lessons.md.
+
+    python3 docs/lesson_diff.py [ROOT]                     print the table (ROOT: the repository)
+    python3 docs/lesson_diff.py --write docs/lessons.md    regenerate the table inside that page
+    python3 docs/lesson_diff.py --check docs/lessons.md    exit 1, with a unified diff, if stale
+
+For each pair of consecutive rungs (01 -> 02, 02 -> 03, ...) it diffs their teaching text and
+counts code lines: added, removed, changed (added + removed) and the size of each side.
+
+The teaching text of a rung (the rule, also stated on the page):
+  - its own steps/NN_name/kernel.cuh,
+  - plus the tile-constant header in its own folder where it has one: tile_config.h (rung 05),
+    traits.h (rung 06). Headers come first, then kernel.cuh;
+  - plus, in front, the teaching text of an earlier rung whose kernel.cuh or header those files
+    #include ("../NN_name/kernel.cuh"): rung 06's lesson is traits.h, and its kernel.cuh
+    instantiates rung 05's kernel unchanged, so rung 06 reads as rung 05 plus traits.h and the
+    instantiation, and the 05 -> 06 row counts what rung 06 adds, not rung 05's kernel as removed;
+  - nothing else: launchers, registration, variants and rung 04's ablations.cuh are not teaching
+    text (they exist to run and measure the lesson, not to teach it).
+
+Code lines: `//` and `/* */` comments (so Doxygen `///` blocks too) and blank lines removed,
+whitespace runs collapsed to one space, each line stripped. String and character literals are
+kept as they are (a `//` inside a string is not a comment). The diff is difflib's
+SequenceMatcher over those lines (autojunk off), so the counts are deterministic.
+
+In --write / --check mode the page's generated block is the text between the lines
+`<!-- gen:lesson-diff -->` and `<!-- /gen:lesson-diff -->`; the rest of the page is not touched.
+ROOT defaults to the parent of this script's folder.
+Exit codes: 0 ok; 1 --check found the block stale; 2 bad arguments or a page without markers.
+Python 3.11 standard library only.
+"""
+
+import argparse
+import difflib
+import os
+import re
+import sys
+
+BEGIN_MARK = "<!-- gen:lesson-diff -->"
+END_MARK = "<!-- /gen:lesson-diff -->"
+STEP_DIR_RE = re.compile(r"^(?P<num>[0-9]{2})_\w+$")
+# `#include "../05_tensor_cores/kernel.cuh"`: teaching text borrowed from an earlier rung.
+BORROW_RE = re.compile(r'^\s*#\s*include\s+"\.\./(?P<dir>[0-9]{2}_\w+)/[^"]+"', re.M)
+KERNEL = "kernel.cuh"
+# Tile-constant headers that are part of a rung's lesson when its own folder has them.
+LESSON_HEADERS = ("traits.h", "tile_config.h")
+
+
+def strip_comments(text):
+    """@p text without // and /* */ comments; string and char literals are left alone.
+
+    A block comment becomes one space (so `a/**/b` stays two tokens); newlines inside a block
+    comment are kept, so the other lines do not move."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        nxt = text[i + 1] if i + 1 < n else ""
+        if c == "/" and nxt == "/":  # line comment: up to (not including) the newline
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif c == "/" and nxt == "*":  # block comment
+            j = text.find("*/", i + 2)
+            body = text[i + 2 : (n if j < 0 else j)]
+            out.append(" " + "\n" * body.count("\n"))
+            i = n if j < 0 else j + 2
+        elif c in "\"'":  # string or character literal, with backslash escapes
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i : j + 1])
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def code_lines(text):
+    """The code lines of a C++/CUDA source: comments and blank lines gone, whitespace normalized."""
+    lines = []
+    for line in strip_comments(text).splitlines():
+        line = " ".join(line.split())
+        if line:
+            lines.append(line)
+    return lines
+
+
+def rungs(root):
+    """[(number, folder name)] of the rungs under ROOT/steps that have a kernel.cuh, in order."""
+    steps = os.path.join(root, "steps")
+    found = []
+    for name in sorted(os.listdir(steps)):
+        m = STEP_DIR_RE.match(name)
+        if m and os.path.isfile(os.path.join(steps, name, KERNEL)):
+            found.append((m.group("num"), name))
+    return found
+
+
+def own_files(root, step_dir):
+    """The rung's own teaching files: its lesson headers, then kernel.cuh (repository-relative)."""
+    names = [h for h in LESSON_HEADERS if os.path.isfile(os.path.join(root, "steps", step_dir, h))]
+    return [f"steps/{step_dir}/{name}" for name in names + [KERNEL]]
+
+
+def teaching_files(root, step_dir, _seen=()):
+    """Repository-relative paths of a rung's teaching text (see the module docstring)."""
+    own = own_files(root, step_dir)
+    borrowed = []
+    for f in own:
+        with open(os.path.join(root, f), encoding="utf-8") as fh:
+            for m in BORROW_RE.finditer(fh.read()):
+                d = m.group("dir")
+                if d != step_dir and d not in _seen and d not in borrowed:
+                    borrowed.append(d)
+    files = []
+    for d in sorted(borrowed):
+        if os.path.isfile(os.path.join(root, "steps", d, KERNEL)):
+            files += [f for f in teaching_files(root, d, _seen + (step_dir,)) if f not in files]
+    return files + own
+
+
+def teaching_lines(root, files):
+    lines = []
+    for f in files:
+        with open(os.path.join(root, f), encoding="utf-8") as fh:
+            lines += code_lines(fh.read())
+    return lines
+
+
+def diff_counts(old, new):
+    """(added, removed) code lines from @p old to @p new."""
+    added = removed = 0
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag in ("replace", "delete"):
+            removed += i2 - i1
+        if tag in ("replace", "insert"):
+            added += j2 - j1
+    return added, removed
+
+
+def short(files):
+    """`05/tile_config.h` + `05/kernel.cuh`: rung number and file name."""
+    return " + ".join(f"`{f.split('/')[1][:2]}/{f.rsplit('/', 1)[1]}`" for f in files)
+
+
+def lesson_table(root):
+    """The generated markdown: the table, then the files each row compares. Deterministic."""
+    found = rungs(root)
+    rows = [
+        "| lesson | teaching text | code lines before | code lines after | added | removed "
+        "| changed |",
+        "|---|---|--:|--:|--:|--:|--:|",
+    ]
+    listing = []
+    for (n_old, d_old), (n_new, d_new) in zip(found, found[1:]):
+        f_old, f_new = teaching_files(root, d_old), teaching_files(root, d_new)
+        old, new = teaching_lines(root, f_old), teaching_lines(root, f_new)
+        added, removed = diff_counts(old, new)
+        rows.append(
+            f"| {n_old} → {n_new} | {short(f_old)} → {short(f_new)} | {len(old)} | {len(new)} "
+            f"| {added} | {removed} | {added + removed} |"
+        )
+        listing.append(
+            f"- {n_old} → {n_new}: "
+            + ", ".join(f"`{f}`" for f in f_old)
+            + " → "
+            + ", ".join(f"`{f}`" for f in f_new)
+        )
+    return "\n".join(rows) + "\n\nFiles compared:\n\n" + "\n".join(listing) + "\n"
+
+
+def default_root():
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def split_page(text, page):
+    """(head up to and including the begin marker line, tail from the end marker line)."""
+    lines = text.splitlines(keepends=True)
+    try:
+        b = next(i for i, l in enumerate(lines) if l.strip() == BEGIN_MARK)
+        e = next(i for i, l in enumerate(lines) if l.strip() == END_MARK and i > b)
+    except StopIteration:
+        raise SystemExit(f"lesson_diff: {page}: no lines '{BEGIN_MARK}' ... '{END_MARK}'") from None
+    return "".join(lines[: b + 1]), "".join(lines[e:]), "".join(lines[b + 1 : e])
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description="Code lines changed between consecutive rungs.")
+    ap.add_argument("root", nargs="?", default=None, help="repository root (default: this repo)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--write", metavar="PAGE", help="rewrite the generated block of PAGE")
+    mode.add_argument("--check", metavar="PAGE", help="exit 1 if PAGE's generated block is stale")
+    args = ap.parse_args(argv)
+    root = args.root or default_root()
+    if not os.path.isdir(os.path.join(root, "steps")):
+        print(f"lesson_diff: {root}: no steps/ folder", file=sys.stderr)
+        return 2
+
+    table = lesson_table(root)
+    page = args.write or args.check
+    if page is None:
+        sys.stdout.write(table)
+        return 0
+    try:
+        with open(page, encoding="utf-8") as fh:
+            text = fh.read()
+        head, tail, current = split_page(text, page)
+    except (OSError, SystemExit) as e:
+        print(e if isinstance(e, SystemExit) else f"lesson_diff: {e}", file=sys.stderr)
+        return 2
+    if args.write:
+        if current != table:
+            with open(page, "w", encoding="utf-8") as fh:
+                fh.write(head + table + tail)
+        print(f"lesson_diff: {page}: {'up to date' if current == table else 'rewritten'}")
+        return 0
+    if current == table:
+        print(f"lesson_diff: {page}: up to date")
+        return 0
+    sys.stdout.writelines(
+        difflib.unified_diff(current.splitlines(keepends=True), table.splitlines(keepends=True),
+                             f"{page} (committed)", f"{page} (from the kernels)")
+    )
+    print(f"lesson_diff: {page} is stale: run python3 docs/lesson_diff.py --write {page}",
+          file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
