@@ -1,14 +1,17 @@
 """Shared by the notebooks: find a results folder, load it, look up the GPU's ceilings, save figures.
 
 Results come from `bench/run_all.sh` on a GPU, which writes bench/results/<gpu-slug>/:
-    ladder_bench.json           every rung over the prefill and decode sweeps (Google Benchmark JSON)
+    ladder_bench.json           every rung over the benchmark families (Google Benchmark JSON)
     torch_sdpa.json             PyTorch SDPA (flash, cuDNN, efficient, math) on the same shapes
+    ceilings.json               the measured FFMA, mma.sync, cuBLAS and copy rates (bench/ceilings.cu)
     sweep07_d64.json, ..._d128  rung 07's `--sweep` (registers, spills, time per variant)
     decode_splits/*.json        rung 08 with --splits 1..64 and the heuristic (one run report each)
-    meta.json, report.md        device, date, git sha; the speedup tables
+    meta.json, report.md        device, date, git sha, commands; the speedup tables
 
-FL_RESULTS=<folder> picks a folder; otherwise the newest bench/results/*/ that has what the notebook
-needs (find_results: the files, and the prefill or decode sweep per meta.json).
+Which folder (find_results, one rule for the notebooks and .ci/notebooks.sh): FL_RESULTS=<folder>
+if set; else the folder the docs quote (bench/docgen.py's PRIMARY) when it has what the notebook
+needs; else the folder with the most measured entries of the needed family (a full sweep before a
+partial one), the newest on a tie.
 FL_NOTEBOOK_OUT=<folder> is where figures go (default: <temp>/flashladder-plots, never the repo).
 """
 
@@ -30,6 +33,7 @@ NOTEBOOKS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(NOTEBOOKS)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import report  # noqa: E402  bench/report.py: one parser for the report and the notebooks
+import docgen  # noqa: E402  bench/docgen.py: PRIMARY, the results folder the docs quote
 
 ELEM_BYTES = 2  # fp16 / bf16
 
@@ -54,9 +58,8 @@ def families(d):
 
 
 def find_results(needs=(), family=None):
-    """The folder to plot: FL_RESULTS if set, else the newest bench/results/*/ (meta.json's date)
-    that has a file for every glob in @p needs and, if @p family is given, that sweep. None if
-    there is none. .ci/notebooks.sh asks the same question with each notebook's metadata."""
+    """The folder to plot (see the module docstring for the rule); None if none has @p needs (file
+    globs) and, if given, the @p family sweep."""
     env = os.environ.get("FL_RESULTS")
     if env:
         candidates = [env] if os.path.isdir(env) else []
@@ -64,13 +67,25 @@ def find_results(needs=(), family=None):
         candidates = [
             d for d in glob.glob(os.path.join(ROOT, "bench", "results", "*")) if os.path.isdir(d)
         ]
-        candidates.sort(key=_stamp, reverse=True)
-    for d in candidates:
-        if all(glob.glob(os.path.join(d, n)) for n in needs) and (
-            family is None or family in families(d)
-        ):
-            return d
-    return None
+    ok = [
+        d
+        for d in candidates
+        if all(glob.glob(os.path.join(d, n)) for n in needs) and (family is None or family in families(d))
+    ]
+    if not ok:
+        return None
+    primary = [d for d in ok if os.path.basename(os.path.normpath(d)) == docgen.PRIMARY]
+    if primary:
+        return primary[0]
+    return max(ok, key=lambda d: (_entries(d, family), _stamp(d)))
+
+
+def _entries(d, family):
+    """How many benchmark entries of @p family (all if None) the folder's ladder_bench.json holds."""
+    p = os.path.join(d, "ladder_bench.json")
+    if not os.path.exists(p):
+        return 0
+    return sum(1 for r in report.load_records(p) if family is None or r["family"] == family)
 
 
 def results_dir(need="ladder_bench.json", family=None):
@@ -125,33 +140,55 @@ def load_bench(d):
     return df, ctx, torch_ctx
 
 
-def ceilings(device_name):
-    """The measured ceilings of this GPU (notebooks/ceilings.json, matched by name substring).
+def ceilings(d, ctx):
+    """The ceilings to draw for the results folder @p d: its measured ceilings.json (bench/ceilings.cu)
+    when the run has one, else the datasheet peaks of ladder_bench's context, marked as such.
 
-    Falls back to ladder_bench's datasheet peaks (marked "datasheet") for a GPU not in the file."""
-    with open(os.path.join(NOTEBOOKS, "ceilings.json"), encoding="utf-8") as f:
-        table = json.load(f)
-    for entry in table["devices"]:
-        if entry["match"].lower() in (device_name or "").lower():
-            return dict(entry)
-    return None
+    Returns {"source": text, "measured": bool, "lines": [(name, TFLOP/s)] (compute ceilings to draw),
+    "copy_tbps": TB/s or None, "for_peak": {"fp32_fma": TFLOP/s, "tensor_16bit": TFLOP/s} (the
+    ceiling each kind of rung is measured against)}."""
+    path = os.path.join(d, "ceilings.json")
+    if os.path.exists(path):
+        c = report.load_ceilings(path)
 
+        def val(k):
+            return c[k][1] if k in c else None
 
-def datasheet_ceilings(ctx):
+        copy = val("copy_gbps")
+        lines = [(name, val(k)) for k, name in (("ffma_tflops", "fp32 FFMA"), ("mma_sync_fp16_tflops", "mma.sync fp16"),
+                                                 ("cublas_fp16_tflops", "cuBLAS fp16 (wgmma)")) if val(k)]
+        return {
+            "source": "measured (ceilings.json of this run)",
+            "measured": True,
+            "lines": lines,
+            "copy_tbps": copy / 1e3 if copy else None,
+            "for_peak": {"fp32_fma": val("ffma_tflops"), "tensor_16bit": val("mma_sync_fp16_tflops")},
+        }
+
     def num(k):
         try:
-            return float(ctx.get(k, 0))
+            return float(ctx.get(k, 0)) or None
         except (TypeError, ValueError):
-            return 0.0
+            return None
 
+    gbps = num("peak_gbps")
+    fp32, tensor = num("peak_fp32_tflops"), num("peak_tensor_tflops")
     return {
-        "match": ctx.get("device", "?"),
-        "source": "datasheet peaks from ladder_bench's context " "(not measured)",
-        "ffma_tflops": num("peak_fp32_tflops"),
-        "mma_sync_tflops": num("peak_tensor_tflops"),
-        "cublas_fp16_tflops": None,
-        "copy_tbps": num("peak_gbps") / 1e3,
+        "source": "datasheet peaks of %s (this run has no ceilings.json: not measured)" % ctx.get("device", "?"),
+        "measured": False,
+        "lines": [(n, v) for n, v in (("fp32 FMA datasheet", fp32), ("16-bit tensor datasheet", tensor)) if v],
+        "copy_tbps": gbps / 1e3 if gbps else None,
+        "for_peak": {"fp32_fma": fp32, "tensor_16bit": tensor},
     }
+
+
+def registry():
+    """(declared baselines by label, registry entries by label) from the built tour, or (None, None)
+    when nothing is built (the notebooks then skip the baseline figures and say so)."""
+    tour = report.find_tour()
+    if not tour:
+        return None, None
+    return report.registry_from_tour(tour)
 
 
 def out_dir():
