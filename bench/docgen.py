@@ -388,6 +388,65 @@ def gen_ablation(ctx, rung, d="64,128", gpu=None):
         res, ", fp16, seqlen %d, batch x seqlen = 16k tokens, hidden 2048" % sample["seqlen_q"])
 
 
+# What each ablation ratio isolates, per rung: (effect, slower entry, faster entry, what the source says).
+# An entry is a variant name ("" = the rung itself) or "NN" for another rung's main entry (measured in
+# the prefill family on the same shape). The ratio is time(slower) / time(faster).
+ATTRIBUTIONS = {
+    4: [
+        ("deferred rescaling (divide by l once)", "fa1-rescale", "",
+         "FlashAttention-2 §3.1.1: fewer non-matmul FLOPs; no separate figure"),
+        ("sequence parallelism (grid over Q tiles)", "bh-grid", "",
+         "FlashAttention-2 §3.2: matters when batch x heads is small; no separate figure"),
+        ("loop order: Q outer, O/m/l stay on chip", "fa1-order", "bh-grid",
+         "FlashAttention-2 §3.1, §3.2; no separate figure"),
+        ("FA1's update under FA1's loop order", "fa1-all", "fa1-order", ""),
+        ("the register prefetch of K/V tile j+1", "no-prefetch", "", "not an FA2 idea (implementation)"),
+        ("FA1 -> FA2 on this kernel (all of the above)", "fa1-all", "",
+         "FlashAttention-2 abstract: about 2x over FlashAttention"),
+        ("implementation: rung 03 vs FA1 on this kernel", "03", "fa1-all",
+         "register tiling, vector loads, exp2: not FA2 ideas"),
+    ],
+}
+
+
+@generator("attribution")
+def gen_attribution(ctx, rung, d="64,128", gpu=None):
+    """The measured share of each change of a rung, from its ablation variants (ATTRIBUTIONS):
+    per effect the ratio time(slower) / time(faster) on the ablation shape, not causal and causal,
+    beside what the source says."""
+    res = ctx.results(gpu)
+    num = int(rung)
+    label = labels_of(ctx, [num])[0]
+    if num not in ATTRIBUTIONS:
+        raise ValueError("no attribution table for rung %02d in bench/docgen.py" % num)
+
+    def entry(name):
+        if re.fullmatch(r"\d\d", name):
+            return labels_of(ctx, [int(name)])[0], "prefill"
+        return (label + ("[%s]" % name if name else "")), "ablation"
+
+    rows = []
+    any_cell = False
+    for effect, slow, fast, source in ATTRIBUTIONS[num]:
+        (ls, fs), (lf, ff) = entry(slow), entry(fast)
+        cells = ["%s: `%s` / `%s`" % (effect, report.short(ls), report.short(lf))]
+        for dd in ints(d):
+            for c in (0, 1):
+                sample = res.find(family="ablation", head_dim=dd, causal=c)
+                want = dict(head_dim=dd, causal=c, seqlen_q=sample["seqlen_q"]) if sample else None
+                a = res.find(family=fs, rung=ls, **want) if want else None
+                b = res.find(family=ff, rung=lf, **want) if want else None
+                any_cell = any_cell or bool(a and b)
+                cells.append(ratio_text(a, b))
+        rows.append(cells + [source or "—"])
+    if not any_cell:
+        raise Missing("the ablation family for %s" % label, "bench/run_all.sh --family prefill,ablation")
+    head = ["effect: slower / faster"] + ["d=%d%s" % (dd, ", causal" if c else "") for dd in ints(d)
+                                          for c in (0, 1)] + ["the source"]
+    return report.markdown_table(head, rows, ["---"] + ["--:"] * (len(head) - 2) + ["---"]) + \
+        "\n\n" + measured_line(res, ", fp16, batch x seqlen = 16k tokens, hidden 2048")
+
+
 @generator("run-reports")
 def gen_run_reports(ctx, files, gpu=None):
     """Rows from committed run reports (a rung's --json output): problem, workspace, time,
@@ -475,8 +534,14 @@ def gen_decode_table(ctx, rung="8", shapes="1/8/1024,1/8/65536", gpu=None):
                      report.fmt_value(fl["gbps"]) if fl else "—", ratio_text(cu, r), ratio_text(fl, r)])
     head = ["B, heads q/kv, Sk", "`%s` ms" % report.short(label), "GB/s", "fastest earlier rung, GB/s",
             "speedup", "cuDNN GB/s", "FA2 GB/s", "vs cuDNN", "vs FA2"]
-    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+    out = report.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", fp16, head_dim 128, seqlen_q 1, GB/s of Q, K, V read once and O written once")
+    earlier = sorted(l for l, e in ctx.info.items() if not e["variant"] and e["number"] < report.number_of(label))
+    ran = sorted({r["rung"] for r in res.records if r["family"] == "decode" and r["rung"] in earlier})
+    if ran != earlier:
+        out += " The earlier rungs measured on this GPU: %s (not all: the fastest earlier rung is the " \
+               "fastest of these)." % ", ".join("`%s`" % report.short(l) for l in ran)
+    return out
 
 
 @generator("decode-variants")

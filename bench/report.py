@@ -450,7 +450,7 @@ def family_section(family, key, records, include_variants, registry=None):
             rung = l.split(" P=")[0]
             if l.endswith(" P=0"):
                 continue
-            rows.append([rung_cell(l)] + [fmt_ratio(g.ratio(l, rung + " P=0", x)) for x in g.xs])
+            rows.append([rung_cell(l)] + [fmt_ratio(g.ratio(rung + " P=0", l, x)) for x in g.xs])
         if rows:
             out += ["**Paged / contiguous** (time of P=0 / time of the paged run: below 1 = paging costs)",
                     "", markdown_table(header, rows), ""]
