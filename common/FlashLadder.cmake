@@ -84,5 +84,11 @@ function(fl_finish_rungs)
   fl_cuda_options(fl_tour)
   set_target_properties(fl_tour PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin
                                             OUTPUT_NAME tour)
+  # grade NN: the per-part score table of a rung (docs/labs/instructors.md).
+  add_executable(fl_grade ${PROJECT_SOURCE_DIR}/common/src/grade_main.cu)
+  target_link_libraries(fl_grade PRIVATE fl_rungs)
+  fl_cuda_options(fl_grade)
+  set_target_properties(fl_grade PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin
+                                             OUTPUT_NAME grade)
   set(FL_RUNG_TARGETS ${names} PARENT_SCOPE)
 endfunction()

@@ -30,9 +30,29 @@ region and the line, when a region
     apply to the code after the stub.
 Fix the markers in the kernel (move the declaration above LAB-BEGIN, for instance) and rerun.
 
+A region can name the regions that teach the same code, so that no copy of a lab's solution
+survives elsewhere in its starter tree. Tags go at the end of the LAB-BEGIN line or on comment
+lines of their own right after it:
+
+    // LAB-BEGIN(08-split-chunk): scores, online softmax and P V for one chunk of the split
+    // [same-code: 05-mma-qk 05-online-softmax 05-mma-pv]
+
+  [same-code: IDS]  both ways: stubbing this region stubs those, and stubbing one of those
+                    stubs this one (rung 08's chunk is rung 05's fragment code for 16 rows);
+  [copy-of: IDS]    one way: this region repeats their code (rung 03's scores are lab 02's), so
+                    it is stubbed whenever one of them is; stubbing it leaves them alone.
+A region stubbed for another lab's sake makes its rung "not implemented" with a message that
+says whose code it holds. Partners of partners are stubbed too (the relation is transitive).
+
 --lab selects what to stub: a rung number ("05") or a region id ("05-mma-qk"); repeatable.
-Without --lab every region is stubbed. --list prints the regions and exits.
-Exit codes: 0 written, 1 a marker problem (nothing useful written), 2 bad arguments.
+Without --lab every region is stubbed. --list prints the regions (and their partners) and exits.
+
+--check-no-solution (no OUT) proves the point: for each lab (or each --lab NN) it generates the
+starter tree in a temporary folder and fails, naming file and lines, if any source file of it
+still holds MIN_RUN (3) substantial statements in a row of one of the lab's regions (all of a
+shorter region's); statements are compared with names and subscripts abstracted (statements()).
+A run inside a region that the lab's region names as [copy-of: ...] is expected, not a copy.
+Exit codes: 0 written (or clean), 1 a marker problem or a copy found, 2 bad arguments.
 """
 
 import argparse
@@ -40,6 +60,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
 # Files that may hold markers (only under steps/: a README quoting a marker is not a region).
@@ -48,6 +69,10 @@ BEGIN_RE = re.compile(
     r"^(?P<indent>[ \t]*)//\s*LAB-BEGIN\((?P<id>[A-Za-z0-9_-]+)\)\s*:?\s*(?P<task>.*?)\s*$"
 )
 END_RE = re.compile(r"^[ \t]*//\s*LAB-END\((?P<id>[A-Za-z0-9_-]+)\)\s*$")
+# Relations at the end of a LAB-BEGIN line's task: "[same-code: 05-mma-qk 05-mma-pv]".
+TAG_RE = re.compile(r"\s*\[(?P<kind>same-code|copy-of):(?P<ids>[A-Za-z0-9_\s-]*)\]\s*$")
+# ...or on comment lines of their own right after it (so the marker stays within 100 columns).
+TAG_LINE_RE = re.compile(r"^[ \t]*//(?P<tags>(\s*\[(same-code|copy-of):[A-Za-z0-9_\s-]*\])+)\s*$")
 TODO_RE = re.compile(r"^[ \t]*//\s*TODO\(lab [A-Za-z0-9_-]+\)")
 STEP_DIR_RE = re.compile(r"^(?P<num>[0-9]{2})_(?P<name>\w+)$")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"(?P<path>[^"]+)"', re.M)
@@ -85,18 +110,20 @@ class Region:
     step_dir: str  # "05_tensor_cores"
     id: str  # "05-mma-qk"
     task: str  # the one-line task after the colon
-    begin: int  # 0-based line index of LAB-BEGIN
+    begin: int  # 0-based line index of the last marker line (LAB-BEGIN, or its last tag line)
     end: int  # 0-based line index of LAB-END
     indent: str
     already_stub: bool = False  # only a TODO line between the markers (a starter tree)
+    same_code: list = field(default_factory=list)  # [same-code: ...]: stubbed together, both ways
+    copy_of: list = field(default_factory=list)  # [copy-of: ...]: stubbed whenever those are
+    head: int = -1  # 0-based line index of LAB-BEGIN itself
 
 
 @dataclass
 class Rung:
     number: str
     step_dir: str
-    own: list = field(default_factory=list)  # ids stubbed in this rung's folder
-    borrowed: dict = field(default_factory=dict)  # other rung number -> ids stubbed there
+    stubbed: list = field(default_factory=list)  # Regions stubbed in files this rung compiles
 
 
 # ---- reading C++ just well enough --------------------------------------------------------------
@@ -321,8 +348,28 @@ def find_regions(root):
                                 "%s: LAB-BEGIN(%s) needs a one-line task after ':'" % (where, rid)
                             )
                         seen[rid] = where
+                        head, marker = b["task"], idx
+                        while idx + 1 < len(lines) and TAG_LINE_RE.match(lines[idx + 1]):
+                            head += " " + TAG_LINE_RE.match(lines[idx + 1])["tags"].strip()
+                            idx += 1  # the region's body starts after its last tag line
+                        task, tags = split_tags(head)
+                        if not task:
+                            raise MarkerError(
+                                "%s: LAB-BEGIN(%s) needs a one-line task before its tags"
+                                % (where, rid)
+                            )
                         open_region = Region(
-                            rel, m["num"], step_dir, rid, b["task"], idx, -1, b["indent"]
+                            rel,
+                            m["num"],
+                            step_dir,
+                            rid,
+                            task,
+                            idx,
+                            -1,
+                            b["indent"],
+                            same_code=tags["same-code"],
+                            copy_of=tags["copy-of"],
+                            head=marker,
                         )
                     elif e:
                         if not open_region or e["id"] != open_region.id:
@@ -339,7 +386,41 @@ def find_regions(root):
                         "%s:%d: LAB-BEGIN(%s) has no LAB-END(%s)"
                         % (rel, open_region.begin + 1, open_region.id, open_region.id)
                     )
+    for r in regions:
+        for other in r.same_code + r.copy_of:
+            if other not in seen or other == r.id:
+                what = "the region itself" if other == r.id else "no region of this tree"
+                raise MarkerError(
+                    "%s:%d: LAB-BEGIN(%s) names '%s' in its tags, which is %s"
+                    % (r.path, r.begin + 1, r.id, other, what)
+                )
     return regions
+
+
+def split_tags(task):
+    """("task [same-code: a b] [copy-of: c]") -> ("task", {"same-code": [a, b], "copy-of": [c]})."""
+    tags = {"same-code": [], "copy-of": []}
+    while True:
+        m = TAG_RE.search(task)
+        if not m:
+            return task.strip(), tags
+        tags[m["kind"]] = m["ids"].split() + tags[m["kind"]]
+        task = task[: m.start()]
+
+
+def partners(regions):
+    """{id: ids to stub with it}: [same-code] both ways, [copy-of] from the original to the copy.
+
+    Direct edges only; select() follows them transitively (a copy of a region that teaches the
+    same code as the selected one holds the selected one's code too)."""
+    out = {r.id: [] for r in regions}
+    for r in regions:
+        for other in r.same_code:
+            out[r.id].append(other)
+            out[other].append(r.id)
+        for orig in r.copy_of:
+            out[orig].append(r.id)
+    return {k: sorted(set(v) - {k}) for k, v in out.items()}
 
 
 def check_region_alone(lines, r):
@@ -539,11 +620,10 @@ def handout_for(root, rung, step_dir):
     return "docs/labs/README.md"
 
 
-def affected_rungs(out, stubbed):
-    """Rungs whose sources (or files they include) lost a region, with the ids per owner rung."""
+def affected_rungs(out, stubbed, by_id):
+    """Rungs whose sources (or files they include) lost a region: {number: Rung}."""
     rungs = {}
     steps = os.path.join(out, "steps")
-    stubbed_ids = {p: ids for p, ids in stubbed.items()}
     for step_dir in sorted(os.listdir(steps)):
         m = STEP_DIR_RE.match(step_dir)
         if not m or not os.path.isfile(os.path.join(steps, step_dir, "launch.cu")):
@@ -554,34 +634,57 @@ def affected_rungs(out, stubbed):
                 includes_of(out, os.path.join("steps", step_dir, fname), files)
         rung = Rung(m["num"], step_dir)
         for path in sorted(files):
-            for rid in stubbed_ids.get(path, []):
-                owner = rid.split("-", 1)[0]
-                if owner == rung.number:
-                    rung.own.append(rid)
-                else:
-                    rung.borrowed.setdefault(owner, []).append(rid)
-        if rung.own or rung.borrowed:
+            rung.stubbed += [by_id[rid] for rid in stubbed.get(path, [])]
+        if rung.stubbed:
             rungs[rung.number] = rung
     return rungs
 
 
-def not_implemented_text(out, rung, step_dirs, files_of):
-    if rung.own:
-        return "lab %s: implement %s in %s (see %s)" % (
-            rung.number,
-            ", ".join(rung.own),
-            " and ".join(files_of(rung.own)),
-            handout_for(out, rung.number, rung.step_dir),
-        )
-    owner = sorted(rung.borrowed)[0]
-    ids = rung.borrowed[owner]
-    return "lab %s: rung %s reuses %s; implement %s there first (see %s)" % (
-        owner,
-        rung.number,
-        " and ".join(files_of(ids)),
-        ", ".join(ids),
-        handout_for(out, owner, step_dirs[owner]),
-    )
+def not_implemented_text(out, rung, step_dirs, cause, pulled_by):
+    """The one-line message of a rung that lost regions: one clause per lab that removed them.
+
+    @p cause: region id -> the lab whose code it holds (its own rung when selected directly);
+    @p pulled_by: region id -> the selected regions whose code it holds (empty when selected)."""
+    groups = {}  # (lab, region in this rung's folder) -> regions
+    for r in rung.stubbed:
+        groups.setdefault((cause[r.id], r.rung == rung.number), []).append(r)
+    clauses = []
+    for lab, own_folder in sorted(groups, key=lambda g: (g[0] != rung.number, g[0], not g[1])):
+        rs = groups[(lab, own_folder)]
+        ids = ", ".join(r.id for r in rs)
+        files = " and ".join(sorted({r.path for r in rs}))
+        if lab == rung.number and own_folder:
+            clauses.append(
+                "lab %s: implement %s in %s (see %s)"
+                % (lab, ids, files, handout_for(out, rung.number, rung.step_dir))
+            )
+        elif all(r.rung == lab for r in rs):
+            clauses.append(
+                "lab %s: rung %s reuses %s; implement %s there first (see %s)"
+                % (lab, rung.number, files, ids, handout_for(out, lab, step_dirs[lab]))
+            )
+        else:
+            holds = sorted({o for r in rs for o in pulled_by[r.id]})
+            owner = rs[0].rung
+            many = len(rs) > 1
+            clauses.append(
+                "lab %s: %s hold%s lab %s's code (%s), so %s removed too; %s part of lab %s "
+                "(see %s)"
+                % (
+                    lab,
+                    ("%s in %s" % (ids, files))
+                    if own_folder
+                    else "rung %s reuses %s, whose %s" % (rung.number, files, ids),
+                    "" if many else "s",
+                    lab,
+                    ", ".join(holds),
+                    "they were" if many else "it was",
+                    "they are" if many else "it is",
+                    owner,
+                    handout_for(out, owner, step_dirs[owner]),
+                )
+            )
+    return "; ".join(clauses)
 
 
 def cpp_string(s, indent, width=96):
@@ -665,18 +768,271 @@ def mark_not_implemented(out, rung, message):
 
 
 def select(regions, wanted):
-    if not wanted:
-        return regions
-    chosen = []
-    for r in regions:
-        if r.rung in wanted or r.id in wanted:
-            chosen.append(r)
-    unknown = [w for w in wanted if w not in {r.rung for r in regions} | {r.id for r in regions}]
+    """The regions to stub for --lab @p wanted (all when empty), with why.
+
+    Returns (chosen, cause, pulled_by): cause[id] is the lab whose code the region holds (its own
+    rung when it was selected), pulled_by[id] the selected regions whose code it holds (empty
+    when it was selected itself). A selected region brings its partners (partners()) along,
+    and theirs, so no copy of its code is left in the tree."""
+    known = {r.rung for r in regions} | {r.id for r in regions}
+    unknown = [w for w in wanted if w not in known]
     if unknown:
         raise ValueError(
             "--lab %s: no rung or region of that name has markers (see --list)" % ", ".join(unknown)
         )
-    return chosen
+    direct = [r for r in regions if not wanted or r.rung in wanted or r.id in wanted]
+    direct_ids = {r.id for r in direct}
+    part = partners(regions)
+    cause, pulled_by = {}, {}
+    for r in direct:
+        cause[r.id], pulled_by[r.id] = r.rung, []
+    for r in direct:
+        seen, todo = {r.id}, list(part[r.id])
+        while todo:
+            other = todo.pop(0)
+            if other in seen:
+                continue
+            seen.add(other)
+            todo += part[other]
+            if other in direct_ids:
+                continue
+            if other not in cause:
+                cause[other], pulled_by[other] = r.rung, []
+            if cause[other] == r.rung:
+                pulled_by[other].append(r.id)
+    chosen = [r for r in regions if r.id in cause]
+    return chosen, cause, pulled_by
+
+
+# ---- checking that a starter tree holds no copy of its solution ---------------------------------
+#
+# A region's code can survive in a starter tree outside the region: another rung that teaches the
+# same step (rung 08's chunk is rung 05's fragment code for 16 rows), a variant kernel in the same
+# file, a copy a later rung started from. --check-no-solution generates each lab's starter tree and
+# looks for the lab's solution in every source file of it. Both sides are cut into statements and
+# each statement is reduced to a skeleton: comments and preprocessor lines dropped, whitespace
+# collapsed, every name that is not a keyword or a called function replaced by `$`, every
+# subscript by `[]`. Renaming a variable or dropping an index dimension therefore does not hide a
+# copy; `for (...)` headers, braces, `#pragma unroll` and short statements (`x = 0;`, `l += p;`)
+# are not "substantial" and never count. A copy is MIN_RUN substantial statements in a row (fewer
+# when the region has fewer: all of them, at least 2).
+
+MIN_RUN = 3
+# fmt: off
+CPP_WORDS = {
+    "for", "if", "else", "while", "do", "return", "break", "continue", "switch", "case",
+    "const", "constexpr", "static", "auto", "unsigned", "signed", "void", "bool", "char", "int",
+    "float", "double", "long", "short", "true", "false", "sizeof", "static_cast",
+    "reinterpret_cast", "const_cast", "nullptr", "uint32_t", "uint16_t", "int64_t", "size_t",
+    "float2", "float4", "uint2", "uint4", "__shared__", "__restrict__",
+}
+# fmt: on
+SKEL_TOKEN_RE = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*|[0-9][\w.]*|\S")
+
+
+def skeleton(statement):
+    """The statement with names abstracted (see above): "S[i][j] = fmaxf(m, x[j]);" ->
+    "$ [] = fmaxf ( $ , $ [] )"."""
+    toks = SKEL_TOKEN_RE.findall(statement)
+    out, depth = [], 0
+    for i, t in enumerate(toks):
+        if t == "[":
+            if depth == 0 and not (out and out[-1] == "[]"):
+                out.append("[]")
+            depth += 1
+        elif t == "]":
+            depth = max(0, depth - 1)
+        elif depth:
+            continue
+        elif re.match(r"[A-Za-z_]", t):
+            rest = "".join(toks[i + 1 : i + 12])
+            if t in CPP_WORDS:
+                out.append(t)
+            elif rest.startswith("(") or re.match(r"<[^;<>(){}]*>\(", rest):
+                out.append(t.rsplit("::", 1)[-1])  # a called function keeps its name
+            else:
+                out.append("$")
+        else:
+            out.append(t)
+    return " ".join(out)
+
+
+def strip_for_header(stmt):
+    """"for (int i = 0; i < n; ++i) x[i] = 0" -> "x[i] = 0" (nested headers too); "else" dropped."""
+    while True:
+        stmt = re.sub(r"^\s*else\b", "", stmt)
+        m = re.match(r"^\s*(for|while)\s*\(", stmt)
+        if not m:
+            return stmt
+        depth, k = 0, m.end() - 1
+        while k < len(stmt):
+            depth += {"(": 1, ")": -1}.get(stmt[k], 0)
+            if depth == 0:
+                break
+            k += 1
+        stmt = stmt[k + 1 :]
+
+
+def substantial(skel):
+    """A statement that says something: 10 characters or more, and three names or a call on one
+    (not `__syncwarp()`, not `x = 0.f`)."""
+    calls = [t for t in skel.split() if re.match(r"[A-Za-z_]", t) and t not in CPP_WORDS]
+    names = skel.count("$")
+    return len(skel.replace(" ", "")) >= 10 and (names >= 3 or (calls and names >= 1))
+
+
+def statements(text):
+    """[(1-based line, skeleton)] of the substantial statements of C++ @p text."""
+    code = code_only(text)
+    out, start, paren = [], 0, 0
+    for k, c in enumerate(code + ";"):
+        if c in "([":
+            paren += 1
+        elif c in ")]":
+            paren = max(0, paren - 1)
+        if paren == 0 and c in ";{}":
+            raw = code[start:k]
+            stmt = strip_for_header(raw)  # a suffix of raw
+            skel = skeleton(stmt)
+            if skel and substantial(skel):
+                first = start + len(raw) - len(stmt.lstrip())
+                out.append((code.count("\n", 0, first) + 1, skel))
+            start = k + 1
+    return out
+
+
+def find_copies(tree, needles, min_run=MIN_RUN, allowed=lambda r, path, line: False):
+    """Runs of a needle's statements in the source files under @p tree.
+
+    @p needles: [(region, [(line, skeleton)])]. A run counts when it has min_run statements, or
+    all of a shorter region's (at least 2). @p allowed(region, path, line) excuses a run that
+    starts there. Returns [(region, path, (first, last) line of the run, (first, last) line in
+    the solution, length)], the longest run per region and file."""
+    files = []
+    for dirpath, dirnames, filenames in os.walk(tree):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for fname in sorted(filenames):
+            if fname.endswith(SOURCE_EXTENSIONS):
+                full = os.path.join(dirpath, fname)
+                try:
+                    with open(full, encoding="utf-8") as f:
+                        files.append((os.path.relpath(full, tree), statements(f.read())))
+                except UnicodeDecodeError:
+                    continue
+    found = []
+    for r, sol in needles:
+        need = min(min_run, len(sol))
+        if need < 2:
+            continue
+        skels = [sk for _, sk in sol]
+        for path, hay in files:
+            best = None
+            for j in range(len(hay)):
+                if allowed(r, path, hay[j][0]):
+                    continue
+                for i in range(len(skels)):
+                    n = 0
+                    while i + n < len(skels) and j + n < len(hay) and skels[i + n] == hay[j + n][1]:
+                        n += 1
+                    if n >= need and (best is None or n > best[4]):
+                        run_at = (hay[j][0], hay[j + n - 1][0])
+                        best = (r, path, run_at, (sol[i][0], sol[i + n - 1][0]), n)
+            if best:
+                found.append(best)
+    return found
+
+
+def check_no_solution(src, regions, labs, min_run=MIN_RUN):
+    """Generates each lab's starter tree and looks for the lab's solution in it: the code of every
+    region of the lab's rung, in every source file of the tree. A run inside a region that the
+    needle's region names as [copy-of: ...] (or in their partners) is expected: the lab repeats
+    that code on purpose.
+    Returns 0 if no lab's tree holds a copy, else 1; prints one line per lab, one per copy."""
+    failed = 0
+    by_id = {r.id: r for r in regions}
+    # A [copy-of] region may look like its originals and everything stubbed with them.
+    part = partners(regions)
+    expected = {}
+    for r in regions:
+        seen, todo = set(), list(r.copy_of)
+        while todo:
+            x = todo.pop()
+            if x not in seen and x != r.id:
+                seen.add(x)
+                todo += part[x]
+        expected[r.id] = seen
+    for lab in labs:
+        own = [r for r in regions if r.rung == lab]
+        needles = []
+        for r in own:
+            with open(os.path.join(src, r.path), encoding="utf-8") as f:
+                lines = f.read().split("\n")
+            body = statements("\n".join(lines[r.begin + 1 : r.end]))
+            needles.append((r, [(r.begin + 1 + line, sk) for line, sk in body]))
+        work = tempfile.mkdtemp(prefix="fl-nosol-%s-" % lab)
+        out = os.path.join(work, "starter")
+        with open(os.devnull, "w") as quiet:
+            saved = sys.stdout
+            sys.stdout = quiet
+            try:
+                rc = main([src, out, "--lab", lab])
+            finally:
+                sys.stdout = saved
+        if rc != 0:
+            print("lab %s: FAIL: the generator failed (exit %d)" % (lab, rc))
+            failed += 1
+            shutil.rmtree(work, ignore_errors=True)
+            continue
+        starter_regions = find_regions(out)
+
+        def region_at(path, line):
+            for x in starter_regions:
+                if x.path == path and x.begin < line - 1 < x.end:
+                    return x
+            return None
+
+        def allowed(r, path, line):
+            x = region_at(path, line)
+            return x is not None and not x.already_stub and x.id in expected[r.id]
+
+        # Report lines of the solution tree: a stubbed region is shorter in the starter tree.
+        shifts = {}
+        for x in starter_regions:
+            if x.already_stub:
+                shift = (by_id[x.id].end - by_id[x.id].begin) - (x.end - x.begin)
+                shifts.setdefault(x.path, []).append((x.end, shift))
+
+        def to_solution(path, line):
+            return line + sum(d for end, d in shifts.get(path, []) if end < line)
+
+        copies = find_copies(out, needles, min_run, allowed)
+        unchecked = [r.id for r, sol in needles if min(min_run, len(sol)) < 2]
+        if copies:
+            failed += 1
+            print(
+                "lab %s: FAIL: %d cop%s of its solution left in its starter tree"
+                % (lab, len(copies), "y" if len(copies) == 1 else "ies")
+            )
+            for r, path, (a, b), (sa, sb), n in copies:
+                x = region_at(path, a)
+                if x:
+                    fix = "tag region %s [copy-of: %s] (or [same-code: %s] if both labs teach it)"
+                    fix %= (x.id, r.id, r.id)
+                else:
+                    fix = "put that code in a region tagged [copy-of: %s]" % r.id
+                at = "%s:%d-%d" % (path, to_solution(path, a), to_solution(path, b))
+                print(
+                    "  %s (%s:%d-%d): %d statements in a row at %s; %s"
+                    % (r.id, r.path, sa, sb, n, at, fix)
+                )
+        else:
+            short = " (too short to check: %s)" % ", ".join(unchecked) if unchecked else ""
+            print(
+                "lab %s: ok: no run of %d statements of %s in its starter tree%s"
+                % (lab, min_run, ", ".join(r.id for r in own), short)
+            )
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
 
 
 def main(argv=None):
@@ -693,6 +1049,19 @@ def main(argv=None):
         help="stub only this rung (e.g. 05) or region (e.g. 05-mma-qk); repeatable",
     )
     ap.add_argument("--list", action="store_true", help="list the regions and exit")
+    ap.add_argument(
+        "--check-no-solution",
+        action="store_true",
+        help="generate each lab's starter tree (or those of --lab NN) in a temporary folder and "
+        "fail if any source file of it still holds a run of the lab's solution",
+    )
+    ap.add_argument(
+        "--min-run",
+        type=int,
+        default=MIN_RUN,
+        metavar="N",
+        help="--check-no-solution: statements in a row that make a copy (default %(default)s)",
+    )
     args = ap.parse_args(argv)
 
     src = os.path.abspath(args.src)
@@ -702,20 +1071,35 @@ def main(argv=None):
         print("make_starter.py: error: %s" % e, file=sys.stderr)
         return 1
     if args.list:
+        part = partners(regions)
         for r in regions:
-            print("%-24s %s:%d-%d  %s" % (r.id, r.path, r.begin + 1, r.end + 1, r.task))
+            print("%-24s %s:%d-%d  %s" % (r.id, r.path, r.head + 1, r.end + 1, r.task))
+            if part[r.id]:
+                print("%-24s   stubbed with: %s" % ("", " ".join(part[r.id])))
         return 0
+    if args.check_no_solution:
+        if args.out:
+            ap.error("--check-no-solution takes no OUT (it writes temporary trees)")
+        if args.min_run < 2:
+            ap.error("--min-run must be at least 2")
+        labs = sorted({r.rung for r in regions})
+        for w in args.lab:
+            if w not in labs:
+                ap.error("--check-no-solution --lab takes a lab number: %s" % " ".join(labs))
+        chosen_labs = [l for l in labs if not args.lab or l in args.lab]
+        return check_no_solution(src, regions, chosen_labs, args.min_run)
     if not args.out:
-        ap.error("OUT is required (unless --list)")
+        ap.error("OUT is required (unless --list or --check-no-solution)")
     out = os.path.abspath(args.out)
     if out == src:
         ap.error("OUT must not be SRC")
     if os.path.exists(out) and os.listdir(out):
         ap.error("%s exists and is not empty" % out)
     try:
-        chosen = [r for r in select(regions, args.lab) if not r.already_stub]
+        chosen, cause, pulled_by = select(regions, args.lab)
     except ValueError as e:
         ap.error(str(e))
+    chosen = [r for r in chosen if not r.already_stub]
     if os.path.exists(out):
         os.rmdir(out)
     copy_tree(src, out)
@@ -723,13 +1107,11 @@ def main(argv=None):
         f.write("lab starter tree from %s; labs: %s\n" % (src, ", ".join(args.lab) or "all"))
     try:
         stubbed = stub_files(out, chosen)
-        rungs = affected_rungs(out, stubbed)
+        rungs = affected_rungs(out, stubbed, {r.id: r for r in chosen})
         step_dirs = {r.rung: r.step_dir for r in regions}
         for num in sorted(rungs):
             rung = rungs[num]
-            msg = not_implemented_text(
-                out, rung, step_dirs, lambda ids: sorted({r.path for r in chosen if r.id in ids})
-            )
+            msg = not_implemented_text(out, rung, step_dirs, cause, pulled_by)
             how = mark_not_implemented(out, rung, msg)
             print("rung %s: %s\n         %s" % (num, how, msg))
     except MarkerError as e:
@@ -737,7 +1119,8 @@ def main(argv=None):
         print("make_starter.py: %s is incomplete; delete it" % out, file=sys.stderr)
         return 1
     for r in chosen:
-        print("stubbed %-24s %s:%d" % (r.id, r.path, r.begin + 1))
+        why = " (holds %s's code)" % ", ".join(pulled_by[r.id]) if pulled_by[r.id] else ""
+        print("stubbed %-24s %s:%d%s" % (r.id, r.path, r.head + 1, why))
     print(
         "wrote %s: %d region(s) stubbed in %d file(s), %d rung(s) marked not implemented"
         % (out, len(chosen), len(stubbed), len(rungs))

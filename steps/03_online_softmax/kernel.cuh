@@ -218,12 +218,15 @@ __global__ void __launch_bounds__(Fa1Traits<HEAD_DIM>::kThreads) fa1_attention(A
       __syncthreads();
 
       // S_ij = scale Q_i K_j^T, masked (rung 02's mapping: one thread per score).
+      // LAB-BEGIN(03-scores): S_ij = scale * Q_i K_j^T into S_smem, -inf where masked, as in lab 02
+      // [copy-of: 02-scores]
 #pragma unroll
       for (int e = 0; e < Tr::kScoresPerThread; ++e) {
         const int idx = tid + e * Tr::kThreads;
         const int r = idx / BLOCK_N, c = idx % BLOCK_N;
         S_smem[r * Tr::kSPitch + c] = score<Tr>(p, Q_smem, K_smem, r, c, q0 + r, k0 + c);
       }
+      // LAB-END(03-scores)
       __syncthreads();
 
       // LAB-BEGIN(03-online-softmax): tile max m~, P~ = exp(S - m~), l~; merge into m_i, l_i
@@ -259,6 +262,7 @@ __global__ void __launch_bounds__(Fa1Traits<HEAD_DIM>::kThreads) fa1_attention(A
       __syncthreads();
 
       // LAB-BEGIN(03-rescale-pv): O_i = c_old O_i + c_new P~ V_j for this thread's column
+      // [copy-of: 02-pv]
 #pragma unroll
       for (int e = 0; e < Tr::kRowsPerThread; ++e) {
         const int r = r_out0 + e * Tr::kRowStep;

@@ -1,6 +1,7 @@
 /// @file steps/07_dv_tiling/kernel.cuh
-/// @brief Rung 07: the register-spill study (seed 000). One query row per thread,
-/// q_i and O_i held in registers, K staged in shared memory, V read from global.
+/// @brief Rung 07: the register-spill study (a course note, docs/sources.md). One
+/// query row per thread, q_i and O_i held in registers, K staged in shared memory,
+/// V read from global.
 ///
 /// @code
 ///   // clang-format off
@@ -23,7 +24,7 @@
 /// scores and addresses: more than the 255 registers a thread may have, so ptxas
 /// spills to local memory. DV tiling keeps only DV_TILE floats of O live, at the
 /// price of reading K again and recomputing S for every tile. The split-d kernel at
-/// the end is the alternative the seed called "complex": THREADS_PER_ROW threads
+/// the end is the alternative the course note called "complex": THREADS_PER_ROW threads
 /// share a row, each holding HEAD_DIM / THREADS_PER_ROW of q and O, and add their
 /// partial dot products with warp shuffles.
 #pragma once
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(Tr::THREADS) dv_tiled_fwd(const AttnParams p) 
   const T* V_gmem = static_cast<const T*>(p.v) + b * p.v_batch_stride + h_kv * p.v_head_stride;
 
   // q_i lives in registers for the whole kernel, pre-multiplied by softmax_scale so a
-  // score is one dot product. Seed: "Q stays in registers (reused by every tile)".
+  // score is one dot product. It stays there because every DV tile reuses it.
   float4 Q_reg[D4];
   if (row_valid) {
     const uint4* q_vec =
@@ -273,7 +274,7 @@ __global__ void __launch_bounds__(Tr::THREADS) dv_tiled_fwd(const AttnParams p) 
   }
 }
 
-// ---- split-d: the seed's "complex" alternative ------------------------------------
+// ---- split-d: the note's "complex" alternative ------------------------------------
 
 /// Grid (ceil(seqlen_q / BLOCK_M), heads_q, batch); BLOCK_M * THREADS_PER_ROW threads.
 /// Thread r of a row owns the float4 chunks r, r + THREADS_PER_ROW, ... of q and O, so
@@ -357,6 +358,8 @@ __global__ void __launch_bounds__(Tr::THREADS) split_d_fwd(const AttnParams p) {
       // LAB-END(07-split-d-scores)
 
       // The row's TPR threads hold identical scores, so they keep identical m_i, l_i.
+      // LAB-BEGIN(07-split-d-softmax): 07-online-softmax on this thread's chunks of O_reg and V
+      // [same-code: 07-online-softmax]
       const float alpha = softmax_rescale(&st, m_step);
 #pragma unroll
       for (int c = 0; c < Tr::CHUNKS; ++c) scale4(&O_reg[c], alpha);
@@ -370,6 +373,7 @@ __global__ void __launch_bounds__(Tr::THREADS) split_d_fwd(const AttnParams p) {
         for (int c = 0; c < Tr::CHUNKS; ++c)
           axpy4(&O_reg[c], p_ij, unpack4<T>(__ldg(v_vec + c * TPR + part)));
       }
+      // LAB-END(07-split-d-softmax)
     }
   }
 

@@ -335,6 +335,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const int key0 = chunk_key0(c);
 
     // LAB-BEGIN(08-split-chunk): scores, online softmax and P V for one chunk of the split
+    // [same-code: 05-mma-qk 05-online-softmax 05-mma-pv]
     // (1) S = Q K_j^T: 16 rows x BLOCK_N keys, fp32 accumulators.
     float S_acc[Tr::kNTiles][4];
 #pragma unroll
@@ -483,7 +484,7 @@ struct CombineTraits {
 /// Split s holds O_s = softmax over its keys times V, and LSE_s = log of its
 /// sum of exp(scores). The whole row's LSE is log sum_s exp(LSE_s) and
 /// O = sum_s exp(LSE_s - LSE) O_s: each split weighs by its share of the total
-/// softmax mass (seed 002, section 3.3, written with LSE instead of m and l).
+/// softmax mass (the reduction step of the Flash-Decoding write-up, Dao et al., 2023).
 /// Launched with programmatic stream serialization: its CTAs may start while
 /// kernel 1 still runs, and wait for its results in griddepcontrol.wait.
 template <class T, int HEAD_DIM>
