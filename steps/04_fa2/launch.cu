@@ -97,6 +97,8 @@ void register_rung_04(Registry& reg) {
     r.in_tour = (v.id == Variant::fa2);
     if (v.id == Variant::fa2)
       r.baselines = {Baseline::on(3, "the rung it improves on: FA1's algorithm, FA2's schedule")};
+    else  // the entry one change away (the attribution in the README pairs them the same way)
+      r.baselines = {Baseline::on(4, v.why, v.compared_with)};
     r.supports = supports_04;
     if (v.uses_workspace)
       r.workspace_bytes = [](const Problem& p) {

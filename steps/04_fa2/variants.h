@@ -31,6 +31,9 @@ struct VariantDesc {
   const char* summary;
   bool uses_workspace;      ///< K/V-outer: O/m/l scratch in HBM
   bool whole_head_per_cta;  ///< grid = batch x heads (the CTA walks all Q tiles)
+  /// The entry that differs from this one by exactly one change ("" = the rung): its baseline.
+  const char* compared_with = "";
+  const char* why = "the rung this variant changes one thing of";
 };
 
 inline constexpr VariantDesc kVariants[] = {
@@ -44,10 +47,10 @@ inline constexpr VariantDesc kVariants[] = {
      "ablation: no sequence parallelism, one CTA per (batch, head) walks its Q tiles", false, true},
     {Variant::fa1_order, "fa1-order",
      "ablation: bh-grid + FA1 loop order (K/V outer, Q inner, O/m/l round trip via HBM)", true,
-     true},
+     true, "bh-grid", "bh-grid differs from it by the loop order alone"},
     {Variant::fa1_all, "fa1-all",
      "ablation: fa1-order + FA1's per-tile normalization = FlashAttention-1 on this kernel", true,
-     true},
+     true, "fa1-order", "fa1-order differs from it by FA1's update alone"},
     {Variant::no_prefetch, "no-prefetch",
      "ablation: K/V tile j+1 not prefetched into registers during tile j", false, false},
 };
