@@ -202,6 +202,14 @@ void print_list(const Registry& reg) {
   }
 }
 
+/// --list / --registry-json: prints the registry (no GPU needed) and returns kExitOk; -1 otherwise.
+int print_registry(const Options& opt, const Registry& reg) {
+  if (opt.list) print_list(reg);
+  else if (opt.registry_json) std::printf("%s", registry_json(reg).c_str());
+  else return -1;
+  return kExitOk;
+}
+
 std::string device_line(const DeviceInfo& d) {
   char buf[512];
   std::snprintf(buf, sizeof buf,
@@ -325,14 +333,7 @@ int run_main(int argc, char** argv, int rung_number) {
   Options opt;
   if (const int rc = parse_or_exit(argc, argv, &opt, prog); rc >= 0) return rc;
   const Registry& reg = registry();
-  if (opt.list) {
-    print_list(reg);
-    return kExitOk;
-  }
-  if (opt.registry_json) {
-    std::printf("%s", registry_json(reg).c_str());
-    return kExitOk;
-  }
+  if (const int rc = print_registry(opt, reg); rc >= 0) return rc;
   const Rung* rung = reg.find(rung_number, opt.variant);
   if (!rung) {
     std::string names;
@@ -479,14 +480,7 @@ int tour_main(int argc, char** argv) {
   opt.iters = 20;
   if (const int rc = parse_or_exit(argc, argv, &opt, prog); rc >= 0) return rc;
   const Registry& reg = registry();
-  if (opt.list) {
-    print_list(reg);
-    return kExitOk;
-  }
-  if (opt.registry_json) {
-    std::printf("%s", registry_json(reg).c_str());
-    return kExitOk;
-  }
+  if (const int rc = print_registry(opt, reg); rc >= 0) return rc;
   DeviceInfo dev;
   try {
     dev = query_device();
