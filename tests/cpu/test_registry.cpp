@@ -1,6 +1,7 @@
 // Generic supports() messages, checked on fake devices (no GPU needed).
 #include "catch_compat.h"
 #include "flashladder/registry.h"
+#include "run_command.h"
 
 using namespace fl;
 
@@ -48,4 +49,79 @@ TEST_CASE("registry orders rungs and finds the previous main rung", "[cpu][regis
   REQUIRE(reg.previous(1) == nullptr);
   REQUIRE(reg.find(4, "fa1-order")->label() == "04_fa2[fa1-order]");
   REQUIRE(reg.mains().size() == 3);
+}
+
+TEST_CASE("baselines: a variant defaults to its rung; candidates resolve the declaration", "[cpu][registry]") {
+  Registry reg;
+  Rung a, b, c, cv, d;
+  a.number = 1;
+  a.name = "naive";
+  b.number = 4;
+  b.name = "fa2";
+  b.baselines = {Baseline::on(1, "improves on")};
+  c.number = 5;
+  c.name = "tc";
+  cv = c;
+  cv.variant = "untiled";
+  d.number = 8;
+  d.name = "decode";
+  d.decode = true;
+  d.baselines = {Baseline::fastest("fastest earlier")};
+  for (const Rung& r : {a, b, c, cv, d}) reg.add(r);
+  // A variant without a declaration is compared with its own rung.
+  const Rung* v = reg.find(5, "untiled");
+  REQUIRE(v->baselines.size() == 1);
+  REQUIRE(v->baselines[0].number == 5);
+  REQUIRE(v->baselines[0].variant.empty());
+  // A fixed baseline resolves to its one entry; "fastest earlier" to every main numbered below.
+  REQUIRE(reg.candidates(*reg.find(4), reg.find(4)->baselines[0]).front()->label() == "01_naive");
+  const auto earlier = reg.candidates(*reg.find(8), reg.find(8)->baselines[0]);
+  REQUIRE(earlier.size() == 3);  // 01, 04, 05: mains only, the variant is not a candidate
+  for (const Rung* e : earlier) REQUIRE(e->variant.empty());
+  // The JSON the report and docgen read.
+  const std::string js = registry_json(reg);
+  REQUIRE(js.find("\"schema\": \"flashladder.registry/1\"") != std::string::npos);
+  REQUIRE(js.find("{\"kind\": \"fastest_earlier\", \"label\": \"the fastest earlier rung\"") != std::string::npos);
+  REQUIRE(js.find("\"label\": \"05_tc[untiled]\"") != std::string::npos);
+  REQUIRE(describe_baselines(reg, *reg.find(4)).front() == "vs 01_naive: improves on");
+}
+
+TEST_CASE("the built registry: every rung after 01 declares a baseline that resolves", "[cpu][registry]") {
+  std::string out;
+  REQUIRE(fl_test::run_command(std::string(FL_TOUR_BINARY) + " --registry-json", &out) == 0);
+  // Each entry is one line: {"label": "...", ..., "baselines": [...]}.
+  size_t mains = 0;
+  size_t pos = 0;
+  while ((pos = out.find("{\"label\": \"", pos)) != std::string::npos) {
+    const size_t end = out.find('\n', pos);
+    const std::string line = out.substr(pos, end - pos);
+    pos = end;
+    const size_t at = std::string("{\"label\": \"").size();
+    const std::string label = line.substr(at, line.find('"', at) - at);
+    const bool is_main = line.find("\"variant\": \"\"") != std::string::npos;
+    INFO(label);
+    if (is_main) ++mains;
+    if (label == "01_naive") {
+      REQUIRE(line.find("\"baselines\": []") != std::string::npos);
+      continue;
+    }
+    REQUIRE(line.find("\"baselines\": [{") != std::string::npos);
+    // A fixed baseline names an entry that is registered too.
+    const std::string key = "{\"kind\": \"rung\", \"label\": \"";
+    size_t b = 0;
+    while ((b = line.find(key, b)) != std::string::npos) {
+      b += key.size();
+      const std::string target = line.substr(b, line.find('"', b) - b);
+      INFO("baseline " << target);
+      REQUIRE(out.find("{\"label\": \"" + target + "\"") != std::string::npos);
+    }
+    if (label == "08_flash_decoding") {
+      REQUIRE(line.find("\"decode\": true") != std::string::npos);
+      REQUIRE(line.find("fastest_earlier") != std::string::npos);
+    }
+    if (label == "07_dv_tiling") {  // a study: its own untiled kernel first, then rung 04
+      REQUIRE(line.find("\"label\": \"07_dv_tiling[untiled-m64-n64]\"") < line.find("\"label\": \"04_fa2\""));
+    }
+  }
+  REQUIRE(mains >= 2);
 }
