@@ -253,22 +253,29 @@ def gen_baselines(ctx):
 
 
 @generator("prefill-table")
-def gen_prefill_table(ctx, rungs, d="64,128", n="4096", causal="0", gpu=None):
+def gen_prefill_table(ctx, rungs, d="64,128", n="4096", causal="0", gpu=None, baseline=None):
     """Rows (rung, head_dim, seqlen, causal) of the prefill sweep: heads, time, TFLOP/s, % of the
-    datasheet peak the rung is measured against, and the speedup over its declared baseline."""
+    datasheet peak the rung is measured against, and the speedup over its declared baseline (the
+    first one measured on that shape; baseline=LABEL picks one of the declared baselines)."""
     res = ctx.results(gpu)
     cj = res.ctx
     rows = []
     for label in labels_of(ctx, ints(rungs)):
         e = ctx.info[label]
+        declared = [b["label"] for b in e["baselines"] if b["kind"] == "rung"]
+        if baseline and baseline not in declared:
+            raise ValueError("%s does not declare %s as a baseline (it declares: %s)" % (
+                label, baseline, ", ".join(declared) or "none"))
         for dd in ints(d):
             for nn in ints(n):
                 for c in ints(causal):
                     r = res.need("prefill", rung=label, **prefill_want(dd, nn, c))
-                    base = ""
-                    for b in e["baselines"][:1]:
-                        br = res.find(family="prefill", rung=b["label"], **prefill_want(dd, nn, c))
-                        base = "%s vs `%s`" % (ratio_text(br, r), b["label"]) if br else "—"
+                    base = "—" if declared else ""
+                    for b in ([baseline] if baseline else declared):
+                        br = res.find(family="prefill", rung=b, **prefill_want(dd, nn, c))
+                        if br:
+                            base = "%s vs `%s`" % (ratio_text(br, r), b)
+                            break
                     rows.append(["`%s`" % label, str(dd), str(r["heads_q"]), report.seqlen_text(nn),
                                  "yes" if c else "no", ms(r["ms"]), report.fmt_value(r["tflops"]),
                                  pct(pct_of_peak(cj, e["peak"], r)), base or "—"])
@@ -463,10 +470,35 @@ def gen_run_reports(ctx, files, gpu=None):
                      ms(t["median_ms"]), report.fmt_value(t["tflops"]), "%.1f %%" % t["percent_of_peak"],
                      "%s (%s), rel_fro %.1e" % ("PASS" if c["pass"] else "FAIL", c["mode"], c["rel_fro"]),
                      link(res, name, "`%s`" % name)])
-    head = ["problem", "workspace (S)", "time", "TFLOP/s", "% of fp32 peak", "check", "report"]
-    d = res.json(files.split(",")[0])["device"]
+    first = res.json(files.split(",")[0])
+    r0 = first["rung"]
+    e0 = next((e for e in ctx.info.values() if e["number"] == r0["number"] and e["variant"] == r0["variant"]), {})
+    peak = {"fp32_fma": "fp32 FMA peak", "tensor_16bit": "16-bit tensor peak", "memory": "DRAM peak"}.get(
+        e0.get("peak"), "peak")
+    head = ["problem", "workspace", "time", "TFLOP/s", "%% of %s" % peak, "check", "report"]
+    d = first["device"]
     return report.markdown_table(head, rows) + "\n\nMeasured on %s (the reports name date and device; the " \
         "commands are in %s)." % (d["name"], link(res, "meta.json", "`meta.json`"))
+
+
+@generator("kernels")
+def gen_kernels(ctx, file, gpu=None):
+    """The resource report of one committed run report (a rung's --json output): per kernel the
+    threads, registers, local (spill) bytes, shared memory, blocks per SM and occupancy, as the
+    runner read them (cudaFuncGetAttributes and the occupancy API) on that GPU."""
+    res = ctx.results(gpu)
+    if not res.has(file):
+        raise Missing(file, "the rung's --json FILE")
+    j = res.json(file)
+    rows = [["`%s`" % k["name"], str(k["block_threads"]), str(k["registers"]), str(k["local_bytes"]),
+             str(k["static_smem"] + k["dynamic_smem"]), str(k["max_blocks_per_sm"]),
+             "%.0f %%" % (100 * k["occupancy"])] for k in j["kernels"]]
+    p = j["problem"]
+    return report.markdown_table(["kernel", "threads", "registers", "local B", "shared B", "blocks/SM",
+                                  "occupancy"], rows, ["---"] + ["--:"] * 6) + \
+        "\n\n%s, B=%d Sq=%d Sk=%d H=%d/%d d=%d %s; %s." % (j["device"]["name"], p["batch"], p["seqlen_q"],
+                                                        p["seqlen_k"], p["heads_q"], p["heads_kv"], p["head_dim"],
+                                                        p["dtype"], link(res, file))
 
 
 @generator("sweep07")

@@ -11,12 +11,14 @@ namespace fl::dv_tiling {
 constexpr int kUntiled = 0;
 
 /// The main entry's DV_TILE: the largest tile that does not spill, which is the
-/// course note's rule (docs/sources.md). Measured with ptxas for sm_90
-/// (nvcc 13.0, 255 registers per thread at most):
+/// course note's rule (docs/sources.md). With ptxas for sm_90 (255 registers per
+/// thread at most):
 ///   d = 64:  one 64-column tile (q 64 + O 64 floats) fits, no tiling needed;
-///   d = 128: 128 spills (~450 B of stack), 64 still spills (~80 B: q 128 + O 64
-///            floats plus 8 scores, addresses and loads in flight exceed 255),
-///            32 does not (tests/cpu/test_spill.cpp checks this on every build).
+///   d = 128: 128 spills, 64 still spills (q 128 + O 64 floats plus 8 scores,
+///            addresses and loads in flight exceed 255), 32 does not.
+/// The local memory per thread of each variant is the "local B / thread" column of
+/// the generated sweep tables in README.md; tests/cpu/test_spill.cpp checks the
+/// d = 128 claim (untiled spills, the main entry does not) on every build.
 constexpr int main_dv_tile(int head_dim) {
   return head_dim <= 64 ? head_dim : 32;
 }

@@ -40,18 +40,19 @@ constexpr int kMaxRowsPerCta = 16;
 /// split kernel fit on an H100/H200 SM (96 KiB of shared memory each), but one
 /// already keeps 64 KiB of K/V in flight, about twice what Little's law asks
 /// of an SM (README), so a second CTA per SM adds no bandwidth, only splits to
-/// combine. Measured on an H200 (B=1, 32/8 heads): 16 splits (128 CTAs, one
-/// per SM) beat 32 splits (256 CTAs) at every seqlen_k from 16k to 128k, by
-/// 1-2 %. The second resident CTA still serves grids larger than one wave.
+/// combine. The check is the split study (README.md's generated split table,
+/// B=1, 32/8 heads): 16 splits (128 CTAs, one per SM) against 32 splits (256
+/// CTAs, two per SM). The second resident CTA still serves grids larger than
+/// one wave.
 constexpr int kWaveCtasPerSm = 1;
 
 /// The knobs of the heuristic, with the values rung 08 uses.
 struct SplitPolicy {
   /// Shortest piece worth launching, in keys: 256 keys are 4 chunks of a
   /// CTA's 4 warps at head_dim 128. Shorter pieces spend more on starting up
-  /// and on their partial result than on streaming. Measured on an H200, even
-  /// the shortest pieces pay for the combine kernel: at 1k keys, 4 splits of
-  /// 256 beat 1 split by 1.8x at batch 1 (GQA 32:8).
+  /// and on their partial result than on streaming. Whether pieces this short
+  /// still pay for the combine kernel is in README.md's generated split table
+  /// (at 4k keys, 16 splits are pieces of 256 keys).
   int min_split_len = 256;
   /// Upper bound on splits (bounds the workspace and the combine loop).
   int max_splits = 128;
