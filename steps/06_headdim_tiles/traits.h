@@ -4,9 +4,10 @@
 /// with the shared-memory budget checked at compile time. Plain C++ (no CUDA),
 /// so tests/cpu/test_traits.cpp checks it without nvcc.
 ///
-/// The reasons below are measurements: see README.md for the table they come
-/// from (H100 SXM, fp16, batch x seqlen = 16k tokens, hidden 2048, seqlen 4096,
-/// median of 50 launches with L2 flushed). "x% slower" is against the choice.
+/// Each choice below gives its reason and names the alternatives it was weighed
+/// against; every alternative is a registered variant (end of this file), and
+/// README.md's ablation table, generated from the committed ablation run
+/// (`bench/run_all.sh --family ablation`), has their times against the choice.
 #pragma once
 
 #include "../05_tensor_cores/tile_config.h"
@@ -39,44 +40,47 @@ template <int HEAD_DIM, SmemClass C>
 struct HeadDimTiles;
 
 // ---- large shared memory (A100, H100) -------------------------------------
-// Measured on an H200 (sm_90, 132 SMs), fp16, batch 4 x seqlen 4096, hidden
-// 2048: median ms of the forward, non-causal / causal (README.md, table 1).
+// The alternatives named below are timed against these choices in README.md's
+// ablation table (fp16, batch x seqlen = 16k tokens, hidden 2048, seqlen 4096).
 
-// d = 32: 128 x 64, 4 warps (32 rows each), Q in registers: 2.10 / 1.14 ms.
-// 128 x 128 (the head_dim note's choice, docs/sources.md) is 6% slower
-// (2.23 / 1.21 ms): 246 registers and 40 KB leave 2 blocks per SM against 3
-// here, and at d = 32 a block does little MMA work per K/V byte, so latency
-// hiding needs the third block.
-// 64 x 64 (rung 05) is 13% slower: 16 rows per warp double the ldmatrix
-// traffic per MMA.
+// d = 32: 128 x 64, 4 warps (32 rows each), Q in registers.
+// Against 128 x 128 (the head_dim note's choice, docs/sources.md;
+// Variant_d32_128x128): the wider S block needs more registers and 40 KB of
+// shared memory, so fewer blocks may fit per SM, and at d = 32 a block does
+// little MMA work per K/V byte, so latency hiding needs the extra blocks.
+// Against 64 x 64 (rung 05; Variant_d32_64x64): 16 rows per warp double the
+// ldmatrix traffic per MMA.
 template <>
 struct HeadDimTiles<32, SmemClass::large> : TileConfig<32, 128, 64, 4, 2, true> {};
 
-// d = 64: 128 x 64, 4 warps (32 rows each), Q in registers: 1.70 / 0.92 ms.
+// d = 64: 128 x 64, 4 warps (32 rows each), Q in registers.
 // 32 rows per warp means each K/V fragment read by ldmatrix feeds two MMAs.
-// FA2's 128 x 128 with Q re-read from shared memory is 1.5% slower (1.72 /
-// 0.95 ms) and spills at 255 registers; 8 warps of 16 rows are 18% slower
-// (2.00 ms); 64 x 64 (rung 05) 17% slower (1.99 ms).
+// Against FA2's 128 x 128 with Q re-read from shared memory
+// (Variant_d64_128x128_qsmem, and 128 x 96: Variant_d64_128x96_qsmem): the
+// wider S block pushes the register count to the limit, and re-reading Q adds
+// ldmatrix traffic. Against 8 warps of 16 rows (Variant_d64_128x128_w8) and
+// 64 x 64 (rung 05; Variant_d64_64x64): half the MMAs per ldmatrix.
 template <>
 struct HeadDimTiles<64, SmemClass::large> : TileConfig<64, 128, 64, 4, 2, true> {};
 
 // d = 128: 128 x 64, 4 warps (32 rows each), Q re-read from shared memory
-// (FA2's choice for A100/H100): 1.58 / 0.90 ms. O_i alone is 128 registers
-// at 32 rows per warp, so Q cannot stay in registers. ptxas reports 255
-// registers and 8 bytes of stack (two loop-invariant scalars, reloaded from
-// L1 twice per K/V block). The spill-free 8-warp version (16 rows per warp,
-// Q in registers, 182 registers) is 24% slower (1.96 / 1.08 ms): twice the
-// ldmatrix traffic per MMA. 128 x 32 is 13% slower (1.80 ms): twice the
-// barriers and softmax bookkeeping per key; 3 stages do not help (1.95 ms
-// with 8 warps vs 1.96 with 2 stages).
+// (FA2's choice for A100/H100). O_i alone is 128 registers at 32 rows per
+// warp, so Q cannot stay in registers, and ptxas may need a small stack frame
+// (the run report's kernel table, or -DFL_PTXAS_VERBOSE=ON, shows it). The
+// bet is that this costs less than the spill-free 8-warp version (16 rows per
+// warp, Q in registers; Variant_d128_128x64_w8), which pays twice the ldmatrix
+// traffic per MMA. Against 128 x 32 (Variant_d128_128x32_w4): twice the
+// barriers and softmax bookkeeping per key. A third stage
+// (Variant_d128_128x64_w8_s3) tests whether a deeper cp.async pipeline helps.
 template <>
 struct HeadDimTiles<128, SmemClass::large> : TileConfig<128, 128, 64, 4, 2, false> {};
 
 // d = 256: 128 x 32, 8 warps (16 rows each), Q in shared memory (128 KB, fits
-// an A100): 2.11 / 1.22 ms. O_i is 128 registers per thread even at 16 rows
-// per warp, so only a narrow S block fits. 64 x 32 with 4 warps is 5% slower
-// (2.21 ms), 64 x 64 16% slower (2.43 ms). 128 x 64 with 8 warps is 16% faster
-// (1.78 / 1.04 ms) but needs 192 KB: H100/H200 only, so it stays a variant.
+// an A100). O_i is 128 registers per thread even at 16 rows per warp, so only
+// a narrow S block fits. Alternatives: 64 x 32 with 4 warps (Variant_d256_64x32,
+// the small class's tile), 64 x 64 (Variant_d256_64x64), and 128 x 64 with 8
+// warps (Variant_d256_128x64_w8), which needs 192 KB: H100/H200 only, so it
+// can only be a variant whatever it measures.
 template <>
 struct HeadDimTiles<256, SmemClass::large> : TileConfig<256, 128, 32, 8, 2, false> {};
 
@@ -107,8 +111,8 @@ static_assert(tiles_fit<32, SmemClass::small>() && tiles_fit<64, SmemClass::smal
               "small tiles must fit the 99 KB per block of sm_86 / sm_89");
 
 // ---- ablation variants (registered as rung 06 variants, one head_dim each) --
-// The alternatives the choices above were measured against. Each is run with
-// `--variant NAME` on its head_dim; README.md has the measured table.
+// The alternatives the choices above are weighed against. Each is run with
+// `--variant NAME` on its head_dim; README.md's ablation table times them.
 
 using Variant_d32_128x128 = TileConfig<32, 128, 128, 4, 2, true>;
 using Variant_d32_64x64 = TileConfig<32, 64, 64, 4, 2, true>;

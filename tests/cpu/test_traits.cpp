@@ -76,8 +76,8 @@ TEST_CASE("large tiles: two blocks share an H100 SM up to d = 128", "[cpu][trait
 }
 
 TEST_CASE("tile area shrinks as head_dim grows past 64", "[cpu][traits]") {
-  // Not the head_dim note's d=32 -> 128x128 (measured 6% slower, see traits.h): at
-  // d <= 64 the limit is occupancy, above it the registers O_i needs.
+  // Not the head_dim note's d=32 -> 128x128 (the variant d32-128x128; traits.h gives the
+  // reason): at d <= 64 the limit is occupancy, above it the registers O_i needs.
   using D32 = HeadDimTiles<32, SmemClass::large>;
   using D64 = HeadDimTiles<64, SmemClass::large>;
   using D128 = HeadDimTiles<128, SmemClass::large>;
