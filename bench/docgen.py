@@ -477,8 +477,10 @@ def gen_run_reports(ctx, files, gpu=None):
         e0.get("peak"), "peak")
     head = ["problem", "workspace", "time", "TFLOP/s", "%% of %s" % peak, "check", "report"]
     d = first["device"]
-    return report.markdown_table(head, rows) + "\n\nMeasured on %s (the reports name date and device; the " \
-        "commands are in %s)." % (d["name"], link(res, "meta.json", "`meta.json`"))
+    when = ", %s, commit `%s`" % (first["date"][:10], first["git_sha"]) if first.get("date") else \
+        " (these reports predate the date and commit fields of the run report: %s gives them)" % link(
+            res, "meta.json", "`meta.json`")
+    return report.markdown_table(head, rows) + "\n\nMeasured on %s%s." % (d["name"], when)
 
 
 @generator("kernels")

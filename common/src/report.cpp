@@ -68,6 +68,8 @@ std::string format_report(const RunReport& r) {
   s << "  device    " << d.name << " (" << d.arch() << ", " << d.sm_count << " SMs, peaks: fp32 "
     << fixed(d.peak_fp32_tflops, 1) << " TFLOP/s, tensor " << fixed(d.peak_tensor_tflops, 0) << " TFLOP/s, DRAM "
     << fixed(d.peak_gbps, 0) << " GB/s)\n";
+  if (!r.date.empty() || !r.git_sha.empty())
+    s << "  run       " << r.date << ", commit " << (r.git_sha.empty() ? "unknown" : r.git_sha) << "\n";
   s << "  problem   " << r.problem.describe() << " scale=" << r.problem.scale() << " input=" << r.input
     << " seed=" << r.seed << "\n";
   s << "  work      " << fixed(attention_flops(r.problem) / 1e9, 2) << " GFLOP (unmasked pairs only), "
@@ -250,6 +252,7 @@ std::string to_json(const RunReport& r) {
   j.raw("device", device_json(r.device));
   j.raw("problem", problem_json(r.problem));
   j.kv("input", r.input).kv("seed", static_cast<long long>(r.seed));
+  j.kv("date", r.date).kv("git_sha", r.git_sha);
   j.kv("workspace_bytes", static_cast<long long>(r.workspace_bytes));
   j.begin_array("notes");
   for (const auto& n : r.notes) j.kv(nullptr, n);

@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <numeric>
 #include <random>
 #include <sstream>
+
+#ifndef FL_GIT_SHA
+#define FL_GIT_SHA "unknown"
+#endif
 
 namespace fl {
 
@@ -243,6 +248,16 @@ int parse_or_exit(int argc, char** argv, Options* opt, const std::string& prog) 
   return -1;
 }
 
+/// The current time, UTC, ISO 8601 ("2026-11-23T11:02:03Z").
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 /// Runs one rung on one problem: check, time, resources. Fills @p rep.
 void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const HostInputs& in, RunReport* rep,
              bool check, bool time) {
@@ -256,6 +271,8 @@ void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const Hos
   rep->input = input_kind_name(opt.input);
   rep->seed = opt.seed;
   rep->device = dev;
+  rep->date = utc_now();
+  rep->git_sha = FL_GIT_SHA;
   rep->workspace_bytes = r.workspace_bytes ? r.workspace_bytes(p) : 0;
   if (r.notes) rep->notes = r.notes(p);
   DeviceProblem dp(p, in, rep->workspace_bytes, opt.seed);

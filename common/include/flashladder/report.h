@@ -49,6 +49,8 @@ struct RunReport {
   std::string input;            ///< input kind name
   unsigned long long seed = 0;
   DeviceInfo device;
+  std::string date;             ///< when it ran (UTC, ISO 8601)
+  std::string git_sha;          ///< the commit it was built from (configure time)
   size_t workspace_bytes = 0;   ///< rung scratch in HBM (e.g. S for rung 01)
   std::vector<std::string> notes;  ///< extra lines a rung adds
   CheckResult check;
