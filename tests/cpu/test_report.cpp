@@ -33,12 +33,16 @@ TEST_CASE("a run report has the fields the bench and notebooks read", "[cpu][rep
   r.check.mode = "full";
   r.workspace_bytes = 1 << 20;
   r.notes = {"S in HBM: 1.0 MiB"};
+  r.date = "2026-11-23T10:00:00Z";
+  r.git_sha = "abc123";
   const std::string text = format_report(r);
   REQUIRE(text.find("rung 01 naive") != std::string::npos);
   REQUIRE(text.find("PASS") != std::string::npos);
   REQUIRE(text.find("S in HBM") != std::string::npos);
+  REQUIRE(text.find("2026-11-23T10:00:00Z, commit abc123") != std::string::npos);
   const std::string js = to_json(r);
   for (const char* key : {"\"schema\":\"flashladder.run/1\"", "\"median_ms\":2", "\"tflops\"", "\"device\"",
-                          "\"problem\"", "\"check\""})
+                          "\"problem\"", "\"check\"", "\"date\":\"2026-11-23T10:00:00Z\"",
+                          "\"git_sha\":\"abc123\""})
     REQUIRE(js.find(key) != std::string::npos);
 }
