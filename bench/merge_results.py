@@ -86,7 +86,8 @@ def main(argv):
                 json.dump(j, f, indent=1)
     families = [m["family"] for m in metas]
     for i, (d, meta) in enumerate(zip(parts, metas)):
-        tag = meta["family"] if families.count(meta["family"]) == 1 else "part%d" % (i + 1)
+        # The part's families name its files ("prefill,ablation" -> "prefill+ablation").
+        tag = meta["family"].replace(",", "+") if families.count(meta["family"]) == 1 else "part%d" % (i + 1)
         for name in sorted(os.listdir(d)):
             if name in JOINED or name in ("meta.json", "report.md"):
                 continue

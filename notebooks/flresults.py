@@ -53,7 +53,8 @@ def families(d):
         return {"prefill", "decode"}
     out = set()
     for fam in [p.get("family", "all") for p in meta.get("parts", [])] or [meta.get("family", "all")]:
-        out |= {"prefill", "decode"} if fam in ("all", "", None) else {fam}
+        # run_all.sh writes its families as a list ("prefill,ablation"); "all" is every family.
+        out |= {"prefill", "decode"} if fam in ("all", "", None) else set(str(fam).split(","))
     return out
 
 
