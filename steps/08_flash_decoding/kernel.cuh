@@ -43,7 +43,7 @@
 ///    split heuristic's wave), and no __syncthreads() per chunk.
 ///  - The chunk itself is cheap: masks only where a row stops seeing keys,
 ///    O rescaled only when a row max grows, exp2, and a contiguous loader that
-///    is a pointer step (README: 998 -> 412 SASS instructions in the loop).
+///    is a pointer step (README: how to count the loop's SASS instructions).
 #pragma once
 
 #include <math.h>
