@@ -207,6 +207,17 @@ void print_list(const Registry& reg) {
   }
 }
 
+/// Fills @p dev with device 0; false (and says why: exit 77 = skipped) when there is none.
+bool device_or_skip(const std::string& prog, DeviceInfo* dev) {
+  try {
+    *dev = query_device();
+    return true;
+  } catch (const NoDevice& e) {
+    std::fprintf(stderr, "%s: %s; nothing to run (exit 77 = skipped)\n", prog.c_str(), e.what());
+    return false;
+  }
+}
+
 /// --list / --registry-json: prints the registry (no GPU needed) and returns kExitOk; -1 otherwise.
 int print_registry(const Options& opt, const Registry& reg) {
   if (opt.list) print_list(reg);
@@ -371,12 +382,7 @@ int run_main(int argc, char** argv, int rung_number) {
   }
   try {
     DeviceInfo dev;
-    try {
-      dev = query_device();
-    } catch (const NoDevice& e) {
-      std::fprintf(stderr, "%s: %s; nothing to run (exit 77 = skipped)\n", prog.c_str(), e.what());
-      return kExitNoDevice;
-    }
+    if (!device_or_skip(prog, &dev)) return kExitNoDevice;
     if (opt.device_info) {
       std::printf("%s\n", device_line(dev).c_str());
       return kExitOk;
@@ -499,12 +505,7 @@ int tour_main(int argc, char** argv) {
   const Registry& reg = registry();
   if (const int rc = print_registry(opt, reg); rc >= 0) return rc;
   DeviceInfo dev;
-  try {
-    dev = query_device();
-  } catch (const NoDevice& e) {
-    std::fprintf(stderr, "%s: %s; nothing to run (exit 77 = skipped)\n", prog.c_str(), e.what());
-    return kExitNoDevice;
-  }
+  if (!device_or_skip(prog, &dev)) return kExitNoDevice;
   std::printf("FlashLadder tour on %s (%s, %d SMs)\n", dev.name.c_str(), dev.arch().c_str(), dev.sm_count);
   std::printf("speedup = time of the rung's baseline / time of the rung, on the same input (--list: every baseline)\n\n");
   // Prefill: every main rung that is not a decode kernel, on the command line's problem.
