@@ -40,18 +40,72 @@ function(fl_cuda_options target)
 endfunction()
 option(FL_PTXAS_VERBOSE "Print ptxas resource usage for every kernel" OFF)
 
-# fl_add_rung(NUMBER <n> NAME <folder-name> SOURCES <files...>)
+# ---- Hopper (sm_90a) ----------------------------------------------------------------------
+# wgmma and setmaxnreg exist only in the architecture-specific target sm_90a. It is built
+# whenever CMAKE_CUDA_ARCHITECTURES names 90 in any form (90, 90-real, 90a, ...; "native" as
+# detected; "all"/"all-major"). nvcc 13.0's -arch=sm_90a shorthand also ran a plain sm_90 pass
+# that rejects them, so the targets get the explicit -gencode form and no other architecture.
+set(FL_HOPPER_GENCODE "-gencode=arch=compute_90a,code=sm_90a")
+set(FL_PTXAS_GUARD ${CMAKE_CURRENT_LIST_DIR}/ptxas_guard.sh)
+set(FL_HOPPER OFF)
+set(fl_archs ${CMAKE_CUDA_ARCHITECTURES})
+if(fl_archs STREQUAL "native" AND DEFINED CMAKE_CUDA_ARCHITECTURES_NATIVE)
+  set(fl_archs ${CMAKE_CUDA_ARCHITECTURES_NATIVE})
+endif()
+foreach(arch IN LISTS fl_archs)
+  if(arch MATCHES "^90" OR arch STREQUAL "all" OR arch STREQUAL "all-major")
+    set(FL_HOPPER ON)
+  endif()
+endforeach()
+if(FL_HOPPER AND CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.0)
+  message(WARNING "sm_90a needs nvcc 12.0 or newer (found ${CMAKE_CUDA_COMPILER_VERSION}): "
+                  "the Hopper rungs are built without their kernels")
+  set(FL_HOPPER OFF)
+endif()
+
+# fl_hopper_target(<target>)
+# Compiles the CUDA sources of <target> for sm_90a only when FL_HOPPER is ON, and defines
+# FL_HOPPER_SM90A=1 for them; otherwise the target keeps the build's architectures and gets
+# FL_HOPPER_SM90A=0, and its sources must leave their sm_90a kernels out (#if FL_HOPPER_SM90A)
+# and register a `supports` that refuses with fl::hopper_supports(d, FL_HOPPER_SM90A) (tma.h):
+# "needs an sm_90 GPU (built without sm_90a)". With FL_HOPPER, every CUDA compile of the target
+# runs through common/ptxas_guard.sh, which fails it when ptxas reports setmaxnreg ignored
+# (C7508: the kernel needs __launch_bounds__(threads, 1)) or wgmma serialized (C7510, C7511,
+# C7515). ptxas prints those as "info", so -Werror cannot catch them; the guard reads its output
+# (tests/cpu/test_hopper_sass.cpp proves a bad probe fails and the good one passes).
+function(fl_hopper_target target)
+  if(NOT FL_HOPPER)
+    target_compile_definitions(${target} PRIVATE FL_HOPPER_SM90A=0)
+    return()
+  endif()
+  find_program(FL_SH sh REQUIRED)
+  set(launcher ${FL_SH} ${FL_PTXAS_GUARD})
+  get_target_property(previous ${target} CUDA_COMPILER_LAUNCHER)  # e.g. ccache: runs inside
+  if(previous)
+    list(APPEND launcher ${previous})
+  endif()
+  set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES OFF
+                        CUDA_COMPILER_LAUNCHER "${launcher}")
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FL_HOPPER_GENCODE}>)
+  target_compile_definitions(${target} PRIVATE FL_HOPPER_SM90A=1)
+endfunction()
+
+# fl_add_rung(NUMBER <n> NAME <folder-name> SOURCES <files...> [HOPPER])
 # Registers a rung: its sources become the library fl_rung_<NN>, its main.cu
 # becomes the executable bin/<NN_name> (created in fl_finish_rungs, once every
 # rung is known, because a rung's report compares with the previous rung).
 # The rung's sources must define  void fl::register_rung_<NN>(fl::Registry&).
+# HOPPER: a Hopper-only rung (09, 10, 13), its library built by fl_hopper_target.
 function(fl_add_rung)
-  cmake_parse_arguments(ARG "" "NUMBER;NAME" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "HOPPER" "NUMBER;NAME" "SOURCES" ${ARGN})
   set(lib fl_rung_${ARG_NUMBER})
   add_library(${lib} STATIC ${ARG_SOURCES})
   target_link_libraries(${lib} PUBLIC fl_cuda)
   target_include_directories(${lib} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
   fl_cuda_options(${lib})
+  if(ARG_HOPPER)
+    fl_hopper_target(${lib})
+  endif()
   set_property(GLOBAL APPEND PROPERTY FL_RUNG_NUMBERS ${ARG_NUMBER})
   set_property(GLOBAL APPEND PROPERTY FL_RUNG_NAMES ${ARG_NAME})
   set_property(GLOBAL APPEND PROPERTY FL_RUNG_MAINS ${CMAKE_CURRENT_SOURCE_DIR}/main.cu)

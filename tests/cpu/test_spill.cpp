@@ -1,82 +1,20 @@
 /// @file tests/cpu/test_spill.cpp
 /// @brief Rung 07's claim, re-checked from the compiled code on every build (no GPU needed):
 /// the untiled kernel spills at head_dim 128, the main entry's DV-tiled kernel does not.
-///
-/// `cuobjdump -res-usage <libfl_rung_07.a>` prints, per cubin and kernel,
-///   arch = sm_90
-///    Function _ZN2fl9dv_tiling12dv_tiled_fwdINS0_8DvTraitsI6__halfLi128ELi128ELi64ELi64EEEEEv...:
-///     REG:255 STACK:440 SHARED:33792 LOCAL:0 ...
-/// STACK is the per-thread stack frame (where ptxas puts spilled registers), LOCAL
-/// is local memory the source itself asked for; both must be 0 for "no spill".
-#include <cctype>
-#include <cstdio>
-#include <cstdlib>
+/// The resource usage comes from `cuobjdump -res-usage` (tests/cuobjdump.h).
 #include <map>
-#include <sstream>
 #include <string>
-#include <vector>
 
 #include "07_dv_tiling/variants.h"
 #include "catch_compat.h"
+#include "cuobjdump.h"
 #include "run_command.h"
 
 namespace {
 
-/// Resource usage of one kernel in one cubin.
-struct KernelUsage {
-  int reg = -1, stack = -1, local = -1;
-};
-
-/// cuobjdump to use: $FL_CUOBJDUMP, then the build's CUDA toolkit, then PATH.
-std::string find_cuobjdump() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("FL_CUOBJDUMP")) candidates.push_back(env);
-#ifdef FL_CUOBJDUMP
-  candidates.push_back(FL_CUOBJDUMP);
-#endif
-  candidates.push_back("cuobjdump");
-  for (const std::string& c : candidates) {
-    std::string version;
-    if (fl_test::run_command("\"" + c + "\" --version", &version) == 0) return c;
-  }
-  return "";
-}
-
-/// Parses `cuobjdump -res-usage` output: mangled kernel name -> usage, sm_90 cubins only.
-std::map<std::string, KernelUsage> parse_res_usage(const std::string& text,
-                                                   const std::string& arch) {
-  std::map<std::string, KernelUsage> kernels;
-  std::istringstream in(text);
-  std::string line, current_arch, current_fn;
-  auto field = [](const std::string& l, const std::string& key) {
-    const size_t pos = l.find(" " + key + ":");
-    return pos == std::string::npos ? -1 : std::atoi(l.c_str() + pos + key.size() + 2);
-  };
-  while (std::getline(in, line)) {
-    const size_t a = line.find("arch = ");
-    if (a != std::string::npos) {
-      current_arch = line.substr(a + 7);
-      while (!current_arch.empty() && std::isspace(static_cast<unsigned char>(current_arch.back())))
-        current_arch.pop_back();
-      continue;
-    }
-    const size_t f = line.find("Function ");
-    if (f != std::string::npos) {
-      current_fn = line.substr(f + 9);
-      if (!current_fn.empty() && current_fn.back() == ':') current_fn.pop_back();
-      continue;
-    }
-    if (!current_fn.empty() && line.find("REG:") != std::string::npos) {
-      if (current_arch == arch) {
-        const std::string padded = " " + line;
-        kernels[current_fn] = {field(padded, "REG"), field(padded, "STACK"),
-                               field(padded, "LOCAL")};
-      }
-      current_fn.clear();
-    }
-  }
-  return kernels;
-}
+using fl_test::find_cuobjdump;
+using fl_test::KernelUsage;
+using fl_test::parse_res_usage;
 
 /// The mangled template arguments of DvTraits<T, HEAD_DIM, DV_TILE, BLOCK_M, BLOCK_N>,
 /// e.g. "8DvTraitsI6__halfLi128ELi32ELi64ELi64EE" (Itanium ABI: "Li<n>E" is int n).
