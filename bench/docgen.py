@@ -536,16 +536,15 @@ def gen_sweep07(ctx, d="128", variants="", gpu=None):
 
 
 def earlier_fastest(ctx, res, label, want):
-    """(label, record) of the fastest main rung numbered below @p label measured at @p want."""
-    num = report.number_of(label)
-    best = None
-    for l, e in ctx.info.items():
-        if e["variant"] or e["number"] >= num:
-            continue
-        r = res.find(rung=l, **want)
-        if r and (best is None or r["ms"] < best[1]["ms"]):
-            best = (l, r)
-    return best
+    """(label, record) of the fastest main rung numbered below @p label measured at @p want: the
+    report's rule (report.Grid.resolve), on the records of that one shape."""
+    recs = [r for r in res.records if all(r.get(k) == v for k, v in want.items())]
+    if not recs:
+        return None
+    g = report.Grid(recs, ctx.registry)
+    x = report.x_of(recs[0])
+    best = g.resolve(label, {"kind": "fastest_earlier"}, x)
+    return (best, next(r for r in recs if r["rung"] == best)) if best else None
 
 
 @generator("decode-table")

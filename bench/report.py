@@ -622,7 +622,9 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
         decode_sk = max(r["seqlen_k"] for r in decode)
     g_pre = Grid([r for r in prefill if r["causal"] == 0 and r["seqlen_q"] == seqlen] or prefill, registry)
     g_dec = Grid([r for r in decode if r["seqlen_k"] == decode_sk] or decode, registry) if decode else None
-    decode_rungs = {l for l, bs in (registry or {}).items() if any(b["kind"] == "fastest_earlier" for b in bs)}
+    # A decode rung is one the sweep measured on decode shapes only (it refuses prefill shapes).
+    decode_rungs = {r["rung"] for r in records if r["family"] == "decode"} - {
+        r["rung"] for r in records if r["family"] == "prefill"}
     labels = rung_order(
         {r["rung"] for r in records if r["rung"] in ("torch_flash", "torch_cudnn") or is_main(r["rung"])}
     )
