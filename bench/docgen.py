@@ -40,7 +40,7 @@ sys.path.insert(0, HERE)
 import report  # noqa: E402  bench/report.py: one parser and one set of table helpers
 
 # The results folder the course quotes (bench/results/<PRIMARY>/): the GPU with the full sweep.
-PRIMARY = "nvidia-h200"
+PRIMARY = "nvidia-h100-80gb-hbm3"
 
 MARK_RE = re.compile(r"^<!-- gen:(?P<name>[a-z0-9-]+)(?P<args>(?: [a-z_]+=[^ ]+)*) -->$")
 END_FMT = "<!-- /gen:%s -->"
@@ -679,25 +679,102 @@ def gen_ceilings(ctx, gpu=None):
         "\n\nOn %s; %s." % (dev["name"], link(res, "ceilings.json"))
 
 
+# What each Nsight Compute metric the READMEs quote measures (the table's first column).
+NCU_METRICS = {
+    "gpu__time_duration.sum": "kernel time",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM throughput, % of peak",
+    "dram__bytes_read.sum": "bytes read from DRAM",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput, % of peak",
+    "sm__inst_executed.sum": "warp instructions executed",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue slots used, % of active cycles",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active, % of active cycles",
+    "sm__inst_executed_pipe_tensor_op_hmma.sum": "tensor (HMMA) instructions",
+    "smsp__inst_executed_op_ldsm.sum": "`ldmatrix` instructions",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "shared-store bank conflicts",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared-load bank conflicts",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "shared-load wavefronts",
+    "launch__registers_per_thread": "registers per thread",
+    "launch__occupancy_limit_registers": "blocks per SM allowed by registers",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy, % of max warps",
+    "sm__cycles_elapsed.avg.per_second": "SM clock",
+}
+
+
+def ncu_value(text, unit):
+    """One cell of an ncu CSV export ("2,420,864" with unit "ns") as the docs print it: times in
+    µs or ms, bytes in MiB/GiB, rates in GHz, percentages with %, counts with their separators."""
+    try:
+        v = float(text.replace(",", ""))
+    except ValueError:
+        return text or "—"
+    if unit == "ns":
+        return "%.1f µs" % (v / 1e3) if v < 1e6 else "%.3f ms" % (v / 1e6)
+    if unit == "usecond":
+        return "%.1f µs" % v if v < 1e3 else "%.3f ms" % (v / 1e3)
+    if unit == "msecond":
+        return "%.3f ms" % v
+    if unit == "byte":
+        return binary_bytes(v)
+    if unit in ("Kbyte", "Mbyte", "Gbyte"):
+        return binary_bytes(v * {"K": 1e3, "M": 1e6, "G": 1e9}[unit[0]])
+    if unit == "hz":
+        return "%.2f GHz" % (v / 1e9)
+    if unit == "%":
+        return "%.1f %%" % v
+    return text  # counts (inst, register/thread, block, none): as ncu printed them
+
+
+def ncu_kernel(name):
+    """ "void f<__half, T<1, 2>>(AttnParams, SplitArgs)" -> "f<__half, T<1, 2>>"."""
+    name = re.sub(r"^void ", "", name.strip())
+    depth = 0
+    for i, ch in enumerate(name):  # cut the parameter list: the first "(" outside the template
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            return name[:i]
+    return name
+
+
 @generator("ncu")
 def gen_ncu(ctx, target, metrics, gpu=None):
-    """Selected metrics of one Nsight Compute export (ncu_<target>.csv from bench/ncu_summary.sh)."""
+    """Selected metrics of one Nsight Compute export (ncu_<target>.csv from bench/ncu_summary.sh:
+    `ncu --csv --page raw`: a header row, a units row, then one row per profiled kernel), one row
+    per metric and one column per kernel."""
     res = ctx.results(gpu)
     name = "ncu_%s.csv" % target
     if not res.has(name):
         raise Missing(name, "bench/run_all.sh --ncu")
     import csv
 
-    with open(res.path(name), encoding="utf-8") as f:
+    with open(res.path(name), encoding="utf-8", newline="") as f:
         rows_in = list(csv.reader(f))
-    head_in, units, data = rows_in[0], rows_in[1], rows_in[2:]
+    if len(rows_in) < 3 or "Kernel Name" not in rows_in[0]:
+        raise ValueError("%s: expected a header row with \"Kernel Name\", a units row and one row per "
+                         "kernel (ncu --csv --page raw)" % res.rel(name))
+    head_in, units, data = rows_in[0], rows_in[1], [r for r in rows_in[2:] if len(r) == len(rows_in[0])]
+    kcol = head_in.index("Kernel Name")
     want = metrics.split(",")
-    cols = [head_in.index(m) for m in want if m in head_in]
-    kcol = head_in.index("Kernel Name") if "Kernel Name" in head_in else None
-    rows = [[(r[kcol][:40] if kcol is not None else "")] + [r[i] + (" " + units[i] if units[i] else "")
-                                                              for i in cols] for r in data]
-    return report.markdown_table(["kernel"] + [head_in[i] for i in cols], rows) + \
-        "\n\n`bench/ncu_summary.sh` (target %s); %s." % (target, link(res, name))
+    absent = [m for m in want if m not in head_in]
+    rows = []
+    for m in want:
+        if m in absent:
+            continue
+        i = head_in.index(m)
+        label = NCU_METRICS.get(m)
+        rows.append(["%s (`%s`)" % (label, m) if label else "`%s`" % m] + [ncu_value(r[i], units[i]) for r in data])
+    if not rows:
+        raise ValueError("%s has none of the metrics %s" % (res.rel(name), metrics))
+    head = ["metric"] + ["`%s`" % ncu_kernel(r[kcol]) for r in data]
+    dev = ""
+    if "device__attribute_display_name" in head_in:
+        dev = " on %s" % data[0][head_in.index("device__attribute_display_name")]
+    out = report.markdown_table(head, rows, ["---"] + ["--:"] * len(data))
+    out += "\n\nNsight Compute, one launch per kernel at ncu's default (base) clocks%s (`bench/ncu_summary.sh`, " \
+           "target %s); %s." % (dev, target, link(res, name))
+    if absent:
+        out += " Not in this export (dropped by ncu on that GPU): %s." % ", ".join("`%s`" % m for m in absent)
+    return out
 
 
 @generator("expect")

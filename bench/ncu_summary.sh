@@ -5,7 +5,7 @@
 #
 # For each target below, one launch of the rung's kernels is profiled with a fixed metric list
 # (`ncu --metrics ... --csv --page raw`, default clock control: base clocks) and written to
-# OUT_DIR/ncu_<target>.csv, one row per profiled kernel. Metrics this ncu does not know on this GPU
+# OUT_DIR/ncu_<target>.csv: a header row, a units row, then one row per profiled kernel. Metrics this ncu does not know on this GPU
 # are dropped (listed in the log) rather than failing the run.
 #
 #   rung05_d128  05_tensor_cores, prefill B=4 N=4096 H=16 d=128 fp16: tensor pipe, shared-memory
@@ -65,7 +65,8 @@ profile() {  # profile NAME KERNEL_REGEX COUNT EXE ARGS...
   # The CSV rows are the quoted lines of ncu's log; the rest is ncu's progress text.
   grep '^"' "$log" >"$OUT/ncu_$name.csv"
   rm -f "$log"
-  echo "ncu_summary.sh: [$name] $(($(wc -l <"$OUT/ncu_$name.csv") - 1)) kernel row(s) -> ncu_$name.csv"
+  # Lines: a header, a units row, then one row per kernel.
+  echo "ncu_summary.sh: [$name] $(($(wc -l <"$OUT/ncu_$name.csv") - 2)) kernel row(s) -> ncu_$name.csv"
 }
 
 prefill=(--batch 4 --seqlen 4096 --heads 16 --dim 128 --iters 1 --warmup 0 --check none --no-compare)

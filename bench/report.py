@@ -297,7 +297,7 @@ def fmt_ratio(v):
         return "%.0f×" % v
     if v >= 10:
         return "%.1f×" % v
-    return ("%.2f×" % v) if v >= 0.1 else ("%.2g×" % v)  # 2 significant digits
+    return ("%.2f×" % v) if v >= 0.1 else ("%#.2g×" % v)  # 2 significant digits, trailing zeros kept
 
 
 def is_main(label):

@@ -75,7 +75,8 @@ class DocgenTest(unittest.TestCase):
             self.assertEqual(rc, 0, out)
 
     def test_missing_data_is_said_not_invented(self):
-        doc = "<!-- gen:ablation rung=4 gpu=nvidia-h100-80gb-hbm3 -->\n<!-- /gen:ablation -->\n"
+        # The H200 run predates the ablation family: its folder has no ablation records.
+        doc = "<!-- gen:ablation rung=4 gpu=nvidia-h200 -->\n<!-- /gen:ablation -->\n"
         with ScratchDoc(doc) as path:
             rc, out = docgen("--write", path)
             self.assertEqual(rc, 0, out)
@@ -84,6 +85,27 @@ class DocgenTest(unittest.TestCase):
         self.assertIn("Not in a committed run yet", written)
         self.assertIn("bench/run_all.sh --family ablation", written)
         self.assertIsNone(re.search(r"\d+\.\d+", written), written)
+
+    def test_ncu_export_is_read_as_ncu_writes_it(self):
+        # ncu --csv --page raw: a header row, a units row, one row per kernel, "1,234" numbers.
+        folder = os.path.join(ROOT, "bench", "results", "nvidia-h100-80gb-hbm3")
+        if not os.path.exists(os.path.join(folder, "ncu_rung08_128k.csv")):
+            self.skipTest("no committed ncu_rung08_128k.csv")
+        doc = ("<!-- gen:ncu gpu=nvidia-h100-80gb-hbm3 target=rung08_128k "
+               "metrics=gpu__time_duration.sum,dram__bytes_read.sum,sm__inst_executed.sum -->\n<!-- /gen:ncu -->\n")
+        with ScratchDoc(doc) as path:
+            rc, out = docgen("--write", path)
+            self.assertEqual(rc, 0, out)
+            with open(path, encoding="utf-8") as f:
+                written = f.read()
+        rows = [l for l in written.splitlines() if l.startswith("| ")]
+        self.assertEqual(len(rows), 4, written)  # the header and one row per metric
+        self.assertIn("`split_kv_attention<", rows[0])  # one column per kernel, without "void" and arguments
+        self.assertIn("`combine_splits<", rows[0])
+        self.assertNotIn("(AttnParams", rows[0])
+        self.assertRegex(rows[1], r"\d µs|\d ms")  # ns converted, no "179,648 ns"
+        self.assertNotIn(" ns", rows[1])
+        self.assertRegex(rows[2], r"MiB|GiB|KiB")  # bytes in binary units
 
     def test_marker_errors(self):
         with ScratchDoc("<!-- gen:no-such-table -->\n<!-- /gen:no-such-table -->\n") as path:
