@@ -1,0 +1,144 @@
+/// @file steps/09_wgmma_tma/launch.cu
+/// @brief Rung 09's launcher: runtime (dtype, head_dim) to one compile-time instantiation,
+/// `supports`, and the registration of the rung and of the variants its tiles were timed
+/// against. Built for sm_90a only (fl_add_rung ... HOPPER); a build without sm_90 registers the
+/// rung with the reason it cannot run.
+#include <string>
+#include <vector>
+
+#include "flashladder/registry.h"
+#include "flashladder/static_switch.h"
+#include "flashladder/tma.h"
+#include "traits.h"
+#if FL_HOPPER_SM90A
+#include "kernel.cuh"
+#endif
+
+namespace fl {
+namespace {
+
+/// The checks shared by the rung and its variants; @p smem is what the tiles need.
+std::string check_limits(const Problem& p, const DeviceInfo& d, int smem) {
+  const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+  if (!hopper.empty()) return hopper;
+  if (!head_dim_built(p.head_dim))
+    return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
+  if (!dtype_built(p.dtype)) return "dtype not built (configured with FL_DTYPE)";
+  if (p.heads_q > 65535 || p.batch > 65535)
+    return "heads_q and batch must be <= 65535 (grid y and z)";
+  if (p.page_size > 0) return "paged KV is rung 08's";
+  if (d.smem_per_block_optin > 0 && smem > d.smem_per_block_optin)
+    return "needs " + std::to_string(smem) + " bytes of shared memory per block, the GPU allows " +
+           std::to_string(d.smem_per_block_optin);
+  return "";
+}
+
+/// The tiles' shared memory for head_dim @p d (0 if not a rung 09 head_dim).
+int rung_smem(int d) {
+  switch (d) {
+    case 64: return hopper09::HopperTiles<64>::kSmemBytes;
+    case 128: return hopper09::HopperTiles<128>::kSmemBytes;
+    case 256: return hopper09::HopperTiles<256>::kSmemBytes;
+    default: return 0;
+  }
+}
+
+template <class Cfg>
+std::vector<KernelInfo> kernel_info(DType t) {
+#if FL_HOPPER_SM90A
+  return FL_DTYPE_SWITCH(t, T, [&] {
+    return std::vector<KernelInfo>{{hopper09::tile_label<Cfg>(),
+                                    hopper09::prepared_kernel<T, Cfg>(), Cfg::kThreads,
+                                    static_cast<size_t>(Cfg::kSmemBytes)}};
+  });
+#else
+  (void)t;
+  return {};
+#endif
+}
+
+template <class Cfg>
+void launch_cfg(const AttnParams& p, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+  FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T,
+                  [&] { hopper09::launch_wgmma_tma<T, Cfg>(p, s); });
+#else
+  (void)p;
+  (void)s;
+  throw std::runtime_error("rung 09 was built without sm_90a");
+#endif
+}
+
+Rung base_rung() {
+  Rung r;
+  r.number = 9;
+  r.name = "wgmma_tma";
+  r.peak = Peak::tensor_16bit;
+  r.min_cc = 90;
+  return r;
+}
+
+Rung make_rung() {
+  Rung r = base_rung();
+  r.summary = "rung 06 on Hopper's engines: TMA into an mbarrier ring, wgmma (SS for QK^T, RS for PV)";
+  r.head_dims = {64, 128, 256};
+  r.baselines = {Baseline::on(6, "the rung it improves on: the same algorithm on mma.sync and cp.async")};
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+      return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
+    return check_limits(p, d, rung_smem(p.head_dim));
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) {
+    switch (p.head_dim) {
+      case 64: return launch_cfg<hopper09::HopperTiles<64>>(p, s);
+      case 128: return launch_cfg<hopper09::HopperTiles<128>>(p, s);
+      default: return launch_cfg<hopper09::HopperTiles<256>>(p, s);
+    }
+  };
+  r.kernels = [](const Problem& p) {
+    switch (p.head_dim) {
+      case 64: return kernel_info<hopper09::HopperTiles<64>>(p.dtype);
+      case 128: return kernel_info<hopper09::HopperTiles<128>>(p.dtype);
+      default: return kernel_info<hopper09::HopperTiles<256>>(p.dtype);
+    }
+  };
+  r.notes = [](const Problem& p) {
+    return std::vector<std::string>{"tiles for head_dim " + std::to_string(p.head_dim) +
+                                    " from steps/09_wgmma_tma/traits.h; K/V through TMA, "
+                                    "both GEMMs on wgmma"};
+  };
+  return r;
+}
+
+/// An ablation point: fixed tiles Cfg, for head_dim Cfg::kHeadDim only.
+template <class Cfg>
+Rung make_variant(const char* name, const char* what) {
+  Rung r = base_rung();
+  r.variant = name;
+  r.summary = std::string("ablation: ") + what;
+  r.head_dims = {Cfg::kHeadDim};
+  r.in_tour = false;
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    if (p.head_dim != Cfg::kHeadDim)
+      return "this variant is built for head_dim " + std::to_string(Cfg::kHeadDim) + " only";
+    return check_limits(p, d, Cfg::kSmemBytes);
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) { launch_cfg<Cfg>(p, s); };
+  r.kernels = [](const Problem& p) { return kernel_info<Cfg>(p.dtype); };
+  return r;
+}
+
+}  // namespace
+
+void register_rung_09(Registry& reg) {
+  reg.add(make_rung());
+  // The alternatives behind the d = 128 choice in traits.h (README.md: measured table).
+  reg.add(make_variant<hopper09::Variant_d128_128x64>("d128-128x64",
+                                                      "d=128, BLOCK_N 64 (S in 32 registers)"));
+  reg.add(make_variant<hopper09::Variant_d128_64x128>("d128-64x128",
+                                                      "d=128, one warpgroup per block (BLOCK_M 64)"));
+  reg.add(make_variant<hopper09::Variant_d128_128x128_s1>(
+      "d128-1stage", "d=128, one K/V stage: each block's load waits for the previous block"));
+}
+
+}  // namespace fl

@@ -1,0 +1,85 @@
+/// @file steps/09_wgmma_tma/traits.h
+/// @brief Rung 09: the tiles of the wgmma + TMA kernel per head_dim, with the shared-memory and
+/// register budgets checked at compile time. Plain C++ (no CUDA), so a CPU test can check it.
+///
+/// What fixes the shape on Hopper:
+/// @code
+///   // clang-format off
+///   BLOCK_M  = 64 x warpgroups    wgmma's M is 64 per warpgroup; 2 warpgroups = 128 query rows
+///   BLOCK_N  multiple of 16       S = Q K^T is one m64nBLOCK_Nk16 wgmma per 16 columns of d
+///   d        multiple of 64       a TMA box under the 128-byte swizzle is 64 16-bit columns
+///   registers / thread  ~  BLOCK_N/2 (S, fp32) + BLOCK_N/4 (P, 16-bit pairs) + d/2 (O, fp32)
+///   shared memory       =  BLOCK_M*d*2 (Q)  +  2 * STAGES * BLOCK_N*d*2 (K and V rings)
+///   // clang-format on
+/// @endcode
+/// Each choice below says why; the alternatives are registered variants of the rung
+/// (launch.cu), timed beside it by `ladder_bench --fl_family=ablation` (README.md's table).
+#pragma once
+
+namespace fl::hopper09 {
+
+/// Shared memory one block may opt into on an H100 / H200 (sm_90).
+constexpr int kSmemOptinSm90 = 227 * 1024;
+
+/// The tiles of one instantiation. WARPGROUPS consumer warpgroups of 128 threads each own 64
+/// query rows; K/V come through a STAGES-deep TMA ring of BLOCK_N-key tiles.
+template <int HEAD_DIM, int WARPGROUPS, int BLOCK_N, int STAGES>
+struct WgmmaTiles {
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr int kWarpgroups = WARPGROUPS;
+  static constexpr int kBlockM = 64 * WARPGROUPS;
+  static constexpr int kBlockN = BLOCK_N;
+  static constexpr int kStages = STAGES;
+  static constexpr int kThreads = 128 * WARPGROUPS;
+  /// 64-column blocks of head_dim: one TMA box (128 B wide rows) each.
+  static constexpr int kColBlocks = HEAD_DIM / 64;
+  static constexpr int kQBytes = kBlockM * HEAD_DIM * 2;
+  static constexpr int kKVBytes = BLOCK_N * HEAD_DIM * 2;  ///< one K (or V) tile of the ring
+  /// mbarriers: Q, then a "K landed" and a "V landed" barrier per stage.
+  static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES);
+  /// The tiles, the barriers, and 1024 bytes of slack to align the base to the swizzle atom.
+  static constexpr int kSmemBytes = kQBytes + 2 * STAGES * kKVBytes + kBarrierBytes + 1024;
+  /// Accumulator registers per thread: S (fp32), P (16-bit pairs), O (fp32).
+  static constexpr int kAccRegs = BLOCK_N / 2 + BLOCK_N / 4 + HEAD_DIM / 2;
+
+  static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM <= 256, "head_dim: 64, 128, 192 or 256");
+  static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "wgmma N: 16..256, by 16");
+  static_assert(WARPGROUPS >= 1 && WARPGROUPS <= 3, "1 to 3 warpgroups (BLOCK_M 64..192)");
+  static_assert(STAGES >= 1, "at least one K/V stage");
+  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0,
+                "every tile starts on a 1024-byte swizzle atom");
+  static_assert(kSmemBytes <= kSmemOptinSm90, "must fit the 227 KB an sm_90 block may use");
+  static_assert(kAccRegs <= 200, "the accumulators leave room for addresses and softmax state");
+};
+
+/// The rung's tiles for head_dim HEAD_DIM (every choice: 2 warpgroups, 256 threads).
+template <int HEAD_DIM>
+struct HopperTiles;
+
+// d = 64: 128 x 128, 3 stages. The accumulators are small (S 64 + P 32 + O 32 registers), so
+// the S block can be as wide as at d = 128. The kernel still takes ~150 registers x 256 threads,
+// so one block runs per SM, like every tile here; shared memory (16 + 3 x 2 x 16 = 112 KB) then
+// has room for a third stage, which hides the load of a tile whose GEMMs are short (half the
+// MMA work per byte loaded of d = 128).
+template <>
+struct HopperTiles<64> : WgmmaTiles<64, 2, 128, 3> {};
+
+// d = 128: 128 x 128, 2 stages (FA3's 128 x 128 for causal d = 128). 64 + 32 + 64 accumulator
+// registers; 32 + 2 x 2 x 32 = 160 KB of shared memory: one block per SM, in which one
+// warpgroup's softmax runs while the other's wgmmas occupy the tensor cores. Variants: BLOCK_N
+// = 64 (half the registers for S, twice the barriers per key) and one warpgroup per block
+// (BLOCK_M = 64: K/V tiles reused by 64 rows instead of 128).
+template <>
+struct HopperTiles<128> : WgmmaTiles<128, 2, 128, 2> {};
+
+// d = 256: 128 x 64, 2 stages. O alone is 128 registers per thread, so S must narrow to 64
+// columns (32 registers); 64 + 2 x 2 x 32 = 192 KB of shared memory (FA3 uses 128 x 80 here).
+template <>
+struct HopperTiles<256> : WgmmaTiles<256, 2, 64, 2> {};
+
+// ---- ablation variants (registered as rung 09 variants, one head_dim each) --------------------
+using Variant_d128_128x64 = WgmmaTiles<128, 2, 64, 2>;   ///< narrower S block
+using Variant_d128_64x128 = WgmmaTiles<128, 1, 128, 2>;  ///< one warpgroup per block
+using Variant_d128_128x128_s1 = WgmmaTiles<128, 2, 128, 1>;  ///< no prefetch: the ring's worth
+
+}  // namespace fl::hopper09
