@@ -253,10 +253,13 @@ def gen_baselines(ctx):
 
 
 @generator("prefill-table")
-def gen_prefill_table(ctx, rungs, d="64,128", n="4096", causal="0", gpu=None, baseline=None):
+def gen_prefill_table(ctx, rungs, d="64,128", n="4096", causal="0", gpu=None, baseline=None,
+                      family="prefill"):
     """Rows (rung, head_dim, seqlen, causal) of the prefill sweep: heads, time, TFLOP/s, % of the
     datasheet peak the rung is measured against, and the speedup over its declared baseline (the
-    first one measured on that shape; baseline=LABEL picks one of the declared baselines)."""
+    first one measured on that shape; baseline=LABEL picks one of the declared baselines).
+    family=ablation reads the ablation family's shapes instead (the same prefill problems at
+    seqlen 4096, with head_dim 256 too)."""
     res = ctx.results(gpu)
     cj = res.ctx
     rows = []
@@ -269,10 +272,10 @@ def gen_prefill_table(ctx, rungs, d="64,128", n="4096", causal="0", gpu=None, ba
         for dd in ints(d):
             for nn in ints(n):
                 for c in ints(causal):
-                    r = res.need("prefill", rung=label, **prefill_want(dd, nn, c))
+                    r = res.need(family, rung=label, **prefill_want(dd, nn, c))
                     base = "—" if declared else ""
                     for b in ([baseline] if baseline else declared):
-                        br = res.find(family="prefill", rung=b, **prefill_want(dd, nn, c))
+                        br = res.find(family=family, rung=b, **prefill_want(dd, nn, c))
                         if br:
                             base = "%s vs `%s`" % (ratio_text(br, r), b)
                             break
@@ -880,7 +883,10 @@ def doc_files():
 def report_files(ctx):
     """{path of a committed report.md: its regenerated text} for every results folder with a ladder run."""
     out = {}
-    for d in sorted(glob.glob(os.path.join(ROOT, "bench", "results", "*", "ladder_bench.json"))):
+    # A GPU's folder, and the folders of runs made for one rung inside it (e.g. <gpu>/rung09/).
+    found = glob.glob(os.path.join(ROOT, "bench", "results", "*", "ladder_bench.json"))
+    found += glob.glob(os.path.join(ROOT, "bench", "results", "*", "*", "ladder_bench.json"))
+    for d in sorted(found):
         folder = os.path.dirname(d)
         torch = os.path.join(folder, "torch_sdpa.json")
         ceil = os.path.join(folder, "ceilings.json")

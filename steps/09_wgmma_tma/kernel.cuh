@@ -162,8 +162,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint32_t K_j = K_s + s * Cfg::kKVBytes;
     const uint32_t V_j = V_s + s * Cfg::kKVBytes;
 
-    // LAB-BEGIN(09-wgmma-qk): S = Q_wg K_j^T, both operands from shared memory (SS)
     float S_acc[S_REGS];
+    // LAB-BEGIN(09-wgmma-qk): S = Q_wg K_j^T, both operands from shared memory (SS)
     mbarrier_wait_parity(k_full(s), parity);
     wgmma_fence_operand(S_acc);
     wgmma_fence();
@@ -199,6 +199,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // form a quad), then P packed to 16 bits: columns 16kk .. 16kk+15 of S are the A fragment
     // of k-step kk of O += P V, register for register.
     uint32_t P_frag[PV_STEPS][4];
+    // LAB-BEGIN(09-online-softmax): rung 05's online softmax on the wgmma accumulators
+    // [copy-of: 05-online-softmax]
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float m_blk = -INFINITY;
@@ -230,6 +232,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         P_frag[kk][i] = pack2<T>(S_acc[8 * kk + 2 * i], S_acc[8 * kk + 2 * i + 1]);
+    // LAB-END(09-online-softmax)
 
     // LAB-BEGIN(09-wgmma-pv): O += P V_j, P from registers (RS), V MN-major in shared memory
     mbarrier_wait_parity(v_full(s), parity);
