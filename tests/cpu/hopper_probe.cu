@@ -1,11 +1,13 @@
 /// @file tests/cpu/hopper_probe.cu
-/// @brief Two kernels that use every Hopper wrapper of common/include/flashladder/hopper.cuh the
-/// way rungs 09 and 10 will, compiled for sm_90a in the test build and never launched: the CPU
-/// test tests/cpu/test_hopper_sass.cpp reads their SASS with cuobjdump and checks that each
-/// wrapper became the Hopper instruction it stands for (HGMMA, UTMALDG, SYNCS, USETMAXREG), that
+/// @brief Two kernels that use the Hopper wrappers of common/include/flashladder/hopper.cuh the way
+/// rung 10 will, compiled for sm_90a in the test build and never launched: the CPU test
+/// tests/cpu/test_hopper_sass.cpp reads their SASS with cuobjdump and checks that each wrapper
+/// became the Hopper instruction it stands for (HGMMA, UTMALDG, SYNCS, USETMAXREG, BAR.ARV), that
 /// nothing spills, and (by building at all) that ptxas did not serialize the wgmmas or ignore
 /// setmaxnreg (fl_hopper_target turns those reports into build errors). They probe instruction
-/// selection; they are not attention kernels, and nothing checks their numbers.
+/// selection; they are not attention kernels, and nothing checks their numbers. The register-A
+/// (RS) wgmma of O += P V is not probed here: rung 09 uses it, and the same test checks it in
+/// rung 09's own compiled kernels (steps/09_wgmma_tma).
 ///
 /// probe_ring_kernel: one CTA = 3 warpgroups in FA3's roles (Shah et al., 2024, section 3.1),
 /// K/V through a 2-stage mbarrier ring:
@@ -15,9 +17,8 @@
 ///                             wait empty[j%2] (parity ((j/2)&1)^1), expect_tx, TMA K_j, V_j
 ///   warpgroups 1-2 consumers  setmaxnreg.inc 240; per block j: wait full[j%2] (parity (j/2)&1),
 ///                             S = Q_w K_j^T  (SS wgmma m64n64k16 x 4 k-steps, head_dim 64)
-///                             P = S in 16 bit, in registers (the softmax is left out)
-///                             O += P V_j     (RS wgmma m64n64k16 x 4 k-steps, V MN-major)
-///                             arrive on empty[j%2]; after the loop, named barriers, store O
+///                             arrive on empty[j%2]; after the loop, named barriers, store the
+///                             last S (the softmax and O += P V are left out)
 ///   // clang-format on
 /// @endcode
 /// probe_p_smem_kernel: one warpgroup; P written to shared memory by the threads (FA3's path when
@@ -48,10 +49,10 @@ constexpr uint32_t kTileBytes = kBlockN * kHeadDim * 2;
 struct alignas(1024) RingSmem {
   __half Q[kBlockM * kHeadDim];           // 128 rows x 128 B: consumer c reads rows 64c..64c+63
   __half K[kStages][kBlockN * kHeadDim];  // 64 keys x 128 B, K-major for S = Q K^T
-  __half V[kStages][kBlockN * kHeadDim];  // 64 keys x 128 B, MN-major for O = P V (dim contiguous)
+  __half V[kStages][kBlockN * kHeadDim];  // 64 keys x 128 B: loaded with K, not read (no P V)
   uint64_t q_full;                        // Q landed
   uint64_t full[kStages];                 // K_j and V_j landed (TMA complete_tx)
-  uint64_t empty[kStages];                // both consumers are done reading stage j
+  uint64_t empty[kStages];                // both consumers are done with stage j
 };
 static_assert(sizeof(RingSmem::Q) % 1024 == 0 && kTileBytes % 1024 == 0, "tiles stay aligned");
 
@@ -76,7 +77,7 @@ __device__ __forceinline__ void qk_gemm(float (&S_reg)[kBlockN / 2], const __hal
 __global__ void __launch_bounds__(kThreads, 1)
     probe_ring_kernel(const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
-                      const __grid_constant__ CUtensorMap map_v, float* O_gmem, int n_blocks) {
+                      const __grid_constant__ CUtensorMap map_v, float* S_gmem, int n_blocks) {
   // Dynamic shared memory (more than the 48 KB a static array may take), launched with
   // sizeof(RingSmem) + 1024 bytes: the base is only guaranteed 16-byte aligned, so round it up
   // to the 1024 bytes the 128B swizzle needs.
@@ -120,55 +121,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = wg_index - 1;  // consumer 0 or 1: Q rows 64c .. 64c+63
     mbarrier_wait_parity(smem_addr(&s.q_full), 0);
 
-    float O_reg[kHeadDim / 2];
+    // S of the last block is stored after the loop: it keeps every block's QK^T live.
+    float S_reg[kBlockN / 2];
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) O_reg[i] = 0.0f;
+    for (int i = 0; i < kBlockN / 2; ++i) S_reg[i] = 0.0f;
 #pragma unroll 1
     for (int j = 0; j < n_blocks; ++j) {
       const int st = j % kStages;
       mbarrier_wait_parity(smem_addr(&s.full[st]), (j / kStages) & 1);
-
-      float S_reg[kBlockN / 2];
       qk_gemm(S_reg, s.Q, s.K[st], c);
-
-      // P in registers: the S columns of k-step kk are the A fragment of k-step kk.
-      uint32_t P_reg[kPVSteps][4];
-#pragma unroll
-      for (int kk = 0; kk < kPVSteps; ++kk) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          P_reg[kk][i] = pack2<__half>(S_reg[8 * kk + 2 * i], S_reg[8 * kk + 2 * i + 1]);
-      }
-
-      // O += P V: A from registers, B = V MN-major (trans-b = 1).
-      wgmma_fence_operand(O_reg);
-#pragma unroll
-      for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operand(P_reg[kk]);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kPVSteps; ++kk) {
-        const uint64_t desc_v = desc_mnmajor(
-            reinterpret_cast<const char*>(s.V[st]) + wg::sw128_mnmajor_offset(kBlockN, 0, kk),
-            kBlockN);
-        wgmma_rs<__half, kHeadDim, 1>(O_reg, P_reg[kk], desc_v, /*scale_d=*/1);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      wgmma_fence_operand(O_reg);
-#pragma unroll
-      for (int kk = 0; kk < kPVSteps; ++kk) wgmma_fence_operand(P_reg[kk]);
-
-      // Both GEMMs of this warpgroup have read stage st: release it to the producer.
+      // This warpgroup's wgmmas have read stage st (wait_group 0): release it to the producer.
       if (threadIdx.x % kWarpgroupThreads == 0) mbarrier_arrive(smem_addr(&s.empty[st]));
     }
 
     // The consumers only: the producer warpgroup is not held up.
     named_barrier_sync(1, kConsumers * kWarpgroupThreads);
     const int t = threadIdx.x - kWarpgroupThreads;
-    float* out = O_gmem + ((static_cast<size_t>(batch) * gridDim.y + head) * gridDim.x + m_block) *
-                              (kConsumers * kWarpgroupThreads * (kHeadDim / 2));
+    float* out = S_gmem + ((static_cast<size_t>(batch) * gridDim.y + head) * gridDim.x + m_block) *
+                              (kConsumers * kWarpgroupThreads * (kBlockN / 2));
 #pragma unroll
-    for (int i = 0; i < kHeadDim / 2; ++i) out[i * kConsumers * kWarpgroupThreads + t] = O_reg[i];
+    for (int i = 0; i < kBlockN / 2; ++i) out[i * kConsumers * kWarpgroupThreads + t] = S_reg[i];
 
     // FA3's ping-pong hand-off in miniature: consumer 0 signals, consumer 1 waits for it.
     if (c == 0) {

@@ -1,15 +1,20 @@
 /// @file tests/cpu/test_hopper_sass.cpp
 /// @brief The Hopper wrappers (common/include/flashladder/hopper.cuh), checked from compiled code
 /// on every build, no GPU needed (docs/hopper.md, "What the CPU checks"):
-///  1. the probe kernel tests/cpu/hopper_probe.cu, built for sm_90a, contains the Hopper
-///     instructions each wrapper stands for: HGMMA (wgmma, both the shared-memory and the
-///     register-A form, V transposed), UTMALDG (TMA load), SYNCS (mbarrier), USETMAXREG
-///     (setmaxnreg); its two wgmma batches are not serialized (one WARPGROUP.ARRIVE and one
-///     WARPGROUP.DEPBAR per batch); nothing spills;
+///  1. the probe kernels tests/cpu/hopper_probe.cu, built for sm_90a, contain the Hopper
+///     instructions each wrapper stands for: HGMMA (wgmma from shared-memory descriptors, V
+///     transposed), UTMALDG (TMA load), SYNCS (mbarrier), USETMAXREG (setmaxnreg), BAR.ARV
+///     (named barrier arrive); their wgmma batches are not serialized (one WARPGROUP.ARRIVE per
+///     batch, one WARPGROUP.DEPBAR per wait); nothing spills;
 ///  2. the ptxas guard of the Hopper targets passes that probe and fails
 ///     tests/cpu/hopper_bad_probe.cu with the report's id: C7508 (setmaxnreg ignored) and C751x
-///     (wgmma serialized).
-/// Built and run when CMAKE_CUDA_ARCHITECTURES includes 90 (FL_HOPPER) and cuobjdump is found.
+///     (wgmma serialized);
+///  3. rung 09's own kernels (steps/09_wgmma_tma, every instance in fl_rung_09): S = Q K^T is
+///     SS wgmma, O += P V is RS wgmma (A = P from registers, V transposed), each loop batch once
+///     and not serialized; Q, K and V arrive by 4D TMA on mbarriers; nothing spills
+///     ([cpu][hopper_rung09]).
+/// Built and run when CMAKE_CUDA_ARCHITECTURES includes 90 (FL_HOPPER) and cuobjdump is found
+/// (3: and rung 09 is built, see FL_RUNGS).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -17,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "09_wgmma_tma/traits.h"
 #include "catch_compat.h"
 #include "cuobjdump.h"
+#include "flashladder/static_switch.h"
 #include "run_command.h"
 
 #ifdef FL_HOPPER_PROBE
@@ -72,22 +79,25 @@ TEST_CASE("Hopper probe: not built", "[cpu][hopper]") {
 #else
 namespace {
 
-/// The instructions of the probe kernel whose mangled name contains @p name (fails if absent).
+/// The instructions of the kernel whose mangled name contains @p name (fails if absent).
 const std::vector<SassInstr>& kernel_code(
     const std::map<std::string, std::vector<SassInstr> >& kernels, const std::string& name) {
   for (const auto& [mangled, code] : kernels)
     if (mangled.find(name) != std::string::npos) return code;
-  FAIL("no kernel named " << name << " in the probe's sm_90a cubin");
+  FAIL("no kernel named " << name << " in the sm_90a cubin");
   throw;  // unreachable: FAIL throws
 }
 
 struct HgmmaCounts {
   int total = 0, a_from_registers = 0, b_transposed = 0;
 };
-HgmmaCounts hgmma_counts(const std::vector<SassInstr>& code, const std::string& shape) {
+/// The HGMMAs of shape @p shape ("64x128x16") with accumulator and input types @p types
+/// ("F32" for fp16 inputs, "F32.BF16" for bf16).
+HgmmaCounts hgmma_counts(const std::vector<SassInstr>& code, const std::string& shape,
+                         const std::string& types = "F32") {
   HgmmaCounts n;
   for (const SassInstr& i : code) {
-    if (i.opcode != "HGMMA." + shape + ".F32") continue;
+    if (i.opcode != "HGMMA." + shape + "." + types) continue;
     ++n.total;
     n.a_from_registers += hgmma_a_from_registers(i);
     n.b_transposed += i.operands.find(".tnspB") != std::string::npos;
@@ -112,19 +122,19 @@ TEST_CASE("Hopper probe: every wrapper is the Hopper instruction, no serializati
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
   REQUIRE(kernels.size() == 2);  // the two probes, sm_90a only (fl_hopper_target)
 
-  SECTION("probe_ring_kernel: producer/consumer warpgroups, TMA ring, SS and RS wgmma") {
+  SECTION("probe_ring_kernel: producer/consumer warpgroups, TMA ring, SS wgmma") {
     const std::vector<SassInstr>& code = kernel_code(kernels, "probe_ring_kernel");
-    // wgmma: 4 k-steps of S = Q K^T (A and B descriptors) and 4 of O += P V (A = P in
-    // registers, B = V transposed: tnspB), m64n64k16, in the loop body once (#pragma unroll 1).
+    // wgmma: 4 k-steps of S = Q K^T (A and B descriptors, both K-major), m64n64k16, in the loop
+    // body once (#pragma unroll 1). (The register-A form is checked in rung 09's kernels.)
     const HgmmaCounts h = hgmma_counts(code, "64x64x16");
-    CHECK(count_opcode(code, "HGMMA") == 8);
-    CHECK(h.total == 8);
-    CHECK(h.a_from_registers == 4);
-    CHECK(h.b_transposed == 4);
-    // Not serialized: one fence (WARPGROUP.ARRIVE) and one wait (WARPGROUP.DEPBAR) per batch of
-    // 4; ptxas puts them around every HGMMA when it serializes.
-    CHECK(count_opcode(code, "WARPGROUP.ARRIVE") == 2);
-    CHECK(count_opcode(code, "WARPGROUP.DEPBAR") == 2);
+    CHECK(count_opcode(code, "HGMMA") == 4);
+    CHECK(h.total == 4);
+    CHECK(h.a_from_registers == 0);
+    CHECK(h.b_transposed == 0);
+    // Not serialized: one fence (WARPGROUP.ARRIVE) and one wait (WARPGROUP.DEPBAR) for the batch
+    // of 4; ptxas puts them around every HGMMA when it serializes.
+    CHECK(count_opcode(code, "WARPGROUP.ARRIVE") == 1);
+    CHECK(count_opcode(code, "WARPGROUP.DEPBAR") == 1);
     // TMA: Q, K_j, V_j as 4D boxes; the three tensor maps prefetched.
     CHECK(count_opcode(code, "UTMALDG.4D") == 3);
     CHECK(count_opcode(code, "UTMACCTL.PF") == 3);
@@ -220,5 +230,186 @@ TEST_CASE("Hopper build: the ptxas guard passes the probe, fails the bad probes 
   CHECK(out.find("(C751") != std::string::npos);
   CHECK(out.find("wgmma.mma_async instructions are serialized") != std::string::npos);
   CHECK(out.find("ptxas_guard: error") != std::string::npos);
+}
+
+#ifdef FL_RUNG09_BINARY
+namespace {
+
+/// One wgmma_tma_fwd_kernel<T, Cfg> instance of rung 09: the mangled Cfg and its tiles.
+struct Rung09Instance {
+  std::string cfg;  ///< e.g. "11HopperTilesILi128EE", "10WgmmaTilesILi128ELi2ELi64ELi2EE"
+  int head_dim, block_n, stages;
+};
+
+template <class Cfg>
+Rung09Instance rung09_instance(const std::string& mangled_cfg) {
+  return {mangled_cfg, Cfg::kHeadDim, Cfg::kBlockN, Cfg::kStages};
+}
+
+/// The mangled WgmmaTiles<HEAD_DIM, WARPGROUPS, BLOCK_N, STAGES> of an ablation variant
+/// (Itanium ABI: "Li<n>E" is int n).
+template <class Cfg>
+Rung09Instance rung09_variant() {
+  std::string s = "10WgmmaTilesI";
+  for (int v : {Cfg::kHeadDim, Cfg::kWarpgroups, Cfg::kBlockN, Cfg::kStages})
+    s += "Li" + std::to_string(v) + "E";
+  return rung09_instance<Cfg>(s + "E");
+}
+
+/// The wgmma events of @p code in program order: "ARRIVE" (wgmma.fence), "HGMMA.<shape.types>
+/// SS" (A and B descriptors), "HGMMA.<shape.types> RS tnspB" (A from registers, B transposed),
+/// "DEPBAR <operands>" (wgmma.wait_group).
+std::vector<std::string> wgmma_events(const std::vector<SassInstr>& code) {
+  std::vector<std::string> events;
+  for (const SassInstr& i : code) {
+    if (i.opcode == "WARPGROUP.ARRIVE") {
+      events.push_back("ARRIVE");
+    } else if (i.opcode.compare(0, 16, "WARPGROUP.DEPBAR") == 0) {
+      events.push_back("DEPBAR " + i.operands);
+    } else if (i.opcode.compare(0, 6, "HGMMA.") == 0) {
+      std::string e = i.opcode + (hgmma_a_from_registers(i) ? " RS" : " SS");
+      if (i.operands.find(".tnspB") != std::string::npos) e += " tnspB";
+      events.push_back(e);
+    }
+  }
+  return events;
+}
+
+}  // namespace
+
+TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spill (sm_90a)",
+          "[cpu][hopper_rung09]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    WARN("skipped: cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+    return;
+  }
+  using namespace fl::hopper09;
+  // launch.cu instantiates the three head_dims of the rung and the three d = 128 ablation
+  // variants, for each dtype the build keeps (FL_DTYPE): 6 x 2 = 12 kernels in a full build.
+  const std::vector<Rung09Instance> instances = {
+      rung09_instance<HopperTiles<64> >("11HopperTilesILi64EE"),
+      rung09_instance<HopperTiles<128> >("11HopperTilesILi128EE"),
+      rung09_instance<HopperTiles<256> >("11HopperTilesILi256EE"),
+      rung09_variant<Variant_d128_128x64>(),
+      rung09_variant<Variant_d128_64x128>(),
+      rung09_variant<Variant_d128_128x128_s1>(),
+  };
+  struct Dtype {
+    fl::DType dtype;
+    const char* mangled;  // the mangled T right after the kernel's "I"
+    const char* types;    // HGMMA's types suffix: fp32 accumulators, fp16 (default) or bf16 inputs
+  };
+  std::vector<Dtype> dtypes;
+  for (const Dtype& d : {Dtype{fl::DType::fp16, "6__half", "F32"},
+                         Dtype{fl::DType::bf16, "13__nv_bfloat16", "F32.BF16"}})
+    if (fl::dtype_built(d.dtype)) dtypes.push_back(d);
+
+  std::string text;
+  int status = fl_test::run_command(
+      "\"" + cuobjdump + "\" -sass \"" + std::string(FL_RUNG09_BINARY) + "\"", &text);
+  INFO("cuobjdump -sass " << FL_RUNG09_BINARY << " exited " << status);
+  REQUIRE(status == 0);
+  const auto kernels = fl_test::parse_sass(text, "sm_90a");
+  CHECK(kernels.size() == instances.size() * dtypes.size());
+  for (const auto& [name, code] : kernels) {
+    INFO(name);
+    CHECK(name.find("wgmma_tma_fwd_kernel") != std::string::npos);  // no other kernel
+  }
+
+  for (const Dtype& dt : dtypes) {
+    for (const Rung09Instance& in : instances) {
+      const std::string name = std::string("wgmma_tma_fwd_kernelI") + dt.mangled + "NS0_" + in.cfg;
+      INFO("kernel " << name << " (head_dim " << in.head_dim << ", BLOCK_N " << in.block_n << ", "
+                     << in.stages << " stages)");
+      const std::vector<SassInstr>& code = kernel_code(kernels, name);
+
+      // wgmma. The K/V loop is `#pragma unroll 1`, so each GEMM appears once, fully unrolled
+      // over its k-steps (wgmma's K is 16):
+      //   S = Q K^T:  head_dim / 16 k-steps of m64 n(BLOCK_N) k16, A = Q and B = K from
+      //               descriptors (SS), both K-major (no tnspB);
+      //   O += P V:   BLOCK_N / 16 k-steps of m64 n(head_dim) k16, A = P from registers (RS),
+      //               B = V MN-major (tnspB).
+      // d=64 128x128: 4 + 8; d=128 128x128: 8 + 8; d=256 128x64: 16 + 4; d=128 128x64: 8 + 4;
+      // d=128 64x128 and 1-stage: 8 + 8.
+      const int qk_steps = in.head_dim / 16, pv_steps = in.block_n / 16;
+      const std::string qk_shape = "64x" + std::to_string(in.block_n) + "x16";
+      const std::string pv_shape = "64x" + std::to_string(in.head_dim) + "x16";
+      CHECK(count_opcode(code, "HGMMA") == qk_steps + pv_steps);
+      const HgmmaCounts qk = hgmma_counts(code, qk_shape, dt.types);
+      const HgmmaCounts pv = hgmma_counts(code, pv_shape, dt.types);
+      if (qk_shape == pv_shape) {  // BLOCK_N == head_dim: one opcode for both GEMMs
+        CHECK(qk.total == qk_steps + pv_steps);
+        CHECK(qk.a_from_registers == pv_steps);
+        CHECK(qk.b_transposed == pv_steps);
+      } else {
+        CHECK(qk.total == qk_steps);
+        CHECK(qk.a_from_registers == 0);
+        CHECK(qk.b_transposed == 0);
+        CHECK(pv.total == pv_steps);
+        CHECK(pv.a_from_registers == pv_steps);
+        CHECK(pv.b_transposed == pv_steps);
+      }
+      // Not serialized, and in this order: one wgmma.fence (WARPGROUP.ARRIVE) before each
+      // batch, its HGMMAs back to back, one wait_group 0 (WARPGROUP.DEPBAR.LE gsb0, 0x0) after
+      // it; a serialized batch has ARRIVE and DEPBAR around every HGMMA.
+      CHECK(count_opcode(code, "WARPGROUP.ARRIVE") == 2);
+      CHECK(count_opcode(code, "WARPGROUP.DEPBAR") == 2);
+      std::vector<std::string> expected = {"ARRIVE"};
+      for (int k = 0; k < qk_steps; ++k)
+        expected.push_back("HGMMA." + qk_shape + "." + dt.types + " SS");
+      expected.push_back("DEPBAR gsb0, 0x0");
+      expected.push_back("ARRIVE");
+      for (int k = 0; k < pv_steps; ++k)
+        expected.push_back("HGMMA." + pv_shape + "." + dt.types + " RS tnspB");
+      expected.push_back("DEPBAR gsb0, 0x0");
+      CHECK(wgmma_events(code) == expected);
+
+      // TMA: 4D boxes of 64 columns (128 bytes) under the 128B swizzle, head_dim / 64 per
+      // tile. Q: head_dim / 64 boxes, once. K and V: head_dim / 64 each per load_kv, which
+      // is inlined at two sites: the prologue (its `s < STAGES && s < n_blocks` loop stays a
+      // loop, one copy) and the refill of stage s in the K/V loop (one copy). Total
+      // head_dim / 64 x (1 + 2 x 2) = 5, 10, 20 for d = 64, 128, 256. No 2D/3D loads.
+      const int col_blocks = in.head_dim / 64;
+      CHECK(count_opcode(code, "UTMALDG.4D") == col_blocks * (1 + 2 * 2));
+      CHECK(count_opcode(code, "UTMALDG") == count_opcode(code, "UTMALDG.4D"));
+      CHECK(count_opcode(code, "UTMACCTL.PF") == 3);  // the three tensor maps prefetched
+      // mbarriers: 1 + 2 x STAGES inits (Q, then k_full and v_full per stage; the init loop
+      // is unrolled), fence.mbarrier_init, 5 arrive.expect_tx (Q, then K and V at the prologue
+      // site and at the refill site); no plain arrive (.A1T0): a stage is released by
+      // __syncthreads, not by an "empty" barrier; try-waits on Q, K_j and V_j (ptxas may add
+      // a retry copy of a wait).
+      CHECK(count_opcode(code, "SYNCS.EXCH.64") == 1 + 2 * in.stages);
+      CHECK(count_opcode(code, "FENCE.VIEW.ASYNC.S") == 1);
+      CHECK(count_opcode(code, "SYNCS.ARRIVE.TRANS64") == 5);
+      CHECK(count_opcode(code, "SYNCS.ARRIVE.TRANS64.A1T0") == 0);
+      CHECK(count_opcode(code, "SYNCS.PHASECHK.TRANS64.TRYWAIT") >= 3);
+      // __syncthreads after the barrier inits and before each refill.
+      CHECK(count_opcode(code, "BAR.SYNC") == 2);
+      CHECK(count_opcode(code, "LDL") == 0);
+      CHECK(count_opcode(code, "STL") == 0);
+    }
+  }
+
+  status = fl_test::run_command(
+      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG09_BINARY) + "\"", &text);
+  REQUIRE(status == 0);
+  const auto usage = fl_test::parse_res_usage(text, "sm_90a");
+  CHECK(usage.size() == instances.size() * dtypes.size());
+  for (const auto& [name, u] : usage) {
+    INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
+    CHECK(u.reg > 0);
+    CHECK(u.stack == 0);  // no spill: the accumulators (traits.h, kAccRegs) fit
+    CHECK(u.local == 0);
+  }
+}
+#endif  // FL_RUNG09_BINARY
+#endif  // FL_HOPPER_PROBE
+
+#if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG09_BINARY)
+TEST_CASE("rung 09 SASS: not built", "[cpu][hopper_rung09]") {
+  WARN(
+      "skipped: rung 09's sm_90a kernels are built only when CMAKE_CUDA_ARCHITECTURES includes "
+      "90 and FL_RUNGS (if set) includes 09");
 }
 #endif
