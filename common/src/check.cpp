@@ -15,7 +15,10 @@ Tolerance tolerance_floor(DType t) {
 }
 
 Tolerance tolerance_for(DType t, const ErrorStats& fp32_err) {
-  const Tolerance f = tolerance_floor(t);
+  return tolerance_for(tolerance_floor(t), fp32_err);
+}
+
+Tolerance tolerance_for(const Tolerance& f, const ErrorStats& fp32_err) {
   const double scale = std::max(1.0, fp32_err.ref_max_abs);
   return {std::max(2 * fp32_err.rel_fro, f.rel_fro), std::max(2 * fp32_err.max_abs, f.max_abs * scale),
           std::max(2 * fp32_err.lse_max_abs, f.lse_abs)};
@@ -75,6 +78,19 @@ ErrorStats compare_results(const Problem& p, const RowResults& got, const RowRes
   for (size_t n = 0; n < ref.out.size(); ++n) acc.add(got.out[n], ref.out[n]);
   for (size_t n = 0; n < ref.lse.size(); ++n) acc.add_lse(got.lse[n], ref.lse[n]);
   (void)p;
+  return acc.finish();
+}
+
+ErrorStats compare_tensor(DType t, const std::vector<uint16_t>& got,
+                          const std::vector<double>& ref) {
+  Accumulator acc;
+  for (size_t n = 0; n < ref.size(); ++n) acc.add(from_bits(got[n], t), ref[n]);
+  return acc.finish();
+}
+
+ErrorStats compare_values(const std::vector<double>& got, const std::vector<double>& ref) {
+  Accumulator acc;
+  for (size_t n = 0; n < ref.size(); ++n) acc.add(got[n], ref[n]);
   return acc.finish();
 }
 

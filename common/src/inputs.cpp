@@ -86,4 +86,12 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
   return in;
 }
 
+std::vector<uint16_t> make_grad_output(const Problem& p, unsigned long long seed) {
+  // make_inputs uses the streams seed * 3 + {0, 1, 2}, which cover every small integer; a large
+  // constant xor-ed in keeps dO's stream clear of them for any seed a run would pass.
+  const unsigned long long s = seed ^ 0x6a09e667f3bcc909ull;
+  return fill(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.dtype,
+              [s](int, int, int, int, long long n) { return normal_at(s, n) + 0.25f; });
+}
+
 }  // namespace fl

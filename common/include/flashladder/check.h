@@ -48,6 +48,10 @@ Tolerance tolerance_floor(DType t);
 /// no NaN/Inf, every element written, LSE within tolerance.
 Tolerance tolerance_for(DType t, const ErrorStats& fp32_err);
 
+/// The same policy with a given floor (the backward's gradients have floors of their own):
+/// max(2 x fp32 error, floor), the absolute floor scaled by max(1, max |ref|).
+Tolerance tolerance_for(const Tolerance& floor, const ErrorStats& fp32_err);
+
 /// Compares rows of a 16-bit output [batch, seqlen_q, heads_q, head_dim]
 /// (dense) and fp32 LSE [batch, heads_q, seqlen_q] with a reference.
 ErrorStats compare_rows(const Problem& p, const std::vector<uint16_t>& out,
@@ -56,6 +60,14 @@ ErrorStats compare_rows(const Problem& p, const std::vector<uint16_t>& out,
 
 /// Errors of a CPU result (fp32 reference) against fp64 on the same rows.
 ErrorStats compare_results(const Problem& p, const RowResults& got, const RowResults& ref);
+
+/// Errors of a whole dense 16-bit tensor of type @p t against a reference of the same layout
+/// and size (e.g. a backward pass's dK); no LSE.
+ErrorStats compare_tensor(DType t, const std::vector<uint16_t>& got,
+                          const std::vector<double>& ref);
+
+/// Errors of a CPU tensor (e.g. the fp32 reference's dK) against a reference of the same size.
+ErrorStats compare_values(const std::vector<double>& got, const std::vector<double>& ref);
 
 /// Counts NaN in all of O and LSE. LSE = -inf is legal only where the row sees no key.
 long long count_unwritten(const Problem& p, const std::vector<uint16_t>& out,

@@ -1,0 +1,247 @@
+#include "flashladder/reference_bwd.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fl {
+
+namespace {
+
+template <class Scalar>
+using Mat = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class Scalar>
+using Col = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
+
+/// Offset of element (b, s, h, 0) of a dense [batch, S, H, D] tensor.
+inline size_t at(int b, int s, int h, int S, int H, int D) {
+  return ((static_cast<size_t>(b) * S + s) * H + h) * D;
+}
+
+/// Rows s0 .. s0+n-1 of head h of batch b, as an n x D matrix.
+template <class Scalar>
+Mat<Scalar> rows_of(const std::vector<double>& t, int b, int h, int s0, int n, int S, int H,
+                    int D) {
+  Mat<Scalar> m(n, D);
+  for (int r = 0; r < n; ++r) {
+    const size_t base = at(b, s0 + r, h, S, H, D);
+    for (int c = 0; c < D; ++c) m(r, c) = static_cast<Scalar>(t[base + c]);
+  }
+  return m;
+}
+
+/// Writes an n x D matrix into rows s0 .. s0+n-1 of head h of batch b.
+template <class Scalar>
+void store_rows(const Mat<Scalar>& m, std::vector<double>* t, int b, int h, int s0, int S, int H) {
+  const int D = static_cast<int>(m.cols());
+  for (int r = 0; r < m.rows(); ++r) {
+    const size_t base = at(b, s0 + r, h, S, H, D);
+    for (int c = 0; c < D; ++c) (*t)[base + c] = static_cast<double>(m(r, c));
+  }
+}
+
+/// The backward pass in Scalar with Eigen. One task per (batch, KV head): it owns that head's
+/// dK and dV, so the group's query heads add into them with no race, in a fixed order (the
+/// result does not depend on the thread count). Query rows go in chunks so the score matrix
+/// is kChunk x seqlen_k, never seqlen_q x seqlen_k.
+template <class Scalar>
+BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
+  const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv;
+  const int D = p.head_dim, G = p.group();
+  BwdResults res;
+  res.out.assign(x.q.size(), 0.0);
+  res.dq.assign(x.q.size(), 0.0);
+  res.dk.assign(x.k.size(), 0.0);
+  res.dv.assign(x.v.size(), 0.0);
+  res.lse.assign(static_cast<size_t>(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
+  res.delta.assign(res.lse.size(), 0.0);
+
+  constexpr int kChunk = 64;
+  const Scalar scale = static_cast<Scalar>(p.scale());
+#pragma omp parallel for schedule(dynamic)
+  for (long long t = 0; t < static_cast<long long>(B) * Hkv; ++t) {
+    const int b = static_cast<int>(t / Hkv), hk = static_cast<int>(t % Hkv);
+    const Mat<Scalar> K = rows_of<Scalar>(x.k, b, hk, 0, Sk, Sk, Hkv, D);
+    const Mat<Scalar> V = rows_of<Scalar>(x.v, b, hk, 0, Sk, Sk, Hkv, D);
+    Mat<Scalar> dK = Mat<Scalar>::Zero(Sk, D), dV = Mat<Scalar>::Zero(Sk, D);
+    for (int h = hk * G; h < (hk + 1) * G; ++h) {
+      for (int i0 = 0; i0 < Sq; i0 += kChunk) {
+        const int n = std::min(kChunk, Sq - i0);
+        const Mat<Scalar> Q = rows_of<Scalar>(x.q, b, h, i0, n, Sq, Hq, D);
+        const Mat<Scalar> dO = rows_of<Scalar>(x.dout, b, h, i0, n, Sq, Hq, D);
+        Mat<Scalar> P = (Q * K.transpose()) * scale;  // S, turned into P in place
+        const size_t stat = (static_cast<size_t>(b) * Hq + h) * Sq + i0;  // [b, h, i0] of LSE, D
+        for (int r = 0; r < n; ++r) {
+          const int visible = p.visible_keys(i0 + r);
+          if (visible == 0) {  // no key: P = 0, so O, D, dQ are 0 and dK, dV get nothing
+            P.row(r).setZero();
+            continue;
+          }
+          const Scalar m = P.row(r).head(visible).maxCoeff();
+          Scalar l = 0;
+          for (int j = 0; j < Sk; ++j) {
+            const Scalar e = j < visible ? std::exp(P(r, j) - m) : Scalar(0);
+            P(r, j) = e;
+            l += e;
+          }
+          P.row(r) /= l;
+          res.lse[stat + r] = static_cast<double>(m + std::log(l));
+        }
+        const Mat<Scalar> O = P * V;
+        const Col<Scalar> Di = (dO.array() * O.array()).rowwise().sum();
+        dV.noalias() += P.transpose() * dO;
+        const Mat<Scalar> dP = dO * V.transpose();
+        const Mat<Scalar> dS = (P.array() * (dP.colwise() - Di).array()).matrix();
+        const Mat<Scalar> dQ = (dS * K) * scale;
+        dK.noalias() += (dS.transpose() * Q) * scale;
+        store_rows(O, &res.out, b, h, i0, Sq, Hq);
+        store_rows(dQ, &res.dq, b, h, i0, Sq, Hq);
+        for (int r = 0; r < n; ++r) res.delta[stat + r] = static_cast<double>(Di(r));
+      }
+    }
+    store_rows(dK, &res.dk, b, hk, 0, Sk, Hkv);
+    store_rows(dV, &res.dv, b, hk, 0, Sk, Hkv);
+  }
+  return res;
+}
+
+}  // namespace
+
+BwdInputs widen_bwd_inputs(const Problem& p, const HostInputs& in,
+                           const std::vector<uint16_t>& dout) {
+  auto widen = [&](const std::vector<uint16_t>& t) {
+    std::vector<double> w(t.size());
+    for (size_t n = 0; n < t.size(); ++n) w[n] = from_bits(t[n], p.dtype);
+    return w;
+  };
+  return {widen(in.q), widen(in.k), widen(in.v), widen(dout)};
+}
+
+BwdResults reference_bwd_fp64(const Problem& p, const BwdInputs& x) {
+  return backward_impl<double>(p, x);
+}
+
+BwdResults reference_bwd_fp64(const Problem& p, const HostInputs& in,
+                              const std::vector<uint16_t>& dout) {
+  return backward_impl<double>(p, widen_bwd_inputs(p, in, dout));
+}
+
+BwdResults reference_bwd_fp32(const Problem& p, const HostInputs& in,
+                              const std::vector<uint16_t>& dout) {
+  // 16-bit values are exact in float: the fp32 run starts from the same inputs as fp64.
+  return backward_impl<float>(p, widen_bwd_inputs(p, in, dout));
+}
+
+BwdResults naive_loops_bwd(const Problem& p, const HostInputs& in,
+                           const std::vector<uint16_t>& dout) {
+  return naive_loops_bwd(p, widen_bwd_inputs(p, in, dout));
+}
+
+BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
+  const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv;
+  const int D = p.head_dim;
+  const double scale = p.scale();
+  BwdResults res;
+  res.out.assign(x.q.size(), 0.0);
+  res.dq.assign(x.q.size(), 0.0);
+  res.dk.assign(x.k.size(), 0.0);
+  res.dv.assign(x.v.size(), 0.0);
+  res.lse.assign(static_cast<size_t>(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
+  res.delta.assign(res.lse.size(), 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < Hq; ++h) {
+      const int hk = h / p.group();
+      for (int i = 0; i < Sq; ++i) {
+        const size_t qi = at(b, i, h, Sq, Hq, D);
+        const size_t stat = (static_cast<size_t>(b) * Hq + h) * Sq + i;
+        // Scores of the keys row i sees (a causal row sees keys 0 .. i + causal_offset).
+        std::vector<double> s;
+        for (int j = 0; j < Sk; ++j) {
+          if (p.causal && j > i + p.causal_offset()) break;
+          double dot = 0;
+          for (int c = 0; c < D; ++c) dot += x.q[qi + c] * x.k[at(b, j, hk, Sk, Hkv, D) + c];
+          s.push_back(dot * scale);
+        }
+        if (s.empty()) continue;  // no key: every output of this row stays 0
+        const double m = *std::max_element(s.begin(), s.end());
+        double l = 0;
+        for (double e : s) l += std::exp(e - m);
+        std::vector<double> prob(s.size());
+        for (size_t j = 0; j < s.size(); ++j) prob[j] = std::exp(s[j] - m) / l;
+        res.lse[stat] = m + std::log(l);
+        // O_i = sum_j P_ij V_j, then D_i = dO_i . O_i.
+        for (size_t j = 0; j < s.size(); ++j)
+          for (int c = 0; c < D; ++c)
+            res.out[qi + c] += prob[j] * x.v[at(b, static_cast<int>(j), hk, Sk, Hkv, D) + c];
+        double delta = 0;
+        for (int c = 0; c < D; ++c) delta += x.dout[qi + c] * res.out[qi + c];
+        res.delta[stat] = delta;
+        for (size_t j = 0; j < s.size(); ++j) {
+          const size_t kj = at(b, static_cast<int>(j), hk, Sk, Hkv, D);
+          double dp = 0;  // dP_ij = dO_i . V_j
+          for (int c = 0; c < D; ++c) dp += x.dout[qi + c] * x.v[kj + c];
+          const double ds = prob[j] * (dp - delta);
+          for (int c = 0; c < D; ++c) {
+            res.dv[kj + c] += prob[j] * x.dout[qi + c];
+            res.dq[qi + c] += scale * ds * x.k[kj + c];
+            res.dk[kj + c] += scale * ds * x.q[qi + c];
+          }
+        }
+      }
+    }
+  return res;
+}
+
+Tolerance gradient_tolerance_floor(DType t) {
+  // A FlashAttention-2 style backward rounds P (for dV) and dS (for dQ, dK) to 16 bits before
+  // the fp32-accumulating MMAs, then stores dQ, dK, dV in 16 bits. Every row of dS sums to zero,
+  // so dQ_i = s sum_j dS_ij K_j cancels while the rounding errors of dS do not: dQ's relative
+  // error grows with the keys a row sees. A CPU model of such a kernel (tests/cpu/
+  // test_reference_bwd.cpp) measured dQ at rel_fro 1.3e-3 (fp16) and 1.05e-2 (bf16) for 4096
+  // non-causal keys, 2.4e-3 / 1.9e-2 for 16384; dK and dV stay near the forward's one rounding.
+  // So the relative floor is twice the forward's (3x headroom up to 4096 keys, the check shapes
+  // this fp64 reference is meant for); the absolute floor, scaled by max |ref|, is the forward's.
+  const Tolerance f = tolerance_floor(t);
+  return {2 * f.rel_fro, f.max_abs, f.lse_abs};
+}
+
+BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const BwdResults& fp32,
+                                 const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
+                                 const std::vector<uint16_t>& dv) {
+  BwdCheckResult r;
+  const Tolerance floor = gradient_tolerance_floor(p.dtype);
+  auto judge = [&](const char* name, const std::vector<uint16_t>& got,
+                   const std::vector<double>& want, const std::vector<double>& f32,
+                   CheckResult* c) {
+    c->checked = true;
+    c->mode = "full";
+    c->rows = want.size() / static_cast<size_t>(p.head_dim);
+    if (got.size() != want.size()) {
+      c->reason = std::string(name) + " has " + std::to_string(got.size()) +
+                  " elements, expected " + std::to_string(want.size());
+      c->pass = false;
+    } else {
+      c->unwritten = count_unwritten(p, got, {});
+      c->err = compare_tensor(p.dtype, got, want);
+      c->fp32_err = compare_values(f32, want);
+      c->tol = tolerance_for(floor, c->fp32_err);
+      decide(c);
+    }
+    if (!c->pass && r.reason.empty()) r.reason = std::string(name) + ": " + c->reason;
+  };
+  judge("dQ", dq, ref.dq, fp32.dq, &r.dq);
+  judge("dK", dk, ref.dk, fp32.dk, &r.dk);
+  judge("dV", dv, ref.dv, fp32.dv, &r.dv);
+  r.pass = r.reason.empty();
+  return r;
+}
+
+BwdCheckResult check_gradients(const Problem& p, const HostInputs& in,
+                               const std::vector<uint16_t>& dout, const std::vector<uint16_t>& dq,
+                               const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv) {
+  const BwdInputs x = widen_bwd_inputs(p, in, dout);
+  return compare_gradients(p, backward_impl<double>(p, x), backward_impl<float>(p, x), dq, dk, dv);
+}
+
+}  // namespace fl
