@@ -114,7 +114,7 @@ class Registry {
 std::vector<std::string> describe_baselines(const Registry& reg, const Rung& r);
 
 /// The registry as JSON (schema "flashladder.registry/1"): every entry's label,
-/// number, variant, summary, decode flag and baselines. `tour --registry-json`
+/// number, variant, summary, decode, in_tour and backward flags, and baselines. `tour --registry-json`
 /// prints it; bench/report.py and bench/docgen.py read it, so the baselines have
 /// one definition (the registrations).
 std::string registry_json(const Registry& reg);
