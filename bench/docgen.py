@@ -244,7 +244,10 @@ def gen_baselines(ctx):
         if e["variant"]:
             continue
         bs = e["baselines"]
-        if not bs:
+        if not bs and e.get("backward"):  # no earlier rung has a backward pass
+            rows.append(["`%s`" % label, "PyTorch SDPA's backward (flash, cuDNN) on the same shapes",
+                         "the first backward rung: measured in the bench's backward family"])
+        elif not bs:
             rows.append(["`%s`" % label, "— (the reference point)", ""])
         for b in bs:
             rows.append(["`%s`" % label, "the fastest earlier rung on the same shape" if b["kind"] ==
@@ -340,6 +343,33 @@ def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None):
     return report.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", fp16, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % res.json("torch_sdpa.json")
         ["context"].get("torch", "?"))
+
+
+@generator("backward-table")
+def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=None):
+    """A backward rung (the backward family) against PyTorch SDPA's flash and cuDNN backward, same
+    GPU, same run: ms and TFLOP/s (2.5 x the forward's FLOPs) of the default (atomic dQ) and the
+    deterministic run, and the ratios (time of PyTorch / time of the rung: above 1 = faster)."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    rows = []
+    for dd in ints(d):
+        for nn in ints(n):
+            for c in ints(causal):
+                w = prefill_want(dd, nn, c)
+                r = res.need("backward", rung=label, deterministic=0, **w)
+                det = res.find(family="backward", rung=label, deterministic=1, **w)
+                fl = res.find(family="backward", rung="torch_flash", **w)
+                cu = res.find(family="backward", rung="torch_cudnn", **w)
+                rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
+                             report.fmt_value(r["tflops"]), report.fmt_value(det["tflops"]) if det else "—",
+                             "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
+                             "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)])
+    head = ["head_dim", "seqlen", "causal", "`%s` ms" % label, "TFLOP/s", "deterministic TFLOP/s",
+            "flash ms", "flash / rung", "cuDNN ms", "cuDNN / rung"]
+    torch = res.json("torch_sdpa.json")["context"].get("torch", "?") if res.has("torch_sdpa.json") else "not run"
+    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", fp16, backward pass only, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % torch)
 
 
 @generator("headdim-ratio")
