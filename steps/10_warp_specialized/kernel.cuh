@@ -55,6 +55,8 @@ __device__ __forceinline__ void softmax_block(float (&S)[BLOCK_N / 2], float (&m
                                               float (&l_i)[2], float (&alpha)[2],
                                               float scale_log2, bool mask, int visible_base,
                                               const int (&row_visible)[2]) {
+  // LAB-BEGIN(10-softmax): mask, online softmax and the O rescale factor of one S block
+  // [same-code: 09-online-softmax] [copy-of: 05-online-softmax]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     if (mask) {
@@ -84,6 +86,7 @@ __device__ __forceinline__ void softmax_block(float (&S)[BLOCK_N / 2], float (&m
       }
     l_i[h] = l_i[h] * alpha[h] + l_blk;
   }
+  // LAB-END(10-softmax)
 }
 
 /// The forward kernel. Grid: (ceil(seqlen_q / 128), heads_q, batch); 384 threads.
