@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Ping-pong turns: consumer c issues its GEMMs between turn_begin and turn_end. Consumer 1 lets
   // consumer 0 go first; each hands the turn over after issuing, and the last hand-off of
   // consumer 1 is skipped so every barrier phase it opens is closed (windows: see below).
-  const int windows = OVERLAP ? n_blocks + 1 : 2 * n_blocks;
+  const int windows = n_blocks == 0 ? 0 : (OVERLAP ? n_blocks + 1 : 2 * n_blocks);
   int window = 0;
   auto turn_begin = [&] {
     if constexpr (PINGPONG) named_barrier_sync(kTurnBarrier + c, kConsumerThreads);
