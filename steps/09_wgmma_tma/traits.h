@@ -81,5 +81,8 @@ struct HopperTiles<256> : WgmmaTiles<256, 2, 64, 2> {};
 using Variant_d128_128x64 = WgmmaTiles<128, 2, 64, 2>;   ///< narrower S block
 using Variant_d128_64x128 = WgmmaTiles<128, 1, 128, 2>;  ///< one warpgroup per block
 using Variant_d128_128x128_s1 = WgmmaTiles<128, 2, 128, 1>;  ///< no prefetch: the ring's worth
+using Variant_d64_128x64 = WgmmaTiles<64, 2, 64, 3>;     ///< d = 64 with rung 06's S width
+using Variant_d64_128x128_s2 = WgmmaTiles<64, 2, 128, 2>;  ///< d = 64 without the third stage
+using Variant_d256_128x80 = WgmmaTiles<256, 2, 80, 2>;   ///< d = 256 with FA3's 80 keys (224 KB)
 
 }  // namespace fl::hopper09

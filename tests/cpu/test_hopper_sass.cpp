@@ -285,8 +285,9 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
     return;
   }
   using namespace fl::hopper09;
-  // launch.cu instantiates the three head_dims of the rung and the three d = 128 ablation
-  // variants, for each dtype the build keeps (FL_DTYPE): 6 x 2 = 12 kernels in a full build.
+  // launch.cu instantiates the three head_dims of the rung and its six ablation variants (three
+  // at d = 128, two at d = 64, one at d = 256), for each dtype the build keeps (FL_DTYPE):
+  // 9 x 2 = 18 kernels in a full build.
   const std::vector<Rung09Instance> instances = {
       rung09_instance<HopperTiles<64> >("11HopperTilesILi64EE"),
       rung09_instance<HopperTiles<128> >("11HopperTilesILi128EE"),
@@ -294,6 +295,9 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
       rung09_variant<Variant_d128_128x64>(),
       rung09_variant<Variant_d128_64x128>(),
       rung09_variant<Variant_d128_128x128_s1>(),
+      rung09_variant<Variant_d64_128x64>(),
+      rung09_variant<Variant_d64_128x128_s2>(),
+      rung09_variant<Variant_d256_128x80>(),
   };
   struct Dtype {
     fl::DType dtype;
