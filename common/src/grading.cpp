@@ -99,6 +99,17 @@ void add_part(std::vector<GradePart>* parts, GradePart p) {
     parts->front().points += p.points;
 }
 
+/// The structured inputs (all ones, identity-like Q/K: a peaked softmax, V a ramp), not causal
+/// and causal, on one seqlen_q x seqlen_k shape with GQA 4:2: 5 points.
+GradePart diagnostic_part(int d, int seqlen_q, int seqlen_k, int seed0) {
+  PartBuilder b("diagnostic",
+                "structured inputs: all ones, identity-like Q/K (peaked softmax), V a ramp", 5, d,
+                seed0);
+  for (InputKind in : {InputKind::ones, InputKind::identity, InputKind::ramp})
+    for (bool causal : {false, true}) b.add(1, seqlen_q, seqlen_k, 4, 2, causal).input = in;
+  return b.done();
+}
+
 std::vector<GradePart> prefill_parts(const Rung& r, const std::vector<const Rung*>& variants,
                                      int d) {
   std::vector<GradePart> parts;
@@ -168,14 +179,7 @@ std::vector<GradePart> prefill_parts(const Rung& r, const std::vector<const Rung
     }
     add_part(&parts, b.done());
   }
-  {
-    PartBuilder b("diagnostic",
-                  "structured inputs: all ones, identity-like Q/K (peaked softmax), V a ramp", 5, d,
-                  700);
-    for (InputKind in : {InputKind::ones, InputKind::identity, InputKind::ramp})
-      for (bool causal : {false, true}) b.add(1, 130, 200, 4, 2, causal).input = in;
-    parts.push_back(b.done());
-  }
+  parts.push_back(diagnostic_part(d, 130, 200, 700));
   add_part(&parts, variants_part(variants, false, 10, 750));
   {
     PartBuilder b("large", "one large causal GQA problem, sampled rows against the reference", 5, d,
@@ -260,14 +264,7 @@ std::vector<GradePart> decode_parts(const Rung& r, const std::vector<const Rung*
     }
     add_part(&parts, b.done());
   }
-  {
-    PartBuilder b("diagnostic",
-                  "structured inputs: all ones, identity-like Q/K (peaked softmax), V a ramp", 5, d,
-                  900);
-    for (InputKind in : {InputKind::ones, InputKind::identity, InputKind::ramp})
-      for (bool causal : {false, true}) b.add(1, 4, 200, 4, 2, causal).input = in;
-    parts.push_back(b.done());
-  }
+  parts.push_back(diagnostic_part(d, 4, 200, 900));
   add_part(&parts, variants_part(variants, true, 5, 950));
   {
     PartBuilder b("large", "one long KV cache (32k keys), sampled rows against the reference", 5, d,

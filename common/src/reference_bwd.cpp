@@ -41,6 +41,20 @@ void store_rows(const Mat<Scalar>& m, std::vector<double>* t, int b, int h, int 
   }
 }
 
+/// Results shaped like the inputs before any row is computed: zero O, D and gradients, and an
+/// LSE of -inf (what a row that sees no key keeps).
+BwdResults empty_results(const Problem& p, const BwdInputs& x) {
+  BwdResults res;
+  res.out.assign(x.q.size(), 0.0);
+  res.dq.assign(x.q.size(), 0.0);
+  res.dk.assign(x.k.size(), 0.0);
+  res.dv.assign(x.v.size(), 0.0);
+  res.lse.assign(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q,
+                 -std::numeric_limits<double>::infinity());
+  res.delta.assign(res.lse.size(), 0.0);
+  return res;
+}
+
 /// The backward pass in Scalar with Eigen. One task per (batch, KV head): it owns that head's
 /// dK and dV, so the group's query heads add into them with no race, in a fixed order (the
 /// result does not depend on the thread count). Query rows go in chunks so the score matrix
@@ -49,13 +63,7 @@ template <class Scalar>
 BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
   const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv;
   const int D = p.head_dim, G = p.group();
-  BwdResults res;
-  res.out.assign(x.q.size(), 0.0);
-  res.dq.assign(x.q.size(), 0.0);
-  res.dk.assign(x.k.size(), 0.0);
-  res.dv.assign(x.v.size(), 0.0);
-  res.lse.assign(static_cast<size_t>(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
-  res.delta.assign(res.lse.size(), 0.0);
+  BwdResults res = empty_results(p, x);
 
   constexpr int kChunk = 64;
   const Scalar scale = static_cast<Scalar>(p.scale());
@@ -142,13 +150,7 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
   const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv;
   const int D = p.head_dim;
   const double scale = p.scale();
-  BwdResults res;
-  res.out.assign(x.q.size(), 0.0);
-  res.dq.assign(x.q.size(), 0.0);
-  res.dk.assign(x.k.size(), 0.0);
-  res.dv.assign(x.v.size(), 0.0);
-  res.lse.assign(static_cast<size_t>(B) * Hq * Sq, -std::numeric_limits<double>::infinity());
-  res.delta.assign(res.lse.size(), 0.0);
+  BwdResults res = empty_results(p, x);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < Hq; ++h) {
       const int hk = h / p.group();

@@ -156,4 +156,17 @@ std::string supports(const Rung& r, const Problem& p, const DeviceInfo& d) {
   return why;
 }
 
+std::string tile_limits(const Problem& p, const DeviceInfo& d, int smem_bytes) {
+  if (!head_dim_built(p.head_dim))
+    return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
+  if (!dtype_built(p.dtype)) return "dtype not built (configured with FL_DTYPE)";
+  if (p.heads_q > 65535 || p.batch > 65535)
+    return "heads_q and batch must be <= 65535 (grid y and z)";
+  if (d.smem_per_block_optin > 0 && smem_bytes > d.smem_per_block_optin)
+    return "needs " + std::to_string(smem_bytes) +
+           " bytes of shared memory per block, the GPU allows " +
+           std::to_string(d.smem_per_block_optin);
+  return "";
+}
+
 }  // namespace fl

@@ -52,19 +52,6 @@ decltype(auto) with_tiles(SmemClass c, F&& f) {
 
 // ---- host side: limits and resource entries shared by the rung and its variants
 
-/// Checks shared by the rung and its variants; @p smem is what the tiles need.
-inline std::string check_tile_limits(const Problem& p, const DeviceInfo& d, int smem) {
-  if (!head_dim_built(p.head_dim))
-    return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
-  if (!dtype_built(p.dtype)) return "dtype not built (configured with FL_DTYPE)";
-  if (p.heads_q > 65535 || p.batch > 65535)
-    return "heads_q and batch must be <= 65535 (grid y and z)";
-  if (d.smem_per_block_optin > 0 && smem > d.smem_per_block_optin)
-    return "needs " + std::to_string(smem) + " bytes of shared memory per block, the GPU allows " +
-           std::to_string(d.smem_per_block_optin);
-  return "";
-}
-
 /// The KernelInfo entry of one instantiation.
 template <class T, class Cfg>
 std::vector<KernelInfo> kernel_info() {

@@ -49,7 +49,7 @@ Rung make_rung(bool force_small) {
       return tc::with_tiles<D>(cls(d.smem_per_block_optin),
                                [](auto cfg) { return decltype(cfg)::kSmemBytes; });
     });
-    return tc::check_tile_limits(p, d, smem);
+    return tile_limits(p, d, smem);
   };
   r.launch = [cls_now](const AttnParams& p, cudaStream_t s) {
     const SmemClass c = cls_now();

@@ -27,7 +27,7 @@ Rung make_variant(const char* name) {
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (p.head_dim != Cfg::kHeadDim)
       return "this variant is built for head_dim " + std::to_string(Cfg::kHeadDim) + " only";
-    return tc::check_tile_limits(p, d, Cfg::kSmemBytes);
+    return tile_limits(p, d, Cfg::kSmemBytes);
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] { tc::launch_flash_tc<T, Cfg>(p, s); });

@@ -17,20 +17,11 @@
 namespace fl {
 namespace {
 
-/// The checks shared by the rung and its variants; @p smem is what the tiles need.
+/// The checks shared by the rung and its variants: an sm_90 GPU and a build with sm_90a, then
+/// the limits of every tiled kernel (common/: tile_limits) for @p smem bytes of tiles.
 std::string check_limits(const Problem& p, const DeviceInfo& d, int smem) {
   const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
-  if (!hopper.empty()) return hopper;
-  if (!head_dim_built(p.head_dim))
-    return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
-  if (!dtype_built(p.dtype)) return "dtype not built (configured with FL_DTYPE)";
-  if (p.heads_q > 65535 || p.batch > 65535)
-    return "heads_q and batch must be <= 65535 (grid y and z)";
-  if (p.page_size > 0) return "paged KV is rung 08's";
-  if (d.smem_per_block_optin > 0 && smem > d.smem_per_block_optin)
-    return "needs " + std::to_string(smem) + " bytes of shared memory per block, the GPU allows " +
-           std::to_string(d.smem_per_block_optin);
-  return "";
+  return hopper.empty() ? tile_limits(p, d, smem) : hopper;
 }
 
 /// The tiles' shared memory for head_dim @p d (0 if not a rung 09 head_dim).

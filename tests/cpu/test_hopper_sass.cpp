@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -195,15 +196,19 @@ namespace {
 /// The guarded nvcc of the Hopper targets on @p source with @p defines; returns the exit code
 /// and fills @p out with everything it printed.
 int guarded_compile(const std::string& source, const std::string& defines, std::string* out) {
-  char dir[] = "/tmp/fl-hopper-probe.XXXXXX";
-  if (!mkdtemp(dir)) return -1;
+  // A fresh folder in the system's temporary directory (TMPDIR, else the platform default).
+  std::string templ = (std::filesystem::temp_directory_path() / "fl-hopper-probe.XXXXXX").string();
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) return -1;
+  const std::string dir(buf.data());
   std::string cmd;
   for (const char* a : {FL_HOPPER_GUARDED_NVCC_ARGS}) cmd += "\"" + std::string(a) + "\" ";
   cmd += defines + " -c \"" + std::string(FL_SOURCE_DIR) + "/" + source + "\" -o \"" + dir +
          "/probe.o\"";
   const int status = fl_test::run_command(cmd, out);
-  std::string ignored;
-  fl_test::run_command("rm -rf \"" + std::string(dir) + "\"", &ignored);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
   return status;
 }
 

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "catch_compat.h"
+#include "problem_shape.h"
 #include "flashladder/reference.h"
 
 using namespace fl;
@@ -22,18 +23,7 @@ double max_diff(const RowResults& a, const RowResults& b) {
   return m;
 }
 
-Problem shape(int b, int sq, int sk, int hq, int hkv, int d, bool causal, DType t = DType::fp16) {
-  Problem p;
-  p.batch = b;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.head_dim = d;
-  p.causal = causal;
-  p.dtype = t;
-  return p;
-}
+using fl_test::shape;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "catch_compat.h"
+#include "problem_shape.h"
 #include "flashladder/reference.h"
 #include "flashladder/reference_bwd.h"
 
@@ -13,18 +14,7 @@ using namespace fl;
 
 namespace {
 
-Problem shape(int b, int sq, int sk, int hq, int hkv, int d, bool causal, DType t = DType::fp16) {
-  Problem p;
-  p.batch = b;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.head_dim = d;
-  p.causal = causal;
-  p.dtype = t;
-  return p;
-}
+using fl_test::shape;
 
 double max_abs(const std::vector<double>& a) {
   double m = 0;

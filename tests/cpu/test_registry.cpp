@@ -129,3 +129,17 @@ TEST_CASE("the built registry: every rung after 01 declares a baseline that reso
   }
   REQUIRE(mains >= 2);
 }
+
+TEST_CASE("tile_limits: the shared limits of the tiled rungs", "[cpu][registry]") {
+  Problem p;
+  p.head_dim = 128;
+  DeviceInfo d;
+  d.smem_per_block_optin = 100 * 1024;
+  REQUIRE(tile_limits(p, d, 64 * 1024) == "");
+  REQUIRE(tile_limits(p, d, 160 * 1024).find("needs 163840 bytes of shared memory") == 0);
+  p.heads_q = 70000;
+  REQUIRE(tile_limits(p, d, 64 * 1024) == "heads_q and batch must be <= 65535 (grid y and z)");
+  p.heads_q = 16;
+  d.smem_per_block_optin = 0;  // unknown GPU: the shared-memory check is left to the launch
+  REQUIRE(tile_limits(p, d, 1 << 20) == "");
+}

@@ -126,6 +126,11 @@ const Registry& registry();
 /// head_dim list, paged KV, compute capability. "" if fine.
 std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& d);
 
+/// The limits every tiled kernel checks in its `supports` (rungs 06 and 09): head_dim and dtype
+/// built (FL_HEAD_DIM, FL_DTYPE), heads_q and batch within the grid's y and z limits, and
+/// @p smem_bytes of dynamic shared memory within the GPU's opt-in limit. "" if fine.
+std::string tile_limits(const Problem& p, const DeviceInfo& d, int smem_bytes);
+
 /// generic_supports() then r.supports().
 std::string supports(const Rung& r, const Problem& p, const DeviceInfo& d);
 
