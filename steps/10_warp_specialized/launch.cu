@@ -33,17 +33,7 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
   if (!hopper.empty()) return hopper;
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
-  if (!head_dim_built(p.head_dim))
-    return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
-  if (!dtype_built(p.dtype)) return "dtype not built (configured with FL_DTYPE)";
-  if (p.heads_q > 65535 || p.batch > 65535)
-    return "heads_q and batch must be <= 65535 (grid y and z)";
-  if (p.page_size > 0) return "paged KV is rung 08's";
-  const int smem = smem_of(p.head_dim);
-  if (d.smem_per_block_optin > 0 && smem > d.smem_per_block_optin)
-    return "needs " + std::to_string(smem) + " bytes of shared memory per block, the GPU allows " +
-           std::to_string(d.smem_per_block_optin);
-  return "";
+  return tile_limits(p, d, smem_of(p.head_dim));
 }
 
 #if FL_HOPPER_SM90A

@@ -46,15 +46,9 @@ void register_rung_11(Registry& reg) {
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (!registry().find(kForwardRung)) return "needs rung 06 (its forward pass) in the build";
     if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
-    if (!head_dim_built(p.head_dim))
-      return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
-    if (!dtype_built(p.dtype)) return "dtype not built (configured with FL_DTYPE)";
-    if (p.page_size > 0) return "paged KV is rung 08's";
-    if (p.heads_kv > 65535 || p.batch > 65535) return "heads_kv and batch must be <= 65535 (grid y and z)";
     const int smem = p.head_dim == 64 ? bwd::BwdTiles<64>::kSmemBytes : bwd::BwdTiles<128>::kSmemBytes;
-    if (d.smem_per_block_optin > 0 && smem > d.smem_per_block_optin)
-      return "needs " + std::to_string(smem) + " bytes of shared memory per block, the GPU allows " +
-             std::to_string(d.smem_per_block_optin);
+    const std::string limits = tile_limits(p, d, smem);  // heads_q >= heads_kv: covers grid y
+    if (!limits.empty()) return limits;
     return forward_rung().supports ? forward_rung().supports(p, d) : "";
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
