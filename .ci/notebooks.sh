@@ -10,7 +10,7 @@
 #   .ci/notebooks.sh            # all of the above
 #   .ci/notebooks.sh --check    # (1) only: no Python packages needed
 #
-# Env: FL_NOTEBOOK_VENV (default /tmp/fl-notebooks-venv, reused while requirements.txt is
+# Env: FL_NOTEBOOK_VENV (default $TMPDIR/fl-notebooks-venv, else /tmp/..., reused while requirements.txt is
 # unchanged), FL_RESULTS (a results folder), FL_NOTEBOOK_OUT (where executed notebooks and PNGs go;
 # default a fresh temp folder).
 set -euo pipefail
@@ -41,7 +41,7 @@ EOF
 [ "${1:-}" = "--check" ] && exit 0
 
 # ---- (2) pinned requirements in a venv ---------------------------------------------------------
-VENV=${FL_NOTEBOOK_VENV:-/tmp/fl-notebooks-venv}
+VENV=${FL_NOTEBOOK_VENV:-${TMPDIR:-/tmp}/fl-notebooks-venv}
 STAMP="$VENV/.requirements.sha256"
 WANT=$(sha256sum notebooks/requirements.txt | cut -d' ' -f1)
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
@@ -55,7 +55,7 @@ VPY="$VENV/bin/python"
 "$VPY" -m ipykernel install --prefix "$VENV" --name python3 >/dev/null  # the kernel nbconvert starts
 
 # ---- (3) execute ---------------------------------------------------------------------------------
-OUT=${FL_NOTEBOOK_OUT:-$(mktemp -d /tmp/fl-notebooks.XXXXXX)}
+OUT=${FL_NOTEBOOK_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/fl-notebooks.XXXXXX")}
 mkdir -p "$OUT"
 export FL_NOTEBOOK_OUT="$OUT" MPLBACKEND=Agg JUPYTER_PATH="$VENV/share/jupyter"
 USER_RESULTS=${FL_RESULTS:-}
