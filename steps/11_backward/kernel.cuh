@@ -20,11 +20,11 @@
 ///   // clang-format on
 /// @endcode
 ///
-/// Each of the 4 warps owns 16 keys of K_j: Sᵀ, Pᵀ, dPᵀ and dSᵀ of its keys stay in registers in
-/// mma.sync's C-fragment layout, which is (packed to 16 bits) the A fragment of the GEMM that
-/// consumes them, as P was in the forward pass (rung 05). Only dQ needs dS the other way round
-/// (queries as rows), so dSᵀ goes through shared memory once and is read back transposed by
-/// `ldmatrix.trans`.
+/// Each warp owns 16 keys of K_j (8 warps: BLOCK_N = 128 keys, FlashAttention-2's tile): Sᵀ, Pᵀ,
+/// dPᵀ and dSᵀ of its keys stay in registers in mma.sync's C-fragment layout, which is (packed to
+/// 16 bits) the A fragment of the GEMM that consumes them, as P was in the forward pass (rung 05).
+/// Only dQ needs dS the other way round (queries as rows), so dSᵀ goes through shared memory once
+/// and is read back transposed by `ldmatrix.trans`.
 #pragma once
 
 #include <math.h>
@@ -42,15 +42,26 @@
 
 namespace fl::bwd {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-
-/// The tiles: BLOCK_N = 64 keys (16 per warp), BLOCK_M = 64 queries per step, head_dim d.
-template <int HEAD_DIM>
+/// The tiles: BLOCK_N = 16 keys per warp, BLOCK_M = 64 queries per step, head_dim d.
+///
+/// The default is WARPS = 8 (BLOCK_N = 128, FlashAttention-2's backward tile): two costs of a
+/// step scale with 1 / BLOCK_N, the dQ atomics (a BLOCK_M x d fp32 tile per step, whatever
+/// BLOCK_N is) and the loads of Q_i, dO_i, LSE_i and D_i (once per step, shared by BLOCK_N keys).
+/// WARPS = 4 (64 keys) is the previous tile, kept as the `64keys` variant to measure that.
+template <int HEAD_DIM, int WARPS>
 struct BwdTiles {
   static constexpr int kHeadDim = HEAD_DIM;
-  static constexpr int kBlockN = 16 * kWarps;  ///< keys per block (16 per warp)
-  static constexpr int kBlockM = 64;           ///< queries per step (dQ: 16 rows per warp)
+  static constexpr int kWarps = WARPS;
+  static constexpr int kThreads = 32 * WARPS;
+  static constexpr int kBlockN = 16 * WARPS;  ///< keys per block (16 per warp)
+  static constexpr int kBlockM = 64;          ///< queries per step
+  /// dQ_i += dS K_j: warp w owns query rows 16 (w % kDqRowGroups) .. +15 and the column slice
+  /// w / kDqRowGroups of d (kDqCols columns), computed kDqPassCols columns at a time so that the
+  /// accumulator stays at most 8 x 4 floats.
+  static constexpr int kDqRowGroups = kBlockM / 16;
+  static constexpr int kDqColSplits = WARPS / kDqRowGroups;
+  static constexpr int kDqCols = HEAD_DIM / kDqColSplits;
+  static constexpr int kDqPassCols = kDqCols < 64 ? kDqCols : 64;
   static constexpr int kRowBytes = HEAD_DIM * 2;
   static constexpr int kChunks = kRowBytes / 16;
   static constexpr int kTileN = kBlockN * kRowBytes;  ///< K_j or V_j
@@ -61,15 +72,25 @@ struct BwdTiles {
                        kDS = kDO + 2 * kTileM, kLse = kDS + kDSBytes,
                        kD = kLse + 2 * kBlockM * 4;
   static constexpr int kSmemBytes = kD + 2 * kBlockM * 4;
-  static_assert(kBlockM == 16 * kWarps, "dQ: each warp owns 16 query rows");
+  static_assert(WARPS % kDqRowGroups == 0, "dQ: every warp owns 16 query rows of a column slice");
+  static_assert(kDqCols % kDqPassCols == 0 && kDqPassCols % 16 == 0,
+                "dQ: a warp's columns are whole passes of 16-column MMA pairs");
+  static_assert(kThreads >= 2 * kBlockM, "load_step: one thread per LSE and per D value");
+  static_assert(kBlockN % (kThreads / kChunks) == 0 && kBlockM % (kThreads / kChunks) == 0,
+                "load_rows: whole passes of the CTA over a tile");
+  static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
 };
+
+/// Threads of the preprocess kernel (one warp per query row).
+constexpr int kPrepWarps = 4;
+constexpr int kPrepThreads = 32 * kPrepWarps;
 
 /// D = rowsum(dO ∘ O) per (batch, head, query) and the dQ accumulator(s) zeroed: one warp per row.
 template <class T, int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kPrepThreads)
     bwd_preprocess_kernel(const AttnBwdParams P, float* d_rowsum, float* dq_acc, int splits) {
   const AttnParams& p = P.fwd;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kPrepWarps + threadIdx.x / 32;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -100,7 +121,7 @@ __global__ void __launch_bounds__(kThreads)
 template <class Cfg, int ROWS, class T>
 __device__ __forceinline__ void load_rows(uint32_t smem, const T* gmem, int64_t row_stride,
                                           int rows_valid) {
-  constexpr int kPerPass = kThreads / Cfg::kChunks;
+  constexpr int kPerPass = Cfg::kThreads / Cfg::kChunks;
   const int r0 = threadIdx.x / Cfg::kChunks, chunk = threadIdx.x % Cfg::kChunks;
 #pragma unroll
   for (int i = 0; i < ROWS / kPerPass; ++i) {
@@ -113,7 +134,7 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const T* gmem, int64_t 
 
 /// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv; batch).
 template <class T, class Cfg>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(Cfg::kThreads)
     bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_N = Cfg::kBlockN;
@@ -181,7 +202,7 @@ __global__ void __launch_bounds__(kThreads)
       if (threadIdx.x < BLOCK_M) {
         const float lse = ok ? p.lse[at] : INFINITY;
         lse_s[bf * BLOCK_M + r] = (lse == -INFINITY || !ok) ? INFINITY : lse * log2e;
-      } else {
+      } else if (threadIdx.x < 2 * BLOCK_M) {  // one writer per value (threads past 2 BLOCK_M idle)
         D_s[bf * BLOCK_M + r] = ok ? d_rowsum[at] : 0.f;
       }
     };
@@ -308,43 +329,61 @@ __global__ void __launch_bounds__(kThreads)
         }
       __syncthreads();
 
-      // dQ_i += dS K_j: this warp's 16 queries, 64 columns at a time (registers), added to the
-      // fp32 accumulator (unscaled; the convert kernel applies the scale).
+      // dQ_i += dS K_j: this warp's 16 queries x kDqCols columns, kDqPassCols at a time
+      // (registers), over the block's BLOCK_N keys, added to the fp32 accumulator (unscaled; the
+      // convert kernel applies the scale).
+      constexpr int PASS = Cfg::kDqPassCols;
+      // This warp's query rows 16 dq_group .. +15 and first column (constants when one warp per
+      // row group covers all of d, so that the 4-warp tile compiles as before).
+      const int dq_group = Cfg::kDqColSplits == 1 ? warp : warp % Cfg::kDqRowGroups;
+      const int dq_col0 = Cfg::kDqColSplits == 1 ? 0 : (warp / Cfg::kDqRowGroups) * Cfg::kDqCols;
       float* dq_rows = dq_split + (static_cast<int64_t>(batch) * p.seqlen_q * p.heads_q + h) * D;
 #pragma unroll
-      for (int dc = 0; dc < D / 64; ++dc) {
-        float acc[8][4];
+      for (int dc = 0; dc < Cfg::kDqCols / PASS; ++dc) {
+        const int col0 = dq_col0 + PASS * dc;
+        float acc[PASS / 8][4];
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int n = 0; n < PASS / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
           uint32_t a[4];
-          ptx::ldmatrix_x4_trans(a, dS_s + kk * 16 * (BLOCK_M * 2) + (ds_lane ^ (warp * 32)));
+          // dS rows 16 dq_group .. +15 are dSᵀ's columns: 16 queries = 32 bytes = one XOR step.
+          ptx::ldmatrix_x4_trans(a, dS_s + kk * 16 * (BLOCK_M * 2) + (ds_lane ^ (dq_group * 32)));
 #pragma unroll
-          for (int dj = 0; dj < 4; ++dj) {
+          for (int dj = 0; dj < PASS / 16; ++dj) {
             uint32_t b[4];
-            ptx::ldmatrix_x4_trans(b, K_s + kk * 16 * RB + (t_lane ^ ((4 * dc + dj) * 32)));
+            ptx::ldmatrix_x4_trans(b, K_s + kk * 16 * RB + (t_lane ^ ((col0 / 16 + dj) * 32)));
             ptx::mma_m16n8k16<T>(acc[2 * dj], a, b[0], b[1]);
             ptx::mma_m16n8k16<T>(acc[2 * dj + 1], a, b[2], b[3]);
           }
         }
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const int q = q0 + 16 * warp + g + 8 * hh;
+          const int q = q0 + 16 * dq_group + g + 8 * hh;
           if (q >= p.seqlen_q) continue;
-          float* dst = dq_rows + static_cast<int64_t>(q) * p.heads_q * D + 64 * dc + 2 * t;
+          float* dst = dq_rows + static_cast<int64_t>(q) * p.heads_q * D + col0 + 2 * t;
 #pragma unroll
-          for (int n = 0; n < 8; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              if (P.deterministic) {
-                dst[8 * n + e] += acc[n][2 * hh + e];  // this block owns its split: fixed order
-              } else {
-                atomicAdd(dst + 8 * n + e, acc[n][2 * hh + e]);
-              }
+          for (int n = 0; n < PASS / 8; ++n) {
+            if (P.deterministic) {
+              // This block owns its split: plain adds in a fixed order.
+              dst[8 * n] += acc[n][2 * hh];
+              dst[8 * n + 1] += acc[n][2 * hh + 1];
+            } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+              // sm_90: columns 2t, 2t + 1 in one vector reduction (red.global.add.v2.f32), half
+              // the atomic instructions. 8-byte aligned: the element index (row base a multiple
+              // of d, col0 a multiple of 16, 8 n, 2 t) is even, and the accumulator starts at an
+              // even float offset of the workspace (dq_acc_offset).
+              atomicAdd(reinterpret_cast<float2*>(dst + 8 * n),
+                        make_float2(acc[n][2 * hh], acc[n][2 * hh + 1]));
+#else
+              atomicAdd(dst + 8 * n, acc[n][2 * hh]);
+              atomicAdd(dst + 8 * n + 1, acc[n][2 * hh + 1]);
+#endif
             }
+          }
         }
       }
     }
@@ -396,19 +435,31 @@ __global__ void __launch_bounds__(256)
 
 // ---- host side -----------------------------------------------------------------------------
 
-/// Splits of the deterministic mode: K/V blocks are dealt round-robin to this many blocks, each
-/// with its own dQ accumulator (a fixed function of the shape, so runs repeat bit for bit).
-inline int deterministic_splits(const Problem& p) {
-  const int n_kv_blocks = (p.seqlen_k + 63) / 64;
+/// Splits of the deterministic mode: Cfg's K/V blocks are dealt round-robin to this many blocks,
+/// each with its own dQ accumulator (a fixed function of the shape and the tile, so runs repeat
+/// bit for bit).
+template <class Cfg>
+int deterministic_splits(const Problem& p) {
+  const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   return n_kv_blocks < 8 ? n_kv_blocks : 8;
 }
 
-/// Workspace: D (fp32, [batch, heads_q, seqlen_q]) then the dQ accumulator(s) (fp32, [splits]
-/// [batch, seqlen_q, heads_q, d]).
-inline size_t workspace_bytes(const Problem& p, bool deterministic) {
+/// Where the dQ accumulator starts in the workspace, in floats: after D, rounded up to 32 floats
+/// (128 bytes), so that the accumulator is aligned for the vector reductions whatever the number
+/// of rows (an odd one would leave it 4-byte aligned).
+inline size_t dq_acc_offset(const Problem& p) {
   const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  const size_t splits = deterministic ? size_t(deterministic_splits(p)) : 1;
-  return rows * sizeof(float) + splits * rows * p.head_dim * sizeof(float);
+  return (rows + 31) / 32 * 32;
+}
+
+/// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
+/// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), for the tile Cfg that
+/// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
+template <class Cfg>
+size_t workspace_bytes(const Problem& p, bool deterministic) {
+  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+  const size_t splits = deterministic ? size_t(deterministic_splits<Cfg>(p)) : 1;
+  return (dq_acc_offset(p) + splits * rows * p.head_dim) * sizeof(float);
 }
 
 template <class T, class Cfg>
@@ -422,9 +473,9 @@ const void* prepared_main() {
   return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg>);
 }
 
-template <class T, int D>
+template <class T, class Cfg>
 void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
-  using Cfg = BwdTiles<D>;
+  constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = P.fwd;
   Problem shape;
   shape.batch = p.batch;
@@ -433,21 +484,23 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   shape.heads_q = p.heads_q;
   shape.heads_kv = p.heads_kv;
   shape.head_dim = p.head_dim;
-  const int splits = P.deterministic ? deterministic_splits(shape) : 1;
-  if (P.workspace_bytes < workspace_bytes(shape, P.deterministic != 0))
+  const int splits = P.deterministic ? deterministic_splits<Cfg>(shape) : 1;
+  if (P.workspace_bytes < workspace_bytes<Cfg>(shape, P.deterministic != 0))
     throw std::runtime_error("rung 11: workspace smaller than bwd_workspace_bytes");
+  if (reinterpret_cast<uintptr_t>(P.workspace) % 8 != 0)  // sm_90's float2 reductions into dq_acc
+    throw std::runtime_error("rung 11: workspace not 8-byte aligned");
   float* d_rowsum = static_cast<float*>(P.workspace);
-  float* dq_acc = d_rowsum + size_t(p.batch) * p.heads_q * p.seqlen_q;
+  float* dq_acc = d_rowsum + dq_acc_offset(shape);
 
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0,
-                                stream>>>(P, d_rowsum, dq_acc, splits);
+  bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
+                                kPrepThreads, 0, stream>>>(P, d_rowsum, dq_acc, splits);
   FL_LAUNCH_CHECK("bwd_preprocess_kernel");
 
   prepared_main<T, Cfg>();
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const dim3 grid(P.deterministic ? splits : n_kv_blocks, p.heads_kv, p.batch);
-  bwd_main_kernel<T, Cfg><<<grid, kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
+  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
   FL_LAUNCH_CHECK("bwd_main_kernel");
 
   const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;
