@@ -5,13 +5,15 @@
 /// @code
 ///   // clang-format off
 ///   warpgroup 0  producer   setmaxnreg.dec 24. One thread: Q, then for every K/V block n:
-///                           wait empty[s] -> expect_tx + TMA K_n (k_full[s]), V_n (v_full[s])
+///                           wait k_empty[s] -> expect_tx + TMA K_n (k_full[s])
+///                           wait v_empty[s] -> expect_tx + TMA V_n (v_full[s])
 ///   warpgroups   consumers  setmaxnreg.inc 240. 64 query rows each. Per block n (OVERLAP):
 ///   1 and 2                   [turn]  issue S_n = Q K_n^T ; issue O += P_{n-1} V_{n-1}  [/turn]
 ///                             wait_group 1   (S_n done, P V still running)
+///                             arrive k_empty[stage of n]       (K_n is read)
 ///                             softmax(S_n) in fp32             <- under the P V wgmma
 ///                             wait_group 0 ; O *= alpha_n ; P_n = 16-bit S_n
-///                             arrive empty[stage of n-1]       (its K and V are read)
+///                             arrive v_empty[stage of n-1]     (V_{n-1} is read)
 ///   PINGPONG: [turn] .. [/turn] is a named-barrier hand-off between the two consumers, so one
 ///   issues its GEMMs while the other runs its softmax.
 ///   // clang-format on
@@ -19,7 +21,8 @@
 ///
 /// What changes from rung 09, and nothing else: the loads come from a warpgroup that does
 /// nothing but wait for free stages and issue copies (no __syncthreads in the main loop: each
-/// stage has an "empty" mbarrier the consumers arrive on); registers move from the producer to
+/// stage has two "empty" mbarriers the consumers arrive on, one for K and one for V, since K_n is
+/// read a whole softmax before V_n); registers move from the producer to
 /// the consumers; the two consumers are scheduled against each other; and inside a consumer
 /// the softmax of one block overlaps the GEMMs.
 #pragma once
@@ -126,7 +129,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const uint32_t bar_q = V_s + STAGES * Cfg::kKVBytes;
   auto k_full = [&](int s) { return bar_q + 8u * (1 + s); };
   auto v_full = [&](int s) { return bar_q + 8u * (1 + STAGES + s); };
-  auto empty = [&](int s) { return bar_q + 8u * (1 + 2 * STAGES + s); };
+  auto k_empty = [&](int s) { return bar_q + 8u * (1 + 2 * STAGES + s); };
+  auto v_empty = [&](int s) { return bar_q + 8u * (1 + 3 * STAGES + s); };
 
   if (tid == 0) {
     tma_prefetch_map(&map_q);
@@ -136,7 +140,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(k_full(s), 1);
       mbarrier_init(v_full(s), 1);
-      mbarrier_init(empty(s), Cfg::kConsumers);  // one arrival per consumer warpgroup
+      mbarrier_init(k_empty(s), Cfg::kConsumers);  // one arrival per consumer warpgroup
+      mbarrier_init(v_empty(s), Cfg::kConsumers);
     }
     fence_mbarrier_init();
   }
@@ -155,14 +160,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int n = 0; n < n_blocks; ++n) {
         const int s = n % STAGES;
         // The k-th refill of stage s waits for the consumers' k-th release: parity (k & 1) ^ 1,
-        // which a fresh barrier satisfies at once (k = 0: the ring starts empty).
-        mbarrier_wait_parity(empty(s), ((n / STAGES) & 1) ^ 1);
+        // which a fresh barrier satisfies at once (k = 0: the ring starts empty). K and V are
+        // released apart: K_n right after S_n, V_n only after O += P_n V_n, one softmax later.
+        const uint32_t refill_parity = ((n / STAGES) & 1) ^ 1;
         const int key0 = n * BLOCK_N;
+        mbarrier_wait_parity(k_empty(s), refill_parity);
         mbarrier_arrive_expect_tx(k_full(s), Cfg::kKVBytes);
 #pragma unroll
         for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
           tma_load_4d(K_s + s * Cfg::kKVBytes + cb * BLOCK_N * 128, &map_k, k_full(s), 64 * cb,
                       kv_head, key0, batch);
+        mbarrier_wait_parity(v_empty(s), refill_parity);
         mbarrier_arrive_expect_tx(v_full(s), Cfg::kKVBytes);
 #pragma unroll
         for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
@@ -262,8 +270,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 4; ++i) P_frag[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
   };
-  auto release = [&](int n) {  // both GEMMs of block n are done: its stage may be refilled
-    if (leader) mbarrier_arrive(empty(n % STAGES));
+  // A stage's K may be refilled once S = Q K^T of its block is done, its V once O += P V is.
+  auto s_landed = [&](float (&S)[BLOCK_N / 2], int n) {  // after the wait that covers S_n
+    wgmma_fence_operand(S);
+    if (leader) mbarrier_arrive(k_empty(n % STAGES));
+  };
+  auto pv_done = [&](int n) {  // waits for O += P_n V_n: O may be rescaled, P_n overwritten
+    wgmma_wait<0>();
+    wgmma_fence_operand(O_acc);
+    if (leader) mbarrier_arrive(v_empty(n % STAGES));
   };
 
   if constexpr (OVERLAP) {
@@ -274,7 +289,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       issue_qk(S, 0);
       turn_end();
       wgmma_wait<0>();
-      wgmma_fence_operand(S);
+      s_landed(S, 0);
       softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, 0 >= n_mask_from, 0, row_visible);
       rescale_and_pack(S);
 #pragma unroll 1
@@ -285,20 +300,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         issue_pv(n - 1);      // group 2: O += P_{n-1} V_{n-1}
         turn_end();
         wgmma_wait<1>();  // groups complete in order: S_n is ready, P V may still run
-        wgmma_fence_operand(S_next);
+        s_landed(S_next, n);
         softmax_block<BLOCK_N>(S_next, m_i, l_i, alpha, scale_log2, n >= n_mask_from,
                                n * BLOCK_N, row_visible);
-        wgmma_wait<0>();  // O += P_{n-1} V_{n-1} is done: O may be rescaled, P overwritten
-        wgmma_fence_operand(O_acc);
-        release(n - 1);
+        pv_done(n - 1);
         rescale_and_pack(S_next);
       }
       turn_begin();
       issue_pv(n_blocks - 1);
       turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_operand(O_acc);
-      release(n_blocks - 1);
+      pv_done(n_blocks - 1);
     }
     // LAB-END(10-overlap)
   } else {
@@ -310,16 +321,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       issue_qk(S, n);
       turn_end();
       wgmma_wait<0>();
-      wgmma_fence_operand(S);
+      s_landed(S, n);
       softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, n >= n_mask_from, n * BLOCK_N,
                              row_visible);
       rescale_and_pack(S);
       turn_begin();
       issue_pv(n);
       turn_end();
-      wgmma_wait<0>();
-      wgmma_fence_operand(O_acc);
-      release(n);
+      pv_done(n);
     }
   }
 

@@ -19,10 +19,12 @@ namespace {
 
 enum class Mode { all, no_pingpong, no_overlap, no_ws };
 
-int smem_of(int d) {
-  switch (d) {
+int smem_of(const Problem& p) {
+  switch (p.head_dim) {
     case 64: return hopper10::HopperWsTiles<64>::kSmemBytes;
-    case 128: return hopper10::HopperWsTiles<128>::kSmemBytes;
+    case 128:
+      return p.causal ? hopper10::HopperWsTiles<128, true>::kSmemBytes
+                      : hopper10::HopperWsTiles<128, false>::kSmemBytes;
     case 256: return hopper10::HopperWsTiles<256>::kSmemBytes;
     default: return 0;
   }
@@ -33,22 +35,20 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
   if (!hopper.empty()) return hopper;
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
-  return tile_limits(p, d, smem_of(p.head_dim));
+  return tile_limits(p, d, smem_of(p));
 }
 
 #if FL_HOPPER_SM90A
-template <Mode M, class T, int D>
+template <Mode M, class T, class Cfg>
 void launch_mode(const AttnParams& p, cudaStream_t s) {
-  using Cfg = hopper10::HopperWsTiles<D>;
   using Cfg09 = typename Cfg::Base;  // the same tiles without the producer
   if constexpr (M == Mode::no_ws) hopper09::launch_wgmma_tma<T, Cfg09>(p, s);
   else
     hopper10::launch_ws<T, Cfg, M != Mode::no_pingpong, M != Mode::no_overlap>(p, s);
 }
 
-template <Mode M, class T, int D>
+template <Mode M, class T, class Cfg>
 std::vector<KernelInfo> kernels_mode() {
-  using Cfg = hopper10::HopperWsTiles<D>;
   using Cfg09 = typename Cfg::Base;
   if constexpr (M == Mode::no_ws)
     return {{hopper09::tile_label<Cfg09>(), hopper09::prepared_kernel<T, Cfg09>(), Cfg09::kThreads,
@@ -64,20 +64,24 @@ template <Mode M>
 void launch_any(const AttnParams& p, cudaStream_t s) {
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     switch (p.head_dim) {
-      case 64: return launch_mode<M, T, 64>(p, s);
-      case 128: return launch_mode<M, T, 128>(p, s);
-      default: return launch_mode<M, T, 256>(p, s);
+      case 64: return launch_mode<M, T, hopper10::HopperWsTiles<64>>(p, s);
+      case 128:
+        if (p.causal) return launch_mode<M, T, hopper10::HopperWsTiles<128, true>>(p, s);
+        return launch_mode<M, T, hopper10::HopperWsTiles<128, false>>(p, s);
+      default: return launch_mode<M, T, hopper10::HopperWsTiles<256>>(p, s);
     }
   });
 }
 
 template <Mode M>
-std::vector<KernelInfo> kernels_any(DType t, int d) {
-  return FL_DTYPE_SWITCH(t, T, [&] {
-    switch (d) {
-      case 64: return kernels_mode<M, T, 64>();
-      case 128: return kernels_mode<M, T, 128>();
-      default: return kernels_mode<M, T, 256>();
+std::vector<KernelInfo> kernels_any(const Problem& p) {
+  return FL_DTYPE_SWITCH(p.dtype, T, [&] {
+    switch (p.head_dim) {
+      case 64: return kernels_mode<M, T, hopper10::HopperWsTiles<64>>();
+      case 128:
+        if (p.causal) return kernels_mode<M, T, hopper10::HopperWsTiles<128, true>>();
+        return kernels_mode<M, T, hopper10::HopperWsTiles<128, false>>();
+      default: return kernels_mode<M, T, hopper10::HopperWsTiles<256>>();
     }
   });
 }
@@ -108,7 +112,39 @@ Rung make(const char* variant, const char* summary) {
   };
   r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
 #if FL_HOPPER_SM90A
-    return kernels_any<M>(p.dtype, p.head_dim);
+    return kernels_any<M>(p);
+#else
+    (void)p;
+    return {};
+#endif
+  };
+  return r;
+}
+
+/// A tile variant: the whole schedule on other tiles, at the one head_dim of @p Cfg.
+template <class Cfg>
+Rung make_tiles(const char* variant, const char* summary) {
+  Rung r = make<Mode::all>(variant, summary);
+  r.in_tour = false;
+  r.head_dims = {Cfg::kHeadDim};
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+    if (!hopper.empty()) return hopper;
+    if (p.head_dim != Cfg::kHeadDim) return "head_dim must be " + std::to_string(Cfg::kHeadDim);
+    return tile_limits(p, d, Cfg::kSmemBytes);
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+    FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] { launch_mode<Mode::all, T, Cfg>(p, s); });
+#else
+    (void)p;
+    (void)s;
+    throw std::runtime_error("rung 10 was built without sm_90a");
+#endif
+  };
+  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+#if FL_HOPPER_SM90A
+    return FL_DTYPE_SWITCH(p.dtype, T, [&] { return kernels_mode<Mode::all, T, Cfg>(); });
 #else
     (void)p;
     return {};
@@ -124,6 +160,9 @@ void register_rung_10(Registry& reg) {
   reg.add(make<Mode::no_pingpong>("no-pingpong", "ablation: consumers issue their GEMMs without taking turns"));
   reg.add(make<Mode::no_overlap>("no-overlap", "ablation: no softmax under the next S = Q K^T inside a warpgroup"));
   reg.add(make<Mode::no_ws>("no-ws", "ablation: no producer warpgroup (rung 09's kernel on these tiles)"));
+  reg.add(make_tiles<hopper10::Variant_d64_128x64>("d64-128x64", "tiles: d = 64 with 64 keys per block (rung 09's fastest d = 64 tile)"));
+  reg.add(make_tiles<hopper10::Variant_d128_128x128>("d128-128x128", "tiles: d = 128 with 128 keys per block, causal or not"));
+  reg.add(make_tiles<hopper10::Variant_d256_128x64>("d256-128x64", "tiles: d = 256 with 64 keys per block"));
 }
 
 }  // namespace fl
