@@ -322,9 +322,10 @@ def gen_baseline_span(ctx, rung, d="64,128", gpu=None):
 
 
 @generator("torch-compare")
-def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None):
+def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None, family="prefill"):
     """The rung against PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends, same GPU, same
-    run: ms and the ratio (time of PyTorch / time of the rung: above 1 = the rung is faster)."""
+    run: ms and the ratio (time of PyTorch / time of the rung: above 1 = the rung is faster).
+    family=ablation reads the ablation shapes (seqlen 4096, the only ones with head_dim 256)."""
     res = ctx.results(gpu)
     label = labels_of(ctx, [int(rung)])[0]
     rows = []
@@ -332,9 +333,9 @@ def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None):
         for nn in ints(n):
             for c in ints(causal):
                 w = prefill_want(dd, nn, c)
-                r = res.need("prefill", rung=label, **w)
-                fl = res.find(family="prefill", rung="torch_flash", **w)
-                cu = res.find(family="prefill", rung="torch_cudnn", **w)
+                r = res.need(family, rung=label, **w)
+                fl = res.find(family=family, rung="torch_flash", **w)
+                cu = res.find(family=family, rung="torch_cudnn", **w)
                 rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
                              report.fmt_value(r["tflops"]), "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
                              "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)])

@@ -119,11 +119,11 @@ else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
   tfam=""
-  for f in prefill decode backward; do
+  for f in prefill decode backward ablation; do
     has_family $f && tfam=${tfam:+$tfam,}$f
   done
   if [ -z "$tfam" ]; then
-    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode and backward families only)"
+    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode, backward and ablation families only)"
   else
   step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"

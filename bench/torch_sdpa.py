@@ -28,7 +28,8 @@ Backward (common/include/flashladder/backward.h, FlashAttention's convention):
   FLOPs = 2.5 x the forward's;
   bytes = Q, K, V, O, dO read + dQ, dK, dV written (16-bit) + the LSE read (fp32).
 
-Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|all[,...]] [--quick]
+Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|ablation|all[,...]]
+                                  [--quick]
 Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
 """
 
@@ -46,7 +47,8 @@ PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 PREFILL_HEAD_DIMS = [32, 64, 128]
 BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
 BACKWARD_HEAD_DIMS = [64, 128]
-FAMILIES = ("prefill", "decode", "backward")
+ABLATION_HEAD_DIMS = [32, 64, 128, 256]
+FAMILIES = ("prefill", "decode", "backward", "ablation")
 DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
 MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
 ELEM_BYTES = 2  # fp16
@@ -75,6 +77,16 @@ def prefill_shapes(quick):
                                 heads_q=HIDDEN // d, heads_kv=HIDDEN // d, head_dim=d,
                                 causal=causal))
     return out
+
+
+def ablation_shapes(quick):
+    """ladder_bench's ablation family: the prefill problem at seqlen 4096, head_dim 32..256 (the
+    only family with head_dim 256, where the Hopper rungs are compared with cuDNN)."""
+    del quick  # one seqlen already
+    n = 4096
+    return [dict(family="ablation", batch=TOKENS // n, seqlen_q=n, seqlen_k=n, heads_q=HIDDEN // d,
+                 heads_kv=HIDDEN // d, head_dim=d, causal=causal)
+            for d in ABLATION_HEAD_DIMS for causal in (0, 1)]
 
 
 def backward_shapes(quick):
@@ -121,7 +133,7 @@ def parse_families(text):
             if f not in out:
                 out.append(f)
         elif f:
-            raise ValueError("unknown family '%s' (prefill, decode, backward, all)" % f)
+            raise ValueError("unknown family '%s' (prefill, decode, backward, ablation, all)" % f)
     return out
 
 
@@ -138,7 +150,7 @@ def decode_shapes(quick):
 
 
 def shape_name(s):
-    if s["family"] in ("prefill", "backward"):
+    if s["family"] in ("prefill", "backward", "ablation"):
         return "%s/d%d/N%d/causal%d" % (s["family"], s["head_dim"], s["seqlen_q"], s["causal"])
     return "decode/d%d/B%d/Hkv%d/Sk%d" % (s["head_dim"], s["batch"], s["heads_kv"], s["seqlen_k"])
 
@@ -308,6 +320,8 @@ def main():
         shapes += decode_shapes(args.quick)
     if "backward" in families:
         shapes += backward_shapes(args.quick)
+    if "ablation" in families:
+        shapes += ablation_shapes(args.quick)
 
     props = torch.cuda.get_device_properties(0)
     context = {
