@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const int key0 = chunk_key0(c);
 
     // LAB-BEGIN(08-split-chunk): scores, online softmax and P V for one chunk of the split
-    // [same-code: 05-mma-qk 05-online-softmax 05-mma-pv] [copy-of: 11-ds]
+    // [same-code: 05-mma-qk 05-online-softmax 05-mma-pv]
     // (1) S = Q K_j^T: 16 rows x BLOCK_N keys, fp32 accumulators.
     float S_acc[Tr::kNTiles][4];
 #pragma unroll

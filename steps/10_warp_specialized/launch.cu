@@ -100,7 +100,13 @@ Rung make(const char* variant, const char* summary) {
   r.in_tour = M == Mode::all;
   if (M == Mode::all)
     r.baselines = {Baseline::on(9, "the rung it improves on: the same tiles and engines, no warp specialization")};
-  r.supports = [](const Problem& p, const DeviceInfo& d) { return check_limits(p, d); };
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    if (M == Mode::no_ws) {  // runs rung 09's kernel: not where a lab starter stubbed it
+      const Rung* r09 = registry().find(9);
+      if (r09 && !r09->not_implemented.empty()) return "runs rung 09's kernel, which is not implemented here";
+    }
+    return check_limits(p, d);
+  };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A
     launch_any<M>(p, s);

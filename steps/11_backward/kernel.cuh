@@ -230,6 +230,8 @@ __global__ void __launch_bounds__(Cfg::kThreads)
       const float* lse_b = lse_s + bf * BLOCK_M;
       const float* D_b = D_s + bf * BLOCK_M;
 
+      // Sᵀ, Pᵀ, dPᵀ, dSᵀ fragments: element (n, e) of this warp is key key0 + 16 warp + g + 8 (e / 2),
+      // query q0 + 8 n + 2 t + e % 2.
       float Pt[M_TILES][4];
       // LAB-BEGIN(11-recompute-p): Sᵀ = K_j Q_iᵀ for this warp's 16 keys, then Pᵀ from the LSE
 #pragma unroll
@@ -248,7 +250,6 @@ __global__ void __launch_bounds__(Cfg::kThreads)
           ptx::mma_m16n8k16<T>(Pt[2 * nj + 1], a, b[2], b[3]);
         }
       }
-      // Element (n, e): key key0 + 16 warp + g + 8 (e / 2), query q0 + 8 n + 2 t + e % 2.
 #pragma unroll
       for (int n = 0; n < M_TILES; ++n)
 #pragma unroll
@@ -280,6 +281,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 
       float dSt[M_TILES][4];
       // LAB-BEGIN(11-ds): dPᵀ = V_j dO_iᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D_i), and dK_j += dSᵀ Q_i
+      // [copy-of: 08-split-chunk 05-mma-pv]
 #pragma unroll
       for (int n = 0; n < M_TILES; ++n)
 #pragma unroll

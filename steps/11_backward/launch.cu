@@ -63,6 +63,8 @@ Rung make_rung() {
   r.in_tour = false;
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (!registry().find(kForwardRung)) return "needs rung 06 (its forward pass) in the build";
+    if (!forward_rung().not_implemented.empty())
+      return "needs rung 06's forward pass, which is not implemented here";
     if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
     const int smem =
         with_tiles<WARPS>(p.head_dim, [](auto cfg) { return decltype(cfg)::kSmemBytes; });
