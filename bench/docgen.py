@@ -731,7 +731,17 @@ NCU_METRICS = {
     "launch__occupancy_limit_registers": "blocks per SM allowed by registers",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy, % of max warps",
     "sm__cycles_elapsed.avg.per_second": "SM clock",
+    "smsp__warps_active.avg.per_cycle_active": "warps per scheduler",
+    "lts__t_sectors_op_red.sum": "L2 sectors of reductions (atomics)",
 }
+# Stall reasons: cycles per issued instruction a warp spends waiting for each reason.
+for _r, _what in [("short_scoreboard", "a shared-memory or special-function result"),
+                  ("long_scoreboard", "a global-memory result"), ("wait", "a fixed-latency dependency"),
+                  ("barrier", "a barrier"), ("dispatch_stall", "the dispatcher"),
+                  ("mio_throttle", "the shared-memory instruction queue"),
+                  ("math_pipe_throttle", "a busy math pipe")]:
+    NCU_METRICS["smsp__average_warps_issue_stalled_%s_per_issue_active.ratio" % _r] = \
+        "stall: %s, cycles per instruction" % _what
 
 
 def ncu_value(text, unit):

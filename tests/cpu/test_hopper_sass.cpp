@@ -429,16 +429,18 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
   REQUIRE(status == 0);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
   struct Tiles {
+    const char* mangled;  // the tile struct's name inside the kernel's mangled name
     int head_dim, block_n, stages;
   };
-  // HopperWsTiles<D> (steps/10_warp_specialized/traits.h): rung 09's tiles per head_dim; the
-  // tile variants are WsTiles<D, BLOCK_N, STAGES> by name.
-  const Tiles tiles[] = {{64, 128, 3}, {128, 128, 2}, {256, 64, 2}};
-  const Tiles tile_variants[] = {{64, 64, 3}, {128, 176, 2}, {256, 80, 2}};
-  auto mangled = [](const Tiles& x) {
-    return "WsTilesILi" + std::to_string(x.head_dim) + "ELi" + std::to_string(x.block_n) + "ELi" +
-           std::to_string(x.stages) + "EEE";
-  };
+  // HopperWsTiles<D, CAUSAL> (steps/10_warp_specialized/traits.h), and the tile variants
+  // (WsTiles<D, BLOCK_N, STAGES>).
+  const Tiles tiles[] = {{"HopperWsTilesILi64ELb0EE", 64, 128, 3},
+                         {"HopperWsTilesILi128ELb0EE", 128, 176, 2},
+                         {"HopperWsTilesILi128ELb1EE", 128, 128, 2},
+                         {"HopperWsTilesILi256ELb0EE", 256, 80, 2},
+                         {"WsTilesILi64ELi64ELi3EEE", 64, 64, 3},
+                         {"WsTilesILi128ELi128ELi2EEE", 128, 128, 2},
+                         {"WsTilesILi256ELi64ELi2EEE", 256, 64, 2}};
   int ws_kernels = 0, no_ws_kernels = 0;
   for (const auto& [name, code] : kernels) {
     INFO(name);
@@ -449,17 +451,15 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
     }
     REQUIRE(name.find("ws_fwd_kernel") != std::string::npos);
     ++ws_kernels;
-    // ws_fwd_kernel<T, HopperWsTiles<D>, PINGPONG, OVERLAP>: the two bools end the template
-    // argument list as "Lb<0|1>ELb<0|1>E".
-    const size_t at = name.find("ELb");
-    REQUIRE(at != std::string::npos);
-    const bool pingpong = name[at + 3] == '1', overlap = name[at + 7] == '1';
+    // ws_fwd_kernel<T, Tiles, PINGPONG, OVERLAP>: the two bools end the template argument list
+    // as "Lb<0|1>ELb<0|1>E", after the tile struct (whose own bool, if any, is inside it).
     const Tiles* t = nullptr;
     for (const Tiles& x : tiles)
-      if (name.find("HopperWsTilesILi" + std::to_string(x.head_dim) + "EE") != std::string::npos) t = &x;
-    for (const Tiles& x : tile_variants)
-      if (name.find(mangled(x)) != std::string::npos) t = &x;
+      if (name.find(x.mangled) != std::string::npos) t = &x;
     REQUIRE(t != nullptr);
+    const size_t at = name.find("ELb", name.find(t->mangled) + std::string(t->mangled).size() - 1);
+    REQUIRE(at != std::string::npos);
+    const bool pingpong = name[at + 3] == '1', overlap = name[at + 7] == '1';
     const int qk = t->head_dim / 16, pv = t->block_n / 16;
     // Register reallocation: the producer's dec and the consumers' inc, both kept.
     CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);
@@ -492,9 +492,10 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
     CHECK(count_opcode(code, "STL") == 0);
   }
   int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
-  // 3 head_dims x (rung, no-pingpong, no-overlap), and the 3 tile variants
-  CHECK(ws_kernels == (3 * 3 + 3) * dtypes);
-  CHECK(no_ws_kernels == 3 * dtypes);
+  // 4 tiles (d = 64, 128 and 128 causal, 256) x (rung, no-pingpong, no-overlap), and the 3 tile
+  // variants; no-ws: rung 09's kernel on the 4 tiles
+  CHECK(ws_kernels == (4 * 3 + 3) * dtypes);
+  CHECK(no_ws_kernels == 4 * dtypes);
 
   status = fl_test::run_command(
       "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG10_BINARY) + "\"", &text);
