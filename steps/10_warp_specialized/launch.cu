@@ -103,7 +103,8 @@ Rung make(const char* variant, const char* summary) {
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (M == Mode::no_ws) {  // runs rung 09's kernel: not where a lab starter stubbed it
       const Rung* r09 = registry().find(9);
-      if (r09 && !r09->not_implemented.empty()) return "runs rung 09's kernel, which is not implemented here";
+      if (!r09) return "runs rung 09's kernel: needs rung 09 in the build";
+      if (!r09->not_implemented.empty()) return "runs rung 09's kernel, which is not implemented here";
     }
     return check_limits(p, d);
   };
