@@ -18,7 +18,7 @@ cmake -S "$work/starter" -B "$work/build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90
   -DFL_DTYPE=fp16 -DFL_BUILD_TESTS=OFF -DFL_BUILD_BENCH=OFF -DFL_BUILD_DOCS=OFF >/dev/null
 cmake --build "$work/build" >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
 passed=0 failed=0
-for exe in "$work"/build/bin/0[0-9]_*; do
+for exe in "$work"/build/bin/[01][0-9]_*; do
   name=$(basename "$exe")
   set +e
   msg=$("$exe" --dim 64 --seqlen 128 2>&1)

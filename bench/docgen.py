@@ -244,7 +244,10 @@ def gen_baselines(ctx):
         if e["variant"]:
             continue
         bs = e["baselines"]
-        if not bs:
+        if not bs and e.get("backward"):  # no earlier rung has a backward pass
+            rows.append(["`%s`" % label, "PyTorch SDPA's backward (flash, cuDNN) on the same shapes",
+                         "the first backward rung: measured in the bench's backward family"])
+        elif not bs:
             rows.append(["`%s`" % label, "— (the reference point)", ""])
         for b in bs:
             rows.append(["`%s`" % label, "the fastest earlier rung on the same shape" if b["kind"] ==
@@ -319,9 +322,10 @@ def gen_baseline_span(ctx, rung, d="64,128", gpu=None):
 
 
 @generator("torch-compare")
-def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None):
+def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None, family="prefill"):
     """The rung against PyTorch SDPA's flash (FlashAttention-2) and cuDNN backends, same GPU, same
-    run: ms and the ratio (time of PyTorch / time of the rung: above 1 = the rung is faster)."""
+    run: ms and the ratio (time of PyTorch / time of the rung: above 1 = the rung is faster).
+    family=ablation reads the ablation shapes (seqlen 4096, the only ones with head_dim 256)."""
     res = ctx.results(gpu)
     label = labels_of(ctx, [int(rung)])[0]
     rows = []
@@ -329,9 +333,9 @@ def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None):
         for nn in ints(n):
             for c in ints(causal):
                 w = prefill_want(dd, nn, c)
-                r = res.need("prefill", rung=label, **w)
-                fl = res.find(family="prefill", rung="torch_flash", **w)
-                cu = res.find(family="prefill", rung="torch_cudnn", **w)
+                r = res.need(family, rung=label, **w)
+                fl = res.find(family=family, rung="torch_flash", **w)
+                cu = res.find(family=family, rung="torch_cudnn", **w)
                 rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
                              report.fmt_value(r["tflops"]), "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
                              "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)])
@@ -340,6 +344,33 @@ def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None):
     return report.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", fp16, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % res.json("torch_sdpa.json")
         ["context"].get("torch", "?"))
+
+
+@generator("backward-table")
+def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=None):
+    """A backward rung (the backward family) against PyTorch SDPA's flash and cuDNN backward, same
+    GPU, same run: ms and TFLOP/s (2.5 x the forward's FLOPs) of the default (atomic dQ) and the
+    deterministic run, and the ratios (time of PyTorch / time of the rung: above 1 = faster)."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    rows = []
+    for dd in ints(d):
+        for nn in ints(n):
+            for c in ints(causal):
+                w = prefill_want(dd, nn, c)
+                r = res.need("backward", rung=label, deterministic=0, **w)
+                det = res.find(family="backward", rung=label, deterministic=1, **w)
+                fl = res.find(family="backward", rung="torch_flash", **w)
+                cu = res.find(family="backward", rung="torch_cudnn", **w)
+                rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
+                             report.fmt_value(r["tflops"]), report.fmt_value(det["tflops"]) if det else "—",
+                             "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
+                             "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)])
+    head = ["head_dim", "seqlen", "causal", "`%s` ms" % label, "TFLOP/s", "deterministic TFLOP/s",
+            "flash ms", "flash / rung", "cuDNN ms", "cuDNN / rung"]
+    torch = res.json("torch_sdpa.json")["context"].get("torch", "?") if res.has("torch_sdpa.json") else "not run"
+    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", fp16, backward pass only, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % torch)
 
 
 @generator("headdim-ratio")
@@ -700,7 +731,17 @@ NCU_METRICS = {
     "launch__occupancy_limit_registers": "blocks per SM allowed by registers",
     "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved occupancy, % of max warps",
     "sm__cycles_elapsed.avg.per_second": "SM clock",
+    "smsp__warps_active.avg.per_cycle_active": "warps per scheduler",
+    "lts__t_sectors_op_red.sum": "L2 sectors of reductions (atomics)",
 }
+# Stall reasons: cycles per issued instruction a warp spends waiting for each reason.
+for _r, _what in [("short_scoreboard", "a shared-memory or special-function result"),
+                  ("long_scoreboard", "a global-memory result"), ("wait", "a fixed-latency dependency"),
+                  ("barrier", "a barrier"), ("dispatch_stall", "the dispatcher"),
+                  ("mio_throttle", "the shared-memory instruction queue"),
+                  ("math_pipe_throttle", "a busy math pipe")]:
+    NCU_METRICS["smsp__average_warps_issue_stalled_%s_per_issue_active.ratio" % _r] = \
+        "stall: %s, cycles per instruction" % _what
 
 
 def ncu_value(text, unit):

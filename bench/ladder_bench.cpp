@@ -10,13 +10,18 @@
 //   paged:    rung 08 (every rung that takes a paged KV cache), batch 1, 32/8
 //             heads, head_dim 128, seqlen_k 16k/64k/128k, pages of 16, 64 and
 //             256 tokens and contiguous (page 0), back to back
+//   backward: the backward rungs (Rung::launch_bwd: 11) on the prefill shapes,
+//             seqlen 1k..16k, head_dim 64 and 128, causal 0/1, once with
+//             deterministic=0 and once with 1 ("/det"); the forward pass runs
+//             once before (O, LSE), only launch_bwd is timed; TFLOPS by
+//             attention_bwd_flops (2.5 x the forward's), GB/s by attention_bwd_bytes
 //
 // Time is manual (CUDA events around one launch, L2 flushed before each);
 // counters: TFLOPS and GB/s from the median, the shape for joining with the
 // PyTorch script's JSON. A shape a rung does not support is not registered:
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
-// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|all
+// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 #include <benchmark/benchmark.h>
@@ -25,6 +30,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -39,7 +45,7 @@ using namespace fl;
 namespace {
 
 struct Config {
-  std::set<std::string> families{"prefill", "decode", "ablation", "paged"};
+  std::set<std::string> families{"prefill", "decode", "ablation", "paged", "backward"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -51,14 +57,16 @@ struct Config {
 struct Shape {
   std::string family;
   Problem p;
+  bool deterministic = false;  ///< backward family: AttnBwdParams::deterministic
   std::string name() const {
     std::ostringstream s;
     s << family << "/d" << p.head_dim;
-    if (family == "prefill" || family == "ablation")
+    if (family == "prefill" || family == "ablation" || family == "backward")
       s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
     else
       s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
     if (family == "paged") s << "/P" << p.page_size;
+    if (deterministic) s << "/det";
     return s.str();
   }
 };
@@ -115,6 +123,19 @@ std::vector<Shape> sweep(const Config& c) {
         if (c.quick && sk == 65536) continue;
         out.push_back(decode_shape("paged", 1, 8, sk, page));
       }
+  if (c.wants("backward"))
+    for (int d : {64, 128}) {
+      if (!dim_ok(d)) continue;
+      for (int causal : {0, 1})
+        for (int n : {1024, 2048, 4096, 8192, 16384}) {
+          if (c.quick && n == 8192) continue;
+          for (bool det : {false, true}) {
+            Shape s = prefill_shape("backward", n, d, causal);
+            s.deterministic = det;
+            out.push_back(s);
+          }
+        }
+    }
   return out;
 }
 
@@ -127,8 +148,11 @@ bool is_a_main_baseline(const Rung& r) {
   return false;
 }
 
-/// Does family @p f of the sweep run entry @p r (before supports())?
+/// Does family @p f of the sweep run entry @p r (before supports())? A backward rung runs the
+/// backward family only (its `launch` is another rung's forward pass).
 bool runs_in(const Config& c, const std::string& f, const Rung& r) {
+  if (f == "backward") return r.launch_bwd && (r.variant.empty() || c.variants);
+  if (r.launch_bwd) return false;
   if (f == "ablation") {
     // Rungs with ablation variants (not a --sweep study, not a decode kernel): the rung and every
     // variant, back to back on one shape.
@@ -152,6 +176,82 @@ const HostInputs& inputs_for(const Problem& p) {
   return *in;
 }
 
+/// dO of the last backward shape (make_grad_output), shared like inputs_for().
+const std::vector<uint16_t>& grad_output_for(const Problem& p) {
+  static std::string key;
+  static std::unique_ptr<std::vector<uint16_t>> dout;
+  if (!dout || key != p.describe()) {
+    dout = std::make_unique<std::vector<uint16_t>>(make_grad_output(p, 2024));
+    key = p.describe();
+  }
+  return *dout;
+}
+
+/// The median of @p launch's CUDA-event times, L2 flushed before each; 3..20 launches, about
+/// 1 s of GPU time (the first launch sets the count, returned in @p launches).
+double median_launch_ms(const std::function<void()>& launch, const DeviceInfo& dev, int* launches) {
+  L2Flusher flusher(dev.l2_bytes);
+  EventTimer timer;
+  auto timed_launch = [&] {
+    flusher.flush();
+    timer.start();
+    launch();
+    return static_cast<double>(timer.stop());
+  };
+  std::vector<double> ms{timed_launch()};
+  const int iters = static_cast<int>(std::clamp(1000.0 / std::max(ms[0], 1e-3), 3.0, 20.0));
+  while (static_cast<int>(ms.size()) < iters) ms.push_back(timed_launch());
+  std::sort(ms.begin(), ms.end());
+  *launches = static_cast<int>(ms.size());
+  return ms[ms.size() / 2];
+}
+
+/// The counters every benchmark reports (the report joins records on the shape).
+void set_counters(benchmark::State& state, const Rung* r, const Shape& s, double med, int launches, double tflops,
+                  double gbps) {
+  const Problem& p = s.p;
+  for (auto _ : state) state.SetIterationTime(med * 1e-3);
+  state.counters["median_ms"] = med;
+  state.counters["launches"] = launches;
+  state.counters["TFLOPS"] = tflops;
+  state.counters["GB/s"] = gbps;
+  state.counters["rung"] = r->number;
+  state.counters["batch"] = p.batch;
+  state.counters["seqlen_q"] = p.seqlen_q;
+  state.counters["seqlen_k"] = p.seqlen_k;
+  state.counters["heads_q"] = p.heads_q;
+  state.counters["heads_kv"] = p.heads_kv;
+  state.counters["head_dim"] = p.head_dim;
+  state.counters["causal"] = p.causal ? 1 : 0;
+  state.counters["page_size"] = p.page_size;
+  if (s.family == "backward") state.counters["deterministic"] = s.deterministic ? 1 : 0;
+}
+
+/// The backward family: the forward pass once (O, LSE), the backward once on NaN-poisoned
+/// gradients (warm-up and check), then launch_bwd alone timed.
+void run_bwd_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, const DeviceInfo& dev,
+                            CheckMode check) {
+  const Problem& p = s.p;
+  const HostInputs& in = inputs_for(p);
+  const std::vector<uint16_t>& dout = grad_output_for(p);
+  DeviceProblem dp(p, in, forward_workspace_bytes(*r, p));
+  dp.poison_outputs();
+  launch_once(*r, dp);
+  DeviceGrads g(p, dp, dout, r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, s.deterministic) : 0,
+                s.deterministic);
+  g.poison();
+  launch_bwd_once(*r, g);  // also the warm-up (module load)
+  const BwdCheck c = check_backward(p, in, dout, g.download_dq(), g.download_dk(), g.download_dv(), check, 1);
+  if (!c.summary.pass) {
+    state.SkipWithError(("check failed: " + c.summary.reason).c_str());
+    return;
+  }
+  int launches = 0;
+  const double med = median_launch_ms([&] { r->launch_bwd(g.params(), nullptr); }, dev, &launches);
+  set_counters(state, r, s, med, launches, bwd_tflops_of(p, med), bwd_gbps_of(p, med));
+  state.SetLabel(r->label() + " " + s.name() + (c.summary.checked ? " check:" + c.summary.mode : ""));
+}
+
 /// One benchmark = one (rung, shape). Google Benchmark runs the body once
 /// (Iterations(1)); inside, we launch the rung `iters` times with CUDA events
 /// around each launch and L2 flushed before it, and report the median as the
@@ -161,6 +261,10 @@ const HostInputs& inputs_for(const Problem& p) {
 /// here, so registering the whole sweep costs nothing.
 void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, const DeviceInfo& dev,
                         CheckMode check) {
+  if (s.family == "backward") {
+    run_bwd_bench_or_throw(state, r, s, dev, check);
+    return;
+  }
   const Problem& p = s.p;
   const HostInputs& in = inputs_for(p);
   DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0);
@@ -171,33 +275,10 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
     state.SkipWithError(("check failed: " + c.reason).c_str());
     return;
   }
-  L2Flusher flusher(dev.l2_bytes);
-  EventTimer timer;
-  auto timed_launch = [&] {
-    flusher.flush();
-    timer.start();
-    r->launch(dp.params(), nullptr);
-    return static_cast<double>(timer.stop());
-  };
-  std::vector<double> ms{timed_launch()};
-  const int iters = static_cast<int>(std::clamp(1000.0 / std::max(ms[0], 1e-3), 3.0, 20.0));
-  while (static_cast<int>(ms.size()) < iters) ms.push_back(timed_launch());
-  std::sort(ms.begin(), ms.end());
-  const double med = ms[ms.size() / 2];
-  for (auto _ : state) state.SetIterationTime(med * 1e-3);
-  state.counters["median_ms"] = med;
-  state.counters["launches"] = static_cast<double>(ms.size());
-  state.counters["TFLOPS"] = tflops_of(p, med);
-  state.counters["GB/s"] = gbps_of(p, med, s.family == "decode" || s.family == "paged" ? Peak::memory : r->peak);
-  state.counters["rung"] = r->number;
-  state.counters["batch"] = p.batch;
-  state.counters["seqlen_q"] = p.seqlen_q;
-  state.counters["seqlen_k"] = p.seqlen_k;
-  state.counters["heads_q"] = p.heads_q;
-  state.counters["heads_kv"] = p.heads_kv;
-  state.counters["head_dim"] = p.head_dim;
-  state.counters["causal"] = p.causal ? 1 : 0;
-  state.counters["page_size"] = p.page_size;
+  int launches = 0;
+  const double med = median_launch_ms([&] { r->launch(dp.params(), nullptr); }, dev, &launches);
+  set_counters(state, r, s, med, launches, tflops_of(p, med),
+               gbps_of(p, med, s.family == "decode" || s.family == "paged" ? Peak::memory : r->peak));
   state.SetLabel(r->label() + " " + s.name() + (c.checked ? " check:" + c.mode : ""));
 }
 
@@ -247,7 +328,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, all)\n",
                        f.c_str());
           return 2;
         }
@@ -290,7 +371,7 @@ int main(int argc, char** argv) {
       const std::string name = r.label() + "/" + s.name();
       std::string why = r.not_implemented.empty() ? supports(r, s.p, dev) : "not implemented (lab starter)";
       if (why.empty()) {
-        const size_t need = DeviceProblem::device_bytes(s.p, r.workspace_bytes ? r.workspace_bytes(s.p) : 0);
+        const size_t need = rung_device_bytes(r, s.p, s.deterministic);
         if (static_cast<double>(need) > 0.9 * static_cast<double>(dev.mem_free))
           why = "needs " + format_bytes(static_cast<double>(need)) + ", " +
                 format_bytes(static_cast<double>(dev.mem_free)) + " free";

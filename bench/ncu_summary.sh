@@ -11,6 +11,9 @@
 #   rung05_d128  05_tensor_cores, prefill B=4 N=4096 H=16 d=128 fp16: tensor pipe, shared-memory
 #                bank conflicts, instructions
 #   rung06_d128  06_headdim_tiles, the same problem
+#   rung09_d128, rung10_d128  09_wgmma_tma, 10_warp_specialized on the same problem (if built): the
+#                tensor pipe and the stall reasons
+#   rung11_d128  11_backward's main kernel on the same problem (if built)
 #   rung08_128k  08_flash_decoding, decode B=1 32/8 heads d=128 Sk=131072: DRAM throughput,
 #                issue activity, instructions (split kernel and combine kernel)
 #
@@ -39,7 +42,15 @@ metrics=(
   launch__registers_per_thread
   launch__occupancy_limit_registers
   sm__warps_active.avg.pct_of_peak_sustained_active
+  smsp__warps_active.avg.per_cycle_active
+  lts__t_sectors_op_red.sum
 )
+# Why warps wait (cycles per issued instruction, by reason): the Hopper rungs' and rung 11's
+# READMEs explain their gaps with these.
+for r in barrier short_scoreboard long_scoreboard wait mio_throttle math_pipe_throttle dispatch_stall \
+         not_selected selected branch_resolving lg_throttle membar sleeping no_instruction; do
+  metrics+=("smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio")
+done
 # Keep the metrics this ncu knows on this GPU (a metric is known when its base name is listed).
 known=$("$NCU" --query-metrics 2>/dev/null | awk '{print $1}' || true)
 use=()
@@ -72,5 +83,9 @@ profile() {  # profile NAME KERNEL_REGEX COUNT EXE ARGS...
 prefill=(--batch 4 --seqlen 4096 --heads 16 --dim 128 --iters 1 --warmup 0 --check none --no-compare)
 profile rung05_d128 "flash_fwd_tc" 1 "$BIN/05_tensor_cores" "${prefill[@]}"
 profile rung06_d128 "flash_fwd_tc" 1 "$BIN/06_headdim_tiles" "${prefill[@]}"
+# The Hopper rungs (built only with sm_90a) and the backward rung, when built.
+[ -x "$BIN/09_wgmma_tma" ] && profile rung09_d128 "wgmma_tma_fwd" 1 "$BIN/09_wgmma_tma" "${prefill[@]}"
+[ -x "$BIN/10_warp_specialized" ] && profile rung10_d128 "ws_fwd" 1 "$BIN/10_warp_specialized" "${prefill[@]}"
+[ -x "$BIN/11_backward" ] && profile rung11_d128 "bwd_main" 1 "$BIN/11_backward" "${prefill[@]}"
 profile rung08_128k "split_kv_attention|combine_splits" 2 "$BIN/08_flash_decoding" --batch 1 --seqlen-q 1 \
   --seqlen-k 131072 --heads 32 --kv-heads 8 --dim 128 --iters 1 --warmup 0 --check none --no-compare

@@ -10,7 +10,8 @@ GB/s for decode), the speedup over rung 01, the speedup over each rung's **decla
 the ratio to PyTorch SDPA's flash and cuDNN backends. Every ratio compares times on the same shape,
 so it is also the ratio of throughputs. Families: prefill (by head_dim and causal), decode (by
 batch and KV heads), ablation (every variant beside its rung at one shape), paged (paged KV cache
-against contiguous).
+against contiguous), backward (the backward rungs, atomic and deterministic dQ, against PyTorch
+SDPA's flash and cuDNN backward; TFLOP/s by FlashAttention's 2.5 x the forward's FLOPs).
 
 The baselines come from the registry the rungs declare (`Rung::baselines`), printed by
 `tour --registry-json` (REGISTRY.json): a rung is compared with the rung it improves on, a study
@@ -22,8 +23,9 @@ and friends) and to regenerate every committed report.md; the notebooks use load
 
 Inputs: ladder_bench's Google Benchmark JSON (--benchmark_out=F --benchmark_out_format=json), whose
 benchmark names are "<rung label>/<family>/<shape>" (e.g. "04_fa2/prefill/d128/N4096/causal1",
-"08_flash_decoding/decode/d128/B1/Hkv8/Sk65536", "08_flash_decoding/paged/d128/B1/Hkv8/Sk65536/P16"),
-and torch_sdpa.py's JSON in the same schema ("torch_flash/prefill/d128/N4096/causal0");
+"08_flash_decoding/decode/d128/B1/Hkv8/Sk65536", "08_flash_decoding/paged/d128/B1/Hkv8/Sk65536/P16",
+"11_backward/backward/d128/N4096/causal1/det"), and torch_sdpa.py's JSON in the same schema
+("torch_flash/prefill/d128/N4096/causal0", "torch_cudnn/backward/d128/N4096/causal1");
 bench/ceilings.cu's JSON for the measured ceilings.
 """
 
@@ -40,7 +42,7 @@ import tempfile
 TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
-FAMILIES = ("prefill", "decode", "ablation", "paged")
+FAMILIES = ("prefill", "decode", "ablation", "paged", "backward")
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -66,8 +68,9 @@ def load_records(path):
     """One dict per measured (or failed) benchmark of a ladder_bench or torch_sdpa.py JSON file.
 
     Keys: rung (label: "04_fa2", "06_headdim_tiles[d64-64x64]", "torch_flash"), number (int,
-    None for torch), variant, source ("ladder" or "torch"), family, the shape fields, ms (median),
-    tflops, gbps, error ("" if it ran)."""
+    None for torch), variant, source ("ladder" or "torch"), family, the shape fields, deterministic
+    (backward family: 1 for a deterministic-dQ run, else 0), ms (median), tflops, gbps, error ("" if
+    it ran)."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or "benchmarks" not in doc:
@@ -93,6 +96,8 @@ def load_records(path):
             rec.update(_shape_from_name(b.get("name", "")))
         if rec["page_size"] is None:  # runs before the paged family recorded no page size
             rec["page_size"] = 0
+        det = _num(b.get("deterministic"))
+        rec["deterministic"] = int(det) if det is not None else int("det" in b.get("name", "").split("/"))
         ms = _num(b.get("median_ms"))
         if ms is None:
             ms = _num(b.get("real_time"))
@@ -207,11 +212,11 @@ def load_ceilings(path):
 
 
 def family_groups(records):
-    """{(family, key): [records]}: key (head_dim, causal) for prefill, (batch, heads_kv, head_dim)
-    for decode and paged, causal for ablation."""
+    """{(family, key): [records]}: key (head_dim, causal) for prefill and backward, (batch,
+    heads_kv, head_dim) for decode and paged, causal for ablation."""
     groups = {}
     for r in records:
-        if r["family"] == "prefill":
+        if r["family"] in ("prefill", "backward"):
             key = (r["head_dim"], r["causal"])
         elif r["family"] == "ablation":
             key = (r["causal"],)
@@ -229,6 +234,15 @@ def group_title(family, key, records):
         return (
             "Prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
             "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
+    if family == "backward":
+        d, causal = key
+        return (
+            "Backward, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
+            "batch x seqlen = %d tokens, %d heads; the backward pass alone (dQ, dK, dV from Q, K, V, O, "
+            "LSE and dO; the forward pass that makes O and LSE is not timed); TFLOP/s by FlashAttention's "
+            "convention, 2.5 x the forward's FLOPs (unmasked pairs only)"
             % (r["batch"] * r["seqlen_q"], r["heads_q"]),
         )
     if family == "ablation":
@@ -255,13 +269,13 @@ def group_title(family, key, records):
 def x_of(r):
     if r["family"] == "ablation":
         return r["head_dim"]
-    return r["seqlen_q"] if r["family"] == "prefill" else r["seqlen_k"]
+    return r["seqlen_q"] if r["family"] in ("prefill", "backward") else r["seqlen_k"]
 
 
 def x_text(family, x):
     if family == "ablation":
         return "d=%d" % x
-    return ("N=" if family == "prefill" else "Sk=") + seqlen_text(x)
+    return ("N=" if family in ("prefill", "backward") else "Sk=") + seqlen_text(x)
 
 
 def rung_order(labels):
@@ -333,7 +347,7 @@ class Grid:
                 self.error[cell] = r["error"]
                 continue
             self.ms[cell] = r["ms"]
-            self.value[cell] = r["tflops"] if family in ("prefill", "ablation") else r["gbps"]
+            self.value[cell] = r["tflops"] if family in ("prefill", "ablation", "backward") else r["gbps"]
         self.xs = sorted({x_of(r) for r in records})
         self.labels = rung_order({series_of(r) for r in records})
         self.mains = [l for l in self.labels if is_main(l)]
@@ -360,9 +374,14 @@ class Grid:
         return best
 
 
+DET_SUFFIX = " deterministic"
+
+
 def series_of(r):
     if r["family"] == "paged":
         return "%s P=%d" % (r["rung"], r["page_size"])
+    if r["family"] == "backward" and r.get("deterministic"):
+        return r["rung"] + DET_SUFFIX
     return r["rung"]
 
 
@@ -432,7 +451,44 @@ def torch_rows(g, labels):
     return out
 
 
+def backward_section(key, records, include_variants):
+    """The backward family at one (head_dim, causal): TFLOP/s of each backward rung (atomic dQ, then
+    deterministic) and of PyTorch SDPA's backward per backend, the ratio to PyTorch flash and cuDNN,
+    and what the deterministic dQ costs."""
+    g = Grid(records)
+    ladder = [l for l in g.labels if LABEL_RE.match(l) and (include_variants or is_main(l))]
+    rows_order = []
+    for l in ladder:
+        rows_order.append(l)
+        if l + DET_SUFFIX in g.labels:
+            rows_order.append(l + DET_SUFFIX)
+    rungs = list(rows_order)
+    rows_order += [l for l in g.labels if l in TORCH_ORDER]
+
+    def cell(l):
+        return rung_cell(l[: -len(DET_SUFFIX)]) + " deterministic" if l.endswith(DET_SUFFIX) else rung_cell(l)
+
+    title, sub = group_title("backward", key, records)
+    header = ["rung"] + [x_text("backward", x) for x in g.xs]
+    out = ["## %s" % title, "", sub + ".", ""]
+    out += ["**TFLOP/s**", "", markdown_table(header, [[cell(l)] + value_cells(g, l) for l in rows_order]), ""]
+    for torch_label, name in (("torch_flash", "PyTorch SDPA flash"), ("torch_cudnn", "PyTorch SDPA cuDNN")):
+        rows = [[cell(l)] + [fmt_ratio(g.ratio(torch_label, l, x)) for x in g.xs] for l in rungs]
+        rows = [r for r in rows if any(c != "—" for c in r[1:])]
+        if rows:
+            out += ["**Ratio to %s backward** (time of `%s` / time of the rung: above 1 = the rung is faster)"
+                    % (name, torch_label), "", markdown_table(header, rows), ""]
+    rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(l, l + DET_SUFFIX, x)) for x in g.xs] for l in ladder]
+    rows = [r for r in rows if any(c != "—" for c in r[1:])]
+    if rows:
+        out += ["**Deterministic dQ / atomic dQ** (time of the default run / time of the deterministic "
+                "one: below 1 = determinism costs)", "", markdown_table(header, rows), ""]
+    return "\n".join(out)
+
+
 def family_section(family, key, records, include_variants, registry=None):
+    if family == "backward":
+        return backward_section(key, records, include_variants)
     g = Grid(records, registry)
     labels = [l for l in g.labels if include_variants or not LABEL_RE.match(l) or is_main(l)]
     if family in ("prefill", "decode"):  # a variant that is a main's baseline is shown with it
@@ -625,8 +681,11 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
     # A decode rung is one the sweep measured on decode shapes only (it refuses prefill shapes).
     decode_rungs = {r["rung"] for r in records if r["family"] == "decode"} - {
         r["rung"] for r in records if r["family"] == "prefill"}
+    # Forward rungs only: a backward rung (measured in the backward family alone) has its own section.
+    forward = {r["rung"] for r in records if r["family"] != "backward"}
     labels = rung_order(
-        {r["rung"] for r in records if r["rung"] in ("torch_flash", "torch_cudnn") or is_main(r["rung"])}
+        {r["rung"] for r in records if r["rung"] in forward and (r["rung"] in ("torch_flash", "torch_cudnn")
+                                                                 or is_main(r["rung"]))}
     )
     header = ["rung", "compared with", "prefill TFLOP/s", "causal TFLOP/s", "decode GB/s", "speedup",
               "vs PyTorch flash", "vs cuDNN"]

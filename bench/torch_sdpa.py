@@ -5,14 +5,18 @@ Runs torch.nn.functional.scaled_dot_product_attention with each backend
 (flash, cuDNN, memory-efficient, math) forced through
 torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
 
-  prefill: batch * seqlen = 16384 tokens, hidden 2048 (heads = 2048 / d),
-           seqlen 512 ... 16384, head_dim 32, 64, 128, causal 0 / 1, fp16
-  decode:  batch 1 and 8, 32 query heads, 32 or 8 KV heads (GQA), d = 128,
-           seqlen_q 1, seqlen_k 1k ... 128k
+  prefill:  batch * seqlen = 16384 tokens, hidden 2048 (heads = 2048 / d),
+            seqlen 512 ... 16384, head_dim 32, 64, 128, causal 0 / 1, fp16
+  decode:   batch 1 and 8, 32 query heads, 32 or 8 KV heads (GQA), d = 128,
+            seqlen_q 1, seqlen_k 1k ... 128k
+  backward: the prefill shapes at seqlen 1k ... 16k, head_dim 64 and 128, causal
+            0 / 1: the backward pass only (torch.autograd.grad of the forward's
+            output with dO, the graph retained; the forward runs once, untimed)
 
 and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
 same names and counters as ladder_bench, so the report can join the two:
-"torch_flash/prefill/d128/N4096/causal0", "torch_cudnn/decode/d128/B8/Hkv8/Sk65536".
+"torch_flash/prefill/d128/N4096/causal0", "torch_cudnn/decode/d128/B8/Hkv8/Sk65536",
+"torch_cudnn/backward/d128/N4096/causal1".
 
 Timing: CUDA events around each call, warm-up first, L2 flushed before every
 timed call by writing a buffer twice the L2 size, median of >= 20 calls.
@@ -20,8 +24,12 @@ Metrics, defined as in common/ (problem.h):
   FLOPs = 4 * B * Hq * d * (unmasked (query, key) pairs), causal bottom-right
           aligned: query i sees key j iff j <= i + Sk - Sq;
   bytes = Q, K, V read once + O written once (16-bit).
+Backward (common/include/flashladder/backward.h, FlashAttention's convention):
+  FLOPs = 2.5 x the forward's;
+  bytes = Q, K, V, O, dO read + dQ, dK, dV written (16-bit) + the LSE read (fp32).
 
-Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|all] [--quick]
+Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|ablation|all[,...]]
+                                  [--quick]
 Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
 """
 
@@ -37,6 +45,10 @@ HIDDEN = 2048
 TOKENS = 16384
 PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 PREFILL_HEAD_DIMS = [32, 64, 128]
+BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
+BACKWARD_HEAD_DIMS = [64, 128]
+ABLATION_HEAD_DIMS = [32, 64, 128, 256]
+FAMILIES = ("prefill", "decode", "backward", "ablation")
 DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
 MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
 ELEM_BYTES = 2  # fp16
@@ -67,6 +79,64 @@ def prefill_shapes(quick):
     return out
 
 
+def ablation_shapes(quick):
+    """ladder_bench's ablation family: the prefill problem at seqlen 4096, head_dim 32..256 (the
+    only family with head_dim 256, where the Hopper rungs are compared with cuDNN)."""
+    del quick  # one seqlen already
+    n = 4096
+    return [dict(family="ablation", batch=TOKENS // n, seqlen_q=n, seqlen_k=n, heads_q=HIDDEN // d,
+                 heads_kv=HIDDEN // d, head_dim=d, causal=causal)
+            for d in ABLATION_HEAD_DIMS for causal in (0, 1)]
+
+
+def backward_shapes(quick):
+    """ladder_bench's backward family: the prefill shapes of the backward rungs."""
+    out = []
+    for d in BACKWARD_HEAD_DIMS:
+        for causal in (0, 1):
+            for n in BACKWARD_SEQLENS:
+                if quick and n == 8192:
+                    continue
+                out.append(dict(family="backward", batch=TOKENS // n, seqlen_q=n, seqlen_k=n,
+                                heads_q=HIDDEN // d, heads_kv=HIDDEN // d, head_dim=d,
+                                causal=causal))
+    return out
+
+
+def forward_flops(s):
+    return 4.0 * s["batch"] * s["heads_q"] * s["head_dim"] * unmasked_pairs(
+        s["seqlen_q"], s["seqlen_k"], s["causal"])
+
+
+def flops_of(s):
+    """FLOPs of the timed pass: the forward's, or 2.5 x it for the backward family."""
+    return forward_flops(s) * (2.5 if s["family"] == "backward" else 1.0)
+
+
+def bytes_of(s):
+    """Compulsory bytes of the timed pass, as common/src/problem.cpp counts them."""
+    b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
+    hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
+    q_like, kv_like = ELEM_BYTES * b * sq * hq * d, ELEM_BYTES * b * sk * hkv * d
+    if s["family"] == "backward":  # Q, O, dO, dQ and K, V, dK, dV; LSE in fp32
+        return 4 * q_like + 4 * kv_like + 4 * b * hq * sq
+    return 2 * q_like + 2 * kv_like  # Q, O + K, V
+
+
+def parse_families(text):
+    """ "prefill,backward" or "all" -> the families in order; ValueError on an unknown one."""
+    out = []
+    for f in (x.strip() for x in text.split(",")):
+        if f == "all":
+            out += [x for x in FAMILIES if x not in out]
+        elif f in FAMILIES:
+            if f not in out:
+                out.append(f)
+        elif f:
+            raise ValueError("unknown family '%s' (prefill, decode, backward, ablation, all)" % f)
+    return out
+
+
 def decode_shapes(quick):
     out = []
     for b in (1, 8):
@@ -80,8 +150,8 @@ def decode_shapes(quick):
 
 
 def shape_name(s):
-    if s["family"] == "prefill":
-        return "prefill/d%d/N%d/causal%d" % (s["head_dim"], s["seqlen_q"], s["causal"])
+    if s["family"] in ("prefill", "backward", "ablation"):
+        return "%s/d%d/N%d/causal%d" % (s["family"], s["head_dim"], s["seqlen_q"], s["causal"])
     return "decode/d%d/B%d/Hkv%d/Sk%d" % (s["head_dim"], s["batch"], s["heads_kv"], s["seqlen_k"])
 
 
@@ -123,7 +193,10 @@ class Bench:
 
 
 def run_backend(torch, bench, backend, s, layout):
-    """Returns (median_ms, note); raises RuntimeError with the reason if refused."""
+    """Returns (median_ms, note); raises RuntimeError with the reason if refused. The backward
+    family times the backward pass alone (run_backward)."""
+    if s["family"] == "backward":
+        return run_backward(torch, bench, backend, s, layout)
     F = torch.nn.functional
     from torch.nn.attention import sdpa_kernel
 
@@ -161,10 +234,47 @@ def run_backend(torch, bench, backend, s, layout):
     return ms, note
 
 
+def run_backward(torch, bench, backend, s, layout):
+    """The backward pass of SDPA with @p backend: the forward once under sdpa_kernel (which picks
+    the backward kernel: flash's, cuDNN's, ...), then torch.autograd.grad(out, (q, k, v), dO,
+    retain_graph=True) timed alone. Returns (median_ms, note)."""
+    F = torch.nn.functional
+    from torch.nn.attention import sdpa_kernel
+
+    b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
+    hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
+    gen = torch.Generator(device="cuda").manual_seed(2024)
+
+    def make(seqlen, heads):
+        if layout == "bshd":
+            x = torch.randn(b, seqlen, heads, d, device="cuda", dtype=torch.float16, generator=gen)
+            x = x.transpose(1, 2)
+        else:
+            x = torch.randn(b, heads, seqlen, d, device="cuda", dtype=torch.float16, generator=gen)
+        return x.requires_grad_(True)
+
+    q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
+    assert not s["causal"] or sq == sk  # SDPA's is_causal is top-left aligned (see run_backend)
+    kwargs = dict(is_causal=bool(s["causal"]))
+    note = ""
+    if hq != hkv:
+        kwargs["enable_gqa"] = True
+    with sdpa_kernel([backend]):
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+    dout = torch.empty_like(out).normal_(generator=gen)  # out's strides: no copy in the backward
+    grad = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
+    grad()  # the first call raises if the backend has no backward for this shape
+    torch.cuda.synchronize()
+    ms = bench.time_ms(grad)
+    del q, k, v, out, dout
+    return ms, note
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="torch_sdpa.json", help="JSON output file")
-    ap.add_argument("--family", default="all", choices=["prefill", "decode", "all"])
+    ap.add_argument("--family", default="all",
+                    help="prefill, decode, backward or all (= the three), comma-separated")
     ap.add_argument("--quick", action="store_true", help="fewer shapes, 20 timed calls")
     ap.add_argument("--iters", type=int, default=0, help="timed calls per shape (>= 20)")
     ap.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
@@ -173,6 +283,10 @@ def main():
     ap.add_argument("--backends", default="flash,cudnn,efficient,math",
                     help="comma-separated subset of flash,cudnn,efficient,math")
     args = ap.parse_args()
+    try:
+        families = parse_families(args.family)
+    except ValueError as e:
+        ap.error("--family: %s" % e)
 
     try:
         import torch
@@ -200,10 +314,14 @@ def main():
     bench = Bench(torch, iters=iters, warmup=3 if args.quick else 5)
 
     shapes = []
-    if args.family in ("prefill", "all"):
+    if "prefill" in families:
         shapes += prefill_shapes(args.quick)
-    if args.family in ("decode", "all"):
+    if "decode" in families:
         shapes += decode_shapes(args.quick)
+    if "backward" in families:
+        shapes += backward_shapes(args.quick)
+    if "ablation" in families:
+        shapes += ablation_shapes(args.quick)
 
     props = torch.cuda.get_device_properties(0)
     context = {
@@ -222,10 +340,9 @@ def main():
     }
     results = []
     for s in shapes:
-        b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
-        hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
-        flops = 4.0 * b * hq * d * unmasked_pairs(sq, sk, s["causal"])
-        nbytes = ELEM_BYTES * (2 * b * sq * hq * d + 2 * b * sk * hkv * d)  # Q, O + K, V
+        b, sq, sk, hq = s["batch"], s["seqlen_q"], s["seqlen_k"], s["heads_q"]
+        flops = flops_of(s)  # 2.5 x the forward's for the backward family
+        nbytes = bytes_of(s)
         for name in wanted:
             rung = "torch_" + name
             entry = dict(name="%s/%s" % (rung, shape_name(s)), run_name="%s/%s" % (rung, shape_name(s)),
@@ -235,6 +352,8 @@ def main():
             entry["GB/s"] = 0.0
             backend = all_backends.get(name)
             math_bytes = ELEM_BYTES * 3 * b * hq * sq * sk  # S, P and a softmax temporary
+            if s["family"] == "backward":
+                math_bytes *= 2  # the saved P and dP / dS of the backward as well
             if backend is None:
                 entry["skipped"] = "backend not in this torch"
             elif name == "math" and math_bytes > MATH_LIMIT_BYTES:

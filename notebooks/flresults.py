@@ -11,7 +11,9 @@ Results come from `bench/run_all.sh` on a GPU, which writes bench/results/<gpu-s
 Which folder (find_results, one rule for the notebooks and .ci/notebooks.sh): FL_RESULTS=<folder>
 if set; else the folder the docs quote (bench/docgen.py's PRIMARY) when it has what the notebook
 needs; else the folder with the most measured entries of the needed family (a full sweep before a
-partial one), the newest on a tie.
+partial one), the newest on a tie. The folders searched are bench/results/<gpu>/ and the sub-runs
+inside them (bench/results/<gpu>/<run>/ with its own meta.json, such as hopper-rungs/: what docgen
+names with gpu=<gpu>/<run>).
 FL_NOTEBOOK_OUT=<folder> is where figures go (default: <temp>/flashladder-plots, never the repo).
 """
 
@@ -43,14 +45,17 @@ class NoResults(RuntimeError):
 
 
 def families(d):
-    """The sweep families ("prefill", "decode") a results folder holds, from its meta.json: a run
+    """The sweep families ("prefill", "decode", ...) a results folder holds, from its meta.json: a run
     with `bench/run_all.sh --family F` holds F, a joined folder (merge_results.py) its parts'
-    families; a folder that does not say holds both."""
+    families; a folder that does not say holds both prefill and decode, and whatever other families
+    its ladder_bench.json records (a hand-made run such as hopper-rungs/ with the backward family)."""
     try:
         with open(os.path.join(d, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
     except (OSError, ValueError):
-        return {"prefill", "decode"}
+        meta = {}
+    if not meta.get("parts") and not meta.get("family"):
+        return {"prefill", "decode"} | _recorded_families(d)
     out = set()
     for fam in [p.get("family", "all") for p in meta.get("parts", [])] or [meta.get("family", "all")]:
         # run_all.sh writes its families as a list ("prefill,ablation"); "all" is every family.
@@ -65,9 +70,10 @@ def find_results(needs=(), family=None):
     if env:
         candidates = [env] if os.path.isdir(env) else []
     else:
-        candidates = [
-            d for d in glob.glob(os.path.join(ROOT, "bench", "results", "*")) if os.path.isdir(d)
-        ]
+        top = sorted(d for d in glob.glob(os.path.join(ROOT, "bench", "results", "*")) if os.path.isdir(d))
+        # Sub-runs: a folder inside a GPU's folder with its own meta.json (not decode_splits/).
+        subs = sorted(d for t in top for d in glob.glob(os.path.join(t, "*", "meta.json")))
+        candidates = top + [os.path.dirname(m) for m in subs]
     ok = [
         d
         for d in candidates
@@ -79,6 +85,12 @@ def find_results(needs=(), family=None):
     if primary:
         return primary[0]
     return max(ok, key=lambda d: (_entries(d, family), _stamp(d)))
+
+
+def _recorded_families(d):
+    """The families the folder's ladder_bench.json has entries of (empty without one)."""
+    p = os.path.join(d, "ladder_bench.json")
+    return {r["family"] for r in report.load_records(p)} if os.path.exists(p) else set()
 
 
 def _entries(d, family):
@@ -181,6 +193,12 @@ def ceilings(d, ctx):
         "copy_tbps": gbps / 1e3 if gbps else None,
         "for_peak": {"fp32_fma": fp32, "tensor_16bit": tensor},
     }
+
+
+def provenance(ctx):
+    """ "NVIDIA H100 80GB HBM3, 2026-11-23, commit db84a6f": the run's GPU, date and commit from a
+    bench JSON's context (the form docgen puts under every generated table)."""
+    return "%s, %s, commit %s" % (ctx.get("device", "?"), str(ctx.get("date", "?"))[:10], ctx.get("git_sha", "?"))
 
 
 def registry():

@@ -115,16 +115,16 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
         r.error = "--dtype: expected fp16 or bf16, got '" + value + "'";
       }
     }
-    else if (flag == "--causal") {
+    else if (flag == "--causal" || flag == "--deterministic") {
       // A boolean flag: alone it means 1; "--causal 0|1|true|false" and "--causal=0" still work.
       if (!has_eq) {
         value = "1";
         // The next word is its value unless it is the next flag (no positional arguments exist).
         if (a + 1 < argc && argv[a + 1][0] != '-') value = argv[++a];
       }
-      if (!parse_bool(value, &p.causal)) {
+      if (!parse_bool(value, flag == "--causal" ? &p.causal : &o->deterministic)) {
         r.ok = false;
-        r.error = "--causal: expected 0 or 1 (or nothing, meaning 1), got '" + value + "'";
+        r.error = flag + ": expected 0 or 1 (or nothing, meaning 1), got '" + value + "'";
       }
     }
     else if (flag == "--scale") {
@@ -180,7 +180,8 @@ std::string usage(const std::string& program) {
   std::ostringstream s;
   s << "usage: " << program << " [flags]\n"
     << "Runs one attention problem, checks it against the fp64 CPU reference, times it,\n"
-    << "and compares with the rung's declared baselines on the same input.\n\n"
+    << "and compares with the rung's declared baselines on the same input. A backward rung\n"
+    << "runs its forward pass once (O, LSE), then times and checks dQ, dK, dV.\n\n"
     << "problem:\n"
     << "  --batch N          batch size (default 4)\n"
     << "  --seqlen N         seqlen_q = seqlen_k = N\n"
@@ -202,6 +203,8 @@ std::string usage(const std::string& program) {
     << "  --warmup N         untimed launches first (default 5)\n"
     << "  --variant NAME     run a variant of the rung (ablations; see --list)\n"
     << "  --sweep            run the rung's sweep table (rungs that define one)\n"
+    << "  --deterministic [0|1]  backward rungs: dQ summed in a fixed order, bitwise identical\n"
+    << "                     run to run (default 0: atomics; alone: 1)\n"
     << "  --no-compare       do not time the rung's baselines (see --list)\n"
     << "  --json FILE        also write the report as JSON\n"
     << "  --list             list the rungs and variants built, with their baselines\n"

@@ -1,5 +1,7 @@
 #include "flashladder/problem.h"
 
+#include "flashladder/backward.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -90,6 +92,15 @@ double attention_bytes(const Problem& p) {
 
 double kv_bytes(const Problem& p) {
   return 2.0 * 2.0 * p.batch * static_cast<double>(p.seqlen_k) * p.heads_kv * p.head_dim;
+}
+
+double attention_bwd_bytes(const Problem& p) {
+  // Four tensors shaped like Q (Q, O, dO read; dQ written) and four like K (K, V read; dK, dV
+  // written), 16-bit each, plus the forward's LSE (fp32, one per query row and head) read.
+  const double q_like = 2.0 * p.batch * static_cast<double>(p.seqlen_q) * p.heads_q * p.head_dim;
+  const double kv_like = 2.0 * p.batch * static_cast<double>(p.seqlen_k) * p.heads_kv * p.head_dim;
+  const double lse = 4.0 * p.batch * static_cast<double>(p.heads_q) * p.seqlen_q;
+  return 4.0 * q_like + 4.0 * kv_like + lse;
 }
 
 }  // namespace fl

@@ -117,7 +117,8 @@ std::string registry_json(const Registry& reg) {
          ", \"name\": " + json_quote(r.name) + ", \"variant\": " + json_quote(r.variant) +
          ", \"summary\": " + json_quote(r.summary) + ", \"peak\": " + json_quote(peak_key(r.peak)) +
          ", \"decode\": " + (r.decode ? "true" : "false") +
-         ", \"in_tour\": " + (r.in_tour ? "true" : "false") + ", \"baselines\": [";
+         ", \"in_tour\": " + (r.in_tour ? "true" : "false") +
+         ", \"backward\": " + (r.launch_bwd ? "true" : "false") + ", \"baselines\": [";
     for (size_t i = 0; i < r.baselines.size(); ++i) {
       const Baseline& b = r.baselines[i];
       s += (i ? ", " : "") + std::string("{\"kind\": ") +

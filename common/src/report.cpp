@@ -1,9 +1,12 @@
 #include "flashladder/report.h"
 
+#include "flashladder/backward.h"
+
 #include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
+#include <utility>
 
 namespace fl {
 
@@ -14,15 +17,29 @@ double gbps_of(const Problem& p, double ms, Peak peak) {
   return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
 }
 
+double bwd_tflops_of(const Problem& p, double ms) {
+  return ms > 0 ? attention_bwd_flops(p) / (ms * 1e-3) / 1e12 : 0;
+}
+
+double bwd_gbps_of(const Problem& p, double ms) { return ms > 0 ? attention_bwd_bytes(p) / (ms * 1e-3) / 1e9 : 0; }
+
+double run_tflops(const RunReport& r) {
+  return r.backward ? bwd_tflops_of(r.problem, r.timing.median_ms) : tflops_of(r.problem, r.timing.median_ms);
+}
+
+double run_gbps(const RunReport& r) {
+  return r.backward ? bwd_gbps_of(r.problem, r.timing.median_ms) : gbps_of(r.problem, r.timing.median_ms, r.peak);
+}
+
 double percent_of_peak(const RunReport& r) {
   if (!r.timing.timed) return 0;
   switch (r.peak) {
     case Peak::fp32_fma:
-      return r.device.peak_fp32_tflops > 0 ? 100 * tflops_of(r.problem, r.timing.median_ms) / r.device.peak_fp32_tflops : 0;
+      return r.device.peak_fp32_tflops > 0 ? 100 * run_tflops(r) / r.device.peak_fp32_tflops : 0;
     case Peak::tensor_16bit:
-      return r.device.peak_tensor_tflops > 0 ? 100 * tflops_of(r.problem, r.timing.median_ms) / r.device.peak_tensor_tflops : 0;
+      return r.device.peak_tensor_tflops > 0 ? 100 * run_tflops(r) / r.device.peak_tensor_tflops : 0;
     case Peak::memory:
-      return r.device.peak_gbps > 0 ? 100 * gbps_of(r.problem, r.timing.median_ms, r.peak) / r.device.peak_gbps : 0;
+      return r.device.peak_gbps > 0 ? 100 * run_gbps(r) / r.device.peak_gbps : 0;
   }
   return 0;
 }
@@ -72,12 +89,41 @@ std::string format_report(const RunReport& r) {
     s << "  run       " << r.date << ", commit " << (r.git_sha.empty() ? "unknown" : r.git_sha) << "\n";
   s << "  problem   " << r.problem.describe() << " scale=" << r.problem.scale() << " input=" << r.input
     << " seed=" << r.seed << "\n";
-  s << "  work      " << fixed(attention_flops(r.problem) / 1e9, 2) << " GFLOP (unmasked pairs only), "
-    << format_bytes(attention_bytes(r.problem)) << " compulsory HBM traffic (Q,K,V read + O written)\n";
+  if (r.backward) {
+    s << "  pass      backward (dQ, dK, dV) after the forward pass of " << r.forward_label
+      << " (O, LSE; run once, not timed), deterministic=" << (r.deterministic ? 1 : 0) << "\n";
+    s << "  work      " << fixed(attention_bwd_flops(r.problem) / 1e9, 2)
+      << " GFLOP (2.5 x the forward's, unmasked pairs only), " << format_bytes(attention_bwd_bytes(r.problem))
+      << " compulsory HBM traffic (Q,K,V,O,dO read + dQ,dK,dV written, LSE read)\n";
+  } else {
+    s << "  work      " << fixed(attention_flops(r.problem) / 1e9, 2) << " GFLOP (unmasked pairs only), "
+      << format_bytes(attention_bytes(r.problem)) << " compulsory HBM traffic (Q,K,V read + O written)\n";
+  }
   if (r.workspace_bytes > 0) s << "  workspace " << format_bytes(static_cast<double>(r.workspace_bytes)) << " in HBM\n";
   for (const auto& n : r.notes) s << "  note      " << n << "\n";
   const CheckResult& c = r.check;
-  if (!c.checked) {
+  if (r.backward) {
+    const BwdCheck& b = r.bwd;
+    if (c.checked)
+      s << "  check     " << (c.pass ? "PASS" : "FAIL") << " vs fp64 backward reference, " << b.groups << " of "
+        << b.groups_total << " (batch, KV head) groups (" << c.mode << ")\n";
+    else
+      s << "  check     " << (c.pass ? "PASS: every element of dQ, dK, dV written" : "FAIL")
+        << "; gradients not compared with the fp64 backward reference\n";
+    if (!b.note.empty() && c.mode != "full") s << "            " << b.note << "\n";
+    const std::pair<const char*, const CheckResult*> tensors[] = {
+        {"dQ", &b.grads.dq}, {"dK", &b.grads.dk}, {"dV", &b.grads.dv}};
+    for (const auto& [name, t] : tensors) {
+      if (!t->checked && t->unwritten == 0) continue;
+      s << "            " << name << " ";
+      if (t->checked)
+        s << "rel_fro " << sci(t->err.rel_fro) << " (tol " << sci(t->tol.rel_fro) << "), max_abs " << sci(t->err.max_abs)
+          << " (tol " << sci(t->tol.max_abs) << "); fp32 CPU rel_fro " << sci(t->fp32_err.rel_fro);
+      if (t->unwritten > 0) s << (t->checked ? "; " : "") << t->unwritten << " never written (NaN)";
+      s << "\n";
+    }
+    if (!c.pass) s << "            reason: " << c.reason << "\n";
+  } else if (!c.checked) {
     s << "  check     " << (c.pass ? "skipped (--check none), all outputs written" : "FAIL: " + c.reason) << "\n";
   } else {
     s << "  check     " << (c.pass ? "PASS" : "FAIL") << " vs fp64 reference, " << c.rows << " rows (" << c.mode
@@ -89,10 +135,10 @@ std::string format_report(const RunReport& r) {
   if (r.timing.timed) {
     s << "  time      " << fixed(r.timing.median_ms, 4) << " ms median of " << r.timing.iters << " (min "
       << fixed(r.timing.min_ms, 4) << ", max " << fixed(r.timing.max_ms, 4) << "), L2 flushed before each\n";
-    s << "  rate      " << fixed(tflops_of(r.problem, r.timing.median_ms), 2) << " TFLOP/s, "
-      << fixed(gbps_of(r.problem, r.timing.median_ms, r.peak), 1) << " GB/s"
-      << (r.peak == Peak::memory ? " (K+V bytes)" : "") << ", " << fixed(percent_of_peak(r), 1) << "% of "
-      << peak_name(r.peak) << "\n";
+    s << "  rate      " << fixed(run_tflops(r), 2) << " TFLOP/s" << (r.backward ? " (backward FLOPs)" : "") << ", "
+      << fixed(run_gbps(r), 1) << " GB/s"
+      << (r.peak == Peak::memory && !r.backward ? " (K+V bytes)" : "") << ", " << fixed(percent_of_peak(r), 1)
+      << "% of " << peak_name(r.peak) << "\n";
   }
   if (!r.kernels.empty()) {
     s << "  kernels   " << std::left << std::setw(26) << "name" << std::right << std::setw(8) << "threads" << std::setw(6)
@@ -224,7 +270,7 @@ std::string device_json(const DeviceInfo& d) {
 }
 
 namespace {
-std::string problem_json(const Problem& p) {
+std::string problem_json(const Problem& p, bool backward) {
   Json j;
   j.begin_object()
       .kv("batch", p.batch)
@@ -239,7 +285,29 @@ std::string problem_json(const Problem& p) {
       .kv("num_splits", p.num_splits)
       .kv("page_size", p.page_size)
       .kv("flops", attention_flops(p))
-      .kv("bytes", attention_bytes(p))
+      .kv("bytes", attention_bytes(p));
+  if (backward) j.kv("bwd_flops", attention_bwd_flops(p)).kv("bwd_bytes", attention_bwd_bytes(p));
+  j.end_object();
+  return j.str();
+}
+
+/// One gradient's check (dQ, dK or dV) as a JSON object.
+std::string gradient_json(const CheckResult& c) {
+  Json j;
+  j.begin_object()
+      .kv("pass", c.pass)
+      .kv("checked", c.checked)
+      .kv("rows", static_cast<long long>(c.rows))
+      .kv("rel_fro", c.err.rel_fro)
+      .kv("max_abs", c.err.max_abs)
+      .kv("ref_max_abs", c.err.ref_max_abs)
+      .kv("tol_rel_fro", c.tol.rel_fro)
+      .kv("tol_max_abs", c.tol.max_abs)
+      .kv("fp32_rel_fro", c.fp32_err.rel_fro)
+      .kv("fp32_max_abs", c.fp32_err.max_abs)
+      .kv("nonfinite", c.err.nonfinite)
+      .kv("unwritten", c.unwritten)
+      .kv("reason", c.reason)
       .end_object();
   return j.str();
 }
@@ -250,7 +318,9 @@ std::string to_json(const RunReport& r) {
   j.begin_object().kv("schema", "flashladder.run/1");
   j.begin_object("rung").kv("number", r.rung_number).kv("name", r.rung_name).kv("variant", r.variant).kv("summary", r.summary).end_object();
   j.raw("device", device_json(r.device));
-  j.raw("problem", problem_json(r.problem));
+  j.raw("problem", problem_json(r.problem, r.backward));
+  j.kv("backward", r.backward);
+  if (r.backward) j.kv("deterministic", r.deterministic).kv("forward_rung", r.forward_label);
   j.kv("input", r.input).kv("seed", static_cast<long long>(r.seed));
   j.kv("date", r.date).kv("git_sha", r.git_sha);
   j.kv("workspace_bytes", static_cast<long long>(r.workspace_bytes));
@@ -269,16 +339,25 @@ std::string to_json(const RunReport& r) {
       .kv("tol_max_abs", r.check.tol.max_abs)
       .kv("fp32_rel_fro", r.check.fp32_err.rel_fro)
       .kv("unwritten", r.check.unwritten)
-      .kv("reason", r.check.reason)
-      .end_object();
+      .kv("reason", r.check.reason);
+  if (r.backward) {
+    // rel_fro, max_abs, tol_* above are those of the gradient closest to its tolerance.
+    j.kv("groups", r.bwd.groups).kv("groups_total", r.bwd.groups_total).kv("note", r.bwd.note);
+    j.begin_object("gradients")
+        .raw("dq", gradient_json(r.bwd.grads.dq))
+        .raw("dk", gradient_json(r.bwd.grads.dk))
+        .raw("dv", gradient_json(r.bwd.grads.dv))
+        .end_object();
+  }
+  j.end_object();
   if (r.timing.timed) {
     j.begin_object("timing")
         .kv("median_ms", r.timing.median_ms)
         .kv("min_ms", r.timing.min_ms)
         .kv("max_ms", r.timing.max_ms)
         .kv("iters", r.timing.iters)
-        .kv("tflops", tflops_of(r.problem, r.timing.median_ms))
-        .kv("gbps", gbps_of(r.problem, r.timing.median_ms, r.peak))
+        .kv("tflops", run_tflops(r))
+        .kv("gbps", run_gbps(r))
         .kv("percent_of_peak", percent_of_peak(r))
         .end_object();
   }

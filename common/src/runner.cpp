@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 
 #ifndef FL_GIT_SHA
 #define FL_GIT_SHA "unknown"
@@ -121,14 +122,78 @@ std::vector<float> DeviceProblem::download_lse() const {
   return l;
 }
 
+// ---- DeviceGrads ---------------------------------------------------------------
+namespace {
+size_t q_elems_of(const Problem& p) { return static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim; }
+size_t dense_kv_elems(const Problem& p) {
+  return static_cast<size_t>(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
+}
+std::vector<uint16_t> download16(const DeviceBuffer& b) {
+  std::vector<uint16_t> h(b.bytes() / 2);
+  b.download(h.data(), b.bytes());
+  return h;
+}
+}  // namespace
+
+size_t DeviceGrads::device_bytes(const Problem& p, size_t workspace_bytes) {
+  return 2 * (2 * q_elems_of(p) + 2 * dense_kv_elems(p)) + workspace_bytes;  // dO, dQ + dK, dV
+}
+
+DeviceGrads::DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::vector<uint16_t>& dout,
+                         size_t workspace_bytes, bool deterministic) {
+  if (p.page_size > 0) throw std::invalid_argument("the backward pass takes a contiguous K/V (no --page-size)");
+  if (dout.size() != q_elems_of(p))
+    throw std::invalid_argument("dO has " + std::to_string(dout.size()) + " elements, expected " +
+                                std::to_string(q_elems_of(p)));
+  dout_ = DeviceBuffer(q_elems_of(p) * 2);
+  dq_ = DeviceBuffer(q_elems_of(p) * 2);
+  dk_ = DeviceBuffer(dense_kv_elems(p) * 2);
+  dv_ = DeviceBuffer(dense_kv_elems(p) * 2);
+  if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
+  dout_.upload(dout.data(), dout.size() * 2);
+  // dO has O's strides, dQ Q's, dK K's and dV V's (backward.h): the forward's params say them.
+  params_.fwd = fwd.params();
+  params_.dout = dout_.get();
+  params_.dq = dq_.get();
+  params_.dk = dk_.get();
+  params_.dv = dv_.get();
+  params_.workspace = ws_.get();
+  params_.workspace_bytes = workspace_bytes;
+  params_.deterministic = deterministic ? 1 : 0;
+}
+
+void DeviceGrads::poison() {
+  dq_.poison();
+  dk_.poison();
+  dv_.poison();
+  if (ws_.bytes() > 0) ws_.poison();
+}
+
+std::vector<uint16_t> DeviceGrads::download_dq() const { return download16(dq_); }
+std::vector<uint16_t> DeviceGrads::download_dk() const { return download16(dk_); }
+std::vector<uint16_t> DeviceGrads::download_dv() const { return download16(dv_); }
+
 // ---- running ------------------------------------------------------------------
 void launch_once(const Rung& r, DeviceProblem& dp) {
   r.launch(dp.params(), nullptr);
   FL_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void launch_bwd_once(const Rung& r, DeviceGrads& g) {
+  r.launch_bwd(g.params(), nullptr);
+  FL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 Timing time_rung(const Rung& r, DeviceProblem& dp, const DeviceInfo& dev, int iters, int warmup) {
-  for (int i = 0; i < warmup; ++i) r.launch(dp.params(), nullptr);
+  return time_launches([&] { r.launch(dp.params(), nullptr); }, dev, iters, warmup);
+}
+
+Timing time_rung_bwd(const Rung& r, DeviceGrads& g, const DeviceInfo& dev, int iters, int warmup) {
+  return time_launches([&] { r.launch_bwd(g.params(), nullptr); }, dev, iters, warmup);
+}
+
+Timing time_launches(const std::function<void()>& launch, const DeviceInfo& dev, int iters, int warmup) {
+  for (int i = 0; i < warmup; ++i) launch();
   FL_CUDA_CHECK(cudaDeviceSynchronize());
   L2Flusher flusher(dev.l2_bytes);
   EventTimer timer;
@@ -136,7 +201,7 @@ Timing time_rung(const Rung& r, DeviceProblem& dp, const DeviceInfo& dev, int it
   for (int i = 0; i < iters; ++i) {
     flusher.flush();
     timer.start();
-    r.launch(dp.params(), nullptr);
+    launch();
     ms.push_back(timer.stop());
   }
   std::sort(ms.begin(), ms.end());
@@ -149,12 +214,27 @@ Timing time_rung(const Rung& r, DeviceProblem& dp, const DeviceInfo& dev, int it
   return t;
 }
 
+size_t forward_workspace_bytes(const Rung& r, const Problem& p) {
+  if (r.workspace_bytes) return r.workspace_bytes(p);
+  if (r.forward_rung > 0)
+    if (const Rung* f = registry().find(r.forward_rung); f && f->workspace_bytes) return f->workspace_bytes(p);
+  return 0;
+}
+
+size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic) {
+  size_t need = DeviceProblem::device_bytes(p, forward_workspace_bytes(r, p));
+  if (r.launch_bwd)
+    need += DeviceGrads::device_bytes(p, r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0);
+  return need;
+}
+
 namespace {
 
 /// "" if the problem fits in free device memory, else the numbers.
-std::string memory_check(const Rung& r, const Problem& p) {
-  const size_t ws = r.workspace_bytes ? r.workspace_bytes(p) : 0;
-  const size_t need = DeviceProblem::device_bytes(p, ws);
+std::string memory_check(const Rung& r, const Problem& p, bool deterministic = false) {
+  const size_t ws = r.launch_bwd ? (r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0)
+                                 : (r.workspace_bytes ? r.workspace_bytes(p) : 0);
+  const size_t need = rung_device_bytes(r, p, deterministic);
   size_t free_b = 0, total_b = 0;
   FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   // Keep 5% back for the L2 flush buffer and the CUDA context.
@@ -168,9 +248,81 @@ std::string memory_check(const Rung& r, const Problem& p) {
   return "";
 }
 
+/// A backward run on the device: the forward's tensors and the gradients.
+struct BwdRun {
+  std::unique_ptr<DeviceProblem> dp;
+  std::unique_ptr<DeviceGrads> grads;
+  long long forward_unwritten = 0;  ///< NaN left in O or LSE by the forward pass
+};
+
+/// The forward pass of @p r once on NaN-poisoned O and LSE, then (if it wrote them) the
+/// backward once on NaN-poisoned dQ, dK, dV.
+BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
+                    unsigned long long seed, bool deterministic) {
+  BwdRun run;
+  run.dp = std::make_unique<DeviceProblem>(p, in, forward_workspace_bytes(r, p), seed);
+  run.dp->poison_outputs();
+  launch_once(r, *run.dp);
+  run.forward_unwritten = count_unwritten(p, run.dp->download_o(), run.dp->download_lse());
+  const size_t ws = r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0;
+  run.grads = std::make_unique<DeviceGrads>(p, *run.dp, dout, ws, deterministic);
+  run.grads->poison();
+  if (run.forward_unwritten == 0) launch_bwd_once(r, *run.grads);
+  return run;
+}
+
+/// The label of the rung whose forward pass @p r runs ("06_headdim_tiles"; @p r's own if none).
+std::string forward_label(const Rung& r) {
+  if (r.forward_rung > 0)
+    if (const Rung* f = registry().find(r.forward_rung)) return f->label();
+  return r.label();
+}
+
+/// Checks @p run's gradients; a forward pass that left O or LSE unwritten fails the check.
+BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
+                       const BwdRun& run, CheckMode mode, unsigned long long seed) {
+  BwdCheck c = check_backward(p, in, dout, run.grads->download_dq(), run.grads->download_dk(),
+                              run.grads->download_dv(), mode, seed);
+  if (run.forward_unwritten > 0) {
+    c.grads.pass = false;
+    c.grads.reason = "the forward pass (" + forward_label(r) + ") left " + std::to_string(run.forward_unwritten) +
+                     " elements of O/LSE unwritten (NaN); the backward pass was not run";
+    summarize(&c);
+  }
+  return c;
+}
+
+/// "" if the backward of @p r can run @p p on @p dev, else why not.
+std::string bwd_why_not(const Rung& r, const Problem& p, const DeviceInfo& dev, bool deterministic) {
+  if (!r.not_implemented.empty()) return "not implemented (lab starter)";
+  if (p.page_size > 0) return "the backward pass takes a contiguous K/V (no --page-size)";
+  std::string why = supports(r, p, dev);
+  if (why.empty()) why = memory_check(r, p, deterministic);
+  return why;
+}
+
 }  // namespace
 
+CaseResult run_bwd_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed,
+                        bool deterministic) {
+  CaseResult res;
+  res.backward = true;
+  const DeviceInfo dev = query_device();
+  res.skipped = bwd_why_not(r, p, dev, deterministic);
+  if (res.skipped.empty() && input == InputKind::identity)
+    res.skipped = "identity input: peaked attention makes dQ cancel, the gradient policy cannot judge a 16-bit backward on it";
+  if (!res.skipped.empty()) return res;
+  const HostInputs in = make_inputs(p, input, seed);
+  const std::vector<uint16_t> dout = make_grad_output(p, seed);
+  const BwdRun run = run_bwd_once(r, p, in, dout, seed, deterministic);
+  res.ran = true;
+  res.bwd = check_bwd_run(r, p, in, dout, run, mode, seed);
+  res.check = res.bwd.summary;
+  return res;
+}
+
 CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed) {
+  if (r.launch_bwd) return run_bwd_case(r, p, input, mode, seed, false);
   CaseResult res;
   const DeviceInfo dev = query_device();
   res.skipped = supports(r, p, dev);
@@ -269,7 +421,30 @@ std::string utc_now() {
   return buf;
 }
 
-/// Runs one rung on one problem: check, time, resources. Fills @p rep.
+/// The backward mode of run_one (Rung::launch_bwd): the forward pass once (O, LSE), the
+/// backward once on NaN-poisoned gradients, its check, then the backward alone timed.
+void run_one_bwd(const Rung& r, const Options& opt, const DeviceInfo& dev, const HostInputs& in, RunReport* rep,
+                 bool check, bool time) {
+  const Problem& p = opt.problem;
+  rep->backward = true;
+  rep->deterministic = opt.deterministic;
+  rep->forward_label = forward_label(r);
+  rep->workspace_bytes = r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, opt.deterministic) : 0;
+  if (opt.input == InputKind::identity)
+    rep->notes.push_back("identity input: peaked attention makes dQ cancel; a faithful 16-bit backward can "
+                         "exceed the gradients' relative floor on it (the tests skip it)");
+  const std::vector<uint16_t> dout = make_grad_output(p, opt.seed);
+  BwdRun run = run_bwd_once(r, p, in, dout, opt.seed, opt.deterministic);
+  if (check) {
+    rep->bwd = check_bwd_run(r, p, in, dout, run, opt.check, opt.seed);
+    rep->check = rep->bwd.summary;
+  }
+  if (time && run.forward_unwritten == 0) rep->timing = time_rung_bwd(r, *run.grads, dev, opt.iters, opt.warmup);
+  rep->kernels = rung_resources(r, p);
+}
+
+/// Runs one rung on one problem: check, time, resources. Fills @p rep. A backward rung
+/// (Rung::launch_bwd) runs its backward mode (run_one_bwd).
 void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const HostInputs& in, RunReport* rep,
              bool check, bool time) {
   const Problem& p = opt.problem;
@@ -284,8 +459,12 @@ void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const Hos
   rep->device = dev;
   rep->date = utc_now();
   rep->git_sha = FL_GIT_SHA;
-  rep->workspace_bytes = r.workspace_bytes ? r.workspace_bytes(p) : 0;
   if (r.notes) rep->notes = r.notes(p);
+  if (r.launch_bwd) {
+    run_one_bwd(r, opt, dev, in, rep, check, time);
+    return;
+  }
+  rep->workspace_bytes = r.workspace_bytes ? r.workspace_bytes(p) : 0;
   DeviceProblem dp(p, in, rep->workspace_bytes, opt.seed);
   dp.poison_outputs();
   launch_once(r, dp);
@@ -295,7 +474,8 @@ void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const Hos
 }
 
 /// "" if @p r can run @p p on @p dev (supports, memory, not a lab stub), else why not.
-std::string why_not(const Rung& r, const Problem& p, const DeviceInfo& dev) {
+std::string why_not(const Rung& r, const Problem& p, const DeviceInfo& dev, bool deterministic = false) {
+  if (r.launch_bwd) return bwd_why_not(r, p, dev, deterministic);
   if (!r.not_implemented.empty()) return "not implemented (lab starter)";
   std::string why = supports(r, p, dev);
   if (why.empty()) why = memory_check(r, p);
@@ -325,7 +505,7 @@ std::vector<BaselineResult> time_baselines(const Registry& reg, const Rung& r, c
       res.label = b.target_label(main ? main->name : "?");
       if (cands.empty()) {
         res.skipped = "not built (see -DFL_RUNGS)";
-      } else if (std::string why = why_not(*cands[0], opt.problem, dev); !why.empty()) {
+      } else if (std::string why = why_not(*cands[0], opt.problem, dev, opt.deterministic); !why.empty()) {
         res.skipped = why;
       } else {
         res.timing = time_of(*cands[0]);
@@ -333,7 +513,7 @@ std::vector<BaselineResult> time_baselines(const Registry& reg, const Rung& r, c
     } else {
       res.fastest_of_earlier = true;
       for (const Rung* c : cands) {
-        if (!why_not(*c, opt.problem, dev).empty()) continue;
+        if (!why_not(*c, opt.problem, dev, opt.deterministic).empty()) continue;
         const Timing t = time_of(*c);
         char buf[96];
         std::snprintf(buf, sizeof buf, "%s%s %.4f ms", res.considered.empty() ? "" : ", ", c->label().c_str(),
@@ -380,6 +560,10 @@ int run_main(int argc, char** argv, int rung_number) {
     std::fprintf(stderr, "%s: error: --sweep: rung %d has no sweep\n", prog.c_str(), rung_number);
     return kExitBadInput;
   }
+  if (opt.deterministic && !rung->launch_bwd) {
+    std::fprintf(stderr, "%s: error: --deterministic: rung %d has no backward pass\n", prog.c_str(), rung_number);
+    return kExitBadInput;
+  }
   try {
     DeviceInfo dev;
     if (!device_or_skip(prog, &dev)) return kExitNoDevice;
@@ -389,8 +573,7 @@ int run_main(int argc, char** argv, int rung_number) {
     }
     if (opt.sweep) return rung->sweep(opt);
     const Problem& p = opt.problem;
-    std::string why = supports(*rung, p, dev);
-    if (why.empty()) why = memory_check(*rung, p);
+    const std::string why = why_not(*rung, p, dev, opt.deterministic);
     if (!why.empty()) {
       std::fprintf(stderr, "%s: rung %s cannot run %s: %s\n", prog.c_str(), rung->label().c_str(),
                    p.describe().c_str(), why.c_str());
@@ -511,7 +694,7 @@ int tour_main(int argc, char** argv) {
   // Prefill: every main rung that is not a decode kernel, on the command line's problem.
   std::vector<const Rung*> prefill, decode;
   for (const Rung* r : reg.mains())
-    if (r->in_tour) (r->decode ? decode : prefill).push_back(r);
+    if (r->in_tour && !r->launch_bwd) (r->decode ? decode : prefill).push_back(r);  // backward: not a forward row
   bool pass = tour_section(reg, prefill, opt, dev, false);
   // Decode: the decode rungs on their own problem, after every earlier rung that runs it
   // (rung 08's baseline is the fastest of them).
@@ -520,7 +703,7 @@ int tour_main(int argc, char** argv) {
     dopt.problem = tour_decode_problem(opt.problem);
     std::vector<const Rung*> rows;
     for (const Rung* r : reg.mains())
-      if (r->in_tour && r->number <= decode.back()->number) rows.push_back(r);
+      if (r->in_tour && !r->launch_bwd && r->number <= decode.back()->number) rows.push_back(r);
     std::printf("\n");
     pass = tour_section(reg, rows, dopt, dev, true) && pass;
   }

@@ -707,9 +707,10 @@ def mark_not_implemented(out, rung, message):
     full = os.path.join(out, rel)
     with open(full, encoding="utf-8") as f:
         text = f.read()
-    if "not_implemented" in text:
-        return "already marked"
     code = code_only(text)
+    # A mark is an assignment; rungs 10 and 11 also *read* other rungs' not_implemented.
+    if re.search(r"\bnot_implemented\s*=(?!=)", code):
+        return "already marked"
     m = None
     for cand in REGISTER_RE.finditer(code):
         if cand["num"] == rung.number:

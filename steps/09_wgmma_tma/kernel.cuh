@@ -106,6 +106,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // tile's bytes, then one TMA per 64-column block (coordinates innermost first: column, head,
   // row, batch). K and V complete on separate barriers, so S = Q K^T can start before V lands.
   auto load_kv = [&](int n, int s) {
+    // LAB-BEGIN(09-load-kv): expect_tx and the TMA loads of K_n and V_n into stage s
+    // [same-code: 10-producer]
     const int key0 = n * BLOCK_N;
     mbarrier_arrive_expect_tx(k_full(s), Cfg::kKVBytes);
 #pragma unroll
@@ -117,6 +119,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
       tma_load_4d(V_s + s * Cfg::kKVBytes + cb * BLOCK_N * 128, &map_v, v_full(s), 64 * cb,
                   kv_head, key0, batch);
+    // LAB-END(09-load-kv)
   };
 
   if (tid == 0) {

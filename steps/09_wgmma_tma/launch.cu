@@ -131,12 +131,12 @@ void register_rung_09(Registry& reg) {
   reg.add(make_variant<hopper09::Variant_d128_128x128_s1>(
       "d128-1stage", "d=128, one K/V stage: each block's load waits for the previous block"));
   // ... and behind the d = 64 and d = 256 choices.
-  reg.add(make_variant<hopper09::Variant_d64_128x64>("d64-128x64",
-                                                     "d=64, BLOCK_N 64 (rung 06's S width)"));
-  reg.add(make_variant<hopper09::Variant_d64_128x128_s2>("d64-2stage",
-                                                         "d=64, two K/V stages instead of three"));
-  reg.add(make_variant<hopper09::Variant_d256_128x80>(
-      "d256-128x80", "d=256, BLOCK_N 80 (FlashAttention-3's tile; 224 KB of shared memory)"));
+  reg.add(make_variant<hopper09::Variant_d64_128x128>("d64-128x128",
+                                                      "d=64, BLOCK_N 128 (S as wide as at d=128; one block per SM)"));
+  reg.add(make_variant<hopper09::Variant_d64_128x64_s2>("d64-2stage",
+                                                        "d=64, two K/V stages instead of three"));
+  reg.add(make_variant<hopper09::Variant_d256_128x64>(
+      "d256-128x64", "d=256, BLOCK_N 64 (192 KB of shared memory)"));
 }
 
 }  // namespace fl

@@ -1,6 +1,6 @@
 /// @file tests/cpu/hopper_probe.cu
 /// @brief Two kernels that use the Hopper wrappers of common/include/flashladder/hopper.cuh the way
-/// rung 10 will, compiled for sm_90a in the test build and never launched: the CPU test
+/// rungs 09 and 10 do, compiled for sm_90a in the test build and never launched: the CPU test
 /// tests/cpu/test_hopper_sass.cpp reads their SASS with cuobjdump and checks that each wrapper
 /// became the Hopper instruction it stands for (HGMMA, UTMALDG, SYNCS, USETMAXREG, BAR.ARV), that
 /// nothing spills, and (by building at all) that ptxas did not serialize the wgmmas or ignore

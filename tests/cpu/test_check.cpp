@@ -109,3 +109,21 @@ TEST_CASE("tolerance floors per dtype", "[cpu][check]") {
   REQUIRE(t.rel_fro == 0.2);
   REQUIRE(t.max_abs == 0.4);
 }
+
+TEST_CASE("an all-zero reference is judged by the absolute error alone", "[cpu][check]") {
+  // dK with one key per query: exactly zero in fp64, cancellation noise in 16 bits.
+  CheckResult r;
+  r.tol = tolerance_floor(DType::fp16);
+  r.err = compare_values({1e-4, -5e-4, 3e-4}, {0.0, 0.0, 0.0});
+  REQUIRE(r.err.ref_max_abs == 0);
+  REQUIRE(r.err.rel_fro > 0);  // reported (absolute), not divided by zero
+  decide(&r);
+  REQUIRE(r.pass);
+  r.err = compare_values({1e-4, -5e-2, 3e-4}, {0.0, 0.0, 0.0});  // past the absolute floor
+  decide(&r);
+  REQUIRE_FALSE(r.pass);
+  // A nonzero reference keeps the relative check.
+  r.err = compare_values({1.003, 1.003}, {1.0, 1.0});  // max abs 3e-3 passes; relative 3e-3 does not
+  decide(&r);
+  REQUIRE_FALSE(r.pass);
+}

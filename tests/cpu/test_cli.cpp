@@ -111,7 +111,8 @@ TEST_CASE("validation errors name the flag", "[cpu][cli]") {
 TEST_CASE("executables exit 2 on bad input, before touching the GPU", "[cpu][cli]") {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--dim 0", "--dim"}, {"--seqlen-q -3", "--seqlen-q"}, {"--dtype fp8", "--dtype"},
-      {"--variant nope", "--variant"}, {"--kv-heads 3", "--kv-heads"}};
+      {"--variant nope", "--variant"}, {"--kv-heads 3", "--kv-heads"},
+      {"--deterministic", "--deterministic"}};  // rung 01 has no backward pass
   for (const auto& [args, flag] : cases) {
     std::string out;
     const int rc = run(std::string(FL_STEP01_BINARY) + " " + args, &out);

@@ -300,9 +300,9 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
       rung09_variant<Variant_d128_128x64>(),
       rung09_variant<Variant_d128_64x128>(),
       rung09_variant<Variant_d128_128x128_s1>(),
-      rung09_variant<Variant_d64_128x64>(),
-      rung09_variant<Variant_d64_128x128_s2>(),
-      rung09_variant<Variant_d256_128x80>(),
+      rung09_variant<Variant_d64_128x128>(),
+      rung09_variant<Variant_d64_128x64_s2>(),
+      rung09_variant<Variant_d256_128x64>(),
   };
   struct Dtype {
     fl::DType dtype;
@@ -413,6 +413,103 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
   }
 }
 #endif  // FL_RUNG09_BINARY
+
+#ifdef FL_RUNG10_BINARY
+TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_group 1 (sm_90a)",
+          "[cpu][hopper_rung10]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    WARN("skipped: cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+    return;
+  }
+  std::string text;
+  int status = fl_test::run_command(
+      "\"" + cuobjdump + "\" -sass \"" + std::string(FL_RUNG10_BINARY) + "\"", &text);
+  INFO("cuobjdump -sass " << FL_RUNG10_BINARY << " exited " << status);
+  REQUIRE(status == 0);
+  const auto kernels = fl_test::parse_sass(text, "sm_90a");
+  struct Tiles {
+    const char* mangled;  // the tile struct's name inside the kernel's mangled name
+    int head_dim, block_n, stages;
+  };
+  // HopperWsTiles<D, CAUSAL> (steps/10_warp_specialized/traits.h), and the tile variants
+  // (WsTiles<D, BLOCK_N, STAGES>).
+  const Tiles tiles[] = {{"HopperWsTilesILi64ELb0EE", 64, 128, 3},
+                         {"HopperWsTilesILi128ELb0EE", 128, 176, 2},
+                         {"HopperWsTilesILi128ELb1EE", 128, 128, 2},
+                         {"HopperWsTilesILi256ELb0EE", 256, 80, 2},
+                         {"WsTilesILi64ELi64ELi3EEE", 64, 64, 3},
+                         {"WsTilesILi128ELi128ELi2EEE", 128, 128, 2},
+                         {"WsTilesILi256ELi64ELi2EEE", 256, 64, 2}};
+  int ws_kernels = 0, no_ws_kernels = 0;
+  for (const auto& [name, code] : kernels) {
+    INFO(name);
+    if (name.find("wgmma_tma_fwd_kernel") != std::string::npos) {  // the no-ws variant: rung 09
+      ++no_ws_kernels;
+      CHECK(count_opcode(code, "USETMAXREG") == 0);
+      continue;
+    }
+    REQUIRE(name.find("ws_fwd_kernel") != std::string::npos);
+    ++ws_kernels;
+    // ws_fwd_kernel<T, Tiles, PINGPONG, OVERLAP>: the two bools end the template argument list
+    // as "Lb<0|1>ELb<0|1>E", after the tile struct (whose own bool, if any, is inside it).
+    const Tiles* t = nullptr;
+    for (const Tiles& x : tiles)
+      if (name.find(x.mangled) != std::string::npos) t = &x;
+    REQUIRE(t != nullptr);
+    const size_t at = name.find("ELb", name.find(t->mangled) + std::string(t->mangled).size() - 1);
+    REQUIRE(at != std::string::npos);
+    const bool pingpong = name[at + 3] == '1', overlap = name[at + 7] == '1';
+    const int qk = t->head_dim / 16, pv = t->block_n / 16;
+    // Register reallocation: the producer's dec and the consumers' inc, both kept.
+    CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);
+    CHECK(count_opcode(code, "USETMAXREG.TRY_ALLOC") == 1);
+    // wgmma. Without overlap, rung 09's loop: one S batch and one P V batch. With overlap the
+    // pipeline has a head (S of block 0), a steady loop (S of block n, then P V of block n-1)
+    // and a tail (P V of the last block): each GEMM appears twice.
+    CHECK(count_opcode(code, "HGMMA") == (overlap ? 2 : 1) * (qk + pv));
+    // wait_group 1 (S of block n done, P V of block n-1 still running) only with overlap.
+    int depbar_le1 = 0;
+    for (const SassInstr& i : code)
+      depbar_le1 += i.opcode == "WARPGROUP.DEPBAR.LE" && i.operands == "gsb0, 0x1";
+    CHECK(depbar_le1 == (overlap ? 1 : 0));
+    CHECK(count_opcode(code, "WARPGROUP.ARRIVE") == (overlap ? 4 : 2));  // one per batch
+    // Ping-pong: the consumers' turns are named barriers (bar.sync 2/3, bar.arrive 3/2): the
+    // only BAR.ARV. __syncthreads (BAR.SYNC 0) once, before the roles split.
+    if (pingpong) {
+      CHECK(count_opcode(code, "BAR.ARV") >= 2);
+      CHECK(count_opcode(code, "BAR.SYNC") == 1 + (overlap ? 3 : 2));
+    } else {
+      CHECK(count_opcode(code, "BAR.ARV") == 0);
+      CHECK(count_opcode(code, "BAR.SYNC") == 1);
+    }
+    // mbarriers: Q + 4 per stage (k_full, v_full, k_empty, v_empty); the consumers release K
+    // and V with a plain arrive on their "empty" barriers (.A1T0).
+    CHECK(count_opcode(code, "SYNCS.EXCH.64") == 1 + 4 * t->stages);
+    CHECK(count_opcode(code, "SYNCS.ARRIVE.TRANS64.A1T0") >= 1);
+    CHECK(count_opcode(code, "UTMALDG.4D") == 3 * (t->head_dim / 64));  // Q, K, V: one site each
+    CHECK(count_opcode(code, "LDL") == 0);
+    CHECK(count_opcode(code, "STL") == 0);
+  }
+  int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
+  // 4 tiles (d = 64, 128 and 128 causal, 256) x (rung, no-pingpong, no-overlap), and the 3 tile
+  // variants; no-ws: rung 09's kernel on the 4 tiles
+  CHECK(ws_kernels == (4 * 3 + 3) * dtypes);
+  CHECK(no_ws_kernels == 4 * dtypes);
+
+  status = fl_test::run_command(
+      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG10_BINARY) + "\"", &text);
+  REQUIRE(status == 0);
+  for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
+    INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
+    CHECK(u.stack == 0);
+    CHECK(u.local == 0);
+    // __launch_bounds__(384, 1): the entry count is 65536 / 384 rounded down to 8; setmaxnreg
+    // then gives the consumers 240.
+    if (name.find("ws_fwd_kernel") != std::string::npos) CHECK(u.reg == 168);
+  }
+}
+#endif  // FL_RUNG10_BINARY
 #endif  // FL_HOPPER_PROBE
 
 #if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG09_BINARY)
@@ -420,5 +517,13 @@ TEST_CASE("rung 09 SASS: not built", "[cpu][hopper_rung09]") {
   WARN(
       "skipped: rung 09's sm_90a kernels are built only when CMAKE_CUDA_ARCHITECTURES includes "
       "90 and FL_RUNGS (if set) includes 09");
+}
+#endif
+
+#if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG10_BINARY)
+TEST_CASE("rung 10 SASS: not built", "[cpu][hopper_rung10]") {
+  WARN(
+      "skipped: rung 10's sm_90a kernels are built only when CMAKE_CUDA_ARCHITECTURES includes "
+      "90 and FL_RUNGS (if set) includes 10");
 }
 #endif

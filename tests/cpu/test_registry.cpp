@@ -105,6 +105,10 @@ TEST_CASE("the built registry: every rung after 01 declares a baseline that reso
       REQUIRE(line.find("\"baselines\": []") != std::string::npos);
       continue;
     }
+    // A backward rung (11) has no earlier backward rung to improve on: the bench compares it with
+    // PyTorch's backward (report.py's backward section), so it may declare none.
+    if (line.find("\"backward\": true") != std::string::npos && line.find("\"baselines\": []") != std::string::npos)
+      continue;
     REQUIRE(line.find("\"baselines\": [{") != std::string::npos);
     // A fixed baseline names an entry that is registered too.
     const std::string key = "{\"kind\": \"rung\", \"label\": \"";

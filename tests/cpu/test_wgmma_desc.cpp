@@ -1,7 +1,8 @@
 /// @file tests/cpu/test_wgmma_desc.cpp
 /// @brief The wgmma shared-memory descriptor (common/include/flashladder/wgmma_desc.h) against
 /// values worked out by hand from the PTX ISA's "Matrix Descriptor Format" table, the 128-byte
-/// swizzle against its definition, and the descriptors of the tile shapes rungs 09-10 will use.
+/// swizzle against its definition, and the descriptors of the tile shapes of rungs 09-10 and of
+/// FlashAttention-3's tile table.
 #include <cstdint>
 #include <set>
 
@@ -98,12 +99,15 @@ TEST_CASE("128B swizzle: chunk XOR row within each 1024 B atom", "[cpu][hopper_d
   }
 }
 
-TEST_CASE("the tiles rungs 09-10 will use: aligned, fields in range", "[cpu][hopper_desc]") {
-  // (head_dim, BLOCK_N) from FA3's tile table; BLOCK_M = 64 per consumer warpgroup.
+TEST_CASE("the tiles of rungs 09-10 and FA3: aligned, fields in range", "[cpu][hopper_desc]") {
+  // FA3's tile table, then the other tiles of rungs 09 and 10 and their variants (their
+  // traits.h); BLOCK_M = 64 per consumer warpgroup.
   struct Shape {
     uint32_t head_dim, block_m, block_n;
   };
-  const Shape shapes[] = {{64, 192, 192}, {128, 128, 176}, {128, 128, 128}, {256, 128, 80}};
+  const Shape shapes[] = {{64, 192, 192}, {128, 128, 176}, {128, 128, 128},
+                          {256, 128, 80}, {64, 128, 64},   {64, 128, 128},
+                          {128, 128, 64}, {128, 64, 128},  {256, 128, 64}};
   for (const Shape& s : shapes) {
     INFO("head_dim " << s.head_dim << " BLOCK_M " << s.block_m << " BLOCK_N " << s.block_n);
     // Tiles of Q, K, V placed one after the other from a 1024-aligned base stay 1024-aligned:

@@ -1,5 +1,8 @@
 // The GPU matrix every rung must pass, against the fp64 reference.
 // ctest runs it once per rung with FL_TEST_RUNG=<number> (tests/CMakeLists.txt).
+// A backward rung (Rung::launch_bwd: 11) goes through the same cases: run_case checks its
+// dQ, dK, dV against the fp64 backward reference (run_bwd_case; the identity input is skipped
+// there, see runner.h), so nothing here runs its `launch` (another rung's forward) as its own.
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -90,7 +93,8 @@ TEST_CASE("matrix: dtypes x causal x seqlens x GQA/MQA x head_dims", "[gpu][matr
               expect_pass(*r, p, InputKind::random, CheckMode::full, 100 + k, &n);
             }
     INFO(r->label() << ": " << n.ran << " cases ran, " << n.skipped << " unsupported");
-    WARN(r->label() << ": " << n.ran << " matrix cases passed, " << n.skipped << " unsupported by the rung");
+    WARN(r->label() << ": " << n.ran << (r->launch_bwd ? " backward" : "") << " matrix cases passed, " << n.skipped
+                    << " unsupported by the rung");
     REQUIRE(n.ran > 0);
   }
 }

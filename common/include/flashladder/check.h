@@ -13,7 +13,7 @@ namespace fl {
 
 /// Errors of one output against the reference over the checked rows.
 struct ErrorStats {
-  double rel_fro = 0;   ///< ||out - ref||_F / ||ref||_F
+  double rel_fro = 0;   ///< ||out - ref||_F / ||ref||_F (||out - ref||_F where ref is all zero)
   double max_abs = 0;   ///< max |out - ref|
   double ref_max_abs = 0;  ///< max |ref| (scales the absolute floor)
   double lse_max_abs = 0;  ///< max |lse - lse_ref| over rows that see keys

@@ -27,6 +27,7 @@ struct Options {
   std::string variant;          ///< --variant NAME (ablations, sweep points)
   bool compare_baselines = true;  ///< --no-compare: do not time the rung's baselines
   bool sweep = false;           ///< --sweep (rungs that define one)
+  bool deterministic = false;   ///< --deterministic: backward rungs sum dQ in a fixed order
   bool list = false;            ///< --list: print the registry and exit
   bool registry_json = false;   ///< --registry-json: print the registry as JSON and exit
   bool device_info = false;     ///< --device-info: print the GPU and exit (77 if none)

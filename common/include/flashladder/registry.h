@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "flashladder/backward.h"
 #include "flashladder/cli.h"
 #include "flashladder/problem.h"
 
@@ -71,6 +72,14 @@ struct Rung {
   /// What this rung is compared with, headline first. Empty for rung 01 (the
   /// reference point); a variant with none gets its rung's main entry (Registry::add).
   std::vector<Baseline> baselines;
+  /// A backward rung (11): launches the backward kernels on @p params (dQ, dK, dV from Q, K, V,
+  /// O, LSE and dO). Set only for backward rungs; `launch` then runs the forward pass of rung
+  /// `forward_rung` (which the backward pass needs, and which the runner times separately).
+  std::function<void(const AttnBwdParams& params, cudaStream_t stream)> launch_bwd;
+  /// Scratch bytes in HBM the backward pass needs (its dQ accumulator), for @p deterministic.
+  std::function<size_t(const Problem& p, bool deterministic)> bwd_workspace_bytes;
+  /// The rung whose forward pass a backward rung runs first (0 = none).
+  int forward_rung = 0;
   /// Optional: what `--sweep` runs (rung 07's variant table). Returns an ExitCode.
   std::function<int(const Options& opt)> sweep;
   /// Set only in a generated lab starter tree: the runner then prints
@@ -105,7 +114,7 @@ class Registry {
 std::vector<std::string> describe_baselines(const Registry& reg, const Rung& r);
 
 /// The registry as JSON (schema "flashladder.registry/1"): every entry's label,
-/// number, variant, summary, decode flag and baselines. `tour --registry-json`
+/// number, variant, summary, decode, in_tour and backward flags, and baselines. `tour --registry-json`
 /// prints it; bench/report.py and bench/docgen.py read it, so the baselines have
 /// one definition (the registrations).
 std::string registry_json(const Registry& reg);

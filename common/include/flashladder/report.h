@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "flashladder/check.h"
+#include "flashladder/check_bwd.h"
 #include "flashladder/problem.h"
 
 namespace fl {
@@ -58,12 +59,27 @@ struct RunReport {
   std::vector<KernelResources> kernels;
   /// The rung's declared baselines (Rung::baselines) timed on the same input.
   std::vector<BaselineResult> baselines;
+
+  // A backward rung's run (Rung::launch_bwd): the timing, the rate and the kernels are the
+  // backward pass's; `check` is bwd.summary; `workspace_bytes` the backward's scratch.
+  bool backward = false;       ///< this run timed and checked a backward pass
+  bool deterministic = false;  ///< AttnBwdParams::deterministic (--deterministic)
+  std::string forward_label;   ///< the rung whose forward pass made O and LSE (not timed)
+  BwdCheck bwd;                ///< dQ, dK, dV one by one
 };
 
 /// TFLOP/s from attention_flops() and the median time.
 double tflops_of(const Problem& p, double ms);
 /// GB/s from attention_bytes() (or kv_bytes() for Peak::memory rungs).
 double gbps_of(const Problem& p, double ms, Peak peak);
+/// Backward TFLOP/s from attention_bwd_flops() (2.5 x the forward's) and the median time.
+double bwd_tflops_of(const Problem& p, double ms);
+/// Backward GB/s from attention_bwd_bytes().
+double bwd_gbps_of(const Problem& p, double ms);
+/// TFLOP/s of a run: tflops_of, or bwd_tflops_of for a backward run.
+double run_tflops(const RunReport& r);
+/// GB/s of a run: gbps_of, or bwd_gbps_of for a backward run.
+double run_gbps(const RunReport& r);
 /// Percent of the ceiling the rung is measured against.
 double percent_of_peak(const RunReport& r);
 /// Human-readable bytes ("256.0 MiB").

@@ -8,7 +8,11 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+
+#include "flashladder/backward.h"
 #include "flashladder/check.h"
+#include "flashladder/check_bwd.h"
 #include "flashladder/cli.h"
 #include "flashladder/device.h"
 #include "flashladder/inputs.h"
@@ -45,23 +49,79 @@ class DeviceProblem {
   DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_;
 };
 
+/// The backward pass's own tensors on the device, beside a DeviceProblem's: dO (uploaded), dQ,
+/// dK, dV (dense, laid out like Q, K, V) and the backward workspace, plus the AttnBwdParams
+/// that point at them and at the forward's Q, K, V, O, LSE. The DeviceProblem must outlive it
+/// and have a contiguous K/V (no pages).
+class DeviceGrads {
+ public:
+  /// Allocates and uploads @p dout. Throws std::invalid_argument for a paged problem.
+  DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::vector<uint16_t>& dout,
+              size_t workspace_bytes, bool deterministic);
+  const AttnBwdParams& params() const { return params_; }
+  /// Fills dQ, dK, dV and the workspace with NaN: an element never written, or scratch read
+  /// before the backward initialized it, shows up in the check.
+  void poison();
+  /// Dense dQ, dK, dV as 16-bit bits.
+  std::vector<uint16_t> download_dq() const;
+  std::vector<uint16_t> download_dk() const;
+  std::vector<uint16_t> download_dv() const;
+  /// Bytes the backward's own tensors need on the device (dO, dQ, dK, dV, workspace).
+  static size_t device_bytes(const Problem& p, size_t workspace_bytes);
+
+ private:
+  AttnBwdParams params_{};
+  DeviceBuffer dout_, dq_, dk_, dv_, ws_;
+};
+
 /// Runs @p r once on @p dp and synchronizes (throws CudaError on failure).
 void launch_once(const Rung& r, DeviceProblem& dp);
 
+/// Runs the backward pass of @p r (Rung::launch_bwd) once on @p g and synchronizes.
+void launch_bwd_once(const Rung& r, DeviceGrads& g);
+
+/// Times @p iters calls of @p launch (after @p warmup), L2 flushed before each, CUDA events
+/// around each; median, min, max.
+Timing time_launches(const std::function<void()>& launch, const DeviceInfo& dev, int iters, int warmup);
+
 /// Times @p iters launches (after @p warmup), L2 flushed before each; median.
 Timing time_rung(const Rung& r, DeviceProblem& dp, const DeviceInfo& dev, int iters, int warmup);
+
+/// Times @p iters backward launches of @p r on @p g (the forward pass is not in the time).
+Timing time_rung_bwd(const Rung& r, DeviceGrads& g, const DeviceInfo& dev, int iters, int warmup);
+
+/// Workspace of the forward pass @p r runs through `launch`: its own workspace_bytes, else (a
+/// backward rung) that of its Rung::forward_rung in the registry, else 0.
+size_t forward_workspace_bytes(const Rung& r, const Problem& p);
+
+/// Bytes @p r needs on the device for @p p: the forward's tensors and workspace, plus for a
+/// backward rung dO, dQ, dK, dV and bwd_workspace_bytes(p, @p deterministic).
+size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic = false);
 
 /// Result of run_case: the verdict and, if it could not run, why.
 struct CaseResult {
   bool ran = false;
   std::string skipped;   ///< supports() reason or memory message when !ran
-  CheckResult check;
+  CheckResult check;     ///< a backward case: bwd.summary (all three gradients)
+  bool backward = false; ///< a backward case (Rung::launch_bwd): dQ, dK, dV were checked
+  BwdCheck bwd;          ///< a backward case: each gradient's errors
 };
 
 /// Makes inputs, runs @p r once on NaN-poisoned outputs and checks it
-/// (the unit of every GPU test).
+/// (the unit of every GPU test). A backward rung (Rung::launch_bwd) goes to
+/// run_bwd_case(..., deterministic = false), so the shared matrix, diagnostic and
+/// grading cases check its gradients.
 CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode,
                     unsigned long long seed);
+
+/// The backward unit: makes inputs and dO (make_grad_output), runs the forward pass once
+/// (O, LSE; `unwritten` fails the case if it left NaN), then the backward once on
+/// NaN-poisoned dQ, dK, dV, and checks them (check_backward). InputKind::identity is skipped:
+/// its peaked attention makes dQ cancel (every row of dS sums to zero), and a faithful 16-bit
+/// backward exceeds the gradient policy's relative floor on it (a CPU model does), so it
+/// cannot judge a kernel.
+CaseResult run_bwd_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode,
+                        unsigned long long seed, bool deterministic);
 
 /// Resource reports for every kernel of @p r on @p p.
 std::vector<KernelResources> rung_resources(const Rung& r, const Problem& p);

@@ -21,11 +21,13 @@
 /// columns wide: box_rows x 128 bytes, 128B-swizzled (wgmma_desc.h). A head_dim of 128 or 256 is
 /// 2 or 4 such loads side by side (column blocks); 64 columns is the widest box the 128-byte
 /// swizzle allows. Rows past seqlen come in as zeros (out-of-bounds fill), so tails need no
-/// padding, only masks. The boxes rung 09/10 will use (FA3's tile table, Shah et al. 2024):
+/// padding, only masks. The boxes rungs 09 and 10 use (their traits.h; FA3's tile table, Shah
+/// et al. 2024, has 192 x 192 at d=64, 128 x 176 or 128 x 128 causal at d=128, 128 x 80 at d=256):
 /// @code
 ///   // clang-format off
-///   Q  box_rows = BLOCK_M = 64 x consumer warpgroups (128; 192 at d=64)   once per CTA
-///   K  box_rows = BLOCK_N (d=64: 192, d=128: 176 or 128 causal, d=256: 80) per ring stage
+///   Q  box_rows = BLOCK_M = 64 x consumer warpgroups = 128 (64 in rung 09's variant d128-64x128)
+///   K  box_rows = BLOCK_N per ring stage: d=64: 64 (rung 09) or 128 (rung 10);
+///                 d=128: 128 (rung 09, rung 10 causal) or 176 (rung 10); d=256: 80
 ///   V  like K (read MN-major by the second GEMM: trans-b = 1)
 ///   expect_tx bytes per K or V stage = BLOCK_N x head_dim x 2
 ///   // clang-format on

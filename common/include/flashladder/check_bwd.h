@@ -1,0 +1,95 @@
+/// @file check_bwd.h
+/// @brief The check of a backward rung's run: how much of it is compared with the fp64
+/// backward reference (reference_bwd.h), and the comparison of the device's dQ, dK, dV.
+///
+/// The backward reference has no row sampling (dK and dV need every query row), so a large
+/// problem is checked on whole (batch, KV head) groups instead: a group's dK and dV, and the dQ
+/// of its query heads, depend only on that group's Q, K, V and dO, so the reference of a
+/// sub-problem made of some groups is exact for them. Host code only (no CUDA): the runner, the
+/// tests and the bench call it on downloaded gradients, the CPU tests on modelled ones.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashladder/check.h"
+#include "flashladder/cli.h"
+#include "flashladder/inputs.h"
+#include "flashladder/problem.h"
+#include "flashladder/reference_bwd.h"
+
+namespace fl {
+
+/// One (batch, KV head) of a problem.
+struct BwdGroup {
+  int b;   ///< batch index
+  int hk;  ///< KV head (its query heads are hk * group ... hk * group + group - 1)
+};
+
+/// The reference's work on @p p in the forward's units, B x Hq x Sq x Sk x d (it does about five
+/// multiply-adds per unit, in fp64 and again in fp32 for the tolerance).
+double bwd_check_work(const Problem& p);
+
+/// The default budget: `--check auto` compares the whole problem up to this much work
+/// (bwd_check_work units: about a second of the fp64 and fp32 references on a few cores), else
+/// sampled groups up to this much.
+constexpr double kBwdCheckWork = 1.0e9;
+/// A single group above this many budgets is not compared with `--check auto` or `sample` (the
+/// unwritten-element check still runs); `--check full` compares it anyway.
+constexpr double kBwdGroupCapFactor = 8.0;
+
+/// Which part of a backward run is compared with the reference.
+struct BwdCheckPlan {
+  std::string mode;              ///< "full" (every group), "sample" (some groups) or "none"
+  std::vector<BwdGroup> groups;  ///< the groups compared (every group for "full"), ascending
+  std::string note;              ///< why not every group is compared ("" for "full")
+};
+
+/// The plan for @p mode: full always compares everything; auto everything up to @p budget;
+/// sample (and auto above @p budget) the first and last groups plus seeded random ones while
+/// their work stays within @p budget (at least those two, unless one group alone is above
+/// kBwdGroupCapFactor x @p budget: then none); none nothing.
+BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long seed,
+                            double budget = kBwdCheckWork);
+
+/// The problem made of @p n groups of @p p, one after another as its batches: batch n, one KV
+/// head, group() query heads, the same lengths, head_dim, dtype, mask and scale.
+Problem group_problem(const Problem& p, size_t n);
+
+/// The rows of @p groups in a dense [batch, seqlen_q, heads_q, head_dim] tensor of @p p (Q, O,
+/// dO, dQ), in group_problem()'s layout.
+std::vector<uint16_t> gather_q_like(const Problem& p, const std::vector<uint16_t>& t,
+                                    const std::vector<BwdGroup>& groups);
+
+/// The rows of @p groups in a dense [batch, seqlen_k, heads_kv, head_dim] tensor of @p p (K, V,
+/// dK, dV), in group_problem()'s layout.
+std::vector<uint16_t> gather_kv_like(const Problem& p, const std::vector<uint16_t>& t,
+                                     const std::vector<BwdGroup>& groups);
+
+/// What the check of one backward run found.
+struct BwdCheck {
+  /// dQ, dK, dV one by one (compare_gradients on the compared groups); each tensor's
+  /// `unwritten` counts NaN over the whole tensor, compared or not.
+  BwdCheckResult grads;
+  /// The verdict in the forward's shape, for callers that handle both (tests, grading, the
+  /// bench): pass and reason of all three, mode, rows (dQ rows compared), unwritten (all three),
+  /// and err, fp32_err, tol of the tensor closest to its tolerance.
+  CheckResult summary;
+  int groups = 0;        ///< (batch, KV head) groups compared
+  int groups_total = 0;  ///< batch x heads_kv
+  std::string note;      ///< BwdCheckPlan::note
+};
+
+/// Checks the device's dense 16-bit @p dq, @p dk, @p dv (laid out like Q, K, V, NaN-poisoned
+/// before the backward ran) for inputs @p in and output gradient @p dout, under @p mode
+/// (plan_bwd_check with @p budget).
+BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
+                        const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
+                        const std::vector<uint16_t>& dv, CheckMode mode, unsigned long long seed,
+                        double budget = kBwdCheckWork);
+
+/// Fills @p c's summary from its per-tensor results (pass, reason, unwritten, the worst tensor).
+void summarize(BwdCheck* c);
+
+}  // namespace fl

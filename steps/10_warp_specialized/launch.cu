@@ -1,0 +1,175 @@
+/// @file steps/10_warp_specialized/launch.cu
+/// @brief Rung 10's launcher and registration: the rung (all three FlashAttention-3 ideas) and
+/// one variant per idea turned off. `no-ws` is rung 09's kernel on the same tiles: warp
+/// specialization off means no producer warpgroup, hence no ping-pong and no overlap either.
+#include <string>
+#include <vector>
+
+#include "flashladder/registry.h"
+#include "flashladder/static_switch.h"
+#include "flashladder/tma.h"
+#include "traits.h"
+#if FL_HOPPER_SM90A
+#include "../09_wgmma_tma/kernel.cuh"
+#include "kernel.cuh"
+#endif
+
+namespace fl {
+namespace {
+
+enum class Mode { all, no_pingpong, no_overlap, no_ws };
+
+int smem_of(const Problem& p) {
+  switch (p.head_dim) {
+    case 64: return hopper10::HopperWsTiles<64>::kSmemBytes;
+    case 128:
+      return p.causal ? hopper10::HopperWsTiles<128, true>::kSmemBytes
+                      : hopper10::HopperWsTiles<128, false>::kSmemBytes;
+    case 256: return hopper10::HopperWsTiles<256>::kSmemBytes;
+    default: return 0;
+  }
+}
+
+std::string check_limits(const Problem& p, const DeviceInfo& d) {
+  const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+  if (!hopper.empty()) return hopper;
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
+  return tile_limits(p, d, smem_of(p));
+}
+
+#if FL_HOPPER_SM90A
+template <Mode M, class T, class Cfg>
+void launch_mode(const AttnParams& p, cudaStream_t s) {
+  using Cfg09 = typename Cfg::Base;  // the same tiles without the producer
+  if constexpr (M == Mode::no_ws) hopper09::launch_wgmma_tma<T, Cfg09>(p, s);
+  else
+    hopper10::launch_ws<T, Cfg, M != Mode::no_pingpong, M != Mode::no_overlap>(p, s);
+}
+
+template <Mode M, class T, class Cfg>
+std::vector<KernelInfo> kernels_mode() {
+  using Cfg09 = typename Cfg::Base;
+  if constexpr (M == Mode::no_ws)
+    return {{hopper09::tile_label<Cfg09>(), hopper09::prepared_kernel<T, Cfg09>(), Cfg09::kThreads,
+             static_cast<size_t>(Cfg09::kSmemBytes)}};
+  else
+    return {{hopper10::tile_label<Cfg, M != Mode::no_pingpong, M != Mode::no_overlap>(),
+             hopper10::prepared_kernel<T, Cfg, M != Mode::no_pingpong, M != Mode::no_overlap>(),
+             Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)}};
+}
+
+/// The runtime (dtype, head_dim) to one instantiation.
+template <Mode M>
+void launch_any(const AttnParams& p, cudaStream_t s) {
+  FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
+    switch (p.head_dim) {
+      case 64: return launch_mode<M, T, hopper10::HopperWsTiles<64>>(p, s);
+      case 128:
+        if (p.causal) return launch_mode<M, T, hopper10::HopperWsTiles<128, true>>(p, s);
+        return launch_mode<M, T, hopper10::HopperWsTiles<128, false>>(p, s);
+      default: return launch_mode<M, T, hopper10::HopperWsTiles<256>>(p, s);
+    }
+  });
+}
+
+template <Mode M>
+std::vector<KernelInfo> kernels_any(const Problem& p) {
+  return FL_DTYPE_SWITCH(p.dtype, T, [&] {
+    switch (p.head_dim) {
+      case 64: return kernels_mode<M, T, hopper10::HopperWsTiles<64>>();
+      case 128:
+        if (p.causal) return kernels_mode<M, T, hopper10::HopperWsTiles<128, true>>();
+        return kernels_mode<M, T, hopper10::HopperWsTiles<128, false>>();
+      default: return kernels_mode<M, T, hopper10::HopperWsTiles<256>>();
+    }
+  });
+}
+#endif
+
+template <Mode M>
+Rung make(const char* variant, const char* summary) {
+  Rung r;
+  r.number = 10;
+  r.name = "warp_specialized";
+  r.variant = variant;
+  r.summary = summary;
+  r.peak = Peak::tensor_16bit;
+  r.min_cc = 90;
+  r.head_dims = {64, 128, 256};
+  r.in_tour = M == Mode::all;
+  if (M == Mode::all)
+    r.baselines = {Baseline::on(9, "the rung it improves on: the same tiles and engines, no warp specialization")};
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    if (M == Mode::no_ws) {  // runs rung 09's kernel: not where a lab starter stubbed it
+      const Rung* r09 = registry().find(9);
+      if (!r09) return "runs rung 09's kernel: needs rung 09 in the build";
+      if (!r09->not_implemented.empty()) return "runs rung 09's kernel, which is not implemented here";
+    }
+    return check_limits(p, d);
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+    launch_any<M>(p, s);
+#else
+    (void)p;
+    (void)s;
+    throw std::runtime_error("rung 10 was built without sm_90a");
+#endif
+  };
+  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+#if FL_HOPPER_SM90A
+    return kernels_any<M>(p);
+#else
+    (void)p;
+    return {};
+#endif
+  };
+  return r;
+}
+
+/// A tile variant: the whole schedule on other tiles, at the one head_dim of @p Cfg.
+template <class Cfg>
+Rung make_tiles(const char* variant, const char* summary) {
+  Rung r = make<Mode::all>(variant, summary);
+  r.in_tour = false;
+  r.head_dims = {Cfg::kHeadDim};
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+    if (!hopper.empty()) return hopper;
+    if (p.head_dim != Cfg::kHeadDim) return "head_dim must be " + std::to_string(Cfg::kHeadDim);
+    return tile_limits(p, d, Cfg::kSmemBytes);
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+    FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] { launch_mode<Mode::all, T, Cfg>(p, s); });
+#else
+    (void)p;
+    (void)s;
+    throw std::runtime_error("rung 10 was built without sm_90a");
+#endif
+  };
+  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+#if FL_HOPPER_SM90A
+    return FL_DTYPE_SWITCH(p.dtype, T, [&] { return kernels_mode<Mode::all, T, Cfg>(); });
+#else
+    (void)p;
+    return {};
+#endif
+  };
+  return r;
+}
+
+}  // namespace
+
+void register_rung_10(Registry& reg) {
+  reg.add(make<Mode::all>("", "FA3's schedule: producer warpgroup + setmaxnreg, ping-pong consumers, softmax under the next GEMM"));
+  reg.add(make<Mode::no_pingpong>("no-pingpong", "ablation: consumers issue their GEMMs without taking turns"));
+  reg.add(make<Mode::no_overlap>("no-overlap", "ablation: no softmax under the next S = Q K^T inside a warpgroup"));
+  reg.add(make<Mode::no_ws>("no-ws", "ablation: no producer warpgroup (rung 09's kernel on these tiles)"));
+  reg.add(make_tiles<hopper10::Variant_d64_128x64>("d64-128x64", "tiles: d = 64 with 64 keys per block (rung 09's fastest d = 64 tile)"));
+  reg.add(make_tiles<hopper10::Variant_d128_128x128>("d128-128x128", "tiles: d = 128 with 128 keys per block, causal or not"));
+  reg.add(make_tiles<hopper10::Variant_d256_128x64>("d256-128x64", "tiles: d = 256 with 64 keys per block"));
+}
+
+}  // namespace fl

@@ -1,0 +1,514 @@
+/// @file steps/11_backward/kernel.cuh
+/// @brief Rung 11: the FlashAttention-2 backward pass on tensor cores (mma.sync, sm_80+).
+///
+/// Three kernels, as in the FlashAttention-2 paper (Dao, 2023, §3.1.2, Algorithm 2):
+/// @code
+///   // clang-format off
+///   1. preprocess   D_q = rowsum(dO_q ∘ O_q) (fp32); the fp32 dQ accumulator zeroed
+///   2. main         one block per (K/V block j, KV head, batch): K_j, V_j in shared memory,
+///                   dK_j, dV_j in registers; for every query head of the group and every Q
+///                   block i that sees block j:
+///                     Sᵀ  = K_j Q_iᵀ                 (recomputed, not stored by the forward)
+///                     Pᵀ  = exp(scale Sᵀ − LSE_i)     (the forward's LSE: no second softmax)
+///                     dV_j += Pᵀ dO_i
+///                     dPᵀ = V_j dO_iᵀ
+///                     dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
+///                     dK_j += dSᵀ Q_i                (scaled once at the end)
+///                     dQ_i += dS K_j                 (dS through shared memory; fp32 atomics,
+///                                                     or a per-split buffer when deterministic)
+///   3. convert      dQ = scale · Σ_splits accumulator, to 16 bits
+///   // clang-format on
+/// @endcode
+///
+/// Each warp owns 16 keys of K_j (8 warps: BLOCK_N = 128 keys, FlashAttention-2's tile): Sᵀ, Pᵀ,
+/// dPᵀ and dSᵀ of its keys stay in registers in mma.sync's C-fragment layout, which is (packed to
+/// 16 bits) the A fragment of the GEMM that consumes them, as P was in the forward pass (rung 05).
+/// Only dQ needs dS the other way round (queries as rows), so dSᵀ goes through shared memory once
+/// and is read back transposed by `ldmatrix.trans`.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "flashladder/backward.h"
+#include "flashladder/cuda_check.h"
+#include "flashladder/dtype.cuh"
+#include "flashladder/problem.h"
+#include "flashladder/ptx.cuh"
+
+namespace fl::bwd {
+
+/// The tiles: BLOCK_N = 16 keys per warp, BLOCK_M = 64 queries per step, head_dim d.
+///
+/// The default is WARPS = 8 (BLOCK_N = 128, FlashAttention-2's backward tile): two costs of a
+/// step scale with 1 / BLOCK_N, the dQ atomics (a BLOCK_M x d fp32 tile per step, whatever
+/// BLOCK_N is) and the loads of Q_i, dO_i, LSE_i and D_i (once per step, shared by BLOCK_N keys).
+/// WARPS = 4 (64 keys) is the previous tile, kept as the `64keys` variant to measure that.
+template <int HEAD_DIM, int WARPS>
+struct BwdTiles {
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr int kWarps = WARPS;
+  static constexpr int kThreads = 32 * WARPS;
+  static constexpr int kBlockN = 16 * WARPS;  ///< keys per block (16 per warp)
+  static constexpr int kBlockM = 64;          ///< queries per step
+  /// dQ_i += dS K_j: warp w owns query rows 16 (w % kDqRowGroups) .. +15 and the column slice
+  /// w / kDqRowGroups of d (kDqCols columns), computed kDqPassCols columns at a time so that the
+  /// accumulator stays at most 8 x 4 floats.
+  static constexpr int kDqRowGroups = kBlockM / 16;
+  static constexpr int kDqColSplits = WARPS / kDqRowGroups;
+  static constexpr int kDqCols = HEAD_DIM / kDqColSplits;
+  static constexpr int kDqPassCols = kDqCols < 64 ? kDqCols : 64;
+  static constexpr int kRowBytes = HEAD_DIM * 2;
+  static constexpr int kChunks = kRowBytes / 16;
+  static constexpr int kTileN = kBlockN * kRowBytes;  ///< K_j or V_j
+  static constexpr int kTileM = kBlockM * kRowBytes;  ///< Q_i or dO_i (one buffer)
+  static constexpr int kDSBytes = kBlockN * kBlockM * 2;
+  /// K | V | Q[2] | dO[2] | dSᵀ | lse2[2][BLOCK_M] | D[2][BLOCK_M]
+  static constexpr int kK = 0, kV = kTileN, kQ = 2 * kTileN, kDO = kQ + 2 * kTileM,
+                       kDS = kDO + 2 * kTileM, kLse = kDS + kDSBytes,
+                       kD = kLse + 2 * kBlockM * 4;
+  static constexpr int kSmemBytes = kD + 2 * kBlockM * 4;
+  static_assert(WARPS % kDqRowGroups == 0, "dQ: every warp owns 16 query rows of a column slice");
+  static_assert(kDqCols % kDqPassCols == 0 && kDqPassCols % 16 == 0,
+                "dQ: a warp's columns are whole passes of 16-column MMA pairs");
+  static_assert(kThreads >= 2 * kBlockM, "load_step: one thread per LSE and per D value");
+  static_assert(kBlockN % (kThreads / kChunks) == 0 && kBlockM % (kThreads / kChunks) == 0,
+                "load_rows: whole passes of the CTA over a tile");
+  static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
+};
+
+/// Threads of the preprocess kernel (one warp per query row).
+constexpr int kPrepWarps = 4;
+constexpr int kPrepThreads = 32 * kPrepWarps;
+
+/// D = rowsum(dO ∘ O) per (batch, head, query) and the dQ accumulator(s) zeroed: one warp per row.
+template <class T, int D>
+__global__ void __launch_bounds__(kPrepThreads)
+    bwd_preprocess_kernel(const AttnBwdParams P, float* d_rowsum, float* dq_acc, int splits) {
+  const AttnParams& p = P.fwd;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kPrepWarps + threadIdx.x / 32;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int q = static_cast<int>(row % p.seqlen_q);
+  const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
+  const T* o = static_cast<const T*>(p.o) + off;
+  const T* dout = static_cast<const T*>(P.dout) + off;
+  float sum = 0.f;
+  for (int c = 2 * lane; c < D; c += 64) {
+    const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
+    const float2 g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dout + c));
+    sum += a.x * g.x + a.y * g.y;
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  if (lane == 0) d_rowsum[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + q] = sum;
+  // The accumulator is [splits][batch, seqlen_q, heads_q, d], contiguous.
+  const int64_t acc_row = ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D;
+  const int64_t split_elems = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D;
+  for (int s = 0; s < splits; ++s)
+    for (int c = lane; c < D; c += 32) dq_acc[s * split_elems + acc_row + c] = 0.f;
+}
+
+/// Copies @p rows_total rows of a [rows][d] tile into swizzled shared memory with cp.async,
+/// zero-filling rows at or past @p rows_valid (the seqlen tails).
+template <class Cfg, int ROWS, class T>
+__device__ __forceinline__ void load_rows(uint32_t smem, const T* gmem, int64_t row_stride,
+                                          int rows_valid) {
+  constexpr int kPerPass = Cfg::kThreads / Cfg::kChunks;
+  const int r0 = threadIdx.x / Cfg::kChunks, chunk = threadIdx.x % Cfg::kChunks;
+#pragma unroll
+  for (int i = 0; i < ROWS / kPerPass; ++i) {
+    const int r = r0 + i * kPerPass;
+    const bool ok = r < rows_valid;
+    ptx::cp_async_16(smem + ptx::swizzle<Cfg::kRowBytes>(r, chunk),
+                     gmem + (ok ? r : 0) * row_stride + chunk * 8, ok ? 16 : 0);
+  }
+}
+
+/// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv; batch).
+template <class T, class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads)
+    bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc) {
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int BLOCK_N = Cfg::kBlockN;
+  constexpr int BLOCK_M = Cfg::kBlockM;
+  constexpr int RB = Cfg::kRowBytes;
+  constexpr int D_TILES = D / 8;   // 8-column tiles of dK, dV
+  constexpr int M_TILES = BLOCK_M / 8;  // 8-query tiles of Sᵀ, dPᵀ
+  const AttnParams& p = P.fwd;
+
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int n_kv_blocks = (p.seqlen_k + BLOCK_N - 1) / BLOCK_N;
+  const int n_q_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+  const float scale_log2 = p.scale_log2;
+  const float log2e = 1.4426950408889634f;
+  // Deterministic: this block owns split blockIdx.x of the accumulator and visits K/V blocks
+  // blockIdx.x, blockIdx.x + gridDim.x, ... in order; otherwise one K/V block, atomics.
+  const int64_t split_elems = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D;
+  float* dq_split = dq_acc + (P.deterministic ? blockIdx.x * split_elems : 0);
+  const int j_step = P.deterministic ? gridDim.x : n_kv_blocks;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t base = ptx::smem_addr(smem);
+  const uint32_t K_s = base + Cfg::kK, V_s = base + Cfg::kV, dS_s = base + Cfg::kDS;
+  float* lse_s = reinterpret_cast<float*>(smem + Cfg::kLse);  // [2][BLOCK_M], log2 domain
+  float* D_s = reinterpret_cast<float*>(smem + Cfg::kD);      // [2][BLOCK_M]
+
+  // Per-lane ldmatrix offsets (rung 05's patterns), relative to a tile:
+  const uint32_t a_lane = ptx::swizzle<RB>(16 * warp + lane % 16, lane / 16);       // A: 16 rows
+  const uint32_t b_lane = ptx::swizzle<RB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);  // B [n][k]
+  const uint32_t t_lane = ptx::swizzle<RB>(lane % 16, lane / 16);                   // B [k][n], trans
+  // A from a [k][m] tile (dSᵀ stored [key][query]), transposed: the same lane pattern as B [n][k].
+  const uint32_t ds_lane = ptx::swizzle<BLOCK_M * 2>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+
+  for (int j = blockIdx.x; j < n_kv_blocks; j += j_step) {
+    const int key0 = j * BLOCK_N;
+    // Q blocks that see any key of block j: query q sees key k iff k <= q + causal_offset.
+    const int i_first = p.causal ? max(0, key0 - p.causal_offset) / BLOCK_M : 0;
+    const int n_i = max(0, n_q_blocks - i_first);
+    const int steps = p.group * n_i;  // (query head of the group, Q block) pairs
+
+    const T* K_g = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+                   key0 * p.k_row_stride;
+    const T* V_g = static_cast<const T*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+                   key0 * p.v_row_stride;
+    load_rows<Cfg, BLOCK_N>(K_s, K_g, p.k_row_stride, p.seqlen_k - key0);
+    load_rows<Cfg, BLOCK_N>(V_s, V_g, p.v_row_stride, p.seqlen_k - key0);
+
+    // Loads step s (query head h, Q block i) into buffer bf: Q_i and dO_i by cp.async, the
+    // LSE (as log2, +inf for rows past seqlen_q or that see no key: their P is 0) and D.
+    auto load_step = [&](int s, int bf) {
+      const int h = kv_head * p.group + s / n_i;
+      const int q0 = (i_first + s % n_i) * BLOCK_M;
+      const T* Q_g = static_cast<const T*>(p.q) + batch * p.q_batch_stride + h * p.q_head_stride +
+                     q0 * p.q_row_stride;
+      const T* dO_g = static_cast<const T*>(P.dout) + batch * p.o_batch_stride +
+                      h * p.o_head_stride + q0 * p.o_row_stride;
+      load_rows<Cfg, BLOCK_M>(base + Cfg::kQ + bf * Cfg::kTileM, Q_g, p.q_row_stride, p.seqlen_q - q0);
+      load_rows<Cfg, BLOCK_M>(base + Cfg::kDO + bf * Cfg::kTileM, dO_g, p.o_row_stride,
+                              p.seqlen_q - q0);
+      const int r = threadIdx.x % BLOCK_M;
+      const int64_t at = (static_cast<int64_t>(batch) * p.heads_q + h) * p.seqlen_q + q0 + r;
+      const bool ok = q0 + r < p.seqlen_q;
+      if (threadIdx.x < BLOCK_M) {
+        const float lse = ok ? p.lse[at] : INFINITY;
+        lse_s[bf * BLOCK_M + r] = (lse == -INFINITY || !ok) ? INFINITY : lse * log2e;
+      } else if (threadIdx.x < 2 * BLOCK_M) {  // one writer per value (threads past 2 BLOCK_M idle)
+        D_s[bf * BLOCK_M + r] = ok ? d_rowsum[at] : 0.f;
+      }
+    };
+    if (steps > 0) load_step(0, 0);
+    ptx::cp_async_commit();
+
+    float dK[D_TILES][4], dV[D_TILES][4];
+#pragma unroll
+    for (int n = 0; n < D_TILES; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dK[n][e] = dV[n][e] = 0.f;
+
+#pragma unroll 1
+    for (int s = 0; s < steps; ++s) {
+      const int bf = s & 1;
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // step s landed; every warp is done with step s - 1 (its buffers, dSᵀ)
+      if (s + 1 < steps) load_step(s + 1, bf ^ 1);
+      ptx::cp_async_commit();
+
+      const int h = kv_head * p.group + s / n_i;
+      const int q0 = (i_first + s % n_i) * BLOCK_M;
+      const uint32_t Q_b = base + Cfg::kQ + bf * Cfg::kTileM;
+      const uint32_t dO_b = base + Cfg::kDO + bf * Cfg::kTileM;
+      const float* lse_b = lse_s + bf * BLOCK_M;
+      const float* D_b = D_s + bf * BLOCK_M;
+
+      // Sᵀ, Pᵀ, dPᵀ, dSᵀ fragments: element (n, e) of this warp is key key0 + 16 warp + g + 8 (e / 2),
+      // query q0 + 8 n + 2 t + e % 2.
+      float Pt[M_TILES][4];
+      // LAB-BEGIN(11-recompute-p): Sᵀ = K_j Q_iᵀ for this warp's 16 keys, then Pᵀ from the LSE
+#pragma unroll
+      for (int n = 0; n < M_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) Pt[n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4(a, K_s + (a_lane ^ (kk * 32)));
+#pragma unroll
+        for (int nj = 0; nj < BLOCK_M / 16; ++nj) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4(b, Q_b + nj * 16 * RB + (b_lane ^ (kk * 32)));
+          ptx::mma_m16n8k16<T>(Pt[2 * nj], a, b[0], b[1]);
+          ptx::mma_m16n8k16<T>(Pt[2 * nj + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < M_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 16 * warp + g + 8 * (e / 2);
+          const int col = 8 * n + 2 * t + e % 2;
+          const bool visible = key < p.seqlen_k && (!p.causal || key <= q0 + col + p.causal_offset);
+          Pt[n][e] = visible ? ptx::ex2_approx(Pt[n][e] * scale_log2 - lse_b[col]) : 0.f;
+        }
+      // LAB-END(11-recompute-p)
+
+      // LAB-BEGIN(11-dv): dV_j += Pᵀ dO_i: Pᵀ's C fragments are the A fragments (k = queries)
+      // [same-code: 11-ds] [copy-of: 08-split-chunk 05-mma-pv]
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+        const uint32_t a[4] = {pack2<T>(Pt[2 * kk][0], Pt[2 * kk][1]),
+                               pack2<T>(Pt[2 * kk][2], Pt[2 * kk][3]),
+                               pack2<T>(Pt[2 * kk + 1][0], Pt[2 * kk + 1][1]),
+                               pack2<T>(Pt[2 * kk + 1][2], Pt[2 * kk + 1][3])};
+#pragma unroll
+        for (int dj = 0; dj < D / 16; ++dj) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4_trans(b, dO_b + kk * 16 * RB + (t_lane ^ (dj * 32)));
+          ptx::mma_m16n8k16<T>(dV[2 * dj], a, b[0], b[1]);
+          ptx::mma_m16n8k16<T>(dV[2 * dj + 1], a, b[2], b[3]);
+        }
+      }
+      // LAB-END(11-dv)
+
+      float dSt[M_TILES][4];
+      // LAB-BEGIN(11-ds): dPᵀ = V_j dO_iᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D_i), and dK_j += dSᵀ Q_i
+      // [copy-of: 08-split-chunk 05-mma-pv]
+#pragma unroll
+      for (int n = 0; n < M_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dSt[n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        ptx::ldmatrix_x4(a, V_s + (a_lane ^ (kk * 32)));
+#pragma unroll
+        for (int nj = 0; nj < BLOCK_M / 16; ++nj) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4(b, dO_b + nj * 16 * RB + (b_lane ^ (kk * 32)));
+          ptx::mma_m16n8k16<T>(dSt[2 * nj], a, b[0], b[1]);
+          ptx::mma_m16n8k16<T>(dSt[2 * nj + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < M_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dSt[n][e] = Pt[n][e] * (dSt[n][e] - D_b[8 * n + 2 * t + e % 2]);
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+        const uint32_t a[4] = {pack2<T>(dSt[2 * kk][0], dSt[2 * kk][1]),
+                               pack2<T>(dSt[2 * kk][2], dSt[2 * kk][3]),
+                               pack2<T>(dSt[2 * kk + 1][0], dSt[2 * kk + 1][1]),
+                               pack2<T>(dSt[2 * kk + 1][2], dSt[2 * kk + 1][3])};
+#pragma unroll
+        for (int dj = 0; dj < D / 16; ++dj) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4_trans(b, Q_b + kk * 16 * RB + (t_lane ^ (dj * 32)));
+          ptx::mma_m16n8k16<T>(dK[2 * dj], a, b[0], b[1]);
+          ptx::mma_m16n8k16<T>(dK[2 * dj + 1], a, b[2], b[3]);
+        }
+      }
+      // LAB-END(11-ds)
+
+      // dSᵀ to shared memory, [key][query] (16-bit, swizzled 128-byte rows), for dQ.
+#pragma unroll
+      for (int n = 0; n < M_TILES; ++n)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int key_row = 16 * warp + g + 8 * hh;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
+                           dS_s + ptx::swizzle<BLOCK_M * 2>(key_row, n) + 4 * t),
+                       "r"(pack2<T>(dSt[n][2 * hh], dSt[n][2 * hh + 1]))
+                       : "memory");
+        }
+      __syncthreads();
+
+      // dQ_i += dS K_j: this warp's 16 queries x kDqCols columns, kDqPassCols at a time
+      // (registers), over the block's BLOCK_N keys, added to the fp32 accumulator (unscaled; the
+      // convert kernel applies the scale).
+      constexpr int PASS = Cfg::kDqPassCols;
+      // This warp's query rows 16 dq_group .. +15 and first column (constants when one warp per
+      // row group covers all of d, so that the 4-warp tile compiles as before).
+      const int dq_group = Cfg::kDqColSplits == 1 ? warp : warp % Cfg::kDqRowGroups;
+      const int dq_col0 = Cfg::kDqColSplits == 1 ? 0 : (warp / Cfg::kDqRowGroups) * Cfg::kDqCols;
+      float* dq_rows = dq_split + (static_cast<int64_t>(batch) * p.seqlen_q * p.heads_q + h) * D;
+#pragma unroll
+      for (int dc = 0; dc < Cfg::kDqCols / PASS; ++dc) {
+        const int col0 = dq_col0 + PASS * dc;
+        float acc[PASS / 8][4];
+#pragma unroll
+        for (int n = 0; n < PASS / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+          uint32_t a[4];
+          // dS rows 16 dq_group .. +15 are dSᵀ's columns: 16 queries = 32 bytes = one XOR step.
+          ptx::ldmatrix_x4_trans(a, dS_s + kk * 16 * (BLOCK_M * 2) + (ds_lane ^ (dq_group * 32)));
+#pragma unroll
+          for (int dj = 0; dj < PASS / 16; ++dj) {
+            uint32_t b[4];
+            ptx::ldmatrix_x4_trans(b, K_s + kk * 16 * RB + (t_lane ^ ((col0 / 16 + dj) * 32)));
+            ptx::mma_m16n8k16<T>(acc[2 * dj], a, b[0], b[1]);
+            ptx::mma_m16n8k16<T>(acc[2 * dj + 1], a, b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int q = q0 + 16 * dq_group + g + 8 * hh;
+          if (q >= p.seqlen_q) continue;
+          float* dst = dq_rows + static_cast<int64_t>(q) * p.heads_q * D + col0 + 2 * t;
+#pragma unroll
+          for (int n = 0; n < PASS / 8; ++n) {
+            if (P.deterministic) {
+              // This block owns its split: plain adds in a fixed order.
+              dst[8 * n] += acc[n][2 * hh];
+              dst[8 * n + 1] += acc[n][2 * hh + 1];
+            } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+              // sm_90: columns 2t, 2t + 1 in one vector reduction (red.global.add.v2.f32), half
+              // the atomic instructions. 8-byte aligned: the element index (row base a multiple
+              // of d, col0 a multiple of 16, 8 n, 2 t) is even, and the accumulator starts at an
+              // even float offset of the workspace (dq_acc_offset).
+              atomicAdd(reinterpret_cast<float2*>(dst + 8 * n),
+                        make_float2(acc[n][2 * hh], acc[n][2 * hh + 1]));
+#else
+              atomicAdd(dst + 8 * n, acc[n][2 * hh]);
+              atomicAdd(dst + 8 * n + 1, acc[n][2 * hh + 1]);
+#endif
+            }
+          }
+        }
+      }
+    }
+    ptx::cp_async_wait<0>();
+
+    // dK_j (scaled) and dV_j to global memory, keys past seqlen_k skipped.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int key = key0 + 16 * warp + g + 8 * hh;
+      if (key >= p.seqlen_k) continue;
+      T* dk = static_cast<T*>(P.dk) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+              static_cast<int64_t>(key) * p.k_row_stride;
+      T* dv = static_cast<T*>(P.dv) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+              static_cast<int64_t>(key) * p.v_row_stride;
+#pragma unroll
+      for (int n = 0; n < D_TILES; ++n) {
+        *reinterpret_cast<uint32_t*>(dk + 8 * n + 2 * t) =
+            pack2<T>(dK[n][2 * hh] * p.softmax_scale, dK[n][2 * hh + 1] * p.softmax_scale);
+        *reinterpret_cast<uint32_t*>(dv + 8 * n + 2 * t) = pack2<T>(dV[n][2 * hh], dV[n][2 * hh + 1]);
+      }
+    }
+    __syncthreads();  // K_s, V_s and the buffers are reloaded for the next K/V block
+  }
+}
+
+/// dQ = scale · Σ_splits accumulator, rounded to 16 bits (splits summed in index order).
+template <class T, int D>
+__global__ void __launch_bounds__(256)
+    bwd_convert_kernel(const AttnBwdParams P, const float* dq_acc, int splits) {
+  const AttnParams& p = P.fwd;
+  const int64_t pairs = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D / 2;
+  const int64_t split_elems = 2 * pairs;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = 2 * i;  // [batch, seqlen_q, heads_q, d], contiguous
+    const int c = static_cast<int>(e % D);
+    const int h = static_cast<int>((e / D) % p.heads_q);
+    const int q = static_cast<int>((e / (int64_t(D) * p.heads_q)) % p.seqlen_q);
+    const int b = static_cast<int>(e / (int64_t(D) * p.heads_q * p.seqlen_q));
+    float x = 0.f, y = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      x += dq_acc[s * split_elems + e];
+      y += dq_acc[s * split_elems + e + 1];
+    }
+    T* dq = static_cast<T*>(P.dq) + b * p.q_batch_stride + q * p.q_row_stride + h * p.q_head_stride + c;
+    *reinterpret_cast<uint32_t*>(dq) = pack2<T>(x * p.softmax_scale, y * p.softmax_scale);
+  }
+}
+
+// ---- host side -----------------------------------------------------------------------------
+
+/// Splits of the deterministic mode: Cfg's K/V blocks are dealt round-robin to this many blocks,
+/// each with its own dQ accumulator (a fixed function of the shape and the tile, so runs repeat
+/// bit for bit).
+template <class Cfg>
+int deterministic_splits(const Problem& p) {
+  const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  return n_kv_blocks < 8 ? n_kv_blocks : 8;
+}
+
+/// Where the dQ accumulator starts in the workspace, in floats: after D, rounded up to 32 floats
+/// (128 bytes), so that the accumulator is aligned for the vector reductions whatever the number
+/// of rows (an odd one would leave it 4-byte aligned).
+inline size_t dq_acc_offset(const Problem& p) {
+  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+  return (rows + 31) / 32 * 32;
+}
+
+/// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
+/// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), for the tile Cfg that
+/// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
+template <class Cfg>
+size_t workspace_bytes(const Problem& p, bool deterministic) {
+  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+  const size_t splits = deterministic ? size_t(deterministic_splits<Cfg>(p)) : 1;
+  return (dq_acc_offset(p) + splits * rows * p.head_dim) * sizeof(float);
+}
+
+template <class T, class Cfg>
+const void* prepared_main() {
+  static const bool once = [] {
+    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)once;
+  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg>);
+}
+
+template <class T, class Cfg>
+void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
+  constexpr int D = Cfg::kHeadDim;
+  const AttnParams& p = P.fwd;
+  Problem shape;
+  shape.batch = p.batch;
+  shape.seqlen_q = p.seqlen_q;
+  shape.seqlen_k = p.seqlen_k;
+  shape.heads_q = p.heads_q;
+  shape.heads_kv = p.heads_kv;
+  shape.head_dim = p.head_dim;
+  const int splits = P.deterministic ? deterministic_splits<Cfg>(shape) : 1;
+  if (P.workspace_bytes < workspace_bytes<Cfg>(shape, P.deterministic != 0))
+    throw std::runtime_error("rung 11: workspace smaller than bwd_workspace_bytes");
+  if (reinterpret_cast<uintptr_t>(P.workspace) % 8 != 0)  // sm_90's float2 reductions into dq_acc
+    throw std::runtime_error("rung 11: workspace not 8-byte aligned");
+  float* d_rowsum = static_cast<float*>(P.workspace);
+  float* dq_acc = d_rowsum + dq_acc_offset(shape);
+
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
+                                kPrepThreads, 0, stream>>>(P, d_rowsum, dq_acc, splits);
+  FL_LAUNCH_CHECK("bwd_preprocess_kernel");
+
+  prepared_main<T, Cfg>();
+  const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const dim3 grid(P.deterministic ? splits : n_kv_blocks, p.heads_kv, p.batch);
+  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
+  FL_LAUNCH_CHECK("bwd_main_kernel");
+
+  const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535));
+  bwd_convert_kernel<T, D><<<blocks, 256, 0, stream>>>(P, dq_acc, splits);
+  FL_LAUNCH_CHECK("bwd_convert_kernel");
+}
+
+}  // namespace fl::bwd

@@ -1,0 +1,274 @@
+// Rung 11 (the FlashAttention-2 backward pass) on the GPU: dQ, dK, dV of every registered
+// backward rung (Rung::launch_bwd) against the fp64 backward reference (reference_bwd.h, judged by
+// check_bwd.h), beyond the shared matrix that run_case also routes to the backward check:
+//   - a matrix: fp16/bf16, head_dim 64/128, causal or not, seqlen_q != seqlen_k both ways and
+//     equal, tails (1, 17, 113, 203), MHA, GQA 4:1, MQA;
+//   - the deterministic mode (AttnBwdParams::deterministic) on the matrix's hardest corners;
+//   - rows that see no key (causal, seqlen_q > seqlen_k): dQ exactly zero, no NaN anywhere;
+//   - deterministic=1: two runs give bitwise identical dQ, dK, dV;
+//   - a larger problem checked on sampled (batch, KV head) groups.
+// ctest: gpu_rung11 (tests/CMakeLists.txt); exits 77 without a GPU (gpu_main.cpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "catch_compat.h"
+#include "flashladder/runner.h"
+
+using namespace fl;
+
+namespace {
+
+/// Every registered backward entry (mains and variants).
+std::vector<const Rung*> backward_rungs() {
+  std::vector<const Rung*> out;
+  for (const Rung& r : registry().all())
+    if (r.launch_bwd) out.push_back(&r);
+  return out;
+}
+
+std::vector<int> head_dims_of(const Rung& r) {
+  std::vector<int> dims;
+  for (int d : {64, 128})
+    if (r.head_dims.empty() || std::find(r.head_dims.begin(), r.head_dims.end(), d) != r.head_dims.end())
+      dims.push_back(d);
+  return dims;
+}
+
+Problem shape(int batch, int sq, int sk, int hq, int hkv, int d, DType t, bool causal) {
+  Problem p;
+  p.batch = batch;
+  p.seqlen_q = sq;
+  p.seqlen_k = sk;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.head_dim = d;
+  p.dtype = t;
+  p.causal = causal;
+  return p;
+}
+
+struct Counts {
+  int ran = 0, skipped = 0;
+};
+
+/// One line per gradient: "dQ rel_fro 1.2e-03 / tol 4.0e-03, max_abs ..." for the failure message.
+std::string gradient_lines(const CaseResult& res) {
+  std::string s;
+  const std::pair<const char*, const CheckResult*> tensors[] = {
+      {"dQ", &res.bwd.grads.dq}, {"dK", &res.bwd.grads.dk}, {"dV", &res.bwd.grads.dv}};
+  for (const auto& [name, c] : tensors) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "\n  %s rel_fro %.2e / tol %.2e, max_abs %.2e / tol %.2e, unwritten %lld", name,
+                  c->err.rel_fro, c->tol.rel_fro, c->err.max_abs, c->tol.max_abs, c->unwritten);
+    s += buf;
+  }
+  return s;
+}
+
+/// Runs one backward case and REQUIREs a pass; shapes the rung refuses are counted, not failed.
+CaseResult expect_bwd_pass(const Rung& r, const Problem& p, bool deterministic, Counts* n,
+                           CheckMode mode = CheckMode::full, unsigned long long seed = 11) {
+  if (!r.not_implemented.empty()) FAIL(r.label() << ": not implemented: " << r.not_implemented);
+  const CaseResult res = run_bwd_case(r, p, InputKind::random, mode, seed, deterministic);
+  if (!res.ran) {
+    ++n->skipped;
+    return res;
+  }
+  ++n->ran;
+  INFO(r.label() << " " << p.describe() << " deterministic=" << deterministic << ": " << res.check.reason
+                 << gradient_lines(res));
+  REQUIRE(res.backward);
+  REQUIRE(res.check.pass);
+  REQUIRE(res.check.unwritten == 0);  // dQ, dK, dV were NaN-poisoned before the launch
+  return res;
+}
+
+/// dQ, dK, dV of one backward launch.
+struct Grads {
+  std::vector<uint16_t> dq, dk, dv;
+  bool operator==(const Grads& o) const { return dq == o.dq && dk == o.dk && dv == o.dv; }
+};
+
+Grads download(const DeviceGrads& g) { return {g.download_dq(), g.download_dk(), g.download_dv()}; }
+
+/// Elements whose bits differ.
+size_t differing(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  size_t n = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+bool is_nan16(uint16_t x, DType t) {
+  const uint16_t exp_mask = t == DType::fp16 ? 0x7c00 : 0x7f80;
+  const uint16_t man_mask = t == DType::fp16 ? 0x03ff : 0x007f;
+  return (x & exp_mask) == exp_mask && (x & man_mask) != 0;
+}
+
+}  // namespace
+
+TEST_CASE("backward matrix: dtypes x head_dims x causal x seqlens x MHA/GQA 4:1/MQA", "[gpu][rung11]") {
+  // Every length appears as seqlen_q and as seqlen_k, paired with a different length both ways,
+  // plus once equal; the head layouts rotate over MHA, GQA 4:1 and MQA.
+  const int lens[] = {1, 17, 113, 203};
+  const int L = 4;
+  struct Heads {
+    int q, kv;
+  };
+  const Heads heads[] = {{4, 4}, {8, 2}, {4, 1}};
+  const auto rungs = backward_rungs();
+  if (rungs.empty()) {
+    WARN("no backward rung in this build (FL_RUNGS): nothing to test");
+    return;
+  }
+  for (const Rung* r : rungs) {
+    Counts n;
+    int k = 0;
+    for (DType t : {DType::fp16, DType::bf16})
+      for (int d : head_dims_of(*r))
+        for (bool causal : {false, true})
+          for (int a = 0; a < L; ++a)
+            for (int shift : {0, 1, L - 1}) {  // equal, then (a, a+1) and (a, a-1)
+              const Heads h = heads[k % 3];
+              const Problem p = shape(k % 4 == 0 ? 2 : 1, lens[a], lens[(a + shift) % L], h.q, h.kv, d, t, causal);
+              ++k;
+              expect_bwd_pass(*r, p, false, &n, CheckMode::full, 200 + k);
+            }
+    WARN(r->label() << ": " << n.ran << " backward matrix cases passed, " << n.skipped << " unsupported");
+    REQUIRE(n.ran > 0);
+  }
+}
+
+TEST_CASE("backward: the deterministic mode passes the matrix's corners", "[gpu][rung11]") {
+  for (const Rung* r : backward_rungs()) {
+    Counts n;
+    for (DType t : {DType::fp16, DType::bf16})
+      for (int d : head_dims_of(*r))
+        for (bool causal : {false, true}) {
+          // Tails both ways, GQA 4:1 (dK, dV sum over four query heads) and MQA.
+          expect_bwd_pass(*r, shape(2, 203, 113, 8, 2, d, t, causal), true, &n);
+          expect_bwd_pass(*r, shape(1, 113, 203, 4, 1, d, t, causal), true, &n);
+          expect_bwd_pass(*r, shape(1, 17, 17, 4, 4, d, t, causal), true, &n);
+        }
+    WARN(r->label() << ": " << n.ran << " deterministic cases passed, " << n.skipped << " unsupported");
+    REQUIRE(n.ran > 0);
+  }
+}
+
+TEST_CASE("backward: rows that see no key get zero dQ and no NaN", "[gpu][rung11]") {
+  // Causal with seqlen_q > seqlen_k: query i sees keys 0 .. i - (Sq - Sk), so the first Sq - Sk
+  // rows see none. Their P is 0: dQ is exactly zero there, and they add nothing to dK, dV.
+  const DeviceInfo dev = query_device();
+  for (const Rung* r : backward_rungs()) {
+    int ran = 0;
+    for (DType t : {DType::fp16, DType::bf16})
+      for (int d : head_dims_of(*r))
+        for (bool det : {false, true}) {
+          const Problem p = shape(2, 203, 77, 4, 2, d, t, true);
+          if (!supports(*r, p, dev).empty()) continue;
+          ++ran;
+          const HostInputs in = make_inputs(p, InputKind::random, 5);
+          const std::vector<uint16_t> dout = make_grad_output(p, 5);
+          DeviceProblem dp(p, in, forward_workspace_bytes(*r, p), 5);
+          dp.poison_outputs();
+          launch_once(*r, dp);
+          DeviceGrads g(p, dp, dout, r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, det) : 0, det);
+          g.poison();
+          launch_bwd_once(*r, g);
+          const Grads out = download(g);
+          INFO(r->label() << " " << p.describe() << " deterministic=" << det);
+          const int empty_rows = p.seqlen_q - p.seqlen_k;
+          long long nonzero = 0, nan = 0;
+          for (int b = 0; b < p.batch; ++b)
+            for (int i = 0; i < empty_rows; ++i)
+              for (int h = 0; h < p.heads_q; ++h)
+                for (int c = 0; c < d; ++c) {
+                  const uint16_t x = out.dq[((static_cast<size_t>(b) * p.seqlen_q + i) * p.heads_q + h) * d + c];
+                  nonzero += from_bits(x, t) != 0.0f;  // -0 counts as zero
+                }
+          for (const auto* v : {&out.dq, &out.dk, &out.dv})
+            for (uint16_t x : *v) nan += is_nan16(x, t);
+          REQUIRE(nan == 0);
+          REQUIRE(nonzero == 0);
+          const BwdCheck c = check_backward(p, in, dout, out.dq, out.dk, out.dv, CheckMode::full, 5);
+          INFO(c.grads.reason);
+          REQUIRE(c.summary.pass);
+        }
+    REQUIRE(ran > 0);
+  }
+}
+
+TEST_CASE("backward: deterministic=1 gives bitwise identical dQ, dK, dV run to run", "[gpu][rung11]") {
+  // GQA 4:1 and long enough that many K/V blocks add into each dQ row (and four query heads into
+  // each dK, dV row): the sums whose order atomics would change.
+  const DeviceInfo dev = query_device();
+  for (const Rung* r : backward_rungs()) {
+    int ran = 0;
+    for (DType t : {DType::fp16, DType::bf16})
+      for (int d : head_dims_of(*r))
+        for (bool causal : {false, true}) {
+          const Problem p = shape(2, 1000, 1000, 8, 2, d, t, causal);
+          if (!supports(*r, p, dev).empty()) continue;
+          ++ran;
+          INFO(r->label() << " " << p.describe());
+          const HostInputs in = make_inputs(p, InputKind::random, 17);
+          const std::vector<uint16_t> dout = make_grad_output(p, 17);
+          DeviceProblem dp(p, in, forward_workspace_bytes(*r, p), 17);
+          dp.poison_outputs();
+          launch_once(*r, dp);
+          const size_t ws = r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, true) : 0;
+          DeviceGrads g(p, dp, dout, ws, true);
+          g.poison();
+          launch_bwd_once(*r, g);
+          const Grads first = download(g);
+          g.poison();  // the second run starts from NaN again, workspace included
+          launch_bwd_once(*r, g);
+          const Grads second = download(g);
+          DeviceGrads fresh(p, dp, dout, ws, true);  // other buffers: no dependence on their addresses
+          fresh.poison();
+          launch_bwd_once(*r, fresh);
+          const Grads third = download(fresh);
+          INFO("differing elements: dQ " << differing(first.dq, second.dq) << ", dK " << differing(first.dk, second.dk)
+                                         << ", dV " << differing(first.dv, second.dv) << "; fresh buffers: dQ "
+                                         << differing(first.dq, third.dq));
+          REQUIRE(first == second);
+          REQUIRE(first == third);
+          const BwdCheck c = check_backward(p, in, dout, first.dq, first.dk, first.dv, CheckMode::auto_, 17);
+          INFO(c.grads.reason);
+          REQUIRE(c.summary.pass);
+          if (t == DType::fp16 && d == head_dims_of(*r).front() && !causal) {
+            // For information: how much the default (atomic) mode varies on this shape.
+            DeviceGrads atomic(p, dp, dout, r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, false) : 0, false);
+            atomic.poison();
+            launch_bwd_once(*r, atomic);
+            const Grads a1 = download(atomic);
+            launch_bwd_once(*r, atomic);
+            const Grads a2 = download(atomic);
+            WARN(r->label() << " deterministic=0 on " << p.describe() << ": " << differing(a1.dq, a2.dq)
+                            << " of " << a1.dq.size() << " dQ elements differ between two runs");
+          }
+        }
+    REQUIRE(ran > 0);
+  }
+}
+
+TEST_CASE("backward: a larger problem, checked on sampled (batch, KV head) groups", "[gpu][rung11]") {
+  // B x Hq x Sq x Sk x d = 1.7e10 is above kBwdCheckWork: --check auto compares the first and the
+  // last (batch, KV head) group (each group's gradients are exact on their own), and looks for
+  // NaN in all of dQ, dK, dV.
+  for (const Rung* r : backward_rungs()) {
+    Counts n;
+    for (bool causal : {false, true}) {
+      const Problem p = shape(2, 2048, 2048, 16, 4, head_dims_of(*r).back(), DType::fp16, causal);
+      const CaseResult res = expect_bwd_pass(*r, p, false, &n, CheckMode::auto_, 23);
+      if (!res.ran) continue;
+      REQUIRE(res.check.mode == "sample");
+      REQUIRE(res.bwd.groups >= 2);
+      REQUIRE(res.bwd.groups < res.bwd.groups_total);
+    }
+    REQUIRE(n.ran > 0);
+  }
+}
