@@ -250,15 +250,27 @@ __global__ void __launch_bounds__(Cfg::kThreads)
           ptx::mma_m16n8k16<T>(Pt[2 * nj + 1], a, b[2], b[3]);
         }
       }
+      // Masks only where this warp's 16 keys cross seqlen_k or the causal diagonal of this Q
+      // block (query q sees key k iff k <= q + causal_offset); elsewhere every pair is visible.
+      // Rows past seqlen_q or that see no key have LSE = +inf here: their P is 0 either way.
+      const int warp_last_key = key0 + 16 * warp + 15;
+      const bool warp_masked =
+          warp_last_key >= p.seqlen_k || (p.causal && warp_last_key > q0 + p.causal_offset);
 #pragma unroll
       for (int n = 0; n < M_TILES; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = key0 + 16 * warp + g + 8 * (e / 2);
-          const int col = 8 * n + 2 * t + e % 2;
-          const bool visible = key < p.seqlen_k && (!p.causal || key <= q0 + col + p.causal_offset);
-          Pt[n][e] = visible ? ptx::ex2_approx(Pt[n][e] * scale_log2 - lse_b[col]) : 0.f;
-        }
+        for (int e = 0; e < 4; ++e)
+          Pt[n][e] = ptx::ex2_approx(Pt[n][e] * scale_log2 - lse_b[8 * n + 2 * t + e % 2]);
+      if (warp_masked) {  // masked pairs: whatever exp2 gave (even inf), P is 0
+#pragma unroll
+        for (int n = 0; n < M_TILES; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 16 * warp + g + 8 * (e / 2);
+            const int q = q0 + 8 * n + 2 * t + e % 2;
+            if (key >= p.seqlen_k || (p.causal && key > q + p.causal_offset)) Pt[n][e] = 0.f;
+          }
+      }
       // LAB-END(11-recompute-p)
 
       // LAB-BEGIN(11-dv): dV_j += Pᵀ dO_i: Pᵀ's C fragments are the A fragments (k = queries)
@@ -361,18 +373,30 @@ __global__ void __launch_bounds__(Cfg::kThreads)
             ptx::mma_m16n8k16<T>(acc[2 * dj + 1], a, b[2], b[3]);
           }
         }
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
+        // The two rows of this thread's fragment (nullptr past seqlen_q).
+        auto row_dst = [&](int hh) -> float* {
           const int q = q0 + 16 * dq_group + g + 8 * hh;
-          if (q >= p.seqlen_q) continue;
-          float* dst = dq_rows + static_cast<int64_t>(q) * p.heads_q * D + col0 + 2 * t;
+          return q < p.seqlen_q ? dq_rows + static_cast<int64_t>(q) * p.heads_q * D + col0 + 2 * t
+                                : nullptr;
+        };
+        if (P.deterministic) {  // uniform: one branch per pass, not one per element
 #pragma unroll
-          for (int n = 0; n < PASS / 8; ++n) {
-            if (P.deterministic) {
-              // This block owns its split: plain adds in a fixed order.
+          for (int hh = 0; hh < 2; ++hh) {
+            float* dst = row_dst(hh);
+            if (!dst) continue;
+#pragma unroll
+            for (int n = 0; n < PASS / 8; ++n) {  // this block owns its split: plain adds in order
               dst[8 * n] += acc[n][2 * hh];
               dst[8 * n + 1] += acc[n][2 * hh + 1];
-            } else {
+            }
+          }
+        } else {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            float* dst = row_dst(hh);
+            if (!dst) continue;
+#pragma unroll
+            for (int n = 0; n < PASS / 8; ++n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
               // sm_90: columns 2t, 2t + 1 in one vector reduction (red.global.add.v2.f32), half
               // the atomic instructions. 8-byte aligned: the element index (row base a multiple
