@@ -87,6 +87,28 @@ def find_results(needs=(), family=None):
     return max(ok, key=lambda d: (_entries(d, family), _stamp(d)))
 
 
+def results_dir_with(rung, family):
+    """The newest results folder whose ladder_bench.json has @p rung (a label such as
+    "10_warp_specialized") in the @p family sweep: for notebooks about rungs measured in a run of
+    their own (a sub-run such as hopper-rungs/). FL_RESULTS, if set, is the only candidate."""
+    env = os.environ.get("FL_RESULTS")
+    if env:
+        candidates = [env] if os.path.isdir(env) else []
+    else:
+        top = sorted(d for d in glob.glob(os.path.join(ROOT, "bench", "results", "*")) if os.path.isdir(d))
+        candidates = top + sorted(os.path.dirname(m) for t in top for m in glob.glob(os.path.join(t, "*", "meta.json")))
+    ok = []
+    for d in candidates:
+        p = os.path.join(d, "ladder_bench.json")
+        if os.path.exists(p) and any(r["family"] == family and r["rung"] == rung for r in report.load_records(p)):
+            ok.append(d)
+    if not ok:
+        raise NoResults("no benchmark results with %s in the %s sweep under %s: `ladder_bench "
+                        "--fl_family=%s` on a GPU that runs it writes them"
+                        % (rung, family, env or os.path.join(ROOT, "bench", "results", "*"), family))
+    return max(ok, key=_stamp)
+
+
 def _recorded_families(d):
     """The families the folder's ladder_bench.json has entries of (empty without one)."""
     p = os.path.join(d, "ladder_bench.json")
