@@ -45,8 +45,9 @@ struct WsTiles : hopper09::WgmmaTiles<HEAD_DIM, 2, BLOCK_N, STAGES> {
 ///            one (384 threads x 168 registers), and a narrow S leaves its GEMMs too short to
 ///            cover a softmax.
 ///   d = 128: 128 x 176 without a causal mask (FlashAttention-3's tile: S 88 + P 44 + O 64
-///            registers, 212 KB), 128 x 128 with one: a causal row block ends on the diagonal, and
-///            the wider block wastes more of its last tile there.
+///            registers, 209 KB), 128 x 128 with one (FlashAttention-3's causal tile; that run
+///            has no 176-key causal entry): a causal row block ends on the diagonal, and a wider
+///            block would waste more of its last tile there.
 ///   d = 256: 128 x 80 (FlashAttention-3's; 225 KB of shared memory), faster than 128 x 64.
 template <int HEAD_DIM, bool CAUSAL = false>
 struct HopperWsTiles;
