@@ -12,8 +12,8 @@
 ///                             wait_group 1   (S_n done, P V still running)
 ///                             arrive k_empty[stage of n]       (K_n is read)
 ///                             softmax(S_n) in fp32             <- under the P V wgmma
-///                             wait_group 0 ; O *= alpha_n ; P_n = 16-bit S_n
-///                             arrive v_empty[stage of n-1]     (V_{n-1} is read)
+///                             wait_group 0 ; arrive v_empty[stage of n-1]  (V_{n-1} is read)
+///                             O *= alpha_n ; P_n = 16-bit S_n
 ///   PINGPONG: [turn] .. [/turn] is a named-barrier hand-off between the two consumers, so one
 ///   issues its GEMMs while the other runs its softmax.
 ///   // clang-format on
