@@ -234,19 +234,14 @@ void run_bwd_bench_or_throw(benchmark::State& state, const Rung* r, const Shape&
   const Problem& p = s.p;
   const HostInputs& in = inputs_for(p);
   const std::vector<uint16_t>& dout = grad_output_for(p);
-  DeviceProblem dp(p, in, forward_workspace_bytes(*r, p));
-  dp.poison_outputs();
-  launch_once(*r, dp);
-  DeviceGrads g(p, dp, dout, r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, s.deterministic) : 0,
-                s.deterministic);
-  g.poison();
-  launch_bwd_once(*r, g);  // also the warm-up (module load)
-  const BwdCheck c = check_backward(p, in, dout, g.download_dq(), g.download_dk(), g.download_dv(), check, 1);
+  const BwdRun run = run_bwd_once(*r, p, in, dout, 1, s.deterministic);  // also the warm-up
+  const BwdCheck c = check_bwd_run(*r, p, in, dout, run, check, 1);
   if (!c.summary.pass) {
     state.SkipWithError(("check failed: " + c.summary.reason).c_str());
     return;
   }
   int launches = 0;
+  DeviceGrads& g = *run.grads;
   const double med = median_launch_ms([&] { r->launch_bwd(g.params(), nullptr); }, dev, &launches);
   set_counters(state, r, s, med, launches, bwd_tflops_of(p, med), bwd_gbps_of(p, med));
   state.SetLabel(r->label() + " " + s.name() + (c.summary.checked ? " check:" + c.summary.mode : ""));

@@ -29,15 +29,6 @@ std::vector<BwdGroup> every_group(const Problem& p) {
   return g;
 }
 
-/// Re-derives the verdict of all three tensors from their own (dQ, dK, dV order).
-void finish(BwdCheckResult* r) {
-  r->reason.clear();
-  const std::pair<const char*, const CheckResult*> tensors[] = {{"dQ", &r->dq}, {"dK", &r->dk}, {"dV", &r->dv}};
-  for (const auto& [name, c] : tensors)
-    if (!c->pass && r->reason.empty()) r->reason = std::string(name) + ": " + c->reason;
-  r->pass = r->reason.empty();
-}
-
 }  // namespace
 
 BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long seed, double budget) {
@@ -151,8 +142,7 @@ BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vecto
                         const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
                         const std::vector<uint16_t>& dv, CheckMode mode, unsigned long long seed,
                         double budget) {
-  const size_t q_elems = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim;
-  const size_t kv_elems = static_cast<size_t>(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
+  const size_t q_elems = p.q_elements(), kv_elems = p.kv_elements();
   if (dq.size() != q_elems || dout.size() != q_elems || in.q.size() != q_elems || dk.size() != kv_elems ||
       dv.size() != kv_elems || in.k.size() != kv_elems || in.v.size() != kv_elems)
     throw std::invalid_argument("check_backward: tensor sizes do not match " + p.describe());
@@ -185,7 +175,7 @@ BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vecto
     t->unwritten = count_unwritten(p, *data, {});
     decide(t);
   }
-  finish(&c.grads);
+  c.grads.finish();
   summarize(&c);
   return c;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace fl {
 
@@ -230,13 +231,20 @@ BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const 
       c->tol = tolerance_for(floor, c->fp32_err);
       decide(c);
     }
-    if (!c->pass && r.reason.empty()) r.reason = std::string(name) + ": " + c->reason;
   };
   judge("dQ", dq, ref.dq, fp32.dq, &r.dq);
   judge("dK", dk, ref.dk, fp32.dk, &r.dk);
   judge("dV", dv, ref.dv, fp32.dv, &r.dv);
-  r.pass = r.reason.empty();
+  r.finish();
   return r;
+}
+
+void BwdCheckResult::finish() {
+  reason.clear();
+  const std::pair<const char*, const CheckResult*> tensors[] = {{"dQ", &dq}, {"dK", &dk}, {"dV", &dv}};
+  for (const auto& [name, c] : tensors)
+    if (!c->pass && reason.empty()) reason = std::string(name) + ": " + c->reason;
+  pass = reason.empty();
 }
 
 BwdCheckResult check_gradients(const Problem& p, const HostInputs& in,

@@ -22,14 +22,19 @@ namespace fl {
 namespace {
 int pages_per_seq(const Problem& p) { return (p.seqlen_k + p.page_size - 1) / p.page_size; }
 size_t kv_elems(const Problem& p) {
-  const size_t rows = p.page_size > 0 ? static_cast<size_t>(p.batch) * pages_per_seq(p) * p.page_size
-                                      : static_cast<size_t>(p.batch) * p.seqlen_k;
-  return rows * p.heads_kv * p.head_dim;
+  return p.page_size > 0 ? static_cast<size_t>(p.batch) * pages_per_seq(p) * p.page_size * p.heads_kv * p.head_dim
+                         : p.kv_elements();
+}
+/// A 16-bit device tensor, whole, to the host.
+std::vector<uint16_t> download16(const DeviceBuffer& b) {
+  std::vector<uint16_t> h(b.bytes() / 2);
+  b.download(h.data(), b.bytes());
+  return h;
 }
 }  // namespace
 
 size_t DeviceProblem::device_bytes(const Problem& p, size_t workspace_bytes) {
-  const size_t qo = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim * 2;
+  const size_t qo = p.q_elements() * 2;
   const size_t lse = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * 4;
   return 2 * qo + 2 * kv_elems(p) * 2 + lse + workspace_bytes;
 }
@@ -38,7 +43,7 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
                              unsigned long long seed)
     : p_(p) {
   const int D = p.head_dim;
-  const size_t q_elems = static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * D;
+  const size_t q_elems = p.q_elements();
   q_ = DeviceBuffer(q_elems * 2);
   o_ = DeviceBuffer(q_elems * 2);
   lse_ = DeviceBuffer(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * sizeof(float));
@@ -110,11 +115,7 @@ void DeviceProblem::poison_outputs() {
   lse_.poison();
 }
 
-std::vector<uint16_t> DeviceProblem::download_o() const {
-  std::vector<uint16_t> o(o_.bytes() / 2);
-  o_.download(o.data(), o_.bytes());
-  return o;
-}
+std::vector<uint16_t> DeviceProblem::download_o() const { return download16(o_); }
 
 std::vector<float> DeviceProblem::download_lse() const {
   std::vector<float> l(lse_.bytes() / 4);
@@ -123,32 +124,21 @@ std::vector<float> DeviceProblem::download_lse() const {
 }
 
 // ---- DeviceGrads ---------------------------------------------------------------
-namespace {
-size_t q_elems_of(const Problem& p) { return static_cast<size_t>(p.batch) * p.seqlen_q * p.heads_q * p.head_dim; }
-size_t dense_kv_elems(const Problem& p) {
-  return static_cast<size_t>(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
-}
-std::vector<uint16_t> download16(const DeviceBuffer& b) {
-  std::vector<uint16_t> h(b.bytes() / 2);
-  b.download(h.data(), b.bytes());
-  return h;
-}
-}  // namespace
 
 size_t DeviceGrads::device_bytes(const Problem& p, size_t workspace_bytes) {
-  return 2 * (2 * q_elems_of(p) + 2 * dense_kv_elems(p)) + workspace_bytes;  // dO, dQ + dK, dV
+  return 2 * (2 * p.q_elements() + 2 * p.kv_elements()) + workspace_bytes;  // dO, dQ + dK, dV
 }
 
 DeviceGrads::DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::vector<uint16_t>& dout,
                          size_t workspace_bytes, bool deterministic) {
   if (p.page_size > 0) throw std::invalid_argument("the backward pass takes a contiguous K/V (no --page-size)");
-  if (dout.size() != q_elems_of(p))
+  if (dout.size() != p.q_elements())
     throw std::invalid_argument("dO has " + std::to_string(dout.size()) + " elements, expected " +
-                                std::to_string(q_elems_of(p)));
-  dout_ = DeviceBuffer(q_elems_of(p) * 2);
-  dq_ = DeviceBuffer(q_elems_of(p) * 2);
-  dk_ = DeviceBuffer(dense_kv_elems(p) * 2);
-  dv_ = DeviceBuffer(dense_kv_elems(p) * 2);
+                                std::to_string(p.q_elements()));
+  dout_ = DeviceBuffer(p.q_elements() * 2);
+  dq_ = DeviceBuffer(p.q_elements() * 2);
+  dk_ = DeviceBuffer(p.kv_elements() * 2);
+  dv_ = DeviceBuffer(p.kv_elements() * 2);
   if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
   dout_.upload(dout.data(), dout.size() * 2);
   // dO has O's strides, dQ Q's, dK K's and dV V's (backward.h): the forward's params say them.
@@ -248,15 +238,24 @@ std::string memory_check(const Rung& r, const Problem& p, bool deterministic = f
   return "";
 }
 
-/// A backward run on the device: the forward's tensors and the gradients.
-struct BwdRun {
-  std::unique_ptr<DeviceProblem> dp;
-  std::unique_ptr<DeviceGrads> grads;
-  long long forward_unwritten = 0;  ///< NaN left in O or LSE by the forward pass
-};
+/// The label of the rung whose forward pass @p r runs ("06_headdim_tiles"; @p r's own if none).
+std::string forward_label(const Rung& r) {
+  if (r.forward_rung > 0)
+    if (const Rung* f = registry().find(r.forward_rung)) return f->label();
+  return r.label();
+}
 
-/// The forward pass of @p r once on NaN-poisoned O and LSE, then (if it wrote them) the
-/// backward once on NaN-poisoned dQ, dK, dV.
+/// "" if the backward of @p r can run @p p on @p dev, else why not.
+std::string bwd_why_not(const Rung& r, const Problem& p, const DeviceInfo& dev, bool deterministic) {
+  if (!r.not_implemented.empty()) return "not implemented (lab starter)";
+  if (p.page_size > 0) return "the backward pass takes a contiguous K/V (no --page-size)";
+  std::string why = supports(r, p, dev);
+  if (why.empty()) why = memory_check(r, p, deterministic);
+  return why;
+}
+
+}  // namespace
+
 BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                     unsigned long long seed, bool deterministic) {
   BwdRun run;
@@ -271,14 +270,6 @@ BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const
   return run;
 }
 
-/// The label of the rung whose forward pass @p r runs ("06_headdim_tiles"; @p r's own if none).
-std::string forward_label(const Rung& r) {
-  if (r.forward_rung > 0)
-    if (const Rung* f = registry().find(r.forward_rung)) return f->label();
-  return r.label();
-}
-
-/// Checks @p run's gradients; a forward pass that left O or LSE unwritten fails the check.
 BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                        const BwdRun& run, CheckMode mode, unsigned long long seed) {
   BwdCheck c = check_backward(p, in, dout, run.grads->download_dq(), run.grads->download_dk(),
@@ -291,17 +282,6 @@ BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, co
   }
   return c;
 }
-
-/// "" if the backward of @p r can run @p p on @p dev, else why not.
-std::string bwd_why_not(const Rung& r, const Problem& p, const DeviceInfo& dev, bool deterministic) {
-  if (!r.not_implemented.empty()) return "not implemented (lab starter)";
-  if (p.page_size > 0) return "the backward pass takes a contiguous K/V (no --page-size)";
-  std::string why = supports(r, p, dev);
-  if (why.empty()) why = memory_check(r, p, deterministic);
-  return why;
-}
-
-}  // namespace
 
 CaseResult run_bwd_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed,
                         bool deterministic) {

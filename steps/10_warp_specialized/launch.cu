@@ -3,6 +3,7 @@
 /// one variant per idea turned off. `no-ws` is rung 09's kernel on the same tiles: warp
 /// specialization off means no producer warpgroup, hence no ping-pong and no overlap either.
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "flashladder/registry.h"
@@ -87,8 +88,11 @@ std::vector<KernelInfo> kernels_any(const Problem& p) {
 }
 #endif
 
-template <Mode M>
+/// The rung (TILES = void: tiles per head_dim and mask, HopperWsTiles) or one of its variants:
+/// an idea turned off (M), or the whole schedule on fixed tiles at their one head_dim (TILES).
+template <Mode M, class TILES = void>
 Rung make(const char* variant, const char* summary) {
+  constexpr bool kFixedTiles = !std::is_void_v<TILES>;
   Rung r;
   r.number = 10;
   r.name = "warp_specialized";
@@ -97,7 +101,8 @@ Rung make(const char* variant, const char* summary) {
   r.peak = Peak::tensor_16bit;
   r.min_cc = 90;
   r.head_dims = {64, 128, 256};
-  r.in_tour = M == Mode::all;
+  if constexpr (kFixedTiles) r.head_dims = {TILES::kHeadDim};
+  r.in_tour = M == Mode::all && !kFixedTiles;
   if (M == Mode::all)
     r.baselines = {Baseline::on(9, "the rung it improves on: the same tiles and engines, no warp specialization")};
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
@@ -106,11 +111,21 @@ Rung make(const char* variant, const char* summary) {
       if (!r09) return "runs rung 09's kernel: needs rung 09 in the build";
       if (!r09->not_implemented.empty()) return "runs rung 09's kernel, which is not implemented here";
     }
-    return check_limits(p, d);
+    if constexpr (kFixedTiles) {
+      const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+      if (!hopper.empty()) return hopper;
+      if (p.head_dim != TILES::kHeadDim) return "head_dim must be " + std::to_string(TILES::kHeadDim);
+      return tile_limits(p, d, TILES::kSmemBytes);
+    } else {
+      return check_limits(p, d);
+    }
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A
-    launch_any<M>(p, s);
+    if constexpr (kFixedTiles)
+      FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] { launch_mode<M, T, TILES>(p, s); });
+    else
+      launch_any<M>(p, s);
 #else
     (void)p;
     (void)s;
@@ -119,39 +134,10 @@ Rung make(const char* variant, const char* summary) {
   };
   r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
 #if FL_HOPPER_SM90A
-    return kernels_any<M>(p);
-#else
-    (void)p;
-    return {};
-#endif
-  };
-  return r;
-}
-
-/// A tile variant: the whole schedule on other tiles, at the one head_dim of @p Cfg.
-template <class Cfg>
-Rung make_tiles(const char* variant, const char* summary) {
-  Rung r = make<Mode::all>(variant, summary);
-  r.in_tour = false;
-  r.head_dims = {Cfg::kHeadDim};
-  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
-    const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
-    if (!hopper.empty()) return hopper;
-    if (p.head_dim != Cfg::kHeadDim) return "head_dim must be " + std::to_string(Cfg::kHeadDim);
-    return tile_limits(p, d, Cfg::kSmemBytes);
-  };
-  r.launch = [](const AttnParams& p, cudaStream_t s) {
-#if FL_HOPPER_SM90A
-    FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] { launch_mode<Mode::all, T, Cfg>(p, s); });
-#else
-    (void)p;
-    (void)s;
-    throw std::runtime_error("rung 10 was built without sm_90a");
-#endif
-  };
-  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
-#if FL_HOPPER_SM90A
-    return FL_DTYPE_SWITCH(p.dtype, T, [&] { return kernels_mode<Mode::all, T, Cfg>(); });
+    if constexpr (kFixedTiles)
+      return FL_DTYPE_SWITCH(p.dtype, T, [&] { return kernels_mode<M, T, TILES>(); });
+    else
+      return kernels_any<M>(p);
 #else
     (void)p;
     return {};
@@ -167,9 +153,9 @@ void register_rung_10(Registry& reg) {
   reg.add(make<Mode::no_pingpong>("no-pingpong", "ablation: consumers issue their GEMMs without taking turns"));
   reg.add(make<Mode::no_overlap>("no-overlap", "ablation: no softmax under the next S = Q K^T inside a warpgroup"));
   reg.add(make<Mode::no_ws>("no-ws", "ablation: no producer warpgroup (rung 09's kernel on these tiles)"));
-  reg.add(make_tiles<hopper10::Variant_d64_128x64>("d64-128x64", "tiles: d = 64 with 64 keys per block (rung 09's fastest d = 64 tile)"));
-  reg.add(make_tiles<hopper10::Variant_d128_128x128>("d128-128x128", "tiles: d = 128 with 128 keys per block, causal or not"));
-  reg.add(make_tiles<hopper10::Variant_d256_128x64>("d256-128x64", "tiles: d = 256 with 64 keys per block"));
+  reg.add(make<Mode::all, hopper10::Variant_d64_128x64>("d64-128x64", "tiles: d = 64 with 64 keys per block (rung 09's fastest d = 64 tile)"));
+  reg.add(make<Mode::all, hopper10::Variant_d128_128x128>("d128-128x128", "tiles: d = 128 with 128 keys per block, causal or not"));
+  reg.add(make<Mode::all, hopper10::Variant_d256_128x64>("d256-128x64", "tiles: d = 256 with 64 keys per block"));
 }
 
 }  // namespace fl

@@ -11,23 +11,12 @@
 #include "flashladder/cli.h"
 #include "flashladder/registry.h"
 #include "flashladder/report.h"
+#include "problem_shape.h"
 
 using namespace fl;
+using fl_test::shape;
 
 namespace {
-
-Problem shape(int b, int sq, int sk, int hq, int hkv, int d, bool causal, DType t = DType::fp16) {
-  Problem p;
-  p.batch = b;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.head_dim = d;
-  p.causal = causal;
-  p.dtype = t;
-  return p;
-}
 
 std::vector<uint16_t> round_to(const std::vector<double>& t, DType dt) {
   std::vector<uint16_t> out(t.size());

@@ -17,8 +17,10 @@
 
 #include "catch_compat.h"
 #include "flashladder/runner.h"
+#include "problem_shape.h"
 
 using namespace fl;
+using fl_test::shape;
 
 namespace {
 
@@ -36,19 +38,6 @@ std::vector<int> head_dims_of(const Rung& r) {
     if (r.head_dims.empty() || std::find(r.head_dims.begin(), r.head_dims.end(), d) != r.head_dims.end())
       dims.push_back(d);
   return dims;
-}
-
-Problem shape(int batch, int sq, int sk, int hq, int hkv, int d, DType t, bool causal) {
-  Problem p;
-  p.batch = batch;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.head_dim = d;
-  p.dtype = t;
-  p.causal = causal;
-  return p;
 }
 
 struct Counts {
@@ -133,7 +122,7 @@ TEST_CASE("backward matrix: dtypes x head_dims x causal x seqlens x MHA/GQA 4:1/
           for (int a = 0; a < L; ++a)
             for (int shift : {0, 1, L - 1}) {  // equal, then (a, a+1) and (a, a-1)
               const Heads h = heads[k % 3];
-              const Problem p = shape(k % 4 == 0 ? 2 : 1, lens[a], lens[(a + shift) % L], h.q, h.kv, d, t, causal);
+              const Problem p = shape(k % 4 == 0 ? 2 : 1, lens[a], lens[(a + shift) % L], h.q, h.kv, d, causal, t);
               ++k;
               expect_bwd_pass(*r, p, false, &n, CheckMode::full, 200 + k);
             }
@@ -149,9 +138,9 @@ TEST_CASE("backward: the deterministic mode passes the matrix's corners", "[gpu]
       for (int d : head_dims_of(*r))
         for (bool causal : {false, true}) {
           // Tails both ways, GQA 4:1 (dK, dV sum over four query heads) and MQA.
-          expect_bwd_pass(*r, shape(2, 203, 113, 8, 2, d, t, causal), true, &n);
-          expect_bwd_pass(*r, shape(1, 113, 203, 4, 1, d, t, causal), true, &n);
-          expect_bwd_pass(*r, shape(1, 17, 17, 4, 4, d, t, causal), true, &n);
+          expect_bwd_pass(*r, shape(2, 203, 113, 8, 2, d, causal, t), true, &n);
+          expect_bwd_pass(*r, shape(1, 113, 203, 4, 1, d, causal, t), true, &n);
+          expect_bwd_pass(*r, shape(1, 17, 17, 4, 4, d, causal, t), true, &n);
         }
     WARN(r->label() << ": " << n.ran << " deterministic cases passed, " << n.skipped << " unsupported");
     REQUIRE(n.ran > 0);
@@ -167,7 +156,7 @@ TEST_CASE("backward: rows that see no key get zero dQ and no NaN", "[gpu][rung11
     for (DType t : {DType::fp16, DType::bf16})
       for (int d : head_dims_of(*r))
         for (bool det : {false, true}) {
-          const Problem p = shape(2, 203, 77, 4, 2, d, t, true);
+          const Problem p = shape(2, 203, 77, 4, 2, d, true, t);
           if (!supports(*r, p, dev).empty()) continue;
           ++ran;
           const HostInputs in = make_inputs(p, InputKind::random, 5);
@@ -210,7 +199,7 @@ TEST_CASE("backward: deterministic=1 gives bitwise identical dQ, dK, dV run to r
     for (DType t : {DType::fp16, DType::bf16})
       for (int d : head_dims_of(*r))
         for (bool causal : {false, true}) {
-          const Problem p = shape(2, 1000, 1000, 8, 2, d, t, causal);
+          const Problem p = shape(2, 1000, 1000, 8, 2, d, causal, t);
           if (!supports(*r, p, dev).empty()) continue;
           ++ran;
           INFO(r->label() << " " << p.describe());
@@ -262,7 +251,7 @@ TEST_CASE("backward: a larger problem, checked on sampled (batch, KV head) group
   for (const Rung* r : backward_rungs()) {
     Counts n;
     for (bool causal : {false, true}) {
-      const Problem p = shape(2, 2048, 2048, 16, 4, head_dims_of(*r).back(), DType::fp16, causal);
+      const Problem p = shape(2, 2048, 2048, 16, 4, head_dims_of(*r).back(), causal, DType::fp16);
       const CaseResult res = expect_bwd_pass(*r, p, false, &n, CheckMode::auto_, 23);
       if (!res.ran) continue;
       REQUIRE(res.check.mode == "sample");

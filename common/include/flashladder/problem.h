@@ -37,6 +37,10 @@ struct Problem {
   int causal_offset() const { return seqlen_k - seqlen_q; }
   /// Number of keys query row i sees (0 ... seqlen_k).
   int visible_keys(int i) const;
+  /// Elements of Q (and of O, dO, dQ): batch x seqlen_q x heads_q x head_dim.
+  size_t q_elements() const { return static_cast<size_t>(batch) * seqlen_q * heads_q * head_dim; }
+  /// Elements of a contiguous K (and of V, dK, dV): batch x seqlen_k x heads_kv x head_dim.
+  size_t kv_elements() const { return static_cast<size_t>(batch) * seqlen_k * heads_kv * head_dim; }
   /// One-line description, e.g. "B=4 Sq=1024 Sk=1024 H=16/16 d=64 fp16 causal=0".
   std::string describe() const;
 };

@@ -77,6 +77,9 @@ struct BwdCheckResult {
   CheckResult dk;      ///< dK, likewise
   CheckResult dv;      ///< dV, likewise
   std::string reason;  ///< first failing criterion prefixed by its tensor ("dK: ..."), "" if pass
+
+  /// pass and reason from the three tensors' own verdicts (dQ, dK, dV order).
+  void finish();
 };
 
 /// Per-dtype floors of the gradients' tolerance: relative Frobenius twice the forward's

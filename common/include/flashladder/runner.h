@@ -98,6 +98,23 @@ size_t forward_workspace_bytes(const Rung& r, const Problem& p);
 /// backward rung dO, dQ, dK, dV and bwd_workspace_bytes(p, @p deterministic).
 size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic = false);
 
+/// A backward run on the device: the forward's tensors and the gradients.
+struct BwdRun {
+  std::unique_ptr<DeviceProblem> dp;
+  std::unique_ptr<DeviceGrads> grads;
+  long long forward_unwritten = 0;  ///< NaN left in O or LSE by the forward pass
+};
+
+/// The forward pass of @p r once on NaN-poisoned O and LSE, then (if it wrote them) the
+/// backward once on NaN-poisoned dQ, dK, dV (also the warm-up of a timed run).
+BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
+                    unsigned long long seed, bool deterministic);
+
+/// Checks @p run's gradients (check_backward); a forward pass that left O or LSE unwritten
+/// fails the check.
+BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
+                       const BwdRun& run, CheckMode mode, unsigned long long seed);
+
 /// Result of run_case: the verdict and, if it could not run, why.
 struct CaseResult {
   bool ran = false;
