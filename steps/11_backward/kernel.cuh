@@ -50,6 +50,7 @@ namespace fl::bwd {
 /// WARPS = 4 (64 keys) is the previous tile, kept as the `64keys` variant to measure that.
 template <int HEAD_DIM, int WARPS>
 struct BwdTiles {
+  static constexpr bool kTwoD = false;
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kWarps = WARPS;
   static constexpr int kThreads = 32 * WARPS;
@@ -435,6 +436,370 @@ __global__ void __launch_bounds__(Cfg::kThreads)
   }
 }
 
+/// The 2D tiles (FlashAttention-2's backward layout): BLOCK_N = 16 x WARPS keys per block, and
+/// each GEMM with its own 2D arrangement of warps, so that a warp's tile is at least 32 x 32 (a
+/// 16-row warp tile reads its B operand once per 16 rows; a 32-row one once per 32):
+/// @code
+///   // clang-format off
+///   S = Q Kᵀ, dP = dO Vᵀ      BLOCK_M x BLOCK_N   kSdpWarpsM x kSdpWarpsN warps of 32 x kSdpN
+///   dV += Pᵀ dO, dK += dSᵀ Q  BLOCK_N x d         kKvWarpsN x kKvWarpsD warps of 32 x kKvD
+///   dQ = dS K                 BLOCK_M x d         kDqWarpsM x kDqWarpsD warps of 32 x kDqD
+///   // clang-format on
+/// @endcode
+/// P and dS change hands between the first and the other GEMMs (a warp's S rows are not its dV
+/// rows), so both go through shared memory, [query][key], 16-bit.
+/// 8 warps (128 keys): BLOCK_M = 128 queries at head_dim 64 (as FA2; S, dP of 32 x 64 per warp,
+/// dK, dV of 32 x 32), 64 at head_dim 128 (S, dP of 32 x 32, dK, dV of 32 x 64). 4 warps (64 keys,
+/// BLOCK_M = 64): every warp tile 32 x 32 at head_dim 64, and few enough registers for three blocks
+/// per SM.
+template <int HEAD_DIM, int BLOCK_M = (HEAD_DIM <= 64 ? 128 : 64), int WARPS = 8,
+          bool STAGGER = true>
+struct Bwd2dTiles {
+  static constexpr bool kTwoD = true;
+  /// K/V block j visits its Q blocks starting at the (j mod n)-th, not all at the first: the
+  /// blocks running at once then add into different rows of the dQ accumulator instead of all
+  /// into the same BLOCK_M x d tile (the order within one K/V block does not change any sum's
+  /// order across blocks, so the deterministic mode stays deterministic).
+  static constexpr bool kStagger = STAGGER;
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr int kWarps = WARPS;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockN = 16 * WARPS;
+  static constexpr int kBlockM = BLOCK_M;
+  static constexpr int kSdpWarpsM = kBlockM / 32, kSdpWarpsN = kWarps / kSdpWarpsM;
+  static constexpr int kSdpN = kBlockN / kSdpWarpsN;  ///< keys of a warp's S tile
+  static constexpr int kKvWarpsN = kBlockN / 32, kKvWarpsD = kWarps / kKvWarpsN;
+  static constexpr int kKvD = HEAD_DIM / kKvWarpsD;  ///< columns of a warp's dK, dV tile
+  static constexpr int kDqWarpsM = kBlockM / 32, kDqWarpsD = kWarps / kDqWarpsM;
+  static constexpr int kDqD = HEAD_DIM / kDqWarpsD;  ///< columns of a warp's dQ tile
+  /// Blocks per SM the register budget aims at (__launch_bounds__): three of the 4-warp tile at
+  /// head_dim 64 (at most 168 registers per thread), else what 255 registers allow.
+  static constexpr int kMinBlocks = (WARPS == 4 && HEAD_DIM <= 64) ? 3 : 1;
+  static constexpr int kRowBytes = HEAD_DIM * 2;
+  static constexpr int kChunks = kRowBytes / 16;
+  static constexpr int kPRowBytes = kBlockN * 2;  ///< a row of P or dS: BLOCK_N keys, 16-bit
+  static constexpr int kTileN = kBlockN * kRowBytes;
+  static constexpr int kTileM = kBlockM * kRowBytes;
+  static constexpr int kPBytes = kBlockM * kPRowBytes;
+  /// K | V | Q[2] | dO[2] | P | dS | LSE[2][BLOCK_M] | D[2][BLOCK_M] (fp32, as stored in HBM)
+  static constexpr int kK = 0, kV = kTileN, kQ = 2 * kTileN, kDO = kQ + 2 * kTileM,
+                       kP = kDO + 2 * kTileM, kDS = kP + kPBytes, kLse = kDS + kPBytes,
+                       kD = kLse + 2 * kBlockM * 4;
+  static constexpr int kSmemBytes = kD + 2 * kBlockM * 4;
+  static_assert(kSdpWarpsM * kSdpWarpsN == kWarps && kSdpN % 16 == 0, "S: whole 16-key pairs");
+  static_assert(kKvWarpsN * kKvWarpsD == kWarps && kKvD % 16 == 0, "dK, dV: 16-column pairs");
+  static_assert(kDqWarpsM * kDqWarpsD == kWarps && kDqD % 16 == 0, "dQ: 16-column pairs");
+  static_assert(kThreads >= 2 * kBlockM, "load_step: one thread per LSE and per D value");
+  static_assert(kBlockN % (kThreads / kChunks) == 0 && kBlockM % (kThreads / kChunks) == 0,
+                "load_rows: whole passes of the CTA over a tile");
+  static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
+};
+
+/// The main kernel on the 2D tiles: the same algorithm as bwd_main_kernel, with Q-major S and dP
+/// (queries as rows, as in the forward pass) and P, dS handed to the dK/dV and dQ warps through
+/// shared memory. Grid: (K/V blocks, or splits when deterministic; heads_kv; batch).
+template <class T, class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    bwd_main_2d_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc) {
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int BLOCK_N = Cfg::kBlockN;
+  constexpr int BLOCK_M = Cfg::kBlockM;
+  constexpr int RB = Cfg::kRowBytes;
+  constexpr int PRB = Cfg::kPRowBytes;
+  constexpr int S_NT = Cfg::kSdpN / 8;   // 8-key tiles of a warp's S (2 x 16 query rows)
+  constexpr int KV_NT = Cfg::kKvD / 8;   // 8-column tiles of a warp's dK, dV (2 x 16 keys)
+  constexpr int DQ_NT = Cfg::kDqD / 8;   // 8-column tiles of a warp's dQ (2 x 16 queries)
+  const AttnParams& p = P.fwd;
+
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  // This warp's tiles: S and dP rows sm0.. (32 queries), columns sn0.. (kSdpN keys); dK and dV
+  // rows kn0.. (32 keys), columns kd0..; dQ rows qm0.. (32 queries), columns qd0...
+  const int sm0 = 32 * (warp % Cfg::kSdpWarpsM), sn0 = Cfg::kSdpN * (warp / Cfg::kSdpWarpsM);
+  const int kn0 = 32 * (warp % Cfg::kKvWarpsN), kd0 = Cfg::kKvD * (warp / Cfg::kKvWarpsN);
+  const int qm0 = 32 * (warp % Cfg::kDqWarpsM), qd0 = Cfg::kDqD * (warp / Cfg::kDqWarpsM);
+  const int n_kv_blocks = (p.seqlen_k + BLOCK_N - 1) / BLOCK_N;
+  const int n_q_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+  const float scale_log2 = p.scale_log2;
+  const float log2e = 1.4426950408889634f;
+  const int64_t split_elems = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D;
+  float* dq_split = dq_acc + (P.deterministic ? blockIdx.x * split_elems : 0);
+  const int j_step = P.deterministic ? gridDim.x : n_kv_blocks;
+
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t base = ptx::smem_addr(smem);
+  const uint32_t K_s = base + Cfg::kK, V_s = base + Cfg::kV;
+  const uint32_t P_s = base + Cfg::kP, dS_s = base + Cfg::kDS;
+  const uint32_t lse_s = base + Cfg::kLse, D_s = base + Cfg::kD;  // [2][BLOCK_M] fp32 each
+  const float* lse_f = reinterpret_cast<const float*>(smem + Cfg::kLse);
+  const float* D_f = reinterpret_cast<const float*>(smem + Cfg::kD);
+
+  // Per-lane ldmatrix offsets, relative to a tile and its first row (a multiple of 16):
+  const uint32_t a_lane = ptx::swizzle<RB>(lane % 16, lane / 16);  // A [m][k]; B [k][n] trans
+  const uint32_t b_lane = ptx::swizzle<RB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);  // B [n][k]
+  const uint32_t pa_lane = ptx::swizzle<PRB>(lane % 16, lane / 16);  // A [m][k] from P, dS
+  // A from a [k][m] tile transposed (Pᵀ, dSᵀ from P, dS stored [query][key]).
+  const uint32_t pt_lane = ptx::swizzle<PRB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+
+  for (int j = blockIdx.x; j < n_kv_blocks; j += j_step) {
+    const int key0 = j * BLOCK_N;
+    const int i_first = p.causal ? max(0, key0 - p.causal_offset) / BLOCK_M : 0;
+    const int n_i = max(0, n_q_blocks - i_first);
+    const int steps = p.group * n_i;
+    const int rot = Cfg::kStagger && n_i > 0 ? j % n_i : 0;  // the first Q block visited
+
+    const T* K_g = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+                   key0 * p.k_row_stride;
+    const T* V_g = static_cast<const T*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+                   key0 * p.v_row_stride;
+    load_rows<Cfg, BLOCK_N>(K_s, K_g, p.k_row_stride, p.seqlen_k - key0);
+    load_rows<Cfg, BLOCK_N>(V_s, V_g, p.v_row_stride, p.seqlen_k - key0);
+
+    auto load_step = [&](int s, int bf) {
+      const int h = kv_head * p.group + s / n_i;
+      const int q0 = (i_first + (s % n_i + rot) % n_i) * BLOCK_M;
+      const T* Q_g = static_cast<const T*>(p.q) + batch * p.q_batch_stride + h * p.q_head_stride +
+                     q0 * p.q_row_stride;
+      const T* dO_g = static_cast<const T*>(P.dout) + batch * p.o_batch_stride +
+                      h * p.o_head_stride + q0 * p.o_row_stride;
+      load_rows<Cfg, BLOCK_M>(base + Cfg::kQ + bf * Cfg::kTileM, Q_g, p.q_row_stride, p.seqlen_q - q0);
+      load_rows<Cfg, BLOCK_M>(base + Cfg::kDO + bf * Cfg::kTileM, dO_g, p.o_row_stride,
+                              p.seqlen_q - q0);
+      // The LSE and D of the step's rows, in the same cp.async group (no thread waits on a
+      // global load); zero past seqlen_q, where Q and dO are zero too, so that P dO = 0 and dS = 0.
+      const int r = threadIdx.x % BLOCK_M;
+      const int64_t at = (static_cast<int64_t>(batch) * p.heads_q + h) * p.seqlen_q + q0 + r;
+      const int bytes = q0 + r < p.seqlen_q ? 4 : 0;
+      if (threadIdx.x < BLOCK_M)
+        ptx::cp_async_4(lse_s + 4 * (bf * BLOCK_M + r), p.lse + (bytes ? at : 0), bytes);
+      else if (threadIdx.x < 2 * BLOCK_M)
+        ptx::cp_async_4(D_s + 4 * (bf * BLOCK_M + r), d_rowsum + (bytes ? at : 0), bytes);
+    };
+    if (steps > 0) load_step(0, 0);
+    ptx::cp_async_commit();
+
+    float dK[2][KV_NT][4], dV[2][KV_NT][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int n = 0; n < KV_NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dK[mi][n][e] = dV[mi][n][e] = 0.f;
+
+#pragma unroll 1
+    for (int s = 0; s < steps; ++s) {
+      const int bf = s & 1;
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // step s landed; every warp is done with step s - 1 (buffers, P, dS)
+      if (s + 1 < steps) load_step(s + 1, bf ^ 1);
+      ptx::cp_async_commit();
+
+      const int h = kv_head * p.group + s / n_i;
+      const int q0 = (i_first + (s % n_i + rot) % n_i) * BLOCK_M;
+      const uint32_t Q_b = base + Cfg::kQ + bf * Cfg::kTileM;
+      const uint32_t dO_b = base + Cfg::kDO + bf * Cfg::kTileM;
+      // The LSE (as log2; +inf for rows that see no key: their P is 0) and D of this thread's
+      // four S rows sm0 + 16 mi + g + 8 hh.
+      float lse_r[2][2], D_r[2][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = bf * BLOCK_M + sm0 + 16 * mi + g + 8 * hh;
+          const float lse = lse_f[r];
+          lse_r[mi][hh] = lse == -INFINITY ? INFINITY : lse * log2e;
+          D_r[mi][hh] = D_f[r];
+        }
+
+      // S = Q_i K_jᵀ and dP = dO_i V_jᵀ on this warp's 32 queries x kSdpN keys: element
+      // (mi, n, e) is query q0 + sm0 + 16 mi + g + 8 (e / 2), key key0 + sn0 + 8 n + 2 t + e % 2.
+      float S[2][S_NT][4], dP[2][S_NT][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int n = 0; n < S_NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) S[mi][n][e] = dP[mi][n][e] = 0.f;
+      auto gemm_rows = [&](float(&acc)[2][S_NT][4], uint32_t A_s, uint32_t B_s) {
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi)
+            ptx::ldmatrix_x4(a[mi], A_s + (sm0 + 16 * mi) * RB + (a_lane ^ (kk * 32)));
+#pragma unroll
+          for (int nj = 0; nj < S_NT / 2; ++nj) {
+            uint32_t b[4];
+            ptx::ldmatrix_x4(b, B_s + (sn0 + 16 * nj) * RB + (b_lane ^ (kk * 32)));
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+              ptx::mma_m16n8k16<T>(acc[mi][2 * nj], a[mi], b[0], b[1]);
+              ptx::mma_m16n8k16<T>(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+            }
+          }
+        }
+      };
+      gemm_rows(S, Q_b, K_s);
+      gemm_rows(dP, dO_b, V_s);
+      const int warp_last_key = key0 + sn0 + Cfg::kSdpN - 1;
+      const bool warp_masked = warp_last_key >= p.seqlen_k ||
+                               (p.causal && warp_last_key > q0 + sm0 + p.causal_offset);
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int n = 0; n < S_NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            S[mi][n][e] = ptx::ex2_approx(S[mi][n][e] * scale_log2 - lse_r[mi][e / 2]);
+      if (warp_masked) {  // masked pairs: whatever exp2 gave (even inf), P is 0
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int n = 0; n < S_NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = key0 + sn0 + 8 * n + 2 * t + e % 2;
+              const int q = q0 + sm0 + 16 * mi + g + 8 * (e / 2);
+              if (key >= p.seqlen_k || (p.causal && key > q + p.causal_offset)) S[mi][n][e] = 0.f;
+            }
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int n = 0; n < S_NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dP[mi][n][e] = S[mi][n][e] * (dP[mi][n][e] - D_r[mi][e / 2]);
+      // P and dS to shared memory, [query][key], 16-bit (swizzled 256-byte rows).
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int n = 0; n < S_NT; ++n)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const uint32_t at = ptx::swizzle<PRB>(sm0 + 16 * mi + g + 8 * hh, (sn0 + 8 * n) / 8) + 4 * t;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(P_s + at),
+                         "r"(pack2<T>(S[mi][n][2 * hh], S[mi][n][2 * hh + 1]))
+                         : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dS_s + at),
+                         "r"(pack2<T>(dP[mi][n][2 * hh], dP[mi][n][2 * hh + 1]))
+                         : "memory");
+          }
+      __syncthreads();
+
+      // dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i on this warp's 32 keys x d/2 columns (k = queries).
+      auto gemm_keys = [&](float(&acc)[2][KV_NT][4], uint32_t At_s, uint32_t B_s) {
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi)
+            ptx::ldmatrix_x4_trans(a[mi], At_s + kk * 16 * PRB + (pt_lane ^ ((kn0 + 16 * mi) / 8 * 16)));
+#pragma unroll
+          for (int dj = 0; dj < KV_NT / 2; ++dj) {
+            uint32_t b[4];
+            ptx::ldmatrix_x4_trans(b, B_s + kk * 16 * RB + (a_lane ^ ((kd0 / 16 + dj) * 32)));
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+              ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
+              ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
+            }
+          }
+        }
+      };
+      gemm_keys(dV, P_s, dO_b);
+      gemm_keys(dK, dS_s, Q_b);
+
+      // dQ_i += dS K_j on this warp's 32 queries x kDqD columns (k = the block's keys), added to
+      // the fp32 accumulator unscaled.
+      float acc[2][DQ_NT][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int n = 0; n < DQ_NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mi][n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+          ptx::ldmatrix_x4(a[mi], dS_s + (qm0 + 16 * mi) * PRB + (pa_lane ^ (kk * 32)));
+#pragma unroll
+        for (int dj = 0; dj < DQ_NT / 2; ++dj) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4_trans(b, K_s + kk * 16 * RB + (a_lane ^ ((qd0 / 16 + dj) * 32)));
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
+            ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
+          }
+        }
+      }
+      float* dq_rows = dq_split + (static_cast<int64_t>(batch) * p.seqlen_q * p.heads_q + h) * D;
+      // The row of fragment row (mi, hh) of this thread, at its first column (nullptr past seqlen_q).
+      auto row_dst = [&](int mi, int hh) -> float* {
+        const int q = q0 + qm0 + 16 * mi + g + 8 * hh;
+        return q < p.seqlen_q ? dq_rows + static_cast<int64_t>(q) * p.heads_q * D + qd0 + 2 * t
+                              : nullptr;
+      };
+      if (P.deterministic) {  // uniform: this block owns its split, plain adds in a fixed order
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            float* dst = row_dst(mi, hh);
+            if (!dst) continue;
+#pragma unroll
+            for (int n = 0; n < DQ_NT; ++n) {
+              dst[8 * n] += acc[mi][n][2 * hh];
+              dst[8 * n + 1] += acc[mi][n][2 * hh + 1];
+            }
+          }
+      } else {
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            float* dst = row_dst(mi, hh);
+            if (!dst) continue;
+#pragma unroll
+            for (int n = 0; n < DQ_NT; ++n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+              atomicAdd(reinterpret_cast<float2*>(dst + 8 * n),  // 8-byte aligned: see bwd_main_kernel
+                        make_float2(acc[mi][n][2 * hh], acc[mi][n][2 * hh + 1]));
+#else
+              atomicAdd(dst + 8 * n, acc[mi][n][2 * hh]);
+              atomicAdd(dst + 8 * n + 1, acc[mi][n][2 * hh + 1]);
+#endif
+            }
+          }
+      }
+    }
+    ptx::cp_async_wait<0>();
+
+    // dK_j (scaled) and dV_j to global memory, keys past seqlen_k skipped.
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int key = key0 + kn0 + 16 * mi + g + 8 * hh;
+        if (key >= p.seqlen_k) continue;
+        T* dk = static_cast<T*>(P.dk) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
+                static_cast<int64_t>(key) * p.k_row_stride + kd0 + 2 * t;
+        T* dv = static_cast<T*>(P.dv) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
+                static_cast<int64_t>(key) * p.v_row_stride + kd0 + 2 * t;
+#pragma unroll
+        for (int n = 0; n < KV_NT; ++n) {
+          *reinterpret_cast<uint32_t*>(dk + 8 * n) = pack2<T>(dK[mi][n][2 * hh] * p.softmax_scale,
+                                                              dK[mi][n][2 * hh + 1] * p.softmax_scale);
+          *reinterpret_cast<uint32_t*>(dv + 8 * n) = pack2<T>(dV[mi][n][2 * hh], dV[mi][n][2 * hh + 1]);
+        }
+      }
+    __syncthreads();  // K_s, V_s and the buffers are reloaded for the next K/V block
+  }
+}
+
 /// dQ = scale · Σ_splits accumulator, rounded to 16 bits (splits summed in index order).
 template <class T, int D>
 __global__ void __launch_bounds__(256)
@@ -488,15 +853,22 @@ size_t workspace_bytes(const Problem& p, bool deterministic) {
   return (dq_acc_offset(p) + splits * rows * p.head_dim) * sizeof(float);
 }
 
+/// The main kernel for the tiles Cfg: bwd_main_2d_kernel on Bwd2dTiles, else bwd_main_kernel.
+template <class T, class Cfg>
+constexpr auto main_kernel() {
+  if constexpr (Cfg::kTwoD) return &bwd_main_2d_kernel<T, Cfg>;
+  else return &bwd_main_kernel<T, Cfg>;
+}
+
 template <class T, class Cfg>
 const void* prepared_main() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg>,
+    FL_CUDA_CHECK(cudaFuncSetAttribute(main_kernel<T, Cfg>(),
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg>);
+  return reinterpret_cast<const void*>(main_kernel<T, Cfg>());
 }
 
 template <class T, class Cfg>
@@ -526,7 +898,7 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   prepared_main<T, Cfg>();
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const dim3 grid(P.deterministic ? splits : n_kv_blocks, p.heads_kv, p.batch);
-  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
+  main_kernel<T, Cfg>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
   FL_LAUNCH_CHECK("bwd_main_kernel");
 
   const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;

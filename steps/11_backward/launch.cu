@@ -20,11 +20,28 @@ const Rung& forward_rung() {
   return *f;
 }
 
-/// Calls @p f with the tile of WARPS warps (16 keys each) for the runtime head_dim (64 or 128).
-template <int WARPS, class F>
+/// The tiles of each entry, per head_dim: the rung runs FlashAttention-2's 2D warp layout
+/// (Bwd2dTiles); the variants keep the earlier one-warp-per-16-keys tiles (BwdTiles) and the 2D
+/// layout with 64 queries per step at head_dim 64.
+enum class Tiles { two_d, two_d_no_stagger, one_d_128keys, one_d_64keys, two_d_4warps };
+
+/// Calls @p f with the tile of @p tiles for the runtime head_dim (64 or 128).
+template <Tiles TILES, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
-  if (head_dim == 64) return f(bwd::BwdTiles<64, WARPS>{});
-  return f(bwd::BwdTiles<128, WARPS>{});
+  if constexpr (TILES == Tiles::two_d) {
+    if (head_dim == 64) return f(bwd::Bwd2dTiles<64>{});
+    return f(bwd::Bwd2dTiles<128>{});
+  } else if constexpr (TILES == Tiles::two_d_no_stagger) {
+    if (head_dim == 64) return f(bwd::Bwd2dTiles<64, 128, 8, false>{});
+    return f(bwd::Bwd2dTiles<128, 64, 8, false>{});
+  } else if constexpr (TILES == Tiles::two_d_4warps) {
+    if (head_dim == 64) return f(bwd::Bwd2dTiles<64, 64, 4>{});
+    return f(bwd::Bwd2dTiles<128, 64, 4>{});
+  } else {
+    constexpr int kWarps = TILES == Tiles::one_d_128keys ? 8 : 4;
+    if (head_dim == 64) return f(bwd::BwdTiles<64, kWarps>{});
+    return f(bwd::BwdTiles<128, kWarps>{});
+  }
 }
 
 template <class T, class Cfg>
@@ -33,31 +50,53 @@ std::vector<KernelInfo> kernel_list() {
   return {
       {"bwd_preprocess<d=" + std::to_string(D) + ">",
        reinterpret_cast<const void*>(&bwd::bwd_preprocess_kernel<T, D>), bwd::kPrepThreads, 0},
-      {"bwd_main<d=" + std::to_string(D) + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
-           std::to_string(Cfg::kBlockM) + " queries, " + std::to_string(Cfg::kWarps) + " warps>",
+      {"bwd_main" + std::string(Cfg::kTwoD ? "_2d" : "") + "<d=" + std::to_string(D) + ", " +
+           std::to_string(Cfg::kBlockN) + " keys x " + std::to_string(Cfg::kBlockM) + " queries, " +
+           std::to_string(Cfg::kWarps) + " warps>",
        bwd::prepared_main<T, Cfg>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
       {"bwd_convert<d=" + std::to_string(D) + ">",
        reinterpret_cast<const void*>(&bwd::bwd_convert_kernel<T, D>), 256, 0}};
 }
 
-/// The rung (WARPS = 8: 128 keys per block) or its `64keys` variant (WARPS = 4).
-template <int WARPS>
+/// The rung (2D tiles) or one of its variants.
+template <Tiles TILES>
 Rung make_rung() {
   Rung r;
   r.number = 11;
   r.name = "backward";
-  if (WARPS == 8) {
-    r.summary =
-        "FA2 backward: recompute P from the LSE, dV/dP/dS/dK per 128-key block in "
-        "registers, dQ by atomics";
-  } else {
-    r.variant = "64keys";
-    r.summary =
-        "ablation: the previous tile, 64 keys (4 warps x 16 keys), kept to measure what "
-        "the 128-key tile buys (dQ atomics and Q/dO loads per key halved)";
+  r.head_dims = {64, 128};
+  switch (TILES) {
+    case Tiles::two_d:
+      r.summary =
+          "FA2 backward: recompute P from the LSE, 128-key blocks with dK/dV in registers, "
+          "FA2's 2D warp layouts (P and dS through shared memory), dQ by atomics";
+      break;
+    case Tiles::two_d_no_stagger:
+      r.variant = "no-stagger";
+      r.summary =
+          "ablation: every K/V block visits its Q blocks from the first, so that the blocks "
+          "running at once add into the same dQ rows";
+      break;
+    case Tiles::one_d_128keys:
+      r.variant = "1d";
+      r.summary =
+          "ablation: one warp per 16 keys for every GEMM (Pt, dSt stay in registers), 128 keys; "
+          "measures what the 2D warp layouts buy";
+      break;
+    case Tiles::one_d_64keys:
+      r.variant = "64keys";
+      r.summary =
+          "ablation: one warp per 16 keys, 64 keys (4 warps), kept to measure what the "
+          "128-key block buys (dQ atomics and Q/dO loads per key halved)";
+      break;
+    case Tiles::two_d_4warps:
+      r.variant = "2d-64keys";
+      r.summary =
+          "ablation: the 2D layout on 4 warps, 64 keys x 64 queries (fewer registers and "
+          "shared memory per block: more blocks per SM)";
+      break;
   }
   r.peak = Peak::tensor_16bit;
-  r.head_dims = {64, 128};
   r.min_cc = 80;
   r.forward_rung = kForwardRung;
   r.in_tour = false;
@@ -67,26 +106,26 @@ Rung make_rung() {
       return "needs rung 06's forward pass, which is not implemented here";
     if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
     const int smem =
-        with_tiles<WARPS>(p.head_dim, [](auto cfg) { return decltype(cfg)::kSmemBytes; });
+        with_tiles<TILES>(p.head_dim, [](auto cfg) { return decltype(cfg)::kSmemBytes; });
     const std::string limits = tile_limits(p, d, smem);  // heads_q >= heads_kv: covers grid y
     if (!limits.empty()) return limits;
     return forward_rung().supports ? forward_rung().supports(p, d) : "";
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
-    return with_tiles<WARPS>(p.head_dim, [&](auto cfg) {
+    return with_tiles<TILES>(p.head_dim, [&](auto cfg) {
       return bwd::workspace_bytes<decltype(cfg)>(p, deterministic);
     });
   };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
-      with_tiles<WARPS>(P.fwd.head_dim,
+      with_tiles<TILES>(P.fwd.head_dim,
                         [&](auto cfg) { bwd::launch_backward<T, decltype(cfg)>(P, s); });
     });
   };
   r.kernels = [](const Problem& p) {
     return FL_DTYPE_SWITCH(p.dtype, T, [&] {
-      return with_tiles<WARPS>(p.head_dim,
+      return with_tiles<TILES>(p.head_dim,
                                [](auto cfg) { return kernel_list<T, decltype(cfg)>(); });
     });
   };
@@ -101,8 +140,11 @@ Rung make_rung() {
 }  // namespace
 
 void register_rung_11(Registry& reg) {
-  reg.add(make_rung<8>());
-  reg.add(make_rung<4>());  // the 64keys ablation
+  reg.add(make_rung<Tiles::two_d>());
+  reg.add(make_rung<Tiles::two_d_no_stagger>());
+  reg.add(make_rung<Tiles::one_d_128keys>());
+  reg.add(make_rung<Tiles::one_d_64keys>());
+  reg.add(make_rung<Tiles::two_d_4warps>());
 }
 
 }  // namespace fl

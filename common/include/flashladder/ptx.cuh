@@ -141,6 +141,17 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int s
 #endif
 }
 
+/// 4 bytes (one fp32 value) from global to shared memory, asynchronously, through L1 (`.ca`: the
+/// only cache mode that takes sizes below 16); @p src_bytes = 0 writes zero instead (a tail).
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, int src_bytes) {
+#if FL_PTX_SM80_OR_TRAP
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+#else
+  __trap();
+#endif
+}
+
 /// Closes the current group of cp.async copies.
 __device__ __forceinline__ void cp_async_commit() {
 #if FL_PTX_SM80_OR_TRAP
