@@ -55,6 +55,45 @@ std::string validate(const Problem& p) {
   return "";
 }
 
+AttnParams make_attn_params(const Problem& p) {
+  AttnParams a{};
+  const int64_t D = p.head_dim;
+  a.q_batch_stride = a.o_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * D;
+  a.q_row_stride = a.o_row_stride = static_cast<int64_t>(p.heads_q) * D;
+  a.q_head_stride = a.o_head_stride = D;
+  a.k_batch_stride = a.v_batch_stride = static_cast<int64_t>(p.seqlen_k) * p.heads_kv * D;
+  a.k_row_stride = a.v_row_stride = static_cast<int64_t>(p.heads_kv) * D;
+  a.k_head_stride = a.v_head_stride = D;
+  a.batch = p.batch;
+  a.seqlen_q = p.seqlen_q;
+  a.seqlen_k = p.seqlen_k;
+  a.heads_q = p.heads_q;
+  a.heads_kv = p.heads_kv;
+  a.head_dim = p.head_dim;
+  a.group = p.group();
+  a.causal = p.causal ? 1 : 0;
+  a.causal_offset = p.causal_offset();
+  a.dtype = static_cast<int>(p.dtype);
+  a.softmax_scale = p.scale();
+  a.scale_log2 = p.scale() * 1.4426950408889634f;
+  a.num_splits = p.num_splits;
+  return a;
+}
+
+std::string tensor_layout_reason(const char* name, const void* base, int64_t batch_stride,
+                                 int64_t row_stride, int64_t head_stride) {
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
+    return std::string(name) + ": data pointer must be 16-byte aligned (the kernels load rows " +
+           "in 16-byte vectors); a view that starts mid-row is not, call .contiguous()";
+  const int64_t strides[3] = {batch_stride, row_stride, head_stride};
+  const char* dims[3] = {"batch", "seqlen", "heads"};
+  for (int i = 0; i < 3; ++i)
+    if (strides[i] <= 0 || strides[i] % 8 != 0)
+      return std::string(name) + ": the " + dims[i] + " stride must be a positive multiple of 8 " +
+             "elements (16-byte rows), got " + std::to_string(strides[i]) + "; call .contiguous()";
+  return "";
+}
+
 void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits) {
   const int cc = d->cc_major * 10 + d->cc_minor;
   // FP32 lanes per SM: 64 on GV100/GA100, 128 on the other recent chips.

@@ -53,11 +53,11 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   q_.upload(in.q.data(), q_elems * 2);
 
   AttnParams& a = params_;
+  a = make_attn_params(p);  // shapes, scale, mask fields and dense strides
   const int64_t hd = static_cast<int64_t>(p.heads_kv) * D;
   if (p.page_size == 0) {
     k_.upload(in.k.data(), in.k.size() * 2);
     v_.upload(in.v.data(), in.v.size() * 2);
-    a.k_batch_stride = a.v_batch_stride = static_cast<int64_t>(p.seqlen_k) * hd;
   } else {
     // Paged KV cache: token j of sequence b lives in page table[b][j / page] at
     // row j % page. Pages are shuffled so a kernel that ignores the table fails.
@@ -88,26 +88,8 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   a.v = v_.get();
   a.o = o_.get();
   a.lse = lse_.as<float>();
-  a.q_batch_stride = a.o_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * D;
-  a.q_row_stride = a.o_row_stride = static_cast<int64_t>(p.heads_q) * D;
-  a.q_head_stride = a.o_head_stride = D;
-  a.k_row_stride = a.v_row_stride = hd;
-  a.k_head_stride = a.v_head_stride = D;
-  a.batch = p.batch;
-  a.seqlen_q = p.seqlen_q;
-  a.seqlen_k = p.seqlen_k;
-  a.heads_q = p.heads_q;
-  a.heads_kv = p.heads_kv;
-  a.head_dim = D;
-  a.group = p.group();
-  a.causal = p.causal ? 1 : 0;
-  a.causal_offset = p.causal_offset();
-  a.dtype = static_cast<int>(p.dtype);
-  a.softmax_scale = p.scale();
-  a.scale_log2 = p.scale() * 1.4426950408889634f;
   a.workspace = ws_.get();
   a.workspace_bytes = workspace_bytes;
-  a.num_splits = p.num_splits;
 }
 
 void DeviceProblem::poison_outputs() {

@@ -80,6 +80,22 @@ struct AttnParams {
   int block_table_stride;   ///< paged KV: pages_per_seq
 };
 
+/// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,
+/// softmax_scale and its log2(e) multiple, dtype, num_splits) and the strides of dense
+/// [batch, seqlen, heads, head_dim] tensors; pointers, workspace and paging null. The runner's
+/// DeviceProblem and the Python bindings both start from it, then set their pointers (and the
+/// bindings their tensors' strides).
+AttnParams make_attn_params(const Problem& p);
+
+/// "" if a 16-bit [batch, seqlen, heads, head_dim] tensor named @p name at @p base, with these
+/// strides in elements (head_dim contiguous), can be read and written by every rung, else a
+/// one-line reason. The kernels move rows in 16-byte vectors (uint4, cp.async, ldmatrix) and the
+/// Hopper rungs describe tensors to TMA, so the base must be 16-byte aligned and each stride a
+/// positive multiple of 8 elements. The stride of a dimension of size 1 is never used: pass any
+/// valid value for it (the bindings pass the dense one).
+std::string tensor_layout_reason(const char* name, const void* base, int64_t batch_stride,
+                                 int64_t row_stride, int64_t head_stride);
+
 /// What a rung needs to know about the GPU (filled by the CUDA library,
 /// constructed by hand in CPU tests).
 struct DeviceInfo {
