@@ -161,3 +161,42 @@ function(fl_finish_rungs)
                                              OUTPUT_NAME grade)
   set(FL_RUNG_TARGETS ${names} PARENT_SCOPE)
 endfunction()
+
+# ---- the Python package (common/python) --------------------------------------------------
+# fl_find_python_bindings(): with FL_BUILD_PYTHON, looks for the Python headers and nanobind
+# (pip's: where `python3 -m nanobind --cmake_dir` points, else in build/pip, where the README's
+# install command puts it with `pip install --target build/pip nanobind==2.4.0`; nothing is
+# downloaded) and sets FL_PYTHON ON when both are there, else prints one line and leaves the
+# package out. A macro, called before common/ is added: with FL_PYTHON every library is built
+# position-independent, since the extension links the same objects as the executables into a
+# shared module.
+macro(fl_find_python_bindings)
+  set(FL_PYTHON OFF)
+  if(FL_BUILD_PYTHON)
+    find_package(Python 3.8 COMPONENTS Interpreter Development.Module QUIET)
+    set(fl_nb_dir "")
+    if(Python_FOUND)
+      execute_process(COMMAND ${Python_EXECUTABLE} -m nanobind --cmake_dir
+                      OUTPUT_VARIABLE fl_nb_dir OUTPUT_STRIP_TRAILING_WHITESPACE
+                      RESULT_VARIABLE fl_nb_rc ERROR_QUIET)
+      if(NOT fl_nb_rc EQUAL 0)
+        set(fl_nb_dir "")
+      endif()
+      # A cached nanobind_DIR (an earlier configure) is used first.
+      find_package(nanobind 2.0 CONFIG QUIET
+                   HINTS ${fl_nb_dir} ${PROJECT_SOURCE_DIR}/build/pip/nanobind/cmake)
+    endif()
+    if(Python_FOUND AND nanobind_FOUND)
+      set(FL_PYTHON ON)
+      set(CMAKE_POSITION_INDEPENDENT_CODE ON)
+      message(STATUS "Python package flashladder: Python ${Python_VERSION} (${Python_EXECUTABLE}), "
+                     "nanobind ${nanobind_VERSION}")
+    elseif(NOT Python_FOUND)
+      message(STATUS "Python package flashladder not built: no Python headers "
+                     "(apt-get install python3-dev) for ${Python_EXECUTABLE}")
+    else()
+      message(STATUS "Python package flashladder not built: no nanobind for ${Python_EXECUTABLE} "
+                     "(python3 -m pip install nanobind==2.4.0)")
+    endif()
+  endif()
+endmacro()

@@ -1,0 +1,84 @@
+"""FlashLadder's attention kernels inside PyTorch.
+
+    import torch, flashladder
+    q, k, v = (torch.randn(2, 1024, 16, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = flashladder.attention(q, k, v, causal=True)           # the best forward rung this GPU has
+    out = flashladder.attention(q, k, v, rung=5)                # or any rung: flashladder.rungs()
+
+Tensors are laid out as flash_attn_func's: [batch, seqlen, heads, head_dim], fp16 or bf16, on one
+CUDA device; k and v may have fewer heads than q (GQA/MQA). ``attention`` is a
+``torch.library.custom_op`` (``torch.ops.flashladder.attention``) with a fake implementation for
+torch.compile and autograd through rung 11's backward. ``register_transformers()`` adds
+``attn_implementation="flashladder"`` to Hugging Face transformers.
+
+``import flashladder`` needs no PyTorch and no GPU: ``rungs()``, ``supports()`` and the device
+query work anywhere; PyTorch is imported on the first call that takes tensors.
+"""
+
+from ._core import (  # noqa: F401
+    BACKWARD_RUNG,
+    DEFAULT_FORWARD,
+    Rung,
+    device_count,
+    device_info,
+    find_rung,
+    no_device_reason,
+    rungs,
+    supports,
+)
+from ._ext import DeviceInfo  # noqa: F401
+
+_ops_module = None  # flashladder._ops once imported (it imports PyTorch); a global, so that
+# torch.compile reads it instead of tracing an import
+
+
+def _torch_ops():
+    global _ops_module
+    if _ops_module is None:
+        from . import _ops as module
+
+        _ops_module = module
+    return _ops_module
+
+
+def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, return_lse=False):
+    """Attention with one rung of the ladder; see flashladder._ops.attention."""
+    return _torch_ops().attention(q, k, v, rung=rung, variant=variant, causal=causal,
+                                  softmax_scale=softmax_scale, return_lse=return_lse)
+
+
+def attention_backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, rung=None,
+                       variant="", deterministic=False):
+    """dQ, dK, dV with the backward rung; see flashladder._ops.attention_backward."""
+    return _torch_ops().attention_backward(dout, q, k, v, out, lse, causal=causal,
+                                           softmax_scale=softmax_scale, rung=rung,
+                                           variant=variant, deterministic=deterministic)
+
+
+def load_ops():
+    """Imports PyTorch and registers the custom ops (torch.ops.flashladder.attention and
+    attention_backward) without making a call; returns the module that defines them."""
+    return _torch_ops()
+
+
+def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                           **kwargs):
+    """A Hugging Face AttentionInterface function; see flashladder._hf."""
+    from . import _hf
+
+    return _hf.transformers_attention(module, query, key, value, attention_mask, scaling=scaling,
+                                      dropout=dropout, **kwargs)
+
+
+def register_transformers(name="flashladder", rung=None, variant=""):
+    """attn_implementation=name runs on the ladder (transformers' AttentionInterface)."""
+    from . import _hf
+
+    return _hf.register_transformers(name=name, rung=rung, variant=variant)
+
+
+__all__ = [
+    "BACKWARD_RUNG", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
+    "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
+    "register_transformers", "rungs", "supports", "transformers_attention",
+]

@@ -1,0 +1,268 @@
+"""The torch-free half of flashladder: the registry, the device, and every check a call makes
+before it launches.
+
+The checks read only what any tensor has (``shape``, ``stride()``, ``dtype``, ``device``,
+``data_ptr()``), so the CPU tests run them on small stand-in objects without PyTorch. The rung
+contract itself (which head_dims, which GPU, which strides) is the C++ code's: a rung's
+``supports`` and the layout rule every rung reads (``fl::tensor_layout_reason``) are asked through
+the extension, never restated here.
+"""
+
+import dataclasses
+import functools
+import math
+
+from . import _ext
+
+#: The default forward rungs, best first: rung 10 (FlashAttention-3's schedule, sm_90 only,
+#: when built), else rung 06 (per-head_dim tiles on mma.sync, sm_80 and newer).
+DEFAULT_FORWARD = (10, 6)
+#: The backward rung the autograd formula runs (FlashAttention-2's backward pass).
+BACKWARD_RUNG = 11
+#: 16-bit storage types, by the name str(dtype) gives in PyTorch, to the ladder's names.
+DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Rung:
+    """One registry entry (a rung or one of its variants), as the C++ registration declares it."""
+
+    number: int
+    name: str
+    variant: str
+    label: str
+    summary: str
+    head_dims: tuple  # empty: any head_dim up to MAX_HEAD_DIM that is a multiple of 8
+    min_cc: int  # minimum compute capability x 10 (80 = sm_80), 0 = any
+    decode: bool  # a decode kernel (a few query rows against a long KV cache)
+    backward: bool  # has a backward pass (rung 11)
+    forward_rung: int  # the rung whose forward pass its forward runs (0 = its own)
+    paged_kv: bool
+    in_tour: bool
+    dtypes: tuple  # the 16-bit types this build compiled ("fp16", "bf16")
+    baselines: tuple  # "vs 05_tensor_cores: <why>" lines
+    not_implemented: str  # set in a lab starter tree only
+
+
+@functools.lru_cache(maxsize=None)
+def _registry():
+    return tuple(
+        Rung(**{k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()})
+        for entry in _ext.rungs()
+    )
+
+
+def rungs(variants=False):
+    """Every rung this build has, in ladder order; with ``variants=True`` also each rung's
+    ablation and sweep variants."""
+    return [r for r in _registry() if variants or not r.variant]
+
+
+def find_rung(number, variant=""):
+    """The entry ``number`` / ``variant``; ValueError naming what the build has otherwise."""
+    for r in _registry():
+        if r.number == number and r.variant == variant:
+            return r
+    built = ", ".join(r.label for r in _registry())
+    what = "rung %s" % (number,) + (" variant '%s'" % variant if variant else "")
+    raise ValueError("flashladder: no %s in this build (built: %s)" % (what, built))
+
+
+def device_count():
+    """CUDA devices this process sees; 0 (not an error) on a machine without one."""
+    return _ext.device_count()
+
+
+def no_device_reason():
+    """'' when a CUDA device exists, else why not (for example 'no usable CUDA device (...)')."""
+    return _ext.no_device_reason()
+
+
+def device_info(index=0):
+    """The device as the runner reports it (name, arch, SMs, peak rates); RuntimeError without
+    one. Queried once per device and cached."""
+    return _ext.device_info(index)
+
+
+def make_problem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype="fp16", causal=False,
+                 softmax_scale=None):
+    """The C++ Problem (0 as the scale means 1/sqrt(head_dim), the ladder's default)."""
+    return _ext.Problem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, bool(causal),
+                        0.0 if softmax_scale is None else float(softmax_scale))
+
+
+def supports(rung, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype="fp16",
+             causal=False, variant="", device=0):
+    """'' if ``rung`` can run this problem on ``device`` (an index, or a ``DeviceInfo`` built by
+    hand to ask about another GPU), else the rung's one-line reason."""
+    number, variant = _rung_id(rung, variant)
+    find_rung(number, variant)
+    problem = make_problem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, causal)
+    return _ext.supports(number, variant, problem, device)
+
+
+def _rung_id(rung, variant=""):
+    """(number, variant) of a rung given as a number or as a Rung from rungs()."""
+    if isinstance(rung, Rung):
+        return rung.number, rung.variant
+    if isinstance(rung, bool) or not isinstance(rung, int):
+        raise TypeError("flashladder: rung must be a rung number (int) or an entry of rungs(), "
+                        "got %r" % (rung,))
+    return rung, variant
+
+
+# ---- input checks ---------------------------------------------------------------------------
+
+def _type_name(t):
+    return type(t).__module__ + "." + type(t).__qualname__
+
+
+def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check_layout=True):
+    """Checks q, k, v ([batch, seqlen, heads, head_dim], 16-bit, one CUDA device) and returns the
+    problem's key: (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype name, causal,
+    scale or 0). Raises TypeError (not a tensor, wrong dtype) or ValueError (device, shape, GQA,
+    layout) with a one-line reason. ``tensor_type``: the class every input must be (torch.Tensor);
+    ``check_layout``: also check strides and pointers (off while tracing with fake tensors)."""
+    named = (("q", q), ("k", k), ("v", v))
+    for name, t in named:
+        if tensor_type is not None and not isinstance(t, tensor_type):
+            raise TypeError("flashladder: %s must be a %s, got %s" % (
+                name, tensor_type.__module__ + "." + tensor_type.__qualname__, _type_name(t)))
+    for name, t in named:
+        if getattr(t.device, "type", None) != "cuda":
+            raise ValueError("flashladder: %s is on %s; the rungs run on CUDA tensors (move it "
+                             "with .cuda())" % (name, t.device))
+    for name, t in named[1:]:
+        if t.device != q.device:
+            raise ValueError("flashladder: %s is on %s but q is on %s; q, k and v must be on one "
+                             "device" % (name, t.device, q.device))
+    dtype = DTYPES.get(str(q.dtype))
+    if dtype is None:
+        raise TypeError("flashladder: q is %s; the rungs take torch.float16 or torch.bfloat16"
+                        % (q.dtype,))
+    for name, t in named[1:]:
+        if t.dtype != q.dtype:
+            raise TypeError("flashladder: %s is %s but q is %s; q, k and v must have one dtype"
+                            % (name, t.dtype, q.dtype))
+    for name, t in named:
+        if len(t.shape) != 4:
+            raise ValueError("flashladder: %s must have 4 dimensions [batch, seqlen, heads, "
+                             "head_dim], got shape %s" % (name, tuple(t.shape)))
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    _, seqlen_k, heads_kv, _ = k.shape
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError("flashladder: v must have k's shape %s, got %s"
+                         % (tuple(k.shape), tuple(v.shape)))
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError("flashladder: k's batch and head_dim must be q's (%d, %d), got shape %s"
+                         % (batch, head_dim, tuple(k.shape)))
+    for name, t in named:
+        if any(n == 0 for n in t.shape):
+            raise ValueError("flashladder: %s is empty (shape %s); every dimension must be >= 1"
+                             % (name, tuple(t.shape)))
+    if heads_q % heads_kv != 0:
+        raise ValueError("flashladder: heads_q (%d) must be a multiple of heads_kv (%d) (GQA/MQA: "
+                         "each K/V head serves heads_q / heads_kv query heads)" % (heads_q, heads_kv))
+    if head_dim % 8 != 0 or head_dim > _ext.MAX_HEAD_DIM:
+        raise ValueError("flashladder: head_dim must be a multiple of 8 (16-byte rows) up to %d, "
+                         "got %d" % (_ext.MAX_HEAD_DIM, head_dim))
+    scale = 0.0
+    if softmax_scale is not None:
+        scale = float(softmax_scale)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError("flashladder: softmax_scale must be a finite number > 0 (None means "
+                             "1/sqrt(head_dim)), got %r" % (softmax_scale,))
+    if check_layout:
+        for name, t in named:
+            check_layout_of(name, t)
+    return (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, bool(causal), scale)
+
+
+def check_layout_of(name, t):
+    """ValueError unless every rung can read ``t``: head_dim contiguous, the other strides
+    positive multiples of 8 elements, the data 16-byte aligned (fl::tensor_layout_reason)."""
+    why = _ext.layout_reason(name, t.data_ptr(), tuple(t.shape), tuple(t.stride()))
+    if why:
+        raise ValueError("flashladder: " + why)
+
+
+def check_like(name, t, like_name, like, dtype=None):
+    """ValueError/TypeError unless ``t`` has ``like``'s shape, dtype (or ``dtype``) and device."""
+    if tuple(t.shape) != tuple(like.shape):
+        raise ValueError("flashladder: %s must have %s's shape %s, got %s"
+                         % (name, like_name, tuple(like.shape), tuple(t.shape)))
+    want = like.dtype if dtype is None else dtype
+    if t.dtype != want:
+        raise TypeError("flashladder: %s must be %s, got %s" % (name, want, t.dtype))
+    if t.device != like.device:
+        raise ValueError("flashladder: %s is on %s but %s is on %s"
+                         % (name, t.device, like_name, like.device))
+
+
+# ---- plans: which rung, how much workspace (cached per shape) --------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a launch needs beyond the tensors: the entry, the C++ Problem, the workspace."""
+
+    number: int
+    variant: str
+    label: str
+    problem: object  # _ext.Problem
+    workspace_bytes: int
+
+
+def _cannot(label, problem, why):
+    return ValueError("flashladder: %s cannot run %s: %s" % (label, problem.describe(), why))
+
+
+def default_forward(problem, device):
+    """DEFAULT_FORWARD's first rung that can run ``problem`` on ``device`` (an index or a
+    DeviceInfo); ValueError with each one's reason when none can."""
+    reasons = []
+    for n in DEFAULT_FORWARD:
+        if not any(r.number == n and not r.variant for r in _registry()):
+            reasons.append("%02d: not built" % n)
+            continue
+        why = _ext.supports(n, "", problem, device)
+        if not why:
+            return find_rung(n)
+        reasons.append("%s: %s" % (find_rung(n).label, why))
+    raise ValueError("flashladder: no default rung runs %s (%s); pass rung= (rungs() lists them)"
+                     % (problem.describe(), "; ".join(reasons)))
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_forward(rung, variant, key, device):
+    """The forward plan for ``key`` (check_qkv's) on device index ``device``. ``rung`` None picks
+    the default forward (default_forward). ValueError with the rung's reason when it cannot run
+    the problem."""
+    problem = make_problem(*key)
+    if rung is None:
+        return _plan(default_forward(problem, device), problem, device)
+    r = find_rung(rung, variant)
+    why = _ext.supports(r.number, r.variant, problem, device)
+    if why:
+        raise _cannot(r.label, problem, why)
+    return _plan(r, problem, device)
+
+
+def _plan(r, problem, device):
+    return Plan(r.number, r.variant, r.label, problem,
+                _ext.workspace_bytes(r.number, r.variant, problem, device))
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_backward(rung, variant, key, deterministic, device):
+    """The backward plan of entry ``rung`` (rung 11 unless told) for ``key``: ValueError with its
+    reason when it cannot run the problem (rung 11: head_dim 64 or 128)."""
+    r = find_rung(BACKWARD_RUNG if rung is None else rung, variant)
+    problem = make_problem(*key)
+    if not r.backward:
+        raise ValueError("flashladder: %s has no backward pass (rung %d has)"
+                         % (r.label, BACKWARD_RUNG))
+    why = _ext.supports(r.number, r.variant, problem, device)
+    if why:
+        raise _cannot(r.label + "'s backward", problem, why)
+    return Plan(r.number, r.variant, r.label, problem,
+                _ext.bwd_workspace_bytes(r.number, r.variant, problem, bool(deterministic), device))

@@ -1,0 +1,183 @@
+"""The PyTorch half of flashladder: launches on torch tensors, the custom ops
+``flashladder::attention`` and ``flashladder::attention_backward`` (fake implementations for
+torch.compile, autograd through rung 11's backward), and ``attention()``.
+
+Imported on first use, so ``import flashladder`` works without PyTorch. Outputs and the rung's
+workspace are allocated by PyTorch on the tensors' device (its stream-ordered caching
+allocator), and every launch goes to ``torch.cuda.current_stream()``.
+"""
+
+import torch
+
+from . import _core, _ext
+
+
+def _stream(t):
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _workspace(plan, like):
+    """(pointer, bytes, tensor) of the plan's scratch; the tensor keeps it alive until the
+    launch is queued, and the allocator's stream order keeps it from reuse until it has run."""
+    if plan.workspace_bytes == 0:
+        return 0, 0, None
+    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=like.device)
+    return ws.data_ptr(), plan.workspace_bytes, ws
+
+
+def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None):
+    """O and LSE of entry ``rung`` (None: the default forward) on q, k, v, checked first."""
+    if key is None:
+        key = _core.check_qkv(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+    plan = _core.plan_forward(rung, variant, key, q.device.index)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    ws_ptr, ws_bytes, ws = _workspace(plan, q)
+    _ext.forward(plan.number, plan.variant, plan.problem,
+                 (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
+                 (q.stride(), k.stride(), v.stride(), out.stride()),
+                 ws_ptr, ws_bytes, _stream(q), q.device.index)
+    del ws
+    return out, lse
+
+
+def _grad_like(t):
+    """(t, its gradient buffer) with equal strides: ``empty_like`` keeps a dense tensor's strides
+    (a transposed [b, h, s, d] view stays as it is); a sparse view (a slice of a packed QKV) is
+    copied to a contiguous one, as the gradient buffer then is."""
+    g = torch.empty_like(t)
+    if g.stride() != t.stride():
+        t = t.contiguous()
+    return t, g
+
+
+def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung, variant):
+    """dQ, dK, dV of backward entry ``rung`` (None: rung 11) from the forward's O and LSE."""
+    key = _core.check_qkv(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+    for name, t in (("dout", dout), ("out", out), ("lse", lse)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError("flashladder: %s must be a torch.Tensor, got %s" % (name, type(t)))
+    _core.check_like("out", out, "q", q)
+    _core.check_like("dout", dout, "q", q)
+    if tuple(lse.shape) != (key[0], key[3], key[1]) or lse.dtype != torch.float32 \
+            or lse.device != q.device:
+        raise ValueError("flashladder: lse must be float32 [batch, heads_q, seqlen_q] = %s on %s "
+                         "(the forward's), got %s %s on %s" % ((key[0], key[3], key[1]), q.device,
+                                                               lse.dtype, tuple(lse.shape), lse.device))
+    plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index)
+    q, dq = _grad_like(q)
+    k, dk = _grad_like(k)
+    v, dv = _grad_like(v)
+    # dO is indexed with O's strides (backward.h): both dense, [batch, seqlen, heads, head_dim].
+    out = out.contiguous()
+    dout = dout.contiguous()
+    lse = lse.contiguous()
+    ws_ptr, ws_bytes, ws = _workspace(plan, q)
+    _ext.backward(plan.number, plan.variant, plan.problem,
+                  (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                   dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()),
+                  (q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), dq.stride(),
+                   dk.stride(), dv.stride()),
+                  ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index)
+    del ws
+    return dq, dk, dv
+
+
+# ---- the custom ops ---------------------------------------------------------------------------
+# rung 0 means "the default forward" (custom ops take no None for an int); softmax_scale 0 means
+# 1/sqrt(head_dim), as everywhere in the ladder.
+
+@torch.library.custom_op("flashladder::attention", mutates_args=())
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                 softmax_scale: float, rung: int, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of a forward rung: O like q (dense), LSE float32 [batch, heads_q, seqlen_q]."""
+    return _forward(q, k, v, causal, softmax_scale or None, rung or None, variant)
+
+
+@attention_op.register_fake
+def _attention_fake(q, k, v, causal, softmax_scale, rung, variant):
+    _core.check_qkv(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor,
+                    check_layout=False)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    return (q.new_empty((batch, seqlen_q, heads_q, head_dim)),
+            q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashladder::attention_backward", mutates_args=())
+def attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                          out: torch.Tensor, lse: torch.Tensor, causal: bool, softmax_scale: float,
+                          deterministic: bool, rung: int,
+                          variant: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dQ, dK, dV) of a backward rung (rung 11) from the forward's O and LSE."""
+    return _backward(dout, q, k, v, out, lse, causal, softmax_scale or None, deterministic,
+                     rung or None, variant)
+
+
+@attention_backward_op.register_fake
+def _attention_backward_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung,
+                             variant):
+    # The real op's gradient buffers: empty_like keeps a dense input's strides, else contiguous.
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, causal, softmax_scale, _rung, _variant = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal = causal
+    ctx.softmax_scale = softmax_scale
+    # The LSE is returned for inspection; rung 11 computes no gradient through it, so autograd
+    # must not pretend to (a loss that uses it would otherwise get a silently wrong gradient).
+    ctx.mark_non_differentiable(lse)
+
+
+def _attention_grad(ctx, dout, _dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    # torch.use_deterministic_algorithms(True) selects rung 11's deterministic dQ (fixed order).
+    dq, dk, dv = attention_backward_op(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale,
+                                       torch.are_deterministic_algorithms_enabled(),
+                                       _core.BACKWARD_RUNG, "")
+    return dq, dk, dv, None, None, None, None
+
+
+attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
+
+
+# ---- the public functions -----------------------------------------------------------------------
+
+def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, return_lse=False):
+    """Attention of q [batch, seqlen_q, heads_q, head_dim] over k, v [batch, seqlen_k, heads_kv,
+    head_dim] (fp16 or bf16 CUDA tensors, heads_kv dividing heads_q) with one rung of the ladder.
+
+    ``rung``: a number or an entry of ``rungs()``; None picks the best forward this GPU supports
+    (rung 10 on sm_90 when built, else rung 06). ``causal`` is bottom-right aligned (query i sees
+    key j iff j <= i + seqlen_k - seqlen_q). ``softmax_scale`` None means 1/sqrt(head_dim).
+    Returns O like q, and with ``return_lse`` also the LSE, float32 [batch, heads_q, seqlen_q].
+    Differentiable in q, k, v through rung 11's backward (head_dim 64 or 128). Bad input raises
+    TypeError or ValueError with the rung's one-line reason before anything is launched."""
+    number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    if torch.compiler.is_compiling():
+        # The fake implementation checks shapes while tracing; the op checks the rest at run time.
+        out, lse = attention_op(q, k, v, bool(causal), scale, number or 0, variant)
+        return (out, lse) if return_lse else out
+    key = _core.check_qkv(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # Refuse now, not after the forward pass, a problem the backward rung cannot run.
+        _core.plan_backward(None, "", key, False, q.device.index)
+        out, lse = attention_op(q, k, v, bool(causal), scale, number or 0, variant)
+    else:
+        # No autograd: the op's own implementation, without the dispatcher's cost per call.
+        out, lse = _forward(q, k, v, causal, softmax_scale, number, variant, key)
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, rung=None,
+                       variant="", deterministic=False):
+    """dQ, dK, dV of the backward rung (rung 11 unless told) from a forward pass's ``out`` and
+    ``lse`` (attention(..., return_lse=True) of any forward rung: natural-log LSE). dQ, dK, dV
+    are laid out like q, k, v where those are dense. ``deterministic``: dQ summed in a fixed
+    order (bitwise identical run to run, slower)."""
+    number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
+    return _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, number, variant)

@@ -1,0 +1,421 @@
+/// @file common/python/flashladder_ext.cpp
+/// @brief The Python module `flashladder._ext`: the registry, the device query, each rung's
+/// `supports` and workspace sizes, and the forward and backward launches, on raw device pointers.
+///
+/// It never sees a PyTorch tensor: the pure-Python layer (flashladder/) passes each tensor as its
+/// data pointer and strides, and the CUDA stream as an integer, so one build serves any PyTorch
+/// version (no compile against its C++ ABI). What a launch receives is checked here before it
+/// runs, with the same functions the runner uses (fl::validate, fl::supports, the rung's
+/// workspace sizes) plus the layout every rung reads (fl::tensor_layout_reason); a refusal is a
+/// ValueError whose message is the one-line reason. The GIL is released around each launch.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "flashladder/check.h"
+#include "flashladder/device.h"
+#include "flashladder/reference_bwd.h"
+#include "flashladder/registry.h"
+#include "flashladder/runner.h"
+#include "flashladder/static_switch.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace fl {
+namespace {
+
+/// Strides of one [batch, seqlen, heads, head_dim] tensor, in elements, as PyTorch gives them.
+using Strides4 = std::array<int64_t, 4>;
+
+/// The entry @p number / @p variant, or a ValueError naming what this build has.
+const Rung& find_rung(int number, const std::string& variant) {
+  if (const Rung* r = registry().find(number, variant)) return *r;
+  std::string built;
+  for (const Rung& r : registry().all()) built += (built.empty() ? "" : ", ") + r.label();
+  throw nb::value_error(("no rung " + std::to_string(number) +
+                         (variant.empty() ? std::string() : " variant '" + variant + "'") +
+                         " in this build (built: " + built + ")")
+                            .c_str());
+}
+
+/// Makes device @p index current for its lifetime and restores the previous one, so a launch
+/// for a tensor on cuda:1 runs there whatever the calling thread had selected.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index) {
+    int current = 0;
+    FL_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != index) {
+      FL_CUDA_CHECK(cudaSetDevice(index));
+      previous_ = current;
+    }
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) (void)cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+/// Number of CUDA devices, 0 (never an exception) when there is none or no driver.
+int device_count() {
+  if (!has_device()) return 0;
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+/// "" when a CUDA device exists, else why not ("no usable CUDA device (...)").
+std::string no_device_reason() {
+  std::string why;
+  return has_device(&why) ? "" : "no usable CUDA device (" + why + ")";
+}
+
+/// query_device() of device @p index, once per device (a query creates the context and reads
+/// the free memory: milliseconds, not for every call). mem_free is the value at that first query.
+DeviceInfo device_info(int index) {
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(index); it != known.end()) return it->second;
+  const int n = device_count();
+  if (n == 0) throw std::runtime_error(no_device_reason());
+  if (index < 0 || index >= n)
+    throw nb::value_error(("CUDA device " + std::to_string(index) + " does not exist (" +
+                           std::to_string(n) + " device(s))")
+                              .c_str());
+  DeviceGuard guard(index);
+  return known[index] = query_device();
+}
+
+/// The reason @p r cannot run @p p on @p d: a lab stub, the problem's own contract
+/// (fl::validate), then the generic and the rung's checks (fl::supports). "" if it can.
+std::string supports_reason(const Rung& r, const Problem& p, const DeviceInfo& d) {
+  if (!r.not_implemented.empty()) return "not implemented (lab starter): " + r.not_implemented;
+  std::string why = validate(p);
+  if (why.empty()) why = supports(r, p, d);
+  return why;
+}
+
+/// The layout check of one tensor of shape {batch, seqlen, heads, head_dim} with @p strides:
+/// head_dim contiguous, then tensor_layout_reason on the strides of the other dimensions (a
+/// dimension of size 1 gets its dense stride: PyTorch gives such a dimension any stride).
+/// Fills @p out with (batch, row, head) strides when the tensor is fine.
+std::string layout_reason(const std::string& name, uintptr_t ptr, const std::array<int64_t, 4>& shape,
+                          const Strides4& strides, std::array<int64_t, 3>* out = nullptr) {
+  if (strides[3] != 1 && shape[3] != 1)
+    return name + ": the last dimension (head_dim) must be contiguous (stride 1), got stride " +
+           std::to_string(strides[3]) + "; call .contiguous()";
+  std::array<int64_t, 3> s{};
+  int64_t dense = shape[3];
+  for (int i = 2; i >= 0; --i) {
+    s[i] = shape[i] == 1 ? dense : strides[i];
+    dense *= shape[i];
+  }
+  const std::string why =
+      tensor_layout_reason(name.c_str(), reinterpret_cast<const void*>(ptr), s[0], s[1], s[2]);
+  if (why.empty() && out) *out = s;
+  return why;
+}
+
+/// Throws a ValueError with @p why unless it is empty.
+void refuse_if(const std::string& why) {
+  if (!why.empty()) throw nb::value_error(why.c_str());
+}
+
+/// The (batch, row, head) strides of one tensor; a ValueError if a rung cannot read it.
+std::array<int64_t, 3> checked_strides(const char* name, uintptr_t ptr,
+                                       const std::array<int64_t, 4>& shape, const Strides4& strides) {
+  std::array<int64_t, 3> s{};
+  refuse_if(layout_reason(name, ptr, shape, strides, &s));
+  return s;
+}
+
+/// AttnParams for @p p (make_attn_params) with the tensors' pointers and strides: @p ptr holds
+/// q, k, v, o, lse; @p strides q, k, v, o. Every stride and pointer is checked first.
+AttnParams params_for(const Problem& p, const std::array<uintptr_t, 5>& ptr,
+                      const std::array<Strides4, 4>& strides) {
+  const std::array<int64_t, 4> q_shape{p.batch, p.seqlen_q, p.heads_q, p.head_dim};
+  const std::array<int64_t, 4> kv_shape{p.batch, p.seqlen_k, p.heads_kv, p.head_dim};
+  const auto q = checked_strides("q", ptr[0], q_shape, strides[0]);
+  const auto k = checked_strides("k", ptr[1], kv_shape, strides[1]);
+  const auto v = checked_strides("v", ptr[2], kv_shape, strides[2]);
+  const auto o = checked_strides("out", ptr[3], q_shape, strides[3]);
+  if (ptr[4] == 0 || ptr[4] % 4 != 0) refuse_if("lse: needs a 4-byte aligned fp32 buffer");
+  AttnParams a = make_attn_params(p);
+  a.q = reinterpret_cast<const void*>(ptr[0]);
+  a.k = reinterpret_cast<const void*>(ptr[1]);
+  a.v = reinterpret_cast<const void*>(ptr[2]);
+  a.o = reinterpret_cast<void*>(ptr[3]);
+  a.lse = reinterpret_cast<float*>(ptr[4]);
+  a.q_batch_stride = q[0], a.q_row_stride = q[1], a.q_head_stride = q[2];
+  a.k_batch_stride = k[0], a.k_row_stride = k[1], a.k_head_stride = k[2];
+  a.v_batch_stride = v[0], a.v_row_stride = v[1], a.v_head_stride = v[2];
+  a.o_batch_stride = o[0], a.o_row_stride = o[1], a.o_head_stride = o[2];
+  return a;
+}
+
+/// Refuses a workspace smaller than @p need bytes.
+void check_workspace(uintptr_t ptr, size_t bytes, size_t need) {
+  if (need > 0 && (ptr == 0 || bytes < need))
+    refuse_if("workspace: the rung needs " + std::to_string(need) + " bytes, got " +
+              std::to_string(ptr == 0 ? 0 : bytes));
+}
+
+/// One registry entry as a dict: what flashladder.rungs() shows.
+nb::dict rung_dict(const Rung& r) {
+  nb::dict d;
+  d["number"] = r.number;
+  d["name"] = r.name;
+  d["variant"] = r.variant;
+  d["label"] = r.label();
+  d["summary"] = r.summary;
+  d["head_dims"] = r.head_dims;
+  d["min_cc"] = r.min_cc;
+  d["decode"] = r.decode;
+  d["backward"] = static_cast<bool>(r.launch_bwd);
+  d["forward_rung"] = r.forward_rung;
+  d["paged_kv"] = r.paged_kv;
+  d["in_tour"] = r.in_tour;
+  d["not_implemented"] = r.not_implemented;
+  std::vector<std::string> dtypes;
+  for (DType t : {DType::fp16, DType::bf16})
+    if (dtype_built(t)) dtypes.push_back(dtype_name(t));
+  d["dtypes"] = dtypes;
+  d["baselines"] = describe_baselines(registry(), r);
+  return d;
+}
+
+Problem make_problem(int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv, int head_dim,
+                     const std::string& dtype, bool causal, float softmax_scale, int num_splits) {
+  Problem p;
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  if (!parse_dtype(dtype, &p.dtype))
+    throw nb::value_error(("dtype must be fp16 or bf16, got '" + dtype + "'").c_str());
+  p.causal = causal;
+  p.softmax_scale = softmax_scale;
+  p.num_splits = num_splits;
+  return p;
+}
+
+}  // namespace
+}  // namespace fl
+
+NB_MODULE(_ext, m) {
+  using namespace fl;
+  m.doc() = "FlashLadder's rungs on raw CUDA pointers (the flashladder package wraps it for PyTorch)";
+  m.attr("MAX_HEAD_DIM") = kMaxHeadDim;
+
+  nb::class_<DeviceInfo>(m, "DeviceInfo",
+                         "What a rung's supports() reads about a GPU; build one by hand to ask "
+                         "about a GPU this machine does not have")
+      .def(nb::init<>())
+      .def_rw("name", &DeviceInfo::name)
+      .def_rw("cc_major", &DeviceInfo::cc_major)
+      .def_rw("cc_minor", &DeviceInfo::cc_minor)
+      .def_rw("sm_count", &DeviceInfo::sm_count)
+      .def_rw("clock_khz", &DeviceInfo::clock_khz)
+      .def_rw("smem_per_block_optin", &DeviceInfo::smem_per_block_optin)
+      .def_rw("smem_per_sm", &DeviceInfo::smem_per_sm)
+      .def_rw("regs_per_sm", &DeviceInfo::regs_per_sm)
+      .def_rw("l2_bytes", &DeviceInfo::l2_bytes)
+      .def_rw("mem_total", &DeviceInfo::mem_total)
+      .def_rw("mem_free", &DeviceInfo::mem_free)
+      .def_rw("peak_fp32_tflops", &DeviceInfo::peak_fp32_tflops)
+      .def_rw("peak_tensor_tflops", &DeviceInfo::peak_tensor_tflops)
+      .def_rw("peak_gbps", &DeviceInfo::peak_gbps)
+      .def_rw("cuda_runtime_version", &DeviceInfo::cuda_runtime_version)
+      .def_rw("driver_version", &DeviceInfo::driver_version)
+      .def_prop_ro("arch", &DeviceInfo::arch)
+      .def("__repr__", [](const DeviceInfo& d) {
+        return "DeviceInfo(" + d.name + ", " + d.arch() + ", " + std::to_string(d.sm_count) + " SMs)";
+      });
+
+  nb::class_<Problem>(m, "Problem", "One attention problem (the runner's fl::Problem)")
+      .def(nb::init<>())
+      .def("__init__",
+           [](Problem* self, int batch, int seqlen_q, int seqlen_k, int heads_q, int heads_kv,
+              int head_dim, const std::string& dtype, bool causal, float softmax_scale,
+              int num_splits) {
+             new (self) Problem(make_problem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim,
+                                             dtype, causal, softmax_scale, num_splits));
+           },
+           "batch"_a, "seqlen_q"_a, "seqlen_k"_a, "heads_q"_a, "heads_kv"_a, "head_dim"_a,
+           "dtype"_a = "fp16", "causal"_a = false, "softmax_scale"_a = 0.0f, "num_splits"_a = 0)
+      .def_rw("batch", &Problem::batch)
+      .def_rw("seqlen_q", &Problem::seqlen_q)
+      .def_rw("seqlen_k", &Problem::seqlen_k)
+      .def_rw("heads_q", &Problem::heads_q)
+      .def_rw("heads_kv", &Problem::heads_kv)
+      .def_rw("head_dim", &Problem::head_dim)
+      .def_prop_rw(
+          "dtype", [](const Problem& p) { return std::string(dtype_name(p.dtype)); },
+          [](Problem& p, const std::string& s) {
+            if (!parse_dtype(s, &p.dtype))
+              throw nb::value_error(("dtype must be fp16 or bf16, got '" + s + "'").c_str());
+          })
+      .def_rw("causal", &Problem::causal)
+      .def_rw("softmax_scale", &Problem::softmax_scale)
+      .def_rw("num_splits", &Problem::num_splits)
+      .def("scale", &Problem::scale, "softmax_scale, or 1/sqrt(head_dim) when it is 0")
+      .def("describe", &Problem::describe)
+      .def("__repr__", &Problem::describe);
+
+  m.def(
+      "rungs",
+      [] {
+        std::vector<nb::dict> out;
+        for (const Rung& r : registry().all()) out.push_back(rung_dict(r));
+        return out;
+      },
+      "Every registered entry (rungs and their variants), in ladder order, as dicts");
+
+  m.def(
+      "tolerance_floor",
+      [](const std::string& dtype, bool gradients) {
+        DType t;
+        if (!parse_dtype(dtype, &t))
+          throw nb::value_error(("dtype must be fp16 or bf16, got '" + dtype + "'").c_str());
+        const Tolerance f = gradients ? gradient_tolerance_floor(t) : tolerance_floor(t);
+        nb::dict d;
+        d["rel_fro"] = f.rel_fro;
+        d["max_abs"] = f.max_abs;
+        d["lse_abs"] = f.lse_abs;
+        return d;
+      },
+      "dtype"_a, "gradients"_a = false,
+      "The ladder's per-dtype tolerance floors (check.h; gradients: reference_bwd.h): relative "
+      "Frobenius, max abs (scaled by max(1, max |ref|)) and LSE max abs");
+
+  m.def("device_count", &device_count, "CUDA devices visible (0, never an error, without one)");
+  m.def("no_device_reason", &no_device_reason,
+        "'' when a CUDA device exists, else why not (no device, no driver)");
+  m.def("device_info", &device_info, "index"_a = 0,
+        "The device as the runner sees it (queried once per device); RuntimeError without one");
+
+  m.def(
+      "supports",
+      [](int number, const std::string& variant, const Problem& p, const DeviceInfo& d) {
+        return supports_reason(find_rung(number, variant), p, d);
+      },
+      "number"_a, "variant"_a, "problem"_a, "device"_a,
+      "'' if the entry can run the problem on the device, else its one-line reason");
+  m.def(
+      "supports",
+      [](int number, const std::string& variant, const Problem& p, int device) {
+        return supports_reason(find_rung(number, variant), p, device_info(device));
+      },
+      "number"_a, "variant"_a, "problem"_a, "device"_a = 0);
+
+  m.def(
+      "layout_reason",
+      [](const std::string& name, uintptr_t ptr, const std::array<int64_t, 4>& shape,
+         const Strides4& strides) { return layout_reason(name, ptr, shape, strides); },
+      "name"_a, "data_ptr"_a, "shape"_a, "strides"_a,
+      "'' if a [batch, seqlen, heads, head_dim] tensor with this pointer and these strides "
+      "(elements) can be read by every rung, else why not");
+
+  m.def(
+      "workspace_bytes",
+      [](int number, const std::string& variant, const Problem& p, int device) {
+        const Rung& r = find_rung(number, variant);
+        const DeviceInfo d = device_info(device);
+        refuse_if(supports_reason(r, p, d));
+        DeviceGuard guard(device);  // rung 08 sizes its splits from the current device
+        return forward_workspace_bytes(r, p);
+      },
+      "number"_a, "variant"_a, "problem"_a, "device"_a = 0,
+      "Bytes of scratch the forward pass needs (ValueError with the reason if it cannot run)");
+
+  m.def(
+      "bwd_workspace_bytes",
+      [](int number, const std::string& variant, const Problem& p, bool deterministic, int device) {
+        const Rung& r = find_rung(number, variant);
+        if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
+        refuse_if(supports_reason(r, p, device_info(device)));
+        return r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : size_t{0};
+      },
+      "number"_a, "variant"_a, "problem"_a, "deterministic"_a = false, "device"_a = 0,
+      "Bytes of scratch the backward pass needs");
+
+  m.def(
+      "forward",
+      [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
+         const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,
+         uintptr_t stream, int device) {
+        const Rung& r = find_rung(number, variant);
+        if (!r.launch) refuse_if(r.label() + " has no forward launch");
+        refuse_if(supports_reason(r, p, device_info(device)));
+        AttnParams a = params_for(p, ptr, strides);
+        DeviceGuard guard(device);
+        check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
+        a.workspace = reinterpret_cast<void*>(workspace);
+        a.workspace_bytes = workspace_bytes;
+        nb::gil_scoped_release release;
+        r.launch(a, reinterpret_cast<cudaStream_t>(stream));
+      },
+      "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
+      "workspace_bytes"_a, "stream"_a, "device"_a,
+      "Launches the entry's forward pass (asynchronous, on the stream). ptrs: q, k, v, out, lse "
+      "(fp32 [batch, heads_q, seqlen_q], contiguous); strides: q, k, v, out (4 each, elements)");
+
+  m.def(
+      "backward",
+      [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 9>& ptr,
+         const std::array<Strides4, 8>& strides, uintptr_t workspace, size_t workspace_bytes,
+         bool deterministic, uintptr_t stream, int device) {
+        const Rung& r = find_rung(number, variant);
+        if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
+        refuse_if(supports_reason(r, p, device_info(device)));
+        AttnBwdParams b{};
+        b.fwd = params_for(p, {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]},
+                           {strides[0], strides[1], strides[2], strides[3]});
+        // dO has O's strides, dQ Q's, dK K's and dV V's (backward.h).
+        const char* names[4] = {"dout", "dq", "dk", "dv"};
+        const char* like[4] = {"out", "q", "k", "v"};
+        const int same[4] = {3, 0, 1, 2};
+        for (int i = 0; i < 4; ++i) {
+          const std::array<int64_t, 4> shape =
+              same[i] == 1 || same[i] == 2
+                  ? std::array<int64_t, 4>{p.batch, p.seqlen_k, p.heads_kv, p.head_dim}
+                  : std::array<int64_t, 4>{p.batch, p.seqlen_q, p.heads_q, p.head_dim};
+          const auto s = checked_strides(names[i], ptr[5 + i], shape, strides[4 + i]);
+          const auto t = checked_strides(like[i], ptr[same[i]], shape, strides[same[i]]);
+          if (s != t)
+            refuse_if(std::string(names[i]) + " must have the strides of " + like[i] +
+                      " (the backward kernels index both with one set)");
+        }
+        b.dout = reinterpret_cast<const void*>(ptr[5]);
+        b.dq = reinterpret_cast<void*>(ptr[6]);
+        b.dk = reinterpret_cast<void*>(ptr[7]);
+        b.dv = reinterpret_cast<void*>(ptr[8]);
+        DeviceGuard guard(device);
+        check_workspace(workspace, workspace_bytes,
+                        r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0);
+        b.workspace = reinterpret_cast<void*>(workspace);
+        b.workspace_bytes = workspace_bytes;
+        b.deterministic = deterministic ? 1 : 0;
+        nb::gil_scoped_release release;
+        r.launch_bwd(b, reinterpret_cast<cudaStream_t>(stream));
+      },
+      "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
+      "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a,
+      "Launches the entry's backward pass (asynchronous). ptrs: q, k, v, out, lse, dout, dq, dk, "
+      "dv; strides: q, k, v, out, dout, dq, dk, dv (dout like out, dq like q, dk like k, dv like v)");
+}
