@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""The Python package's CPU side: no GPU and no PyTorch needed (ctest: cpu_python).
+
+    PYTHONPATH=build/ci/python python3 tests/python/test_cpu.py [--tour build/ci/bin/tour]
+
+1. `import flashladder` works without PyTorch and imports none.
+2. rungs() lists the rungs this build registered (the same labels as `tour --registry-json`), each
+   with its summary, head_dims and flags.
+3. The device query reports "no usable CUDA device" cleanly on a machine without one.
+4. supports(): each rung's one-line reason on hand-built devices (an H100, an A100, a GPU with
+   little shared memory): head_dim 40 for rung 10, GQA 3:2, rung 11's head_dims, the arch.
+5. The layout rule (fl::tensor_layout_reason through the extension): head_dim contiguous, strides
+   multiples of 8 elements, 16-byte aligned data; a dimension of size 1 may have any stride.
+6. Every input check of flashladder.attention on small stand-in tensors (shape, stride(), dtype,
+   device, data_ptr()): not a tensor, not CUDA, two devices, dtype, rank, shapes, GQA, head_dim,
+   scale, layout, each with its message; and the default rung's choice on hand-built devices.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import unittest
+
+import flashladder
+from flashladder import _core, _ext
+
+TOUR = None  # --tour: the built tour, whose registry the package must list
+
+
+class Device:
+    """A stand-in for torch.device."""
+
+    def __init__(self, type_, index=None):
+        self.type, self.index = type_, index
+
+    def __eq__(self, other):
+        return (self.type, self.index) == (other.type, other.index)
+
+    def __str__(self):
+        return self.type if self.index is None else "%s:%d" % (self.type, self.index)
+
+
+class DType:
+    """A stand-in for torch.dtype: only its name (str) is read."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __eq__(self, other):
+        return self.name == other.name
+
+    def __str__(self):
+        return self.name
+
+
+FP16, BF16, FP32 = DType("torch.float16"), DType("torch.bfloat16"), DType("torch.float32")
+CUDA0 = Device("cuda", 0)
+
+
+class Tensor:
+    """A stand-in tensor: shape, strides (dense unless given), dtype, device, data pointer."""
+
+    def __init__(self, shape, dtype=FP16, device=CUDA0, strides=None, ptr=1 << 20):
+        self.shape = tuple(shape)
+        self.dtype, self.device, self.ptr = dtype, device, ptr
+        if strides is None:
+            strides, n = [], 1
+            for s in reversed(self.shape):
+                strides.insert(0, n)
+                n *= s
+        self.strides = tuple(strides)
+
+    def stride(self):
+        return self.strides
+
+    def data_ptr(self):
+        return self.ptr
+
+
+def qkv(b=2, sq=128, sk=128, hq=8, hkv=8, d=64, **kw):
+    return Tensor((b, sq, hq, d), **kw), Tensor((b, sk, hkv, d), **kw), Tensor((b, sk, hkv, d), **kw)
+
+
+def fake_device(cc, smem_optin, name="fake"):
+    d = flashladder.DeviceInfo()
+    d.name = name
+    d.cc_major, d.cc_minor = divmod(cc, 10)
+    d.sm_count = 132
+    d.smem_per_block_optin = smem_optin
+    d.smem_per_sm = smem_optin + 1024
+    return d
+
+
+H100 = fake_device(90, 232448, "fake H100")
+A100 = fake_device(80, 166912, "fake A100")
+SMALL = fake_device(86, 101376, "fake sm_86")
+
+
+def built(number):
+    return any(r.number == number for r in flashladder.rungs())
+
+
+class Import(unittest.TestCase):
+    def test_no_torch(self):
+        self.assertNotIn("torch", sys.modules, "import flashladder must not import torch")
+        self.assertTrue(callable(flashladder.attention))
+        self.assertIn("head_dim", flashladder.__doc__)
+
+    def test_attention_without_torch(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            with self.assertRaises(ImportError):
+                flashladder.attention(*qkv())
+        else:
+            self.skipTest("PyTorch is installed here")
+
+
+class Registry(unittest.TestCase):
+    def test_rungs(self):
+        mains = flashladder.rungs()
+        self.assertGreater(len(mains), 0)
+        self.assertEqual([r.number for r in mains], sorted(r.number for r in mains))
+        for r in mains:
+            self.assertEqual(r.variant, "")
+            self.assertTrue(r.summary, r.label)
+            self.assertTrue(r.label.startswith("%02d_%s" % (r.number, r.name)))
+            self.assertIsInstance(r.head_dims, tuple)
+            self.assertTrue(set(r.dtypes) <= {"fp16", "bf16"} and r.dtypes, r.label)
+        self.assertEqual(mains[0].label, "01_naive")  # the baseline is always built
+        every = flashladder.rungs(variants=True)
+        self.assertGreaterEqual(len(every), len(mains))
+        self.assertTrue(all(r in every for r in mains))
+
+    def test_flags(self):
+        if built(11):
+            r = flashladder.find_rung(11)
+            self.assertTrue(r.backward)
+            self.assertEqual(r.forward_rung, 6)
+            self.assertEqual(r.head_dims, (64, 128))
+        if built(8):
+            self.assertTrue(flashladder.find_rung(8).decode)
+        self.assertFalse(flashladder.find_rung(1).backward)
+
+    def test_unknown_rung(self):
+        with self.assertRaisesRegex(ValueError, "no rung 99 in this build"):
+            flashladder.find_rung(99)
+        with self.assertRaisesRegex(ValueError, "no rung 99"):
+            _ext.supports(99, "", _core.make_problem(1, 8, 8, 1, 1, 64), H100)
+
+    def test_same_as_tour(self):
+        if not TOUR:
+            self.skipTest("no --tour given")
+        out = subprocess.run([TOUR, "--registry-json"], capture_output=True, text=True, check=True)
+        labels = [e["label"] for e in json.loads(out.stdout)["rungs"]]
+        self.assertEqual([r.label for r in flashladder.rungs(variants=True)], labels)
+
+
+class NoDevice(unittest.TestCase):
+    def test_clean(self):
+        n = flashladder.device_count()
+        if n > 0:
+            self.assertEqual(flashladder.no_device_reason(), "")
+            self.assertTrue(flashladder.device_info(0).name)
+            self.skipTest("this machine has %d CUDA device(s)" % n)
+        self.assertIn("no usable CUDA device", flashladder.no_device_reason())
+        with self.assertRaisesRegex(RuntimeError, "no usable CUDA device"):
+            flashladder.device_info(0)
+        # Asking a rung about "this machine's GPU" says the same, not a crash.
+        with self.assertRaisesRegex(RuntimeError, "no usable CUDA device"):
+            flashladder.supports(1, 1, 16, 16, 1, 1, 64)
+
+
+class Supports(unittest.TestCase):
+    def ask(self, rung, device, d=128, hq=8, hkv=8, dtype="fp16", variant=""):
+        return flashladder.supports(rung, 2, 256, 256, hq, hkv, d, dtype=dtype, variant=variant,
+                                    device=device)
+
+    def test_head_dim_for_rung_10(self):
+        if not built(10):
+            self.skipTest("rung 10 not built")
+        why = self.ask(10, H100, d=40)
+        self.assertIn("head_dim 40 not supported", why)
+        # On an A100 the arch comes first or the head_dim: either way a reason, one line.
+        self.assertTrue(self.ask(10, A100) and "\n" not in self.ask(10, A100))
+
+    def test_gqa_must_divide(self):
+        for r in flashladder.rungs():
+            why = self.ask(r.number, H100, d=64, hq=3, hkv=2)
+            self.assertIn("must divide", why, r.label)
+
+    def test_fine(self):
+        self.assertEqual(self.ask(1, A100, d=64), "")
+        if built(6):
+            self.assertEqual(self.ask(6, A100, d=128), "")
+            self.assertEqual(self.ask(6, SMALL, d=256), "")  # the 100 KB tile class
+            tiny = fake_device(80, 48 * 1024)
+            self.assertIn("bytes of shared memory", self.ask(6, tiny, d=256))
+
+    def test_backward_head_dims(self):
+        if not built(11):
+            self.skipTest("rung 11 not built")
+        self.assertEqual(self.ask(11, A100, d=64), "")
+        self.assertIn("head_dim 32 not supported (supported: 64, 128)", self.ask(11, A100, d=32))
+
+    def test_arch(self):
+        if not built(6):
+            self.skipTest("rung 06 not built")
+        old = fake_device(75, 65536)
+        self.assertIn("needs compute capability >= 8.0", self.ask(6, old, d=64))
+
+    def test_device_info_fields(self):
+        self.assertEqual(H100.arch, "sm_90")
+        self.assertIn("fake H100", repr(H100))
+
+
+class Layout(unittest.TestCase):
+    def reason(self, shape, strides, ptr=1 << 20):
+        return _ext.layout_reason("q", ptr, shape, strides)
+
+    def test_rules(self):
+        shape = (2, 64, 4, 64)
+        self.assertEqual(self.reason(shape, (64 * 4 * 64, 4 * 64, 64, 1)), "")
+        self.assertIn("must be contiguous (stride 1)", self.reason(shape, (32768, 256, 1, 4)))
+        self.assertIn("16-byte aligned", self.reason(shape, (16384, 256, 64, 1), ptr=(1 << 20) + 2))
+        self.assertIn("seqlen stride must be a positive multiple of 8 elements",
+                      self.reason(shape, (16384, 260, 64, 1)))
+        self.assertIn("heads stride", self.reason(shape, (16384, 256, 0, 1)))
+        # [batch, heads, seqlen, head_dim] storage seen as [batch, seqlen, heads, head_dim]
+        # (transformers' layout, transposed): strides of a permuted view are fine.
+        self.assertEqual(self.reason(shape, (4 * 64 * 64, 64, 64 * 64, 1)), "")
+        # A dimension of size 1 may carry any stride (PyTorch gives such dims arbitrary ones).
+        self.assertEqual(self.reason((1, 1, 4, 64), (3, 5, 64, 1)), "")
+
+
+class Checks(unittest.TestCase):
+    def check(self, q, k, v, **kw):
+        return _core.check_qkv(q, k, v, tensor_type=Tensor, **kw)
+
+    def raises(self, exc, text, q, k, v, **kw):
+        with self.assertRaises(exc) as cm:
+            self.check(q, k, v, **kw)
+        self.assertIn(text, str(cm.exception))
+        self.assertNotIn("\n", str(cm.exception))
+
+    def test_good(self):
+        key = self.check(*qkv(b=2, sq=67, sk=131, hq=8, hkv=2, d=128), causal=True)
+        self.assertEqual(key, (2, 67, 131, 8, 2, 128, "fp16", True, 0.0))
+        key = self.check(*qkv(dtype=BF16), softmax_scale=0.5)
+        self.assertEqual(key[6:], ("bf16", False, 0.5))
+
+    def test_not_a_tensor(self):
+        q, k, v = qkv()
+        self.raises(TypeError, "k must be a", q, [[1.0]], v)
+
+    def test_device(self):
+        q, k, v = qkv()
+        self.raises(ValueError, "q is on cpu", Tensor(q.shape, device=Device("cpu")), k, v)
+        self.raises(ValueError, "v is on cuda:1 but q is on cuda:0", q, k,
+                    Tensor(v.shape, device=Device("cuda", 1)))
+
+    def test_dtype(self):
+        q, k, v = qkv()
+        self.raises(TypeError, "torch.float16 or torch.bfloat16", *qkv(dtype=FP32))
+        self.raises(TypeError, "k is torch.bfloat16 but q is torch.float16", q,
+                    Tensor(k.shape, dtype=BF16), v)
+
+    def test_shapes(self):
+        q, k, v = qkv()
+        self.raises(ValueError, "4 dimensions", Tensor((2, 128, 512)), k, v)
+        self.raises(ValueError, "v must have k's shape", q, k, Tensor((2, 127, 8, 64)))
+        self.raises(ValueError, "k's batch and head_dim must be q's", q, *qkv(b=3)[1:])
+        self.raises(ValueError, "k's batch and head_dim must be q's", q, *qkv(d=128)[1:])
+        self.raises(ValueError, "is empty", *qkv(sq=0))
+
+    def test_gqa(self):
+        self.raises(ValueError, "heads_q (3) must be a multiple of heads_kv (2)", *qkv(hq=3, hkv=2))
+        self.check(*qkv(hq=8, hkv=1))  # MQA
+        self.check(*qkv(hq=8, hkv=2))  # GQA 4:1
+
+    def test_head_dim_and_scale(self):
+        self.raises(ValueError, "head_dim must be a multiple of 8", *qkv(d=12))
+        self.raises(ValueError, "up to 256", *qkv(d=264))
+        self.raises(ValueError, "softmax_scale must be a finite number > 0", *qkv(),
+                    softmax_scale=-1.0)
+        self.raises(ValueError, "softmax_scale", *qkv(), softmax_scale=float("nan"))
+
+    def test_layout(self):
+        q, k, v = qkv()
+        # q[..., ::2] of a [2, 128, 8, 128] tensor: the last dimension is strided.
+        sliced = Tensor((2, 128, 8, 64), strides=(131072, 1024, 128, 2))
+        self.raises(ValueError, "q: the last dimension (head_dim) must be contiguous", sliced, k, v)
+        self.raises(ValueError, "16-byte aligned", q, Tensor(k.shape, ptr=(1 << 20) + 8), v)
+        # Fake tensors while tracing have no data: the layout check is skipped.
+        self.check(sliced, k, v, check_layout=False)
+
+    def test_like(self):
+        q = Tensor((2, 16, 4, 64))
+        _core.check_like("out", Tensor(q.shape), "q", q)
+        with self.assertRaisesRegex(ValueError, "out must have q's shape"):
+            _core.check_like("out", Tensor((2, 16, 4, 32)), "q", q)
+        with self.assertRaisesRegex(TypeError, "dout must be torch.bfloat16"):
+            _core.check_like("dout", Tensor(q.shape), "q", Tensor(q.shape, dtype=BF16))
+
+
+class DefaultRung(unittest.TestCase):
+    def test_choice(self):
+        problem = _core.make_problem(2, 512, 512, 8, 8, 128)
+        if built(10) and _ext.supports(10, "", problem, H100) == "":
+            self.assertEqual(_core.default_forward(problem, H100).number, 10)
+        if built(6):
+            self.assertEqual(_core.default_forward(problem, A100).number, 6)
+        with self.assertRaisesRegex(ValueError, "no default rung runs .* pass rung="):
+            _core.default_forward(_core.make_problem(2, 512, 512, 8, 8, 40), H100)
+
+    def test_tolerance_floors(self):
+        f16, b16 = _ext.tolerance_floor("fp16"), _ext.tolerance_floor("bf16")
+        self.assertLess(f16["max_abs"], b16["max_abs"])
+        self.assertEqual(_ext.tolerance_floor("fp16", True)["rel_fro"], 2 * f16["rel_fro"])
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tour", help="the built tour (its --registry-json is compared with rungs())")
+    args, rest = ap.parse_known_args()
+    TOUR = args.tour
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
+
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers
+
+Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
+fails. Each comparison prints its max error next to the tolerance.
+
+forward       every forward entry (rungs and variants) that supports the shape against
+              F.scaled_dot_product_attention in fp32 on the same 16-bit values: fp16/bf16, causal
+              with seqlen_q < seqlen_k and seqlen_q > seqlen_k (the ladder's causal is bottom-right
+              aligned: SDPA gets an explicit bool mask), GQA 4:1, MQA, odd tails (67, 131), decode
+              shapes; the LSE against a logsumexp; strided inputs (a transposed [b, h, s, d]
+              view, a slice of a packed QKV); the default rung.
+backward      rung 11 through autograd (the custom op) against SDPA's gradients: fp16/bf16,
+              causal both ways, GQA, MQA, strided inputs; attention_backward() gives the same;
+              torch.use_deterministic_algorithms(True) gives bitwise-identical gradients.
+compile       torch.compile(fullgraph=True) of a function calling flashladder.attention, forward
+              and backward, against eager; torch.library.opcheck of the custom op.
+errors        bad input raises TypeError/ValueError with a one-line reason, before any launch:
+              wrong device, dtype, a non-contiguous last dim, a misaligned view, head_dim 40 for
+              rung 10 (06 off sm_90), GQA 3:2, an unknown rung, rung 11's head_dims under
+              autograd, a mask or dropout through the transformers function. Each message is
+              printed.
+transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
+              attn_implementation="flashladder" against "sdpa": logits, gradients after one
+              backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
+              Skipped without transformers.
+
+Tolerances are the ladder's per-dtype floors (fl::tolerance_floor, for gradients
+fl::gradient_tolerance_floor): relative Frobenius and max abs, the latter scaled by
+max(1, max |reference|).
+"""
+
+import math
+import sys
+import traceback
+
+SKIP = 77
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("PyTorch is not installed: skipped (exit 77)")
+    sys.exit(SKIP)
+
+import flashladder
+from flashladder import _core, _ext
+
+FAILURES = []
+
+
+def fail(msg):
+    FAILURES.append(msg)
+    print("FAIL " + msg)
+
+
+# ---- reference ----------------------------------------------------------------------------------
+
+def visible_mask(sq, sk, causal, device):
+    """[sq, sk] bool: query i sees key j (bottom-right aligned causal), None when not causal."""
+    if not causal:
+        return None
+    i = torch.arange(sq, device=device)[:, None]
+    j = torch.arange(sk, device=device)[None, :]
+    return j <= i + (sk - sq)
+
+
+def reference(q, k, v, causal, scale=None):
+    """(O [b, sq, hq, d], LSE [b, hq, sq]) in fp32 from the 16-bit (or fp32, differentiable)
+    inputs, through F.scaled_dot_product_attention's math backend; rows that see no key: O = 0,
+    LSE = -inf (the ladder's contract)."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qf = q.float().transpose(1, 2)
+    kf = k.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    vf = v.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    mask = visible_mask(sq, sk, causal, q.device)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, scale=scale)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+        sees = mask.any(-1)[None, None, :, None]
+        out = torch.where(sees, out, torch.zeros_like(out))
+    lse = torch.logsumexp(s.detach(), dim=-1)
+    return out.transpose(1, 2), lse
+
+
+def errors(got, ref):
+    """(max abs error, relative Frobenius error, max |ref|) of got against ref, in fp64."""
+    diff = got.double() - ref.double()
+    ref_max = ref.double().abs().max().item()
+    norm = ref.double().norm().item()
+    return diff.abs().max().item(), diff.norm().item() / (norm if norm > 0 else 1.0), ref_max
+
+
+def judge(what, got, ref, dtype_name, gradients=False, floor=None):
+    """Passes iff max abs <= floor max_abs x max(1, max |ref|) and rel_fro <= floor rel_fro;
+    the floor is the ladder's for dtype_name unless given."""
+    floor = floor or _ext.tolerance_floor(dtype_name, gradients)
+    if not torch.isfinite(got).all():
+        fail("%s: %d non-finite values" % (what, (~torch.isfinite(got)).sum().item()))
+        return
+    max_abs, rel, ref_max = errors(got, ref)
+    tol_abs = floor["max_abs"] * max(1.0, ref_max)
+    ok = max_abs <= tol_abs and rel <= floor["rel_fro"]
+    line = "%s max_abs %.2e / %.2e, rel_fro %.2e / %.2e" % (what, max_abs, tol_abs, rel,
+                                                            floor["rel_fro"])
+    if ok:
+        print("ok   " + line)
+    else:
+        fail(line)
+
+
+def judge_lse(what, lse, ref, dtype_name):
+    floor = _ext.tolerance_floor(dtype_name)["lse_abs"]
+    finite = torch.isfinite(ref)
+    if not torch.equal(torch.isneginf(lse), ~finite):
+        fail("%s LSE: -inf exactly where a row sees no key expected" % what)
+        return
+    if finite.any():
+        err = (lse[finite].double() - ref[finite].double()).abs().max().item()
+        if err > floor:
+            fail("%s LSE max_abs %.2e / %.2e" % (what, err, floor))
+
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def randn(*shape, dtype=torch.float16, offset=0.0):
+    return (torch.randn(*shape, device="cuda") + offset).to(dtype)
+
+
+# ---- forward --------------------------------------------------------------------------------------
+
+# (batch, seqlen_q, seqlen_k, heads_q, heads_kv): equal lengths; GQA 4:1 with tails, seqlen_q <
+# seqlen_k; MQA with seqlen_q > seqlen_k (causal: rows that see no key); decode shapes.
+PREFILL = [(2, 128, 128, 4, 4), (1, 67, 131, 8, 2), (2, 131, 67, 4, 1)]
+DECODE = [(2, 3, 777, 8, 2), (1, 1, 1000, 8, 1)]
+
+
+def forward_case(r, shape, d, dtype_name, causal, counts):
+    b, sq, sk, hq, hkv = shape
+    why = flashladder.supports(r, b, sq, sk, hq, hkv, d, dtype=dtype_name, causal=causal)
+    if why:
+        counts["skipped"] += 1
+        return
+    dt = DTYPES[dtype_name]
+    q, k, v = randn(b, sq, hq, d, dtype=dt, offset=0.5), randn(b, sk, hkv, d, dtype=dt), \
+        randn(b, sk, hkv, d, dtype=dt, offset=0.5)
+    out, lse = flashladder.attention(q, k, v, rung=r, causal=causal, return_lse=True)
+    ref, ref_lse = reference(q, k, v, causal)
+    what = "%s %s d=%d B=%d Sq=%d Sk=%d H=%d/%d causal=%d" % (r.label, dtype_name, d, b, sq, sk, hq,
+                                                              hkv, causal)
+    judge(what, out.float(), ref, dtype_name)
+    judge_lse(what, lse, ref_lse, dtype_name)
+    counts["ran"] += 1
+
+
+def part_forward():
+    counts = {"ran": 0, "skipped": 0}
+    for r in flashladder.rungs(variants=True):
+        if r.backward:
+            continue  # its forward is rung 06's, tested as rung 06
+        dims = [d for d in (32, 64, 128, 256) if not r.head_dims or d in r.head_dims]
+        shapes = PREFILL + DECODE
+        if r.variant:  # variants: the two common head_dims and two shapes, to bound the time
+            dims = [d for d in dims if d in (64, 128)]
+            shapes = [PREFILL[1], DECODE[0]] if r.decode else PREFILL[1:]
+        elif not r.head_dims:
+            dims = [64, 128, 256]
+        for d in dims:
+            for shape in shapes:
+                for dtype_name in r.dtypes:
+                    for causal in (False, True):
+                        forward_case(r, shape, d, dtype_name, causal, counts)
+    print("forward matrix: %d cases ran, %d refused by the rung's supports" % (counts["ran"],
+                                                                               counts["skipped"]))
+    if counts["ran"] == 0:
+        fail("no forward case ran")
+    part_forward_layouts()
+
+
+def part_forward_layouts():
+    """Strided inputs every rung reads through its strides, and the default rung."""
+    b, s, hq, hkv, d = 2, 131, 8, 2, 64
+    base_q = randn(b, hq, s, d)  # transformers' [batch, heads, seqlen, head_dim]
+    base_k, base_v = randn(b, hkv, s, d), randn(b, hkv, s, d, offset=0.5)
+    transposed = (base_q.transpose(1, 2), base_k.transpose(1, 2), base_v.transpose(1, 2))
+    packed = randn(b, s, 3, hq, d)  # one [b, s, 3, h, d] projection, sliced
+    sliced = (packed[:, :, 0], packed[:, :, 1], packed[:, :, 2])
+    key = _core.check_qkv(*transposed, True, None)
+    default = _core.plan_forward(None, "", key, torch.cuda.current_device()).label
+    print("default forward rung on %s: %s" % (flashladder.device_info().arch, default))
+    for r in [None] + flashladder.rungs():
+        if r is not None and (r.backward or r.decode):
+            continue
+        for name, (q, k, v) in (("transposed", transposed), ("packed-slice", sliced)):
+            for causal in (False, True):
+                if r is not None and flashladder.supports(r, q.shape[0], q.shape[1], k.shape[1],
+                                                          q.shape[2], k.shape[2], d, causal=causal):
+                    continue
+                out = flashladder.attention(q, k, v, rung=r, causal=causal)
+                ref, _ = reference(q, k, v, causal)
+                judge("%s %s causal=%d" % (r.label if r else "default (%s)" % default, name, causal),
+                      out.float(), ref, "fp16")
+
+
+# ---- backward -------------------------------------------------------------------------------------
+
+def grads_case(shape, d, dtype_name, causal, layout="dense", rung=None):
+    b, sq, sk, hq, hkv = shape
+    dt = DTYPES[dtype_name]
+    if layout == "dense":
+        leaves = [randn(b, sq, hq, d, dtype=dt, offset=0.5), randn(b, sk, hkv, d, dtype=dt),
+                  randn(b, sk, hkv, d, dtype=dt, offset=0.5)]
+        for t in leaves:
+            t.requires_grad_()
+        q, k, v = leaves
+    else:  # transformers' layout, transposed: dQ, dK, dV come back with the same strides
+        leaves = [randn(b, hq, sq, d, dtype=dt, offset=0.5), randn(b, hkv, sk, d, dtype=dt),
+                  randn(b, hkv, sk, d, dtype=dt, offset=0.5)]
+        for t in leaves:
+            t.requires_grad_()
+        q, k, v = (t.transpose(1, 2) for t in leaves)
+    out = flashladder.attention(q, k, v, rung=rung, causal=causal)
+    dout = randn(*out.shape, dtype=dt)
+    out.backward(dout)
+    ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref, _ = reference(*ref_in, causal)
+    ref.backward(dout.float())
+    what = "rung 11 after %s %s d=%d B=%d Sq=%d Sk=%d H=%d/%d causal=%d %s" % (
+        "default" if rung is None else rung, dtype_name, d, b, sq, sk, hq, hkv, causal, layout)
+    for name, leaf, r in zip(("dQ", "dK", "dV"), leaves, ref_in):
+        g = leaf.grad if layout == "dense" else leaf.grad.transpose(1, 2)
+        judge("%s %s" % (what, name), g.float(), torch.nan_to_num(r.grad), dtype_name, True)
+
+
+def part_backward():
+    if not any(r.backward for r in flashladder.rungs()):
+        print("rung 11 not built: skipped")
+        sys.exit(SKIP)
+    for dtype_name in ("fp16", "bf16"):
+        for d in (64, 128):
+            for shape in PREFILL:
+                for causal in (False, True):
+                    grads_case(shape, d, dtype_name, causal)
+    grads_case(PREFILL[1], 128, "bf16", True, layout="transposed")
+    grads_case(PREFILL[0], 64, "fp16", True, rung=6)  # rung 06's forward, as rung 11 measures
+    # attention_backward() is the op autograd runs: the same kernels, the same bits.
+    b, sq, sk, hq, hkv, d = 2, 67, 131, 8, 2, 128
+    q, k, v = randn(b, sq, hq, d), randn(b, sk, hkv, d), randn(b, sk, hkv, d)
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    out, lse = flashladder.attention(q, k, v, causal=True, return_lse=True)
+    dout = randn(*out.shape)
+    out.backward(dout)
+    dq, dk, dv = flashladder.attention_backward(dout, q.detach(), k.detach(), v.detach(),
+                                                out.detach(), lse, causal=True)
+    if not all(torch.equal(a, bb) for a, bb in ((dq, q.grad), (dk, k.grad), (dv, v.grad))):
+        fail("attention_backward() differs from autograd's gradients")
+    if lse.requires_grad:
+        fail("the LSE must be non-differentiable (rung 11 has no gradient through it)")
+    # Deterministic dQ: two runs, identical bits.
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = []
+        for _ in range(2):
+            q.grad = k.grad = v.grad = None
+            flashladder.attention(q, k, v, causal=True).backward(dout)
+            runs.append((q.grad.clone(), k.grad.clone(), v.grad.clone()))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    if not all(torch.equal(a, bb) for a, bb in zip(*runs)):
+        fail("torch.use_deterministic_algorithms(True): two backward passes differ")
+    else:
+        print("ok   deterministic backward: two runs bitwise identical")
+
+
+# ---- torch.compile --------------------------------------------------------------------------------
+
+def part_compile():
+    flashladder.load_ops()
+    b, sq, sk, hq, hkv, d = 2, 128, 192, 8, 2, 64
+    q, k, v = randn(b, sq, hq, d), randn(b, sk, hkv, d), randn(b, sk, hkv, d)
+    torch.library.opcheck(torch.ops.flashladder.attention.default, (q, k, v, True, 0.0, 0, ""))
+    print("ok   torch.library.opcheck(flashladder::attention)")
+
+    def loss_fn(q, k, v):
+        return (flashladder.attention(q, k, v, causal=True).float() ** 2).sum()
+
+    def fwd(q, k, v):
+        return flashladder.attention(q, k, v, causal=True) * 2
+
+    compiled_fwd = torch.compile(fwd, fullgraph=True)
+    judge("torch.compile forward vs eager", compiled_fwd(q, k, v).float(), fwd(q, k, v).float(),
+          "fp16")
+    grads = []
+    for fn in (loss_fn, torch.compile(loss_fn, fullgraph=True)):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        fn(*leaves).backward()
+        grads.append([t.grad.float() for t in leaves])
+    for name, eager, comp in zip(("dQ", "dK", "dV"), *grads):
+        judge("torch.compile backward vs eager %s" % name, comp, eager, "fp16", True)
+
+
+# ---- bad input ------------------------------------------------------------------------------------
+
+def expect(exc, text, fn):
+    try:
+        fn()
+    except exc as e:
+        msg = str(e)
+        if text not in msg or "\n" in msg.strip():
+            fail("%s raised %r, expected one line with %r" % (exc.__name__, msg, text))
+        else:
+            print("ok   %s: %s" % (type(e).__name__, msg))
+        return
+    except Exception as e:  # noqa: BLE001
+        fail("expected %s(%r), got %s: %s" % (exc.__name__, text, type(e).__name__, e))
+        return
+    fail("expected %s(%r), nothing raised" % (exc.__name__, text))
+
+
+def part_errors():
+    b, s, h, d = 2, 64, 4, 128
+    q, k, v = randn(b, s, h, d), randn(b, s, h, d), randn(b, s, h, d)
+    att = flashladder.attention
+    expect(ValueError, "q is on cpu", lambda: att(q.cpu(), k, v))
+    expect(ValueError, "k is on cpu", lambda: att(q, k.cpu(), v))
+    expect(TypeError, "torch.float16 or torch.bfloat16", lambda: att(q.float(), k.float(), v.float()))
+    expect(TypeError, "v is torch.bfloat16 but q is torch.float16", lambda: att(q, k, v.bfloat16()))
+    expect(TypeError, "must be a torch.Tensor", lambda: att(q, k.tolist(), v))
+    expect(ValueError, "last dimension (head_dim) must be contiguous",
+           lambda: att(randn(b, s, h, 2 * d)[..., ::2], k, v))
+    flat = torch.empty(b * s * h * d + 8, device="cuda", dtype=torch.float16)
+    expect(ValueError, "16-byte aligned", lambda: att(flat[1:1 + b * s * h * d].view(b, s, h, d), k, v))
+    expect(ValueError, "heads_q (3) must be a multiple of heads_kv (2)",
+           lambda: att(randn(b, s, 3, 64), randn(b, s, 2, 64), randn(b, s, 2, 64)))
+    expect(ValueError, "4 dimensions", lambda: att(q[0], k, v))
+    d40 = [randn(b, s, h, 40) for _ in range(3)]
+    built = {r.number for r in flashladder.rungs()}
+    if 10 in built and flashladder.device_info().arch == "sm_90":
+        expect(ValueError, "head_dim 40 not supported", lambda: att(*d40, rung=10))
+    elif 10 in built:
+        expect(ValueError, "needs", lambda: att(*d40, rung=10))
+    expect(ValueError, "head_dim 40 not supported (supported: 32, 64, 128, 256)",
+           lambda: att(*d40, rung=6))
+    expect(ValueError, "no default rung runs", lambda: att(*d40))
+    expect(ValueError, "no rung 99 in this build", lambda: att(q, k, v, rung=99))
+    expect(ValueError, "variant 'nope'", lambda: att(q, k, v, rung=6, variant="nope"))
+    expect(TypeError, "rung must be a rung number", lambda: att(q, k, v, rung="06"))
+    expect(ValueError, "softmax_scale must be a finite number > 0",
+           lambda: att(q, k, v, softmax_scale=0.0))
+    if 11 in built:
+        d32 = [randn(b, s, h, 32).requires_grad_() for _ in range(3)]
+        expect(ValueError, "head_dim 32 not supported (supported: 64, 128)", lambda: att(*d32))
+        with torch.no_grad():
+            att(*d32)  # without autograd, head_dim 32 is fine (rung 06 or 10)
+    # Through the registered op directly: the same reasons reach the caller.
+    flashladder.load_ops()
+    expect(Exception, "q is on cpu",
+           lambda: torch.ops.flashladder.attention(q.cpu(), k, v, False, 0.0, 0, ""))
+    # The transformers function refuses what it cannot honour.
+    from flashladder import transformers_attention as hf
+
+    class Module:
+        is_causal = True
+
+    t = (randn(b, h, s, 64), randn(b, h, s, 64), randn(b, h, s, 64))
+    mask = torch.ones(b, 1, s, s, dtype=torch.bool, device="cuda")
+    expect(ValueError, "take no attention mask", lambda: hf(Module(), *t, mask))
+    expect(ValueError, "no attention dropout", lambda: hf(Module(), *t, None, dropout=0.1))
+    expect(ValueError, "sliding_window", lambda: hf(Module(), *t, None, sliding_window=128))
+    out, weights = hf(Module(), *t, None, scaling=0.125)
+    ref, _ = reference(*(x.transpose(1, 2) for x in t), True, 0.125)
+    judge("transformers_attention (layout, scaling, module.is_causal)", out.float(), ref, "fp16")
+    if weights is not None or tuple(out.shape) != (b, s, h, 64):
+        fail("transformers_attention must return ([b, s, h, d], None)")
+    torch.cuda.synchronize()  # nothing asynchronous went wrong either
+
+
+# ---- transformers ---------------------------------------------------------------------------------
+
+# A whole model in fp16 carries each layer's rounding into the next (two layers, RMSNorm, MLP):
+# the per-kernel floors do not apply; 1% of the logits' norm does.
+MODEL_FLOOR = {"rel_fro": 1e-2, "max_abs": 2e-2}
+
+
+def part_transformers():
+    try:
+        import transformers
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError:
+        print("transformers is not installed: skipped (exit 77)")
+        sys.exit(SKIP)
+    print("transformers %s" % transformers.__version__)
+    import flashladder._hf as hf
+
+    flashladder.register_transformers()
+    calls = [0]
+    registered = hf.transformers_attention
+
+    def counting(*args, **kwargs):  # proves the model's attention ran on the ladder
+        calls[0] += 1
+        return registered(*args, **kwargs)
+
+    hf.transformers_attention = counting
+    dtype = torch.float16
+    models = {}
+    for impl in ("sdpa", "flashladder"):
+        torch.manual_seed(0)
+        # head_dim 64, GQA 4:1 (8 query heads, 2 KV heads), RoPE: a Llama in miniature.
+        config = LlamaConfig(vocab_size=1000, hidden_size=512, intermediate_size=1024,
+                             num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                             max_position_embeddings=1024, attention_dropout=0.0,
+                             attn_implementation=impl)
+        models[impl] = LlamaForCausalLM(config).to("cuda", dtype)
+        if models[impl].config._attn_implementation != impl:
+            fail("the model runs %s, not %s" % (models[impl].config._attn_implementation, impl))
+    models["flashladder"].load_state_dict(models["sdpa"].state_dict())
+    ids = torch.randint(0, config.vocab_size, (2, 200), device="cuda")
+    logits = {}
+    for impl, m in models.items():
+        m.train()
+        out = m(ids, labels=ids)
+        out.loss.backward()
+        logits[impl] = out.logits.float()
+    judge("Llama logits flashladder vs sdpa", logits["flashladder"], logits["sdpa"], "fp16",
+          floor=MODEL_FLOOR)
+    for (name, p_ref), (_, p) in zip(models["sdpa"].named_parameters(),
+                                     models["flashladder"].named_parameters()):
+        if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")) and ".0." in name:
+            max_abs, rel, _ = errors(p.grad.float(), p_ref.grad.float())
+            line = "gradient of %s: rel_fro %.2e (vs sdpa)" % (name, rel)
+            if rel < 5e-2:
+                print("ok   " + line)
+            else:
+                fail(line)
+    # New tokens against a KV cache: 4 queries after 196 cached keys (bottom-right causal).
+    m = models["flashladder"].eval()
+    with torch.no_grad():
+        full = models["sdpa"].eval()(ids).logits.float()
+        first = m(ids[:, :196], use_cache=True)
+        last = m(ids[:, 196:], past_key_values=first.past_key_values, use_cache=True)
+    judge("Llama logits of 4 new tokens on a KV cache vs sdpa", last.logits.float(), full[:, 196:],
+          "fp16", floor=MODEL_FLOOR)
+    hf.transformers_attention = registered
+    # 2 layers x (training forward, prefill, new tokens).
+    if calls[0] != 6:
+        fail("flashladder's attention ran %d times, expected 6" % calls[0])
+    else:
+        print("ok   attn_implementation='flashladder' ran the ladder in every layer")
+
+
+PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
+         "errors": part_errors, "transformers": part_transformers}
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in PARTS:
+        print("usage: test_gpu.py " + "|".join(PARTS))
+        return 2
+    if not torch.cuda.is_available() or flashladder.device_count() == 0:
+        print("no CUDA device (%s): skipped (exit 77)" % (flashladder.no_device_reason() or
+                                                         "torch.cuda.is_available() is False"))
+        return SKIP
+    torch.manual_seed(1)
+    print("%s on %s (%s), PyTorch %s" % (sys.argv[1], flashladder.device_info().name,
+                                         flashladder.device_info().arch, torch.__version__))
+    try:
+        PARTS[sys.argv[1]]()
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        fail("unexpected exception")
+    print("%d failure(s)" % len(FAILURES))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
