@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 python3 docs/labs/make_starter.py . --check-no-solution
 python3 docs/labs/make_starter.py . "$work/starter"
 cmake -S "$work/starter" -B "$work/build" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DFL_HEAD_DIM=64 \
-  -DFL_DTYPE=fp16 -DFL_BUILD_TESTS=OFF -DFL_BUILD_BENCH=OFF -DFL_BUILD_DOCS=OFF >/dev/null
+  -DFL_DTYPE=fp16 -DFL_BUILD_TESTS=OFF -DFL_BUILD_BENCH=OFF -DFL_BUILD_DOCS=OFF -DFL_BUILD_PYTHON=OFF >/dev/null
 cmake --build "$work/build" >"$work/build.log" 2>&1 || { tail -40 "$work/build.log"; exit 1; }
 passed=0 failed=0
 for exe in "$work"/build/bin/[01][0-9]_*; do
