@@ -196,7 +196,7 @@ macro(fl_find_python_bindings)
                      "(apt-get install python3-dev) for ${Python_EXECUTABLE}")
     else()
       message(STATUS "Python package flashladder not built: no nanobind for ${Python_EXECUTABLE} "
-                     "(python3 -m pip install nanobind==2.4.0)")
+                     "(python3 -m pip install --target build/pip nanobind==2.4.0)")
     endif()
   endif()
 endmacro()
