@@ -13,7 +13,8 @@ forward       every forward entry (rungs and variants) that supports the shape a
               shapes; the LSE against a logsumexp; strided inputs (a transposed [b, h, s, d]
               view, a slice of a packed QKV); the default rung.
 backward      rung 11 through autograd (the custom op) against SDPA's gradients: fp16/bf16,
-              causal both ways, GQA, MQA, strided inputs; attention_backward() gives the same;
+              causal both ways, GQA, MQA, strided inputs; each backward variant through
+              attention_backward(rung=...); attention_backward() gives autograd's bits;
               torch.use_deterministic_algorithms(True) gives bitwise-identical gradients.
 compile       torch.compile(fullgraph=True) of a function calling flashladder.attention, forward
               and backward, against eager; torch.library.opcheck of the custom op.
@@ -241,6 +242,25 @@ def grads_case(shape, d, dtype_name, causal, layout="dense", rung=None):
         judge("%s %s" % (what, name), g.float(), torch.nan_to_num(r.grad), dtype_name, True)
 
 
+def variant_grads_case(r, shape, d, dtype_name):
+    b, sq, sk, hq, hkv = shape
+    if flashladder.supports(r, b, sq, sk, hq, hkv, d, dtype=dtype_name, causal=True):
+        return
+    dt = DTYPES[dtype_name]
+    q, k, v = randn(b, sq, hq, d, dtype=dt, offset=0.5), randn(b, sk, hkv, d, dtype=dt), \
+        randn(b, sk, hkv, d, dtype=dt, offset=0.5)
+    out, lse = flashladder.attention(q, k, v, causal=True, return_lse=True)
+    dout = randn(*out.shape, dtype=dt)
+    grads = flashladder.attention_backward(dout, q, k, v, out, lse, causal=True, rung=r)
+    ref_in = [t.float().requires_grad_() for t in (q, k, v)]
+    ref, _ = reference(*ref_in, True)
+    ref.backward(dout.float())
+    for name, g, t in zip(("dQ", "dK", "dV"), grads, ref_in):
+        judge("%s %s d=%d B=%d Sq=%d Sk=%d H=%d/%d causal=1 %s" % (r.label, dtype_name, d, b, sq,
+                                                                    sk, hq, hkv, name),
+              g.float(), torch.nan_to_num(t.grad), dtype_name, True)
+
+
 def part_backward():
     if not any(r.backward for r in flashladder.rungs()):
         print("rung 11 not built: skipped")
@@ -252,33 +272,38 @@ def part_backward():
                     grads_case(shape, d, dtype_name, causal)
     grads_case(PREFILL[1], 128, "bf16", True, layout="transposed")
     grads_case(PREFILL[0], 64, "fp16", True, rung=6)  # rung 06's forward, as rung 11 measures
-    # attention_backward() is the op autograd runs: the same kernels, the same bits.
+    # Every backward variant through attention_backward(rung=...), on one causal GQA shape.
+    for r in flashladder.rungs(variants=True):
+        if r.backward and r.variant:
+            for d in (64, 128):
+                variant_grads_case(r, PREFILL[1], d, "bf16")
+    # torch.use_deterministic_algorithms(True) selects the deterministic dQ: two autograd passes
+    # give identical bits, and attention_backward(deterministic=True), the op autograd runs,
+    # gives the same bits again. (Without it dQ is summed by atomics, in no fixed order.)
     b, sq, sk, hq, hkv, d = 2, 67, 131, 8, 2, 128
     q, k, v = randn(b, sq, hq, d), randn(b, sk, hkv, d), randn(b, sk, hkv, d)
     q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
-    out, lse = flashladder.attention(q, k, v, causal=True, return_lse=True)
-    dout = randn(*out.shape)
-    out.backward(dout)
-    dq, dk, dv = flashladder.attention_backward(dout, q.detach(), k.detach(), v.detach(),
-                                                out.detach(), lse, causal=True)
-    if not all(torch.equal(a, bb) for a, bb in ((dq, q.grad), (dk, k.grad), (dv, v.grad))):
-        fail("attention_backward() differs from autograd's gradients")
-    if lse.requires_grad:
-        fail("the LSE must be non-differentiable (rung 11 has no gradient through it)")
-    # Deterministic dQ: two runs, identical bits.
+    dout = randn(b, sq, hq, d)
     torch.use_deterministic_algorithms(True)
     try:
         runs = []
         for _ in range(2):
             q.grad = k.grad = v.grad = None
-            flashladder.attention(q, k, v, causal=True).backward(dout)
+            out, lse = flashladder.attention(q, k, v, causal=True, return_lse=True)
+            out.backward(dout)
             runs.append((q.grad.clone(), k.grad.clone(), v.grad.clone()))
+        direct = flashladder.attention_backward(dout, q.detach(), k.detach(), v.detach(),
+                                                out.detach(), lse, causal=True, deterministic=True)
     finally:
         torch.use_deterministic_algorithms(False)
     if not all(torch.equal(a, bb) for a, bb in zip(*runs)):
         fail("torch.use_deterministic_algorithms(True): two backward passes differ")
+    elif not all(torch.equal(a, bb) for a, bb in zip(runs[0], direct)):
+        fail("attention_backward(deterministic=True) differs from autograd's gradients")
     else:
-        print("ok   deterministic backward: two runs bitwise identical")
+        print("ok   deterministic backward: autograd twice and attention_backward() bitwise identical")
+    if lse.requires_grad:
+        fail("the LSE must be non-differentiable (rung 11 has no gradient through it)")
 
 
 # ---- torch.compile --------------------------------------------------------------------------------
