@@ -548,7 +548,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int i_first = p.causal ? max(0, key0 - p.causal_offset) / BLOCK_M : 0;
     const int n_i = max(0, n_q_blocks - i_first);
     const int steps = p.group * n_i;
-    const int rot = Cfg::kStagger && n_i > 0 ? j % n_i : 0;  // the first Q block visited
+    // Step s's Q block (from i_first): s mod n_i, or rotated to start at the (j mod n_i)-th.
+    auto q_block = [&](int s) { return Cfg::kStagger ? (s % n_i + j % n_i) % n_i : s % n_i; };
 
     const T* K_g = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
                    key0 * p.k_row_stride;
@@ -559,7 +560,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
     auto load_step = [&](int s, int bf) {
       const int h = kv_head * p.group + s / n_i;
-      const int q0 = (i_first + (s % n_i + rot) % n_i) * BLOCK_M;
+      const int q0 = (i_first + q_block(s)) * BLOCK_M;
       const T* Q_g = static_cast<const T*>(p.q) + batch * p.q_batch_stride + h * p.q_head_stride +
                      q0 * p.q_row_stride;
       const T* dO_g = static_cast<const T*>(P.dout) + batch * p.o_batch_stride +
@@ -597,9 +598,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       ptx::cp_async_commit();
 
       const int h = kv_head * p.group + s / n_i;
-      const int q0 = (i_first + (s % n_i + rot) % n_i) * BLOCK_M;
+      const int q0 = (i_first + q_block(s)) * BLOCK_M;
       const uint32_t Q_b = base + Cfg::kQ + bf * Cfg::kTileM;
       const uint32_t dO_b = base + Cfg::kDO + bf * Cfg::kTileM;
+      // The LSE (as log2; +inf for rows that see no key: their P is 0) and D of this thread's
+      // four S rows sm0 + 16 mi + g + 8 hh.
+      float lse_r[2][2], D_r[2][2];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int r = bf * BLOCK_M + sm0 + 16 * mi + g + 8 * hh;
+          const float lse = lse_f[r];
+          lse_r[mi][hh] = lse == -INFINITY ? INFINITY : lse * log2e;
+          D_r[mi][hh] = D_f[r];
+        }
+
       // S = Q_i K_jᵀ and dP = dO_i V_jᵀ on this warp's 32 queries x kSdpN keys: element
       // (mi, n, e) is query q0 + sm0 + 16 mi + g + 8 (e / 2), key key0 + sn0 + 8 n + 2 t + e % 2.
       float S[2][S_NT][4], dP[2][S_NT][4];
@@ -630,18 +644,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       };
       gemm_rows(S, Q_b, K_s);
       gemm_rows(dP, dO_b, V_s);
-      // The LSE (as log2; +inf for rows that see no key: their P is 0) and D of this thread's
-      // four S rows sm0 + 16 mi + g + 8 hh, read here, after the GEMMs: not live across them.
-      float lse_r[2][2], D_r[2][2];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int r = bf * BLOCK_M + sm0 + 16 * mi + g + 8 * hh;
-          const float lse = lse_f[r];
-          lse_r[mi][hh] = lse == -INFINITY ? INFINITY : lse * log2e;
-          D_r[mi][hh] = D_f[r];
-        }
       const int warp_last_key = key0 + sn0 + Cfg::kSdpN - 1;
       const bool warp_masked = warp_last_key >= p.seqlen_k ||
                                (p.causal && warp_last_key > q0 + sm0 + p.causal_offset);
@@ -687,10 +689,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           }
       __syncthreads();
 
+      // dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i on this warp's 32 keys x d/2 columns (k = queries).
+      auto gemm_keys = [&](float(&acc)[2][KV_NT][4], uint32_t At_s, uint32_t B_s) {
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi)
+            ptx::ldmatrix_x4_trans(a[mi], At_s + kk * 16 * PRB + (pt_lane ^ ((kn0 + 16 * mi) / 8 * 16)));
+#pragma unroll
+          for (int dj = 0; dj < KV_NT / 2; ++dj) {
+            uint32_t b[4];
+            ptx::ldmatrix_x4_trans(b, B_s + kk * 16 * RB + (a_lane ^ ((kd0 / 16 + dj) * 32)));
+#pragma unroll
+            for (int mi = 0; mi < 2; ++mi) {
+              ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
+              ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
+            }
+          }
+        }
+      };
+      gemm_keys(dV, P_s, dO_b);
+      gemm_keys(dK, dS_s, Q_b);
+
       // dQ_i += dS K_j on this warp's 32 queries x kDqD columns (k = the block's keys), added to
-      // the fp32 accumulator unscaled. First, so that the dV and dK GEMMs run while the
-      // reductions drain: a register a reduction still reads cannot be written again, and the
-      // next step's first writes would otherwise wait for it (ncu: long-scoreboard stalls).
+      // the fp32 accumulator unscaled.
       float acc[2][DQ_NT][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
@@ -754,29 +777,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             }
           }
       }
-      // dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i on this warp's 32 keys x d/2 columns (k = queries).
-      auto gemm_keys = [&](float(&acc)[2][KV_NT][4], uint32_t At_s, uint32_t B_s) {
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-          uint32_t a[2][4];
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi)
-            ptx::ldmatrix_x4_trans(a[mi], At_s + kk * 16 * PRB + (pt_lane ^ ((kn0 + 16 * mi) / 8 * 16)));
-#pragma unroll
-          for (int dj = 0; dj < KV_NT / 2; ++dj) {
-            uint32_t b[4];
-            ptx::ldmatrix_x4_trans(b, B_s + kk * 16 * RB + (a_lane ^ ((kd0 / 16 + dj) * 32)));
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-              ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
-              ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
-            }
-          }
-        }
-      };
-      gemm_keys(dV, P_s, dO_b);
-      gemm_keys(dK, dS_s, Q_b);
-
     }
     ptx::cp_async_wait<0>();
 
