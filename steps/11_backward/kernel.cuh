@@ -8,23 +8,23 @@
 ///   2. main         one block per (K/V block j, KV head, batch): K_j, V_j in shared memory,
 ///                   dK_j, dV_j in registers; for every query head of the group and every Q
 ///                   block i that sees block j:
-///                     Sᵀ  = K_j Q_iᵀ                 (recomputed, not stored by the forward)
-///                     Pᵀ  = exp(scale Sᵀ − LSE_i)     (the forward's LSE: no second softmax)
+///                     S   = Q_i K_jᵀ                 (recomputed, not stored by the forward)
+///                     P   = exp(scale S − LSE_i)      (the forward's LSE: no second softmax)
+///                     dP  = dO_i V_jᵀ
+///                     dS  = P ∘ (dP − D_i)
 ///                     dV_j += Pᵀ dO_i
-///                     dPᵀ = V_j dO_iᵀ
-///                     dSᵀ = Pᵀ ∘ (dPᵀ − D_i)
 ///                     dK_j += dSᵀ Q_i                (scaled once at the end)
-///                     dQ_i += dS K_j                 (dS through shared memory; fp32 atomics,
-///                                                     or a per-split buffer when deterministic)
+///                     dQ_i += dS K_j                 (fp32 atomics, or a per-split buffer
+///                                                     when deterministic)
 ///   3. convert      dQ = scale · Σ_splits accumulator, to 16 bits
 ///   // clang-format on
 /// @endcode
 ///
-/// Each warp owns 16 keys of K_j (8 warps: BLOCK_N = 128 keys, FlashAttention-2's tile): Sᵀ, Pᵀ,
-/// dPᵀ and dSᵀ of its keys stay in registers in mma.sync's C-fragment layout, which is (packed to
-/// 16 bits) the A fragment of the GEMM that consumes them, as P was in the forward pass (rung 05).
-/// Only dQ needs dS the other way round (queries as rows), so dSᵀ goes through shared memory once
-/// and is read back transposed by `ldmatrix.trans`.
+/// The five GEMMs do not share one warp layout: S and dP have queries as rows, dV and dK keys,
+/// dQ queries again. Each gets its own 2D grid of warps (BwdTiles, FlashAttention-2's
+/// `AtomLayoutMSdP` / `AtomLayoutNdKV` / `AtomLayoutMdQ`), with warp tiles of 32 rows, and P and
+/// dS change hands through shared memory (16-bit, [query][key]); dV and dK read them back
+/// transposed with `ldmatrix.trans`.
 #pragma once
 
 #include <math.h>
@@ -41,46 +41,6 @@
 #include "flashladder/ptx.cuh"
 
 namespace fl::bwd {
-
-/// The tiles: BLOCK_N = 16 keys per warp, BLOCK_M = 64 queries per step, head_dim d.
-///
-/// The default is WARPS = 8 (BLOCK_N = 128, FlashAttention-2's backward tile): two costs of a
-/// step scale with 1 / BLOCK_N, the dQ atomics (a BLOCK_M x d fp32 tile per step, whatever
-/// BLOCK_N is) and the loads of Q_i, dO_i, LSE_i and D_i (once per step, shared by BLOCK_N keys).
-/// WARPS = 4 (64 keys) is the previous tile, kept as the `64keys` variant to measure that.
-template <int HEAD_DIM, int WARPS>
-struct BwdTiles {
-  static constexpr bool kTwoD = false;
-  static constexpr int kHeadDim = HEAD_DIM;
-  static constexpr int kWarps = WARPS;
-  static constexpr int kThreads = 32 * WARPS;
-  static constexpr int kBlockN = 16 * WARPS;  ///< keys per block (16 per warp)
-  static constexpr int kBlockM = 64;          ///< queries per step
-  /// dQ_i += dS K_j: warp w owns query rows 16 (w % kDqRowGroups) .. +15 and the column slice
-  /// w / kDqRowGroups of d (kDqCols columns), computed kDqPassCols columns at a time so that the
-  /// accumulator stays at most 8 x 4 floats.
-  static constexpr int kDqRowGroups = kBlockM / 16;
-  static constexpr int kDqColSplits = WARPS / kDqRowGroups;
-  static constexpr int kDqCols = HEAD_DIM / kDqColSplits;
-  static constexpr int kDqPassCols = kDqCols < 64 ? kDqCols : 64;
-  static constexpr int kRowBytes = HEAD_DIM * 2;
-  static constexpr int kChunks = kRowBytes / 16;
-  static constexpr int kTileN = kBlockN * kRowBytes;  ///< K_j or V_j
-  static constexpr int kTileM = kBlockM * kRowBytes;  ///< Q_i or dO_i (one buffer)
-  static constexpr int kDSBytes = kBlockN * kBlockM * 2;
-  /// K | V | Q[2] | dO[2] | dSᵀ | lse2[2][BLOCK_M] | D[2][BLOCK_M]
-  static constexpr int kK = 0, kV = kTileN, kQ = 2 * kTileN, kDO = kQ + 2 * kTileM,
-                       kDS = kDO + 2 * kTileM, kLse = kDS + kDSBytes,
-                       kD = kLse + 2 * kBlockM * 4;
-  static constexpr int kSmemBytes = kD + 2 * kBlockM * 4;
-  static_assert(WARPS % kDqRowGroups == 0, "dQ: every warp owns 16 query rows of a column slice");
-  static_assert(kDqCols % kDqPassCols == 0 && kDqPassCols % 16 == 0,
-                "dQ: a warp's columns are whole passes of 16-column MMA pairs");
-  static_assert(kThreads >= 2 * kBlockM, "load_step: one thread per LSE and per D value");
-  static_assert(kBlockN % (kThreads / kChunks) == 0 && kBlockM % (kThreads / kChunks) == 0,
-                "load_rows: whole passes of the CTA over a tile");
-  static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
-};
 
 /// Threads of the preprocess kernel (one warp per query row).
 constexpr int kPrepWarps = 4;
@@ -133,309 +93,6 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const T* gmem, int64_t 
   }
 }
 
-/// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv; batch).
-template <class T, class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads)
-    bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc) {
-  constexpr int D = Cfg::kHeadDim;
-  constexpr int BLOCK_N = Cfg::kBlockN;
-  constexpr int BLOCK_M = Cfg::kBlockM;
-  constexpr int RB = Cfg::kRowBytes;
-  constexpr int D_TILES = D / 8;   // 8-column tiles of dK, dV
-  constexpr int M_TILES = BLOCK_M / 8;  // 8-query tiles of Sᵀ, dPᵀ
-  const AttnParams& p = P.fwd;
-
-  const int kv_head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int n_kv_blocks = (p.seqlen_k + BLOCK_N - 1) / BLOCK_N;
-  const int n_q_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-  const float scale_log2 = p.scale_log2;
-  const float log2e = 1.4426950408889634f;
-  // Deterministic: this block owns split blockIdx.x of the accumulator and visits K/V blocks
-  // blockIdx.x, blockIdx.x + gridDim.x, ... in order; otherwise one K/V block, atomics.
-  const int64_t split_elems = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D;
-  float* dq_split = dq_acc + (P.deterministic ? blockIdx.x * split_elems : 0);
-  const int j_step = P.deterministic ? gridDim.x : n_kv_blocks;
-
-  extern __shared__ __align__(128) uint8_t smem[];
-  const uint32_t base = ptx::smem_addr(smem);
-  const uint32_t K_s = base + Cfg::kK, V_s = base + Cfg::kV, dS_s = base + Cfg::kDS;
-  float* lse_s = reinterpret_cast<float*>(smem + Cfg::kLse);  // [2][BLOCK_M], log2 domain
-  float* D_s = reinterpret_cast<float*>(smem + Cfg::kD);      // [2][BLOCK_M]
-
-  // Per-lane ldmatrix offsets (rung 05's patterns), relative to a tile:
-  const uint32_t a_lane = ptx::swizzle<RB>(16 * warp + lane % 16, lane / 16);       // A: 16 rows
-  const uint32_t b_lane = ptx::swizzle<RB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);  // B [n][k]
-  const uint32_t t_lane = ptx::swizzle<RB>(lane % 16, lane / 16);                   // B [k][n], trans
-  // A from a [k][m] tile (dSᵀ stored [key][query]), transposed: the same lane pattern as B [n][k].
-  const uint32_t ds_lane = ptx::swizzle<BLOCK_M * 2>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
-
-  for (int j = blockIdx.x; j < n_kv_blocks; j += j_step) {
-    const int key0 = j * BLOCK_N;
-    // Q blocks that see any key of block j: query q sees key k iff k <= q + causal_offset.
-    const int i_first = p.causal ? max(0, key0 - p.causal_offset) / BLOCK_M : 0;
-    const int n_i = max(0, n_q_blocks - i_first);
-    const int steps = p.group * n_i;  // (query head of the group, Q block) pairs
-
-    const T* K_g = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
-                   key0 * p.k_row_stride;
-    const T* V_g = static_cast<const T*>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
-                   key0 * p.v_row_stride;
-    load_rows<Cfg, BLOCK_N>(K_s, K_g, p.k_row_stride, p.seqlen_k - key0);
-    load_rows<Cfg, BLOCK_N>(V_s, V_g, p.v_row_stride, p.seqlen_k - key0);
-
-    // Loads step s (query head h, Q block i) into buffer bf: Q_i and dO_i by cp.async, the
-    // LSE (as log2, +inf for rows past seqlen_q or that see no key: their P is 0) and D.
-    auto load_step = [&](int s, int bf) {
-      const int h = kv_head * p.group + s / n_i;
-      const int q0 = (i_first + s % n_i) * BLOCK_M;
-      const T* Q_g = static_cast<const T*>(p.q) + batch * p.q_batch_stride + h * p.q_head_stride +
-                     q0 * p.q_row_stride;
-      const T* dO_g = static_cast<const T*>(P.dout) + batch * p.o_batch_stride +
-                      h * p.o_head_stride + q0 * p.o_row_stride;
-      load_rows<Cfg, BLOCK_M>(base + Cfg::kQ + bf * Cfg::kTileM, Q_g, p.q_row_stride, p.seqlen_q - q0);
-      load_rows<Cfg, BLOCK_M>(base + Cfg::kDO + bf * Cfg::kTileM, dO_g, p.o_row_stride,
-                              p.seqlen_q - q0);
-      const int r = threadIdx.x % BLOCK_M;
-      const int64_t at = (static_cast<int64_t>(batch) * p.heads_q + h) * p.seqlen_q + q0 + r;
-      const bool ok = q0 + r < p.seqlen_q;
-      if (threadIdx.x < BLOCK_M) {
-        const float lse = ok ? p.lse[at] : INFINITY;
-        lse_s[bf * BLOCK_M + r] = (lse == -INFINITY || !ok) ? INFINITY : lse * log2e;
-      } else if (threadIdx.x < 2 * BLOCK_M) {  // one writer per value (threads past 2 BLOCK_M idle)
-        D_s[bf * BLOCK_M + r] = ok ? d_rowsum[at] : 0.f;
-      }
-    };
-    if (steps > 0) load_step(0, 0);
-    ptx::cp_async_commit();
-
-    float dK[D_TILES][4], dV[D_TILES][4];
-#pragma unroll
-    for (int n = 0; n < D_TILES; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dK[n][e] = dV[n][e] = 0.f;
-
-#pragma unroll 1
-    for (int s = 0; s < steps; ++s) {
-      const int bf = s & 1;
-      ptx::cp_async_wait<0>();
-      __syncthreads();  // step s landed; every warp is done with step s - 1 (its buffers, dSᵀ)
-      if (s + 1 < steps) load_step(s + 1, bf ^ 1);
-      ptx::cp_async_commit();
-
-      const int h = kv_head * p.group + s / n_i;
-      const int q0 = (i_first + s % n_i) * BLOCK_M;
-      const uint32_t Q_b = base + Cfg::kQ + bf * Cfg::kTileM;
-      const uint32_t dO_b = base + Cfg::kDO + bf * Cfg::kTileM;
-      const float* lse_b = lse_s + bf * BLOCK_M;
-      const float* D_b = D_s + bf * BLOCK_M;
-
-      // Sᵀ, Pᵀ, dPᵀ, dSᵀ fragments: element (n, e) of this warp is key key0 + 16 warp + g + 8 (e / 2),
-      // query q0 + 8 n + 2 t + e % 2.
-      float Pt[M_TILES][4];
-      // LAB-BEGIN(11-recompute-p): Sᵀ = K_j Q_iᵀ for this warp's 16 keys, then Pᵀ from the LSE
-#pragma unroll
-      for (int n = 0; n < M_TILES; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) Pt[n][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        ptx::ldmatrix_x4(a, K_s + (a_lane ^ (kk * 32)));
-#pragma unroll
-        for (int nj = 0; nj < BLOCK_M / 16; ++nj) {
-          uint32_t b[4];
-          ptx::ldmatrix_x4(b, Q_b + nj * 16 * RB + (b_lane ^ (kk * 32)));
-          ptx::mma_m16n8k16<T>(Pt[2 * nj], a, b[0], b[1]);
-          ptx::mma_m16n8k16<T>(Pt[2 * nj + 1], a, b[2], b[3]);
-        }
-      }
-      // Masks only where this warp's 16 keys cross seqlen_k or the causal diagonal of this Q
-      // block (query q sees key k iff k <= q + causal_offset); elsewhere every pair is visible.
-      // Rows past seqlen_q or that see no key have LSE = +inf here: their P is 0 either way.
-      const int warp_last_key = key0 + 16 * warp + 15;
-      const bool warp_masked =
-          warp_last_key >= p.seqlen_k || (p.causal && warp_last_key > q0 + p.causal_offset);
-#pragma unroll
-      for (int n = 0; n < M_TILES; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          Pt[n][e] = ptx::ex2_approx(Pt[n][e] * scale_log2 - lse_b[8 * n + 2 * t + e % 2]);
-      if (warp_masked) {  // masked pairs: whatever exp2 gave (even inf), P is 0
-#pragma unroll
-        for (int n = 0; n < M_TILES; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + 16 * warp + g + 8 * (e / 2);
-            const int q = q0 + 8 * n + 2 * t + e % 2;
-            if (key >= p.seqlen_k || (p.causal && key > q + p.causal_offset)) Pt[n][e] = 0.f;
-          }
-      }
-      // LAB-END(11-recompute-p)
-
-      // LAB-BEGIN(11-dv): dV_j += Pᵀ dO_i: Pᵀ's C fragments are the A fragments (k = queries)
-      // [same-code: 11-ds] [copy-of: 08-split-chunk 05-mma-pv]
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-        const uint32_t a[4] = {pack2<T>(Pt[2 * kk][0], Pt[2 * kk][1]),
-                               pack2<T>(Pt[2 * kk][2], Pt[2 * kk][3]),
-                               pack2<T>(Pt[2 * kk + 1][0], Pt[2 * kk + 1][1]),
-                               pack2<T>(Pt[2 * kk + 1][2], Pt[2 * kk + 1][3])};
-#pragma unroll
-        for (int dj = 0; dj < D / 16; ++dj) {
-          uint32_t b[4];
-          ptx::ldmatrix_x4_trans(b, dO_b + kk * 16 * RB + (t_lane ^ (dj * 32)));
-          ptx::mma_m16n8k16<T>(dV[2 * dj], a, b[0], b[1]);
-          ptx::mma_m16n8k16<T>(dV[2 * dj + 1], a, b[2], b[3]);
-        }
-      }
-      // LAB-END(11-dv)
-
-      float dSt[M_TILES][4];
-      // LAB-BEGIN(11-ds): dPᵀ = V_j dO_iᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D_i), and dK_j += dSᵀ Q_i
-      // [copy-of: 08-split-chunk 05-mma-pv]
-#pragma unroll
-      for (int n = 0; n < M_TILES; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dSt[n][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        uint32_t a[4];
-        ptx::ldmatrix_x4(a, V_s + (a_lane ^ (kk * 32)));
-#pragma unroll
-        for (int nj = 0; nj < BLOCK_M / 16; ++nj) {
-          uint32_t b[4];
-          ptx::ldmatrix_x4(b, dO_b + nj * 16 * RB + (b_lane ^ (kk * 32)));
-          ptx::mma_m16n8k16<T>(dSt[2 * nj], a, b[0], b[1]);
-          ptx::mma_m16n8k16<T>(dSt[2 * nj + 1], a, b[2], b[3]);
-        }
-      }
-#pragma unroll
-      for (int n = 0; n < M_TILES; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dSt[n][e] = Pt[n][e] * (dSt[n][e] - D_b[8 * n + 2 * t + e % 2]);
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-        const uint32_t a[4] = {pack2<T>(dSt[2 * kk][0], dSt[2 * kk][1]),
-                               pack2<T>(dSt[2 * kk][2], dSt[2 * kk][3]),
-                               pack2<T>(dSt[2 * kk + 1][0], dSt[2 * kk + 1][1]),
-                               pack2<T>(dSt[2 * kk + 1][2], dSt[2 * kk + 1][3])};
-#pragma unroll
-        for (int dj = 0; dj < D / 16; ++dj) {
-          uint32_t b[4];
-          ptx::ldmatrix_x4_trans(b, Q_b + kk * 16 * RB + (t_lane ^ (dj * 32)));
-          ptx::mma_m16n8k16<T>(dK[2 * dj], a, b[0], b[1]);
-          ptx::mma_m16n8k16<T>(dK[2 * dj + 1], a, b[2], b[3]);
-        }
-      }
-      // LAB-END(11-ds)
-
-      // dSᵀ to shared memory, [key][query] (16-bit, swizzled 128-byte rows), for dQ.
-#pragma unroll
-      for (int n = 0; n < M_TILES; ++n)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int key_row = 16 * warp + g + 8 * hh;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(
-                           dS_s + ptx::swizzle<BLOCK_M * 2>(key_row, n) + 4 * t),
-                       "r"(pack2<T>(dSt[n][2 * hh], dSt[n][2 * hh + 1]))
-                       : "memory");
-        }
-      __syncthreads();
-
-      // dQ_i += dS K_j: this warp's 16 queries x kDqCols columns, kDqPassCols at a time
-      // (registers), over the block's BLOCK_N keys, added to the fp32 accumulator (unscaled; the
-      // convert kernel applies the scale).
-      constexpr int PASS = Cfg::kDqPassCols;
-      // This warp's query rows 16 dq_group .. +15 and first column (constants when one warp per
-      // row group covers all of d, so that the 4-warp tile compiles as before).
-      const int dq_group = Cfg::kDqColSplits == 1 ? warp : warp % Cfg::kDqRowGroups;
-      const int dq_col0 = Cfg::kDqColSplits == 1 ? 0 : (warp / Cfg::kDqRowGroups) * Cfg::kDqCols;
-      float* dq_rows = dq_split + (static_cast<int64_t>(batch) * p.seqlen_q * p.heads_q + h) * D;
-#pragma unroll
-      for (int dc = 0; dc < Cfg::kDqCols / PASS; ++dc) {
-        const int col0 = dq_col0 + PASS * dc;
-        float acc[PASS / 8][4];
-#pragma unroll
-        for (int n = 0; n < PASS / 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-          uint32_t a[4];
-          // dS rows 16 dq_group .. +15 are dSᵀ's columns: 16 queries = 32 bytes = one XOR step.
-          ptx::ldmatrix_x4_trans(a, dS_s + kk * 16 * (BLOCK_M * 2) + (ds_lane ^ (dq_group * 32)));
-#pragma unroll
-          for (int dj = 0; dj < PASS / 16; ++dj) {
-            uint32_t b[4];
-            ptx::ldmatrix_x4_trans(b, K_s + kk * 16 * RB + (t_lane ^ ((col0 / 16 + dj) * 32)));
-            ptx::mma_m16n8k16<T>(acc[2 * dj], a, b[0], b[1]);
-            ptx::mma_m16n8k16<T>(acc[2 * dj + 1], a, b[2], b[3]);
-          }
-        }
-        // The two rows of this thread's fragment (nullptr past seqlen_q).
-        auto row_dst = [&](int hh) -> float* {
-          const int q = q0 + 16 * dq_group + g + 8 * hh;
-          return q < p.seqlen_q ? dq_rows + static_cast<int64_t>(q) * p.heads_q * D + col0 + 2 * t
-                                : nullptr;
-        };
-        if (P.deterministic) {  // uniform: one branch per pass, not one per element
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            float* dst = row_dst(hh);
-            if (!dst) continue;
-#pragma unroll
-            for (int n = 0; n < PASS / 8; ++n) {  // this block owns its split: plain adds in order
-              dst[8 * n] += acc[n][2 * hh];
-              dst[8 * n + 1] += acc[n][2 * hh + 1];
-            }
-          }
-        } else {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            float* dst = row_dst(hh);
-            if (!dst) continue;
-#pragma unroll
-            for (int n = 0; n < PASS / 8; ++n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-              // sm_90: columns 2t, 2t + 1 in one vector reduction (red.global.add.v2.f32), half
-              // the atomic instructions. 8-byte aligned: the element index (row base a multiple
-              // of d, col0 a multiple of 16, 8 n, 2 t) is even, and the accumulator starts at an
-              // even float offset of the workspace (dq_acc_offset).
-              atomicAdd(reinterpret_cast<float2*>(dst + 8 * n),
-                        make_float2(acc[n][2 * hh], acc[n][2 * hh + 1]));
-#else
-              atomicAdd(dst + 8 * n, acc[n][2 * hh]);
-              atomicAdd(dst + 8 * n + 1, acc[n][2 * hh + 1]);
-#endif
-            }
-          }
-        }
-      }
-    }
-    ptx::cp_async_wait<0>();
-
-    // dK_j (scaled) and dV_j to global memory, keys past seqlen_k skipped.
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int key = key0 + 16 * warp + g + 8 * hh;
-      if (key >= p.seqlen_k) continue;
-      T* dk = static_cast<T*>(P.dk) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
-              static_cast<int64_t>(key) * p.k_row_stride;
-      T* dv = static_cast<T*>(P.dv) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
-              static_cast<int64_t>(key) * p.v_row_stride;
-#pragma unroll
-      for (int n = 0; n < D_TILES; ++n) {
-        *reinterpret_cast<uint32_t*>(dk + 8 * n + 2 * t) =
-            pack2<T>(dK[n][2 * hh] * p.softmax_scale, dK[n][2 * hh + 1] * p.softmax_scale);
-        *reinterpret_cast<uint32_t*>(dv + 8 * n + 2 * t) = pack2<T>(dV[n][2 * hh], dV[n][2 * hh + 1]);
-      }
-    }
-    __syncthreads();  // K_s, V_s and the buffers are reloaded for the next K/V block
-  }
-}
-
 /// The 2D tiles (FlashAttention-2's backward layout): BLOCK_N = 16 x WARPS keys per block, and
 /// each GEMM with its own 2D arrangement of warps, so that a warp's tile is at least 32 x 32 (a
 /// 16-row warp tile reads its B operand once per 16 rows; a 32-row one once per 32):
@@ -454,8 +111,7 @@ __global__ void __launch_bounds__(Cfg::kThreads)
 /// per SM.
 template <int HEAD_DIM, int BLOCK_M = (HEAD_DIM <= 64 ? 128 : 64), int WARPS = 8,
           bool STAGGER = false>
-struct Bwd2dTiles {
-  static constexpr bool kTwoD = true;
+struct BwdTiles {
   /// STAGGER (the `stagger` variant): K/V block j visits its Q blocks starting at the
   /// (j mod n)-th, not all at the first, so that the blocks running at once add into different
   /// rows of the dQ accumulator instead of all into the same BLOCK_M x d tile; it tests whether
@@ -496,12 +152,10 @@ struct Bwd2dTiles {
   static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
 };
 
-/// The main kernel on the 2D tiles: the same algorithm as bwd_main_kernel, with Q-major S and dP
-/// (queries as rows, as in the forward pass) and P, dS handed to the dK/dV and dQ warps through
-/// shared memory. Grid: (K/V blocks, or splits when deterministic; heads_kv; batch).
+/// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv; batch).
 template <class T, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    bwd_main_2d_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc) {
+    bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int BLOCK_M = Cfg::kBlockM;
@@ -623,6 +277,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         for (int n = 0; n < S_NT; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) S[mi][n][e] = dP[mi][n][e] = 0.f;
+      // LAB-BEGIN(11-recompute-p): S = Q_i K_jᵀ and dP = dO_i V_jᵀ on this warp's tile, then P
+      // from the LSE, masked
       auto gemm_rows = [&](float(&acc)[2][S_NT][4], uint32_t A_s, uint32_t B_s) {
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
@@ -666,12 +322,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
               if (key >= p.seqlen_k || (p.causal && key > q + p.causal_offset)) S[mi][n][e] = 0.f;
             }
       }
+      // LAB-END(11-recompute-p)
+      // LAB-BEGIN(11-ds): dS = P ∘ (dP − D_i), in place of dP
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int n = 0; n < S_NT; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) dP[mi][n][e] = S[mi][n][e] * (dP[mi][n][e] - D_r[mi][e / 2]);
+      // LAB-END(11-ds)
       // P and dS to shared memory, [query][key], 16-bit (swizzled 256-byte rows).
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
@@ -689,7 +348,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           }
       __syncthreads();
 
-      // dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i on this warp's 32 keys x d/2 columns (k = queries).
+      float acc[2][DQ_NT][4];  // this warp's share of dS K_j (below)
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int n = 0; n < DQ_NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mi][n][e] = 0.f;
+      // LAB-BEGIN(11-dv): dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i on this warp's 32 keys x kKvD
+      // columns (k = queries, Pᵀ and dSᵀ read transposed from shared memory), then dS K_j
       auto gemm_keys = [&](float(&acc)[2][KV_NT][4], uint32_t At_s, uint32_t B_s) {
 #pragma unroll
         for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
@@ -714,13 +381,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
       // dQ_i += dS K_j on this warp's 32 queries x kDqD columns (k = the block's keys), added to
       // the fp32 accumulator unscaled.
-      float acc[2][DQ_NT][4];
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int n = 0; n < DQ_NT; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mi][n][e] = 0.f;
 #pragma unroll
       for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
         uint32_t a[2][4];
@@ -738,6 +398,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           }
         }
       }
+      // LAB-END(11-dv)
       float* dq_rows = dq_split + (static_cast<int64_t>(batch) * p.seqlen_q * p.heads_q + h) * D;
       // The row of fragment row (mi, hh) of this thread, at its first column (nullptr past seqlen_q).
       auto row_dst = [&](int mi, int hh) -> float* {
@@ -768,7 +429,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll
             for (int n = 0; n < DQ_NT; ++n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-              atomicAdd(reinterpret_cast<float2*>(dst + 8 * n),  // 8-byte aligned: see bwd_main_kernel
+              // sm_90: columns 2t, 2t + 1 in one vector reduction (red.global.add.v2.f32), half
+              // the atomic instructions. 8-byte aligned: the element index (row base a multiple
+              // of d, qd0 a multiple of 16, 8 n, 2 t) is even, and the accumulator starts at an
+              // even float offset of the workspace (dq_acc_offset).
+              atomicAdd(reinterpret_cast<float2*>(dst + 8 * n),
                         make_float2(acc[mi][n][2 * hh], acc[mi][n][2 * hh + 1]));
 #else
               atomicAdd(dst + 8 * n, acc[mi][n][2 * hh]);
@@ -855,22 +520,15 @@ size_t workspace_bytes(const Problem& p, bool deterministic) {
   return (dq_acc_offset(p) + splits * rows * p.head_dim) * sizeof(float);
 }
 
-/// The main kernel for the tiles Cfg: bwd_main_2d_kernel on Bwd2dTiles, else bwd_main_kernel.
-template <class T, class Cfg>
-constexpr auto main_kernel() {
-  if constexpr (Cfg::kTwoD) return &bwd_main_2d_kernel<T, Cfg>;
-  else return &bwd_main_kernel<T, Cfg>;
-}
-
 template <class T, class Cfg>
 const void* prepared_main() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(main_kernel<T, Cfg>(),
+    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(main_kernel<T, Cfg>());
+  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg>);
 }
 
 template <class T, class Cfg>
@@ -900,7 +558,7 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   prepared_main<T, Cfg>();
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const dim3 grid(P.deterministic ? splits : n_kv_blocks, p.heads_kv, p.batch);
-  main_kernel<T, Cfg>()<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
+  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
   FL_LAUNCH_CHECK("bwd_main_kernel");
 
   const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;

@@ -20,27 +20,22 @@ const Rung& forward_rung() {
   return *f;
 }
 
-/// The tiles of each entry, per head_dim: the rung runs FlashAttention-2's 2D warp layout
-/// (Bwd2dTiles); the variants keep the earlier one-warp-per-16-keys tiles (BwdTiles) and the 2D
-/// layout with 64 queries per step at head_dim 64.
-enum class Tiles { two_d, two_d_stagger, one_d_128keys, one_d_64keys, two_d_4warps };
+/// The tiles of each entry, per head_dim (kernel.cuh's BwdTiles): the rung's, the same with a
+/// staggered Q order, and 4 warps on 64 keys.
+enum class Tiles { rung, stagger, four_warps };
 
-/// Calls @p f with the tile of @p tiles for the runtime head_dim (64 or 128).
+/// Calls @p f with the tile of @p TILES for the runtime head_dim (64 or 128).
 template <Tiles TILES, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
-  if constexpr (TILES == Tiles::two_d) {
-    if (head_dim == 64) return f(bwd::Bwd2dTiles<64>{});
-    return f(bwd::Bwd2dTiles<128>{});
-  } else if constexpr (TILES == Tiles::two_d_stagger) {
-    if (head_dim == 64) return f(bwd::Bwd2dTiles<64, 128, 8, true>{});
-    return f(bwd::Bwd2dTiles<128, 64, 8, true>{});
-  } else if constexpr (TILES == Tiles::two_d_4warps) {
-    if (head_dim == 64) return f(bwd::Bwd2dTiles<64, 64, 4>{});
-    return f(bwd::Bwd2dTiles<128, 64, 4>{});
+  if constexpr (TILES == Tiles::rung) {
+    if (head_dim == 64) return f(bwd::BwdTiles<64>{});
+    return f(bwd::BwdTiles<128>{});
+  } else if constexpr (TILES == Tiles::stagger) {
+    if (head_dim == 64) return f(bwd::BwdTiles<64, 128, 8, true>{});
+    return f(bwd::BwdTiles<128, 64, 8, true>{});
   } else {
-    constexpr int kWarps = TILES == Tiles::one_d_128keys ? 8 : 4;
-    if (head_dim == 64) return f(bwd::BwdTiles<64, kWarps>{});
-    return f(bwd::BwdTiles<128, kWarps>{});
+    if (head_dim == 64) return f(bwd::BwdTiles<64, 64, 4>{});
+    return f(bwd::BwdTiles<128, 64, 4>{});
   }
 }
 
@@ -50,7 +45,7 @@ std::vector<KernelInfo> kernel_list() {
   return {
       {"bwd_preprocess<d=" + std::to_string(D) + ">",
        reinterpret_cast<const void*>(&bwd::bwd_preprocess_kernel<T, D>), bwd::kPrepThreads, 0},
-      {"bwd_main" + std::string(Cfg::kTwoD ? "_2d" : "") + "<d=" + std::to_string(D) + ", " +
+      {"bwd_main<d=" + std::to_string(D) + ", " +
            std::to_string(Cfg::kBlockN) + " keys x " + std::to_string(Cfg::kBlockM) + " queries, " +
            std::to_string(Cfg::kWarps) + " warps>",
        bwd::prepared_main<T, Cfg>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
@@ -66,34 +61,22 @@ Rung make_rung() {
   r.name = "backward";
   r.head_dims = {64, 128};
   switch (TILES) {
-    case Tiles::two_d:
+    case Tiles::rung:
       r.summary =
           "FA2 backward: recompute P from the LSE, 128-key blocks with dK/dV in registers, "
           "FA2's 2D warp layouts (P and dS through shared memory), dQ by atomics";
       break;
-    case Tiles::two_d_stagger:
+    case Tiles::stagger:
       r.variant = "stagger";
       r.summary =
           "ablation: K/V block j visits its Q blocks from the (j mod n)-th, so that the blocks "
           "running at once add into different dQ rows (do the dQ atomics contend?)";
       break;
-    case Tiles::one_d_128keys:
-      r.variant = "1d";
-      r.summary =
-          "ablation: one warp per 16 keys for every GEMM (Pt, dSt stay in registers), 128 keys; "
-          "measures what the 2D warp layouts buy";
-      break;
-    case Tiles::one_d_64keys:
+    case Tiles::four_warps:
       r.variant = "64keys";
       r.summary =
-          "ablation: one warp per 16 keys, 64 keys (4 warps), kept to measure what the "
-          "128-key block buys (dQ atomics and Q/dO loads per key halved)";
-      break;
-    case Tiles::two_d_4warps:
-      r.variant = "2d-64keys";
-      r.summary =
-          "ablation: the 2D layout on 4 warps, 64 keys x 64 queries (fewer registers and "
-          "shared memory per block: more blocks per SM)";
+          "ablation: 4 warps on 64 keys x 64 queries (fewer registers and shared memory per "
+          "block: two or three blocks per SM; twice the dQ atomics and Q/dO loads per key)";
       break;
   }
   r.peak = Peak::tensor_16bit;
@@ -140,11 +123,9 @@ Rung make_rung() {
 }  // namespace
 
 void register_rung_11(Registry& reg) {
-  reg.add(make_rung<Tiles::two_d>());
-  reg.add(make_rung<Tiles::two_d_stagger>());
-  reg.add(make_rung<Tiles::one_d_128keys>());
-  reg.add(make_rung<Tiles::one_d_64keys>());
-  reg.add(make_rung<Tiles::two_d_4warps>());
+  reg.add(make_rung<Tiles::rung>());
+  reg.add(make_rung<Tiles::stagger>());
+  reg.add(make_rung<Tiles::four_warps>());
 }
 
 }  // namespace fl
