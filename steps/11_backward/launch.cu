@@ -73,7 +73,7 @@ Rung make_rung() {
           "running at once add into different dQ rows (do the dQ atomics contend?)";
       break;
     case Tiles::four_warps:
-      r.variant = "64keys";
+      r.variant = "4warps";
       r.summary =
           "ablation: 4 warps on 64 keys x 64 queries (fewer registers and shared memory per "
           "block: two or three blocks per SM; twice the dQ atomics and Q/dO loads per key)";
