@@ -25,6 +25,10 @@ import unittest
 import flashladder
 from flashladder import _core, _ext
 
+# Whether `import flashladder` (above, before any test) brought PyTorch in: a later test may
+# import it itself where it is installed.
+TORCH_AT_IMPORT = "torch" in sys.modules
+
 TOUR = None  # --tour: the built tour, whose registry the package must list
 
 
@@ -36,6 +40,9 @@ class Device:
 
     def __eq__(self, other):
         return (self.type, self.index) == (other.type, other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
 
     def __str__(self):
         return self.type if self.index is None else "%s:%d" % (self.type, self.index)
@@ -49,6 +56,9 @@ class DType:
 
     def __eq__(self, other):
         return self.name == other.name
+
+    def __hash__(self):
+        return hash(self.name)
 
     def __str__(self):
         return self.name
@@ -103,7 +113,7 @@ def built(number):
 
 class Import(unittest.TestCase):
     def test_no_torch(self):
-        self.assertNotIn("torch", sys.modules, "import flashladder must not import torch")
+        self.assertFalse(TORCH_AT_IMPORT, "import flashladder must not import torch")
         self.assertTrue(callable(flashladder.attention))
         self.assertIn("head_dim", flashladder.__doc__)
 
@@ -294,6 +304,31 @@ class Checks(unittest.TestCase):
         self.raises(ValueError, "16-byte aligned", q, Tensor(k.shape, ptr=(1 << 20) + 8), v)
         # Fake tensors while tracing have no data: the layout check is skipped.
         self.check(sliced, k, v, check_layout=False)
+
+    def test_cached(self):
+        # check_qkv_cached (what every call runs): check_qkv's key; a signature that passed is
+        # not checked again, and anything that differs in what the checks read is.
+        q, k, v = qkv(hq=8, hkv=2, d=128)
+        first = _core.check_qkv_cached(q, k, v, True, None, tensor_type=Tensor)
+        self.assertEqual(first, self.check(q, k, v, causal=True))
+        n = len(_core._PASSED)
+        again = _core.check_qkv_cached(*qkv(hq=8, hkv=2, d=128), True, None, tensor_type=Tensor)
+        self.assertEqual(again, first)
+        self.assertEqual(len(_core._PASSED), n)  # the same signature: no new entry
+        self.assertEqual(_core.check_qkv_cached(q, k, v, False, 0.5, tensor_type=Tensor)[7:],
+                         (False, 0.5))
+        for bad, exc, text in (
+                ((q, Tensor(k.shape, ptr=(1 << 20) + 8), v), ValueError, "16-byte aligned"),
+                ((q, k, Tensor(v.shape, strides=(16384, 256, 128, 2))), ValueError, "contiguous"),
+                ((q, k, Tensor(v.shape, dtype=BF16)), TypeError, "v is torch.bfloat16"),
+                ((Tensor(q.shape, device=Device("cpu")), k, v), ValueError, "q is on cpu"),
+                ((q, [[1.0]], v), TypeError, "k must be a")):
+            for _ in range(2):  # a failing signature is never cached: it fails every time
+                with self.assertRaises(exc) as cm:
+                    _core.check_qkv_cached(*bad, True, None, tensor_type=Tensor)
+                self.assertIn(text, str(cm.exception))
+        with self.assertRaisesRegex(ValueError, "softmax_scale"):
+            _core.check_qkv_cached(q, k, v, True, float("nan"), tensor_type=Tensor)
 
     def test_like(self):
         q = Tensor((2, 16, 4, 64))

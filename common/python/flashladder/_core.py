@@ -178,6 +178,45 @@ def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check
     return (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, bool(causal), scale)
 
 
+#: Input signatures that passed check_qkv, to the key it returned: what a call costs in Python
+#: is mostly these checks, and a model calls attention with the same few signatures every step.
+_PASSED = {}
+_PASSED_MAX = 4096
+
+
+def _signature(q, k, v, causal, softmax_scale, tensor_type):
+    """Everything check_qkv's verdict depends on: each input's type, shape, strides, dtype, device
+    and data pointer modulo 16 (the alignment rule), and the arguments. None when an input does
+    not have these (not a tensor: the full check says why)."""
+    try:
+        return (tensor_type, causal, softmax_scale,
+                type(q), q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
+                type(k), k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
+                type(v), v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15)
+    except Exception:  # noqa: BLE001  anything else than a tensor-like input: no fast path
+        return None
+
+
+def check_qkv_cached(q, k, v, causal=False, softmax_scale=None, tensor_type=None):
+    """check_qkv's key, without repeating its checks for inputs whose signature (_signature)
+    already passed them. Inputs never seen, and every input that fails, go through check_qkv, so
+    bad input raises exactly what check_qkv raises."""
+    sig = _signature(q, k, v, causal, softmax_scale, tensor_type)
+    if sig is not None:
+        try:
+            key = _PASSED.get(sig)
+        except TypeError:  # an unhashable attribute (a stand-in's list): no fast path
+            sig, key = None, None
+        if key is not None:
+            return key
+    key = check_qkv(q, k, v, causal, softmax_scale, tensor_type=tensor_type)
+    if sig is not None:
+        if len(_PASSED) >= _PASSED_MAX:
+            _PASSED.clear()
+        _PASSED[sig] = key
+    return key
+
+
 def check_layout_of(name, t):
     """ValueError unless every rung can read ``t``: head_dim contiguous, the other strides
     positive multiples of 8 elements, the data 16-byte aligned (fl::tensor_layout_reason)."""

@@ -12,7 +12,16 @@ import torch
 from . import _core, _ext
 
 
+# The current stream's handle of a device index. torch.cuda.current_stream() builds a Stream object
+# on every call; the raw getter (what Triton and torch.compile's generated code launch with) does
+# not. Either gives the same handle.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(t):
+    index = t.device.index
+    if _raw_stream is not None and index is not None:
+        return _raw_stream(index)
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
@@ -28,7 +37,7 @@ def _workspace(plan, like):
 def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None):
     """O and LSE of entry ``rung`` (None: the default forward) on q, k, v, checked first."""
     if key is None:
-        key = _core.check_qkv(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+        key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     plan = _core.plan_forward(rung, variant, key, q.device.index)
     batch, seqlen_q, heads_q, head_dim = q.shape
     out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
@@ -54,7 +63,7 @@ def _grad_like(t):
 
 def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung, variant):
     """dQ, dK, dV of backward entry ``rung`` (None: rung 11) from the forward's O and LSE."""
-    key = _core.check_qkv(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+    key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     for name, t in (("dout", dout), ("out", out), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
             raise TypeError("flashladder: %s must be a torch.Tensor, got %s" % (name, type(t)))
@@ -162,7 +171,7 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         # The fake implementation checks shapes while tracing; the op checks the rest at run time.
         out, lse = attention_op(q, k, v, bool(causal), scale, number or 0, variant)
         return (out, lse) if return_lse else out
-    key = _core.check_qkv(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+    key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         # Refuse now, not after the forward pass, a problem the backward rung cannot run.
         _core.plan_backward(None, "", key, False, q.device.index)
