@@ -1,0 +1,301 @@
+#!/usr/bin/env python3
+"""The call overhead: a rung called from PyTorch (flashladder.attention) against the same rung in
+the C++ runner, on the same shape and GPU.
+
+Shape: the prefill family's at seqlen 1k: batch 16 (batch x seqlen = 16k tokens), 16 heads of
+head_dim 128 (hidden 2048), fp16, not causal. Rungs: the package's default forward for this GPU
+and rung 06 (--rungs). Per rung, --repeats times in turn:
+
+  runner         `<bin>/<NN_name> --batch 16 --seqlen 1024 --heads 16 --dim 128 --iters N --json F
+                 --check none --no-compare`: its median (CUDA events around one launch, the L2
+                 flushed before each: common/src/runner.cpp, time_launches).
+  PyTorch        flashladder.attention(q, k, v, rung=R) timed the runner's way: a 2 x L2 buffer
+                 written before each call, CUDA events around the call, median of N. The host
+                 work of a call that fits in the flush's time is hidden, as it is in the runner.
+  PyTorch, idle  the same with the GPU idle when the start event is recorded
+                 (torch.cuda.synchronize() after the flush): the call's whole host path (checks,
+                 plan, output allocation, launch) is inside the timed interval.
+  binding, idle  flashladder._ext.forward with the outputs allocated once: the C++ extension's
+                 checks and the launch alone, the floor the Python layer adds to.
+  back to back   N calls between two events, no flush: time per call when launches queue up.
+
+The figure the target (within 5 us) is read on: PyTorch minus runner, both timed the runner's way
+(median of the repeats' medians). The idle times bound what a call's host path costs when the GPU
+waits for it. Then the host's cost per call alone, on a problem too small to keep the GPU busy
+(batch 1, seqlen 128, 16 heads, d=128): wall-clock time of 2000 calls in a loop, for
+flashladder.attention without and with autograd, the binding alone and F.scaled_dot_product_attention
+(flash), and a breakdown of the Python layer (input checks, plan lookup, output allocation, stream).
+
+Writes <out>/torch_overhead.json and <out>/torch_overhead.log, and adds its command line to
+<out>/meta.json (made when absent: device, date, commit).
+
+    PYTHONPATH=build/release/python python3 bench/torch_overhead.py --bin build/release/bin --out DIR
+
+Exits 0 with a message, measuring nothing, without PyTorch, a CUDA device or the package.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import runinfo  # noqa: E402  bench/runinfo.py
+
+SHAPE = dict(batch=16, seqlen=1024, heads=16, head_dim=128)
+TINY = dict(batch=1, seqlen=128, heads=16, head_dim=128)
+TARGET_US = 5.0
+
+
+def runner_ms(binary, shape, iters, json_path):
+    """(median ms, command) of one runner invocation; raises RuntimeError with its output on failure."""
+    cmd = [binary, "--batch", str(shape["batch"]), "--seqlen", str(shape["seqlen"]), "--heads", str(shape["heads"]),
+           "--dim", str(shape["head_dim"]), "--iters", str(iters), "--json", json_path, "--check", "none",
+           "--no-compare"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("%s exited %d:\n%s" % (" ".join(cmd), out.returncode, (out.stdout + out.stderr)[-2000:]))
+    with open(json_path, encoding="utf-8") as f:
+        rep = json.load(f)
+    return rep["timing"]["median_ms"], cmd
+
+
+class Timer:
+    """CUDA-event timing of single calls, the runner's way (flush, events, median)."""
+
+    def __init__(self, torch, l2_bytes, device):
+        self.torch = torch
+        self.flush_buf = torch.empty(2 * max(l2_bytes, 1 << 20), dtype=torch.uint8, device=device)
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def single(self, fn, iters, idle, warmup=10):
+        torch = self.torch
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        ms = []
+        for _ in range(iters):
+            self.flush_buf.zero_()
+            if idle:
+                torch.cuda.synchronize()
+            self.start.record()
+            fn()
+            self.end.record()
+            self.end.synchronize()
+            ms.append(self.start.elapsed_time(self.end))
+        return statistics.median(ms)
+
+    def back_to_back(self, fn, iters, warmup=10):
+        torch = self.torch
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        self.start.record()
+        for _ in range(iters):
+            fn()
+        self.end.record()
+        self.end.synchronize()
+        return self.start.elapsed_time(self.end) / iters
+
+
+def host_us(torch, fn, calls, sync=True):
+    """Wall-clock microseconds per call of @p calls calls in a loop (then one synchronize)."""
+    for _ in range(20):
+        fn()
+    if sync:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    if sync:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def make_qkv(torch, shape, device, requires_grad=False):
+    b, s, h, d = shape["batch"], shape["seqlen"], shape["heads"], shape["head_dim"]
+    return [torch.randn(b, s, h, d, device=device, dtype=torch.float16).requires_grad_(requires_grad)
+            for _ in range(3)]
+
+
+def ext_launcher(torch, fl, plan, q, k, v):
+    """A call of the binding alone: outputs allocated once, every argument prepared."""
+    from flashladder import _ext, _ops
+
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    strides = (q.stride(), k.stride(), v.stride(), out.stride())
+    stream, index = _ops._stream(q), q.device.index
+    ws_ptr, ws_bytes = (ws.data_ptr(), plan.workspace_bytes) if plan.workspace_bytes else (0, 0)
+
+    def call():
+        _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream, index)
+
+    return call
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", required=True, help="folder with the built rungs (build/release/bin)")
+    ap.add_argument("--out", required=True, help="folder for torch_overhead.json and torch_overhead.log")
+    ap.add_argument("--rungs", default="default,6", help="'default' (the package's choice) and rung numbers")
+    ap.add_argument("--iters", type=int, default=200, help="timed calls per measurement")
+    ap.add_argument("--repeats", type=int, default=3, help="runner and PyTorch measured in turn this many times")
+    ap.add_argument("--host-calls", type=int, default=2000, help="calls per host-overhead loop")
+    ap.add_argument("--package", help="folder holding the flashladder package")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    log = runinfo.Log(os.path.join(args.out, "torch_overhead.log"))
+    try:
+        return run(args)
+    finally:
+        log.close()
+
+
+def run(args):
+    try:
+        import torch
+    except ImportError:
+        print("torch_overhead.py: PyTorch is not installed: nothing measured")
+        return 0
+    if not torch.cuda.is_available():
+        print("torch_overhead.py: no CUDA device: nothing measured")
+        return 0
+    fl = runinfo.import_flashladder(args.package)
+    if fl is None:
+        return 0
+    if fl.device_count() == 0:
+        print("torch_overhead.py: %s: nothing measured" % fl.no_device_reason())
+        return 0
+    from flashladder import _core, _ops
+
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    index = device.index
+    info = fl.device_info(index)
+    print("torch_overhead.py: %s (%s), PyTorch %s, package %s" % (info.name, info.arch, torch.__version__,
+                                                                   runinfo.package_path(fl)))
+    key = (SHAPE["batch"], SHAPE["seqlen"], SHAPE["seqlen"], SHAPE["heads"], SHAPE["heads"], SHAPE["head_dim"],
+           "fp16", False, 0.0)
+    wanted = []
+    for tok in args.rungs.split(","):
+        tok = tok.strip()
+        if tok == "default":
+            wanted.append(("default", _core.plan_forward(None, "", key, index)))
+        elif tok:
+            wanted.append((int(tok), _core.plan_forward(int(tok), "", key, index)))
+    timer = Timer(torch, info.l2_bytes, device)
+    q, k, v = make_qkv(torch, SHAPE, device)
+    result = {"schema": "flashladder.torch_overhead/1", "date": runinfo.now(), **runinfo.git_info(),
+              "command": runinfo.command_line(), "versions": runinfo.versions(),
+              "device": {"name": info.name, "arch": info.arch, "sms": info.sm_count, "l2_bytes": info.l2_bytes},
+              "shape": dict(SHAPE, kv_heads=SHAPE["heads"], dtype="fp16", causal=False),
+              "iters": args.iters, "repeats": args.repeats, "target_us": TARGET_US,
+              "method": "median of CUDA-event times of single calls, a 2 x L2 buffer written before each "
+                        "(the runner's way); idle: the GPU synchronized before the start event; the figure "
+                        "is the median over the repeats of each repeat's median",
+              "rungs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for requested, plan in wanted:
+            binary = os.path.join(args.bin, plan.label)
+            entry = {"requested": requested, "label": plan.label, "number": plan.number}
+            print("\n== %s (%s)" % (plan.label,
+                                     "the default rung" if requested == "default" else "rung=%d" % requested))
+            if not os.path.exists(binary):
+                entry["error"] = "no %s in %s" % (plan.label, args.bin)
+                print("  skipped: " + entry["error"])
+                result["rungs"].append(entry)
+                continue
+            rung = None if requested == "default" else plan.number  # as a user would call it
+
+            def call(rung=rung):
+                fl.attention(q, k, v, rung=rung)
+
+            ext_call = ext_launcher(torch, fl, plan, q, k, v)
+            series = {n: [] for n in ("runner", "python", "python_idle", "binding_idle")}
+            for r in range(args.repeats):
+                ms, cmd = runner_ms(binary, SHAPE, args.iters, os.path.join(tmp, "run.json"))
+                series["runner"].append(ms)
+                series["python"].append(timer.single(call, args.iters, idle=False))
+                series["python_idle"].append(timer.single(call, args.iters, idle=True))
+                series["binding_idle"].append(timer.single(ext_call, args.iters, idle=True))
+                print("  repeat %d: runner %.4f ms, PyTorch %.4f ms, PyTorch idle %.4f ms, binding idle %.4f ms" % (
+                    r + 1, *(series[n][-1] for n in ("runner", "python", "python_idle", "binding_idle"))))
+            med = {n: statistics.median(s) for n, s in series.items()}
+            entry["runner_command"] = " ".join([os.path.join(args.bin, plan.label)] + cmd[1:-5] +
+                                               ["--json", "F"] + cmd[-3:])
+            entry["ms"] = {n: s for n, s in series.items()}
+            entry["median_ms"] = med
+            entry["back_to_back_ms"] = {"python": timer.back_to_back(call, args.iters),
+                                        "binding": timer.back_to_back(ext_call, args.iters)}
+            entry["diff_us"] = (med["python"] - med["runner"]) * 1e3
+            entry["idle_diff_us"] = (med["python_idle"] - med["runner"]) * 1e3
+            entry["python_layer_idle_us"] = (med["python_idle"] - med["binding_idle"]) * 1e3
+            entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
+            print("  PyTorch - runner: %+.1f us per call (target within %g us: %s); GPU idle before the call: "
+                  "%+.1f us; the Python layer over the binding, idle: %+.1f us" % (
+                      entry["diff_us"], TARGET_US, "met" if entry["within_target"] else "NOT met",
+                      entry["idle_diff_us"], entry["python_layer_idle_us"]))
+            result["rungs"].append(entry)
+
+    # ---- the host's cost per call, on a problem too small to keep the GPU busy ------------------
+    print("\n== host time per call: batch %d, seqlen %d, %d heads, d=%d, fp16 (%d calls in a loop)" % (
+        TINY["batch"], TINY["seqlen"], TINY["heads"], TINY["head_dim"], args.host_calls))
+    tq, tk, tv = make_qkv(torch, TINY, device)
+    gq, gk, gv = make_qkv(torch, TINY, device, requires_grad=True)
+    tkey = (TINY["batch"], TINY["seqlen"], TINY["seqlen"], TINY["heads"], TINY["heads"], TINY["head_dim"], "fp16",
+            False, 0.0)
+    tplan = _core.plan_forward(None, "", tkey, index)
+    st = [t.transpose(1, 2) for t in (tq, tk, tv)]  # SDPA's [b, h, s, d]
+    ext_tiny = ext_launcher(torch, fl, tplan, tq, tk, tv)
+    host = {"shape": dict(TINY, dtype="fp16", causal=False), "calls": args.host_calls, "rung": tplan.label,
+            "per_call_us": {}, "python_layer_us": {}}
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        loops = [("flashladder.attention", lambda: fl.attention(tq, tk, tv)),
+                 ("flashladder.attention, autograd", lambda: fl.attention(gq, gk, gv)),
+                 ("binding alone (_ext.forward)", ext_tiny),
+                 ("F.scaled_dot_product_attention (flash)", lambda: F.scaled_dot_product_attention(*st))]
+        for name, fn in loops:
+            host["per_call_us"][name] = host_us(torch, fn, args.host_calls)
+            print("  %-42s %6.1f us per call" % (name, host["per_call_us"][name]))
+    host["kernel_us"] = timer.back_to_back(ext_tiny, args.iters) * 1e3
+    print("  %-42s %6.1f us (back to back: below the figures above, the host is what limits them)" % (
+        "the kernel alone", host["kernel_us"]))
+    parts = [("input checks (check_qkv_cached)",
+              lambda: _core.check_qkv_cached(tq, tk, tv, False, None, tensor_type=torch.Tensor)),
+             ("input checks, uncached (check_qkv)",
+              lambda: _core.check_qkv(tq, tk, tv, False, None, tensor_type=torch.Tensor)),
+             ("plan lookup (plan_forward)", lambda: _core.plan_forward(None, "", tkey, index)),
+             ("output and LSE allocation",
+              lambda: (torch.empty(tq.shape, dtype=tq.dtype, device=device),
+                       torch.empty((1, 16, 128), dtype=torch.float32, device=device))),
+             ("current stream", lambda: _ops._stream(tq))]
+    for name, fn in parts:
+        host["python_layer_us"][name] = host_us(torch, fn, args.host_calls * 5, sync=False)
+        print("  %-42s %6.2f us" % (name, host["python_layer_us"][name]))
+    result["host"] = host
+    runinfo.write_json(os.path.join(args.out, "torch_overhead.json"), result)
+    runinfo.update_meta(args.out, info.name, result, result["command"])
+    print("\n== summary (%s)" % info.name)
+    for e in result["rungs"]:
+        if "diff_us" in e:
+            print("  %-22s runner %.4f ms, PyTorch %.4f ms: %+.1f us per call (target %g us: %s); "
+                  "GPU idle first: %+.1f us"
+                  % (e["label"], e["median_ms"]["runner"], e["median_ms"]["python"], e["diff_us"], TARGET_US,
+                     "met" if e["within_target"] else "NOT met", e["idle_diff_us"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
