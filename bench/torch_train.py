@@ -72,9 +72,8 @@ LOGITS_RATIO = 2.0
 # (relative), or within 3x the SDPA rerun's distance when that is larger.
 LOSS_REL = 0.02
 
-# The name the ladder is registered under (attn_implementation=...). Not "flashladder", the
-# package's default: transformers 5 takes every name with "flash" in it for a FlashAttention
-# package and tries to load that package when the model is built, which fails.
+# The name the ladder is registered under (attn_implementation=...): the package's default (not
+# "flashladder": transformers 5 takes every name with "flash" in it for a FlashAttention package).
 LADDER_NAME = "ladder"
 
 FULL = dict(hidden=2048, intermediate=5632, layers=6, heads=16, kv_heads=4, head_dim=128, seqlen=4096,

@@ -24,7 +24,7 @@ errors        bad input raises TypeError/ValueError with a one-line reason, befo
               autograd, a mask or dropout through the transformers function. Each message is
               printed.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
-              attn_implementation="flashladder" against "sdpa": logits, gradients after one
+              attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
               Skipped without transformers.
 
@@ -437,7 +437,7 @@ def part_transformers():
     hf.transformers_attention = counting
     dtype = torch.float16
     models = {}
-    for impl in ("sdpa", "flashladder"):
+    for impl in ("sdpa", "ladder"):
         torch.manual_seed(0)
         # head_dim 64, GQA 4:1 (8 query heads, 2 KV heads), RoPE: a Llama in miniature.
         config = LlamaConfig(vocab_size=1000, hidden_size=512, intermediate_size=1024,
@@ -447,7 +447,7 @@ def part_transformers():
         models[impl] = LlamaForCausalLM(config).to("cuda", dtype)
         if models[impl].config._attn_implementation != impl:
             fail("the model runs %s, not %s" % (models[impl].config._attn_implementation, impl))
-    models["flashladder"].load_state_dict(models["sdpa"].state_dict())
+    models["ladder"].load_state_dict(models["sdpa"].state_dict())
     ids = torch.randint(0, config.vocab_size, (2, 200), device="cuda")
     logits = {}
     for impl, m in models.items():
@@ -455,10 +455,10 @@ def part_transformers():
         out = m(ids, labels=ids)
         out.loss.backward()
         logits[impl] = out.logits.float()
-    judge("Llama logits flashladder vs sdpa", logits["flashladder"], logits["sdpa"], "fp16",
+    judge("Llama logits ladder vs sdpa", logits["ladder"], logits["sdpa"], "fp16",
           floor=MODEL_FLOOR)
     for (name, p_ref), (_, p) in zip(models["sdpa"].named_parameters(),
-                                     models["flashladder"].named_parameters()):
+                                     models["ladder"].named_parameters()):
         if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")) and ".0." in name:
             max_abs, rel, _ = errors(p.grad.float(), p_ref.grad.float())
             line = "gradient of %s: rel_fro %.2e (vs sdpa)" % (name, rel)
@@ -467,7 +467,7 @@ def part_transformers():
             else:
                 fail(line)
     # New tokens against a KV cache: 4 queries after 196 cached keys (bottom-right causal).
-    m = models["flashladder"].eval()
+    m = models["ladder"].eval()
     with torch.no_grad():
         full = models["sdpa"].eval()(ids).logits.float()
         first = m(ids[:, :196], use_cache=True)

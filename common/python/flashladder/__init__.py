@@ -9,7 +9,8 @@ Tensors are laid out as flash_attn_func's: [batch, seqlen, heads, head_dim], fp1
 CUDA device; k and v may have fewer heads than q (GQA/MQA). ``attention`` is a
 ``torch.library.custom_op`` (``torch.ops.flashladder.attention``) with a fake implementation for
 torch.compile and autograd through rung 11's backward. ``register_transformers()`` adds
-``attn_implementation="flashladder"`` to Hugging Face transformers.
+``attn_implementation="ladder"`` to Hugging Face transformers (not "flashladder": transformers
+5 takes every name containing "flash" for a FlashAttention package).
 
 ``import flashladder`` needs no PyTorch and no GPU: ``rungs()``, ``supports()`` and the device
 query work anywhere; PyTorch is imported on the first call that takes tensors.
@@ -70,7 +71,7 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
                                       dropout=dropout, **kwargs)
 
 
-def register_transformers(name="flashladder", rung=None, variant=""):
+def register_transformers(name="ladder", rung=None, variant=""):
     """attn_implementation=name runs on the ladder (transformers' AttentionInterface)."""
     from . import _hf
 

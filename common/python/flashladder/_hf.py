@@ -1,6 +1,6 @@
 """Hugging Face transformers' attention interface on the ladder's rungs.
 
-``register_transformers()`` makes ``attn_implementation="flashladder"`` run a model's attention
+``register_transformers()`` makes ``attn_implementation="ladder"`` run a model's attention
 (a Llama-style decoder: GQA, RoPE applied before the call) through ``flashladder.attention``.
 transformers builds no dense mask for it (the mask function registered beside it is
 transformers' own FlashAttention one: nothing when every token is valid, the 2D padding mask
@@ -10,8 +10,10 @@ refused with a ValueError, never silently dropped. Sequences packed into one row
 ``position_ids`` alone are not detected (that needs a device-to-host copy in every layer): pack
 with an attention implementation that reads them.
 
-transformers treats every implementation whose name contains "flash" as a FlashAttention flavour
-(``is_flash_attention_requested``); ``register_transformers(name=...)`` takes another name.
+The default name is "ladder", not "flashladder": transformers (5.x) takes every implementation
+whose name contains "flash" for a FlashAttention package (``is_flash_attention_requested``) and
+tries to load that package when the model is built, which fails. ``register_transformers(name=...)``
+takes another name.
 """
 
 from . import _ops
@@ -53,7 +55,7 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     return out, None
 
 
-def register_transformers(name="flashladder", rung=None, variant=""):
+def register_transformers(name="ladder", rung=None, variant=""):
     """Registers ``transformers_attention`` (with ``rung``: None = the default forward) as
     ``attn_implementation=name``, with transformers' FlashAttention mask function beside it.
     Returns the name."""
