@@ -127,6 +127,34 @@ class Import(unittest.TestCase):
             self.skipTest("PyTorch is installed here")
 
 
+class Linkage(unittest.TestCase):
+    def test_exports_only_its_init(self):
+        """The module's only strong export is PyInit__ext: the static libraries linked into it
+        (the registry, and libstdc++ where the toolchain links it statically) stay private, so
+        that PyTorch's libstdc++ in the same process can neither interpose on them nor be
+        interposed (on a GPU host whose GCC links libstdc++ statically, the two copies' iostream
+        state mixed and Problem::describe crashed). Weak template instantiations (std::vector's
+        destructor, say) may remain: the module binds its own references (-Bsymbolic)."""
+        import shutil
+        import subprocess
+
+        readelf = shutil.which("readelf")
+        if not readelf:
+            self.skipTest("no readelf")
+        out = subprocess.run([readelf, "--dyn-syms", "-W", flashladder._ext.__file__],
+                             capture_output=True, text=True, check=True).stdout
+        strong = set()
+        for line in out.splitlines():
+            f = line.split()
+            # Num: Value Size Type Bind Vis Ndx Name
+            if len(f) >= 8 and f[4] in ("GLOBAL", "UNIQUE") and f[6] != "UND":
+                strong.add(f[7].split("@")[0])
+        self.assertEqual(strong, {"PyInit__ext"})
+        dynamic = subprocess.run([readelf, "-d", "-W", flashladder._ext.__file__],
+                                 capture_output=True, text=True, check=True).stdout
+        self.assertIn("SYMBOLIC", dynamic)
+
+
 class Registry(unittest.TestCase):
     def test_rungs(self):
         mains = flashladder.rungs()
