@@ -373,6 +373,39 @@ def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=N
         res, ", fp16, backward pass only, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % torch)
 
 
+@generator("backward-entries")
+def gen_backward_entries(ctx, rung="11", d="64,128", n="4096", causal="0", gpu=None):
+    """Every entry of a backward rung that the run measured (its main entry and variants, as the
+    run named them: a variant may since have left the tree), TFLOP/s per shape, and its time
+    relative to PyTorch SDPA's flash backward in the same run (above 1 = the entry is faster)."""
+    res = ctx.results(gpu)
+    prefix = labels_of(ctx, [int(rung)])[0]
+    entries = []
+    for r in res.records:
+        lab = r.get("rung", "")
+        if r.get("family") == "backward" and (lab == prefix or lab.startswith(prefix + "[")) \
+                and lab not in entries:
+            entries.append(lab)
+    entries.sort(key=lambda l: (l != prefix, l))
+    shapes = [(dd, nn, c) for dd in ints(d) for nn in ints(n) for c in ints(causal)]
+    head = ["entry"] + ["d=%d %s%s" % (dd, report.seqlen_text(nn), ", causal" if c else "")
+                        for dd, nn, c in shapes]
+    rows = []
+    for lab in entries:
+        cells = ["`%s`" % lab]
+        for dd, nn, c in shapes:
+            w = prefill_want(dd, nn, c)
+            r = res.find(family="backward", rung=lab, deterministic=0, **w)
+            fl = res.find(family="backward", rung="torch_flash", **w)
+            cells.append("%s (%s)" % (report.fmt_value(r["tflops"]), ratio_text(fl, r)) if r else "—")
+        rows.append(cells)
+    if not rows:
+        raise Missing("the backward family for %s" % prefix, "bench/run_all.sh --family backward")
+    return report.markdown_table(head, rows, ["---"] + ["--:"] * len(shapes)) + "\n\n" + measured_line(
+        res, ", fp16, backward pass only, TFLOP/s (time of PyTorch's flash backward / time of the "
+        "entry), batch x seqlen = 16k tokens, hidden 2048")
+
+
 @generator("headdim-ratio")
 def gen_headdim_ratio(ctx, rung, small="32", large="64", gpu=None):
     """time(d=large) / time(d=small) over the prefill sweep (same hidden size, same FLOPs): the
