@@ -479,7 +479,7 @@ def part_transformers():
     if calls[0] != 6:
         fail("flashladder's attention ran %d times, expected 6" % calls[0])
     else:
-        print("ok   attn_implementation='flashladder' ran the ladder in every layer")
+        print("ok   attn_implementation='ladder' ran the ladder in every layer")
 
 
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
