@@ -94,7 +94,7 @@ def versions():
 
 
 class Log:
-    """Copies everything printed to stdout into a file as well."""
+    """Copies everything printed to stdout into a file as well (``with Log(path): ...``)."""
 
     def __init__(self, path):
         self.file = open(path, "w", encoding="utf-8")
@@ -112,6 +112,13 @@ class Log:
     def close(self):
         sys.stdout = self.stdout
         self.file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
 
 def write_json(path, data):

@@ -154,11 +154,8 @@ def main(argv=None):
     ap.add_argument("--package", help="folder holding the flashladder package")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    log = runinfo.Log(os.path.join(args.out, "torch_overhead.log"))
-    try:
+    with runinfo.Log(os.path.join(args.out, "torch_overhead.log")):
         return run(args)
-    finally:
-        log.close()
 
 
 def run(args):

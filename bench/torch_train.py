@@ -423,11 +423,8 @@ def main(argv=None):
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     os.makedirs(args.out, exist_ok=True)
-    log = runinfo.Log(os.path.join(args.out, "torch_train.log"))
-    try:
+    with runinfo.Log(os.path.join(args.out, "torch_train.log")):
         return run(args)
-    finally:
-        log.close()
 
 
 def run(args):

@@ -51,6 +51,14 @@ class ScratchDoc:
 
 
 class DocgenTest(unittest.TestCase):
+    def write_doc(self, doc):
+        """What `docgen.py --write` makes of @p doc (a scratch file next to README.md)."""
+        with ScratchDoc(doc) as path:
+            rc, out = docgen("--write", path)
+            self.assertEqual(rc, 0, out)
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+
     def test_committed_tree_is_generated(self):
         rc, out = docgen("--check")
         self.assertEqual(rc, 0, out)
@@ -78,11 +86,7 @@ class DocgenTest(unittest.TestCase):
     def test_missing_data_is_said_not_invented(self):
         # The H200 run predates the ablation family: its folder has no ablation records.
         doc = "<!-- gen:ablation rung=4 gpu=nvidia-h200 -->\n<!-- /gen:ablation -->\n"
-        with ScratchDoc(doc) as path:
-            rc, out = docgen("--write", path)
-            self.assertEqual(rc, 0, out)
-            with open(path, encoding="utf-8") as f:
-                written = f.read()
+        written = self.write_doc(doc)
         self.assertIn("Not in a committed run yet", written)
         self.assertIn("bench/run_all.sh --family ablation", written)
         self.assertIsNone(re.search(r"\d+\.\d+", written), written)
@@ -94,11 +98,7 @@ class DocgenTest(unittest.TestCase):
             self.skipTest("no committed ncu_rung08_128k.csv")
         doc = ("<!-- gen:ncu gpu=nvidia-h100-80gb-hbm3 target=rung08_128k "
                "metrics=gpu__time_duration.sum,dram__bytes_read.sum,sm__inst_executed.sum -->\n<!-- /gen:ncu -->\n")
-        with ScratchDoc(doc) as path:
-            rc, out = docgen("--write", path)
-            self.assertEqual(rc, 0, out)
-            with open(path, encoding="utf-8") as f:
-                written = f.read()
+        written = self.write_doc(doc)
         rows = [l for l in written.splitlines() if l.startswith("| ")]
         self.assertEqual(len(rows), 4, written)  # the header and one row per metric
         self.assertIn("`split_kv_attention<", rows[0])  # one column per kernel, without "void" and arguments
@@ -119,11 +119,7 @@ class DocgenTest(unittest.TestCase):
             gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
             doc = ("<!-- gen:torch-train gpu=%s -->\n<!-- /gen:torch-train -->\n\n"
                    "<!-- gen:torch-overhead gpu=%s -->\n<!-- /gen:torch-overhead -->\n" % (gpu, gpu))
-            with ScratchDoc(doc) as path:
-                rc, out = docgen("--write", path)
-                self.assertEqual(rc, 0, out)
-                with open(path, encoding="utf-8") as f:
-                    written = f.read()
+            written = self.write_doc(doc)
         rows = [l for l in written.splitlines() if l.startswith("| ")]
         self.assertIn("| the ladder | forward `10_warp_specialized`, backward `11_backward` (autograd) | 95.0 | 86k "
                       "| 1.520 | 1.05× |", rows)
@@ -136,11 +132,7 @@ class DocgenTest(unittest.TestCase):
         self.assertIn("NVIDIA H100 80GB HBM3, 2026-11-24, commit `abc1234`, PyTorch 2.11.0", written)
         # No run yet: the block says so and names the command, with no figure.
         doc = "<!-- gen:torch-train gpu=nvidia-h200/no-such-run -->\n<!-- /gen:torch-train -->\n"
-        with ScratchDoc(doc) as path:
-            rc, out = docgen("--write", path)
-            self.assertEqual(rc, 0, out)
-            with open(path, encoding="utf-8") as f:
-                written = f.read()
+        written = self.write_doc(doc)
         self.assertIn("Not in a committed run yet", written)
         self.assertIn("bench/torch_train.py", written)
         self.assertIsNone(re.search(r"\d+\.\d+", written), written)
