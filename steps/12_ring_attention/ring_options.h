@@ -1,0 +1,150 @@
+/// @file steps/12_ring_attention/ring_options.h
+/// @brief Rung 12's own command-line flags (the ring and its process), taken out of argv
+/// before the shared parser (common/src/cli.cpp) reads the rest: --batch, --seqlen, --heads,
+/// --kv-heads, --dim, --dtype, --causal, --iters, --check, --json, --variant ... keep their one
+/// definition there. Plain C++ so the CPU tests check it.
+#pragma once
+
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace fl::ring {
+
+/// The flags only rung 12 has.
+struct RingOptions {
+  int gpus = 1;         ///< --gpus: ranks in the ring (the world size)
+  int rank = -1;        ///< --rank: this process's rank (-1: not given; allowed only for --gpus 1)
+  int local_rank = -1;  ///< --local-rank: the CUDA device of this process (-1: rank)
+  std::string id_file;  ///< --id-file: where rank 0 writes the NCCL unique id
+  double timeout_s = 120;  ///< --timeout: seconds for the id file, the communicator, each wait
+  int forward_rung = 0;    ///< --forward-rung: 6 or 10 (0: rung 10 on sm_90 when built, else 06)
+  bool single = true;      ///< --single 0|1: rank 0 also runs the forward rung on the whole
+                           ///< sequence (check against it, one-GPU time, scaling efficiency)
+  bool preflight = false;  ///< --preflight: check the flags and the GPUs, start nothing (launcher)
+  bool skip_missing_gpus = false;  ///< --skip-missing-gpus: fewer GPUs than --gpus -> 77 (tests)
+  int fail_rank = -1;  ///< --fail-rank: (testing) this rank exits 1 in the middle of the ring
+};
+
+/// Result of take_ring_flags: the rung's flags, the rest for parse_cli, or an error.
+struct RingParse {
+  bool ok = true;
+  std::string error;
+  std::vector<std::string> rest;  ///< argv[0] and every flag that is not rung 12's
+};
+
+namespace detail {
+inline bool to_int(const std::string& s, int* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < -2147483647L || v > 2147483647L) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+inline bool to_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+}  // namespace detail
+
+/// Takes rung 12's flags out of argv ("--flag value" or "--flag=value"); checks their values.
+inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions* o) {
+  RingParse r;
+  if (argc > 0) r.rest.push_back(argv[0]);
+  auto fail = [&](const std::string& msg) {
+    r.ok = false;
+    r.error = msg;
+  };
+  for (int a = 1; a < argc && r.ok; ++a) {
+    std::string flag = argv[a], value;
+    const auto eq = flag.find('=');
+    const bool has_eq = flag.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (has_eq) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    if (flag == "--preflight") {
+      o->preflight = true;
+      continue;
+    }
+    if (flag == "--skip-missing-gpus") {
+      o->skip_missing_gpus = true;
+      continue;
+    }
+    const bool ours = flag == "--gpus" || flag == "--rank" || flag == "--local-rank" ||
+                      flag == "--id-file" || flag == "--timeout" || flag == "--forward-rung" ||
+                      flag == "--single" || flag == "--fail-rank";
+    if (!ours) {
+      r.rest.push_back(argv[a]);
+      continue;
+    }
+    if (!has_eq) {
+      if (a + 1 >= argc) {
+        fail(flag + ": missing value");
+        break;
+      }
+      value = argv[++a];
+    }
+    int iv = 0;
+    if (flag == "--id-file") {
+      if (value.empty()) fail("--id-file: expected a path");
+      o->id_file = value;
+    } else if (flag == "--timeout") {
+      if (!detail::to_double(value, &o->timeout_s) || !(o->timeout_s > 0))
+        fail("--timeout: expected seconds > 0, got '" + value + "'");
+    } else if (flag == "--single") {
+      if (value != "0" && value != "1") fail("--single: expected 0 or 1, got '" + value + "'");
+      o->single = value == "1";
+    } else if (!detail::to_int(value, &iv)) {
+      fail(flag + ": expected an integer, got '" + value + "'");
+    } else if (flag == "--gpus") {
+      if (iv < 1) fail("--gpus must be >= 1, got " + value);
+      o->gpus = iv;
+    } else if (flag == "--rank") {
+      if (iv < 0) fail("--rank must be >= 0, got " + value);
+      o->rank = iv;
+    } else if (flag == "--local-rank") {
+      if (iv < 0) fail("--local-rank must be >= 0, got " + value);
+      o->local_rank = iv;
+    } else if (flag == "--forward-rung") {
+      if (iv != 0 && iv != 6 && iv != 10) fail("--forward-rung must be 6 or 10, got " + value);
+      o->forward_rung = iv;
+    } else if (flag == "--fail-rank") {
+      o->fail_rank = iv;
+    }
+  }
+  if (!r.ok) return r;
+  // Consistency of the process flags.
+  if (o->rank >= o->gpus)
+    fail("--rank " + std::to_string(o->rank) + " is outside a ring of --gpus " +
+         std::to_string(o->gpus));
+  else if (o->gpus > 1 && !o->preflight && (o->rank < 0 || o->id_file.empty()))
+    fail("--gpus " + std::to_string(o->gpus) +
+         " runs one process per GPU: start it with steps/12_ring_attention/launch_ring.py, "
+         "which gives each process --rank and --id-file");
+  return r;
+}
+
+/// The rung's own part of --help.
+inline const char* ring_usage() {
+  return "Rung 12 (ring attention over P GPUs, one process per GPU):\n"
+         "  --gpus P             ranks in the ring (default 1: the degenerate ring on one GPU;\n"
+         "                       P > 1 through launch_ring.py)\n"
+         "  --variant zigzag|contiguous   sharding (default zigzag: causal work balanced)\n"
+         "  --forward-rung 6|10  the forward kernel of each step (default: 10 on sm_90, else 6)\n"
+         "  --single 0|1         rank 0 also runs that kernel on the whole sequence: the check\n"
+         "                       against it, the one-GPU time and the scaling efficiency (1)\n"
+         "  --timeout S          seconds for the NCCL id file, the communicator and every wait\n"
+         "                       (default 120): a rank that waits longer aborts, never hangs\n"
+         "  set by the launcher: --rank R --local-rank L --id-file PATH\n";
+}
+
+}  // namespace fl::ring

@@ -1,0 +1,307 @@
+/// @file steps/12_ring_attention/ring_plan.h
+/// @brief Rung 12's bookkeeping, in plain C++ (no CUDA) so the CPU tests check it directly:
+/// which tokens each rank holds (zigzag or contiguous shards), which K/V shard it has at each
+/// ring step, and which attention launches that step needs (skip, full, diagonal-masked).
+///
+/// The sequence of N tokens is cut into C chunks of near-equal length (the first N mod C
+/// chunks one token longer, so any N works, even N < C: then some chunks are empty).
+///
+/// @code
+///   // clang-format off
+///   zigzag, P = 4 ranks, C = 2P = 8 chunks        contiguous, P = 4, C = P = 4 chunks
+///
+///   chunk:  0  1  2  3  4  5  6  7                chunk:  0     1     2     3
+///   rank:   0  1  2  3  3  2  1  0                rank:   0     1     2     3
+///
+///   rank r holds chunks r and 2P-1-r,             rank r holds chunk r
+///   in that order (its local rows)
+///   // clang-format on
+/// @endcode
+///
+/// Ring step s (0 <= s < P): rank r holds the K/V shard that rank (r - s) mod P started
+/// with, computes its queries against it, and meanwhile passes it on to rank r + 1.
+/// With a causal mask, a (query chunk, key chunk) pair is
+///   - skipped  when the key chunk lies wholly in the query chunk's future (k > q),
+///   - full     when it lies wholly in its past (k < q): no mask at all,
+///   - diagonal when it is the same chunk (k == q): causal with equal lengths.
+/// Causal attention is bottom-right aligned in the ladder (query i sees key j iff
+/// j <= i + seqlen_k - seqlen_q), so one launch can also cover "past chunks, then the
+/// diagonal chunk" when they are contiguous in the K/V buffer: the past keys are all visible
+/// and the last seqlen_q keys form the diagonal. The planner uses that to give each query
+/// chunk at most one launch per step.
+///
+/// Contiguous shards make the causal work lopsided: rank r computes on r + 1 of the P steps
+/// (rank P-1 does ~P times rank 0's work). Zigzag pairs an early chunk with a late one, so
+/// every rank does ~2 (N/2P)^2 pairs on every step (Brandon et al. 2023, striped attention;
+/// Megatron-LM's context parallelism uses the same zigzag layout).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace fl::ring {
+
+/// How the sequence is split over the ranks.
+enum class Sharding { zigzag, contiguous };
+
+/// "zigzag" / "contiguous" (the --variant names; "" is zigzag).
+inline const char* sharding_name(Sharding s) {
+  return s == Sharding::zigzag ? "zigzag" : "contiguous";
+}
+
+/// Parses a --variant value; false if unknown. "" means the default (zigzag).
+inline bool parse_sharding(const std::string& v, Sharding* out) {
+  if (v.empty() || v == "zigzag")
+    *out = Sharding::zigzag;
+  else if (v == "contiguous")
+    *out = Sharding::contiguous;
+  else
+    return false;
+  return true;
+}
+
+/// A half-open range of token positions [begin, begin + len).
+struct Range {
+  int begin = 0;
+  int len = 0;
+  int end() const { return begin + len; }
+};
+
+/// Number of chunks the sequence is cut into: 2P (zigzag) or P (contiguous).
+inline int num_chunks(Sharding s, int ranks) {
+  return s == Sharding::zigzag ? 2 * ranks : ranks;
+}
+
+/// Global token range of chunk @p c of @p chunks over @p n tokens: near-equal lengths,
+/// the first n % chunks chunks one token longer.
+inline Range chunk_range(int n, int chunks, int c) {
+  const int base = n / chunks, rem = n % chunks;
+  Range r;
+  r.begin = c * base + std::min(c, rem);
+  r.len = base + (c < rem ? 1 : 0);
+  return r;
+}
+
+/// The chunks rank @p rank holds, in the order of its local rows.
+inline std::vector<int> chunks_of_rank(Sharding s, int ranks, int rank) {
+  if (s == Sharding::contiguous) return {rank};
+  return {rank, 2 * ranks - 1 - rank};
+}
+
+/// The rank that holds chunk @p c.
+inline int owner_of_chunk(Sharding s, int ranks, int c) {
+  if (s == Sharding::contiguous) return c;
+  return c < ranks ? c : 2 * ranks - 1 - c;
+}
+
+/// A chunk as one rank stores it: its global range and its first row in the rank's shard.
+struct LocalChunk {
+  int chunk = 0;  ///< global chunk index
+  Range global;   ///< token positions in the whole sequence
+  int local = 0;  ///< first row in the rank's shard
+};
+
+/// The layout of rank @p rank's shard (the same for its Q rows and its K/V rows).
+struct Shard {
+  int rank = 0;
+  int len = 0;                     ///< rows in the shard
+  std::vector<LocalChunk> chunks;  ///< in local order
+};
+
+inline Shard shard_of_rank(Sharding s, int n, int ranks, int rank) {
+  Shard sh;
+  sh.rank = rank;
+  const int C = num_chunks(s, ranks);
+  for (int c : chunks_of_rank(s, ranks, rank)) {
+    LocalChunk lc;
+    lc.chunk = c;
+    lc.global = chunk_range(n, C, c);
+    lc.local = sh.len;
+    sh.len += lc.global.len;
+    sh.chunks.push_back(lc);
+  }
+  return sh;
+}
+
+/// The longest shard over all ranks (buffer sizes).
+inline int max_shard_len(Sharding s, int n, int ranks) {
+  int m = 0;
+  for (int r = 0; r < ranks; ++r) m = std::max(m, shard_of_rank(s, n, ranks, r).len);
+  return m;
+}
+
+/// What a (query chunk, key chunk) pair needs.
+enum class PairKind { skip, full, diagonal };
+
+inline const char* pair_kind_name(PairKind k) {
+  return k == PairKind::skip ? "skip" : k == PairKind::full ? "full" : "diagonal";
+}
+
+/// Chunks are numbered in sequence order for both shardings, so the causal question is a
+/// comparison of chunk indices. Without a mask every pair is full.
+inline PairKind pair_kind(bool causal, int q_chunk, int k_chunk) {
+  if (!causal) return PairKind::full;
+  if (k_chunk > q_chunk) return PairKind::skip;
+  return k_chunk == q_chunk ? PairKind::diagonal : PairKind::full;
+}
+
+/// One attention launch of a ring step, in local rows: queries [q.begin, q.end()) of the
+/// rank's Q shard against keys [k.begin, k.end()) of the K/V shard it holds at that step.
+/// causal: the ladder's bottom-right causal mask on this (seqlen_q = q.len, seqlen_k = k.len)
+/// problem, i.e. the last q.len keys are the queries' own chunk (the diagonal).
+struct Launch {
+  Range q;
+  Range k;
+  bool causal = false;
+  /// (query, key) pairs it computes per (batch, head).
+  int64_t pairs() const {
+    if (!causal) return static_cast<int64_t>(q.len) * k.len;
+    const int64_t past = k.len - q.len;  // every query sees these
+    return static_cast<int64_t>(q.len) * past + static_cast<int64_t>(q.len) * (q.len + 1) / 2;
+  }
+};
+
+/// One ring step of one rank.
+struct StepPlan {
+  int step = 0;
+  int src_rank = 0;                ///< whose K/V shard this rank holds at this step
+  int kv_len = 0;                  ///< rows of that shard
+  int send_to = 0, recv_from = 0;  ///< ring neighbours
+  int send_len = 0, recv_len = 0;  ///< rows passed on after this step (0: none, the last step)
+  std::vector<Launch> launches;    ///< disjoint query rows; empty: the step is skipped
+  int64_t pairs() const {
+    int64_t n = 0;
+    for (const Launch& l : launches) n += l.pairs();
+    return n;
+  }
+};
+
+/// The whole forward pass of one rank.
+struct RankPlan {
+  Sharding sharding = Sharding::zigzag;
+  bool causal = false;
+  int n = 0, ranks = 1, rank = 0;
+  Shard q_shard;                ///< this rank's queries (and the K/V shard it starts with)
+  std::vector<StepPlan> steps;  ///< P steps
+  int64_t pairs() const {
+    int64_t n_pairs = 0;
+    for (const StepPlan& s : steps) n_pairs += s.pairs();
+    return n_pairs;
+  }
+};
+
+/// The launches rank @p rank needs against the shard @p kv (held at some step). For each
+/// query chunk: the visible key chunks (full ones, then at most one diagonal), which must be
+/// contiguous in the K/V shard so that one bottom-right-causal launch covers them all; then
+/// adjacent query chunks with the same unmasked key range are fused into one launch.
+inline std::vector<Launch> launches_for(const Shard& q_shard, const Shard& kv, bool causal) {
+  std::vector<Launch> out;
+  for (const LocalChunk& qc : q_shard.chunks) {
+    if (qc.global.len == 0) continue;
+    Launch l;
+    l.q = {qc.local, qc.global.len};
+    bool any = false, diag_seen = false;
+    for (const LocalChunk& kc : kv.chunks) {
+      if (kc.global.len == 0) continue;
+      const PairKind kind = pair_kind(causal, qc.chunk, kc.chunk);
+      if (kind == PairKind::skip) continue;
+      if (diag_seen)
+        throw std::logic_error("ring plan: a visible key chunk follows the diagonal chunk");
+      if (!any) {
+        l.k = {kc.local, 0};
+        any = true;
+      } else if (kc.local != l.k.end()) {
+        throw std::logic_error("ring plan: the visible key chunks are not contiguous");
+      }
+      l.k.len += kc.global.len;
+      if (kind == PairKind::diagonal) {
+        diag_seen = true;
+        l.causal = true;
+      }
+    }
+    if (!any) continue;
+    // Fuse with the previous launch: adjacent queries, same keys, no mask on either.
+    if (!out.empty()) {
+      Launch& prev = out.back();
+      if (!prev.causal && !l.causal && prev.q.end() == l.q.begin && prev.k.begin == l.k.begin &&
+          prev.k.len == l.k.len) {
+        prev.q.len += l.q.len;
+        continue;
+      }
+    }
+    out.push_back(l);
+  }
+  return out;
+}
+
+/// The plan of rank @p rank in a ring of @p ranks over @p n tokens.
+inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || n < 1)
+    throw std::invalid_argument("ring plan: need n >= 1 and 0 <= rank < ranks");
+  RankPlan p;
+  p.sharding = s;
+  p.causal = causal;
+  p.n = n;
+  p.ranks = ranks;
+  p.rank = rank;
+  p.q_shard = shard_of_rank(s, n, ranks, rank);
+  for (int step = 0; step < ranks; ++step) {
+    StepPlan sp;
+    sp.step = step;
+    sp.src_rank = ((rank - step) % ranks + ranks) % ranks;
+    const Shard kv = shard_of_rank(s, n, ranks, sp.src_rank);
+    sp.kv_len = kv.len;
+    sp.send_to = (rank + 1) % ranks;
+    sp.recv_from = (rank - 1 + ranks) % ranks;
+    if (step + 1 < ranks) {  // the last step passes nothing on
+      sp.send_len = kv.len;
+      sp.recv_len = shard_of_rank(s, n, ranks, (sp.src_rank - 1 + ranks) % ranks).len;
+    }
+    sp.launches = launches_for(p.q_shard, kv, causal);
+    p.steps.push_back(sp);
+  }
+  return p;
+}
+
+/// Where global token @p pos lives: the rank and the row in its shard.
+struct Location {
+  int rank = 0;
+  int row = 0;
+};
+
+inline Location locate(Sharding s, int n, int ranks, int pos) {
+  const int C = num_chunks(s, ranks);
+  // Chunks of near-equal length: the first rem have base + 1 tokens.
+  const int base = n / C, rem = n % C;
+  const int long_tokens = rem * (base + 1);
+  const int c = pos < long_tokens ? pos / (base + 1) : rem + (pos - long_tokens) / base;
+  const int r = owner_of_chunk(s, ranks, c);
+  const Shard sh = shard_of_rank(s, n, ranks, r);
+  for (const LocalChunk& lc : sh.chunks)
+    if (lc.chunk == c) return {r, lc.local + (pos - lc.global.begin)};
+  throw std::logic_error("ring plan: chunk not found in its owner's shard");
+}
+
+/// Unmasked (query, key) pairs per (batch, head) of each rank's whole forward pass: the
+/// causal imbalance the contiguous variant shows and zigzag removes.
+inline std::vector<int64_t> pairs_per_rank(Sharding s, bool causal, int n, int ranks) {
+  std::vector<int64_t> out;
+  for (int r = 0; r < ranks; ++r) out.push_back(plan_rank(s, causal, n, ranks, r).pairs());
+  return out;
+}
+
+/// max / mean of pairs_per_rank: 1.0 is perfect balance; the ring's time follows the max.
+inline double imbalance(const std::vector<int64_t>& pairs) {
+  if (pairs.empty()) return 1.0;
+  int64_t mx = 0, sum = 0;
+  for (int64_t p : pairs) {
+    mx = std::max(mx, p);
+    sum += p;
+  }
+  return sum == 0 ? 1.0 : static_cast<double>(mx) * pairs.size() / static_cast<double>(sum);
+}
+
+}  // namespace fl::ring

@@ -1,0 +1,436 @@
+// Rung 12's host logic on the CPU: the shards (zigzag and contiguous, with tails), the plan of
+// every (rank, ring step) (skip / full / diagonal-masked launches), the ring's transfers, and
+// the merge of the partial (O, LSE) results by the one LSE combine of softmax_math.h against a
+// direct softmax over the whole sequence in double. The executable's flag parser too.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "12_ring_attention/ring_options.h"
+#include "12_ring_attention/ring_plan.h"
+#include "catch_compat.h"
+#include "flashladder/softmax_math.h"
+
+using namespace fl;
+using namespace fl::ring;
+
+namespace {
+
+const Sharding kShardings[] = {Sharding::zigzag, Sharding::contiguous};
+
+/// For every global query, the global keys it is given over all steps of its rank's plan,
+/// applying each launch's mask exactly as a rung does (bottom-right on local indices).
+std::vector<std::vector<int>> keys_seen(Sharding s, bool causal, int n, int ranks) {
+  std::vector<std::vector<int>> seen(n);
+  for (int r = 0; r < ranks; ++r) {
+    const RankPlan plan = plan_rank(s, causal, n, ranks, r);
+    // Global position of each local row of a shard.
+    auto global_rows = [&](const Shard& sh) {
+      std::vector<int> g(sh.len);
+      for (const LocalChunk& lc : sh.chunks)
+        for (int t = 0; t < lc.global.len; ++t) g[lc.local + t] = lc.global.begin + t;
+      return g;
+    };
+    const std::vector<int> qg = global_rows(plan.q_shard);
+    for (const StepPlan& sp : plan.steps) {
+      const std::vector<int> kg = global_rows(shard_of_rank(s, n, ranks, sp.src_rank));
+      for (const Launch& l : sp.launches) {
+        REQUIRE(l.q.begin >= 0);
+        REQUIRE(l.q.end() <= plan.q_shard.len);
+        REQUIRE(l.k.begin >= 0);
+        REQUIRE(l.k.end() <= sp.kv_len);
+        REQUIRE(l.q.len > 0);
+        REQUIRE(l.k.len >= l.q.len * (l.causal ? 1 : 0));
+        for (int i = 0; i < l.q.len; ++i)
+          for (int j = 0; j < l.k.len; ++j) {
+            const bool visible = !l.causal || j <= i + l.k.len - l.q.len;
+            if (visible) seen[qg[l.q.begin + i]].push_back(kg[l.k.begin + j]);
+          }
+      }
+    }
+  }
+  return seen;
+}
+
+}  // namespace
+
+TEST_CASE("ring shards: chunk ranges tile the sequence, tails spread", "[cpu][ring_plan]") {
+  for (int n : {1, 5, 16, 17, 1000, 4097})
+    for (int chunks : {1, 2, 3, 4, 8, 16}) {
+      int next = 0, shortest = n, longest = 0;
+      for (int c = 0; c < chunks; ++c) {
+        const Range r = chunk_range(n, chunks, c);
+        CHECK(r.begin == next);
+        next = r.end();
+        shortest = std::min(shortest, r.len);
+        longest = std::max(longest, r.len);
+      }
+      CHECK(next == n);
+      CHECK(longest - shortest <= 1);  // unequal only by the tail's one token
+    }
+  // N = 10 over 2P = 4 chunks: 3, 3, 2, 2.
+  CHECK(chunk_range(10, 4, 0).len == 3);
+  CHECK(chunk_range(10, 4, 1).begin == 3);
+  CHECK(chunk_range(10, 4, 2).begin == 6);
+  CHECK(chunk_range(10, 4, 3).len == 2);
+}
+
+TEST_CASE("ring shards: zigzag holds chunks r and 2P-1-r, contiguous chunk r", "[cpu][ring_plan]") {
+  CHECK(chunks_of_rank(Sharding::zigzag, 4, 0) == std::vector<int>{0, 7});
+  CHECK(chunks_of_rank(Sharding::zigzag, 4, 3) == std::vector<int>{3, 4});
+  CHECK(chunks_of_rank(Sharding::contiguous, 4, 2) == std::vector<int>{2});
+  for (Sharding s : kShardings)
+    for (int ranks : {1, 2, 3, 4, 8})
+      for (int n : {1, 3, 7, 64, 1001}) {
+        INFO(sharding_name(s) << " P=" << ranks << " N=" << n);
+        // Every token has exactly one owner, and locate() finds it at the right row.
+        std::vector<int> owner(n, -1);
+        int total = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const Shard sh = shard_of_rank(s, n, ranks, r);
+          total += sh.len;
+          CHECK(sh.len <= max_shard_len(s, n, ranks));
+          for (const LocalChunk& lc : sh.chunks) {
+            CHECK(owner_of_chunk(s, ranks, lc.chunk) == r);
+            for (int t = 0; t < lc.global.len; ++t) {
+              const int pos = lc.global.begin + t;
+              CHECK(owner[pos] == -1);
+              owner[pos] = r;
+              const Location loc = locate(s, n, ranks, pos);
+              CHECK(loc.rank == r);
+              CHECK(loc.row == lc.local + t);
+            }
+          }
+        }
+        CHECK(total == n);
+        CHECK(std::count(owner.begin(), owner.end(), -1) == 0);
+      }
+}
+
+TEST_CASE("ring plan: pair kinds per (query chunk, key chunk)", "[cpu][ring_plan]") {
+  CHECK(pair_kind(false, 0, 5) == PairKind::full);
+  CHECK(pair_kind(true, 0, 5) == PairKind::skip);
+  CHECK(pair_kind(true, 5, 0) == PairKind::full);
+  CHECK(pair_kind(true, 3, 3) == PairKind::diagonal);
+}
+
+TEST_CASE("ring plan: every query sees exactly its keys, each once", "[cpu][ring_plan]") {
+  for (Sharding s : kShardings)
+    for (bool causal : {false, true})
+      for (int ranks : {1, 2, 3, 4, 5, 8})
+        for (int n : {1, 2, 7, 8, 33, 100, 257}) {
+          INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks << " N=" << n);
+          const auto seen = keys_seen(s, causal, n, ranks);
+          bool ok = true;
+          for (int i = 0; i < n && ok; ++i) {
+            std::vector<int> got = seen[i];
+            std::sort(got.begin(), got.end());
+            const int expect = causal ? i + 1 : n;
+            ok = static_cast<int>(got.size()) == expect;
+            for (int j = 0; j < expect && ok; ++j) ok = got[j] == j;  // each key once, none missing
+            if (!ok) INFO("query " << i << " sees " << got.size() << " keys, expected " << expect);
+          }
+          CHECK(ok);
+        }
+}
+
+TEST_CASE("ring plan: launches of a step touch disjoint queries", "[cpu][ring_plan]") {
+  // The rung writes a step's partial O rows and merges them afterwards: rows must not repeat.
+  for (Sharding s : kShardings)
+    for (bool causal : {false, true})
+      for (int ranks : {1, 2, 3, 4, 8})
+        for (int n : {3, 16, 1000}) {
+          for (int r = 0; r < ranks; ++r) {
+            const RankPlan plan = plan_rank(s, causal, n, ranks, r);
+            REQUIRE(static_cast<int>(plan.steps.size()) == ranks);
+            for (const StepPlan& sp : plan.steps) {
+              std::vector<int> used(plan.q_shard.len, 0);
+              for (const Launch& l : sp.launches)
+                for (int i = l.q.begin; i < l.q.end(); ++i) used[i]++;
+              CHECK(std::count_if(used.begin(), used.end(), [](int u) { return u > 1; }) == 0);
+              // At most one launch per query chunk: 2 for zigzag, 1 for contiguous.
+              CHECK(sp.launches.size() <= plan.q_shard.chunks.size());
+            }
+          }
+        }
+}
+
+TEST_CASE("ring plan: the ring passes every shard around once", "[cpu][ring_plan]") {
+  for (Sharding s : kShardings)
+    for (int ranks : {1, 2, 3, 4, 8}) {
+      const int n = 1003;
+      for (int r = 0; r < ranks; ++r) {
+        const RankPlan plan = plan_rank(s, true, n, ranks, r);
+        std::set<int> sources;
+        for (const StepPlan& sp : plan.steps) {
+          sources.insert(sp.src_rank);
+          CHECK(sp.kv_len == shard_of_rank(s, n, ranks, sp.src_rank).len);
+          CHECK(sp.send_to == (r + 1) % ranks);
+          CHECK(sp.recv_from == (r + ranks - 1) % ranks);
+          if (sp.step + 1 < ranks) {
+            // What this rank sends is what its successor receives at the same step, and what
+            // it receives is the shard it holds at the next step.
+            const RankPlan next = plan_rank(s, true, n, ranks, sp.send_to);
+            CHECK(next.steps[sp.step].recv_len == sp.send_len);
+            CHECK(sp.recv_len == plan.steps[sp.step + 1].kv_len);
+          } else {
+            CHECK(sp.send_len == 0);
+            CHECK(sp.recv_len == 0);
+          }
+        }
+        CHECK(static_cast<int>(sources.size()) == ranks);
+        CHECK(plan.steps[0].src_rank == r);
+      }
+    }
+}
+
+TEST_CASE("ring plan: causal skips and masks per (rank, step)", "[cpu][ring_plan]") {
+  const int ranks = 4, n = 800;  // chunks of 100 (zigzag) or 200 (contiguous) tokens
+  SECTION("contiguous: rank r computes on steps 0..r, masked only at step 0") {
+    for (int r = 0; r < ranks; ++r) {
+      const RankPlan plan = plan_rank(Sharding::contiguous, true, n, ranks, r);
+      for (const StepPlan& sp : plan.steps) {
+        INFO("rank " << r << " step " << sp.step);
+        if (sp.step > r) {
+          CHECK(sp.launches.empty());  // the source's chunk is wholly in the future
+        } else {
+          REQUIRE(sp.launches.size() == 1);
+          CHECK(sp.launches[0].causal == (sp.step == 0));
+          CHECK(sp.launches[0].q.len == 200);
+          CHECK(sp.launches[0].k.len == 200);
+        }
+      }
+    }
+  }
+  SECTION("zigzag: every rank computes ~2 chunks^2 on every step") {
+    for (int r = 0; r < ranks; ++r) {
+      const RankPlan plan = plan_rank(Sharding::zigzag, true, n, ranks, r);
+      // Step 0: early chunk on its own diagonal; late chunk on [early (past), late (diagonal)].
+      const StepPlan& s0 = plan.steps[0];
+      REQUIRE(s0.launches.size() == 2);
+      CHECK(s0.launches[0].causal);
+      CHECK(s0.launches[0].q.begin == 0);
+      CHECK(s0.launches[0].k.len == 100);
+      CHECK(s0.launches[1].causal);
+      CHECK(s0.launches[1].q.begin == 100);
+      CHECK(s0.launches[1].k.begin == 0);
+      CHECK(s0.launches[1].k.len == 200);
+      for (const StepPlan& sp : plan.steps) {
+        if (sp.step == 0) continue;
+        INFO("rank " << r << " step " << sp.step << " source " << sp.src_rank);
+        REQUIRE(sp.launches.size() == 1);
+        const Launch& l = sp.launches[0];
+        CHECK_FALSE(l.causal);
+        if (sp.src_rank < r) {  // both query chunks see the source's early chunk only
+          CHECK(l.q.begin == 0);
+          CHECK(l.q.len == 200);
+          CHECK(l.k.begin == 0);
+          CHECK(l.k.len == 100);
+        } else {  // only the late query chunk, against both of the source's chunks
+          CHECK(l.q.begin == 100);
+          CHECK(l.q.len == 100);
+          CHECK(l.k.len == 200);
+        }
+        CHECK(sp.pairs() == 20000);
+      }
+      CHECK(s0.pairs() == 100 * 101 / 2 + 100 * 100 + 100 * 101 / 2);
+    }
+  }
+  SECTION("the imbalance zigzag removes") {
+    const auto contiguous = pairs_per_rank(Sharding::contiguous, true, n, ranks);
+    const auto zigzag = pairs_per_rank(Sharding::zigzag, true, n, ranks);
+    CHECK(contiguous.front() == 200 * 201 / 2);
+    CHECK(contiguous.back() == 3 * 200 * 200 + 200 * 201 / 2);
+    CHECK(imbalance(contiguous) > 1.7);  // (2P - 1) / P = 1.75 in the limit
+    CHECK(imbalance(zigzag) < 1.001);
+    int64_t a = 0, b = 0;
+    for (auto x : contiguous) a += x;
+    for (auto x : zigzag) b += x;
+    CHECK(a == b);
+    CHECK(a == static_cast<int64_t>(n) * (n + 1) / 2);
+  }
+  SECTION("without a mask, one full launch per step") {
+    for (Sharding s : kShardings)
+      for (const StepPlan& sp : plan_rank(s, false, n, ranks, 1).steps) {
+        REQUIRE(sp.launches.size() == 1);
+        CHECK_FALSE(sp.launches[0].causal);
+        CHECK(sp.launches[0].q.len == 200);
+        CHECK(sp.launches[0].k.len == 200);
+      }
+  }
+}
+
+TEST_CASE("ring plan: tails and sequences shorter than the ring", "[cpu][ring_plan]") {
+  // N = 3 over 2P = 8 chunks: five empty chunks; ranks with no queries plan no launches.
+  const RankPlan r3 = plan_rank(Sharding::zigzag, true, 3, 4, 3);
+  CHECK(r3.q_shard.len == 0);
+  for (const StepPlan& sp : r3.steps) CHECK(sp.launches.empty());
+  const RankPlan r0 = plan_rank(Sharding::zigzag, true, 3, 4, 0);
+  CHECK(r0.q_shard.len == 1);
+  // Unequal chunk lengths: N = 1001 over 8 chunks -> 126 x 1 and 125 x 7.
+  const RankPlan t = plan_rank(Sharding::zigzag, true, 1001, 4, 0);
+  CHECK(t.q_shard.chunks[0].global.len == 126);
+  CHECK(t.q_shard.chunks[1].global.len == 125);
+  CHECK(t.steps[0].launches[1].k.len == 251);
+  CHECK(t.steps[0].launches[1].q.len == 125);
+}
+
+TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu][ring_merge]") {
+  // Each launch's partial result is computed here in double as the rung would (normalized O of
+  // its keys, their LSE), rounded to float, and merged step after step with lse_combine (the
+  // merge kernel's rule): the result must equal a softmax over all visible keys in double.
+  std::mt19937 rng(7);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  const int D = 16;
+  for (Sharding s : kShardings)
+    for (bool causal : {false, true})
+      for (int ranks : {1, 2, 3, 4}) {
+        const int n = 61;
+        std::vector<double> q(n * D), k(n * D), v(n * D);
+        for (auto* t : {&q, &k, &v})
+          for (double& x : *t) x = 2.0 * nd(rng) + 0.5;  // spread scores: the weights matter
+        const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+        auto score = [&](int i, int j) {
+          double d = 0;
+          for (int c = 0; c < D; ++c) d += q[i * D + c] * k[j * D + c];
+          return d * scale;
+        };
+        double worst = 0, worst_lse = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const RankPlan plan = plan_rank(s, causal, n, ranks, r);
+          const Shard& qs = plan.q_shard;
+          std::vector<int> qg(qs.len);
+          for (const LocalChunk& lc : qs.chunks)
+            for (int t = 0; t < lc.global.len; ++t) qg[lc.local + t] = lc.global.begin + t;
+          // The accumulator: fp32 O and LSE per local row, LSE = -inf before any key.
+          std::vector<float> o_acc(qs.len * D, 0.f), lse_acc(qs.len, -INFINITY);
+          for (const StepPlan& sp : plan.steps) {
+            const Shard ks = shard_of_rank(s, n, ranks, sp.src_rank);
+            std::vector<int> kg(ks.len);
+            for (const LocalChunk& lc : ks.chunks)
+              for (int t = 0; t < lc.global.len; ++t) kg[lc.local + t] = lc.global.begin + t;
+            for (const Launch& l : sp.launches)
+              for (int i = 0; i < l.q.len; ++i) {
+                const int gi = qg[l.q.begin + i];
+                double m = -INFINITY;
+                std::vector<int> keys;
+                for (int j = 0; j < l.k.len; ++j)
+                  if (!l.causal || j <= i + l.k.len - l.q.len) keys.push_back(kg[l.k.begin + j]);
+                for (int gj : keys) m = std::max(m, score(gi, gj));
+                double sum = 0;
+                std::vector<double> o(D, 0.0);
+                for (int gj : keys) {
+                  const double p = std::exp(score(gi, gj) - m);
+                  sum += p;
+                  for (int c = 0; c < D; ++c) o[c] += p * v[gj * D + c];
+                }
+                const float lse_part =
+                    keys.empty() ? -INFINITY : static_cast<float>(m + std::log(sum));
+                float w_acc, w_part;
+                const int row = l.q.begin + i;
+                const float lse_new = lse_combine(lse_acc[row], lse_part, &w_acc, &w_part);
+                for (int c = 0; c < D; ++c) {
+                  const float o_part = keys.empty() ? 0.f : static_cast<float>(o[c] / sum);
+                  o_acc[row * D + c] = w_acc * o_acc[row * D + c] + w_part * o_part;
+                }
+                lse_acc[row] = lse_new;
+              }
+          }
+          // Against one softmax in double over the whole visible sequence.
+          for (int row = 0; row < qs.len; ++row) {
+            const int gi = qg[row];
+            const int nk = causal ? gi + 1 : n;
+            double m = -INFINITY;
+            for (int j = 0; j < nk; ++j) m = std::max(m, score(gi, j));
+            double sum = 0;
+            std::vector<double> o(D, 0.0);
+            for (int j = 0; j < nk; ++j) {
+              const double p = std::exp(score(gi, j) - m);
+              sum += p;
+              for (int c = 0; c < D; ++c) o[c] += p * v[j * D + c];
+            }
+            for (int c = 0; c < D; ++c)
+              worst = std::max(worst, std::abs(o_acc[row * D + c] - o[c] / sum));
+            worst_lse = std::max(worst_lse, std::abs(lse_acc[row] - (m + std::log(sum))));
+          }
+        }
+        INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks);
+        CHECK(worst < 2e-5);
+        CHECK(worst_lse < 2e-5);
+      }
+}
+
+TEST_CASE("ring merge: a partial with no key changes nothing", "[cpu][ring_merge]") {
+  float wa, wb;
+  // The accumulator before any step: LSE -inf, O = 0; merging a real partial takes it whole.
+  CHECK(lse_combine(-INFINITY, 1.5f, &wa, &wb) == 1.5f);
+  CHECK(wa == 0.f);
+  CHECK(wb == 1.f);
+  // A partial that saw no key keeps the accumulator.
+  CHECK(lse_combine(0.25f, -INFINITY, &wa, &wb) == 0.25f);
+  CHECK(wa == 1.f);
+  CHECK(wb == 0.f);
+  // A row that never sees a key stays LSE = -inf, O = 0 (the contract).
+  CHECK(lse_combine(-INFINITY, -INFINITY, &wa, &wb) == -INFINITY);
+  CHECK(wa == 0.f);
+  CHECK(wb == 0.f);
+}
+
+namespace {
+RingParse parse(std::vector<const char*> args, RingOptions* o) {
+  args.insert(args.begin(), "12_ring_attention");
+  return take_ring_flags(static_cast<int>(args.size()), args.data(), o);
+}
+}  // namespace
+
+TEST_CASE("ring options: rung 12's flags, the rest for the shared parser", "[cpu][ring_options]") {
+  RingOptions o;
+  RingParse r = parse({"--seqlen", "4096", "--gpus", "1", "--causal", "--timeout=30",
+                       "--forward-rung", "6", "--single", "0", "--variant", "contiguous"},
+                      &o);
+  REQUIRE(r.ok);
+  CHECK(o.gpus == 1);
+  CHECK(o.timeout_s == 30);
+  CHECK(o.forward_rung == 6);
+  CHECK_FALSE(o.single);
+  CHECK(r.rest == std::vector<std::string>{"12_ring_attention", "--seqlen", "4096", "--causal",
+                                           "--variant", "contiguous"});
+  o = RingOptions();
+  r = parse({"--gpus", "2", "--rank", "1", "--local-rank", "1", "--id-file", "/tmp/x"}, &o);
+  REQUIRE(r.ok);
+  CHECK(o.rank == 1);
+  CHECK(o.local_rank == 1);
+  CHECK(o.id_file == "/tmp/x");
+  // Bad values and a ring that needs the launcher: exit 2 with the flag named.
+  o = RingOptions();
+  r = parse({"--gpus", "0"}, &o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("--gpus") != std::string::npos);
+  o = RingOptions();
+  r = parse({"--gpus", "2"}, &o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("launch_ring.py") != std::string::npos);
+  o = RingOptions();
+  r = parse({"--gpus", "2", "--preflight"}, &o);  // the launcher's check needs no rank
+  CHECK(r.ok);
+  o = RingOptions();
+  r = parse({"--gpus", "2", "--rank", "2", "--id-file", "f"}, &o);
+  CHECK_FALSE(r.ok);
+  o = RingOptions();
+  r = parse({"--forward-rung", "7"}, &o);
+  CHECK_FALSE(r.ok);
+  o = RingOptions();
+  r = parse({"--timeout"}, &o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error == "--timeout: missing value");
+  Sharding sh;
+  CHECK(parse_sharding("", &sh));
+  CHECK(sh == Sharding::zigzag);
+  CHECK(parse_sharding("contiguous", &sh));
+  CHECK(sh == Sharding::contiguous);
+  CHECK_FALSE(parse_sharding("striped", &sh));
+}
