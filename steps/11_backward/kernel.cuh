@@ -5,9 +5,9 @@
 /// @code
 ///   // clang-format off
 ///   1. preprocess   D_q = rowsum(dO_q ∘ O_q) (fp32); the fp32 dQ accumulator zeroed
-///   2. main         one block per (K/V block j, KV head, batch): K_j, V_j in shared memory,
-///                   dK_j, dV_j in registers; for every query head of the group and every Q
-///                   block i that sees block j:
+///   2. main         one block per (K/V block j, KV head, group slice, batch): K_j, V_j in
+///                   shared memory, dK_j, dV_j in registers; for every query head of its slice
+///                   of the group and every Q block i that sees block j:
 ///                     S   = Q_i K_jᵀ                 (recomputed, not stored by the forward)
 ///                     P   = exp(scale S − LSE_i)      (the forward's LSE: no second softmax)
 ///                     dP  = dO_i V_jᵀ
@@ -16,9 +16,19 @@
 ///                     dK_j += dSᵀ Q_i                (scaled once at the end)
 ///                     dQ_i += dS K_j                 (fp32 atomics, or a per-split buffer
 ///                                                     when deterministic)
-///   3. convert      dQ = scale · Σ_splits accumulator, to 16 bits
+///   3. convert      dQ = scale · Σ_splits accumulator, to 16 bits; with a split group, also
+///                   dK = scale · Σ_slices, dV = Σ_slices of the slices' fp32 partial sums
 ///   // clang-format on
 /// @endcode
+///
+/// GQA: the query heads of a KV head all add into the same dK_j, dV_j. One block per KV head
+/// would divide the grid by the group size (16 query heads on 4 KV heads: a quarter of the
+/// blocks, and under a causal mask the longest block four times longer), so the group is split
+/// into kv_split slices (kv_splits: the smallest divisor of the group that gives the grid
+/// kSplitTargetBlocks blocks), each slice's block writes its partial dK_j, dV_j in fp32, and the
+/// convert kernel adds the slices in index order (deterministic). FlashAttention-2 always splits
+/// down to one query head per block (its `dk_expanded`); the `fullsplit` variant does that, the
+/// `nosplit` variant never splits.
 ///
 /// The five GEMMs do not share one warp layout: S and dP have queries as rows, dV and dK keys,
 /// dQ queries again. Each gets its own 2D grid of warps (BwdTiles, FlashAttention-2's
@@ -152,10 +162,13 @@ struct BwdTiles {
   static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
 };
 
-/// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv; batch).
+/// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv x kv_split;
+/// batch). With kv_split > 1, dK and dV go to @p dkv_acc as fp32 partial sums
+/// ([2][kv_split][batch, seqlen_k, heads_kv, d]: dK unscaled, then dV) for bwd_convert_kv_kernel.
 template <class T, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
-    bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc) {
+    bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc, int kv_split,
+                    float* dkv_acc) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int BLOCK_M = Cfg::kBlockM;
@@ -166,7 +179,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int DQ_NT = Cfg::kDqD / 8;   // 8-column tiles of a warp's dQ (2 x 16 queries)
   const AttnParams& p = P.fwd;
 
-  const int kv_head = blockIdx.y;
+  const int kv_head = blockIdx.y / kv_split;
+  const int slice = blockIdx.y % kv_split;  // this block's slice of the group's query heads
+  const int slice_heads = p.group / kv_split;
+  const int head0 = kv_head * p.group + slice * slice_heads;  // the slice's first query head
   const int batch = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // This warp's tiles: S and dP rows sm0.. (32 queries), columns sn0.. (kSdpN keys); dK and dV
@@ -201,7 +217,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int key0 = j * BLOCK_N;
     const int i_first = p.causal ? max(0, key0 - p.causal_offset) / BLOCK_M : 0;
     const int n_i = max(0, n_q_blocks - i_first);
-    const int steps = p.group * n_i;
+    const int steps = slice_heads * n_i;
     // Step s's Q block (from i_first): s mod n_i, or rotated to start at the (j mod n_i)-th.
     auto q_block = [&](int s) { return Cfg::kStagger ? (s % n_i + j % n_i) % n_i : s % n_i; };
 
@@ -213,7 +229,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     load_rows<Cfg, BLOCK_N>(V_s, V_g, p.v_row_stride, p.seqlen_k - key0);
 
     auto load_step = [&](int s, int bf) {
-      const int h = kv_head * p.group + s / n_i;
+      const int h = head0 + s / n_i;
       const int q0 = (i_first + q_block(s)) * BLOCK_M;
       const T* Q_g = static_cast<const T*>(p.q) + batch * p.q_batch_stride + h * p.q_head_stride +
                      q0 * p.q_row_stride;
@@ -251,7 +267,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       if (s + 1 < steps) load_step(s + 1, bf ^ 1);
       ptx::cp_async_commit();
 
-      const int h = kv_head * p.group + s / n_i;
+      const int h = head0 + s / n_i;
       const int q0 = (i_first + q_block(s)) * BLOCK_M;
       const uint32_t Q_b = base + Cfg::kQ + bf * Cfg::kTileM;
       const uint32_t dO_b = base + Cfg::kDO + bf * Cfg::kTileM;
@@ -445,13 +461,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     }
     ptx::cp_async_wait<0>();
 
-    // dK_j (scaled) and dV_j to global memory, keys past seqlen_k skipped.
+    // dK_j (scaled) and dV_j to global memory, keys past seqlen_k skipped; with a split group,
+    // this slice's partial sums (dK unscaled) to its fp32 slot instead.
+    const int64_t part_elems = static_cast<int64_t>(p.batch) * p.seqlen_k * p.heads_kv * D;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int key = key0 + kn0 + 16 * mi + g + 8 * hh;
         if (key >= p.seqlen_k) continue;
+        if (kv_split > 1) {
+          float* dk = dkv_acc + slice * part_elems +
+                      ((static_cast<int64_t>(batch) * p.seqlen_k + key) * p.heads_kv + kv_head) * D + kd0 + 2 * t;
+          float* dv = dk + kv_split * part_elems;
+#pragma unroll
+          for (int n = 0; n < KV_NT; ++n) {
+            *reinterpret_cast<float2*>(dk + 8 * n) = make_float2(dK[mi][n][2 * hh], dK[mi][n][2 * hh + 1]);
+            *reinterpret_cast<float2*>(dv + 8 * n) = make_float2(dV[mi][n][2 * hh], dV[mi][n][2 * hh + 1]);
+          }
+          continue;
+        }
         T* dk = static_cast<T*>(P.dk) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
                 static_cast<int64_t>(key) * p.k_row_stride + kd0 + 2 * t;
         T* dv = static_cast<T*>(P.dv) + batch * p.v_batch_stride + kv_head * p.v_head_stride +
@@ -491,6 +520,37 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// dK = scale · Σ_slices, dV = Σ_slices of a split group's fp32 partial sums (bwd_main_kernel's
+/// dkv_acc), added in slice order and rounded to 16 bits.
+template <class T, int D>
+__global__ void __launch_bounds__(256)
+    bwd_convert_kv_kernel(const AttnBwdParams P, const float* dkv_acc, int kv_split) {
+  const AttnParams& p = P.fwd;
+  const int64_t pairs = static_cast<int64_t>(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
+  const int64_t part_elems = 2 * pairs;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = 2 * i;  // [batch, seqlen_k, heads_kv, d], contiguous
+    const int c = static_cast<int>(e % D);
+    const int h = static_cast<int>((e / D) % p.heads_kv);
+    const int k = static_cast<int>((e / (int64_t(D) * p.heads_kv)) % p.seqlen_k);
+    const int b = static_cast<int>(e / (int64_t(D) * p.heads_kv * p.seqlen_k));
+    float2 dk = make_float2(0.f, 0.f), dv = make_float2(0.f, 0.f);
+    for (int s = 0; s < kv_split; ++s) {
+      const float2 a = *reinterpret_cast<const float2*>(dkv_acc + s * part_elems + e);
+      const float2 v = *reinterpret_cast<const float2*>(dkv_acc + (kv_split + s) * part_elems + e);
+      dk.x += a.x;
+      dk.y += a.y;
+      dv.x += v.x;
+      dv.y += v.y;
+    }
+    T* dk_g = static_cast<T*>(P.dk) + b * p.k_batch_stride + k * p.k_row_stride + h * p.k_head_stride + c;
+    T* dv_g = static_cast<T*>(P.dv) + b * p.v_batch_stride + k * p.v_row_stride + h * p.v_head_stride + c;
+    *reinterpret_cast<uint32_t*>(dk_g) = pack2<T>(dk.x * p.softmax_scale, dk.y * p.softmax_scale);
+    *reinterpret_cast<uint32_t*>(dv_g) = pack2<T>(dv.x, dv.y);
+  }
+}
+
 // ---- host side -----------------------------------------------------------------------------
 
 /// Splits of the deterministic mode: Cfg's K/V blocks are dealt round-robin to this many blocks,
@@ -510,14 +570,48 @@ inline size_t dq_acc_offset(const Problem& p) {
   return (rows + 31) / 32 * 32;
 }
 
-/// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
-/// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), for the tile Cfg that
-/// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
+/// How the query heads of a GQA group are dealt to blocks: the rung's choice (kv_splits), never
+/// split (`nosplit`: one block per KV head, the group's heads in turn), or one query head per
+/// block (`fullsplit`, FlashAttention-2's `dk_expanded`).
+enum class GroupSplit { balanced, none, full };
+
+/// Blocks the main kernel should have before the rung stops splitting a group: about four per
+/// SM of an H100 (132 SMs) at one block per SM. A constant, not the device's SM count, so the
+/// workspace size and the order of the sums depend on the problem alone.
+constexpr int kSplitTargetBlocks = 512;
+
+/// Slices of each GQA group (a divisor of heads_q / heads_kv): each slice's block adds its query
+/// heads into its own fp32 partial dK, dV; 1 means dK, dV are written directly.
 template <class Cfg>
-size_t workspace_bytes(const Problem& p, bool deterministic) {
+int kv_splits(const Problem& p, bool deterministic, GroupSplit how) {
+  const int group = p.heads_q / p.heads_kv;
+  if (how == GroupSplit::none || group == 1) return 1;
+  if (how == GroupSplit::full) return group;
+  const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  const int64_t blocks = int64_t(deterministic ? deterministic_splits<Cfg>(p) : n_kv_blocks) * p.heads_kv * p.batch;
+  for (int s = 1; s < group; ++s)
+    if (group % s == 0 && blocks * s >= kSplitTargetBlocks) return s;
+  return group;
+}
+
+/// Where the dK, dV partial sums start in the workspace, in floats: after the dQ accumulator(s)
+/// (an even count: d is even, so float2-aligned).
+template <class Cfg>
+size_t dkv_acc_offset(const Problem& p, bool deterministic) {
   const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
   const size_t splits = deterministic ? size_t(deterministic_splits<Cfg>(p)) : 1;
-  return (dq_acc_offset(p) + splits * rows * p.head_dim) * sizeof(float);
+  return dq_acc_offset(p) + splits * rows * p.head_dim;
+}
+
+/// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
+/// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), then with a split group the dK,
+/// dV partial sums (fp32, [2][kv_split][batch, seqlen_k, heads_kv, d]), for the tile Cfg that
+/// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
+template <class Cfg>
+size_t workspace_bytes(const Problem& p, bool deterministic, GroupSplit how) {
+  const int kv_split = kv_splits<Cfg>(p, deterministic, how);
+  const size_t part = kv_split > 1 ? 2 * size_t(kv_split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
+  return (dkv_acc_offset<Cfg>(p, deterministic) + part) * sizeof(float);
 }
 
 template <class T, class Cfg>
@@ -532,7 +626,7 @@ const void* prepared_main() {
 }
 
 template <class T, class Cfg>
-void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
+void launch_backward(const AttnBwdParams& P, GroupSplit how, cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = P.fwd;
   Problem shape;
@@ -542,13 +636,16 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   shape.heads_q = p.heads_q;
   shape.heads_kv = p.heads_kv;
   shape.head_dim = p.head_dim;
-  const int splits = P.deterministic ? deterministic_splits<Cfg>(shape) : 1;
-  if (P.workspace_bytes < workspace_bytes<Cfg>(shape, P.deterministic != 0))
+  const bool deterministic = P.deterministic != 0;
+  const int splits = deterministic ? deterministic_splits<Cfg>(shape) : 1;
+  const int kv_split = kv_splits<Cfg>(shape, deterministic, how);
+  if (P.workspace_bytes < workspace_bytes<Cfg>(shape, deterministic, how))
     throw std::runtime_error("rung 11: workspace smaller than bwd_workspace_bytes");
-  if (reinterpret_cast<uintptr_t>(P.workspace) % 8 != 0)  // sm_90's float2 reductions into dq_acc
+  if (reinterpret_cast<uintptr_t>(P.workspace) % 8 != 0)  // float2 reductions and stores
     throw std::runtime_error("rung 11: workspace not 8-byte aligned");
   float* d_rowsum = static_cast<float*>(P.workspace);
   float* dq_acc = d_rowsum + dq_acc_offset(shape);
+  float* dkv_acc = d_rowsum + dkv_acc_offset<Cfg>(shape, deterministic);
 
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
@@ -557,14 +654,21 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
 
   prepared_main<T, Cfg>();
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  const dim3 grid(P.deterministic ? splits : n_kv_blocks, p.heads_kv, p.batch);
-  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc);
+  const dim3 grid(deterministic ? splits : n_kv_blocks, p.heads_kv * kv_split, p.batch);
+  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc, kv_split,
+                                                                             dkv_acc);
   FL_LAUNCH_CHECK("bwd_main_kernel");
 
   const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535));
   bwd_convert_kernel<T, D><<<blocks, 256, 0, stream>>>(P, dq_acc, splits);
   FL_LAUNCH_CHECK("bwd_convert_kernel");
+  if (kv_split > 1) {
+    const int64_t kv_pairs = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
+    const unsigned kv_blocks = static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535));
+    bwd_convert_kv_kernel<T, D><<<kv_blocks, 256, 0, stream>>>(P, dkv_acc, kv_split);
+    FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
+  }
 }
 
 }  // namespace fl::bwd

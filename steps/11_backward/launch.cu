@@ -20,14 +20,20 @@ const Rung& forward_rung() {
   return *f;
 }
 
-/// The tiles of each entry, per head_dim (kernel.cuh's BwdTiles): the rung's, the same with a
-/// staggered Q order, and 4 warps on 64 keys.
-enum class Tiles { rung, stagger, four_warps };
+/// Each entry's tiles and GQA split: the rung's (kernel.cuh's BwdTiles, the group split by
+/// kv_splits), the same with a staggered Q order, 4 warps on 64 keys, and the rung's tiles with
+/// the group never split or always split down to one query head per block.
+enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit };
+
+constexpr bwd::GroupSplit group_split(Tiles t) {
+  return t == Tiles::nosplit ? bwd::GroupSplit::none
+                             : t == Tiles::fullsplit ? bwd::GroupSplit::full : bwd::GroupSplit::balanced;
+}
 
 /// Calls @p f with the tile of @p TILES for the runtime head_dim (64 or 128).
 template <Tiles TILES, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
-  if constexpr (TILES == Tiles::rung) {
+  if constexpr (TILES == Tiles::rung || TILES == Tiles::nosplit || TILES == Tiles::fullsplit) {
     if (head_dim == 64) return f(bwd::BwdTiles<64>{});
     return f(bwd::BwdTiles<128>{});
   } else if constexpr (TILES == Tiles::stagger) {
@@ -50,7 +56,9 @@ std::vector<KernelInfo> kernel_list() {
            std::to_string(Cfg::kWarps) + " warps>",
        bwd::prepared_main<T, Cfg>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
       {"bwd_convert<d=" + std::to_string(D) + ">",
-       reinterpret_cast<const void*>(&bwd::bwd_convert_kernel<T, D>), 256, 0}};
+       reinterpret_cast<const void*>(&bwd::bwd_convert_kernel<T, D>), 256, 0},
+      {"bwd_convert_kv<d=" + std::to_string(D) + "> (split GQA groups)",
+       reinterpret_cast<const void*>(&bwd::bwd_convert_kv_kernel<T, D>), 256, 0}};
 }
 
 /// The rung (2D tiles) or one of its variants.
@@ -64,7 +72,20 @@ Rung make_rung() {
     case Tiles::rung:
       r.summary =
           "FA2 backward: recompute P from the LSE, 128-key blocks with dK/dV in registers, "
-          "FA2's 2D warp layouts (P and dS through shared memory), dQ by atomics";
+          "FA2's 2D warp layouts (P and dS through shared memory), dQ by atomics, GQA groups "
+          "split over blocks as the grid needs";
+      break;
+    case Tiles::nosplit:
+      r.variant = "nosplit";
+      r.summary =
+          "ablation: one block per (K/V block, KV head), the whole GQA group's query heads in "
+          "turn (the grid divided by the group size; dK, dV written directly)";
+      break;
+    case Tiles::fullsplit:
+      r.variant = "fullsplit";
+      r.summary =
+          "ablation: one block per (K/V block, query head), as FlashAttention-2 (fp32 partial "
+          "dK, dV per query head, added by a convert kernel)";
       break;
     case Tiles::stagger:
       r.variant = "stagger";
@@ -97,13 +118,13 @@ Rung make_rung() {
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
     return with_tiles<TILES>(p.head_dim, [&](auto cfg) {
-      return bwd::workspace_bytes<decltype(cfg)>(p, deterministic);
+      return bwd::workspace_bytes<decltype(cfg)>(p, deterministic, group_split(TILES));
     });
   };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
       with_tiles<TILES>(P.fwd.head_dim,
-                        [&](auto cfg) { bwd::launch_backward<T, decltype(cfg)>(P, s); });
+                        [&](auto cfg) { bwd::launch_backward<T, decltype(cfg)>(P, group_split(TILES), s); });
     });
   };
   r.kernels = [](const Problem& p) {
@@ -112,10 +133,20 @@ Rung make_rung() {
                                [](auto cfg) { return kernel_list<T, decltype(cfg)>(); });
     });
   };
-  r.notes = [](const Problem&) {
-    return std::vector<std::string>{
+  r.notes = [](const Problem& p) {
+    std::vector<std::string> notes{
         "backward pass after rung 06's forward (O and LSE); FLOPs by FlashAttention's "
         "convention: 2.5 x the forward's"};
+    if (p.heads_kv > 0 && p.heads_q > p.heads_kv && (p.head_dim == 64 || p.head_dim == 128)) {
+      const int split = with_tiles<TILES>(p.head_dim, [&](auto cfg) {
+        return bwd::kv_splits<decltype(cfg)>(p, false, group_split(TILES));
+      });
+      notes.push_back("GQA group of " + std::to_string(p.heads_q / p.heads_kv) + " query heads: " +
+                      (split == 1 ? std::string("one block per KV head, dK and dV written directly")
+                                  : std::to_string(split) + " blocks per KV head, fp32 partial dK, dV "
+                                                            "added by bwd_convert_kv"));
+    }
+    return notes;
   };
   return r;
 }
@@ -126,6 +157,8 @@ void register_rung_11(Registry& reg) {
   reg.add(make_rung<Tiles::rung>());
   reg.add(make_rung<Tiles::stagger>());
   reg.add(make_rung<Tiles::four_warps>());
+  reg.add(make_rung<Tiles::nosplit>());
+  reg.add(make_rung<Tiles::fullsplit>());
 }
 
 }  // namespace fl
