@@ -346,9 +346,14 @@ def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None, fami
         ["context"].get("torch", "?"))
 
 
+def gqa_text(family):
+    """", GQA 4:1 (heads_kv = heads_q / 4)" for the backward-gqa family, else ""."""
+    return ", GQA 4:1 (heads_kv = heads_q / 4)" if family == "backward-gqa" else ""
+
+
 @generator("backward-table")
-def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=None):
-    """A backward rung (the backward family) against PyTorch SDPA's flash and cuDNN backward, same
+def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=None, family="backward"):
+    """A backward rung (the backward family, or backward-gqa) against PyTorch SDPA's flash and cuDNN backward, same
     GPU, same run: ms and TFLOP/s (2.5 x the forward's FLOPs) of the default (atomic dQ) and the
     deterministic run, and the ratios (time of PyTorch / time of the rung: above 1 = faster)."""
     res = ctx.results(gpu)
@@ -358,10 +363,10 @@ def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=N
         for nn in ints(n):
             for c in ints(causal):
                 w = prefill_want(dd, nn, c)
-                r = res.need("backward", rung=label, deterministic=0, **w)
-                det = res.find(family="backward", rung=label, deterministic=1, **w)
-                fl = res.find(family="backward", rung="torch_flash", **w)
-                cu = res.find(family="backward", rung="torch_cudnn", **w)
+                r = res.need(family, rung=label, deterministic=0, **w)
+                det = res.find(family=family, rung=label, deterministic=1, **w)
+                fl = res.find(family=family, rung="torch_flash", **w)
+                cu = res.find(family=family, rung="torch_cudnn", **w)
                 rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
                              report.fmt_value(r["tflops"]), report.fmt_value(det["tflops"]) if det else "—",
                              "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
@@ -370,11 +375,12 @@ def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=N
             "flash ms", "flash / rung", "cuDNN ms", "cuDNN / rung"]
     torch = res.json("torch_sdpa.json")["context"].get("torch", "?") if res.has("torch_sdpa.json") else "not run"
     return report.markdown_table(head, rows) + "\n\n" + measured_line(
-        res, ", fp16, backward pass only, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % torch)
+        res, ", fp16, backward pass only, batch x seqlen = 16k tokens, hidden 2048%s, PyTorch %s" % (
+            gqa_text(family), torch))
 
 
 @generator("backward-entries")
-def gen_backward_entries(ctx, rung="11", d="64,128", n="4096", causal="0", gpu=None):
+def gen_backward_entries(ctx, rung="11", d="64,128", n="4096", causal="0", gpu=None, family="backward"):
     """Every entry of a backward rung that the run measured (its main entry and variants, as the
     run named them: a variant may since have left the tree), TFLOP/s per shape, and its time
     relative to PyTorch SDPA's flash backward in the same run (above 1 = the entry is faster)."""
@@ -383,7 +389,7 @@ def gen_backward_entries(ctx, rung="11", d="64,128", n="4096", causal="0", gpu=N
     entries = []
     for r in res.records:
         lab = r.get("rung", "")
-        if r.get("family") == "backward" and (lab == prefix or lab.startswith(prefix + "[")) \
+        if r.get("family") == family and (lab == prefix or lab.startswith(prefix + "[")) \
                 and lab not in entries:
             entries.append(lab)
     entries.sort(key=lambda l: (l != prefix, l))
@@ -395,15 +401,15 @@ def gen_backward_entries(ctx, rung="11", d="64,128", n="4096", causal="0", gpu=N
         cells = ["`%s`" % lab]
         for dd, nn, c in shapes:
             w = prefill_want(dd, nn, c)
-            r = res.find(family="backward", rung=lab, deterministic=0, **w)
-            fl = res.find(family="backward", rung="torch_flash", **w)
+            r = res.find(family=family, rung=lab, deterministic=0, **w)
+            fl = res.find(family=family, rung="torch_flash", **w)
             cells.append("%s (%s)" % (report.fmt_value(r["tflops"]), ratio_text(fl, r)) if r else "—")
         rows.append(cells)
     if not rows:
-        raise Missing("the backward family for %s" % prefix, "bench/run_all.sh --family backward")
+        raise Missing("the %s family for %s" % (family, prefix), "bench/run_all.sh --family %s" % family)
     return report.markdown_table(head, rows, ["---"] + ["--:"] * len(shapes)) + "\n\n" + measured_line(
         res, ", fp16, backward pass only, TFLOP/s (time of PyTorch's flash backward / time of the "
-        "entry), batch x seqlen = 16k tokens, hidden 2048")
+        "entry), batch x seqlen = 16k tokens, hidden 2048" + gqa_text(family))
 
 
 @generator("headdim-ratio")
@@ -991,11 +997,18 @@ def gen_torch_overhead(ctx, gpu=None):
         rows.append(["`%s`%s" % (e["label"], " (default)" if e["requested"] == "default" else ""),
                      "%.1f" % (m["runner"] * 1e3), "%.1f" % (m["python"] * 1e3), "%+.1f" % e["diff_us"],
                      "%+.1f" % e["idle_diff_us"], "%+.1f" % e["python_layer_idle_us"]])
+        if "binding_diff_us" in e:  # measured since the profiler column was added
+            rows[-1] += ["%+.1f" % e["binding_diff_us"],
+                         "%+.1f" % e["kernel_diff_us"] if "kernel_diff_us" in e else "not measured"]
     if not rows:
         raise Missing("a timed rung in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
-    out = report.markdown_table(["rung", "runner µs", "PyTorch µs", "PyTorch − runner, µs",
-                                 "the same, GPU idle before the call", "Python layer over the binding, GPU idle"],
-                                rows)
+    head = ["rung", "runner µs", "PyTorch µs", "PyTorch − runner, µs", "the same, GPU idle before the call",
+            "Python layer over the binding, GPU idle"]
+    if all(len(r) == len(head) + 2 for r in rows):
+        head += ["binding alone − runner, µs", "the call's kernels (profiler) − runner, µs"]
+    else:
+        rows = [r[:len(head)] for r in rows]
+    out = report.markdown_table(head, rows)
     sh = d["shape"]
     ok = all(abs(e["diff_us"]) <= d["target_us"] for e in d["rungs"] if "diff_us" in e)
     notes = ["batch %d, seqlen %s, %d heads, head_dim %d, %s, not causal; median of %d single calls per repeat, "

@@ -15,13 +15,16 @@
 //             deterministic=0 and once with 1 ("/det"); the forward pass runs
 //             once before (O, LSE), only launch_bwd is timed; TFLOPS by
 //             attention_bwd_flops (2.5 x the forward's), GB/s by attention_bwd_bytes
+//   backward-gqa: the backward family's shapes with GQA 4:1 (heads_kv = heads_q / 4: 16 query
+//             heads on 4 KV heads at head_dim 128, 32 on 8 at 64), deterministic=0 only: the
+//             layers of a GQA model, where a KV head's dK, dV sum over its group's query heads
 //
 // Time is manual (CUDA events around one launch, L2 flushed before each);
 // counters: TFLOPS and GB/s from the median, the shape for joining with the
 // PyTorch script's JSON. A shape a rung does not support is not registered:
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
-// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|all
+// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 #include <benchmark/benchmark.h>
@@ -45,7 +48,7 @@ using namespace fl;
 namespace {
 
 struct Config {
-  std::set<std::string> families{"prefill", "decode", "ablation", "paged", "backward"};
+  std::set<std::string> families{"prefill", "decode", "ablation", "paged", "backward", "backward-gqa"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -54,6 +57,9 @@ struct Config {
   bool wants(const char* family) const { return families.count(family) > 0; }
 };
 
+/// The families that time a backward pass (launch_bwd).
+bool is_backward(const std::string& family) { return family == "backward" || family == "backward-gqa"; }
+
 struct Shape {
   std::string family;
   Problem p;
@@ -61,7 +67,7 @@ struct Shape {
   std::string name() const {
     std::ostringstream s;
     s << family << "/d" << p.head_dim;
-    if (family == "prefill" || family == "ablation" || family == "backward")
+    if (family == "prefill" || family == "ablation" || is_backward(family))
       s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
     else
       s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
@@ -136,6 +142,17 @@ std::vector<Shape> sweep(const Config& c) {
           }
         }
     }
+  if (c.wants("backward-gqa"))
+    for (int d : {64, 128}) {
+      if (!dim_ok(d)) continue;
+      for (int causal : {0, 1})
+        for (int n : {1024, 2048, 4096, 8192, 16384}) {
+          if (c.quick && n == 8192) continue;
+          Shape s = prefill_shape("backward-gqa", n, d, causal);
+          s.p.heads_kv = s.p.heads_q / 4;
+          out.push_back(s);
+        }
+    }
   return out;
 }
 
@@ -151,7 +168,7 @@ bool is_a_main_baseline(const Rung& r) {
 /// Does family @p f of the sweep run entry @p r (before supports())? A backward rung runs the
 /// backward family only (its `launch` is another rung's forward pass).
 bool runs_in(const Config& c, const std::string& f, const Rung& r) {
-  if (f == "backward") return r.launch_bwd && (r.variant.empty() || c.variants);
+  if (is_backward(f)) return r.launch_bwd && (r.variant.empty() || c.variants);
   if (r.launch_bwd) return false;
   if (f == "ablation") {
     // Rungs with ablation variants (not a --sweep study, not a decode kernel): the rung and every
@@ -224,7 +241,7 @@ void set_counters(benchmark::State& state, const Rung* r, const Shape& s, double
   state.counters["head_dim"] = p.head_dim;
   state.counters["causal"] = p.causal ? 1 : 0;
   state.counters["page_size"] = p.page_size;
-  if (s.family == "backward") state.counters["deterministic"] = s.deterministic ? 1 : 0;
+  if (is_backward(s.family)) state.counters["deterministic"] = s.deterministic ? 1 : 0;
 }
 
 /// The backward family: the forward pass once (O, LSE), the backward once on NaN-poisoned
@@ -256,7 +273,7 @@ void run_bwd_bench_or_throw(benchmark::State& state, const Rung* r, const Shape&
 /// here, so registering the whole sweep costs nothing.
 void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, const DeviceInfo& dev,
                         CheckMode check) {
-  if (s.family == "backward") {
+  if (is_backward(s.family)) {
     run_bwd_bench_or_throw(state, r, s, dev, check);
     return;
   }
@@ -323,7 +340,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, all)\n",
                        f.c_str());
           return 2;
         }

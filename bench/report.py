@@ -42,7 +42,8 @@ import tempfile
 TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
-FAMILIES = ("prefill", "decode", "ablation", "paged", "backward")
+FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa")
+BACKWARD_FAMILIES = ("backward", "backward-gqa")
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def family_groups(records):
     heads_kv, head_dim) for decode and paged, causal for ablation."""
     groups = {}
     for r in records:
-        if r["family"] in ("prefill", "backward"):
+        if r["family"] in ("prefill",) + BACKWARD_FAMILIES:
             key = (r["head_dim"], r["causal"])
         elif r["family"] == "ablation":
             key = (r["causal"],)
@@ -236,14 +237,16 @@ def group_title(family, key, records):
             "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
             % (r["batch"] * r["seqlen_q"], r["heads_q"]),
         )
-    if family == "backward":
+    if family in BACKWARD_FAMILIES:
         d, causal = key
+        gqa = family == "backward-gqa"
         return (
-            "Backward, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
-            "batch x seqlen = %d tokens, %d heads; the backward pass alone (dQ, dK, dV from Q, K, V, O, "
+            "Backward%s, head_dim %d, %s" % (", GQA %d:1" % (r["heads_q"] // r["heads_kv"]) if gqa else "", d,
+                                             "causal" if causal else "not causal"),
+            "batch x seqlen = %d tokens, %d heads%s; the backward pass alone (dQ, dK, dV from Q, K, V, O, "
             "LSE and dO; the forward pass that makes O and LSE is not timed); TFLOP/s by FlashAttention's "
             "convention, 2.5 x the forward's FLOPs (unmasked pairs only)"
-            % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+            % (r["batch"] * r["seqlen_q"], r["heads_q"], " on %d KV heads" % r["heads_kv"] if gqa else ""),
         )
     if family == "ablation":
         return (
@@ -269,13 +272,13 @@ def group_title(family, key, records):
 def x_of(r):
     if r["family"] == "ablation":
         return r["head_dim"]
-    return r["seqlen_q"] if r["family"] in ("prefill", "backward") else r["seqlen_k"]
+    return r["seqlen_q"] if r["family"] in ("prefill",) + BACKWARD_FAMILIES else r["seqlen_k"]
 
 
 def x_text(family, x):
     if family == "ablation":
         return "d=%d" % x
-    return ("N=" if family in ("prefill", "backward") else "Sk=") + seqlen_text(x)
+    return ("N=" if family in ("prefill",) + BACKWARD_FAMILIES else "Sk=") + seqlen_text(x)
 
 
 def rung_order(labels):
@@ -347,7 +350,7 @@ class Grid:
                 self.error[cell] = r["error"]
                 continue
             self.ms[cell] = r["ms"]
-            self.value[cell] = r["tflops"] if family in ("prefill", "ablation", "backward") else r["gbps"]
+            self.value[cell] = r["tflops"] if family in ("prefill", "ablation") + BACKWARD_FAMILIES else r["gbps"]
         self.xs = sorted({x_of(r) for r in records})
         self.labels = rung_order({series_of(r) for r in records})
         self.mains = [l for l in self.labels if is_main(l)]
@@ -380,7 +383,7 @@ DET_SUFFIX = " deterministic"
 def series_of(r):
     if r["family"] == "paged":
         return "%s P=%d" % (r["rung"], r["page_size"])
-    if r["family"] == "backward" and r.get("deterministic"):
+    if r["family"] in BACKWARD_FAMILIES and r.get("deterministic"):
         return r["rung"] + DET_SUFFIX
     return r["rung"]
 
@@ -451,7 +454,7 @@ def torch_rows(g, labels):
     return out
 
 
-def backward_section(key, records, include_variants):
+def backward_section(key, records, include_variants, family="backward"):
     """The backward family at one (head_dim, causal): TFLOP/s of each backward rung (atomic dQ, then
     deterministic) and of PyTorch SDPA's backward per backend, the ratio to PyTorch flash and cuDNN,
     and what the deterministic dQ costs."""
@@ -468,8 +471,8 @@ def backward_section(key, records, include_variants):
     def cell(l):
         return rung_cell(l[: -len(DET_SUFFIX)]) + " deterministic" if l.endswith(DET_SUFFIX) else rung_cell(l)
 
-    title, sub = group_title("backward", key, records)
-    header = ["rung"] + [x_text("backward", x) for x in g.xs]
+    title, sub = group_title(family, key, records)
+    header = ["rung"] + [x_text(family, x) for x in g.xs]
     out = ["## %s" % title, "", sub + ".", ""]
     out += ["**TFLOP/s**", "", markdown_table(header, [[cell(l)] + value_cells(g, l) for l in rows_order]), ""]
     for torch_label, name in (("torch_flash", "PyTorch SDPA flash"), ("torch_cudnn", "PyTorch SDPA cuDNN")):
@@ -487,8 +490,8 @@ def backward_section(key, records, include_variants):
 
 
 def family_section(family, key, records, include_variants, registry=None):
-    if family == "backward":
-        return backward_section(key, records, include_variants)
+    if family in BACKWARD_FAMILIES:
+        return backward_section(key, records, include_variants, family)
     g = Grid(records, registry)
     labels = [l for l in g.labels if include_variants or not LABEL_RE.match(l) or is_main(l)]
     if family in ("prefill", "decode"):  # a variant that is a main's baseline is shown with it
@@ -682,7 +685,7 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
     decode_rungs = {r["rung"] for r in records if r["family"] == "decode"} - {
         r["rung"] for r in records if r["family"] == "prefill"}
     # Forward rungs only: a backward rung (measured in the backward family alone) has its own section.
-    forward = {r["rung"] for r in records if r["family"] != "backward"}
+    forward = {r["rung"] for r in records if r["family"] not in BACKWARD_FAMILIES}
     labels = rung_order(
         {r["rung"] for r in records if r["rung"] in forward and (r["rung"] in ("torch_flash", "torch_cudnn")
                                                                  or is_main(r["rung"]))}

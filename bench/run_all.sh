@@ -7,7 +7,7 @@
 #   0. ceilings: the measured FFMA, mma.sync, cuBLAS and copy rates   -> ceilings.json
 #   1. ladder_bench: every rung over the sweeps of the families       -> ladder_bench.json
 #   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports      -> torch_sdpa.json
-#      (families prefill, decode and backward: SDPA's backward pass alone for the last)
+#      (families prefill, decode, backward and backward-gqa: SDPA's backward pass alone for the last two)
 #   3. rung 07's --sweep at head_dim 64 and 128 (family prefill)       -> sweep07_d64.json, sweep07_d128.json
 #   4. rung 08 with --splits 1..64 and the heuristic (family decode)   -> decode_splits/*.json
 #   5. with --ncu: bench/ncu_summary.sh (Nsight Compute, a few kernels) -> ncu_*.csv
@@ -16,8 +16,8 @@
 #   8. meta.json: device, date, git sha (and whether the tree had local changes), the commands,
 #      written relative to the repository root
 #
-# Families (bench/README.md): prefill, decode, ablation, paged, backward; "all" (the default) is all
-# five.
+# Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa; "all" (the default) is all
+# six.
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
@@ -54,10 +54,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -119,11 +119,11 @@ else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
   tfam=""
-  for f in prefill decode backward ablation; do
+  for f in prefill decode backward backward-gqa ablation; do
     has_family $f && tfam=${tfam:+$tfam,}$f
   done
   if [ -z "$tfam" ]; then
-    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode, backward and ablation families only)"
+    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode, backward, backward-gqa and ablation families only)"
   else
   step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"

@@ -12,6 +12,8 @@ torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
   backward: the prefill shapes at seqlen 1k ... 16k, head_dim 64 and 128, causal
             0 / 1: the backward pass only (torch.autograd.grad of the forward's
             output with dO, the graph retained; the forward runs once, untimed)
+  backward-gqa: the backward shapes with GQA 4:1 (heads_kv = heads_q / 4,
+            enable_gqa=True), seqlen 1k ... 16k, head_dim 64 and 128, causal 0 / 1
 
 and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
 same names and counters as ladder_bench, so the report can join the two:
@@ -28,7 +30,7 @@ Backward (common/include/flashladder/backward.h, FlashAttention's convention):
   FLOPs = 2.5 x the forward's;
   bytes = Q, K, V, O, dO read + dQ, dK, dV written (16-bit) + the LSE read (fp32).
 
-Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|ablation|all[,...]]
+Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|backward-gqa|ablation|all[,...]]
                                   [--quick]
 Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
 """
@@ -48,7 +50,8 @@ PREFILL_HEAD_DIMS = [32, 64, 128]
 BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
 BACKWARD_HEAD_DIMS = [64, 128]
 ABLATION_HEAD_DIMS = [32, 64, 128, 256]
-FAMILIES = ("prefill", "decode", "backward", "ablation")
+FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation")
+BACKWARD_FAMILIES = ("backward", "backward-gqa")
 DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
 MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
 ELEM_BYTES = 2  # fp16
@@ -89,17 +92,19 @@ def ablation_shapes(quick):
             for d in ABLATION_HEAD_DIMS for causal in (0, 1)]
 
 
-def backward_shapes(quick):
-    """ladder_bench's backward family: the prefill shapes of the backward rungs."""
+def backward_shapes(quick, family="backward"):
+    """ladder_bench's backward family: the prefill shapes of the backward rungs; its backward-gqa
+    family: the same with heads_kv = heads_q / 4."""
     out = []
     for d in BACKWARD_HEAD_DIMS:
         for causal in (0, 1):
             for n in BACKWARD_SEQLENS:
                 if quick and n == 8192:
                     continue
-                out.append(dict(family="backward", batch=TOKENS // n, seqlen_q=n, seqlen_k=n,
-                                heads_q=HIDDEN // d, heads_kv=HIDDEN // d, head_dim=d,
-                                causal=causal))
+                heads = HIDDEN // d
+                out.append(dict(family=family, batch=TOKENS // n, seqlen_q=n, seqlen_k=n,
+                                heads_q=heads, heads_kv=heads // 4 if family == "backward-gqa" else heads,
+                                head_dim=d, causal=causal))
     return out
 
 
@@ -110,7 +115,7 @@ def forward_flops(s):
 
 def flops_of(s):
     """FLOPs of the timed pass: the forward's, or 2.5 x it for the backward family."""
-    return forward_flops(s) * (2.5 if s["family"] == "backward" else 1.0)
+    return forward_flops(s) * (2.5 if s["family"] in BACKWARD_FAMILIES else 1.0)
 
 
 def bytes_of(s):
@@ -118,7 +123,7 @@ def bytes_of(s):
     b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
     hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
     q_like, kv_like = ELEM_BYTES * b * sq * hq * d, ELEM_BYTES * b * sk * hkv * d
-    if s["family"] == "backward":  # Q, O, dO, dQ and K, V, dK, dV; LSE in fp32
+    if s["family"] in BACKWARD_FAMILIES:  # Q, O, dO, dQ and K, V, dK, dV; LSE in fp32
         return 4 * q_like + 4 * kv_like + 4 * b * hq * sq
     return 2 * q_like + 2 * kv_like  # Q, O + K, V
 
@@ -133,7 +138,7 @@ def parse_families(text):
             if f not in out:
                 out.append(f)
         elif f:
-            raise ValueError("unknown family '%s' (prefill, decode, backward, ablation, all)" % f)
+            raise ValueError("unknown family '%s' (prefill, decode, backward, backward-gqa, ablation, all)" % f)
     return out
 
 
@@ -150,7 +155,7 @@ def decode_shapes(quick):
 
 
 def shape_name(s):
-    if s["family"] in ("prefill", "backward", "ablation"):
+    if s["family"] in ("prefill", "ablation") + BACKWARD_FAMILIES:
         return "%s/d%d/N%d/causal%d" % (s["family"], s["head_dim"], s["seqlen_q"], s["causal"])
     return "decode/d%d/B%d/Hkv%d/Sk%d" % (s["head_dim"], s["batch"], s["heads_kv"], s["seqlen_k"])
 
@@ -195,7 +200,7 @@ class Bench:
 def run_backend(torch, bench, backend, s, layout):
     """Returns (median_ms, note); raises RuntimeError with the reason if refused. The backward
     family times the backward pass alone (run_backward)."""
-    if s["family"] == "backward":
+    if s["family"] in BACKWARD_FAMILIES:
         return run_backward(torch, bench, backend, s, layout)
     F = torch.nn.functional
     from torch.nn.attention import sdpa_kernel
@@ -274,7 +279,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="torch_sdpa.json", help="JSON output file")
     ap.add_argument("--family", default="all",
-                    help="prefill, decode, backward or all (= the three), comma-separated")
+                    help="prefill, decode, backward, backward-gqa, ablation or all, comma-separated")
     ap.add_argument("--quick", action="store_true", help="fewer shapes, 20 timed calls")
     ap.add_argument("--iters", type=int, default=0, help="timed calls per shape (>= 20)")
     ap.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
@@ -318,8 +323,9 @@ def main():
         shapes += prefill_shapes(args.quick)
     if "decode" in families:
         shapes += decode_shapes(args.quick)
-    if "backward" in families:
-        shapes += backward_shapes(args.quick)
+    for family in BACKWARD_FAMILIES:
+        if family in families:
+            shapes += backward_shapes(args.quick, family)
     if "ablation" in families:
         shapes += ablation_shapes(args.quick)
 
@@ -352,7 +358,7 @@ def main():
             entry["GB/s"] = 0.0
             backend = all_backends.get(name)
             math_bytes = ELEM_BYTES * 3 * b * hq * sq * sk  # S, P and a softmax temporary
-            if s["family"] == "backward":
+            if s["family"] in BACKWARD_FAMILIES:
                 math_bytes *= 2  # the saved P and dP / dS of the backward as well
             if backend is None:
                 entry["skipped"] = "backend not in this torch"
