@@ -17,14 +17,22 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
                  plan, output allocation, launch) is inside the timed interval.
   binding, idle  flashladder._ext.forward with the outputs allocated once: the C++ extension's
                  checks and the launch alone, the floor the Python layer adds to.
+  binding        the binding alone timed the runner's way (GPU busy with the flush when the call
+                 is queued).
   back to back   N calls between two events, no flush: time per call when launches queue up.
+  kernel         the device time of the rung's own kernels in the PyTorch call, from the
+                 profiler (CUPTI): the GPU's share of a call, without any host time or event.
+
+The series are measured in a rotating order, so that none always runs first after the runner's
+process (the GPU's clocks after a pause).
 
 The figure the target (within 5 us) is read on: PyTorch minus runner, both timed the runner's way
 (median of the repeats' medians). The idle times bound what a call's host path costs when the GPU
 waits for it. Then the host's cost per call alone, on a problem too small to keep the GPU busy
 (batch 1, seqlen 128, 16 heads, d=128): wall-clock time of 2000 calls in a loop, for
 flashladder.attention without and with autograd, the binding alone and F.scaled_dot_product_attention
-(flash), and a breakdown of the Python layer (input checks, plan lookup, output allocation, stream).
+(flash), the same per rung measured above, and a breakdown of the Python layer (input checks, plan
+lookup, output allocation, stream).
 
 Writes <out>/torch_overhead.json and <out>/torch_overhead.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
@@ -116,6 +124,44 @@ def host_us(torch, fn, calls, sync=True):
     if sync:
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / calls * 1e6
+
+
+def kernel_ms(torch, fn, flush, iters):
+    """(median ms per call of the device time of every kernel @p fn launched, {kernel: median ms})
+    from the PyTorch profiler (CUPTI), each call after @p flush; kernels that @p flush launches
+    (run alone first) are left out. (None, why) when the profiler gives no kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def kernels(prof):
+        out = []
+        for e in prof.events():
+            if str(getattr(e, "device_type", "")).endswith("CUDA") and e.time_range.elapsed_us() > 0:
+                out.append((e.time_range.start, e.name, e.time_range.elapsed_us() / 1e3))
+        return sorted(out)
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            flush()
+        torch.cuda.synchronize()
+    flush_names = {name for _, name, _ in kernels(prof)}
+    for _ in range(5):
+        flush()
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            flush()
+            fn()
+        torch.cuda.synchronize()
+    per_name = {}
+    for _, name, ms in kernels(prof):
+        if name not in flush_names:
+            per_name.setdefault(name, []).append(ms)
+    if not per_name:
+        return None, "the profiler recorded no kernel of the call"
+    calls = max(len(v) for v in per_name.values())
+    medians = {name: statistics.median(v) for name, v in per_name.items()}
+    return sum(medians[n] * len(v) / calls for n, v in per_name.items()), medians
 
 
 def make_qkv(torch, shape, device, requires_grad=False):
@@ -220,15 +266,21 @@ def run(args):
                 fl.attention(q, k, v, rung=rung)
 
             ext_call = ext_launcher(torch, fl, plan, q, k, v)
-            series = {n: [] for n in ("runner", "python", "python_idle", "binding_idle")}
+            names = ("runner", "python", "python_idle", "binding", "binding_idle")
+            series = {n: [] for n in names}
+            measure = {"python": lambda: timer.single(call, args.iters, idle=False),
+                       "python_idle": lambda: timer.single(call, args.iters, idle=True),
+                       "binding": lambda: timer.single(ext_call, args.iters, idle=False),
+                       "binding_idle": lambda: timer.single(ext_call, args.iters, idle=True)}
             for r in range(args.repeats):
                 ms, cmd = runner_ms(binary, SHAPE, args.iters, os.path.join(tmp, "run.json"))
                 series["runner"].append(ms)
-                series["python"].append(timer.single(call, args.iters, idle=False))
-                series["python_idle"].append(timer.single(call, args.iters, idle=True))
-                series["binding_idle"].append(timer.single(ext_call, args.iters, idle=True))
-                print("  repeat %d: runner %.4f ms, PyTorch %.4f ms, PyTorch idle %.4f ms, binding idle %.4f ms" % (
-                    r + 1, *(series[n][-1] for n in ("runner", "python", "python_idle", "binding_idle"))))
+                order = list(measure)
+                order = order[r % len(order):] + order[:r % len(order)]  # rotate the order
+                for n in order:
+                    series[n].append(measure[n]())
+                print("  repeat %d: runner %.4f ms, PyTorch %.4f ms, PyTorch idle %.4f ms, binding %.4f ms, "
+                      "binding idle %.4f ms (order %s)" % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
             med = {n: statistics.median(s) for n, s in series.items()}
             entry["runner_command"] = " ".join([os.path.join(args.bin, plan.label)] + cmd[1:-5] +
                                                ["--json", "F"] + cmd[-3:])
@@ -236,14 +288,31 @@ def run(args):
             entry["median_ms"] = med
             entry["back_to_back_ms"] = {"python": timer.back_to_back(call, args.iters),
                                         "binding": timer.back_to_back(ext_call, args.iters)}
+            try:
+                k_ms, k_detail = kernel_ms(torch, call, timer.flush_buf.zero_, args.iters)
+            except Exception as e:  # noqa: BLE001  a profiler that cannot run: say so, measure the rest
+                k_ms, k_detail = None, "%s: %s" % (type(e).__name__, e)
+            entry["kernel_ms"] = k_ms
+            entry["kernels"] = k_detail
+            if k_ms is not None:
+                print("  the call's kernels on the GPU (profiler): %.4f ms (%s)" % (
+                    k_ms, "; ".join("%s %.4f" % (n[:60], v) for n, v in k_detail.items())))
+            else:
+                print("  the call's kernels on the GPU (profiler): not measured: %s" % k_detail)
             entry["diff_us"] = (med["python"] - med["runner"]) * 1e3
             entry["idle_diff_us"] = (med["python_idle"] - med["runner"]) * 1e3
             entry["python_layer_idle_us"] = (med["python_idle"] - med["binding_idle"]) * 1e3
+            entry["binding_diff_us"] = (med["binding"] - med["runner"]) * 1e3
+            if k_ms is not None:
+                entry["kernel_diff_us"] = (k_ms - med["runner"]) * 1e3
             entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
             print("  PyTorch - runner: %+.1f us per call (target within %g us: %s); GPU idle before the call: "
                   "%+.1f us; the Python layer over the binding, idle: %+.1f us" % (
                       entry["diff_us"], TARGET_US, "met" if entry["within_target"] else "NOT met",
                       entry["idle_diff_us"], entry["python_layer_idle_us"]))
+            print("  binding alone - runner: %+.1f us per call; the call's kernels (profiler) - runner: %s" % (
+                entry["binding_diff_us"],
+                "%+.1f us" % entry["kernel_diff_us"] if "kernel_diff_us" in entry else "not measured"))
             result["rungs"].append(entry)
 
     # ---- the host's cost per call, on a problem too small to keep the GPU busy ------------------
@@ -263,6 +332,13 @@ def run(args):
                  ("flashladder.attention, autograd", lambda: fl.attention(gq, gk, gv)),
                  ("binding alone (_ext.forward)", ext_tiny),
                  ("F.scaled_dot_product_attention (flash)", lambda: F.scaled_dot_product_attention(*st))]
+        for requested, _plan in wanted:  # the rungs measured above, by number
+            if requested == "default":
+                continue
+            rplan = _core.plan_forward(requested, "", tkey, index)
+            loops.append(("flashladder.attention, rung=%d" % requested,
+                          lambda r=requested: fl.attention(tq, tk, tv, rung=r)))
+            loops.append(("binding alone, %s" % rplan.label, ext_launcher(torch, fl, rplan, tq, tk, tv)))
         for name, fn in loops:
             host["per_call_us"][name] = host_us(torch, fn, args.host_calls)
             print("  %-42s %6.1f us per call" % (name, host["per_call_us"][name]))
