@@ -24,11 +24,18 @@
 /// GQA: the query heads of a KV head all add into the same dK_j, dV_j. One block per KV head
 /// would divide the grid by the group size (16 query heads on 4 KV heads: a quarter of the
 /// blocks, and under a causal mask the longest block four times longer), so the group is split
-/// into kv_split slices (kv_splits: the smallest divisor of the group that gives the grid
-/// kSplitTargetBlocks blocks), each slice's block writes its partial dK_j, dV_j in fp32, and the
-/// convert kernel adds the slices in index order (deterministic). FlashAttention-2 always splits
-/// down to one query head per block (its `dk_expanded`); the `fullsplit` variant does that, the
-/// `nosplit` variant never splits.
+/// into kv_split slices (kv_splits), each slice's block writes its partial dK_j, dV_j in fp32,
+/// and the convert kernel adds the slices in index order (deterministic). Under a causal mask the
+/// group is split down to one query head per block, as FlashAttention-2 always does (its
+/// `dk_expanded`), because the blocks are unequal (K/V block j sees the Q blocks from the
+/// diagonal on) and smaller ones balance the SMs; without one, only until the grid has
+/// kSplitTargetBlocks blocks, since the partial sums cost memory traffic. Variants: `nosplit`
+/// never splits, `fullsplit` always does.
+///
+/// Launch order: under a causal mask the longest blocks (the first K/V blocks) go first, every
+/// (KV head, slice, batch) of K/V block 0, then of block 1, and so on (the grid's x is the head,
+/// z the K/V block), so that the short ones fill the last wave, as FlashAttention-3's
+/// longest-processing-time-first schedule does; the `inorder` variant keeps the K/V block as x.
 ///
 /// The five GEMMs do not share one warp layout: S and dP have queries as rows, dV and dK keys,
 /// dQ queries again. Each gets its own 2D grid of warps (BwdTiles, FlashAttention-2's
@@ -163,12 +170,13 @@ struct BwdTiles {
 };
 
 /// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv x kv_split;
-/// batch). With kv_split > 1, dK and dV go to @p dkv_acc as fp32 partial sums
+/// batch), or with @p lpt (causal, not deterministic: longest blocks first) (heads_kv x kv_split;
+/// batch; K/V blocks). With kv_split > 1, dK and dV go to @p dkv_acc as fp32 partial sums
 /// ([2][kv_split][batch, seqlen_k, heads_kv, d]: dK unscaled, then dV) for bwd_convert_kv_kernel.
 template <class T, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc, int kv_split,
-                    float* dkv_acc) {
+                    float* dkv_acc, bool lpt) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int BLOCK_M = Cfg::kBlockM;
@@ -179,11 +187,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int DQ_NT = Cfg::kDqD / 8;   // 8-column tiles of a warp's dQ (2 x 16 queries)
   const AttnParams& p = P.fwd;
 
-  const int kv_head = blockIdx.y / kv_split;
-  const int slice = blockIdx.y % kv_split;  // this block's slice of the group's query heads
+  const int head_slice = lpt ? blockIdx.x : blockIdx.y;  // KV head x kv_split + slice
+  const int kv_head = head_slice / kv_split;
+  const int slice = head_slice % kv_split;  // this block's slice of the group's query heads
   const int slice_heads = p.group / kv_split;
   const int head0 = kv_head * p.group + slice * slice_heads;  // the slice's first query head
-  const int batch = blockIdx.z;
+  const int batch = lpt ? blockIdx.y : blockIdx.z;
+  const int j0 = lpt ? blockIdx.z : blockIdx.x;  // the first (or only) K/V block
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // This warp's tiles: S and dP rows sm0.. (32 queries), columns sn0.. (kSdpN keys); dK and dV
   // rows kn0.. (32 keys), columns kd0..; dQ rows qm0.. (32 queries), columns qd0...
@@ -213,7 +223,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // A from a [k][m] tile transposed (Pᵀ, dSᵀ from P, dS stored [query][key]).
   const uint32_t pt_lane = ptx::swizzle<PRB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
 
-  for (int j = blockIdx.x; j < n_kv_blocks; j += j_step) {
+  for (int j = j0; j < n_kv_blocks; j += j_step) {
     const int key0 = j * BLOCK_N;
     const int i_first = p.causal ? max(0, key0 - p.causal_offset) / BLOCK_M : 0;
     const int n_i = max(0, n_q_blocks - i_first);
@@ -575,18 +585,20 @@ inline size_t dq_acc_offset(const Problem& p) {
 /// block (`fullsplit`, FlashAttention-2's `dk_expanded`).
 enum class GroupSplit { balanced, none, full };
 
-/// Blocks the main kernel should have before the rung stops splitting a group: about four per
-/// SM of an H100 (132 SMs) at one block per SM. A constant, not the device's SM count, so the
-/// workspace size and the order of the sums depend on the problem alone.
-constexpr int kSplitTargetBlocks = 512;
+/// Blocks the main kernel should have before the rung stops splitting a group without a causal
+/// mask: about two waves of one block per SM on an H100 (132 SMs). A constant, not the device's
+/// SM count, so the workspace size and the order of the sums depend on the problem alone.
+constexpr int kSplitTargetBlocks = 256;
 
 /// Slices of each GQA group (a divisor of heads_q / heads_kv): each slice's block adds its query
-/// heads into its own fp32 partial dK, dV; 1 means dK, dV are written directly.
+/// heads into its own fp32 partial dK, dV; 1 means dK, dV are written directly. The rung's
+/// choice: one query head per block under a causal mask; otherwise the smallest divisor that
+/// gives the grid kSplitTargetBlocks blocks (measured: backward-gqa-split in bench/results).
 template <class Cfg>
 int kv_splits(const Problem& p, bool deterministic, GroupSplit how) {
   const int group = p.heads_q / p.heads_kv;
   if (how == GroupSplit::none || group == 1) return 1;
-  if (how == GroupSplit::full) return group;
+  if (how == GroupSplit::full || p.causal) return group;
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int64_t blocks = int64_t(deterministic ? deterministic_splits<Cfg>(p) : n_kv_blocks) * p.heads_kv * p.batch;
   for (int s = 1; s < group; ++s)
@@ -626,7 +638,7 @@ const void* prepared_main() {
 }
 
 template <class T, class Cfg>
-void launch_backward(const AttnBwdParams& P, GroupSplit how, cudaStream_t stream) {
+void launch_backward(const AttnBwdParams& P, GroupSplit how, bool longest_first, cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = P.fwd;
   Problem shape;
@@ -654,9 +666,13 @@ void launch_backward(const AttnBwdParams& P, GroupSplit how, cudaStream_t stream
 
   prepared_main<T, Cfg>();
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  const dim3 grid(deterministic ? splits : n_kv_blocks, p.heads_kv * kv_split, p.batch);
+  // Longest blocks first (causal: K/V block j sees the Q blocks from the diagonal on); the
+  // deterministic mode's blocks each walk several K/V blocks, so it keeps its order.
+  const bool lpt = longest_first && p.causal && !deterministic;
+  const dim3 grid = lpt ? dim3(p.heads_kv * kv_split, p.batch, n_kv_blocks)
+                        : dim3(deterministic ? splits : n_kv_blocks, p.heads_kv * kv_split, p.batch);
   bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc, kv_split,
-                                                                             dkv_acc);
+                                                                             dkv_acc, lpt);
   FL_LAUNCH_CHECK("bwd_main_kernel");
 
   const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;

@@ -21,9 +21,10 @@ const Rung& forward_rung() {
 }
 
 /// Each entry's tiles and GQA split: the rung's (kernel.cuh's BwdTiles, the group split by
-/// kv_splits), the same with a staggered Q order, 4 warps on 64 keys, and the rung's tiles with
-/// the group never split or always split down to one query head per block.
-enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit };
+/// kv_splits), the same with a staggered Q order, 4 warps on 64 keys, the rung's tiles with the
+/// group never split or always split down to one query head per block, and the rung launched in
+/// K/V-block order under a causal mask (not longest first).
+enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit, inorder };
 
 constexpr bwd::GroupSplit group_split(Tiles t) {
   return t == Tiles::nosplit ? bwd::GroupSplit::none
@@ -33,7 +34,8 @@ constexpr bwd::GroupSplit group_split(Tiles t) {
 /// Calls @p f with the tile of @p TILES for the runtime head_dim (64 or 128).
 template <Tiles TILES, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
-  if constexpr (TILES == Tiles::rung || TILES == Tiles::nosplit || TILES == Tiles::fullsplit) {
+  if constexpr (TILES == Tiles::rung || TILES == Tiles::nosplit || TILES == Tiles::fullsplit ||
+                TILES == Tiles::inorder) {
     if (head_dim == 64) return f(bwd::BwdTiles<64>{});
     return f(bwd::BwdTiles<128>{});
   } else if constexpr (TILES == Tiles::stagger) {
@@ -73,7 +75,13 @@ Rung make_rung() {
       r.summary =
           "FA2 backward: recompute P from the LSE, 128-key blocks with dK/dV in registers, "
           "FA2's 2D warp layouts (P and dS through shared memory), dQ by atomics, GQA groups "
-          "split over blocks as the grid needs";
+          "split over blocks, causal blocks launched longest first";
+      break;
+    case Tiles::inorder:
+      r.variant = "inorder";
+      r.summary =
+          "ablation: causal blocks launched in K/V-block order (as FA2) instead of longest "
+          "first, so long blocks may start in the last wave";
       break;
     case Tiles::nosplit:
       r.variant = "nosplit";
@@ -124,7 +132,10 @@ Rung make_rung() {
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
       with_tiles<TILES>(P.fwd.head_dim,
-                        [&](auto cfg) { bwd::launch_backward<T, decltype(cfg)>(P, group_split(TILES), s); });
+                        [&](auto cfg) {
+                          bwd::launch_backward<T, decltype(cfg)>(P, group_split(TILES),
+                                                                 TILES != Tiles::inorder, s);
+                        });
     });
   };
   r.kernels = [](const Problem& p) {
@@ -159,6 +170,7 @@ void register_rung_11(Registry& reg) {
   reg.add(make_rung<Tiles::four_warps>());
   reg.add(make_rung<Tiles::nosplit>());
   reg.add(make_rung<Tiles::fullsplit>());
+  reg.add(make_rung<Tiles::inorder>());
 }
 
 }  // namespace fl
