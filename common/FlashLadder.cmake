@@ -200,3 +200,96 @@ macro(fl_find_python_bindings)
     endif()
   endif()
 endmacro()
+
+# ---- NCCL (rung 12) ------------------------------------------------------------------------
+# fl_find_nccl(): looks for NCCL's nccl.h and libnccl.so.2 and, when both are there, defines
+# the IMPORTED target fl::nccl (the library by full path, its include directory) and sets
+# FL_NCCL_FOUND, FL_NCCL_LIBRARY, FL_NCCL_INCLUDE_DIR and FL_NCCL_VERSION. Where it looks, in order:
+#   1. FL_NCCL_ROOT (cache variable or environment): <root>/include/nccl.h, <root>/lib/libnccl.so*;
+#   2. the PyPI wheel nvidia-nccl-cu13 (nvidia/nccl/{include,lib}), pinned in
+#      steps/12_ring_attention/requirements.txt: in build/pip (where .ci/run and the README's
+#      install command put it: pip install --target build/pip), else wherever the python3 on
+#      PATH imports `nvidia.nccl` from (the GPU machine's own install, e.g. PyTorch's);
+#   3. the system's NCCL (libnccl-dev; CUDA toolkit directories).
+# The wheel ships libnccl.so.2 only (no unversioned .so), hence the full path; the rung's
+# executable gets its directory as RPATH so it runs without LD_LIBRARY_PATH. Nothing is
+# downloaded here.
+set(FL_NCCL_ROOT "$ENV{FL_NCCL_ROOT}" CACHE PATH "NCCL install (include/nccl.h, lib/libnccl.so.2); empty = search")
+function(fl_find_nccl)
+  set(FL_NCCL_FOUND OFF PARENT_SCOPE)
+  if(TARGET fl::nccl)
+    set(FL_NCCL_FOUND ON PARENT_SCOPE)
+    return()
+  endif()
+  set(roots "")
+  if(FL_NCCL_ROOT)
+    list(APPEND roots ${FL_NCCL_ROOT})
+  else()
+    list(APPEND roots ${PROJECT_SOURCE_DIR}/build/pip/nvidia/nccl)
+    find_program(fl_python3 NAMES python3 NO_CACHE)
+    if(fl_python3)
+      execute_process(
+        COMMAND ${fl_python3} -c "import nvidia.nccl as m; print(list(m.__path__)[0])"
+        OUTPUT_VARIABLE fl_wheel OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE fl_rc ERROR_QUIET)
+      if(fl_rc EQUAL 0 AND fl_wheel)
+        list(APPEND roots ${fl_wheel})
+      endif()
+    endif()
+  endif()
+  set(inc "")
+  set(lib "")
+  foreach(root IN LISTS roots)
+    if(EXISTS ${root}/include/nccl.h)
+      foreach(name libnccl.so.2 libnccl.so)
+        if(EXISTS ${root}/lib/${name})
+          set(inc ${root}/include)
+          set(lib ${root}/lib/${name})
+          break()
+        endif()
+      endforeach()
+    endif()
+    if(lib)
+      break()
+    endif()
+  endforeach()
+  if(NOT lib AND NOT FL_NCCL_ROOT)  # the system's
+    find_path(fl_sys_inc nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} NO_CACHE)
+    find_library(fl_sys_lib NAMES nccl libnccl.so.2 HINTS ${CUDAToolkit_LIBRARY_DIR} NO_CACHE)
+    if(fl_sys_inc AND fl_sys_lib)
+      set(inc ${fl_sys_inc})
+      set(lib ${fl_sys_lib})
+    endif()
+  endif()
+  if(NOT lib)
+    if(FL_NCCL_ROOT)
+      set(why "no include/nccl.h and lib/libnccl.so.2 under FL_NCCL_ROOT=${FL_NCCL_ROOT}")
+    else()
+      set(why "no NCCL found (FL_NCCL_ROOT unset; no nvidia-nccl-cu13 wheel in build/pip or for python3; no system libnccl)")
+    endif()
+    set(FL_NCCL_WHY "${why}" PARENT_SCOPE)
+    return()
+  endif()
+  file(STRINGS ${inc}/nccl.h fl_code REGEX "^#define NCCL_VERSION_CODE [0-9]+")
+  string(REGEX REPLACE ".* ([0-9]+)$" "\\1" fl_code "${fl_code}")
+  file(STRINGS ${inc}/nccl.h fl_major REGEX "^#define NCCL_MAJOR [0-9]+")
+  file(STRINGS ${inc}/nccl.h fl_minor REGEX "^#define NCCL_MINOR [0-9]+")
+  file(STRINGS ${inc}/nccl.h fl_patch REGEX "^#define NCCL_PATCH [0-9]+")
+  foreach(v fl_major fl_minor fl_patch)
+    string(REGEX REPLACE ".* ([0-9]+)$" "\\1" ${v} "${${v}}")
+  endforeach()
+  # Non-blocking communicators with ncclCommGetAsyncError / ncclCommAbort (the rung's no-hang
+  # path) and ncclConfig_t exist since NCCL 2.14.
+  if(fl_code LESS 21400)
+    set(FL_NCCL_WHY "NCCL ${fl_major}.${fl_minor}.${fl_patch} at ${lib} is older than 2.14 (no non-blocking communicators)" PARENT_SCOPE)
+    return()
+  endif()
+  add_library(fl::nccl SHARED IMPORTED GLOBAL)
+  set_target_properties(fl::nccl PROPERTIES IMPORTED_LOCATION ${lib} IMPORTED_SONAME libnccl.so.2
+                        INTERFACE_INCLUDE_DIRECTORIES ${inc})
+  get_filename_component(libdir ${lib} DIRECTORY)
+  set(FL_NCCL_FOUND ON PARENT_SCOPE)
+  set(FL_NCCL_LIBRARY ${lib} PARENT_SCOPE)
+  set(FL_NCCL_LIBDIR ${libdir} PARENT_SCOPE)
+  set(FL_NCCL_INCLUDE_DIR ${inc} PARENT_SCOPE)
+  set(FL_NCCL_VERSION ${fl_major}.${fl_minor}.${fl_patch} PARENT_SCOPE)
+endfunction()

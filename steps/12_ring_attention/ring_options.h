@@ -18,7 +18,7 @@ struct RingOptions {
   int rank = -1;        ///< --rank: this process's rank (-1: not given; allowed only for --gpus 1)
   int local_rank = -1;  ///< --local-rank: the CUDA device of this process (-1: rank)
   std::string id_file;  ///< --id-file: where rank 0 writes the NCCL unique id
-  double timeout_s = 120;  ///< --timeout: seconds for the id file, the communicator, each wait
+  double timeout_s = 300;  ///< --timeout: seconds for the id file, the communicator, each wait
   int forward_rung = 0;    ///< --forward-rung: 6 or 10 (0: rung 10 on sm_90 when built, else 06)
   bool single = true;      ///< --single 0|1: rank 0 also runs the forward rung on the whole
                            ///< sequence (check against it, one-GPU time, scaling efficiency)
@@ -143,7 +143,7 @@ inline const char* ring_usage() {
          "  --single 0|1         rank 0 also runs that kernel on the whole sequence: the check\n"
          "                       against it, the one-GPU time and the scaling efficiency (1)\n"
          "  --timeout S          seconds for the NCCL id file, the communicator and every wait\n"
-         "                       (default 120): a rank that waits longer aborts, never hangs\n"
+         "                       (default 300): a rank that waits longer aborts, never hangs\n"
          "  set by the launcher: --rank R --local-rank L --id-file PATH\n";
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "12_ring_attention/ring_options.h"
+#include "12_ring_attention/ring_params.h"
 #include "12_ring_attention/ring_plan.h"
 #include "catch_compat.h"
 #include "flashladder/softmax_math.h"
@@ -433,4 +434,79 @@ TEST_CASE("ring options: rung 12's flags, the rest for the shared parser", "[cpu
   CHECK(parse_sharding("contiguous", &sh));
   CHECK(sh == Sharding::contiguous);
   CHECK_FALSE(parse_sharding("striped", &sh));
+}
+
+TEST_CASE("ring params: a launch's pointers, strides, mask and scale", "[cpu][ring_params]") {
+  Problem p;
+  p.batch = 2;
+  p.seqlen_q = p.seqlen_k = 1001;
+  p.heads_q = 8;
+  p.heads_kv = 2;
+  p.head_dim = 128;
+  p.causal = true;
+  const RankPlan plan = plan_rank(Sharding::zigzag, true, 1001, 2, 1);  // chunks 1 and 2
+  const StepPlan& s0 = plan.steps[0];
+  REQUIRE(s0.launches.size() == 2);
+  const Launch& late = s0.launches[1];  // chunk 2 against [chunk 1 (past), chunk 2 (diagonal)]
+  std::vector<uint16_t> q(1), kv(1), o(1);
+  float lse = 0;
+  const AttnParams a = launch_params(p, late, plan.q_shard.len, s0.kv_len, q.data(), kv.data(),
+                                     o.data(), &lse, nullptr, 0);
+  const int64_t qr = 8 * 128, kr = 2 * 128;
+  CHECK(a.seqlen_q == late.q.len);
+  CHECK(a.seqlen_k == late.k.len);
+  CHECK(a.causal == 1);
+  CHECK(a.causal_offset == late.k.len - late.q.len);  // the past chunk: visible to every query
+  CHECK(a.group == 4);
+  CHECK(a.softmax_scale == p.scale());  // the whole problem's scale, not the chunk's default
+  CHECK(static_cast<const uint16_t*>(a.q) == q.data() + late.q.begin * qr);
+  CHECK(static_cast<uint16_t*>(a.o) == o.data() + late.q.begin * qr);
+  CHECK(a.q_batch_stride == plan.q_shard.len * qr);
+  CHECK(a.o_row_stride == qr);
+  CHECK(static_cast<const uint16_t*>(a.k) == kv.data() + late.k.begin * kr);
+  // V follows K in the shard buffer: batch x kv_len rows later.
+  CHECK(static_cast<const uint16_t*>(a.v) == kv.data() + 2 * s0.kv_len * kr + late.k.begin * kr);
+  CHECK(a.k_batch_stride == s0.kv_len * kr);
+  CHECK(a.v_row_stride == kr);
+  CHECK(a.lse == &lse);
+  // Every base the kernels see stays 16-byte aligned (rows of heads x head_dim 16-bit values).
+  CHECK(tensor_layout_reason("q", reinterpret_cast<const void*>(late.q.begin * qr * 2),
+                             a.q_batch_stride, a.q_row_stride, a.q_head_stride) == "");
+}
+
+TEST_CASE("ring params: shards out of the whole tensor and back", "[cpu][ring_params]") {
+  for (Sharding s : kShardings)
+    for (int ranks : {1, 2, 3}) {
+      const int B = 2, n = 37, H = 3, D = 4;
+      std::vector<uint16_t> whole(B * n * H * D);
+      for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<uint16_t>(i);
+      std::vector<uint16_t> back(whole.size(), 0xffff);
+      std::vector<float> lse(B * H * n), lse_back(lse.size(), NAN);
+      for (size_t i = 0; i < lse.size(); ++i) lse[i] = static_cast<float>(i);
+      for (int r = 0; r < ranks; ++r) {
+        const Shard sh = shard_of_rank(s, n, ranks, r);
+        const auto part = take_shard(whole, B, n, H, D, sh);
+        CHECK(part.size() == static_cast<size_t>(B) * sh.len * H * D);
+        // Row t of the shard is global token locate()^-1: check one element per row.
+        for (int b = 0; b < B; ++b)
+          for (int t = 0; t < n; ++t) {
+            const Location loc = locate(s, n, ranks, t);
+            if (loc.rank != r) continue;
+            CHECK(part[((b * sh.len + loc.row) * H + 1) * D + 2] ==
+                  whole[((b * n + t) * H + 1) * D + 2]);
+          }
+        put_shard(part, B, n, H, D, sh, &back);
+        // The LSE layout [batch, heads, rows]: the shard's from the whole, then back.
+        std::vector<float> lpart(static_cast<size_t>(B) * H * sh.len);
+        for (int b = 0; b < B; ++b)
+          for (int h = 0; h < H; ++h)
+            for (const LocalChunk& lc : sh.chunks)
+              for (int t = 0; t < lc.global.len; ++t)
+                lpart[(b * H + h) * sh.len + lc.local + t] =
+                    lse[(b * H + h) * n + lc.global.begin + t];
+        put_shard_lse(lpart, B, n, H, sh, &lse_back);
+      }
+      CHECK(back == whole);
+      CHECK(lse_back == lse);
+    }
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Rung 12's GPU tests, run by ctest (label gpu) through the launcher. Exit 77 (skipped) where
+the machine has no GPU or fewer than the ring asks for.
+
+  test_ring.py EXE check P [rung flags]   the ring on P GPUs, checked against the fp64 reference
+                                          and the single-GPU rung (exit: the launcher's)
+  test_ring.py EXE fail P                 rank P-1 leaves the ring (--fail-rank): the launcher must
+                                          exit non-zero naming it, within a bounded time
+  test_ring.py EXE toomany                more GPUs than exist: exit 2 with the reason
+"""
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAUNCHER = os.path.join(ROOT, "steps", "12_ring_attention", "launch_ring.py")
+FAIL_BOUND_S = 180  # CUDA and NCCL start-up, the inputs, and the launcher's stop
+
+
+def launch(exe, gpus, rung, timeout=None):
+    cmd = [sys.executable, LAUNCHER, "--exe", exe, "--gpus", str(gpus), "--grace", "5"]
+    if timeout:
+        cmd += ["--timeout", str(timeout)]
+    cmd += ["--"] + rung
+    print("$ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stdout.write(p.stdout)
+    sys.stderr.write(p.stderr)
+    return p, time.monotonic() - t0
+
+
+def main(argv):
+    exe, what = argv[0], argv[1]
+    if what == "check":
+        gpus = int(argv[2])
+        p, _ = launch(exe, gpus, argv[3:] + ["--skip-missing-gpus", "--iters", "3", "--warmup", "1"])
+        return p.returncode
+    if what == "fail":
+        gpus = int(argv[2])
+        bad = gpus - 1
+        p, took = launch(exe, gpus, ["--seqlen", "4096", "--heads", "8", "--dim", "128", "--causal", "1",
+                                     "--fail-rank", str(bad), "--skip-missing-gpus"], timeout=60)
+        if p.returncode == 77:
+            return 77
+        ok = p.returncode not in (0, 77) and ("rank %d failed" % bad) in p.stderr and took < FAIL_BOUND_S
+        print("fail test: exit %d after %.1f s, %s" % (p.returncode, took,
+                                                       "as expected" if ok else "NOT as expected"))
+        return 0 if ok else 1
+    if what == "toomany":
+        p, _ = launch(exe, 64, ["--seqlen", "64"])
+        if p.returncode == 77:
+            return 77
+        ok = p.returncode == 2 and "asks for 64 GPUs" in p.stderr
+        print("too-many test: exit %d, %s" % (p.returncode, "as expected" if ok else "NOT as expected"))
+        return 0 if ok else 1
+    print("unknown test %r" % what, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
