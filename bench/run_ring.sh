@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Rung 12's benchmark, on a machine with 1 to 8 GPUs of one host:
+#
+#   bench/run_ring.sh [--gpus "1 2"] [--seqlens "65536 131072"] [--bin DIR] [--results DIR]
+#                     [--no-torch] [--quick]
+#
+# For each GPU count P and total length N (B = 1, 16 heads, d = 128, bf16):
+#   1. rung 12 through its launcher, zigzag and contiguous, causal 1 and 0, sampled check, the
+#      single-GPU rung on the whole sequence (the one-GPU time) -> ring_p<P>_n<N>_<variant>_causal<c>.json
+#      (schema flashladder.ring/1: per step compute, exposed communication, merge and transfer
+#      per rank; the ring's time; the one-GPU time; the scaling efficiency T1 / (P x TP))
+#   2. PyTorch's all-gather context-parallel baseline under torchrun (bench/torch_ring_baseline.py,
+#      if PyTorch imports)                                      -> torch_ring_p<P>_n<N>_causal<c>.json
+#   3. meta.json: device, date, git sha (and whether the tree had local changes), the commands.
+# Every run's output goes beside it (*.log). Results: bench/results/<gpu-name-slug>/ring/ unless
+# --results; NCCL_NVLS_ENABLE=0 for every process. --quick: N = 65536 and causal 1 only.
+# Exit: 0 done; 77 no GPU; otherwise the first failing run's code (the others still run).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+gpus="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gpus) gpus=$2; shift ;;
+    --seqlens) seqlens=$2; shift ;;
+    --bin) bin=$2; shift ;;
+    --results) results=$2; shift ;;
+    --no-torch) torch=0 ;;
+    --quick) seqlens=65536; causals=1 ;;
+    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    *) echo "run_ring.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+  shift
+done
+export NCCL_NVLS_ENABLE=0
+if [ -z "$bin" ]; then
+  for d in "$ROOT"/build/release/bin "$ROOT"/build/*/bin; do
+    if [ -x "$d/12_ring_attention" ]; then bin=$d; break; fi
+  done
+fi
+exe="$bin/12_ring_attention"
+if [ ! -x "$exe" ]; then
+  echo "run_ring.sh: no 12_ring_attention (build it where NCCL is found: steps/12_ring_attention/README.md)" >&2
+  exit 2
+fi
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "run_ring.sh: no GPU (exit 77 = skipped)"; exit 77
+fi
+visible=$(nvidia-smi -L | grep -c '^GPU')
+if [ -z "$gpus" ]; then gpus=$(seq 1 "$visible" | tr '\n' ' '); fi
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+slug=$(echo "$gpu_name" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-|-$//g')
+results=${results:-$ROOT/bench/results/$slug/ring}
+mkdir -p "$results"
+commands=()
+rc=0
+run() {  # run NAME CMD...: output to NAME.log, the command into meta.json
+  local name=$1; shift
+  commands+=("$*")
+  echo "== $name: $*"
+  local c=0
+  "$@" > "$results/$name.log" 2>&1 || c=$?
+  if [ "$c" != 0 ]; then
+    echo "   failed (exit $c): see $results/$name.log"
+    if [ "$rc" = 0 ]; then rc=$c; fi
+  fi
+  tail -n 4 "$results/$name.log"
+}
+rel() { realpath --relative-to="$ROOT" "$1"; }
+for p in $gpus; do
+  for n in $seqlens; do
+    for causal in $causals; do
+      for variant in zigzag contiguous; do
+        name=ring_p${p}_n${n}_${variant}_causal${causal}
+        run "$name" "$PY" "$(rel "$ROOT/steps/12_ring_attention/launch_ring.py")" --exe "$(rel "$exe")" \
+          --gpus "$p" -- --batch 1 --seqlen "$n" --heads 16 --dim 128 --dtype bf16 --causal "$causal" \
+          --variant "$variant" --check sample --iters 20 --warmup 3 --json "$(rel "$results/$name.json")"
+      done
+      if [ "$torch" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
+        name=torch_ring_p${p}_n${n}_causal${causal}
+        run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$p" \
+          "$(rel "$ROOT/bench/torch_ring_baseline.py")" --seqlen "$n" --causal "$causal" \
+          --out "$(rel "$results/$name.json")"
+      fi
+    done
+  done
+done
+sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+dirty=$([ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ] && echo true || echo false)
+"$PY" - "$results/meta.json" "$gpu_name" "$visible" "$sha" "$dirty" "${commands[@]}" <<'PYEOF'
+import datetime, json, sys
+out, name, count, sha, dirty, *cmds = sys.argv[1:]
+json.dump({"device": name, "gpus_visible": int(count), "git_sha": sha, "local_changes": dirty == "true",
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+           "env": {"NCCL_NVLS_ENABLE": "0"}, "commands": cmds}, open(out, "w"), indent=1)
+PYEOF
+echo "run_ring.sh: results in $(rel "$results") (exit $rc)"
+exit $rc
