@@ -31,9 +31,10 @@
 /// chunk at most one launch per step.
 ///
 /// Contiguous shards make the causal work lopsided: rank r computes on r + 1 of the P steps
-/// (rank P-1 does ~P times rank 0's work). Zigzag pairs an early chunk with a late one, so
-/// every rank does ~2 (N/2P)^2 pairs on every step (Brandon et al. 2023, striped attention;
-/// Megatron-LM's context parallelism uses the same zigzag layout).
+/// (rank P-1 does ~2P - 1 times rank 0's work; Brandon et al. 2023, Striped Attention, analyse
+/// this and balance it by striping tokens round-robin). Zigzag pairs an early chunk with a late
+/// one, so every rank does ~2 (N/2P)^2 pairs on every step, and each rank's tokens stay in two
+/// contiguous chunks (the layout of Megatron-LM's context parallelism).
 #pragma once
 
 #include <algorithm>
