@@ -289,6 +289,8 @@ class RankRing {
       FL_CUDA_CHECK(cudaMemcpy(kv_own_.as<uint16_t>() + k.size(), v.data(), bytes16(v.size()),
                                cudaMemcpyHostToDevice));
     }
+    // The set-up above ran on the legacy stream; the ring's streams do not wait for it.
+    FL_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   /// The chunk problem of a launch (for supports() and workspace sizes).
