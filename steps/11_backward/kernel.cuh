@@ -24,18 +24,18 @@
 /// GQA: the query heads of a KV head all add into the same dK_j, dV_j. One block per KV head
 /// would divide the grid by the group size (16 query heads on 4 KV heads: a quarter of the
 /// blocks, and under a causal mask the longest block four times longer), so the group is split
-/// into kv_split slices (kv_splits), each slice's block writes its partial dK_j, dV_j in fp32,
-/// and the convert kernel adds the slices in index order (deterministic). Under a causal mask the
-/// group is split down to one query head per block, as FlashAttention-2 always does (its
-/// `dk_expanded`), because the blocks are unequal (K/V block j sees the Q blocks from the
-/// diagonal on) and smaller ones balance the SMs; without one, only until the grid has
-/// kSplitTargetBlocks blocks, since the partial sums cost memory traffic. Variants: `nosplit`
-/// never splits, `fullsplit` always does.
+/// into kv_split slices (kv_splits: the smallest divisor of the group that gives the grid
+/// kSplitTargetBlocks blocks), each slice's block writes its partial dK_j, dV_j in fp32, and the
+/// convert kernel adds the slices in index order (deterministic). FlashAttention-2 always splits
+/// down to one query head per block (its `dk_expanded`); the `fullsplit` variant does that, the
+/// `nosplit` variant never splits.
 ///
-/// Launch order: under a causal mask the longest blocks (the first K/V blocks) go first, every
-/// (KV head, slice, batch) of K/V block 0, then of block 1, and so on (the grid's x is the head,
-/// z the K/V block), so that the short ones fill the last wave, as FlashAttention-3's
-/// longest-processing-time-first schedule does; the `inorder` variant keeps the K/V block as x.
+/// Launch order: under a causal mask the blocks are unequal (K/V block j sees the Q blocks from
+/// the diagonal on), so the longest go first: every (KV head, slice, batch) of K/V block 0, then
+/// of block 1, and so on (the grid's x is the head, z the K/V block), and the short ones fill the
+/// last wave, as FlashAttention-3's longest-processing-time-first schedule does. The `inorder`
+/// variant keeps the K/V block as x (FlashAttention-2's order), where a long block may start in
+/// the last wave.
 ///
 /// The five GEMMs do not share one warp layout: S and dP have queries as rows, dV and dK keys,
 /// dQ queries again. Each gets its own 2D grid of warps (BwdTiles, FlashAttention-2's
@@ -585,20 +585,20 @@ inline size_t dq_acc_offset(const Problem& p) {
 /// block (`fullsplit`, FlashAttention-2's `dk_expanded`).
 enum class GroupSplit { balanced, none, full };
 
-/// Blocks the main kernel should have before the rung stops splitting a group without a causal
-/// mask: about two waves of one block per SM on an H100 (132 SMs). A constant, not the device's
-/// SM count, so the workspace size and the order of the sums depend on the problem alone.
+/// Blocks the main kernel should have before the rung stops splitting a group: about two waves of
+/// one block per SM on an H100 (132 SMs). A constant, not the device's SM count, so the workspace
+/// size and the order of the sums depend on the problem alone.
 constexpr int kSplitTargetBlocks = 256;
 
 /// Slices of each GQA group (a divisor of heads_q / heads_kv): each slice's block adds its query
 /// heads into its own fp32 partial dK, dV; 1 means dK, dV are written directly. The rung's
-/// choice: one query head per block under a causal mask; otherwise the smallest divisor that
-/// gives the grid kSplitTargetBlocks blocks (measured: backward-gqa-split in bench/results).
+/// choice: the smallest divisor that gives the grid kSplitTargetBlocks blocks (the partial sums
+/// cost memory traffic, so a grid that fills the GPU is not split further).
 template <class Cfg>
 int kv_splits(const Problem& p, bool deterministic, GroupSplit how) {
   const int group = p.heads_q / p.heads_kv;
   if (how == GroupSplit::none || group == 1) return 1;
-  if (how == GroupSplit::full || p.causal) return group;
+  if (how == GroupSplit::full) return group;
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   const int64_t blocks = int64_t(deterministic ? deterministic_splits<Cfg>(p) : n_kv_blocks) * p.heads_kv * p.batch;
   for (int s = 1; s < group; ++s)
