@@ -21,7 +21,8 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
                  is queued).
   back to back   N calls between two events, no flush: time per call when launches queue up.
   kernel         the device time of the rung's own kernels in the PyTorch call, from the
-                 profiler (CUPTI): the GPU's share of a call, without any host time or event.
+                 profiler (CUPTI): the GPU's share of a call, without any host time or event;
+                 measured last, after every timed loop.
 
 The series are measured in a rotating order, so that none always runs first after the runner's
 process (the GPU's clocks after a pause).
@@ -249,6 +250,9 @@ def run(args):
                         "(the runner's way); idle: the GPU synchronized before the start event; the figure "
                         "is the median over the repeats of each repeat's median",
               "rungs": []}
+    # The profiler runs last, after every timed loop, so that whatever it sets up in the process
+    # (CUPTI, its observers) cannot touch the host times.
+    profile_later = []
     with tempfile.TemporaryDirectory() as tmp:
         for requested, plan in wanted:
             binary = os.path.join(args.bin, plan.label)
@@ -288,31 +292,17 @@ def run(args):
             entry["median_ms"] = med
             entry["back_to_back_ms"] = {"python": timer.back_to_back(call, args.iters),
                                         "binding": timer.back_to_back(ext_call, args.iters)}
-            try:
-                k_ms, k_detail = kernel_ms(torch, call, timer.flush_buf.zero_, args.iters)
-            except Exception as e:  # noqa: BLE001  a profiler that cannot run: say so, measure the rest
-                k_ms, k_detail = None, "%s: %s" % (type(e).__name__, e)
-            entry["kernel_ms"] = k_ms
-            entry["kernels"] = k_detail
-            if k_ms is not None:
-                print("  the call's kernels on the GPU (profiler): %.4f ms (%s)" % (
-                    k_ms, "; ".join("%s %.4f" % (n[:60], v) for n, v in k_detail.items())))
-            else:
-                print("  the call's kernels on the GPU (profiler): not measured: %s" % k_detail)
+            profile_later.append((entry, call))
             entry["diff_us"] = (med["python"] - med["runner"]) * 1e3
             entry["idle_diff_us"] = (med["python_idle"] - med["runner"]) * 1e3
             entry["python_layer_idle_us"] = (med["python_idle"] - med["binding_idle"]) * 1e3
             entry["binding_diff_us"] = (med["binding"] - med["runner"]) * 1e3
-            if k_ms is not None:
-                entry["kernel_diff_us"] = (k_ms - med["runner"]) * 1e3
             entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
             print("  PyTorch - runner: %+.1f us per call (target within %g us: %s); GPU idle before the call: "
                   "%+.1f us; the Python layer over the binding, idle: %+.1f us" % (
                       entry["diff_us"], TARGET_US, "met" if entry["within_target"] else "NOT met",
                       entry["idle_diff_us"], entry["python_layer_idle_us"]))
-            print("  binding alone - runner: %+.1f us per call; the call's kernels (profiler) - runner: %s" % (
-                entry["binding_diff_us"],
-                "%+.1f us" % entry["kernel_diff_us"] if "kernel_diff_us" in entry else "not measured"))
+            print("  binding alone - runner: %+.1f us per call" % entry["binding_diff_us"])
             result["rungs"].append(entry)
 
     # ---- the host's cost per call, on a problem too small to keep the GPU busy ------------------
@@ -358,6 +348,23 @@ def run(args):
         host["python_layer_us"][name] = host_us(torch, fn, args.host_calls * 5, sync=False)
         print("  %-42s %6.2f us" % (name, host["python_layer_us"][name]))
     result["host"] = host
+
+    # ---- the device time of each call's kernels, from the profiler (last: see profile_later) -----
+    print("\n== the call's kernels on the GPU (PyTorch profiler, CUPTI), each call after the flush")
+    for entry, call in profile_later:
+        try:
+            k_ms, k_detail = kernel_ms(torch, call, timer.flush_buf.zero_, args.iters)
+        except Exception as e:  # noqa: BLE001  a profiler that cannot run: say so, keep the rest
+            k_ms, k_detail = None, "%s: %s" % (type(e).__name__, e)
+        entry["kernel_ms"] = k_ms
+        entry["kernels"] = k_detail
+        if k_ms is None:
+            print("  %-22s not measured: %s" % (entry["label"], k_detail))
+            continue
+        entry["kernel_diff_us"] = (k_ms - entry["median_ms"]["runner"]) * 1e3
+        print("  %-22s %.4f ms, the runner's median %+.1f us (%s)" % (
+            entry["label"], k_ms, entry["kernel_diff_us"],
+            "; ".join("%s %.4f" % (n[:60], v) for n, v in k_detail.items())))
     runinfo.write_json(os.path.join(args.out, "torch_overhead.json"), result)
     runinfo.update_meta(args.out, info.name, result, result["command"])
     print("\n== summary (%s)" % info.name)
