@@ -401,11 +401,11 @@ TEST_CASE("ring options: rung 12's flags, the rest for the shared parser", "[cpu
   CHECK(r.rest == std::vector<std::string>{"12_ring_attention", "--seqlen", "4096", "--causal",
                                            "--variant", "contiguous"});
   o = RingOptions();
-  r = parse({"--gpus", "2", "--rank", "1", "--local-rank", "1", "--id-file", "/tmp/x"}, &o);
+  r = parse({"--gpus", "2", "--rank", "1", "--local-rank", "1", "--id-file", "ring.id"}, &o);
   REQUIRE(r.ok);
   CHECK(o.rank == 1);
   CHECK(o.local_rank == 1);
-  CHECK(o.id_file == "/tmp/x");
+  CHECK(o.id_file == "ring.id");
   // Bad values and a ring that needs the launcher: exit 2 with the flag named.
   o = RingOptions();
   r = parse({"--gpus", "0"}, &o);
