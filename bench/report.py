@@ -11,7 +11,9 @@ the ratio to PyTorch SDPA's flash and cuDNN backends. Every ratio compares times
 so it is also the ratio of throughputs. Families: prefill (by head_dim and causal), decode (by
 batch and KV heads), ablation (every variant beside its rung at one shape), paged (paged KV cache
 against contiguous), backward (the backward rungs, atomic and deterministic dQ, against PyTorch
-SDPA's flash and cuDNN backward; TFLOP/s by FlashAttention's 2.5 x the forward's FLOPs).
+SDPA's flash and cuDNN backward; TFLOP/s by FlashAttention's 2.5 x the forward's FLOPs), fp8 (the
+FP8 rung in e4m3 beside the 16-bit rung it changes and PyTorch's 16-bit backends, by head_dim and
+causal like prefill).
 
 The baselines come from the registry the rungs declare (`Rung::baselines`), printed by
 `tour --registry-json` (REGISTRY.json): a rung is compared with the rung it improves on, a study
@@ -24,7 +26,7 @@ and friends) and to regenerate every committed report.md; the notebooks use load
 Inputs: ladder_bench's Google Benchmark JSON (--benchmark_out=F --benchmark_out_format=json), whose
 benchmark names are "<rung label>/<family>/<shape>" (e.g. "04_fa2/prefill/d128/N4096/causal1",
 "08_flash_decoding/decode/d128/B1/Hkv8/Sk65536", "08_flash_decoding/paged/d128/B1/Hkv8/Sk65536/P16",
-"11_backward/backward/d128/N4096/causal1/det"), and torch_sdpa.py's JSON in the same schema
+"11_backward/backward/d128/N4096/causal1/det", "13_fp8/fp8/d128/N4096/causal1"), and torch_sdpa.py's JSON in the same schema
 ("torch_flash/prefill/d128/N4096/causal0", "torch_cudnn/backward/d128/N4096/causal1");
 bench/ceilings.cu's JSON for the measured ceilings.
 """
@@ -42,8 +44,10 @@ import tempfile
 TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
-FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa")
+FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8")
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
+# Families swept over seqlen at each (head_dim, causal), in TFLOP/s: the prefill shapes.
+SEQLEN_FAMILIES = ("prefill", "fp8") + BACKWARD_FAMILIES
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -71,7 +75,8 @@ def load_records(path):
     Keys: rung (label: "04_fa2", "06_headdim_tiles[d64-64x64]", "torch_flash"), number (int,
     None for torch), variant, source ("ladder" or "torch"), family, the shape fields, deterministic
     (backward family: 1 for a deterministic-dQ run, else 0), ms (median), tflops, gbps, error ("" if
-    it ran)."""
+    it ran), and for the FP8 rungs' entries quantize_ms (the e4m3 conversion of Q, K, V, not in ms)
+    and e2e_rel_fro (the error against fp64 on the 16-bit inputs); None where absent."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or "benchmarks" not in doc:
@@ -108,6 +113,8 @@ def load_records(path):
         rec["ms"] = ms
         rec["tflops"] = _num(b.get("TFLOPS"))
         rec["gbps"] = _num(b.get("GB/s"))
+        rec["quantize_ms"] = _num(b.get("quantize_ms"))
+        rec["e2e_rel_fro"] = _num(b.get("e2e_rel_fro"))
         err = b.get("skipped") or (b.get("error_message") if b.get("error_occurred") else "")
         rec["error"] = str(err or "")
         if not rec["error"] and not ms:
@@ -213,11 +220,11 @@ def load_ceilings(path):
 
 
 def family_groups(records):
-    """{(family, key): [records]}: key (head_dim, causal) for prefill and backward, (batch,
+    """{(family, key): [records]}: key (head_dim, causal) for prefill, fp8 and backward, (batch,
     heads_kv, head_dim) for decode and paged, causal for ablation."""
     groups = {}
     for r in records:
-        if r["family"] in ("prefill",) + BACKWARD_FAMILIES:
+        if r["family"] in SEQLEN_FAMILIES:
             key = (r["head_dim"], r["causal"])
         elif r["family"] == "ablation":
             key = (r["causal"],)
@@ -235,6 +242,15 @@ def group_title(family, key, records):
         return (
             "Prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
             "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
+    if family == "fp8":
+        d, causal = key
+        return (
+            "FP8, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
+            "the prefill shapes (batch x seqlen = %d tokens, %d heads): the FP8 rung on e4m3 Q, K, V "
+            "(per-head scales, quantized once outside the time) beside the 16-bit rung it changes and "
+            "PyTorch's 16-bit backends; TFLOP/s (unmasked pairs only)"
             % (r["batch"] * r["seqlen_q"], r["heads_q"]),
         )
     if family in BACKWARD_FAMILIES:
@@ -272,13 +288,13 @@ def group_title(family, key, records):
 def x_of(r):
     if r["family"] == "ablation":
         return r["head_dim"]
-    return r["seqlen_q"] if r["family"] in ("prefill",) + BACKWARD_FAMILIES else r["seqlen_k"]
+    return r["seqlen_q"] if r["family"] in SEQLEN_FAMILIES else r["seqlen_k"]
 
 
 def x_text(family, x):
     if family == "ablation":
         return "d=%d" % x
-    return ("N=" if family in ("prefill",) + BACKWARD_FAMILIES else "Sk=") + seqlen_text(x)
+    return ("N=" if family in SEQLEN_FAMILIES else "Sk=") + seqlen_text(x)
 
 
 def rung_order(labels):
@@ -350,7 +366,7 @@ class Grid:
                 self.error[cell] = r["error"]
                 continue
             self.ms[cell] = r["ms"]
-            self.value[cell] = r["tflops"] if family in ("prefill", "ablation") + BACKWARD_FAMILIES else r["gbps"]
+            self.value[cell] = r["tflops"] if family in ("ablation",) + SEQLEN_FAMILIES else r["gbps"]
         self.xs = sorted({x_of(r) for r in records})
         self.labels = rung_order({series_of(r) for r in records})
         self.mains = [l for l in self.labels if is_main(l)]
@@ -494,13 +510,13 @@ def family_section(family, key, records, include_variants, registry=None):
         return backward_section(key, records, include_variants, family)
     g = Grid(records, registry)
     labels = [l for l in g.labels if include_variants or not LABEL_RE.match(l) or is_main(l)]
-    if family in ("prefill", "decode"):  # a variant that is a main's baseline is shown with it
+    if family in ("prefill", "decode", "fp8"):  # a variant that is a main's baseline is shown with it
         wanted = {b["label"] for m in g.mains for b in g.baselines(m) if b["kind"] == "rung"}
         labels = [l for l in g.labels if l in labels or l in wanted]
     title, sub = group_title(family, key, records)
     out = ["## %s" % title, "", sub + ".", ""]
     header = ["rung"] + [x_text(family, x) for x in g.xs]
-    unit = "TFLOP/s" if family in ("prefill", "ablation") else "GB/s"
+    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8") else "GB/s"
     out += ["**%s**" % unit, "", markdown_table(header, [[rung_cell(l)] + value_cells(g, l) for l in labels]), ""]
     ladder = [l for l in labels if LABEL_RE.match(l)]
     if family == "paged":
@@ -541,7 +557,9 @@ def ceiling_text(ceilings):
     return ", ".join(parts)
 
 
-def header_lines(ctx, torch_ctx, ceilings=None):
+def header_lines(ctx, torch_ctx, ceilings=None, fp8=False):
+    """The report's header table; @p fp8: the run has the fp8 family, so the FP8 tensor peak (twice
+    the 16-bit one, the peak rung 13 is measured against) is listed too."""
     dev = ctx.get("device", "unknown GPU")
     rows = [
         ["device", "%s (%s, %s SMs)" % (dev, ctx.get("arch", "?"), ctx.get("sms", "?"))],
@@ -562,6 +580,8 @@ def header_lines(ctx, torch_ctx, ceilings=None):
         v = _num(ctx.get(key))
         if v:
             peaks.append(what % fmt_value(v))
+        if v and fp8 and key == "peak_tensor_tflops":
+            peaks.append("FP8 tensor %s TFLOP/s (2 x 16-bit)" % fmt_value(2 * v))
     if peaks:
         rows.append(["peaks (datasheet formula)", ", ".join(peaks)])
     if ceilings:
@@ -599,7 +619,7 @@ def full_report(ladder_path, torch_path=None, include_variants=False, registry=N
             )
         records += [r for r in load_records(torch_path)]
     out = ["# FlashLadder benchmark report", ""]
-    out += header_lines(ctx, torch_ctx, ceilings) + [""]
+    out += header_lines(ctx, torch_ctx, ceilings, any(r["family"] == "fp8" for r in records)) + [""]
     out += notes
     out += [
         "Median of CUDA-event times with L2 flushed before each launch (`bench/ladder_bench.cpp`, "
@@ -684,8 +704,9 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
     # A decode rung is one the sweep measured on decode shapes only (it refuses prefill shapes).
     decode_rungs = {r["rung"] for r in records if r["family"] == "decode"} - {
         r["rung"] for r in records if r["family"] == "prefill"}
-    # Forward rungs only: a backward rung (measured in the backward family alone) has its own section.
-    forward = {r["rung"] for r in records if r["family"] not in BACKWARD_FAMILIES}
+    # Forward rungs only: a backward rung (measured in the backward family alone) has its own section,
+    # and so has a rung measured in the fp8 family alone.
+    forward = {r["rung"] for r in records if r["family"] not in BACKWARD_FAMILIES + ("fp8",)}
     labels = rung_order(
         {r["rung"] for r in records if r["rung"] in forward and (r["rung"] in ("torch_flash", "torch_cudnn")
                                                                  or is_main(r["rung"]))}
