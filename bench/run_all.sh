@@ -7,17 +7,19 @@
 #   0. ceilings: the measured FFMA, mma.sync, cuBLAS and copy rates   -> ceilings.json
 #   1. ladder_bench: every rung over the sweeps of the families       -> ladder_bench.json
 #   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports      -> torch_sdpa.json
-#      (families prefill, decode, backward and backward-gqa: SDPA's backward pass alone for the last two)
+#      (families prefill, decode, backward, backward-gqa, ablation and fp8: SDPA's backward pass
+#      alone for the backward families, the 16-bit backends for fp8)
 #   3. rung 07's --sweep at head_dim 64 and 128 (family prefill)       -> sweep07_d64.json, sweep07_d128.json
 #   4. rung 08 with --splits 1..64 and the heuristic (family decode)   -> decode_splits/*.json
-#   5. with --ncu: bench/ncu_summary.sh (Nsight Compute, a few kernels) -> ncu_*.csv
-#   6. the tour (every rung on its default problems)                  -> tour.txt
-#   7. bench/report.py                                                -> report.md
-#   8. meta.json: device, date, git sha (and whether the tree had local changes), the commands,
+#   5. rung 13's accuracy runs, bench/run_fp8.sh (family fp8)          -> fp8_accuracy/*.json
+#   6. with --ncu: bench/ncu_summary.sh (Nsight Compute, a few kernels) -> ncu_*.csv
+#   7. the tour (every rung on its default problems)                  -> tour.txt
+#   8. bench/report.py                                                -> report.md
+#   9. meta.json: device, date, git sha (and whether the tree had local changes), the commands,
 #      written relative to the repository root
 #
-# Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa; "all" (the default) is all
-# six.
+# Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8; "all" (the
+# default) is all seven.
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
     --family) family=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) bin=$1 ;;
   esac
   shift
@@ -54,10 +56,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8 or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -119,11 +121,11 @@ else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
   tfam=""
-  for f in prefill decode backward backward-gqa ablation; do
+  for f in prefill decode backward backward-gqa ablation fp8; do
     has_family $f && tfam=${tfam:+$tfam,}$f
   done
   if [ -z "$tfam" ]; then
-    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode, backward, backward-gqa and ablation families only)"
+    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode, backward, backward-gqa, ablation and fp8 families only)"
   else
   step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
@@ -161,18 +163,36 @@ print("run_all.sh: [splits] Sk=%-6s --splits %-2s %8.1f GB/s  check %s" % (sys.a
   commands+=("08_flash_decoding --splits {${counts[*]}} x Sk {${lengths[*]}} (decode_splits.log)")
 fi
 
-# ---- 5. Nsight Compute -----------------------------------------------------------------------------
+# ---- 5. rung 13's accuracy runs --------------------------------------------------------------------
+# The FP8 rung's errors per input and quantization mode (bench/run_fp8.sh): the fp8 family's speed
+# sweep above times it, this measures what the speed costs in accuracy. A failing check is kept in
+# its report; a run that fails otherwise is said and the report goes on.
+if has_family fp8; then
+  if [ -x "$BIN/13_fp8" ]; then
+    # The commands in fp8_accuracy/runs.json name the folder the staging folder becomes (meta.json's rule).
+    case "$OUT" in "$ROOT"/*) fp8_as=${OUT#"$ROOT"/} ;; /*) fp8_as="<part>" ;; *) fp8_as=$OUT ;; esac
+    fq=()
+    [ $quick = 1 ] && fq=(--quick)
+    frc=0
+    step fp8 run_fp8.log bash "$ROOT/bench/run_fp8.sh" "$BIN" "$STAGE" "${fq[@]}" --record-as "$fp8_as" || frc=$?
+    [ $frc = 0 ] || echo "run_all.sh: [fp8] run_fp8.sh exited $frc (see run_fp8.log, fp8_accuracy.log)"
+  else
+    echo "run_all.sh: [fp8] no $BIN/13_fp8 (rung 13 needs a toolkit with sm_90a): no accuracy runs"
+  fi
+fi
+
+# ---- 6. Nsight Compute -----------------------------------------------------------------------------
 if [ $ncu = 1 ]; then
   step ncu ncu.log bash "$ROOT/bench/ncu_summary.sh" "$BIN" "$STAGE" ||
     echo "run_all.sh: [ncu] failed (see ncu.log); no ncu_*.csv this run"
 fi
 
-# ---- 6. the tour ---------------------------------------------------------------------------------
+# ---- 7. the tour ---------------------------------------------------------------------------------
 if [ -x "$BIN/tour" ]; then
   step tour tour.txt "$BIN/tour" || echo "run_all.sh: [tour] a rung failed its check (see tour.txt)"
 fi
 
-# ---- 7. report, 8. meta -----------------------------------------------------------------------------
+# ---- 8. report, 9. meta -----------------------------------------------------------------------------
 report_args=("$STAGE/ladder_bench.json" "${torch_json[@]}" --variants --out "$STAGE/report.md")
 [ -f "$STAGE/ceilings.json" ] && report_args+=(--ceilings "$STAGE/ceilings.json")
 # The baselines ("vs baseline") come from the registry the rungs declare (tour --registry-json).
@@ -203,6 +223,7 @@ json.dump({"device": device, "date": datetime.datetime.now(datetime.timezone.utc
 EOF
 
 rm -rf "$OUT/decode_splits"
+[ -d "$STAGE/fp8_accuracy" ] && rm -rf "$OUT/fp8_accuracy"  # a new accuracy run replaces the old one
 cp -r "$STAGE"/. "$OUT"/
 finished=1
 echo "run_all.sh: wrote $OUT:"
