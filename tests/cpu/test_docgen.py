@@ -10,6 +10,10 @@
 3. A block whose data no committed run holds says so, with the command that measures it, and
    carries no number.
 4. Marker errors (unknown generator, missing end marker) are errors, not silently skipped.
+5. Rung 13's bench side on synthetic files made here (no committed run, no GPU): bench/report.py's
+   fp8 family (grouped like prefill), the generators fp8-speed, fp8-accuracy and fp8-p-scaling,
+   bench/run_fp8.sh (arguments, exit codes, the recorded commands) on a stub 13_fp8, and
+   bench/run_all.sh --family fp8 on stub binaries: one folder with the sweep and the accuracy runs.
 
 The baselines come from the build's registry, so a partial build (-DFL_RUNGS, -DFL_HEAD_DIM,
 -DFL_DTYPE: some committed entries are not registered) cannot regenerate the committed reports:
@@ -20,6 +24,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +151,247 @@ class DocgenTest(unittest.TestCase):
             rc, out = docgen("--check", path)
             self.assertEqual(rc, 2, out)
             self.assertIn("has no", out)
+
+
+# ---- rung 13 (FP8): synthetic runs ------------------------------------------------------------------
+
+FP8_DIMS = (64, 128, 256)
+
+
+def gbench(name, ms, tflops, **counters):
+    """One Google Benchmark entry as ladder_bench and torch_sdpa.py write it."""
+    b = {"name": name + "/iterations:1/manual_time", "run_name": name, "run_type": "iteration", "iterations": 1,
+         "real_time": ms, "time_unit": "ms", "median_ms": ms, "TFLOPS": tflops, "GB/s": 1.0}
+    b.update(counters)
+    return b
+
+
+def fp8_sweep(folder):
+    """ladder_bench.json and torch_sdpa.json of an fp8-family run in @p folder: rung 13 at twice rung
+    10's TFLOP/s, cuDNN at 1.5 x rung 10's, at head_dim 64, 128, 256, causal 0/1, seqlen 1k and 4k."""
+    ladder, torch = [], []
+    for d in FP8_DIMS:
+        for c in (0, 1):
+            for n in (1024, 4096):
+                shape = dict(batch=16384 // n, seqlen_q=n, seqlen_k=n, heads_q=2048 // d, heads_kv=2048 // d,
+                             head_dim=d, causal=c, page_size=0)
+                tail = "fp8/d%d/N%d/causal%d" % (d, n, c)
+                ladder.append(gbench("13_fp8/" + tail, 1.0, 600.0, rung=13, quantize_ms=0.25, e2e_rel_fro=0.02,
+                                     **shape))
+                ladder.append(gbench("10_warp_specialized/" + tail, 2.0, 300.0, rung=10, **shape))
+                torch.append(gbench("torch_cudnn/" + tail, 4.0 / 3, 450.0, family="fp8", rung="torch_cudnn", **shape))
+                torch.append(gbench("torch_flash/" + tail, 2.5, 240.0, family="fp8", rung="torch_flash", **shape))
+    ctx = {"device": "Fake H100", "arch": "sm_90", "sms": "132", "date": "2026-12-01T10:00:00+00:00",
+           "git_sha": "fp8abcd", "peak_tensor_tflops": 1000.0}
+    with open(os.path.join(folder, "ladder_bench.json"), "w", encoding="utf-8") as f:
+        json.dump({"context": ctx, "benchmarks": ladder}, f)
+    with open(os.path.join(folder, "torch_sdpa.json"), "w", encoding="utf-8") as f:
+        json.dump({"context": {"device": "Fake H100", "torch": "2.11.0"}, "benchmarks": torch}, f)
+
+
+# A stub 13_fp8: writes the run report bench/run_fp8.sh asks for (the end-to-end error depends on the
+# mode: the rotation divides the outlier input's error by 4), fails the check of per-tensor scales on
+# the outlier input (exit 1, report written), exits 77 when FAKE_FP8_NO_GPU is set.
+STUB_13_FP8 = r'''#!%s
+import json, os, sys
+a = sys.argv[1:]
+get = lambda flag, default=None: a[a.index(flag) + 1] if flag in a else default
+if os.environ.get("FAKE_FP8_NO_GPU"):
+    sys.exit(77)
+d, inp, variant = int(get("--dim")), get("--input", "random"), get("--variant", "")
+mode = ("per-head" if get("--fp8-scale", "head") == "head" else "per-tensor") + ("+hadamard" if "--hadamard" in a else "")
+e2e = {"per-tensor": 0.04, "per-head": 0.02, "per-tensor+hadamard": 0.015, "per-head+hadamard": 0.01}[mode]
+if inp == "outlier" and "hadamard" not in mode:
+    e2e *= 2
+if variant:
+    e2e *= 3
+ok = not (inp == "outlier" and mode == "per-tensor")
+n = int(get("--seqlen"))
+summary = "ablation: P cast to e4m3 as it is" if variant else "P scaled before its cast"
+json.dump({"schema": "flashladder.run/1", "rung": {"number": 13, "name": "fp8", "variant": variant, "summary": summary},
+           "device": {"name": "Fake H100"}, "date": "2026-12-02T10:00:00Z", "git_sha": "acc1234", "input": inp,
+           "problem": {"batch": int(get("--batch")), "seqlen_q": n, "seqlen_k": n, "heads_q": int(get("--heads")),
+                       "heads_kv": int(get("--heads")), "head_dim": d, "dtype": get("--dtype"),
+                       "causal": int(get("--causal"))},
+           "check": {"pass": ok, "checked": True, "mode": get("--check"), "rows": 64, "rel_fro": e2e / 4,
+                     "max_abs": e2e},
+           "fp8": {"mode": mode, "e2e_rel_fro": e2e, "e2e_max_abs": 2 * e2e, "e2e_lse_max_abs": 0.001,
+                   "quantize_ms": 0.05}}, open(get("--json"), "w"))
+print("13_fp8 (stub):", inp, mode, d, variant or "-")
+sys.exit(0 if ok else 1)
+'''
+
+# A stub ladder_bench: writes the fp8 family's sweep (fp8_sweep) where --benchmark_out says.
+STUB_LADDER_BENCH = r'''#!%s
+import os, shutil, sys
+out = next(x.split("=", 1)[1] for x in sys.argv[1:] if x.startswith("--benchmark_out="))
+if "--fl_family=fp8" not in sys.argv[1:]:
+    sys.exit("ladder_bench (stub): expected --fl_family=fp8, got %%s" %% sys.argv[1:])
+shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sweep.json"), out)
+'''
+
+
+def stub_bin(folder, ladder=False):
+    """A bin folder with the stub 13_fp8 (and with @p ladder, the stub ladder_bench)."""
+    os.makedirs(folder, exist_ok=True)
+    stubs = [("13_fp8", STUB_13_FP8)] + ([("ladder_bench", STUB_LADDER_BENCH)] if ladder else [])
+    for name, text in stubs:
+        path = os.path.join(folder, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text % sys.executable)
+        os.chmod(path, 0o755)
+    if ladder:
+        fp8_sweep(folder)
+        os.replace(os.path.join(folder, "ladder_bench.json"), os.path.join(folder, "sweep.json"))
+        os.unlink(os.path.join(folder, "torch_sdpa.json"))
+    return folder
+
+
+def run_fp8(*args, env=None):
+    out = subprocess.run(["bash", os.path.join(ROOT, "bench", "run_fp8.sh"), *args], capture_output=True,
+                         text=True, env=dict(os.environ, **(env or {})))
+    return out.returncode, out.stdout + out.stderr
+
+
+def results_name(folder):
+    """@p folder as a block's gpu= names it (relative to bench/results/)."""
+    return os.path.relpath(folder, os.path.join(ROOT, "bench", "results"))
+
+
+class Fp8Test(unittest.TestCase):
+    """Rung 13's bench side on synthetic runs."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="fl-fp8-test-")
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def write_doc(self, doc):
+        return DocgenTest.write_doc(self, doc)
+
+    def test_report_groups_fp8_like_prefill(self):
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import report
+
+        fp8_sweep(self.tmp)
+        ladder, torch = (os.path.join(self.tmp, n) for n in ("ladder_bench.json", "torch_sdpa.json"))
+        recs = [r for r in report.load_records(ladder) if r["rung"] == "13_fp8"]
+        self.assertEqual(len(recs), 12)
+        self.assertEqual({(r["family"], r["quantize_ms"], r["e2e_rel_fro"]) for r in recs}, {("fp8", 0.25, 0.02)})
+        groups = report.family_groups(report.load_records(ladder))
+        self.assertEqual(sorted(groups), [("fp8", (d, c)) for d in FP8_DIMS for c in (0, 1)])
+        registry = {"13_fp8": [{"kind": "rung", "label": "10_warp_specialized", "why": "the rung it changes"}]}
+        text = report.full_report(ladder, torch, True, registry)
+        self.assertIn("FP8 tensor 2000 TFLOP/s (2 x 16-bit)", text)
+        for d in FP8_DIMS:
+            self.assertIn("## FP8, head_dim %d, not causal" % d, text)
+            self.assertIn("## FP8, head_dim %d, causal" % d, text)
+        section = text.split("## FP8, head_dim 128, causal\n")[1].split("\n## ")[0]
+        self.assertIn("| rung | N=1k | N=4k |", section)
+        self.assertIn("| `13_fp8` | 600 | 600 |", section)
+        self.assertIn("| `10_warp_specialized` | 300 | 300 |", section)
+        self.assertIn("| `torch_cudnn` | 450 | 450 |", section)
+        self.assertIn("| `13_fp8` vs `10_warp_specialized` | 2.00× | 2.00× |", section)
+        self.assertIn("Ratio to PyTorch SDPA cuDNN", section)
+        self.assertIn("| `13_fp8` | 1.33× | 1.33× |", section)
+
+    def test_fp8_blocks(self):
+        fp8_sweep(self.tmp)
+        rc, out = run_fp8(stub_bin(os.path.join(self.tmp, "bin")), self.tmp)
+        self.assertEqual(rc, 0, out)
+        gpu = results_name(self.tmp)
+        doc = "".join("<!-- gen:%s gpu=%s -->\n<!-- /gen:%s -->\n\n" % (g, gpu, g)
+                      for g in ("fp8-speed", "fp8-accuracy", "fp8-p-scaling"))
+        written = self.write_doc(doc)
+        rows = [l for l in written.splitlines() if l.startswith("| ")]
+        # Speed: rung 13, % of the FP8 peak (2 x 1000), rung 10, cuDNN, the ratios, the quantization.
+        self.assertIn("| 128 | yes | 4k | 600 | 30.0 % | 300 | 450 | 2.00× | 1.33× | 0.250 ms (25 %) |", rows)
+        self.assertIn("| 256 | no | 1k | 600 | 30.0 % | 300 | 450 | 2.00× | 1.33× | 0.250 ms (25 %) |", rows)
+        self.assertEqual(len([r for r in rows if re.match(r"\| (64|128|256) \| (yes|no) \|", r)]), 12)
+        self.assertIn("Fake H100, 2026-12-01, commit `fp8abcd`", written)
+        self.assertIn("PyTorch 2.11.0", written)
+        # Accuracy: kernel and end-to-end error per input x mode x head_dim; a failed check is marked.
+        self.assertIn("| random | per-head | 5.00e-03 | 2.00e-02 | 5.00e-03 | 2.00e-02 | 5.00e-03 | 2.00e-02 |", rows)
+        self.assertIn("| outlier | per-tensor | 2.00e-02 (fail) | 8.00e-02 (fail) |", "\n".join(rows))
+        self.assertIn("| outlier | per-head+hadamard | 2.50e-03 | 1.00e-02 |", "\n".join(rows))
+        self.assertIn("with the Hadamard rotation / without (per-head scales): d=64 0.25, d=128 0.25, d=256 0.25 "
+                      "(target ≤ 0.5: met at every head_dim)", written)
+        self.assertIn("Fake H100, 2026-12-02, commit `acc1234`", written)
+        # P scaling: the rung against p-unscaled, kernel and end to end, with the ratio.
+        self.assertIn("| random | 128 | 5.00e-03 | 1.50e-02 | 3.00 | 2.00e-02 | 6.00e-02 | 3.00 |", rows)
+        self.assertIn("| outlier | 128 | 1.00e-02 | 3.00e-02 | 3.00 | 4.00e-02 | 1.20e-01 | 3.00 |", rows)
+        self.assertIn("`13_fp8[p-unscaled]`: ablation: P cast to e4m3 as it is", written)
+        self.assertNotIn("Not in a committed run yet", written)
+
+    def test_fp8_blocks_without_a_run(self):
+        # No such folder, and a folder without the fp8 family or accuracy runs: said, no figure.
+        for gpu in ("nvidia-h200/no-such-fp8-run", "nvidia-h200"):
+            doc = "".join("<!-- gen:%s gpu=%s -->\n<!-- /gen:%s -->\n" % (g, gpu, g)
+                          for g in ("fp8-speed", "fp8-accuracy", "fp8-p-scaling"))
+            written = self.write_doc(doc)
+            self.assertEqual(written.count("Not in a committed run yet"), 3, written)
+            self.assertIn("bench/run_all.sh --family fp8", written)
+            self.assertIn("bench/run_fp8.sh", written)
+            self.assertIsNone(re.search(r"\d+\.\d+", written), written)
+
+    def test_run_fp8_arguments_and_exit_codes(self):
+        bin_dir = stub_bin(os.path.join(self.tmp, "build", "bin"))
+        out = os.path.join(self.tmp, "out")
+        rc, text = run_fp8(os.path.dirname(bin_dir), out, "--quick", "--check", "full", "--iters", "3")
+        self.assertEqual(rc, 0, text)  # the failed checks (per-tensor on the outlier input) are not fatal
+        with open(os.path.join(out, "fp8_accuracy", "runs.json"), encoding="utf-8") as f:
+            runs = json.load(f)
+        self.assertEqual(runs["check"], "full")
+        self.assertEqual(len(runs["runs"]), 10)  # --quick: 2 inputs x 4 modes at d=128, and p-unscaled on both
+        self.assertEqual({r["file"]: r["exit"] for r in runs["runs"]}["outlier_per-tensor_d128.json"], 1)
+        self.assertEqual(sum(r["exit"] for r in runs["runs"]), 1)
+        files = sorted(os.listdir(os.path.join(out, "fp8_accuracy")))
+        self.assertEqual(len(files), 11, files)  # every run's report (the failed check's too) and runs.json
+        first = runs["runs"][0]["command"]
+        self.assertEqual(first, "<build>/bin/13_fp8 --batch 4 --seqlen 4096 --heads 16 --dim 128 --dtype fp16 "
+                                "--causal 0 --input random --fp8-scale tensor --check full --iters 3 --no-compare "
+                                "--json <out>/fp8_accuracy/random_per-tensor_d128.json")
+        self.assertIn("--fp8-scale head --hadamard", runs["runs"][3]["command"])
+        self.assertIn("--variant p-unscaled", runs["runs"][4]["command"])
+        self.assertNotIn(self.tmp, json.dumps(runs))  # no path of this machine
+        self.assertIn("1 failed it", text)
+        # --record-as names the folder the files end up in.
+        rc, text = run_fp8(bin_dir, out, "--quick", "--record-as", "bench/results/some-gpu/fp8")
+        self.assertEqual(rc, 0, text)
+        with open(os.path.join(out, "fp8_accuracy", "runs.json"), encoding="utf-8") as f:
+            self.assertIn("--json bench/results/some-gpu/fp8/fp8_accuracy/", json.load(f)["runs"][0]["command"])
+        # No GPU: 77 at once. Bad arguments, no 13_fp8: 2.
+        rc, text = run_fp8(bin_dir, out, env={"FAKE_FP8_NO_GPU": "1"})
+        self.assertEqual(rc, 77, text)
+        self.assertIn("no usable CUDA device", text)
+        self.assertEqual(run_fp8(bin_dir, out, "--check", "some")[0], 2)
+        self.assertEqual(run_fp8(bin_dir, out, "--iters", "0")[0], 2)
+        self.assertEqual(run_fp8(bin_dir)[0], 2)
+        rc, text = run_fp8(self.tmp, out)
+        self.assertEqual(rc, 2, text)
+        self.assertIn("no 13_fp8", text)
+
+    def test_run_all_family_fp8(self):
+        # bench/run_all.sh BIN --family fp8: the sweep and the accuracy runs land in one results folder.
+        bin_dir = stub_bin(os.path.join(self.tmp, "bin"), ladder=True)
+        results = os.path.join(self.tmp, "results")
+        out = subprocess.run(["bash", os.path.join(ROOT, "bench", "run_all.sh"), bin_dir, "--family", "fp8",
+                              "--no-torch", "--quick", "--results", results], capture_output=True, text=True,
+                             env=dict(os.environ, TMPDIR=self.tmp))
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        names = os.listdir(results)
+        for want in ("ladder_bench.json", "report.md", "meta.json", "fp8_accuracy", "fp8_accuracy.log", "run_fp8.log"):
+            self.assertIn(want, names)
+        self.assertEqual(len(glob.glob(os.path.join(results, "fp8_accuracy", "*_d128*.json"))), 10)
+        with open(os.path.join(results, "meta.json"), encoding="utf-8") as f:
+            meta = json.load(f)
+        self.assertEqual(meta["family"], "fp8")
+        self.assertTrue(any("bench/run_fp8.sh" in c and "--quick" in c for c in meta["commands"]), meta["commands"])
+        with open(os.path.join(results, "fp8_accuracy", "runs.json"), encoding="utf-8") as f:
+            runs = json.load(f)
+        self.assertTrue(all("--json <part>/fp8_accuracy/" in r["command"] for r in runs["runs"]), runs)
+        self.assertNotIn(self.tmp, json.dumps(meta) + json.dumps(runs))
+        with open(os.path.join(results, "report.md"), encoding="utf-8") as f:
+            self.assertIn("## FP8, head_dim 128, causal", f.read())
 
 
 def synthetic_torch_train():
