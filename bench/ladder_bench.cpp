@@ -18,13 +18,18 @@
 //   backward-gqa: the backward family's shapes with GQA 4:1 (heads_kv = heads_q / 4: 16 query
 //             heads on 4 KV heads at head_dim 128, 32 on 8 at 64), deterministic=0 only: the
 //             layers of a GQA model, where a KV head's dK, dV sum over its group's query heads
+//   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
+//             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
+//             e4m3 inputs are made once (per-head scales) outside the time, and the counters
+//             add quantize_ms (their cost) and e2e_rel_fro (the error against fp64 on the
+//             16-bit inputs)
 //
 // Time is manual (CUDA events around one launch, L2 flushed before each);
 // counters: TFLOPS and GB/s from the median, the shape for joining with the
 // PyTorch script's JSON. A shape a rung does not support is not registered:
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
-// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|all
+// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 #include <benchmark/benchmark.h>
@@ -48,7 +53,7 @@ using namespace fl;
 namespace {
 
 struct Config {
-  std::set<std::string> families{"prefill", "decode", "ablation", "paged", "backward", "backward-gqa"};
+  std::set<std::string> families{"prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -67,7 +72,7 @@ struct Shape {
   std::string name() const {
     std::ostringstream s;
     s << family << "/d" << p.head_dim;
-    if (family == "prefill" || family == "ablation" || is_backward(family))
+    if (family == "prefill" || family == "ablation" || family == "fp8" || is_backward(family))
       s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
     else
       s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
@@ -123,6 +128,15 @@ std::vector<Shape> sweep(const Config& c) {
     for (int d : {32, 64, 128, 256})
       if (dim_ok(d))
         for (int causal : {0, 1}) out.push_back(prefill_shape("ablation", 4096, d, causal));
+  if (c.wants("fp8"))  // the FP8 rung beside the 16-bit rung it changes, head_dim 64 to 256
+    for (int d : {64, 128, 256}) {
+      if (!dim_ok(d)) continue;
+      for (int causal : {0, 1})
+        for (int n : {512, 1024, 2048, 4096, 8192, 16384}) {
+          if (c.quick && (n == 512 || n == 8192)) continue;
+          out.push_back(prefill_shape("fp8", n, d, causal));
+        }
+    }
   if (c.wants("paged"))
     for (int sk : {16384, 65536, 131072})
       for (int page : {0, 16, 64, 256}) {
@@ -179,6 +193,14 @@ bool runs_in(const Config& c, const std::string& f, const Rung& r) {
     return false;
   }
   if (f == "paged") return r.paged_kv && r.variant.empty();
+  if (f == "fp8") {  // FP8 rungs, and the entries they declare as their baselines (rung 10)
+    if (r.fp8_inputs) return r.variant.empty() || c.variants;
+    for (const Rung& o : registry().all())
+      if (o.fp8_inputs && o.variant.empty())
+        for (const Baseline& b : o.baselines)
+          if (b.kind == Baseline::Kind::rung && b.number == r.number && b.variant == r.variant) return true;
+    return false;
+  }
   return r.variant.empty() || c.variants || is_a_main_baseline(r);
 }
 
@@ -280,9 +302,12 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   const Problem& p = s.p;
   const HostInputs& in = inputs_for(p);
   DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0);
+  if (r->fp8_inputs) dp.to_fp8(Fp8Options{}, 1);  // per-head e4m3, made once outside the time
   dp.poison_outputs();
   launch_once(*r, dp);  // also the warm-up (module load)
-  const CheckResult c = check_output(p, in, dp.download_o(), dp.download_lse(), check, 1);
+  ErrorStats e2e;
+  const CheckResult c = r->fp8_inputs ? check_fp8_output(p, in, dp, check, 1, &e2e)
+                                      : check_output(p, in, dp.download_o(), dp.download_lse(), check, 1);
   if (!c.pass) {
     state.SkipWithError(("check failed: " + c.reason).c_str());
     return;
@@ -291,6 +316,11 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   const double med = median_launch_ms([&] { r->launch(dp.params(), nullptr); }, dev, &launches);
   set_counters(state, r, s, med, launches, tflops_of(p, med),
                gbps_of(p, med, s.family == "decode" || s.family == "paged" ? Peak::memory : r->peak));
+  if (r->fp8_inputs) {  // what the FP8 path costs once per Q/K/V, and its end-to-end error
+    int qlaunches = 0;
+    state.counters["quantize_ms"] = median_launch_ms([&] { dp.fp8()->quantize(); }, dev, &qlaunches);
+    if (c.checked) state.counters["e2e_rel_fro"] = e2e.rel_fro;
+  }
   state.SetLabel(r->label() + " " + s.name() + (c.checked ? " check:" + c.mode : ""));
 }
 
@@ -340,7 +370,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, all)\n",
                        f.c_str());
           return 2;
         }

@@ -30,7 +30,7 @@ Backward (common/include/flashladder/backward.h, FlashAttention's convention):
   FLOPs = 2.5 x the forward's;
   bytes = Q, K, V, O, dO read + dQ, dK, dV written (16-bit) + the LSE read (fp32).
 
-Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|backward-gqa|ablation|all[,...]]
+Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|backward-gqa|ablation|fp8|all[,...]]
                                   [--quick]
 Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
 """
@@ -50,7 +50,8 @@ PREFILL_HEAD_DIMS = [32, 64, 128]
 BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
 BACKWARD_HEAD_DIMS = [64, 128]
 ABLATION_HEAD_DIMS = [32, 64, 128, 256]
-FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation")
+FP8_HEAD_DIMS = [64, 128, 256]
+FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation", "fp8")
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
 DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
 MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
@@ -69,9 +70,9 @@ def unmasked_pairs(sq, sk, causal):
     return total
 
 
-def prefill_shapes(quick):
+def prefill_shapes(quick, head_dims=None):
     out = []
-    for d in PREFILL_HEAD_DIMS:
+    for d in head_dims or PREFILL_HEAD_DIMS:
         for causal in (0, 1):
             for n in PREFILL_SEQLENS:
                 if quick and n in (512, 8192):
@@ -80,6 +81,13 @@ def prefill_shapes(quick):
                                 heads_q=HIDDEN // d, heads_kv=HIDDEN // d, head_dim=d,
                                 causal=causal))
     return out
+
+
+def fp8_shapes(quick):
+    """ladder_bench's fp8 family: the prefill shapes at head_dim 64, 128 and 256 (the 16-bit
+    backends there, beside rung 13 in e4m3 and rung 10 in 16 bits)."""
+    return [dict(s, family="fp8") for d in FP8_HEAD_DIMS
+            for s in prefill_shapes(quick, head_dims=(d,))]
 
 
 def ablation_shapes(quick):
@@ -138,7 +146,7 @@ def parse_families(text):
             if f not in out:
                 out.append(f)
         elif f:
-            raise ValueError("unknown family '%s' (prefill, decode, backward, backward-gqa, ablation, all)" % f)
+            raise ValueError("unknown family '%s' (prefill, decode, backward, backward-gqa, ablation, fp8, all)" % f)
     return out
 
 
@@ -155,7 +163,7 @@ def decode_shapes(quick):
 
 
 def shape_name(s):
-    if s["family"] in ("prefill", "ablation") + BACKWARD_FAMILIES:
+    if s["family"] in ("prefill", "ablation", "fp8") + BACKWARD_FAMILIES:
         return "%s/d%d/N%d/causal%d" % (s["family"], s["head_dim"], s["seqlen_q"], s["causal"])
     return "decode/d%d/B%d/Hkv%d/Sk%d" % (s["head_dim"], s["batch"], s["heads_kv"], s["seqlen_k"])
 
@@ -328,6 +336,8 @@ def main():
             shapes += backward_shapes(args.quick, family)
     if "ablation" in families:
         shapes += ablation_shapes(args.quick)
+    if "fp8" in families:
+        shapes += fp8_shapes(args.quick)
 
     props = torch.cuda.get_device_properties(0)
     context = {

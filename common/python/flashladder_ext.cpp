@@ -105,6 +105,10 @@ std::string supports_reason(const Rung& r, const Problem& p, const DeviceInfo& d
   if (!r.not_implemented.empty()) return "not implemented (lab starter): " + r.not_implemented;
   std::string why = validate(p);
   if (why.empty()) why = supports(r, p, d);
+  // An FP8 rung reads e4m3 copies and descales that the C++ runner makes (fp8_device.h); the
+  // package passes 16-bit tensors straight through, so it refuses rather than misread them.
+  if (why.empty() && r.fp8_inputs)
+    why = "takes e4m3 inputs made by the C++ harness's FP8 path (run steps/13_fp8), not 16-bit tensors";
   return why;
 }
 

@@ -20,6 +20,7 @@ const char* input_kind_name(InputKind k) {
     case InputKind::ones: return "ones";
     case InputKind::identity: return "identity";
     case InputKind::ramp: return "ramp";
+    case InputKind::outlier: return "outlier";
     default: return "random";
   }
 }
@@ -115,14 +116,15 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
         r.error = "--dtype: expected fp16 or bf16, got '" + value + "'";
       }
     }
-    else if (flag == "--causal" || flag == "--deterministic") {
+    else if (flag == "--causal" || flag == "--deterministic" || flag == "--hadamard") {
       // A boolean flag: alone it means 1; "--causal 0|1|true|false" and "--causal=0" still work.
       if (!has_eq) {
         value = "1";
         // The next word is its value unless it is the next flag (no positional arguments exist).
         if (a + 1 < argc && argv[a + 1][0] != '-') value = argv[++a];
       }
-      if (!parse_bool(value, flag == "--causal" ? &p.causal : &o->deterministic)) {
+      bool* target = flag == "--causal" ? &p.causal : flag == "--hadamard" ? &o->fp8.hadamard : &o->deterministic;
+      if (!parse_bool(value, target)) {
         r.ok = false;
         r.error = flag + ": expected 0 or 1 (or nothing, meaning 1), got '" + value + "'";
       }
@@ -161,7 +163,14 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
         else if (value == "ones") o->input = InputKind::ones;
         else if (value == "identity") o->input = InputKind::identity;
         else if (value == "ramp") o->input = InputKind::ramp;
-        else { r.ok = false; r.error = "--input: expected random, ones, identity or ramp, got '" + value + "'"; }
+        else if (value == "outlier") o->input = InputKind::outlier;
+        else { r.ok = false; r.error = "--input: expected random, ones, identity, ramp or outlier, got '" + value + "'"; }
+      }
+    }
+    else if (flag == "--fp8-scale") {
+      if (need() && !parse_fp8_scaling(value, &o->fp8.scaling)) {
+        r.ok = false;
+        r.error = "--fp8-scale: expected head or tensor, got '" + value + "'";
       }
     }
     else if (flag == "--json") { if (need()) o->json_path = value; }
@@ -196,7 +205,9 @@ std::string usage(const std::string& program) {
     << "  --splits N         split-KV count for decode rungs (default 0 = heuristic)\n"
     << "  --page-size N      paged KV cache with N-token pages (default 0 = contiguous)\n"
     << "run:\n"
-    << "  --input K          random | ones | identity | ramp (default random)\n"
+    << "  --input K          random | ones | identity | ramp | outlier (default random)\n"
+    << "  --fp8-scale S      FP8 rungs: one scale per head (default) or per tensor\n"
+    << "  --hadamard         FP8 rungs: rotate Q and K by a random Hadamard matrix first\n"
     << "  --seed N           input seed (default 2024)\n"
     << "  --check M          auto | full | sample | none (default auto: full when small)\n"
     << "  --iters N          timed launches, median reported (default 50)\n"

@@ -1,5 +1,6 @@
 #include "flashladder/inputs.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace fl {
@@ -78,12 +79,46 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, ramp);
       break;
     }
+    case InputKind::outlier: {
+      const OutlierChannels oc = outlier_channels(D);
+      std::vector<float> factor(D, outlier_scale(D));
+      for (size_t i = 0; i < oc.channel.size(); ++i) factor[oc.channel[i]] *= oc.factor[i];
+      auto out = [factor](unsigned long long s) {
+        return [s, factor](int, int, int, int c, long long n) { return (normal_at(s, n) + 0.25f) * factor[c]; };
+      };
+      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, out(sq));
+      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, out(sk));
+      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sv, 0.5f));
+      break;
+    }
     default:
       in.q = fill(B, p.seqlen_q, p.heads_q, D, t, rnd(sq, 0.25f));
       in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sk, 0.25f));
       in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sv, 0.5f));
   }
   return in;
+}
+
+OutlierChannels outlier_channels(int head_dim) {
+  OutlierChannels oc;
+  const int n = std::max(2, head_dim / 32);
+  for (int i = 0; i < n; ++i) {
+    // Channels 3, 3 + d/n + 2, ...: spread over the head, none at a power-of-two position.
+    oc.channel.push_back(std::min(head_dim - 1, 3 + i * (head_dim / n) + 2 * i));
+    oc.factor.push_back(n == 1 ? 10.f : 10.f * std::pow(10.f, static_cast<float>(i) / (n - 1)));
+  }
+  return oc;
+}
+
+float outlier_scale(int head_dim) {
+  // The scores' variance is about scale^4 x sum(factor^4) x E[(q k)^2] / d, with q and k of mean
+  // 0.25 and variance 1 on every channel (E[(q k)^2] = 1.0625^2): solve for a standard deviation
+  // of 2.
+  double f4 = 0;
+  for (float f : outlier_channels(head_dim).factor) f4 += std::pow(static_cast<double>(f), 4);
+  f4 += head_dim;  // the ordinary channels, factor 1
+  const double target = 2.0;
+  return static_cast<float>(std::pow(target * target * head_dim / (f4 * 1.0625 * 1.0625), 0.25));
 }
 
 std::vector<uint16_t> make_grad_output(const Problem& p, unsigned long long seed) {

@@ -66,13 +66,15 @@ namespace {
 template <class Scalar>
 using Mat = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// [seqlen, heads, dim] slice of one (batch, head) as a seqlen x dim matrix.
+/// [seqlen, heads, dim] slice of one (batch, kv head) of K (@p is_v false) or V as a seqlen x dim
+/// matrix, read through HostInputs' accessors (16-bit bits, or the FP8 path's values).
 template <class Scalar>
-Mat<Scalar> head_matrix(const std::vector<uint16_t>& t, int b, int h, int S, int H, int D, DType dt) {
+Mat<Scalar> head_matrix(const HostInputs& in, bool is_v, int b, int h, int S, int H, int D, DType dt) {
   Mat<Scalar> m(S, D);
   for (int s = 0; s < S; ++s) {
     const size_t base = ((static_cast<size_t>(b) * S + s) * H + h) * D;
-    for (int c = 0; c < D; ++c) m(s, c) = static_cast<Scalar>(from_bits(t[base + c], dt));
+    for (int c = 0; c < D; ++c)
+      m(s, c) = static_cast<Scalar>(is_v ? in.v_at(base + c, dt) : in.k_at(base + c, dt));
   }
   return m;
 }
@@ -106,8 +108,8 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
 #pragma omp parallel for schedule(dynamic)
   for (long long g = 0; g < static_cast<long long>(keys.size()); ++g) {
     auto& e = kv.find(keys[g])->second;  // no insertion: safe in parallel
-    e.first = head_matrix<Scalar>(in.k, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
-    e.second = head_matrix<Scalar>(in.v, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
+    e.first = head_matrix<Scalar>(in, false, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
+    e.second = head_matrix<Scalar>(in, true, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
   }
 
   const Scalar scale = static_cast<Scalar>(p.scale());
@@ -121,7 +123,7 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
     for (int r = 0; r < n; ++r) {
       const RowId& row = rows[idx[task.begin + r]];
       const size_t base = ((static_cast<size_t>(row.b) * p.seqlen_q + row.i) * p.heads_q + row.h) * D;
-      for (int c = 0; c < D; ++c) Q(r, c) = static_cast<Scalar>(from_bits(in.q[base + c], p.dtype));
+      for (int c = 0; c < D; ++c) Q(r, c) = static_cast<Scalar>(in.q_at(base + c, p.dtype));
     }
     Mat<Scalar> S = (Q * K.transpose()) * scale;
     for (int r = 0; r < n; ++r) {
@@ -166,10 +168,11 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
   res.out.assign(rows.size() * D, 0.0);
   res.lse.assign(rows.size(), -std::numeric_limits<double>::infinity());
   auto q_at = [&](const RowId& r, int c) {
-    return from_bits(in.q[((static_cast<size_t>(r.b) * p.seqlen_q + r.i) * p.heads_q + r.h) * D + c], p.dtype);
+    return in.q_at(((static_cast<size_t>(r.b) * p.seqlen_q + r.i) * p.heads_q + r.h) * D + c, p.dtype);
   };
-  auto kv_at = [&](const std::vector<uint16_t>& t, int b, int j, int hk, int c) {
-    return from_bits(t[((static_cast<size_t>(b) * p.seqlen_k + j) * p.heads_kv + hk) * D + c], p.dtype);
+  auto kv_at = [&](bool is_v, int b, int j, int hk, int c) {
+    const size_t i = ((static_cast<size_t>(b) * p.seqlen_k + j) * p.heads_kv + hk) * D + c;
+    return is_v ? in.v_at(i, p.dtype) : in.k_at(i, p.dtype);
   };
   for (size_t n = 0; n < rows.size(); ++n) {
     const RowId& r = rows[n];
@@ -178,7 +181,7 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
     for (int j = 0; j < p.seqlen_k; ++j) {
       if (p.causal && j > r.i + p.causal_offset()) break;
       double dot = 0;
-      for (int c = 0; c < D; ++c) dot += static_cast<double>(q_at(r, c)) * kv_at(in.k, r.b, j, hk, c);
+      for (int c = 0; c < D; ++c) dot += static_cast<double>(q_at(r, c)) * kv_at(false, r.b, j, hk, c);
       s.push_back(dot * scale);
     }
     if (s.empty()) continue;
@@ -187,7 +190,7 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
     for (double& x : s) l += (x = std::exp(x - m));
     for (size_t j = 0; j < s.size(); ++j)
       for (int c = 0; c < D; ++c)
-        res.out[n * D + c] += s[j] / l * kv_at(in.v, r.b, static_cast<int>(j), hk, c);
+        res.out[n * D + c] += s[j] / l * kv_at(true, r.b, static_cast<int>(j), hk, c);
     res.lse[n] = m + std::log(l);
   }
   return res;

@@ -89,6 +89,7 @@ const char* peak_key(Peak p) {
   switch (p) {
     case Peak::fp32_fma: return "fp32_fma";
     case Peak::tensor_16bit: return "tensor_16bit";
+    case Peak::tensor_fp8: return "tensor_fp8";
     default: return "memory";
   }
 }

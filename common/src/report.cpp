@@ -38,6 +38,8 @@ double percent_of_peak(const RunReport& r) {
       return r.device.peak_fp32_tflops > 0 ? 100 * run_tflops(r) / r.device.peak_fp32_tflops : 0;
     case Peak::tensor_16bit:
       return r.device.peak_tensor_tflops > 0 ? 100 * run_tflops(r) / r.device.peak_tensor_tflops : 0;
+    case Peak::tensor_fp8:
+      return r.device.peak_tensor_tflops > 0 ? 100 * run_tflops(r) / (2 * r.device.peak_tensor_tflops) : 0;
     case Peak::memory:
       return r.device.peak_gbps > 0 ? 100 * run_gbps(r) / r.device.peak_gbps : 0;
   }
@@ -61,6 +63,7 @@ const char* peak_name(Peak p) {
   switch (p) {
     case Peak::fp32_fma: return "fp32 FMA peak";
     case Peak::tensor_16bit: return "16-bit tensor peak";
+    case Peak::tensor_fp8: return "FP8 tensor peak (2 x 16-bit)";
     default: return "DRAM bandwidth";
   }
 }
@@ -131,6 +134,15 @@ std::string format_report(const RunReport& r) {
       << " (tol " << sci(c.tol.max_abs) << "), lse " << sci(c.err.lse_max_abs) << "; fp32 CPU rel_fro "
       << sci(c.fp32_err.rel_fro) << "\n";
     if (!c.pass) s << "            reason: " << c.reason << "\n";
+  }
+  if (r.fp8) {
+    s << "  fp8       inputs quantized " << r.fp8_mode << " to e4m3; the check above is on the dequantized values\n";
+    if (c.checked)
+      s << "            end to end (vs fp64 on the 16-bit inputs): rel_fro " << sci(r.fp8_e2e.rel_fro) << ", max_abs "
+        << sci(r.fp8_e2e.max_abs) << ", lse " << sci(r.fp8_e2e.lse_max_abs) << "\n";
+    if (r.fp8_quant.timed)
+      s << "            quantize (amax, scales, e4m3 Q, K, transposed V): " << fixed(r.fp8_quant.median_ms, 4)
+        << " ms median, not in the time below\n";
   }
   if (r.timing.timed) {
     s << "  time      " << fixed(r.timing.median_ms, 4) << " ms median of " << r.timing.iters << " (min "
@@ -350,6 +362,14 @@ std::string to_json(const RunReport& r) {
         .end_object();
   }
   j.end_object();
+  if (r.fp8)
+    j.begin_object("fp8")
+        .kv("mode", r.fp8_mode)
+        .kv("e2e_rel_fro", r.fp8_e2e.rel_fro)
+        .kv("e2e_max_abs", r.fp8_e2e.max_abs)
+        .kv("e2e_lse_max_abs", r.fp8_e2e.lse_max_abs)
+        .kv("quantize_ms", r.fp8_quant.timed ? r.fp8_quant.median_ms : 0.0)
+        .end_object();
   if (r.timing.timed) {
     j.begin_object("timing")
         .kv("median_ms", r.timing.median_ms)

@@ -90,6 +90,14 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   a.lse = lse_.as<float>();
   a.workspace = ws_.get();
   a.workspace_bytes = workspace_bytes;
+  params16_ = a;
+}
+
+void DeviceProblem::to_fp8(const Fp8Options& o, unsigned long long seed) {
+  fp8_ = std::make_unique<DeviceFp8>(p_, params16_, o, seed);
+  fp8_->quantize();
+  FL_CUDA_CHECK(cudaDeviceSynchronize());
+  params_ = fp8_->params();
 }
 
 void DeviceProblem::poison_outputs() {
@@ -195,6 +203,7 @@ size_t forward_workspace_bytes(const Rung& r, const Problem& p) {
 
 size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic) {
   size_t need = DeviceProblem::device_bytes(p, forward_workspace_bytes(r, p));
+  if (r.fp8_inputs) need += DeviceFp8::device_bytes(p);
   if (r.launch_bwd)
     need += DeviceGrads::device_bytes(p, r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0);
   return need;
@@ -283,7 +292,23 @@ CaseResult run_bwd_case(const Rung& r, const Problem& p, InputKind input, CheckM
   return res;
 }
 
+CheckResult check_fp8_output(const Problem& p, const HostInputs& in, const DeviceProblem& dp, CheckMode mode,
+                             unsigned long long seed, ErrorStats* e2e) {
+  const std::vector<uint16_t> out = dp.download_o();
+  const std::vector<float> lse = dp.download_lse();
+  const Tolerance floor = tolerance_floor_fp8(p.dtype);
+  CheckResult c = check_output(p, dp.fp8()->dequantized(), out, lse, mode, seed, &floor);
+  const std::vector<RowId> rows = rows_for_check(p, mode, seed);
+  *e2e = rows.empty() ? ErrorStats{} : compare_rows(p, out, lse, rows, reference_fp64(p, in, rows));
+  return c;
+}
+
 CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed) {
+  return run_fp8_case(r, p, input, mode, seed, Fp8Options{});
+}
+
+CaseResult run_fp8_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed,
+                        const Fp8Options& fp8) {
   if (r.launch_bwd) return run_bwd_case(r, p, input, mode, seed, false);
   CaseResult res;
   const DeviceInfo dev = query_device();
@@ -292,10 +317,13 @@ CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode 
   if (!res.skipped.empty()) return res;
   const HostInputs in = make_inputs(p, input, seed);
   DeviceProblem dp(p, in, r.workspace_bytes ? r.workspace_bytes(p) : 0, seed);
+  if (r.fp8_inputs) dp.to_fp8(fp8, seed);
   dp.poison_outputs();
   launch_once(r, dp);
   res.ran = true;
-  res.check = check_output(p, in, dp.download_o(), dp.download_lse(), mode, seed);
+  res.fp8 = r.fp8_inputs;
+  res.check = r.fp8_inputs ? check_fp8_output(p, in, dp, mode, seed, &res.fp8_e2e)
+                           : check_output(p, in, dp.download_o(), dp.download_lse(), mode, seed);
   return res;
 }
 
@@ -428,10 +456,20 @@ void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const Hos
   }
   rep->workspace_bytes = r.workspace_bytes ? r.workspace_bytes(p) : 0;
   DeviceProblem dp(p, in, rep->workspace_bytes, opt.seed);
+  if (r.fp8_inputs) {
+    dp.to_fp8(opt.fp8, opt.seed);
+    rep->fp8 = true;
+    rep->fp8_mode = fp8_mode_label(opt.fp8);
+  }
   dp.poison_outputs();
   launch_once(r, dp);
-  if (check) rep->check = check_output(p, in, dp.download_o(), dp.download_lse(), opt.check, opt.seed);
+  if (check)
+    rep->check = r.fp8_inputs ? check_fp8_output(p, in, dp, opt.check, opt.seed, &rep->fp8_e2e)
+                              : check_output(p, in, dp.download_o(), dp.download_lse(), opt.check, opt.seed);
   if (time) rep->timing = time_rung(r, dp, dev, opt.iters, opt.warmup);
+  // The quantization's own time (once per Q/K/V, not in the kernel's): the same timer.
+  if (time && r.fp8_inputs)
+    rep->fp8_quant = time_launches([&] { dp.fp8()->quantize(); }, dev, std::max(5, opt.iters / 5), 2);
   rep->kernels = rung_resources(r, p);
 }
 

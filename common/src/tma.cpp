@@ -69,24 +69,47 @@ const char* cu_result_name(CUresult r) {
   }
 }
 
-}  // namespace
 
-void encode_tma_tiled(CUtensorMap* map, DType dtype, const void* base, const TmaTiledArgs& args) {
-  const CUtensorMapDataType type =
-      dtype == DType::fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+/// cuTensorMapEncodeTiled with zeros outside the tensor, or a one-line error listing the arguments.
+void encode(CUtensorMap* map, CUtensorMapDataType type, const void* base, const TmaTiledArgs& args,
+            CUtensorMapSwizzle swizzle, const char* swizzle_name) {
   // OOB_FILL_NONE writes zeros for elements outside the tensor (the other mode writes NaN).
   const CUresult r = encode_tiled_fn()(
       map, type, args.rank, const_cast<void*>(base), args.dims, args.strides_bytes, args.box,
-      args.elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      args.elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
       CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::ostringstream s;
     s << "cuTensorMapEncodeTiled failed: " << cu_result_name(r) << " (" << static_cast<int>(r)
       << "); rank " << args.rank << ", dims " << list(args.dims, args.rank) << ", strides (bytes) "
       << list(args.strides_bytes, args.rank - 1) << ", box " << list(args.box, args.rank)
-      << ", swizzle 128B";
+      << ", swizzle " << swizzle_name;
     throw std::runtime_error(s.str());
   }
+}
+
+}  // namespace
+
+void encode_tma_tiled(CUtensorMap* map, DType dtype, const void* base, const TmaTiledArgs& args) {
+  const CUtensorMapDataType type =
+      dtype == DType::fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  encode(map, type, base, args, CU_TENSOR_MAP_SWIZZLE_128B, "128B");
+}
+
+void encode_tma_tiled_u8(CUtensorMap* map, const void* base, const TmaTiledArgs& args, int swizzle_bytes) {
+  encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, args,
+         swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+         swizzle_bytes == 64 ? "64B" : "128B");
+}
+
+CUtensorMap make_tma_map_u8(const void* base, const uint64_t (&dims)[4], const uint64_t (&strides_bytes)[3],
+                            const uint32_t (&box)[4], int swizzle_bytes) {
+  TmaTiledArgs args;
+  const std::string why = tma_args_u8(base, dims, strides_bytes, box, swizzle_bytes, &args);
+  if (!why.empty()) throw std::runtime_error(why);
+  CUtensorMap map;
+  encode_tma_tiled_u8(&map, base, args, swizzle_bytes);
+  return map;
 }
 
 CUtensorMap make_tma_map_bshd(DType dtype, const void* base, int batch, int seqlen, int heads,

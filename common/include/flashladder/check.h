@@ -44,6 +44,16 @@ struct CheckResult {
 /// Per-dtype floors of the tolerance (relative Frobenius, absolute).
 Tolerance tolerance_floor(DType t);
 
+/// Floors of an FP8 rung (13), whose second GEMM reads P rounded to e4m3 (3 significand bits: a
+/// relative rounding error up to 2^-4 on every P, where 16-bit rungs have 2^-11 or 2^-8). An
+/// output is a P-weighted mean of V rows, so independent roundings average: relative Frobenius
+/// 2^-5, max abs 2^-3 (scaled by max |ref| like every floor). The LSE: 2^-6 absolute, because
+/// S = Q K^T comes out of the FP8 tensor cores, whose accumulator keeps fewer significand bits
+/// than fp32 (about 14, by the DeepSeek-V3 report; rung 13's README gives the LSE errors measured).
+/// The check runs on the dequantized inputs (the values the kernel was given), so these judge
+/// the kernel, not the quantization of Q, K, V.
+Tolerance tolerance_floor_fp8(DType t);
+
 /// The policy: pass iff rel_fro and max_abs are <= max(2 x fp32 error, floor),
 /// no NaN/Inf, every element written, LSE within tolerance.
 Tolerance tolerance_for(DType t, const ErrorStats& fp32_err);
@@ -76,8 +86,10 @@ long long count_unwritten(const Problem& p, const std::vector<uint16_t>& out,
 /// Applies the policy to the errors; fills pass and reason.
 void decide(CheckResult* r);
 
-/// Full check of a device result: rows, references, comparison, verdict.
+/// Full check of a device result: rows, references, comparison, verdict, against the floors
+/// of p.dtype, or @p floor when given (an FP8 rung's: tolerance_floor_fp8).
 CheckResult check_output(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& out,
-                         const std::vector<float>& lse, CheckMode mode, unsigned long long seed);
+                         const std::vector<float>& lse, CheckMode mode, unsigned long long seed,
+                         const Tolerance* floor = nullptr);
 
 }  // namespace fl

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "flashladder/fp8.h"
 #include "flashladder/problem.h"
 
 namespace fl {
@@ -13,7 +14,7 @@ namespace fl {
 enum class CheckMode { auto_, full, sample, none };
 
 /// The input pattern (random is the default; the others are diagnostics).
-enum class InputKind { random, ones, identity, ramp };
+enum class InputKind { random, ones, identity, ramp, outlier };
 
 /// Everything the command line can set.
 struct Options {
@@ -28,6 +29,7 @@ struct Options {
   bool compare_baselines = true;  ///< --no-compare: do not time the rung's baselines
   bool sweep = false;           ///< --sweep (rungs that define one)
   bool deterministic = false;   ///< --deterministic: backward rungs sum dQ in a fixed order
+  Fp8Options fp8;               ///< --fp8-scale, --hadamard: how an FP8 rung's inputs are quantized
   bool list = false;            ///< --list: print the registry and exit
   bool registry_json = false;   ///< --registry-json: print the registry as JSON and exit
   bool device_info = false;     ///< --device-info: print the GPU and exit (77 if none)

@@ -425,6 +425,42 @@ FL_WGMMA_DEFINE(208, 104, 105, 106, 107, 108, 109, 110)
 FL_WGMMA_DEFINE(224, 112, 113, 114, 115, 116, 117, 118)
 FL_WGMMA_DEFINE(240, 120, 121, 122, 123, 124, 125, 126)
 FL_WGMMA_DEFINE(256, 128, 129, 130, 131, 132, 133, 134)
+
+// FP8 (rung 13): e4m3 x e4m3 -> f32, k32 per instruction. 8-bit operands have no transpose
+// immediates: both must be K-major. Operands after the N/2 accumulators:
+//   SS: %K0 desc_a, %K1 desc_b, %K2 scale_d
+//   RS: %K0..%K3 the A fragment (4 e4m3 per register), %K4 desc_b, %K5 scale_d
+#define FL_WGMMA_DEFINE_E4M3(N, K0, K1, K2, K3, K4, K5)                                       \
+  template <>                                                                                 \
+  struct WgmmaE4m3<N> {                                                                       \
+    static __device__ __forceinline__ void ss(float (&d)[N / 2], uint64_t desc_a,            \
+                                              uint64_t desc_b, int scale_d) {                 \
+      asm volatile(                                                                           \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %" #K2 ", 0;\n"                                   \
+          "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {"                        \
+          FL_WGMMA_ACC_##N "}, %" #K0 ", %" #K1 ", p, 1, 1;\n}\n"                              \
+          : FL_WGMMA_OUT_##N(d)                                                               \
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                          \
+    }                                                                                         \
+    static __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4],    \
+                                              uint64_t desc_b, int scale_d) {                 \
+      asm volatile(                                                                           \
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %" #K5 ", 0;\n"                                   \
+          "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {"                        \
+          FL_WGMMA_ACC_##N "}, {%" #K0 ", %" #K1 ", %" #K2 ", %" #K3 "}, %" #K4 ", p, 1, 1;\n}\n" \
+          : FL_WGMMA_OUT_##N(d)                                                               \
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));           \
+    }                                                                                         \
+  };
+
+template <int N>
+struct WgmmaE4m3;  // N = 64, 128, 192, 256: rung 13's S widths and head_dims
+
+FL_WGMMA_DEFINE_E4M3(64,   32,  33,  34,  35,  36,  37)
+FL_WGMMA_DEFINE_E4M3(128,  64,  65,  66,  67,  68,  69)
+FL_WGMMA_DEFINE_E4M3(192,  96,  97,  98,  99, 100, 101)
+FL_WGMMA_DEFINE_E4M3(256, 128, 129, 130, 131, 132, 133)
+#undef FL_WGMMA_DEFINE_E4M3
 // clang-format on
 #undef FL_WGMMA_DEFINE
 #undef FL_WGMMA_DEFINE_T
@@ -456,6 +492,30 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   static_assert(TRANS_B == 0 || TRANS_B == 1, "TRANS_B is 0 (K-major B) or 1 (MN-major B)");
 #if FL_SM90A_OR_TRAP
   detail::WgmmaOp<T, N>::template rs<TRANS_B>(d, a, desc_b, scale_d);
+#else
+  __trap();
+#endif
+}
+
+/// The FP8 SS form (rung 13): D(64 x N) = A B (+ D), A and B e4m3 in shared memory, both
+/// K-major (desc_kmajor_sw at kmajor_offset, wgmma_desc.h), 32 of K per instruction.
+template <int N>
+__device__ __forceinline__ void wgmma_ss_e4m3(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+#if FL_SM90A_OR_TRAP
+  detail::WgmmaE4m3<N>::ss(d, desc_a, desc_b, scale_d);
+#else
+  __trap();
+#endif
+}
+
+/// The FP8 RS form: A from registers, 4 e4m3 per register in mma.sync m16n8k32's A order
+/// (a[0]: row g, k = 4t .. 4t+3; a[1]: row g+8, same k; a[2], a[3]: k + 16), B K-major in shared
+/// memory. Rung 13's O += P V, with V transposed so that it is K-major.
+template <int N>
+__device__ __forceinline__ void wgmma_rs_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                              int scale_d) {
+#if FL_SM90A_OR_TRAP
+  detail::WgmmaE4m3<N>::rs(d, a, desc_b, scale_d);
 #else
   __trap();
 #endif

@@ -78,6 +78,15 @@ struct AttnParams {
   int page_size;            ///< paged KV: tokens per page (0 = contiguous)
   const int* block_table;   ///< paged KV: [batch, pages_per_seq] page ids
   int block_table_stride;   ///< paged KV: pages_per_seq
+
+  // FP8 rungs (13) only, set by the harness's FP8 path (fp8_device.h); null and 0 elsewhere. q
+  // and k then point to e4m3 copies (dense [batch, seqlen, heads, head_dim], one byte per
+  // element, so the strides above count bytes too) and v to the transposed V, e4m3
+  // [batch, heads_kv, head_dim, vt_seqlen] with its keys in vt_key_at() order (fp8.h).
+  const float* q_descale;  ///< [batch, heads_kv]: Q = e4m3 x q_descale[b * heads_kv + head / group]
+  const float* k_descale;  ///< [batch, heads_kv]: K = e4m3 x k_descale[b * heads_kv + kv head]
+  const float* v_descale;  ///< [batch, heads_kv]: V likewise
+  int vt_seqlen;           ///< row length of the transposed V: vt_row_length(seqlen_k)
 };
 
 /// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,
@@ -125,7 +134,12 @@ struct DeviceInfo {
 void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits);
 
 /// Which ceiling a rung's "% of peak" is measured against.
-enum class Peak { fp32_fma, tensor_16bit, memory };
+enum class Peak {
+  fp32_fma,      ///< CUDA-core rungs
+  tensor_16bit,  ///< tensor-core rungs (DeviceInfo::peak_tensor_tflops)
+  memory,        ///< decode: DRAM bandwidth
+  tensor_fp8,    ///< FP8 tensor-core rungs: twice the 16-bit rate on Hopper (e4m3 at k32 per wgmma)
+};
 
 /// Number of (query, key) pairs that are not masked, over all batches and heads.
 double unmasked_pairs(const Problem& p);

@@ -80,6 +80,10 @@ struct Rung {
   std::function<size_t(const Problem& p, bool deterministic)> bwd_workspace_bytes;
   /// The rung whose forward pass a backward rung runs first (0 = none).
   int forward_rung = 0;
+  /// An FP8 rung (13): `launch` receives e4m3 Q, K and a transposed V with their descales
+  /// (AttnParams' FP8 fields), which the runner makes from the 16-bit inputs with DeviceFp8
+  /// (fp8_device.h) before the launch; O and the LSE are as for every rung.
+  bool fp8_inputs = false;
   /// Optional: what `--sweep` runs (rung 07's variant table). Returns an ExitCode.
   std::function<int(const Options& opt)> sweep;
   /// Set only in a generated lab starter tree: the runner then prints

@@ -66,6 +66,12 @@ struct RunReport {
   bool deterministic = false;  ///< AttnBwdParams::deterministic (--deterministic)
   std::string forward_label;   ///< the rung whose forward pass made O and LSE (not timed)
   BwdCheck bwd;                ///< dQ, dK, dV one by one
+
+  // An FP8 rung's run (Rung::fp8_inputs): `check` judged the kernel on the dequantized inputs.
+  bool fp8 = false;            ///< the inputs went through the FP8 path (fp8_device.h)
+  std::string fp8_mode;        ///< fp8_mode_label(): "per-head", "per-tensor+hadamard", ...
+  ErrorStats fp8_e2e;          ///< output vs fp64 on the 16-bit inputs: the error a user sees
+  Timing fp8_quant;            ///< the quantize kernels' time (once per Q/K/V, not in `timing`)
 };
 
 /// TFLOP/s from attention_flops() and the median time.

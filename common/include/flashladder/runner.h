@@ -15,6 +15,7 @@
 #include "flashladder/check_bwd.h"
 #include "flashladder/cli.h"
 #include "flashladder/device.h"
+#include "flashladder/fp8_device.h"
 #include "flashladder/inputs.h"
 #include "flashladder/registry.h"
 #include "flashladder/report.h"
@@ -43,10 +44,19 @@ class DeviceProblem {
   /// Bytes the problem needs on the device (inputs, outputs, workspace).
   static size_t device_bytes(const Problem& p, size_t workspace_bytes);
 
+  /// For an FP8 rung (Rung::fp8_inputs): makes e4m3 copies of Q, K, V (DeviceFp8, quantized
+  /// once here) and points params() at them; params16() keeps the 16-bit inputs.
+  void to_fp8(const Fp8Options& o, unsigned long long seed);
+  /// The FP8 copies (null before to_fp8).
+  DeviceFp8* fp8() const { return fp8_.get(); }
+  /// The 16-bit inputs' params, whatever to_fp8 did.
+  const AttnParams& params16() const { return params16_; }
+
  private:
   Problem p_;
-  AttnParams params_{};
+  AttnParams params_{}, params16_{};
   DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_;
+  std::unique_ptr<DeviceFp8> fp8_;
 };
 
 /// The backward pass's own tensors on the device, beside a DeviceProblem's: dO (uploaded), dQ,
@@ -118,6 +128,8 @@ BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, co
 /// Result of run_case: the verdict and, if it could not run, why.
 struct CaseResult {
   bool ran = false;
+  bool fp8 = false;      ///< an FP8 rung: `check` judged it on the dequantized inputs
+  ErrorStats fp8_e2e;    ///< an FP8 rung: its output against fp64 on the 16-bit inputs
   std::string skipped;   ///< supports() reason or memory message when !ran
   CheckResult check;     ///< a backward case: bwd.summary (all three gradients)
   bool backward = false; ///< a backward case (Rung::launch_bwd): dQ, dK, dV were checked
@@ -130,6 +142,18 @@ struct CaseResult {
 /// grading cases check its gradients.
 CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode,
                     unsigned long long seed);
+
+/// run_case with the FP8 path's options (@p fp8) for an FP8 rung (Rung::fp8_inputs; run_case
+/// uses the defaults: per-head scales, no rotation); any other rung ignores them.
+CaseResult run_fp8_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode,
+                        unsigned long long seed, const Fp8Options& fp8);
+
+/// An FP8 rung's two figures for one run on @p dp (after to_fp8 and the launch): the check on
+/// the dequantized inputs with the FP8 floors (tolerance_floor_fp8), which judges the kernel,
+/// and @p e2e, the same rows against the fp64 result of the 16-bit inputs @p in: the error a
+/// user sees, quantization included (reported, not judged).
+CheckResult check_fp8_output(const Problem& p, const HostInputs& in, const DeviceProblem& dp, CheckMode mode,
+                             unsigned long long seed, ErrorStats* e2e);
 
 /// The backward unit: makes inputs and dO (make_grad_output), runs the forward pass once
 /// (O, LSE; `unwritten` fails the case if it left NaN), then the backward once on

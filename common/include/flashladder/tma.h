@@ -103,7 +103,46 @@ inline std::string tma_args_bshd(const void* base, int batch, int seqlen, int he
   return "";
 }
 
+/// The tensor map arguments of a rank-4 tensor of one-byte elements (rung 13's e4m3 Q, K and
+/// transposed V): @p dims innermost first, @p strides_bytes of dims 1..3, @p box per dimension,
+/// under a @p swizzle_bytes -wide swizzle (64 or 128: the box's inner extent must fit in it).
+/// Returns "" and fills @p out, or why the copy engine cannot address the tensor.
+inline std::string tma_args_u8(const void* base, const uint64_t (&dims)[4], const uint64_t (&strides_bytes)[3],
+                               const uint32_t (&box)[4], int swizzle_bytes, TmaTiledArgs* out) {
+  if (swizzle_bytes != 64 && swizzle_bytes != 128) return "TMA (8-bit): swizzle must be 64 or 128 bytes";
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0) return "TMA needs the tensor's base address 16-byte aligned";
+  if (box[0] == 0 || box[0] > static_cast<uint32_t>(swizzle_bytes) || box[0] % 16 != 0)
+    return "TMA (8-bit): the box's inner extent must be a multiple of 16 bytes within the swizzle, got " +
+           std::to_string(box[0]);
+  TmaTiledArgs a;
+  a.rank = 4;
+  for (int i = 0; i < 4; ++i) {
+    if (dims[i] < 1) return "TMA: every dimension must be at least 1";
+    if (box[i] < 1 || box[i] > 256) return "TMA boxes are 1..256 per dimension, got " + std::to_string(box[i]);
+    a.dims[i] = dims[i];
+    a.box[i] = box[i];
+    a.elem_strides[i] = 1;
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (strides_bytes[i] == 0 || strides_bytes[i] % 16 != 0 || strides_bytes[i] >= (uint64_t{1} << 40))
+      return "TMA needs every stride a positive multiple of 16 bytes, under 2^40, got " +
+             std::to_string(strides_bytes[i]);
+    a.strides_bytes[i] = strides_bytes[i];
+  }
+  *out = a;
+  return "";
+}
+
 #if CUDA_VERSION >= 12000
+/// Encodes @p args for one-byte elements (CU_TENSOR_MAP_DATA_TYPE_UINT8: the copy engine moves
+/// bytes; e4m3 is how the kernel reads them) under a @p swizzle_bytes -wide swizzle (64 or 128),
+/// zeros outside the tensor. Throws like encode_tma_tiled.
+void encode_tma_tiled_u8(CUtensorMap* map, const void* base, const TmaTiledArgs& args, int swizzle_bytes);
+
+/// tma_args_u8 + encode_tma_tiled_u8 (throws std::runtime_error with the reason).
+CUtensorMap make_tma_map_u8(const void* base, const uint64_t (&dims)[4], const uint64_t (&strides_bytes)[3],
+                            const uint32_t (&box)[4], int swizzle_bytes);
+
 /// Encodes @p args for 16-bit elements of @p dtype at @p base into @p map: 128-byte swizzle,
 /// out-of-bounds elements filled with zeros, no interleave, L2 promotion of 128 bytes (as
 /// CUTLASS does). Calls the driver's cuTensorMapEncodeTiled through

@@ -113,6 +113,28 @@ FL_HD constexpr uint32_t sw128_mnmajor_offset(uint32_t rows_total, uint32_t n0, 
   return (n0 / kSw128Cols16) * rows_total * kSw128RowBytes + kk * 16 * kSw128RowBytes;
 }
 
+/// Descriptor mode of a swizzle @p bytes wide (128, 64 or 32; anything else: none).
+FL_HD constexpr Swizzle swizzle_of_bytes(uint32_t bytes) {
+  return bytes == 128 ? Swizzle::b128 : bytes == 64 ? Swizzle::b64 : bytes == 32 ? Swizzle::b32 : Swizzle::none;
+}
+
+/// K-major operand under a @p sw -byte swizzle (128 or 64): rows of sw bytes, 8-row groups
+/// SBO = 8 sw apart (one swizzle atom). The 8-bit rung (13) needs the 64-byte form for
+/// head_dim 64, whose rows are 64 e4m3. Tiles start on their atom and k-steps stay inside a
+/// row, so the base offset is 0 (for 128 B this is desc_kmajor_sw128).
+FL_HD constexpr uint64_t desc_kmajor_sw(uint32_t start_addr, uint32_t sw) {
+  return make_desc(start_addr, /*lbo (unused)=*/16, 8 * sw, 0, swizzle_of_bytes(sw));
+}
+
+/// Byte offset of the K-major operand of one wgmma in a tile @p rows_total rows high whose K
+/// extent is cut into column blocks @p sw bytes wide (one TMA box each): rows from @p row0 (a
+/// multiple of 8), K from byte @p k_byte (a multiple of the instruction's 32 bytes). In bytes,
+/// an 8-bit k32 step is a 16-bit k16 step: with sw = 128 and k_byte = 32 kk this is
+/// sw128_kmajor_offset(rows_total, row0, kk).
+FL_HD constexpr uint32_t kmajor_offset(uint32_t sw, uint32_t rows_total, uint32_t row0, uint32_t k_byte) {
+  return (k_byte / sw) * rows_total * sw + row0 * sw + k_byte % sw;
+}
+
 /// Where byte @p offset of a 1024-byte-aligned 128B-swizzled region really lives: the 16-byte
 /// chunk index (bits 4-6) XOR the row index within the atom (bits 7-9). This is what TMA does
 /// on the way in and what wgmma undoes on the way out; a thread that reads or writes such a

@@ -1,0 +1,57 @@
+/// @file fp8_device.h
+/// @brief The harness's FP8 input path on the GPU: e4m3 copies of a problem's 16-bit Q, K and V,
+/// made by the quantize kernels in common/src/fp8.cu, for the rungs that read FP8
+/// (Rung::fp8_inputs: rung 13). The 16-bit originals stay where they are: the rung's baselines
+/// run on them, and the end-to-end error is taken against them.
+///
+/// quantize() runs, on one stream:
+/// @code
+///   // clang-format off
+///   1  amax of |Q|, |K|, |V| per (batch, KV head), or per tensor   (Q and K rotated first with --hadamard)
+///   2  descale = amax / 448 (1 where amax = 0)
+///   3  Q, K -> e4m3 [batch, seqlen, heads, d]        x * 448 / amax, rotated again with --hadamard
+///      V    -> e4m3 [batch, heads_kv, d, vt_seqlen]  transposed (the FP8 wgmma reads V K-major),
+///                                                    keys in vt_key_at() order, zero padding
+///   // clang-format on
+/// @endcode
+/// Its time is what a user of rung 13 pays once per Q/K/V (the runner reports it beside the
+/// kernel's).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "flashladder/device.h"
+#include "flashladder/fp8.h"
+#include "flashladder/inputs.h"
+#include "flashladder/problem.h"
+
+namespace fl {
+
+/// e4m3 Q, K, transposed V and their descales for one problem.
+class DeviceFp8 {
+ public:
+  /// Allocates for @p p; @p src holds the 16-bit Q, K, V (pointers and strides; contiguous K/V).
+  /// @p seed draws the Hadamard signs. Throws std::invalid_argument for a head_dim the quantize
+  /// kernels do not handle (64, 128 and 256: one warp per row, a power of two for the rotation).
+  DeviceFp8(const Problem& p, const AttnParams& src, const Fp8Options& o, unsigned long long seed);
+  /// Quantizes @p src's tensors into the e4m3 buffers (asynchronous on @p s).
+  void quantize(cudaStream_t s = nullptr);
+  /// @p src's params with q, k, v and the descales pointing at the FP8 buffers.
+  const AttnParams& params() const { return params_; }
+  /// The values the kernel computes with (e4m3 x descale), dense [batch, seqlen, heads, d] in
+  /// HostInputs::qf, kf, vf (V un-transposed): what the check's references read.
+  HostInputs dequantized() const;
+  /// Device bytes of the FP8 copies and scales.
+  static size_t device_bytes(const Problem& p);
+  /// "" if the quantize kernels handle @p p, else why not.
+  static std::string supports(const Problem& p);
+
+ private:
+  Problem p_;
+  Fp8Options o_;
+  unsigned long long seed_;
+  AttnParams src_{}, params_{};
+  DeviceBuffer q8_, k8_, vt8_, amax_, descale_;
+};
+
+}  // namespace fl

@@ -1,0 +1,325 @@
+/// @file fp8.cu
+/// @brief The harness's FP8 input path (fp8_device.h): amax, scales, the Hadamard rotation and
+/// the e4m3 copies of Q, K and the transposed V. Plain CUDA (any architecture): the FP8 tensor
+/// cores are rung 13's; this only prepares their inputs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "flashladder/cuda_check.h"
+#include "flashladder/dtype.cuh"
+#include "flashladder/fp8_device.h"
+#include "flashladder/static_switch.h"
+
+namespace fl {
+namespace {
+
+constexpr int kThreads = 256;
+
+/// One row of D = 32 E values, E per lane (lane l holds columns l E .. l E + E - 1).
+template <int E>
+struct Row {
+  float x[E];
+};
+
+/// The row x D H / sqrt(32 E) in place: random signs, then the fast Walsh-Hadamard transform's
+/// log2(32 E) butterfly stages, the first log2(E) inside each lane and the last five across
+/// lanes (partner lane l ^ s holds the other half of each pair), then the normalization.
+template <int E>
+__device__ __forceinline__ void rotate(Row<E>& r, int lane, unsigned long long seed) {
+#pragma unroll
+  for (int e = 0; e < E; ++e) r.x[e] *= hadamard_sign(seed, lane * E + e);
+#pragma unroll
+  for (int h = 1; h < E; h *= 2)
+#pragma unroll
+    for (int i = 0; i < E; i += 2 * h)
+#pragma unroll
+      for (int j = i; j < i + h; ++j) {
+        const float a = r.x[j], b = r.x[j + h];
+        r.x[j] = a + b;
+        r.x[j + h] = a - b;
+      }
+#pragma unroll
+  for (int s = 1; s < 32; s *= 2)
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      const float other = __shfl_xor_sync(0xffffffffu, r.x[e], s);
+      r.x[e] = (lane & s) ? other - r.x[e] : r.x[e] + other;
+    }
+  const float norm = rsqrtf(32.f * E);
+#pragma unroll
+  for (int e = 0; e < E; ++e) r.x[e] *= norm;
+}
+
+/// A 16-bit [batch, seqlen, heads, d] tensor as the quantize kernels walk it.
+struct Src {
+  const void* base;
+  int batch, seqlen, heads;
+  int64_t batch_stride, row_stride, head_stride;
+  int group;     ///< heads per scale index (Q: heads_q / heads_kv; K, V: 1)
+  int heads_kv;  ///< scale indices per batch
+};
+
+/// Rows in (batch, head, seqlen) order, so a warp's contiguous chunk of rows shares one scale.
+struct RowIndex {
+  int b, h, s;
+};
+__device__ __forceinline__ RowIndex row_index(const Src& t, long long r) {
+  RowIndex i;
+  i.s = static_cast<int>(r % t.seqlen);
+  i.h = static_cast<int>((r / t.seqlen) % t.heads);
+  i.b = static_cast<int>(r / (static_cast<long long>(t.seqlen) * t.heads));
+  return i;
+}
+__device__ __forceinline__ int scale_index(const Src& t, const RowIndex& i, bool per_tensor) {
+  return per_tensor ? 0 : i.b * t.heads_kv + i.h / t.group;
+}
+
+template <class T, int E>
+__device__ __forceinline__ Row<E> load_row(const Src& t, const RowIndex& i, int lane) {
+  const T* row = static_cast<const T*>(t.base) + i.b * t.batch_stride + i.s * t.row_stride + i.h * t.head_stride;
+  Row<E> r;
+#pragma unroll
+  for (int e = 0; e < E; ++e) r.x[e] = to_float(row[lane * E + e]);
+  return r;
+}
+
+/// Each warp takes a contiguous chunk of rows.
+__device__ __forceinline__ void warp_chunk(long long rows, long long* begin, long long* end) {
+  const long long warps = static_cast<long long>(gridDim.x) * (blockDim.x / 32);
+  const long long w = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const long long chunk = (rows + warps - 1) / warps;
+  *begin = w * chunk;
+  *end = min(rows, *begin + chunk);
+}
+
+/// amax[scale index] = max |x| over its rows (after the rotation when @p rotate_rows). Floats
+/// >= 0 order like their bit patterns, so atomicMax on the bits is a float max.
+template <class T, int E>
+__global__ void amax_kernel(Src t, bool per_tensor, bool rotate_rows, unsigned long long seed, float* amax) {
+  const int lane = threadIdx.x % 32;
+  long long r0, r1;
+  warp_chunk(static_cast<long long>(t.batch) * t.heads * t.seqlen, &r0, &r1);
+  int cur = -1;
+  float run = 0.f;
+  for (long long r = r0; r < r1; ++r) {
+    const RowIndex i = row_index(t, r);
+    const int idx = scale_index(t, i, per_tensor);
+    if (idx != cur) {
+      if (cur >= 0 && lane == 0) atomicMax(reinterpret_cast<int*>(amax + cur), __float_as_int(run));
+      cur = idx;
+      run = 0.f;
+    }
+    Row<E> row = load_row<T, E>(t, i, lane);
+    if (rotate_rows) rotate(row, lane, seed);
+    float m = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) m = fmaxf(m, fabsf(row.x[e]));
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+    run = fmaxf(run, m);
+  }
+  if (cur >= 0 && lane == 0) atomicMax(reinterpret_cast<int*>(amax + cur), __float_as_int(run));
+}
+
+/// descale = amax / 448 (1 for an all-zero slice), per scale index; per tensor, every index
+/// gets slot 0's.
+__global__ void descale_kernel(const float* amax, float* descale, int n, bool per_tensor) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float a = amax[per_tensor ? 0 : i];
+  descale[i] = a > 0.f ? a / kE4m3Max : 1.f;
+}
+
+__device__ __forceinline__ uint8_t to_e4m3(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+/// Q or K to dense e4m3 [batch, seqlen, heads, d], rotated when @p rotate_rows.
+template <class T, int E>
+__global__ void quantize_rows_kernel(Src t, bool rotate_rows, unsigned long long seed, const float* descale,
+                                     uint8_t* dst) {
+  const int lane = threadIdx.x % 32;
+  long long r0, r1;
+  warp_chunk(static_cast<long long>(t.batch) * t.heads * t.seqlen, &r0, &r1);
+  for (long long r = r0; r < r1; ++r) {
+    const RowIndex i = row_index(t, r);
+    const float inv = 1.f / descale[scale_index(t, i, false)];
+    Row<E> row = load_row<T, E>(t, i, lane);
+    if (rotate_rows) rotate(row, lane, seed);
+    uint8_t* out = dst + ((static_cast<int64_t>(i.b) * t.seqlen + i.s) * t.heads + i.h) * (32 * E) + lane * E;
+#pragma unroll
+    for (int e = 0; e < E; ++e) out[e] = to_e4m3(row.x[e] * inv);
+  }
+}
+
+/// V to e4m3 [batch, heads_kv, d, vt_seqlen]: 64 positions of one (batch, KV head) per block,
+/// staged in shared memory so both the reads (along d) and the writes (along keys) are coalesced.
+template <class T>
+__global__ void quantize_vt_kernel(Src t, int D, int vt_seqlen, const float* descale, uint8_t* dst) {
+  extern __shared__ uint8_t tile[];  // [D][64]
+  const int pos0 = blockIdx.x * 64, h = blockIdx.y, b = blockIdx.z;
+  const float inv = 1.f / descale[b * t.heads_kv + h];
+  const T* base = static_cast<const T*>(t.base) + b * t.batch_stride + h * t.head_stride;
+  for (int idx = threadIdx.x; idx < 64 * D; idx += blockDim.x) {
+    const int pos = idx / D, c = idx % D;
+    const int key = vt_key_at(pos0 + pos);
+    const float v = key < t.seqlen ? to_float(base[key * t.row_stride + c]) : 0.f;
+    tile[c * 64 + pos] = to_e4m3(v * inv);
+  }
+  __syncthreads();
+  uint8_t* out = dst + (static_cast<int64_t>(b) * t.heads_kv + h) * D * vt_seqlen;
+  for (int idx = threadIdx.x; idx < D * 16; idx += blockDim.x) {
+    const int c = idx / 16, p4 = 4 * (idx % 16);
+    if (pos0 + p4 < vt_seqlen)
+      *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(c) * vt_seqlen + pos0 + p4) =
+          *reinterpret_cast<const uint32_t*>(tile + c * 64 + p4);
+  }
+}
+
+int grid_for(long long rows) {
+  const long long warps_wanted = std::max(1LL, rows / 8);  // ~8 rows per warp
+  return static_cast<int>(std::min<long long>(4096, (warps_wanted + kThreads / 32 - 1) / (kThreads / 32)));
+}
+
+template <class T, int E>
+void amax_and_scales(const Src& t, bool per_tensor, bool rot, unsigned long long seed, float* amax,
+                     cudaStream_t s) {
+  const long long rows = static_cast<long long>(t.batch) * t.heads * t.seqlen;
+  amax_kernel<T, E><<<grid_for(rows), kThreads, 0, s>>>(t, per_tensor, rot, seed, amax);
+  FL_LAUNCH_CHECK("amax_kernel");
+}
+
+template <class T, int E>
+void quantize_rows(const Src& t, bool rot, unsigned long long seed, const float* descale, uint8_t* dst,
+                   cudaStream_t s) {
+  const long long rows = static_cast<long long>(t.batch) * t.heads * t.seqlen;
+  quantize_rows_kernel<T, E><<<grid_for(rows), kThreads, 0, s>>>(t, rot, seed, descale, dst);
+  FL_LAUNCH_CHECK("quantize_rows_kernel");
+}
+
+}  // namespace
+
+std::string DeviceFp8::supports(const Problem& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return "the FP8 quantize path takes head_dim 64, 128 or 256";
+  if (p.page_size > 0) return "the FP8 quantize path takes a contiguous K/V (no --page-size)";
+  return "";
+}
+
+size_t DeviceFp8::device_bytes(const Problem& p) {
+  const size_t n = static_cast<size_t>(p.batch) * p.heads_kv;
+  return p.q_elements() + p.kv_elements() +
+         static_cast<size_t>(p.batch) * p.heads_kv * p.head_dim * vt_row_length(p.seqlen_k) + 6 * n * sizeof(float);
+}
+
+DeviceFp8::DeviceFp8(const Problem& p, const AttnParams& src, const Fp8Options& o, unsigned long long seed)
+    : p_(p), o_(o), seed_(seed), src_(src) {
+  if (const std::string why = supports(p); !why.empty()) throw std::invalid_argument(why);
+  const size_t n = static_cast<size_t>(p.batch) * p.heads_kv;
+  const int vt = vt_row_length(p.seqlen_k);
+  q8_ = DeviceBuffer(p.q_elements());
+  k8_ = DeviceBuffer(p.kv_elements());
+  vt8_ = DeviceBuffer(static_cast<size_t>(p.batch) * p.heads_kv * p.head_dim * vt);
+  amax_ = DeviceBuffer(3 * n * sizeof(float));
+  descale_ = DeviceBuffer(3 * n * sizeof(float));
+  params_ = src;
+  const AttnParams dense = make_attn_params(p);  // the e4m3 copies are dense
+  params_.q = q8_.get();
+  params_.k = k8_.get();
+  params_.v = vt8_.get();
+  params_.q_batch_stride = dense.q_batch_stride;
+  params_.q_row_stride = dense.q_row_stride;
+  params_.q_head_stride = dense.q_head_stride;
+  params_.k_batch_stride = params_.v_batch_stride = dense.k_batch_stride;
+  params_.k_row_stride = params_.v_row_stride = dense.k_row_stride;
+  params_.k_head_stride = params_.v_head_stride = dense.k_head_stride;
+  params_.q_descale = descale_.as<float>();
+  params_.k_descale = descale_.as<float>() + n;
+  params_.v_descale = descale_.as<float>() + 2 * n;
+  params_.vt_seqlen = vt;
+}
+
+void DeviceFp8::quantize(cudaStream_t s) {
+  const Problem& p = p_;
+  const int n = p.batch * p.heads_kv;
+  const bool per_tensor = o_.scaling == Fp8Scaling::tensor;
+  const Src q{src_.q, p.batch, p.seqlen_q, p.heads_q, src_.q_batch_stride, src_.q_row_stride,
+              src_.q_head_stride, p.group(), p.heads_kv};
+  const Src k{src_.k, p.batch, p.seqlen_k, p.heads_kv, src_.k_batch_stride, src_.k_row_stride,
+              src_.k_head_stride, 1, p.heads_kv};
+  const Src v{src_.v, p.batch, p.seqlen_k, p.heads_kv, src_.v_batch_stride, src_.v_row_stride,
+              src_.v_head_stride, 1, p.heads_kv};
+  float* amax = amax_.as<float>();
+  float* descale = descale_.as<float>();
+  FL_CUDA_CHECK(cudaMemsetAsync(amax, 0, amax_.bytes(), s));
+  FL_DTYPE_SWITCH(p.dtype, T, [&] {
+    auto run = [&](auto e_tag) {
+      constexpr int E = decltype(e_tag)::value;
+      amax_and_scales<T, E>(q, per_tensor, o_.hadamard, seed_, amax, s);
+      amax_and_scales<T, E>(k, per_tensor, o_.hadamard, seed_, amax + n, s);
+      amax_and_scales<T, E>(v, per_tensor, false, seed_, amax + 2 * n, s);
+      for (int i = 0; i < 3; ++i)
+        descale_kernel<<<(n + 255) / 256, 256, 0, s>>>(amax + i * n, descale + i * n, n, per_tensor);
+      FL_LAUNCH_CHECK("descale_kernel");
+      quantize_rows<T, E>(q, o_.hadamard, seed_, descale, q8_.as<uint8_t>(), s);
+      quantize_rows<T, E>(k, o_.hadamard, seed_, descale + n, k8_.as<uint8_t>(), s);
+    };
+    switch (p.head_dim) {
+      case 64: run(std::integral_constant<int, 2>{}); break;
+      case 128: run(std::integral_constant<int, 4>{}); break;
+      default: run(std::integral_constant<int, 8>{}); break;
+    }
+    const dim3 grid(params_.vt_seqlen / 64 + (params_.vt_seqlen % 64 != 0), p.heads_kv, p.batch);
+    quantize_vt_kernel<T><<<grid, kThreads, 64 * p.head_dim, s>>>(v, p.head_dim, params_.vt_seqlen,
+                                                                  descale + 2 * n, vt8_.as<uint8_t>());
+    FL_LAUNCH_CHECK("quantize_vt_kernel");
+  });
+}
+
+HostInputs DeviceFp8::dequantized() const {
+  const Problem& p = p_;
+  const int D = p.head_dim, n = p.batch * p.heads_kv, vt = params_.vt_seqlen;
+  std::vector<float> descale(3 * n);
+  descale_.download(descale.data(), descale.size() * sizeof(float));
+  std::vector<uint8_t> q8(q8_.bytes()), k8(k8_.bytes()), v8(vt8_.bytes());
+  q8_.download(q8.data(), q8.size());
+  k8_.download(k8.data(), k8.size());
+  vt8_.download(v8.data(), v8.size());
+  HostInputs in;
+  in.qf.resize(q8.size());
+  in.kf.resize(k8.size());
+  in.vf.resize(p.kv_elements());
+  for (int b = 0; b < p.batch; ++b)
+    for (int s = 0; s < p.seqlen_q; ++s)
+      for (int h = 0; h < p.heads_q; ++h) {
+        const size_t base = ((static_cast<size_t>(b) * p.seqlen_q + s) * p.heads_q + h) * D;
+        const float ds = descale[b * p.heads_kv + h / p.group()];
+        for (int c = 0; c < D; ++c) in.qf[base + c] = e4m3_to_float(q8[base + c]) * ds;
+      }
+  for (int b = 0; b < p.batch; ++b)
+    for (int s = 0; s < p.seqlen_k; ++s)
+      for (int h = 0; h < p.heads_kv; ++h) {
+        const size_t base = ((static_cast<size_t>(b) * p.seqlen_k + s) * p.heads_kv + h) * D;
+        const float ds = descale[n + b * p.heads_kv + h];
+        for (int c = 0; c < D; ++c) in.kf[base + c] = e4m3_to_float(k8[base + c]) * ds;
+      }
+  for (int b = 0; b < p.batch; ++b)
+    for (int h = 0; h < p.heads_kv; ++h) {
+      const float ds = descale[2 * n + b * p.heads_kv + h];
+      for (int c = 0; c < D; ++c)
+        for (int pos = 0; pos < vt; ++pos) {
+          const int key = vt_key_at(pos);
+          if (key >= p.seqlen_k) continue;
+          const uint8_t x = v8[((static_cast<size_t>(b) * p.heads_kv + h) * D + c) * vt + pos];
+          in.vf[((static_cast<size_t>(b) * p.seqlen_k + key) * p.heads_kv + h) * D + c] = e4m3_to_float(x) * ds;
+        }
+    }
+  return in;
+}
+
+}  // namespace fl
