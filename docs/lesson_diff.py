@@ -6,7 +6,9 @@
     python3 docs/lesson_diff.py --check docs/lessons.md    exit 1, with a unified diff, if stale
 
 For each pair of consecutive rungs (01 -> 02, 02 -> 03, ...) it diffs their teaching text and
-counts code lines: added, removed, changed (added + removed) and the size of each side.
+counts code lines: added, removed, changed (added + removed) and the size of each side. A rung
+whose own files #include an earlier rung's kernel is paired with the highest-numbered such rung
+instead (direct_base: rung 13, rung 10 in FP8, is 10 -> 13).
 
 The teaching text of a rung (the rule, also stated on the page):
   - its own steps/NN_name/kernel.cuh,
@@ -121,6 +123,18 @@ def teaching_files(root, step_dir, _seen=()):
     return files + own
 
 
+def direct_base(root, step_dir, found):
+    """(number, folder) of the highest-numbered rung whose kernel @p step_dir's own files include
+    ("../10_warp_specialized/kernel.cuh": rung 13 is rung 10 in FP8), or None."""
+    dirs = set()
+    for f in own_files(root, step_dir):
+        with open(os.path.join(root, f), encoding="utf-8") as fh:
+            dirs.update(m.group("dir") for m in BORROW_RE.finditer(fh.read()))
+    dirs.discard(step_dir)
+    cands = [(n, d) for n, d in found if d in dirs]
+    return max(cands) if cands else None
+
+
 def teaching_lines(root, files):
     lines = []
     for f in files:
@@ -156,6 +170,9 @@ def lesson_table(root):
     ]
     listing = []
     for (n_old, d_old), (n_new, d_new) in zip(found, found[1:]):
+        base = direct_base(root, d_new, found)
+        if base is not None:  # a rung built on an earlier one is compared with that one
+            n_old, d_old = base
         f_old, f_new = teaching_files(root, d_old), teaching_files(root, d_new)
         old, new = teaching_lines(root, f_old), teaching_lines(root, f_new)
         added, removed = diff_counts(old, new)

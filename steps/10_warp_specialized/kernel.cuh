@@ -53,7 +53,9 @@ constexpr uint32_t kConsumerThreads = 256;
 
 /// Online softmax of one S block in place (rung 05's code on the wgmma layout): masks, updates
 /// m and l, exponentiates S, and returns the factor O must be scaled by, per row half.
-template <int BLOCK_N>
+/// P_SHIFT (rung 13) multiplies every P, and l, by 2^P_SHIFT: exp2(s - m + P_SHIFT) puts the
+/// largest P of a row at 2^P_SHIFT, inside e4m3's range; O / l cancels it and alpha never sees it.
+template <int BLOCK_N, int P_SHIFT = 0>
 __device__ __forceinline__ void softmax_block(float (&S)[BLOCK_N / 2], float (&m_i)[2],
                                               float (&l_i)[2], float (&alpha)[2],
                                               float scale_log2, bool mask, int visible_base,
@@ -78,13 +80,14 @@ __device__ __forceinline__ void softmax_block(float (&S)[BLOCK_N / 2], float (&m
     const float m_scaled = (m_new == -INFINITY) ? 0.f : m_new * scale_log2;
     alpha[h] = ptx::ex2_approx(m_i[h] * scale_log2 - m_scaled);
     m_i[h] = m_new;
+    const float m_exp = P_SHIFT == 0 ? m_scaled : m_scaled - static_cast<float>(P_SHIFT);
     float l_blk = 0.f;
 #pragma unroll
     for (int j = 0; j < BLOCK_N / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& x = S[4 * j + 2 * h + e];
-        x = ptx::ex2_approx(fmaf(x, scale_log2, -m_scaled));
+        x = ptx::ex2_approx(fmaf(x, scale_log2, -m_exp));
         l_blk += x;
       }
     l_i[h] = l_i[h] * alpha[h] + l_blk;

@@ -1,0 +1,112 @@
+/// @file steps/13_fp8/launch.cu
+/// @brief Rung 13's launcher and registration: the rung (P x 2^8 before its cast, each block's
+/// P V added to O in fp32) and two variants that measure those choices: `p-unscaled` (P cast as
+/// it is, in [0, 1]) and `fast-accum` (P V accumulated across blocks inside the tensor cores).
+#include <string>
+#include <vector>
+
+#include "flashladder/registry.h"
+#include "flashladder/static_switch.h"
+#include "flashladder/tma.h"
+#include "traits.h"
+#if FL_HOPPER_SM90A
+#include "kernel.cuh"
+#endif
+
+namespace fl {
+namespace {
+
+int smem_of(const Problem& p) {
+  switch (p.head_dim) {
+    case 64: return hopper13::Fp8TilesFor<64>::kSmemBytes;
+    case 128: return hopper13::Fp8TilesFor<128>::kSmemBytes;
+    case 256: return hopper13::Fp8TilesFor<256>::kSmemBytes;
+    default: return 0;
+  }
+}
+
+#if FL_HOPPER_SM90A
+template <int P_SHIFT, bool PROMOTE>
+void launch_any(const AttnParams& p, cudaStream_t s) {
+  FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
+    switch (p.head_dim) {
+      case 64: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<64>, P_SHIFT, PROMOTE>(p, s);
+      case 128: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<128>, P_SHIFT, PROMOTE>(p, s);
+      default: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<256>, P_SHIFT, PROMOTE>(p, s);
+    }
+  });
+}
+
+template <int P_SHIFT, bool PROMOTE, class Cfg, class T>
+KernelInfo info() {
+  return {hopper13::tile_label<Cfg, P_SHIFT, PROMOTE>(), hopper13::prepared_kernel<T, Cfg, P_SHIFT, PROMOTE>(),
+          Cfg::kThreads,
+          static_cast<size_t>(Cfg::kSmemBytes)};
+}
+
+template <int P_SHIFT, bool PROMOTE>
+std::vector<KernelInfo> kernels_any(const Problem& p) {
+  return FL_DTYPE_SWITCH(p.dtype, T, [&]() -> std::vector<KernelInfo> {
+    switch (p.head_dim) {
+      case 64: return {info<P_SHIFT, PROMOTE, hopper13::Fp8TilesFor<64>, T>()};
+      case 128: return {info<P_SHIFT, PROMOTE, hopper13::Fp8TilesFor<128>, T>()};
+      default: return {info<P_SHIFT, PROMOTE, hopper13::Fp8TilesFor<256>, T>()};
+    }
+  });
+}
+#endif
+
+template <int P_SHIFT, bool PROMOTE>
+Rung make(const char* variant, const char* summary) {
+  Rung r;
+  r.number = 13;
+  r.name = "fp8";
+  r.variant = variant;
+  r.summary = summary;
+  r.peak = Peak::tensor_fp8;
+  r.min_cc = 90;
+  r.head_dims = {64, 128, 256};
+  r.fp8_inputs = true;
+  constexpr bool kMain = P_SHIFT == hopper13::kPShift && PROMOTE;
+  r.in_tour = kMain;
+  if (kMain)
+    r.baselines = {Baseline::on(10, "the rung it changes: the same schedule on 16-bit operands")};
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+    if (!hopper.empty()) return hopper;
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+      return "head_dim must be 64, 128 or 256 (e4m3 rows of 64 B or whole 128 B column blocks)";
+    return tile_limits(p, d, smem_of(p));
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+    launch_any<P_SHIFT, PROMOTE>(p, s);
+#else
+    (void)p;
+    (void)s;
+    throw std::runtime_error("rung 13 was built without sm_90a");
+#endif
+  };
+  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+#if FL_HOPPER_SM90A
+    return kernels_any<P_SHIFT, PROMOTE>(p);
+#else
+    (void)p;
+    return {};
+#endif
+  };
+  r.notes = [](const Problem&) -> std::vector<std::string> {
+    return {"Q, K, V reach the kernel as e4m3 made by the harness (fp8_device.h); O is 16-bit"};
+  };
+  return r;
+}
+
+}  // namespace
+
+void register_rung_13(Registry& reg) {
+  reg.add(make<hopper13::kPShift, true>("", "FA3's FP8 forward: rung 10's schedule on e4m3 wgmma, P x 2^8 before its cast, P V summed in fp32"));
+  reg.add(make<0, true>("p-unscaled", "ablation: P cast to e4m3 as it is, in [0, 1]"));
+  reg.add(make<hopper13::kPShift, false>("fast-accum", "ablation: P V accumulated in the FP8 tensor cores' own accumulator across blocks"));
+}
+
+}  // namespace fl

@@ -1,0 +1,4 @@
+// Rung 13: FP8 attention on Hopper. Everything else is the shared runner (common/).
+#include "flashladder/runner.h"
+
+int main(int argc, char** argv) { return fl::run_main(argc, argv, 13); }

@@ -1,0 +1,171 @@
+// Rung 13 (FP8 on Hopper) and the harness's FP8 input path on the GPU, beyond the shared
+// matrix (which runs rung 13 with per-head scales over dtypes, causal, tails, GQA/MQA and every
+// head_dim, judged on the dequantized inputs with the FP8 floors):
+//   - the quantize kernels against the host's e4m3 and Hadamard rotation, element by element;
+//   - every quantization mode (per tensor, per head, with and without the rotation) through the
+//     kernel;
+//   - the end-to-end error on the outlier input, with the rotation and without;
+//   - each block's P V summed in fp32 against the tensor cores' accumulator (fast-accum);
+//   - P cast as it is (the p-unscaled variant) within the floors too.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "flashladder/runner.h"
+
+using namespace fl;
+
+namespace {
+
+const Rung& rung13(const std::string& variant = "") {
+  const Rung* r = registry().find(13, variant);
+  REQUIRE(r != nullptr);
+  return *r;
+}
+
+Problem problem(int batch, int hq, int hkv, int sq, int sk, int d, DType t, bool causal) {
+  Problem p;
+  p.batch = batch;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.seqlen_q = sq;
+  p.seqlen_k = sk;
+  p.head_dim = d;
+  p.dtype = t;
+  p.causal = causal;
+  return p;
+}
+
+/// Skips (returns false) where rung 13 cannot run (not an sm_90 GPU, not built for it).
+bool runs_here(const Problem& p) {
+  const std::string why = supports(rung13(), p, query_device());
+  if (!why.empty()) WARN("rung 13 not run: " << why);
+  return why.empty();
+}
+
+}  // namespace
+
+TEST_CASE("the quantize kernels: e4m3 of x / descale, amax to 448, V transposed in vt_key_at order",
+          "[rung13]") {
+  for (const Fp8Options o : {Fp8Options{Fp8Scaling::head, false}, Fp8Options{Fp8Scaling::tensor, false},
+                             Fp8Options{Fp8Scaling::head, true}}) {
+    for (int d : {64, 128, 256}) {
+      const Problem p = problem(2, 4, 2, 37, 45, d, DType::bf16, false);
+      const HostInputs in = make_inputs(p, InputKind::outlier, 5);
+      DeviceProblem dp(p, in, 0, 5);
+      dp.to_fp8(o, 5);
+      const HostInputs dq = dp.fp8()->dequantized();
+      INFO(fp8_mode_label(o) << " d=" << d);
+      // Each tensor: every dequantized value within e4m3's rounding of the (rotated) input, and
+      // per scale group the largest |value| is 448 x descale exactly.
+      auto check = [&](const std::vector<uint16_t>& x16, const std::vector<float>& xq, int seqlen, int heads,
+                       int group, bool rotated) {
+        const int n_idx = o.scaling == Fp8Scaling::tensor ? 1 : p.batch * p.heads_kv;
+        std::vector<float> amax_in(n_idx, 0.f), amax_q(n_idx, 0.f);
+        std::vector<float> row(d);
+        for (int b = 0; b < p.batch; ++b)
+          for (int s = 0; s < seqlen; ++s)
+            for (int h = 0; h < heads; ++h) {
+              const size_t base = ((static_cast<size_t>(b) * seqlen + s) * heads + h) * d;
+              for (int c = 0; c < d; ++c) row[c] = from_bits(x16[base + c], p.dtype);
+              if (rotated) hadamard_rotate_host(row.data(), d, 5);
+              const int idx = o.scaling == Fp8Scaling::tensor ? 0 : b * p.heads_kv + h / group;
+              for (int c = 0; c < d; ++c) {
+                amax_in[idx] = std::max(amax_in[idx], std::fabs(row[c]));
+                amax_q[idx] = std::max(amax_q[idx], std::fabs(xq[base + c]));
+              }
+            }
+        for (int i = 0; i < n_idx; ++i) CHECK(std::fabs(amax_q[i] - amax_in[i]) <= 1e-5f * amax_in[i]);
+        for (int b = 0; b < p.batch; ++b)
+          for (int s = 0; s < seqlen; ++s)
+            for (int h = 0; h < heads; ++h) {
+              const size_t base = ((static_cast<size_t>(b) * seqlen + s) * heads + h) * d;
+              for (int c = 0; c < d; ++c) row[c] = from_bits(x16[base + c], p.dtype);
+              if (rotated) hadamard_rotate_host(row.data(), d, 5);
+              const int idx = o.scaling == Fp8Scaling::tensor ? 0 : b * p.heads_kv + h / group;
+              const float descale = amax_in[idx] / kE4m3Max;
+              for (int c = 0; c < d; ++c) {
+                // Half a step of e4m3 at this magnitude (2^-4 relative; subnormal steps 2^-9),
+                // plus the fp32 rounding of the rotation.
+                const float err = std::fabs(xq[base + c] - row[c]);
+                const float bound = std::max(std::ldexp(std::fabs(row[c]), -4), std::ldexp(descale, -10)) * 1.01f +
+                                    1e-5f * amax_in[idx];
+                if (err > bound) FAIL_CHECK("b=" << b << " s=" << s << " h=" << h << " c=" << c << ": " << xq[base + c]
+                                                 << " vs " << row[c]);
+              }
+            }
+      };
+      check(in.q, dq.qf, p.seqlen_q, p.heads_q, p.group(), o.hadamard);
+      check(in.k, dq.kf, p.seqlen_k, p.heads_kv, 1, o.hadamard);
+      check(in.v, dq.vf, p.seqlen_k, p.heads_kv, 1, false);
+    }
+  }
+}
+
+TEST_CASE("every quantization mode through the kernel: causal, GQA, tails, each head_dim", "[rung13]") {
+  if (!runs_here(problem(1, 2, 2, 128, 128, 128, DType::bf16, false))) return;
+  const Fp8Options modes[] = {{Fp8Scaling::head, false}, {Fp8Scaling::tensor, false}, {Fp8Scaling::head, true},
+                              {Fp8Scaling::tensor, true}};
+  int k = 0;
+  for (const Fp8Options& o : modes)
+    for (int d : {64, 128, 256})
+      for (bool causal : {false, true}) {
+        const int sq = (k % 2) ? 300 : 257, sk = (k % 3) ? 411 : 257;
+        const Problem p = problem(2, 8, (k % 2) ? 2 : 8, sq, sk, d, (k % 2) ? DType::fp16 : DType::bf16, causal);
+        ++k;
+        for (InputKind input : {InputKind::random, InputKind::outlier}) {
+          const CaseResult res = run_fp8_case(rung13(), p, input, CheckMode::full, 13, o);
+          INFO(fp8_mode_label(o) << " " << p.describe() << " input=" << input_kind_name(input) << ": "
+                                 << res.check.reason << " (rel_fro " << res.check.err.rel_fro << ", max_abs "
+                                 << res.check.err.max_abs << "; end to end rel_fro " << res.fp8_e2e.rel_fro << ")");
+          REQUIRE(res.ran);
+          REQUIRE(res.fp8);
+          REQUIRE(res.check.pass);
+        }
+      }
+}
+
+TEST_CASE("outlier channels: the Hadamard rotation lowers the end-to-end error", "[rung13]") {
+  for (int d : {64, 128, 256}) {
+    const Problem p = problem(2, 2048 / d, 2048 / d, 512, 512, d, DType::bf16, false);
+    if (!runs_here(p)) return;
+    const CaseResult plain = run_fp8_case(rung13(), p, InputKind::outlier, CheckMode::full, 3, {Fp8Scaling::head, false});
+    const CaseResult rot = run_fp8_case(rung13(), p, InputKind::outlier, CheckMode::full, 3, {Fp8Scaling::head, true});
+    INFO("d=" << d << ": end to end rel_fro per-head " << plain.fp8_e2e.rel_fro << ", +hadamard " << rot.fp8_e2e.rel_fro);
+    REQUIRE(plain.check.pass);
+    REQUIRE(rot.check.pass);
+    CHECK(rot.fp8_e2e.rel_fro < plain.fp8_e2e.rel_fro);
+  }
+}
+
+TEST_CASE("each block's P V summed in fp32 against the tensor cores' accumulator (fast-accum)", "[rung13]") {
+  // 4k keys: 128 k32 steps add into O. The FP8 accumulator keeps about 14 significand bits, so
+  // without the fp32 sums the error grows with the number of blocks.
+  for (int d : {64, 128, 256}) {
+    const Problem p = problem(1, 2048 / d, 2048 / d, 4096, 4096, d, DType::bf16, false);
+    if (!runs_here(p)) return;
+    const CaseResult promoted = run_case(rung13(), p, InputKind::random, CheckMode::sample, 6);
+    const CaseResult fast = run_case(rung13("fast-accum"), p, InputKind::random, CheckMode::sample, 6);
+    INFO("d=" << d << " kernel rel_fro: fp32 sums " << promoted.check.err.rel_fro << ", fast-accum "
+              << fast.check.err.rel_fro);
+    REQUIRE(promoted.check.pass);
+    CHECK(promoted.check.err.rel_fro < fast.check.err.rel_fro);
+  }
+}
+
+TEST_CASE("P cast as it is (p-unscaled) still passes: the scaling is measured, not required", "[rung13]") {
+  // How much P x 2^8 buys is a bench figure (bench/run_fp8.sh, the README's table); here both
+  // choices must stay within the FP8 floors on random and outlier inputs.
+  const Problem p = problem(2, 16, 16, 1024, 1024, 128, DType::bf16, false);
+  if (!runs_here(p)) return;
+  for (InputKind input : {InputKind::random, InputKind::outlier}) {
+    const CaseResult scaled = run_case(rung13(), p, input, CheckMode::full, 4);
+    const CaseResult unscaled = run_case(rung13("p-unscaled"), p, input, CheckMode::full, 4);
+    INFO(input_kind_name(input) << " kernel rel_fro: P x 2^8 " << scaled.check.err.rel_fro << ", P as it is "
+                                << unscaled.check.err.rel_fro << ": " << unscaled.check.reason);
+    REQUIRE(scaled.check.pass);
+    REQUIRE(unscaled.check.pass);
+  }
+}
