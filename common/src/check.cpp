@@ -14,9 +14,7 @@ Tolerance tolerance_floor(DType t) {
   return {1.6e-2, 3e-2, 1e-2};
 }
 
-Tolerance tolerance_floor_fp8(DType t) {
-  return {0x1p-5, 0x1p-3, std::max(0x1p-6, tolerance_floor(t).lse_abs)};
-}
+Tolerance tolerance_floor_fp8(DType t) { return {0x1p-5, 0x1p-3, tolerance_floor(t).lse_abs, 0x1p-8}; }
 
 Tolerance tolerance_for(DType t, const ErrorStats& fp32_err) {
   return tolerance_for(tolerance_floor(t), fp32_err);
@@ -25,7 +23,7 @@ Tolerance tolerance_for(DType t, const ErrorStats& fp32_err) {
 Tolerance tolerance_for(const Tolerance& f, const ErrorStats& fp32_err) {
   const double scale = std::max(1.0, fp32_err.ref_max_abs);
   return {std::max(2 * fp32_err.rel_fro, f.rel_fro), std::max(2 * fp32_err.max_abs, f.max_abs * scale),
-          std::max(2 * fp32_err.lse_max_abs, f.lse_abs)};
+          std::max({2 * fp32_err.lse_max_abs, f.lse_abs, f.lse_rel * fp32_err.lse_ref_max_abs}), f.lse_rel};
 }
 
 namespace {
@@ -55,6 +53,7 @@ struct Accumulator {
       return;
     }
     e.lse_max_abs = std::max(e.lse_max_abs, std::fabs(got - ref));
+    e.lse_ref_max_abs = std::max(e.lse_ref_max_abs, std::fabs(ref));
   }
   ErrorStats finish() {
     e.rel_fro = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
@@ -156,6 +155,7 @@ CheckResult check_output(const Problem& p, const HostInputs& in, const std::vect
   r.fp32_err = compare_results(p, f32, ref);
   r.err = compare_rows(p, out, lse, rows, ref);
   r.fp32_err.ref_max_abs = r.err.ref_max_abs;
+  r.fp32_err.lse_ref_max_abs = r.err.lse_ref_max_abs;
   r.tol = tolerance_for(base, r.fp32_err);
   decide(&r);
   return r;

@@ -51,11 +51,17 @@ namespace wg = fl::wgmma;
 constexpr uint32_t kTurnBarrier = 2;
 constexpr uint32_t kConsumerThreads = 256;
 
+/// The softmax's exponential: ex2.approx, one MUFU instruction on the XU pipe.
+struct Ex2Mufu {
+  static __device__ __forceinline__ float apply(float x, int /*col_block*/) { return ptx::ex2_approx(x); }
+};
+
 /// Online softmax of one S block in place (rung 05's code on the wgmma layout): masks, updates
 /// m and l, exponentiates S, and returns the factor O must be scaled by, per row half.
 /// P_SHIFT (rung 13) multiplies every P, and l, by 2^P_SHIFT: exp2(s - m + P_SHIFT) puts the
 /// largest P of a row at 2^P_SHIFT, inside e4m3's range; O / l cancels it and alpha never sees it.
-template <int BLOCK_N, int P_SHIFT = 0>
+/// EXP2 (rung 13) computes the exponentials of S, given each one's 8-column block.
+template <int BLOCK_N, int P_SHIFT = 0, class EXP2 = Ex2Mufu>
 __device__ __forceinline__ void softmax_block(float (&S)[BLOCK_N / 2], float (&m_i)[2],
                                               float (&l_i)[2], float (&alpha)[2],
                                               float scale_log2, bool mask, int visible_base,
@@ -87,7 +93,7 @@ __device__ __forceinline__ void softmax_block(float (&S)[BLOCK_N / 2], float (&m
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& x = S[4 * j + 2 * h + e];
-        x = ptx::ex2_approx(fmaf(x, scale_log2, -m_exp));
+        x = EXP2::apply(fmaf(x, scale_log2, -m_exp), j);
         l_blk += x;
       }
     l_i[h] = l_i[h] * alpha[h] + l_blk;

@@ -26,37 +26,37 @@ int smem_of(const Problem& p) {
 }
 
 #if FL_HOPPER_SM90A
-template <int P_SHIFT, bool PROMOTE>
+template <int P_SHIFT, bool PROMOTE, int POLY>
 void launch_any(const AttnParams& p, cudaStream_t s) {
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     switch (p.head_dim) {
-      case 64: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<64>, P_SHIFT, PROMOTE>(p, s);
-      case 128: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<128>, P_SHIFT, PROMOTE>(p, s);
-      default: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<256>, P_SHIFT, PROMOTE>(p, s);
+      case 64: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<64>, P_SHIFT, PROMOTE, POLY>(p, s);
+      case 128: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<128>, P_SHIFT, PROMOTE, POLY>(p, s);
+      default: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<256>, P_SHIFT, PROMOTE, POLY>(p, s);
     }
   });
 }
 
-template <int P_SHIFT, bool PROMOTE, class Cfg, class T>
+template <int P_SHIFT, bool PROMOTE, int POLY, class Cfg, class T>
 KernelInfo info() {
-  return {hopper13::tile_label<Cfg, P_SHIFT, PROMOTE>(), hopper13::prepared_kernel<T, Cfg, P_SHIFT, PROMOTE>(),
+  return {hopper13::tile_label<Cfg, P_SHIFT, PROMOTE, POLY>(), hopper13::prepared_kernel<T, Cfg, P_SHIFT, PROMOTE, POLY>(),
           Cfg::kThreads,
           static_cast<size_t>(Cfg::kSmemBytes)};
 }
 
-template <int P_SHIFT, bool PROMOTE>
+template <int P_SHIFT, bool PROMOTE, int POLY>
 std::vector<KernelInfo> kernels_any(const Problem& p) {
   return FL_DTYPE_SWITCH(p.dtype, T, [&]() -> std::vector<KernelInfo> {
     switch (p.head_dim) {
-      case 64: return {info<P_SHIFT, PROMOTE, hopper13::Fp8TilesFor<64>, T>()};
-      case 128: return {info<P_SHIFT, PROMOTE, hopper13::Fp8TilesFor<128>, T>()};
-      default: return {info<P_SHIFT, PROMOTE, hopper13::Fp8TilesFor<256>, T>()};
+      case 64: return {info<P_SHIFT, PROMOTE, POLY, hopper13::Fp8TilesFor<64>, T>()};
+      case 128: return {info<P_SHIFT, PROMOTE, POLY, hopper13::Fp8TilesFor<128>, T>()};
+      default: return {info<P_SHIFT, PROMOTE, POLY, hopper13::Fp8TilesFor<256>, T>()};
     }
   });
 }
 #endif
 
-template <int P_SHIFT, bool PROMOTE>
+template <int P_SHIFT, bool PROMOTE, int POLY>
 Rung make(const char* variant, const char* summary) {
   Rung r;
   r.number = 13;
@@ -67,7 +67,7 @@ Rung make(const char* variant, const char* summary) {
   r.min_cc = 90;
   r.head_dims = {64, 128, 256};
   r.fp8_inputs = true;
-  constexpr bool kMain = P_SHIFT == hopper13::kPShift && PROMOTE;
+  constexpr bool kMain = P_SHIFT == hopper13::kPShift && PROMOTE && POLY == hopper13::kExpFma;
   r.in_tour = kMain;
   if (kMain)
     r.baselines = {Baseline::on(10, "the rung it changes: the same schedule on 16-bit operands")};
@@ -80,7 +80,7 @@ Rung make(const char* variant, const char* summary) {
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A
-    launch_any<P_SHIFT, PROMOTE>(p, s);
+    launch_any<P_SHIFT, PROMOTE, POLY>(p, s);
 #else
     (void)p;
     (void)s;
@@ -89,7 +89,7 @@ Rung make(const char* variant, const char* summary) {
   };
   r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
 #if FL_HOPPER_SM90A
-    return kernels_any<P_SHIFT, PROMOTE>(p);
+    return kernels_any<P_SHIFT, PROMOTE, POLY>(p);
 #else
     (void)p;
     return {};
@@ -104,9 +104,12 @@ Rung make(const char* variant, const char* summary) {
 }  // namespace
 
 void register_rung_13(Registry& reg) {
-  reg.add(make<hopper13::kPShift, true>("", "FA3's FP8 forward: rung 10's schedule on e4m3 wgmma, P x 2^8 before its cast, P V summed in fp32"));
-  reg.add(make<0, true>("p-unscaled", "ablation: P cast to e4m3 as it is, in [0, 1]"));
-  reg.add(make<hopper13::kPShift, false>("fast-accum", "ablation: P V accumulated in the FP8 tensor cores' own accumulator across blocks"));
+  constexpr int S = hopper13::kPShift, E = hopper13::kExpFma;
+  reg.add(make<S, true, E>("", "FA3's FP8 forward: rung 10's schedule on e4m3 wgmma, P x 2^8 before its cast, P V summed in fp32"));
+  reg.add(make<0, true, E>("p-unscaled", "ablation: P cast to e4m3 as it is, in [0, 1]"));
+  reg.add(make<S, false, E>("fast-accum", "ablation: P V accumulated in the FP8 tensor cores' own accumulator across blocks"));
+  reg.add(make<S, true, 1>("exp-fma-25", "study: a quarter of the softmax's exp2 on the FMA pipe (a polynomial), the rest on the XU pipe"));
+  reg.add(make<S, true, 2>("exp-fma-50", "study: half of the softmax's exp2 on the FMA pipe (a polynomial), the rest on the XU pipe"));
 }
 
 }  // namespace fl

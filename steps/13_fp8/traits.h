@@ -26,6 +26,11 @@ namespace fl::hopper13 {
 /// variant uses 0, to measure the choice.
 constexpr int kPShift = 8;
 
+/// Of every 4 8-column blocks of S, how many take their exp2 from a polynomial on the FMA pipe
+/// instead of ex2.approx on the XU pipe (kernel.cuh, exp2_fma). The `exp-fma-25` and
+/// `exp-fma-50` variants take 1 and 2.
+constexpr int kExpFma = 0;
+
 /// Tiles of one instantiation: a producer warpgroup and two consumer warpgroups of 64 query
 /// rows each (rung 10's), on e4m3 tiles.
 template <int HEAD_DIM, int BLOCK_N, int STAGES>

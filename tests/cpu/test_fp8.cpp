@@ -175,13 +175,22 @@ TEST_CASE("outlier input: channels 10-100x the others, scores of moderate size",
   }
 }
 
-TEST_CASE("FP8 floors: P in e4m3 (2^-5, 2^-3), S from a 13-bit accumulator (LSE 2^-6)", "[cpu][fp8]") {
+TEST_CASE("FP8 floors: P in e4m3 (2^-5, 2^-3), S from a ~14-bit accumulator (LSE 2^-8 relative)", "[cpu][fp8]") {
   for (DType t : {DType::fp16, DType::bf16}) {
     const Tolerance f = tolerance_floor_fp8(t);
     CHECK(f.rel_fro == std::ldexp(1.0, -5));
     CHECK(f.max_abs == std::ldexp(1.0, -3));
-    CHECK(f.lse_abs == std::max(std::ldexp(1.0, -6), tolerance_floor(t).lse_abs));
+    CHECK(f.lse_abs == tolerance_floor(t).lse_abs);
+    CHECK(f.lse_rel == std::ldexp(1.0, -8));
     CHECK(f.rel_fro > tolerance_floor(t).rel_fro);
+    // The relative LSE floor applies where |LSE| is large: 2^-8 x 20 = 0.078 for an LSE of 20.
+    ErrorStats fp32;
+    fp32.lse_ref_max_abs = 20;
+    CHECK(tolerance_for(f, fp32).lse_abs == 20 * std::ldexp(1.0, -8));
+    fp32.lse_ref_max_abs = 0.5;
+    CHECK(tolerance_for(f, fp32).lse_abs == f.lse_abs);
+    // The 16-bit floors have none.
+    CHECK(tolerance_for(t, fp32).lse_abs == tolerance_floor(t).lse_abs);
   }
 }
 

@@ -510,6 +510,53 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
   }
 }
 #endif  // FL_RUNG10_BINARY
+
+#ifdef FL_RUNG13_BINARY
+TEST_CASE("rung 13: FP8 wgmma (QGMMA e4m3) only, no 16-bit tensor op, no local memory (sm_90a)",
+          "[cpu][hopper_rung13]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    WARN("skipped: cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+    return;
+  }
+  std::string text;
+  int status = fl_test::run_command(
+      "\"" + cuobjdump + "\" -sass \"" + std::string(FL_RUNG13_BINARY) + "\"", &text);
+  INFO("cuobjdump -sass " << FL_RUNG13_BINARY << " exited " << status);
+  REQUIRE(status == 0);
+  int kernels = 0;
+  for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
+    INFO(name);
+    if (name.find("fp8_fwd_kernel") == std::string::npos) continue;
+    ++kernels;
+    int qgmma = 0, e4m3 = 0;
+    for (const SassInstr& i : code) {
+      if (i.opcode.rfind("QGMMA", 0) == 0) {
+        ++qgmma;
+        e4m3 += i.opcode.find("E4M3.E4M3") != std::string::npos;
+      }
+    }
+    CHECK(qgmma > 0);
+    CHECK(e4m3 == qgmma);  // both GEMMs read e4m3
+    CHECK(count_opcode(code, "HGMMA") == 0);
+    CHECK(count_opcode(code, "HMMA") == 0);
+    CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);  // rung 10's producer and consumers
+    CHECK(count_opcode(code, "USETMAXREG.TRY_ALLOC") == 1);
+    CHECK(count_opcode(code, "LDL") == 0);
+    CHECK(count_opcode(code, "STL") == 0);
+  }
+  // 3 head_dims x (rung, p-unscaled, fast-accum, exp-fma-25, exp-fma-50) per output dtype.
+  CHECK(kernels == 15 * (fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16)));
+  status = fl_test::run_command(
+      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG13_BINARY) + "\"", &text);
+  REQUIRE(status == 0);
+  for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
+    INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
+    CHECK(u.stack == 0);
+    CHECK(u.local == 0);
+  }
+}
+#endif  // FL_RUNG13_BINARY
 #endif  // FL_HOPPER_PROBE
 
 #if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG09_BINARY)
@@ -517,6 +564,14 @@ TEST_CASE("rung 09 SASS: not built", "[cpu][hopper_rung09]") {
   WARN(
       "skipped: rung 09's sm_90a kernels are built only when CMAKE_CUDA_ARCHITECTURES includes "
       "90 and FL_RUNGS (if set) includes 09");
+}
+#endif
+
+#if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG13_BINARY)
+TEST_CASE("rung 13 SASS: not built", "[cpu][hopper_rung13]") {
+  WARN(
+      "skipped: rung 13's sm_90a kernels are built only when CMAKE_CUDA_ARCHITECTURES includes "
+      "90 and FL_RUNGS (if set) includes 13");
 }
 #endif
 
