@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute figures the READMEs quote, exported as CSV (never the .ncu-rep files):
 #
-#   bench/ncu_summary.sh BIN_DIR OUT_DIR
+#   bench/ncu_summary.sh BIN_DIR OUT_DIR [TARGETS_REGEX]
 #
 # For each target below, one launch of the rung's kernels is profiled with a fixed metric list
 # (`ncu --metrics ... --csv --page raw`, default clock control: base clocks) and written to
@@ -14,13 +14,17 @@
 #   rung09_d128, rung10_d128  09_wgmma_tma, 10_warp_specialized on the same problem (if built): the
 #                tensor pipe and the stall reasons
 #   rung11_d128  11_backward's main kernel on the same problem (if built)
+#   rung13_d128  13_fp8 on the same problem (if built): the tensor pipe against the XU pipe (ex2,
+#                the conversions to e4m3) that its softmax runs on
 #   rung08_128k  08_flash_decoding, decode B=1 32/8 heads d=128 Sk=131072: DRAM throughput,
 #                issue activity, instructions (split kernel and combine kernel)
 #
+# TARGETS_REGEX (bash regex): profile only the targets whose name matches, e.g. 'rung1[03]_d128'.
 # Exit: 0 written; 77 no ncu or no GPU; otherwise ncu's exit code.
 set -euo pipefail
 BIN=${1:?usage: ncu_summary.sh BIN_DIR OUT_DIR}
 OUT=${2:?usage: ncu_summary.sh BIN_DIR OUT_DIR}
+ONLY=${3:-}
 NCU=${NCU:-ncu}
 command -v "$NCU" >/dev/null || { echo "ncu_summary.sh: no ncu on PATH; nothing profiled"; exit 77; }
 mkdir -p "$OUT"
@@ -44,6 +48,9 @@ metrics=(
   sm__warps_active.avg.pct_of_peak_sustained_active
   smsp__warps_active.avg.per_cycle_active
   lts__t_sectors_op_red.sum
+  sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+  sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active
+  sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
 )
 # Why warps wait (cycles per issued instruction, by reason): the Hopper rungs' and rung 11's
 # READMEs explain their gaps with these.
@@ -63,6 +70,7 @@ list=$(IFS=,; echo "${use[*]}")
 
 profile() {  # profile NAME KERNEL_REGEX COUNT EXE ARGS...
   local name=$1 kernels=$2 count=$3; shift 3
+  if [ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]]; then return 0; fi
   local log="$OUT/ncu_$name.log"
   echo "ncu_summary.sh: [$name] $*"
   set +e
@@ -87,5 +95,6 @@ profile rung06_d128 "flash_fwd_tc" 1 "$BIN/06_headdim_tiles" "${prefill[@]}"
 [ -x "$BIN/09_wgmma_tma" ] && profile rung09_d128 "wgmma_tma_fwd" 1 "$BIN/09_wgmma_tma" "${prefill[@]}"
 [ -x "$BIN/10_warp_specialized" ] && profile rung10_d128 "ws_fwd" 1 "$BIN/10_warp_specialized" "${prefill[@]}"
 [ -x "$BIN/11_backward" ] && profile rung11_d128 "bwd_main" 1 "$BIN/11_backward" "${prefill[@]}"
+[ -x "$BIN/13_fp8" ] && profile rung13_d128 "fp8_fwd" 1 "$BIN/13_fp8" "${prefill[@]}"
 profile rung08_128k "split_kv_attention|combine_splits" 2 "$BIN/08_flash_decoding" --batch 1 --seqlen-q 1 \
   --seqlen-k 131072 --heads 32 --kv-heads 8 --dim 128 --iters 1 --warmup 0 --check none --no-compare

@@ -12,7 +12,9 @@
 #   per-head              --fp8-scale head (the rung's default)
 #   per-tensor+hadamard   --fp8-scale tensor --hadamard   (Q and K rotated by a random Hadamard matrix)
 #   per-head+hadamard     --fp8-scale head --hadamard
-# and the variant p-unscaled (P cast to e4m3 as it is, without the scaling before its cast) on both
+# the variant fast-accum (P V accumulated in the tensor cores, no fp32 sum per block) on the random
+# input, per-head, at each head_dim, and the variant p-unscaled (P cast to e4m3 as it is, without
+# the scaling before its cast) on both
 # inputs, per-head, head_dim 128. Each run writes its report (schema flashladder.run/1: "check" is
 # the kernel on the dequantized inputs, "fp8" the end-to-end error against fp64 on the 16-bit
 # inputs and the time of the quantization) to
@@ -110,6 +112,11 @@ for input in random outlier; do
   done
   # The choice of scaling P before its cast, measured: the variant that casts P as it is.
   one "${input}_per-head_d128_p-unscaled" 128 --input "$input" --fp8-scale head --variant p-unscaled
+done
+# The choice of summing each block's P V in fp32, measured: the variant that accumulates P V in
+# the FP8 tensor cores across all blocks (its error grows with the number of blocks).
+for d in "${dims[@]}"; do
+  one "random_per-head_d${d}_fast-accum" "$d" --input random --fp8-scale head --variant fast-accum
 done
 
 sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "${FL_GIT_SHA:-unknown}")  # env: trees without .git

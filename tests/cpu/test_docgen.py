@@ -341,11 +341,11 @@ class Fp8Test(unittest.TestCase):
         with open(os.path.join(out, "fp8_accuracy", "runs.json"), encoding="utf-8") as f:
             runs = json.load(f)
         self.assertEqual(runs["check"], "full")
-        self.assertEqual(len(runs["runs"]), 10)  # --quick: 2 inputs x 4 modes at d=128, and p-unscaled on both
+        self.assertEqual(len(runs["runs"]), 11)  # --quick: 2 inputs x 4 modes at d=128, p-unscaled on both, fast-accum
         self.assertEqual({r["file"]: r["exit"] for r in runs["runs"]}["outlier_per-tensor_d128.json"], 1)
         self.assertEqual(sum(r["exit"] for r in runs["runs"]), 1)
         files = sorted(os.listdir(os.path.join(out, "fp8_accuracy")))
-        self.assertEqual(len(files), 11, files)  # every run's report (the failed check's too) and runs.json
+        self.assertEqual(len(files), 12, files)  # every run's report (the failed check's too) and runs.json
         first = runs["runs"][0]["command"]
         self.assertEqual(first, "<build>/bin/13_fp8 --batch 4 --seqlen 4096 --heads 16 --dim 128 --dtype fp16 "
                                 "--causal 0 --input random --fp8-scale tensor --check full --iters 3 --no-compare "
