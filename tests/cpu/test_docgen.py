@@ -381,7 +381,7 @@ class Fp8Test(unittest.TestCase):
         names = os.listdir(results)
         for want in ("ladder_bench.json", "report.md", "meta.json", "fp8_accuracy", "fp8_accuracy.log", "run_fp8.log"):
             self.assertIn(want, names)
-        self.assertEqual(len(glob.glob(os.path.join(results, "fp8_accuracy", "*_d128*.json"))), 10)
+        self.assertEqual(len(glob.glob(os.path.join(results, "fp8_accuracy", "*_d128*.json"))), 11)
         with open(os.path.join(results, "meta.json"), encoding="utf-8") as f:
             meta = json.load(f)
         self.assertEqual(meta["family"], "fp8")
