@@ -216,6 +216,7 @@ def run(args):
         return 0
     fl = runinfo.import_flashladder(args.package)
     if fl is None:
+        print("torch_overhead.py: nothing measured")
         return 0
     if fl.device_count() == 0:
         print("torch_overhead.py: %s: nothing measured" % fl.no_device_reason())
