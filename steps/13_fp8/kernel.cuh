@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float O_blk[PROMOTE ? PV_N / 2 : 1];  // PROMOTE: one block's P V (columns of one half)
   float m_i[2] = {-INFINITY, -INFINITY};
   float l_i[2] = {0.f, 0.f};
-  float alpha[2];
+  float alpha[2] = {1.f, 1.f};  // set by every softmax; defined before the first (and in a lab stub)
   uint32_t P_frag[PV_STEPS][4];
   mbarrier_wait_parity(bar_q, 0);
 
