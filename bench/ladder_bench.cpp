@@ -172,10 +172,12 @@ std::vector<Shape> sweep(const Config& c) {
 
 /// Is variant @p r the declared baseline of some main rung (rung 07's untiled kernel)? Then the
 /// sweeps run it beside the mains, so every "vs baseline" ratio is measured.
-bool is_a_main_baseline(const Rung& r) {
+/// With @p fp8_only, only the FP8 main rungs' baselines count (the fp8 family: rung 10).
+bool is_a_main_baseline(const Rung& r, bool fp8_only = false) {
   for (const Rung* m : registry().mains())
-    for (const Baseline& b : m->baselines)
-      if (b.kind == Baseline::Kind::rung && b.number == r.number && b.variant == r.variant) return true;
+    if (!fp8_only || m->fp8_inputs)
+      for (const Baseline& b : m->baselines)
+        if (b.kind == Baseline::Kind::rung && b.number == r.number && b.variant == r.variant) return true;
   return false;
 }
 
@@ -193,14 +195,8 @@ bool runs_in(const Config& c, const std::string& f, const Rung& r) {
     return false;
   }
   if (f == "paged") return r.paged_kv && r.variant.empty();
-  if (f == "fp8") {  // FP8 rungs, and the entries they declare as their baselines (rung 10)
-    if (r.fp8_inputs) return r.variant.empty() || c.variants;
-    for (const Rung& o : registry().all())
-      if (o.fp8_inputs && o.variant.empty())
-        for (const Baseline& b : o.baselines)
-          if (b.kind == Baseline::Kind::rung && b.number == r.number && b.variant == r.variant) return true;
-    return false;
-  }
+  if (f == "fp8")  // FP8 rungs, and the entries they declare as their baselines (rung 10)
+    return r.fp8_inputs ? r.variant.empty() || c.variants : is_a_main_baseline(r, true);
   return r.variant.empty() || c.variants || is_a_main_baseline(r);
 }
 
@@ -306,8 +302,7 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   dp.poison_outputs();
   launch_once(*r, dp);  // also the warm-up (module load)
   ErrorStats e2e;
-  const CheckResult c = r->fp8_inputs ? check_fp8_output(p, in, dp, check, 1, &e2e)
-                                      : check_output(p, in, dp.download_o(), dp.download_lse(), check, 1);
+  const CheckResult c = check_forward(p, in, dp, check, 1, &e2e);
   if (!c.pass) {
     state.SkipWithError(("check failed: " + c.reason).c_str());
     return;

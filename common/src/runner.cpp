@@ -292,10 +292,11 @@ CaseResult run_bwd_case(const Rung& r, const Problem& p, InputKind input, CheckM
   return res;
 }
 
-CheckResult check_fp8_output(const Problem& p, const HostInputs& in, const DeviceProblem& dp, CheckMode mode,
-                             unsigned long long seed, ErrorStats* e2e) {
+CheckResult check_forward(const Problem& p, const HostInputs& in, const DeviceProblem& dp, CheckMode mode,
+                          unsigned long long seed, ErrorStats* e2e) {
   const std::vector<uint16_t> out = dp.download_o();
   const std::vector<float> lse = dp.download_lse();
+  if (!dp.fp8()) return check_output(p, in, out, lse, mode, seed);
   const Tolerance floor = tolerance_floor_fp8(p.dtype);
   CheckResult c = check_output(p, dp.fp8()->dequantized(), out, lse, mode, seed, &floor);
   const std::vector<RowId> rows = rows_for_check(p, mode, seed);
@@ -322,8 +323,7 @@ CaseResult run_fp8_case(const Rung& r, const Problem& p, InputKind input, CheckM
   launch_once(r, dp);
   res.ran = true;
   res.fp8 = r.fp8_inputs;
-  res.check = r.fp8_inputs ? check_fp8_output(p, in, dp, mode, seed, &res.fp8_e2e)
-                           : check_output(p, in, dp.download_o(), dp.download_lse(), mode, seed);
+  res.check = check_forward(p, in, dp, mode, seed, &res.fp8_e2e);
   return res;
 }
 
@@ -464,8 +464,7 @@ void run_one(const Rung& r, const Options& opt, const DeviceInfo& dev, const Hos
   dp.poison_outputs();
   launch_once(r, dp);
   if (check)
-    rep->check = r.fp8_inputs ? check_fp8_output(p, in, dp, opt.check, opt.seed, &rep->fp8_e2e)
-                              : check_output(p, in, dp.download_o(), dp.download_lse(), opt.check, opt.seed);
+    rep->check = check_forward(p, in, dp, opt.check, opt.seed, &rep->fp8_e2e);
   if (time) rep->timing = time_rung(r, dp, dev, opt.iters, opt.warmup);
   // The quantization's own time (once per Q/K/V, not in the kernel's): the same timer.
   if (time && r.fp8_inputs)

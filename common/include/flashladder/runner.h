@@ -148,12 +148,13 @@ CaseResult run_case(const Rung& r, const Problem& p, InputKind input, CheckMode 
 CaseResult run_fp8_case(const Rung& r, const Problem& p, InputKind input, CheckMode mode,
                         unsigned long long seed, const Fp8Options& fp8);
 
-/// An FP8 rung's two figures for one run on @p dp (after to_fp8 and the launch): the check on
-/// the dequantized inputs with the FP8 floors (tolerance_floor_fp8), which judges the kernel,
-/// and @p e2e, the same rows against the fp64 result of the 16-bit inputs @p in: the error a
-/// user sees, quantization included (reported, not judged).
-CheckResult check_fp8_output(const Problem& p, const HostInputs& in, const DeviceProblem& dp, CheckMode mode,
-                             unsigned long long seed, ErrorStats* e2e);
+/// Checks the forward run on @p dp (after the launch) against the fp64 reference: check_output
+/// on the 16-bit inputs @p in, or, once DeviceProblem::to_fp8 made FP8 inputs, an FP8 rung's two
+/// figures: the check on the dequantized inputs with the FP8 floors (tolerance_floor_fp8), which
+/// judges the kernel, and @p e2e, the same rows against the fp64 result of @p in: the error a user
+/// sees, quantization included (reported, not judged; left alone for a 16-bit run).
+CheckResult check_forward(const Problem& p, const HostInputs& in, const DeviceProblem& dp, CheckMode mode,
+                          unsigned long long seed, ErrorStats* e2e);
 
 /// The backward unit: makes inputs and dO (make_grad_output), runs the forward pass once
 /// (O, LSE; `unwritten` fails the case if it left NaN), then the backward once on
