@@ -42,6 +42,13 @@ inline std::string find_cuobjdump() {
   return "";
 }
 
+/// Runs `cuobjdump FLAG BINARY` (FLAG: "-sass" or "-res-usage"), its output in @p text; the exit
+/// status.
+inline int run_cuobjdump(const std::string& cuobjdump, const char* flag, const std::string& binary,
+                         std::string* text) {
+  return run_command("\"" + cuobjdump + "\" " + flag + " \"" + binary + "\"", text);
+}
+
 namespace detail {
 inline std::string trimmed(std::string s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();

@@ -116,8 +116,7 @@ TEST_CASE("Hopper probe: every wrapper is the Hopper instruction, no serializati
     return;
   }
   std::string text;
-  int status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -sass \"" + std::string(FL_HOPPER_PROBE_BINARY) + "\"", &text);
+  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_HOPPER_PROBE_BINARY, &text);
   INFO("cuobjdump -sass " << FL_HOPPER_PROBE_BINARY << " exited " << status);
   REQUIRE(status == 0);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
@@ -177,8 +176,7 @@ TEST_CASE("Hopper probe: every wrapper is the Hopper instruction, no serializati
     CHECK(count_opcode(code, "STL") == 0);
   }
 
-  status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_HOPPER_PROBE_BINARY) + "\"", &text);
+  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_HOPPER_PROBE_BINARY, &text);
   REQUIRE(status == 0);
   const auto usage = fl_test::parse_res_usage(text, "sm_90a");
   REQUIRE(usage.size() == 2);
@@ -315,8 +313,7 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
     if (fl::dtype_built(d.dtype)) dtypes.push_back(d);
 
   std::string text;
-  int status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -sass \"" + std::string(FL_RUNG09_BINARY) + "\"", &text);
+  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG09_BINARY, &text);
   INFO("cuobjdump -sass " << FL_RUNG09_BINARY << " exited " << status);
   REQUIRE(status == 0);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
@@ -400,8 +397,7 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
     }
   }
 
-  status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG09_BINARY) + "\"", &text);
+  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG09_BINARY, &text);
   REQUIRE(status == 0);
   const auto usage = fl_test::parse_res_usage(text, "sm_90a");
   CHECK(usage.size() == instances.size() * dtypes.size());
@@ -423,8 +419,7 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
     return;
   }
   std::string text;
-  int status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -sass \"" + std::string(FL_RUNG10_BINARY) + "\"", &text);
+  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG10_BINARY, &text);
   INFO("cuobjdump -sass " << FL_RUNG10_BINARY << " exited " << status);
   REQUIRE(status == 0);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
@@ -497,8 +492,7 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
   CHECK(ws_kernels == (4 * 3 + 3) * dtypes);
   CHECK(no_ws_kernels == 4 * dtypes);
 
-  status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG10_BINARY) + "\"", &text);
+  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG10_BINARY, &text);
   REQUIRE(status == 0);
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
@@ -520,8 +514,7 @@ TEST_CASE("rung 13: FP8 wgmma (QGMMA e4m3) only, no 16-bit tensor op, no local m
     return;
   }
   std::string text;
-  int status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -sass \"" + std::string(FL_RUNG13_BINARY) + "\"", &text);
+  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG13_BINARY, &text);
   INFO("cuobjdump -sass " << FL_RUNG13_BINARY << " exited " << status);
   REQUIRE(status == 0);
   int kernels = 0;
@@ -547,8 +540,7 @@ TEST_CASE("rung 13: FP8 wgmma (QGMMA e4m3) only, no 16-bit tensor op, no local m
   }
   // 3 head_dims x (rung, p-unscaled, fast-accum, exp-fma-25, exp-fma-50) per output dtype.
   CHECK(kernels == 15 * (fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16)));
-  status = fl_test::run_command(
-      "\"" + cuobjdump + "\" -res-usage \"" + std::string(FL_RUNG13_BINARY) + "\"", &text);
+  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG13_BINARY, &text);
   REQUIRE(status == 0);
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);

@@ -14,8 +14,10 @@
 
 #include "catch_compat.h"
 #include "flashladder/runner.h"
+#include "problem_shape.h"
 
 using namespace fl;
+using fl_test::shape;
 
 namespace {
 
@@ -23,19 +25,6 @@ const Rung& rung13(const std::string& variant = "") {
   const Rung* r = registry().find(13, variant);
   REQUIRE(r != nullptr);
   return *r;
-}
-
-Problem problem(int batch, int hq, int hkv, int sq, int sk, int d, DType t, bool causal) {
-  Problem p;
-  p.batch = batch;
-  p.heads_q = hq;
-  p.heads_kv = hkv;
-  p.seqlen_q = sq;
-  p.seqlen_k = sk;
-  p.head_dim = d;
-  p.dtype = t;
-  p.causal = causal;
-  return p;
 }
 
 /// Skips (returns false) where rung 13 cannot run (not an sm_90 GPU, not built for it).
@@ -52,7 +41,7 @@ TEST_CASE("the quantize kernels: e4m3 of x / descale, amax to 448, V transposed 
   for (const Fp8Options o : {Fp8Options{Fp8Scaling::head, false}, Fp8Options{Fp8Scaling::tensor, false},
                              Fp8Options{Fp8Scaling::head, true}}) {
     for (int d : {64, 128, 256}) {
-      const Problem p = problem(2, 4, 2, 37, 45, d, DType::bf16, false);
+      const Problem p = shape(2, 37, 45, 4, 2, d, false, DType::bf16);
       const HostInputs in = make_inputs(p, InputKind::outlier, 5);
       DeviceProblem dp(p, in, 0, 5);
       dp.to_fp8(o, 5);
@@ -63,39 +52,30 @@ TEST_CASE("the quantize kernels: e4m3 of x / descale, amax to 448, V transposed 
       auto check = [&](const std::vector<uint16_t>& x16, const std::vector<float>& xq, int seqlen, int heads,
                        int group, bool rotated) {
         const int n_idx = o.scaling == Fp8Scaling::tensor ? 1 : p.batch * p.heads_kv;
+        const size_t rows = x16.size() / d;
+        std::vector<float> ref(x16.size());  // the (rotated) 16-bit input, row by row
+        std::vector<int> idx(rows);          // each row's scale index
         std::vector<float> amax_in(n_idx, 0.f), amax_q(n_idx, 0.f);
-        std::vector<float> row(d);
-        for (int b = 0; b < p.batch; ++b)
-          for (int s = 0; s < seqlen; ++s)
-            for (int h = 0; h < heads; ++h) {
-              const size_t base = ((static_cast<size_t>(b) * seqlen + s) * heads + h) * d;
-              for (int c = 0; c < d; ++c) row[c] = from_bits(x16[base + c], p.dtype);
-              if (rotated) hadamard_rotate_host(row.data(), d, 5);
-              const int idx = o.scaling == Fp8Scaling::tensor ? 0 : b * p.heads_kv + h / group;
-              for (int c = 0; c < d; ++c) {
-                amax_in[idx] = std::max(amax_in[idx], std::fabs(row[c]));
-                amax_q[idx] = std::max(amax_q[idx], std::fabs(xq[base + c]));
-              }
-            }
+        for (size_t r = 0; r < rows; ++r) {  // rows in [batch, seqlen, heads] order
+          const int h = static_cast<int>(r % heads), b = static_cast<int>(r / (static_cast<size_t>(heads) * seqlen));
+          for (int c = 0; c < d; ++c) ref[r * d + c] = from_bits(x16[r * d + c], p.dtype);
+          if (rotated) hadamard_rotate_host(&ref[r * d], d, 5);
+          idx[r] = o.scaling == Fp8Scaling::tensor ? 0 : b * p.heads_kv + h / group;
+          for (int c = 0; c < d; ++c) {
+            amax_in[idx[r]] = std::max(amax_in[idx[r]], std::fabs(ref[r * d + c]));
+            amax_q[idx[r]] = std::max(amax_q[idx[r]], std::fabs(xq[r * d + c]));
+          }
+        }
         for (int i = 0; i < n_idx; ++i) CHECK(std::fabs(amax_q[i] - amax_in[i]) <= 1e-5f * amax_in[i]);
-        for (int b = 0; b < p.batch; ++b)
-          for (int s = 0; s < seqlen; ++s)
-            for (int h = 0; h < heads; ++h) {
-              const size_t base = ((static_cast<size_t>(b) * seqlen + s) * heads + h) * d;
-              for (int c = 0; c < d; ++c) row[c] = from_bits(x16[base + c], p.dtype);
-              if (rotated) hadamard_rotate_host(row.data(), d, 5);
-              const int idx = o.scaling == Fp8Scaling::tensor ? 0 : b * p.heads_kv + h / group;
-              const float descale = amax_in[idx] / kE4m3Max;
-              for (int c = 0; c < d; ++c) {
-                // Half a step of e4m3 at this magnitude (2^-4 relative; subnormal steps 2^-9),
-                // plus the fp32 rounding of the rotation.
-                const float err = std::fabs(xq[base + c] - row[c]);
-                const float bound = std::max(std::ldexp(std::fabs(row[c]), -4), std::ldexp(descale, -10)) * 1.01f +
-                                    1e-5f * amax_in[idx];
-                if (err > bound) FAIL_CHECK("b=" << b << " s=" << s << " h=" << h << " c=" << c << ": " << xq[base + c]
-                                                 << " vs " << row[c]);
-              }
-            }
+        for (size_t e = 0; e < ref.size(); ++e) {
+          const float descale = amax_in[idx[e / d]] / kE4m3Max;
+          // Half a step of e4m3 at this magnitude (2^-4 relative; subnormal steps 2^-9), plus the
+          // fp32 rounding of the rotation.
+          const float err = std::fabs(xq[e] - ref[e]);
+          const float bound = std::max(std::ldexp(std::fabs(ref[e]), -4), std::ldexp(descale, -10)) * 1.01f +
+                              1e-5f * amax_in[idx[e / d]];
+          if (err > bound) FAIL_CHECK("row " << e / d << " c=" << e % d << ": " << xq[e] << " vs " << ref[e]);
+        }
       };
       check(in.q, dq.qf, p.seqlen_q, p.heads_q, p.group(), o.hadamard);
       check(in.k, dq.kf, p.seqlen_k, p.heads_kv, 1, o.hadamard);
@@ -105,7 +85,7 @@ TEST_CASE("the quantize kernels: e4m3 of x / descale, amax to 448, V transposed 
 }
 
 TEST_CASE("every quantization mode through the kernel: causal, GQA, tails, each head_dim", "[rung13]") {
-  if (!runs_here(problem(1, 2, 2, 128, 128, 128, DType::bf16, false))) return;
+  if (!runs_here(shape(1, 128, 128, 2, 2, 128, false, DType::bf16))) return;
   const Fp8Options modes[] = {{Fp8Scaling::head, false}, {Fp8Scaling::tensor, false}, {Fp8Scaling::head, true},
                               {Fp8Scaling::tensor, true}};
   int k = 0;
@@ -113,7 +93,7 @@ TEST_CASE("every quantization mode through the kernel: causal, GQA, tails, each 
     for (int d : {64, 128, 256})
       for (bool causal : {false, true}) {
         const int sq = (k % 2) ? 300 : 257, sk = (k % 3) ? 411 : 257;
-        const Problem p = problem(2, 8, (k % 2) ? 2 : 8, sq, sk, d, (k % 2) ? DType::fp16 : DType::bf16, causal);
+        const Problem p = shape(2, sq, sk, 8, (k % 2) ? 2 : 8, d, causal, (k % 2) ? DType::fp16 : DType::bf16);
         ++k;
         for (InputKind input : {InputKind::random, InputKind::outlier}) {
           const CaseResult res = run_fp8_case(rung13(), p, input, CheckMode::full, 13, o);
@@ -129,7 +109,7 @@ TEST_CASE("every quantization mode through the kernel: causal, GQA, tails, each 
 
 TEST_CASE("outlier channels: the Hadamard rotation lowers the end-to-end error", "[rung13]") {
   for (int d : {64, 128, 256}) {
-    const Problem p = problem(2, 2048 / d, 2048 / d, 512, 512, d, DType::bf16, false);
+    const Problem p = shape(2, 512, 512, 2048 / d, 2048 / d, d, false, DType::bf16);
     if (!runs_here(p)) return;
     const CaseResult plain = run_fp8_case(rung13(), p, InputKind::outlier, CheckMode::full, 3, {Fp8Scaling::head, false});
     const CaseResult rot = run_fp8_case(rung13(), p, InputKind::outlier, CheckMode::full, 3, {Fp8Scaling::head, true});
@@ -144,7 +124,7 @@ TEST_CASE("each block's P V summed in fp32 against the tensor cores' accumulator
   // 4k keys: 128 k32 steps add into O. The FP8 accumulator keeps about 14 significand bits, so
   // without the fp32 sums the error grows with the number of blocks.
   for (int d : {64, 128, 256}) {
-    const Problem p = problem(1, 2048 / d, 2048 / d, 4096, 4096, d, DType::bf16, false);
+    const Problem p = shape(1, 4096, 4096, 2048 / d, 2048 / d, d, false, DType::bf16);
     if (!runs_here(p)) return;
     const CaseResult promoted = run_case(rung13(), p, InputKind::random, CheckMode::sample, 6);
     const CaseResult fast = run_case(rung13("fast-accum"), p, InputKind::random, CheckMode::sample, 6);
@@ -158,7 +138,7 @@ TEST_CASE("each block's P V summed in fp32 against the tensor cores' accumulator
 TEST_CASE("P cast as it is (p-unscaled) still passes: the scaling is measured, not required", "[rung13]") {
   // How much P x 2^8 buys is a bench figure (bench/run_fp8.sh, the README's table); here both
   // choices must stay within the FP8 floors on random and outlier inputs.
-  const Problem p = problem(2, 16, 16, 1024, 1024, 128, DType::bf16, false);
+  const Problem p = shape(2, 1024, 1024, 16, 16, 128, false, DType::bf16);
   if (!runs_here(p)) return;
   for (InputKind input : {InputKind::random, InputKind::outlier}) {
     const CaseResult scaled = run_case(rung13(), p, input, CheckMode::full, 4);
