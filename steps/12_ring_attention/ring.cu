@@ -325,6 +325,80 @@ class RankRing {
     comm_->wait_ready("ncclAllReduce (barrier)");
   }
 
+  /// O_acc = 0 and LSE = -inf: the running merge's start (on the compute stream).
+  void reset_accumulator() {
+    launch_reset(o_acc_.as<float>(), q_elems_, lse_.as<float>(), lse_elems_, dev_.sm_count,
+                 compute_.s);
+    FL_LAUNCH_CHECK("reset_accumulator");
+  }
+
+  /// The 16-bit O from the fp32 accumulator, once, after the last step.
+  void finalize_output() {
+    FL_DTYPE_SWITCH(p_.dtype, T, [&] {
+      launch_finalize<T>(o_acc_.as<float>(), o_.get(), q_elems_, dev_.sm_count, compute_.s);
+    });
+    FL_LAUNCH_CHECK("finalize_output");
+  }
+
+  /// The compute of step @p s on the compute stream, on the K/V shard at @p kv (K then V rows,
+  /// the step's kv_len of them): the forward rung on each launch of the step, each writing its
+  /// partial O and LSE, then rung 08's combine of each into (O_acc, LSE). @p launched (may be
+  /// null) is recorded between the two: the end of the step's compute.
+  void compute_step(int s, const void* kv, cudaEvent_t launched) {
+    const StepPlan& sp = plan_.steps[s];
+    cudaStream_t cs = compute_.s;
+    int64_t lse_off = 0;
+    std::vector<MergeArgs> merges;
+    for (const Launch& l : sp.launches) {
+      float* lse_part = lse_part_.as<float>() + lse_off;
+      const AttnParams a = launch_params(p_, l, plan_.q_shard.len, sp.kv_len, q_.get(), kv,
+                                         o_part_.get(), lse_part, ws_.get(), ws_bytes_);
+      fwd_.launch(a, cs);
+      FL_LAUNCH_CHECK("the forward rung of a ring step");
+      merges.push_back(MergeArgs{o_part_.get(), lse_part, o_acc_.as<float>(), lse_.as<float>(),
+                                 p_.batch, p_.heads_q, p_.head_dim, plan_.q_shard.len, l.q.begin,
+                                 l.q.len});
+      lse_off += static_cast<int64_t>(p_.batch) * p_.heads_q * l.q.len;
+    }
+    if (launched) FL_CUDA_CHECK(cudaEventRecord(launched, cs));
+    for (const MergeArgs& m : merges) {
+      FL_DTYPE_SWITCH(p_.dtype, T, [&] { launch_merge<T>(m, cs); });
+      FL_LAUNCH_CHECK("merge_partial");
+    }
+  }
+
+  /// --replay: this rank's whole pass with no transfer, alone on the GPU; waits for it and
+  /// returns its event times (exposed communication and transfer are 0). At step s it reads the
+  /// K/V shard where the rank that started with it keeps it (@p ranks[src_rank]'s own shard, on
+  /// this same GPU): the bytes the ring would have brought.
+  StepTimes replay(const std::vector<std::unique_ptr<RankRing>>& ranks) {
+    cudaStream_t cs = compute_.s;
+    FL_CUDA_CHECK(cudaEventRecord(ev_it_[0], cs));
+    reset_accumulator();
+    for (int s = 0; s < world_; ++s) {
+      FL_CUDA_CHECK(cudaEventRecord(ev_step_start_[s], cs));
+      compute_step(s, ranks[plan_.steps[s].src_rank]->kv_own_.get(), ev_compute_done_[s]);
+      FL_CUDA_CHECK(cudaEventRecord(ev_merge_done_[s], cs));
+    }
+    finalize_output();
+    FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
+    FL_CUDA_CHECK(cudaEventSynchronize(ev_it_[1]));
+    StepTimes t;
+    t.total = elapsed_ms(ev_it_[0], ev_it_[1]);
+    for (int s = 0; s < world_; ++s) {
+      t.compute.push_back(elapsed_ms(ev_step_start_[s], ev_compute_done_[s]));
+      t.merge.push_back(elapsed_ms(ev_compute_done_[s], ev_merge_done_[s]));
+      t.exposed.push_back(0);
+      t.transfer.push_back(0);
+    }
+    return t;
+  }
+
+  /// --replay: this rank's O rows and LSE into the whole O and LSE (see gather).
+  void collect(std::vector<uint16_t>* o_all, std::vector<float>* lse_all) const {
+    put_rows(p_, plan_.q_shard, o_, lse_, o_all, lse_all);
+  }
+
   /// One whole forward pass, enqueued; waits for it (polling) and returns its event times.
   /// @p fail_rank (testing): that rank leaves the process at step 1 (step 0 for P = 1).
   StepTimes forward(int fail_rank) {
@@ -333,8 +407,7 @@ class RankRing {
     const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[0], cs));
     FL_CUDA_CHECK(cudaStreamWaitEvent(ms, ev_it_[0], 0));  // no transfer before the barrier
-    launch_reset(o_acc_.as<float>(), q_elems_, lse_.as<float>(), lse_elems_, dev_.sm_count, cs);
-    FL_LAUNCH_CHECK("reset_accumulator");
+    reset_accumulator();
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[2], cs));
     for (int s = 0; s < P; ++s) {
       const StepPlan& sp = plan_.steps[s];
@@ -367,30 +440,10 @@ class RankRing {
       // Compute of step s on the shard received at step s - 1 (step 0: its own).
       if (s > 0) FL_CUDA_CHECK(cudaStreamWaitEvent(cs, ev_recv_done_[s - 1], 0));
       FL_CUDA_CHECK(cudaEventRecord(ev_step_start_[s], cs));
-      int64_t lse_off = 0;
-      std::vector<MergeArgs> merges;
-      for (const Launch& l : sp.launches) {
-        float* lse_part = lse_part_.as<float>() + lse_off;
-        const AttnParams a = launch_params(p_, l, plan_.q_shard.len, sp.kv_len, q_.get(), cur.get(),
-                                           o_part_.get(), lse_part, ws_.get(), ws_bytes_);
-        fwd_.launch(a, cs);
-        FL_LAUNCH_CHECK("the forward rung of a ring step");
-        merges.push_back(MergeArgs{o_part_.get(), lse_part, o_acc_.as<float>(), lse_.as<float>(),
-                                   p_.batch, p_.heads_q, p_.head_dim, plan_.q_shard.len, l.q.begin,
-                                   l.q.len});
-        lse_off += static_cast<int64_t>(p_.batch) * p_.heads_q * l.q.len;
-      }
-      FL_CUDA_CHECK(cudaEventRecord(ev_compute_done_[s], cs));
-      for (const MergeArgs& m : merges) {
-        FL_DTYPE_SWITCH(p_.dtype, T, [&] { launch_merge<T>(m, cs); });
-        FL_LAUNCH_CHECK("merge_partial");
-      }
+      compute_step(s, cur.get(), ev_compute_done_[s]);
       FL_CUDA_CHECK(cudaEventRecord(ev_merge_done_[s], cs));
     }
-    FL_DTYPE_SWITCH(p_.dtype, T, [&] {
-      launch_finalize<T>(o_acc_.as<float>(), o_.get(), q_elems_, dev_.sm_count, cs);
-    });
-    FL_LAUNCH_CHECK("finalize_output");
+    finalize_output();
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
     comm_->wait_event(ev_it_[1], "the ring's forward pass");
     // The comm stream's last event (its last transfer) is done too: it precedes a compute step.
@@ -440,18 +493,33 @@ class RankRing {
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
     comm_->wait_event(ev_it_[1], "gathering O and LSE to rank 0");
     if (rank_ != 0) return;
-    o_all->assign(static_cast<size_t>(p_.batch) * N * q_row, 0xffff);  // NaN in fp16 and bf16
-    lse_all->assign(static_cast<size_t>(p_.batch) * p_.heads_q * N, NAN);
-    for (int r = 0; r < world_; ++r) {
-      const Shard& sh = shards[r];
-      if (sh.len == 0) continue;
-      std::vector<uint16_t> o(static_cast<size_t>(p_.batch) * sh.len * q_row);
-      std::vector<float> lse(static_cast<size_t>(p_.batch) * p_.heads_q * sh.len);
-      (r == 0 ? o_ : o_in[r]).download(o.data(), bytes16(o.size()));
-      (r == 0 ? lse_ : lse_in[r]).download(lse.data(), lse.size() * sizeof(float));
-      put_shard(o, p_.batch, N, p_.heads_q, p_.head_dim, sh, o_all);
-      put_shard_lse(lse, p_.batch, N, p_.heads_q, sh, lse_all);
-    }
+    start_whole(p_, o_all, lse_all);
+    for (int r = 0; r < world_; ++r)
+      if (shards[r].len > 0)
+        put_rows(p_, shards[r], r == 0 ? o_ : o_in[r], r == 0 ? lse_ : lse_in[r], o_all, lse_all);
+  }
+
+  /// The whole O [batch, N, heads_q, head_dim] and LSE [batch, heads_q, N] before any rank's
+  /// rows are put in: NaN everywhere, so a row that never arrives fails the check.
+  static void start_whole(const Problem& p, std::vector<uint16_t>* o_all,
+                          std::vector<float>* lse_all) {
+    o_all->assign(static_cast<size_t>(p.batch) * p.seqlen_q * row_elems(p.heads_q, p.head_dim),
+                  0xffff);  // NaN in fp16 and bf16
+    lse_all->assign(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q, NAN);
+  }
+
+  /// The O rows and LSE of shard @p sh (device buffers @p o, @p lse) into the whole O and LSE.
+  static void put_rows(const Problem& p, const Shard& sh, const DeviceBuffer& o,
+                       const DeviceBuffer& lse, std::vector<uint16_t>* o_all,
+                       std::vector<float>* lse_all) {
+    if (sh.len == 0) return;
+    std::vector<uint16_t> o_rows(static_cast<size_t>(p.batch) * sh.len *
+                                 row_elems(p.heads_q, p.head_dim));
+    std::vector<float> lse_rows(static_cast<size_t>(p.batch) * p.heads_q * sh.len);
+    o.download(o_rows.data(), bytes16(o_rows.size()));
+    lse.download(lse_rows.data(), lse_rows.size() * sizeof(float));
+    put_shard(o_rows, p.batch, p.seqlen_q, p.heads_q, p.head_dim, sh, o_all);
+    put_shard_lse(lse_rows, p.batch, p.seqlen_q, p.heads_q, sh, lse_all);
   }
 
   /// Every rank's floats to rank 0 (equal counts); rank 0 gets them by rank.
@@ -605,6 +673,7 @@ struct Report {
   Problem p;
   Sharding sharding = Sharding::zigzag;
   int world = 1;
+  bool replay = false;  ///< --replay: the world's ranks in turn on one GPU (each timed alone)
   std::string forward_label, nccl_version;
   DeviceInfo dev;
   Options opt;
@@ -671,7 +740,9 @@ std::string to_json(const Report& r) {
       .kv("schema", "flashladder.ring/1")
       .kv("rung", "12_ring_attention")
       .kv("variant", sharding_name(r.sharding))
-      .kv("gpus", r.world)
+      .kv("gpus", r.replay ? 1 : r.world)
+      .kv("ranks", r.world)
+      .kv("replay", r.replay)
       .kv("forward_rung", r.forward_label)
       .kv("nccl", r.nccl_version)
       .kv("date", utc_now())
@@ -698,18 +769,26 @@ std::string to_json(const Report& r) {
       .kv("ring_vs_single_pass", r.vs_single_pass);
   json_check(j, "check", r.single_check);
   j.kv("median_ms", one).end_object();
-  j.begin_object("timing")
-      .kv("iters", r.iters)
-      .kv("warmup", r.opt.warmup)
-      .kv("ring_median_ms", ring)
-      .kv("ring_min_ms",
-          r.ring_ms.empty() ? 0.0 : *std::min_element(r.ring_ms.begin(), r.ring_ms.end()))
-      .kv("ring_max_ms",
-          r.ring_ms.empty() ? 0.0 : *std::max_element(r.ring_ms.begin(), r.ring_ms.end()))
-      .kv("single_median_ms", one)
-      .kv("scaling_efficiency", (ring > 0 && one > 0) ? one / (r.world * ring) : 0.0)
-      .kv("ring_tflops", ring > 0 ? attention_flops(r.p) / (ring * 1e-3) / 1e12 : 0.0)
-      .end_object();
+  const double eff = (ring > 0 && one > 0) ? one / (r.world * ring) : 0.0;
+  const double tflops = ring > 0 ? attention_flops(r.p) / (ring * 1e-3) / 1e12 : 0.0;
+  const double lo = r.ring_ms.empty() ? 0.0 : *std::min_element(r.ring_ms.begin(), r.ring_ms.end());
+  const double hi = r.ring_ms.empty() ? 0.0 : *std::max_element(r.ring_ms.begin(), r.ring_ms.end());
+  j.begin_object("timing").kv("iters", r.iters).kv("warmup", r.opt.warmup);
+  if (r.replay)  // each rank alone on one GPU: a bound, not the ring's time (other key names)
+    j.kv("slowest_rank_median_ms", ring)
+        .kv("slowest_rank_min_ms", lo)
+        .kv("slowest_rank_max_ms", hi)
+        .kv("single_median_ms", one)
+        .kv("compute_bound_efficiency", eff)
+        .kv("compute_bound_tflops", tflops);
+  else
+    j.kv("ring_median_ms", ring)
+        .kv("ring_min_ms", lo)
+        .kv("ring_max_ms", hi)
+        .kv("single_median_ms", one)
+        .kv("scaling_efficiency", eff)
+        .kv("ring_tflops", tflops);
+  j.end_object();
   j.begin_array("pairs_per_rank");
   for (int64_t x : r.pairs) j.kv(nullptr, static_cast<long long>(x));
   j.end_array();
@@ -719,9 +798,11 @@ std::string to_json(const Report& r) {
   j.end_array();
   j.begin_object("steps_ms");  // [rank][step], medians over the timed iterations
   json_matrix(j, "compute", r.compute);
-  json_matrix(j, "exposed_comm", r.exposed);
   json_matrix(j, "merge", r.merge);
-  json_matrix(j, "transfer", r.transfer);
+  if (!r.replay) {  // a replay transfers nothing
+    json_matrix(j, "exposed_comm", r.exposed);
+    json_matrix(j, "transfer", r.transfer);
+  }
   j.end_object();
   j.end_object();
   return j.str();
@@ -731,14 +812,24 @@ std::string format_report(const Report& r) {
   std::string s;
   char buf[512];
   const int C = num_chunks(r.sharding, r.world);
+  if (r.replay)
+    std::snprintf(buf, sizeof buf,
+                  "12_ring_attention[%s]: the %d ranks of a ring replayed on one GPU, in turn (no "
+                  "NCCL transfer), forward rung %s\n",
+                  sharding_name(r.sharding), r.world, r.forward_label.c_str());
+  else
+    std::snprintf(
+        buf, sizeof buf,
+        "12_ring_attention[%s]: ring attention over %d GPU%s (NCCL %s), forward rung %s\n",
+        sharding_name(r.sharding), r.world, r.world == 1 ? "" : "s", r.nccl_version.c_str(),
+        r.forward_label.c_str());
+  s += buf;
   std::snprintf(
       buf, sizeof buf,
-      "12_ring_attention[%s]: ring attention over %d GPU%s (NCCL %s), forward rung %s\n"
-      "problem: %s\ndevice:  %s (%s, %d SMs) per rank\n"
+      "problem: %s\ndevice:  %s (%s, %d SMs)%s\n"
       "shards:  %d chunks of ~%d tokens; %s\n",
-      sharding_name(r.sharding), r.world, r.world == 1 ? "" : "s", r.nccl_version.c_str(),
-      r.forward_label.c_str(), r.p.describe().c_str(), r.dev.name.c_str(), r.dev.arch().c_str(),
-      r.dev.sm_count, C, r.p.seqlen_q / C,
+      r.p.describe().c_str(), r.dev.name.c_str(), r.dev.arch().c_str(), r.dev.sm_count,
+      r.replay ? "" : " per rank", C, r.p.seqlen_q / C,
       r.sharding == Sharding::zigzag ? "rank r holds chunks r and 2P-1-r" : "rank r holds chunk r");
   s += buf;
   s += "work:    (query, key) pairs per rank:";
@@ -761,12 +852,22 @@ std::string format_report(const Report& r) {
   }
   const double ring = median(r.ring_ms);
   if (ring > 0) {
-    std::snprintf(buf, sizeof buf,
-                  "time:    ring %.4f ms (median of %d, the slowest rank each time), %.1f TFLOP/s",
-                  ring, r.iters, attention_flops(r.p) / (ring * 1e-3) / 1e12);
+    if (r.replay)
+      std::snprintf(buf, sizeof buf,
+                    "time:    the slowest rank's pass %.4f ms (median of %d; each rank alone on "
+                    "this GPU, no transfer)",
+                    ring, r.iters);
+    else
+      std::snprintf(
+          buf, sizeof buf,
+          "time:    ring %.4f ms (median of %d, the slowest rank each time), %.1f TFLOP/s", ring,
+          r.iters, attention_flops(r.p) / (ring * 1e-3) / 1e12);
     s += buf;
     if (r.single_timing.timed) {
-      std::snprintf(buf, sizeof buf, "; one GPU %.4f ms; scaling efficiency T1 / (P x TP) = %.3f",
+      std::snprintf(buf, sizeof buf,
+                    r.replay ? "; one GPU %.4f ms\n         if every transfer hid: T1 / (P x "
+                               "slowest) = %.3f, the scaling efficiency's compute bound"
+                             : "; one GPU %.4f ms; scaling efficiency T1 / (P x TP) = %.3f",
                     r.single_timing.median_ms, r.single_timing.median_ms / (r.world * ring));
       s += buf;
     }
@@ -783,26 +884,146 @@ std::string format_report(const Report& r) {
         m = std::max(m, r.merge[rk][st]);
         t = std::max(t, r.transfer[rk][st]);
       }
-      std::snprintf(buf, sizeof buf, "  %4d %10.4f %14.4f %10.4f %10.4f %12s\n", st, c, e, m, t,
-                    format_bytes(r.send_bytes[st]).c_str());
+      if (r.replay)  // nothing is sent: the bytes are those the ring would send
+        std::snprintf(buf, sizeof buf, "  %4d %10.4f %14s %10.4f %10s %12s\n", st, c, "-", m, "-",
+                      format_bytes(r.send_bytes[st]).c_str());
+      else
+        std::snprintf(buf, sizeof buf, "  %4d %10.4f %14.4f %10.4f %10.4f %12s\n", st, c, e, m, t,
+                      format_bytes(r.send_bytes[st]).c_str());
       s += buf;
     }
   }
   return s;
 }
 
-/// The rank's whole job. Returns its exit code; throws on failure.
+/// Rank 0, --single 1: the same forward rung on the whole sequence on one GPU, checked, compared
+/// with the ring's output @p o_ring and timed: the one-GPU time of the scaling efficiency.
+/// Skipped, with the reason, where the rung cannot run it or it does not fit.
+void run_single(const Options& opt, const Rung& fwd, const DeviceInfo& dev, const HostInputs& in,
+                const std::vector<uint16_t>& o_ring, Report* rep) {
+  const Problem& p = opt.problem;
+  std::string why = supports(fwd, p, dev);
+  const size_t ws = fwd.workspace_bytes ? fwd.workspace_bytes(p) : 0;
+  if (why.empty()) {
+    size_t free_b = 0, total_b = 0;
+    FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need1 = DeviceProblem::device_bytes(p, ws);
+    if (static_cast<double>(need1) > 0.9 * static_cast<double>(free_b))
+      why = "needs " + format_bytes(static_cast<double>(need1)) + " of GPU memory, " +
+            format_bytes(static_cast<double>(free_b)) + " free";
+  }
+  if (!why.empty()) {
+    rep->single_skipped = why;
+    return;
+  }
+  DeviceProblem dp(p, in, ws, opt.seed);
+  dp.poison_outputs();
+  launch_once(fwd, dp);
+  rep->single_ran = true;
+  if (opt.check != CheckMode::none) {
+    const std::vector<uint16_t> o_single = dp.download_o();
+    rep->single_check = check_output(p, in, o_single, dp.download_lse(), opt.check, opt.seed);
+    rep->vs_single = agreement(p.dtype, o_ring, o_single);
+    rep->vs_single_pass = rep->vs_single.max_abs <= rep->check.tol.max_abs &&
+                          rep->vs_single.rel_fro <= rep->check.tol.rel_fro;
+  } else {
+    rep->single_check.pass = true;
+  }
+  rep->single_timing = time_rung(fwd, dp, dev, opt.iters, opt.warmup);
+}
+
+/// Rank 0's end: the report (and --json); the exit code of the checks.
+int finish(const Report& rep, const Options& opt, const std::string& prog) {
+  std::printf("%s", format_report(rep).c_str());
+  if (!opt.json_path.empty()) {
+    std::ofstream f(opt.json_path);
+    f << to_json(rep) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "%s: error: --json: cannot write '%s'\n", prog.c_str(),
+                   opt.json_path.c_str());
+      return kExitBadInput;
+    }
+  }
+  const bool pass =
+      rep.check.pass && (!rep.single_ran || (rep.single_check.pass && rep.vs_single_pass));
+  return pass ? kExitOk : kExitCheckFailed;
+}
+
+/// --replay P: every rank of a P-rank ring in this one process on this one GPU, rank after
+/// rank, each step reading the K/V shard where its first owner keeps it (no NCCL, no transfer).
+/// The plan, the chunk launches, the running merge and the gather run as on P GPUs, so the
+/// check covers them where P GPUs are not at hand; the transfers, the streams' overlap and the
+/// process model are what only --gpus P runs. Each rank's pass is timed alone on the GPU, as it
+/// would run on its own GPU: the slowest one is the ring's time if every transfer hid.
+void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const DeviceInfo& dev,
+                 const HostInputs& in, Report* rep, std::vector<uint16_t>* o_ring) {
+  const Problem& p = opt.problem;
+  std::vector<std::unique_ptr<RankRing>> ranks;
+  for (int r = 0; r < P; ++r) {
+    ranks.push_back(std::make_unique<RankRing>(p, sh, P, r, fwd, dev, nullptr, in));
+    const std::string why = ranks.back()->why_not();
+    if (!why.empty()) throw Unsupported(why);
+  }
+  for (int s = 0; s < P; ++s) rep->send_bytes.push_back(ranks[0]->send_bytes(s));
+  // 1. One checked pass of every rank on a NaN-poisoned O.
+  std::vector<float> lse_ring;
+  RankRing::start_whole(p, o_ring, &lse_ring);
+  for (auto& r : ranks) {
+    r->poison_output();
+    r->replay(ranks);
+    r->collect(o_ring, &lse_ring);
+  }
+  if (opt.check != CheckMode::none)
+    rep->check = check_output(p, in, *o_ring, lse_ring, opt.check, opt.seed);
+  else
+    rep->check.pass = true;
+  // 2. Timed passes, rank after rank: per iteration the slowest rank's pass; per (rank, step)
+  // the medians of compute and merge.
+  for (int i = 0; i < opt.warmup; ++i)
+    for (auto& r : ranks) r->replay(ranks);
+  std::vector<std::vector<std::vector<double>>> compute(P, std::vector<std::vector<double>>(P)),
+      merge = compute;
+  rep->iters = opt.iters;
+  for (int i = 0; i < opt.iters; ++i) {
+    double slowest = 0;
+    for (int r = 0; r < P; ++r) {
+      const StepTimes t = ranks[r]->replay(ranks);
+      slowest = std::max(slowest, static_cast<double>(t.total));
+      for (int s = 0; s < P; ++s) {
+        compute[r][s].push_back(t.compute[s]);
+        merge[r][s].push_back(t.merge[s]);
+      }
+    }
+    rep->ring_ms.push_back(slowest);
+  }
+  for (int r = 0; r < P; ++r) {
+    rep->compute.emplace_back();
+    rep->merge.emplace_back();
+    for (int s = 0; s < P; ++s) {
+      rep->compute[r].push_back(median(compute[r][s]));
+      rep->merge[r].push_back(median(merge[r][s]));
+    }
+    rep->exposed.emplace_back(P, 0.0);
+    rep->transfer.emplace_back(P, 0.0);
+  }
+}
+
+/// The rank's whole job (or, with --replay, the whole ring's). Returns its exit code; throws on
+/// failure.
 int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, int device,
              const std::string& prog) {
   const Problem& p = opt.problem;
-  const int P = ro.gpus;
+  const bool replay = ro.replay > 0;
+  const int P = replay ? ro.replay : ro.gpus;
   FL_CUDA_CHECK(cudaSetDevice(device));
   const DeviceInfo dev = query_device();
   const Rung& fwd = pick_forward_rung(ro.forward_rung, p, dev);
-  const size_t need = RankRing::device_bytes(p, sh, P, rank);
+  size_t need = 0;
+  for (int r = replay ? 0 : rank; r < (replay ? P : rank + 1); ++r)
+    need += RankRing::device_bytes(p, sh, P, r);
   if (static_cast<double>(need) > 0.9 * static_cast<double>(dev.mem_free))
-    throw Unsupported("rank " + std::to_string(rank) + " needs " +
-                      format_bytes(static_cast<double>(need)) + " of GPU memory, " +
+    throw Unsupported((replay ? std::string("the replayed ring") : "rank " + std::to_string(rank)) +
+                      " needs " + format_bytes(static_cast<double>(need)) + " of GPU memory, " +
                       format_bytes(static_cast<double>(dev.mem_free)) + " is free");
   int nccl_code = 0;
   FL_NCCL_CHECK(ncclGetVersion(&nccl_code));
@@ -810,20 +1031,23 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
                                    std::to_string(nccl_code / 100 % 100) + "." +
                                    std::to_string(nccl_code % 100);
 
-  // The communicator: rank 0 makes the id and (P > 1) publishes it through the file.
-  ncclUniqueId id;
-  if (rank == 0) {
-    FL_NCCL_CHECK(ncclGetUniqueId(&id));
-    if (P > 1) write_id_file(ro.id_file, id);
-  } else {
-    id = read_id_file(ro.id_file, ro.timeout_s, rank);
+  // The communicator (not for --replay): rank 0 makes the id and (P > 1) publishes it through
+  // the file. The communicator and the ring live on the heap and are released only on success:
+  // on a failure the exception reaches ring_main, which aborts the communicator and exits at
+  // once. Destructors on that path would free device memory, and cudaFree waits for the GPU,
+  // where an NCCL kernel may spin forever on a peer that died.
+  Communicator* comm = nullptr;
+  if (!replay) {
+    ncclUniqueId id;
+    if (rank == 0) {
+      FL_NCCL_CHECK(ncclGetUniqueId(&id));
+      if (P > 1) write_id_file(ro.id_file, id);
+    } else {
+      id = read_id_file(ro.id_file, ro.timeout_s, rank);
+    }
+    comm = new Communicator(P, rank, id, ro.timeout_s);
+    if (rank == 0 && P > 1) unlink(ro.id_file.c_str());  // everyone has joined: it has served
   }
-  // The communicator and the ring live on the heap and are released only on success: on a
-  // failure the exception reaches ring_main, which aborts the communicator and exits at once.
-  // Destructors on that path would free device memory, and cudaFree waits for the GPU, where
-  // an NCCL kernel may spin forever on a peer that died.
-  auto* comm = new Communicator(P, rank, id, ro.timeout_s);
-  if (rank == 0 && P > 1) unlink(ro.id_file.c_str());  // everyone has joined: it has served
 
   // Every rank makes the same whole inputs from the seed and keeps its rows.
   const HostInputs in = make_inputs(p, opt.input, opt.seed);
@@ -831,13 +1055,16 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
   rep.p = p;
   rep.sharding = sh;
   rep.world = P;
+  rep.replay = replay;
   rep.forward_label = fwd.label();
   rep.nccl_version = nccl_version;
   rep.dev = dev;
   rep.opt = opt;
   rep.pairs = pairs_per_rank(sh, p.causal, p.seqlen_q, P);
   std::vector<uint16_t> o_ring;
-  {
+  if (replay) {
+    replay_ring(opt, sh, P, fwd, dev, in, &rep, &o_ring);
+  } else {
     auto* ring_owned = new RankRing(p, sh, P, rank, fwd, dev, comm, in);
     RankRing& ring = *ring_owned;
     const std::string why = ring.why_not();
@@ -861,7 +1088,6 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
       ring.forward(-1);
     }
     std::vector<float> mine;  // [iters totals][P compute][P exposed][P merge][P transfer]
-    std::vector<std::vector<double>> per_step(4, std::vector<double>());
     std::vector<std::vector<std::vector<double>>> samples(4, std::vector<std::vector<double>>(P));
     std::vector<float> totals;
     for (int i = 0; i < opt.iters; ++i) {
@@ -893,56 +1119,14 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
           dst[k]->emplace_back(v.begin() + opt.iters + k * P, v.begin() + opt.iters + (k + 1) * P);
     }
     delete ring_owned;  // the ring's buffers go: rank 0's single-GPU run has the memory
+    comm->close();
+    delete comm;
   }
-  comm->close();
-  delete comm;
   if (rank != 0) return kExitOk;
 
-  // 3. Rank 0: the same forward rung on the whole sequence on one GPU, checked, compared with
-  // the ring's output and timed (the one-GPU time of the scaling efficiency).
-  if (ro.single) {
-    std::string why = supports(fwd, p, dev);
-    const size_t ws = fwd.workspace_bytes ? fwd.workspace_bytes(p) : 0;
-    if (why.empty()) {
-      size_t free_b = 0, total_b = 0;
-      FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-      const size_t need1 = DeviceProblem::device_bytes(p, ws);
-      if (static_cast<double>(need1) > 0.9 * static_cast<double>(free_b))
-        why = "needs " + format_bytes(static_cast<double>(need1)) + " of GPU memory, " +
-              format_bytes(static_cast<double>(free_b)) + " free";
-    }
-    if (!why.empty()) {
-      rep.single_skipped = why;
-    } else {
-      DeviceProblem dp(p, in, ws, opt.seed);
-      dp.poison_outputs();
-      launch_once(fwd, dp);
-      rep.single_ran = true;
-      if (opt.check != CheckMode::none) {
-        const std::vector<uint16_t> o_single = dp.download_o();
-        rep.single_check = check_output(p, in, o_single, dp.download_lse(), opt.check, opt.seed);
-        rep.vs_single = agreement(p.dtype, o_ring, o_single);
-        rep.vs_single_pass = rep.vs_single.max_abs <= rep.check.tol.max_abs &&
-                             rep.vs_single.rel_fro <= rep.check.tol.rel_fro;
-      } else {
-        rep.single_check.pass = true;
-      }
-      rep.single_timing = time_rung(fwd, dp, dev, opt.iters, opt.warmup);
-    }
-  }
-  std::printf("%s", format_report(rep).c_str());
-  if (!opt.json_path.empty()) {
-    std::ofstream f(opt.json_path);
-    f << to_json(rep) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "%s: error: --json: cannot write '%s'\n", prog.c_str(),
-                   opt.json_path.c_str());
-      return kExitBadInput;
-    }
-  }
-  const bool pass =
-      rep.check.pass && (!rep.single_ran || (rep.single_check.pass && rep.vs_single_pass));
-  return pass ? kExitOk : kExitCheckFailed;
+  // 3. Rank 0: the same forward rung on the whole sequence on one GPU.
+  if (ro.single) run_single(opt, fwd, dev, in, o_ring, &rep);
+  return finish(rep, opt, prog);
 }
 
 /// Leaves at once with @p code after a failure: the communicator is aborted first (its kernels

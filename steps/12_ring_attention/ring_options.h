@@ -25,6 +25,9 @@ struct RingOptions {
   bool preflight = false;  ///< --preflight: check the flags and the GPUs, start nothing (launcher)
   bool skip_missing_gpus = false;  ///< --skip-missing-gpus: fewer GPUs than --gpus -> 77 (tests)
   int fail_rank = -1;  ///< --fail-rank: (testing) this rank exits 1 in the middle of the ring
+  int replay = 0;      ///< --replay P: the P ranks' steps in turn on this one GPU, no NCCL
+                       ///< transfer (0: off): checks the plan without P GPUs, and times each
+                       ///< rank's pass alone (the ring's time if every transfer hid)
 };
 
 /// Result of take_ring_flags: the rung's flags, the rest for parse_cli, or an error.
@@ -81,7 +84,7 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
     }
     const bool ours = flag == "--gpus" || flag == "--rank" || flag == "--local-rank" ||
                       flag == "--id-file" || flag == "--timeout" || flag == "--forward-rung" ||
-                      flag == "--single" || flag == "--fail-rank";
+                      flag == "--single" || flag == "--fail-rank" || flag == "--replay";
     if (!ours) {
       r.rest.push_back(argv[a]);
       continue;
@@ -119,11 +122,19 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
       o->forward_rung = iv;
     } else if (flag == "--fail-rank") {
       o->fail_rank = iv;
+    } else if (flag == "--replay") {
+      if (iv < 1) fail("--replay must be >= 1 ranks, got " + value);
+      o->replay = iv;
     }
   }
   if (!r.ok) return r;
   // Consistency of the process flags.
-  if (o->rank >= o->gpus)
+  if (o->replay > 0 && o->gpus != 1)
+    fail("--replay runs every rank in one process on one GPU: it takes no --gpus " +
+         std::to_string(o->gpus));
+  else if (o->replay > 0 && o->fail_rank >= 0)
+    fail("--fail-rank tests the process model, which --replay does not have");
+  else if (o->rank >= o->gpus)
     fail("--rank " + std::to_string(o->rank) + " is outside a ring of --gpus " +
          std::to_string(o->gpus));
   else if (o->gpus > 1 && !o->preflight && (o->rank < 0 || o->id_file.empty()))
@@ -140,6 +151,11 @@ inline const char* ring_usage() {
          "                       P > 1 through launch_ring.py)\n"
          "  --variant zigzag|contiguous   sharding (default zigzag: causal work balanced)\n"
          "  --forward-rung 6|10  the forward kernel of each step (default: 10 on sm_90, else 6)\n"
+         "  --replay P           the P ranks of a ring in turn on this one GPU: every step's "
+         "launches\n"
+         "                       and merges, no NCCL transfer; checks the plan where P GPUs are\n"
+         "                       not at hand and times each rank's pass alone (the ring's time\n"
+         "                       if every transfer hid: the scaling efficiency's compute bound)\n"
          "  --single 0|1         rank 0 also runs that kernel on the whole sequence: the check\n"
          "                       against it, the one-GPU time and the scaling efficiency (1)\n"
          "  --timeout S          seconds for the NCCL id file, the communicator and every wait\n"

@@ -428,6 +428,24 @@ TEST_CASE("ring options: rung 12's flags, the rest for the shared parser", "[cpu
   r = parse({"--timeout"}, &o);
   CHECK_FALSE(r.ok);
   CHECK(r.error == "--timeout: missing value");
+  // --replay P: every rank in this one process, so no --gpus P and no --fail-rank with it.
+  o = RingOptions();
+  r = parse({"--replay", "4", "--seqlen", "1001"}, &o);
+  REQUIRE(r.ok);
+  CHECK(o.replay == 4);
+  CHECK(o.gpus == 1);
+  CHECK(r.rest == std::vector<std::string>{"12_ring_attention", "--seqlen", "1001"});
+  o = RingOptions();
+  r = parse({"--replay", "0"}, &o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("--replay") != std::string::npos);
+  o = RingOptions();
+  r = parse({"--replay", "2", "--gpus", "2", "--rank", "0", "--id-file", "f"}, &o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("one GPU") != std::string::npos);
+  o = RingOptions();
+  r = parse({"--replay", "2", "--fail-rank", "1"}, &o);
+  CHECK_FALSE(r.ok);
   Sharding sh;
   CHECK(parse_sharding("", &sh));
   CHECK(sh == Sharding::zigzag);

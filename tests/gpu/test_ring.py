@@ -4,6 +4,8 @@ the machine has no GPU or fewer than the ring asks for.
 
   test_ring.py EXE check P [rung flags]   the ring on P GPUs, checked against the fp64 reference
                                           and the single-GPU rung (exit: the launcher's)
+  test_ring.py EXE replay P [rung flags]  the P ranks of the ring in turn on one GPU (--replay P, no
+                                          NCCL transfer), checked the same way
   test_ring.py EXE fail P                 rank P-1 leaves the ring (--fail-rank): the launcher must
                                           exit non-zero naming it, within a bounded time
   test_ring.py EXE toomany                more GPUs than exist: exit 2 with the reason
@@ -37,6 +39,10 @@ def main(argv):
         gpus = int(argv[2])
         p, _ = launch(exe, gpus, argv[3:] + ["--skip-missing-gpus", "--iters", "3", "--warmup", "1"])
         return p.returncode
+    if what == "replay":
+        cmd = [exe, "--replay", argv[2]] + argv[3:]
+        print("$ " + " ".join(cmd), flush=True)
+        return subprocess.run(cmd).returncode
     if what == "fail":
         gpus = int(argv[2])
         bad = gpus - 1
