@@ -5,10 +5,9 @@
 ///   // clang-format off
 ///   rank r, ring step s (0 <= s < P), two streams, K/V double-buffered:
 ///
-///   compute stream:  [wait recv(s-1)] forward rung on KV[s%2] -> (O_s, LSE_s)   merge into (O_acc,
-///   LSE) comm stream:     [wait compute(s-1)] ncclSend(KV[s%2] -> r+1) + ncclRecv(KV[(s+1)%2] <-
-///   r-1)
-///                    ^ runs under the compute of step s; the next step waits for it
+///   compute: [wait recv(s-1)] forward rung on KV[s%2] -> (O_s, LSE_s), merge into (O, LSE)
+///   comm:    [wait compute(s-1)] ncclSend(KV[s%2] -> r+1) + ncclRecv(KV[(s+1)%2] <- r-1)
+///            ^ runs under the compute of step s; the next step waits for it
 ///   // clang-format on
 /// @endcode
 ///
@@ -256,7 +255,7 @@ class RankRing {
         ev_merge_done_(world),
         ev_comm_start_(world),
         ev_recv_done_(world),
-        ev_it_(3) {
+        ev_it_(2) {
     const int s_local = plan_.q_shard.len;
     const int64_t q_row = row_elems(p.heads_q, p.head_dim);
     const int64_t kv_row = row_elems(p.heads_kv, p.head_dim);
@@ -325,25 +324,12 @@ class RankRing {
     comm_->wait_ready("ncclAllReduce (barrier)");
   }
 
-  /// O_acc = 0 and LSE = -inf: the running merge's start (on the compute stream).
-  void reset_accumulator() {
-    launch_reset(o_acc_.as<float>(), q_elems_, lse_.as<float>(), lse_elems_, dev_.sm_count,
-                 compute_.s);
-    FL_LAUNCH_CHECK("reset_accumulator");
-  }
-
-  /// The 16-bit O from the fp32 accumulator, once, after the last step.
-  void finalize_output() {
-    FL_DTYPE_SWITCH(p_.dtype, T, [&] {
-      launch_finalize<T>(o_acc_.as<float>(), o_.get(), q_elems_, dev_.sm_count, compute_.s);
-    });
-    FL_LAUNCH_CHECK("finalize_output");
-  }
-
   /// The compute of step @p s on the compute stream, on the K/V shard at @p kv (K then V rows,
   /// the step's kv_len of them): the forward rung on each launch of the step, each writing its
-  /// partial O and LSE, then rung 08's combine of each into (O_acc, LSE). @p launched (may be
-  /// null) is recorded between the two: the end of the step's compute.
+  /// partial O and LSE, then rung 08's combine of each into the running (O, LSE), one merge per
+  /// piece of the plan (a row's first merge starts the fp32 accumulator, its last writes the
+  /// 16-bit O). @p launched (may be null) is recorded between the two: the end of the step's
+  /// compute.
   void compute_step(int s, const void* kv, cudaEvent_t launched) {
     const StepPlan& sp = plan_.steps[s];
     cudaStream_t cs = compute_.s;
@@ -355,9 +341,11 @@ class RankRing {
                                          o_part_.get(), lse_part, ws_.get(), ws_bytes_);
       fwd_.launch(a, cs);
       FL_LAUNCH_CHECK("the forward rung of a ring step");
-      merges.push_back(MergeArgs{o_part_.get(), lse_part, o_acc_.as<float>(), lse_.as<float>(),
-                                 p_.batch, p_.heads_q, p_.head_dim, plan_.q_shard.len, l.q.begin,
-                                 l.q.len});
+      for (const MergePiece& m : l.merges)
+        merges.push_back(MergeArgs{o_part_.get(), lse_part, o_acc_.as<float>(), lse_.as<float>(),
+                                   m.last ? o_.get() : nullptr, m.first, p_.batch, p_.heads_q,
+                                   p_.head_dim, plan_.q_shard.len, l.q.begin, l.q.len, m.rows.begin,
+                                   m.rows.len});
       lse_off += static_cast<int64_t>(p_.batch) * p_.heads_q * l.q.len;
     }
     if (launched) FL_CUDA_CHECK(cudaEventRecord(launched, cs));
@@ -374,13 +362,11 @@ class RankRing {
   StepTimes replay(const std::vector<std::unique_ptr<RankRing>>& ranks) {
     cudaStream_t cs = compute_.s;
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[0], cs));
-    reset_accumulator();
     for (int s = 0; s < world_; ++s) {
       FL_CUDA_CHECK(cudaEventRecord(ev_step_start_[s], cs));
       compute_step(s, ranks[plan_.steps[s].src_rank]->kv_own_.get(), ev_compute_done_[s]);
       FL_CUDA_CHECK(cudaEventRecord(ev_merge_done_[s], cs));
     }
-    finalize_output();
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
     FL_CUDA_CHECK(cudaEventSynchronize(ev_it_[1]));
     StepTimes t;
@@ -407,8 +393,6 @@ class RankRing {
     const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[0], cs));
     FL_CUDA_CHECK(cudaStreamWaitEvent(ms, ev_it_[0], 0));  // no transfer before the barrier
-    reset_accumulator();
-    FL_CUDA_CHECK(cudaEventRecord(ev_it_[2], cs));
     for (int s = 0; s < P; ++s) {
       const StepPlan& sp = plan_.steps[s];
       if (rank_ == fail_rank && s == std::min(1, P - 1)) {
@@ -443,7 +427,6 @@ class RankRing {
       compute_step(s, cur.get(), ev_compute_done_[s]);
       FL_CUDA_CHECK(cudaEventRecord(ev_merge_done_[s], cs));
     }
-    finalize_output();
     FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
     comm_->wait_event(ev_it_[1], "the ring's forward pass");
     // The comm stream's last event (its last transfer) is done too: it precedes a compute step.
@@ -457,7 +440,7 @@ class RankRing {
       // Exposed communication: the compute stream idles between the end of step s - 1 and the
       // start of step s only while it waits for the shard that step needs.
       t.exposed.push_back(
-          elapsed_ms(s == 0 ? ev_it_[2] : ev_merge_done_[s - 1], ev_step_start_[s]));
+          elapsed_ms(s == 0 ? ev_it_[0] : ev_merge_done_[s - 1], ev_step_start_[s]));
       t.transfer.push_back(elapsed_ms(ev_comm_start_[s], ev_recv_done_[s]));
     }
     return t;

@@ -149,6 +149,17 @@ inline PairKind pair_kind(bool causal, int q_chunk, int k_chunk) {
   return k_chunk == q_chunk ? PairKind::diagonal : PairKind::full;
 }
 
+/// Rows [rows.begin, rows.end()) of the rank's shard into which one launch's partial result
+/// is merged. first: no earlier step covers these rows, so the merge starts the accumulator
+/// instead of reading it (no reset pass before the ring); last: no later step covers them, so
+/// the merge writes the final 16-bit O instead of the fp32 accumulator (no conversion pass
+/// after it).
+struct MergePiece {
+  Range rows;
+  bool first = false;
+  bool last = false;
+};
+
 /// One attention launch of a ring step, in local rows: queries [q.begin, q.end()) of the
 /// rank's Q shard against keys [k.begin, k.end()) of the K/V shard it holds at that step.
 /// causal: the ladder's bottom-right causal mask on this (seqlen_q = q.len, seqlen_k = k.len)
@@ -157,6 +168,7 @@ struct Launch {
   Range q;
   Range k;
   bool causal = false;
+  std::vector<MergePiece> merges;  ///< its rows, cut where their first or last step differs
   /// (query, key) pairs it computes per (batch, head).
   int64_t pairs() const {
     if (!causal) return static_cast<int64_t>(q.len) * k.len;
@@ -238,6 +250,46 @@ inline std::vector<Launch> launches_for(const Shard& q_shard, const Shard& kv, b
   return out;
 }
 
+/// Fills every launch's merges: the rank's rows are cut at every launch's edges, so each piece
+/// is covered by the same steps throughout; a piece is first at the first step that covers it
+/// and last at the last one. Adjacent pieces with the same flags are joined.
+inline void plan_merges(RankPlan* p) {
+  std::vector<int> cuts;
+  for (const StepPlan& sp : p->steps)
+    for (const Launch& l : sp.launches) {
+      cuts.push_back(l.q.begin);
+      cuts.push_back(l.q.end());
+    }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  auto covers = [](const StepPlan& sp, int row) {
+    for (const Launch& l : sp.launches)
+      if (row >= l.q.begin && row < l.q.end()) return true;
+    return false;
+  };
+  const int steps = static_cast<int>(p->steps.size());
+  for (int s = 0; s < steps; ++s)
+    for (Launch& l : p->steps[s].launches) {
+      l.merges.clear();
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        const int b = cuts[c], e = cuts[c + 1];
+        if (b < l.q.begin || e > l.q.end()) continue;  // a piece outside this launch
+        int first = -1, last = -1;
+        for (int t = 0; t < steps; ++t)
+          if (covers(p->steps[t], b)) {
+            if (first < 0) first = t;
+            last = t;
+          }
+        const MergePiece m{{b, e - b}, first == s, last == s};
+        if (!l.merges.empty() && l.merges.back().rows.end() == b &&
+            l.merges.back().first == m.first && l.merges.back().last == m.last)
+          l.merges.back().rows.len += m.rows.len;
+        else
+          l.merges.push_back(m);
+      }
+    }
+}
+
 /// The plan of rank @p rank in a ring of @p ranks over @p n tokens.
 inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank) {
   if (ranks < 1 || rank < 0 || rank >= ranks || n < 1)
@@ -264,6 +316,7 @@ inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank) {
     sp.launches = launches_for(p.q_shard, kv, causal);
     p.steps.push_back(sp);
   }
+  plan_merges(&p);
   return p;
 }
 

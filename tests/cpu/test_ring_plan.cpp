@@ -307,14 +307,17 @@ TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu
           std::vector<int> qg(qs.len);
           for (const LocalChunk& lc : qs.chunks)
             for (int t = 0; t < lc.global.len; ++t) qg[lc.local + t] = lc.global.begin + t;
-          // The accumulator: fp32 O and LSE per local row, LSE = -inf before any key.
-          std::vector<float> o_acc(qs.len * D, 0.f), lse_acc(qs.len, -INFINITY);
+          // The accumulator before a row's first merge holds NaN (the first merge must not read
+          // it); the 16-bit O is NaN until the row's last merge writes it (here in float).
+          std::vector<float> o_acc(qs.len * D, NAN), lse_acc(qs.len, NAN), o_out(qs.len * D, NAN);
           for (const StepPlan& sp : plan.steps) {
             const Shard ks = shard_of_rank(s, n, ranks, sp.src_rank);
             std::vector<int> kg(ks.len);
             for (const LocalChunk& lc : ks.chunks)
               for (int t = 0; t < lc.global.len; ++t) kg[lc.local + t] = lc.global.begin + t;
-            for (const Launch& l : sp.launches)
+            for (const Launch& l : sp.launches) {
+              // The launch's partial result for its rows, as the forward rung returns it.
+              std::vector<float> o_part(l.q.len * D), lse_part(l.q.len);
               for (int i = 0; i < l.q.len; ++i) {
                 const int gi = qg[l.q.begin + i];
                 double m = -INFINITY;
@@ -329,17 +332,25 @@ TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu
                   sum += p;
                   for (int c = 0; c < D; ++c) o[c] += p * v[gj * D + c];
                 }
-                const float lse_part =
-                    keys.empty() ? -INFINITY : static_cast<float>(m + std::log(sum));
-                float w_acc, w_part;
-                const int row = l.q.begin + i;
-                const float lse_new = lse_combine(lse_acc[row], lse_part, &w_acc, &w_part);
-                for (int c = 0; c < D; ++c) {
-                  const float o_part = keys.empty() ? 0.f : static_cast<float>(o[c] / sum);
-                  o_acc[row * D + c] = w_acc * o_acc[row * D + c] + w_part * o_part;
-                }
-                lse_acc[row] = lse_new;
+                lse_part[i] = keys.empty() ? -INFINITY : static_cast<float>(m + std::log(sum));
+                for (int c = 0; c < D; ++c)
+                  o_part[i * D + c] = keys.empty() ? 0.f : static_cast<float>(o[c] / sum);
               }
+              // The merge kernel's rule, piece by piece.
+              for (const MergePiece& mp : l.merges)
+                for (int row = mp.rows.begin; row < mp.rows.end(); ++row) {
+                  const int i = row - l.q.begin;
+                  float w_acc, w_part;
+                  const float lse_new = lse_combine(mp.first ? -INFINITY : lse_acc[row],
+                                                    lse_part[i], &w_acc, &w_part);
+                  for (int c = 0; c < D; ++c) {
+                    const float old = mp.first ? 0.f : o_acc[row * D + c];
+                    (mp.last ? o_out : o_acc)[row * D + c] =
+                        w_acc * old + (w_part == 0.f ? 0.f : w_part * o_part[i * D + c]);
+                  }
+                  lse_acc[row] = lse_new;
+                }
+            }
           }
           // Against one softmax in double over the whole visible sequence.
           for (int row = 0; row < qs.len; ++row) {
@@ -355,14 +366,57 @@ TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu
               for (int c = 0; c < D; ++c) o[c] += p * v[j * D + c];
             }
             for (int c = 0; c < D; ++c)
-              worst = std::max(worst, std::abs(o_acc[row * D + c] - o[c] / sum));
+              worst = std::max(worst, std::abs(o_out[row * D + c] - o[c] / sum));
             worst_lse = std::max(worst_lse, std::abs(lse_acc[row] - (m + std::log(sum))));
           }
         }
         INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks);
-        CHECK(worst < 2e-5);
+        CHECK(worst < 2e-5);  // NaN (a row never written, or a first merge that read) fails
         CHECK(worst_lse < 2e-5);
       }
+}
+
+TEST_CASE("ring merge: every row's merges start once and end once, in step order",
+          "[cpu][ring_merge]") {
+  // Per local row, over the steps: the pieces that cover it are exactly the launches that
+  // cover it (one each), the first of them alone is `first`, the last alone is `last`.
+  for (Sharding s : kShardings)
+    for (bool causal : {false, true})
+      for (int ranks = 1; ranks <= 8; ++ranks)
+        for (int n : {1, 5, 13, 61, 1001}) {
+          for (int r = 0; r < ranks; ++r) {
+            const RankPlan plan = plan_rank(s, causal, n, ranks, r);
+            const int rows = plan.q_shard.len;
+            std::vector<std::vector<std::pair<int, const MergePiece*>>> seen(rows);
+            bool pieces_tile_launches = true;
+            for (const StepPlan& sp : plan.steps)
+              for (const Launch& l : sp.launches) {
+                int at = l.q.begin;
+                for (const MergePiece& mp : l.merges) {
+                  pieces_tile_launches = pieces_tile_launches && mp.rows.begin == at &&
+                                         mp.rows.len > 0;
+                  at = mp.rows.end();
+                  for (int row = mp.rows.begin; row < mp.rows.end(); ++row)
+                    seen[row].push_back({sp.step, &mp});
+                }
+                pieces_tile_launches = pieces_tile_launches && at == l.q.end();
+              }
+            INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks << " n=" << n
+                                  << " rank=" << r);
+            CHECK(pieces_tile_launches);
+            bool ok = true;
+            for (int row = 0; row < rows; ++row) {
+              const auto& v = seen[row];
+              ok = ok && !v.empty() && v.front().second->first && v.back().second->last;
+              for (size_t k = 0; k < v.size(); ++k) {
+                ok = ok && (k == 0 || v[k - 1].first < v[k].first);  // one per step, in order
+                ok = ok && v[k].second->first == (k == 0);
+                ok = ok && v[k].second->last == (k + 1 == v.size());
+              }
+            }
+            CHECK(ok);
+          }
+        }
 }
 
 TEST_CASE("ring merge: a partial with no key changes nothing", "[cpu][ring_merge]") {
