@@ -50,8 +50,9 @@ struct MergeArgs {
 constexpr int kMergeWarps = 8;  ///< rows per CTA: one warp per (batch, query, head) row
 
 /// One warp per output row (b, i, h), rows ordered like O in memory (h fastest). Every lane
-/// reads both LSEs and computes the same weights; lanes then take column pairs 2*lane,
-/// 2*lane + 64, ... (head_dim is even: 32 ... 256).
+/// reads both LSEs and computes the same weights; lanes then take four columns at a time,
+/// 4*lane, 4*lane + 128, ... (head_dim is a multiple of 8, the contract): one 8-byte load of O_s,
+/// one 16-byte load and store of O_acc (or an 8-byte store of O) per lane and pass.
 template <class T>
 __global__ void __launch_bounds__(kMergeWarps * 32) merge_partial(MergeArgs a) {
   const int lane = threadIdx.x % 32;
@@ -72,16 +73,21 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_partial(MergeArgs a) {
   const int64_t off = ((static_cast<int64_t>(b) * a.s_local + li) * a.heads + h) * a.head_dim;
   const T* o_s_gmem = static_cast<const T*>(a.o_part) + off;
   float* o_acc_gmem = a.o_acc + off;
-  for (int c = 2 * lane; c < a.head_dim; c += 64) {
-    const float2 o_s = unpack2<T>(*reinterpret_cast<const uint32_t*>(o_s_gmem + c));
-    float2 o = a.first ? make_float2(0.f, 0.f) : *reinterpret_cast<const float2*>(o_acc_gmem + c);
+  for (int c = 4 * lane; c < a.head_dim; c += 128) {
+    const uint2 s16 = *reinterpret_cast<const uint2*>(o_s_gmem + c);
+    const float2 s01 = unpack2<T>(s16.x), s23 = unpack2<T>(s16.y);
+    float4 o = a.first ? make_float4(0.f, 0.f, 0.f, 0.f)
+                       : *reinterpret_cast<const float4*>(o_acc_gmem + c);
     // w_s = 0 for a partial that saw no key: its O_s (0 by the contract) drops out.
-    o.x = w_acc * o.x + (w_s == 0.f ? 0.f : w_s * o_s.x);
-    o.y = w_acc * o.y + (w_s == 0.f ? 0.f : w_s * o_s.y);
+    o.x = w_acc * o.x + (w_s == 0.f ? 0.f : w_s * s01.x);
+    o.y = w_acc * o.y + (w_s == 0.f ? 0.f : w_s * s01.y);
+    o.z = w_acc * o.z + (w_s == 0.f ? 0.f : w_s * s23.x);
+    o.w = w_acc * o.w + (w_s == 0.f ? 0.f : w_s * s23.y);
     if (a.o_out)
-      *reinterpret_cast<uint32_t*>(static_cast<T*>(a.o_out) + off + c) = pack2<T>(o.x, o.y);
+      *reinterpret_cast<uint2*>(static_cast<T*>(a.o_out) + off + c) =
+          make_uint2(pack2<T>(o.x, o.y), pack2<T>(o.z, o.w));
     else
-      *reinterpret_cast<float2*>(o_acc_gmem + c) = o;
+      *reinterpret_cast<float4*>(o_acc_gmem + c) = o;
   }
   __syncwarp();  // every lane has read the old LSE before lane 0 replaces it
   if (lane == 0) *lse_acc_gmem = lse_new;

@@ -236,12 +236,22 @@ inline std::vector<Launch> launches_for(const Shard& q_shard, const Shard& kv, b
       }
     }
     if (!any) continue;
-    // Fuse with the previous launch: adjacent queries, same keys, no mask on either.
     if (!out.empty()) {
       Launch& prev = out.back();
+      // Fuse with the previous launch: adjacent queries, same keys, no mask on either.
       if (!prev.causal && !l.causal && prev.q.end() == l.q.begin && prev.k.begin == l.k.begin &&
           prev.k.len == l.k.len) {
         prev.q.len += l.q.len;
+        continue;
+      }
+      // Or: the previous launch is a diagonal chunk alone and this one is the next chunk
+      // against [that chunk, its own diagonal]. Together they are one square causal problem
+      // (query i sees key j iff j <= i), which is what a rank's own shard is at step 0: its
+      // chunks are in the sequence's order, so the whole shard is one causal launch.
+      if (prev.causal && l.causal && prev.q.end() == l.q.begin && prev.k.len == prev.q.len &&
+          prev.k.begin == l.k.begin && l.k.len == prev.k.len + l.q.len) {
+        prev.q.len += l.q.len;
+        prev.k.len = l.k.len;
         continue;
       }
     }

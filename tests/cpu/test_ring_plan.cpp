@@ -210,16 +210,16 @@ TEST_CASE("ring plan: causal skips and masks per (rank, step)", "[cpu][ring_plan
   SECTION("zigzag: every rank computes ~2 chunks^2 on every step") {
     for (int r = 0; r < ranks; ++r) {
       const RankPlan plan = plan_rank(Sharding::zigzag, true, n, ranks, r);
-      // Step 0: early chunk on its own diagonal; late chunk on [early (past), late (diagonal)].
+      // Step 0: the early chunk on its own diagonal and the late chunk on [early (past), late
+      // (diagonal)] are one square causal launch over the whole shard (its rows are in the
+      // sequence's order).
       const StepPlan& s0 = plan.steps[0];
-      REQUIRE(s0.launches.size() == 2);
+      REQUIRE(s0.launches.size() == 1);
       CHECK(s0.launches[0].causal);
       CHECK(s0.launches[0].q.begin == 0);
-      CHECK(s0.launches[0].k.len == 100);
-      CHECK(s0.launches[1].causal);
-      CHECK(s0.launches[1].q.begin == 100);
-      CHECK(s0.launches[1].k.begin == 0);
-      CHECK(s0.launches[1].k.len == 200);
+      CHECK(s0.launches[0].q.len == 200);
+      CHECK(s0.launches[0].k.begin == 0);
+      CHECK(s0.launches[0].k.len == 200);
       for (const StepPlan& sp : plan.steps) {
         if (sp.step == 0) continue;
         INFO("rank " << r << " step " << sp.step << " source " << sp.src_rank);
@@ -238,7 +238,7 @@ TEST_CASE("ring plan: causal skips and masks per (rank, step)", "[cpu][ring_plan
         }
         CHECK(sp.pairs() == 20000);
       }
-      CHECK(s0.pairs() == 100 * 101 / 2 + 100 * 100 + 100 * 101 / 2);
+      CHECK(s0.pairs() == 200 * 201 / 2);  // = 100 * 101 / 2 + 100 * 100 + 100 * 101 / 2
     }
   }
   SECTION("the imbalance zigzag removes") {
@@ -276,8 +276,9 @@ TEST_CASE("ring plan: tails and sequences shorter than the ring", "[cpu][ring_pl
   const RankPlan t = plan_rank(Sharding::zigzag, true, 1001, 4, 0);
   CHECK(t.q_shard.chunks[0].global.len == 126);
   CHECK(t.q_shard.chunks[1].global.len == 125);
-  CHECK(t.steps[0].launches[1].k.len == 251);
-  CHECK(t.steps[0].launches[1].q.len == 125);
+  REQUIRE(t.steps[0].launches.size() == 1);  // the whole shard, one square causal launch
+  CHECK(t.steps[0].launches[0].k.len == 251);
+  CHECK(t.steps[0].launches[0].q.len == 251);
 }
 
 TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu][ring_merge]") {
@@ -393,8 +394,8 @@ TEST_CASE("ring merge: every row's merges start once and end once, in step order
               for (const Launch& l : sp.launches) {
                 int at = l.q.begin;
                 for (const MergePiece& mp : l.merges) {
-                  pieces_tile_launches = pieces_tile_launches && mp.rows.begin == at &&
-                                         mp.rows.len > 0;
+                  pieces_tile_launches =
+                      pieces_tile_launches && mp.rows.begin == at && mp.rows.len > 0;
                   at = mp.rows.end();
                   for (int row = mp.rows.begin; row < mp.rows.end(); ++row)
                     seen[row].push_back({sp.step, &mp});
@@ -518,8 +519,12 @@ TEST_CASE("ring params: a launch's pointers, strides, mask and scale", "[cpu][ri
   p.causal = true;
   const RankPlan plan = plan_rank(Sharding::zigzag, true, 1001, 2, 1);  // chunks 1 and 2
   const StepPlan& s0 = plan.steps[0];
-  REQUIRE(s0.launches.size() == 2);
-  const Launch& late = s0.launches[1];  // chunk 2 against [chunk 1 (past), chunk 2 (diagonal)]
+  // A launch of the second local chunk (125 rows from row 251) against keys from row 126 on:
+  // 125 past keys visible to every query, then its diagonal.
+  Launch late;
+  late.q = {251, 125};
+  late.k = {126, 250};
+  late.causal = true;
   std::vector<uint16_t> q(1), kv(1), o(1);
   float lse = 0;
   const AttnParams a = launch_params(p, late, plan.q_shard.len, s0.kv_len, q.data(), kv.data(),
