@@ -903,7 +903,7 @@ FP8_ACCURACY_COMMAND = "bench/run_fp8.sh build/release/bin bench/results/<gpu>/f
 FP8_MODES = ("per-tensor", "per-head", "per-tensor+hadamard", "per-head+hadamard")
 
 
-def fp8_folder(ctx, gpu, what, command):
+def results_folder(ctx, gpu, what, command):
     """The Results of folder @p gpu (default PRIMARY); Missing when it does not exist yet (a run of
     its own, such as <gpu>/fp8, is committed after the README that quotes it)."""
     folder = gpu or PRIMARY
@@ -927,7 +927,7 @@ def fp8_accuracy_runs(folder):
 
 def fp8_runs(ctx, gpu, rung):
     """(Results, the accuracy runs of rung @p rung) of folder @p gpu; Missing if it has none."""
-    res = fp8_folder(ctx, gpu, "fp8_accuracy/*.json", FP8_ACCURACY_COMMAND)
+    res = results_folder(ctx, gpu, "fp8_accuracy/*.json", FP8_ACCURACY_COMMAND)
     runs = [j for j in fp8_accuracy_runs(res.dir) if j["rung"]["number"] == int(rung)]
     if not runs:
         raise Missing("fp8_accuracy/*.json of rung %s in bench/results/%s" % (rung, res.gpu), FP8_ACCURACY_COMMAND)
@@ -994,7 +994,7 @@ def gen_fp8_speed(ctx, rung="13", baseline="10", d="64,128,256", n="", causal="0
     SDPA's cuDNN backend (16-bit) in the same run, the ratios (time of the other / time of the FP8
     rung: above 1 = the FP8 rung is faster), and the e4m3 conversion of Q, K, V (quantize_ms, not
     in the rung's time) where the run has it. n= picks seqlens (default: every one measured)."""
-    res = fp8_folder(ctx, gpu, "the fp8 family", FP8_SPEED_COMMAND)
+    res = results_folder(ctx, gpu, "the fp8 family", FP8_SPEED_COMMAND)
     if not res.has("ladder_bench.json"):
         raise Missing("the fp8 family in bench/results/%s" % res.gpu, FP8_SPEED_COMMAND)
     label = label_in_run(ctx, res, "fp8", int(rung))
@@ -1119,6 +1119,126 @@ def gen_fp8_p_scaling(ctx, rung="13", variant="p-unscaled", d="128", mode="per-h
         "dequantized inputs, end to end against fp64 on the 16-bit inputs. Measured on %s; %s." % (
             a, main["rung"]["summary"], b, alt["rung"]["summary"], mode, runs_shape([main, alt]),
             runs_provenance([main, alt]), link(res, "fp8_accuracy", "`%s`" % res.rel("fp8_accuracy/"))))
+
+
+# ---- rung 12 on one GPU (bench/run_ring.sh --gpus 1 --replay "2 4 8") -------------------------------
+
+RING_ONE_GPU_COMMAND = ('bench/run_ring.sh --gpus 1 --replay "2 4 8" --no-torch '
+                        '--results bench/results/<gpu>/ring-1gpu')
+
+
+def ring_runs(folder):
+    """{(kind, ranks, seqlen, causal, variant): report} of rung 12's JSON reports (schema
+    flashladder.ring/1) in @p folder: kind "ring" (--gpus P) or "replay" (--replay P)."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(f, encoding="utf-8") as fh:
+            j = json.load(fh)
+        if not (isinstance(j, dict) and j.get("schema") == "flashladder.ring/1"):
+            continue
+        p = j["problem"]
+        j["_file"] = os.path.basename(f)
+        out[("replay" if j.get("replay") else "ring", j.get("ranks", j["gpus"]), p["seqlen"], p["causal"],
+             j["variant"])] = j
+    return out
+
+
+def ring_provenance(res):
+    """ "Measured on <device>, <date>, commit `<sha>`; files <folder link>." of a ring folder."""
+    m = res.meta
+    return "Measured on %s, %s, commit `%s`; files %s." % (
+        m.get("device", "?"), str(m.get("date", "?"))[:10], m.get("git_sha", "?"),
+        link(res, "", "`%s`" % res.rel("")))
+
+
+@generator("ring-one-gpu")
+def gen_ring_one_gpu(ctx, gpu=None, n="65536,131072", ranks="1,2,4,8"):
+    """Rung 12 on one GPU (folder <gpu>/ring-1gpu): per length, mask, sharding and ring size P the
+    single-GPU rung's time T1, the ring's time (P = 1: the degenerate ring through the launcher; P > 1:
+    the slowest rank's pass of the ring replayed with --replay, each rank alone on the GPU: the ring's
+    time if every transfer hid), T1 / (P x that time) (P = 1: the measured scaling efficiency; P > 1:
+    its compute bound), the slowest rank's merges, the plan's work imbalance and the checks."""
+    folder = gpu or PRIMARY + "/ring-1gpu"
+    res = results_folder(ctx, folder, "rung 12's one-GPU runs", RING_ONE_GPU_COMMAND)
+    runs = ring_runs(res.dir)
+    if not runs:
+        raise Missing("rung 12's reports in bench/results/%s" % folder, RING_ONE_GPU_COMMAND)
+    rows, shape = [], None
+    for nn in ints(n):
+        for c in (1, 0):
+            for v in (("zigzag", "contiguous") if c else ("zigzag",)):
+                for P in ints(ranks):
+                    j = runs.get(("ring" if P == 1 else "replay", P, nn, c, v))
+                    if j is None:
+                        continue
+                    t, st = j["timing"], j["steps_ms"]
+                    one = t["single_median_ms"]
+                    mine = t["ring_median_ms"] if P == 1 else t["slowest_rank_median_ms"]
+                    eff = t["scaling_efficiency"] if P == 1 else t["compute_bound_efficiency"]
+                    merge = max(sum(m) for m in st["merge"]) if st["merge"] else None
+                    ok = j["check"]["pass"] and j["single"]["ran"] and j["single"]["ring_vs_single_pass"]
+                    pr = j["problem"]
+                    shape = "batch %d, %d heads, head_dim %d, %s" % (pr["batch"], pr["heads_q"], pr["head_dim"],
+                                                                   pr["dtype"])
+                    rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(one),
+                                 ms(mine) + ("" if P == 1 else " (replay)"), "**%.3f**" % eff, ms(merge),
+                                 "%.3f" % j["imbalance"],
+                                 "%s (%.2g)" % ("pass" if ok else "FAIL", j["single"]["ring_vs_single_max_abs"])])
+    if not rows:
+        raise Missing("rung 12's reports at n=%s in bench/results/%s" % (n, folder), RING_ONE_GPU_COMMAND)
+    any_run = runs[next(iter(runs))]
+    head = ["N", "causal", "sharding", "P", "one GPU (T1)", "ring: the slowest rank", "T1 / (P × ring)",
+            "its merges", "work max/mean", "checks (ring vs one GPU, max abs)"]
+    m = res.meta
+    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "---"]) + (
+        "\n\n%s; forward rung `%s` in every step and for T1; medians of %d timed passes. P = 1 is the ring "
+        "itself through the launcher (its T1 / (P × ring) is the measured scaling efficiency of one GPU); "
+        "P > 1 is the ring replayed on one GPU (`--replay P`): every rank's steps, launches and merges as "
+        "on P GPUs, each rank's pass timed alone, no transfer, so T1 / (P × ring) is the compute bound of "
+        "the scaling efficiency, the value P GPUs reach if every transfer hides and NCCL takes nothing from "
+        "the compute. Checks: the fp64 reference on sampled rows and the single-GPU rung on every element. "
+        "%s" % (shape, any_run["forward_rung"], any_run["timing"]["iters"], ring_provenance(res)))
+
+
+@generator("ring-steps")
+def gen_ring_steps(ctx, gpu=None, n="65536,131072", ranks="2,4,8", variant="zigzag"):
+    """The steps of the replayed rings (<gpu>/ring-1gpu, --replay P): per length, mask and P the
+    shard length N/P, the slowest rank's compute at step 0 (its own shard) and at a later step
+    (median of steps 1..P-1), the forward rung's rate on a later step's problem, the merge per step,
+    the K/V bytes a rank sends per step and the link bandwidth per direction at which that transfer
+    takes exactly a later step's compute (above it, the transfer can hide)."""
+    folder = gpu or PRIMARY + "/ring-1gpu"
+    res = results_folder(ctx, folder, "rung 12's one-GPU runs", RING_ONE_GPU_COMMAND)
+    runs = ring_runs(res.dir)
+    rows = []
+    for nn in ints(n):
+        for c in (1, 0):
+            for P in ints(ranks):
+                j = runs.get(("replay", P, nn, c, variant))
+                if j is None:
+                    continue
+                pr, st = j["problem"], j["steps_ms"]
+                slow = max(range(P), key=lambda r: sum(st["compute"][r]) + sum(st["merge"][r]))
+                comp, merge = st["compute"][slow], st["merge"][slow]
+                later = sorted(comp[1:])[(P - 1) // 2]
+                shard = nn // P
+                # (query, key) pairs of a later step per (batch, head): zigzag causal computes half
+                # the N/P x N/P pairs of an unmasked step (and N is a multiple of 2P here).
+                pairs = shard * shard // (2 if c else 1)
+                rate = 4.0 * pr["batch"] * pr["heads_q"] * pr["head_dim"] * pairs / (later * 1e-3) / 1e12
+                sent = j["send_bytes_per_step"][0]
+                rows.append([report.seqlen_text(nn), "yes" if c else "no", str(P), report.seqlen_text(shard),
+                             ms(comp[0]), ms(later), report.fmt_value(rate), ms(sum(merge) / P),
+                             binary_bytes(sent), "%.0f GB/s" % (sent / (later * 1e-3) / 1e9)])
+    if not rows:
+        raise Missing("replayed rings (--replay) in bench/results/%s" % folder, RING_ONE_GPU_COMMAND)
+    head = ["N", "causal", "P", "N/P", "step 0", "a later step", "its TFLOP/s", "merge per step",
+            "K/V sent per step", "hidden if the link gives ≥"]
+    return report.markdown_table(head, rows, ["--:", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
+        "\n\n%s sharding; the slowest rank of each replayed ring (`--replay P`, each rank alone on the GPU); "
+        "a later step: the median of steps 1 … P−1. The last column is the K/V bytes of a step over a later "
+        "step's compute: the bandwidth per direction a link needs for the transfer to take no longer than the "
+        "compute it runs under (NCCL's own use of the SMs aside). %s" % (variant, ring_provenance(res)))
 
 
 # ---- the ladder inside PyTorch (bench/torch_train.py, bench/torch_overhead.py) ------------------
