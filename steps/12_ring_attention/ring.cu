@@ -756,22 +756,25 @@ std::string to_json(const Report& r) {
   const double tflops = ring > 0 ? attention_flops(r.p) / (ring * 1e-3) / 1e12 : 0.0;
   const double lo = r.ring_ms.empty() ? 0.0 : *std::min_element(r.ring_ms.begin(), r.ring_ms.end());
   const double hi = r.ring_ms.empty() ? 0.0 : *std::max_element(r.ring_ms.begin(), r.ring_ms.end());
-  j.begin_object("timing").kv("iters", r.iters).kv("warmup", r.opt.warmup);
-  if (r.replay)  // each rank alone on one GPU: a bound, not the ring's time (other key names)
-    j.kv("slowest_rank_median_ms", ring)
-        .kv("slowest_rank_min_ms", lo)
-        .kv("slowest_rank_max_ms", hi)
-        .kv("single_median_ms", one)
-        .kv("compute_bound_efficiency", eff)
-        .kv("compute_bound_tflops", tflops);
-  else
-    j.kv("ring_median_ms", ring)
-        .kv("ring_min_ms", lo)
-        .kv("ring_max_ms", hi)
-        .kv("single_median_ms", one)
-        .kv("scaling_efficiency", eff)
-        .kv("ring_tflops", tflops);
-  j.end_object();
+  // A replay times each rank alone on one GPU: a bound, not the ring's time, so other key names.
+  struct Keys {
+    const char *median, *min, *max, *eff, *tflops;
+  };
+  const Keys k = r.replay
+                     ? Keys{"slowest_rank_median_ms", "slowest_rank_min_ms", "slowest_rank_max_ms",
+                            "compute_bound_efficiency", "compute_bound_tflops"}
+                     : Keys{"ring_median_ms", "ring_min_ms", "ring_max_ms", "scaling_efficiency",
+                            "ring_tflops"};
+  j.begin_object("timing")
+      .kv("iters", r.iters)
+      .kv("warmup", r.opt.warmup)
+      .kv(k.median, ring)
+      .kv(k.min, lo)
+      .kv(k.max, hi)
+      .kv("single_median_ms", one)
+      .kv(k.eff, eff)
+      .kv(k.tflops, tflops)
+      .end_object();
   j.begin_array("pairs_per_rank");
   for (int64_t x : r.pairs) j.kv(nullptr, static_cast<long long>(x));
   j.end_array();
