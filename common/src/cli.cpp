@@ -25,6 +25,38 @@ const char* input_kind_name(InputKind k) {
   }
 }
 
+FlagArg split_flag(const char* arg) {
+  FlagArg f;
+  f.flag = arg;
+  const auto eq = f.flag.find('=');
+  f.has_eq = f.flag.rfind("--", 0) == 0 && eq != std::string::npos;
+  if (f.has_eq) {
+    f.value = f.flag.substr(eq + 1);
+    f.flag = f.flag.substr(0, eq);
+  }
+  return f;
+}
+
+bool parse_int_value(const std::string& s, int* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < -2147483647LL || v > 2147483647LL) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool parse_double_value(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
 namespace {
 
 bool parse_ll(const std::string& s, long long* out) {
@@ -39,13 +71,11 @@ bool parse_ll(const std::string& s, long long* out) {
 
 /// Integer flag: syntax here, range in validate() (so messages name the flag).
 bool parse_int(const std::string& flag, const std::string& s, int* out, ParseResult* r) {
-  long long v;
-  if (!parse_ll(s, &v) || v < -2147483647LL || v > 2147483647LL) {
+  if (!parse_int_value(s, out)) {
     r->ok = false;
     r->error = flag + ": expected an integer, got '" + s + "'";
     return false;
   }
-  *out = static_cast<int>(v);
   return true;
 }
 
@@ -62,13 +92,10 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
   ParseResult r;
   bool kv_heads_set = false, seqlen_k_set = false;
   for (int a = 1; a < argc && r.ok; ++a) {
-    std::string flag = argv[a], value;
-    const auto eq = flag.find('=');
-    const bool has_eq = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_eq) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
+    FlagArg fa = split_flag(argv[a]);
+    const std::string flag = fa.flag;
+    std::string& value = fa.value;
+    const bool has_eq = fa.has_eq;
     // Flags without a value.
     if (flag == "--help" || flag == "-h") { o->help = true; continue; }
     if (flag == "--no-compare") { o->compare_baselines = false; continue; }
@@ -131,9 +158,8 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
     }
     else if (flag == "--scale") {
       if (need()) {
-        char* end = nullptr;
-        const double v = std::strtod(value.c_str(), &end);
-        if (value.empty() || *end != '\0' || !(v > 0)) {
+        double v = 0;
+        if (!parse_double_value(value, &v) || !(v > 0)) {
           r.ok = false;
           r.error = "--scale: expected a number > 0, got '" + value + "'";
         } else {

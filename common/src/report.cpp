@@ -306,24 +306,31 @@ std::string problem_json(const Problem& p, bool backward) {
 /// One gradient's check (dQ, dK or dV) as a JSON object.
 std::string gradient_json(const CheckResult& c) {
   Json j;
-  j.begin_object()
-      .kv("pass", c.pass)
-      .kv("checked", c.checked)
-      .kv("rows", static_cast<long long>(c.rows))
-      .kv("rel_fro", c.err.rel_fro)
-      .kv("max_abs", c.err.max_abs)
-      .kv("ref_max_abs", c.err.ref_max_abs)
-      .kv("tol_rel_fro", c.tol.rel_fro)
-      .kv("tol_max_abs", c.tol.max_abs)
+  j.begin_object();
+  check_fields(j, c);
+  j.kv("ref_max_abs", c.err.ref_max_abs)
       .kv("fp32_rel_fro", c.fp32_err.rel_fro)
       .kv("fp32_max_abs", c.fp32_err.max_abs)
       .kv("nonfinite", c.err.nonfinite)
-      .kv("unwritten", c.unwritten)
-      .kv("reason", c.reason)
       .end_object();
   return j.str();
 }
 }  // namespace
+
+void check_fields(Json& j, const CheckResult& c) {
+  j.kv("pass", c.pass)
+      .kv("checked", c.checked)
+      .kv("mode", c.mode)
+      .kv("rows", static_cast<long long>(c.rows))
+      .kv("rel_fro", c.err.rel_fro)
+      .kv("max_abs", c.err.max_abs)
+      .kv("lse_max_abs", c.err.lse_max_abs)
+      .kv("tol_rel_fro", c.tol.rel_fro)
+      .kv("tol_max_abs", c.tol.max_abs)
+      .kv("tol_lse_abs", c.tol.lse_abs)
+      .kv("unwritten", c.unwritten)
+      .kv("reason", c.reason);
+}
 
 std::string to_json(const RunReport& r) {
   Json j;
@@ -339,19 +346,9 @@ std::string to_json(const RunReport& r) {
   j.begin_array("notes");
   for (const auto& n : r.notes) j.kv(nullptr, n);
   j.end_array();
-  j.begin_object("check")
-      .kv("pass", r.check.pass)
-      .kv("checked", r.check.checked)
-      .kv("mode", r.check.mode)
-      .kv("rows", static_cast<long long>(r.check.rows))
-      .kv("rel_fro", r.check.err.rel_fro)
-      .kv("max_abs", r.check.err.max_abs)
-      .kv("lse_max_abs", r.check.err.lse_max_abs)
-      .kv("tol_rel_fro", r.check.tol.rel_fro)
-      .kv("tol_max_abs", r.check.tol.max_abs)
-      .kv("fp32_rel_fro", r.check.fp32_err.rel_fro)
-      .kv("unwritten", r.check.unwritten)
-      .kv("reason", r.check.reason);
+  j.begin_object("check");
+  check_fields(j, r.check);
+  j.kv("fp32_rel_fro", r.check.fp32_err.rel_fro);
   if (r.backward) {
     // rel_fro, max_abs, tol_* above are those of the gradient closest to its tolerance.
     j.kv("groups", r.bwd.groups).kv("groups_total", r.bwd.groups_total).kv("note", r.bwd.note);

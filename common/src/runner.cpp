@@ -334,13 +334,23 @@ std::vector<KernelResources> rung_resources(const Rung& r, const Problem& p) {
   return out;
 }
 
-namespace {
-
 std::string program_name(const char* argv0) {
   std::string s = argv0 ? argv0 : "flashladder";
   const auto slash = s.find_last_of('/');
   return slash == std::string::npos ? s : s.substr(slash + 1);
 }
+
+/// The current time, UTC, ISO 8601 ("2026-11-23T11:02:03Z").
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+namespace {
 
 void print_list(const Registry& reg) {
   for (const auto& r : reg.all()) {
@@ -399,16 +409,6 @@ int parse_or_exit(int argc, char** argv, Options* opt, const std::string& prog) 
     return kExitBadInput;
   }
   return -1;
-}
-
-/// The current time, UTC, ISO 8601 ("2026-11-23T11:02:03Z").
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 /// The backward mode of run_one (Rung::launch_bwd): the forward pass once (O, LSE), the

@@ -506,6 +506,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
 }
 
+/// Element @p e of a contiguous [batch, rows, heads, D] tensor as (batch, row, head, column):
+/// the coordinates the convert kernels write it to through the 16-bit tensor's strides.
+struct RowCoord {
+  int b, row, h, c;
+};
+template <int D>
+__device__ __forceinline__ RowCoord row_coord(int64_t e, int rows, int heads) {
+  return {static_cast<int>(e / (int64_t(D) * heads * rows)),
+          static_cast<int>((e / (int64_t(D) * heads)) % rows), static_cast<int>((e / D) % heads),
+          static_cast<int>(e % D)};
+}
+
 /// dQ = scale · Σ_splits accumulator, rounded to 16 bits (splits summed in index order).
 template <class T, int D>
 __global__ void __launch_bounds__(256)
@@ -516,16 +528,14 @@ __global__ void __launch_bounds__(256)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = 2 * i;  // [batch, seqlen_q, heads_q, d], contiguous
-    const int c = static_cast<int>(e % D);
-    const int h = static_cast<int>((e / D) % p.heads_q);
-    const int q = static_cast<int>((e / (int64_t(D) * p.heads_q)) % p.seqlen_q);
-    const int b = static_cast<int>(e / (int64_t(D) * p.heads_q * p.seqlen_q));
+    const RowCoord at = row_coord<D>(e, p.seqlen_q, p.heads_q);
     float x = 0.f, y = 0.f;
     for (int s = 0; s < splits; ++s) {
       x += dq_acc[s * split_elems + e];
       y += dq_acc[s * split_elems + e + 1];
     }
-    T* dq = static_cast<T*>(P.dq) + b * p.q_batch_stride + q * p.q_row_stride + h * p.q_head_stride + c;
+    T* dq = static_cast<T*>(P.dq) + at.b * p.q_batch_stride + at.row * p.q_row_stride +
+            at.h * p.q_head_stride + at.c;
     *reinterpret_cast<uint32_t*>(dq) = pack2<T>(x * p.softmax_scale, y * p.softmax_scale);
   }
 }
@@ -541,10 +551,7 @@ __global__ void __launch_bounds__(256)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = 2 * i;  // [batch, seqlen_k, heads_kv, d], contiguous
-    const int c = static_cast<int>(e % D);
-    const int h = static_cast<int>((e / D) % p.heads_kv);
-    const int k = static_cast<int>((e / (int64_t(D) * p.heads_kv)) % p.seqlen_k);
-    const int b = static_cast<int>(e / (int64_t(D) * p.heads_kv * p.seqlen_k));
+    const RowCoord at = row_coord<D>(e, p.seqlen_k, p.heads_kv);
     float2 dk = make_float2(0.f, 0.f), dv = make_float2(0.f, 0.f);
     for (int s = 0; s < kv_split; ++s) {
       const float2 a = *reinterpret_cast<const float2*>(dkv_acc + s * part_elems + e);
@@ -554,8 +561,10 @@ __global__ void __launch_bounds__(256)
       dv.x += v.x;
       dv.y += v.y;
     }
-    T* dk_g = static_cast<T*>(P.dk) + b * p.k_batch_stride + k * p.k_row_stride + h * p.k_head_stride + c;
-    T* dv_g = static_cast<T*>(P.dv) + b * p.v_batch_stride + k * p.v_row_stride + h * p.v_head_stride + c;
+    T* dk_g = static_cast<T*>(P.dk) + at.b * p.k_batch_stride + at.row * p.k_row_stride +
+              at.h * p.k_head_stride + at.c;
+    T* dv_g = static_cast<T*>(P.dv) + at.b * p.v_batch_stride + at.row * p.v_row_stride +
+              at.h * p.v_head_stride + at.c;
     *reinterpret_cast<uint32_t*>(dk_g) = pack2<T>(dk.x * p.softmax_scale, dk.y * p.softmax_scale);
     *reinterpret_cast<uint32_t*>(dv_g) = pack2<T>(dv.x, dv.y);
   }

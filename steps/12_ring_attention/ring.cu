@@ -29,7 +29,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -571,21 +570,6 @@ class RankRing {
 
 // ---- the program ---------------------------------------------------------------------------
 
-std::string program_name(const char* argv0) {
-  std::string s = argv0 ? argv0 : "12_ring_attention";
-  const auto slash = s.find_last_of('/');
-  return slash == std::string::npos ? s : s.substr(slash + 1);
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -689,20 +673,9 @@ std::string check_line(const CheckResult& c) {
 }
 
 void json_check(Json& j, const char* key, const CheckResult& c) {
-  j.begin_object(key)
-      .kv("pass", c.pass)
-      .kv("checked", c.checked)
-      .kv("mode", c.mode)
-      .kv("rows", static_cast<long long>(c.rows))
-      .kv("rel_fro", c.err.rel_fro)
-      .kv("max_abs", c.err.max_abs)
-      .kv("lse_max_abs", c.err.lse_max_abs)
-      .kv("tol_rel_fro", c.tol.rel_fro)
-      .kv("tol_max_abs", c.tol.max_abs)
-      .kv("tol_lse_abs", c.tol.lse_abs)
-      .kv("unwritten", c.unwritten)
-      .kv("reason", c.reason)
-      .end_object();
+  j.begin_object(key);
+  check_fields(j, c);
+  j.end_object();
 }
 
 void json_matrix(Json& j, const char* key, const std::vector<std::vector<double>>& m) {

@@ -5,10 +5,10 @@
 /// definition there. Plain C++ so the CPU tests check it.
 #pragma once
 
-#include <cerrno>
-#include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "flashladder/cli.h"
 
 namespace fl::ring {
 
@@ -37,27 +37,6 @@ struct RingParse {
   std::vector<std::string> rest;  ///< argv[0] and every flag that is not rung 12's
 };
 
-namespace detail {
-inline bool to_int(const std::string& s, int* out) {
-  if (s.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || v < -2147483647L || v > 2147483647L) return false;
-  *out = static_cast<int>(v);
-  return true;
-}
-inline bool to_double(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (errno != 0 || *end != '\0') return false;
-  *out = v;
-  return true;
-}
-}  // namespace detail
-
 /// Takes rung 12's flags out of argv ("--flag value" or "--flag=value"); checks their values.
 inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions* o) {
   RingParse r;
@@ -67,13 +46,10 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
     r.error = msg;
   };
   for (int a = 1; a < argc && r.ok; ++a) {
-    std::string flag = argv[a], value;
-    const auto eq = flag.find('=');
-    const bool has_eq = flag.rfind("--", 0) == 0 && eq != std::string::npos;
-    if (has_eq) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
+    const FlagArg fa = split_flag(argv[a]);  // the shared parser's "--flag value|=value" rule
+    const std::string& flag = fa.flag;
+    const bool has_eq = fa.has_eq;
+    std::string value = fa.value;
     if (flag == "--preflight") {
       o->preflight = true;
       continue;
@@ -101,12 +77,12 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
       if (value.empty()) fail("--id-file: expected a path");
       o->id_file = value;
     } else if (flag == "--timeout") {
-      if (!detail::to_double(value, &o->timeout_s) || !(o->timeout_s > 0))
+      if (!parse_double_value(value, &o->timeout_s) || !(o->timeout_s > 0))
         fail("--timeout: expected seconds > 0, got '" + value + "'");
     } else if (flag == "--single") {
       if (value != "0" && value != "1") fail("--single: expected 0 or 1, got '" + value + "'");
       o->single = value == "1";
-    } else if (!detail::to_int(value, &iv)) {
+    } else if (!parse_int_value(value, &iv)) {
       fail(flag + ": expected an integer, got '" + value + "'");
     } else if (flag == "--gpus") {
       if (iv < 1) fail("--gpus must be >= 1, got " + value);

@@ -46,6 +46,18 @@ struct ParseResult {
 /// Values are checked for syntax here and for meaning by validate().
 ParseResult parse_cli(int argc, const char* const* argv, Options* out);
 
+/// One argv entry as a flag: "--flag=value" -> {"--flag", "value", true}; anything else ->
+/// {arg, "", false} (the value, if any, is the next entry). Shared with rung 12's own flags.
+struct FlagArg {
+  std::string flag, value;
+  bool has_eq = false;
+};
+FlagArg split_flag(const char* arg);
+
+/// The syntax of a flag's value (range checks are the caller's): a whole int / a real number.
+bool parse_int_value(const std::string& s, int* out);
+bool parse_double_value(const std::string& s, double* out);
+
 /// The --help text.
 std::string usage(const std::string& program);
 

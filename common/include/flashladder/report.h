@@ -121,4 +121,9 @@ class Json {
   std::vector<bool> first_{true};
 };
 
+/// The fields of a check result, written into the object @p j has open: pass, checked, mode,
+/// rows, rel_fro, max_abs, lse_max_abs and their tolerances, unwritten, reason. The run report's
+/// "check" and rung 12's report share it.
+void check_fields(Json& j, const CheckResult& c);
+
 }  // namespace fl

@@ -168,6 +168,12 @@ CaseResult run_bwd_case(const Rung& r, const Problem& p, InputKind input, CheckM
 /// Resource reports for every kernel of @p r on @p p.
 std::vector<KernelResources> rung_resources(const Rung& r, const Problem& p);
 
+/// argv[0] without its directory ("01_naive"), for messages.
+std::string program_name(const char* argv0);
+
+/// The current time, UTC, ISO 8601 ("2026-11-23T11:02:03Z"), as every report records it.
+std::string utc_now();
+
 /// The whole program behind every steps/NN_name executable. Returns an ExitCode.
 int run_main(int argc, char** argv, int rung_number);
 
