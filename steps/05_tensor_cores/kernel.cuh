@@ -36,6 +36,7 @@
 
 #include "flashladder/cuda_check.h"
 #include "flashladder/dtype.cuh"
+#include "flashladder/kv_blocks.h"
 #include "flashladder/problem.h"
 #include "flashladder/ptx.cuh"
 #include "tile_config.h"
@@ -106,17 +107,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_tc_kernel(const AttnP
   const int q_rows = min(BLOCK_M, p.seqlen_q - row0);
 
   // ---- the K/V blocks this Q tile visits -------------------------------
-  int n_blocks = (p.seqlen_k + BLOCK_N - 1) / BLOCK_N;
-  // Blocks n >= n_mask_from need a mask: the partial seqlen_k tail, and with
-  // causal every block that crosses the diagonal of row row0.
-  int n_mask_from = p.seqlen_k / BLOCK_N;
-  if (p.causal) {
-    // Query i sees key j iff j <= i + causal_offset (bottom-right aligned).
-    const int last_key = row0 + q_rows - 1 + p.causal_offset;             // last key any row sees
-    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / BLOCK_N + 1);  // skip above-diagonal
-    const int first_row_keys = row0 + p.causal_offset + 1;                // keys row0 sees
-    n_mask_from = min(n_mask_from, first_row_keys <= 0 ? 0 : first_row_keys / BLOCK_N);
-  }
+  // Blocks [0, n_blocks) hold a key some row sees (with causal, the blocks wholly above the
+  // last row's diagonal are skipped); blocks n >= n_mask_from need a mask: the partial
+  // seqlen_k tail, and with causal every block that crosses the diagonal of row row0
+  // (common/include/flashladder/kv_blocks.h, checked on the CPU against the mask itself).
+  const KvBlocks kv_range = kv_blocks(p.seqlen_k, p.causal, p.causal_offset, row0, q_rows, BLOCK_N);
+  const int n_blocks = kv_range.count;
+  const int n_mask_from = kv_range.mask_from;
 
   // ---- pointers (64-bit: batch * stride can exceed 2^31) ----------------
   const T* Q_gmem = static_cast<const T*>(p.q) + batch * p.q_batch_stride + row0 * p.q_row_stride +

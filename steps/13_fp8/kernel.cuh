@@ -30,6 +30,7 @@
 #include "../10_warp_specialized/kernel.cuh"
 #include "flashladder/cuda_check.h"
 #include "flashladder/dtype.cuh"
+#include "flashladder/kv_blocks.h"
 #include "flashladder/fp8.h"
 #include "flashladder/hopper.cuh"
 #include "flashladder/problem.h"
@@ -105,14 +106,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int row0 = m_block * BLOCK_M;
   const int q_rows = min(BLOCK_M, p.seqlen_q - row0);
-  int n_blocks = (p.seqlen_k + BLOCK_N - 1) / BLOCK_N;
-  int n_mask_from = p.seqlen_k / BLOCK_N;
-  if (p.causal) {
-    const int last_key = row0 + q_rows - 1 + p.causal_offset;
-    n_blocks = last_key < 0 ? 0 : min(n_blocks, last_key / BLOCK_N + 1);
-    const int first_row_keys = row0 + p.causal_offset + 1;
-    n_mask_from = min(n_mask_from, first_row_keys <= 0 ? 0 : first_row_keys / BLOCK_N);
-  }
+  const KvBlocks kv_range = kv_blocks(p.seqlen_k, p.causal, p.causal_offset, row0, q_rows, BLOCK_N);
+  const int n_blocks = kv_range.count;  // blocks n >= n_mask_from need the mask (rung 05)
+  const int n_mask_from = kv_range.mask_from;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t Q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
