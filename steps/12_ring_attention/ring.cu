@@ -355,7 +355,8 @@ class RankRing {
   }
 
   /// --replay: this rank's whole pass with no transfer, alone on the GPU; waits for it and
-  /// returns its event times (exposed communication and transfer are 0). At step s it reads the
+  /// returns its compute and merge times per step (a replay has no exposed communication and no
+  /// transfer: those stay empty). At step s it reads the
   /// K/V shard where the rank that started with it keeps it (@p ranks[src_rank]'s own shard, on
   /// this same GPU): the bytes the ring would have brought.
   StepTimes replay(const std::vector<std::unique_ptr<RankRing>>& ranks) {
@@ -373,8 +374,6 @@ class RankRing {
     for (int s = 0; s < world_; ++s) {
       t.compute.push_back(elapsed_ms(ev_step_start_[s], ev_compute_done_[s]));
       t.merge.push_back(elapsed_ms(ev_compute_done_[s], ev_merge_done_[s]));
-      t.exposed.push_back(0);
-      t.transfer.push_back(0);
     }
     return t;
   }
@@ -653,7 +652,7 @@ struct Report {
   Timing single_timing;
   int iters = 0;
   std::vector<double> ring_ms;  ///< per timed iteration: the slowest rank's
-  /// [rank][step] medians over the timed iterations
+  /// [rank][step] medians over the timed iterations (exposed and transfer empty in a replay)
   std::vector<std::vector<double>> compute, exposed, merge, transfer;
   std::vector<int64_t> pairs;      ///< per rank (per batch and head)
   std::vector<double> send_bytes;  ///< per step, rank 0's
@@ -839,8 +838,9 @@ std::string format_report(const Report& r) {
       double c = 0, e = 0, m = 0, t = 0;
       for (size_t rk = 0; rk < r.compute.size(); ++rk) {
         c = std::max(c, r.compute[rk][st]);
-        e = std::max(e, r.exposed[rk][st]);
         m = std::max(m, r.merge[rk][st]);
+        if (r.replay) continue;  // a replay has no exposed communication and no transfer
+        e = std::max(e, r.exposed[rk][st]);
         t = std::max(t, r.transfer[rk][st]);
       }
       if (r.replay)  // nothing is sent: the bytes are those the ring would send
@@ -962,8 +962,6 @@ void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const 
       rep->compute[r].push_back(median(compute[r][s]));
       rep->merge[r].push_back(median(merge[r][s]));
     }
-    rep->exposed.emplace_back(P, 0.0);
-    rep->transfer.emplace_back(P, 0.0);
   }
 }
 
