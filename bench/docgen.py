@@ -1129,7 +1129,8 @@ RING_ONE_GPU_COMMAND = ('bench/run_ring.sh --gpus 1 --replay "2 4 8" --no-torch 
 
 def ring_runs(folder):
     """{(kind, ranks, seqlen, causal, variant): report} of rung 12's JSON reports (schema
-    flashladder.ring/1) in @p folder: kind "ring" (--gpus P) or "replay" (--replay P)."""
+    flashladder.ring/1) in @p folder: kind "ring" (--gpus P), "replay" (--replay P) or "shared"
+    (launch_ring.py --share-gpu: P ranks on one GPU)."""
     out = {}
     for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
         with open(f, encoding="utf-8") as fh:
@@ -1138,8 +1139,8 @@ def ring_runs(folder):
             continue
         p = j["problem"]
         j["_file"] = os.path.basename(f)
-        out[("replay" if j.get("replay") else "ring", j.get("ranks", j["gpus"]), p["seqlen"], p["causal"],
-             j["variant"])] = j
+        kind = "replay" if j.get("replay") else "shared" if j.get("shared_gpu") else "ring"
+        out[(kind, j.get("ranks", j["gpus"]), p["seqlen"], p["causal"], j["variant"])] = j
     return out
 
 
@@ -1239,6 +1240,48 @@ def gen_ring_steps(ctx, gpu=None, n="65536,131072", ranks="2,4,8", variant="zigz
         "a later step: the median of steps 1 … P−1. The last column is the K/V bytes of a step over a later "
         "step's compute: the bandwidth per direction a link needs for the transfer to take no longer than the "
         "compute it runs under (NCCL's own use of the SMs aside). %s" % (variant, ring_provenance(res)))
+
+
+RING_SHARED_COMMAND = ('bench/run_ring.sh --share "2 4" --no-torch '
+                       '--results bench/results/<gpu>/ring-shared')
+
+
+@generator("ring-shared")
+def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
+    """The ring's NCCL path on one GPU (<gpu>/ring-shared, launch_ring.py --share-gpu): per length,
+    mask, sharding and P the checks of the gathered output (the fp64 reference on sampled rows, the
+    single-GPU rung on every element) and the K/V bytes each rank sent through NCCL. No times: the
+    ranks time-share the GPU."""
+    folder = gpu or PRIMARY + "/ring-shared"
+    res = results_folder(ctx, folder, "rung 12's rings on one shared GPU", RING_SHARED_COMMAND)
+    runs = ring_runs(res.dir)
+    rows = []
+    for nn in ints(n):
+        for c in (1, 0):
+            for v in (("zigzag", "contiguous") if c else ("zigzag",)):
+                for P in ints(ranks):
+                    j = runs.get(("shared", P, nn, c, v))
+                    if j is None:
+                        continue
+                    ck, single = j["check"], j["single"]
+                    rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P),
+                                 "%s (%d rows, max abs %.2g, tol %.2g)" % (
+                                     "pass" if ck["pass"] else "FAIL", ck["rows"], ck["max_abs"], ck["tol_max_abs"]),
+                                 "%s (max abs %.2g)" % ("pass" if single["ran"] and single["ring_vs_single_pass"]
+                                                        else "FAIL", single["ring_vs_single_max_abs"]),
+                                 binary_bytes(sum(j["send_bytes_per_step"]))])
+    if not rows:
+        raise Missing("rings on one shared GPU (--share-gpu) in bench/results/%s" % folder, RING_SHARED_COMMAND)
+    any_run = runs[next(k for k in runs if k[0] == "shared")]
+    pr = any_run["problem"]
+    head = ["N", "causal", "sharding", "P", "gathered O vs fp64 (sampled rows)", "vs the single-GPU rung",
+            "K/V each rank sent"]
+    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "---", "---", "--:"]) + (
+        "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s`; NCCL %s. P processes on one GPU "
+        "(`launch_ring.py --share-gpu`), each its own NCCL host, so every shard crossed NCCL's socket transport "
+        "on loopback; the ranks time-share the GPU, so no time is reported. %s" % (
+            pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"], any_run["nccl"],
+            ring_provenance(res)))
 
 
 # ---- the ladder inside PyTorch (bench/torch_train.py, bench/torch_overhead.py) ------------------

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Rung 12's benchmark, on a machine with 1 to 8 GPUs of one host:
 #
-#   bench/run_ring.sh [--gpus "1 2"] [--replay "2 4 8"] [--seqlens "65536 131072"] [--bin DIR]
-#                     [--results DIR] [--no-torch] [--quick]
+#   bench/run_ring.sh [--gpus "1 2"] [--replay "2 4 8"] [--share "2 4"] [--seqlens "65536 131072"]
+#                     [--bin DIR] [--results DIR] [--no-torch] [--quick]
 #
 # For each GPU count P and total length N (B = 1, 16 heads, d = 128, bf16):
 #   1. rung 12 through its launcher, zigzag and contiguous, causal 1 and 0, sampled check, the
@@ -17,24 +17,29 @@
 #      fp64 and the single-GPU rung; each rank's pass timed alone: the ring's time if every
 #      transfer hid, T1 / (R x slowest rank) the scaling efficiency's compute bound
 #                                                      -> replay_r<R>_n<N>_<variant>_causal<c>.json
-#   4. meta.json: device, date, git sha (and whether the tree had local changes), the commands.
+#   4. --share S...: the ring of S ranks sharing GPU 0 through the launcher (--share-gpu: one
+#      process per rank, NCCL over sockets on loopback), same shapes as 3: the whole NCCL path
+#      checked at these lengths where one GPU is all there is; its times are no S-GPU ring's
+#                                                      -> shared_p<S>_n<N>_<variant>_causal<c>.json
+#   5. meta.json: device, date, git sha (and whether the tree had local changes), the commands.
 # Every run's output goes beside it (*.log). Results: bench/results/<gpu-name-slug>/ring/ unless
 # --results; NCCL_NVLS_ENABLE=0 for every process. --quick: N = 65536 and causal 1 only.
 # Exit: 0 done; 77 no GPU; otherwise the first failing run's code (the others still run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
-gpus="" replay="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0"
+gpus="" replay="" share="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0"
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus=$2; shift ;;
     --replay) replay=$2; shift ;;
+    --share) share=$2; shift ;;
     --seqlens) seqlens=$2; shift ;;
     --bin) bin=$2; shift ;;
     --results) results=$2; shift ;;
     --no-torch) torch=0 ;;
     --quick) seqlens=65536; causals=1 ;;
-    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
     *) echo "run_ring.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -54,7 +59,7 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "run_ring.sh: no GPU (exit 77 = skipped)"; exit 77
 fi
 visible=$(nvidia-smi -L | grep -c '^GPU')
-if [ -z "$gpus" ] && [ -z "$replay" ]; then gpus=$(seq 1 "$visible" | tr '\n' ' '); fi
+if [ -z "$gpus" ] && [ -z "$replay" ] && [ -z "$share" ]; then gpus=$(seq 1 "$visible" | tr '\n' ' '); fi
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 slug=$(echo "$gpu_name" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-|-$//g')
 results=${results:-$ROOT/bench/results/$slug/ring}
@@ -101,6 +106,21 @@ for r in $replay; do
         name=replay_r${r}_n${n}_${variant}_causal${causal}
         run "$name" "$(rel "$exe")" --replay "$r" --batch 1 --seqlen "$n" --heads 16 --dim 128 \
           --dtype bf16 --causal "$causal" --variant "$variant" --check sample --iters 20 --warmup 3 \
+          --json "$(rel "$results/$name.json")"
+      done
+    done
+  done
+done
+for s in $share; do
+  for n in $seqlens; do
+    for causal in $causals; do
+      variants="zigzag contiguous"
+      if [ "$causal" = 0 ]; then variants=zigzag; fi
+      for variant in $variants; do
+        name=shared_p${s}_n${n}_${variant}_causal${causal}
+        run "$name" "$PY" "$(rel "$ROOT/steps/12_ring_attention/launch_ring.py")" --exe "$(rel "$exe")" \
+          --gpus "$s" --share-gpu -- --batch 1 --seqlen "$n" --heads 16 --dim 128 --dtype bf16 \
+          --causal "$causal" --variant "$variant" --check sample --iters 3 --warmup 1 \
           --json "$(rel "$results/$name.json")"
       done
     done

@@ -18,6 +18,14 @@ What it does:
      (SIGTERM, then SIGKILL after --grace seconds) and exit non-zero naming that rank; a run
      longer than --max-seconds is stopped the same way. Nothing is left hanging.
 
+One GPU, several ranks (--share-gpu): every rank of this host runs on its first GPU. NCCL
+refuses two ranks of one communicator on one GPU of one host, so each rank is told it is its
+own host (NCCL_HOSTID) and the shards travel through NCCL's socket transport over loopback
+(NCCL_NET=Socket, NCCL_SOCKET_IFNAME=lo unless set). The whole multi-process path runs (the id
+file, the communicator, every ncclSend/ncclRecv, the gather, a rank's failure), checked as on
+P GPUs; the ranks time-share the GPU, so the times are no P-GPU ring's and the rung reports
+no scaling efficiency. For tests and for learning the ring on a machine with one GPU.
+
 Across hosts: run it once per host with the same --nnodes, the host's --node-rank (0 on the
 host of rank 0), the same --gpus per host and the same --id-file path on a shared filesystem.
 
@@ -58,9 +66,13 @@ def parse(argv):
         prog="launch_ring.py",
         description="Start rung 12's ranks (one process per GPU) and watch them.",
         epilog="Everything after -- goes to every rank (the rung's flags: --seqlen, --causal, ...).")
-    ap.add_argument("--gpus", type=int, default=1, help="ranks on this host, one per GPU (default 1)")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="ranks on this host, one per GPU (default 1; with --share-gpu all on one GPU)")
     ap.add_argument("--nnodes", type=int, default=1, help="hosts in the ring (default 1)")
     ap.add_argument("--node-rank", type=int, default=0, help="this host's index, 0 ... nnodes-1")
+    ap.add_argument("--share-gpu", action="store_true",
+                    help="every rank of this host on its first GPU, NCCL over sockets on loopback "
+                    "(tests the process model on one GPU; no scaling efficiency)")
     ap.add_argument("--id-file", help="where rank 0 writes the NCCL unique id (default: a fresh "
                     "temporary file; required with --nnodes > 1: a path every host reads)")
     ap.add_argument("--exe", help="the rung's executable (default: the newest build/*/bin/12_ring_attention)")
@@ -80,7 +92,9 @@ def parse(argv):
         ap.error("need --gpus >= 1, --nnodes >= 1 and 0 <= --node-rank < --nnodes")
     if args.nnodes > 1 and not args.id_file:
         ap.error("--nnodes > 1 needs --id-file on a filesystem every host reads")
-    for flag in ("--gpus", "--rank", "--local-rank", "--id-file", "--timeout"):
+    if args.share_gpu and args.nnodes > 1:
+        ap.error("--share-gpu puts the ranks of one host on one GPU: it takes no --nnodes")
+    for flag in ("--gpus", "--rank", "--local-rank", "--id-file", "--timeout", "--shared-gpu"):
         if any(a == flag or a.startswith(flag + "=") for a in rung):
             ap.error("%s is the launcher's to set (give it before --)" % flag)
     return args, rung
@@ -129,6 +143,16 @@ def stop(ranks, grace):
             r.proc.wait()
 
 
+def shared_gpu_env(env, rank):
+    """--share-gpu: @p env for rank @p rank, which NCCL must take for a host of its own (it refuses
+    two ranks on one GPU of one host), reached through its socket transport on loopback."""
+    e = dict(env)
+    e["NCCL_HOSTID"] = "flashladder-shared-gpu-rank%d" % rank
+    e["NCCL_NET"] = "Socket"
+    e.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    return e
+
+
 def describe(code):
     return "signal %d" % -code if code < 0 else "code %d" % code
 
@@ -144,9 +168,14 @@ def main(argv):
     env = dict(os.environ)
     env["NCCL_NVLS_ENABLE"] = "0"  # NVLink multicast (NVLS) stays off
 
+    shared = ["--shared-gpu"] if args.share_gpu else []
+
+    def device(local):
+        return 0 if args.share_gpu else local
+
     # 1. The flags and the GPUs, checked once by the rung itself.
-    pre = subprocess.run(command(exe) + rung + ["--gpus", str(world), "--local-rank", str(args.gpus - 1),
-                                                "--preflight"], env=env, stdin=subprocess.DEVNULL)
+    pre = subprocess.run(command(exe) + rung + ["--gpus", str(world), "--local-rank", str(device(args.gpus - 1)),
+                                                "--preflight"] + shared, env=env, stdin=subprocess.DEVNULL)
     if pre.returncode != EXIT_OK:
         if pre.returncode not in (EXIT_BAD, EXIT_SKIP):
             print("launch_ring.py: the preflight check failed with %s" % describe(pre.returncode),
@@ -171,8 +200,9 @@ def main(argv):
         for local in range(args.gpus):
             g = args.node_rank * args.gpus + local
             cmd = command(exe) + rung + ["--gpus", str(world), "--rank", str(g), "--local-rank",
-                                         str(local), "--id-file", id_file, "--timeout", str(args.timeout)]
-            ranks.append(Rank(g, cmd, env))
+                                         str(device(local)), "--id-file", id_file, "--timeout",
+                                         str(args.timeout)] + shared
+            ranks.append(Rank(g, cmd, shared_gpu_env(env, g) if args.share_gpu else env))
 
         # 3. The watchdog.
         start = time.monotonic()

@@ -639,7 +639,8 @@ struct Report {
   Problem p;
   Sharding sharding = Sharding::zigzag;
   int world = 1;
-  bool replay = false;  ///< --replay: the world's ranks in turn on one GPU (each timed alone)
+  bool replay = false;      ///< --replay: the world's ranks in turn on one GPU (each timed alone)
+  bool shared_gpu = false;  ///< --shared-gpu: the world's ranks at once on one GPU (time-shared)
   std::string forward_label, nccl_version;
   DeviceInfo dev;
   Options opt;
@@ -695,9 +696,10 @@ std::string to_json(const Report& r) {
       .kv("schema", "flashladder.ring/1")
       .kv("rung", "12_ring_attention")
       .kv("variant", sharding_name(r.sharding))
-      .kv("gpus", r.replay ? 1 : r.world)
+      .kv("gpus", r.replay || r.shared_gpu ? 1 : r.world)
       .kv("ranks", r.world)
       .kv("replay", r.replay)
+      .kv("shared_gpu", r.shared_gpu)
       .kv("forward_rung", r.forward_label)
       .kv("nccl", r.nccl_version)
       .kv("date", utc_now())
@@ -729,6 +731,7 @@ std::string to_json(const Report& r) {
   const double lo = r.ring_ms.empty() ? 0.0 : *std::min_element(r.ring_ms.begin(), r.ring_ms.end());
   const double hi = r.ring_ms.empty() ? 0.0 : *std::max_element(r.ring_ms.begin(), r.ring_ms.end());
   // A replay times each rank alone on one GPU: a bound, not the ring's time, so other key names.
+  // Ranks sharing one GPU time-share it: their ring time is no P-GPU time, so no efficiency.
   struct Keys {
     const char *median, *min, *max, *eff, *tflops;
   };
@@ -743,10 +746,9 @@ std::string to_json(const Report& r) {
       .kv(k.median, ring)
       .kv(k.min, lo)
       .kv(k.max, hi)
-      .kv("single_median_ms", one)
-      .kv(k.eff, eff)
-      .kv(k.tflops, tflops)
-      .end_object();
+      .kv("single_median_ms", one);
+  if (!r.shared_gpu) j.kv(k.eff, eff).kv(k.tflops, tflops);
+  j.end_object();
   j.begin_array("pairs_per_rank");
   for (int64_t x : r.pairs) j.kv(nullptr, static_cast<long long>(x));
   j.end_array();
@@ -775,6 +777,13 @@ std::string format_report(const Report& r) {
                   "12_ring_attention[%s]: the %d ranks of a ring replayed on one GPU, in turn (no "
                   "NCCL transfer), forward rung %s\n",
                   sharding_name(r.sharding), r.world, r.forward_label.c_str());
+  else if (r.shared_gpu)
+    std::snprintf(buf, sizeof buf,
+                  "12_ring_attention[%s]: ring attention over %d ranks sharing one GPU (NCCL %s, "
+                  "each rank its own NCCL host), forward rung %s\n"
+                  "         the ranks time-share the GPU: the times below are no %d-GPU ring's\n",
+                  sharding_name(r.sharding), r.world, r.nccl_version.c_str(),
+                  r.forward_label.c_str(), r.world);
   else
     std::snprintf(
         buf, sizeof buf,
@@ -787,7 +796,7 @@ std::string format_report(const Report& r) {
       "problem: %s\ndevice:  %s (%s, %d SMs)%s\n"
       "shards:  %d chunks of ~%d tokens; %s\n",
       r.p.describe().c_str(), r.dev.name.c_str(), r.dev.arch().c_str(), r.dev.sm_count,
-      r.replay ? "" : " per rank", C, r.p.seqlen_q / C,
+      r.replay || r.shared_gpu ? "" : " per rank", C, r.p.seqlen_q / C,
       r.sharding == Sharding::zigzag ? "rank r holds chunks r and 2P-1-r" : "rank r holds chunk r");
   s += buf;
   s += "work:    (query, key) pairs per rank:";
@@ -815,13 +824,22 @@ std::string format_report(const Report& r) {
                     "time:    the slowest rank's pass %.4f ms (median of %d; each rank alone on "
                     "this GPU, no transfer)",
                     ring, r.iters);
+    else if (r.shared_gpu)
+      std::snprintf(buf, sizeof buf,
+                    "time:    ring %.4f ms (median of %d, the slowest rank each time; the ranks "
+                    "time-share one GPU)",
+                    ring, r.iters);
     else
       std::snprintf(
           buf, sizeof buf,
           "time:    ring %.4f ms (median of %d, the slowest rank each time), %.1f TFLOP/s", ring,
           r.iters, attention_flops(r.p) / (ring * 1e-3) / 1e12);
     s += buf;
-    if (r.single_timing.timed) {
+    if (r.single_timing.timed && r.shared_gpu) {
+      std::snprintf(buf, sizeof buf, "; one GPU %.4f ms (no scaling efficiency: one GPU shared)",
+                    r.single_timing.median_ms);
+      s += buf;
+    } else if (r.single_timing.timed) {
       std::snprintf(buf, sizeof buf,
                     r.replay ? "; one GPU %.4f ms\n         if every transfer hid: T1 / (P x "
                                "slowest) = %.3f, the scaling efficiency's compute bound"
@@ -1013,6 +1031,7 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
   rep.sharding = sh;
   rep.world = P;
   rep.replay = replay;
+  rep.shared_gpu = ro.shared_gpu;
   rep.forward_label = fwd.label();
   rep.nccl_version = nccl_version;
   rep.dev = dev;

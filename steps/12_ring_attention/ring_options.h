@@ -24,10 +24,12 @@ struct RingOptions {
                            ///< sequence (check against it, one-GPU time, scaling efficiency)
   bool preflight = false;  ///< --preflight: check the flags and the GPUs, start nothing (launcher)
   bool skip_missing_gpus = false;  ///< --skip-missing-gpus: fewer GPUs than --gpus -> 77 (tests)
-  int fail_rank = -1;  ///< --fail-rank: (testing) this rank exits 1 in the middle of the ring
-  int replay = 0;      ///< --replay P: the P ranks' steps in turn on this one GPU, no NCCL
-                       ///< transfer (0: off): checks the plan without P GPUs, and times each
-                       ///< rank's pass alone (the ring's time if every transfer hid)
+  int fail_rank = -1;       ///< --fail-rank: (testing) this rank exits 1 in the middle of the ring
+  int replay = 0;           ///< --replay P: the P ranks' steps in turn on this one GPU, no NCCL
+                            ///< transfer (0: off): checks the plan without P GPUs, and times each
+                            ///< rank's pass alone (the ring's time if every transfer hid)
+  bool shared_gpu = false;  ///< --shared-gpu: (set by launch_ring.py --share-gpu) the ranks of
+                            ///< this host share one GPU, so the times are not a P-GPU ring's
 };
 
 /// Result of take_ring_flags: the rung's flags, the rest for parse_cli, or an error.
@@ -56,6 +58,10 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
     }
     if (flag == "--skip-missing-gpus") {
       o->skip_missing_gpus = true;
+      continue;
+    }
+    if (flag == "--shared-gpu") {
+      o->shared_gpu = true;
       continue;
     }
     const bool ours = flag == "--gpus" || flag == "--rank" || flag == "--local-rank" ||
@@ -110,6 +116,8 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
          std::to_string(o->gpus));
   else if (o->replay > 0 && o->fail_rank >= 0)
     fail("--fail-rank tests the process model, which --replay does not have");
+  else if (o->replay > 0 && o->shared_gpu)
+    fail("--shared-gpu marks ranks in separate processes on one GPU; --replay runs them in one");
   else if (o->rank >= o->gpus)
     fail("--rank " + std::to_string(o->rank) + " is outside a ring of --gpus " +
          std::to_string(o->gpus));
@@ -136,7 +144,9 @@ inline const char* ring_usage() {
          "                       against it, the one-GPU time and the scaling efficiency (1)\n"
          "  --timeout S          seconds for the NCCL id file, the communicator and every wait\n"
          "                       (default 300): a rank that waits longer aborts, never hangs\n"
-         "  set by the launcher: --rank R --local-rank L --id-file PATH\n";
+         "  set by the launcher: --rank R --local-rank L --id-file PATH [--shared-gpu: the\n"
+         "                       ranks share one GPU (launch_ring.py --share-gpu), so the report\n"
+         "                       gives no scaling efficiency]\n";
 }
 
 }  // namespace fl::ring

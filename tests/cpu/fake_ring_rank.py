@@ -2,7 +2,7 @@
 """A stand-in for rung 12's executable in the launcher's CPU test (no GPU, no NCCL).
 
 It takes the flags the launcher gives a rank (--gpus, --rank, --local-rank, --id-file,
---timeout, --preflight) and acts as told by the environment:
+--timeout, --preflight, --shared-gpu) and acts as told by the environment:
   FAKE_GPUS          GPUs this "machine" has (preflight: more asked -> exit 2; 0 -> exit 77)
   FAKE_OUT           a directory: each rank writes rank<r>.txt with what it was given
   FAKE_FAIL_RANK     that rank exits with FAKE_FAIL_CODE (default 1) after FAKE_FAIL_AFTER s
@@ -18,8 +18,8 @@ def main(argv):
     flags, i = {}, 0
     while i < len(argv):
         a = argv[i]
-        if a == "--preflight":
-            flags["preflight"] = True
+        if a in ("--preflight", "--shared-gpu"):
+            flags[a[2:]] = True
         elif a.startswith("--") and i + 1 < len(argv):
             flags[a[2:]] = argv[i + 1]
             i += 1
@@ -41,7 +41,10 @@ def main(argv):
         with open(os.path.join(out, "rank%d.txt" % rank), "w") as f:
             json.dump({"rank": rank, "local_rank": int(flags["local-rank"]), "gpus": int(flags["gpus"]),
                        "id_file": flags["id-file"], "timeout": flags["timeout"], "pid": os.getpid(),
-                       "nvls": os.environ.get("NCCL_NVLS_ENABLE"), "argv": argv}, f)
+                       "nvls": os.environ.get("NCCL_NVLS_ENABLE"), "argv": argv,
+                       "shared_gpu": flags.get("shared-gpu", False),
+                       "nccl_env": {k: v for k, v in os.environ.items()
+                                    if k in ("NCCL_HOSTID", "NCCL_NET", "NCCL_SOCKET_IFNAME")}}, f)
     print("fake rank %d here" % rank)
     sys.stdout.flush()
     if os.environ.get("FAKE_FAIL_RANK") == str(rank):

@@ -39,7 +39,8 @@ class Launcher(unittest.TestCase):
     def run_launcher(self, args, rung=(), timeout=60, **env):
         self.out = tempfile.mkdtemp(prefix="fl-ring-test-")
         e = dict(os.environ, FAKE_OUT=self.out)
-        e.pop("NCCL_NVLS_ENABLE", None)
+        for k in ("NCCL_NVLS_ENABLE", "NCCL_HOSTID", "NCCL_NET", "NCCL_SOCKET_IFNAME"):
+            e.pop(k, None)
         e.update({k: str(v) for k, v in env.items()})
         t0 = time.monotonic()
         p = subprocess.run([sys.executable, LAUNCHER, "--exe", FAKE] + list(args) + ["--"] + list(rung),
@@ -70,6 +71,32 @@ class Launcher(unittest.TestCase):
         self.assertIn("fake rank 0 here", p.stdout.splitlines())  # rank 0's stdout: no prefix
         self.assertIn("[rank 2] fake rank 2 here", p.stdout.splitlines())
         self.assertFalse(os.path.exists(r[0]["id_file"]))  # the temporary directory is gone
+
+    def test_share_gpu_puts_every_rank_on_gpu_0_as_its_own_nccl_host(self):
+        p = self.run_launcher(["--gpus", "3", "--share-gpu"], ["--seqlen", "64"], FAKE_GPUS=1)
+        self.assertEqual(p.returncode, 0, p.stderr)  # one GPU is enough for three ranks
+        r = self.ranks()
+        self.assertEqual(sorted(r), [0, 1, 2])
+        for k, d in r.items():
+            self.assertEqual(d["local_rank"], 0)
+            self.assertEqual(d["gpus"], 3)
+            self.assertTrue(d["shared_gpu"])
+            self.assertEqual(d["nccl_env"]["NCCL_NET"], "Socket")
+            self.assertEqual(d["nccl_env"]["NCCL_SOCKET_IFNAME"], "lo")
+        self.assertEqual(len({d["nccl_env"]["NCCL_HOSTID"] for d in r.values()}), 3)  # a host each
+        # Without --share-gpu no rank is told so, and NCCL's host is the real one.
+        p = self.run_launcher(["--gpus", "2"], FAKE_GPUS=2)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for d in self.ranks().values():
+            self.assertFalse(d["shared_gpu"])
+            self.assertNotIn("NCCL_HOSTID", d["nccl_env"])
+        # A socket interface the user chose is kept; --share-gpu is one host's.
+        p = self.run_launcher(["--gpus", "2", "--share-gpu"], NCCL_SOCKET_IFNAME="eth9")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual({d["nccl_env"]["NCCL_SOCKET_IFNAME"] for d in self.ranks().values()}, {"eth9"})
+        p = self.run_launcher(["--gpus", "2", "--share-gpu", "--nnodes", "2", "--id-file", "x"])
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--share-gpu", p.stderr)
 
     def test_a_failing_rank_stops_the_others(self):
         p = self.run_launcher(["--gpus", "4", "--grace", "2"], FAKE_HANG=1, FAKE_FAIL_RANK=2)

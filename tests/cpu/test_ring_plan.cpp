@@ -501,6 +501,19 @@ TEST_CASE("ring options: rung 12's flags, the rest for the shared parser", "[cpu
   o = RingOptions();
   r = parse({"--replay", "2", "--fail-rank", "1"}, &o);
   CHECK_FALSE(r.ok);
+  // --shared-gpu (launch_ring.py --share-gpu): a flag without a value; not with --replay.
+  o = RingOptions();
+  r = parse({"--gpus", "2", "--rank", "1", "--local-rank", "0", "--id-file", "f", "--shared-gpu",
+             "--seqlen", "64"},
+            &o);
+  REQUIRE(r.ok);
+  CHECK(o.shared_gpu);
+  CHECK(o.local_rank == 0);
+  CHECK(r.rest == std::vector<std::string>{"12_ring_attention", "--seqlen", "64"});
+  o = RingOptions();
+  r = parse({"--replay", "2", "--shared-gpu"}, &o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("--shared-gpu") != std::string::npos);
   Sharding sh;
   CHECK(parse_sharding("", &sh));
   CHECK(sh == Sharding::zigzag);

@@ -4,9 +4,12 @@ the machine has no GPU or fewer than the ring asks for.
 
   test_ring.py EXE check P [rung flags]   the ring on P GPUs, checked against the fp64 reference
                                           and the single-GPU rung (exit: the launcher's)
+  test_ring.py EXE shared P [rung flags]  the ring of P ranks sharing GPU 0 (launch_ring.py
+                                          --share-gpu: every rank its own NCCL host, the shards over
+                                          NCCL's socket transport on loopback), checked the same way
   test_ring.py EXE replay P [rung flags]  the P ranks of the ring in turn on one GPU (--replay P, no
                                           NCCL transfer), checked the same way
-  test_ring.py EXE fail P                 rank P-1 leaves the ring (--fail-rank): the launcher must
+  test_ring.py EXE fail P [--share-gpu]   rank P-1 leaves the ring (--fail-rank): the launcher must
                                           exit non-zero naming it, within a bounded time
   test_ring.py EXE toomany                more GPUs than exist: exit 2 with the reason
 """
@@ -20,8 +23,10 @@ LAUNCHER = os.path.join(ROOT, "steps", "12_ring_attention", "launch_ring.py")
 FAIL_BOUND_S = 180  # CUDA and NCCL start-up, the inputs, and the launcher's stop
 
 
-def launch(exe, gpus, rung, timeout=None):
+def launch(exe, gpus, rung, timeout=None, share=False):
     cmd = [sys.executable, LAUNCHER, "--exe", exe, "--gpus", str(gpus), "--grace", "5"]
+    if share:
+        cmd += ["--share-gpu"]
     if timeout:
         cmd += ["--timeout", str(timeout)]
     cmd += ["--"] + rung
@@ -35,9 +40,10 @@ def launch(exe, gpus, rung, timeout=None):
 
 def main(argv):
     exe, what = argv[0], argv[1]
-    if what == "check":
+    if what in ("check", "shared"):
         gpus = int(argv[2])
-        p, _ = launch(exe, gpus, argv[3:] + ["--skip-missing-gpus", "--iters", "3", "--warmup", "1"])
+        p, _ = launch(exe, gpus, argv[3:] + ["--skip-missing-gpus", "--iters", "3", "--warmup", "1"],
+                      share=what == "shared")
         return p.returncode
     if what == "replay":
         cmd = [exe, "--replay", argv[2]] + argv[3:]
@@ -47,7 +53,8 @@ def main(argv):
         gpus = int(argv[2])
         bad = gpus - 1
         p, took = launch(exe, gpus, ["--seqlen", "4096", "--heads", "8", "--dim", "128", "--causal", "1",
-                                     "--fail-rank", str(bad), "--skip-missing-gpus"], timeout=60)
+                                     "--fail-rank", str(bad), "--skip-missing-gpus"], timeout=60,
+                         share="--share-gpu" in argv[3:])
         if p.returncode == 77:
             return 77
         ok = p.returncode not in (0, 77) and ("rank %d failed" % bad) in p.stderr and took < FAIL_BOUND_S
