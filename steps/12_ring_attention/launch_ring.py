@@ -13,7 +13,8 @@ What it does:
   2. starts the ranks with --gpus (world size), --rank, --local-rank (the CUDA device) and
      --id-file (where rank 0 writes the NCCL unique id: a fresh temporary directory here, or
      --id-file on a filesystem every host sees when the ring spans hosts), each with
-     NCCL_NVLS_ENABLE=0 in its environment (NVLink multicast stays off);
+     NCCL_NVLS_ENABLE=0 in its environment (NVLink multicast stays off), each under --wrap's
+     command if given (a sanitizer, a profiler);
   3. watches them: the first rank that exits non-zero makes the launcher stop the others
      (SIGTERM, then SIGKILL after --grace seconds) and exit non-zero naming that rank; a run
      longer than --max-seconds is stopped the same way. Nothing is left hanging.
@@ -37,6 +38,7 @@ Python standard library only.
 import argparse
 import glob
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -76,6 +78,9 @@ def parse(argv):
     ap.add_argument("--id-file", help="where rank 0 writes the NCCL unique id (default: a fresh "
                     "temporary file; required with --nnodes > 1: a path every host reads)")
     ap.add_argument("--exe", help="the rung's executable (default: the newest build/*/bin/12_ring_attention)")
+    ap.add_argument("--wrap", default="",
+                    help="a command each rank runs under, e.g. \"compute-sanitizer --tool memcheck\" "
+                    "(the preflight runs without it)")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds a rank waits for the id, the communicator or a GPU wait (default 300)")
     ap.add_argument("--max-seconds", type=float, default=3600.0,
@@ -199,7 +204,7 @@ def main(argv):
     try:
         for local in range(args.gpus):
             g = args.node_rank * args.gpus + local
-            cmd = command(exe) + rung + ["--gpus", str(world), "--rank", str(g), "--local-rank",
+            cmd = shlex.split(args.wrap) + command(exe) + rung + ["--gpus", str(world), "--rank", str(g), "--local-rank",
                                          str(device(local)), "--id-file", id_file, "--timeout",
                                          str(args.timeout)] + shared
             ranks.append(Rank(g, cmd, shared_gpu_env(env, g) if args.share_gpu else env))

@@ -43,6 +43,7 @@ def main(argv):
                        "id_file": flags["id-file"], "timeout": flags["timeout"], "pid": os.getpid(),
                        "nvls": os.environ.get("NCCL_NVLS_ENABLE"), "argv": argv,
                        "shared_gpu": flags.get("shared-gpu", False),
+                       "wrapped": os.environ.get("FAKE_WRAPPED"),
                        "nccl_env": {k: v for k, v in os.environ.items()
                                     if k in ("NCCL_HOSTID", "NCCL_NET", "NCCL_SOCKET_IFNAME")}}, f)
     print("fake rank %d here" % rank)

@@ -98,6 +98,11 @@ class Launcher(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--share-gpu", p.stderr)
 
+    def test_wrap_runs_every_rank_under_a_command(self):
+        p = self.run_launcher(["--gpus", "2", "--wrap", "env FAKE_WRAPPED='yes it is'"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual({d["wrapped"] for d in self.ranks().values()}, {"yes it is"})
+
     def test_a_failing_rank_stops_the_others(self):
         p = self.run_launcher(["--gpus", "4", "--grace", "2"], FAKE_HANG=1, FAKE_FAIL_RANK=2)
         self.assertEqual(p.returncode, 1, p.stderr)
