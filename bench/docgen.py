@@ -1242,25 +1242,31 @@ def gen_ring_steps(ctx, gpu=None, n="65536,131072", ranks="2,4,8", variant="zigz
         "compute it runs under (NCCL's own use of the SMs aside). %s" % (variant, ring_provenance(res)))
 
 
-RING_SHARED_COMMAND = ('bench/run_ring.sh --share "2 4" --no-torch '
-                       '--results bench/results/<gpu>/ring-shared')
+RING_SHARED_COMMAND = 'bench/run_ring.sh --share "2 4" --results bench/results/<gpu>/ring-shared'
 
 
 @generator("ring-shared")
 def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
     """The ring's NCCL path on one GPU (<gpu>/ring-shared, launch_ring.py --share-gpu): per length,
     mask, sharding and P the checks of the gathered output (the fp64 reference on sampled rows, the
-    single-GPU rung on every element) and the K/V bytes each rank sent through NCCL. No times: the
-    ranks time-share the GPU."""
+    single-GPU rung on every element), the K/V bytes each rank sent through NCCL and, on the zigzag
+    rows, PyTorch's all-gather baseline run the same way (torch_shared_p<P>_n<N>_causal<c>.json:
+    its gathered output against one-GPU SDPA). No times: the ranks time-share the GPU."""
     folder = gpu or PRIMARY + "/ring-shared"
     res = results_folder(ctx, folder, "rung 12's rings on one shared GPU", RING_SHARED_COMMAND)
     runs = ring_runs(res.dir)
+    torch_runs = {}
+    for f in glob.glob(os.path.join(res.dir, "torch_shared_p*.json")):
+        with open(f, encoding="utf-8") as fh:
+            t = json.load(fh)
+        torch_runs[(t["ranks"], t["problem"]["seqlen"], int(t["problem"]["causal"]))] = t
     rows = []
     for nn in ints(n):
         for c in (1, 0):
             for v in (("zigzag", "contiguous") if c else ("zigzag",)):
                 for P in ints(ranks):
                     j = runs.get(("shared", P, nn, c, v))
+                    t = torch_runs.get((P, nn, c)) if v == "zigzag" else None
                     if j is None:
                         continue
                     ck, single = j["check"], j["single"]
@@ -1269,19 +1275,26 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
                                      "pass" if ck["pass"] else "FAIL", ck["rows"], ck["max_abs"], ck["tol_max_abs"]),
                                  "%s (max abs %.2g)" % ("pass" if single["ran"] and single["ring_vs_single_pass"]
                                                         else "FAIL", single["ring_vs_single_max_abs"]),
-                                 binary_bytes(sum(j["send_bytes_per_step"]))])
+                                 binary_bytes(sum(j["send_bytes_per_step"])),
+                                 "max abs %.2g" % t["max_abs_vs_single_gpu"] if t else "—"])
     if not rows:
         raise Missing("rings on one shared GPU (--share-gpu) in bench/results/%s" % folder, RING_SHARED_COMMAND)
     any_run = runs[next(k for k in runs if k[0] == "shared")]
     pr = any_run["problem"]
     head = ["N", "causal", "sharding", "P", "gathered O vs fp64 (sampled rows)", "vs the single-GPU rung",
-            "K/V each rank sent"]
-    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "---", "---", "--:"]) + (
+            "K/V each rank sent", "PyTorch baseline vs one-GPU SDPA"]
+    torch_note = ""
+    if torch_runs:
+        t = next(iter(torch_runs.values()))
+        torch_note = (" PyTorch's baseline (`bench/torch_ring_baseline.py --share-gpu` under torchrun: all-gather K/V, "
+                      "SDPA on the zigzag query shard) ran the same way on PyTorch %s, NCCL %s; its gathered output is "
+                      "compared with SDPA on the whole sequence on one GPU." % (t["torch"], t["nccl"]))
+    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "---", "---", "--:", "---"]) + (
         "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s`; NCCL %s. P processes on one GPU "
         "(`launch_ring.py --share-gpu`), each its own NCCL host, so every shard crossed NCCL's socket transport "
-        "on loopback; the ranks time-share the GPU, so no time is reported. %s" % (
+        "on loopback; the ranks time-share the GPU, so no time is reported.%s %s" % (
             pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"], any_run["nccl"],
-            ring_provenance(res)))
+            torch_note, ring_provenance(res)))
 
 
 # ---- the ladder inside PyTorch (bench/torch_train.py, bench/torch_overhead.py) ------------------

@@ -21,6 +21,8 @@
 #      process per rank, NCCL over sockets on loopback), same shapes as 3: the whole NCCL path
 #      checked at these lengths where one GPU is all there is; its times are no S-GPU ring's
 #                                                      -> shared_p<S>_n<N>_<variant>_causal<c>.json
+#      and PyTorch's baseline the same way (torchrun, --share-gpu), its gathered output against
+#      one-GPU SDPA                                    -> torch_shared_p<S>_n<N>_causal<c>.json
 #   5. meta.json: device, date, git sha (and whether the tree had local changes), the commands.
 # Every run's output goes beside it (*.log). Results: bench/results/<gpu-name-slug>/ring/ unless
 # --results; NCCL_NVLS_ENABLE=0 for every process. --quick: N = 65536 and causal 1 only.
@@ -123,6 +125,12 @@ for s in $share; do
           --causal "$causal" --variant "$variant" --check sample --iters 3 --warmup 1 \
           --json "$(rel "$results/$name.json")"
       done
+      if [ "$torch" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
+        name=torch_shared_p${s}_n${n}_causal${causal}
+        run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$s" \
+          "$(rel "$ROOT/bench/torch_ring_baseline.py")" --share-gpu --seqlen "$n" --causal "$causal" \
+          --iters 3 --warmup 1 --out "$(rel "$results/$name.json")"
+      fi
     done
   done
 done

@@ -23,6 +23,13 @@ all-gather, attention (which includes putting the gathered chunks back in sequen
 of the whole K and V that this simple baseline pays) and total (an all_reduce MAX), after a
 barrier.
 
+--share-gpu puts every rank on GPU 0, each its own NCCL host (the environment of rung 12's
+launch_ring.py --share-gpu: NCCL over sockets on loopback): the gather, the chunk order and the
+masks run as on P GPUs, on a machine with one; the times are then no P-GPU run's (no scaling
+efficiency). --check-max-abs X makes rank 0 exit 1 when the gathered output differs from the
+one-GPU SDPA output by more than X x max(1, max |O_1gpu|), the harness's rule for its absolute
+floor (common/src/check.cpp; bf16's floor is 3e-2): the GPU test of this script.
+
 Writes one JSON object (schema "flashladder.torch_ring/1") to --out on rank 0 and prints a
 summary. Exits 0 with a message when torch, CUDA or torch.distributed's NCCL is missing
 (nothing to measure), as bench/torch_sdpa.py does. Not launched under torchrun (no RANK in the
@@ -74,6 +81,10 @@ def parse(argv):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--single", type=int, choices=(0, 1), default=1,
                     help="rank 0 also times one GPU on the whole sequence (default 1)")
+    ap.add_argument("--share-gpu", action="store_true",
+                    help="every rank on GPU 0, each its own NCCL host (as launch_ring.py --share-gpu)")
+    ap.add_argument("--check-max-abs", type=float,
+                    help="exit 1 if max |O - O_1gpu| exceeds this x max(1, max |O_1gpu|) (needs --single 1)")
     ap.add_argument("--out", help="JSON file (rank 0)")
     return ap.parse_args(argv)
 
@@ -96,7 +107,14 @@ def main(argv):
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if world > torch.cuda.device_count():
+    if args.share_gpu:
+        # One source for the environment: rung 12's launcher. Set before NCCL starts.
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                        "steps", "12_ring_attention"))
+        from launch_ring import shared_gpu_env
+        os.environ.update(shared_gpu_env(os.environ, rank))
+        local = 0
+    elif world > torch.cuda.device_count():
         print("torch_ring_baseline.py: %d ranks but %d GPUs visible" % (world, torch.cuda.device_count()),
               file=sys.stderr)
         return 2
@@ -213,7 +231,7 @@ def main(argv):
     result = None
     if rank == 0:
         med = [statistics.median(s[i] for s in samples) for i in range(3)]
-        single_ms, max_abs = None, None
+        single_ms, max_abs, ref_max_abs = None, None, None
         if args.single:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 ref = F.scaled_dot_product_attention(q_all, k_all, v_all, is_causal=bool(args.causal))
@@ -228,11 +246,14 @@ def main(argv):
                         times.append(s.elapsed_time(e))
             single_ms = statistics.median(times)
             max_abs = (out_full.float() - ref.float()).abs().max().item()
+            ref_max_abs = ref.float().abs().max().item()
         props = torch.cuda.get_device_properties(dev)
         result = {
             "schema": "flashladder.torch_ring/1",
             "what": "all-gather K/V (torch.distributed, NCCL) + SDPA on the zigzag query shard",
-            "gpus": world,
+            "gpus": 1 if args.share_gpu else world,
+            "ranks": world,
+            "shared_gpu": args.share_gpu,
             "problem": {"batch": B, "seqlen": N, "heads_q": H, "heads_kv": H, "head_dim": D,
                         "dtype": args.dtype, "causal": bool(args.causal)},
             "backends_requested": [b.name for b in backends],
@@ -245,25 +266,39 @@ def main(argv):
             "iters": args.iters, "warmup": args.warmup,
             "allgather_ms": med[0], "attention_ms": med[1], "total_ms": med[2],
             "single_gpu_ms": single_ms,
-            "scaling_efficiency": (single_ms / (world * med[2])) if single_ms else None,
+            "scaling_efficiency": (single_ms / (world * med[2])) if single_ms and not args.share_gpu else None,
             "max_abs_vs_single_gpu": max_abs,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "git_sha": git_sha(),
             "command": "torchrun --nproc-per-node %d bench/torch_ring_baseline.py %s" % (world, " ".join(argv)),
         }
-        print("torch all-gather CP, %d GPU%s, N=%d, B=%d, H=%d, d=%d, %s, causal=%d: all-gather %.3f ms, "
-              "attention %.3f ms, total %.3f ms%s" % (
-                  world, "" if world == 1 else "s", N, B, H, D, args.dtype, args.causal, med[0], med[1], med[2],
-                  "; one GPU %.3f ms, scaling efficiency %.3f, max |O - O_1gpu| %.3g" % (
-                      single_ms, result["scaling_efficiency"], max_abs) if single_ms else ""))
+        where = ("%d ranks sharing one GPU (times are no %d-GPU run's)" % (world, world) if args.share_gpu
+                 else "%d GPU%s" % (world, "" if world == 1 else "s"))
+        if not single_ms:
+            tail = ""
+        elif args.share_gpu:
+            tail = "; one GPU %.3f ms, max |O - O_1gpu| %.3g" % (single_ms, max_abs)
+        else:
+            tail = "; one GPU %.3f ms, scaling efficiency %.3f, max |O - O_1gpu| %.3g" % (
+                single_ms, result["scaling_efficiency"], max_abs)
+        print("torch all-gather CP, %s, N=%d, B=%d, H=%d, d=%d, %s, causal=%d: all-gather %.3f ms, "
+              "attention %.3f ms, total %.3f ms%s" % (where, N, B, H, D, args.dtype, args.causal, med[0], med[1],
+                                                      med[2], tail))
         if args.out:
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1)
                 f.write("\n")
+    failed = False
+    if rank == 0 and args.check_max_abs is not None:
+        tol = None if ref_max_abs is None else args.check_max_abs * max(1.0, ref_max_abs)
+        failed = max_abs is None or not max_abs <= tol
+        print("check: max |O - O_1gpu| %s, tolerance %s (--check-max-abs %g x max(1, max |O_1gpu|)): %s" % (
+            "n/a" if max_abs is None else "%.3g" % max_abs, "n/a" if tol is None else "%.3g" % tol,
+            args.check_max_abs, "FAIL" if failed else "pass"))
     if distributed:
         dist.barrier()
         dist.destroy_process_group()
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

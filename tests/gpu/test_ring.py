@@ -12,6 +12,9 @@ the machine has no GPU or fewer than the ring asks for.
   test_ring.py EXE fail P [--share-gpu]   rank P-1 leaves the ring (--fail-rank): the launcher must
                                           exit non-zero naming it, within a bounded time
   test_ring.py EXE toomany                more GPUs than exist: exit 2 with the reason
+  test_ring.py EXE torch P [flags]        PyTorch's all-gather baseline (bench/torch_ring_baseline.py)
+                                          under torchrun, P ranks sharing GPU 0 (--share-gpu): its
+                                          gathered output against one-GPU SDPA (77 without PyTorch)
 """
 import os
 import subprocess
@@ -20,6 +23,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(ROOT, "steps", "12_ring_attention", "launch_ring.py")
+BASELINE = os.path.join(ROOT, "bench", "torch_ring_baseline.py")
+BF16_MAX_ABS_FLOOR = 3e-2  # common/src/check.cpp, tolerance_floor(bf16): scaled by max(1, max |ref|)
 FAIL_BOUND_S = 180  # CUDA and NCCL start-up, the inputs, and the launcher's stop
 
 
@@ -68,6 +73,21 @@ def main(argv):
         ok = p.returncode == 2 and "asks for 64 GPUs" in p.stderr
         print("too-many test: exit %d, %s" % (p.returncode, "as expected" if ok else "NOT as expected"))
         return 0 if ok else 1
+    if what == "torch":
+        try:
+            import torch
+        except ImportError:
+            print("PyTorch is not installed (exit 77 = skipped)")
+            return 77
+        if not torch.cuda.is_available():
+            print("no CUDA GPU (exit 77 = skipped)")
+            return 77
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", argv[2],
+               BASELINE, "--share-gpu", "--iters", "2", "--warmup", "1",
+               "--check-max-abs", str(BF16_MAX_ABS_FLOOR)] + argv[3:]
+        print("$ " + " ".join(cmd), flush=True)
+        env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+        return subprocess.run(cmd, env=env).returncode
     print("unknown test %r" % what, file=sys.stderr)
     return 2
 
