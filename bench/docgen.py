@@ -1144,6 +1144,26 @@ def ring_runs(folder):
     return out
 
 
+def torch_ring_runs(folder, prefix):
+    """{(ranks, seqlen, causal): report} of PyTorch's all-gather baseline (schema
+    flashladder.torch_ring/1, bench/torch_ring_baseline.py) in @p folder, files <prefix>*.json."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(folder, prefix + "*.json"))):
+        with open(f, encoding="utf-8") as fh:
+            t = json.load(fh)
+        if isinstance(t, dict) and t.get("schema") == "flashladder.torch_ring/1":
+            out[(t.get("ranks", t["gpus"]), t["problem"]["seqlen"], int(t["problem"]["causal"]))] = t
+    return out
+
+
+def ring_hidden(j):
+    """The share of the communication the ring hid, on its worst rank: 1 - (time the compute
+    stream waited for shards) / (time the transfers took); None without transfers."""
+    st = j["steps_ms"]
+    shares = [1.0 - sum(e) / sum(t) for e, t in zip(st["exposed_comm"], st["transfer"]) if sum(t) > 0]
+    return min(shares) if shares else None
+
+
 def ring_provenance(res):
     """ "Measured on <device>, <date>, commit `<sha>`; files <folder link>." of a ring folder."""
     m = res.meta
@@ -1255,11 +1275,7 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
     folder = gpu or PRIMARY + "/ring-shared"
     res = results_folder(ctx, folder, "rung 12's rings on one shared GPU", RING_SHARED_COMMAND)
     runs = ring_runs(res.dir)
-    torch_runs = {}
-    for f in glob.glob(os.path.join(res.dir, "torch_shared_p*.json")):
-        with open(f, encoding="utf-8") as fh:
-            t = json.load(fh)
-        torch_runs[(t["ranks"], t["problem"]["seqlen"], int(t["problem"]["causal"]))] = t
+    torch_runs = torch_ring_runs(res.dir, "torch_shared_p")
     rows = []
     for nn in ints(n):
         for c in (1, 0):
@@ -1295,6 +1311,94 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
         "on loopback; the ranks time-share the GPU, so no time is reported.%s %s" % (
             pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"], any_run["nccl"],
             torch_note, ring_provenance(res)))
+
+
+# ---- rung 12 on P GPUs (bench/run_ring.sh --gpus 2 on a two-GPU machine) ---------------------------
+
+RING_GPUS_COMMAND = 'bench/run_ring.sh --gpus 2 --results bench/results/<gpu>-x2/ring'
+
+
+@generator("ring-gpus")
+def gen_ring_gpus(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
+    """Rung 12 on P GPUs: per length, mask and sharding the single-GPU rung's time T1 (rank 0, same
+    run), the ring's time, the scaling efficiency T1 / (P x ring), the share of the communication
+    hidden under the compute (worst rank), and, on the zigzag rows, PyTorch's all-gather baseline from
+    the same run (one-GPU SDPA, all-gather + SDPA on P GPUs, its efficiency); the checks."""
+    res = results_folder(ctx, gpu, "rung 12's runs on P GPUs", RING_GPUS_COMMAND)
+    runs = ring_runs(res.dir)
+    torch_runs = torch_ring_runs(res.dir, "torch_ring_p")
+    rows, any_run = [], None
+    for nn in ints(n):
+        for c in (1, 0):
+            for v in ("zigzag", "contiguous"):
+                for P in ints(gpus):
+                    j = runs.get(("ring", P, nn, c, v))
+                    if j is None:
+                        continue
+                    any_run = j
+                    t = j["timing"]
+                    tr = torch_runs.get((P, nn, c)) if v == "zigzag" else None
+                    ok = j["check"]["pass"] and j["single"]["ran"] and j["single"]["ring_vs_single_pass"]
+                    hidden = ring_hidden(j)
+                    rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(t["single_median_ms"]),
+                                 ms(t["ring_median_ms"]), "**%.3f**" % t["scaling_efficiency"],
+                                 "—" if hidden is None else "%.1f %%" % (100 * hidden),
+                                 ms(tr["single_gpu_ms"]) if tr else "—", ms(tr["total_ms"]) if tr else "—",
+                                 "%.3f" % tr["scaling_efficiency"] if tr else "—",
+                                 "%s (%.2g)" % ("pass" if ok else "FAIL", j["single"]["ring_vs_single_max_abs"])])
+    if not rows:
+        raise Missing("rung 12's runs on P GPUs in bench/results/%s" % gpu, RING_GPUS_COMMAND)
+    pr = any_run["problem"]
+    tr = next(iter(torch_runs.values()), None)
+    head = ["N", "causal", "sharding", "P", "one GPU (T1)", "ring", "T1 / (P × ring)", "communication hidden",
+            "PyTorch: one GPU", "PyTorch: all-gather + SDPA", "PyTorch: T1 / (P × that)",
+            "checks (ring vs one GPU, max abs)"]
+    torch_text = ""
+    if tr:
+        torch_text = (" PyTorch %s (`bench/torch_ring_baseline.py` under torchrun, NCCL %s): K and V all-gathered, then "
+                      "SDPA on the zigzag query shard; its one-GPU time is SDPA with cuDNN on the whole sequence, and its "
+                      "causal shards run on SDPA's flash / memory-efficient kernels (they take the lower-right mask, "
+                      "cuDNN does not)." % (tr["torch"], tr["nccl"]))
+    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:",
+                                              "--:", "---"]) + (
+        "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s` in every step and for T1 (rank 0, the whole sequence "
+        "on one GPU, in the same run); NCCL %s, one process per GPU, `NCCL_NVLS_ENABLE=0`; medians of %d timed passes, "
+        "each the slowest rank's. Communication hidden: 1 − (time the compute stream waited for a shard) / (time the "
+        "transfers took), on the worst rank. Checks: the fp64 reference on sampled rows and the single-GPU rung on every "
+        "element.%s %s" % (pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"],
+                            any_run["nccl"], any_run["timing"]["iters"], torch_text, ring_provenance(res)))
+
+
+@generator("ring-gpus-steps")
+def gen_ring_gpus_steps(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
+    """Each rank's steps in the runs on P GPUs: compute per step, the merges, the exposed communication
+    and the transfer (the K/V bytes over the transfer's time), per length, mask and sharding."""
+    res = results_folder(ctx, gpu, "rung 12's runs on P GPUs", RING_GPUS_COMMAND)
+    runs = ring_runs(res.dir)
+    rows = []
+    for nn in ints(n):
+        for c in (1, 0):
+            for v in ("zigzag", "contiguous"):
+                for P in ints(gpus):
+                    j = runs.get(("ring", P, nn, c, v))
+                    if j is None:
+                        continue
+                    st = j["steps_ms"]
+                    for r in range(P):
+                        sent = sum(j["send_bytes_per_step"])
+                        moved = sum(st["transfer"][r][s] for s in range(P) if j["send_bytes_per_step"][s] > 0)
+                        rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(r),
+                                     " / ".join(ms(x) for x in st["compute"][r]), ms(sum(st["merge"][r])),
+                                     ms(sum(st["exposed_comm"][r])), ms(moved),
+                                     "%.0f GB/s" % (sent / (moved * 1e-3) / 1e9) if moved > 0 else "—"])
+    if not rows:
+        raise Missing("rung 12's runs on P GPUs in bench/results/%s" % gpu, RING_GPUS_COMMAND)
+    head = ["N", "causal", "sharding", "rank", "compute per step", "merges", "exposed communication",
+            "transfer", "K/V bytes / transfer time"]
+    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
+        "\n\nMedians over the timed passes, per rank. The transfer runs on its own stream under the step's compute; "
+        "its time is from its launch to the shard's arrival, so the last column is the rate the transfer got while "
+        "the compute ran, not the link's. %s" % ring_provenance(res))
 
 
 # ---- the ladder inside PyTorch (bench/torch_train.py, bench/torch_overhead.py) ------------------
