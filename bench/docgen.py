@@ -1401,6 +1401,46 @@ def gen_ring_gpus_steps(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="
         "the compute ran, not the link's. %s" % ring_provenance(res))
 
 
+RING_ABLATION_SETTINGS = (("default", "NCCL's default (P2P over NVLink, one CTA per channel)"),
+                          ("ch1", "`NCCL_MAX_P2P_NCHANNELS=1` (one channel)"),
+                          ("ce", "`NCCL_P2P_USE_CUDA_MEMCPY=1` (copy engines)"))
+
+
+@generator("ring-gpus-ablation")
+def gen_ring_gpus_ablation(ctx, gpu="nvidia-h200-x2/ring-nccl-ablation"):
+    """How NCCL moves the shards (<gpu>-x2/ring-nccl-ablation, ring_p2_n<N>_zigzag_causal<c>_<setting>.json):
+    per mask and setting the ring's time, T1 and the efficiency, each rank's compute at step 0 (under
+    the transfer) and step 1, the exposed communication and the transfer (worst rank); a setting whose
+    run left no report is listed as such."""
+    res = results_folder(ctx, gpu, "the NCCL ablation on two GPUs", "see bench/results/%s/meta.json" % gpu)
+    rows, n = [], None
+    for c in (0, 1):
+        for tag, label in RING_ABLATION_SETTINGS:
+            found = glob.glob(os.path.join(res.dir, "ring_p2_n*_zigzag_causal%d_%s.*" % (c, tag)))
+            js = [f for f in found if f.endswith(".json")]
+            if not js:
+                if found:
+                    rows.append(["yes" if c else "no", label, "did not finish its first pass in the time given "
+                                 "(stopped, no report)", "", "", "", "", "", ""])
+                continue
+            with open(js[0], encoding="utf-8") as fh:
+                j = json.load(fh)
+            t, st = j["timing"], j["steps_ms"]
+            n = j["problem"]["seqlen"]
+            rows.append(["yes" if c else "no", label, ms(t["ring_median_ms"]), ms(t["single_median_ms"]),
+                         "**%.3f**" % t["scaling_efficiency"], " / ".join(ms(r[0]) for r in st["compute"]),
+                         " / ".join(ms(r[1]) for r in st["compute"]),
+                         ms(max(sum(e) for e in st["exposed_comm"])), ms(max(r[0] for r in st["transfer"]))])
+    if not rows:
+        raise Missing("the NCCL ablation in bench/results/%s" % gpu, "see its meta.json")
+    head = ["causal", "how NCCL moves the shards", "ring", "one GPU (T1)", "T1 / (2 × ring)",
+            "step 0 compute, rank 0 / 1", "step 1 compute, rank 0 / 1", "exposed communication", "transfer"]
+    return report.markdown_table(head, rows, ["---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
+        "\n\n%s tokens, zigzag, otherwise as above; one run per setting, in turn, medians of 20 passes. Exposed "
+        "communication and transfer: the worst rank's. %s" % (report.seqlen_text(n) if n else "?",
+                                                               ring_provenance(res)))
+
+
 # ---- the ladder inside PyTorch (bench/torch_train.py, bench/torch_overhead.py) ------------------
 
 TORCH_RUN_COMMANDS = {
