@@ -1318,6 +1318,18 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
 RING_GPUS_COMMAND = 'bench/run_ring.sh --gpus 2 --results bench/results/<gpu>-x2/ring'
 
 
+def ring_gpu_rows(runs, n, gpus):
+    """(N, causal, sharding, P, report) of the rings on P GPUs in @p runs (ring_runs), in the tables'
+    order: by length, causal first, zigzag first, by P."""
+    for nn in ints(n):
+        for c in (1, 0):
+            for v in ("zigzag", "contiguous"):
+                for P in ints(gpus):
+                    j = runs.get(("ring", P, nn, c, v))
+                    if j is not None:
+                        yield nn, c, v, P, j
+
+
 @generator("ring-gpus")
 def gen_ring_gpus(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
     """Rung 12 on P GPUs: per length, mask and sharding the single-GPU rung's time T1 (rank 0, same
@@ -1328,24 +1340,18 @@ def gen_ring_gpus(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
     runs = ring_runs(res.dir)
     torch_runs = torch_ring_runs(res.dir, "torch_ring_p")
     rows, any_run = [], None
-    for nn in ints(n):
-        for c in (1, 0):
-            for v in ("zigzag", "contiguous"):
-                for P in ints(gpus):
-                    j = runs.get(("ring", P, nn, c, v))
-                    if j is None:
-                        continue
-                    any_run = j
-                    t = j["timing"]
-                    tr = torch_runs.get((P, nn, c)) if v == "zigzag" else None
-                    ok = j["check"]["pass"] and j["single"]["ran"] and j["single"]["ring_vs_single_pass"]
-                    hidden = ring_hidden(j)
-                    rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(t["single_median_ms"]),
-                                 ms(t["ring_median_ms"]), "**%.3f**" % t["scaling_efficiency"],
-                                 "—" if hidden is None else "%.1f %%" % (100 * hidden),
-                                 ms(tr["single_gpu_ms"]) if tr else "—", ms(tr["total_ms"]) if tr else "—",
-                                 "%.3f" % tr["scaling_efficiency"] if tr else "—",
-                                 "%s (%.2g)" % ("pass" if ok else "FAIL", j["single"]["ring_vs_single_max_abs"])])
+    for nn, c, v, P, j in ring_gpu_rows(runs, n, gpus):
+        any_run = j
+        t = j["timing"]
+        tr = torch_runs.get((P, nn, c)) if v == "zigzag" else None
+        ok = j["check"]["pass"] and j["single"]["ran"] and j["single"]["ring_vs_single_pass"]
+        hidden = ring_hidden(j)
+        rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(t["single_median_ms"]),
+                     ms(t["ring_median_ms"]), "**%.3f**" % t["scaling_efficiency"],
+                     "—" if hidden is None else "%.1f %%" % (100 * hidden),
+                     ms(tr["single_gpu_ms"]) if tr else "—", ms(tr["total_ms"]) if tr else "—",
+                     "%.3f" % tr["scaling_efficiency"] if tr else "—",
+                     "%s (%.2g)" % ("pass" if ok else "FAIL", j["single"]["ring_vs_single_max_abs"])])
     if not rows:
         raise Missing("rung 12's runs on P GPUs in bench/results/%s" % gpu, RING_GPUS_COMMAND)
     pr = any_run["problem"]
@@ -1376,21 +1382,15 @@ def gen_ring_gpus_steps(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="
     res = results_folder(ctx, gpu, "rung 12's runs on P GPUs", RING_GPUS_COMMAND)
     runs = ring_runs(res.dir)
     rows = []
-    for nn in ints(n):
-        for c in (1, 0):
-            for v in ("zigzag", "contiguous"):
-                for P in ints(gpus):
-                    j = runs.get(("ring", P, nn, c, v))
-                    if j is None:
-                        continue
-                    st = j["steps_ms"]
-                    for r in range(P):
-                        sent = sum(j["send_bytes_per_step"])
-                        moved = sum(st["transfer"][r][s] for s in range(P) if j["send_bytes_per_step"][s] > 0)
-                        rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(r),
-                                     " / ".join(ms(x) for x in st["compute"][r]), ms(sum(st["merge"][r])),
-                                     ms(sum(st["exposed_comm"][r])), ms(moved),
-                                     "%.0f GB/s" % (sent / (moved * 1e-3) / 1e9) if moved > 0 else "—"])
+    for nn, c, v, P, j in ring_gpu_rows(runs, n, gpus):
+        st = j["steps_ms"]
+        for r in range(P):
+            sent = sum(j["send_bytes_per_step"])
+            moved = sum(st["transfer"][r][s] for s in range(P) if j["send_bytes_per_step"][s] > 0)
+            rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(r),
+                         " / ".join(ms(x) for x in st["compute"][r]), ms(sum(st["merge"][r])),
+                         ms(sum(st["exposed_comm"][r])), ms(moved),
+                         "%.0f GB/s" % (sent / (moved * 1e-3) / 1e9) if moved > 0 else "—"])
     if not rows:
         raise Missing("rung 12's runs on P GPUs in bench/results/%s" % gpu, RING_GPUS_COMMAND)
     head = ["N", "causal", "sharding", "rank", "compute per step", "merges", "exposed communication",
