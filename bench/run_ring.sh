@@ -81,6 +81,9 @@ run() {  # run NAME CMD...: output to NAME.log, the command into meta.json
   tail -n 4 "$results/$name.log"
 }
 rel() { realpath --relative-to="$ROOT" "$1"; }
+# The one-GPU runs' shardings: both with the causal mask; zigzag only without it (there both
+# split the work evenly).
+variants_for() { if [ "$1" = 0 ]; then echo zigzag; else echo zigzag contiguous; fi; }
 for p in $gpus; do
   for n in $seqlens; do
     for causal in $causals; do
@@ -102,9 +105,7 @@ done
 for r in $replay; do
   for n in $seqlens; do
     for causal in $causals; do
-      variants="zigzag contiguous"
-      if [ "$causal" = 0 ]; then variants=zigzag; fi  # without a mask both split the work evenly
-      for variant in $variants; do
+      for variant in $(variants_for "$causal"); do
         name=replay_r${r}_n${n}_${variant}_causal${causal}
         run "$name" "$(rel "$exe")" --replay "$r" --batch 1 --seqlen "$n" --heads 16 --dim 128 \
           --dtype bf16 --causal "$causal" --variant "$variant" --check sample --iters 20 --warmup 3 \
@@ -116,9 +117,7 @@ done
 for s in $share; do
   for n in $seqlens; do
     for causal in $causals; do
-      variants="zigzag contiguous"
-      if [ "$causal" = 0 ]; then variants=zigzag; fi
-      for variant in $variants; do
+      for variant in $(variants_for "$causal"); do
         name=shared_p${s}_n${n}_${variant}_causal${causal}
         run "$name" "$PY" "$(rel "$ROOT/steps/12_ring_attention/launch_ring.py")" --exe "$(rel "$exe")" \
           --gpus "$s" --share-gpu -- --batch 1 --seqlen "$n" --heads 16 --dim 128 --dtype bf16 \

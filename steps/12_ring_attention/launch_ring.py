@@ -179,8 +179,9 @@ def main(argv):
         return 0 if args.share_gpu else local
 
     # 1. The flags and the GPUs, checked once by the rung itself.
-    pre = subprocess.run(command(exe) + rung + ["--gpus", str(world), "--local-rank", str(device(args.gpus - 1)),
-                                                "--preflight"] + shared, env=env, stdin=subprocess.DEVNULL)
+    pre = subprocess.run(command(exe) + rung + ["--gpus", str(world), "--local-rank",
+                                                str(device(args.gpus - 1)), "--preflight"] + shared,
+                         env=env, stdin=subprocess.DEVNULL)
     if pre.returncode != EXIT_OK:
         if pre.returncode not in (EXIT_BAD, EXIT_SKIP):
             print("launch_ring.py: the preflight check failed with %s" % describe(pre.returncode),
@@ -204,9 +205,9 @@ def main(argv):
     try:
         for local in range(args.gpus):
             g = args.node_rank * args.gpus + local
-            cmd = shlex.split(args.wrap) + command(exe) + rung + ["--gpus", str(world), "--rank", str(g), "--local-rank",
-                                         str(device(local)), "--id-file", id_file, "--timeout",
-                                         str(args.timeout)] + shared
+            cmd = (shlex.split(args.wrap) + command(exe) + rung +
+                   ["--gpus", str(world), "--rank", str(g), "--local-rank", str(device(local)),
+                    "--id-file", id_file, "--timeout", str(args.timeout)] + shared)
             ranks.append(Rank(g, cmd, shared_gpu_env(env, g) if args.share_gpu else env))
 
         # 3. The watchdog.
