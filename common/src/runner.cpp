@@ -100,12 +100,24 @@ void DeviceProblem::to_fp8(const Fp8Options& o, unsigned long long seed) {
   params_ = fp8_->params();
 }
 
+void DeviceProblem::want_o_fp32() {
+  if (o32_.bytes() == 0) o32_ = DeviceBuffer(p_.q_elements() * sizeof(float));
+  params_.o_fp32 = params16_.o_fp32 = o32_.as<float>();
+}
+
 void DeviceProblem::poison_outputs() {
   o_.poison();
   lse_.poison();
+  if (o32_.bytes() > 0) o32_.poison();
 }
 
 std::vector<uint16_t> DeviceProblem::download_o() const { return download16(o_); }
+
+std::vector<float> DeviceProblem::download_o_fp32() const {
+  std::vector<float> o(o32_.bytes() / sizeof(float));
+  if (!o.empty()) o32_.download(o.data(), o32_.bytes());
+  return o;
+}
 
 std::vector<float> DeviceProblem::download_lse() const {
   std::vector<float> l(lse_.bytes() / 4);
@@ -205,7 +217,8 @@ size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic) {
   size_t need = DeviceProblem::device_bytes(p, forward_workspace_bytes(r, p));
   if (r.fp8_inputs) need += DeviceFp8::device_bytes(p);
   if (r.launch_bwd)
-    need += DeviceGrads::device_bytes(p, r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0);
+    need += DeviceGrads::device_bytes(p, r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0) +
+            (r.writes_o_fp32 ? p.q_elements() * sizeof(float) : 0);  // the fp32 O for D
   return need;
 }
 
@@ -251,9 +264,11 @@ BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const
                     unsigned long long seed, bool deterministic) {
   BwdRun run;
   run.dp = std::make_unique<DeviceProblem>(p, in, forward_workspace_bytes(r, p), seed);
+  if (r.writes_o_fp32) run.dp->want_o_fp32();  // the backward's D reads O before its rounding
   run.dp->poison_outputs();
   launch_once(r, *run.dp);
   run.forward_unwritten = count_unwritten(p, run.dp->download_o(), run.dp->download_lse());
+  for (float x : run.dp->download_o_fp32()) run.forward_unwritten += std::isnan(x) ? 1 : 0;
   const size_t ws = r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0;
   run.grads = std::make_unique<DeviceGrads>(p, *run.dp, dout, ws, deterministic);
   run.grads->poison();
@@ -268,7 +283,7 @@ BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, co
   if (run.forward_unwritten > 0) {
     c.grads.pass = false;
     c.grads.reason = "the forward pass (" + forward_label(r) + ") left " + std::to_string(run.forward_unwritten) +
-                     " elements of O/LSE unwritten (NaN); the backward pass was not run";
+                     " elements of O/LSE (or of its fp32 O) unwritten (NaN); the backward pass was not run";
     summarize(&c);
   }
   return c;

@@ -36,6 +36,7 @@
 
 #include "flashladder/cuda_check.h"
 #include "flashladder/dtype.cuh"
+#include "flashladder/epilogue.cuh"
 #include "flashladder/kv_blocks.h"
 #include "flashladder/problem.h"
 #include "flashladder/ptx.cuh"
@@ -337,10 +338,11 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_tc_kernel(const AttnP
       const int row = row0 + warp * Cfg::kWarpRows + mi * kMmaM + g + half * 8;
       if (row >= p.seqlen_q) continue;
       T* o_row = O_gmem + row * p.o_row_stride;
+      float* o32_row = o_fp32_row(p, batch, row, head);  // null unless a backward pass asked
 #pragma unroll
       for (int dt = 0; dt < D_TILES; ++dt)
-        *reinterpret_cast<uint32_t*>(o_row + dt * kMmaN + 2 * t) =
-            pack2<T>(O_acc[mi][dt][2 * half] * inv_l, O_acc[mi][dt][2 * half + 1] * inv_l);
+        store_o2<T>(o_row, o32_row, dt * kMmaN + 2 * t, O_acc[mi][dt][2 * half] * inv_l,
+                    O_acc[mi][dt][2 * half + 1] * inv_l);
       if (t == 0) lse_gmem[row] = (l > 0.f) ? m_i[mi][half] * p.softmax_scale + logf(l) : -INFINITY;
     }
 }

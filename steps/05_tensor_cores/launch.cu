@@ -46,6 +46,7 @@ void register_rung_05(Registry& reg) {
   r.name = "tensor_cores";
   r.summary = "FA2 on tensor cores: mma.sync m16n8k16, ldmatrix, cp.async ring, swizzled smem";
   r.peak = Peak::tensor_16bit;
+  r.writes_o_fp32 = true;  // the epilogue's store_o2 (epilogue.cuh)
   r.head_dims = {32, 64, 128};
   r.min_cc = 80;  // mma.sync bf16, cp.async and ldmatrix.trans need Ampere
   r.supports = supports_05;

@@ -26,6 +26,7 @@ Rung make_rung(bool force_small) {
   r.number = 6;
   r.name = "headdim_tiles";
   r.peak = Peak::tensor_16bit;
+  r.writes_o_fp32 = true;  // the epilogue's store_o2 (epilogue.cuh)
   r.head_dims = {32, 64, 128, 256};
   r.min_cc = 80;
   auto cls = [force_small](int optin) {

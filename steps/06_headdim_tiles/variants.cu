@@ -21,6 +21,7 @@ Rung make_variant(const char* name) {
   r.variant = name;
   r.summary = "ablation: " + tc::tile_label<Cfg>();
   r.peak = Peak::tensor_16bit;
+  r.writes_o_fp32 = true;  // the epilogue's store_o2 (epilogue.cuh)
   r.head_dims = {Cfg::kHeadDim};
   r.min_cc = 80;
   r.in_tour = false;

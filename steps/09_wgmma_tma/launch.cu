@@ -65,6 +65,7 @@ Rung base_rung() {
   r.number = 9;
   r.name = "wgmma_tma";
   r.peak = Peak::tensor_16bit;
+  r.writes_o_fp32 = true;  // the epilogue's store_o2 (epilogue.cuh)
   r.min_cc = 90;
   return r;
 }

@@ -35,6 +35,7 @@
 
 #include "flashladder/cuda_check.h"
 #include "flashladder/dtype.cuh"
+#include "flashladder/epilogue.cuh"
 #include "flashladder/kv_blocks.h"
 #include "flashladder/hopper.cuh"
 #include "flashladder/problem.h"
@@ -347,10 +348,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int row = row0 + 64 * c + 16 * warp + g + 8 * h;
     if (row >= p.seqlen_q) continue;
     T* o_row = O_gmem + row * p.o_row_stride;
+    float* o32_row = o_fp32_row(p, batch, row, head);  // null unless a backward pass asked
 #pragma unroll
     for (int j = 0; j < D / 8; ++j)
-      *reinterpret_cast<uint32_t*>(o_row + 8 * j + 2 * t) =
-          pack2<T>(O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
+      store_o2<T>(o_row, o32_row, 8 * j + 2 * t, O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
     if (t == 0) lse_gmem[row] = (l > 0.f) ? m_i[h] * p.softmax_scale + logf(l) : -INFINITY;
   }
 }

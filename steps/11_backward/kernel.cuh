@@ -4,7 +4,8 @@
 /// Three kernels, as in the FlashAttention-2 paper (Dao, 2023, §3.1.2, Algorithm 2):
 /// @code
 ///   // clang-format off
-///   1. preprocess   D_q = rowsum(dO_q ∘ O_q) (fp32); the fp32 dQ accumulator zeroed
+///   1. preprocess   D_q = rowsum(dO_q ∘ O_q) (fp32, from the forward's fp32 O when it left
+///                   one: AttnParams::o_fp32); the fp32 dQ accumulator zeroed
 ///   2. main         one block per (K/V block j, KV head, group slice, batch): K_j, V_j in
 ///                   shared memory, dK_j, dV_j in registers; for every query head of its slice
 ///                   of the group and every Q block i that sees block j:
@@ -29,6 +30,16 @@
 /// convert kernel adds the slices in index order (deterministic). FlashAttention-2 always splits
 /// down to one query head per block (its `dk_expanded`); the `fullsplit` variant does that, the
 /// `nosplit` variant never splits.
+///
+/// D's precision: every row of dS = P ∘ (dP − D) sums to zero only if D is exact, and then dQ_i =
+/// scale Σ_j dS_ij K_j is a small difference of large terms. FlashAttention-2 takes D from the
+/// 16-bit O the forward returned; O's rounding then shifts D by δ (up to half an ulp of |O| per
+/// element, summed over d), and dQ_i by −scale δ Σ_j P_ij K_j, a term no row cancels: against the
+/// fp64 gradient dQ's relative error grows about as the square root of the keys a row sees (one
+/// query against 100k keys: 6.6e-3 in fp16, over the 4e-3 floor; tests/cpu/test_reference_bwd.cpp
+/// models it). So the preprocess reads O in fp32 when the forward wrote that copy
+/// (Rung::writes_o_fp32), as the runner and the package's autograd ask it to; the `o16-delta`
+/// variant keeps FlashAttention-2's D to measure the difference.
 ///
 /// Launch order: under a causal mask the blocks are unequal (K/V block j sees the Q blocks from
 /// the diagonal on), so the longest go first: every (KV head, slice, batch) of K/V block 0, then
@@ -76,11 +87,15 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
   const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
-  const T* o = static_cast<const T*>(p.o) + off;
   const T* dout = static_cast<const T*>(P.dout) + off;
+  // O before its 16-bit rounding when the forward left it (dense [batch, seqlen_q, heads_q, d]),
+  // else the 16-bit O (FlashAttention-2's D; see "D's precision" above).
+  const float* o32 = p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D : nullptr;
+  const T* o = static_cast<const T*>(p.o) + off;
   float sum = 0.f;
   for (int c = 2 * lane; c < D; c += 64) {
-    const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
+    const float2 a = o32 ? *reinterpret_cast<const float2*>(o32 + c)
+                         : unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
     const float2 g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dout + c));
     sum += a.x * g.x + a.y * g.y;
   }

@@ -22,9 +22,10 @@ const Rung& forward_rung() {
 
 /// Each entry's tiles and GQA split: the rung's (kernel.cuh's BwdTiles, the group split by
 /// kv_splits), the same with a staggered Q order, 4 warps on 64 keys, the rung's tiles with the
-/// group never split or always split down to one query head per block, and the rung launched in
-/// K/V-block order under a causal mask (not longest first).
-enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit, inorder };
+/// group never split or always split down to one query head per block, the rung launched in
+/// K/V-block order under a causal mask (not longest first), and the rung with D taken from the
+/// 16-bit O (FlashAttention-2's preprocess) instead of the forward's fp32 O.
+enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit, inorder, o16_delta };
 
 constexpr bwd::GroupSplit group_split(Tiles t) {
   return t == Tiles::nosplit ? bwd::GroupSplit::none
@@ -35,7 +36,7 @@ constexpr bwd::GroupSplit group_split(Tiles t) {
 template <Tiles TILES, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
   if constexpr (TILES == Tiles::rung || TILES == Tiles::nosplit || TILES == Tiles::fullsplit ||
-                TILES == Tiles::inorder) {
+                TILES == Tiles::inorder || TILES == Tiles::o16_delta) {
     if (head_dim == 64) return f(bwd::BwdTiles<64>{});
     return f(bwd::BwdTiles<128>{});
   } else if constexpr (TILES == Tiles::stagger) {
@@ -95,6 +96,12 @@ Rung make_rung() {
           "ablation: one block per (K/V block, query head), as FlashAttention-2 (fp32 partial "
           "dK, dV per query head, added by a convert kernel)";
       break;
+    case Tiles::o16_delta:
+      r.variant = "o16-delta";
+      r.summary =
+          "ablation: D = rowsum(dO * O) from the 16-bit O, as FlashAttention-2, not from the "
+          "forward's fp32 O (O's rounding shifts D, and dQ's error grows with the keys a row sees)";
+      break;
     case Tiles::stagger:
       r.variant = "stagger";
       r.summary =
@@ -111,6 +118,7 @@ Rung make_rung() {
   r.peak = Peak::tensor_16bit;
   r.min_cc = 80;
   r.forward_rung = kForwardRung;
+  r.writes_o_fp32 = true;  // `launch` is rung 06's forward, which writes the fp32 O asked for
   r.in_tour = false;
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (!registry().find(kForwardRung)) return "needs rung 06 (its forward pass) in the build";
@@ -129,7 +137,9 @@ Rung make_rung() {
       return bwd::workspace_bytes<decltype(cfg)>(p, deterministic, group_split(TILES));
     });
   };
-  r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
+  r.launch_bwd = [](const AttnBwdParams& given, cudaStream_t s) {
+    AttnBwdParams P = given;
+    if (TILES == Tiles::o16_delta) P.fwd.o_fp32 = nullptr;  // D from the 16-bit O
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
       with_tiles<TILES>(P.fwd.head_dim,
                         [&](auto cfg) {
@@ -147,7 +157,11 @@ Rung make_rung() {
   r.notes = [](const Problem& p) {
     std::vector<std::string> notes{
         "backward pass after rung 06's forward (O and LSE); FLOPs by FlashAttention's "
-        "convention: 2.5 x the forward's"};
+        "convention: 2.5 x the forward's",
+        TILES == Tiles::o16_delta
+            ? "D = rowsum(dO * O) from the 16-bit O (FlashAttention-2's preprocess)"
+            : "D = rowsum(dO * O) from the forward's fp32 O when it wrote one (AttnParams::o_fp32), "
+              "else from the 16-bit O"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv && (p.head_dim == 64 || p.head_dim == 128)) {
       const int split = with_tiles<TILES>(p.head_dim, [&](auto cfg) {
         return bwd::kv_splits<decltype(cfg)>(p, false, group_split(TILES));
@@ -171,6 +185,7 @@ void register_rung_11(Registry& reg) {
   reg.add(make_rung<Tiles::nosplit>());
   reg.add(make_rung<Tiles::fullsplit>());
   reg.add(make_rung<Tiles::inorder>());
+  reg.add(make_rung<Tiles::o16_delta>());
 }
 
 }  // namespace fl

@@ -3,6 +3,7 @@
 // A backward rung (Rung::launch_bwd: 11) goes through the same cases: run_case checks its
 // dQ, dK, dV against the fp64 backward reference (run_bwd_case; the identity input is skipped
 // there, see runner.h), so nothing here runs its `launch` (another rung's forward) as its own.
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <string>
@@ -142,6 +143,53 @@ TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][matri
     REQUIRE(n.ran > 0);
   }
   WARN(variants.size() << " variants tested");
+}
+
+TEST_CASE("the fp32 O: a forward that writes it writes all of it, and it rounds to the 16-bit O", "[gpu][matrix]") {
+  // Rung::writes_o_fp32 forwards fill AttnParams::o_fp32 (O before its rounding, for a backward
+  // pass's D). Every element is written (poisoned first), and rounding it gives the 16-bit O bit
+  // for bit; rows that see no key (causal, seqlen_q > seqlen_k) are 0 in both.
+  const DeviceInfo dev = query_device();
+  int ran = 0;
+  for (const Rung* r : rungs_under_test(false)) {
+    if (!r->writes_o_fp32 || r->launch_bwd) continue;  // a backward rung's launch is another rung's
+    for (DType t : {DType::fp16, DType::bf16})
+      for (int d : head_dims_of(*r))
+        for (bool causal : {false, true}) {
+          const Problem p = [&] {
+            Problem s;
+            s.batch = 2;
+            s.seqlen_q = causal ? 203 : 113;
+            s.seqlen_k = causal ? 77 : 203;
+            s.heads_q = 8;
+            s.heads_kv = 2;
+            s.head_dim = d;
+            s.dtype = t;
+            s.causal = causal;
+            return s;
+          }();
+          if (!supports(*r, p, dev).empty()) continue;
+          ++ran;
+          INFO(r->label() << " " << p.describe());
+          const HostInputs in = make_inputs(p, InputKind::random, 19);
+          DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0, 19);
+          dp.want_o_fp32();
+          dp.poison_outputs();
+          launch_once(*r, dp);
+          const std::vector<uint16_t> o = dp.download_o();
+          const std::vector<float> o32 = dp.download_o_fp32();
+          REQUIRE(o32.size() == o.size());
+          size_t nan = 0, differ = 0;
+          for (size_t i = 0; i < o.size(); ++i) {
+            nan += std::isnan(o32[i]) ? 1 : 0;
+            differ += to_bits(o32[i], t) != o[i] ? 1 : 0;
+          }
+          REQUIRE(nan == 0);
+          REQUIRE(differ == 0);
+          REQUIRE(check_output(p, in, o, dp.download_lse(), CheckMode::full, 19).pass);
+        }
+  }
+  WARN(ran << " forward cases wrote an fp32 O that rounds to their 16-bit O");
 }
 
 TEST_CASE("harness: poison is detected, memory refusal, exit paths", "[gpu][harness]") {

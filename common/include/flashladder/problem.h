@@ -57,6 +57,11 @@ struct AttnParams {
   const void* v;  ///< like k
   void* o;        ///< like q
   float* lse;     ///< [batch, heads_q, seqlen_q], natural log; -inf for rows that see no key
+  /// Optional (null: not written): O in fp32 before its 16-bit rounding, dense [batch, seqlen_q,
+  /// heads_q, head_dim], written by the forward rungs that declare Rung::writes_o_fp32. The
+  /// backward pass's D = rowsum(dO * O) reads it: from the 16-bit O, D carries O's rounding,
+  /// which no row of dS cancels, and dQ's error grows with the keys a row sees (rung 11's README).
+  float* o_fp32;
 
   int64_t q_batch_stride, q_row_stride, q_head_stride;
   int64_t k_batch_stride, k_row_stride, k_head_stride;

@@ -58,6 +58,9 @@ struct Rung {
   std::function<std::string(const Problem& p, const DeviceInfo& d)> supports;
   /// Scratch bytes in HBM the rung needs (0 if none).
   std::function<size_t(const Problem& p)> workspace_bytes;
+  /// Optional: the CTAs `launch` starts for @p p on a GPU with d.sm_count multiprocessors (rung
+  /// 08: its split plan for that GPU). The package's default route compares grids with it.
+  std::function<long long(const Problem& p, const DeviceInfo& d)> grid_ctas;
   /// Launches the rung's kernels on @p stream (asynchronous; throws on launch errors).
   std::function<void(const AttnParams& params, cudaStream_t stream)> launch;
   /// The kernels it launches for @p p (for the resource report).
@@ -84,6 +87,10 @@ struct Rung {
   /// (AttnParams' FP8 fields), which the runner makes from the 16-bit inputs with DeviceFp8
   /// (fp8_device.h) before the launch; O and the LSE are as for every rung.
   bool fp8_inputs = false;
+  /// `launch` writes AttnParams::o_fp32 (O before its 16-bit rounding) when that pointer is set:
+  /// the forward passes a backward pass can take its D from (rungs 05, 06, 09, 10; a backward
+  /// rung copies its forward_rung's flag).
+  bool writes_o_fp32 = false;
   /// Optional: what `--sweep` runs (rung 07's variant table). Returns an ExitCode.
   std::function<int(const Options& opt)> sweep;
   /// Set only in a generated lab starter tree: the runner then prints

@@ -35,10 +35,15 @@ class DeviceProblem {
   DeviceProblem(const Problem& p, const HostInputs& in, size_t workspace_bytes,
                 unsigned long long seed = 1);
   const AttnParams& params() const { return params_; }
-  /// Fills O and LSE with NaN (so unwritten elements are caught).
+  /// Allocates the fp32 copy of O (AttnParams::o_fp32, dense like O) and points params() at it,
+  /// for a forward that writes one (Rung::writes_o_fp32) ahead of a backward pass.
+  void want_o_fp32();
+  /// Fills O, LSE and the fp32 O (when wanted) with NaN (so unwritten elements are caught).
   void poison_outputs();
   /// Dense O [batch, seqlen_q, heads_q, head_dim] as 16-bit bits.
   std::vector<uint16_t> download_o() const;
+  /// The fp32 copy of O (empty unless want_o_fp32 was called).
+  std::vector<float> download_o_fp32() const;
   /// LSE [batch, heads_q, seqlen_q].
   std::vector<float> download_lse() const;
   /// Bytes the problem needs on the device (inputs, outputs, workspace).
@@ -55,7 +60,7 @@ class DeviceProblem {
  private:
   Problem p_;
   AttnParams params_{}, params16_{};
-  DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_;
+  DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_, o32_;
   std::unique_ptr<DeviceFp8> fp8_;
 };
 
@@ -115,8 +120,9 @@ struct BwdRun {
   long long forward_unwritten = 0;  ///< NaN left in O or LSE by the forward pass
 };
 
-/// The forward pass of @p r once on NaN-poisoned O and LSE, then (if it wrote them) the
-/// backward once on NaN-poisoned dQ, dK, dV (also the warm-up of a timed run).
+/// The forward pass of @p r once on NaN-poisoned O and LSE (and the fp32 O the backward's D reads,
+/// when @p r's forward writes one: Rung::writes_o_fp32), then (if it wrote them) the backward once
+/// on NaN-poisoned dQ, dK, dV (also the warm-up of a timed run).
 BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                     unsigned long long seed, bool deterministic);
 
