@@ -170,6 +170,13 @@ AttnParams params_for(const Problem& p, const std::array<uintptr_t, 5>& ptr,
   return a;
 }
 
+/// AttnParams::o_fp32 from a data pointer (0: none); refuses one that is not 8-byte aligned (the
+/// kernels move it in float2 pairs).
+float* fp32_o_pointer(uintptr_t ptr) {
+  if (ptr % 8 != 0) refuse_if("o_fp32: needs an 8-byte aligned fp32 buffer");
+  return reinterpret_cast<float*>(ptr);
+}
+
 /// Refuses a workspace smaller than @p need bytes.
 void check_workspace(uintptr_t ptr, size_t bytes, size_t need) {
   if (need > 0 && (ptr == 0 || bytes < need))
@@ -190,6 +197,7 @@ nb::dict rung_dict(const Rung& r) {
   d["decode"] = r.decode;
   d["backward"] = static_cast<bool>(r.launch_bwd);
   d["forward_rung"] = r.forward_rung;
+  d["writes_o_fp32"] = r.writes_o_fp32;
   d["paged_kv"] = r.paged_kv;
   d["in_tour"] = r.in_tour;
   d["not_implemented"] = r.not_implemented;
@@ -314,6 +322,14 @@ NB_MODULE(_ext, m) {
         "The device as the runner sees it (queried once per device); RuntimeError without one");
 
   m.def(
+      "grid_ctas",
+      [](int number, const std::string& variant, const Problem& p, const DeviceInfo& d) -> long long {
+        const Rung& r = find_rung(number, variant);
+        return r.grid_ctas ? r.grid_ctas(p, d) : -1;
+      },
+      "number"_a, "variant"_a, "problem"_a, "device"_a,
+      "CTAs the entry's launch starts for the problem on the device (-1: the entry does not say)");
+  m.def(
       "supports",
       [](int number, const std::string& variant, const Problem& p, const DeviceInfo& d) {
         return supports_reason(find_rung(number, variant), p, d);
@@ -362,11 +378,13 @@ NB_MODULE(_ext, m) {
       "forward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream, int device) {
+         uintptr_t stream, int device, uintptr_t o_fp32) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch) refuse_if(r.label() + " has no forward launch");
         refuse_if(supports_reason(r, p, device_info(device)));
+        if (o_fp32 != 0 && !r.writes_o_fp32) refuse_if(r.label() + " writes no fp32 copy of O");
         AttnParams a = params_for(p, ptr, strides);
+        a.o_fp32 = fp32_o_pointer(o_fp32);
         DeviceGuard guard(device);
         check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
         a.workspace = reinterpret_cast<void*>(workspace);
@@ -375,15 +393,17 @@ NB_MODULE(_ext, m) {
         r.launch(a, reinterpret_cast<cudaStream_t>(stream));
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
-      "workspace_bytes"_a, "stream"_a, "device"_a,
+      "workspace_bytes"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
       "Launches the entry's forward pass (asynchronous, on the stream). ptrs: q, k, v, out, lse "
-      "(fp32 [batch, heads_q, seqlen_q], contiguous); strides: q, k, v, out (4 each, elements)");
+      "(fp32 [batch, heads_q, seqlen_q], contiguous); strides: q, k, v, out (4 each, elements); "
+      "o_fp32: 0, or a dense fp32 [batch, seqlen_q, heads_q, head_dim] buffer for O before its "
+      "rounding (entries with writes_o_fp32)");
 
   m.def(
       "backward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 9>& ptr,
          const std::array<Strides4, 8>& strides, uintptr_t workspace, size_t workspace_bytes,
-         bool deterministic, uintptr_t stream, int device) {
+         bool deterministic, uintptr_t stream, int device, uintptr_t o_fp32) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
         refuse_if(supports_reason(r, p, device_info(device)));
@@ -405,6 +425,7 @@ NB_MODULE(_ext, m) {
             refuse_if(std::string(names[i]) + " must have the strides of " + like[i] +
                       " (the backward kernels index both with one set)");
         }
+        b.fwd.o_fp32 = fp32_o_pointer(o_fp32);  // D from O before its rounding, when given
         b.dout = reinterpret_cast<const void*>(ptr[5]);
         b.dq = reinterpret_cast<void*>(ptr[6]);
         b.dk = reinterpret_cast<void*>(ptr[7]);
@@ -419,7 +440,8 @@ NB_MODULE(_ext, m) {
         r.launch_bwd(b, reinterpret_cast<cudaStream_t>(stream));
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
-      "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a,
+      "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
       "Launches the entry's backward pass (asynchronous). ptrs: q, k, v, out, lse, dout, dq, dk, "
-      "dv; strides: q, k, v, out, dout, dq, dk, dv (dout like out, dq like q, dk like k, dv like v)");
+      "dv; strides: q, k, v, out, dout, dq, dk, dv (dout like out, dq like q, dk like k, dv like v); "
+      "o_fp32: 0, or the forward's fp32 O (dense like out), which D = rowsum(dO * O) then reads");
 }

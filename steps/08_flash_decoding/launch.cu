@@ -116,6 +116,11 @@ void register_rung_08(Registry& reg) {
   r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
   r.supports = supports_08;
   r.workspace_bytes = decode_workspace_bytes;
+  r.grid_ctas = [](const Problem& p, const DeviceInfo& d) {
+    const DecodePlan plan = make_decode_plan(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k,
+                                             p.num_splits, d.sm_count);
+    return plan.work_items * plan.num_splits;
+  };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     check_alignment(p);
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {

@@ -14,6 +14,11 @@
 6. Every input check of flashladder.attention on small stand-in tensors (shape, stride(), dtype,
    device, data_ptr()): not a tensor, not CUDA, two devices, dtype, rank, shapes, GQA, head_dim,
    scale, layout, each with its message; and the default rung's choice on hand-built devices.
+7. The route of rung=None (route_forward): the decode rung for decode steps and a few queries,
+   the prefill rung otherwise and under autograd, on a hand-built H100 and A100.
+8. The transformers function's allow-list on stand-in tensors: T5's position_bias, Gemma 2's
+   softcap, gpt-oss's sinks, packed-sequence metadata, a sliding window that masks, dropout, a
+   mask, attention weights and unknown arguments are refused naming the argument.
 """
 
 import argparse
@@ -377,10 +382,93 @@ class DefaultRung(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "no default rung runs .* pass rung="):
             _core.default_forward(_core.make_problem(2, 512, 512, 8, 8, 40), H100)
 
+    def test_route(self):
+        # rung=None: the decode rung for decode steps and a few queries it supports, unless a
+        # backward pass follows; the prefill rung otherwise (route_forward, the one place).
+        if not built(8) or not (built(10) or built(6)):
+            self.skipTest("needs rung 08 and a prefill rung")
+        prefill = 10 if built(10) else 6
+
+        def route(b, sq, sk, hq, hkv, d, causal=False, backward=False, device=H100):
+            problem = _core.make_problem(b, sq, sk, hq, hkv, d, "fp16", causal)
+            return _core.route_forward(problem, device, backward)
+
+        for b in (1, 8):  # the decode grid of the issue: B = 1 and 8, 32/8 heads, 8k-128k keys
+            for sk in (8192, 16384, 65536, 131072):
+                entry, why = route(b, 1, sk, 32, 8, 128)
+                self.assertEqual(entry.number, 8, why)
+                decode_t, prefill_t = _core.kv_stream_estimate(
+                    _core.make_problem(b, 1, sk, 32, 8, 128), H100)
+                self.assertLess(decode_t, prefill_t)  # GQA 4:1: the prefill grid streams K/V 4x
+        self.assertEqual(route(1, 4, 16384, 32, 8, 128, causal=True)[0].number, 8)  # speculative
+        self.assertEqual(route(8, 16, 4096, 32, 32, 64)[0].number, 8)  # MHA: equal bytes, a full grid
+        entry, why = route(1, 17, 16384, 32, 8, 128)  # past rung 08's seqlen_q limit
+        self.assertEqual(entry.number, prefill)
+        self.assertIn("seqlen_q must be <= 16", why)
+        entry, why = route(1, 1, 16384, 16, 16, 256)  # a head_dim rung 08 does not take
+        self.assertEqual(entry.number, prefill if built(10) else 6)
+        self.assertIn("head_dim", why)
+        entry, why = route(1, 1, 65536, 32, 8, 128, backward=True)  # autograd: the fp32 O for D
+        self.assertEqual(entry.number, prefill)
+        self.assertIn("backward", why)
+        self.assertEqual(route(1, 1, 65536, 32, 8, 128, device=A100)[0].number, 8)
+        # rungs() says it in words.
+        self.assertIn("seqlen_q <= 16", flashladder.find_rung(8).route)
+        self.assertIn("DEFAULT_FORWARD", flashladder.find_rung(prefill).route)
+        self.assertEqual(flashladder.find_rung(1).route, "")
+
     def test_tolerance_floors(self):
         f16, b16 = _ext.tolerance_floor("fp16"), _ext.tolerance_floor("bf16")
         self.assertLess(f16["max_abs"], b16["max_abs"])
         self.assertEqual(_ext.tolerance_floor("fp16", True)["rel_fro"], 2 * f16["rel_fro"])
+
+
+class TransformersArguments(unittest.TestCase):
+    """The transformers attention function's allow-list, on stand-in tensors (no PyTorch): every
+    argument that would change the result and that the rungs cannot honour is refused before
+    anything runs, naming it."""
+
+    def call(self, q_len=64, k_len=64, mask=None, **kwargs):
+        from flashladder import _hf
+
+        class Module:
+            is_causal = True
+
+        q, k = Tensor((1, 8, q_len, 64)), Tensor((1, 2, k_len, 64))
+        return _hf.transformers_attention(Module(), q, k, k, mask, **kwargs)
+
+    def refused(self, text, **kwargs):
+        with self.assertRaises(ValueError) as cm:
+            self.call(**kwargs)
+        self.assertTrue(str(cm.exception).startswith("flashladder: "), str(cm.exception))
+        self.assertIn(text, str(cm.exception))
+
+    def test_refused(self):
+        self.refused("position_bias", position_bias=Tensor((1, 8, 64, 64)))  # T5, mT5, UMT5, LongT5
+        self.refused("softcap", softcap=50.0)                                # Gemma 2
+        self.refused("s_aux", s_aux=Tensor((8,)))                           # gpt-oss
+        self.refused("cu_seq_lens_q", cu_seq_lens_q=Tensor((3,)))
+        self.refused("seq_idx", seq_idx=Tensor((1, 64)))
+        self.refused("sliding_window", sliding_window=32)                  # 64 tokens: it masks
+        self.refused("dropout", dropout=0.1)
+        self.refused("attention mask", mask=Tensor((1, 1, 64, 64)))
+        self.refused("output_attentions", output_attentions=True)
+        self.refused("head_mask", head_mask=Tensor((8,)))                  # not on the allow-list
+        self.refused("some_new_argument", some_new_argument=1)
+
+    def test_no_effect_accepted(self):
+        # These cannot change the result; the call then reaches the launch, which needs PyTorch:
+        # anything but a flashladder refusal means the checks let it through.
+        for kwargs in ({"sliding_window": 4096}, {"use_cache": True, "cache_position": None},
+                       {"softcap": None, "s_aux": None, "position_bias": None},
+                       {"max_length_q": 64, "max_length_k": 64, "deterministic": True},
+                       {"output_attentions": False, "is_causal": False}):
+            try:
+                self.call(**kwargs)
+            except ValueError as e:
+                self.assertFalse(str(e).startswith("flashladder: "), (kwargs, str(e)))
+            except Exception:  # noqa: BLE001  (no PyTorch, stand-in tensors: past the checks)
+                pass
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -23,6 +23,10 @@ errors        bad input raises TypeError/ValueError with a one-line reason, befo
               rung 10 (06 off sm_90), GQA 3:2, an unknown rung, rung 11's head_dims under
               autograd, a mask or dropout through the transformers function. Each message is
               printed.
+models        transformers models built from configs: each runs and matches the fp32 eager model
+              within twice bf16 SDPA's error, or is refused naming the argument (T5's position
+              bias, Gemma 2's softcap, gpt-oss's sinks, windows narrower than the sequence,
+              padding masks, rows packed by position_ids, head_dim 96); generate() on a cache.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
               attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
@@ -292,8 +296,12 @@ def part_backward():
             out, lse = flashladder.attention(q, k, v, causal=True, return_lse=True)
             out.backward(dout)
             runs.append((q.grad.clone(), k.grad.clone(), v.grad.clone()))
+        # Autograd's D reads the forward's fp32 O: the same copy, from the same forward.
+        o32 = flashladder.load_ops()._forward(q.detach(), k.detach(), v.detach(), True, None, None,
+                                              "", o_fp32=True)[2]
         direct = flashladder.attention_backward(dout, q.detach(), k.detach(), v.detach(),
-                                                out.detach(), lse, causal=True, deterministic=True)
+                                                out.detach(), lse, causal=True, deterministic=True,
+                                                out_fp32=o32)
     finally:
         torch.use_deterministic_algorithms(False)
     if not all(torch.equal(a, bb) for a, bb in zip(*runs)):
@@ -312,8 +320,10 @@ def part_compile():
     flashladder.load_ops()
     b, sq, sk, hq, hkv, d = 2, 128, 192, 8, 2, 64
     q, k, v = randn(b, sq, hq, d), randn(b, sk, hkv, d), randn(b, sk, hkv, d)
-    torch.library.opcheck(torch.ops.flashladder.attention.default, (q, k, v, True, 0.0, 0, ""))
-    print("ok   torch.library.opcheck(flashladder::attention)")
+    for with_o_fp32 in (False, True):
+        torch.library.opcheck(torch.ops.flashladder.attention.default,
+                              (q, k, v, True, 0.0, 0, "", with_o_fp32))
+    print("ok   torch.library.opcheck(flashladder::attention), with and without the fp32 O")
 
     def loss_fn(q, k, v):
         return (flashladder.attention(q, k, v, causal=True).float() ** 2).sum()
@@ -389,7 +399,7 @@ def part_errors():
     # Through the registered op directly: the same reasons reach the caller.
     flashladder.load_ops()
     expect(Exception, "q is on cpu",
-           lambda: torch.ops.flashladder.attention(q.cpu(), k, v, False, 0.0, 0, ""))
+           lambda: torch.ops.flashladder.attention(q.cpu(), k, v, False, 0.0, 0, "", False))
     # The transformers function refuses what it cannot honour.
     from flashladder import transformers_attention as hf
 
@@ -400,7 +410,11 @@ def part_errors():
     mask = torch.ones(b, 1, s, s, dtype=torch.bool, device="cuda")
     expect(ValueError, "take no attention mask", lambda: hf(Module(), *t, mask))
     expect(ValueError, "no attention dropout", lambda: hf(Module(), *t, None, dropout=0.1))
-    expect(ValueError, "sliding_window", lambda: hf(Module(), *t, None, sliding_window=128))
+    expect(ValueError, "sliding_window", lambda: hf(Module(), *t, None, sliding_window=32))
+    expect(ValueError, "position_bias", lambda: hf(Module(), *t, None, position_bias=t[0]))
+    expect(ValueError, "head_mask", lambda: hf(Module(), *t, None, head_mask=None))
+    # A window as wide as the sequence masks nothing: it runs (transformers' own rule).
+    hf(Module(), *t, None, sliding_window=s)
     out, weights = hf(Module(), *t, None, scaling=0.125)
     ref, _ = reference(*(x.transpose(1, 2) for x in t), True, 0.125)
     judge("transformers_attention (layout, scaling, module.is_causal)", out.float(), ref, "fp16")
@@ -482,8 +496,151 @@ def part_transformers():
         print("ok   attn_implementation='ladder' ran the ladder in every layer")
 
 
+def part_models():
+    """Models built from configs (random init, nothing downloaded) with attn_implementation="ladder":
+    each either runs and is right, or is refused with a flashladder: ValueError naming what the
+    rungs cannot do; never wrong. Right means the logits' (or hidden states') error against the
+    same model in fp32 on the eager path is at most twice that of the same model in bf16 on
+    transformers' own SDPA path (plus 1e-3)."""
+    try:
+        import transformers
+    except ImportError:
+        print("transformers is not installed: skipped (exit 77)")
+        sys.exit(SKIP)
+    print("transformers %s" % transformers.__version__)
+    flashladder.register_transformers()
+    torch.manual_seed(0)
+    ids = torch.randint(3, 1000, (2, 96), device="cuda")
+    restart = torch.cat([torch.arange(40), torch.arange(56)]).to("cuda")[None]
+    pad = torch.ones(2, 96, dtype=torch.long, device="cuda")
+    pad[0, :7] = 0  # left padding in the first row
+    llama = dict(vocab_size=1000, hidden_size=512, intermediate_size=1024, num_hidden_layers=2,
+                 num_attention_heads=8, num_key_value_heads=2)
+    t5 = dict(vocab_size=1000, d_model=256, d_kv=64, d_ff=512, num_layers=2, num_heads=4)
+    tokens = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    # (name, model class, config class, config, inputs, what a refusal must name or None: runs)
+    cases = [
+        ("Llama", "LlamaForCausalLM", "LlamaConfig", llama, dict(input_ids=ids), None),
+        ("Llama, left-padded batch", "LlamaForCausalLM", "LlamaConfig", llama,
+         dict(input_ids=ids, attention_mask=pad), "attention mask"),
+        ("Llama, two documents packed by position_ids", "LlamaForCausalLM", "LlamaConfig", llama,
+         dict(input_ids=ids[:1], position_ids=restart), "position_ids restart"),
+        ("Qwen2", "Qwen2ForCausalLM", "Qwen2Config", llama, dict(input_ids=ids), None),
+        ("Qwen3", "Qwen3ForCausalLM", "Qwen3Config", dict(llama, head_dim=64), dict(input_ids=ids),
+         None),
+        ("Mistral, window 32 < 96 tokens", "MistralForCausalLM", "MistralConfig",
+         dict(llama, sliding_window=32), dict(input_ids=ids), "sliding_window"),
+        ("Mistral, window 4096 > 96 tokens", "MistralForCausalLM", "MistralConfig",
+         dict(llama, sliding_window=4096), dict(input_ids=ids), None),
+        ("Gemma 2 (softcap, window)", "Gemma2ForCausalLM", "Gemma2Config",
+         dict(llama, head_dim=64, sliding_window=32, query_pre_attn_scalar=64), dict(input_ids=ids),
+         "softcap"),
+        ("gpt-oss (sinks, window)", "GptOssForCausalLM", "GptOssConfig",
+         dict(llama, head_dim=64, num_local_experts=4, num_experts_per_tok=2, sliding_window=32),
+         dict(input_ids=ids), "s_aux"),
+        ("Phi-3 (head_dim 96)", "Phi3ForCausalLM", "Phi3Config",
+         dict(llama, hidden_size=768, num_key_value_heads=8, **tokens), dict(input_ids=ids),
+         "head_dim"),
+        ("T5 encoder (relative position bias)", "T5EncoderModel", "T5Config", t5,
+         dict(input_ids=ids), "position_bias"),
+        ("mT5 encoder", "MT5EncoderModel", "MT5Config", t5, dict(input_ids=ids), "position_bias"),
+        ("UMT5 encoder", "UMT5EncoderModel", "UMT5Config", t5, dict(input_ids=ids),
+         "position_bias"),
+        ("BERT", "BertModel", "BertConfig", dict(vocab_size=1000, hidden_size=256,
+                                                 intermediate_size=512, num_hidden_layers=2,
+                                                 num_attention_heads=4), dict(input_ids=ids), None),
+        ("BERT, padded batch", "BertModel", "BertConfig",
+         dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+              num_attention_heads=4), dict(input_ids=ids, attention_mask=pad), "attention mask"),
+        ("ModernBERT, local window 16 < 96 tokens", "ModernBertModel", "ModernBertConfig",
+         dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+              num_attention_heads=4, local_attention=16, cls_token_id=1, sep_token_id=2, **tokens),
+         dict(input_ids=ids), "sliding_window"),
+        ("ModernBERT, local window 256 > 96 tokens", "ModernBertModel", "ModernBertConfig",
+         dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+              num_attention_heads=4, local_attention=256, cls_token_id=1, sep_token_id=2,
+              **tokens), dict(input_ids=ids), None),
+    ]
+
+    def build(model_cls, config_cls, config, impl, dtype):
+        torch.manual_seed(0)
+        cfg = getattr(transformers, config_cls)(**config)
+        cfg._attn_implementation = impl
+        return getattr(transformers, model_cls)(cfg).to("cuda", dtype).eval()
+
+    def output(model, inputs):
+        with torch.no_grad():
+            r = model(**inputs)
+        return (r.logits if hasattr(r, "logits") else r.last_hidden_state).float()
+
+    def rel(a, b):
+        return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+    ran = refused = 0
+    for name, model_cls, config_cls, config, inputs, refusal in cases:
+        if not hasattr(transformers, model_cls):
+            print("skip %s: transformers %s has no %s" % (name, transformers.__version__, model_cls))
+            continue
+        ref = build(model_cls, config_cls, config, "eager", torch.float32)
+        want = output(ref, inputs)
+        model = build(model_cls, config_cls, config, "ladder", torch.bfloat16)
+        model.load_state_dict(ref.state_dict())
+        try:
+            got = output(model, inputs)
+        except ValueError as e:
+            message = str(e)
+            if not message.startswith("flashladder: "):
+                fail("%s: refused, but not by flashladder: %s" % (name, message))
+            elif refusal is None:
+                fail("%s: refused (%s), expected to run" % (name, message))
+            elif refusal not in message:
+                fail("%s: refused (%s), expected a refusal naming %r" % (name, message, refusal))
+            else:
+                print("ok   %s: refused: %s" % (name, message))
+                refused += 1
+            continue
+        if refusal is not None:
+            fail("%s: ran, but the rungs cannot do it (%s): never compute something else"
+                 % (name, refusal))
+            continue
+        sdpa = build(model_cls, config_cls, config, "sdpa", torch.bfloat16)
+        sdpa.load_state_dict(ref.state_dict())
+        err, sdpa_err = rel(got, want), rel(output(sdpa, inputs), want)
+        line = "%s: ran; error against fp32 eager %.2e, bf16 SDPA's %.2e (pass at <= 2x + 1e-3)" % (
+            name, err, sdpa_err)
+        if err <= 2 * sdpa_err + 1e-3:
+            print("ok   " + line)
+            ran += 1
+        else:
+            fail(line)
+    # generate(): greedy decoding on a dynamic cache, each step's scores against the fp32 eager
+    # model's logits on the same tokens (the decode steps run the route: rung 08).
+    ref = build("LlamaForCausalLM", "LlamaConfig", llama, "eager", torch.float32)
+    model = build("LlamaForCausalLM", "LlamaConfig", llama, "ladder", torch.bfloat16)
+    model.load_state_dict(ref.state_dict())
+    sdpa = build("LlamaForCausalLM", "LlamaConfig", llama, "sdpa", torch.bfloat16)
+    sdpa.load_state_dict(ref.state_dict())
+    prompt = ids[:, :40]
+    with torch.no_grad():
+        gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8,
+                             do_sample=False, output_scores=True, return_dict_in_generate=True,
+                             pad_token_id=0)
+        scores = torch.stack(gen.scores, 1).float()  # [batch, new tokens, vocab]
+        n = scores.shape[1]
+        want = ref(gen.sequences).logits.float()[:, 39:39 + n]
+        base = sdpa(gen.sequences).logits.float()[:, 39:39 + n]
+    err, sdpa_err = rel(scores, want), rel(base, want)
+    line = ("generate() with the dynamic cache, %d greedy steps: scores' error against fp32 eager "
+            "%.2e, bf16 SDPA's %.2e" % (n, err, sdpa_err))
+    if err <= 2 * sdpa_err + 1e-3:
+        print("ok   " + line)
+    else:
+        fail(line)
+    print("models: %d ran and matched, %d refused naming the argument" % (ran, refused))
+
+
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
-         "errors": part_errors, "transformers": part_transformers}
+         "errors": part_errors, "transformers": part_transformers, "models": part_models}
 
 
 def main():

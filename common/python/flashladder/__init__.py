@@ -49,11 +49,12 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
 
 
 def attention_backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, rung=None,
-                       variant="", deterministic=False):
+                       variant="", deterministic=False, out_fp32=None):
     """dQ, dK, dV with the backward rung; see flashladder._ops.attention_backward."""
     return _torch_ops().attention_backward(dout, q, k, v, out, lse, causal=causal,
                                            softmax_scale=softmax_scale, rung=rung,
-                                           variant=variant, deterministic=deterministic)
+                                           variant=variant, deterministic=deterministic,
+                                           out_fp32=out_fp32)
 
 
 def load_ops():

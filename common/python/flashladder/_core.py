@@ -17,6 +17,10 @@ from . import _ext
 #: The default forward rungs, best first: rung 10 (FlashAttention-3's schedule, sm_90 only,
 #: when built), else rung 06 (per-head_dim tiles on mma.sync, sm_80 and newer).
 DEFAULT_FORWARD = (10, 6)
+#: The decode rung (Flash-Decoding): rung=None sends a decode step or a few queries to it when
+#: route_forward finds it no slower than the prefill rung (its supports() holds the limits:
+#: seqlen_q <= 16, head_dim 64 or 128).
+DECODE_RUNG = 8
 #: The backward rung the autograd formula runs (FlashAttention-2's backward pass).
 BACKWARD_RUNG = 11
 #: 16-bit storage types, by the name str(dtype) gives in PyTorch, to the ladder's names.
@@ -42,12 +46,33 @@ class Rung:
     dtypes: tuple  # the 16-bit types this build compiled ("fp16", "bf16")
     baselines: tuple  # "vs 05_tensor_cores: <why>" lines
     not_implemented: str  # set in a lab starter tree only
+    writes_o_fp32: bool  # its forward can also write O in fp32 (the backward's D reads it)
+    route: str  # when rung=None runs this entry ('' never): route_forward's rule, in words
+
+
+def _route_text(entry):
+    """When rung=None runs ``entry`` (a dict of _ext.rungs()): route_forward's rule in words."""
+    if entry["variant"]:
+        return ""
+    n = entry["number"]
+    if n == DECODE_RUNG:
+        return ("rung=None: decode steps and a few queries (what its supports() takes: seqlen_q <= "
+                "16), without autograd, when its split grid streams K/V at least as fast as the "
+                "prefill rung's (route_forward)")
+    if n in DEFAULT_FORWARD:
+        rank = "first" if n == DEFAULT_FORWARD[0] else "else"
+        return ("rung=None (%s of DEFAULT_FORWARD %s): every forward that the decode rung does not "
+                "take, and every forward under autograd" % (rank, DEFAULT_FORWARD))
+    if n == BACKWARD_RUNG:
+        return "autograd: the backward of every call (attention_backward with rung=None)"
+    return ""
 
 
 @functools.lru_cache(maxsize=None)
 def _registry():
     return tuple(
-        Rung(**{k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()})
+        Rung(route=_route_text(entry),
+             **{k: tuple(v) if isinstance(v, list) else v for k, v in entry.items()})
         for entry in _ext.rungs()
     )
 
@@ -249,6 +274,7 @@ class Plan:
     label: str
     problem: object  # _ext.Problem
     workspace_bytes: int
+    writes_o_fp32: bool  # its forward can also write O in fp32 (Rung.writes_o_fp32)
 
 
 def _cannot(label, problem, why):
@@ -271,14 +297,58 @@ def default_forward(problem, device):
                      % (problem.describe(), "; ".join(reasons)))
 
 
+def _device_info(device):
+    return device if isinstance(device, _ext.DeviceInfo) else device_info(device)
+
+
+def kv_stream_estimate(problem, device):
+    """(decode rung, prefill rung): K/V bytes each streams from memory per busy multiprocessor,
+    the time route_forward compares. With seqlen_q <= 16 both are memory-bound (a K/V element is
+    read for at most 16 x group query rows), so the one that moves fewer bytes per busy SM wins:
+    - the decode rung reads each KV head once and splits the keys until its grid fills the GPU
+      (its own split heuristic, asked through grid_ctas for this device);
+    - the prefill rung starts one CTA per (batch, query head) (seqlen_q is within one Q tile),
+      and each streams its KV head: group x the K/V bytes (an upper bound: the L2 may serve a
+      group's CTAs that run together).
+    The partial outputs the decode rung's combine reads back are left out (under 1 % of the K/V
+    bytes at seqlen_k >= 4k)."""
+    info = _device_info(device)
+    sms = max(1, info.sm_count)
+    kv = 2.0 * problem.batch * problem.heads_kv * problem.seqlen_k * problem.head_dim
+    decode_ctas = _ext.grid_ctas(DECODE_RUNG, "", problem, info)
+    # One CTA per (batch, query head, Q tile); every prefill rung's Q tile has >= 64 rows.
+    prefill_ctas = problem.batch * problem.heads_q * -(-problem.seqlen_q // 64)
+    group = problem.heads_q // problem.heads_kv
+    return (kv / min(sms, max(1, decode_ctas)), kv * group / min(sms, prefill_ctas))
+
+
+def route_forward(problem, device, backward=False):
+    """(entry, why): the forward rung=None runs for ``problem`` on ``device`` (an index or a
+    DeviceInfo). The decode rung when it supports the problem (a decode step or a few queries),
+    no backward pass follows (it writes no fp32 O for the backward's D), and kv_stream_estimate
+    finds it no slower; else DEFAULT_FORWARD's first rung that supports the problem
+    (default_forward). The one place the route is decided; rungs() shows it in words."""
+    decode_built = any(r.number == DECODE_RUNG and not r.variant for r in _registry())
+    why = "not built" if not decode_built else _ext.supports(DECODE_RUNG, "", problem, device)
+    if not why and backward:
+        why = "a backward pass follows, and its D reads the prefill rung's fp32 O"
+    if not why:
+        decode_t, prefill_t = kv_stream_estimate(problem, device)
+        if decode_t > prefill_t:
+            why = "its grid streams K/V slower than the prefill rung's (kv_stream_estimate)"
+    if not why:
+        return find_rung(DECODE_RUNG), "decode rung: a few queries against the K/V, no slower"
+    return default_forward(problem, device), "prefill rung (decode rung: %s)" % why
+
+
 @functools.lru_cache(maxsize=4096)
-def plan_forward(rung, variant, key, device):
+def plan_forward(rung, variant, key, device, backward=False):
     """The forward plan for ``key`` (check_qkv's) on device index ``device``. ``rung`` None picks
-    the default forward (default_forward). ValueError with the rung's reason when it cannot run
-    the problem."""
+    the route (route_forward; ``backward``: an autograd backward pass follows). ValueError with
+    the rung's reason when it cannot run the problem."""
     problem = make_problem(*key)
     if rung is None:
-        return _plan(default_forward(problem, device), problem, device)
+        return _plan(route_forward(problem, device, backward)[0], problem, device)
     r = find_rung(rung, variant)
     why = _ext.supports(r.number, r.variant, problem, device)
     if why:
@@ -288,7 +358,7 @@ def plan_forward(rung, variant, key, device):
 
 def _plan(r, problem, device):
     return Plan(r.number, r.variant, r.label, problem,
-                _ext.workspace_bytes(r.number, r.variant, problem, device))
+                _ext.workspace_bytes(r.number, r.variant, problem, device), r.writes_o_fp32)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -304,4 +374,5 @@ def plan_backward(rung, variant, key, deterministic, device):
     if why:
         raise _cannot(r.label + "'s backward", problem, why)
     return Plan(r.number, r.variant, r.label, problem,
-                _ext.bwd_workspace_bytes(r.number, r.variant, problem, bool(deterministic), device))
+                _ext.bwd_workspace_bytes(r.number, r.variant, problem, bool(deterministic), device),
+                r.writes_o_fp32)

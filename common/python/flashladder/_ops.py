@@ -34,21 +34,31 @@ def _workspace(plan, like):
     return ws.data_ptr(), plan.workspace_bytes, ws
 
 
-def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None):
-    """O and LSE of entry ``rung`` (None: the default forward) on q, k, v, checked first."""
+def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=False):
+    """O and LSE of entry ``rung`` (None: the route, _core.route_forward) on q, k, v, checked
+    first, and with ``o_fp32`` (a backward pass follows) also O in fp32, dense like O: the rung's
+    own fp32 copy when it writes one (Rung.writes_o_fp32), else the 16-bit O widened. The backward's
+    D = rowsum(dO * O) reads it (rung 11's README: D from the 16-bit O costs dQ its precision on
+    long rows). Returns (out, lse, o_fp32 or None)."""
     if key is None:
         key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
-    plan = _core.plan_forward(rung, variant, key, q.device.index)
+    plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32))
     batch, seqlen_q, heads_q, head_dim = q.shape
     out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    o32 = None
+    if o_fp32 and plan.writes_o_fp32:
+        o32 = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=torch.float32, device=q.device)
     ws_ptr, ws_bytes, ws = _workspace(plan, q)
     _ext.forward(plan.number, plan.variant, plan.problem,
                  (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
                  (q.stride(), k.stride(), v.stride(), out.stride()),
-                 ws_ptr, ws_bytes, _stream(q), q.device.index)
+                 ws_ptr, ws_bytes, _stream(q), q.device.index,
+                 o_fp32=0 if o32 is None else o32.data_ptr())
     del ws
-    return out, lse
+    if o_fp32 and o32 is None:
+        o32 = out.float()
+    return out, lse, o32
 
 
 def _grad_like(t):
@@ -61,8 +71,10 @@ def _grad_like(t):
     return t, g
 
 
-def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung, variant):
-    """dQ, dK, dV of backward entry ``rung`` (None: rung 11) from the forward's O and LSE."""
+def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung, variant,
+              out_fp32=None):
+    """dQ, dK, dV of backward entry ``rung`` (None: rung 11) from the forward's O and LSE, and
+    its fp32 O when given (None or an empty tensor: D from the 16-bit O)."""
     key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     for name, t in (("dout", dout), ("out", out), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
@@ -74,6 +86,11 @@ def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, run
         raise ValueError("flashladder: lse must be float32 [batch, heads_q, seqlen_q] = %s on %s "
                          "(the forward's), got %s %s on %s" % ((key[0], key[3], key[1]), q.device,
                                                                lse.dtype, tuple(lse.shape), lse.device))
+    o32_ptr = 0
+    if out_fp32 is not None and out_fp32.numel() > 0:
+        _core.check_like("out_fp32", out_fp32, "q", q, dtype=torch.float32)
+        out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim]
+        o32_ptr = out_fp32.data_ptr()
     plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index)
     q, dq = _grad_like(q)
     k, dk = _grad_like(k)
@@ -88,7 +105,7 @@ def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, run
                    dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()),
                   (q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), dq.stride(),
                    dk.stride(), dv.stride()),
-                  ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index)
+                  ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index, o_fp32=o32_ptr)
     del ws
     return dq, dk, dv
 
@@ -99,55 +116,63 @@ def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, run
 
 @torch.library.custom_op("flashladder::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                 softmax_scale: float, rung: int, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(O, LSE) of a forward rung: O like q (dense), LSE float32 [batch, heads_q, seqlen_q]."""
-    return _forward(q, k, v, causal, softmax_scale or None, rung or None, variant)
+                 softmax_scale: float, rung: int, variant: str,
+                 with_o_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(O, LSE, O in fp32) of a forward rung: O like q (dense), LSE float32 [batch, heads_q,
+    seqlen_q], and with ``with_o_fp32`` (autograd) O in fp32 for the backward's D, else an empty
+    tensor."""
+    out, lse, o32 = _forward(q, k, v, causal, softmax_scale or None, rung or None, variant,
+                             o_fp32=with_o_fp32)
+    return out, lse, o32 if o32 is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
-def _attention_fake(q, k, v, causal, softmax_scale, rung, variant):
+def _attention_fake(q, k, v, causal, softmax_scale, rung, variant, with_o_fp32):
     _core.check_qkv(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor,
                     check_layout=False)
     batch, seqlen_q, heads_q, head_dim = q.shape
-    return (q.new_empty((batch, seqlen_q, heads_q, head_dim)),
-            q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
+    o_shape = (batch, seqlen_q, heads_q, head_dim)
+    return (q.new_empty(o_shape), q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32),
+            q.new_empty(o_shape if with_o_fp32 else (0,), dtype=torch.float32))
 
 
 @torch.library.custom_op("flashladder::attention_backward", mutates_args=())
 def attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                          out: torch.Tensor, lse: torch.Tensor, causal: bool, softmax_scale: float,
-                          deterministic: bool, rung: int,
+                          out: torch.Tensor, lse: torch.Tensor, out_fp32: torch.Tensor,
+                          causal: bool, softmax_scale: float, deterministic: bool, rung: int,
                           variant: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dQ, dK, dV) of a backward rung (rung 11) from the forward's O and LSE."""
+    """(dQ, dK, dV) of a backward rung (rung 11) from the forward's O and LSE, and its fp32 O
+    (an empty tensor: D from the 16-bit O)."""
     return _backward(dout, q, k, v, out, lse, causal, softmax_scale or None, deterministic,
-                     rung or None, variant)
+                     rung or None, variant, out_fp32)
 
 
 @attention_backward_op.register_fake
-def _attention_backward_fake(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung,
-                             variant):
+def _attention_backward_fake(dout, q, k, v, out, lse, out_fp32, causal, softmax_scale,
+                             deterministic, rung, variant):
     # The real op's gradient buffers: empty_like keeps a dense input's strides, else contiguous.
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, softmax_scale, _rung, _variant = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    q, k, v, causal, softmax_scale, _rung, _variant, _with_o_fp32 = inputs
+    out, lse, o32 = output
+    # The fp32 O costs 4 bytes per element of O while the graph lives; the backward's D reads it.
+    ctx.save_for_backward(q, k, v, out, lse, o32)
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
     # The LSE is returned for inspection; rung 11 computes no gradient through it, so autograd
     # must not pretend to (a loss that uses it would otherwise get a silently wrong gradient).
-    ctx.mark_non_differentiable(lse)
+    ctx.mark_non_differentiable(lse, o32)
 
 
-def _attention_grad(ctx, dout, _dlse):
-    q, k, v, out, lse = ctx.saved_tensors
+def _attention_grad(ctx, dout, _dlse, _do32):
+    q, k, v, out, lse, o32 = ctx.saved_tensors
     # torch.use_deterministic_algorithms(True) selects rung 11's deterministic dQ (fixed order).
-    dq, dk, dv = attention_backward_op(dout, q, k, v, out, lse, ctx.causal, ctx.softmax_scale,
+    dq, dk, dv = attention_backward_op(dout, q, k, v, out, lse, o32, ctx.causal, ctx.softmax_scale,
                                        torch.are_deterministic_algorithms_enabled(),
                                        _core.BACKWARD_RUNG, "")
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None
 
 
 attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
@@ -167,26 +192,30 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
     TypeError or ValueError with the rung's one-line reason before anything is launched."""
     number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if torch.compiler.is_compiling():
         # The fake implementation checks shapes while tracing; the op checks the rest at run time.
-        out, lse = attention_op(q, k, v, bool(causal), scale, number or 0, variant)
+        out, lse, _ = attention_op(q, k, v, bool(causal), scale, number or 0, variant, grad)
         return (out, lse) if return_lse else out
     key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if grad:
         # Refuse now, not after the forward pass, a problem the backward rung cannot run.
         _core.plan_backward(None, "", key, False, q.device.index)
-        out, lse = attention_op(q, k, v, bool(causal), scale, number or 0, variant)
+        out, lse, _ = attention_op(q, k, v, bool(causal), scale, number or 0, variant, True)
     else:
         # No autograd: the op's own implementation, without the dispatcher's cost per call.
-        out, lse = _forward(q, k, v, causal, softmax_scale, number, variant, key)
+        out, lse, _ = _forward(q, k, v, causal, softmax_scale, number, variant, key)
     return (out, lse) if return_lse else out
 
 
 def attention_backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, rung=None,
-                       variant="", deterministic=False):
+                       variant="", deterministic=False, out_fp32=None):
     """dQ, dK, dV of the backward rung (rung 11 unless told) from a forward pass's ``out`` and
     ``lse`` (attention(..., return_lse=True) of any forward rung: natural-log LSE). dQ, dK, dV
     are laid out like q, k, v where those are dense. ``deterministic``: dQ summed in a fixed
-    order (bitwise identical run to run, slower)."""
+    order (bitwise identical run to run, slower). ``out_fp32``: O before its 16-bit rounding
+    (float32, q's shape), which D = rowsum(dO * O) then reads, as autograd's does; without it D
+    comes from ``out``, as in FlashAttention-2, and dQ's error grows with the keys a row sees."""
     number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
-    return _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, number, variant)
+    return _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, number, variant,
+                     out_fp32)
