@@ -114,6 +114,9 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
       return true;
     };
     Problem& p = o->problem;
+    static const char* const kShapeFlags[] = {"--batch", "--seqlen",   "-n",     "--seqlen-q", "--seqlen-k",
+                                              "--heads", "--kv-heads", "--dim", "--causal",   "--scale"};
+    for (const char* s : kShapeFlags) o->shape_set = o->shape_set || flag == s;
     if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
     else if (flag == "--seqlen" || flag == "-n") {
       if (need() && parse_int(flag, value, &p.seqlen_q, &r)) { if (!seqlen_k_set) p.seqlen_k = p.seqlen_q; }
