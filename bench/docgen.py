@@ -559,6 +559,30 @@ def gen_run_reports(ctx, files, gpu=None):
     return report.markdown_table(head, rows) + "\n\nMeasured on %s%s." % (d["name"], when)
 
 
+@generator("bwd-check")
+def gen_bwd_check(ctx, files, gpu=None):
+    """Committed backward run reports (a backward rung's --json output), one row each: the entry,
+    the problem, dQ's, dK's and dV's relative Frobenius error beside its tolerance, the verdict."""
+    res = ctx.results(gpu)
+    rows = []
+    for name in files.split(","):
+        if not res.has(name):
+            raise Missing(name, "the backward rung's --json FILE")
+        j = res.json(name)
+        p, c, r = j["problem"], j["check"], j["rung"]
+        label = "`%02d_%s%s`" % (r["number"], r["name"], "[%s]" % r["variant"] if r.get("variant") else "")
+        shape = "B=%d Sq=%d Sk=%d H=%d/%d d=%d %s%s" % (p["batch"], p["seqlen_q"], p["seqlen_k"], p["heads_q"],
+                                                   p["heads_kv"], p["head_dim"], p["dtype"],
+                                                   " causal" if p["causal"] else "")
+        g = c["gradients"]
+        rows.append([label, shape] + ["%.1e / %.1e" % (g[t]["rel_fro"], g[t]["tol_rel_fro"]) for t in ("dq", "dk", "dv")]
+                    + ["%s (%s)" % ("PASS" if c["pass"] else "FAIL", c["mode"]), link(res, name, "`%s`" % name)])
+    first = res.json(files.split(",")[0])
+    head = ["entry", "problem", "dQ rel_fro / tol", "dK rel_fro / tol", "dV rel_fro / tol", "check", "report"]
+    return report.markdown_table(head, rows) + "\n\nMeasured on %s, %s, commit `%s`." % (
+        first["device"]["name"], first["date"][:10], first["git_sha"])
+
+
 @generator("kernels")
 def gen_kernels(ctx, file, gpu=None):
     """The resource report of one committed run report (a rung's --json output): per kernel the
@@ -1448,6 +1472,7 @@ TORCH_RUN_COMMANDS = {
                         "--out bench/results/<gpu>/pytorch",
     "torch_overhead.json": "PYTHONPATH=build/release/python python3 bench/torch_overhead.py --bin build/release/bin "
                            "--out bench/results/<gpu>/pytorch",
+    "torch_decode.json": "PYTHONPATH=build/release/python python3 bench/torch_decode.py --out bench/results/<gpu>/pytorch-decode",
 }
 
 
@@ -1571,6 +1596,52 @@ def gen_torch_overhead(ctx, gpu=None):
             t["batch"], t["seqlen"], t["heads"], t["head_dim"], h["kernel_us"],
             "; ".join("%s %.1f µs" % (n, v) for n, v in h["per_call_us"].items())))
     notes.append("Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json")))
+    return out + "\n\n" + "\n\n".join(notes)
+
+
+@generator("torch-decode")
+def gen_torch_decode(ctx, gpu=None):
+    """Decode through the package (bench/torch_decode.py, torch_decode.json): per shape the rung the
+    route picked, its time and GB/s, rung 08 and the prefill rung called by number, SDPA's cuDNN and
+    flash backends, and the route against cuDNN; the worst and best cell and the bench goal."""
+    res, d = torch_run(ctx, gpu, "torch_decode.json")
+    rows, ratios = [], []
+
+    def cell(r, name):
+        return ms(r["ms"][name]) if name in r["ms"] else "refused"
+
+    for r in d["rows"]:
+        s = r["shape"]
+        vs = r.get("route_vs_cudnn")
+        if vs:
+            ratios.append((vs, s))
+        flash = r["ms"].get("flash")
+        rows.append([s["dtype"], "%d, %d/%d" % (s["batch"], s["heads_q"], s["heads_kv"]),
+                     "%d" % s["seqlen_q"] + (" causal" if s["causal"] else ""), report.seqlen_text(s["seqlen_k"]),
+                     "`%s`" % r["route"], cell(r, "route"),
+                     "%.0f" % r["gbps"]["route"] if "route" in r.get("gbps", {}) else "—",
+                     cell(r, "rung08"), cell(r, "prefill"), cell(r, "cudnn"), cell(r, "flash"),
+                     report.fmt_ratio(vs) if vs else "—",
+                     report.fmt_ratio(flash / r["ms"]["route"]) if flash and "route" in r["ms"] else "—"])
+    head = ["dtype", "B, heads q/kv", "seqlen_q", "seqlen_k", "route", "route ms", "GB/s", "rung 08 ms",
+            "`%s` ms" % d["prefill_rung"], "cuDNN ms", "flash ms", "cuDNN / route", "flash / route"]
+    out = report.markdown_table(head, rows, ["---", "---", "--:", "--:", "---"] + ["--:"] * 8)
+    notes = []
+    if ratios:
+        lo, hi = min(ratios, key=lambda x: x[0]), max(ratios, key=lambda x: x[0])
+
+        def where(sh):
+            return "%s B=%d %d/%d seqlen_q %d, %s keys" % (sh["dtype"], sh["batch"], sh["heads_q"], sh["heads_kv"],
+                                                          sh["seqlen_q"], report.seqlen_text(sh["seqlen_k"]))
+
+        notes.append("The route against cuDNN: worst %s (%s), best %s (%s). Goal: at least %.2f× cuDNN for a decode step "
+                     "at 64k and 128k keys: **%s**." % (report.fmt_ratio(lo[0]), where(lo[1]), report.fmt_ratio(hi[0]),
+                                                        where(hi[1]), d["target_vs_cudnn"],
+                                                        "met" if d["target_met"] else "not met"))
+    notes.append("head_dim %d; median of %d calls, each timed with CUDA events after an L2 flush, the host's work "
+                 "included where the flush does not hide it, the same way for every column; GB/s counts K and V read "
+                 "once. Measured on %s; %s." % (d["head_dim"], d["iters"], torch_provenance(d),
+                                                link(res, "torch_decode.json")))
     return out + "\n\n" + "\n\n".join(notes)
 
 
