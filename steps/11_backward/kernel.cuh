@@ -5,7 +5,8 @@
 /// @code
 ///   // clang-format off
 ///   1. preprocess   D_q = rowsum(dO_q ∘ O_q) (fp32, from the forward's fp32 O when it left
-///                   one: AttnParams::o_fp32); the fp32 dQ accumulator zeroed
+///                   one: AttnParams::o_fp32), or on long rows D_q = rowsum(P ∘ dP) by a pass of
+///                   kernel 2 (delta_policy.h); the fp32 dQ accumulator zeroed
 ///   2. main         one block per (K/V block j, KV head, group slice, batch): K_j, V_j in
 ///                   shared memory, dK_j, dV_j in registers; for every query head of its slice
 ///                   of the group and every Q block i that sees block j:
@@ -31,15 +32,16 @@
 /// down to one query head per block (its `dk_expanded`); the `fullsplit` variant does that, the
 /// `nosplit` variant never splits.
 ///
-/// D's precision: every row of dS = P ∘ (dP − D) sums to zero only if D is exact, and then dQ_i =
-/// scale Σ_j dS_ij K_j is a small difference of large terms. FlashAttention-2 takes D from the
-/// 16-bit O the forward returned; O's rounding then shifts D by δ (up to half an ulp of |O| per
-/// element, summed over d), and dQ_i by −scale δ Σ_j P_ij K_j, a term no row cancels: against the
-/// fp64 gradient dQ's relative error grows about as the square root of the keys a row sees (one
-/// query against 100k keys: 6.6e-3 in fp16, over the 4e-3 floor; tests/cpu/test_reference_bwd.cpp
-/// models it). So the preprocess reads O in fp32 when the forward wrote that copy
-/// (Rung::writes_o_fp32), as the runner and the package's autograd ask it to; the `o16-delta`
-/// variant keeps FlashAttention-2's D to measure the difference.
+/// D's precision: every row of dS = P ∘ (dP − D) sums to zero only if D = Σ_j P_ij dP_ij for the P
+/// this pass recomputes, and then dQ_i = scale Σ_j dS_ij K_j is a small difference of large terms.
+/// FlashAttention-2 takes D = rowsum(dO ∘ O) from the 16-bit O the forward returned; any error δ
+/// in D adds −scale δ Σ_j P_ij K_j to dQ_i, a term no row cancels, and it grows against dQ as a row
+/// sees more keys. Two things put δ there: O's 16-bit rounding, and the forward's accumulation of O
+/// over the whole row (its tensor-core sums drift with the row's length: at 100k keys O in fp32 is
+/// off by 2e-4, D by 3e-3). delta_policy.h says which D the rung takes: the forward's fp32 O
+/// (AttnParams::o_fp32) on rows up to kExactDeltaKeys keys, an exact pass of this kernel
+/// (DELTA_PASS: S, P and dP again, P ∘ dP summed on the CUDA cores) on longer ones; the
+/// `o16-delta`, `o32-delta` and `exact-delta` variants take one source always.
 ///
 /// Launch order: under a causal mask the blocks are unequal (K/V block j sees the Q blocks from
 /// the diagonal on), so the longest go first: every (KV head, slice, batch) of K/V block 0, then
@@ -67,6 +69,7 @@
 #include "flashladder/dtype.cuh"
 #include "flashladder/problem.h"
 #include "flashladder/ptx.cuh"
+#include "delta_policy.h"
 
 namespace fl::bwd {
 
@@ -75,9 +78,12 @@ constexpr int kPrepWarps = 4;
 constexpr int kPrepThreads = 32 * kPrepWarps;
 
 /// D = rowsum(dO ∘ O) per (batch, head, query) and the dQ accumulator(s) zeroed: one warp per row.
+/// With @p delta_splits > 0 (the exact pass follows, delta_policy.h) D is not computed here: the
+/// pass's @p delta_splits accumulators ([splits][rows] from @p delta_acc) are zeroed instead.
 template <class T, int D>
 __global__ void __launch_bounds__(kPrepThreads)
-    bwd_preprocess_kernel(const AttnBwdParams P, float* d_rowsum, float* dq_acc, int splits) {
+    bwd_preprocess_kernel(const AttnBwdParams P, float* d_rowsum, float* dq_acc, int splits, float* delta_acc,
+                          int delta_splits) {
   const AttnParams& p = P.fwd;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kPrepWarps + threadIdx.x / 32;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * p.seqlen_q;
@@ -86,6 +92,16 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int q = static_cast<int>(row % p.seqlen_q);
   const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
   const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+  // The accumulator is [splits][batch, seqlen_q, heads_q, d], contiguous.
+  const int64_t acc_row = ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D;
+  const int64_t split_elems = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D;
+  for (int s = 0; s < splits; ++s)
+    for (int c = lane; c < D; c += 32) dq_acc[s * split_elems + acc_row + c] = 0.f;
+  const int64_t stat = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + q;  // [b, h, q]
+  if (delta_splits > 0) {
+    for (int s = lane; s < delta_splits; s += 32) delta_acc[s * rows + stat] = 0.f;
+    return;
+  }
   const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
   const T* dout = static_cast<const T*>(P.dout) + off;
   // O before its 16-bit rounding when the forward left it (dense [batch, seqlen_q, heads_q, d]),
@@ -101,12 +117,17 @@ __global__ void __launch_bounds__(kPrepThreads)
   }
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-  if (lane == 0) d_rowsum[(static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + q] = sum;
-  // The accumulator is [splits][batch, seqlen_q, heads_q, d], contiguous.
-  const int64_t acc_row = ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D;
-  const int64_t split_elems = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D;
-  for (int s = 0; s < splits; ++s)
-    for (int c = lane; c < D; c += 32) dq_acc[s * split_elems + acc_row + c] = 0.f;
+  if (lane == 0) d_rowsum[stat] = sum;
+}
+
+/// The exact pass's deterministic partial sums ([splits][rows]) added in split order into D.
+__global__ void __launch_bounds__(256) bwd_delta_sum_kernel(const float* delta_acc, int splits, int64_t rows,
+                                                            float* d_rowsum) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += delta_acc[s * rows + r];
+    d_rowsum[r] = sum;
+  }
 }
 
 /// Copies @p rows_total rows of a [rows][d] tile into swizzled shared memory with cp.async,
@@ -182,13 +203,56 @@ struct BwdTiles {
   static_assert(kBlockN % (kThreads / kChunks) == 0 && kBlockM % (kThreads / kChunks) == 0,
                 "load_rows: whole passes of the CTA over a tile");
   static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
+  static_assert(kSdpWarpsN * kBlockM * 4 <= kPBytes, "the exact D pass's row sums fit in the P tile");
 };
+
+/// The exact pass's step (DELTA_PASS): adds rowsum(P ∘ dP) over this block's keys into D's
+/// accumulator @p delta (the step's head: element q is query row q). A warp holds 32 rows x kSdpN
+/// keys of P (in @p S, masked) and dP; its quad's four lanes sum a row's columns, the warps that
+/// share rows (kSdpWarpsN of them) meet in @p rows_smem ([kSdpWarpsN][BLOCK_M] fp32: the P tile's
+/// space, which this pass does not use), and one thread per row adds their sum, in warp order:
+/// atomically, or plainly into the block's own split when @p deterministic. Rows at or past
+/// @p seqlen_q add nothing.
+template <class Cfg, int S_NT>
+__device__ __forceinline__ void add_delta_rows(const float (&S)[2][S_NT][4], const float (&dP)[2][S_NT][4],
+                                               float* delta, int q0, int seqlen_q, float* rows_smem,
+                                               bool deterministic) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int sm0 = 32 * (warp % Cfg::kSdpWarpsM);
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      float part = 0.f;
+#pragma unroll
+      for (int n = 0; n < S_NT; ++n)
+        part += S[mi][n][2 * hh] * dP[mi][n][2 * hh] + S[mi][n][2 * hh + 1] * dP[mi][n][2 * hh + 1];
+      part += __shfl_xor_sync(0xffffffffu, part, 1);
+      part += __shfl_xor_sync(0xffffffffu, part, 2);
+      if (t == 0) rows_smem[(warp / Cfg::kSdpWarpsM) * Cfg::kBlockM + sm0 + 16 * mi + g + 8 * hh] = part;
+    }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r < Cfg::kBlockM && q0 + r < seqlen_q) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < Cfg::kSdpWarpsN; ++w) sum += rows_smem[w * Cfg::kBlockM + r];
+    if (deterministic) delta[q0 + r] += sum;  // the block's own split, in its K/V blocks' order
+    else atomicAdd(delta + q0 + r, sum);
+  }
+}
 
 /// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv x kv_split;
 /// batch), or with @p lpt (causal, not deterministic: longest blocks first) (heads_kv x kv_split;
 /// batch; K/V blocks). With kv_split > 1, dK and dV go to @p dkv_acc as fp32 partial sums
 /// ([2][kv_split][batch, seqlen_k, heads_kv, d]: dK unscaled, then dV) for bwd_convert_kv_kernel.
-template <class T, class Cfg>
+/// DELTA_PASS (delta_policy.h's exact D): the same loop up to P and dP, then rowsum(P ∘ dP) added
+/// into @p dq_acc read as D's accumulator ([batch, heads_q, seqlen_q] fp32, one per split when
+/// deterministic) instead of the three gradient GEMMs; @p d_rowsum is not read.
+// The exact D pass leaves each step after P and dP (`continue`): in that instantiation the rest of
+// the step is unreachable, which the front end would warn about on every instantiation.
+#pragma nv_diag_suppress 128
+template <class T, class Cfg, bool DELTA_PASS = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     bwd_main_kernel(const AttnBwdParams P, const float* d_rowsum, float* dq_acc, int kv_split,
                     float* dkv_acc, bool lpt) {
@@ -219,7 +283,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int n_q_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
   const float scale_log2 = p.scale_log2;
   const float log2e = 1.4426950408889634f;
-  const int64_t split_elems = static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * D;
+  const int64_t split_elems =
+      static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * (DELTA_PASS ? 1 : D);
   float* dq_split = dq_acc + (P.deterministic ? blockIdx.x * split_elems : 0);
   const int j_step = P.deterministic ? gridDim.x : n_kv_blocks;
 
@@ -364,6 +429,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             }
       }
       // LAB-END(11-recompute-p)
+      if constexpr (DELTA_PASS) {
+        add_delta_rows<Cfg>(S, dP, dq_split + (static_cast<int64_t>(batch) * p.heads_q + h) * p.seqlen_q, q0,
+                            p.seqlen_q, reinterpret_cast<float*>(smem + Cfg::kP), P.deterministic != 0);
+        continue;
+      }
       // LAB-BEGIN(11-ds): dS = P ∘ (dP − D_i), in place of dP
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
@@ -485,6 +555,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
     }
     ptx::cp_async_wait<0>();
+    if constexpr (DELTA_PASS) {
+      __syncthreads();  // K_s, V_s are reloaded for the next K/V block
+      continue;
+    }
 
     // dK_j (scaled) and dV_j to global memory, keys past seqlen_k skipped; with a split group,
     // this slice's partial sums (dK unscaled) to its fp32 slot instead.
@@ -520,6 +594,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     __syncthreads();  // K_s, V_s and the buffers are reloaded for the next K/V block
   }
 }
+
+#pragma nv_diag_default 128
 
 /// Element @p e of a contiguous [batch, rows, heads, D] tensor as (batch, row, head, column):
 /// the coordinates the convert kernels write it to through the 16-bit tensor's strides.
@@ -639,32 +715,50 @@ size_t dkv_acc_offset(const Problem& p, bool deterministic) {
   return dq_acc_offset(p) + splits * rows * p.head_dim;
 }
 
-/// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
-/// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), then with a split group the dK,
-/// dV partial sums (fp32, [2][kv_split][batch, seqlen_k, heads_kv, d]), for the tile Cfg that
-/// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
+/// Splits of the exact D pass's own accumulator: one per deterministic split (summed in order by
+/// bwd_delta_sum_kernel), none otherwise (atomics straight into D), and none without the pass.
 template <class Cfg>
-size_t workspace_bytes(const Problem& p, bool deterministic, GroupSplit how) {
-  const int kv_split = kv_splits<Cfg>(p, deterministic, how);
-  const size_t part = kv_split > 1 ? 2 * size_t(kv_split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
-  return (dkv_acc_offset<Cfg>(p, deterministic) + part) * sizeof(float);
+int delta_splits(const Problem& p, bool deterministic, DeltaPolicy policy) {
+  const bool exact = delta_source(policy, p.seqlen_k, true) == DeltaSource::exact;
+  return exact && deterministic ? deterministic_splits<Cfg>(p) : 0;
 }
 
-template <class T, class Cfg>
+/// Where the dK, dV partial sums end and the exact pass's deterministic accumulators start.
+template <class Cfg>
+size_t delta_acc_offset(const Problem& p, bool deterministic, GroupSplit how) {
+  const int kv_split = kv_splits<Cfg>(p, deterministic, how);
+  const size_t part = kv_split > 1 ? 2 * size_t(kv_split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
+  return dkv_acc_offset<Cfg>(p, deterministic) + part;
+}
+
+/// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
+/// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), then with a split group the dK,
+/// dV partial sums (fp32, [2][kv_split][batch, seqlen_k, heads_kv, d]), then for a deterministic
+/// exact D pass its accumulators (fp32, [splits][batch, heads_q, seqlen_q]), for the tile Cfg that
+/// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
+template <class Cfg>
+size_t workspace_bytes(const Problem& p, bool deterministic, GroupSplit how, DeltaPolicy policy) {
+  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+  return (delta_acc_offset<Cfg>(p, deterministic, how) + delta_splits<Cfg>(p, deterministic, policy) * rows) *
+         sizeof(float);
+}
+
+template <class T, class Cfg, bool DELTA_PASS = false>
 const void* prepared_main() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg>,
+    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg, DELTA_PASS>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg>);
+  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg, DELTA_PASS>);
 }
 
 template <class T, class Cfg>
-void launch_backward(const AttnBwdParams& P, GroupSplit how, bool longest_first, cudaStream_t stream) {
+void launch_backward(const AttnBwdParams& given, GroupSplit how, bool longest_first, DeltaPolicy policy,
+                     cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
-  const AttnParams& p = P.fwd;
+  const AttnParams& p = given.fwd;
   Problem shape;
   shape.batch = p.batch;
   shape.seqlen_q = p.seqlen_q;
@@ -672,29 +766,46 @@ void launch_backward(const AttnBwdParams& P, GroupSplit how, bool longest_first,
   shape.heads_q = p.heads_q;
   shape.heads_kv = p.heads_kv;
   shape.head_dim = p.head_dim;
-  const bool deterministic = P.deterministic != 0;
+  const bool deterministic = given.deterministic != 0;
   const int splits = deterministic ? deterministic_splits<Cfg>(shape) : 1;
   const int kv_split = kv_splits<Cfg>(shape, deterministic, how);
-  if (P.workspace_bytes < workspace_bytes<Cfg>(shape, deterministic, how))
+  const DeltaSource delta = delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
+  AttnBwdParams P = given;
+  if (delta == DeltaSource::o16) P.fwd.o_fp32 = nullptr;  // the preprocess reads the 16-bit O
+  if (P.workspace_bytes < workspace_bytes<Cfg>(shape, deterministic, how, policy))
     throw std::runtime_error("rung 11: workspace smaller than bwd_workspace_bytes");
   if (reinterpret_cast<uintptr_t>(P.workspace) % 8 != 0)  // float2 reductions and stores
     throw std::runtime_error("rung 11: workspace not 8-byte aligned");
   float* d_rowsum = static_cast<float*>(P.workspace);
   float* dq_acc = d_rowsum + dq_acc_offset(shape);
   float* dkv_acc = d_rowsum + dkv_acc_offset<Cfg>(shape, deterministic);
+  // The exact D pass's accumulator: D itself (atomics), or one per deterministic split.
+  const int n_delta = delta == DeltaSource::exact ? (deterministic ? splits : 1) : 0;
+  float* delta_acc = deterministic ? d_rowsum + delta_acc_offset<Cfg>(shape, deterministic, how) : d_rowsum;
 
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
-                                kPrepThreads, 0, stream>>>(P, d_rowsum, dq_acc, splits);
+                                kPrepThreads, 0, stream>>>(P, d_rowsum, dq_acc, splits, delta_acc, n_delta);
   FL_LAUNCH_CHECK("bwd_preprocess_kernel");
 
-  prepared_main<T, Cfg>();
   const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
   // Longest blocks first (causal: K/V block j sees the Q blocks from the diagonal on); the
   // deterministic mode's blocks each walk several K/V blocks, so it keeps its order.
   const bool lpt = longest_first && p.causal && !deterministic;
   const dim3 grid = lpt ? dim3(p.heads_kv * kv_split, p.batch, n_kv_blocks)
                         : dim3(deterministic ? splits : n_kv_blocks, p.heads_kv * kv_split, p.batch);
+  if (n_delta > 0) {  // D = rowsum(P ∘ dP) for the backward's own P (delta_policy.h)
+    prepared_main<T, Cfg, true>();
+    bwd_main_kernel<T, Cfg, true><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, nullptr, delta_acc,
+                                                                                   kv_split, nullptr, lpt);
+    FL_LAUNCH_CHECK("bwd_main_kernel (exact D pass)");
+    if (deterministic) {
+      bwd_delta_sum_kernel<<<static_cast<unsigned>(std::min<int64_t>((rows + 255) / 256, 65535)), 256, 0, stream>>>(
+          delta_acc, n_delta, rows, d_rowsum);
+      FL_LAUNCH_CHECK("bwd_delta_sum_kernel");
+    }
+  }
+  prepared_main<T, Cfg>();
   bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc, kv_split,
                                                                              dkv_acc, lpt);
   FL_LAUNCH_CHECK("bwd_main_kernel");

@@ -23,9 +23,17 @@ const Rung& forward_rung() {
 /// Each entry's tiles and GQA split: the rung's (kernel.cuh's BwdTiles, the group split by
 /// kv_splits), the same with a staggered Q order, 4 warps on 64 keys, the rung's tiles with the
 /// group never split or always split down to one query head per block, the rung launched in
-/// K/V-block order under a causal mask (not longest first), and the rung with D taken from the
-/// 16-bit O (FlashAttention-2's preprocess) instead of the forward's fp32 O.
-enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit, inorder, o16_delta };
+/// K/V-block order under a causal mask (not longest first), and the rung with one source of D
+/// always (delta_policy.h): the 16-bit O (FlashAttention-2's preprocess), the forward's fp32 O, or
+/// the exact pass.
+enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit, inorder, o16_delta, o32_delta, exact_delta };
+
+constexpr bwd::DeltaPolicy delta_policy(Tiles t) {
+  return t == Tiles::o16_delta   ? bwd::DeltaPolicy::o16
+         : t == Tiles::o32_delta ? bwd::DeltaPolicy::o32
+         : t == Tiles::exact_delta ? bwd::DeltaPolicy::exact
+                                   : bwd::DeltaPolicy::rung;
+}
 
 constexpr bwd::GroupSplit group_split(Tiles t) {
   return t == Tiles::nosplit ? bwd::GroupSplit::none
@@ -36,7 +44,8 @@ constexpr bwd::GroupSplit group_split(Tiles t) {
 template <Tiles TILES, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
   if constexpr (TILES == Tiles::rung || TILES == Tiles::nosplit || TILES == Tiles::fullsplit ||
-                TILES == Tiles::inorder || TILES == Tiles::o16_delta) {
+                TILES == Tiles::inorder || TILES == Tiles::o16_delta || TILES == Tiles::o32_delta ||
+                TILES == Tiles::exact_delta) {
     if (head_dim == 64) return f(bwd::BwdTiles<64>{});
     return f(bwd::BwdTiles<128>{});
   } else if constexpr (TILES == Tiles::stagger) {
@@ -49,19 +58,24 @@ decltype(auto) with_tiles(int head_dim, F&& f) {
 }
 
 template <class T, class Cfg>
-std::vector<KernelInfo> kernel_list() {
+std::vector<KernelInfo> kernel_list(bool exact_delta) {
   constexpr int D = Cfg::kHeadDim;
-  return {
-      {"bwd_preprocess<d=" + std::to_string(D) + ">",
-       reinterpret_cast<const void*>(&bwd::bwd_preprocess_kernel<T, D>), bwd::kPrepThreads, 0},
-      {"bwd_main<d=" + std::to_string(D) + ", " +
-           std::to_string(Cfg::kBlockN) + " keys x " + std::to_string(Cfg::kBlockM) + " queries, " +
-           std::to_string(Cfg::kWarps) + " warps>",
+  const std::string tile = std::to_string(Cfg::kBlockN) + " keys x " + std::to_string(Cfg::kBlockM) + " queries, " +
+                           std::to_string(Cfg::kWarps) + " warps>";
+  std::vector<KernelInfo> k{{"bwd_preprocess<d=" + std::to_string(D) + ">",
+                             reinterpret_cast<const void*>(&bwd::bwd_preprocess_kernel<T, D>), bwd::kPrepThreads, 0}};
+  if (exact_delta)
+    k.push_back({"bwd_main<d=" + std::to_string(D) + ", exact D pass, " + tile, bwd::prepared_main<T, Cfg, true>(),
+                 Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)});
+  std::vector<KernelInfo> rest{
+      {"bwd_main<d=" + std::to_string(D) + ", " + tile,
        bwd::prepared_main<T, Cfg>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
       {"bwd_convert<d=" + std::to_string(D) + ">",
        reinterpret_cast<const void*>(&bwd::bwd_convert_kernel<T, D>), 256, 0},
       {"bwd_convert_kv<d=" + std::to_string(D) + "> (split GQA groups)",
        reinterpret_cast<const void*>(&bwd::bwd_convert_kv_kernel<T, D>), 256, 0}};
+  k.insert(k.end(), rest.begin(), rest.end());
+  return k;
 }
 
 /// The rung (2D tiles) or one of its variants.
@@ -99,8 +113,20 @@ Rung make_rung() {
     case Tiles::o16_delta:
       r.variant = "o16-delta";
       r.summary =
-          "ablation: D = rowsum(dO * O) from the 16-bit O, as FlashAttention-2, not from the "
-          "forward's fp32 O (O's rounding shifts D, and dQ's error grows with the keys a row sees)";
+          "ablation: D = rowsum(dO * O) from the 16-bit O always, as FlashAttention-2 (O's rounding "
+          "shifts D, and dQ's error grows with the keys a row sees)";
+      break;
+    case Tiles::o32_delta:
+      r.variant = "o32-delta";
+      r.summary =
+          "ablation: D = rowsum(dO * O) from the forward's fp32 O always, never the exact pass (the "
+          "forward's O drifts with the row's length, and so does dQ's error)";
+      break;
+    case Tiles::exact_delta:
+      r.variant = "exact-delta";
+      r.summary =
+          "ablation: D = rowsum(P * dP) by the exact pass always, also on short rows (what the pass "
+          "costs where the rung does not need it)";
       break;
     case Tiles::stagger:
       r.variant = "stagger";
@@ -134,34 +160,33 @@ Rung make_rung() {
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
     return with_tiles<TILES>(p.head_dim, [&](auto cfg) {
-      return bwd::workspace_bytes<decltype(cfg)>(p, deterministic, group_split(TILES));
+      return bwd::workspace_bytes<decltype(cfg)>(p, deterministic, group_split(TILES), delta_policy(TILES));
     });
   };
-  r.launch_bwd = [](const AttnBwdParams& given, cudaStream_t s) {
-    AttnBwdParams P = given;
-    if (TILES == Tiles::o16_delta) P.fwd.o_fp32 = nullptr;  // D from the 16-bit O
+  r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
       with_tiles<TILES>(P.fwd.head_dim,
                         [&](auto cfg) {
                           bwd::launch_backward<T, decltype(cfg)>(P, group_split(TILES),
-                                                                 TILES != Tiles::inorder, s);
+                                                                 TILES != Tiles::inorder, delta_policy(TILES), s);
                         });
     });
   };
   r.kernels = [](const Problem& p) {
+    const bool exact = bwd::delta_source(delta_policy(TILES), p.seqlen_k, true) == bwd::DeltaSource::exact;
     return FL_DTYPE_SWITCH(p.dtype, T, [&] {
       return with_tiles<TILES>(p.head_dim,
-                               [](auto cfg) { return kernel_list<T, decltype(cfg)>(); });
+                               [&](auto cfg) { return kernel_list<T, decltype(cfg)>(exact); });
     });
   };
   r.notes = [](const Problem& p) {
     std::vector<std::string> notes{
         "backward pass after rung 06's forward (O and LSE); FLOPs by FlashAttention's "
         "convention: 2.5 x the forward's",
-        TILES == Tiles::o16_delta
-            ? "D = rowsum(dO * O) from the 16-bit O (FlashAttention-2's preprocess)"
-            : "D = rowsum(dO * O) from the forward's fp32 O when it wrote one (AttnParams::o_fp32), "
-              "else from the 16-bit O"};
+        std::string("D from ") +
+            bwd::delta_source_name(bwd::delta_source(delta_policy(TILES), p.seqlen_k, true)) +
+            " (delta_policy.h: the exact pass for rows of more than " + std::to_string(bwd::kExactDeltaKeys) +
+            " keys, else the forward's fp32 O)"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv && (p.head_dim == 64 || p.head_dim == 128)) {
       const int split = with_tiles<TILES>(p.head_dim, [&](auto cfg) {
         return bwd::kv_splits<decltype(cfg)>(p, false, group_split(TILES));
@@ -186,6 +211,8 @@ void register_rung_11(Registry& reg) {
   reg.add(make_rung<Tiles::fullsplit>());
   reg.add(make_rung<Tiles::inorder>());
   reg.add(make_rung<Tiles::o16_delta>());
+  reg.add(make_rung<Tiles::o32_delta>());
+  reg.add(make_rung<Tiles::exact_delta>());
 }
 
 }  // namespace fl

@@ -12,6 +12,7 @@
 #include "flashladder/registry.h"
 #include "flashladder/report.h"
 #include "problem_shape.h"
+#include "11_backward/delta_policy.h"
 
 using namespace fl;
 using fl_test::shape;
@@ -364,4 +365,26 @@ TEST_CASE("a backward run report: the backward's work, rate, per-gradient check 
   REQUIRE(fjs.find("\"backward\":false") != std::string::npos);
   REQUIRE(fjs.find("\"gradients\"") == std::string::npos);
   REQUIRE(fjs.find("\"bwd_flops\"") == std::string::npos);
+}
+
+TEST_CASE("rung 11's source of D: the exact pass past kExactDeltaKeys keys, the fp32 O below", "[cpu][backward]") {
+  using fl::bwd::DeltaPolicy;
+  using fl::bwd::DeltaSource;
+  using fl::bwd::delta_source;
+  using fl::bwd::kExactDeltaKeys;
+  // The bench's backward sweep (up to 16k keys) stays on the forward's fp32 O; one query against
+  // 100k keys (the held-out failure) takes the exact pass.
+  REQUIRE(kExactDeltaKeys >= 16384);
+  REQUIRE(delta_source(DeltaPolicy::rung, 16384, true) == DeltaSource::o32);
+  REQUIRE(delta_source(DeltaPolicy::rung, 100003, true) == DeltaSource::exact);
+  REQUIRE(delta_source(DeltaPolicy::rung, 100003, false) == DeltaSource::exact);
+  REQUIRE(delta_source(DeltaPolicy::rung, kExactDeltaKeys, false) == DeltaSource::o16);  // no fp32 O given
+  REQUIRE(delta_source(DeltaPolicy::rung, kExactDeltaKeys + 1, true) == DeltaSource::exact);
+  // The ablations take one source whatever the length (o32 without the fp32 O falls back to o16).
+  for (int keys : {1, 4096, 100003}) {
+    REQUIRE(delta_source(DeltaPolicy::o16, keys, true) == DeltaSource::o16);
+    REQUIRE(delta_source(DeltaPolicy::o32, keys, true) == DeltaSource::o32);
+    REQUIRE(delta_source(DeltaPolicy::o32, keys, false) == DeltaSource::o16);
+    REQUIRE(delta_source(DeltaPolicy::exact, keys, false) == DeltaSource::exact);
+  }
 }

@@ -63,11 +63,12 @@ std::vector<uint16_t> round_to(const std::vector<double>& t, DType dt) {
 /// 2): O from the forward in 16 bits, LSE in fp32, P recomputed in fp32 and rounded to 16 bits
 /// for dV = P^T dO, dS in fp32 and rounded to 16 bits for dQ = s dS K and dK = s dS^T Q, fp32
 /// accumulation, 16-bit outputs. D = rowsum(dO * O) from the 16-bit O (FlashAttention-2's
-/// preprocess), or with @p d_from_fp32 from O before its rounding (rung 11's, AttnParams::o_fp32).
+/// preprocess), or with @p d_exact from the exact O, which equals rowsum(P * dP) for the P used
+/// here (rung 11's exact pass on long rows: steps/11_backward/delta_policy.h).
 struct Grads16 {
   std::vector<uint16_t> dq, dk, dv;
 };
-Grads16 model_16bit_kernel(const Problem& p, const BwdInputs& x, const BwdResults& fwd, bool d_from_fp32 = false) {
+Grads16 model_16bit_kernel(const Problem& p, const BwdInputs& x, const BwdResults& fwd, bool d_exact = false) {
   const int Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
   const DType t = p.dtype;
   auto r16 = [t](float f) { return from_bits(to_bits(f, t), t); };
@@ -86,7 +87,7 @@ Grads16 model_16bit_kernel(const Problem& p, const BwdInputs& x, const BwdResult
         float Di = 0;
         for (int c = 0; c < D; ++c)
           Di += static_cast<float>(x.dout[qi + c]) *
-                (d_from_fp32 ? static_cast<float>(fwd.out[qi + c]) : r16(static_cast<float>(fwd.out[qi + c])));
+                (d_exact ? static_cast<float>(fwd.out[qi + c]) : r16(static_cast<float>(fwd.out[qi + c])));
         for (int j = 0; j < p.visible_keys(i); ++j) {
           const size_t kj = at(b, j, hk, Sk, Hkv);
           float s = 0, dp = 0;
@@ -327,7 +328,7 @@ TEST_CASE("a model of a 16-bit FlashAttention-2 backward passes", "[cpu][check_b
     }
 }
 
-TEST_CASE("one query against 100k keys: D from the 16-bit O costs dQ its precision, D from the fp32 O does not",
+TEST_CASE("one query against 100k keys: D from a rounded O costs dQ its precision, D consistent with P does not",
           "[cpu][check_bwd]") {
   // Every row of dS sums to zero only for the exact D; D from the 16-bit O is off by O's rounding,
   // and dQ_i picks up -s * that * sum_j P_ij K_j, which grows against dQ itself as a row sees more
@@ -345,11 +346,11 @@ TEST_CASE("one query against 100k keys: D from the 16-bit O costs dQ its precisi
     const Grads16 rung11 = model_16bit_kernel(p, x, ref, true);
     const BwdCheckResult a = compare_gradients(p, ref, f32, fa2.dq, fa2.dk, fa2.dv);
     const BwdCheckResult b = compare_gradients(p, ref, f32, rung11.dq, rung11.dk, rung11.dv);
-    INFO("dQ rel_fro: D from 16-bit O " << a.dq.err.rel_fro << ", from fp32 O " << b.dq.err.rel_fro << ", tol "
-                                        << b.dq.tol.rel_fro);
+    INFO("dQ rel_fro: D from the 16-bit O " << a.dq.err.rel_fro << ", the exact D " << b.dq.err.rel_fro << ", tol "
+                                            << b.dq.tol.rel_fro);
     REQUIRE(b.pass);
     REQUIRE(b.dq.err.rel_fro < b.dq.tol.rel_fro / 4);
-    REQUIRE(a.dq.err.rel_fro > 4 * b.dq.err.rel_fro);  // the 16-bit O's D: most of dQ's error
+    REQUIRE(a.dq.err.rel_fro > 4 * b.dq.err.rel_fro);  // the rounded O's D: most of dQ's error
     REQUIRE(a.dk.err.rel_fro < a.dk.tol.rel_fro / 2);  // dK and dV hardly notice D
     REQUIRE(a.dv.err.rel_fro == b.dv.err.rel_fro);     // dV does not read D at all
   }

@@ -8,7 +8,7 @@
 //   - deterministic=1: two runs give bitwise identical dQ, dK, dV;
 //   - a larger problem checked on sampled (batch, KV head) groups;
 //   - a few queries against many keys (seqlen_q << seqlen_k: the GQA group split over a small grid,
-//     and rows of 100k keys, where D must come from the forward's fp32 O).
+//     and rows of 100k keys, where D must come from the exact pass: delta_policy.h).
 // ctest: gpu_rung11 (tests/CMakeLists.txt); exits 77 without a GPU (gpu_main.cpp).
 #include <algorithm>
 #include <cmath>
@@ -253,9 +253,10 @@ TEST_CASE("backward: a few queries against many keys (seqlen_q << seqlen_k), GQA
   // The shape class of a decode-time or prefix-tuning gradient: one to 16 queries against a long
   // context. Two things go wrong there if nothing guards them: the grid is small, so the GQA
   // group is split over blocks (fp32 partial dK, dV added by bwd_convert_kv), and a row sees so
-  // many keys that D from the 16-bit O no longer leaves dQ within the check (kernel.cuh, "D's
-  // precision"). Every backward entry runs the small-grid shapes; the long rows run on the main
-  // entries, and on the o16-delta ablation to show what the fp32 O's D buys.
+  // many keys that D taken from the forward's O no longer leaves dQ within the check (kernel.cuh,
+  // "D's precision"; delta_policy.h). Every backward entry runs the small-grid shapes; the long
+  // rows run on the main entries (the exact D pass) and the exact-delta variant, and on the
+  // o16-delta and o32-delta ablations to show what the exact pass buys.
   struct Case {
     Problem p;
     bool long_rows;
@@ -271,24 +272,25 @@ TEST_CASE("backward: a few queries against many keys (seqlen_q << seqlen_k), GQA
   };
   for (const Rung* r : backward_rungs()) {
     Counts n;
-    const bool fa2_delta = r->variant == "o16-delta";
+    const bool ablation = r->variant == "o16-delta" || r->variant == "o32-delta";
     for (const Case& c : cases) {
-      if (c.long_rows && !r->variant.empty() && !fa2_delta) continue;  // variants: the split shapes
-      if (fa2_delta && c.long_rows) {
-        // FlashAttention-2's D: the check may pass or not; dQ is measurably worse than the rung's.
+      if (c.long_rows && !r->variant.empty() && !ablation && r->variant != "exact-delta") continue;
+      if (ablation && c.long_rows) {
+        // D from the forward's O: the check may pass or not; dQ is measurably worse than the rung's.
         const Rung* main = registry().find(r->number);
-        const CaseResult ablation = run_bwd_case(*r, c.p, InputKind::random, CheckMode::full, 31, false);
+        const CaseResult got = run_bwd_case(*r, c.p, InputKind::random, CheckMode::full, 31, false);
         const CaseResult rung = run_bwd_case(*main, c.p, InputKind::random, CheckMode::full, 31, false);
-        if (!ablation.ran || !rung.ran) continue;
+        if (!got.ran || !rung.ran) continue;
         ++n.ran;
-        WARN(c.p.describe() << ": dQ rel_fro with D from the 16-bit O " << ablation.bwd.grads.dq.err.rel_fro
-                            << " (pass " << ablation.check.pass << "), from the fp32 O "
-                            << rung.bwd.grads.dq.err.rel_fro << ", tolerance " << rung.bwd.grads.dq.tol.rel_fro);
+        WARN(r->label() << " " << c.p.describe() << ": dQ rel_fro " << got.bwd.grads.dq.err.rel_fro << " (pass "
+                        << got.check.pass << "); the rung's (exact D) " << rung.bwd.grads.dq.err.rel_fro
+                        << ", tolerance " << rung.bwd.grads.dq.tol.rel_fro);
         REQUIRE(rung.check.pass);
-        REQUIRE(ablation.bwd.grads.dq.err.rel_fro > 2 * rung.bwd.grads.dq.err.rel_fro);
+        REQUIRE(got.bwd.grads.dq.err.rel_fro > 2 * rung.bwd.grads.dq.err.rel_fro);
         continue;
       }
       expect_bwd_pass(*r, c.p, false, &n, CheckMode::full, 31);
+      if (c.long_rows && r->variant.empty()) expect_bwd_pass(*r, c.p, true, &n, CheckMode::full, 31);  // deterministic
     }
     WARN(r->label() << ": " << n.ran << " few-queries/long-rows cases passed, " << n.skipped << " unsupported");
     REQUIRE(n.ran > 0);
