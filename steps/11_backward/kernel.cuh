@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const int bytes = q0 + r < p.seqlen_q ? 4 : 0;
       if (threadIdx.x < BLOCK_M)
         ptx::cp_async_4(lse_s + 4 * (bf * BLOCK_M + r), p.lse + (bytes ? at : 0), bytes);
-      else if (threadIdx.x < 2 * BLOCK_M)
+      else if (!DELTA_PASS && threadIdx.x < 2 * BLOCK_M)  // the exact D pass computes D: none to load
         ptx::cp_async_4(D_s + 4 * (bf * BLOCK_M + r), d_rowsum + (bytes ? at : 0), bytes);
     };
     if (steps > 0) load_step(0, 0);
