@@ -3,18 +3,20 @@
 /// CPU tests check the rule.
 ///
 /// dQ_i = s Σ_j dS_ij K_j, with dS_ij = P_ij (dP_ij − D_i), is a small difference of large terms:
-/// it is right only if every row of dS sums to zero, that is if D_i = Σ_j P_ij dP_ij for the P the
-/// backward pass recomputes. Any other D (off by δ) adds −s δ Σ_j P_ij K_j to dQ_i, a term no row
-/// cancels, which grows against dQ itself as a row sees more keys. Three sources of D:
+/// it is right only if every row of dS sums to zero, that is if D_i = Σ_j P_ij dP_ij / Σ_j P_ij for
+/// the P the backward pass recomputes (Σ_j P_ij is 1 up to the forward's LSE). Any other D (off by
+/// δ) adds −s δ Σ_j P_ij K_j to dQ_i, a term no row cancels, which grows against dQ itself as a row
+/// sees more keys. Three sources of D:
 ///
 ///   o16    dO · O from the 16-bit O the forward returned (FlashAttention-2's preprocess): off by O's
 ///          rounding (2^-11 of |O| per element in fp16, 2^-8 in bf16);
-///   o32    dO · O from the forward's fp32 O (AttnParams::o_fp32), before its rounding: off only by
-///          the forward's own accumulation of O over the row, which on the tensor cores loses a
-///          little in every one of the row's k-steps and so drifts with the row's length;
-///   exact  Σ_j P_ij dP_ij, summed by a pass of the main kernel that recomputes S, P and dP and
-///          adds P ∘ dP in fp32 on the CUDA cores: exact for the backward's own P, at the price of
-///          two of the backward's five GEMMs again (the `exact-delta` variant measures it).
+///   o32    dO · O from the forward's fp32 O (AttnParams::o_fp32), before its rounding: off by the
+///          forward's own sums over the row, which drift with the row's length (O by 2e-4 and the
+///          LSE by 1e-4 at 100k keys, measured: README);
+///   exact  Σ_j P_ij dP_ij / Σ_j P_ij, summed by a pass of the main kernel that recomputes S, P and
+///          dP and adds P ∘ dP and P in fp32 on the CUDA cores: every row of dS then sums to zero
+///          for the backward's own P, at the price of two of the backward's five GEMMs again (the
+///          `exact-delta` variant measures it).
 ///
 /// The rung takes `exact` only where a row is long enough for the drift to matter (the measured
 /// errors against seqlen_k: README, "D from the backward's own P"), else o32 when the forward wrote

@@ -5,8 +5,8 @@
 /// @code
 ///   // clang-format off
 ///   1. preprocess   D_q = rowsum(dO_q ∘ O_q) (fp32, from the forward's fp32 O when it left
-///                   one: AttnParams::o_fp32), or on long rows D_q = rowsum(P ∘ dP) by a pass of
-///                   kernel 2 (delta_policy.h); the fp32 dQ accumulator zeroed
+///                   one: AttnParams::o_fp32), or on long rows D_q = rowsum(P ∘ dP) / rowsum(P) by
+///                   a pass of kernel 2 (delta_policy.h); the fp32 dQ accumulator zeroed
 ///   2. main         one block per (K/V block j, KV head, group slice, batch): K_j, V_j in
 ///                   shared memory, dK_j, dV_j in registers; for every query head of its slice
 ///                   of the group and every Q block i that sees block j:
@@ -38,9 +38,10 @@
 /// in D adds −scale δ Σ_j P_ij K_j to dQ_i, a term no row cancels, and it grows against dQ as a row
 /// sees more keys. Two things put δ there: O's 16-bit rounding, and the forward's accumulation of O
 /// over the whole row (its tensor-core sums drift with the row's length: at 100k keys O in fp32 is
-/// off by 2e-4, D by 3e-3). delta_policy.h says which D the rung takes: the forward's fp32 O
-/// (AttnParams::o_fp32) on rows up to kExactDeltaKeys keys, an exact pass of this kernel
-/// (DELTA_PASS: S, P and dP again, P ∘ dP summed on the CUDA cores) on longer ones; the
+/// off by 2e-4, D by 3e-3; its LSE leaves Σ_j P_ij off 1 by 1e-4). delta_policy.h says which D the
+/// rung takes: the forward's fp32 O (AttnParams::o_fp32) on rows up to kExactDeltaKeys keys, an
+/// exact pass of this kernel (DELTA_PASS: S, P and dP again, Σ P ∘ dP / Σ P on the CUDA cores) on
+/// longer ones; the
 /// `o16-delta`, `o32-delta` and `exact-delta` variants take one source always.
 ///
 /// Launch order: under a causal mask the blocks are unequal (K/V block j sees the Q blocks from
@@ -79,7 +80,7 @@ constexpr int kPrepThreads = 32 * kPrepWarps;
 
 /// D = rowsum(dO ∘ O) per (batch, head, query) and the dQ accumulator(s) zeroed: one warp per row.
 /// With @p delta_splits > 0 (the exact pass follows, delta_policy.h) D is not computed here: the
-/// pass's @p delta_splits accumulators ([splits][rows] from @p delta_acc) are zeroed instead.
+/// pass's @p delta_splits accumulator pairs ([splits][2][rows] from @p delta_acc) are zeroed instead.
 template <class T, int D>
 __global__ void __launch_bounds__(kPrepThreads)
     bwd_preprocess_kernel(const AttnBwdParams P, float* d_rowsum, float* dq_acc, int splits, float* delta_acc,
@@ -99,7 +100,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     for (int c = lane; c < D; c += 32) dq_acc[s * split_elems + acc_row + c] = 0.f;
   const int64_t stat = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + q;  // [b, h, q]
   if (delta_splits > 0) {
-    for (int s = lane; s < delta_splits; s += 32) delta_acc[s * rows + stat] = 0.f;
+    for (int s = lane; s < 2 * delta_splits; s += 32) delta_acc[s * rows + stat] = 0.f;
     return;
   }
   const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
@@ -120,13 +121,19 @@ __global__ void __launch_bounds__(kPrepThreads)
   if (lane == 0) d_rowsum[stat] = sum;
 }
 
-/// The exact pass's deterministic partial sums ([splits][rows]) added in split order into D.
+/// D from the exact pass's sums ([splits][2][rows]: Σ P ∘ dP, then Σ P), the splits added in
+/// order: D = Σ P ∘ dP / Σ P, so that every row of dS sums to zero for the P the main pass
+/// recomputes, even where the forward's LSE leaves Σ P a little off 1 (by 1e-4 at 100k keys). A
+/// row that sees no key (Σ P = 0) gets D = 0.
 __global__ void __launch_bounds__(256) bwd_delta_sum_kernel(const float* delta_acc, int splits, int64_t rows,
                                                             float* d_rowsum) {
   for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
-    float sum = 0.f;
-    for (int s = 0; s < splits; ++s) sum += delta_acc[s * rows + r];
-    d_rowsum[r] = sum;
+    float pdp = 0.f, p = 0.f;
+    for (int s = 0; s < splits; ++s) {
+      pdp += delta_acc[(2 * s) * rows + r];
+      p += delta_acc[(2 * s + 1) * rows + r];
+    }
+    d_rowsum[r] = p > 0.f ? pdp / p : 0.f;
   }
 }
 
@@ -203,42 +210,60 @@ struct BwdTiles {
   static_assert(kBlockN % (kThreads / kChunks) == 0 && kBlockM % (kThreads / kChunks) == 0,
                 "load_rows: whole passes of the CTA over a tile");
   static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
-  static_assert(kSdpWarpsN * kBlockM * 4 <= kPBytes, "the exact D pass's row sums fit in the P tile");
+  static_assert(2 * kSdpWarpsN * kBlockM * 4 <= kPBytes, "the exact D pass's row sums fit in the P tile");
 };
 
-/// The exact pass's step (DELTA_PASS): adds rowsum(P ∘ dP) over this block's keys into D's
-/// accumulator @p delta (the step's head: element q is query row q). A warp holds 32 rows x kSdpN
-/// keys of P (in @p S, masked) and dP; its quad's four lanes sum a row's columns, the warps that
-/// share rows (kSdpWarpsN of them) meet in @p rows_smem ([kSdpWarpsN][BLOCK_M] fp32: the P tile's
-/// space, which this pass does not use), and one thread per row adds their sum, in warp order:
-/// atomically, or plainly into the block's own split when @p deterministic. Rows at or past
-/// @p seqlen_q add nothing.
+/// The exact pass's step (DELTA_PASS): adds rowsum(P ∘ dP) and rowsum(P) over this block's keys
+/// into D's accumulators @p delta (the step's head: element q is query row q) and @p delta +
+/// @p rows. A warp holds 32 rows x kSdpN keys of P (in @p S, masked) and dP; its quad's four lanes
+/// sum a row's columns, the warps that share rows (kSdpWarpsN of them) meet in @p rows_smem
+/// ([2][kSdpWarpsN][BLOCK_M] fp32: the P tile's space, which this pass does not use), and one
+/// thread per row adds their sums, in warp order: atomically, or plainly into the block's own split
+/// when @p deterministic. Rows at or past @p seqlen_q add nothing.
 template <class Cfg, int S_NT>
 __device__ __forceinline__ void add_delta_rows(const float (&S)[2][S_NT][4], const float (&dP)[2][S_NT][4],
-                                               float* delta, int q0, int seqlen_q, float* rows_smem,
+                                               float* delta, int64_t rows, int q0, int seqlen_q, float* rows_smem,
                                                bool deterministic) {
+  constexpr int kHalf = Cfg::kSdpWarpsN * Cfg::kBlockM;  // the Σ P half of rows_smem
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int sm0 = 32 * (warp % Cfg::kSdpWarpsM);
 #pragma unroll
   for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      float part = 0.f;
+      float pdp = 0.f, p = 0.f;
 #pragma unroll
-      for (int n = 0; n < S_NT; ++n)
-        part += S[mi][n][2 * hh] * dP[mi][n][2 * hh] + S[mi][n][2 * hh + 1] * dP[mi][n][2 * hh + 1];
-      part += __shfl_xor_sync(0xffffffffu, part, 1);
-      part += __shfl_xor_sync(0xffffffffu, part, 2);
-      if (t == 0) rows_smem[(warp / Cfg::kSdpWarpsM) * Cfg::kBlockM + sm0 + 16 * mi + g + 8 * hh] = part;
+      for (int n = 0; n < S_NT; ++n) {
+        pdp += S[mi][n][2 * hh] * dP[mi][n][2 * hh] + S[mi][n][2 * hh + 1] * dP[mi][n][2 * hh + 1];
+        p += S[mi][n][2 * hh] + S[mi][n][2 * hh + 1];
+      }
+#pragma unroll
+      for (int lanes = 1; lanes < 4; lanes *= 2) {
+        pdp += __shfl_xor_sync(0xffffffffu, pdp, lanes);
+        p += __shfl_xor_sync(0xffffffffu, p, lanes);
+      }
+      const int at = (warp / Cfg::kSdpWarpsM) * Cfg::kBlockM + sm0 + 16 * mi + g + 8 * hh;
+      if (t == 0) {
+        rows_smem[at] = pdp;
+        rows_smem[kHalf + at] = p;
+      }
     }
   __syncthreads();
   const int r = threadIdx.x;
   if (r < Cfg::kBlockM && q0 + r < seqlen_q) {
-    float sum = 0.f;
+    float pdp = 0.f, p = 0.f;
 #pragma unroll
-    for (int w = 0; w < Cfg::kSdpWarpsN; ++w) sum += rows_smem[w * Cfg::kBlockM + r];
-    if (deterministic) delta[q0 + r] += sum;  // the block's own split, in its K/V blocks' order
-    else atomicAdd(delta + q0 + r, sum);
+    for (int w = 0; w < Cfg::kSdpWarpsN; ++w) {
+      pdp += rows_smem[w * Cfg::kBlockM + r];
+      p += rows_smem[kHalf + w * Cfg::kBlockM + r];
+    }
+    if (deterministic) {  // the block's own split, in its K/V blocks' order
+      delta[q0 + r] += pdp;
+      delta[rows + q0 + r] += p;
+    } else {
+      atomicAdd(delta + q0 + r, pdp);
+      atomicAdd(delta + rows + q0 + r, p);
+    }
   }
 }
 
@@ -283,8 +308,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int n_q_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
   const float scale_log2 = p.scale_log2;
   const float log2e = 1.4426950408889634f;
+  // dQ's accumulator per split: [batch, seqlen_q, heads_q, d]; the exact pass's: [2][rows].
   const int64_t split_elems =
-      static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * (DELTA_PASS ? 1 : D);
+      static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * (DELTA_PASS ? 2 : D);
   float* dq_split = dq_acc + (P.deterministic ? blockIdx.x * split_elems : 0);
   const int j_step = P.deterministic ? gridDim.x : n_kv_blocks;
 
@@ -430,8 +456,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       }
       // LAB-END(11-recompute-p)
       if constexpr (DELTA_PASS) {
-        add_delta_rows<Cfg>(S, dP, dq_split + (static_cast<int64_t>(batch) * p.heads_q + h) * p.seqlen_q, q0,
-                            p.seqlen_q, reinterpret_cast<float*>(smem + Cfg::kP), P.deterministic != 0);
+        add_delta_rows<Cfg>(S, dP, dq_split + (static_cast<int64_t>(batch) * p.heads_q + h) * p.seqlen_q,
+                            split_elems / 2, q0, p.seqlen_q, reinterpret_cast<float*>(smem + Cfg::kP),
+                            P.deterministic != 0);
         continue;
       }
       // LAB-BEGIN(11-ds): dS = P ∘ (dP − D_i), in place of dP
@@ -715,15 +742,15 @@ size_t dkv_acc_offset(const Problem& p, bool deterministic) {
   return dq_acc_offset(p) + splits * rows * p.head_dim;
 }
 
-/// Splits of the exact D pass's own accumulator: one per deterministic split (summed in order by
-/// bwd_delta_sum_kernel), none otherwise (atomics straight into D), and none without the pass.
+/// Accumulator pairs of the exact D pass (Σ P ∘ dP and Σ P per row): one per deterministic split,
+/// else one (atomics), none without the pass; bwd_delta_sum_kernel turns them into D.
 template <class Cfg>
 int delta_splits(const Problem& p, bool deterministic, DeltaPolicy policy) {
-  const bool exact = delta_source(policy, p.seqlen_k, true) == DeltaSource::exact;
-  return exact && deterministic ? deterministic_splits<Cfg>(p) : 0;
+  if (delta_source(policy, p.seqlen_k, true) != DeltaSource::exact) return 0;
+  return deterministic ? deterministic_splits<Cfg>(p) : 1;
 }
 
-/// Where the dK, dV partial sums end and the exact pass's deterministic accumulators start.
+/// Where the dK, dV partial sums end and the exact pass's accumulators start.
 template <class Cfg>
 size_t delta_acc_offset(const Problem& p, bool deterministic, GroupSplit how) {
   const int kv_split = kv_splits<Cfg>(p, deterministic, how);
@@ -733,13 +760,13 @@ size_t delta_acc_offset(const Problem& p, bool deterministic, GroupSplit how) {
 
 /// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
 /// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), then with a split group the dK,
-/// dV partial sums (fp32, [2][kv_split][batch, seqlen_k, heads_kv, d]), then for a deterministic
-/// exact D pass its accumulators (fp32, [splits][batch, heads_q, seqlen_q]), for the tile Cfg that
+/// dV partial sums (fp32, [2][kv_split][batch, seqlen_k, heads_kv, d]), then for the exact D pass
+/// its accumulators (fp32, [splits][2][batch, heads_q, seqlen_q]), for the tile Cfg that
 /// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
 template <class Cfg>
 size_t workspace_bytes(const Problem& p, bool deterministic, GroupSplit how, DeltaPolicy policy) {
   const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  return (delta_acc_offset<Cfg>(p, deterministic, how) + delta_splits<Cfg>(p, deterministic, policy) * rows) *
+  return (delta_acc_offset<Cfg>(p, deterministic, how) + 2 * delta_splits<Cfg>(p, deterministic, policy) * rows) *
          sizeof(float);
 }
 
@@ -779,9 +806,9 @@ void launch_backward(const AttnBwdParams& given, GroupSplit how, bool longest_fi
   float* d_rowsum = static_cast<float*>(P.workspace);
   float* dq_acc = d_rowsum + dq_acc_offset(shape);
   float* dkv_acc = d_rowsum + dkv_acc_offset<Cfg>(shape, deterministic);
-  // The exact D pass's accumulator: D itself (atomics), or one per deterministic split.
-  const int n_delta = delta == DeltaSource::exact ? (deterministic ? splits : 1) : 0;
-  float* delta_acc = deterministic ? d_rowsum + delta_acc_offset<Cfg>(shape, deterministic, how) : d_rowsum;
+  // The exact D pass's accumulator pairs: one (atomics), or one per deterministic split.
+  const int n_delta = delta_splits<Cfg>(shape, deterministic, policy);
+  float* delta_acc = d_rowsum + delta_acc_offset<Cfg>(shape, deterministic, how);
 
   const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
   bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
@@ -799,11 +826,9 @@ void launch_backward(const AttnBwdParams& given, GroupSplit how, bool longest_fi
     bwd_main_kernel<T, Cfg, true><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, nullptr, delta_acc,
                                                                                    kv_split, nullptr, lpt);
     FL_LAUNCH_CHECK("bwd_main_kernel (exact D pass)");
-    if (deterministic) {
-      bwd_delta_sum_kernel<<<static_cast<unsigned>(std::min<int64_t>((rows + 255) / 256, 65535)), 256, 0, stream>>>(
-          delta_acc, n_delta, rows, d_rowsum);
-      FL_LAUNCH_CHECK("bwd_delta_sum_kernel");
-    }
+    bwd_delta_sum_kernel<<<static_cast<unsigned>(std::min<int64_t>((rows + 255) / 256, 65535)), 256, 0, stream>>>(
+        delta_acc, n_delta, rows, d_rowsum);
+    FL_LAUNCH_CHECK("bwd_delta_sum_kernel");
   }
   prepared_main<T, Cfg>();
   bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc, kv_split,
