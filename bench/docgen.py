@@ -1638,10 +1638,12 @@ def gen_torch_decode(ctx, gpu=None):
                      "at 64k and 128k keys: **%s**." % (report.fmt_ratio(lo[0]), where(lo[1]), report.fmt_ratio(hi[0]),
                                                         where(hi[1]), d["target_vs_cudnn"],
                                                         "met" if d["target_met"] else "not met"))
-    notes.append("head_dim %d; median of %d calls, each timed with CUDA events after an L2 flush, the host's work "
-                 "included where the flush does not hide it, the same way for every column; GB/s counts K and V read "
-                 "once. Measured on %s; %s." % (d["head_dim"], d["iters"], torch_provenance(d),
-                                                link(res, "torch_decode.json")))
+    notes.append("head_dim %d; each figure the median of %d repeats (the columns in a rotating order) of the median "
+                 "of %d calls, each timed with CUDA events after a %s flush of the L2, long enough that the host's work "
+                 "of either library's call is queued under it: the GPU time of the call's kernels, the same way for "
+                 "every column; GB/s counts K and V read once. Measured on %s; %s." % (
+                     d["head_dim"], d.get("repeats", 1), d["iters"], binary_bytes(d.get("flush_bytes", 0)),
+                     torch_provenance(d), link(res, "torch_decode.json")))
     return out + "\n\n" + "\n\n".join(notes)
 
 

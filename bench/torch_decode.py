@@ -15,29 +15,34 @@ sequence (speculative decoding: seqlen_q 4 and 16) against 16k keys, causal, bot
   cuDNN, flash  F.scaled_dot_product_attention with the backend forced (enable_gqa=True; a backend
                 that refuses the shape or the mask is recorded as refused, with its message)
 
-Timing (torch_sdpa.py's Bench): CUDA events around one call, the L2 flushed before each, median
-of --iters calls after a warm-up: the call as a model makes it, the host's work included where the
-flush does not hide it, the same way for every column. GB/s counts K and V read once (the decode
-metric, problem.h's kv_bytes); TFLOP/s counts the unmasked (query, key) pairs (4 x d each).
+Timing: CUDA events around one call, median of --iters calls after a warm-up, the L2 flushed
+before each by writing FLUSH_BYTES (1 GiB, about 0.35 ms on an H100): long enough that the host's
+work of a call (the package's checks and plan, SDPA's dispatch: tens of microseconds) is queued
+while the flush runs, so every column times the call's kernels on the GPU, the same way. The
+columns of a shape are timed in turn, --repeats times in a rotating order; each figure is the
+median of the repeats' medians. GB/s counts K and V read once (the decode metric, problem.h's
+kv_bytes); TFLOP/s counts the unmasked (query, key) pairs (4 x d each).
 
 Writes <out>/torch_decode.json and <out>/torch_decode.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
 
-    PYTHONPATH=build/release/python python3 bench/torch_decode.py --out DIR [--iters N] [--quick]
+    PYTHONPATH=build/release/python python3 bench/torch_decode.py --out DIR [--iters N] [--repeats R] [--quick]
 
 Exits 0 with a message, measuring nothing, without PyTorch, a CUDA device or the package.
 """
 
 import argparse
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import runinfo  # noqa: E402  bench/runinfo.py
-import torch_sdpa  # noqa: E402  bench/torch_sdpa.py (Bench, unmasked_pairs)
+import torch_sdpa  # noqa: E402  bench/torch_sdpa.py (unmasked_pairs)
 
 HEAD_DIM = 128
+FLUSH_BYTES = 1 << 30
 SEQLENS_K = [512, 2048, 8192, 16384, 32768, 65536, 131072]
 TARGET = 0.95  # decode through the package against cuDNN at 64k and 128k keys (bench goal)
 
@@ -68,6 +73,30 @@ def flops(s):
     return 4.0 * s["batch"] * s["heads_q"] * pairs * HEAD_DIM
 
 
+class Timer:
+    """CUDA events around one call after a flush of FLUSH_BYTES; median of @p iters."""
+
+    def __init__(self, torch, iters, warmup):
+        self.torch, self.iters, self.warmup = torch, iters, warmup
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.stop = torch.cuda.Event(enable_timing=True)
+
+    def time_ms(self, fn):
+        for _ in range(self.warmup):
+            fn()
+        self.torch.cuda.synchronize()
+        times = []
+        for _ in range(self.iters):
+            self.flush.fill_(1)
+            self.start.record()
+            fn()
+            self.stop.record()
+            self.stop.synchronize()
+            times.append(self.start.elapsed_time(self.stop))
+        return statistics.median(times)
+
+
 def run(args):
     try:
         import torch
@@ -84,7 +113,7 @@ def run(args):
         return 0
     from flashladder import _core
 
-    bench = torch_sdpa.Bench(torch, args.iters, args.warmup)
+    bench = Timer(torch, args.iters, args.warmup)
     info = fl.device_info()
     prefill = next(n for n in _core.DEFAULT_FORWARD
                    if any(r.number == n and not r.variant for r in fl.rungs()))
@@ -103,16 +132,15 @@ def run(args):
         key = _core.check_qkv(q, k, v, s["causal"], None)
         problem = _core.make_problem(*key)
         entry, why = _core.route_forward(problem, q.device.index)
-        row = dict(shape=s, route=entry.label, route_why=why, ms={}, refused={})
-        ladder = {"route": None, "rung08": 8, "prefill": prefill}
-        for name, rung in ladder.items():
-            if rung is not None and fl.supports(rung, b, sq, sk, hq, hkv, HEAD_DIM, s["dtype"],
-                                                s["causal"]):
-                row["refused"][name] = fl.supports(rung, b, sq, sk, hq, hkv, HEAD_DIM, s["dtype"],
-                                                   s["causal"])
-                continue
-            row["ms"][name] = bench.time_ms(
-                lambda rung=rung: fl.attention(q, k, v, rung=rung, causal=s["causal"]))
+        row = dict(shape=s, route=entry.label, route_why=why, ms={}, refused={}, repeats={})
+        calls = {}
+        for name, rung in {"route": None, "rung08": 8, "prefill": prefill}.items():
+            why_not = rung is not None and fl.supports(rung, b, sq, sk, hq, hkv, HEAD_DIM, s["dtype"],
+                                                       s["causal"])
+            if why_not:
+                row["refused"][name] = why_not
+            else:
+                calls[name] = lambda rung=rung: fl.attention(q, k, v, rung=rung, causal=s["causal"])
         # SDPA on [b, h, s, d] views of the same tensors; bottom-right causal as a bias object.
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         kwargs = dict(enable_gqa=hq != hkv)
@@ -121,14 +149,20 @@ def run(args):
 
             kwargs["attn_mask"] = causal_lower_right(sq, sk)
         for name, backend in backends.items():
-            try:
+            def sdpa(backend=backend):
                 with sdpa_kernel([backend]):
-                    F.scaled_dot_product_attention(qt, kt, vt, **kwargs)
-                    torch.cuda.synchronize()
-                    row["ms"][name] = bench.time_ms(
-                        lambda: F.scaled_dot_product_attention(qt, kt, vt, **kwargs))
+                    return F.scaled_dot_product_attention(qt, kt, vt, **kwargs)
+            try:
+                sdpa()
+                torch.cuda.synchronize()
+                calls[name] = sdpa
             except RuntimeError as e:
                 row["refused"][name] = str(e).splitlines()[0][:200]
+        names = list(calls)
+        for rep in range(args.repeats):  # rotating order: no column always runs first
+            for name in names[rep % len(names):] + names[:rep % len(names)]:
+                row["repeats"].setdefault(name, []).append(bench.time_ms(calls[name]))
+        row["ms"] = {name: statistics.median(v) for name, v in row["repeats"].items()}
         for name, ms in row["ms"].items():
             row.setdefault("gbps", {})[name] = kv_bytes(s) / (ms * 1e-3) / 1e9
             row.setdefault("tflops", {})[name] = flops(s) / (ms * 1e-3) / 1e12
@@ -151,6 +185,7 @@ def run(args):
               "command": runinfo.command_line(), "versions": runinfo.versions(),
               "device": {"name": info.name, "arch": info.arch, "sm_count": info.sm_count},
               "package": runinfo.package_path(fl), "head_dim": HEAD_DIM, "iters": args.iters,
+              "repeats": args.repeats, "flush_bytes": FLUSH_BYTES,
               "prefill_rung": fl.find_rung(prefill).label, "target_vs_cudnn": TARGET,
               "target_met": bool(goal) and min(goal) >= TARGET, "rows": rows}
     print("decode through the package vs cuDNN at 64k and 128k keys: worst %.2fx, target %.2fx: %s"
@@ -163,7 +198,8 @@ def run(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="results folder (bench/results/<gpu>/...)")
-    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="three seqlen_k per decode shape")
     ap.add_argument("--package", help="the folder holding flashladder (default: PYTHONPATH, build/*/python)")

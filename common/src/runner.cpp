@@ -667,8 +667,8 @@ std::vector<TourSection> tour_sections(const Registry& reg, const Options& opt) 
   const DType t = opt.problem.dtype;
   Problem small = opt.problem, large = opt.problem, decode = tour_decode_problem(t);
   if (!opt.shape_set) {
-    small = tour_prefill_problem(1024, 64, t);
-    small.batch = 4;  // 4 x 1k tokens: rung 01's S is 256 MiB
+    small = Problem{};  // B=4, 1k tokens, 16 heads of 64: rung 01's S is 256 MiB
+    small.dtype = t;
     large = tour_prefill_problem(4096, 128, t);
   }
   const std::string which = opt.shape_set ? " (the command line's problem)" : "";
@@ -683,8 +683,8 @@ std::vector<TourSection> tour_sections(const Registry& reg, const Options& opt) 
                   large, {}, false};
   TourSection dec{"decode: one new token against a KV cache, after every earlier rung that runs it", decode, {}, true};
   for (const Rung* r : reg.mains()) {
-    if (!r->in_tour) continue;
-    if (r->launch_bwd) bwd.rungs.push_back(r);
+    if (r->launch_bwd) bwd.rungs.push_back(r);  // in_tour is about forward rows: its launch is another rung's
+    else if (!r->in_tour) continue;
     else if (r->decode) dec.rungs.push_back(r);
     else (r->peak == Peak::fp32_fma ? cuda : tensor).rungs.push_back(r);
   }

@@ -192,7 +192,7 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
     TypeError or ValueError with the rung's one-line reason before anything is launched."""
     number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
     if torch.compiler.is_compiling():
         # The fake implementation checks shapes while tracing; the op checks the rest at run time.
         out, lse, _ = attention_op(q, k, v, bool(causal), scale, number or 0, variant, grad)
