@@ -106,15 +106,23 @@ def parse(argv):
 
 
 class Rank:
-    """One rank's process and the threads that copy its output, line by line."""
+    """One rank's process, the threads that copy its output line by line, and the moment it exited
+    (a thread waits on it: the watchdog's poll sees several ranks end in one interval, and the rank
+    named as failed must be the one that ended first, not the lowest-numbered)."""
 
     def __init__(self, rank, cmd, env):
         self.rank = rank
+        self.exited_at = None
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL)
         # Rank 0's stdout is the report (and stays clean for a reader); the rest is prefixed.
         self.threads = [self._copy(self.proc.stdout, sys.stdout, rank != 0),
                         self._copy(self.proc.stderr, sys.stderr, True)]
+        threading.Thread(target=self._wait, daemon=True).start()
+
+    def _wait(self):
+        self.proc.wait()
+        self.exited_at = time.monotonic()
 
     def _copy(self, src, dst, prefix):
         def run():
@@ -215,9 +223,11 @@ def main(argv):
         failed = None
         while True:
             codes = [r.code() for r in ranks]
-            bad = [(r.rank, c) for r, c in zip(ranks, codes) if c is not None and c != 0]
+            bad = [(r, c) for r, c in zip(ranks, codes) if c is not None and c != 0]
             if bad:
-                failed = bad[0]
+                time.sleep(0.05)  # a rank whose exit the poll saw may not have its time set yet
+                first = min(bad, key=lambda rc: (rc[0].exited_at or float("inf"), rc[0].rank))
+                failed = (first[0].rank, first[1])
                 break
             if all(c == 0 for c in codes):
                 break
