@@ -106,30 +106,29 @@ def parse(argv):
 
 
 class Rank:
-    """One rank's process, the threads that copy its output line by line, and the moment it exited
-    (a thread waits on it: the watchdog's poll sees several ranks end in one interval, and the rank
-    named as failed must be the one that ended first, not the lowest-numbered)."""
+    """One rank's process, the threads that copy its output line by line, and when its stderr
+    closed: the watchdog's poll can see several ranks end in one interval, and the rank named as
+    failed must be the one that ended first, not the lowest-numbered. A process's files close at the
+    start of its exit, before the GPU driver lets it go (which can take longer than a peer needs
+    to notice the closed socket, fail and exit), so that moment orders the ranks as they failed."""
 
     def __init__(self, rank, cmd, env):
         self.rank = rank
-        self.exited_at = None
+        self.closed_at = None
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL)
         # Rank 0's stdout is the report (and stays clean for a reader); the rest is prefixed.
         self.threads = [self._copy(self.proc.stdout, sys.stdout, rank != 0),
-                        self._copy(self.proc.stderr, sys.stderr, True)]
-        threading.Thread(target=self._wait, daemon=True).start()
+                        self._copy(self.proc.stderr, sys.stderr, True, mark_close=True)]
 
-    def _wait(self):
-        self.proc.wait()
-        self.exited_at = time.monotonic()
-
-    def _copy(self, src, dst, prefix):
+    def _copy(self, src, dst, prefix, mark_close=False):
         def run():
             for raw in iter(src.readline, b""):
                 line = raw.decode("utf-8", "replace")
                 dst.write(("[rank %d] " % self.rank if prefix else "") + line)
                 dst.flush()
+            if mark_close:
+                self.closed_at = time.monotonic()
             src.close()
         t = threading.Thread(target=run, daemon=True)
         t.start()
@@ -226,7 +225,7 @@ def main(argv):
             bad = [(r, c) for r, c in zip(ranks, codes) if c is not None and c != 0]
             if bad:
                 time.sleep(0.05)  # a rank whose exit the poll saw may not have its time set yet
-                first = min(bad, key=lambda rc: (rc[0].exited_at or float("inf"), rc[0].rank))
+                first = min(bad, key=lambda rc: (rc[0].closed_at or float("inf"), rc[0].rank))
                 failed = (first[0].rank, first[1])
                 break
             if all(c == 0 for c in codes):
