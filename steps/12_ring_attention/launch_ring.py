@@ -105,30 +105,34 @@ def parse(argv):
     return args, rung
 
 
+#: What a rank's error starts with when it fails because a peer did (NCCL's remote error:
+#: nccl_check.h's kPeerLeft).
+PEER_LEFT = "a peer left the ring: "
+
+
 class Rank:
-    """One rank's process, the threads that copy its output line by line, and when its stderr
-    closed: the watchdog's poll can see several ranks end in one interval, and the rank named as
-    failed must be the one that ended first, not the lowest-numbered. A process's files close at the
-    start of its exit, before the GPU driver lets it go (which can take longer than a peer needs
-    to notice the closed socket, fail and exit), so that moment orders the ranks as they failed."""
+    """One rank's process and the threads that copy its output line by line; `peer_left` once its
+    stderr said it failed because a peer did (PEER_LEFT). When one rank fails the others follow
+    within moments, in no fixed order (a rank's exit is seen only after the GPU driver lets it go),
+    so the rank the launcher names is the one that did not fail because of a peer."""
 
     def __init__(self, rank, cmd, env):
         self.rank = rank
-        self.closed_at = None
+        self.peer_left = False
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL)
         # Rank 0's stdout is the report (and stays clean for a reader); the rest is prefixed.
         self.threads = [self._copy(self.proc.stdout, sys.stdout, rank != 0),
-                        self._copy(self.proc.stderr, sys.stderr, True, mark_close=True)]
+                        self._copy(self.proc.stderr, sys.stderr, True, errors=True)]
 
-    def _copy(self, src, dst, prefix, mark_close=False):
+    def _copy(self, src, dst, prefix, errors=False):
         def run():
             for raw in iter(src.readline, b""):
                 line = raw.decode("utf-8", "replace")
+                if errors and PEER_LEFT in line:
+                    self.peer_left = True
                 dst.write(("[rank %d] " % self.rank if prefix else "") + line)
                 dst.flush()
-            if mark_close:
-                self.closed_at = time.monotonic()
             src.close()
         t = threading.Thread(target=run, daemon=True)
         t.start()
@@ -136,6 +140,22 @@ class Rank:
 
     def code(self):
         return self.proc.poll()
+
+
+def first_failure(ranks, bad, wait_s=3.0):
+    """(rank, exit code) to name for a failed ring: among the ranks that failed (@p bad: (Rank,
+    code) pairs), one whose error does not say a peer left; while every failed rank says so, the
+    one that did not may still be exiting: wait for it up to @p wait_s. Else the lowest rank."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for r, _ in bad:
+            r.threads[1].join(timeout=1.0)  # its stderr read to the end: peer_left is final
+        own = [(r, c) for r, c in bad if not r.peer_left]
+        if own or time.monotonic() > deadline:
+            r, c = min(own or bad, key=lambda rc: rc[0].rank)
+            return r.rank, c
+        time.sleep(0.05)
+        bad = [(r, c) for r, c in ((r, r.code()) for r in ranks) if c is not None and c != 0]
 
 
 def stop(ranks, grace):
@@ -224,9 +244,7 @@ def main(argv):
             codes = [r.code() for r in ranks]
             bad = [(r, c) for r, c in zip(ranks, codes) if c is not None and c != 0]
             if bad:
-                time.sleep(0.05)  # a rank whose exit the poll saw may not have its time set yet
-                first = min(bad, key=lambda rc: (rc[0].closed_at or float("inf"), rc[0].rank))
-                failed = (first[0].rank, first[1])
+                failed = first_failure(ranks, bad)
                 break
             if all(c == 0 for c in codes):
                 break

@@ -20,11 +20,17 @@ class NcclError : public std::runtime_error {
   ncclResult_t code_;
 };
 
-/// "file:line: call failed: <ncclGetErrorString> (<ncclGetLastError>)", thrown.
+/// What a rank's message starts with when NCCL reports a remote error (ncclRemoteError: a peer's
+/// process exited or its connection broke): the rank fails because another one did, and the
+/// launcher (launch_ring.py) names the rank that failed on its own instead.
+constexpr const char* kPeerLeft = "a peer left the ring: ";
+
+/// "file:line: call failed: <ncclGetErrorString> (<ncclGetLastError>)", thrown; kPeerLeft first
+/// for a remote error.
 [[noreturn]] inline void throw_nccl_error(ncclResult_t r, const char* call, const char* file,
                                           int line) {
-  std::string msg = std::string(file) + ":" + std::to_string(line) + ": " + call +
-                    " failed: " + ncclGetErrorString(r);
+  std::string msg = std::string(r == ncclRemoteError ? kPeerLeft : "") + file + ":" + std::to_string(line) +
+                    ": " + call + " failed: " + ncclGetErrorString(r);
   const char* last = ncclGetLastError(nullptr);
   if (last && *last) msg += std::string(" (") + last + ")";
   throw NcclError(r, msg);
