@@ -13,16 +13,16 @@ function(fl_require_package name version pkg)
   endif()
 endfunction()
 
-# The commit every result names (run reports, ladder_bench): git's short sha at configure time,
-# else $FL_GIT_SHA (trees copied without .git), else "unknown".
+# The commit every result names (run reports, ladder_bench): $FL_GIT_SHA when set (a tree copied
+# with a .git that is not its own says so there; bench/runinfo.py reads the same variable), else
+# git's short sha at configure time, else "unknown".
 find_package(Git QUIET)
 set(FL_GIT_SHA "")
-if(GIT_FOUND)
+if(DEFINED ENV{FL_GIT_SHA} AND NOT "$ENV{FL_GIT_SHA}" STREQUAL "")
+  set(FL_GIT_SHA $ENV{FL_GIT_SHA})
+elseif(GIT_FOUND)
   execute_process(COMMAND ${GIT_EXECUTABLE} rev-parse --short=12 HEAD WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
                   OUTPUT_VARIABLE FL_GIT_SHA OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
-endif()
-if(NOT FL_GIT_SHA AND DEFINED ENV{FL_GIT_SHA})
-  set(FL_GIT_SHA $ENV{FL_GIT_SHA})
 endif()
 if(NOT FL_GIT_SHA)
   set(FL_GIT_SHA "unknown")
