@@ -529,10 +529,25 @@ def gen_attribution(ctx, rung, d="64,128", gpu=None):
         "\n\n" + measured_line(res, ", fp16, batch x seqlen = 16k tokens, hidden 2048")
 
 
+def run_label(j):
+    """The entry of a run report: `NN_name` or `NN_name[variant]`."""
+    r = j["rung"]
+    return "`%02d_%s%s`" % (r["number"], r["name"], "[%s]" % r["variant"] if r.get("variant") else "")
+
+
+def run_problem(p):
+    """A run report's problem in a few words: "B=4 H=16 N=4096 d=128 fp16", with seqlen_q and
+    seqlen_k, GQA heads and the mask where they matter."""
+    n = ("N=%d" % p["seqlen_q"]) if p["seqlen_q"] == p["seqlen_k"] else "Sq=%d Sk=%d" % (p["seqlen_q"], p["seqlen_k"])
+    h = ("H=%d" % p["heads_q"]) if p.get("heads_kv", p["heads_q"]) == p["heads_q"] else "H=%d/%d" % (
+        p["heads_q"], p["heads_kv"])
+    return "B=%d %s %s d=%d %s%s" % (p["batch"], h, n, p["head_dim"], p["dtype"], " causal" if p.get("causal") else "")
+
+
 @generator("run-reports")
 def gen_run_reports(ctx, files, gpu=None):
-    """Rows from committed run reports (a rung's --json output): problem, workspace, time,
-    TFLOP/s, % of peak, the check."""
+    """Rows from committed run reports (a rung's --json output): the entry, the problem,
+    workspace, time, TFLOP/s, % of peak, the check."""
     res = ctx.results(gpu)
     rows = []
     for name in files.split(","):
@@ -540,7 +555,7 @@ def gen_run_reports(ctx, files, gpu=None):
             raise Missing(name, "the rung's --json FILE")
         j = res.json(name)
         p, t, c = j["problem"], j["timing"], j["check"]
-        rows.append(["B=%d H=%d N=%d d=%d %s" % (p["batch"], p["heads_q"], p["seqlen_q"], p["head_dim"], p["dtype"]),
+        rows.append([run_label(j), run_problem(p),
                      binary_bytes(j["workspace_bytes"]),
                      ms(t["median_ms"]), report.fmt_value(t["tflops"]), "%.1f %%" % t["percent_of_peak"],
                      "%s (%s), rel_fro %.1e" % ("PASS" if c["pass"] else "FAIL", c["mode"], c["rel_fro"]),
@@ -551,7 +566,7 @@ def gen_run_reports(ctx, files, gpu=None):
     peak = {"fp32_fma": "fp32 FMA peak", "tensor_16bit": "16-bit tensor peak", "tensor_fp8": "FP8 tensor peak",
             "memory": "DRAM peak"}.get(
         e0.get("peak"), "peak")
-    head = ["problem", "workspace", "time", "TFLOP/s", "%% of %s" % peak, "check", "report"]
+    head = ["entry", "problem", "workspace", "time", "TFLOP/s", "%% of %s" % peak, "check", "report"]
     d = first["device"]
     when = ", %s, commit `%s`" % (first["date"][:10], first["git_sha"]) if first.get("date") else \
         " (these reports predate the date and commit fields of the run report: %s gives them)" % link(
@@ -569,13 +584,9 @@ def gen_bwd_check(ctx, files, gpu=None):
         if not res.has(name):
             raise Missing(name, "the backward rung's --json FILE")
         j = res.json(name)
-        p, c, r = j["problem"], j["check"], j["rung"]
-        label = "`%02d_%s%s`" % (r["number"], r["name"], "[%s]" % r["variant"] if r.get("variant") else "")
-        shape = "B=%d Sq=%d Sk=%d H=%d/%d d=%d %s%s" % (p["batch"], p["seqlen_q"], p["seqlen_k"], p["heads_q"],
-                                                   p["heads_kv"], p["head_dim"], p["dtype"],
-                                                   " causal" if p["causal"] else "")
+        c = j["check"]
         g = c["gradients"]
-        rows.append([label, shape] + ["%.1e / %.1e" % (g[t]["rel_fro"], g[t]["tol_rel_fro"]) for t in ("dq", "dk", "dv")]
+        rows.append([run_label(j), run_problem(j["problem"])] + ["%.1e / %.1e" % (g[t]["rel_fro"], g[t]["tol_rel_fro"]) for t in ("dq", "dk", "dv")]
                     + ["%s (%s)" % ("PASS" if c["pass"] else "FAIL", c["mode"]), link(res, name, "`%s`" % name)])
     first = res.json(files.split(",")[0])
     head = ["entry", "problem", "dQ rel_fro / tol", "dK rel_fro / tol", "dV rel_fro / tol", "check", "report"]
@@ -1608,7 +1619,7 @@ def gen_torch_decode(ctx, gpu=None):
     rows, ratios = [], []
 
     def cell(r, name):
-        return ms(r["ms"][name]) if name in r["ms"] else "refused"
+        return "%.4f" % r["ms"][name] if name in r["ms"] else "refused"
 
     for r in d["rows"]:
         s = r["shape"]

@@ -7,8 +7,8 @@
    held out, the same bytes on every call; batches drawn from a seeded generator (with PyTorch).
 2. Its learning-rate schedule (linear warm-up, cosine to 10 %) and its summary on synthetic runs:
    the speedup over SDPA flash, the loss tolerance (the larger of 2 % and 3 x the SDPA rerun's gap).
-3. Without PyTorch (or without a GPU for the full demo), both scripts say so and exit 0, measuring
-   nothing; a --quick run on the CPU writes torch_train.json where PyTorch and transformers exist.
+3. Without PyTorch (or without a GPU for the full demo), the scripts (torch_overhead.py,
+   torch_decode.py, torch_train.py) say so and exit 0, measuring nothing; a --quick run on the CPU writes torch_train.json where PyTorch and transformers exist.
 """
 
 import json
@@ -110,6 +110,10 @@ class Scripts(unittest.TestCase):
             self.assertIn("nothing measured", text)
             self.assertFalse(os.path.exists(os.path.join(out, "torch_overhead.json")))
             self.assertTrue(os.path.exists(os.path.join(out, "torch_overhead.log")))
+            rc, text = run_script("bench/torch_decode.py", "--out", out)
+            self.assertEqual(rc, 0, text)
+            self.assertIn("nothing measured", text)
+            self.assertFalse(os.path.exists(os.path.join(out, "torch_decode.json")))
             if not have("torch"):
                 rc, text = run_script("bench/torch_train.py", "--out", out)
                 self.assertEqual(rc, 0, text)
