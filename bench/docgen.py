@@ -544,23 +544,32 @@ def run_problem(p):
     return "B=%d %s %s d=%d %s%s" % (p["batch"], h, n, p["head_dim"], p["dtype"], " causal" if p.get("causal") else "")
 
 
+def run_reports(ctx, files, gpu):
+    """(Results, [(name, report)]) of the committed run reports @p files (comma-separated; a
+    rung's --json output) in folder @p gpu; Missing for the first that is not there."""
+    res = ctx.results(gpu)
+    out = []
+    for name in files.split(","):
+        if not res.has(name):
+            raise Missing(name, "the rung's --json FILE")
+        out.append((name, res.json(name)))
+    return res, out
+
+
 @generator("run-reports")
 def gen_run_reports(ctx, files, gpu=None):
     """Rows from committed run reports (a rung's --json output): the entry, the problem,
     workspace, time, TFLOP/s, % of peak, the check."""
-    res = ctx.results(gpu)
+    res, reports = run_reports(ctx, files, gpu)
     rows = []
-    for name in files.split(","):
-        if not res.has(name):
-            raise Missing(name, "the rung's --json FILE")
-        j = res.json(name)
+    for name, j in reports:
         p, t, c = j["problem"], j["timing"], j["check"]
         rows.append([run_label(j), run_problem(p),
                      binary_bytes(j["workspace_bytes"]),
                      ms(t["median_ms"]), report.fmt_value(t["tflops"]), "%.1f %%" % t["percent_of_peak"],
                      "%s (%s), rel_fro %.1e" % ("PASS" if c["pass"] else "FAIL", c["mode"], c["rel_fro"]),
                      link(res, name, "`%s`" % name)])
-    first = res.json(files.split(",")[0])
+    first = reports[0][1]
     r0 = first["rung"]
     e0 = next((e for e in ctx.info.values() if e["number"] == r0["number"] and e["variant"] == r0["variant"]), {})
     peak = {"fp32_fma": "fp32 FMA peak", "tensor_16bit": "16-bit tensor peak", "tensor_fp8": "FP8 tensor peak",
@@ -578,17 +587,14 @@ def gen_run_reports(ctx, files, gpu=None):
 def gen_bwd_check(ctx, files, gpu=None):
     """Committed backward run reports (a backward rung's --json output), one row each: the entry,
     the problem, dQ's, dK's and dV's relative Frobenius error beside its tolerance, the verdict."""
-    res = ctx.results(gpu)
+    res, reports = run_reports(ctx, files, gpu)
     rows = []
-    for name in files.split(","):
-        if not res.has(name):
-            raise Missing(name, "the backward rung's --json FILE")
-        j = res.json(name)
+    for name, j in reports:
         c = j["check"]
         g = c["gradients"]
         rows.append([run_label(j), run_problem(j["problem"])] + ["%.1e / %.1e" % (g[t]["rel_fro"], g[t]["tol_rel_fro"]) for t in ("dq", "dk", "dv")]
                     + ["%s (%s)" % ("PASS" if c["pass"] else "FAIL", c["mode"]), link(res, name, "`%s`" % name)])
-    first = res.json(files.split(",")[0])
+    first = reports[0][1]
     head = ["entry", "problem", "dQ rel_fro / tol", "dK rel_fro / tol", "dV rel_fro / tol", "check", "report"]
     return report.markdown_table(head, rows) + "\n\nMeasured on %s, %s, commit `%s`." % (
         first["device"]["name"], first["date"][:10], first["git_sha"])

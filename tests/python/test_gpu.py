@@ -430,14 +430,20 @@ def part_errors():
 MODEL_FLOOR = {"rel_fro": 1e-2, "max_abs": 2e-2}
 
 
-def part_transformers():
+def import_transformers():
+    """transformers, its version printed; exits 77 (skipped) where it is not installed."""
     try:
         import transformers
-        from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError:
         print("transformers is not installed: skipped (exit 77)")
         sys.exit(SKIP)
     print("transformers %s" % transformers.__version__)
+    return transformers
+
+
+def part_transformers():
+    transformers = import_transformers()
+    LlamaConfig, LlamaForCausalLM = transformers.LlamaConfig, transformers.LlamaForCausalLM
     import flashladder._hf as hf
 
     flashladder.register_transformers()
@@ -502,12 +508,7 @@ def part_models():
     rungs cannot do; never wrong. Right means the logits' (or hidden states') error against the
     same model in fp32 on the eager path is at most twice that of the same model in bf16 on
     transformers' own SDPA path (plus 1e-3)."""
-    try:
-        import transformers
-    except ImportError:
-        print("transformers is not installed: skipped (exit 77)")
-        sys.exit(SKIP)
-    print("transformers %s" % transformers.__version__)
+    transformers = import_transformers()
     flashladder.register_transformers()
     torch.manual_seed(0)
     ids = torch.randint(3, 1000, (2, 96), device="cuda")
