@@ -1665,11 +1665,13 @@ def gen_torch_decode(ctx, gpu=None):
 
 
 def lesson_diff(ctx):
-    """The changed code lines between consecutive teaching kernels (docs/lesson_diff.py)."""
+    """The changed code lines of each rung against the rung it builds on (docs/lesson_diff.py),
+    paired through the same registry as every other block."""
     sys.path.insert(0, os.path.join(ROOT, "docs"))
     import lesson_diff as ld  # docs/lesson_diff.py
 
-    return ld.lesson_table(ROOT).rstrip("\n")
+    mains = {e["number"]: e for e in ctx.info.values() if not e["variant"]}
+    return ld.lesson_table(ROOT, mains).rstrip("\n")
 
 
 if os.path.exists(os.path.join(ROOT, "docs", "lesson_diff.py")):

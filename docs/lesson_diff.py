@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
 """How much code each rung of the ladder changes: the lesson-diff table of docs/lessons.md.
 
-    python3 docs/lesson_diff.py [ROOT]                     print the table (ROOT: the repository)
-    python3 docs/lesson_diff.py --write docs/lessons.md    regenerate the table inside that page
-    python3 docs/lesson_diff.py --check docs/lessons.md    exit 1, with a unified diff, if stale
+    python3 docs/lesson_diff.py [ROOT] [--bin BUILD/bin | --registry REGISTRY.json]
+    python3 docs/lesson_diff.py --write docs/lessons.md [...]   regenerate the table in that page
+    python3 docs/lesson_diff.py --check docs/lessons.md [...]   exit 1, with a unified diff, if stale
 
-For each pair of consecutive rungs (01 -> 02, 02 -> 03, ...) it diffs their teaching text and
-counts code lines: added, removed, changed (added + removed) and the size of each side. A rung
-whose own files #include an earlier rung's kernel is paired with the highest-numbered such rung
-instead (direct_base: rung 13, rung 10 in FP8, is 10 -> 13).
+Each rung is paired with the rung it builds on, as its registration declares it (the registry,
+printed by the built `tour --registry-json`: its first baseline on another rung, else its
+Rung::builds_on tag; rung 08 builds on 05, whose mma.sync it uses; rung 11 on 05). Never by number
+or by #include. For each pair it diffs the two teaching texts and counts code lines: added,
+removed, changed (added + removed) and the size of each side. A rung whose registration says it
+is a new design against its base (Rung::new_design: another algorithm or another engine) is
+labelled with what is new, not counted as one lesson.
 
-The teaching text of a rung (the rule, also stated on the page):
-  - its own steps/NN_name/kernel.cuh,
-  - plus the tile-constant header in its own folder where it has one: tile_config.h (rung 05),
-    traits.h (rung 06). Headers come first, then kernel.cuh;
-  - plus, in front, the teaching text of an earlier rung whose kernel.cuh or header those files
-    #include ("../NN_name/kernel.cuh"): rung 06's lesson is traits.h, and its kernel.cuh
-    instantiates rung 05's kernel unchanged, so rung 06 reads as rung 05 plus traits.h and the
-    instantiation, and the 05 -> 06 row counts what rung 06 adds, not rung 05's kernel as removed;
+The teaching text of a rung (the rule, also stated on the page), compared file against file:
+  - its tile-constant header, where its folder has one: tile_config.h (rung 05), traits.h;
+  - its kernel: its own steps/NN_name/kernel.cuh when that file defines a kernel (__global__),
+    else the kernel it instantiates, an earlier rung's kernel.cuh that it #includes
+    ("../NN_name/kernel.cuh"), followed by its own kernel.cuh: rung 06 instantiates rung 05's kernel
+    unchanged, so its kernel text is rung 05's kernel plus the instantiation, while rung 10 and 13
+    each define their own kernel, which is compared with their base's kernel.cuh, line for line;
   - nothing else: launchers, registration, variants and rung 04's ablations.cuh are not teaching
     text (they exist to run and measure the lesson, not to teach it).
 
@@ -28,15 +30,19 @@ SequenceMatcher over those lines (autojunk off), so the counts are deterministic
 
 In --write / --check mode the page's generated block is the text between the lines
 `<!-- gen:lesson-diff -->` and `<!-- /gen:lesson-diff -->`; the rest of the page is not touched.
-ROOT defaults to the parent of this script's folder.
-Exit codes: 0 ok; 1 --check found the block stale; 2 bad arguments or a page without markers.
-Python 3.11 standard library only.
+ROOT defaults to the parent of this script's folder; the registry comes from --registry, else the
+`tour` of --bin, else the newest build/*/bin/tour of ROOT.
+Exit codes: 0 ok; 1 --check found the block stale; 2 bad arguments, no registry, or a page without
+markers. Python 3.11 standard library only.
 """
 
 import argparse
 import difflib
+import glob
+import json
 import os
 import re
+import subprocess
 import sys
 
 BEGIN_MARK = "<!-- gen:lesson-diff -->"
@@ -100,39 +106,49 @@ def rungs(root):
     return found
 
 
-def own_files(root, step_dir):
-    """The rung's own teaching files: its lesson headers, then kernel.cuh (repository-relative)."""
-    names = [h for h in LESSON_HEADERS if os.path.isfile(os.path.join(root, "steps", step_dir, h))]
-    return [f"steps/{step_dir}/{name}" for name in names + [KERNEL]]
+def lesson_headers(root, step_dir):
+    """The rung's tile-constant header, where its folder has one (repository-relative)."""
+    return [f"steps/{step_dir}/{h}" for h in LESSON_HEADERS if os.path.isfile(os.path.join(root, "steps", step_dir, h))]
 
 
-def teaching_files(root, step_dir, _seen=()):
-    """Repository-relative paths of a rung's teaching text (see the module docstring)."""
-    own = own_files(root, step_dir)
-    borrowed = []
-    for f in own:
-        with open(os.path.join(root, f), encoding="utf-8") as fh:
-            for m in BORROW_RE.finditer(fh.read()):
-                d = m.group("dir")
-                if d != step_dir and d not in _seen and d not in borrowed:
-                    borrowed.append(d)
+def kernel_files(root, step_dir, _seen=()):
+    """The rung's kernel text: its own kernel.cuh where it defines a kernel, else the kernel it
+    #includes (recursively) followed by its own kernel.cuh (see the module docstring)."""
+    own = f"steps/{step_dir}/{KERNEL}"
+    with open(os.path.join(root, own), encoding="utf-8") as fh:
+        text = fh.read()
+    if "__global__" in strip_comments(text):
+        return [own]
     files = []
-    for d in sorted(borrowed):
-        if os.path.isfile(os.path.join(root, "steps", d, KERNEL)):
-            files += [f for f in teaching_files(root, d, _seen + (step_dir,)) if f not in files]
-    return files + own
+    for m in BORROW_RE.finditer(text):
+        d = m.group("dir")
+        if d != step_dir and d not in _seen and os.path.isfile(os.path.join(root, "steps", d, KERNEL)):
+            files += [f for f in kernel_files(root, d, _seen + (step_dir,)) if f not in files]
+    return files + [own]
 
 
-def direct_base(root, step_dir, found):
-    """(number, folder) of the highest-numbered rung whose kernel @p step_dir's own files include
-    ("../10_warp_specialized/kernel.cuh": rung 13 is rung 10 in FP8), or None."""
-    dirs = set()
-    for f in own_files(root, step_dir):
-        with open(os.path.join(root, f), encoding="utf-8") as fh:
-            dirs.update(m.group("dir") for m in BORROW_RE.finditer(fh.read()))
-    dirs.discard(step_dir)
-    cands = [(n, d) for n, d in found if d in dirs]
-    return max(cands) if cands else None
+def teaching_files(root, step_dir):
+    """Repository-relative paths of a rung's teaching text: its header, then its kernel text."""
+    return lesson_headers(root, step_dir) + kernel_files(root, step_dir)
+
+
+def load_registry(root, registry=None, bin_dir=None):
+    """{rung number: its main registry entry} from a registry JSON file, else from `tour
+    --registry-json` of @p bin_dir, else of the newest build/*/bin/tour; SystemExit when none."""
+    if registry:
+        with open(registry, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    else:
+        bins = [bin_dir] if bin_dir else glob.glob(os.path.join(root, "build", "*", "bin"))
+        tours = [os.path.join(b, "tour") for b in bins if os.path.exists(os.path.join(b, "tour"))]
+        if not tours:
+            raise SystemExit("lesson_diff: no registry: build the tour (cmake --build --preset release), or "
+                             "pass --bin BUILD/bin or --registry FILE")
+        out = subprocess.run([max(tours, key=os.path.getmtime), "--registry-json"], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit("lesson_diff: tour --registry-json failed: " + out.stderr.strip())
+        doc = json.loads(out.stdout)
+    return {e["number"]: e for e in doc["rungs"] if not e["variant"]}
 
 
 def teaching_lines(root, files):
@@ -160,28 +176,32 @@ def short(files):
     return " + ".join(f"`{f.split('/')[1][:2]}/{f.rsplit('/', 1)[1]}`" for f in files)
 
 
-def lesson_table(root):
-    """The generated markdown: the table, then the files each row compares. Deterministic."""
-    found = rungs(root)
+def lesson_table(root, registry):
+    """The generated markdown: the table, then the files each row compares. Deterministic.
+    @p registry: load_registry()'s dict (which rung each builds on, and new designs)."""
+    found = dict((int(n), d) for n, d in rungs(root))
     rows = [
-        "| lesson | teaching text | code lines before | code lines after | added | removed "
-        "| changed |",
-        "|---|---|--:|--:|--:|--:|--:|",
+        "| lesson | teaching text | what changes | code lines before | code lines after | added "
+        "| removed | changed |",
+        "|---|---|---|--:|--:|--:|--:|--:|",
     ]
     listing = []
-    for (n_old, d_old), (n_new, d_new) in zip(found, found[1:]):
-        base = direct_base(root, d_new, found)
-        if base is not None:  # a rung built on an earlier one is compared with that one
-            n_old, d_old = base
+    for n_new, d_new in sorted(found.items()):
+        entry = registry.get(n_new)
+        base = entry.get("builds_on", 0) if entry else 0
+        if base not in found:
+            continue  # rung 01, or a base without a kernel of its own
+        d_old = found[base]
         f_old, f_new = teaching_files(root, d_old), teaching_files(root, d_new)
         old, new = teaching_lines(root, f_old), teaching_lines(root, f_new)
         added, removed = diff_counts(old, new)
+        what = ("new design: " + entry["new_design"]) if entry.get("new_design") else "one lesson"
         rows.append(
-            f"| {n_old} → {n_new} | {short(f_old)} → {short(f_new)} | {len(old)} | {len(new)} "
+            f"| {base:02d} → {n_new:02d} | {short(f_old)} → {short(f_new)} | {what} | {len(old)} | {len(new)} "
             f"| {added} | {removed} | {added + removed} |"
         )
         listing.append(
-            f"- {n_old} → {n_new}: "
+            f"- {base:02d} → {n_new:02d}: "
             + ", ".join(f"`{f}`" for f in f_old)
             + " → "
             + ", ".join(f"`{f}`" for f in f_new)
@@ -205,8 +225,11 @@ def split_page(text, page):
 
 
 def main(argv):
-    ap = argparse.ArgumentParser(description="Code lines changed between consecutive rungs.")
+    ap = argparse.ArgumentParser(description="Code lines each rung changes against the rung it builds on.")
     ap.add_argument("root", nargs="?", default=None, help="repository root (default: this repo)")
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--bin", help="the build's bin folder, whose `tour --registry-json` gives the pairs")
+    src.add_argument("--registry", help="a registry JSON file (`tour --registry-json`)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--write", metavar="PAGE", help="rewrite the generated block of PAGE")
     mode.add_argument("--check", metavar="PAGE", help="exit 1 if PAGE's generated block is stale")
@@ -216,7 +239,12 @@ def main(argv):
         print(f"lesson_diff: {root}: no steps/ folder", file=sys.stderr)
         return 2
 
-    table = lesson_table(root)
+    try:
+        registry = load_registry(root, args.registry, args.bin)
+    except SystemExit as e:
+        print(e, file=sys.stderr)
+        return 2
+    table = lesson_table(root, registry)
     page = args.write or args.check
     if page is None:
         sys.stdout.write(table)

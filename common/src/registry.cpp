@@ -108,6 +108,12 @@ std::vector<std::string> describe_baselines(const Registry& reg, const Rung& r) 
   return out;
 }
 
+int Registry::builds_on(const Rung& r) const {
+  for (const Baseline& b : r.baselines)
+    if (b.kind == Baseline::Kind::rung && b.number != r.number) return b.number;
+  return r.builds_on.empty() ? 0 : r.builds_on.front();
+}
+
 std::string registry_json(const Registry& reg) {
   std::string s = "{\"schema\": \"flashladder.registry/1\", \"rungs\": [";
   bool first = true;
@@ -119,7 +125,9 @@ std::string registry_json(const Registry& reg) {
          ", \"summary\": " + json_quote(r.summary) + ", \"peak\": " + json_quote(peak_key(r.peak)) +
          ", \"decode\": " + (r.decode ? "true" : "false") +
          ", \"in_tour\": " + (r.in_tour ? "true" : "false") +
-         ", \"backward\": " + (r.launch_bwd ? "true" : "false") + ", \"baselines\": [";
+         ", \"backward\": " + (r.launch_bwd ? "true" : "false") +
+         ", \"builds_on\": " + std::to_string(reg.builds_on(r)) + ", \"new_design\": " + json_quote(r.new_design) +
+         ", \"baselines\": [";
     for (size_t i = 0; i < r.baselines.size(); ++i) {
       const Baseline& b = r.baselines[i];
       s += (i ? ", " : "") + std::string("{\"kind\": ") +

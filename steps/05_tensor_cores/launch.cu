@@ -51,6 +51,7 @@ void register_rung_05(Registry& reg) {
   r.min_cc = 80;  // mma.sync bf16, cp.async and ldmatrix.trans need Ampere
   r.supports = supports_05;
   r.baselines = {Baseline::on(4, "the rung it improves on: the same algorithm on CUDA cores")};
+  r.new_design = "tensor cores (mma.sync, ldmatrix, cp.async) in place of CUDA-core FMAs";
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
       FL_HEADDIM_SWITCH(p.head_dim, D, [&] {

@@ -239,6 +239,7 @@ Rung make_main_rung() {
       Baseline::on(7, "its own untiled kernel, same block shape: the spill DV tiling removes",
                    dv_variant_name(kUntiled, kMainBlockM, kMainBlockN)),
       Baseline::on(4, "the CUDA-core FA2 kernel: the same fp32 units, a register-tiled design")};
+  r.new_design = "one query row per thread (the spill study) in place of FA2's warp tiles";
   r.supports = [](const Problem& p, const DeviceInfo&) { return grid_supports(p); };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
     dispatch<void>(static_cast<DType>(p.dtype), p.head_dim, [&](auto t, auto hd) {

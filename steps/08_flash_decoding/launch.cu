@@ -113,6 +113,8 @@ void register_rung_08(Registry& reg) {
   r.decode = true;
   r.baselines = {Baseline::fastest(
       "the fastest earlier rung on the same decode shape (which one depends on the shape)")};
+  r.builds_on = {5};  // mma.sync m16n8k16, ldmatrix and cp.async, from rung 05
+  r.new_design = "split-KV decode: a grid over the keys and a log-sum-exp combine";
   r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
   r.supports = supports_08;
   r.workspace_bytes = decode_workspace_bytes;

@@ -75,6 +75,7 @@ Rung make_rung() {
   r.summary = "rung 06 on Hopper's engines: TMA into an mbarrier ring, wgmma (SS for QK^T, RS for PV)";
   r.head_dims = {64, 128, 256};
   r.baselines = {Baseline::on(6, "the rung it improves on: the same algorithm on mma.sync and cp.async")};
+  r.new_design = "Hopper's TMA and wgmma in place of cp.async and mma.sync";
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
       return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";

@@ -144,6 +144,10 @@ Rung make_rung() {
   r.peak = Peak::tensor_16bit;
   r.min_cc = 80;
   r.forward_rung = kForwardRung;
+  // Rung 05's mma.sync, ldmatrix and cp.async (the lesson diff compares with it), and the
+  // longest-first launch order of FlashAttention-3's schedule, which rung 10 teaches.
+  r.builds_on = {5, 10};
+  r.new_design = "the backward pass";
   r.writes_o_fp32 = true;  // `launch` is rung 06's forward, which writes the fp32 O asked for
   r.in_tour = false;
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {

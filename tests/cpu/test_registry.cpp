@@ -1,4 +1,7 @@
 // Generic supports() messages, checked on fake devices (no GPU needed).
+#include <cstdio>
+#include <string>
+
 #include "catch_compat.h"
 #include "flashladder/registry.h"
 #include "run_command.h"
@@ -126,8 +129,42 @@ TEST_CASE("the built registry: every rung after 01 declares a baseline that reso
     if (label == "07_dv_tiling") {  // a study: its own untiled kernel first, then rung 04
       REQUIRE(line.find("\"label\": \"07_dv_tiling[untiled-m64-n64]\"") < line.find("\"label\": \"04_fa2\""));
     }
+    // Every main rung after 01 names the rung it builds on, registered too (the lessons table's pair).
+    if (is_main) {
+      const size_t at_b = line.find("\"builds_on\": ");
+      REQUIRE(at_b != std::string::npos);
+      const int base = std::stoi(line.substr(at_b + std::string("\"builds_on\": ").size()));
+      REQUIRE(base > 0);
+      char prefix[32];
+      std::snprintf(prefix, sizeof prefix, "{\"label\": \"%02d_", base);
+      REQUIRE(out.find(prefix) != std::string::npos);
+    }
   }
   REQUIRE(mains >= 2);
+}
+
+TEST_CASE("builds_on: the first baseline on another rung, else the explicit tag", "[cpu][registry]") {
+  Registry reg;
+  Rung a, b, c, d;
+  a.number = 4;
+  a.name = "fa2";
+  b.number = 7;  // a study: its own variant first, then rung 04
+  b.name = "dv";
+  b.baselines = {Baseline::on(7, "its own untiled kernel", "untiled"), Baseline::on(4, "the CUDA-core kernel")};
+  c.number = 8;  // compared with the fastest earlier rung: the tag says what it builds on
+  c.name = "decode";
+  c.baselines = {Baseline::fastest("fastest earlier")};
+  c.builds_on = {4};
+  c.new_design = "split-KV decode";
+  d.number = 11;  // no baseline rung, no tag
+  d.name = "bwd";
+  for (const Rung& r : {a, b, c, d}) reg.add(r);
+  REQUIRE(reg.builds_on(*reg.find(7)) == 4);
+  REQUIRE(reg.builds_on(*reg.find(8)) == 4);
+  REQUIRE(reg.builds_on(*reg.find(11)) == 0);
+  REQUIRE(reg.builds_on(*reg.find(4)) == 0);
+  const std::string js = registry_json(reg);
+  REQUIRE(js.find("\"builds_on\": 4, \"new_design\": \"split-KV decode\"") != std::string::npos);
 }
 
 TEST_CASE("tile_limits: the shared limits of the tiled rungs", "[cpu][registry]") {

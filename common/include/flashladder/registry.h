@@ -75,6 +75,14 @@ struct Rung {
   /// What this rung is compared with, headline first. Empty for rung 01 (the
   /// reference point); a variant with none gets its rung's main entry (Registry::add).
   std::vector<Baseline> baselines;
+  /// The rungs whose code this one starts from, where no baseline names one (rung 08 is compared
+  /// with the fastest earlier rung, rung 11 with PyTorch): the first is the one its lesson diff
+  /// compares with (docs/lesson_diff.py). Registry::builds_on resolves it for every rung.
+  std::vector<int> builds_on;
+  /// Non-empty when the rung is a new design against the rung it builds on (another algorithm or
+  /// another engine): what is new, in a few words ("tensor cores (...) in place of CUDA-core
+  /// FMAs"). The lessons table labels the row with it instead of counting it as one lesson.
+  std::string new_design;
   /// A backward rung (11): launches the backward kernels on @p params (dQ, dK, dV from Q, K, V,
   /// O, LSE and dO). Set only for backward rungs; `launch` then runs the forward pass of rung
   /// `forward_rung` (which the backward pass needs, and which the runner times separately).
@@ -116,6 +124,9 @@ class Registry {
   std::vector<const Rung*> candidates(const Rung& r, const Baseline& b) const;
   /// Main entries only (no variants), ascending.
   std::vector<const Rung*> mains() const;
+  /// The rung @p r builds on: its first baseline on another rung, else the first of its
+  /// Rung::builds_on, else 0 (rung 01).
+  int builds_on(const Rung& r) const;
 
  private:
   std::vector<Rung> rungs_;
@@ -125,7 +136,8 @@ class Registry {
 std::vector<std::string> describe_baselines(const Registry& reg, const Rung& r);
 
 /// The registry as JSON (schema "flashladder.registry/1"): every entry's label,
-/// number, variant, summary, decode, in_tour and backward flags, and baselines. `tour --registry-json`
+/// number, variant, summary, decode, in_tour and backward flags, baselines, the rung it builds on
+/// (Registry::builds_on) and new_design. `tour --registry-json`
 /// prints it; bench/report.py and bench/docgen.py read it, so the baselines have
 /// one definition (the registrations).
 std::string registry_json(const Registry& reg);
