@@ -20,8 +20,10 @@ The baselines come from the registry the rungs declare (`Rung::baselines`), prin
 with its own untiled kernel, a decode rung with the fastest earlier rung on the same shape, a
 variant with its rung. Without --registry the report has no baseline columns.
 
-bench/docgen.py imports this module to generate the README and handout tables (summary_table()
-and friends) and to regenerate every committed report.md; the notebooks use load_records().
+bench/docgen.py (the package bench/docblocks/) imports this module to generate the README and
+handout tables (summary_table() and friends) and to regenerate every committed report.md; the
+notebooks use load_records(). The run reports of rungs 12 and 13 (ring_runs, torch_ring_runs,
+ring_ablation_run, fp8_accuracy_runs) are read here too, for the docs and the notebooks alike.
 
 Inputs: ladder_bench's Google Benchmark JSON (--benchmark_out=F --benchmark_out_format=json), whose
 benchmark names are "<rung label>/<family>/<shape>" (e.g. "04_fa2/prefill/d128/N4096/causal1",
@@ -214,6 +216,75 @@ def load_ceilings(path):
         k: (c["what"], _num(c.get("value")), c["unit"], c.get("note", ""))
         for k, c in doc["ceilings"].items()
     }
+
+
+def peak_tflops(context, peak):
+    """The datasheet peak in TFLOP/s that a registry entry's "peak" (fp32_fma, tensor_16bit,
+    tensor_fp8) is measured against, from a bench context (load_context); None for another peak or
+    when the context has no value. The FP8 tensor peak is twice the 16-bit one (DeviceInfo's
+    formula, Peak::tensor_fp8)."""
+    key, factor = {"fp32_fma": ("peak_fp32_tflops", 1), "tensor_16bit": ("peak_tensor_tflops", 1),
+                   "tensor_fp8": ("peak_tensor_tflops", 2)}.get(peak, (None, 1))
+    v = _num(context.get(key)) if key else None
+    return factor * v if v else None
+
+
+# ---- the run reports of rungs 12 and 13 (bench/run_ring.sh, bench/run_fp8.sh) -----------------
+
+
+def ring_runs(folder):
+    """{(kind, ranks, seqlen, causal, variant): report} of rung 12's JSON reports (schema
+    flashladder.ring/1) in @p folder: kind "ring" (--gpus P), "replay" (--replay P) or "shared"
+    (launch_ring.py --share-gpu: P ranks on one GPU)."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(f, encoding="utf-8") as fh:
+            j = json.load(fh)
+        if not (isinstance(j, dict) and j.get("schema") == "flashladder.ring/1"):
+            continue
+        p = j["problem"]
+        j["_file"] = os.path.basename(f)
+        kind = "replay" if j.get("replay") else "shared" if j.get("shared_gpu") else "ring"
+        out[(kind, j.get("ranks", j["gpus"]), p["seqlen"], p["causal"], j["variant"])] = j
+    return out
+
+
+def torch_ring_runs(folder, prefix):
+    """{(ranks, seqlen, causal): report} of PyTorch's all-gather baseline (schema
+    flashladder.torch_ring/1, bench/torch_ring_baseline.py) in @p folder, files <prefix>*.json."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(folder, prefix + "*.json"))):
+        with open(f, encoding="utf-8") as fh:
+            t = json.load(fh)
+        if isinstance(t, dict) and t.get("schema") == "flashladder.torch_ring/1":
+            out[(t.get("ranks", t["gpus"]), t["problem"]["seqlen"], int(t["problem"]["causal"]))] = t
+    return out
+
+
+def ring_ablation_run(folder, causal, setting):
+    """(ran, report) of the two-GPU zigzag ring under one NCCL setting, in the NCCL ablation's
+    @p folder (files ring_p2_n<N>_zigzag_causal<c>_<setting>.json and .log): ran tells whether the
+    setting left any file; report is its JSON, or None for a run stopped before its first timed pass
+    (it leaves only its log)."""
+    found = sorted(glob.glob(os.path.join(folder, "ring_p2_n*_zigzag_causal%d_%s.*" % (causal, setting))))
+    js = [f for f in found if f.endswith(".json")]
+    if not js:
+        return bool(found), None
+    with open(js[0], encoding="utf-8") as f:
+        return True, json.load(f)
+
+
+def fp8_accuracy_runs(folder):
+    """The run reports (schema flashladder.run/1 with an "fp8" object) of bench/run_fp8.sh under
+    @p folder/fp8_accuracy/, sorted by file name; [] when there are none."""
+    out = []
+    for f in sorted(glob.glob(os.path.join(folder, "fp8_accuracy", "*.json"))):
+        with open(f, encoding="utf-8") as fh:
+            j = json.load(fh)
+        if isinstance(j, dict) and j.get("schema") == "flashladder.run/1" and "fp8" in j:
+            j["_file"] = os.path.basename(f)
+            out.append(j)
+    return out
 
 
 # ---- tables ------------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ Results come from `bench/run_all.sh` on a GPU, which writes bench/results/<gpu-s
     meta.json, report.md        device, date, git sha, commands; the speedup tables
 
 Which folder (find_results, one rule for the notebooks and .ci/notebooks.sh): FL_RESULTS=<folder>
-if set; else the folder the docs quote (bench/docgen.py's PRIMARY) when it has what the notebook
-needs; else the folder with the most measured entries of the needed family (a full sweep before a
-partial one), the newest on a tie. The folders searched are bench/results/<gpu>/ and the sub-runs
-inside them (bench/results/<gpu>/<run>/ with its own meta.json, such as hopper-rungs/: what docgen
-names with gpu=<gpu>/<run>).
+if set; else the folder the docs quote (PRIMARY in bench/docblocks/core.py) when it has what the
+notebook needs; else the folder with the most measured entries of the needed family (a full sweep
+before a partial one), the newest on a tie. The folders searched are bench/results/<gpu>/ and the
+sub-runs inside them (bench/results/<gpu>/<run>/ with its own meta.json, such as hopper-rungs/:
+what docgen names with gpu=<gpu>/<run>).
 FL_NOTEBOOK_OUT=<folder> is where figures go (default: <temp>/flashladder-plots, never the repo).
 """
 
@@ -35,7 +35,7 @@ NOTEBOOKS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(NOTEBOOKS)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import report  # noqa: E402  bench/report.py: one parser for the report and the notebooks
-import docgen  # noqa: E402  bench/docgen.py: PRIMARY, the results folder the docs quote
+from docblocks.core import PRIMARY  # noqa: E402  bench/docgen.py's package: the folder the docs quote
 
 ELEM_BYTES = 2  # fp16 / bf16
 
@@ -81,7 +81,7 @@ def find_results(needs=(), family=None):
     ]
     if not ok:
         return None
-    primary = [d for d in ok if os.path.basename(os.path.normpath(d)) == docgen.PRIMARY]
+    primary = [d for d in ok if os.path.basename(os.path.normpath(d)) == PRIMARY]
     if primary:
         return primary[0]
     return max(ok, key=lambda d: (_entries(d, family), _stamp(d)))

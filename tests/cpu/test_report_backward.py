@@ -9,8 +9,8 @@
    deterministic) and of PyTorch, the ratios to PyTorch flash and cuDNN, and the deterministic cost.
 3. A run without backward records has no backward section, and the README summary table leaves a
    backward-only rung out.
-4. bench/docgen.py's backward-table generator reads the same records, and says what to run when a
-   results folder has none.
+4. bench/docgen.py's backward-table generator (bench/docblocks/backward.py) reads the same records,
+   and says what to run when a results folder has none.
 """
 
 import json
@@ -21,7 +21,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import docgen  # noqa: E402
+from docblocks import core  # noqa: E402  bench/docblocks/: the package behind bench/docgen.py
 import report  # noqa: E402
 
 
@@ -154,8 +154,8 @@ class ReportBackwardTest(unittest.TestCase):
 class DocgenBackwardTableTest(unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="docgen-bwd-")
-        self.saved = docgen.ROOT, docgen.CURRENT_DIR[0]
-        docgen.ROOT = docgen.CURRENT_DIR[0] = self.root  # results under <tmp>/bench/results/<gpu>/
+        self.saved = core.ROOT, core.CURRENT_DIR[0]
+        core.ROOT = core.CURRENT_DIR[0] = self.root  # results under <tmp>/bench/results/<gpu>/
         ladder, torch = backward_run()
         for gpu, benches in (("fake-gpu", (ladder, torch)), ("no-backward", ([ladder[-1]], []))):
             folder = os.path.join(self.root, "bench", "results", gpu)
@@ -165,24 +165,24 @@ class DocgenBackwardTableTest(unittest.TestCase):
                     json.dump({"context": {"device": "Fake GPU", "date": "2026-11-23", "git_sha": "abc", "torch": "2.9"},
                                "benchmarks": b}, f)
         info = {"06_headdim_tiles": {"number": 6, "variant": ""}, "11_backward": {"number": 11, "variant": ""}}
-        self.ctx = docgen.Context({}, info)
+        self.ctx = core.Context({}, info)
 
     def tearDown(self):
-        docgen.ROOT, docgen.CURRENT_DIR[0] = self.saved
+        core.ROOT, core.CURRENT_DIR[0] = self.saved
         for dirpath, _, files in os.walk(self.root, topdown=False):
             for name in files:
                 os.unlink(os.path.join(dirpath, name))
             os.rmdir(dirpath)
 
     def test_table(self):
-        md = docgen.GENERATORS["backward-table"](self.ctx, gpu="fake-gpu", d="128", n="1024,4096", causal="1")
+        md = core.GENERATORS["backward-table"](self.ctx, gpu="fake-gpu", d="128", n="1024,4096", causal="1")
         self.assertIn("| head_dim | seqlen | causal | `11_backward` ms | TFLOP/s | deterministic TFLOP/s |", md)
         self.assertIn("| 128 | 4k | yes | 2.000 | 100 | 80.0 | 3.000 | 1.50× | 1.000 | 0.50× |", md)
         self.assertIn("backward pass only", md)
 
     def test_missing(self):
-        with self.assertRaises(docgen.Missing) as e:
-            docgen.GENERATORS["backward-table"](self.ctx, gpu="no-backward")
+        with self.assertRaises(core.Missing) as e:
+            core.GENERATORS["backward-table"](self.ctx, gpu="no-backward")
         self.assertEqual(e.exception.command, "bench/run_all.sh --family backward")
 
 

@@ -1,0 +1,128 @@
+"""Decode's blocks (rung 08 and the rungs before it at seqlen_q 1): the decode table against the fastest
+earlier rung and PyTorch, the variants, the split-KV study and the paged KV cache."""
+
+import glob
+import json
+import re
+
+import report
+from .core import Missing, earlier_fastest, generator, labels_of, link, measured_line, ratio_text
+
+
+@generator("decode-table")
+def gen_decode_table(ctx, rung="8", shapes="1/8/1024,1/8/65536", gpu=None):
+    """Decode shapes batch/kv_heads/seqlen_k: the decode rung (ms, GB/s), its baseline (the fastest
+    earlier rung on that shape, named), PyTorch cuDNN and flash, and the ratios."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    rows = []
+    for s in shapes.split(","):
+        b, hkv, sk = (int(x) for x in s.split("/"))
+        want = dict(family="decode", batch=b, heads_kv=hkv, seqlen_k=sk)
+        r = res.need("decode", rung=label, batch=b, heads_kv=hkv, seqlen_k=sk)
+        e = earlier_fastest(ctx, res, label, want)
+        cu = res.find(rung="torch_cudnn", **want)
+        fl = res.find(rung="torch_flash", **want)
+        rows.append(["%d, 32/%d, %s" % (b, hkv, report.seqlen_text(sk)), "%.4f" % r["ms"], report.fmt_value(r["gbps"]),
+                     "`%s` %s" % (report.short(e[0]), report.fmt_value(e[1]["gbps"])) if e else "—",
+                     ratio_text(e[1], r) if e else "—", report.fmt_value(cu["gbps"]) if cu else "—",
+                     report.fmt_value(fl["gbps"]) if fl else "—", ratio_text(cu, r), ratio_text(fl, r)])
+    head = ["B, heads q/kv, Sk", "`%s` ms" % report.short(label), "GB/s", "fastest earlier rung, GB/s",
+            "speedup", "cuDNN GB/s", "FA2 GB/s", "vs cuDNN", "vs FA2"]
+    out = report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", fp16, head_dim 128, seqlen_q 1, GB/s of Q, K, V read once and O written once")
+    earlier = sorted(l for l, e in ctx.info.items() if not e["variant"] and e["number"] < report.number_of(label))
+    ran = sorted({r["rung"] for r in res.records if r["family"] == "decode" and r["rung"] in earlier})
+    if ran != earlier:
+        out += " The earlier rungs measured on this GPU: %s (not all: the fastest earlier rung is the " \
+               "fastest of these)." % ", ".join("`%s`" % report.short(l) for l in ran)
+    return out
+
+
+@generator("decode-variants")
+def gen_decode_variants(ctx, rung="8", batch="1", kv="8", gpu=None):
+    """GB/s of a decode rung and each of its variants over seqlen_k (decode family, --fl_variants)."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    entries = [l for l, e in ctx.info.items() if e["number"] == int(rung)]
+    b, hkv = int(batch), int(kv)
+    sks = sorted({r["seqlen_k"] for r in res.records if r["family"] == "decode" and r["rung"] == label
+                  and r["batch"] == b and r["heads_kv"] == hkv})
+    rows = []
+    for l in entries:
+        cells = [res.find(family="decode", rung=l, batch=b, heads_kv=hkv, seqlen_k=sk) for sk in sks]
+        if any(cells):
+            rows.append(["`%s`" % l] + [report.fmt_value(c["gbps"]) if c else "—" for c in cells])
+    if len(rows) < 2:
+        raise Missing("the variants of %s in the decode family" % label,
+                      "bench/run_all.sh --family decode -- --fl_variants")
+    return report.markdown_table(["entry"] + ["Sk=" + report.seqlen_text(x) for x in sks], rows) + "\n\n" + \
+        measured_line(res, ", batch %d, 32/%d heads, head_dim 128, GB/s" % (b, hkv))
+
+
+@generator("splits")
+def gen_splits(ctx, gpu=None):
+    """Rung 08's split study (decode_splits/*.json): GB/s per --splits count and the heuristic's
+    choice (--splits 0), per seqlen_k."""
+    res = ctx.results(gpu)
+    files = sorted(glob.glob(res.path("decode_splits/*.json")))
+    if not files:
+        raise Missing("decode_splits/*.json on %s" % res.gpu, "bench/run_all.sh --family decode")
+    runs = {}
+    shape = None
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            j = json.load(fh)
+        if "timing" not in j:
+            continue
+        p = j["problem"]
+        shape = (p["batch"], p["heads_q"], p["heads_kv"], p["head_dim"])
+        m = re.search(r"split-KV: (\d+) split", " ".join(j.get("notes", [])))
+        runs[(p["seqlen_k"], p["num_splits"])] = (j["timing"]["gbps"], int(m.group(1)) if m else p["num_splits"])
+    sks = sorted({k[0] for k in runs})
+    counts = sorted({k[1] for k in runs if k[1] > 0})
+    rows = []
+    for sk in sks:
+        fixed = {c: runs[(sk, c)][0] for c in counts if (sk, c) in runs}
+        best = max(fixed, key=fixed.get) if fixed else None
+        cells = [report.seqlen_text(sk)]
+        for c in counts:
+            v = fixed.get(c)
+            cells.append("—" if v is None else ("**%s**" if c == best else "%s") % report.fmt_value(v))
+        h = runs.get((sk, 0))
+        cells.append("%s (%d)" % (report.fmt_value(h[0]), h[1]) if h else "—")
+        rows.append(cells)
+    head = ["seqlen_k"] + [str(c) for c in counts] + ["heuristic (splits)"]
+    b, hq, hkv, d = shape
+    return report.markdown_table(head, rows) + "\n\nGB/s of K and V, batch %d, %d/%d heads, head_dim %d, by " \
+        "`--splits`; bold: the best fixed count. Measured on %s (%s); files %s." % (
+            b, hq, hkv, d, res.meta.get("device", "?"), res.provenance().split(", ", 1)[1],
+            link(res, "decode_splits", "`%s`" % res.rel("decode_splits/")))
+
+
+@generator("paged")
+def gen_paged(ctx, rung="8", gpu=None):
+    """Paged KV cache against contiguous, back to back (family paged): GB/s and the ratio."""
+    res = ctx.results(gpu)
+    label = labels_of(ctx, [int(rung)])[0]
+    recs = [r for r in res.records if r["family"] == "paged" and r["rung"] == label]
+    if not recs:
+        raise Missing("the paged family for %s" % label, "bench/run_all.sh --family paged")
+    sks = sorted({r["seqlen_k"] for r in recs})
+    pages = sorted({r["page_size"] for r in recs})
+    rows = []
+    for sk in sks:
+        base = next((r for r in recs if r["seqlen_k"] == sk and r["page_size"] == 0), None)
+        cells = [report.seqlen_text(sk)]
+        for pg in pages:
+            r = next((x for x in recs if x["seqlen_k"] == sk and x["page_size"] == pg), None)
+            if r is None:
+                cells.append("—")
+            elif pg == 0 or base is None:
+                cells.append(report.fmt_value(r["gbps"]))
+            else:
+                cells.append("%s (%.2f)" % (report.fmt_value(r["gbps"]), base["ms"] / r["ms"]))
+        rows.append(cells)
+    head = ["seqlen_k"] + ["contiguous" if p == 0 else "%d-token pages" % p for p in pages]
+    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+        res, ", GB/s of K and V (in brackets: paged / contiguous)")

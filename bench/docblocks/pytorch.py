@@ -1,0 +1,185 @@
+"""The ladder inside PyTorch (the flashladder package): the training demo (bench/torch_train.py), the
+call overhead (bench/torch_overhead.py) and decode through the package (bench/torch_decode.py), each
+from its own JSON in a results folder. (PyTorch SDPA beside a rung in the bench is the ladder's
+torch-compare.)"""
+
+import report
+from .core import Missing, binary_bytes, generator, link, results_folder
+
+TORCH_RUN_COMMANDS = {
+    "torch_train.json": "PYTHONPATH=build/release/python python3 bench/torch_train.py "
+                        "--out bench/results/<gpu>/pytorch",
+    "torch_overhead.json": "PYTHONPATH=build/release/python python3 bench/torch_overhead.py --bin build/release/bin "
+                           "--out bench/results/<gpu>/pytorch",
+    "torch_decode.json": "PYTHONPATH=build/release/python python3 bench/torch_decode.py --out bench/results/<gpu>/pytorch-decode",
+}
+
+
+def torch_run(ctx, gpu, name):
+    """(Results, the JSON) of a PyTorch script's run in folder @p gpu; Missing when no committed
+    run has it (the folder may not exist yet either)."""
+    res = results_folder(ctx, gpu, name, TORCH_RUN_COMMANDS[name])
+    if not res.has(name):
+        raise Missing("%s in bench/results/%s" % (name, res.gpu), TORCH_RUN_COMMANDS[name])
+    return res, res.json(name)
+
+
+def torch_provenance(data):
+    """ "NVIDIA H100 80GB HBM3, 2026-11-24, commit `abc1234`, PyTorch 2.11.0, transformers 5.17.0"."""
+    v = data.get("versions", {})
+    extra = "".join(", %s %s" % (n, v[k]) for k, n in (("torch", "PyTorch"), ("transformers", "transformers"))
+                    if v.get(k))
+    return "%s, %s, commit `%s`%s" % (data.get("device", {}).get("name", "?"), str(data.get("date", "?"))[:10],
+                                      data.get("git_sha", "?"), extra)
+
+
+def fmt_loss(v):
+    return "—" if v is None else "%.3f" % v
+
+
+def fmt_tokens(v):
+    return "—" if v is None else "%.0fk" % (v / 1e3) if v >= 1e4 else "%.0f" % v
+
+
+@generator("torch-train")
+def gen_torch_train(ctx, gpu=None):
+    """The training demo (bench/torch_train.py, torch_train.json): per run (SDPA flash, the ladder,
+    SDPA flash again) the steady-state step time, tokens/s, the last held-out loss and the speedup
+    over SDPA flash; the logits check, the loss curves' agreement and attention's share of a step."""
+    res, d = torch_run(ctx, gpu, "torch_train.json")
+    s, cfg, lad = d.get("summary", {}), d["config"], d.get("ladder", {})
+    by = {r["name"]: r for r in d["runs"]}
+    ref = by.get("sdpa_flash")
+    names = {"sdpa_flash": ("SDPA", "flash backend forced (FlashAttention-2)"),
+             "ladder": ("the ladder", "forward `%s`, backward `%s` (autograd)" % (
+                 lad.get("forward_rung", "?"), lad.get("backward_rung", "?"))),
+             "sdpa_flash_rerun": ("SDPA again", "flash backend forced: the noise between two runs")}
+    rows = []
+    for r in d["runs"]:
+        who, what = names.get(r["name"], (r["name"], ""))
+        ratio = ref["step_ms_mean"] / r["step_ms_mean"] if ref and r is not ref and r.get("step_ms_mean") else None
+        rows.append([who, what, "%.1f" % r["step_ms_mean"] if r.get("step_ms_mean") else "—",
+                     fmt_tokens(r.get("tokens_per_s")), fmt_loss(r.get("final_heldout")),
+                     report.fmt_ratio(ratio) if ratio else "—"])
+    out = report.markdown_table(["run", "attention", "ms / step", "tokens/s", "last held-out loss",
+                                 "speedup over SDPA flash"], rows, ["---", "---", "--:", "--:", "--:", "--:"])
+    notes = []
+    lc = d.get("logits_check", {})
+    if lc.get("ladder_vs_sdpa_flash"):
+        notes.append("Logits check (%s, %s): the ladder's logits differ from SDPA flash's by max abs %.2e, "
+                     "relative Frobenius %.2e; against the fp32 model the ladder's relative error is %.2e and SDPA "
+                     "flash's %.2e (%.2f×; pass at ≤ %s×, attention on the ladder in %d of %d layers): **%s**." % (
+                         lc["input"], lc["dtype"], lc["ladder_vs_sdpa_flash"]["max_abs"],
+                         lc["ladder_vs_sdpa_flash"]["rel_fro"], lc["ladder_vs_fp32"]["rel_fro"],
+                         lc["sdpa_flash_vs_fp32"]["rel_fro"], lc["error_ratio"],
+                         "%g" % lc.get("tolerance_ratio", 2.0),
+                         lc.get("ladder_attention_calls", 0), lc.get("layers", cfg["model"]["layers"]),
+                         "pass" if lc.get("pass") else "FAIL"))
+    if "loss_match" in s:
+        rerun = ((" (two SDPA flash runs: %.4f)" % s["rerun_final_heldout_gap"])
+                 if "rerun_final_heldout_gap" in s else "")
+        notes.append("Loss curves: the last held-out losses differ by %.4f%s, tolerance %.4f: **%s**." % (
+            s["final_heldout_gap"], rerun, s["loss_tolerance"], "match" if s["loss_match"] else "differ"))
+    shares = [(n, s.get("attention_share_%s" % k)) for n, k in (("SDPA flash", "sdpa_flash"), ("the ladder", "ladder"))]
+    if any(v for _, v in shares):
+        notes.append("Attention's share of a step (one layer's forward + backward alone x %d layers): %s." % (
+            cfg["model"]["layers"], ", ".join("%s %.0f %%" % (n, 100 * v) for n, v in shares if v)))
+    m = cfg["model"]
+    notes.append("Model: Llama-style (GQA, RoPE), random init, %.3gM parameters, %d layers, hidden %d, %d/%d heads of "
+                 "%d, MLP %d, byte vocabulary; %s; batch %d x seqlen %s, %d steps of AdamW, tokens/s without the first "
+                 "%d steps; data: %s (%d files, %.1f MB). Measured on %s; %s." % (
+                     m["parameters"] / 1e6, m["layers"], m["hidden"], m["heads_q"], m["heads_kv"], m["head_dim"],
+                     m["intermediate"], cfg["precision"], cfg["batch"], report.seqlen_text(cfg["seqlen"]), cfg["steps"],
+                     cfg["timing_skip"], d["data"]["source"].split(" (")[0], d["data"]["files"],
+                     d["data"]["bytes"] / 1e6, torch_provenance(d), link(res, "torch_train.json")))
+    return out + "\n\n" + "\n\n".join(notes)
+
+
+@generator("torch-overhead")
+def gen_torch_overhead(ctx, gpu=None):
+    """The call overhead (bench/torch_overhead.py, torch_overhead.json): per rung the runner's time
+    and flashladder.attention's on the same shape, timed the runner's way, their difference per call
+    against the target, the same with the GPU idle before each call, and the host's time per call."""
+    res, d = torch_run(ctx, gpu, "torch_overhead.json")
+    rows = []
+    for e in d["rungs"]:
+        if "median_ms" not in e:
+            continue
+        m = e["median_ms"]
+        rows.append(["`%s`%s" % (e["label"], " (default)" if e["requested"] == "default" else ""),
+                     "%.1f" % (m["runner"] * 1e3), "%.1f" % (m["python"] * 1e3), "%+.1f" % e["diff_us"],
+                     "%+.1f" % e["idle_diff_us"], "%+.1f" % e["python_layer_idle_us"]])
+        if "binding_diff_us" in e:  # measured since the profiler column was added
+            rows[-1] += ["%+.1f" % e["binding_diff_us"],
+                         "%+.1f" % e["kernel_diff_us"] if "kernel_diff_us" in e else "not measured"]
+    if not rows:
+        raise Missing("a timed rung in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
+    head = ["rung", "runner µs", "PyTorch µs", "PyTorch − runner, µs", "the same, GPU idle before the call",
+            "Python layer over the binding, GPU idle"]
+    if all(len(r) == len(head) + 2 for r in rows):
+        head += ["binding alone − runner, µs", "the call's kernels (profiler) − runner, µs"]
+    else:
+        rows = [r[:len(head)] for r in rows]
+    out = report.markdown_table(head, rows)
+    sh = d["shape"]
+    ok = all(abs(e["diff_us"]) <= d["target_us"] for e in d["rungs"] if "diff_us" in e)
+    notes = ["batch %d, seqlen %s, %d heads, head_dim %d, %s, not causal; median of %d single calls per repeat, "
+             "the L2 flushed before each (the runner's way), median of %d repeats. Target: within %g µs per call: "
+             "**%s**." % (sh["batch"], report.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
+                          d["iters"], d["repeats"], d["target_us"], "met" if ok else "not met")]
+    h = d.get("host")
+    if h:
+        t = h["shape"]
+        notes.append("Host time per call (batch %d, seqlen %d, %d heads, d=%d; the kernel alone %.1f µs): %s." % (
+            t["batch"], t["seqlen"], t["heads"], t["head_dim"], h["kernel_us"],
+            "; ".join("%s %.1f µs" % (n, v) for n, v in h["per_call_us"].items())))
+    notes.append("Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json")))
+    return out + "\n\n" + "\n\n".join(notes)
+
+
+@generator("torch-decode")
+def gen_torch_decode(ctx, gpu=None):
+    """Decode through the package (bench/torch_decode.py, torch_decode.json): per shape the rung the
+    route picked, its time and GB/s, rung 08 and the prefill rung called by number, SDPA's cuDNN and
+    flash backends, and the route against cuDNN; the worst and best cell and the bench goal."""
+    res, d = torch_run(ctx, gpu, "torch_decode.json")
+    rows, ratios = [], []
+
+    def cell(r, name):
+        return "%.4f" % r["ms"][name] if name in r["ms"] else "refused"
+
+    for r in d["rows"]:
+        s = r["shape"]
+        vs = r.get("route_vs_cudnn")
+        if vs:
+            ratios.append((vs, s))
+        flash = r["ms"].get("flash")
+        rows.append([s["dtype"], "%d, %d/%d" % (s["batch"], s["heads_q"], s["heads_kv"]),
+                     "%d" % s["seqlen_q"] + (" causal" if s["causal"] else ""), report.seqlen_text(s["seqlen_k"]),
+                     "`%s`" % r["route"], cell(r, "route"),
+                     "%.0f" % r["gbps"]["route"] if "route" in r.get("gbps", {}) else "—",
+                     cell(r, "rung08"), cell(r, "prefill"), cell(r, "cudnn"), cell(r, "flash"),
+                     report.fmt_ratio(vs) if vs else "—",
+                     report.fmt_ratio(flash / r["ms"]["route"]) if flash and "route" in r["ms"] else "—"])
+    head = ["dtype", "B, heads q/kv", "seqlen_q", "seqlen_k", "route", "route ms", "GB/s", "rung 08 ms",
+            "`%s` ms" % d["prefill_rung"], "cuDNN ms", "flash ms", "cuDNN / route", "flash / route"]
+    out = report.markdown_table(head, rows, ["---", "---", "--:", "--:", "---"] + ["--:"] * 8)
+    notes = []
+    if ratios:
+        lo, hi = min(ratios, key=lambda x: x[0]), max(ratios, key=lambda x: x[0])
+
+        def where(sh):
+            return "%s B=%d %d/%d seqlen_q %d, %s keys" % (sh["dtype"], sh["batch"], sh["heads_q"], sh["heads_kv"],
+                                                          sh["seqlen_q"], report.seqlen_text(sh["seqlen_k"]))
+
+        notes.append("The route against cuDNN: worst %s (%s), best %s (%s). Goal: at least %.2f× cuDNN for a decode step "
+                     "at 64k and 128k keys: **%s**." % (report.fmt_ratio(lo[0]), where(lo[1]), report.fmt_ratio(hi[0]),
+                                                        where(hi[1]), d["target_vs_cudnn"],
+                                                        "met" if d["target_met"] else "not met"))
+    notes.append("head_dim %d; each figure the median of %d repeats (the columns in a rotating order) of the median "
+                 "of %d calls, each timed with CUDA events after a %s flush of the L2, long enough that the host's work "
+                 "of either library's call is queued under it: the GPU time of the call's kernels, the same way for "
+                 "every column; GB/s counts K and V read once. Measured on %s; %s." % (
+                     d["head_dim"], d.get("repeats", 1), d["iters"], binary_bytes(d.get("flush_bytes", 0)),
+                     torch_provenance(d), link(res, "torch_decode.json")))
+    return out + "\n\n" + "\n\n".join(notes)
