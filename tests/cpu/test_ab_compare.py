@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""bench/ab_compare.py (the A/B table of bench/ab_timing.sh) on synthetic runs: no GPU needed.
+
+    python3 tests/cpu/test_ab_compare.py      (ctest: cpu_ab_compare)
+
+The median of each side, after / before, the noise as the larger spread between two runs of one
+build, the verdict against noise + 2 %, and only the benchmarks every run has.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import ab_compare  # noqa: E402
+
+
+def run(times, unit="ms"):
+    """ab_compare.load of a ladder_bench JSON with these times (the file removed after)."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="ab-")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"context": {"device": "Fake GPU", "date": "2026-11-26T00:00:00"},
+                   "benchmarks": [{"name": n + "/iterations:1/manual_time", "run_type": "iteration",
+                                   "real_time": t, "time_unit": unit} for n, t in times.items()]}, f)
+    try:
+        return ab_compare.load(path)
+    finally:
+        os.unlink(path)
+
+
+class AbCompareTest(unittest.TestCase):
+    def test_ratio_noise_and_verdict(self):
+        a1 = (run({"x": 1.00, "y": 2.0, "only_a": 1.0}))
+        a2 = (run({"x": 1.04, "y": 2.0, "only_a": 1.0}))
+        b1 = (run({"x": 1.02, "y": 2.4}))
+        b2 = (run({"x": 1.02, "y": 2.4}))
+        rows = {r[0].split("/")[0]: r for r in ab_compare.compare([a1, a2], [b1, b2])}
+        self.assertEqual(sorted(rows), ["x", "y"])  # only what every run has
+        _, ma, mb, ratio, noise, ok = rows["x"]
+        self.assertAlmostEqual(ma, 1.02)
+        self.assertAlmostEqual(mb, 1.02)
+        self.assertAlmostEqual(noise, 0.04)
+        self.assertTrue(ok)
+        _, ma, mb, ratio, noise, ok = rows["y"]
+        self.assertAlmostEqual(ratio, 1.2)  # 20 % slower, no noise: outside
+        self.assertFalse(ok)
+
+    def test_units_and_markdown(self):
+        a = (run({"x": 1000.0}, unit="us"))
+        self.assertAlmostEqual(a["x/iterations:1/manual_time"], 1.0)
+        text = ab_compare.markdown(ab_compare.compare([a], [a]), "ctx")
+        self.assertIn("| `x` | 1.0000 | 1.0000 | 1.000 | 0.0 % | yes |", text)
+        self.assertIn("1 benchmarks; geometric mean of after / before 1.000", text)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
