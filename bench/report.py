@@ -758,13 +758,18 @@ def pick(records, **want):
 def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen=4096, decode_sk=65536):
     """The top README's table: one prefill shape (head_dim 128, causal and not) and one decode shape
     (batch 1, 32/8 heads); each rung's speedup over its declared baseline on its own family
-    (decode for decode rungs, prefill otherwise), and its ratio to PyTorch's flash and cuDNN."""
+    (decode for decode rungs, prefill otherwise), and its ratio to PyTorch's flash and cuDNN.
+    Where the run has them, a backward rung gets a row on the backward family's shape (dQ by
+    atomics, against PyTorch's backward) and an FP8 rung a row on the fp8 family's (against its
+    16-bit baseline and PyTorch's 16-bit backends): one table for every rung of one run."""
     ctx = load_context(ladder_path)
     records = load_records(ladder_path)
     if torch_path:
         records += load_records(torch_path)
     prefill = [r for r in records if r["family"] == "prefill" and r["head_dim"] == 128]
     decode = [r for r in records if r["family"] == "decode" and r["batch"] == 1 and r["heads_kv"] == 8]
+    backward = [r for r in records if r["family"] == "backward" and r["head_dim"] == 128 and not r.get("deterministic")]
+    fp8 = [r for r in records if r["family"] == "fp8" and r["head_dim"] == 128]
     # Fall back to the largest measured length when the preferred one is absent (--fl_quick runs).
     if prefill and not any(r["seqlen_q"] == seqlen for r in prefill):
         seqlen = max(r["seqlen_q"] for r in prefill)
@@ -772,27 +777,49 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
         decode_sk = max(r["seqlen_k"] for r in decode)
     g_pre = Grid([r for r in prefill if r["causal"] == 0 and r["seqlen_q"] == seqlen] or prefill, registry)
     g_dec = Grid([r for r in decode if r["seqlen_k"] == decode_sk] or decode, registry) if decode else None
+    bwd_at = [r for r in backward if r["causal"] == 0 and r["seqlen_q"] == seqlen]
+    g_bwd = Grid(bwd_at, registry) if bwd_at else None
+    fp8_at = [r for r in fp8 if r["causal"] == 0 and r["seqlen_q"] == seqlen]
+    g_fp8 = Grid(fp8_at, registry) if fp8_at else None
     # A decode rung is one the sweep measured on decode shapes only (it refuses prefill shapes).
     decode_rungs = {r["rung"] for r in records if r["family"] == "decode"} - {
         r["rung"] for r in records if r["family"] == "prefill"}
-    # Forward rungs only: a backward rung (measured in the backward family alone) has its own section,
-    # and so has a rung measured in the fp8 family alone.
     forward = {r["rung"] for r in records if r["family"] not in BACKWARD_FAMILIES + ("fp8",)}
-    labels = rung_order(
-        {r["rung"] for r in records if r["rung"] in forward and (r["rung"] in ("torch_flash", "torch_cudnn")
-                                                                 or is_main(r["rung"]))}
-    )
-    header = ["rung", "compared with", "prefill TFLOP/s", "causal TFLOP/s", "decode GB/s", "speedup",
-              "vs PyTorch flash", "vs cuDNN"]
+    # A backward rung is measured in the backward family alone; an FP8 rung in the fp8 family alone.
+    backward_rungs = {r["rung"] for r in bwd_at} - forward - {"torch_flash", "torch_cudnn"}
+    fp8_rungs = {r["rung"] for r in fp8_at} - forward - {"torch_flash", "torch_cudnn"}
+    # ... less the 16-bit entries that the fp8 family runs as an FP8 rung's declared baseline.
+    fp8_rungs -= {b["label"] for l in fp8_rungs for b in (registry or {}).get(l, []) if b["kind"] == "rung"}
+    torch = {"torch_flash", "torch_cudnn"}
+    shown = forward | ({r["rung"] for r in bwd_at} if g_bwd else set()) | (fp8_rungs if g_fp8 else set())
+    shown = {l for l in shown if l in torch or l in forward or l in backward_rungs or l in fp8_rungs}
+    labels = rung_order({l for l in shown if l in torch or is_main(l)})
+    header = ["rung", "compared with", "prefill TFLOP/s", "causal TFLOP/s", "decode GB/s"]
+    if g_bwd:
+        header.append("backward TFLOP/s")
+    header += ["speedup", "vs PyTorch flash", "vs cuDNN"]
     rows = []
     for l in labels:
-        p0 = pick(prefill, rung=l, causal=0, seqlen_q=seqlen)
-        p1 = pick(prefill, rung=l, causal=1, seqlen_q=seqlen)
+        in_fp8 = l in fp8_rungs
+        fam = fp8 if in_fp8 else prefill
+        p0 = pick(fam, rung=l, causal=0, seqlen_q=seqlen)
+        p1 = pick(fam, rung=l, causal=1, seqlen_q=seqlen)
         dec = pick(decode, rung=l, seqlen_k=decode_sk)
         cells = [rung_cell(l), "", fmt_value(p0["tflops"]) if p0 else "—", fmt_value(p1["tflops"]) if p1 else "—",
-                 fmt_value(dec["gbps"]) if dec else "—", "—", "—", "—"]
+                 fmt_value(dec["gbps"]) if dec else "—"]
+        if g_bwd:
+            b = pick(bwd_at, rung=l)
+            cells.append(fmt_value(b["tflops"]) if b else "—")
+        ratios = ["—", "—", "—"]  # speedup, vs flash, vs cuDNN
         if LABEL_RE.match(l):
-            g, x = (g_dec, decode_sk) if l in decode_rungs else (g_pre, seqlen)
+            if l in backward_rungs:
+                g, x = g_bwd, seqlen
+            elif in_fp8:
+                g, x = g_fp8, seqlen
+            elif l in decode_rungs:
+                g, x = g_dec, decode_sk
+            else:
+                g, x = g_pre, seqlen
             if g is not None:
                 # The first declared baseline measured on this shape (a study may name two).
                 bs = g.baselines(l)
@@ -803,16 +830,24 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
                         cells[1] = "`%s`" % b["label"]
                     else:
                         cells[1] = "fastest earlier%s" % (": `%s`" % target if target else "")
-                    cells[5] = fmt_ratio(g.ratio(target, l, x)) if target else "—"
-                cells[6] = fmt_ratio(g.ratio("torch_flash", l, x))
-                cells[7] = fmt_ratio(g.ratio("torch_cudnn", l, x))
-        rows.append(cells)
+                    ratios[0] = fmt_ratio(g.ratio(target, l, x)) if target else "—"
+                elif l in backward_rungs:
+                    cells[1] = "PyTorch's backward"
+                ratios[1] = fmt_ratio(g.ratio("torch_flash", l, x))
+                ratios[2] = fmt_ratio(g.ratio("torch_cudnn", l, x))
+        rows.append(cells + ratios)
     shape = (
         "Prefill: head_dim 128, seqlen %s, batch x seqlen = 16k tokens, 16 heads, fp16. Decode: batch 1, "
         "32 query / 8 KV heads, head_dim 128, seqlen_k %s. The speedup and the PyTorch ratios are on the "
         "rung's own family (decode for decode rungs, non-causal prefill otherwise)."
         % (seqlen_text(seqlen), seqlen_text(decode_sk))
     )
+    if g_bwd:
+        shape += (" Backward: the prefill shape, not causal, dQ by atomics, the backward pass alone (TFLOP/s"
+                  " count 2.5 x the forward's FLOPs), against PyTorch SDPA's backward in the same run.")
+    if g_fp8:
+        shape += (" FP8: the prefill shape on e4m3 Q, K, V (per-head scales, the quantization outside the"
+                  " time), against its 16-bit baseline and PyTorch's 16-bit backends in the same run.")
     where = "Measured on %s, %s, commit `%s`" % (
         ctx.get("device", "?"),
         str(ctx.get("date", "?"))[:10],

@@ -7,8 +7,9 @@
    torch_sdpa.py's ("torch_flash/backward/...") are read with their shape and deterministic flag.
 2. The report has one backward section per (head_dim, causal): TFLOP/s of the rung (atomic and
    deterministic) and of PyTorch, the ratios to PyTorch flash and cuDNN, and the deterministic cost.
-3. A run without backward records has no backward section, and the README summary table leaves a
-   backward-only rung out.
+3. A run without backward records has no backward section; the README summary table shows a
+   backward-only rung in a backward column of its own, against PyTorch's backward, and no forward
+   figure for it.
 4. bench/docgen.py's backward-table generator (bench/docblocks/backward.py) reads the same records,
    and says what to run when a results folder has none.
 """
@@ -135,10 +136,44 @@ class ReportBackwardTest(unittest.TestCase):
         self.assertIn("`06_headdim_tiles`", pre)
         self.assertNotIn("11_backward", pre)
 
-    def test_summary_leaves_backward_rungs_out(self):
+    def test_summary_has_a_backward_column(self):
         table = report.summary_table(self.files.ladder, self.files.torch, registry={})
-        self.assertIn("`06_headdim_tiles`", table)
-        self.assertNotIn("11_backward", table)
+        self.assertIn("| rung | compared with | prefill TFLOP/s | causal TFLOP/s | decode GB/s | backward TFLOP/s |", table)
+        # The forward rung has no backward figure; the backward rung no forward one. Its ratios are
+        # on the backward shape (d=128, 4k, not causal, atomic dQ): PyTorch's time / the rung's.
+        self.assertIn("| `06_headdim_tiles` |  | 300 | — | — | — |", table)
+        self.assertIn("| `11_backward` | PyTorch's backward | — | — | — | 100 | — | 1.50× | 0.50× |", table)
+        self.assertIn("| `torch_cudnn` |  | — | — | — | 200 |", table)
+        self.assertIn("Backward: the prefill shape, not causal, dQ by atomics", table)
+
+    def test_summary_fp8_row(self):
+        # An FP8 rung (measured in the fp8 family alone) gets a row on the fp8 shape, its speedup
+        # over its declared 16-bit baseline and PyTorch's ratios from that family's records.
+        ladder, torch = backward_run()
+        for c in (0, 1):
+            base = "fp8/d128/N4096/causal%d" % c
+            ladder.append(bench("13_fp8/" + base, 0.5, 900.0, rung=13, **shape(4096, 128, c)))
+            ladder.append(bench("10_warp_specialized/" + base, 1.0, 600.0, rung=10, **shape(4096, 128, c)))
+            torch.append(bench("torch_cudnn/" + base, 1.5, 500.0, family="fp8", rung="torch_cudnn", **shape(4096, 128, c)))
+        files = Files(ladder, torch)
+        try:
+            reg = {"13_fp8": [{"kind": "rung", "label": "10_warp_specialized", "why": "16-bit"}]}
+            table = report.summary_table(files.ladder, files.torch, registry=reg)
+            self.assertIn("| `13_fp8` | `10_warp_specialized` | 900 | 900 | — | — | 2.00× | — | 3.00× |", table)
+            self.assertIn("FP8: the prefill shape on e4m3 Q, K, V", table)
+            self.assertNotIn("\n| `10_warp_specialized` |", table)  # in the fp8 family only as a baseline: no row
+        finally:
+            files.cleanup()
+
+    def test_summary_without_backward_has_no_backward_column(self):
+        ladder, torch = backward_run()
+        files = Files([b for b in ladder if "/backward/" not in b["name"]])
+        try:
+            table = report.summary_table(files.ladder, None, registry={})
+            self.assertNotIn("backward", table)
+            self.assertIn("`06_headdim_tiles`", table)
+        finally:
+            files.cleanup()
 
     def test_no_backward_records_no_section(self):
         ladder, _ = backward_run()
