@@ -24,16 +24,6 @@ std::string check_limits(const Problem& p, const DeviceInfo& d, int smem) {
   return hopper.empty() ? tile_limits(p, d, smem) : hopper;
 }
 
-/// The tiles' shared memory for head_dim @p d (0 if not a rung 09 head_dim).
-int rung_smem(int d) {
-  switch (d) {
-    case 64: return hopper09::HopperTiles<64>::kSmemBytes;
-    case 128: return hopper09::HopperTiles<128>::kSmemBytes;
-    case 256: return hopper09::HopperTiles<256>::kSmemBytes;
-    default: return 0;
-  }
-}
-
 template <class Cfg>
 std::vector<KernelInfo> kernel_info(DType t) {
 #if FL_HOPPER_SM90A
@@ -79,21 +69,17 @@ Rung make_rung() {
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
       return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
-    return check_limits(p, d, rung_smem(p.head_dim));
+    const int smem = with_head_dim_tiles<hopper09::HopperTiles>(
+        p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
+    return check_limits(p, d, smem);
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
-    switch (p.head_dim) {
-      case 64: return launch_cfg<hopper09::HopperTiles<64>>(p, s);
-      case 128: return launch_cfg<hopper09::HopperTiles<128>>(p, s);
-      default: return launch_cfg<hopper09::HopperTiles<256>>(p, s);
-    }
+    with_head_dim_tiles<hopper09::HopperTiles>(
+        p.head_dim, [&](auto tiles) { launch_cfg<typename decltype(tiles)::type>(p, s); });
   };
   r.kernels = [](const Problem& p) {
-    switch (p.head_dim) {
-      case 64: return kernel_info<hopper09::HopperTiles<64>>(p.dtype);
-      case 128: return kernel_info<hopper09::HopperTiles<128>>(p.dtype);
-      default: return kernel_info<hopper09::HopperTiles<256>>(p.dtype);
-    }
+    return with_head_dim_tiles<hopper09::HopperTiles>(
+        p.head_dim, [&](auto tiles) { return kernel_info<typename decltype(tiles)::type>(p.dtype); });
   };
   r.notes = [](const Problem& p) {
     return std::vector<std::string>{"tiles for head_dim " + std::to_string(p.head_dim) +

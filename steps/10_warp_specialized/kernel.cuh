@@ -25,6 +25,10 @@
 /// read a whole softmax before V_n); registers move from the producer to
 /// the consumers; the two consumers are scheduled against each other; and inside a consumer
 /// the softmax of one block overlaps the GEMMs.
+///
+/// The schedule's steps that do not depend on the operands' type are named functions ahead of
+/// the kernel (the shared-memory ring and its barriers, the start-up, the producer, the
+/// ping-pong's turns); rung 13 runs the same steps on e4m3 tiles by calling them.
 #pragma once
 
 #include <cuda.h>
@@ -103,6 +107,129 @@ __device__ __forceinline__ void softmax_block(float (&S)[BLOCK_N / 2], float (&m
   // LAB-END(10-softmax)
 }
 
+/// One block's shared memory: the Q tile, a ring of STAGES K tiles, a ring of STAGES V tiles,
+/// then the mbarriers, from the first 1024-byte swizzle atom of the dynamic shared memory. Cfg
+/// gives the sizes (kQBytes, kKBytes, kVBytes, kStages; rung 13's e4m3 tiles too). The
+/// barriers: Q's, then per stage s "K landed" and "V landed" (k_full, v_full: the producer's
+/// arrive.expect_tx and the bytes of its copies complete a phase) and "K empty" and "V empty"
+/// (k_empty, v_empty: one arrival per consumer warpgroup that has read the tile).
+template <class Cfg>
+struct WsSmem {
+  uint32_t Q_s;    ///< the Q tile
+  uint32_t K_s;    ///< stage s's K tile at K_s + s * kKBytes
+  uint32_t V_s;    ///< stage s's V tile at V_s + s * kVBytes
+  uint32_t bar_q;  ///< Q's barrier, followed by the ring's
+
+  __device__ __forceinline__ explicit WsSmem(const uint8_t* smem_raw)
+      : Q_s((smem_addr(smem_raw) + 1023u) & ~1023u),
+        K_s(Q_s + Cfg::kQBytes),
+        V_s(K_s + Cfg::kStages * Cfg::kKBytes),
+        bar_q(V_s + Cfg::kStages * Cfg::kVBytes) {}
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bar_q + 8u * (1 + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const { return bar_q + 8u * (1 + Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bar_q + 8u * (1 + 2 * Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t v_empty(int s) const { return bar_q + 8u * (1 + 3 * Cfg::kStages + s); }
+};
+
+/// The block's start-up, by one thread before the warpgroups take their roles: the three tensor
+/// maps prefetched, and every barrier initialized (one arrival per phase for Q's and the "landed"
+/// ones: the producer's arrive.expect_tx).
+template <class Cfg>
+__device__ __forceinline__ void start_up(const WsSmem<Cfg>& sm, const CUtensorMap* map_q, const CUtensorMap* map_k,
+                                         const CUtensorMap* map_v) {
+  tma_prefetch_map(map_q);
+  tma_prefetch_map(map_k);
+  tma_prefetch_map(map_v);
+  mbarrier_init(sm.bar_q, 1);
+  for (int s = 0; s < Cfg::kStages; ++s) {
+    mbarrier_init(sm.k_full(s), 1);
+    mbarrier_init(sm.v_full(s), 1);
+    mbarrier_init(sm.k_empty(s), Cfg::kConsumers);  // one arrival per consumer warpgroup
+    mbarrier_init(sm.v_empty(s), Cfg::kConsumers);
+  }
+  fence_mbarrier_init();
+}
+
+/// The TMA copies of one tile of this rung (16-bit): one box of 64 columns (128-byte rows, the
+/// swizzle's width) per 64-column block cb of head_dim, coordinates innermost first: column,
+/// head, row, batch. Q's rows start at row0 of `head`; K's and V's at key0 of `kv_head`.
+template <class Cfg>
+struct TileLoads {
+  const CUtensorMap* map_q;
+  const CUtensorMap* map_k;
+  const CUtensorMap* map_v;
+  int head, kv_head, row0, batch;
+
+  __device__ __forceinline__ void q(uint32_t Q_s, uint32_t bar) const {
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+      tma_load_4d(Q_s + cb * Cfg::kBlockM * 128, map_q, bar, 64 * cb, head, row0, batch);
+  }
+  __device__ __forceinline__ void k(uint32_t K_tile, uint32_t bar, int key0) const {
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+      tma_load_4d(K_tile + cb * Cfg::kBlockN * 128, map_k, bar, 64 * cb, kv_head, key0, batch);
+  }
+  __device__ __forceinline__ void v(uint32_t V_tile, uint32_t bar, int key0) const {
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+      tma_load_4d(V_tile + cb * Cfg::kBlockN * 128, map_v, bar, 64 * cb, kv_head, key0, batch);
+  }
+};
+
+/// The producer's work, for one thread: Q once, then every K/V block n into stage n % STAGES as
+/// soon as both consumers have released what the stage held. LOADS issues one tile's copies
+/// (TileLoads here; rung 13's for e4m3 tiles and V^T); each "landed" barrier is told the tile's
+/// bytes first.
+template <class Cfg, class LOADS>
+__device__ __forceinline__ void produce(const WsSmem<Cfg>& sm, const LOADS& load, int n_blocks) {
+  // LAB-BEGIN(10-producer): Q once, then every K/V block into the ring as stages free up
+  mbarrier_arrive_expect_tx(sm.bar_q, Cfg::kQBytes);
+  load.q(sm.Q_s, sm.bar_q);
+#pragma unroll 1
+  for (int n = 0; n < n_blocks; ++n) {
+    const int s = n % Cfg::kStages;
+    // The k-th refill of stage s waits for the consumers' k-th release: parity (k & 1) ^ 1,
+    // which a fresh barrier satisfies at once (k = 0: the ring starts empty). K and V are
+    // released apart: K_n right after S_n, V_n only after O += P_n V_n, one softmax later.
+    const uint32_t refill_parity = ((n / Cfg::kStages) & 1) ^ 1;
+    const int key0 = n * Cfg::kBlockN;
+    mbarrier_wait_parity(sm.k_empty(s), refill_parity);
+    mbarrier_arrive_expect_tx(sm.k_full(s), Cfg::kKBytes);
+    load.k(sm.K_s + s * Cfg::kKBytes, sm.k_full(s), key0);
+    mbarrier_wait_parity(sm.v_empty(s), refill_parity);
+    mbarrier_arrive_expect_tx(sm.v_full(s), Cfg::kVBytes);
+    load.v(sm.V_s + s * Cfg::kVBytes, sm.v_full(s), key0);
+  }
+  // LAB-END(10-producer)
+}
+
+/// The ping-pong's turns: consumer c issues its GEMMs between begin() and end() (without
+/// PINGPONG both do nothing). Consumer 1 lets consumer 0 go first; each hands the turn over
+/// after issuing, and the last hand-off of consumer 1 is skipped so every barrier phase it opens
+/// is closed. `windows`: the turns each consumer takes.
+template <bool PINGPONG>
+struct PingPong {
+  int c;
+  int windows;
+  int window = 0;
+
+  __device__ __forceinline__ PingPong(int consumer, int turns) : c(consumer), windows(turns) {
+    if constexpr (PINGPONG) {
+      if (c == 1 && windows > 0) named_barrier_arrive(kTurnBarrier + 0, kConsumerThreads);
+    }
+  }
+  __device__ __forceinline__ void begin() const {
+    if constexpr (PINGPONG) named_barrier_sync(kTurnBarrier + c, kConsumerThreads);
+  }
+  __device__ __forceinline__ void end() {
+    if constexpr (PINGPONG) {
+      if (!(c == 1 && window == windows - 1)) named_barrier_arrive(kTurnBarrier + (1 - c), kConsumerThreads);
+      ++window;
+    }
+  }
+};
+
 /// The forward kernel. Grid: (ceil(seqlen_q / 128), heads_q, batch); 384 threads.
 template <class T, class Cfg, bool PINGPONG, bool OVERLAP>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -129,62 +256,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int n_mask_from = kv_range.mask_from;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t Q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t K_s = Q_s + Cfg::kQBytes;
-  const uint32_t V_s = K_s + STAGES * Cfg::kKVBytes;
-  const uint32_t bar_q = V_s + STAGES * Cfg::kKVBytes;
-  auto k_full = [&](int s) { return bar_q + 8u * (1 + s); };
-  auto v_full = [&](int s) { return bar_q + 8u * (1 + STAGES + s); };
-  auto k_empty = [&](int s) { return bar_q + 8u * (1 + 2 * STAGES + s); };
-  auto v_empty = [&](int s) { return bar_q + 8u * (1 + 3 * STAGES + s); };
+  const WsSmem<Cfg> sm(smem_raw);  // Q_s, K_s, V_s and the barriers (k_full(s), ...)
 
-  if (tid == 0) {
-    tma_prefetch_map(&map_q);
-    tma_prefetch_map(&map_k);
-    tma_prefetch_map(&map_v);
-    mbarrier_init(bar_q, 1);
-    for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(k_full(s), 1);
-      mbarrier_init(v_full(s), 1);
-      mbarrier_init(k_empty(s), Cfg::kConsumers);  // one arrival per consumer warpgroup
-      mbarrier_init(v_empty(s), Cfg::kConsumers);
-    }
-    fence_mbarrier_init();
-  }
+  if (tid == 0) start_up(sm, &map_q, &map_k, &map_v);
   __syncthreads();  // the last barrier of all 384 threads: the roles part here
 
   if (wg_idx == 0) {
     // ---- producer ---------------------------------------------------------------------------
     setmaxnreg_dec<kProducerRegs>();
-    // LAB-BEGIN(10-producer): Q once, then every K/V block into the ring as stages free up
-    if (tid == 0) {
-      mbarrier_arrive_expect_tx(bar_q, Cfg::kQBytes);
-#pragma unroll
-      for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-        tma_load_4d(Q_s + cb * BLOCK_M * 128, &map_q, bar_q, 64 * cb, head, row0, batch);
-#pragma unroll 1
-      for (int n = 0; n < n_blocks; ++n) {
-        const int s = n % STAGES;
-        // The k-th refill of stage s waits for the consumers' k-th release: parity (k & 1) ^ 1,
-        // which a fresh barrier satisfies at once (k = 0: the ring starts empty). K and V are
-        // released apart: K_n right after S_n, V_n only after O += P_n V_n, one softmax later.
-        const uint32_t refill_parity = ((n / STAGES) & 1) ^ 1;
-        const int key0 = n * BLOCK_N;
-        mbarrier_wait_parity(k_empty(s), refill_parity);
-        mbarrier_arrive_expect_tx(k_full(s), Cfg::kKVBytes);
-#pragma unroll
-        for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-          tma_load_4d(K_s + s * Cfg::kKVBytes + cb * BLOCK_N * 128, &map_k, k_full(s), 64 * cb,
-                      kv_head, key0, batch);
-        mbarrier_wait_parity(v_empty(s), refill_parity);
-        mbarrier_arrive_expect_tx(v_full(s), Cfg::kKVBytes);
-#pragma unroll
-        for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-          tma_load_4d(V_s + s * Cfg::kKVBytes + cb * BLOCK_N * 128, &map_v, v_full(s), 64 * cb,
-                      kv_head, key0, batch);
-      }
-    }
-    // LAB-END(10-producer)
+    if (tid == 0) produce(sm, TileLoads<Cfg>{&map_q, &map_k, &map_v, head, kv_head, row0, batch}, n_blocks);
     return;
   }
 
@@ -205,24 +285,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     row_visible[h] = (p.causal ? min(p.seqlen_k, row + p.causal_offset + 1) : p.seqlen_k) - 2 * t;
   }
 
-  // Ping-pong turns: consumer c issues its GEMMs between turn_begin and turn_end. Consumer 1 lets
-  // consumer 0 go first; each hands the turn over after issuing, and the last hand-off of
-  // consumer 1 is skipped so every barrier phase it opens is closed (windows: see below).
-  const int windows = n_blocks == 0 ? 0 : (OVERLAP ? n_blocks + 1 : 2 * n_blocks);
-  int window = 0;
-  auto turn_begin = [&] {
-    if constexpr (PINGPONG) named_barrier_sync(kTurnBarrier + c, kConsumerThreads);
-  };
-  auto turn_end = [&] {
-    if constexpr (PINGPONG) {
-      if (!(c == 1 && window == windows - 1))
-        named_barrier_arrive(kTurnBarrier + (1 - c), kConsumerThreads);
-      ++window;
-    }
-  };
-  if constexpr (PINGPONG) {
-    if (c == 1 && windows > 0) named_barrier_arrive(kTurnBarrier + 0, kConsumerThreads);
-  }
+  // Ping-pong turns: consumer c issues its GEMMs between turn.begin() and turn.end(), once per
+  // block with the overlap (plus the tail's P V), else twice (S, then P V).
+  PingPong<PINGPONG> turn(c, n_blocks == 0 ? 0 : (OVERLAP ? n_blocks + 1 : 2 * n_blocks));
 
   float O_acc[D / 2];
 #pragma unroll
@@ -232,25 +297,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float alpha[2];
   uint32_t P_frag[PV_STEPS][4];
   const float scale_log2 = p.scale_log2;
-  mbarrier_wait_parity(bar_q, 0);
+  mbarrier_wait_parity(sm.bar_q, 0);
 
   auto issue_qk = [&](float (&S)[BLOCK_N / 2], int n) {
     const int s = n % STAGES;
-    mbarrier_wait_parity(k_full(s), (n / STAGES) & 1);
+    mbarrier_wait_parity(sm.k_full(s), (n / STAGES) & 1);
     wgmma_fence_operand(S);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < QK_STEPS; ++kk) {
-      const uint64_t desc_q = wg::desc_kmajor_sw128(Q_s + wg::sw128_kmajor_offset(BLOCK_M, 64 * c, kk));
+      const uint64_t desc_q = wg::desc_kmajor_sw128(sm.Q_s + wg::sw128_kmajor_offset(BLOCK_M, 64 * c, kk));
       const uint64_t desc_k =
-          wg::desc_kmajor_sw128(K_s + s * Cfg::kKVBytes + wg::sw128_kmajor_offset(BLOCK_N, 0, kk));
+          wg::desc_kmajor_sw128(sm.K_s + s * Cfg::kKVBytes + wg::sw128_kmajor_offset(BLOCK_N, 0, kk));
       wgmma_ss<T, BLOCK_N>(S, desc_q, desc_k, kk > 0);
     }
     wgmma_commit();
   };
   auto issue_pv = [&](int n) {
     const int s = n % STAGES;
-    mbarrier_wait_parity(v_full(s), (n / STAGES) & 1);
+    mbarrier_wait_parity(sm.v_full(s), (n / STAGES) & 1);
     wgmma_fence_operand(O_acc);
 #pragma unroll
     for (int kk = 0; kk < PV_STEPS; ++kk) wgmma_fence_operand(P_frag[kk]);
@@ -258,7 +323,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < PV_STEPS; ++kk) {
       const uint64_t desc_v = wg::desc_mnmajor_sw128(
-          V_s + s * Cfg::kKVBytes + wg::sw128_mnmajor_offset(BLOCK_N, 0, kk), BLOCK_N);
+          sm.V_s + s * Cfg::kKVBytes + wg::sw128_mnmajor_offset(BLOCK_N, 0, kk), BLOCK_N);
       wgmma_rs<T, D, 1>(O_acc, P_frag[kk], desc_v, 1);
     }
     wgmma_commit();
@@ -279,21 +344,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // A stage's K may be refilled once S = Q K^T of its block is done, its V once O += P V is.
   auto s_landed = [&](float (&S)[BLOCK_N / 2], int n) {  // after the wait that covers S_n
     wgmma_fence_operand(S);
-    if (leader) mbarrier_arrive(k_empty(n % STAGES));
+    if (leader) mbarrier_arrive(sm.k_empty(n % STAGES));
   };
   auto pv_done = [&](int n) {  // waits for O += P_n V_n: O may be rescaled, P_n overwritten
     wgmma_wait<0>();
     wgmma_fence_operand(O_acc);
-    if (leader) mbarrier_arrive(v_empty(n % STAGES));
+    if (leader) mbarrier_arrive(sm.v_empty(n % STAGES));
   };
 
   if constexpr (OVERLAP) {
     // LAB-BEGIN(10-overlap): the softmax of block n runs under the S = Q K^T of block n + 1
     if (n_blocks > 0) {
       float S[BLOCK_N / 2];
-      turn_begin();
+      turn.begin();
       issue_qk(S, 0);
-      turn_end();
+      turn.end();
       wgmma_wait<0>();
       s_landed(S, 0);
       softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, 0 >= n_mask_from, 0, row_visible);
@@ -301,10 +366,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
       for (int n = 1; n < n_blocks; ++n) {
         float S_next[BLOCK_N / 2];
-        turn_begin();
+        turn.begin();
         issue_qk(S_next, n);  // group 1: S_n
         issue_pv(n - 1);      // group 2: O += P_{n-1} V_{n-1}
-        turn_end();
+        turn.end();
         wgmma_wait<1>();  // groups complete in order: S_n is ready, P V may still run
         s_landed(S_next, n);
         softmax_block<BLOCK_N>(S_next, m_i, l_i, alpha, scale_log2, n >= n_mask_from,
@@ -312,9 +377,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         pv_done(n - 1);
         rescale_and_pack(S_next);
       }
-      turn_begin();
+      turn.begin();
       issue_pv(n_blocks - 1);
-      turn_end();
+      turn.end();
       pv_done(n_blocks - 1);
     }
     // LAB-END(10-overlap)
@@ -323,17 +388,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
     for (int n = 0; n < n_blocks; ++n) {
       float S[BLOCK_N / 2];
-      turn_begin();
+      turn.begin();
       issue_qk(S, n);
-      turn_end();
+      turn.end();
       wgmma_wait<0>();
       s_landed(S, n);
       softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, n >= n_mask_from, n * BLOCK_N,
                              row_visible);
       rescale_and_pack(S);
-      turn_begin();
+      turn.begin();
       issue_pv(n);
-      turn_end();
+      turn.end();
       pv_done(n);
     }
   }

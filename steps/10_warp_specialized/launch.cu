@@ -4,6 +4,7 @@
 /// specialization off means no producer warpgroup, hence no ping-pong and no overlap either.
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "flashladder/registry.h"
@@ -20,15 +21,18 @@ namespace {
 
 enum class Mode { all, no_pingpong, no_overlap, no_ws };
 
-int smem_of(const Problem& p) {
-  switch (p.head_dim) {
-    case 64: return hopper10::HopperWsTiles<64>::kSmemBytes;
-    case 128:
-      return p.causal ? hopper10::HopperWsTiles<128, true>::kSmemBytes
-                      : hopper10::HopperWsTiles<128, false>::kSmemBytes;
-    case 256: return hopper10::HopperWsTiles<256>::kSmemBytes;
-    default: return 0;
-  }
+/// The rung's tiles per head_dim without a causal mask, and with one: only d = 128 has a tile of
+/// its own for the mask (traits.h), so d = 64 and 256 name the same tiles either way.
+template <int D>
+using Tiles = hopper10::HopperWsTiles<D>;
+template <int D>
+using CausalTiles = hopper10::HopperWsTiles<D, D == 128>;
+
+/// Calls f(TypeTag<the rung's tiles for @p head_dim, @p causal or not>{}) (with_head_dim_tiles).
+template <class F>
+decltype(auto) with_tiles(int head_dim, bool causal, F&& f) {
+  if (causal) return with_head_dim_tiles<CausalTiles>(head_dim, std::forward<F>(f));
+  return with_head_dim_tiles<Tiles>(head_dim, std::forward<F>(f));
 }
 
 std::string check_limits(const Problem& p, const DeviceInfo& d) {
@@ -36,7 +40,8 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
   if (!hopper.empty()) return hopper;
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
-  return tile_limits(p, d, smem_of(p));
+  const int smem = with_tiles(p.head_dim, p.causal, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
+  return tile_limits(p, d, smem);
 }
 
 #if FL_HOPPER_SM90A
@@ -60,30 +65,20 @@ std::vector<KernelInfo> kernels_mode() {
              Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)}};
 }
 
-/// The runtime (dtype, head_dim) to one instantiation.
+/// The runtime (dtype, head_dim, mask) to one instantiation.
 template <Mode M>
 void launch_any(const AttnParams& p, cudaStream_t s) {
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
-    switch (p.head_dim) {
-      case 64: return launch_mode<M, T, hopper10::HopperWsTiles<64>>(p, s);
-      case 128:
-        if (p.causal) return launch_mode<M, T, hopper10::HopperWsTiles<128, true>>(p, s);
-        return launch_mode<M, T, hopper10::HopperWsTiles<128, false>>(p, s);
-      default: return launch_mode<M, T, hopper10::HopperWsTiles<256>>(p, s);
-    }
+    with_tiles(p.head_dim, p.causal != 0,
+               [&](auto tiles) { launch_mode<M, T, typename decltype(tiles)::type>(p, s); });
   });
 }
 
 template <Mode M>
 std::vector<KernelInfo> kernels_any(const Problem& p) {
   return FL_DTYPE_SWITCH(p.dtype, T, [&] {
-    switch (p.head_dim) {
-      case 64: return kernels_mode<M, T, hopper10::HopperWsTiles<64>>();
-      case 128:
-        if (p.causal) return kernels_mode<M, T, hopper10::HopperWsTiles<128, true>>();
-        return kernels_mode<M, T, hopper10::HopperWsTiles<128, false>>();
-      default: return kernels_mode<M, T, hopper10::HopperWsTiles<256>>();
-    }
+    return with_tiles(p.head_dim, p.causal,
+                      [](auto tiles) { return kernels_mode<M, T, typename decltype(tiles)::type>(); });
   });
 }
 #endif

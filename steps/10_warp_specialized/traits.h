@@ -29,6 +29,9 @@ struct WsTiles : hopper09::WgmmaTiles<HEAD_DIM, 2, BLOCK_N, STAGES> {
   using Base = hopper09::WgmmaTiles<HEAD_DIM, 2, BLOCK_N, STAGES>;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
+  /// A K tile and a V tile of the ring: the same size here (rung 13's e4m3 K and V^T name them too).
+  static constexpr int kKBytes = Base::kKVBytes;
+  static constexpr int kVBytes = Base::kKVBytes;
   /// mbarriers: Q, then per stage "K landed", "V landed", "K empty", "V empty".
   static constexpr int kBarrierBytes = 8 * (1 + 4 * STAGES);
   static constexpr int kSmemBytes =

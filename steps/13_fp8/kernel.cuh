@@ -1,7 +1,8 @@
 /// @file steps/13_fp8/kernel.cuh
 /// @brief Rung 13: rung 10's kernel with e4m3 operands (FlashAttention-3, Shah et al. 2024,
 /// §3.3). The schedule (producer warpgroup, ping-pong consumers, softmax under the next
-/// S = Q K^T) is rung 10's, line for line; what changes is what the tensor cores read:
+/// S = Q K^T) is rung 10's: its shared-memory ring, start-up, producer and ping-pong turns are
+/// rung 10's functions, called with e4m3 tiles; what changes is what the tensor cores read:
 ///
 /// @code
 ///   // clang-format off
@@ -42,8 +43,8 @@ namespace fl::hopper13 {
 
 using namespace fl::hopper;
 namespace wg = fl::wgmma;
-using hopper10::kConsumerThreads;
-using hopper10::kTurnBarrier;
+using hopper10::PingPong;
+using hopper10::WsSmem;
 
 /// Four floats -> four e4m3 in one register, the first in the low byte (wgmma's k order).
 __device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float d) {
@@ -72,6 +73,36 @@ template <int POLY>
 struct Ex2Split {
   static __device__ __forceinline__ float apply(float x, int col_block) {
     return (col_block % 4) < POLY ? exp2_fma(x) : ptx::ex2_approx(x);
+  }
+};
+
+/// The TMA copies of one e4m3 tile, for rung 10's producer (hopper10::produce): Q and K rows of
+/// head_dim bytes in boxes of kSwizzleQK bytes, one per column block (coordinates: column, head,
+/// row, batch); V^T, [d rows][keys], in boxes of kSwizzleV keys by all d rows (coordinates: key,
+/// row of d, KV head, batch).
+template <class Cfg>
+struct Fp8TileLoads {
+  static constexpr int SWQ = Cfg::kSwizzleQK;
+  static constexpr int SWV = Cfg::kSwizzleV;
+  const CUtensorMap* map_q;
+  const CUtensorMap* map_k;
+  const CUtensorMap* map_vt;
+  int head, kv_head, row0, batch;
+
+  __device__ __forceinline__ void q(uint32_t Q_s, uint32_t bar) const {
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+      tma_load_4d(Q_s + cb * Cfg::kBlockM * SWQ, map_q, bar, SWQ * cb, head, row0, batch);
+  }
+  __device__ __forceinline__ void k(uint32_t K_tile, uint32_t bar, int key0) const {
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+      tma_load_4d(K_tile + cb * Cfg::kBlockN * SWQ, map_k, bar, SWQ * cb, kv_head, key0, batch);
+  }
+  __device__ __forceinline__ void v(uint32_t V_tile, uint32_t bar, int key0) const {  // V^T: [d rows][keys]
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kVColBlocks; ++cb)
+      tma_load_4d(V_tile + cb * Cfg::kHeadDim * SWV, map_vt, bar, key0 + SWV * cb, 0, kv_head, batch);
   }
 };
 
@@ -111,60 +142,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int n_mask_from = kv_range.mask_from;
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t Q_s = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const uint32_t K_s = Q_s + Cfg::kQBytes;
-  const uint32_t V_s = K_s + STAGES * Cfg::kKBytes;
-  const uint32_t bar_q = V_s + STAGES * Cfg::kVBytes;
-  auto k_full = [&](int s) { return bar_q + 8u * (1 + s); };
-  auto v_full = [&](int s) { return bar_q + 8u * (1 + STAGES + s); };
-  auto k_empty = [&](int s) { return bar_q + 8u * (1 + 2 * STAGES + s); };
-  auto v_empty = [&](int s) { return bar_q + 8u * (1 + 3 * STAGES + s); };
+  const WsSmem<Cfg> sm(smem_raw);  // rung 10's ring, of e4m3 K and V^T tiles
 
-  if (tid == 0) {
-    tma_prefetch_map(&map_q);
-    tma_prefetch_map(&map_k);
-    tma_prefetch_map(&map_vt);
-    mbarrier_init(bar_q, 1);
-    for (int s = 0; s < STAGES; ++s) {
-      mbarrier_init(k_full(s), 1);
-      mbarrier_init(v_full(s), 1);
-      mbarrier_init(k_empty(s), Cfg::kConsumers);
-      mbarrier_init(v_empty(s), Cfg::kConsumers);
-    }
-    fence_mbarrier_init();
-  }
+  if (tid == 0) hopper10::start_up(sm, &map_q, &map_k, &map_vt);
   __syncthreads();
 
   if (wg_idx == 0) {
     // ---- producer: rung 10's, with byte-wide boxes and V^T's coordinates ---------------------
     setmaxnreg_dec<hopper10::kProducerRegs>();
-    // LAB-BEGIN(13-producer): rung 10's producer on e4m3 boxes and V^T's coordinates
-    // [copy-of: 10-producer]
-    if (tid == 0) {
-      mbarrier_arrive_expect_tx(bar_q, Cfg::kQBytes);
-#pragma unroll
-      for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-        tma_load_4d(Q_s + cb * BLOCK_M * SWQ, &map_q, bar_q, SWQ * cb, head, row0, batch);
-#pragma unroll 1
-      for (int n = 0; n < n_blocks; ++n) {
-        const int s = n % STAGES;
-        const uint32_t refill_parity = ((n / STAGES) & 1) ^ 1;
-        const int key0 = n * BLOCK_N;
-        mbarrier_wait_parity(k_empty(s), refill_parity);
-        mbarrier_arrive_expect_tx(k_full(s), Cfg::kKBytes);
-#pragma unroll
-        for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-          tma_load_4d(K_s + s * Cfg::kKBytes + cb * BLOCK_N * SWQ, &map_k, k_full(s), SWQ * cb, kv_head,
-                      key0, batch);
-        mbarrier_wait_parity(v_empty(s), refill_parity);
-        mbarrier_arrive_expect_tx(v_full(s), Cfg::kVBytes);
-#pragma unroll
-        for (int cb = 0; cb < Cfg::kVColBlocks; ++cb)  // V^T: [d rows][BLOCK_N keys]
-          tma_load_4d(V_s + s * Cfg::kVBytes + cb * D * SWV, &map_vt, v_full(s), key0 + SWV * cb, 0,
-                      kv_head, batch);
-      }
-    }
-    // LAB-END(13-producer)
+    if (tid == 0)
+      hopper10::produce(sm, Fp8TileLoads<Cfg>{&map_q, &map_k, &map_vt, head, kv_head, row0, batch}, n_blocks);
     return;
   }
 
@@ -184,14 +171,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     row_visible[h] = (p.causal ? min(p.seqlen_k, row + p.causal_offset + 1) : p.seqlen_k) - 2 * t;
   }
 
-  const int windows = n_blocks == 0 ? 0 : (OVERLAP ? n_blocks + 1 : 2 * n_blocks);
-  int window = 0;
-  auto turn_begin = [&] { named_barrier_sync(kTurnBarrier + c, kConsumerThreads); };
-  auto turn_end = [&] {
-    if (!(c == 1 && window == windows - 1)) named_barrier_arrive(kTurnBarrier + (1 - c), kConsumerThreads);
-    ++window;
-  };
-  if (c == 1 && windows > 0) named_barrier_arrive(kTurnBarrier + 0, kConsumerThreads);
+  PingPong<true> turn(c, n_blocks == 0 ? 0 : (OVERLAP ? n_blocks + 1 : 2 * n_blocks));
 
   // The descales of this (batch, KV head): Q's and K's fold into the softmax scale, V's into O.
   const int scale_idx = batch * p.heads_kv + kv_head;
@@ -206,18 +186,18 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   float l_i[2] = {0.f, 0.f};
   float alpha[2] = {1.f, 1.f};  // set by every softmax; defined before the first (and in a lab stub)
   uint32_t P_frag[PV_STEPS][4];
-  mbarrier_wait_parity(bar_q, 0);
+  mbarrier_wait_parity(sm.bar_q, 0);
 
   auto issue_qk = [&](float (&S)[BLOCK_N / 2], int n) {
     const int s = n % STAGES;
-    mbarrier_wait_parity(k_full(s), (n / STAGES) & 1);
+    mbarrier_wait_parity(sm.k_full(s), (n / STAGES) & 1);
     wgmma_fence_operand(S);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < QK_STEPS; ++kk) {
-      const uint64_t desc_q = wg::desc_kmajor_sw(Q_s + wg::kmajor_offset(SWQ, BLOCK_M, 64 * c, 32 * kk), SWQ);
+      const uint64_t desc_q = wg::desc_kmajor_sw(sm.Q_s + wg::kmajor_offset(SWQ, BLOCK_M, 64 * c, 32 * kk), SWQ);
       const uint64_t desc_k =
-          wg::desc_kmajor_sw(K_s + s * Cfg::kKBytes + wg::kmajor_offset(SWQ, BLOCK_N, 0, 32 * kk), SWQ);
+          wg::desc_kmajor_sw(sm.K_s + s * Cfg::kKBytes + wg::kmajor_offset(SWQ, BLOCK_N, 0, 32 * kk), SWQ);
       wgmma_ss_e4m3<BLOCK_N>(S, desc_q, desc_k, kk > 0);
     }
     wgmma_commit();
@@ -225,7 +205,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Issues O += P_n V_n (or, PROMOTE, O_blk = P_n V_n for columns half * PV_N ...).
   auto issue_pv = [&](int n, int half) {
     const int s = n % STAGES;
-    if (half == 0) mbarrier_wait_parity(v_full(s), (n / STAGES) & 1);
+    if (half == 0) mbarrier_wait_parity(sm.v_full(s), (n / STAGES) & 1);
 #pragma unroll
     for (int kk = 0; kk < PV_STEPS; ++kk) wgmma_fence_operand(P_frag[kk]);
     if constexpr (PROMOTE) {
@@ -235,7 +215,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int kk = 0; kk < PV_STEPS; ++kk) {
         // B = V^T: rows half * PV_N .. of d (N) by BLOCK_N keys (K), K-major like K in S = Q K^T.
         const uint64_t desc_v = wg::desc_kmajor_sw(
-            V_s + s * Cfg::kVBytes + wg::kmajor_offset(SWV, D, half * PV_N, 32 * kk), SWV);
+            sm.V_s + s * Cfg::kVBytes + wg::kmajor_offset(SWV, D, half * PV_N, 32 * kk), SWV);
         wgmma_rs_e4m3<PV_N>(O_blk, P_frag[kk], desc_v, kk > 0);
       }
     } else {
@@ -244,7 +224,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < PV_STEPS; ++kk) {
         const uint64_t desc_v =
-            wg::desc_kmajor_sw(V_s + s * Cfg::kVBytes + wg::kmajor_offset(SWV, D, 0, 32 * kk), SWV);
+            wg::desc_kmajor_sw(sm.V_s + s * Cfg::kVBytes + wg::kmajor_offset(SWV, D, 0, 32 * kk), SWV);
         wgmma_rs_e4m3<D>(O_acc, P_frag[kk], desc_v, 1);
       }
     }
@@ -274,7 +254,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   auto s_landed = [&](float (&S)[BLOCK_N / 2], int n) {
     wgmma_fence_operand(S);
-    if (leader) mbarrier_arrive(k_empty(n % STAGES));
+    if (leader) mbarrier_arrive(sm.k_empty(n % STAGES));
   };
   // Waits for P_n V_n: O may be rescaled and P_n overwritten. PROMOTE adds the block's sum to O
   // in fp32 (the FP8 tensor cores keep about 14 significand bits when they accumulate).
@@ -294,7 +274,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       wgmma_fence_operand(O_acc);
     }
-    if (leader) mbarrier_arrive(v_empty(n % STAGES));
+    if (leader) mbarrier_arrive(sm.v_empty(n % STAGES));
   };
 
   // Rung 10's main loop: the softmax of block n under the S = Q K^T of block n + 1.
@@ -303,9 +283,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // [copy-of: 10-overlap]
   if (n_blocks > 0) {
     float S[BLOCK_N / 2];
-    turn_begin();
+    turn.begin();
     issue_qk(S, 0);
-    turn_end();
+    turn.end();
     wgmma_wait<0>();
     s_landed(S, 0);
     hopper10::softmax_block<BLOCK_N, P_SHIFT, Ex2Split<POLY>>(S, m_i, l_i, alpha, scale_log2, 0 >= n_mask_from, 0,
@@ -314,10 +294,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
     for (int n = 1; n < n_blocks; ++n) {
       float S_next[BLOCK_N / 2];
-      turn_begin();
+      turn.begin();
       issue_qk(S_next, n);
       issue_pv(n - 1, 0);
-      turn_end();
+      turn.end();
       wgmma_wait<1>();
       s_landed(S_next, n);
       hopper10::softmax_block<BLOCK_N, P_SHIFT, Ex2Split<POLY>>(S_next, m_i, l_i, alpha, scale_log2, n >= n_mask_from,
@@ -325,9 +305,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       pv_done(n - 1);
       rescale_and_pack(S_next);
     }
-    turn_begin();
+    turn.begin();
     issue_pv(n_blocks - 1, 0);
-    turn_end();
+    turn.end();
     pv_done(n_blocks - 1);
   }
   // LAB-END(13-overlap)
@@ -336,17 +316,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
     for (int n = 0; n < n_blocks; ++n) {
       float S[BLOCK_N / 2];
-      turn_begin();
+      turn.begin();
       issue_qk(S, n);
-      turn_end();
+      turn.end();
       wgmma_wait<0>();
       s_landed(S, n);
       hopper10::softmax_block<BLOCK_N, P_SHIFT, Ex2Split<POLY>>(S, m_i, l_i, alpha, scale_log2, n >= n_mask_from, n * BLOCK_N,
                                                 row_visible);
       rescale_and_pack(S);
-      turn_begin();
+      turn.begin();
       issue_pv(n, 0);
-      turn_end();
+      turn.end();
       pv_done(n);
     }
   }

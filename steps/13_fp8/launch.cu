@@ -16,24 +16,13 @@
 namespace fl {
 namespace {
 
-int smem_of(const Problem& p) {
-  switch (p.head_dim) {
-    case 64: return hopper13::Fp8TilesFor<64>::kSmemBytes;
-    case 128: return hopper13::Fp8TilesFor<128>::kSmemBytes;
-    case 256: return hopper13::Fp8TilesFor<256>::kSmemBytes;
-    default: return 0;
-  }
-}
-
 #if FL_HOPPER_SM90A
 template <int P_SHIFT, bool PROMOTE, int POLY>
 void launch_any(const AttnParams& p, cudaStream_t s) {
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
-    switch (p.head_dim) {
-      case 64: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<64>, P_SHIFT, PROMOTE, POLY>(p, s);
-      case 128: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<128>, P_SHIFT, PROMOTE, POLY>(p, s);
-      default: return hopper13::launch_fp8<T, hopper13::Fp8TilesFor<256>, P_SHIFT, PROMOTE, POLY>(p, s);
-    }
+    with_head_dim_tiles<hopper13::Fp8TilesFor>(p.head_dim, [&](auto tiles) {
+      hopper13::launch_fp8<T, typename decltype(tiles)::type, P_SHIFT, PROMOTE, POLY>(p, s);
+    });
   });
 }
 
@@ -46,12 +35,10 @@ KernelInfo info() {
 
 template <int P_SHIFT, bool PROMOTE, int POLY>
 std::vector<KernelInfo> kernels_any(const Problem& p) {
-  return FL_DTYPE_SWITCH(p.dtype, T, [&]() -> std::vector<KernelInfo> {
-    switch (p.head_dim) {
-      case 64: return {info<P_SHIFT, PROMOTE, POLY, hopper13::Fp8TilesFor<64>, T>()};
-      case 128: return {info<P_SHIFT, PROMOTE, POLY, hopper13::Fp8TilesFor<128>, T>()};
-      default: return {info<P_SHIFT, PROMOTE, POLY, hopper13::Fp8TilesFor<256>, T>()};
-    }
+  return FL_DTYPE_SWITCH(p.dtype, T, [&] {
+    return with_head_dim_tiles<hopper13::Fp8TilesFor>(p.head_dim, [](auto tiles) {
+      return std::vector<KernelInfo>{info<P_SHIFT, PROMOTE, POLY, typename decltype(tiles)::type, T>()};
+    });
   });
 }
 #endif
@@ -76,7 +63,9 @@ Rung make(const char* variant, const char* summary) {
     if (!hopper.empty()) return hopper;
     if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
       return "head_dim must be 64, 128 or 256 (e4m3 rows of 64 B or whole 128 B column blocks)";
-    return tile_limits(p, d, smem_of(p));
+    const int smem = with_head_dim_tiles<hopper13::Fp8TilesFor>(
+        p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
+    return tile_limits(p, d, smem);
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A

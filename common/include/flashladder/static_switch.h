@@ -4,10 +4,12 @@
 ///
 /// Configure with -DFL_HEAD_DIM=128 and/or -DFL_DTYPE=fp16 to build one
 /// instantiation only; the others then report "not built" through supports().
+/// The Hopper rungs (09, 10, 13) pick their tiles with with_head_dim_tiles instead.
 #pragma once
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "flashladder/types.h"
 
@@ -25,6 +27,27 @@ constexpr bool head_dim_built(int d) { return FL_HEAD_DIM_ONLY == 0 || FL_HEAD_D
 /// True if kernels for @p t were compiled in this build.
 constexpr bool dtype_built(DType t) {
   return FL_DTYPE_ONLY < 0 || FL_DTYPE_ONLY == static_cast<int>(t);
+}
+
+/// A type passed as a value, to a generic lambda: `using Cfg = typename decltype(tiles)::type;`.
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+
+/// The head_dim switch of the Hopper rungs (09, 10, 13), whose tiles are TILES<D> for D = 64,
+/// 128 and 256: returns @p f(TypeTag<TILES<D>>{}) for head_dim @p d = D. All three are compiled
+/// whatever FL_HEAD_DIM says. Any other @p d throws std::invalid_argument; each rung's
+/// supports() refuses it first, with the rung's reason.
+template <template <int> class TILES, class F>
+decltype(auto) with_head_dim_tiles(int d, F&& f) {
+  switch (d) {
+    case 64: return std::forward<F>(f)(TypeTag<TILES<64>>{});
+    case 128: return std::forward<F>(f)(TypeTag<TILES<128>>{});
+    case 256: return std::forward<F>(f)(TypeTag<TILES<256>>{});
+    default:
+      throw std::invalid_argument("head_dim " + std::to_string(d) + " is not a head_dim of this rung (64, 128, 256)");
+  }
 }
 
 }  // namespace fl
