@@ -1,10 +1,404 @@
-// Rung 12: ring attention over P GPUs, one process per GPU (ring.cu). It has its own main
-// rather than the shared runner's: the runner runs one process on one GPU, and the tour, the
-// bench and the registry-wide tests iterate single-process rungs. Start P > 1 ranks with
-// launch_ring.py; --gpus 1 (the default) runs the degenerate ring in this process.
+/// @file steps/12_ring_attention/main.cu
+/// @brief Rung 12's program: its flags, the GPUs it finds, and one rank's whole job (or, with
+/// --replay, the whole ring's): the communicator, the checked pass, the timed passes, the
+/// gathers, rank 0's single-GPU run and its report.
+///
+/// It has its own main rather than the shared runner's: the runner runs one process on one
+/// GPU, and the tour, the bench and the registry-wide tests iterate single-process rungs. Start
+/// P > 1 ranks with launch_ring.py; --gpus 1 (the default) runs the degenerate ring in this
+/// process. The files of the rung, by concern: ring_schedule.cu (the schedule of a pass: the
+/// lesson), rank_ring.h/.cpp (a rank's buffers and gathers), communicator.h/.cpp (the NCCL id
+/// and the communicator), ring_report.h (the report's text and JSON), ring_plan.h (the shards
+/// and the launches), merge_kernel.cuh (the merge), ring_options.h (the rung's flags).
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "communicator.h"
+#include "flashladder/runner.h"
+#include "nccl_check.h"
+#include "rank_ring.h"
+#include "ring_options.h"
+#include "ring_plan.h"
+#include "ring_report.h"
+
+#ifndef FL_GIT_SHA
+#define FL_GIT_SHA "unknown"
+#endif
+
 namespace fl::ring {
-int ring_main(int argc, char** argv);
+namespace {
+
+/// The forward rung of each step: --forward-rung, else rung 10 on sm_90 where it runs the
+/// problem, else rung 06. Throws Unsupported with both reasons when neither runs it.
+const Rung& pick_forward_rung(int forced, const Problem& p, const DeviceInfo& dev) {
+  const Registry& reg = registry();
+  auto usable = [&](int n, std::string* why) -> const Rung* {
+    const Rung* r = reg.find(n);
+    if (!r) {
+      *why = "rung " + std::to_string(n) + " is not built (see -DFL_RUNGS)";
+      return nullptr;
+    }
+    if (!r->not_implemented.empty()) {
+      *why = r->label() + " is not implemented in this tree (lab starter)";
+      return nullptr;
+    }
+    // Probe both masks: a ring has causal (diagonal) and unmasked steps.
+    for (bool causal : {false, true}) {
+      Problem q = p;
+      q.causal = causal;
+      *why = supports(*r, q, dev);
+      if (!why->empty()) {
+        *why = r->label() + ": " + *why;
+        return nullptr;
+      }
+    }
+    return r;
+  };
+  std::string why10, why06;
+  if (forced != 0) {
+    std::string why;
+    if (const Rung* r = usable(forced, &why)) return *r;
+    throw Unsupported("--forward-rung " + std::to_string(forced) + ": " + why);
+  }
+  if (dev.cc_major == 9 && dev.cc_minor == 0)
+    if (const Rung* r = usable(10, &why10)) return *r;
+  if (const Rung* r = usable(6, &why06)) return *r;
+  throw Unsupported(
+      "no forward rung runs this problem here: " + (why10.empty() ? "" : why10 + "; ") + why06);
 }
+
+/// Rank 0, --single 1: the same forward rung on the whole sequence on one GPU, checked, compared
+/// with the ring's output @p o_ring and timed: the one-GPU time of the scaling efficiency.
+/// Skipped, with the reason, where the rung cannot run it or it does not fit.
+void run_single(const Options& opt, const Rung& fwd, const DeviceInfo& dev, const HostInputs& in,
+                const std::vector<uint16_t>& o_ring, Report* rep) {
+  const Problem& p = opt.problem;
+  std::string why = supports(fwd, p, dev);
+  const size_t ws = fwd.workspace_bytes ? fwd.workspace_bytes(p) : 0;
+  if (why.empty()) {
+    size_t free_b = 0, total_b = 0;
+    FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need1 = DeviceProblem::device_bytes(p, ws);
+    if (static_cast<double>(need1) > 0.9 * static_cast<double>(free_b))
+      why = "needs " + format_bytes(static_cast<double>(need1)) + " of GPU memory, " +
+            format_bytes(static_cast<double>(free_b)) + " free";
+  }
+  if (!why.empty()) {
+    rep->single_skipped = why;
+    return;
+  }
+  DeviceProblem dp(p, in, ws, opt.seed);
+  dp.poison_outputs();
+  launch_once(fwd, dp);
+  rep->single_ran = true;
+  if (opt.check != CheckMode::none) {
+    const std::vector<uint16_t> o_single = dp.download_o();
+    rep->single_check = check_output(p, in, o_single, dp.download_lse(), opt.check, opt.seed);
+    rep->vs_single = agreement(p.dtype, o_ring, o_single);
+    rep->vs_single_pass = rep->vs_single.max_abs <= rep->check.tol.max_abs &&
+                          rep->vs_single.rel_fro <= rep->check.tol.rel_fro;
+  } else {
+    rep->single_check.pass = true;
+  }
+  rep->single_timing = time_rung(fwd, dp, dev, opt.iters, opt.warmup);
+}
+
+/// Rank 0's end: the report (and --json); the exit code of the checks.
+int finish(const Report& rep, const Options& opt, const std::string& prog) {
+  std::printf("%s", report_text(rep).c_str());
+  if (!opt.json_path.empty()) {
+    std::ofstream f(opt.json_path);
+    f << report_json(rep) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "%s: error: --json: cannot write '%s'\n", prog.c_str(),
+                   opt.json_path.c_str());
+      return kExitBadInput;
+    }
+  }
+  const bool pass =
+      rep.check.pass && (!rep.single_ran || (rep.single_check.pass && rep.vs_single_pass));
+  return pass ? kExitOk : kExitCheckFailed;
+}
+
+/// --replay P: every rank of a P-rank ring in this one process on this one GPU, rank after
+/// rank, each step reading the K/V shard where its first owner keeps it (no NCCL, no transfer).
+/// The plan, the chunk launches, the running merge and the gather run as on P GPUs, so the
+/// check covers them where P GPUs are not at hand; the transfers, the streams' overlap and the
+/// process model are what only --gpus P runs. Each rank's pass is timed alone on the GPU, as it
+/// would run on its own GPU: the slowest one is the ring's time if every transfer hid.
+void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const DeviceInfo& dev,
+                 const HostInputs& in, Report* rep, std::vector<uint16_t>* o_ring) {
+  const Problem& p = opt.problem;
+  std::vector<std::unique_ptr<RankRing>> ranks;
+  for (int r = 0; r < P; ++r) {
+    ranks.push_back(std::make_unique<RankRing>(p, sh, P, r, fwd, dev, nullptr, in));
+    const std::string why = ranks.back()->why_not();
+    if (!why.empty()) throw Unsupported(why);
+  }
+  for (int s = 0; s < P; ++s) rep->send_bytes.push_back(ranks[0]->send_bytes(s));
+  // 1. One checked pass of every rank on a NaN-poisoned O.
+  std::vector<float> lse_ring;
+  RankRing::start_whole(p, o_ring, &lse_ring);
+  for (auto& r : ranks) {
+    r->poison_output();
+    r->replay(ranks);
+    r->collect(o_ring, &lse_ring);
+  }
+  if (opt.check != CheckMode::none)
+    rep->check = check_output(p, in, *o_ring, lse_ring, opt.check, opt.seed);
+  else
+    rep->check.pass = true;
+  // 2. Timed passes, rank after rank: per iteration the slowest rank's pass; per (rank, step)
+  // the medians of compute and merge.
+  for (int i = 0; i < opt.warmup; ++i)
+    for (auto& r : ranks) r->replay(ranks);
+  std::vector<std::vector<std::vector<double>>> compute(P, std::vector<std::vector<double>>(P)),
+      merge = compute;
+  rep->iters = opt.iters;
+  for (int i = 0; i < opt.iters; ++i) {
+    double slowest = 0;
+    for (int r = 0; r < P; ++r) {
+      const StepTimes t = ranks[r]->replay(ranks);
+      slowest = std::max(slowest, static_cast<double>(t.total));
+      for (int s = 0; s < P; ++s) {
+        compute[r][s].push_back(t.compute[s]);
+        merge[r][s].push_back(t.merge[s]);
+      }
+    }
+    rep->ring_ms.push_back(slowest);
+  }
+  for (int r = 0; r < P; ++r) {
+    rep->compute.emplace_back();
+    rep->merge.emplace_back();
+    for (int s = 0; s < P; ++s) {
+      rep->compute[r].push_back(median(compute[r][s]));
+      rep->merge[r].push_back(median(merge[r][s]));
+    }
+  }
+}
+
+/// The rank's whole job (or, with --replay, the whole ring's). Returns its exit code; throws on
+/// failure.
+int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, int device,
+             const std::string& prog) {
+  const Problem& p = opt.problem;
+  const bool replay = ro.replay > 0;
+  const int P = replay ? ro.replay : ro.gpus;
+  FL_CUDA_CHECK(cudaSetDevice(device));
+  const DeviceInfo dev = query_device();
+  const Rung& fwd = pick_forward_rung(ro.forward_rung, p, dev);
+  size_t need = 0;
+  for (int r = replay ? 0 : rank; r < (replay ? P : rank + 1); ++r)
+    need += RankRing::device_bytes(p, sh, P, r);
+  if (static_cast<double>(need) > 0.9 * static_cast<double>(dev.mem_free))
+    throw Unsupported((replay ? std::string("the replayed ring") : "rank " + std::to_string(rank)) +
+                      " needs " + format_bytes(static_cast<double>(need)) + " of GPU memory, " +
+                      format_bytes(static_cast<double>(dev.mem_free)) + " is free");
+  int nccl_code = 0;
+  FL_NCCL_CHECK(ncclGetVersion(&nccl_code));
+  const std::string nccl_version = std::to_string(nccl_code / 10000) + "." +
+                                   std::to_string(nccl_code / 100 % 100) + "." +
+                                   std::to_string(nccl_code % 100);
+
+  // The communicator (not for --replay): rank 0 makes the id and (P > 1) publishes it through
+  // the file. The communicator and the ring live on the heap and are released only on success:
+  // on a failure the exception reaches ring_main, which aborts the communicator and exits at
+  // once. Destructors on that path would free device memory, and cudaFree waits for the GPU,
+  // where an NCCL kernel may spin forever on a peer that died.
+  Communicator* comm = nullptr;
+  if (!replay) {
+    ncclUniqueId id;
+    if (rank == 0) {
+      FL_NCCL_CHECK(ncclGetUniqueId(&id));
+      if (P > 1) write_id_file(ro.id_file, id);
+    } else {
+      id = read_id_file(ro.id_file, ro.timeout_s, rank);
+    }
+    comm = new Communicator(P, rank, id, ro.timeout_s);
+    if (rank == 0 && P > 1) unlink(ro.id_file.c_str());  // everyone has joined: it has served
+  }
+
+  // Every rank makes the same whole inputs from the seed and keeps its rows.
+  const HostInputs in = make_inputs(p, opt.input, opt.seed);
+  Report rep;
+  rep.p = p;
+  rep.sharding = sh;
+  rep.world = P;
+  rep.replay = replay;
+  rep.shared_gpu = ro.shared_gpu;
+  rep.forward_label = fwd.label();
+  rep.nccl_version = nccl_version;
+  rep.git_sha = FL_GIT_SHA;
+  rep.dev = dev;
+  rep.opt = opt;
+  rep.pairs = pairs_per_rank(sh, p.causal, p.seqlen_q, P);
+  std::vector<uint16_t> o_ring;
+  if (replay) {
+    replay_ring(opt, sh, P, fwd, dev, in, &rep, &o_ring);
+  } else {
+    auto* ring_owned = new RankRing(p, sh, P, rank, fwd, dev, comm, in);
+    RankRing& ring = *ring_owned;
+    const std::string why = ring.why_not();
+    if (!why.empty()) throw Unsupported(why);  // every rank runs the same problems: all say so
+    for (int s = 0; s < P; ++s) rep.send_bytes.push_back(ring.send_bytes(s));
+
+    // 1. One checked pass on a NaN-poisoned O.
+    ring.poison_output();
+    ring.barrier();
+    ring.forward(ro.fail_rank);
+    std::vector<float> lse_ring;
+    if (opt.check != CheckMode::none) ring.gather(&o_ring, &lse_ring);
+    if (rank == 0 && opt.check != CheckMode::none)
+      rep.check = check_output(p, in, o_ring, lse_ring, opt.check, opt.seed);
+    else
+      rep.check.pass = true;  // --check none (and ranks != 0: rank 0 decides)
+
+    // 2. Timed passes: all ranks meet before each; per step: compute, exposed comm, merge.
+    for (int i = 0; i < opt.warmup; ++i) {
+      ring.barrier();
+      ring.forward(-1);
+    }
+    std::vector<float> mine;  // [iters totals][P compute][P exposed][P merge][P transfer]
+    std::vector<std::vector<std::vector<double>>> samples(4, std::vector<std::vector<double>>(P));
+    std::vector<float> totals;
+    for (int i = 0; i < opt.iters; ++i) {
+      ring.barrier();
+      const StepTimes t = ring.forward(-1);
+      totals.push_back(t.total);
+      for (int s = 0; s < P; ++s) {
+        samples[0][s].push_back(t.compute[s]);
+        samples[1][s].push_back(t.exposed[s]);
+        samples[2][s].push_back(t.merge[s]);
+        samples[3][s].push_back(t.transfer[s]);
+      }
+    }
+    mine = totals;
+    for (int k = 0; k < 4; ++k)
+      for (int s = 0; s < P; ++s) mine.push_back(static_cast<float>(median(samples[k][s])));
+    const auto all = ring.gather_floats(mine);
+    if (rank == 0) {
+      rep.iters = opt.iters;
+      for (int i = 0; i < opt.iters; ++i) {
+        double slowest = 0;
+        for (const auto& v : all) slowest = std::max(slowest, static_cast<double>(v[i]));
+        rep.ring_ms.push_back(slowest);
+      }
+      std::vector<std::vector<double>>* dst[4] = {&rep.compute, &rep.exposed, &rep.merge,
+                                                  &rep.transfer};
+      for (int k = 0; k < 4; ++k)
+        for (const auto& v : all)
+          dst[k]->emplace_back(v.begin() + opt.iters + k * P, v.begin() + opt.iters + (k + 1) * P);
+    }
+    delete ring_owned;  // the ring's buffers go: rank 0's single-GPU run has the memory
+    comm->close();
+    delete comm;
+  }
+  if (rank != 0) return kExitOk;
+
+  // 3. Rank 0: the same forward rung on the whole sequence on one GPU.
+  if (ro.single) run_single(opt, fwd, dev, in, o_ring, &rep);
+  rep.date = utc_now();
+  return finish(rep, opt, prog);
+}
+
+/// Leaves at once with @p code after a failure: the communicator is aborted first (its kernels
+/// and proxy threads stop), and no destructor runs that could wait on a GPU a dead peer holds.
+[[noreturn]] void die(int code) {
+  abort_communicator();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+/// The rung's command line: its own flags, then the shared ones; the GPUs; the rank's job.
+int ring_main(int argc, char** argv) {
+  const std::string prog = program_name(argv[0]);
+  RingOptions ro;
+  const RingParse rp = take_ring_flags(argc, argv, &ro);
+  if (!rp.ok) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), rp.error.c_str());
+    return kExitBadInput;
+  }
+  std::vector<const char*> rest;
+  for (const std::string& a : rp.rest) rest.push_back(a.c_str());
+  Options opt;
+  opt.iters = 20;
+  opt.warmup = 3;
+  const ParseResult pr = parse_cli(static_cast<int>(rest.size()), rest.data(), &opt);
+  if (!pr.ok) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), pr.error.c_str());
+    return kExitBadInput;
+  }
+  if (opt.help) {
+    std::printf("%s\n%s", usage(prog).c_str(), ring_usage());
+    return kExitOk;
+  }
+  std::string bad = validate(opt.problem);
+  Sharding sh = Sharding::zigzag;
+  if (bad.empty() && opt.problem.seqlen_q != opt.problem.seqlen_k)
+    bad =
+        "rung 12 shards one sequence over the ring: --seqlen-q must equal --seqlen-k (use "
+        "--seqlen)";
+  if (bad.empty() && opt.problem.page_size != 0)
+    bad = "rung 12 takes a contiguous K/V (no --page-size)";
+  if (bad.empty() && (opt.sweep || opt.deterministic || opt.list || opt.registry_json))
+    bad =
+        "rung 12 has no --sweep, --deterministic, --list or --registry-json (it is not in the "
+        "single-process registry: bin/tour --list lists the rungs it calls)";
+  if (bad.empty() && !parse_sharding(opt.variant, &sh))
+    bad = "--variant: rung 12 has variants zigzag (default) and contiguous, got '" + opt.variant +
+          "'";
+  if (!bad.empty()) {
+    std::fprintf(stderr, "%s: error: %s\n", prog.c_str(), bad.c_str());
+    return kExitBadInput;
+  }
+  const int rank = ro.rank < 0 ? 0 : ro.rank;
+  const int device = ro.local_rank < 0 ? rank : ro.local_rank;
+
+  // GPUs: none at all is a skip (77); fewer than the ring needs here is bad input (2), or a
+  // skip for the tests (--skip-missing-gpus).
+  int count = 0;
+  const cudaError_t ce = cudaGetDeviceCount(&count);
+  if (ce != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "%s: no usable CUDA device (%s); nothing to run (exit 77 = skipped)\n",
+                 prog.c_str(), ce != cudaSuccess ? cudaGetErrorString(ce) : "no CUDA device found");
+    return kExitNoDevice;
+  }
+  const int needed = ro.preflight ? (ro.local_rank >= 0 ? ro.local_rank + 1 : ro.gpus) : device + 1;
+  if (count < needed) {
+    std::fprintf(stderr, "%s: the ring asks for %d GPU%s on this machine but %d %s visible%s\n",
+                 prog.c_str(), needed, needed == 1 ? "" : "s", count, count == 1 ? "is" : "are",
+                 ro.skip_missing_gpus ? " (exit 77 = skipped)" : "");
+    return ro.skip_missing_gpus ? kExitNoDevice : kExitBadInput;
+  }
+  if (ro.preflight) return kExitOk;
+
+  try {
+    return run_rank(ro, opt, sh, rank, device, prog);
+  } catch (const Unsupported& e) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", prog.c_str(), rank, e.what());
+    die(kExitBadInput);
+  } catch (const NoDevice& e) {
+    std::fprintf(stderr, "%s: rank %d: %s; nothing to run (exit 77 = skipped)\n", prog.c_str(),
+                 rank, e.what());
+    die(kExitNoDevice);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: rank %d: error: %s\n", prog.c_str(), rank, e.what());
+    die(kExitCheckFailed);
+  }
+}
+
+}  // namespace
+}  // namespace fl::ring
 
 int main(int argc, char** argv) {
   return fl::ring::ring_main(argc, argv);

@@ -40,7 +40,7 @@ constexpr const char* kPeerLeft = "a peer left the ring: ";
 
 /// Checks an NCCL call. ncclInProgress is not an error: the rung's communicators are
 /// non-blocking (so that a dead peer can never hang a rank), and a call that returns it must
-/// be followed by a wait on the communicator (Communicator::wait_ready in ring.cu).
+/// be followed by a wait on the communicator (Communicator::wait_ready in communicator.h).
 #define FL_NCCL_CHECK(call)                                            \
   do {                                                                 \
     ncclResult_t fl_nr_ = (call);                                      \

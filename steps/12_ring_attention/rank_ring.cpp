@@ -1,0 +1,205 @@
+/// @file steps/12_ring_attention/rank_ring.cpp
+/// @brief A rank's set-up and its traffic outside the schedule: the buffers and this rank's
+/// rows of the inputs, the barrier before a timed pass, and the gathers of O, LSE and the
+/// timings to rank 0. The pass itself is in ring_schedule.cu.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nccl_check.h"
+#include "rank_ring.h"
+#include "ring_params.h"
+
+namespace fl::ring {
+namespace {
+
+/// At least one byte, so that an empty shard still gets a valid (unused) allocation.
+DeviceBuffer alloc(size_t bytes) {
+  return DeviceBuffer(std::max<size_t>(bytes, 256));
+}
+
+}  // namespace
+
+RankRing::RankRing(const Problem& p, Sharding sh, int world, int rank, const Rung& fwd,
+                   const DeviceInfo& dev, Communicator* comm, const HostInputs& in)
+    : p_(p),
+      world_(world),
+      rank_(rank),
+      fwd_(fwd),
+      dev_(dev),
+      comm_(comm),
+      plan_(plan_rank(sh, p.causal, p.seqlen_q, world, rank)),
+      max_len_(max_shard_len(sh, p.seqlen_q, world)),
+      ev_step_start_(world),
+      ev_compute_done_(world),
+      ev_merge_done_(world),
+      ev_comm_start_(world),
+      ev_recv_done_(world),
+      ev_it_(2) {
+  const int s_local = plan_.q_shard.len;
+  const int64_t q_row = row_elems(p.heads_q, p.head_dim);
+  const int64_t kv_row = row_elems(p.heads_kv, p.head_dim);
+  q_elems_ = static_cast<int64_t>(p.batch) * s_local * q_row;
+  lse_elems_ = static_cast<int64_t>(p.batch) * p.heads_q * s_local;
+  q_ = alloc(bytes16(q_elems_));
+  o_ = alloc(bytes16(q_elems_));
+  o_part_ = alloc(bytes16(q_elems_));
+  o_acc_ = alloc(static_cast<size_t>(q_elems_) * 4);
+  lse_ = alloc(static_cast<size_t>(lse_elems_) * 4);
+  lse_part_ = alloc(static_cast<size_t>(lse_elems_) * 4);
+  for (auto& b : kv_) b = alloc(bytes16(2 * static_cast<int64_t>(p.batch) * max_len_ * kv_row));
+  kv_own_ = alloc(bytes16(2 * static_cast<int64_t>(p.batch) * s_local * kv_row));
+  size_t ws = 0;
+  if (fwd.workspace_bytes)
+    for (const StepPlan& sp : plan_.steps)
+      for (const Launch& l : sp.launches) ws = std::max(ws, fwd.workspace_bytes(chunk(l)));
+  if (ws > 0) ws_ = DeviceBuffer(ws);
+  ws_bytes_ = ws;
+  sync_ = alloc(sizeof(float));
+  FL_CUDA_CHECK(cudaMemset(sync_.get(), 0, sizeof(float)));
+  // This rank's rows of Q, K and V (every rank made the same whole inputs from the seed).
+  const Shard& own = plan_.q_shard;
+  const auto q = take_shard(in.q, p.batch, p.seqlen_q, p.heads_q, p.head_dim, own);
+  const auto k = take_shard(in.k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, own);
+  const auto v = take_shard(in.v, p.batch, p.seqlen_k, p.heads_kv, p.head_dim, own);
+  if (!q.empty()) q_.upload(q.data(), bytes16(q.size()));
+  if (!k.empty()) {  // K then V, as the ring passes them on
+    FL_CUDA_CHECK(cudaMemcpy(kv_own_.get(), k.data(), bytes16(k.size()), cudaMemcpyHostToDevice));
+    FL_CUDA_CHECK(cudaMemcpy(kv_own_.as<uint16_t>() + k.size(), v.data(), bytes16(v.size()),
+                             cudaMemcpyHostToDevice));
+  }
+  // The set-up above ran on the legacy stream; the ring's streams do not wait for it.
+  FL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+Problem RankRing::chunk(const Launch& l) const {
+  Problem lp = p_;
+  lp.seqlen_q = l.q.len;
+  lp.seqlen_k = l.k.len;
+  lp.causal = l.causal;
+  lp.softmax_scale = p_.scale();
+  return lp;
+}
+
+std::string RankRing::why_not() const {
+  for (const StepPlan& sp : plan_.steps)
+    for (const Launch& l : sp.launches) {
+      const Problem lp = chunk(l);
+      const std::string why = supports(fwd_, lp, dev_);
+      if (!why.empty())
+        return fwd_.label() + " cannot run the step problem " + lp.describe() + ": " + why;
+    }
+  return "";
+}
+
+void RankRing::barrier() {
+  FL_NCCL_CHECK(
+      ncclAllReduce(sync_.get(), sync_.get(), 1, ncclFloat, ncclSum, comm_->get(), compute_.s));
+  comm_->wait_ready("ncclAllReduce (barrier)");
+}
+
+void RankRing::collect(std::vector<uint16_t>* o_all, std::vector<float>* lse_all) const {
+  put_rows(p_, plan_.q_shard, o_, lse_, o_all, lse_all);
+}
+
+void RankRing::gather(std::vector<uint16_t>* o_all, std::vector<float>* lse_all) {
+  const int N = p_.seqlen_q;
+  const int64_t q_row = row_elems(p_.heads_q, p_.head_dim);
+  cudaStream_t cs = compute_.s;
+  std::vector<DeviceBuffer> o_in(world_), lse_in(world_);
+  std::vector<Shard> shards;
+  for (int r = 0; r < world_; ++r) shards.push_back(shard_of_rank(plan_.sharding, N, world_, r));
+  FL_NCCL_CHECK(ncclGroupStart());
+  if (rank_ == 0) {
+    for (int r = 1; r < world_; ++r) {
+      if (shards[r].len == 0) continue;
+      o_in[r] = alloc(bytes16(int64_t{p_.batch} * shards[r].len * q_row));
+      lse_in[r] = alloc(sizeof(float) * p_.batch * p_.heads_q * shards[r].len);
+      FL_NCCL_CHECK(ncclRecv(o_in[r].get(), bytes16(int64_t{p_.batch} * shards[r].len * q_row),
+                             ncclUint8, r, comm_->get(), cs));
+      FL_NCCL_CHECK(ncclRecv(lse_in[r].get(), size_t{1} * p_.batch * p_.heads_q * shards[r].len,
+                             ncclFloat, r, comm_->get(), cs));
+    }
+  } else if (plan_.q_shard.len > 0) {
+    FL_NCCL_CHECK(ncclSend(o_.get(), bytes16(q_elems_), ncclUint8, 0, comm_->get(), cs));
+    FL_NCCL_CHECK(ncclSend(lse_.get(), lse_elems_, ncclFloat, 0, comm_->get(), cs));
+  }
+  FL_NCCL_CHECK(ncclGroupEnd());
+  comm_->wait_ready("gathering O and LSE to rank 0");
+  FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
+  comm_->wait_event(ev_it_[1], "gathering O and LSE to rank 0");
+  if (rank_ != 0) return;
+  start_whole(p_, o_all, lse_all);
+  for (int r = 0; r < world_; ++r)
+    if (shards[r].len > 0)
+      put_rows(p_, shards[r], r == 0 ? o_ : o_in[r], r == 0 ? lse_ : lse_in[r], o_all, lse_all);
+}
+
+void RankRing::start_whole(const Problem& p, std::vector<uint16_t>* o_all,
+                           std::vector<float>* lse_all) {
+  o_all->assign(static_cast<size_t>(p.batch) * p.seqlen_q * row_elems(p.heads_q, p.head_dim),
+                0xffff);  // NaN in fp16 and bf16
+  lse_all->assign(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q, NAN);
+}
+
+void RankRing::put_rows(const Problem& p, const Shard& sh, const DeviceBuffer& o,
+                        const DeviceBuffer& lse, std::vector<uint16_t>* o_all,
+                        std::vector<float>* lse_all) {
+  if (sh.len == 0) return;
+  std::vector<uint16_t> o_rows(static_cast<size_t>(p.batch) * sh.len *
+                               row_elems(p.heads_q, p.head_dim));
+  std::vector<float> lse_rows(static_cast<size_t>(p.batch) * p.heads_q * sh.len);
+  o.download(o_rows.data(), bytes16(o_rows.size()));
+  lse.download(lse_rows.data(), lse_rows.size() * sizeof(float));
+  put_shard(o_rows, p.batch, p.seqlen_q, p.heads_q, p.head_dim, sh, o_all);
+  put_shard_lse(lse_rows, p.batch, p.seqlen_q, p.heads_q, sh, lse_all);
+}
+
+std::vector<std::vector<float>> RankRing::gather_floats(const std::vector<float>& mine) {
+  const size_t n = mine.size();
+  DeviceBuffer send = alloc(n * sizeof(float)), recv = alloc(n * sizeof(float) * world_);
+  send.upload(mine.data(), n * sizeof(float));
+  cudaStream_t cs = compute_.s;
+  FL_NCCL_CHECK(ncclGroupStart());
+  if (rank_ == 0) {
+    for (int r = 1; r < world_; ++r)
+      FL_NCCL_CHECK(ncclRecv(recv.as<float>() + r * n, n, ncclFloat, r, comm_->get(), cs));
+  } else {
+    FL_NCCL_CHECK(ncclSend(send.get(), n, ncclFloat, 0, comm_->get(), cs));
+  }
+  FL_NCCL_CHECK(ncclGroupEnd());
+  comm_->wait_ready("gathering the timings to rank 0");
+  FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
+  comm_->wait_event(ev_it_[1], "gathering the timings to rank 0");
+  std::vector<std::vector<float>> out;
+  if (rank_ != 0) return out;
+  std::vector<float> all(n * world_);
+  recv.download(all.data(), all.size() * sizeof(float));
+  out.push_back(mine);
+  for (int r = 1; r < world_; ++r) out.emplace_back(all.begin() + r * n, all.begin() + (r + 1) * n);
+  return out;
+}
+
+double RankRing::send_bytes(int s) const {
+  return 2.0 * 2.0 * p_.batch * plan_.steps[s].send_len * row_elems(p_.heads_kv, p_.head_dim);
+}
+
+size_t RankRing::device_bytes(const Problem& p, Sharding sh, int world, int rank) {
+  const int s_local = shard_of_rank(sh, p.seqlen_q, world, rank).len;
+  const int max_len = max_shard_len(sh, p.seqlen_q, world);
+  const double q = static_cast<double>(p.batch) * s_local * row_elems(p.heads_q, p.head_dim);
+  const double kv = 2.0 * p.batch * max_len * row_elems(p.heads_kv, p.head_dim);
+  const double own = 2.0 * p.batch * s_local * row_elems(p.heads_kv, p.head_dim);
+  double need = q * (2 + 2 + 2 + 4) + (2 * kv + own) * 2 + 2.0 * p.batch * p.heads_q * s_local * 4;
+  if (rank == 0)
+    need += (world - 1) * (2.0 * p.batch * max_len * row_elems(p.heads_q, p.head_dim) +
+                           4.0 * p.batch * p.heads_q * max_len);
+  return static_cast<size_t>(need);
+}
+
+}  // namespace fl::ring

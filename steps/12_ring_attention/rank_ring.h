@@ -1,0 +1,143 @@
+/// @file steps/12_ring_attention/rank_ring.h
+/// @brief One rank of the ring: what it holds on its GPU (its Q shard, its own K/V shard, two
+/// receive buffers, the running (O, LSE)), its two streams and its events, and what it does.
+/// The schedule of a pass, the lesson, is in ring_schedule.cu; the set-up and the gathers to
+/// rank 0 in rank_ring.cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "communicator.h"
+#include "flashladder/cuda_check.h"
+#include "flashladder/device.h"
+#include "flashladder/inputs.h"
+#include "flashladder/problem.h"
+#include "flashladder/registry.h"
+#include "ring_plan.h"
+
+namespace fl::ring {
+
+/// Event times of one forward pass, per step (ms).
+struct StepTimes {
+  std::vector<float> compute, exposed, merge, transfer;
+  float total = 0;
+};
+
+/// Owning CUDA stream / events (created and destroyed with checks).
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { FL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+};
+struct Events {
+  std::vector<cudaEvent_t> e;
+  explicit Events(size_t n) : e(n, nullptr) {
+    for (auto& x : e) FL_CUDA_CHECK(cudaEventCreate(&x));
+  }
+  ~Events() {
+    for (auto x : e)
+      if (x) cudaEventDestroy(x);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t operator[](size_t i) const { return e[i]; }
+};
+
+/// 16-bit elements -> bytes.
+inline size_t bytes16(int64_t elems) {
+  return static_cast<size_t>(elems) * 2;
+}
+
+/// One rank's ring. With a communicator it runs a pass on its own GPU (forward); without one
+/// (--replay) every rank of the ring lives in this process on one GPU, and a rank reads the
+/// shards of the others where they keep them (replay).
+class RankRing {
+ public:
+  /// Allocates the rank's buffers and uploads its rows of Q, K and V out of the whole inputs
+  /// @p in. @p comm is null for --replay.
+  RankRing(const Problem& p, Sharding sh, int world, int rank, const Rung& fwd,
+           const DeviceInfo& dev, Communicator* comm, const HostInputs& in);
+
+  /// The chunk problem of a launch (for supports() and workspace sizes).
+  Problem chunk(const Launch& l) const;
+
+  /// "" if the forward rung runs every launch of this rank's plan, else its reason.
+  std::string why_not() const;
+
+  /// Fills O with NaN (so a row never written shows in the check).
+  void poison_output() { FL_CUDA_CHECK(cudaMemsetAsync(o_.get(), 0xff, o_.bytes(), compute_.s)); }
+
+  /// All ranks meet (a one-float all-reduce on the compute stream) before a timed forward.
+  void barrier();
+
+  /// The compute of step @p s on the compute stream, on the K/V shard at @p kv (K then V rows,
+  /// the step's kv_len of them): the forward rung on each launch of the step, each writing its
+  /// partial O and LSE, then rung 08's combine of each into the running (O, LSE), one merge per
+  /// piece of the plan (a row's first merge starts the fp32 accumulator, its last writes the
+  /// 16-bit O). @p launched (may be null) is recorded between the two: the end of the step's
+  /// compute.
+  void compute_step(int s, const void* kv, cudaEvent_t launched);
+
+  /// One whole forward pass, enqueued; waits for it (polling) and returns its event times.
+  /// @p fail_rank (testing): that rank leaves the process at step 1 (step 0 for P = 1).
+  StepTimes forward(int fail_rank);
+
+  /// --replay: this rank's whole pass with no transfer, alone on the GPU; waits for it and
+  /// returns its compute and merge times per step (a replay has no exposed communication and no
+  /// transfer: those stay empty). At step s it reads the
+  /// K/V shard where the rank that started with it keeps it (@p ranks[src_rank]'s own shard, on
+  /// this same GPU): the bytes the ring would have brought.
+  StepTimes replay(const std::vector<std::unique_ptr<RankRing>>& ranks);
+
+  /// --replay: this rank's O rows and LSE into the whole O and LSE (see gather).
+  void collect(std::vector<uint16_t>* o_all, std::vector<float>* lse_all) const;
+
+  /// Rank 0 receives every rank's O rows and LSE; the others send theirs. Returns (rank 0)
+  /// the whole O [batch, N, heads_q, head_dim] and LSE [batch, heads_q, N]; NaN where a row
+  /// never arrived.
+  void gather(std::vector<uint16_t>* o_all, std::vector<float>* lse_all);
+
+  /// The whole O [batch, N, heads_q, head_dim] and LSE [batch, heads_q, N] before any rank's
+  /// rows are put in: NaN everywhere, so a row that never arrives fails the check.
+  static void start_whole(const Problem& p, std::vector<uint16_t>* o_all,
+                          std::vector<float>* lse_all);
+
+  /// The O rows and LSE of shard @p sh (device buffers @p o, @p lse) into the whole O and LSE.
+  static void put_rows(const Problem& p, const Shard& sh, const DeviceBuffer& o,
+                       const DeviceBuffer& lse, std::vector<uint16_t>* o_all,
+                       std::vector<float>* lse_all);
+
+  /// Every rank's floats to rank 0 (equal counts); rank 0 gets them by rank.
+  std::vector<std::vector<float>> gather_floats(const std::vector<float>& mine);
+
+  /// Bytes this rank sends at step @p s.
+  double send_bytes(int s) const;
+
+  /// Bytes of device memory a rank of this ring needs (rank 0 also receives every shard).
+  static size_t device_bytes(const Problem& p, Sharding sh, int world, int rank);
+
+ private:
+  Problem p_;
+  int world_, rank_;
+  const Rung& fwd_;
+  DeviceInfo dev_;
+  Communicator* comm_;
+  RankPlan plan_;
+  int max_len_;
+  int64_t q_elems_ = 0, lse_elems_ = 0;
+  DeviceBuffer q_, o_, o_part_, o_acc_, lse_, lse_part_, ws_, sync_;
+  DeviceBuffer kv_own_;  ///< this rank's K then V rows: what step 0 computes on and sends
+  DeviceBuffer kv_[2];   ///< the shards received, in turn
+  size_t ws_bytes_ = 0;
+  Stream compute_, comm_stream_;
+  Events ev_step_start_, ev_compute_done_, ev_merge_done_, ev_comm_start_, ev_recv_done_, ev_it_;
+};
+
+}  // namespace fl::ring
