@@ -6,7 +6,7 @@
 ///   // clang-format off
 ///   1. preprocess   D_q = rowsum(dO_q ∘ O_q) (fp32, from the forward's fp32 O when it left
 ///                   one: AttnParams::o_fp32), or on long rows D_q = rowsum(P ∘ dP) / rowsum(P) by
-///                   a pass of kernel 2 (delta_policy.h); the fp32 dQ accumulator zeroed
+///                   a pass of kernel 2 (delta_policy.h, modes.cuh); the fp32 dQ accumulator zeroed
 ///   2. main         one block per (K/V block j, KV head, group slice, batch): K_j, V_j in
 ///                   shared memory, dK_j, dV_j in registers; for every query head of its slice
 ///                   of the group and every Q block i that sees block j:
@@ -26,9 +26,9 @@
 /// GQA: the query heads of a KV head all add into the same dK_j, dV_j. One block per KV head
 /// would divide the grid by the group size (16 query heads on 4 KV heads: a quarter of the
 /// blocks, and under a causal mask the longest block four times longer), so the group is split
-/// into kv_split slices (kv_splits: the smallest divisor of the group that gives the grid
-/// kSplitTargetBlocks blocks), each slice's block writes its partial dK_j, dV_j in fp32, and the
-/// convert kernel adds the slices in index order (deterministic). FlashAttention-2 always splits
+/// into kv_split slices (workspace.h's kv_splits: the smallest divisor of the group that gives the
+/// grid kSplitTargetBlocks blocks), each slice's block writes its partial dK_j, dV_j in fp32, and
+/// the convert kernel adds the slices in index order (deterministic). FlashAttention-2 always splits
 /// down to one query head per block (its `dk_expanded`); the `fullsplit` variant does that, the
 /// `nosplit` variant never splits.
 ///
@@ -41,8 +41,7 @@
 /// off by 2e-4, D by 3e-3; its LSE leaves Σ_j P_ij off 1 by 1e-4). delta_policy.h says which D the
 /// rung takes: the forward's fp32 O (AttnParams::o_fp32) on rows up to kExactDeltaKeys keys, an
 /// exact pass of this kernel (DELTA_PASS: S, P and dP again, Σ P ∘ dP / Σ P on the CUDA cores) on
-/// longer ones; the
-/// `o16-delta`, `o32-delta` and `exact-delta` variants take one source always.
+/// longer ones; the `o16-delta`, `o32-delta` and `exact-delta` variants take one source always.
 ///
 /// Launch order: under a causal mask the blocks are unequal (K/V block j sees the Q blocks from
 /// the diagonal on), so the longest go first: every (KV head, slice, batch) of K/V block 0, then
@@ -55,22 +54,23 @@
 /// dQ queries again. Each gets its own 2D grid of warps (BwdTiles, FlashAttention-2's
 /// `AtomLayoutMSdP` / `AtomLayoutNdKV` / `AtomLayoutMdQ`), with warp tiles of 32 rows, and P and
 /// dS change hands through shared memory (16-bit, [query][key]); dV and dK read them back
-/// transposed with `ldmatrix.trans`.
+/// transposed with `ldmatrix.trans`. The three GEMM shapes are gemm_sdp, gemm_dkv and gemm_dq.
+///
+/// This file is the lesson: the three kernels with dQ by fp32 atomics. The modes that change where
+/// a sum goes or its order (the deterministic dQ, the split group's partial dK, dV and their
+/// convert kernel, the stagger order, the exact D pass's row sums and its kernel) are in
+/// modes.cuh, called from the main kernel where it branches (each call marked `modes.cuh`); the
+/// workspace's layout and split counts in workspace.h (plain C++); the launches in launch.cu.
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
 
-#include <algorithm>
-#include <stdexcept>
-#include <string>
-
 #include "flashladder/backward.h"
-#include "flashladder/cuda_check.h"
 #include "flashladder/dtype.cuh"
 #include "flashladder/problem.h"
 #include "flashladder/ptx.cuh"
-#include "delta_policy.h"
+#include "modes.cuh"
 
 namespace fl::bwd {
 
@@ -80,7 +80,8 @@ constexpr int kPrepThreads = 32 * kPrepWarps;
 
 /// D = rowsum(dO ∘ O) per (batch, head, query) and the dQ accumulator(s) zeroed: one warp per row.
 /// With @p delta_splits > 0 (the exact pass follows, delta_policy.h) D is not computed here: the
-/// pass's @p delta_splits accumulator pairs ([splits][2][rows] from @p delta_acc) are zeroed instead.
+/// pass's @p delta_splits accumulator pairs ([splits][2][rows] from @p delta_acc) are zeroed instead
+/// (modes.cuh: zero_delta_sums).
 template <class T, int D>
 __global__ void __launch_bounds__(kPrepThreads)
     bwd_preprocess_kernel(const AttnBwdParams P, float* d_rowsum, float* dq_acc, int splits, float* delta_acc,
@@ -99,8 +100,8 @@ __global__ void __launch_bounds__(kPrepThreads)
   for (int s = 0; s < splits; ++s)
     for (int c = lane; c < D; c += 32) dq_acc[s * split_elems + acc_row + c] = 0.f;
   const int64_t stat = (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + q;  // [b, h, q]
-  if (delta_splits > 0) {
-    for (int s = lane; s < 2 * delta_splits; s += 32) delta_acc[s * rows + stat] = 0.f;
+  if (delta_splits > 0) {  // the exact D pass (modes.cuh)
+    zero_delta_sums(delta_acc, delta_splits, rows, stat, lane);
     return;
   }
   const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
@@ -119,22 +120,6 @@ __global__ void __launch_bounds__(kPrepThreads)
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
   if (lane == 0) d_rowsum[stat] = sum;
-}
-
-/// D from the exact pass's sums ([splits][2][rows]: Σ P ∘ dP, then Σ P), the splits added in
-/// order: D = Σ P ∘ dP / Σ P, so that every row of dS sums to zero for the P the main pass
-/// recomputes, even where the forward's LSE leaves Σ P a little off 1 (by 1e-4 at 100k keys). A
-/// row that sees no key (Σ P = 0) gets D = 0.
-__global__ void __launch_bounds__(256) bwd_delta_sum_kernel(const float* delta_acc, int splits, int64_t rows,
-                                                            float* d_rowsum) {
-  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
-    float pdp = 0.f, p = 0.f;
-    for (int s = 0; s < splits; ++s) {
-      pdp += delta_acc[(2 * s) * rows + r];
-      p += delta_acc[(2 * s + 1) * rows + r];
-    }
-    d_rowsum[r] = p > 0.f ? pdp / p : 0.f;
-  }
 }
 
 /// Copies @p rows_total rows of a [rows][d] tile into swizzled shared memory with cp.async,
@@ -172,11 +157,7 @@ __device__ __forceinline__ void load_rows(uint32_t smem, const T* gmem, int64_t 
 template <int HEAD_DIM, int BLOCK_M = (HEAD_DIM <= 64 ? 128 : 64), int WARPS = 8,
           bool STAGGER = false>
 struct BwdTiles {
-  /// STAGGER (the `stagger` variant): K/V block j visits its Q blocks starting at the
-  /// (j mod n)-th, not all at the first, so that the blocks running at once add into different
-  /// rows of the dQ accumulator instead of all into the same BLOCK_M x d tile; it tests whether
-  /// those atomics contend (the order within one K/V block changes no sum's order across
-  /// blocks, so the deterministic mode stays deterministic).
+  /// STAGGER: the `stagger` variant's order of the Q blocks (modes.cuh: q_block_of_step).
   static constexpr bool kStagger = STAGGER;
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kWarps = WARPS;
@@ -212,68 +193,114 @@ struct BwdTiles {
   static_assert(kSmemBytes <= 227 * 1024, "beyond any GPU's opt-in shared memory per block");
   static_assert(2 * kSdpWarpsN * kBlockM * 4 <= kPBytes, "the exact D pass's row sums fit in the P tile");
 };
+// ---- the step's GEMMs, one per warp grid (BwdTiles) ------------------------------------------
+// mma.sync m16n8k16 on a warp tile of 32 rows (two m16 tiles, mi = 0, 1, each B fragment feeding
+// both) from swizzled shared memory. The per-lane ldmatrix offsets (a_lane, b_lane, pa_lane,
+// pt_lane: bwd_main_kernel) are relative to a tile and its first row; a move of 16 columns (32
+// bytes) is an XOR. The warp tile's origins (sm0, sn0, ...) come by reference, as the lambdas these
+// functions replace captured them: by value, NVVM placed the step's mask test differently (sm_90,
+// head_dim 128: 2672 SASS instructions in the main kernel instead of 2576, and 5 more registers in
+// the exact D pass, for the same work).
 
-/// The exact pass's step (DELTA_PASS): adds rowsum(P ∘ dP) and rowsum(P) over this block's keys
-/// into D's accumulators @p delta (the step's head: element q is query row q) and @p delta +
-/// @p rows. A warp holds 32 rows x kSdpN keys of P (in @p S, masked) and dP; its quad's four lanes
-/// sum a row's columns, the warps that share rows (kSdpWarpsN of them) meet in @p rows_smem
-/// ([2][kSdpWarpsN][BLOCK_M] fp32: the P tile's space, which this pass does not use), and one
-/// thread per row adds their sums, in warp order: atomically, or plainly into the block's own split
-/// when @p deterministic. Rows at or past @p seqlen_q add nothing.
-template <class Cfg, int S_NT>
-__device__ __forceinline__ void add_delta_rows(const float (&S)[2][S_NT][4], const float (&dP)[2][S_NT][4],
-                                               float* delta, int64_t rows, int q0, int seqlen_q, float* rows_smem,
-                                               bool deterministic) {
-  constexpr int kHalf = Cfg::kSdpWarpsN * Cfg::kBlockM;  // the Σ P half of rows_smem
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int sm0 = 32 * (warp % Cfg::kSdpWarpsM);
+/// S = Q_i K_jᵀ or dP = dO_i V_jᵀ, added into @p acc, on the S grid: this warp's 32 queries (rows
+/// @p sm0.. of @p A_s, [query][d]) x kSdpN keys (rows @p sn0.. of @p B_s, [key][d]), k = head_dim.
+/// Element (mi, n, e) is query sm0 + 16 mi + g + 8 (e / 2), key sn0 + 8 n + 2 t + e % 2.
+template <class T, class Cfg>
+__device__ __forceinline__ void gemm_sdp(float (&acc)[2][Cfg::kSdpN / 8][4], uint32_t A_s, uint32_t B_s,
+                                         const int& sm0, const int& sn0, uint32_t a_lane, uint32_t b_lane) {
+  constexpr int D = Cfg::kHeadDim, RB = Cfg::kRowBytes, S_NT = Cfg::kSdpN / 8;
+  // LAB-BEGIN(11-gemm-sdp): the S-grid GEMM of 11-recompute-p (called for S, then for dP)
+  // [same-code: 11-recompute-p]
 #pragma unroll
-  for (int mi = 0; mi < 2; ++mi)
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[2][4];
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      float pdp = 0.f, p = 0.f;
+    for (int mi = 0; mi < 2; ++mi)
+      ptx::ldmatrix_x4(a[mi], A_s + (sm0 + 16 * mi) * RB + (a_lane ^ (kk * 32)));
 #pragma unroll
-      for (int n = 0; n < S_NT; ++n) {
-        pdp += S[mi][n][2 * hh] * dP[mi][n][2 * hh] + S[mi][n][2 * hh + 1] * dP[mi][n][2 * hh + 1];
-        p += S[mi][n][2 * hh] + S[mi][n][2 * hh + 1];
+    for (int nj = 0; nj < S_NT / 2; ++nj) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4(b, B_s + (sn0 + 16 * nj) * RB + (b_lane ^ (kk * 32)));
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        ptx::mma_m16n8k16<T>(acc[mi][2 * nj], a[mi], b[0], b[1]);
+        ptx::mma_m16n8k16<T>(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
       }
-#pragma unroll
-      for (int lanes = 1; lanes < 4; lanes *= 2) {
-        pdp += __shfl_xor_sync(0xffffffffu, pdp, lanes);
-        p += __shfl_xor_sync(0xffffffffu, p, lanes);
-      }
-      const int at = (warp / Cfg::kSdpWarpsM) * Cfg::kBlockM + sm0 + 16 * mi + g + 8 * hh;
-      if (t == 0) {
-        rows_smem[at] = pdp;
-        rows_smem[kHalf + at] = p;
-      }
-    }
-  __syncthreads();
-  const int r = threadIdx.x;
-  if (r < Cfg::kBlockM && q0 + r < seqlen_q) {
-    float pdp = 0.f, p = 0.f;
-#pragma unroll
-    for (int w = 0; w < Cfg::kSdpWarpsN; ++w) {
-      pdp += rows_smem[w * Cfg::kBlockM + r];
-      p += rows_smem[kHalf + w * Cfg::kBlockM + r];
-    }
-    if (deterministic) {  // the block's own split, in its K/V blocks' order
-      delta[q0 + r] += pdp;
-      delta[rows + q0 + r] += p;
-    } else {
-      atomicAdd(delta + q0 + r, pdp);
-      atomicAdd(delta + rows + q0 + r, p);
     }
   }
+  // LAB-END(11-gemm-sdp)
+}
+
+/// dV_j += Pᵀ dO_i or dK_j += dSᵀ Q_i, into @p acc, on the K/V grid: this warp's 32 keys (columns
+/// @p kn0.. of @p At_s, [query][key], read transposed) x kKvD columns (@p kd0.. of @p B_s,
+/// [query][d], read transposed), k = the step's BLOCK_M queries. Element (mi, n, e) is key
+/// kn0 + 16 mi + g + 8 (e / 2), column kd0 + 8 n + 2 t + e % 2.
+template <class T, class Cfg>
+__device__ __forceinline__ void gemm_dkv(float (&acc)[2][Cfg::kKvD / 8][4], uint32_t At_s, uint32_t B_s,
+                                         const int& kn0, const int& kd0, uint32_t pt_lane, uint32_t a_lane) {
+  constexpr int BLOCK_M = Cfg::kBlockM, RB = Cfg::kRowBytes, PRB = Cfg::kPRowBytes, KV_NT = Cfg::kKvD / 8;
+  // LAB-BEGIN(11-gemm-dkv): the K/V-grid GEMM of 11-dv (called for dV, then for dK)
+  // [same-code: 11-dv]
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+      ptx::ldmatrix_x4_trans(a[mi], At_s + kk * 16 * PRB + (pt_lane ^ ((kn0 + 16 * mi) / 8 * 16)));
+#pragma unroll
+    for (int dj = 0; dj < KV_NT / 2; ++dj) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, B_s + kk * 16 * RB + (a_lane ^ ((kd0 / 16 + dj) * 32)));
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
+        ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
+  // LAB-END(11-gemm-dkv)
+}
+
+/// dS K_j, dQ_i's share of this block (unscaled), into @p acc, on the dQ grid: this warp's 32
+/// queries (rows @p qm0.. of @p dS_s, [query][key]) x kDqD columns (@p qd0.. of @p K_s, [key][d],
+/// read transposed), k = the block's BLOCK_N keys. Element (mi, n, e) is query
+/// qm0 + 16 mi + g + 8 (e / 2), column qd0 + 8 n + 2 t + e % 2.
+template <class T, class Cfg>
+__device__ __forceinline__ void gemm_dq(float (&acc)[2][Cfg::kDqD / 8][4], uint32_t dS_s, uint32_t K_s,
+                                        const int& qm0, const int& qd0, uint32_t pa_lane, uint32_t a_lane) {
+  constexpr int BLOCK_N = Cfg::kBlockN, RB = Cfg::kRowBytes, PRB = Cfg::kPRowBytes, DQ_NT = Cfg::kDqD / 8;
+  // LAB-BEGIN(11-gemm-dq): the dQ-grid GEMM of 11-dv (dS K_j)
+  // [same-code: 11-dv]
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+    uint32_t a[2][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+      ptx::ldmatrix_x4(a[mi], dS_s + (qm0 + 16 * mi) * PRB + (pa_lane ^ (kk * 32)));
+#pragma unroll
+    for (int dj = 0; dj < DQ_NT / 2; ++dj) {
+      uint32_t b[4];
+      ptx::ldmatrix_x4_trans(b, K_s + kk * 16 * RB + (a_lane ^ ((qd0 / 16 + dj) * 32)));
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
+        ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
+  // LAB-END(11-gemm-dq)
 }
 
 /// The main kernel. Grid: (K/V blocks, or splits when deterministic; heads_kv x kv_split;
 /// batch), or with @p lpt (causal, not deterministic: longest blocks first) (heads_kv x kv_split;
-/// batch; K/V blocks). With kv_split > 1, dK and dV go to @p dkv_acc as fp32 partial sums
-/// ([2][kv_split][batch, seqlen_k, heads_kv, d]: dK unscaled, then dV) for bwd_convert_kv_kernel.
+/// batch; K/V blocks). The modes it calls into (modes.cuh): the deterministic mode
+/// (P.deterministic: block x walks K/V blocks x, x + gridDim.x, ... and adds into split x's own
+/// dQ accumulator, add_dq_in_order); a split group (kv_split > 1: dK and dV go to @p dkv_acc as
+/// fp32 partial sums, [2][kv_split][batch, seqlen_k, heads_kv, d], dK unscaled, then dV, for
+/// bwd_convert_kv_kernel: store_dkv_partial); the stagger (Cfg::kStagger: q_block_of_step);
 /// DELTA_PASS (delta_policy.h's exact D): the same loop up to P and dP, then rowsum(P ∘ dP) added
 /// into @p dq_acc read as D's accumulator ([batch, heads_q, seqlen_q] fp32, one per split when
-/// deterministic) instead of the three gradient GEMMs; @p d_rowsum is not read.
+/// deterministic) instead of the three gradient GEMMs (add_delta_rows); @p d_rowsum is not read.
 // The exact D pass leaves each step after P and dP (`continue`): in that instantiation the rest of
 // the step is unreachable, which the front end would warn about on every instantiation.
 #pragma nv_diag_suppress 128
@@ -308,7 +335,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int n_q_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
   const float scale_log2 = p.scale_log2;
   const float log2e = 1.4426950408889634f;
-  // dQ's accumulator per split: [batch, seqlen_q, heads_q, d]; the exact pass's: [2][rows].
+  // dQ's accumulator per split: [batch, seqlen_q, heads_q, d]; the exact pass's: [2][rows]. The
+  // deterministic mode (modes.cuh): this block's split, and its K/V blocks every gridDim.x.
   const int64_t split_elems =
       static_cast<int64_t>(p.batch) * p.seqlen_q * p.heads_q * (DELTA_PASS ? 2 : D);
   float* dq_split = dq_acc + (P.deterministic ? blockIdx.x * split_elems : 0);
@@ -334,8 +362,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     const int i_first = p.causal ? max(0, key0 - p.causal_offset) / BLOCK_M : 0;
     const int n_i = max(0, n_q_blocks - i_first);
     const int steps = slice_heads * n_i;
-    // Step s's Q block (from i_first): s mod n_i, or rotated to start at the (j mod n_i)-th.
-    auto q_block = [&](int s) { return Cfg::kStagger ? (s % n_i + j % n_i) % n_i : s % n_i; };
+    // Step s's Q block, from i_first: s mod n_i (modes.cuh: the stagger rotates it).
+    auto q_block = [&](int s) { return q_block_of_step<Cfg>(s, n_i, j); };
 
     const T* K_g = static_cast<const T*>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
                    key0 * p.k_row_stride;
@@ -411,27 +439,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           for (int e = 0; e < 4; ++e) S[mi][n][e] = dP[mi][n][e] = 0.f;
       // LAB-BEGIN(11-recompute-p): S = Q_i K_jᵀ and dP = dO_i V_jᵀ on this warp's tile, then P
       // from the LSE, masked
-      auto gemm_rows = [&](float(&acc)[2][S_NT][4], uint32_t A_s, uint32_t B_s) {
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t a[2][4];
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi)
-            ptx::ldmatrix_x4(a[mi], A_s + (sm0 + 16 * mi) * RB + (a_lane ^ (kk * 32)));
-#pragma unroll
-          for (int nj = 0; nj < S_NT / 2; ++nj) {
-            uint32_t b[4];
-            ptx::ldmatrix_x4(b, B_s + (sn0 + 16 * nj) * RB + (b_lane ^ (kk * 32)));
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-              ptx::mma_m16n8k16<T>(acc[mi][2 * nj], a[mi], b[0], b[1]);
-              ptx::mma_m16n8k16<T>(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
-            }
-          }
-        }
-      };
-      gemm_rows(S, Q_b, K_s);
-      gemm_rows(dP, dO_b, V_s);
+      gemm_sdp<T, Cfg>(S, Q_b, K_s, sm0, sn0, a_lane, b_lane);
+      gemm_sdp<T, Cfg>(dP, dO_b, V_s, sm0, sn0, a_lane, b_lane);
       const int warp_last_key = key0 + sn0 + Cfg::kSdpN - 1;
       const bool warp_masked = warp_last_key >= p.seqlen_k ||
                                (p.causal && warp_last_key > q0 + sm0 + p.causal_offset);
@@ -455,7 +464,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
             }
       }
       // LAB-END(11-recompute-p)
-      if constexpr (DELTA_PASS) {
+      if constexpr (DELTA_PASS) {  // the exact D pass (modes.cuh): P and dP's row sums, no gradient
         add_delta_rows<Cfg>(S, dP, dq_split + (static_cast<int64_t>(batch) * p.heads_q + h) * p.seqlen_q,
                             split_elems / 2, q0, p.seqlen_q, reinterpret_cast<float*>(smem + Cfg::kP),
                             P.deterministic != 0);
@@ -495,47 +504,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
           for (int e = 0; e < 4; ++e) acc[mi][n][e] = 0.f;
       // LAB-BEGIN(11-dv): dV_j += Pᵀ dO_i and dK_j += dSᵀ Q_i on this warp's 32 keys x kKvD
       // columns (k = queries, Pᵀ and dSᵀ read transposed from shared memory), then dS K_j
-      auto gemm_keys = [&](float(&acc)[2][KV_NT][4], uint32_t At_s, uint32_t B_s) {
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-          uint32_t a[2][4];
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi)
-            ptx::ldmatrix_x4_trans(a[mi], At_s + kk * 16 * PRB + (pt_lane ^ ((kn0 + 16 * mi) / 8 * 16)));
-#pragma unroll
-          for (int dj = 0; dj < KV_NT / 2; ++dj) {
-            uint32_t b[4];
-            ptx::ldmatrix_x4_trans(b, B_s + kk * 16 * RB + (a_lane ^ ((kd0 / 16 + dj) * 32)));
-#pragma unroll
-            for (int mi = 0; mi < 2; ++mi) {
-              ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
-              ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
-            }
-          }
-        }
-      };
-      gemm_keys(dV, P_s, dO_b);
-      gemm_keys(dK, dS_s, Q_b);
-
-      // dQ_i += dS K_j on this warp's 32 queries x kDqD columns (k = the block's keys), added to
-      // the fp32 accumulator unscaled.
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-        uint32_t a[2][4];
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-          ptx::ldmatrix_x4(a[mi], dS_s + (qm0 + 16 * mi) * PRB + (pa_lane ^ (kk * 32)));
-#pragma unroll
-        for (int dj = 0; dj < DQ_NT / 2; ++dj) {
-          uint32_t b[4];
-          ptx::ldmatrix_x4_trans(b, K_s + kk * 16 * RB + (a_lane ^ ((qd0 / 16 + dj) * 32)));
-#pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-            ptx::mma_m16n8k16<T>(acc[mi][2 * dj], a[mi], b[0], b[1]);
-            ptx::mma_m16n8k16<T>(acc[mi][2 * dj + 1], a[mi], b[2], b[3]);
-          }
-        }
-      }
+      gemm_dkv<T, Cfg>(dV, P_s, dO_b, kn0, kd0, pt_lane, a_lane);
+      gemm_dkv<T, Cfg>(dK, dS_s, Q_b, kn0, kd0, pt_lane, a_lane);
+      // dQ_i's share, dS K_j, on this warp's 32 queries x kDqD columns (k = the block's keys),
+      // added to the fp32 accumulator unscaled (below).
+      gemm_dq<T, Cfg>(acc, dS_s, K_s, qm0, qd0, pa_lane, a_lane);
       // LAB-END(11-dv)
       float* dq_rows = dq_split + (static_cast<int64_t>(batch) * p.seqlen_q * p.heads_q + h) * D;
       // The row of fragment row (mi, hh) of this thread, at its first column (nullptr past seqlen_q).
@@ -544,19 +517,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
         return q < p.seqlen_q ? dq_rows + static_cast<int64_t>(q) * p.heads_q * D + qd0 + 2 * t
                               : nullptr;
       };
-      if (P.deterministic) {  // uniform: this block owns its split, plain adds in a fixed order
-#pragma unroll
-        for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            float* dst = row_dst(mi, hh);
-            if (!dst) continue;
-#pragma unroll
-            for (int n = 0; n < DQ_NT; ++n) {
-              dst[8 * n] += acc[mi][n][2 * hh];
-              dst[8 * n + 1] += acc[mi][n][2 * hh + 1];
-            }
-          }
+      if (P.deterministic) {  // uniform: this block owns its split (modes.cuh: the deterministic mode)
+        add_dq_in_order(acc, row_dst);
       } else {
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi)
@@ -589,22 +551,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
     // dK_j (scaled) and dV_j to global memory, keys past seqlen_k skipped; with a split group,
     // this slice's partial sums (dK unscaled) to its fp32 slot instead.
-    const int64_t part_elems = static_cast<int64_t>(p.batch) * p.seqlen_k * p.heads_kv * D;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int key = key0 + kn0 + 16 * mi + g + 8 * hh;
         if (key >= p.seqlen_k) continue;
-        if (kv_split > 1) {
-          float* dk = dkv_acc + slice * part_elems +
-                      ((static_cast<int64_t>(batch) * p.seqlen_k + key) * p.heads_kv + kv_head) * D + kd0 + 2 * t;
-          float* dv = dk + kv_split * part_elems;
-#pragma unroll
-          for (int n = 0; n < KV_NT; ++n) {
-            *reinterpret_cast<float2*>(dk + 8 * n) = make_float2(dK[mi][n][2 * hh], dK[mi][n][2 * hh + 1]);
-            *reinterpret_cast<float2*>(dv + 8 * n) = make_float2(dV[mi][n][2 * hh], dV[mi][n][2 * hh + 1]);
-          }
+        if (kv_split > 1) {  // a split group (modes.cuh): this slice's fp32 partial sums
+          store_dkv_partial<D>(dK, dV, mi, hh, dkv_acc, slice, kv_split, p, batch, key, kv_head, kd0 + 2 * t);
           continue;
         }
         T* dk = static_cast<T*>(P.dk) + batch * p.k_batch_stride + kv_head * p.k_head_stride +
@@ -624,18 +578,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
 #pragma nv_diag_default 128
 
-/// Element @p e of a contiguous [batch, rows, heads, D] tensor as (batch, row, head, column):
-/// the coordinates the convert kernels write it to through the 16-bit tensor's strides.
-struct RowCoord {
-  int b, row, h, c;
-};
-template <int D>
-__device__ __forceinline__ RowCoord row_coord(int64_t e, int rows, int heads) {
-  return {static_cast<int>(e / (int64_t(D) * heads * rows)),
-          static_cast<int>((e / (int64_t(D) * heads)) % rows), static_cast<int>((e / D) % heads),
-          static_cast<int>(e % D)};
-}
-
 /// dQ = scale · Σ_splits accumulator, rounded to 16 bits (splits summed in index order).
 template <class T, int D>
 __global__ void __launch_bounds__(256)
@@ -646,7 +588,7 @@ __global__ void __launch_bounds__(256)
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = 2 * i;  // [batch, seqlen_q, heads_q, d], contiguous
-    const RowCoord at = row_coord<D>(e, p.seqlen_q, p.heads_q);
+    const RowCoord at = row_coord<D>(e, p.seqlen_q, p.heads_q);  // modes.cuh
     float x = 0.f, y = 0.f;
     for (int s = 0; s < splits; ++s) {
       x += dq_acc[s * split_elems + e];
@@ -655,195 +597,6 @@ __global__ void __launch_bounds__(256)
     T* dq = static_cast<T*>(P.dq) + at.b * p.q_batch_stride + at.row * p.q_row_stride +
             at.h * p.q_head_stride + at.c;
     *reinterpret_cast<uint32_t*>(dq) = pack2<T>(x * p.softmax_scale, y * p.softmax_scale);
-  }
-}
-
-/// dK = scale · Σ_slices, dV = Σ_slices of a split group's fp32 partial sums (bwd_main_kernel's
-/// dkv_acc), added in slice order and rounded to 16 bits.
-template <class T, int D>
-__global__ void __launch_bounds__(256)
-    bwd_convert_kv_kernel(const AttnBwdParams P, const float* dkv_acc, int kv_split) {
-  const AttnParams& p = P.fwd;
-  const int64_t pairs = static_cast<int64_t>(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
-  const int64_t part_elems = 2 * pairs;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t e = 2 * i;  // [batch, seqlen_k, heads_kv, d], contiguous
-    const RowCoord at = row_coord<D>(e, p.seqlen_k, p.heads_kv);
-    float2 dk = make_float2(0.f, 0.f), dv = make_float2(0.f, 0.f);
-    for (int s = 0; s < kv_split; ++s) {
-      const float2 a = *reinterpret_cast<const float2*>(dkv_acc + s * part_elems + e);
-      const float2 v = *reinterpret_cast<const float2*>(dkv_acc + (kv_split + s) * part_elems + e);
-      dk.x += a.x;
-      dk.y += a.y;
-      dv.x += v.x;
-      dv.y += v.y;
-    }
-    T* dk_g = static_cast<T*>(P.dk) + at.b * p.k_batch_stride + at.row * p.k_row_stride +
-              at.h * p.k_head_stride + at.c;
-    T* dv_g = static_cast<T*>(P.dv) + at.b * p.v_batch_stride + at.row * p.v_row_stride +
-              at.h * p.v_head_stride + at.c;
-    *reinterpret_cast<uint32_t*>(dk_g) = pack2<T>(dk.x * p.softmax_scale, dk.y * p.softmax_scale);
-    *reinterpret_cast<uint32_t*>(dv_g) = pack2<T>(dv.x, dv.y);
-  }
-}
-
-// ---- host side -----------------------------------------------------------------------------
-
-/// Splits of the deterministic mode: Cfg's K/V blocks are dealt round-robin to this many blocks,
-/// each with its own dQ accumulator (a fixed function of the shape and the tile, so runs repeat
-/// bit for bit).
-template <class Cfg>
-int deterministic_splits(const Problem& p) {
-  const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  return n_kv_blocks < 8 ? n_kv_blocks : 8;
-}
-
-/// Where the dQ accumulator starts in the workspace, in floats: after D, rounded up to 32 floats
-/// (128 bytes), so that the accumulator is aligned for the vector reductions whatever the number
-/// of rows (an odd one would leave it 4-byte aligned).
-inline size_t dq_acc_offset(const Problem& p) {
-  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  return (rows + 31) / 32 * 32;
-}
-
-/// How the query heads of a GQA group are dealt to blocks: the rung's choice (kv_splits), never
-/// split (`nosplit`: one block per KV head, the group's heads in turn), or one query head per
-/// block (`fullsplit`, FlashAttention-2's `dk_expanded`).
-enum class GroupSplit { balanced, none, full };
-
-/// Blocks the main kernel should have before the rung stops splitting a group: about two waves of
-/// one block per SM on an H100 (132 SMs). A constant, not the device's SM count, so the workspace
-/// size and the order of the sums depend on the problem alone.
-constexpr int kSplitTargetBlocks = 256;
-
-/// Slices of each GQA group (a divisor of heads_q / heads_kv): each slice's block adds its query
-/// heads into its own fp32 partial dK, dV; 1 means dK, dV are written directly. The rung's
-/// choice: the smallest divisor that gives the grid kSplitTargetBlocks blocks (the partial sums
-/// cost memory traffic, so a grid that fills the GPU is not split further).
-template <class Cfg>
-int kv_splits(const Problem& p, bool deterministic, GroupSplit how) {
-  const int group = p.heads_q / p.heads_kv;
-  if (how == GroupSplit::none || group == 1) return 1;
-  if (how == GroupSplit::full) return group;
-  const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  const int64_t blocks = int64_t(deterministic ? deterministic_splits<Cfg>(p) : n_kv_blocks) * p.heads_kv * p.batch;
-  for (int s = 1; s < group; ++s)
-    if (group % s == 0 && blocks * s >= kSplitTargetBlocks) return s;
-  return group;
-}
-
-/// Where the dK, dV partial sums start in the workspace, in floats: after the dQ accumulator(s)
-/// (an even count: d is even, so float2-aligned).
-template <class Cfg>
-size_t dkv_acc_offset(const Problem& p, bool deterministic) {
-  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  const size_t splits = deterministic ? size_t(deterministic_splits<Cfg>(p)) : 1;
-  return dq_acc_offset(p) + splits * rows * p.head_dim;
-}
-
-/// Accumulator pairs of the exact D pass (Σ P ∘ dP and Σ P per row): one per deterministic split,
-/// else one (atomics), none without the pass; bwd_delta_sum_kernel turns them into D.
-template <class Cfg>
-int delta_splits(const Problem& p, bool deterministic, DeltaPolicy policy) {
-  if (delta_source(policy, p.seqlen_k, true) != DeltaSource::exact) return 0;
-  return deterministic ? deterministic_splits<Cfg>(p) : 1;
-}
-
-/// Where the dK, dV partial sums end and the exact pass's accumulators start.
-template <class Cfg>
-size_t delta_acc_offset(const Problem& p, bool deterministic, GroupSplit how) {
-  const int kv_split = kv_splits<Cfg>(p, deterministic, how);
-  const size_t part = kv_split > 1 ? 2 * size_t(kv_split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
-  return dkv_acc_offset<Cfg>(p, deterministic) + part;
-}
-
-/// Workspace: D (fp32, [batch, heads_q, seqlen_q]), padded to dq_acc_offset, then the dQ
-/// accumulator(s) (fp32, [splits][batch, seqlen_q, heads_q, d]), then with a split group the dK,
-/// dV partial sums (fp32, [2][kv_split][batch, seqlen_k, heads_kv, d]), then for the exact D pass
-/// its accumulators (fp32, [splits][2][batch, heads_q, seqlen_q]), for the tile Cfg that
-/// launch_backward<T, Cfg> runs (the splits depend on its BLOCK_N).
-template <class Cfg>
-size_t workspace_bytes(const Problem& p, bool deterministic, GroupSplit how, DeltaPolicy policy) {
-  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  return (delta_acc_offset<Cfg>(p, deterministic, how) + 2 * delta_splits<Cfg>(p, deterministic, policy) * rows) *
-         sizeof(float);
-}
-
-template <class T, class Cfg, bool DELTA_PASS = false>
-const void* prepared_main() {
-  static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg, DELTA_PASS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)once;
-  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg, DELTA_PASS>);
-}
-
-template <class T, class Cfg>
-void launch_backward(const AttnBwdParams& given, GroupSplit how, bool longest_first, DeltaPolicy policy,
-                     cudaStream_t stream) {
-  constexpr int D = Cfg::kHeadDim;
-  const AttnParams& p = given.fwd;
-  Problem shape;
-  shape.batch = p.batch;
-  shape.seqlen_q = p.seqlen_q;
-  shape.seqlen_k = p.seqlen_k;
-  shape.heads_q = p.heads_q;
-  shape.heads_kv = p.heads_kv;
-  shape.head_dim = p.head_dim;
-  const bool deterministic = given.deterministic != 0;
-  const int splits = deterministic ? deterministic_splits<Cfg>(shape) : 1;
-  const int kv_split = kv_splits<Cfg>(shape, deterministic, how);
-  const DeltaSource delta = delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
-  AttnBwdParams P = given;
-  if (delta == DeltaSource::o16) P.fwd.o_fp32 = nullptr;  // the preprocess reads the 16-bit O
-  if (P.workspace_bytes < workspace_bytes<Cfg>(shape, deterministic, how, policy))
-    throw std::runtime_error("rung 11: workspace smaller than bwd_workspace_bytes");
-  if (reinterpret_cast<uintptr_t>(P.workspace) % 8 != 0)  // float2 reductions and stores
-    throw std::runtime_error("rung 11: workspace not 8-byte aligned");
-  float* d_rowsum = static_cast<float*>(P.workspace);
-  float* dq_acc = d_rowsum + dq_acc_offset(shape);
-  float* dkv_acc = d_rowsum + dkv_acc_offset<Cfg>(shape, deterministic);
-  // The exact D pass's accumulator pairs: one (atomics), or one per deterministic split.
-  const int n_delta = delta_splits<Cfg>(shape, deterministic, policy);
-  float* delta_acc = d_rowsum + delta_acc_offset<Cfg>(shape, deterministic, how);
-
-  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
-                                kPrepThreads, 0, stream>>>(P, d_rowsum, dq_acc, splits, delta_acc, n_delta);
-  FL_LAUNCH_CHECK("bwd_preprocess_kernel");
-
-  const int n_kv_blocks = (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
-  // Longest blocks first (causal: K/V block j sees the Q blocks from the diagonal on); the
-  // deterministic mode's blocks each walk several K/V blocks, so it keeps its order.
-  const bool lpt = longest_first && p.causal && !deterministic;
-  const dim3 grid = lpt ? dim3(p.heads_kv * kv_split, p.batch, n_kv_blocks)
-                        : dim3(deterministic ? splits : n_kv_blocks, p.heads_kv * kv_split, p.batch);
-  if (n_delta > 0) {  // D = rowsum(P ∘ dP) for the backward's own P (delta_policy.h)
-    prepared_main<T, Cfg, true>();
-    bwd_main_kernel<T, Cfg, true><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, nullptr, delta_acc,
-                                                                                   kv_split, nullptr, lpt);
-    FL_LAUNCH_CHECK("bwd_main_kernel (exact D pass)");
-    bwd_delta_sum_kernel<<<static_cast<unsigned>(std::min<int64_t>((rows + 255) / 256, 65535)), 256, 0, stream>>>(
-        delta_acc, n_delta, rows, d_rowsum);
-    FL_LAUNCH_CHECK("bwd_delta_sum_kernel");
-  }
-  prepared_main<T, Cfg>();
-  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc, kv_split,
-                                                                             dkv_acc, lpt);
-  FL_LAUNCH_CHECK("bwd_main_kernel");
-
-  const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535));
-  bwd_convert_kernel<T, D><<<blocks, 256, 0, stream>>>(P, dq_acc, splits);
-  FL_LAUNCH_CHECK("bwd_convert_kernel");
-  if (kv_split > 1) {
-    const int64_t kv_pairs = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
-    const unsigned kv_blocks = static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535));
-    bwd_convert_kv_kernel<T, D><<<kv_blocks, 256, 0, stream>>>(P, dkv_acc, kv_split);
-    FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
   }
 }
 

@@ -1,15 +1,107 @@
 /// @file steps/11_backward/launch.cu
-/// @brief Rung 11's registration: the backward kernels (kernel.cuh) behind `launch_bwd`, and
-/// rung 06's forward pass behind `launch` (the backward pass needs the forward's O and LSE).
+/// @brief Rung 11's launches and registration: the backward kernels (kernel.cuh, modes.cuh) in
+/// the workspace workspace.h lays out, behind `launch_bwd`, and rung 06's forward pass behind
+/// `launch` (the backward pass needs the forward's O and LSE).
+#include <stdint.h>
+
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "flashladder/cuda_check.h"
 #include "flashladder/registry.h"
 #include "flashladder/static_switch.h"
 #include "kernel.cuh"
+#include "workspace.h"
 
 namespace fl {
+namespace bwd {
+
+/// The main kernel's instantiation for T, Cfg, DELTA_PASS, with its dynamic shared memory limit
+/// raised to Cfg::kSmemBytes once (above the 48 KB default).
+template <class T, class Cfg, bool DELTA_PASS = false>
+const void* prepared_main() {
+  static const bool once = [] {
+    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg, DELTA_PASS>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)once;
+  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg, DELTA_PASS>);
+}
+
+/// The backward pass of one entry: the preprocess, the exact D pass when the policy takes it, the
+/// main kernel and the convert kernel(s), in @p given's workspace (workspace.h's layout for
+/// Cfg::kBlockN).
+template <class T, class Cfg>
+void launch_backward(const AttnBwdParams& given, GroupSplit how, bool longest_first, DeltaPolicy policy,
+                     cudaStream_t stream) {
+  constexpr int D = Cfg::kHeadDim;
+  const AttnParams& p = given.fwd;
+  Problem shape;
+  shape.batch = p.batch;
+  shape.seqlen_q = p.seqlen_q;
+  shape.seqlen_k = p.seqlen_k;
+  shape.heads_q = p.heads_q;
+  shape.heads_kv = p.heads_kv;
+  shape.head_dim = p.head_dim;
+  const bool deterministic = given.deterministic != 0;
+  const int splits = deterministic ? deterministic_splits(shape, Cfg::kBlockN) : 1;
+  const int kv_split = kv_splits(shape, Cfg::kBlockN, deterministic, how);
+  const DeltaSource delta = delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
+  AttnBwdParams P = given;
+  if (delta == DeltaSource::o16) P.fwd.o_fp32 = nullptr;  // the preprocess reads the 16-bit O
+  if (P.workspace_bytes < workspace_bytes(shape, Cfg::kBlockN, deterministic, how, policy))
+    throw std::runtime_error("rung 11: workspace smaller than bwd_workspace_bytes");
+  if (reinterpret_cast<uintptr_t>(P.workspace) % 8 != 0)  // float2 reductions and stores
+    throw std::runtime_error("rung 11: workspace not 8-byte aligned");
+  float* d_rowsum = static_cast<float*>(P.workspace);
+  float* dq_acc = d_rowsum + dq_acc_offset(shape);
+  float* dkv_acc = d_rowsum + dkv_acc_offset(shape, Cfg::kBlockN, deterministic);
+  // The exact D pass's accumulator pairs: one (atomics), or one per deterministic split.
+  const int n_delta = delta_splits(shape, Cfg::kBlockN, deterministic, policy);
+  float* delta_acc = d_rowsum + delta_acc_offset(shape, Cfg::kBlockN, deterministic, how);
+
+  const int64_t rows = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  bwd_preprocess_kernel<T, D><<<static_cast<unsigned>((rows + kPrepWarps - 1) / kPrepWarps),
+                                kPrepThreads, 0, stream>>>(P, d_rowsum, dq_acc, splits, delta_acc, n_delta);
+  FL_LAUNCH_CHECK("bwd_preprocess_kernel");
+
+  const int n_kv_blocks = kv_block_count(shape, Cfg::kBlockN);
+  // Longest blocks first (causal: K/V block j sees the Q blocks from the diagonal on); the
+  // deterministic mode's blocks each walk several K/V blocks, so it keeps its order.
+  const bool lpt = longest_first && p.causal && !deterministic;
+  const dim3 grid = lpt ? dim3(p.heads_kv * kv_split, p.batch, n_kv_blocks)
+                        : dim3(deterministic ? splits : n_kv_blocks, p.heads_kv * kv_split, p.batch);
+  if (n_delta > 0) {  // D = rowsum(P ∘ dP) for the backward's own P (delta_policy.h)
+    prepared_main<T, Cfg, true>();
+    bwd_main_kernel<T, Cfg, true><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, nullptr, delta_acc,
+                                                                                   kv_split, nullptr, lpt);
+    FL_LAUNCH_CHECK("bwd_main_kernel (exact D pass)");
+    bwd_delta_sum_kernel<<<static_cast<unsigned>(std::min<int64_t>((rows + 255) / 256, 65535)), 256, 0, stream>>>(
+        delta_acc, n_delta, rows, d_rowsum);
+    FL_LAUNCH_CHECK("bwd_delta_sum_kernel");
+  }
+  prepared_main<T, Cfg>();
+  bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc, kv_split,
+                                                                             dkv_acc, lpt);
+  FL_LAUNCH_CHECK("bwd_main_kernel");
+
+  const int64_t pairs = int64_t(p.batch) * p.seqlen_q * p.heads_q * D / 2;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535));
+  bwd_convert_kernel<T, D><<<blocks, 256, 0, stream>>>(P, dq_acc, splits);
+  FL_LAUNCH_CHECK("bwd_convert_kernel");
+  if (kv_split > 1) {
+    const int64_t kv_pairs = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
+    const unsigned kv_blocks = static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535));
+    bwd_convert_kv_kernel<T, D><<<kv_blocks, 256, 0, stream>>>(P, dkv_acc, kv_split);
+    FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
+  }
+}
+
+}  // namespace bwd
+
 namespace {
 
 constexpr int kForwardRung = 6;
@@ -21,11 +113,11 @@ const Rung& forward_rung() {
 }
 
 /// Each entry's tiles and GQA split: the rung's (kernel.cuh's BwdTiles, the group split by
-/// kv_splits), the same with a staggered Q order, 4 warps on 64 keys, the rung's tiles with the
-/// group never split or always split down to one query head per block, the rung launched in
-/// K/V-block order under a causal mask (not longest first), and the rung with one source of D
-/// always (delta_policy.h): the 16-bit O (FlashAttention-2's preprocess), the forward's fp32 O, or
-/// the exact pass.
+/// workspace.h's kv_splits), the same with a staggered Q order, 4 warps on 64 keys, the rung's
+/// tiles with the group never split or always split down to one query head per block, the rung
+/// launched in K/V-block order under a causal mask (not longest first), and the rung with one
+/// source of D always (delta_policy.h): the 16-bit O (FlashAttention-2's preprocess), the
+/// forward's fp32 O, or the exact pass.
 enum class Tiles { rung, stagger, four_warps, nosplit, fullsplit, inorder, o16_delta, o32_delta, exact_delta };
 
 constexpr bwd::DeltaPolicy delta_policy(Tiles t) {
@@ -164,7 +256,7 @@ Rung make_rung() {
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
     return with_tiles<TILES>(p.head_dim, [&](auto cfg) {
-      return bwd::workspace_bytes<decltype(cfg)>(p, deterministic, group_split(TILES), delta_policy(TILES));
+      return bwd::workspace_bytes(p, decltype(cfg)::kBlockN, deterministic, group_split(TILES), delta_policy(TILES));
     });
   };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
@@ -193,7 +285,7 @@ Rung make_rung() {
             " keys, else the forward's fp32 O)"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv && (p.head_dim == 64 || p.head_dim == 128)) {
       const int split = with_tiles<TILES>(p.head_dim, [&](auto cfg) {
-        return bwd::kv_splits<decltype(cfg)>(p, false, group_split(TILES));
+        return bwd::kv_splits(p, decltype(cfg)::kBlockN, false, group_split(TILES));
       });
       notes.push_back("GQA group of " + std::to_string(p.heads_q / p.heads_kv) + " query heads: " +
                       (split == 1 ? std::string("one block per KV head, dK and dV written directly")
