@@ -2,7 +2,7 @@
 # One command for the whole benchmark, on a machine with a GPU:
 #
 #   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--family F[,F...]] [--no-torch] [--ncu]
-#                    [--results DIR] [-- LADDER_ARGS...]
+#                    [--skip STEP[,STEP...]] [--results DIR] [-- LADDER_ARGS...]
 #
 #   0. ceilings: the measured FFMA, mma.sync, cuBLAS and copy rates   -> ceilings.json
 #   1. ladder_bench: every rung over the sweeps of the families       -> ladder_bench.json
@@ -24,6 +24,8 @@
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
 # --quick: fewer shapes (ladder_bench --fl_quick, torch_sdpa.py --quick, 4 split counts).
+# --skip: leave out steps by name (ceilings, torch, sweep07, splits, fp8, tour), e.g. in all but
+# one part of a run split by rungs (-- --fl_rungs=...), so each step runs once.
 # A run may be made in parts (--family prefill,ablation into one folder, --family decode,paged
 # into another) and joined with bench/merge_results.py.
 # Exit: 0 done; 77 no GPU; otherwise the failing step's code.
@@ -31,16 +33,17 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 
-bin="" quick=0 torch=1 ncu=0 results="" family=all ladder_args=()
+bin="" quick=0 torch=1 ncu=0 results="" family=all skip="" ladder_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --no-torch) torch=0 ;;
     --ncu) ncu=1 ;;
     --family) family=$2; shift ;;
+    --skip) skip=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
-    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) bin=$1 ;;
   esac
   shift
@@ -63,6 +66,13 @@ for f in ${family//,/ }; do
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
+for st in ${skip//,/ }; do
+  case "$st" in ceilings|torch|sweep07|splits|fp8|tour) ;;
+    *) echo "run_all.sh: --skip takes ceilings, torch, sweep07, splits, fp8 or tour (comma-separated), got '$st'" >&2; exit 2 ;;
+  esac
+done
+runs() { [[ ",$skip," != *",$1,"* ]]; }  # runs STEP: not named by --skip
+[ "$torch" = 0 ] || runs torch || torch=0
 if [ -n "$bin" ]; then BIN=$(find_bin "$bin"); else BIN=$(find_bin "$ROOT/build/release"); fi
 if [ -z "$BIN" ]; then
   echo "run_all.sh: no ladder_bench found${bin:+ in $bin}. Build it first:" >&2
@@ -88,7 +98,7 @@ step() {  # step NAME LOG CMD...: runs CMD, output to the terminal and to LOG
 }
 
 # ---- 0. the ceilings ----------------------------------------------------------------------------
-if [ -x "$BIN/ceilings" ]; then
+if runs ceilings && [ -x "$BIN/ceilings" ]; then
   step ceilings ceilings.log "$BIN/ceilings" --json "$STAGE/ceilings.json" ||
     echo "run_all.sh: [ceilings] failed (see ceilings.log); the report goes on without measured ceilings"
 fi
@@ -134,7 +144,7 @@ else
 fi
 
 # ---- 3. rung 07's sweep -------------------------------------------------------------------------
-if has_family prefill && [ -x "$BIN/07_dv_tiling" ]; then
+if runs sweep07 && has_family prefill && [ -x "$BIN/07_dv_tiling" ]; then
   for d in 64 128; do
     step sweep07 "sweep07_d$d.log" "$BIN/07_dv_tiling" --sweep --dim "$d" --batch 8 --heads 16 --seqlen-q 2048 \
       --seqlen-k 2048 --iters 10 --json "$STAGE/sweep07_d$d.json" ||
@@ -143,7 +153,7 @@ if has_family prefill && [ -x "$BIN/07_dv_tiling" ]; then
 fi
 
 # ---- 4. rung 08's split study --------------------------------------------------------------------
-if has_family decode && [ -x "$BIN/08_flash_decoding" ]; then
+if runs splits && has_family decode && [ -x "$BIN/08_flash_decoding" ]; then
   mkdir -p "$STAGE/decode_splits"
   lengths=(4096 16384 65536 131072) counts=(1 2 4 8 16 32 64 0)  # 0 = the heuristic
   [ $quick = 1 ] && lengths=(16384 131072) counts=(1 8 64 0)
@@ -167,7 +177,7 @@ fi
 # The FP8 rung's errors per input and quantization mode (bench/run_fp8.sh): the fp8 family's speed
 # sweep above times it, this measures what the speed costs in accuracy. A failing check is kept in
 # its report; a run that fails otherwise is said and the report goes on.
-if has_family fp8; then
+if runs fp8 && has_family fp8; then
   if [ -x "$BIN/13_fp8" ]; then
     # The commands in fp8_accuracy/runs.json name the folder the staging folder becomes (meta.json's rule).
     case "$OUT" in "$ROOT"/*) fp8_as=${OUT#"$ROOT"/} ;; /*) fp8_as="<part>" ;; *) fp8_as=$OUT ;; esac
@@ -188,7 +198,7 @@ if [ $ncu = 1 ]; then
 fi
 
 # ---- 7. the tour ---------------------------------------------------------------------------------
-if [ -x "$BIN/tour" ]; then
+if runs tour && [ -x "$BIN/tour" ]; then
   step tour tour.txt "$BIN/tour" || echo "run_all.sh: [tour] a rung failed its check (see tour.txt)"
 fi
 
