@@ -8,7 +8,7 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
 
   runner         `<bin>/<NN_name> --batch 16 --seqlen 1024 --heads 16 --dim 128 --iters N --json F
                  --check none --no-compare`: its median (CUDA events around one launch, the L2
-                 flushed before each: common/src/runner.cpp, time_launches).
+                 flushed before each: common/src/timing.cpp, time_launches).
   PyTorch        flashladder.attention(q, k, v, rung=R) timed the runner's way: a 2 x L2 buffer
                  written before each call, CUDA events around the call, median of N. The host
                  work of a call that fits in the flush's time is hidden, as it is in the runner.

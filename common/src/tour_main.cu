@@ -1,4 +1,4 @@
 // The tour: every built rung, in order, on one default problem.
-#include "flashladder/runner.h"
+#include "flashladder/tour.h"
 
 int main(int argc, char** argv) { return fl::tour_main(argc, argv); }

@@ -1,0 +1,158 @@
+#include "flashladder/device_problem.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+namespace fl {
+
+// ---- DeviceProblem ------------------------------------------------------------
+namespace {
+int pages_per_seq(const Problem& p) { return (p.seqlen_k + p.page_size - 1) / p.page_size; }
+size_t kv_elems(const Problem& p) {
+  return p.page_size > 0 ? static_cast<size_t>(p.batch) * pages_per_seq(p) * p.page_size * p.heads_kv * p.head_dim
+                         : p.kv_elements();
+}
+/// A 16-bit device tensor, whole, to the host.
+std::vector<uint16_t> download16(const DeviceBuffer& b) {
+  std::vector<uint16_t> h(b.bytes() / 2);
+  b.download(h.data(), b.bytes());
+  return h;
+}
+}  // namespace
+
+size_t DeviceProblem::device_bytes(const Problem& p, size_t workspace_bytes) {
+  const size_t qo = p.q_elements() * 2;
+  const size_t lse = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * 4;
+  return 2 * qo + 2 * kv_elems(p) * 2 + lse + workspace_bytes;
+}
+
+DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t workspace_bytes,
+                             unsigned long long seed)
+    : p_(p) {
+  const int D = p.head_dim;
+  const size_t q_elems = p.q_elements();
+  q_ = DeviceBuffer(q_elems * 2);
+  o_ = DeviceBuffer(q_elems * 2);
+  lse_ = DeviceBuffer(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * sizeof(float));
+  k_ = DeviceBuffer(kv_elems(p) * 2);
+  v_ = DeviceBuffer(kv_elems(p) * 2);
+  if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
+  q_.upload(in.q.data(), q_elems * 2);
+
+  AttnParams& a = params_;
+  a = make_attn_params(p);  // shapes, scale, mask fields and dense strides
+  const int64_t hd = static_cast<int64_t>(p.heads_kv) * D;
+  if (p.page_size == 0) {
+    k_.upload(in.k.data(), in.k.size() * 2);
+    v_.upload(in.v.data(), in.v.size() * 2);
+  } else {
+    // Paged KV cache: token j of sequence b lives in page table[b][j / page] at
+    // row j % page. Pages are shuffled so a kernel that ignores the table fails.
+    const int pps = pages_per_seq(p), page = p.page_size;
+    std::vector<int> table(static_cast<size_t>(p.batch) * pps);
+    std::iota(table.begin(), table.end(), 0);
+    std::mt19937_64 rng(seed ^ 0x9a9edull);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::vector<uint16_t> kp(kv_elems(p), 0), vp(kv_elems(p), 0);
+    for (int b = 0; b < p.batch; ++b)
+      for (int j = 0; j < p.seqlen_k; ++j) {
+        const size_t dst = (static_cast<size_t>(table[b * pps + j / page]) * page + j % page) * hd;
+        const size_t src = (static_cast<size_t>(b) * p.seqlen_k + j) * hd;
+        std::copy_n(in.k.begin() + src, hd, kp.begin() + dst);
+        std::copy_n(in.v.begin() + src, hd, vp.begin() + dst);
+      }
+    k_.upload(kp.data(), kp.size() * 2);
+    v_.upload(vp.data(), vp.size() * 2);
+    table_ = DeviceBuffer(table.size() * sizeof(int));
+    table_.upload(table.data(), table.size() * sizeof(int));
+    a.k_batch_stride = a.v_batch_stride = 0;  // unused: the block table locates pages
+    a.block_table = table_.as<int>();
+    a.block_table_stride = pps;
+    a.page_size = page;
+  }
+  a.q = q_.get();
+  a.k = k_.get();
+  a.v = v_.get();
+  a.o = o_.get();
+  a.lse = lse_.as<float>();
+  a.workspace = ws_.get();
+  a.workspace_bytes = workspace_bytes;
+  params16_ = a;
+}
+
+void DeviceProblem::to_fp8(const Fp8Options& o, unsigned long long seed) {
+  fp8_ = std::make_unique<DeviceFp8>(p_, params16_, o, seed);
+  fp8_->quantize();
+  FL_CUDA_CHECK(cudaDeviceSynchronize());
+  params_ = fp8_->params();
+}
+
+void DeviceProblem::want_o_fp32() {
+  if (o32_.bytes() == 0) o32_ = DeviceBuffer(p_.q_elements() * sizeof(float));
+  params_.o_fp32 = params16_.o_fp32 = o32_.as<float>();
+}
+
+void DeviceProblem::poison_outputs() {
+  o_.poison();
+  lse_.poison();
+  if (o32_.bytes() > 0) o32_.poison();
+}
+
+std::vector<uint16_t> DeviceProblem::download_o() const { return download16(o_); }
+
+std::vector<float> DeviceProblem::download_o_fp32() const {
+  std::vector<float> o(o32_.bytes() / sizeof(float));
+  if (!o.empty()) o32_.download(o.data(), o32_.bytes());
+  return o;
+}
+
+std::vector<float> DeviceProblem::download_lse() const {
+  std::vector<float> l(lse_.bytes() / 4);
+  lse_.download(l.data(), lse_.bytes());
+  return l;
+}
+
+// ---- DeviceGrads ---------------------------------------------------------------
+
+size_t DeviceGrads::device_bytes(const Problem& p, size_t workspace_bytes) {
+  return 2 * (2 * p.q_elements() + 2 * p.kv_elements()) + workspace_bytes;  // dO, dQ + dK, dV
+}
+
+DeviceGrads::DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::vector<uint16_t>& dout,
+                         size_t workspace_bytes, bool deterministic) {
+  if (p.page_size > 0) throw std::invalid_argument("the backward pass takes a contiguous K/V (no --page-size)");
+  if (dout.size() != p.q_elements())
+    throw std::invalid_argument("dO has " + std::to_string(dout.size()) + " elements, expected " +
+                                std::to_string(p.q_elements()));
+  dout_ = DeviceBuffer(p.q_elements() * 2);
+  dq_ = DeviceBuffer(p.q_elements() * 2);
+  dk_ = DeviceBuffer(p.kv_elements() * 2);
+  dv_ = DeviceBuffer(p.kv_elements() * 2);
+  if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
+  dout_.upload(dout.data(), dout.size() * 2);
+  // dO has O's strides, dQ Q's, dK K's and dV V's (backward.h): the forward's params say them.
+  params_.fwd = fwd.params();
+  params_.dout = dout_.get();
+  params_.dq = dq_.get();
+  params_.dk = dk_.get();
+  params_.dv = dv_.get();
+  params_.workspace = ws_.get();
+  params_.workspace_bytes = workspace_bytes;
+  params_.deterministic = deterministic ? 1 : 0;
+}
+
+void DeviceGrads::poison() {
+  dq_.poison();
+  dk_.poison();
+  dv_.poison();
+  if (ws_.bytes() > 0) ws_.poison();
+}
+
+std::vector<uint16_t> DeviceGrads::download_dq() const { return download16(dq_); }
+std::vector<uint16_t> DeviceGrads::download_dk() const { return download16(dk_); }
+std::vector<uint16_t> DeviceGrads::download_dv() const { return download16(dv_); }
+
+}  // namespace fl
