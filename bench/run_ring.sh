@@ -133,7 +133,7 @@ for s in $share; do
     done
   done
 done
-sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+sha=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo "${FL_GIT_SHA:-unknown}")  # env: trees without .git
 dirty=$([ -n "$(git -C "$ROOT" status --porcelain 2>/dev/null)" ] && echo true || echo false)
 "$PY" - "$results/meta.json" "$gpu_name" "$visible" "$sha" "$dirty" "${commands[@]}" <<'PYEOF'
 import datetime, json, sys
