@@ -29,7 +29,7 @@ constexpr bool dtype_built(DType t) {
   return FL_DTYPE_ONLY < 0 || FL_DTYPE_ONLY == static_cast<int>(t);
 }
 
-/// A type passed as a value, to a generic lambda: `using Cfg = typename decltype(tiles)::type;`.
+/// A type passed as a value, to a generic lambda, which takes it back as the tag's member `type`.
 template <class T>
 struct TypeTag {
   using type = T;
