@@ -24,6 +24,9 @@
 /// probe_p_smem_kernel: one warpgroup; P written to shared memory by the threads (FA3's path when
 /// P does not stay in registers), which needs fence.proxy.async before wgmma reads it; 2D and
 /// 3D TMA loads; two wgmma groups in flight, the first awaited with wait_group 1.
+/// probe_dq_writer_kernel: FlashAttention-3's backward hands dQ to the TMA unit: the threads leave
+/// an fp32 tile in shared memory (proxy fence, barrier), one thread adds it into global memory
+/// with cp.reduce.async.bulk (UBLKRED), commits the bulk group and waits until the tile is read.
 #include <cuda.h>
 
 #include "flashladder/dtype.cuh"
@@ -222,6 +225,22 @@ __global__ void __launch_bounds__(kWarpgroupThreads, 1)
   out += kWarpgroupThreads * kHeadDim / 2;
 #pragma unroll
   for (int i = 0; i < kBlockN / 2; ++i) out[i * kWarpgroupThreads + threadIdx.x] = X_reg[i];
+}
+
+/// The dQ writer's protocol on one fp32 tile of kDqRows x kHeadDim (see the file comment).
+constexpr int kDqRows = 64;
+__global__ void __launch_bounds__(kWarpgroupThreads, 1) probe_dq_writer_kernel(float* dq_accum, const float* dq_part) {
+  __shared__ __align__(128) float tile[kDqRows * kHeadDim];
+  for (int i = threadIdx.x; i < kDqRows * kHeadDim; i += kWarpgroupThreads)
+    tile[i] = dq_part[blockIdx.x * kDqRows * kHeadDim + i];
+  fence_proxy_async_smem();  // the threads' stores, before the async proxy reads the tile
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    bulk_reduce_add_f32(dq_accum, smem_addr(tile), sizeof(tile));
+    bulk_commit_group();
+    bulk_wait_group_read<0>();
+  }
+  __syncthreads();  // the tile may be written again from here on
 }
 
 }  // namespace fl::hopper_probe

@@ -3,9 +3,9 @@
 /// on every build, no GPU needed (docs/hopper.md, "What the CPU checks"):
 ///  1. the probe kernels tests/cpu/hopper_probe.cu, built for sm_90a, contain the Hopper
 ///     instructions each wrapper stands for: HGMMA (wgmma from shared-memory descriptors, V
-///     transposed), UTMALDG (TMA load), SYNCS (mbarrier), USETMAXREG (setmaxnreg), BAR.ARV
-///     (named barrier arrive); their wgmma batches are not serialized (one WARPGROUP.ARRIVE per
-///     batch, one WARPGROUP.DEPBAR per wait); nothing spills;
+///     transposed), UTMALDG (TMA load), UBLKRED (bulk reduce-add), SYNCS (mbarrier), USETMAXREG
+///     (setmaxnreg), BAR.ARV (named barrier arrive); their wgmma batches are not serialized (one
+///     WARPGROUP.ARRIVE per batch, one WARPGROUP.DEPBAR per wait); nothing spills;
 ///  2. the ptxas guard of the Hopper targets passes that probe and fails
 ///     tests/cpu/hopper_bad_probe.cu with the report's id: C7508 (setmaxnreg ignored) and C751x
 ///     (wgmma serialized);
@@ -120,7 +120,7 @@ TEST_CASE("Hopper probe: every wrapper is the Hopper instruction, no serializati
   INFO("cuobjdump -sass " << FL_HOPPER_PROBE_BINARY << " exited " << status);
   REQUIRE(status == 0);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
-  REQUIRE(kernels.size() == 2);  // the two probes, sm_90a only (fl_hopper_target)
+  REQUIRE(kernels.size() == 3);  // the three probes, sm_90a only (fl_hopper_target)
 
   SECTION("probe_ring_kernel: producer/consumer warpgroups, TMA ring, SS wgmma") {
     const std::vector<SassInstr>& code = kernel_code(kernels, "probe_ring_kernel");
@@ -176,10 +176,24 @@ TEST_CASE("Hopper probe: every wrapper is the Hopper instruction, no serializati
     CHECK(count_opcode(code, "STL") == 0);
   }
 
+  SECTION("probe_dq_writer_kernel: an fp32 tile added into global memory by the TMA unit") {
+    const std::vector<SassInstr>& code = kernel_code(kernels, "probe_dq_writer_kernel");
+    // cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 is one UBLKRED.G.S.ADD.F32;
+    // cp.async.bulk.wait_group.read 0 waits on a scoreboard (DEPBAR.LE SB0, 0x0).
+    CHECK(count_opcode(code, "UBLKRED.G.S.ADD.F32.RN") == 1);
+    CHECK(count_opcode(code, "UBLKRED") == 1);
+    CHECK(count_opcode(code, "DEPBAR.LE") >= 1);
+    CHECK(count_opcode(code, "RED") == 0);  // no per-element atomics
+    CHECK(count_opcode(code, "MEMBAR.ALL.CTA") == 1);
+    CHECK(count_opcode(code, "FENCE.VIEW.ASYNC.S") == 1);
+    CHECK(count_opcode(code, "LDL") == 0);
+    CHECK(count_opcode(code, "STL") == 0);
+  }
+
   status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_HOPPER_PROBE_BINARY, &text);
   REQUIRE(status == 0);
   const auto usage = fl_test::parse_res_usage(text, "sm_90a");
-  REQUIRE(usage.size() == 2);
+  REQUIRE(usage.size() == 3);
   for (const auto& [name, u] : usage) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
     CHECK(u.stack == 0);

@@ -237,6 +237,65 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 }
 
 // ---------------------------------------------------------------------------
+// Bulk reduce-add, shared -> global: cp.reduce.async.bulk ... .add.f32 adds a contiguous run of
+// fp32 values in shared memory into global memory, element by element, atomically per element,
+// issued by ONE thread and carried out by the TMA unit while the threads go on. This is how
+// FlashAttention-3's backward adds each block's dQ share into the fp32 dQ accumulator: a writer
+// warp hands the tile to the TMA unit, in place of the math warps' per-element atomics.
+//
+//   (every writing thread)  st.shared ...; fence_proxy_async_smem(); then a barrier
+//   (one thread)            bulk_reduce_add_f32(dst, src, bytes) x k; bulk_commit_group()
+//   (that thread)           bulk_wait_group_read<0>()   the sources are read: the tile may be reused
+//
+// Both addresses 16-byte aligned, bytes a multiple of 16. The adds of one group finish in no fixed
+// order, so float sums differ run to run in the last bits, as with atomics.
+// ---------------------------------------------------------------------------
+
+/// Adds @p bytes / 4 floats at shared address @p src into global @p dst (its bulk group: the
+/// next bulk_commit_group).
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+#if FL_SM90A_OR_TRAP
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
+/// Closes this thread's bulk copies issued since the last commit into one bulk group.
+__device__ __forceinline__ void bulk_commit_group() {
+#if FL_SM90A_OR_TRAP
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+/// Waits until at most @p N of this thread's bulk groups still read their shared-memory sources:
+/// with N = 0, every source tile may be overwritten. (The global adds may still be in flight; a
+/// kernel's end, or bulk_wait_group, waits for them.)
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+#if FL_SM90A_OR_TRAP
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#else
+  __trap();
+#endif
+}
+
+/// Waits until at most @p N of this thread's bulk groups are incomplete, global writes included.
+template <int N>
+__device__ __forceinline__ void bulk_wait_group() {
+#if FL_SM90A_OR_TRAP
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// ---------------------------------------------------------------------------
 // wgmma: D(64 x N, fp32 registers) = A(64 x 16) * B(16 x N) + scale_d * D, issued by a
 // whole warpgroup and executed asynchronously by the tensor cores.
 //
