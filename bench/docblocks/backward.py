@@ -2,8 +2,8 @@
 backward, every entry of a backward rung, and the gradients' checks of its run reports."""
 
 import report
-from .core import (Missing, generator, ints, labels_of, link, measured_line, prefill_want, ratio_text, run_label,
-                   run_problem, run_reports)
+from .core import (Missing, generator, ints, labels_of, link, measured_line, prefill_shapes, prefill_want, ratio_text,
+                   run_label, run_problem, run_reports, torch_cells)
 
 
 def gqa_text(family):
@@ -19,18 +19,11 @@ def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=N
     res = ctx.results(gpu)
     label = labels_of(ctx, [int(rung)])[0]
     rows = []
-    for dd in ints(d):
-        for nn in ints(n):
-            for c in ints(causal):
-                w = prefill_want(dd, nn, c)
-                r = res.need(family, rung=label, deterministic=0, **w)
-                det = res.find(family=family, rung=label, deterministic=1, **w)
-                fl = res.find(family=family, rung="torch_flash", **w)
-                cu = res.find(family=family, rung="torch_cudnn", **w)
-                rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
-                             report.fmt_value(r["tflops"]), report.fmt_value(det["tflops"]) if det else "—",
-                             "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
-                             "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)])
+    for _, _, _, w, lead in prefill_shapes(d, n, causal):
+        r = res.need(family, rung=label, deterministic=0, **w)
+        det = res.find(family=family, rung=label, deterministic=1, **w)
+        rows.append(lead + ["%.3f" % r["ms"], report.fmt_value(r["tflops"]),
+                            report.fmt_value(det["tflops"]) if det else "—"] + torch_cells(res, family, w, r))
     head = ["head_dim", "seqlen", "causal", "`%s` ms" % label, "TFLOP/s", "deterministic TFLOP/s",
             "flash ms", "flash / rung", "cuDNN ms", "cuDNN / rung"]
     torch = res.json("torch_sdpa.json")["context"].get("torch", "?") if res.has("torch_sdpa.json") else "not run"

@@ -206,6 +206,23 @@ def ratio_text(a, b):
     return report.fmt_ratio(a["ms"] / b["ms"]) if a and b else "—"
 
 
+def prefill_shapes(d, n, causal):
+    """(head_dim, seqlen, causal, the records' want, the row's first three cells) of a block's
+    d=, n= and causal= parameters, in that order."""
+    for dd in ints(d):
+        for nn in ints(n):
+            for c in ints(causal):
+                yield dd, nn, c, prefill_want(dd, nn, c), [str(dd), report.seqlen_text(nn), "yes" if c else "no"]
+
+
+def torch_cells(res, family, want, r):
+    """PyTorch's flash and cuDNN backends beside record @p r on the same shape of the same run:
+    flash ms, flash / rung, cuDNN ms, cuDNN / rung (— where the run has no such record)."""
+    fl = res.find(family=family, rung="torch_flash", **want)
+    cu = res.find(family=family, rung="torch_cudnn", **want)
+    return ["%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r), "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)]
+
+
 def span(values):
     vals = [v for v in values if v is not None]
     if not vals:

@@ -8,8 +8,8 @@ import sys
 
 import report
 from .core import (GENERATORS, ROOT, Missing, binary_bytes, earlier_fastest, generator, ints, labels_of, link,
-                   measured_line, ms, pct, pct_of_peak, prefill_want, ratio_text, run_label, run_problem,
-                   run_reports, span)
+                   measured_line, ms, pct, pct_of_peak, prefill_shapes, prefill_want, ratio_text, run_label,
+                   run_problem, run_reports, span, torch_cells)
 
 
 @generator("readme-summary")
@@ -115,16 +115,9 @@ def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None, fami
     res = ctx.results(gpu)
     label = labels_of(ctx, [int(rung)])[0]
     rows = []
-    for dd in ints(d):
-        for nn in ints(n):
-            for c in ints(causal):
-                w = prefill_want(dd, nn, c)
-                r = res.need(family, rung=label, **w)
-                fl = res.find(family=family, rung="torch_flash", **w)
-                cu = res.find(family=family, rung="torch_cudnn", **w)
-                rows.append([str(dd), report.seqlen_text(nn), "yes" if c else "no", "%.3f" % r["ms"],
-                             report.fmt_value(r["tflops"]), "%.3f" % fl["ms"] if fl else "—", ratio_text(fl, r),
-                             "%.3f" % cu["ms"] if cu else "—", ratio_text(cu, r)])
+    for _, _, _, w, lead in prefill_shapes(d, n, causal):
+        r = res.need(family, rung=label, **w)
+        rows.append(lead + ["%.3f" % r["ms"], report.fmt_value(r["tflops"])] + torch_cells(res, family, w, r))
     head = ["head_dim", "seqlen", "causal", "`%s` ms" % label, "TFLOP/s", "flash ms", "flash / rung",
             "cuDNN ms", "cuDNN / rung"]
     return report.markdown_table(head, rows) + "\n\n" + measured_line(
