@@ -1,7 +1,7 @@
 /// @file steps/11_backward/launch.cu
-/// @brief Rung 11's launches and registration: the backward kernels (kernel.cuh, modes.cuh) in
-/// the workspace workspace.h lays out, behind `launch_bwd`, and rung 06's forward pass behind
-/// `launch` (the backward pass needs the forward's O and LSE).
+/// @brief Rung 11's launches and registration: the backward kernels (kernel.cuh, modes.cuh,
+/// exact_delta.cuh) in the workspace workspace.h lays out, behind `launch_bwd`, and rung 06's
+/// forward pass behind `launch` (the backward pass needs the forward's O and LSE).
 #include <stdint.h>
 
 #include <algorithm>
@@ -12,24 +12,12 @@
 #include "flashladder/cuda_check.h"
 #include "flashladder/registry.h"
 #include "flashladder/static_switch.h"
+#include "exact_delta.cuh"
 #include "kernel.cuh"
 #include "workspace.h"
 
 namespace fl {
 namespace bwd {
-
-/// The main kernel's instantiation for T, Cfg, DELTA_PASS, with its dynamic shared memory limit
-/// raised to Cfg::kSmemBytes once (above the 48 KB default).
-template <class T, class Cfg, bool DELTA_PASS = false>
-const void* prepared_main() {
-  static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(bwd_main_kernel<T, Cfg, DELTA_PASS>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)once;
-  return reinterpret_cast<const void*>(&bwd_main_kernel<T, Cfg, DELTA_PASS>);
-}
 
 /// The backward pass of one entry: the preprocess, the exact D pass when the policy takes it, the
 /// main kernel and the convert kernel(s), in @p given's workspace (workspace.h's layout for
@@ -74,15 +62,8 @@ void launch_backward(const AttnBwdParams& given, GroupSplit how, bool longest_fi
   const bool lpt = longest_first && p.causal && !deterministic;
   const dim3 grid = lpt ? dim3(p.heads_kv * kv_split, p.batch, n_kv_blocks)
                         : dim3(deterministic ? splits : n_kv_blocks, p.heads_kv * kv_split, p.batch);
-  if (n_delta > 0) {  // D = rowsum(P ∘ dP) for the backward's own P (delta_policy.h)
-    prepared_main<T, Cfg, true>();
-    bwd_main_kernel<T, Cfg, true><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, nullptr, delta_acc,
-                                                                                   kv_split, nullptr, lpt);
-    FL_LAUNCH_CHECK("bwd_main_kernel (exact D pass)");
-    bwd_delta_sum_kernel<<<static_cast<unsigned>(std::min<int64_t>((rows + 255) / 256, 65535)), 256, 0, stream>>>(
-        delta_acc, n_delta, rows, d_rowsum);
-    FL_LAUNCH_CHECK("bwd_delta_sum_kernel");
-  }
+  if (n_delta > 0)  // D = rowsum(P ∘ dP) for the backward's own P (delta_policy.h)
+    launch_exact_delta<T, Cfg>(P, d_rowsum, delta_acc, n_delta, grid, kv_split, lpt, /*zero=*/false, stream);
   prepared_main<T, Cfg>();
   bwd_main_kernel<T, Cfg><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(P, d_rowsum, dq_acc, kv_split,
                                                                              dkv_acc, lpt);

@@ -196,8 +196,8 @@ __device__ __forceinline__ void add_delta_rows(const float (&S)[2][S_NT][4], con
 /// D from the exact pass's sums ([splits][2][rows]: Σ P ∘ dP, then Σ P), the splits added in
 /// order: D = Σ P ∘ dP / Σ P, so that every row of dS sums to zero for the P the main pass
 /// recomputes, even where the forward's LSE leaves Σ P a little off 1 (by 1e-4 at 100k keys). A
-/// row that sees no key (Σ P = 0) gets D = 0.
-__global__ void __launch_bounds__(256) bwd_delta_sum_kernel(const float* delta_acc, int splits, int64_t rows,
+/// row that sees no key (Σ P = 0) gets D = 0. `static`: rungs 11 and 14 each compile this header.
+static __global__ void __launch_bounds__(256) bwd_delta_sum_kernel(const float* delta_acc, int splits, int64_t rows,
                                                             float* d_rowsum) {
   for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
     float pdp = 0.f, p = 0.f;

@@ -1,6 +1,7 @@
-// Rung 11 (the FlashAttention-2 backward pass) on the GPU: dQ, dK, dV of every registered
-// backward rung (Rung::launch_bwd) against the fp64 backward reference (reference_bwd.h, judged by
-// check_bwd.h), beyond the shared matrix that run_case also routes to the backward check:
+// The backward rungs (11, 14) on the GPU: dQ, dK, dV of every registered backward entry
+// (Rung::launch_bwd; FL_TEST_RUNG=<n> keeps one rung's) against the fp64 backward reference
+// (reference_bwd.h, judged by check_bwd.h), beyond the shared matrix that run_case also routes to
+// the backward check:
 //   - a matrix: fp16/bf16, head_dim 64/128, causal or not, seqlen_q != seqlen_k both ways and
 //     equal, tails (1, 17, 113, 203), MHA, GQA 4:1, MQA;
 //   - the deterministic mode (AttnBwdParams::deterministic) on the matrix's hardest corners;
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,11 +28,13 @@ using fl_test::shape;
 
 namespace {
 
-/// Every registered backward entry (mains and variants).
+/// Every registered backward entry (mains and variants), or those of rung FL_TEST_RUNG=<n>.
 std::vector<const Rung*> backward_rungs() {
+  const char* env = std::getenv("FL_TEST_RUNG");
+  const int only = env ? std::atoi(env) : 0;
   std::vector<const Rung*> out;
   for (const Rung& r : registry().all())
-    if (r.launch_bwd) out.push_back(&r);
+    if (r.launch_bwd && (!only || r.number == only)) out.push_back(&r);
   return out;
 }
 

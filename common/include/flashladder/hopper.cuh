@@ -236,6 +236,21 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
 #endif
 }
 
+/// A contiguous run of @p bytes from global @p src to shared @p dst (no tensor map: the plain
+/// bulk copy), completing on @p bar like a tensor load. Both addresses 16-byte aligned, bytes a
+/// multiple of 16. Rung 14 loads the LSE and D of a query block with it, from rows padded to the
+/// block so that no copy reads past them.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if FL_SM90A_OR_TRAP
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
 // ---------------------------------------------------------------------------
 // Bulk reduce-add, shared -> global: cp.reduce.async.bulk ... .add.f32 adds a contiguous run of
 // fp32 values in shared memory into global memory, element by element, atomically per element,
@@ -429,24 +444,25 @@ namespace detail {
 
 // One shape for one 16-bit type. Operands after the N/2 accumulators are numbered
 // from K0 = N/2:
-//   SS: %K0 desc_a, %K1 desc_b, %K2 scale_d, %K3 trans_b
+//   SS: %K0 desc_a, %K1 desc_b, %K2 scale_d, %K3 trans_b, %K4 trans_a
 //   RS: %K0..%K3 the A fragment, %K4 desc_b, %K5 scale_d, %K6 trans_b
 // scale_d is a predicate in PTX (0: D = A B, overwrite; 1: D = A B + D), set from a
 // register so one code path zero-initializes on the first k-step. imm-scale-a/b = 1 (no
-// negation); imm-trans-a = 0 (A is K-major: Q, or P in registers); imm-trans-b = 1 reads an
-// MN-major B (V stored [key][dim]) and is a compile-time template argument.
+// negation); imm-trans-b = 1 reads an MN-major B (V stored [key][dim]) and is a compile-time
+// template argument; so is imm-trans-a of the SS form (1: an MN-major A, rung 14's dQ = dS K
+// with dS stored [key][query]). A in registers is always K-major.
 #define FL_WGMMA_DEFINE_T(T, TY, N, K0, K1, K2, K3, K4, K5, K6)                              \
   template <>                                                                               \
   struct WgmmaOp<T, N> {                                                                    \
-    template <int TRANS_B>                                                                  \
+    template <int TRANS_B, int TRANS_A>                                                     \
     static __device__ __forceinline__ void ss(float (&d)[N / 2], uint64_t desc_a,          \
                                               uint64_t desc_b, int scale_d) {               \
       asm volatile(                                                                         \
           "{\n.reg .pred p;\nsetp.ne.b32 p, %" #K2 ", 0;\n"                                 \
           "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {"                  \
-          FL_WGMMA_ACC_##N "}, %" #K0 ", %" #K1 ", p, 1, 1, 0, %" #K3 ";\n}\n"              \
+          FL_WGMMA_ACC_##N "}, %" #K0 ", %" #K1 ", p, 1, 1, %" #K4 ", %" #K3 ";\n}\n"       \
           : FL_WGMMA_OUT_##N(d)                                                             \
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));                          \
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B), "n"(TRANS_A));            \
     }                                                                                       \
     template <int TRANS_B>                                                                  \
     static __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4],  \
@@ -530,12 +546,15 @@ FL_WGMMA_DEFINE_E4M3(256, 128, 129, 130, 131, 132, 133)
 /// S = Q K^T with A = Q (64 rows of this warpgroup, K-major) and B = K (N keys, K-major, so
 /// TRANS_B = 0). @p desc_a / @p desc_b come from desc_kmajor() at this k-step's offset
 /// (fl::wgmma::sw128_kmajor_offset). T is __half or __nv_bfloat16; N a multiple of 16 up to 256.
-template <class T, int N, int TRANS_B = 0>
+/// TRANS_A = 1 reads an MN-major A (desc_mnmajor_sw128 at sw128_mnmajor_offset): rung 14's
+/// dQ = dS K_j, with dS stored [key][query].
+template <class T, int N, int TRANS_B = 0, int TRANS_A = 0>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          int scale_d) {
   static_assert(TRANS_B == 0 || TRANS_B == 1, "TRANS_B is 0 (K-major B) or 1 (MN-major B)");
+  static_assert(TRANS_A == 0 || TRANS_A == 1, "TRANS_A is 0 (K-major A) or 1 (MN-major A)");
 #if FL_SM90A_OR_TRAP
-  detail::WgmmaOp<T, N>::template ss<TRANS_B>(d, desc_a, desc_b, scale_d);
+  detail::WgmmaOp<T, N>::template ss<TRANS_B, TRANS_A>(d, desc_a, desc_b, scale_d);
 #else
   __trap();
 #endif

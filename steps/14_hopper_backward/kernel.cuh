@@ -1,0 +1,582 @@
+/// @file steps/14_hopper_backward/kernel.cuh
+/// @brief Rung 14: FlashAttention-3's backward pass (Shah et al., 2024, §3 and its code's
+/// `hopper/` backward) on wgmma and TMA: rung 11's algorithm, rung 10's machinery.
+///
+/// One block per (K/V block j of 128 keys, KV head or a slice of its GQA group, batch), longest
+/// first under a causal mask. K_j and V_j are loaded once; dK_j and dV_j stay in registers; the
+/// block walks the query blocks i (of every query head of its slice) that see block j:
+/// @code
+///   // clang-format off
+///   warpgroup 0, warp 0   producer  setmaxnreg.dec 24. Q_i + LSE_i and dO_i + D_i into stage s of
+///                                   the ring (TMA boxes and two bulk copies), when both math
+///                                   warpgroups have released what the stage held
+///   warpgroup 0, warp 1   dQ writer waits for the math warps' dQ_i share in shared memory, adds it
+///                                   to the fp32 accumulator with one bulk reduce-add (TMA), frees
+///                                   the tile once the copy engine has read it
+///   warpgroups 1, 2       math      setmaxnreg.inc 240. 64 keys each (wgmma's M), per query block:
+///       S^T  = K_j Q_i^T            SS   keys x queries: P^T ends up in registers, as an A operand
+///       dP^T = V_j dO_i^T           SS
+///       P^T  = exp2(S^T scale log2e - LSE_i log2e)      masked: key past seqlen_k or the diagonal
+///       dS^T = P^T ∘ (dP^T - D_i)
+///       dV_j += P^T dO_i            RS   A = P^T from registers
+///       dS^T -> shared memory       16-bit, [key][query]; both warpgroups meet at a named barrier
+///       dK_j += dS^T Q_i            RS   A = dS^T from registers
+///       dQ_i  = dS K_j              SS   A = dS read MN-major from the tile just written
+///       dQ_i share -> shared memory (fp32) -> the writer warp
+///   // clang-format on
+/// @endcode
+/// Why keys are wgmma's M (FA3's "SdP_swapAB"): dV += P^T dO and dK += dS^T Q need P^T and dS^T as
+/// A operands, 64 keys x 16 queries per k-step. Computing S^T = K Q^T instead of S = Q K^T leaves
+/// P^T in exactly the accumulator layout an A fragment is packed from (hopper.cuh), so neither P
+/// nor dS goes through shared memory for dV and dK; only dQ = dS K_j, whose M is the queries,
+/// reads dS^T back, transposed by the descriptor (trans-a).
+///
+/// Why dQ needs a writer: dQ_i collects a share from every K/V block, which run in different
+/// blocks at once. Rung 11 adds it with fp32 atomics from the math warps, one instruction per
+/// pair of floats, in the middle of the GEMM chain. Here the math warps store the share to shared
+/// memory (a few wide stores) and go on; one warp hands the whole tile to the copy engine
+/// (cp.reduce.async.bulk .add.f32, hopper.cuh). In the deterministic mode that warp first waits
+/// for a counter per query block to say the K/V blocks before j have added theirs, so the adds
+/// happen in the order j = 0, 1, 2, ... run after run.
+///
+/// The ablations (launch.cu): no warp specialization (the math warps' first thread issues the
+/// loads and the bulk adds itself), dQ by atomics from the math warps, P^T and dS^T through shared
+/// memory for dV and dK (SS instead of RS), one stage.
+#pragma once
+
+#include <cuda.h>
+#include <math.h>
+#include <stdint.h>
+
+#include <string>
+
+#include "flashladder/backward.h"
+#include "flashladder/cuda_check.h"
+#include "flashladder/dtype.cuh"
+#include "flashladder/hopper.cuh"
+#include "flashladder/problem.h"
+#include "flashladder/ptx.cuh"
+#include "flashladder/tma.h"
+#include "traits.h"
+
+namespace fl::hopper14 {
+
+using namespace fl::hopper;
+namespace wg = fl::wgmma;
+
+/// Named barriers (0 is __syncthreads'): the math warps' dS^T tile complete (256 threads); the
+/// dQ hand-off between the math warps and the writer warp (288: 256 + 32).
+constexpr uint32_t kDsReady = 1, kDqFull = 2, kDqEmpty = 3;
+constexpr uint32_t kMathThreads = 256, kDqHandoff = kMathThreads + 32;
+
+/// Where the kernel writes, besides dK and dV: the padded statistics and the dQ accumulator
+/// (workspace.h), the deterministic counters, a split group's partial dK, dV.
+struct BwdBuffers {
+  const float* lse_log2;  ///< [batch, heads_q, rows_padded]: LSE·log2(e), +inf where no key is seen
+  const float* delta;     ///< [batch, heads_q, rows_padded]: D
+  float* dq_acc;          ///< [batch, heads_q, rows_padded / BLOCK_M][BLOCK_M x d], register order
+  int* counters;          ///< [batch, heads_q, rows_padded / 64] (deterministic only)
+  float* dkv_acc;         ///< rung 11's [2][kv_split][batch, seqlen_k, heads_kv, d] (kv_split > 1)
+  int kv_split;           ///< slices of a GQA group (workspace.h's kv_splits)
+  int rows_padded;        ///< seqlen_q rounded up to 128
+};
+
+/// The fp32 slot, in a dQ tile, of a math thread's register @p r of its dQ share (warpgroup
+/// @p w, thread @p tid of it): 16-byte runs of four registers, thread after thread, so that the
+/// math warps' stores are 512 contiguous bytes per warp and the accumulator holds the tile as the
+/// registers hold it. dq_slot_coord() is the inverse the convert kernel uses.
+template <class Cfg>
+__host__ __device__ __forceinline__ int dq_slot(int w, int tid, int r) {
+  return ((w * (Cfg::kDqRegs / 4) + r / 4) * 128 + tid) * 4 + r % 4;
+}
+
+/// (row, column) of a dQ tile held at fp32 slot @p f (dq_slot's layout): the wgmma accumulator's
+/// layout (hopper.cuh) of the share of warpgroup w, placed by the row or column split (traits.h).
+template <class Cfg>
+__host__ __device__ __forceinline__ void dq_slot_coord(int f, int& row, int& col) {
+  const int sub = f % 4, tid = (f / 4) % 128, j = (f / 512) % (Cfg::kDqRegs / 4), w = f / (128 * Cfg::kDqRegs);
+  const int warp = tid / 32, lane = tid % 32;
+  const int r = 16 * warp + lane / 4 + 8 * (sub / 2), c = 8 * j + 2 * (lane % 4) + sub % 2;
+  row = Cfg::kDqSplitRows ? 64 * w + r : r;
+  col = Cfg::kDqSplitRows ? c : Cfg::kDqN * w + c;
+}
+
+/// LSE·log2(e) and D per query row, padded to rows_padded (+inf and 0 past seqlen_q, so padded
+/// rows have P = 0 and dS = 0): one warp per padded row. D is rowsum(dO ∘ O) from the forward's
+/// fp32 O when it left one, else from the 16-bit O, or (@p exact_d non-null) rung 11's exact pass.
+template <class T, int D>
+__global__ void __launch_bounds__(128)
+    bwd_stats_kernel(const AttnBwdParams P, float* lse_log2, float* delta, int rows_padded, const float* exact_d) {
+  const AttnParams& p = P.fwd;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * rows_padded;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int q = static_cast<int>(row % rows_padded);
+  const int64_t bh = row / rows_padded;  // batch * heads_q + head
+  const int h = static_cast<int>(bh % p.heads_q), b = static_cast<int>(bh / p.heads_q);
+  if (q >= p.seqlen_q) {
+    if (lane == 0) {
+      lse_log2[row] = INFINITY;
+      delta[row] = 0.f;
+    }
+    return;
+  }
+  const int64_t stat = bh * p.seqlen_q + q;  // [batch, heads_q, seqlen_q]
+  float sum = 0.f;
+  if (exact_d) {
+    sum = exact_d[stat];
+  } else {
+    const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
+    const T* dout = static_cast<const T*>(P.dout) + off;
+    const float* o32 = p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D : nullptr;
+    const T* o = static_cast<const T*>(p.o) + off;
+    for (int c = 2 * lane; c < D; c += 64) {
+      const float2 a = o32 ? *reinterpret_cast<const float2*>(o32 + c)
+                           : unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
+      const float2 g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dout + c));
+      sum += a.x * g.x + a.y * g.y;
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  }
+  if (lane == 0) {
+    const float lse = p.lse[stat];
+    lse_log2[row] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+    delta[row] = sum;
+  }
+}
+
+/// One block's shared memory (traits.h's offsets) from the first 1024-byte boundary.
+template <class Cfg>
+struct BwdSmem {
+  uint32_t base;
+  __device__ __forceinline__ explicit BwdSmem(const uint8_t* raw) : base((smem_addr(raw) + 1023u) & ~1023u) {}
+  __device__ __forceinline__ uint32_t K() const { return base + Cfg::kK; }
+  __device__ __forceinline__ uint32_t V() const { return base + Cfg::kV; }
+  __device__ __forceinline__ uint32_t Q(int s) const { return base + Cfg::kQ + s * Cfg::kQBytes; }
+  __device__ __forceinline__ uint32_t dO(int s) const { return base + Cfg::kDO + s * Cfg::kQBytes; }
+  __device__ __forceinline__ uint32_t dS(int b) const { return base + Cfg::kDS + b * Cfg::kDsBytes; }
+  __device__ __forceinline__ uint32_t Pt() const { return base + Cfg::kP; }
+  __device__ __forceinline__ uint32_t dQ() const { return base + Cfg::kDQ; }
+  __device__ __forceinline__ uint32_t lse(int s) const { return base + Cfg::kLse + s * Cfg::kRowStatBytes; }
+  __device__ __forceinline__ uint32_t delta(int s) const { return base + Cfg::kDelta + s * Cfg::kRowStatBytes; }
+  __device__ __forceinline__ uint32_t kv_full() const { return base + Cfg::kBars; }
+  __device__ __forceinline__ uint32_t q_full(int s) const { return base + Cfg::kBars + 8u * (1 + s); }
+  __device__ __forceinline__ uint32_t do_full(int s) const { return base + Cfg::kBars + 8u * (1 + Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t empty(int s) const { return base + Cfg::kBars + 8u * (1 + 2 * Cfg::kStages + s); }
+};
+
+/// What the block walks: its K/V block, its slice of query heads and the query blocks that see the
+/// K/V block. Step `it` is query head head0 + it / n_i, query block i_first + it % n_i.
+struct BlockWork {
+  int kv_head, slice, head0, batch, j, key0, i_first, n_i, steps;
+  __device__ __forceinline__ BlockWork(const AttnParams& p, int kv_split, int block_m) {
+    const int head_slice = blockIdx.x;
+    kv_head = head_slice / kv_split;
+    slice = head_slice % kv_split;
+    const int slice_heads = p.group / kv_split;
+    head0 = kv_head * p.group + slice * slice_heads;
+    batch = blockIdx.y;
+    j = blockIdx.z;  // K/V block 0 first: under a causal mask the longest
+    key0 = j * 128;
+    const int n_q_blocks = (p.seqlen_q + block_m - 1) / block_m;
+    // Query q sees key k when k <= q + causal_offset: the block is seen from q = key0 - offset.
+    i_first = p.causal ? max(0, key0 - p.causal_offset) / block_m : 0;
+    n_i = max(0, n_q_blocks - i_first);
+    steps = slice_heads * n_i;
+  }
+  __device__ __forceinline__ int head(int it) const { return head0 + it / n_i; }
+  __device__ __forceinline__ int q_block(int it) const { return i_first + it % n_i; }
+};
+
+/// The producer's loads, for one thread: K_j and V_j once, then for every step its Q_i + LSE_i and
+/// dO_i + D_i into stage it % STAGES once both math warpgroups have released it.
+template <class Cfg>
+struct Loads {
+  const CUtensorMap* map_q;
+  const CUtensorMap* map_k;
+  const CUtensorMap* map_v;
+  const CUtensorMap* map_do;
+  const float* lse_log2;
+  const float* delta;
+  int heads_q, rows_padded;
+
+  __device__ __forceinline__ void kv(const BwdSmem<Cfg>& sm, const BlockWork& w) const {
+    mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Cfg::kKBytes);
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
+      tma_load_4d(sm.K() + cb * Cfg::kBlockN * 128, map_k, sm.kv_full(), 64 * cb, w.kv_head, w.key0, w.batch);
+      tma_load_4d(sm.V() + cb * Cfg::kBlockN * 128, map_v, sm.kv_full(), 64 * cb, w.kv_head, w.key0, w.batch);
+    }
+  }
+  __device__ __forceinline__ void step(const BwdSmem<Cfg>& sm, const BlockWork& w, int it) const {
+    const int s = it % Cfg::kStages;
+    // The k-th refill of stage s waits for the k-th release (a fresh barrier passes parity 1).
+    mbarrier_wait_parity(sm.empty(s), ((it / Cfg::kStages) & 1) ^ 1);
+    const int h = w.head(it), q0 = w.q_block(it) * Cfg::kBlockM;
+    const int64_t stat = (int64_t(w.batch) * heads_q + h) * rows_padded + q0;
+    mbarrier_arrive_expect_tx(sm.q_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+      tma_load_4d(sm.Q(s) + cb * Cfg::kBlockM * 128, map_q, sm.q_full(s), 64 * cb, h, q0, w.batch);
+    bulk_load(sm.lse(s), lse_log2 + stat, Cfg::kRowStatBytes, sm.q_full(s));
+    mbarrier_arrive_expect_tx(sm.do_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
+#pragma unroll
+    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+      tma_load_4d(sm.dO(s) + cb * Cfg::kBlockM * 128, map_do, sm.do_full(s), 64 * cb, h, q0, w.batch);
+    bulk_load(sm.delta(s), delta + stat, Cfg::kRowStatBytes, sm.do_full(s));
+  }
+};
+
+/// The dQ tile of step @p it in the accumulator.
+template <class Cfg>
+__device__ __forceinline__ float* dq_tile(const BwdBuffers& buf, const AttnParams& p, const BlockWork& w, int it) {
+  const int64_t bh = int64_t(w.batch) * p.heads_q + w.head(it);
+  return buf.dq_acc + (bh * buf.rows_padded + int64_t(w.q_block(it)) * Cfg::kBlockM) * Cfg::kHeadDim;
+}
+
+/// The dQ writer's add of step @p it, by one thread: the tile in shared memory to the accumulator
+/// in one bulk reduce-add; deterministic: only once the counter of the query block says the K/V
+/// blocks before this one have added theirs, then the counter moves on. Returns when the copy
+/// engine has read the tile (it may then be overwritten).
+template <class Cfg>
+__device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf, const AttnParams& p,
+                                            const BlockWork& w, int it, bool deterministic) {
+  // LAB-BEGIN(14-dq-writer): one bulk reduce-add per dQ tile; in order when deterministic
+  float* dst = dq_tile<Cfg>(buf, p, w, it);
+  int* counter = nullptr;
+  if (deterministic) {
+    const int64_t bh = int64_t(w.batch) * p.heads_q + w.head(it);
+    counter = buf.counters + (bh * buf.rows_padded + int64_t(w.q_block(it)) * Cfg::kBlockM) / 64;
+    // K/V block j adds after blocks 0 .. j - 1: every earlier block sees this query block too
+    // (the causal mask's first query block only grows with j), and was launched before this one.
+    int seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen != w.j);
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the earlier adds, before ours
+  }
+  bulk_reduce_add_f32(dst, sm.dQ(), Cfg::kDqBytes);
+  bulk_commit_group();
+  if (deterministic) {
+    bulk_wait_group<0>();  // our adds are done in global memory ...
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");  // ... then the next
+  } else {
+    bulk_wait_group_read<0>();  // the tile is read: the math warps may write the next one
+  }
+  // LAB-END(14-dq-writer)
+}
+
+/// Packs the 16-bit A fragments of k-steps 0 .. N/16 - 1 from a 64 x N accumulator (hopper.cuh's
+/// register reuse: the accumulator of columns 16kk .. 16kk + 15 is the A fragment of k-step kk).
+template <class T, int N>
+__device__ __forceinline__ void pack_a(const float (&acc)[N / 2], uint32_t (&a)[N / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[kk][i] = pack2<T>(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
+}
+
+/// Stores a warpgroup's 64 x BLOCK_M accumulator tile (keys x queries, 16-bit) at rows 64 w of a
+/// [key][query] tile of 128 rows with 128B-swizzled 64-query column blocks: the layout dQ = dS K
+/// reads as an MN-major A, and the ss-dkv ablation's dV, dK read as a K-major A.
+template <class T, class Cfg>
+__device__ __forceinline__ void store_keys_by_queries(uint32_t tile, const uint32_t (&a)[Cfg::kBlockM / 16][4], int w,
+                                                      int warp, int g, int q) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockM / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = 64 * w + 16 * warp + g + 8 * (i % 2);
+      const int col = 16 * kk + 8 * (i / 2) + 2 * q;  // a[kk][i]: columns 16 kk + 8 (i / 2) + 2q, +1
+      const uint32_t off = (col / 64) * Cfg::kBlockN * 128 + key * 128 + (col % 64) * 2;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)), "r"(a[kk][i]) : "memory");
+    }
+}
+
+/// The backward kernel. Grid: (heads_kv x kv_split, batch, K/V blocks); Cfg::kThreads threads.
+/// WRITER: the dQ share goes through shared memory to a bulk reduce-add (else fp32 atomics from
+/// the math warps: the `atomic-dq` ablation).
+template <class T, class Cfg, bool WRITER>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    bwd_hopper_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+                      const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+                      const AttnBwdParams P, const BwdBuffers buf) {
+  constexpr int D = Cfg::kHeadDim;
+  constexpr int BLOCK_M = Cfg::kBlockM;
+  constexpr int BLOCK_N = Cfg::kBlockN;
+  constexpr int STAGES = Cfg::kStages;
+  constexpr bool WS = Cfg::kWarpSpecialized;
+  const AttnParams& p = P.fwd;
+  const bool deterministic = P.deterministic != 0;
+
+  const BlockWork work(p, buf.kv_split, BLOCK_M);
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const BwdSmem<Cfg> sm(smem_raw);
+  const Loads<Cfg> loads{&map_q, &map_k, &map_v, &map_do, buf.lse_log2, buf.delta, p.heads_q, buf.rows_padded};
+  const int tid = threadIdx.x;
+
+  if (tid == 0) {
+    tma_prefetch_map(&map_q);
+    tma_prefetch_map(&map_k);
+    tma_prefetch_map(&map_v);
+    tma_prefetch_map(&map_do);
+    mbarrier_init(sm.kv_full(), 1);
+    for (int s = 0; s < STAGES; ++s) {
+      mbarrier_init(sm.q_full(s), 1);
+      mbarrier_init(sm.do_full(s), 1);
+      mbarrier_init(sm.empty(s), 2);  // one arrival per math warpgroup
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  const int wg_idx = warpgroup_index();
+  if constexpr (WS) {
+    if (wg_idx == 0) {
+      // ---- producer warpgroup: warp 0 loads, warp 1 writes dQ, warps 2 and 3 idle ----------------
+      setmaxnreg_dec<kProducerRegs>();
+      const int warp = tid / 32;
+      if (warp == 0 && tid == 0 && work.steps > 0) {
+        loads.kv(sm, work);
+#pragma unroll 1
+        for (int it = 0; it < work.steps; ++it) loads.step(sm, work, it);
+      } else if (warp == 1 && WRITER && work.steps > 0) {
+        named_barrier_arrive(kDqEmpty, kDqHandoff);  // the tile starts free
+#pragma unroll 1
+        for (int it = 0; it < work.steps; ++it) {
+          named_barrier_sync(kDqFull, kDqHandoff);  // the math warps' share is in shared memory
+          if (tid == 32) add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic);
+          __syncwarp();
+          if (it + 1 < work.steps) named_barrier_arrive(kDqEmpty, kDqHandoff);
+        }
+        if (tid == 32) bulk_wait_group<0>();
+      }
+      return;
+    }
+    setmaxnreg_inc<kMathRegs>();
+  }
+
+  // ---- math warpgroups: 64 keys each ----------------------------------------------------------------
+  const int w = WS ? wg_idx - 1 : wg_idx;  // keys key0 + 64 w ..
+  const int mtid = tid % 128;              // thread of the warpgroup
+  const int warp = mtid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
+  const bool leader = mtid == 0;
+  const bool loader = !WS && tid == 0;  // the no-ws ablation: this thread issues the loads and dQ adds
+  const float scale_log2 = p.scale_log2;
+
+  float dK[D / 2], dV[D / 2];
+#pragma unroll
+  for (int r = 0; r < D / 2; ++r) dK[r] = dV[r] = 0.f;
+
+  if (work.steps > 0) {
+    if (loader) {
+      loads.kv(sm, work);
+      for (int it = 0; it < min(STAGES - 1, work.steps); ++it) loads.step(sm, work, it);
+      if (STAGES == 1) loads.step(sm, work, 0);
+    }
+    mbarrier_wait_parity(sm.kv_full(), 0);
+  }
+
+  // LAB-BEGIN(14-step): the five GEMMs of one query block, keys as wgmma's M
+#pragma unroll 1
+  for (int it = 0; it < work.steps; ++it) {
+    const int s = it % STAGES;
+    const uint32_t phase = (it / STAGES) & 1;
+    if (loader && STAGES > 1 && it + STAGES - 1 < work.steps) loads.step(sm, work, it + STAGES - 1);
+    const int q0 = work.q_block(it) * BLOCK_M;
+
+    // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight.
+    float S[BLOCK_M / 2], dP[BLOCK_M / 2];
+    mbarrier_wait_parity(sm.q_full(s), phase);
+    wgmma_fence_operand(S);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<T, BLOCK_M>(S, wg::desc_kmajor_sw128(sm.K() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+                           wg::desc_kmajor_sw128(sm.Q(s) + wg::sw128_kmajor_offset(BLOCK_M, 0, kk)), kk > 0);
+    wgmma_commit();
+    mbarrier_wait_parity(sm.do_full(s), phase);
+    wgmma_fence_operand(dP);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<T, BLOCK_M>(dP, wg::desc_kmajor_sw128(sm.V() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+                           wg::desc_kmajor_sw128(sm.dO(s) + wg::sw128_kmajor_offset(BLOCK_M, 0, kk)), kk > 0);
+    wgmma_commit();
+
+    // P^T = exp2(S^T scale log2e - LSE log2e) while dP^T runs: thread element 4c + e is key
+    // key0 + 64 w + 16 warp + g + 8 (e / 2), query q0 + 8c + 2q + e % 2.
+    wgmma_wait<1>();
+    wgmma_fence_operand(S);
+    const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw)));
+    const float* d_s = reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw)));
+#pragma unroll
+    for (int c = 0; c < BLOCK_M / 8; ++c) {
+      const float2 l = *reinterpret_cast<const float2*>(lse_s + 8 * c + 2 * q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) S[4 * c + e] = ptx::ex2_approx(fmaf(S[4 * c + e], scale_log2, -(e % 2 ? l.y : l.x)));
+    }
+    const int wg_key0 = work.key0 + 64 * w;
+    if (wg_key0 + 63 >= p.seqlen_k || (p.causal && wg_key0 + 63 > q0 + p.causal_offset)) {
+#pragma unroll
+      for (int c = 0; c < BLOCK_M / 8; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = wg_key0 + 16 * warp + g + 8 * (e / 2), qr = q0 + 8 * c + 2 * q + e % 2;
+          if (key >= p.seqlen_k || (p.causal && key > qr + p.causal_offset)) S[4 * c + e] = 0.f;
+        }
+    }
+    // dS^T = P^T ∘ (dP^T - D).
+    wgmma_wait<0>();
+    wgmma_fence_operand(dP);
+#pragma unroll
+    for (int c = 0; c < BLOCK_M / 8; ++c) {
+      const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dP[4 * c + e] = S[4 * c + e] * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x));
+    }
+    uint32_t Pa[BLOCK_M / 16][4], dSa[BLOCK_M / 16][4];
+    pack_a<T, BLOCK_M>(S, Pa);
+    pack_a<T, BLOCK_M>(dP, dSa);
+
+    const uint32_t dS_tile = sm.dS(it % Cfg::kDsBufs);
+    if (Cfg::kDsBufs == 1 && it > 0) named_barrier_sync(kDsReady, kMathThreads);  // the last dQ read it
+    if constexpr (!Cfg::kPSmem) {
+      // dV_j += P^T dO_i (RS): P^T straight from the registers.
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk) wgmma_fence_operand(Pa[kk]);
+      wgmma_fence_operand(dV);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+        wgmma_rs<T, D, 1>(dV, Pa[kk], wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+      wgmma_commit();
+    } else {
+      store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
+    }
+    // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys.
+    store_keys_by_queries<T, Cfg>(dS_tile, dSa, w, warp, g, q);
+    fence_proxy_async_smem();
+    named_barrier_sync(kDsReady, kMathThreads);
+
+    float dQ[Cfg::kDqRegs];
+    wgmma_fence_operand(dK);
+    wgmma_fence_operand(dQ);
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) wgmma_fence_operand(dSa[kk]);
+    wgmma_fence();
+    if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from shared memory
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+        wgmma_ss<T, D, 1>(dV, wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+                          wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+        wgmma_ss<T, D, 1>(dK, wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+                          wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+    } else {
+      // dK_j += dS^T Q_i (RS).
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+        wgmma_rs<T, D, 1>(dK, dSa[kk], wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+    }
+    // dQ_i's share = dS K_j (SS): A = dS read MN-major (trans-a) from the [key][query] tile; this
+    // warpgroup's 64 x 64 of it: rows 64 w (a 128-query block) or columns 64 w (a 64-query block).
+    const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : 64 * w;
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+      wgmma_ss<T, Cfg::kDqN, 1, 1>(dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
+                                   wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
+                                   kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operand(dK);
+    wgmma_fence_operand(dV);
+    wgmma_fence_operand(dQ);
+    if (leader) mbarrier_arrive(sm.empty(s));  // Q_i, dO_i, LSE_i, D_i read by this warpgroup
+    if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);
+
+    // dQ_i's share out: through shared memory to the writer, or by atomics.
+    if constexpr (WRITER) {
+      float* dq_s = reinterpret_cast<float*>(smem_raw + (sm.dQ() - smem_addr(smem_raw)));
+      if constexpr (WS) {
+        named_barrier_sync(kDqEmpty, kDqHandoff);  // the writer has handed the last tile over
+      } else {
+        if (loader && it > 0) bulk_wait_group_read<0>();
+        named_barrier_sync(kDqEmpty, kMathThreads);
+      }
+#pragma unroll
+      for (int r = 0; r < Cfg::kDqRegs; r += 4)
+        *reinterpret_cast<float4*>(dq_s + dq_slot<Cfg>(w, mtid, r)) = make_float4(dQ[r], dQ[r + 1], dQ[r + 2], dQ[r + 3]);
+      fence_proxy_async_smem();
+      if constexpr (WS) {
+        named_barrier_arrive(kDqFull, kDqHandoff);
+      } else {
+        named_barrier_sync(kDqFull, kMathThreads);
+        if (loader) add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic);
+      }
+    } else {
+      float* tile = dq_tile<Cfg>(buf, p, work, it);
+#pragma unroll
+      for (int r = 0; r < Cfg::kDqRegs; r += 2)
+        atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)), make_float2(dQ[r], dQ[r + 1]));
+    }
+  }
+  // LAB-END(14-step)
+  if (loader && WRITER) bulk_wait_group<0>();
+
+  // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums -------------------
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int key = work.key0 + 64 * w + 16 * warp + g + 8 * hh;
+    if (key >= p.seqlen_k) continue;
+    if (buf.kv_split > 1) {
+      const int64_t part = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D;
+      float* dk = buf.dkv_acc + work.slice * part + ((int64_t(work.batch) * p.seqlen_k + key) * p.heads_kv + work.kv_head) * D;
+      float* dv = dk + buf.kv_split * part;
+#pragma unroll
+      for (int c = 0; c < D / 8; ++c) {
+        *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) = make_float2(dK[4 * c + 2 * hh], dK[4 * c + 2 * hh + 1]);
+        *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) = make_float2(dV[4 * c + 2 * hh], dV[4 * c + 2 * hh + 1]);
+      }
+      continue;
+    }
+    T* dk = static_cast<T*>(P.dk) + work.batch * p.k_batch_stride + work.kv_head * p.k_head_stride +
+            static_cast<int64_t>(key) * p.k_row_stride;
+    T* dv = static_cast<T*>(P.dv) + work.batch * p.v_batch_stride + work.kv_head * p.v_head_stride +
+            static_cast<int64_t>(key) * p.v_row_stride;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) =
+          pack2<T>(dK[4 * c + 2 * hh] * p.softmax_scale, dK[4 * c + 2 * hh + 1] * p.softmax_scale);
+      *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) = pack2<T>(dV[4 * c + 2 * hh], dV[4 * c + 2 * hh + 1]);
+    }
+  }
+}
+
+/// dQ = scale · accumulator, from the accumulator's register order (dq_slot) to [batch, seqlen_q,
+/// heads_q, d], 16-bit: one thread per pair of fp32 slots (two adjacent columns of one row).
+template <class T, class Cfg>
+__global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnBwdParams P, const float* dq_acc, int rows_padded) {
+  constexpr int D = Cfg::kHeadDim, TILE = Cfg::kBlockM * D;
+  const AttnParams& p = P.fwd;
+  const int64_t pairs = int64_t(p.batch) * p.heads_q * rows_padded * D / 2;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = 2 * i;
+    const int64_t tile = e / TILE;  // (batch * heads_q + head) * tiles + query block
+    const int tiles = rows_padded / Cfg::kBlockM;
+    int row, col;
+    dq_slot_coord<Cfg>(static_cast<int>(e % TILE), row, col);
+    row += static_cast<int>(tile % tiles) * Cfg::kBlockM;
+    if (row >= p.seqlen_q) continue;
+    const int64_t bh = tile / tiles;
+    const int h = static_cast<int>(bh % p.heads_q), b = static_cast<int>(bh / p.heads_q);
+    const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
+    T* dq = static_cast<T*>(P.dq) + b * p.q_batch_stride + int64_t(row) * p.q_row_stride + h * p.q_head_stride + col;
+    *reinterpret_cast<uint32_t*>(dq) = pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
+  }
+}
+
+}  // namespace fl::hopper14

@@ -1,0 +1,266 @@
+/// @file steps/14_hopper_backward/launch.cu
+/// @brief Rung 14's launches and registration: the row statistics, the backward kernel
+/// (kernel.cuh) and the dQ convert in the workspace workspace.h lays out, behind `launch_bwd`; rung
+/// 10's forward pass behind `launch`. Rows of more than bwd::kExactDeltaKeys keys take D from rung
+/// 11's exact pass (exact_delta.cuh), a split GQA group adds its partial dK, dV with rung 11's
+/// convert kernel. One variant per idea turned off.
+#include <stdint.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "flashladder/cuda_check.h"
+#include "flashladder/registry.h"
+#include "flashladder/static_switch.h"
+#include "flashladder/tma.h"
+#include "traits.h"
+#include "workspace.h"
+#if FL_HOPPER_SM90A
+#include "../11_backward/exact_delta.cuh"
+#include "kernel.cuh"
+#endif
+
+namespace fl {
+namespace {
+
+constexpr int kForwardRung = 10;
+
+/// The rung and its ablations: each turns one idea off.
+enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage };
+
+/// The tiles of @p M at head_dim @p D (traits.h). ss-dkv at d = 64 keeps one dS^T tile: P^T's
+/// own tile would not fit beside two.
+template <Mode M, int D>
+struct ModeTiles {
+  static constexpr int kBlockM = hopper14::kRungBlockM<D>;
+  using type = hopper14::BwdTiles<D, kBlockM, M == Mode::one_stage ? 1 : 2, M != Mode::no_ws,
+                                  (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv>;
+};
+
+
+/// Calls f(TypeTag<M's tiles>{}) for the runtime head_dim (64 or 128).
+template <Mode M, class F>
+decltype(auto) with_tiles(int head_dim, F&& f) {
+  if (head_dim == 64) return f(TypeTag<typename ModeTiles<M, 64>::type>{});
+  return f(TypeTag<typename ModeTiles<M, 128>::type>{});
+}
+
+const Rung& forward_rung() {
+  const Rung* f = registry().find(kForwardRung);
+  if (!f) throw std::runtime_error("rung 14 runs rung 10's forward pass, which is not built");
+  return *f;
+}
+
+Problem shape_of(const AttnParams& p) {
+  Problem shape;
+  shape.batch = p.batch;
+  shape.seqlen_q = p.seqlen_q;
+  shape.seqlen_k = p.seqlen_k;
+  shape.heads_q = p.heads_q;
+  shape.heads_kv = p.heads_kv;
+  shape.head_dim = p.head_dim;
+  return shape;
+}
+
+#if FL_HOPPER_SM90A
+template <class T, class Cfg, bool WRITER>
+const void* prepared_kernel() {
+  static const bool once = [] {
+    FL_CUDA_CHECK(cudaFuncSetAttribute(hopper14::bwd_hopper_kernel<T, Cfg, WRITER>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    return true;
+  }();
+  (void)once;
+  return reinterpret_cast<const void*>(&hopper14::bwd_hopper_kernel<T, Cfg, WRITER>);
+}
+
+/// The backward pass: D (rung 11's exact pass on long rows), the padded statistics, the kernel,
+/// the dQ convert and, for a split group, rung 11's dK, dV convert. The atomic-dq ablation has no
+/// deterministic order of its own: asked for one, it runs the rung's writer.
+template <Mode M, class T, class Cfg>
+void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
+  constexpr int D = Cfg::kHeadDim;
+  const AttnParams& p = given.fwd;
+  const Problem shape = shape_of(p);
+  const bool deterministic = given.deterministic != 0;
+  const bwd::DeltaPolicy policy = bwd::DeltaPolicy::rung;
+  const bwd::DeltaSource source = bwd::delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
+  AttnBwdParams P = given;
+  if (source == bwd::DeltaSource::o16) P.fwd.o_fp32 = nullptr;
+  if (P.workspace_bytes < hopper14::workspace_bytes(shape, deterministic, policy))
+    throw std::runtime_error("rung 14: workspace smaller than bwd_workspace_bytes");
+  if (reinterpret_cast<uintptr_t>(P.workspace) % 128 != 0)  // bulk copies: 16 bytes; tiles: 128
+    throw std::runtime_error("rung 14: workspace not 128-byte aligned");
+  float* ws = static_cast<float*>(P.workspace);
+  hopper14::BwdBuffers buf{};
+  buf.rows_padded = static_cast<int>(hopper14::rows_padded(shape));
+  buf.lse_log2 = ws;
+  buf.delta = ws + hopper14::stat_rows(shape);
+  buf.dq_acc = ws + hopper14::dq_acc_offset(shape);
+  buf.counters = deterministic ? reinterpret_cast<int*>(ws + hopper14::counter_offset(shape)) : nullptr;
+  buf.dkv_acc = ws + hopper14::dkv_acc_offset(shape, deterministic);
+  buf.kv_split = hopper14::kv_splits(shape);
+
+  // D from rung 11's exact pass where rows are long (delta_policy.h).
+  float* exact_d = nullptr;
+  const int n_delta = hopper14::exact_delta_splits(shape, deterministic, policy);
+  if (n_delta > 0) {
+    using Cfg11 = bwd::BwdTiles<D>;
+    exact_d = ws + hopper14::exact_delta_offset(shape, deterministic);
+    float* delta_acc = exact_d + (size_t(p.batch) * p.heads_q * p.seqlen_q + 31) / 32 * 32;
+    const int kv_split11 = bwd::kv_splits(shape, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
+    const bool lpt = p.causal && !deterministic;
+    const int blocks = deterministic ? bwd::deterministic_splits(shape, Cfg11::kBlockN)
+                                     : bwd::kv_block_count(shape, Cfg11::kBlockN);
+    const dim3 grid = lpt ? dim3(p.heads_kv * kv_split11, p.batch, blocks) : dim3(blocks, p.heads_kv * kv_split11, p.batch);
+    bwd::launch_exact_delta<T, Cfg11>(P, exact_d, delta_acc, n_delta, grid, kv_split11, lpt, /*zero=*/true, stream);
+  }
+
+  // The dQ accumulator and the counters start at zero; the statistics are padded.
+  const size_t zero_floats = hopper14::dkv_acc_offset(shape, deterministic) - hopper14::dq_acc_offset(shape);
+  FL_CUDA_CHECK(cudaMemsetAsync(buf.dq_acc, 0, zero_floats * sizeof(float), stream));
+  const int64_t stat_rows = static_cast<int64_t>(hopper14::stat_rows(shape));
+  hopper14::bwd_stats_kernel<T, D><<<static_cast<unsigned>((stat_rows + 3) / 4), 128, 0, stream>>>(
+      P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.rows_padded, exact_d);
+  FL_LAUNCH_CHECK("bwd_stats_kernel");
+
+  const DType dt = static_cast<DType>(p.dtype);
+  const CUtensorMap map_q = make_tma_map_bshd(dt, p.q, p.batch, p.seqlen_q, p.heads_q, D, p.q_batch_stride,
+                                              p.q_row_stride, p.q_head_stride, Cfg::kBlockM);
+  const CUtensorMap map_do = make_tma_map_bshd(dt, P.dout, p.batch, p.seqlen_q, p.heads_q, D, p.o_batch_stride,
+                                               p.o_row_stride, p.o_head_stride, Cfg::kBlockM);
+  const CUtensorMap map_k = make_tma_map_bshd(dt, p.k, p.batch, p.seqlen_k, p.heads_kv, D, p.k_batch_stride,
+                                              p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
+  const CUtensorMap map_v = make_tma_map_bshd(dt, p.v, p.batch, p.seqlen_k, p.heads_kv, D, p.v_batch_stride,
+                                              p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
+  const dim3 grid(p.heads_kv * buf.kv_split, p.batch, (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  if (M == Mode::atomic_dq && !deterministic) {
+    prepared_kernel<T, Cfg, false>();
+    hopper14::bwd_hopper_kernel<T, Cfg, false>
+        <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
+  } else {
+    prepared_kernel<T, Cfg, true>();
+    hopper14::bwd_hopper_kernel<T, Cfg, true>
+        <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
+  }
+  FL_LAUNCH_CHECK("bwd_hopper_kernel");
+
+  const int64_t pairs = stat_rows * D / 2;
+  hopper14::bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
+                                            0, stream>>>(P, buf.dq_acc, buf.rows_padded);
+  FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
+  if (buf.kv_split > 1) {
+    const int64_t kv_pairs = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
+    bwd::bwd_convert_kv_kernel<T, D><<<static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535)), 256,
+                                       0, stream>>>(P, buf.dkv_acc, buf.kv_split);
+    FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
+  }
+}
+
+template <Mode M, class T, class Cfg>
+std::vector<KernelInfo> kernel_list() {
+  constexpr int D = Cfg::kHeadDim;
+  const std::string tile = "d=" + std::to_string(D) + ", 128 keys x " + std::to_string(Cfg::kBlockM) + " queries, " +
+                           std::to_string(Cfg::kStages) + (Cfg::kStages == 1 ? " stage" : " stages") +
+                           (Cfg::kWarpSpecialized ? ", producer + dQ writer + 2 math warpgroups" : ", 2 math warpgroups") +
+                           (Cfg::kPSmem ? ", P and dS from shared memory" : "");
+  constexpr bool kWriter = M != Mode::atomic_dq;
+  return {{"bwd_stats<d=" + std::to_string(D) + ">",
+           reinterpret_cast<const void*>(&hopper14::bwd_stats_kernel<T, D>), 128, 0},
+          {"bwd_hopper<" + tile + (kWriter ? ", dQ by bulk reduce-add>" : ", dQ by atomics>"),
+           prepared_kernel<T, Cfg, kWriter>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
+          {"bwd_dq_convert<d=" + std::to_string(D) + ">",
+           reinterpret_cast<const void*>(&hopper14::bwd_dq_convert_kernel<T, Cfg>), 256, 0}};
+}
+#endif
+
+template <Mode M>
+Rung make_rung(const char* variant, const char* summary) {
+  Rung r;
+  r.number = 14;
+  r.name = "hopper_backward";
+  r.variant = variant;
+  r.summary = summary;
+  r.head_dims = {64, 128};
+  r.peak = Peak::tensor_16bit;
+  r.min_cc = 90;
+  r.forward_rung = kForwardRung;
+  r.builds_on = {11, 10};
+  r.writes_o_fp32 = true;  // `launch` is rung 10's forward, which writes the fp32 O asked for
+  r.in_tour = false;
+  if (M == Mode::rung)
+    r.baselines = {Baseline::on(11, "the backward pass it moves to Hopper: the same algorithm on mma.sync")};
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+    if (!hopper.empty()) return hopper;
+    if (!registry().find(kForwardRung)) return "needs rung 10 (its forward pass) in the build";
+    if (!forward_rung().not_implemented.empty()) return "needs rung 10's forward pass, which is not implemented here";
+    if (!registry().find(11)) return "needs rung 11 in the build (its exact D pass)";
+    if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
+    const int smem = with_tiles<M>(p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
+    const std::string limits = tile_limits(p, d, smem);
+    if (!limits.empty()) return limits;
+    if (int64_t(p.heads_kv) * hopper14::kv_splits(p) > 65535) return "heads_kv x group slices beyond the grid's x limit";
+    return forward_rung().supports ? forward_rung().supports(p, d) : "";
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
+  r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
+    return hopper14::workspace_bytes(p, deterministic, bwd::DeltaPolicy::rung);
+  };
+  r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+    FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
+      with_tiles<M>(P.fwd.head_dim, [&](auto tiles) { launch_backward<M, T, typename decltype(tiles)::type>(P, s); });
+    });
+#else
+    (void)P;
+    (void)s;
+    throw std::runtime_error("rung 14 was built without sm_90a");
+#endif
+  };
+  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+#if FL_HOPPER_SM90A
+    return FL_DTYPE_SWITCH(p.dtype, T, [&] {
+      return with_tiles<M>(p.head_dim, [](auto tiles) { return kernel_list<M, T, typename decltype(tiles)::type>(); });
+    });
+#else
+    (void)p;
+    return {};
+#endif
+  };
+  r.notes = [](const Problem& p) {
+    std::vector<std::string> notes{
+        "backward pass after rung 10's forward (O and LSE); FLOPs by FlashAttention's convention: 2.5 x the forward's",
+        std::string("D from ") + bwd::delta_source_name(bwd::delta_source(bwd::DeltaPolicy::rung, p.seqlen_k, true)) +
+            " (rung 11's delta_policy.h)"};
+    if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
+      const int split = hopper14::kv_splits(p);
+      notes.push_back("GQA group of " + std::to_string(p.heads_q / p.heads_kv) + " query heads: " +
+                      (split == 1 ? std::string("one block per KV head, dK and dV written directly")
+                                  : std::to_string(split) + " blocks per KV head, fp32 partial dK, dV added by rung 11's "
+                                                            "bwd_convert_kv"));
+    }
+    return notes;
+  };
+  return r;
+}
+
+}  // namespace
+
+void register_rung_14(Registry& reg) {
+  reg.add(make_rung<Mode::rung>(
+      "", "FA3 backward: S^T, dP^T with keys as wgmma's M, P^T and dS^T as register A operands of dV, dK, "
+          "dQ = dS K from shared memory; TMA producer warp, dQ writer warp (bulk reduce-add), setmaxnreg"));
+  reg.add(make_rung<Mode::no_ws>("no-ws", "ablation: no producer warpgroup (a math thread issues the loads and the "
+                                          "dQ bulk adds itself)"));
+  reg.add(make_rung<Mode::atomic_dq>("atomic-dq", "ablation: dQ by fp32 atomics from the math warps (as rung 11), no "
+                                                  "writer warp (the deterministic mode still runs the writer)"));
+  reg.add(make_rung<Mode::ss_dkv>("ss-dkv", "ablation: P^T and dS^T through shared memory for dV and dK (SS wgmma "
+                                            "instead of RS)"));
+  reg.add(make_rung<Mode::one_stage>("one-stage", "ablation: one stage of Q, dO (the next block's loads wait for "
+                                                  "this one's GEMMs)"));
+}
+
+}  // namespace fl

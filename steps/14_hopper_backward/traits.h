@@ -1,0 +1,91 @@
+/// @file steps/14_hopper_backward/traits.h
+/// @brief Rung 14's tiles: one block per (K/V block of 128 keys, KV head or a slice of its group,
+/// batch); two math warpgroups of 64 keys each, and (warp-specialized) a producer warpgroup whose
+/// warp 0 loads and warp 1 writes dQ. Plain C++ (no CUDA), so the CPU tests check the budgets.
+///
+/// @code
+///   // clang-format off
+///   per math warpgroup (64 keys)          registers per thread (fp32 accumulators)
+///     dK_j, dV_j   64 x d each            d / 2 each              kept over the whole block
+///     S^T, dP^T    64 x BLOCK_M each      BLOCK_M / 2 each        one query block at a time
+///     dQ share     64 x 64                32                      after S^T, dP^T are packed
+///   shared memory
+///     K_j, V_j     128 x d (16-bit)       loaded once by TMA
+///     Q_i, dO_i    BLOCK_M x d, STAGES    the producer's ring
+///     dS^T         128 x BLOCK_M, 2       written by the math warps (dQ = dS K_j reads it)
+///     P^T          128 x BLOCK_M          the ss-dkv ablation only (dV from shared memory)
+///     dQ_i         BLOCK_M x d fp32       the math warps' share of dQ_i, for the writer warp
+///     LSE_i, D_i   BLOCK_M fp32, STAGES   with Q_i and dO_i
+///   // clang-format on
+/// @endcode
+/// The tiles per head_dim (each timed against the others in one H100 run, README):
+///   d = 64:  BLOCK_M = 128. S^T and dP^T are 64 registers each, dK and dV 32: the wide query block
+///            halves the K/V blocks' dQ traffic per key (FA3: 128 x 128 at d = 64 too).
+///   d = 128: BLOCK_M = 64. dK and dV alone are 128 registers per thread; S^T and dP^T of 64 queries
+///            (32 each) fit beside them in 240 (FA3: 64 x 128 under a causal mask).
+#pragma once
+
+namespace fl::hopper14 {
+
+/// Registers per thread after setmaxnreg: the producer warpgroup (loads and dQ writes only) and
+/// the two math warpgroups.
+constexpr int kProducerRegs = 24;
+constexpr int kMathRegs = 240;
+static_assert(128 * kProducerRegs + 2 * 128 * kMathRegs <= 65536, "the three warpgroups fit one SM's registers");
+
+/// The 227 KB of shared memory an sm_90 block may opt in to.
+constexpr int kSmemOptin = 227 * 1024;
+
+/// One configuration of the kernel. WS: a producer warpgroup (else the math warps issue their own
+/// loads and dQ adds: the `no-ws` ablation); STAGES: the Q/dO ring's depth; DS_BUFS: dS^T tiles
+/// (2 lets a warpgroup write the next one while the other still reads the last); P_SMEM: P^T
+/// through shared memory for the `ss-dkv` ablation.
+template <int HEAD_DIM, int BLOCK_M, int STAGES = 2, bool WS = true, int DS_BUFS = 2, bool P_SMEM = false>
+struct BwdTiles {
+  static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr int kBlockM = BLOCK_M;  ///< queries per step
+  static constexpr int kBlockN = 128;      ///< keys per block: 64 per math warpgroup (wgmma's M)
+  static constexpr int kStages = STAGES;
+  static constexpr bool kWarpSpecialized = WS;
+  static constexpr int kDsBufs = DS_BUFS;
+  static constexpr bool kPSmem = P_SMEM;
+  static constexpr int kMathThreads = 256;
+  static constexpr int kThreads = WS ? 384 : 256;
+  static constexpr int kColBlocks = HEAD_DIM / 64;  ///< 64-column TMA boxes of a head_dim row
+  /// dQ_i = dS K_j (BLOCK_M x d) is split between the two math warpgroups by query rows when
+  /// BLOCK_M = 128 (64 rows each, all of d), else by columns (all 64 rows, d / 2 columns each):
+  /// each warpgroup's share is one 64 x kDqN wgmma.
+  static constexpr bool kDqSplitRows = BLOCK_M == 128;
+  static constexpr int kDqN = kDqSplitRows ? HEAD_DIM : HEAD_DIM / 2;
+  static constexpr int kDqRegs = kDqN / 2;  ///< fp32 registers of a thread's dQ share
+  // Bytes of each tile.
+  static constexpr int kKBytes = kBlockN * HEAD_DIM * 2;
+  static constexpr int kQBytes = BLOCK_M * HEAD_DIM * 2;
+  static constexpr int kDsBytes = kBlockN * BLOCK_M * 2;
+  static constexpr int kDqBytes = BLOCK_M * HEAD_DIM * 4;
+  static constexpr int kRowStatBytes = BLOCK_M * 4;  ///< LSE_i or D_i
+  // Offsets from the first 1024-byte boundary of the dynamic shared memory.
+  static constexpr int kK = 0, kV = kKBytes, kQ = 2 * kKBytes, kDO = kQ + STAGES * kQBytes;
+  static constexpr int kDS = kDO + STAGES * kQBytes;
+  static constexpr int kP = kDS + DS_BUFS * kDsBytes;
+  static constexpr int kDQ = kP + (P_SMEM ? kDsBytes : 0);
+  static constexpr int kLse = kDQ + kDqBytes, kDelta = kLse + STAGES * kRowStatBytes;
+  /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage empty".
+  static constexpr int kBars = kDelta + STAGES * kRowStatBytes;
+  static constexpr int kSmemBytes = kBars + 8 * (1 + 3 * STAGES) + 1024;  // + the alignment slack
+
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "rung 14's tiles: head_dim 64 or 128");
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "a query block of one or two 64-column swizzle blocks");
+  static_assert(kDqN == 64, "each warpgroup's dQ share is 64 x 64 (one m64n64 wgmma per 16 keys)");
+  static_assert(kSmemBytes <= kSmemOptin, "must fit the 227 KB of an sm_90 block");
+  static_assert(HEAD_DIM + BLOCK_M <= kMathRegs - 48,
+                "dK, dV (d / 2 each) and S^T, dP^T (BLOCK_M / 2 each) fit the math registers");
+};
+
+/// The rung's query block per head_dim (see the file comment), and its tiles.
+template <int HEAD_DIM>
+constexpr int kRungBlockM = HEAD_DIM == 64 ? 128 : 64;
+template <int HEAD_DIM>
+using RungTiles = BwdTiles<HEAD_DIM, kRungBlockM<HEAD_DIM>>;
+
+}  // namespace fl::hopper14
