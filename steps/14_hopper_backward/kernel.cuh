@@ -171,14 +171,22 @@ struct BwdSmem {
 /// K/V block. Step `it` is query head head0 + it / n_i, query block i_first + it % n_i.
 struct BlockWork {
   int kv_head, slice, head0, batch, j, key0, i_first, n_i, steps;
-  __device__ __forceinline__ BlockWork(const AttnParams& p, int kv_split, int block_m) {
-    const int head_slice = blockIdx.x;
+  int n_kv_blocks;     ///< K/V blocks of the problem
+  bool reverse_order;  ///< deterministic under a causal mask: dQ adds from the last K/V block down
+  __device__ __forceinline__ BlockWork(const AttnParams& p, int kv_split, int block_m, bool deterministic) {
+    // The K/V block varies fastest: the blocks running at once share their query heads, so they
+    // read the same Q_i, dO_i and add into the same dQ tiles while those are in L2. Block 0 first:
+    // under a causal mask the longest. The deterministic mode under a causal mask launches (and
+    // adds) from the last block down instead (add_dq_tile says why).
+    n_kv_blocks = gridDim.x;
+    reverse_order = deterministic && p.causal;
+    j = reverse_order ? n_kv_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+    const int head_slice = blockIdx.y;
     kv_head = head_slice / kv_split;
     slice = head_slice % kv_split;
     const int slice_heads = p.group / kv_split;
     head0 = kv_head * p.group + slice * slice_heads;
-    batch = blockIdx.y;
-    j = blockIdx.z;  // K/V block 0 first: under a causal mask the longest
+    batch = blockIdx.z;
     key0 = j * 128;
     const int n_q_blocks = (p.seqlen_q + block_m - 1) / block_m;
     // Query q sees key k when k <= q + causal_offset: the block is seen from q = key0 - offset.
@@ -188,6 +196,18 @@ struct BlockWork {
   }
   __device__ __forceinline__ int head(int it) const { return head0 + it / n_i; }
   __device__ __forceinline__ int q_block(int it) const { return i_first + it % n_i; }
+  /// The deterministic mode: how many K/V blocks add into query block @p i before this one. In
+  /// order (no mask): blocks 0 .. j - 1, all of which see every query block. From the last down
+  /// (causal): the blocks after j that visit block i, j + 1 .. j_last(i). Block j' visits the query
+  /// blocks from i_first(j') on, which only grows with j', so j_last(i) is the last block whose
+  /// first key the block's last row sees, by the constructor's rule (padded rows included: the
+  /// count must match the visits exactly).
+  __device__ __forceinline__ int adds_before(const AttnParams& p, int i, int block_m) const {
+    if (!reverse_order) return j;
+    const int last_row = (i + 1) * block_m - 1;
+    const int j_last = min(n_kv_blocks - 1, (last_row + p.causal_offset) / 128);
+    return j_last - j;
+  }
 };
 
 /// The producer's loads, for one thread: K_j and V_j once, then for every step its Q_i + LSE_i and
@@ -249,12 +269,17 @@ __device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
   if (deterministic) {
     const int64_t bh = int64_t(w.batch) * p.heads_q + w.head(it);
     counter = buf.counters + (bh * buf.rows_padded + int64_t(w.q_block(it)) * Cfg::kBlockM) / 64;
-    // K/V block j adds after blocks 0 .. j - 1: every earlier block sees this query block too
-    // (the causal mask's first query block only grows with j), and was launched before this one.
+    // The blocks that add before this one were launched before it (BlockWork's order), so they run
+    // or have run: no wait is for a block that cannot start. Without a mask the order is j = 0, 1,
+    // ...; under a causal mask it is from the last K/V block down: block j's first query block is
+    // on its diagonal, which the blocks after j do not see, so each block's first adds wait for
+    // nobody and the blocks running side by side add in a wavefront. In the ascending order, block
+    // j would wait at its diagonal for block 0 to get there: every block as long as the longest.
+    const int before = w.adds_before(p, w.q_block(it), Cfg::kBlockM);
     int seen;
     do {
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen != w.j);
+    } while (seen != before);
     asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the earlier adds, before ours
   }
   bulk_reduce_add_f32(dst, sm.dQ(), Cfg::kDqBytes);
@@ -296,7 +321,7 @@ __device__ __forceinline__ void store_keys_by_queries(uint32_t tile, const uint3
     }
 }
 
-/// The backward kernel. Grid: (heads_kv x kv_split, batch, K/V blocks); Cfg::kThreads threads.
+/// The backward kernel. Grid: (K/V blocks, heads_kv x kv_split, batch); Cfg::kThreads threads.
 /// WRITER: the dQ share goes through shared memory to a bulk reduce-add (else fp32 atomics from
 /// the math warps: the `atomic-dq` ablation).
 template <class T, class Cfg, bool WRITER>
@@ -312,7 +337,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const AttnParams& p = P.fwd;
   const bool deterministic = P.deterministic != 0;
 
-  const BlockWork work(p, buf.kv_split, BLOCK_M);
+  const BlockWork work(p, buf.kv_split, BLOCK_M, deterministic);
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const BwdSmem<Cfg> sm(smem_raw);
   const Loads<Cfg> loads{&map_q, &map_k, &map_v, &map_do, buf.lse_log2, buf.delta, p.heads_q, buf.rows_padded};
@@ -516,6 +541,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       } else {
         named_barrier_sync(kDqFull, kMathThreads);
         if (loader) add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic);
+        __syncwarp();  // the warp whole again before its next wgmma (else ptxas serializes them)
       }
     } else {
       float* tile = dq_tile<Cfg>(buf, p, work, it);

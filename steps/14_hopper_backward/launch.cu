@@ -76,6 +76,23 @@ const void* prepared_kernel() {
   return reinterpret_cast<const void*>(&hopper14::bwd_hopper_kernel<T, Cfg, WRITER>);
 }
 
+/// dQ from its accumulator and, for a split group, dK and dV from their partial sums.
+template <class T, class Cfg>
+void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, cudaStream_t stream) {
+  constexpr int D = Cfg::kHeadDim;
+  const AttnParams& p = P.fwd;
+  const int64_t pairs = int64_t(p.batch) * p.heads_q * buf.rows_padded * D / 2;
+  hopper14::bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
+                                            0, stream>>>(P, buf.dq_acc, buf.rows_padded);
+  FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
+  if (buf.kv_split > 1) {
+    const int64_t kv_pairs = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
+    bwd::bwd_convert_kv_kernel<T, D><<<static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535)), 256,
+                                       0, stream>>>(P, buf.dkv_acc, buf.kv_split);
+    FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
+  }
+}
+
 /// The backward pass: D (rung 11's exact pass on long rows), the padded statistics, the kernel,
 /// the dQ convert and, for a split group, rung 11's dK, dV convert. The atomic-dq ablation has no
 /// deterministic order of its own: asked for one, it runs the rung's writer.
@@ -135,28 +152,23 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
                                               p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
   const CUtensorMap map_v = make_tma_map_bshd(dt, p.v, p.batch, p.seqlen_k, p.heads_kv, D, p.v_batch_stride,
                                               p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
-  const dim3 grid(p.heads_kv * buf.kv_split, p.batch, (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
-  if (M == Mode::atomic_dq && !deterministic) {
-    prepared_kernel<T, Cfg, false>();
-    hopper14::bwd_hopper_kernel<T, Cfg, false>
-        <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
-  } else {
+  const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv * buf.kv_split, p.batch);
+  if constexpr (M == Mode::atomic_dq) {
+    if (!deterministic) {
+      prepared_kernel<T, Cfg, false>();
+      hopper14::bwd_hopper_kernel<T, Cfg, false>
+          <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
+      FL_LAUNCH_CHECK("bwd_hopper_kernel");
+      return convert_gradients<T, Cfg>(P, buf, stream);
+    }
+  }
+  {
     prepared_kernel<T, Cfg, true>();
     hopper14::bwd_hopper_kernel<T, Cfg, true>
         <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
   }
   FL_LAUNCH_CHECK("bwd_hopper_kernel");
-
-  const int64_t pairs = stat_rows * D / 2;
-  hopper14::bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
-                                            0, stream>>>(P, buf.dq_acc, buf.rows_padded);
-  FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
-  if (buf.kv_split > 1) {
-    const int64_t kv_pairs = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
-    bwd::bwd_convert_kv_kernel<T, D><<<static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535)), 256,
-                                       0, stream>>>(P, buf.dkv_acc, buf.kv_split);
-    FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
-  }
+  convert_gradients<T, Cfg>(P, buf, stream);
 }
 
 template <Mode M, class T, class Cfg>
@@ -202,7 +214,7 @@ Rung make_rung(const char* variant, const char* summary) {
     const int smem = with_tiles<M>(p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
     const std::string limits = tile_limits(p, d, smem);
     if (!limits.empty()) return limits;
-    if (int64_t(p.heads_kv) * hopper14::kv_splits(p) > 65535) return "heads_kv x group slices beyond the grid's x limit";
+    if (int64_t(p.heads_kv) * hopper14::kv_splits(p) > 65535) return "heads_kv x group slices beyond the grid's y limit";
     return forward_rung().supports ? forward_rung().supports(p, d) : "";
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };

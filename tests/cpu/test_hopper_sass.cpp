@@ -12,10 +12,13 @@
 ///  3. rung 09's own kernels (steps/09_wgmma_tma, every instance in fl_rung_09): S = Q K^T is
 ///     SS wgmma, O += P V is RS wgmma (A = P from registers, V transposed), each loop batch once
 ///     and not serialized; Q, K and V arrive by 4D TMA on mbarriers; nothing spills
-///     ([cpu][hopper_rung09]).
+///     ([cpu][hopper_rung09]);
+///  4. rungs 10, 13 and 14 likewise ([cpu][hopper_rung10], [cpu][hopper_rung13],
+///     [cpu][hopper_rung14]: the backward's five GEMMs, RS for dV and dK, trans-a for dQ, the
+///     bulk reduce-add of the dQ writer).
 /// Built and run when CMAKE_CUDA_ARCHITECTURES includes 90 (FL_HOPPER) and cuobjdump is found
 /// (3: and rung 09 is built, see FL_RUNGS).
-#include <stdlib.h>
+#include <stdlib.h>  // atoi
 #include <unistd.h>
 
 #include <filesystem>
@@ -563,6 +566,73 @@ TEST_CASE("rung 13: FP8 wgmma (QGMMA e4m3) only, no 16-bit tensor op, no local m
   }
 }
 #endif  // FL_RUNG13_BINARY
+
+#ifdef FL_RUNG14_BINARY
+TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bulk reduce-add, setmaxnreg (sm_90a)",
+          "[cpu][hopper_rung14]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    WARN("skipped: cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+    return;
+  }
+  std::string text;
+  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG14_BINARY, &text);
+  INFO("cuobjdump -sass " << FL_RUNG14_BINARY << " exited " << status);
+  REQUIRE(status == 0);
+  int ws_kernels = 0, no_ws_kernels = 0;
+  for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
+    INFO(name);
+    if (name.find("bwd_hopper_kernel") == std::string::npos) continue;
+    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, STAGES, WS, DS_BUFS, P_SMEM>, WRITER> (traits.h).
+    const size_t at = name.find("BwdTilesILi");
+    REQUIRE(at != std::string::npos);
+    const int d = std::atoi(name.c_str() + at + 11);
+    const size_t m_at = name.find("ELi", at + 11);
+    const int block_m = std::atoi(name.c_str() + m_at + 3);
+    const size_t ws_at = name.find("ELb", m_at);
+    const bool ws = name[ws_at + 3] == '1';
+    const size_t p_at = name.find("ELb", ws_at + 4);
+    const bool p_smem = name[p_at + 3] == '1';
+    const bool writer = name[name.find("EEELb", p_at) + 5] == '1';
+    // S^T and dP^T: d / 16 k-steps each; dV and dK: BLOCK_M / 16; dQ: 128 keys / 16.
+    int hgmma = 0, rs = 0, tnsp_a = 0;
+    for (const SassInstr& i : code) {
+      if (i.opcode.rfind("HGMMA", 0) != 0) continue;
+      ++hgmma;
+      rs += hgmma_a_from_registers(i);
+      tnsp_a += i.operands.find(".tnspA") != std::string::npos;
+    }
+    CHECK(hgmma == 2 * (d / 16) + 2 * (block_m / 16) + 8);
+    CHECK(rs == (p_smem ? 0 : 2 * (block_m / 16)));  // P^T and dS^T from registers, unless ss-dkv
+    CHECK(tnsp_a == 8);                               // dQ = dS K_j: A read MN-major
+    CHECK(count_opcode(code, "UTMALDG.4D") >= 4 * (d / 64));  // Q, dO, K, V
+    CHECK(count_opcode(code, "UBLKCP.S.G") >= 2);             // LSE_i and D_i
+    CHECK(count_opcode(code, "UBLKRED.G.S.ADD.F32.RN") == (writer ? 1 : 0));
+    CHECK(count_opcode(code, "LDL") == 0);
+    CHECK(count_opcode(code, "STL") == 0);
+    if (ws) {
+      ++ws_kernels;
+      CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);
+      CHECK(count_opcode(code, "USETMAXREG.TRY_ALLOC") == 1);
+      CHECK(count_opcode(code, "WARPGROUP.ARRIVE") <= 4);  // one per batch: not serialized
+    } else {
+      ++no_ws_kernels;
+      CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 0);
+    }
+  }
+  const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
+  // 2 head_dims x (rung, atomic-dq, ss-dkv, one-stage) warp-specialized; no-ws.
+  CHECK(ws_kernels == 2 * 4 * dtypes);
+  CHECK(no_ws_kernels == 2 * dtypes);
+  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG14_BINARY, &text);
+  REQUIRE(status == 0);
+  for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
+    INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
+    CHECK(u.stack == 0);
+    CHECK(u.local == 0);
+  }
+}
+#endif  // FL_RUNG14_BINARY
 #endif  // FL_HOPPER_PROBE
 
 #if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG09_BINARY)
@@ -578,6 +648,14 @@ TEST_CASE("rung 13 SASS: not built", "[cpu][hopper_rung13]") {
   WARN(
       "skipped: rung 13's sm_90a kernels are built only when CMAKE_CUDA_ARCHITECTURES includes "
       "90 and FL_RUNGS (if set) includes 13");
+}
+#endif
+
+#if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG14_BINARY)
+TEST_CASE("rung 14 SASS: not built", "[cpu][hopper_rung14]") {
+  WARN(
+      "skipped: rung 14's sm_90a kernels are built only when CMAKE_CUDA_ARCHITECTURES includes "
+      "90 and FL_RUNGS (if set) includes 14");
 }
 #endif
 
