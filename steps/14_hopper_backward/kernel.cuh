@@ -211,7 +211,7 @@ struct BlockWork {
 };
 
 /// The producer's loads, for one thread: K_j and V_j once, then for every step its Q_i + LSE_i and
-/// dO_i + D_i into stage it % STAGES once both math warpgroups have released it.
+/// dO_i + D_i into stage it % STAGES once every math thread has released it.
 template <class Cfg>
 struct Loads {
   const CUtensorMap* map_q;
@@ -352,7 +352,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(sm.q_full(s), 1);
       mbarrier_init(sm.do_full(s), 1);
-      mbarrier_init(sm.empty(s), 2);  // one arrival per math warpgroup
+      // Every math thread arrives: each has read LSE_i and D_i itself (plain loads), so each
+      // releases them to the copy engine's refill (as CUTLASS's consumer_release does).
+      mbarrier_init(sm.empty(s), kMathThreads);
     }
     fence_mbarrier_init();
   }
@@ -388,7 +390,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int w = WS ? wg_idx - 1 : wg_idx;  // keys key0 + 64 w ..
   const int mtid = tid % 128;              // thread of the warpgroup
   const int warp = mtid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  const bool leader = mtid == 0;
   const bool loader = !WS && tid == 0;  // the no-ws ablation: this thread issues the loads and dQ adds
   const float scale_log2 = p.scale_log2;
 
@@ -520,7 +521,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence_operand(dK);
     wgmma_fence_operand(dV);
     wgmma_fence_operand(dQ);
-    if (leader) mbarrier_arrive(sm.empty(s));  // Q_i, dO_i, LSE_i, D_i read by this warpgroup
+    mbarrier_arrive(sm.empty(s));  // Q_i, dO_i (its wgmmas are done), LSE_i, D_i read by this thread
     if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);
 
     // dQ_i's share out: through shared memory to the writer, or by atomics.
