@@ -211,7 +211,7 @@ struct BlockWork {
 };
 
 /// The producer's loads, for one thread: K_j and V_j once, then for every step its Q_i + LSE_i and
-/// dO_i + D_i into stage it % STAGES once every math thread has released it.
+/// dO_i + D_i into stage it % STAGES once every math warp has released it.
 template <class Cfg>
 struct Loads {
   const CUtensorMap* map_q;
@@ -294,16 +294,6 @@ __device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
   // LAB-END(14-dq-writer)
 }
 
-/// Packs the 16-bit A fragments of k-steps 0 .. N/16 - 1 from a 64 x N accumulator (hopper.cuh's
-/// register reuse: the accumulator of columns 16kk .. 16kk + 15 is the A fragment of k-step kk).
-template <class T, int N>
-__device__ __forceinline__ void pack_a(const float (&acc)[N / 2], uint32_t (&a)[N / 16][4]) {
-#pragma unroll
-  for (int kk = 0; kk < N / 16; ++kk)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) a[kk][i] = pack2<T>(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
-}
-
 /// Stores a warpgroup's 64 x BLOCK_M accumulator tile (keys x queries, 16-bit) at rows 64 w of a
 /// [key][query] tile of 128 rows with 128B-swizzled 64-query column blocks: the layout dQ = dS K
 /// reads as an MN-major A, and the ss-dkv ablation's dV, dK read as a K-major A.
@@ -352,9 +342,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(sm.q_full(s), 1);
       mbarrier_init(sm.do_full(s), 1);
-      // Every math thread arrives: each has read LSE_i and D_i itself (plain loads), so each
-      // releases them to the copy engine's refill (as CUTLASS's consumer_release does).
-      mbarrier_init(sm.empty(s), kMathThreads);
+      // One arrival per math warp, after its lanes have read LSE_i and D_i themselves (plain loads)
+      // and met at __syncwarp: each warp releases what it read to the copy engine's refill.
+      mbarrier_init(sm.empty(s), kMathThreads / 32);
     }
     fence_mbarrier_init();
   }
@@ -454,18 +444,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (key >= p.seqlen_k || (p.causal && key > qr + p.causal_offset)) S[4 * c + e] = 0.f;
         }
     }
-    // dS^T = P^T ∘ (dP^T - D).
+    // dS^T = P^T ∘ (dP^T - D), and both packed to 16-bit A fragments 16 queries at a time (so that
+    // each fp32 P^T register dies as soon as it is packed: at d = 64 the whole S^T and dP^T at once
+    // leave the math warps a register short).
     wgmma_wait<0>();
     wgmma_fence_operand(dP);
-#pragma unroll
-    for (int c = 0; c < BLOCK_M / 8; ++c) {
-      const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dP[4 * c + e] = S[4 * c + e] * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x));
-    }
     uint32_t Pa[BLOCK_M / 16][4], dSa[BLOCK_M / 16][4];
-    pack_a<T, BLOCK_M>(S, Pa);
-    pack_a<T, BLOCK_M>(dP, dSa);
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+#pragma unroll
+      for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
+        const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dP[4 * c + e] = S[4 * c + e] * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
+        dSa[kk][i] = pack2<T>(dP[8 * kk + 2 * i], dP[8 * kk + 2 * i + 1]);
+      }
+    }
 
     const uint32_t dS_tile = sm.dS(it % Cfg::kDsBufs);
     if (Cfg::kDsBufs == 1 && it > 0) named_barrier_sync(kDsReady, kMathThreads);  // the last dQ read it
@@ -521,7 +519,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence_operand(dK);
     wgmma_fence_operand(dV);
     wgmma_fence_operand(dQ);
-    mbarrier_arrive(sm.empty(s));  // Q_i, dO_i (its wgmmas are done), LSE_i, D_i read by this thread
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(sm.empty(s));  // Q_i, dO_i (its wgmmas are done), LSE_i, D_i read
     if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);
 
     // dQ_i's share out: through shared memory to the writer, or by atomics.
