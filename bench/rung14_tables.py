@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Rung 14's tables for its README, from a committed results folder (bench/results/<gpu>/rung14/):
+the side-by-side of rungs 11 and 14 with PyTorch SDPA's flash and cuDNN backward passes (sweep/,
+one run of bench/run_all.sh) and the ablation table (ablation/, bench/rung14_ablation.sh).
+
+usage: python3 bench/rung14_tables.py bench/results/nvidia-h100-80gb-hbm3/rung14
+"""
+import json
+import os
+import sys
+
+SEQLENS = [1024, 2048, 4096, 8192, 16384]
+
+
+def side_by_side(folder):
+    lb = json.load(open(os.path.join(folder, "sweep", "ladder_bench.json")))
+    tp = json.load(open(os.path.join(folder, "sweep", "torch_sdpa.json")))
+    rate = {}
+    for b in lb["benchmarks"]:
+        fam, d, n, c = b["name"].split("/")[1:5]
+        det = "/det/" in b["name"]
+        rate[("%d" % b["rung"]) + ("det" if det else ""), fam, d, n, c] = b["TFLOPS"]
+    for b in tp["benchmarks"]:
+        if b.get("skipped"):
+            continue
+        fam, d, n, c = b["name"].split("/")[1:5]
+        rate[b["rung"], fam, d, n, c] = b["TFLOPS"]
+    rows = [("11", "rung 11"), ("14", "rung 14"), ("14det", "rung 14 deterministic"),
+            ("torch_flash", "PyTorch flash"), ("torch_cudnn", "PyTorch cuDNN")]
+    out = []
+    for fam in ("backward", "backward-gqa"):
+        for d in ("d64", "d128"):
+            for c in ("causal0", "causal1"):
+                title = "%s, %s, %s" % ("MHA" if fam == "backward" else "GQA 4:1", d.replace("d", "d = "),
+                                        "causal" if c == "causal1" else "not causal")
+                out.append("\n**%s** (TFLOP/s; last row: rung 14 / cuDNN)\n" % title)
+                out.append("| | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |")
+                out.append("|---|" + "--:|" * len(SEQLENS))
+                for key, label in rows:
+                    vals = [rate.get((key, fam, d, "N%d" % n, c)) for n in SEQLENS]
+                    if all(v is None for v in vals):
+                        continue
+                    out.append("| %s | " % label + " | ".join("%.0f" % v if v else "–" for v in vals) + " |")
+                ratio = []
+                for n in SEQLENS:
+                    a, b = rate.get(("14", fam, d, "N%d" % n, c)), rate.get(("torch_cudnn", fam, d, "N%d" % n, c))
+                    ratio.append("%.2f×" % (a / b) if a and b else "–")
+                out.append("| rung 14 / cuDNN | " + " | ".join(ratio) + " |")
+    return "\n".join(out)
+
+
+def ablation(folder):
+    names = [("rung", "rung 14"), ("no-ws", "no-ws"), ("atomic-dq", "atomic-dq"), ("ss-dkv", "ss-dkv"),
+             ("one-stage", "one-stage")]
+    cols = [(d, n, c) for d in (64, 128) for c in (0, 1) for n in (4096, 16384)]
+    out = ["| variant | " + " | ".join("d%d %dk%s" % (d, n // 1024, " causal" if c else "") for d, n, c in cols) + " |",
+           "|---|" + "--:|" * len(cols)]
+    for key, label in names:
+        cells = []
+        for d, n, c in cols:
+            f = os.path.join(folder, "ablation", "fp16_d%d_N%d_c%d_%s.json" % (d, n, c, key))
+            cells.append("%.0f" % json.load(open(f))["timing"]["tflops"] if os.path.exists(f) else "–")
+        out.append("| %s | " % label + " | ".join(cells) + " |")
+    bf = []
+    for d, n, c in cols:
+        f = os.path.join(folder, "ablation", "bf16_d%d_N%d_c%d_rung.json" % (d, n, c))
+        bf.append("%.0f" % json.load(open(f))["timing"]["tflops"] if os.path.exists(f) else "–")
+    out.append("| rung 14, bf16 | " + " | ".join(bf) + " |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    folder = sys.argv[1]
+    print("### Side by side\n" + side_by_side(folder) + "\n\n### Ablation (fp16 unless said, TFLOP/s)\n\n" + ablation(folder))
