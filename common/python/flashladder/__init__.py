@@ -8,7 +8,8 @@
 Tensors are laid out as flash_attn_func's: [batch, seqlen, heads, head_dim], fp16 or bf16, on one
 CUDA device; k and v may have fewer heads than q (GQA/MQA). ``attention`` is a
 ``torch.library.custom_op`` (``torch.ops.flashladder.attention``) with a fake implementation for
-torch.compile and autograd through rung 11's backward. ``register_transformers()`` adds
+torch.compile and autograd through rung 14's backward on sm_90 (rung 11's elsewhere).
+``register_transformers()`` adds
 ``attn_implementation="ladder"`` to Hugging Face transformers (not "flashladder": transformers
 5 takes every name containing "flash" for a FlashAttention package).
 
@@ -18,6 +19,7 @@ query work anywhere; PyTorch is imported on the first call that takes tensors.
 
 from ._core import (  # noqa: F401
     BACKWARD_RUNG,
+    DEFAULT_BACKWARD,
     DEFAULT_FORWARD,
     Rung,
     device_count,
@@ -80,7 +82,7 @@ def register_transformers(name="ladder", rung=None, variant=""):
 
 
 __all__ = [
-    "BACKWARD_RUNG", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
+    "BACKWARD_RUNG", "DEFAULT_BACKWARD", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
     "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
     "register_transformers", "rungs", "supports", "transformers_attention",
 ]

@@ -21,8 +21,12 @@ DEFAULT_FORWARD = (10, 6)
 #: route_forward finds it no slower than the prefill rung (its supports() holds the limits:
 #: seqlen_q <= 16, head_dim 64 or 128).
 DECODE_RUNG = 8
-#: The backward rung the autograd formula runs (FlashAttention-2's backward pass).
+#: The backward rung the autograd formula falls back on (FlashAttention-2's backward pass, sm_80
+#: and newer).
 BACKWARD_RUNG = 11
+#: The default backward rungs, best first: rung 14 (FlashAttention-3's backward, sm_90 only, when
+#: built), else rung 11. Autograd and attention_backward(rung=None) run default_backward's pick.
+DEFAULT_BACKWARD = (14, BACKWARD_RUNG)
 #: 16-bit storage types, by the name str(dtype) gives in PyTorch, to the ladder's names.
 DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
 
@@ -63,8 +67,10 @@ def _route_text(entry):
         rank = "first" if n == DEFAULT_FORWARD[0] else "else"
         return ("rung=None (%s of DEFAULT_FORWARD %s): every forward that the decode rung does not "
                 "take, and every forward under autograd" % (rank, DEFAULT_FORWARD))
-    if n == BACKWARD_RUNG:
-        return "autograd: the backward of every call (attention_backward with rung=None)"
+    if n in DEFAULT_BACKWARD:
+        rank = "first" if n == DEFAULT_BACKWARD[0] else "else"
+        return ("autograd (%s of DEFAULT_BACKWARD %s): the backward of every call it supports "
+                "(attention_backward with rung=None)" % (rank, DEFAULT_BACKWARD))
     return ""
 
 
@@ -297,6 +303,21 @@ def default_forward(problem, device):
                      % (problem.describe(), "; ".join(reasons)))
 
 
+def default_backward(problem, device):
+    """DEFAULT_BACKWARD's first rung that can run ``problem``'s backward pass on ``device`` (an
+    index or a DeviceInfo); ValueError with each one's reason when none can."""
+    reasons = []
+    for n in DEFAULT_BACKWARD:
+        if not any(r.number == n and not r.variant for r in _registry()):
+            reasons.append("%02d: not built" % n)
+            continue
+        why = _ext.supports(n, "", problem, device)
+        if not why:
+            return find_rung(n)
+        reasons.append("%s: %s" % (find_rung(n).label, why))
+    raise ValueError("flashladder: no backward rung runs %s (%s)" % (problem.describe(), "; ".join(reasons)))
+
+
 def _device_info(device):
     return device if isinstance(device, _ext.DeviceInfo) else device_info(device)
 
@@ -363,10 +384,11 @@ def _plan(r, problem, device):
 
 @functools.lru_cache(maxsize=4096)
 def plan_backward(rung, variant, key, deterministic, device):
-    """The backward plan of entry ``rung`` (rung 11 unless told) for ``key``: ValueError with its
-    reason when it cannot run the problem (rung 11: head_dim 64 or 128)."""
-    r = find_rung(BACKWARD_RUNG if rung is None else rung, variant)
+    """The backward plan of entry ``rung`` (None: default_backward's pick, rung 14 on sm_90, else
+    rung 11) for ``key``: ValueError with its reason when it cannot run the problem (both: head_dim
+    64 or 128)."""
     problem = make_problem(*key)
+    r = default_backward(problem, device) if rung is None else find_rung(rung, variant)
     if not r.backward:
         raise ValueError("flashladder: %s has no backward pass (rung %d has)"
                          % (r.label, BACKWARD_RUNG))

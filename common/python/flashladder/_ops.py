@@ -1,6 +1,7 @@
 """The PyTorch half of flashladder: launches on torch tensors, the custom ops
 ``flashladder::attention`` and ``flashladder::attention_backward`` (fake implementations for
-torch.compile, autograd through rung 11's backward), and ``attention()``.
+torch.compile, autograd through rung 14's backward on sm_90, rung 11's elsewhere), and
+``attention()``.
 
 Imported on first use, so ``import flashladder`` works without PyTorch. Outputs and the rung's
 workspace are allocated by PyTorch on the tensors' device (its stream-ordered caching
@@ -73,8 +74,8 @@ def _grad_like(t):
 
 def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung, variant,
               out_fp32=None):
-    """dQ, dK, dV of backward entry ``rung`` (None: rung 11) from the forward's O and LSE, and
-    its fp32 O when given (None or an empty tensor: D from the 16-bit O)."""
+    """dQ, dK, dV of backward entry ``rung`` (None: default_backward's) from the forward's O and
+    LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O)."""
     key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     for name, t in (("dout", dout), ("out", out), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
@@ -141,8 +142,8 @@ def attention_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, 
                           out: torch.Tensor, lse: torch.Tensor, out_fp32: torch.Tensor,
                           causal: bool, softmax_scale: float, deterministic: bool, rung: int,
                           variant: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dQ, dK, dV) of a backward rung (rung 11) from the forward's O and LSE, and its fp32 O
-    (an empty tensor: D from the 16-bit O)."""
+    """(dQ, dK, dV) of a backward rung (0: default_backward's) from the forward's O and LSE, and
+    its fp32 O (an empty tensor: D from the 16-bit O)."""
     return _backward(dout, q, k, v, out, lse, causal, softmax_scale or None, deterministic,
                      rung or None, variant, out_fp32)
 
@@ -161,17 +162,17 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse, o32)
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
-    # The LSE is returned for inspection; rung 11 computes no gradient through it, so autograd
+    # The LSE is returned for inspection; the backward computes no gradient through it, so autograd
     # must not pretend to (a loss that uses it would otherwise get a silently wrong gradient).
     ctx.mark_non_differentiable(lse, o32)
 
 
 def _attention_grad(ctx, dout, _dlse, _do32):
     q, k, v, out, lse, o32 = ctx.saved_tensors
-    # torch.use_deterministic_algorithms(True) selects rung 11's deterministic dQ (fixed order).
+    # torch.use_deterministic_algorithms(True) selects the backward's deterministic dQ (fixed
+    # order). Rung 0: default_backward's pick (rung 14 on sm_90, else rung 11).
     dq, dk, dv = attention_backward_op(dout, q, k, v, out, lse, o32, ctx.causal, ctx.softmax_scale,
-                                       torch.are_deterministic_algorithms_enabled(),
-                                       _core.BACKWARD_RUNG, "")
+                                       torch.are_deterministic_algorithms_enabled(), 0, "")
     return dq, dk, dv, None, None, None, None, None
 
 
@@ -188,7 +189,8 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
     (rung 10 on sm_90 when built, else rung 06). ``causal`` is bottom-right aligned (query i sees
     key j iff j <= i + seqlen_k - seqlen_q). ``softmax_scale`` None means 1/sqrt(head_dim).
     Returns O like q, and with ``return_lse`` also the LSE, float32 [batch, heads_q, seqlen_q].
-    Differentiable in q, k, v through rung 11's backward (head_dim 64 or 128). Bad input raises
+    Differentiable in q, k, v through rung 14's backward on sm_90, rung 11's elsewhere (head_dim 64
+    or 128). Bad input raises
     TypeError or ValueError with the rung's one-line reason before anything is launched."""
     number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
@@ -210,9 +212,9 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
 
 def attention_backward(dout, q, k, v, out, lse, causal=False, softmax_scale=None, rung=None,
                        variant="", deterministic=False, out_fp32=None):
-    """dQ, dK, dV of the backward rung (rung 11 unless told) from a forward pass's ``out`` and
-    ``lse`` (attention(..., return_lse=True) of any forward rung: natural-log LSE). dQ, dK, dV
-    are laid out like q, k, v where those are dense. ``deterministic``: dQ summed in a fixed
+    """dQ, dK, dV of the backward rung (rung 14 on sm_90, else rung 11, unless told) from a
+    forward pass's ``out`` and ``lse`` (attention(..., return_lse=True) of any forward rung:
+    natural-log LSE). dQ, dK, dV are laid out like q, k, v where those are dense. ``deterministic``: dQ summed in a fixed
     order (bitwise identical run to run, slower). ``out_fp32``: O before its 16-bit rounding
     (float32, q's shape), which D = rowsum(dO * O) then reads, as autograd's does; without it D
     comes from ``out``, as in FlashAttention-2, and dQ's error grows with the keys a row sees."""
