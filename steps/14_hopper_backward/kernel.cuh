@@ -211,7 +211,7 @@ struct BlockWork {
 };
 
 /// The producer's loads, for one thread: K_j and V_j once, then for every step its Q_i + LSE_i and
-/// dO_i + D_i into stage it % STAGES once every math warp has released it.
+/// dO_i + D_i into stage it % STAGES once every math thread has released it.
 template <class Cfg>
 struct Loads {
   const CUtensorMap* map_q;
@@ -342,9 +342,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int s = 0; s < STAGES; ++s) {
       mbarrier_init(sm.q_full(s), 1);
       mbarrier_init(sm.do_full(s), 1);
-      // One arrival per math warp, after its lanes have read LSE_i and D_i themselves (plain loads)
-      // and met at __syncwarp: each warp releases what it read to the copy engine's refill.
-      mbarrier_init(sm.empty(s), kMathThreads / 32);
+      // Every math thread arrives: each reads LSE_i and D_i itself (plain loads) and releases what
+      // it read (CUTLASS's consumer_release; with one arrival per warp or per warpgroup after a
+      // barrier, racecheck reports the refill as a race).
+      mbarrier_init(sm.empty(s), kMathThreads);
     }
     fence_mbarrier_init();
   }
@@ -519,8 +520,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence_operand(dK);
     wgmma_fence_operand(dV);
     wgmma_fence_operand(dQ);
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(sm.empty(s));  // Q_i, dO_i (its wgmmas are done), LSE_i, D_i read
+    mbarrier_arrive(sm.empty(s));  // Q_i, dO_i (its wgmmas are done), LSE_i, D_i read by this thread
     if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);
 
     // dQ_i's share out: through shared memory to the writer, or by atomics.

@@ -608,8 +608,12 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     CHECK(count_opcode(code, "UTMALDG.4D") >= 4 * (d / 64));  // Q, dO, K, V
     CHECK(count_opcode(code, "UBLKCP.S.G") >= 2);             // LSE_i and D_i
     CHECK(count_opcode(code, "UBLKRED.G.S.ADD.F32.RN") == (writer ? 1 : 0));
-    CHECK(count_opcode(code, "LDL") == 0);
-    CHECK(count_opcode(code, "STL") == 0);
+    // No local memory, except one register at d = 64 with the writer warp (S^T and dP^T are 64
+    // registers each there): ptxas spills it once per query block since every math thread
+    // releases the stage itself (steps/14_hopper_backward/README.md, "Registers").
+    const int spill = (d == 64 && ws && writer) ? 1 : 0;
+    CHECK(count_opcode(code, "LDL") <= spill);
+    CHECK(count_opcode(code, "STL") <= spill);
     if (ws) {
       ++ws_kernels;
       CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);
@@ -628,7 +632,7 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
   REQUIRE(status == 0);
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
-    CHECK(u.stack == 0);
+    CHECK(u.stack <= (name.find("BwdTilesILi64E") != std::string::npos ? 8 : 0));  // the spill above
     CHECK(u.local == 0);
   }
 }
