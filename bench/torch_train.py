@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The training demo: a small Llama-style model trained twice from the same start, once on PyTorch
-SDPA's flash backend and once on the ladder's kernels.
+"""The training demo: a small Llama-style model trained from the same start on PyTorch SDPA's flash
+backend, on its cuDNN backend, and on the ladder's kernels.
 
 The model is built from a transformers LlamaConfig with random weights (nothing is downloaded):
 byte-level vocabulary (256), hidden 2048, 16 query heads and 4 KV heads (GQA 4:1) of head_dim 128,
@@ -23,10 +23,12 @@ the same order.
      error) and its attention ran in every layer.
   2. Training: from one random init, --steps steps (default 300) of AdamW (betas 0.9/0.95, weight
      decay 0.1 on matrices, gradient clipping 1.0), learning rate --lr with a linear warm-up of
-     --warmup steps then cosine decay to 10 %. Three runs: SDPA with
-     torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (so nothing else can run), the
-     ladder (forward: the default rung; backward: rung 11 through the custom op's autograd), and
-     SDPA flash again (--no-rerun skips it): the second SDPA run measures how far two runs of the
+     --warmup steps then cosine decay to 10 %. Four runs: SDPA with
+     torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (so nothing else can run), SDPA
+     with SDPBackend.CUDNN_ATTENTION forced (the fastest path PyTorch offers on Hopper; --no-cudnn
+     skips it), the ladder (forward: the default rung; backward: the default backward rung, rung 14
+     on sm_90 and rung 11 elsewhere, through the custom op's autograd), and SDPA flash again
+     (--no-rerun skips it): the second SDPA run measures how far two runs of the
      same kernels drift apart (atomics in the backward pass make them differ), the noise that
      "the ladder's curve matches SDPA's" is judged against. Recorded per step: the training loss,
      the gradient norm and the step time (torch.cuda.synchronize() before and after; the held-out
@@ -163,13 +165,15 @@ def build_model(torch, args, impl, state, dtype, device):
     return model
 
 
-def attention_context(torch, impl, device):
-    """sdpa_kernel(FLASH_ATTENTION) for the SDPA runs on a GPU (an error, not a silent fallback,
-    if flash cannot run), nothing for the ladder or on the CPU."""
+def attention_context(torch, impl, device, backend="flash"):
+    """sdpa_kernel(FLASH_ATTENTION), or CUDNN_ATTENTION with @p backend "cudnn", for the SDPA runs
+    on a GPU (an error, not a silent fallback, if that backend cannot run), nothing for the ladder
+    or on the CPU."""
     if impl == "sdpa" and device.type == "cuda":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        return lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+        which = SDPBackend.CUDNN_ATTENTION if backend == "cudnn" else SDPBackend.FLASH_ATTENTION
+        return lambda: sdpa_kernel(which)
     return contextlib.nullcontext
 
 
@@ -244,11 +248,12 @@ def evaluate(torch, F, model, batches, ctx):
     return sum(losses) / len(losses)
 
 
-def train(torch, args, name, impl, state, data, device, dtype):
-    """One training run from @p state; returns its record (curves, timings)."""
+def train(torch, args, name, impl, state, data, device, dtype, backend="flash"):
+    """One training run from @p state (SDPA runs: its @p backend forced); returns its record
+    (curves, timings)."""
     import torch.nn.functional as F
 
-    print("\n== run %s (attn_implementation=%s%s)" % (name, impl, ", SDPA flash backend forced"
+    print("\n== run %s (attn_implementation=%s%s)" % (name, impl, ", SDPA %s backend forced" % backend
                                                        if impl == "sdpa" and device.type == "cuda" else ""))
     torch.manual_seed(args.seed)
     model = build_model(torch, args, impl, state, dtype, device).train()
@@ -261,12 +266,12 @@ def train(torch, args, name, impl, state, data, device, dtype):
               {"params": [m for m in master if m.ndim < 2], "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
                             **({"fused": True} if device.type == "cuda" else {}))
-    ctx = attention_context(torch, impl, device)
+    ctx = attention_context(torch, impl, device, backend)
     heldout = data.heldout()
     rec = {"name": name, "attn_implementation": impl, "loss": [], "grad_norm": [], "step_ms": [],
            "heldout": []}
     if impl == "sdpa":
-        rec["sdpa_backend"] = "flash (forced)" if device.type == "cuda" else "PyTorch's choice (CPU)"
+        rec["sdpa_backend"] = "%s (forced)" % backend if device.type == "cuda" else "PyTorch's choice (CPU)"
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     tokens = args.batch * args.seqlen
@@ -337,7 +342,7 @@ def attention_alone(torch, args, state, impls, device, dtype, iters=20):
     module = model.model.layers[0].self_attn
     for name, impl in impls:
         fn = ALL_ATTENTION_FUNCTIONS[impl]
-        ctx = attention_context(torch, impl, device)
+        ctx = attention_context(torch, impl, device, "cudnn" if name == "sdpa_cudnn" else "flash")
         q = torch.randn(B, S, Hq, D, device=device, dtype=dtype).transpose(1, 2).requires_grad_()
         k = torch.randn(B, S, Hkv, D, device=device, dtype=dtype).transpose(1, 2).requires_grad_()
         v = torch.randn(B, S, Hkv, D, device=device, dtype=dtype).transpose(1, 2).requires_grad_()
@@ -415,6 +420,7 @@ def main(argv=None):
     ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--no-rerun", action="store_true", help="skip the second SDPA flash run (the noise yardstick)")
+    ap.add_argument("--no-cudnn", action="store_true", help="skip the SDPA cuDNN run")
     ap.add_argument("--package", help="folder holding the flashladder package (default: PYTHONPATH, "
                                       "else the newest build/*/python)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is there (with --quick)")
@@ -499,16 +505,21 @@ def run(args):
             check["ladder_vs_sdpa_flash"]["max_abs"], check["ladder_vs_sdpa_flash"]["rel_fro"],
             check.get("ladder_attention_calls", 0), args.layers, "PASS" if check["pass"] else "FAIL"))
 
-    runs = [("sdpa_flash", "sdpa")]
+    runs = [("sdpa_flash", "sdpa", "flash")]
+    cudnn = device.type == "cuda" and not args.no_cudnn
+    if cudnn:
+        runs.append(("sdpa_cudnn", "sdpa", "cudnn"))
     if ladder:
-        runs.append(("ladder", ladder["impl"]))
+        runs.append(("ladder", ladder["impl"], ""))
     if not args.no_rerun:
-        runs.append(("sdpa_flash_rerun", "sdpa"))
-    result["runs"] = [train(torch, args, name, impl, state, data, device, dtype) for name, impl in runs]
+        runs.append(("sdpa_flash_rerun", "sdpa", "flash"))
+    result["runs"] = [train(torch, args, name, impl, state, data, device, dtype, backend or "flash")
+                      for name, impl, backend in runs]
 
     if device.type == "cuda":
         print("\n== attention alone (one layer)")
-        impls = [("sdpa_flash", "sdpa")] + ([("ladder", ladder["impl"])] if ladder else [])
+        impls = [("sdpa_flash", "sdpa")] + ([("sdpa_cudnn", "sdpa")] if cudnn else []) + \
+            ([("ladder", ladder["impl"])] if ladder else [])
         result["attention_alone"] = attention_alone(torch, args, state, impls, device, dtype)
     result["summary"] = summarize(result, args)
     runinfo.write_json(os.path.join(args.out, "torch_train.json"), result)
@@ -528,6 +539,10 @@ def summarize(result, args):
         s["meets_speedup_target"] = s["speedup_vs_sdpa_flash"] >= 1.0
     if ref and rerun and rerun.get("tokens_per_s") and ref.get("tokens_per_s"):
         s["rerun_speedup_vs_sdpa_flash"] = ref["step_ms_mean"] / rerun["step_ms_mean"]
+    cud = by.get("sdpa_cudnn")
+    if cud and lad and cud.get("tokens_per_s") and lad.get("tokens_per_s"):
+        s["speedup_vs_sdpa_cudnn"] = cud["step_ms_mean"] / lad["step_ms_mean"]
+        s["meets_speedup_target_cudnn"] = s["speedup_vs_sdpa_cudnn"] >= 1.0
 
     def tail_gap(a, b, n=50):
         x, y = a["loss"][-n:], b["loss"][-n:]
@@ -547,8 +562,11 @@ def summarize(result, args):
         s["loss_tolerance_rule"] = ("last held-out loss within max(%g x SDPA flash's, 3 x the SDPA rerun's gap)"
                                     % LOSS_REL)
         s["loss_match"] = gap <= tol
+        if cud and cud.get("final_heldout"):
+            s["cudnn_final_heldout_gap"] = abs(lad["final_heldout"] - cud["final_heldout"])
+            s["loss_match_cudnn"] = s["cudnn_final_heldout_gap"] <= tol
     attn = result.get("attention_alone", {})
-    for name in ("sdpa_flash", "ladder"):
+    for name in ("sdpa_flash", "sdpa_cudnn", "ladder"):
         if name in attn and name in by and by[name].get("step_ms_mean"):
             s["attention_share_%s" % name] = args.layers * attn[name]["forward_backward"] / by[name]["step_ms_mean"]
     if "logits_check" in result:
@@ -566,12 +584,16 @@ def print_summary(result):
     if "speedup_vs_sdpa_flash" in s:
         print("  ladder step vs SDPA flash: %.3fx (target >= 1.0: %s)" % (
             s["speedup_vs_sdpa_flash"], "met" if s["meets_speedup_target"] else "NOT met"))
+    if "speedup_vs_sdpa_cudnn" in s:
+        print("  ladder step vs SDPA cuDNN: %.3fx (target >= 1.0: %s); last held-out gap %.4f: %s" % (
+            s["speedup_vs_sdpa_cudnn"], "met" if s["meets_speedup_target_cudnn"] else "NOT met",
+            s.get("cudnn_final_heldout_gap", float("nan")), "match" if s.get("loss_match_cudnn") else "DIFFER"))
     if "loss_match" in s:
         print("  loss curves: last held-out gap %.4f (tolerance %.4f%s): %s" % (
             s["final_heldout_gap"], s["loss_tolerance"],
             ", SDPA rerun's gap %.4f" % s["rerun_final_heldout_gap"] if "rerun_final_heldout_gap" in s else "",
             "match" if s["loss_match"] else "DIFFER"))
-    for name in ("sdpa_flash", "ladder"):
+    for name in ("sdpa_flash", "sdpa_cudnn", "ladder"):
         if "attention_share_%s" % name in s:
             print("  attention's share of a %s step: %.0f %%" % (name, 100 * s["attention_share_%s" % name]))
     if s.get("logits_pass") is not None:

@@ -43,14 +43,17 @@ def fmt_tokens(v):
 
 @generator("torch-train")
 def gen_torch_train(ctx, gpu=None):
-    """The training demo (bench/torch_train.py, torch_train.json): per run (SDPA flash, the ladder,
-    SDPA flash again) the steady-state step time, tokens/s, the last held-out loss and the speedup
-    over SDPA flash; the logits check, the loss curves' agreement and attention's share of a step."""
+    """The training demo (bench/torch_train.py, torch_train.json): per run (SDPA flash, SDPA cuDNN
+    when the run has it, the ladder, SDPA flash again) the steady-state step time, tokens/s, the
+    last held-out loss and the ladder's speedup over SDPA flash and cuDNN; the logits check, the
+    loss curves' agreement and attention's share of a step."""
     res, d = torch_run(ctx, gpu, "torch_train.json")
     s, cfg, lad = d.get("summary", {}), d["config"], d.get("ladder", {})
     by = {r["name"]: r for r in d["runs"]}
     ref = by.get("sdpa_flash")
+    cud = by.get("sdpa_cudnn")
     names = {"sdpa_flash": ("SDPA", "flash backend forced (FlashAttention-2)"),
+             "sdpa_cudnn": ("SDPA", "cuDNN backend forced"),
              "ladder": ("the ladder", "forward `%s`, backward `%s` (autograd)" % (
                  lad.get("forward_rung", "?"), lad.get("backward_rung", "?"))),
              "sdpa_flash_rerun": ("SDPA again", "flash backend forced: the noise between two runs")}
@@ -58,11 +61,15 @@ def gen_torch_train(ctx, gpu=None):
     for r in d["runs"]:
         who, what = names.get(r["name"], (r["name"], ""))
         ratio = ref["step_ms_mean"] / r["step_ms_mean"] if ref and r is not ref and r.get("step_ms_mean") else None
+        ratio_cudnn = (cud["step_ms_mean"] / r["step_ms_mean"]
+                       if cud and r is not cud and r.get("step_ms_mean") and r["name"] == "ladder" else None)
         rows.append([who, what, "%.1f" % r["step_ms_mean"] if r.get("step_ms_mean") else "—",
                      fmt_tokens(r.get("tokens_per_s")), fmt_loss(r.get("final_heldout")),
-                     report.fmt_ratio(ratio) if ratio else "—"])
+                     report.fmt_ratio(ratio) if ratio else "—",
+                     report.fmt_ratio(ratio_cudnn) if ratio_cudnn else "—"])
     out = report.markdown_table(["run", "attention", "ms / step", "tokens/s", "last held-out loss",
-                                 "speedup over SDPA flash"], rows, ["---", "---", "--:", "--:", "--:", "--:"])
+                                 "speedup over SDPA flash", "speedup over SDPA cuDNN"], rows,
+                                ["---", "---", "--:", "--:", "--:", "--:", "--:"])
     notes = []
     lc = d.get("logits_check", {})
     if lc.get("ladder_vs_sdpa_flash"):
@@ -80,7 +87,11 @@ def gen_torch_train(ctx, gpu=None):
                  if "rerun_final_heldout_gap" in s else "")
         notes.append("Loss curves: the last held-out losses differ by %.4f%s, tolerance %.4f: **%s**." % (
             s["final_heldout_gap"], rerun, s["loss_tolerance"], "match" if s["loss_match"] else "differ"))
-    shares = [(n, s.get("attention_share_%s" % k)) for n, k in (("SDPA flash", "sdpa_flash"), ("the ladder", "ladder"))]
+    if "cudnn_final_heldout_gap" in s:
+        notes.append("Against SDPA cuDNN: the last held-out losses differ by %.4f (the same tolerance): **%s**." % (
+            s["cudnn_final_heldout_gap"], "match" if s.get("loss_match_cudnn") else "differ"))
+    shares = [(n, s.get("attention_share_%s" % k))
+              for n, k in (("SDPA flash", "sdpa_flash"), ("SDPA cuDNN", "sdpa_cudnn"), ("the ladder", "ladder"))]
     if any(v for _, v in shares):
         notes.append("Attention's share of a step (one layer's forward + backward alone x %d layers): %s." % (
             cfg["model"]["layers"], ", ".join("%s %.0f %%" % (n, 100 * v) for n, v in shares if v)))

@@ -127,11 +127,14 @@ class DocgenTest(unittest.TestCase):
             written = self.write_doc(doc)
         rows = [l for l in written.splitlines() if l.startswith("| ")]
         self.assertIn("| the ladder | forward `10_warp_specialized`, backward `11_backward` (autograd) | 95.0 | 86k "
-                      "| 1.520 | 1.05× |", rows)
-        self.assertIn("| SDPA | flash backend forced (FlashAttention-2) | 100.0 | 82k | 1.510 | — |", rows)
+                      "| 1.520 | 1.05× | 0.95× |", rows)
+        self.assertIn("| SDPA | flash backend forced (FlashAttention-2) | 100.0 | 82k | 1.510 | — | — |", rows)
+        self.assertIn("| SDPA | cuDNN backend forced | 90.2 | 91k | 1.512 | 1.11× | — |", rows)
+        self.assertIn("Against SDPA cuDNN: the last held-out losses differ by 0.0080 (the same tolerance): **match**",
+                      written)
         self.assertIn("(1.10×; pass at ≤ 2×, attention on the ladder in 6 of 6 layers): **pass**", written)
         self.assertIn("differ by 0.0100 (two SDPA flash runs: 0.0040), tolerance 0.0302: **match**", written)
-        self.assertIn("SDPA flash 20 %, the ladder 18 %", written)
+        self.assertIn("SDPA flash 20 %, SDPA cuDNN 16 %, the ladder 18 %", written)
         self.assertIn("| `10_warp_specialized` (default) | 61.0 | 62.2 | +1.2 | +14.0 | +9.0 |", rows)
         self.assertIn("Target: within 5 µs per call: **met**", written)
         self.assertIn("NVIDIA H100 80GB HBM3, 2026-11-24, commit `abc1234`, PyTorch 2.11.0", written)
@@ -414,10 +417,12 @@ def synthetic_torch_train():
                          "ladder_vs_fp32": {"rel_fro": 0.022}, "sdpa_flash_vs_fp32": {"rel_fro": 0.02},
                          "error_ratio": 1.1, "tolerance_ratio": 2.0, "ladder_attention_calls": 6, "layers": 6,
                          "pass": True},
-        "runs": [run("sdpa_flash", "sdpa", 100.0, 1.51), run("ladder", "ladder", 95.0, 1.52),
-                 run("sdpa_flash_rerun", "sdpa", 100.5, 1.514)],
+        "runs": [run("sdpa_flash", "sdpa", 100.0, 1.51), run("sdpa_cudnn", "sdpa", 90.25, 1.512),
+                 run("ladder", "ladder", 95.0, 1.52), run("sdpa_flash_rerun", "sdpa", 100.5, 1.514)],
         "summary": {"final_heldout_gap": 0.01, "rerun_final_heldout_gap": 0.004, "loss_tolerance": 0.0302,
-                    "loss_match": True, "attention_share_sdpa_flash": 0.2, "attention_share_ladder": 0.18}}
+                    "loss_match": True, "cudnn_final_heldout_gap": 0.008, "loss_match_cudnn": True,
+                    "attention_share_sdpa_flash": 0.2, "attention_share_sdpa_cudnn": 0.16,
+                    "attention_share_ladder": 0.18}}
 
 
 def synthetic_torch_overhead():
