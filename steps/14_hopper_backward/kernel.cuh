@@ -362,6 +362,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
         for (int it = 0; it < work.steps; ++it) loads.step(sm, work, it);
       } else if (warp == 1 && WRITER && work.steps > 0) {
+        // LAB-BEGIN(14-writer-loop): the writer warp's side of the dQ hand-off, step by step
         named_barrier_arrive(kDqEmpty, kDqHandoff);  // the tile starts free
 #pragma unroll 1
         for (int it = 0; it < work.steps; ++it) {
@@ -371,6 +372,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if (it + 1 < work.steps) named_barrier_arrive(kDqEmpty, kDqHandoff);
         }
         if (tid == 32) bulk_wait_group<0>();
+        // LAB-END(14-writer-loop)
       }
       return;
     }
@@ -397,7 +399,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     mbarrier_wait_parity(sm.kv_full(), 0);
   }
 
-  // LAB-BEGIN(14-step): the five GEMMs of one query block, keys as wgmma's M
 #pragma unroll 1
   for (int it = 0; it < work.steps; ++it) {
     const int s = it % STAGES;
@@ -525,6 +526,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // dQ_i's share out: through shared memory to the writer, or by atomics.
     if constexpr (WRITER) {
+      // LAB-BEGIN(14-dq-handoff): the math warps' side: wait for a free tile, store, hand it over
       float* dq_s = reinterpret_cast<float*>(smem_raw + (sm.dQ() - smem_addr(smem_raw)));
       if constexpr (WS) {
         named_barrier_sync(kDqEmpty, kDqHandoff);  // the writer has handed the last tile over
@@ -543,6 +545,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (loader) add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic);
         __syncwarp();  // the warp whole again before its next wgmma (else ptxas serializes them)
       }
+      // LAB-END(14-dq-handoff)
     } else {
       float* tile = dq_tile<Cfg>(buf, p, work, it);
 #pragma unroll
@@ -550,7 +553,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)), make_float2(dQ[r], dQ[r + 1]));
     }
   }
-  // LAB-END(14-step)
   if (loader && WRITER) bulk_wait_group<0>();
 
   // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums -------------------
