@@ -18,11 +18,16 @@
 ///     LSE_i, D_i   BLOCK_M fp32, STAGES   with Q_i and dO_i
 ///   // clang-format on
 /// @endcode
-/// The tiles per head_dim (each timed against the others in one H100 run, README):
+/// The tiles per head_dim, from the register budget (no other tile has been timed yet):
 ///   d = 64:  BLOCK_M = 128. S^T and dP^T are 64 registers each, dK and dV 32: the wide query block
-///            halves the K/V blocks' dQ traffic per key (FA3: 128 x 128 at d = 64 too).
+///            halves the K/V blocks' dQ traffic per key (FA3: 128 x 128 at d = 64 too). 192
+///            accumulators leave the math warps one register short when every thread releases its
+///            stage (README, "Registers").
 ///   d = 128: BLOCK_M = 64. dK and dV alone are 128 registers per thread; S^T and dP^T of 64 queries
-///            (32 each) fit beside them in 240 (FA3: 64 x 128 under a causal mask).
+///            (32 each) fit beside them in 240 (FA3: 64 x 128 under a causal mask; its 80-query
+///            block without the mask does not fit this layout's 64-column swizzle blocks).
+///   d = 256: not built: dK and dV of 64 keys would be 256 registers per thread. FA3 computes
+///            dK^T, dV^T instead (head_dim as wgmma's M) on 64 x 80 tiles; that is the next step.
 #pragma once
 
 namespace fl::hopper14 {
