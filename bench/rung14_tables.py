@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Rung 14's tables for its README, from a committed results folder (bench/results/<gpu>/rung14/):
-the side-by-side of rungs 11 and 14 with PyTorch SDPA's flash and cuDNN backward passes (sweep/,
-one run of bench/run_all.sh) and the ablation table (ablation/, bench/rung14_ablation.sh).
+"""Rung 14's tables for its README, from committed results folders: the side-by-side of rungs 11 and
+14 with PyTorch SDPA's flash and cuDNN backward passes (SWEEP: one run of bench/run_all.sh
+--family backward,backward-gqa) and the ablation table (ABLATION: bench/rung14_ablation.sh).
 
-usage: python3 bench/rung14_tables.py bench/results/nvidia-h100-80gb-hbm3/rung14
+usage: python3 bench/rung14_tables.py SWEEP ABLATION
+  e.g. python3 bench/rung14_tables.py bench/results/nvidia-h100-80gb-hbm3/rung14-sweep \
+           bench/results/nvidia-h100-80gb-hbm3/rung14/ablation
 """
 import json
 import os
@@ -13,8 +15,8 @@ SEQLENS = [1024, 2048, 4096, 8192, 16384]
 
 
 def side_by_side(folder):
-    lb = json.load(open(os.path.join(folder, "sweep", "ladder_bench.json")))
-    tp = json.load(open(os.path.join(folder, "sweep", "torch_sdpa.json")))
+    lb = json.load(open(os.path.join(folder, "ladder_bench.json")))
+    tp = json.load(open(os.path.join(folder, "torch_sdpa.json")))
     rate = {}
     for b in lb["benchmarks"]:
         fam, d, n, c = b["name"].split("/")[1:5]
@@ -58,17 +60,17 @@ def ablation(folder):
     for key, label in names:
         cells = []
         for d, n, c in cols:
-            f = os.path.join(folder, "ablation", "fp16_d%d_N%d_c%d_%s.json" % (d, n, c, key))
+            f = os.path.join(folder, "fp16_d%d_N%d_c%d_%s.json" % (d, n, c, key))
             cells.append("%.0f" % json.load(open(f))["timing"]["tflops"] if os.path.exists(f) else "–")
         out.append("| %s | " % label + " | ".join(cells) + " |")
     bf = []
     for d, n, c in cols:
-        f = os.path.join(folder, "ablation", "bf16_d%d_N%d_c%d_rung.json" % (d, n, c))
+        f = os.path.join(folder, "bf16_d%d_N%d_c%d_rung.json" % (d, n, c))
         bf.append("%.0f" % json.load(open(f))["timing"]["tflops"] if os.path.exists(f) else "–")
     out.append("| rung 14, bf16 | " + " | ".join(bf) + " |")
     return "\n".join(out)
 
 
 if __name__ == "__main__":
-    folder = sys.argv[1]
-    print("### Side by side\n" + side_by_side(folder) + "\n\n### Ablation (fp16 unless said, TFLOP/s)\n\n" + ablation(folder))
+    print("### Side by side\n" + side_by_side(sys.argv[1]) + "\n\n### Ablation (fp16 unless said, TFLOP/s)\n\n" +
+          ablation(sys.argv[2]))
