@@ -81,26 +81,6 @@ struct BwdBuffers {
   int rows_padded;        ///< seqlen_q rounded up to 128
 };
 
-/// The fp32 slot, in a dQ tile, of a math thread's register @p r of its dQ share (warpgroup
-/// @p w, thread @p tid of it): 16-byte runs of four registers, thread after thread, so that the
-/// math warps' stores are 512 contiguous bytes per warp and the accumulator holds the tile as the
-/// registers hold it. dq_slot_coord() is the inverse the convert kernel uses.
-template <class Cfg>
-__host__ __device__ __forceinline__ int dq_slot(int w, int tid, int r) {
-  return ((w * (Cfg::kDqRegs / 4) + r / 4) * 128 + tid) * 4 + r % 4;
-}
-
-/// (row, column) of a dQ tile held at fp32 slot @p f (dq_slot's layout): the wgmma accumulator's
-/// layout (hopper.cuh) of the share of warpgroup w, placed by the row or column split (traits.h).
-template <class Cfg>
-__host__ __device__ __forceinline__ void dq_slot_coord(int f, int& row, int& col) {
-  const int sub = f % 4, tid = (f / 4) % 128, j = (f / 512) % (Cfg::kDqRegs / 4), w = f / (128 * Cfg::kDqRegs);
-  const int warp = tid / 32, lane = tid % 32;
-  const int r = 16 * warp + lane / 4 + 8 * (sub / 2), c = 8 * j + 2 * (lane % 4) + sub % 2;
-  row = Cfg::kDqSplitRows ? 64 * w + r : r;
-  col = Cfg::kDqSplitRows ? c : Cfg::kDqN * w + c;
-}
-
 /// LSE·log2(e) and D per query row, padded to rows_padded (+inf and 0 past seqlen_q, so padded
 /// rows have P = 0 and dS = 0): one warp per padded row. D is rowsum(dO ∘ O) from the forward's
 /// fp32 O when it left one, else from the 16-bit O, or (@p exact_d non-null) rung 11's exact pass.

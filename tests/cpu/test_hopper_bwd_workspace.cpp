@@ -1,0 +1,115 @@
+// Rung 14's host policies (steps/14_hopper_backward/workspace.h, traits.h), checked on the CPU: the
+// workspace layout the kernels index into (padded statistics, the dQ accumulator, the deterministic
+// counters, a split group's partial dK and dV, the exact D pass's sums), the group split, and the
+// register order of a dQ tile (dq_slot), which the convert kernel must invert exactly.
+#include <cstddef>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "14_hopper_backward/traits.h"
+#include "14_hopper_backward/workspace.h"
+#include "catch_compat.h"
+#include "problem_shape.h"
+
+using namespace fl;
+using fl_test::shape;
+
+namespace {
+
+/// Shapes with tails, GQA and MQA, long rows (the exact D pass), one query against many keys.
+std::vector<Problem> shapes() {
+  return {shape(1, 77, 130, 4, 2, 64, true),      shape(2, 1024, 1024, 16, 16, 128, false),
+          shape(1, 203, 257, 4, 1, 64, true),     shape(3, 5, 9, 3, 1, 128, false),
+          shape(1, 1, 100003, 32, 8, 128, false), shape(2, 4096, 4096, 16, 4, 128, true),
+          shape(1, 16384, 16385, 16, 4, 128, true), shape(16, 1024, 1024, 16, 4, 64, true)};
+}
+
+/// Every slot of a tile of Cfg maps to one (row, column), every (row, column) is reached once, and
+/// each is where the wgmma accumulator layout (hopper.cuh) puts register r of thread tid of
+/// warpgroup w: row 16 warp + g + 8 ((r % 4) / 2), column 8 (r / 4) + 2 (tid % 4) + r % 2, offset by
+/// the warpgroup's 64 rows (BLOCK_M = 128) or 64 columns (BLOCK_M = 64).
+template <class Cfg>
+void check_slots() {
+  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
+  std::set<std::pair<int, int>> seen;
+  std::set<int> slots;
+  for (int w = 0; w < 2; ++w)
+    for (int tid = 0; tid < 128; ++tid)
+      for (int r = 0; r < Cfg::kDqRegs; ++r) {
+        const int f = hopper14::dq_slot<Cfg>(w, tid, r);
+        REQUIRE(f >= 0);
+        REQUIRE(f < M * D);
+        slots.insert(f);
+        int row = -1, col = -1;
+        hopper14::dq_slot_coord<Cfg>(f, row, col);
+        const int lane = tid % 32, warp = tid / 32;
+        const int r_in = 16 * warp + lane / 4 + 8 * ((r % 4) / 2), c_in = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
+        CHECK(row == (Cfg::kDqSplitRows ? 64 * w + r_in : r_in));
+        CHECK(col == (Cfg::kDqSplitRows ? c_in : 64 * w + c_in));
+        seen.insert({row, col});
+      }
+  CHECK(slots.size() == size_t(M * D));
+  CHECK(seen.size() == size_t(M * D));
+  // Four registers are one 16-byte run: the float4 stores of the math warps and the bulk add's
+  // 16-byte granule.
+  CHECK(hopper14::dq_slot<Cfg>(1, 5, 4) % 4 == 0);
+  CHECK(hopper14::dq_slot<Cfg>(1, 5, 7) == hopper14::dq_slot<Cfg>(1, 5, 4) + 3);
+}
+
+}  // namespace
+
+TEST_CASE("rung 14's dQ tile order: a bijection onto the tile, the accumulator's layout", "[cpu][hopper_bwd]") {
+  check_slots<hopper14::RungTiles<64>>();
+  check_slots<hopper14::RungTiles<128>>();
+}
+
+TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, sized by the mode",
+          "[cpu][hopper_bwd]") {
+  for (const Problem& p : shapes())
+    for (bool det : {false, true}) {
+      INFO(p.describe() << " deterministic=" << det);
+      const int64_t rows_pad = hopper14::rows_padded(p);
+      CHECK(rows_pad % 128 == 0);
+      CHECK(rows_pad >= p.seqlen_q);
+      CHECK(rows_pad < p.seqlen_q + 128);
+      const size_t stat = hopper14::stat_rows(p);
+      const size_t dq = hopper14::dq_acc_offset(p);
+      const size_t cnt = hopper14::counter_offset(p);
+      const size_t dkv = hopper14::dkv_acc_offset(p, det);
+      const size_t exact = hopper14::exact_delta_offset(p, det);
+      for (size_t off : {stat, dq, cnt, dkv, exact}) CHECK(off % 32 == 0);  // floats: 128 bytes
+      CHECK(dq == 2 * stat);                                     // LSE, then D
+      CHECK(cnt == dq + stat * p.head_dim);                      // the accumulator: one row per padded row
+      CHECK(dkv - cnt == (det ? (hopper14::counter_count(p) + 31) / 32 * 32 : 0));
+      CHECK(hopper14::counter_count(p) * 64 == stat);            // a counter per 64-row block
+      const int split = hopper14::kv_splits(p);
+      const size_t part = split > 1 ? 2 * size_t(split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
+      CHECK(exact >= dkv + part);
+      CHECK(exact < dkv + part + 32);
+      const size_t bytes = hopper14::workspace_bytes(p, det, bwd::DeltaPolicy::rung);
+      const int n_delta = hopper14::exact_delta_splits(p, det, bwd::DeltaPolicy::rung);
+      const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+      CHECK(bytes / sizeof(float) == exact + (n_delta > 0 ? (rows + 31) / 32 * 32 + 2 * size_t(n_delta) * rows : 0));
+      // The exact pass only where rung 11's rule takes it (rows of more than 16k keys).
+      CHECK((n_delta > 0) == (p.seqlen_k > bwd::kExactDeltaKeys));
+    }
+}
+
+TEST_CASE("rung 14's group split: a divisor of the group, twice the blocks under a causal mask",
+          "[cpu][hopper_bwd]") {
+  for (const Problem& p : shapes()) {
+    INFO(p.describe());
+    const int group = p.heads_q / p.heads_kv, split = hopper14::kv_splits(p);
+    CHECK(group % split == 0);
+    const int64_t blocks = int64_t((p.seqlen_k + 127) / 128) * p.heads_kv * p.batch;
+    const int64_t target = p.causal ? 512 : 256;
+    if (split < group) CHECK(blocks * split >= target);  // split no further than the target needs
+    for (int s = 1; s < split; ++s)
+      if (group % s == 0) CHECK(blocks * s < target);
+  }
+  // The training demo's attention shape: 2 x 4k tokens, 4 KV heads of 4 query heads, causal: 256
+  // blocks, so the group splits in two.
+  CHECK(hopper14::kv_splits(shape(2, 4096, 4096, 16, 4, 128, true)) == 2);
+  CHECK(hopper14::kv_splits(shape(2, 4096, 4096, 16, 4, 128, false)) == 1);
+}
