@@ -2,14 +2,15 @@
 /// @brief Rung 14: FlashAttention-3's backward pass (Shah et al., 2024, §3 and its code's
 /// `hopper/` backward) on wgmma and TMA: rung 11's algorithm, rung 10's machinery.
 ///
-/// One block per (K/V block j of 128 keys, KV head or a slice of its GQA group, batch), longest
-/// first under a causal mask. K_j and V_j are loaded once; dK_j and dV_j stay in registers; the
+/// One block per (K/V block j of 128 keys, KV head or a slice of its GQA group, batch), K/V blocks
+/// fastest in the grid and longest first under a causal mask (the deterministic mode there: last
+/// first, BlockWork). K_j and V_j are loaded once; dK_j and dV_j stay in registers; the
 /// block walks the query blocks i (of every query head of its slice) that see block j:
 /// @code
 ///   // clang-format off
 ///   warpgroup 0, warp 0   producer  setmaxnreg.dec 24. Q_i + LSE_i and dO_i + D_i into stage s of
-///                                   the ring (TMA boxes and two bulk copies), when both math
-///                                   warpgroups have released what the stage held
+///                                   the ring (TMA boxes and two bulk copies), when every math
+///                                   thread has released what the stage held
 ///   warpgroup 0, warp 1   dQ writer waits for the math warps' dQ_i share in shared memory, adds it
 ///                                   to the fp32 accumulator with one bulk reduce-add (TMA), frees
 ///                                   the tile once the copy engine has read it
