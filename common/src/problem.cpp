@@ -55,6 +55,22 @@ std::string validate(const Problem& p) {
   return "";
 }
 
+Problem problem_of(const AttnParams& a) {
+  Problem p;
+  p.batch = a.batch;
+  p.seqlen_q = a.seqlen_q;
+  p.seqlen_k = a.seqlen_k;
+  p.heads_q = a.heads_q;
+  p.heads_kv = a.heads_kv;
+  p.head_dim = a.head_dim;
+  p.dtype = static_cast<DType>(a.dtype);
+  p.causal = a.causal != 0;
+  p.softmax_scale = a.softmax_scale;
+  p.num_splits = a.num_splits;
+  p.page_size = a.page_size;
+  return p;
+}
+
 AttnParams make_attn_params(const Problem& p) {
   AttnParams a{};
   const int64_t D = p.head_dim;

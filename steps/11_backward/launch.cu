@@ -27,13 +27,7 @@ void launch_backward(const AttnBwdParams& given, GroupSplit how, bool longest_fi
                      cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
-  Problem shape;
-  shape.batch = p.batch;
-  shape.seqlen_q = p.seqlen_q;
-  shape.seqlen_k = p.seqlen_k;
-  shape.heads_q = p.heads_q;
-  shape.heads_kv = p.heads_kv;
-  shape.head_dim = p.head_dim;
+  const Problem shape = problem_of(p);
   const bool deterministic = given.deterministic != 0;
   const int splits = deterministic ? deterministic_splits(shape, Cfg::kBlockN) : 1;
   const int kv_split = kv_splits(shape, Cfg::kBlockN, deterministic, how);

@@ -60,16 +60,14 @@ constexpr int kSplitTargetBlocks = 256;
 /// heads into its own fp32 partial dK, dV; 1 means dK, dV are written directly. The rung's
 /// choice: the smallest divisor that gives the grid kSplitTargetBlocks blocks (the partial sums
 /// cost memory traffic, so a grid that fills the GPU is not split further).
-/// @p target_blocks: the grid the split aims at (rung 14 asks for twice as many under a causal mask).
-inline int kv_splits(const Problem& p, int block_n, bool deterministic, GroupSplit how,
-                     int64_t target_blocks = kSplitTargetBlocks) {
+inline int kv_splits(const Problem& p, int block_n, bool deterministic, GroupSplit how) {
   const int group = p.heads_q / p.heads_kv;
   if (how == GroupSplit::none || group == 1) return 1;
   if (how == GroupSplit::full) return group;
   const int64_t blocks =
       int64_t(deterministic ? deterministic_splits(p, block_n) : kv_block_count(p, block_n)) * p.heads_kv * p.batch;
   for (int s = 1; s < group; ++s)
-    if (group % s == 0 && blocks * s >= target_blocks) return s;
+    if (group % s == 0 && blocks * s >= kSplitTargetBlocks) return s;
   return group;
 }
 

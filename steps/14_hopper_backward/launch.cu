@@ -53,17 +53,6 @@ const Rung& forward_rung() {
   return *f;
 }
 
-Problem shape_of(const AttnParams& p) {
-  Problem shape;
-  shape.batch = p.batch;
-  shape.seqlen_q = p.seqlen_q;
-  shape.seqlen_k = p.seqlen_k;
-  shape.heads_q = p.heads_q;
-  shape.heads_kv = p.heads_kv;
-  shape.head_dim = p.head_dim;
-  return shape;
-}
-
 #if FL_HOPPER_SM90A
 template <class T, class Cfg, bool WRITER>
 const void* prepared_kernel() {
@@ -100,7 +89,7 @@ template <Mode M, class T, class Cfg>
 void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
-  const Problem shape = shape_of(p);
+  const Problem shape = problem_of(p);
   const bool deterministic = given.deterministic != 0;
   const bwd::DeltaPolicy policy = bwd::DeltaPolicy::rung;
   const bwd::DeltaSource source = bwd::delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);

@@ -48,15 +48,8 @@ inline size_t dkv_acc_offset(const Problem& p, bool deterministic) {
 }
 
 /// Slices of a GQA group (rung 11's rule for 128-key blocks: the smallest divisor of the group
-/// that gives the grid 256 blocks, 512 under a causal mask). Each block walks every query head of
-/// its slice, so under the mask block 0 (the longest) does slice_heads x all query blocks: with
-/// 256 blocks on 132 SMs it can be as long as an SM's whole share (the training demo's shape: batch
-/// 2, 4k keys, 4 KV heads of 4 query heads each), and twice the blocks halves it. The deterministic
-/// mode keeps the grid, so the same rule.
-inline int kv_splits(const Problem& p) {
-  return bwd::kv_splits(p, 128, false, bwd::GroupSplit::balanced,
-                        p.causal ? 2 * bwd::kSplitTargetBlocks : bwd::kSplitTargetBlocks);
-}
+/// that gives the grid 256 blocks). The deterministic mode keeps the grid, so the same rule.
+inline int kv_splits(const Problem& p) { return bwd::kv_splits(p, 128, false, bwd::GroupSplit::balanced); }
 
 /// Where the exact D pass's row sums start (rung 11's exact pass, run first on long rows): D
 /// [batch, heads_q, seqlen_q], then its accumulator pairs.

@@ -1,7 +1,8 @@
 // Rung 14's host policies (steps/14_hopper_backward/workspace.h, traits.h), checked on the CPU: the
 // workspace layout the kernels index into (padded statistics, the dQ accumulator, the deterministic
-// counters, a split group's partial dK and dV, the exact D pass's sums), the group split, and the
-// register order of a dQ tile (dq_slot), which the convert kernel must invert exactly.
+// counters, a split group's partial dK and dV, the exact D pass's sums), the group split, the
+// register order of a dQ tile (dq_slot), which the convert kernel must invert exactly, and the
+// Problem a launch recomputes them from (problem_of).
 #include <cstddef>
 #include <set>
 #include <utility>
@@ -96,20 +97,27 @@ TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, si
     }
 }
 
-TEST_CASE("rung 14's group split: a divisor of the group, twice the blocks under a causal mask",
+TEST_CASE("rung 14's group split: a divisor of the group, rung 11's rule for 128-key blocks",
           "[cpu][hopper_bwd]") {
   for (const Problem& p : shapes()) {
     INFO(p.describe());
     const int group = p.heads_q / p.heads_kv, split = hopper14::kv_splits(p);
     CHECK(group % split == 0);
+    CHECK(split == bwd::kv_splits(p, 128, false, bwd::GroupSplit::balanced));
     const int64_t blocks = int64_t((p.seqlen_k + 127) / 128) * p.heads_kv * p.batch;
-    const int64_t target = p.causal ? 512 : 256;
-    if (split < group) CHECK(blocks * split >= target);  // split no further than the target needs
+    if (split < group) CHECK(blocks * split >= bwd::kSplitTargetBlocks);  // no further than the grid needs
     for (int s = 1; s < split; ++s)
-      if (group % s == 0) CHECK(blocks * s < target);
+      if (group % s == 0) CHECK(blocks * s < bwd::kSplitTargetBlocks);
   }
-  // The training demo's attention shape: 2 x 4k tokens, 4 KV heads of 4 query heads, causal: 256
-  // blocks, so the group splits in two.
-  CHECK(hopper14::kv_splits(shape(2, 4096, 4096, 16, 4, 128, true)) == 2);
-  CHECK(hopper14::kv_splits(shape(2, 4096, 4096, 16, 4, 128, false)) == 1);
+}
+
+TEST_CASE("problem_of: the Problem a launch's AttnParams describe, causal and scale included", "[cpu][hopper_bwd]") {
+  for (const Problem& p : shapes()) {
+    const Problem q = problem_of(make_attn_params(p));
+    CHECK(q.describe() == p.describe());
+    CHECK(q.causal == p.causal);
+    CHECK(q.scale() == p.scale());
+    CHECK(hopper14::workspace_bytes(q, true, bwd::DeltaPolicy::rung) ==
+          hopper14::workspace_bytes(p, true, bwd::DeltaPolicy::rung));
+  }
 }

@@ -101,6 +101,11 @@ struct AttnParams {
 /// bindings their tensors' strides).
 AttnParams make_attn_params(const Problem& p);
 
+/// The Problem a launch's @p a describes (its shape, dtype, mask, scale, splits and paging): what a
+/// rung's host policy (workspace layout, split counts) is computed from inside `launch_bwd`, the
+/// same inputs as from the runner's Problem.
+Problem problem_of(const AttnParams& a);
+
 /// "" if a 16-bit [batch, seqlen, heads, head_dim] tensor named @p name at @p base, with these
 /// strides in elements (head_dim contiguous), can be read and written by every rung, else a
 /// one-line reason. The kernels move rows in 16-byte vectors (uint4, cp.async, ldmatrix) and the

@@ -287,35 +287,38 @@ def _cannot(label, problem, why):
     return ValueError("flashladder: %s cannot run %s: %s" % (label, problem.describe(), why))
 
 
-def default_forward(problem, device):
-    """DEFAULT_FORWARD's first rung that can run ``problem`` on ``device`` (an index or a
-    DeviceInfo); ValueError with each one's reason when none can."""
+def _first_supported(numbers, problem, device):
+    """The first main rung of ``numbers`` that is built and can run ``problem`` on ``device``, and
+    each one's reason before it ("NN: not built", "label: why")."""
     reasons = []
-    for n in DEFAULT_FORWARD:
+    for n in numbers:
         if not any(r.number == n and not r.variant for r in _registry()):
             reasons.append("%02d: not built" % n)
             continue
         why = _ext.supports(n, "", problem, device)
         if not why:
-            return find_rung(n)
+            return find_rung(n), reasons
         reasons.append("%s: %s" % (find_rung(n).label, why))
-    raise ValueError("flashladder: no default rung runs %s (%s); pass rung= (rungs() lists them)"
-                     % (problem.describe(), "; ".join(reasons)))
+    return None, reasons
+
+
+def default_forward(problem, device):
+    """DEFAULT_FORWARD's first rung that can run ``problem`` on ``device`` (an index or a
+    DeviceInfo); ValueError with each one's reason when none can."""
+    r, reasons = _first_supported(DEFAULT_FORWARD, problem, device)
+    if r is None:
+        raise ValueError("flashladder: no default rung runs %s (%s); pass rung= (rungs() lists them)"
+                         % (problem.describe(), "; ".join(reasons)))
+    return r
 
 
 def default_backward(problem, device):
     """DEFAULT_BACKWARD's first rung that can run ``problem``'s backward pass on ``device`` (an
     index or a DeviceInfo); ValueError with each one's reason when none can."""
-    reasons = []
-    for n in DEFAULT_BACKWARD:
-        if not any(r.number == n and not r.variant for r in _registry()):
-            reasons.append("%02d: not built" % n)
-            continue
-        why = _ext.supports(n, "", problem, device)
-        if not why:
-            return find_rung(n)
-        reasons.append("%s: %s" % (find_rung(n).label, why))
-    raise ValueError("flashladder: no backward rung runs %s (%s)" % (problem.describe(), "; ".join(reasons)))
+    r, reasons = _first_supported(DEFAULT_BACKWARD, problem, device)
+    if r is None:
+        raise ValueError("flashladder: no backward rung runs %s (%s)" % (problem.describe(), "; ".join(reasons)))
+    return r
 
 
 def _device_info(device):
