@@ -78,6 +78,29 @@ namespace fl::bwd {
 constexpr int kPrepWarps = 4;
 constexpr int kPrepThreads = 32 * kPrepWarps;
 
+/// rowsum(dO ∘ O) of query row @p q of head @p h, batch @p b, summed by one warp (@p lane): from the
+/// forward's fp32 O when it left one (dense [batch, seqlen_q, heads_q, d]), else from the 16-bit O
+/// (FlashAttention-2's D; see "D's precision" above). Every lane returns the sum. Rung 14's
+/// statistics kernel calls it too.
+template <class T, int D>
+__device__ __forceinline__ float row_delta(const AttnBwdParams& P, int b, int q, int h, int lane) {
+  const AttnParams& p = P.fwd;
+  const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
+  const T* dout = static_cast<const T*>(P.dout) + off;
+  const float* o32 = p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D : nullptr;
+  const T* o = static_cast<const T*>(p.o) + off;
+  float sum = 0.f;
+  for (int c = 2 * lane; c < D; c += 64) {
+    const float2 a = o32 ? *reinterpret_cast<const float2*>(o32 + c)
+                         : unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
+    const float2 g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dout + c));
+    sum += a.x * g.x + a.y * g.y;
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  return sum;
+}
+
 /// D = rowsum(dO ∘ O) per (batch, head, query) and the dQ accumulator(s) zeroed: one warp per row.
 /// With @p delta_splits > 0 (the exact pass follows, delta_policy.h) D is not computed here: the
 /// pass's @p delta_splits accumulator pairs ([splits][2][rows] from @p delta_acc) are zeroed instead
@@ -104,21 +127,7 @@ __global__ void __launch_bounds__(kPrepThreads)
     zero_delta_sums(delta_acc, delta_splits, rows, stat, lane);
     return;
   }
-  const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
-  const T* dout = static_cast<const T*>(P.dout) + off;
-  // O before its 16-bit rounding when the forward left it (dense [batch, seqlen_q, heads_q, d]),
-  // else the 16-bit O (FlashAttention-2's D; see "D's precision" above).
-  const float* o32 = p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D : nullptr;
-  const T* o = static_cast<const T*>(p.o) + off;
-  float sum = 0.f;
-  for (int c = 2 * lane; c < D; c += 64) {
-    const float2 a = o32 ? *reinterpret_cast<const float2*>(o32 + c)
-                         : unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
-    const float2 g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dout + c));
-    sum += a.x * g.x + a.y * g.y;
-  }
-#pragma unroll
-  for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  const float sum = row_delta<T, D>(P, b, q, h, lane);
   if (lane == 0) d_rowsum[stat] = sum;
 }
 

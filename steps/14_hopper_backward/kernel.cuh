@@ -58,6 +58,7 @@
 #include "flashladder/problem.h"
 #include "flashladder/ptx.cuh"
 #include "flashladder/tma.h"
+#include "../11_backward/kernel.cuh"  // bwd::row_delta: D = rowsum(dO ∘ O), as rung 11 computes it
 #include "traits.h"
 
 namespace fl::hopper14 {
@@ -104,23 +105,7 @@ __global__ void __launch_bounds__(128)
     return;
   }
   const int64_t stat = bh * p.seqlen_q + q;  // [batch, heads_q, seqlen_q]
-  float sum = 0.f;
-  if (exact_d) {
-    sum = exact_d[stat];
-  } else {
-    const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
-    const T* dout = static_cast<const T*>(P.dout) + off;
-    const float* o32 = p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * D : nullptr;
-    const T* o = static_cast<const T*>(p.o) + off;
-    for (int c = 2 * lane; c < D; c += 64) {
-      const float2 a = o32 ? *reinterpret_cast<const float2*>(o32 + c)
-                           : unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
-      const float2 g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dout + c));
-      sum += a.x * g.x + a.y * g.y;
-    }
-#pragma unroll
-    for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
-  }
+  const float sum = exact_d ? exact_d[stat] : bwd::row_delta<T, D>(P, b, q, h, lane);  // rung 11's D
   if (lane == 0) {
     const float lse = p.lse[stat];
     lse_log2[row] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
