@@ -39,7 +39,6 @@ struct ModeTiles {
                                   (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv>;
 };
 
-
 /// Calls f(TypeTag<M's tiles>{}) for the runtime head_dim (64 or 128).
 template <Mode M, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
@@ -115,7 +114,7 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
   if (n_delta > 0) {
     using Cfg11 = bwd::BwdTiles<D>;
     exact_d = ws + hopper14::exact_delta_offset(shape, deterministic);
-    float* delta_acc = exact_d + (size_t(p.batch) * p.heads_q * p.seqlen_q + 31) / 32 * 32;
+    float* delta_acc = ws + hopper14::exact_delta_sums_offset(shape, deterministic);
     const int kv_split11 = bwd::kv_splits(shape, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
     const bool lpt = p.causal && !deterministic;
     const int blocks = deterministic ? bwd::deterministic_splits(shape, Cfg11::kBlockN)

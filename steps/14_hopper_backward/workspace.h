@@ -59,6 +59,12 @@ inline size_t exact_delta_offset(const Problem& p, bool deterministic) {
   return (dkv_acc_offset(p, deterministic) + part + 31) / 32 * 32;
 }
 
+/// Where the exact pass's accumulator pairs start: after its D, rounded up to 32 floats.
+inline size_t exact_delta_sums_offset(const Problem& p, bool deterministic) {
+  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
+  return exact_delta_offset(p, deterministic) + (rows + 31) / 32 * 32;
+}
+
 /// The exact pass's accumulator pairs (rung 11's, for its 128-key tiles at this head_dim).
 inline int exact_delta_splits(const Problem& p, bool deterministic, bwd::DeltaPolicy policy) {
   return bwd::delta_splits(p, 128, deterministic, policy);
@@ -68,8 +74,8 @@ inline int exact_delta_splits(const Problem& p, bool deterministic, bwd::DeltaPo
 inline size_t workspace_bytes(const Problem& p, bool deterministic, bwd::DeltaPolicy policy) {
   const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
   const int n_delta = exact_delta_splits(p, deterministic, policy);
-  const size_t exact = n_delta > 0 ? (rows + 31) / 32 * 32 + 2 * size_t(n_delta) * rows : 0;
-  return (exact_delta_offset(p, deterministic) + exact) * sizeof(float);
+  if (n_delta == 0) return exact_delta_offset(p, deterministic) * sizeof(float);
+  return (exact_delta_sums_offset(p, deterministic) + 2 * size_t(n_delta) * rows) * sizeof(float);
 }
 
 }  // namespace fl::hopper14
