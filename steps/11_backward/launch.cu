@@ -262,10 +262,7 @@ Rung make_rung() {
       const int split = with_tiles<TILES>(p.head_dim, [&](auto cfg) {
         return bwd::kv_splits(p, decltype(cfg)::kBlockN, false, group_split(TILES));
       });
-      notes.push_back("GQA group of " + std::to_string(p.heads_q / p.heads_kv) + " query heads: " +
-                      (split == 1 ? std::string("one block per KV head, dK and dV written directly")
-                                  : std::to_string(split) + " blocks per KV head, fp32 partial dK, dV "
-                                                            "added by bwd_convert_kv"));
+      notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, split));
     }
     return notes;
   };

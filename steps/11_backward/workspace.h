@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "flashladder/problem.h"
 #include "delta_policy.h"
@@ -69,6 +70,14 @@ inline int kv_splits(const Problem& p, int block_n, bool deterministic, GroupSpl
   for (int s = 1; s < group; ++s)
     if (group % s == 0 && blocks * s >= kSplitTargetBlocks) return s;
   return group;
+}
+
+/// The report's line for a GQA group of @p group query heads dealt to @p split blocks per KV head
+/// (rungs 11 and 14 print it in their notes).
+inline std::string group_split_note(int group, int split) {
+  return "GQA group of " + std::to_string(group) + " query heads: " +
+         (split == 1 ? std::string("one block per KV head, dK and dV written directly")
+                     : std::to_string(split) + " blocks per KV head, fp32 partial dK, dV added by bwd_convert_kv");
 }
 
 /// Where the dK, dV partial sums start in the workspace, in floats: after the dQ accumulator(s)

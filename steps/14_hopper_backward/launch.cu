@@ -236,11 +236,7 @@ Rung make_rung(const char* variant, const char* summary) {
         std::string("D from ") + bwd::delta_source_name(bwd::delta_source(bwd::DeltaPolicy::rung, p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
-      const int split = hopper14::kv_splits(p);
-      notes.push_back("GQA group of " + std::to_string(p.heads_q / p.heads_kv) + " query heads: " +
-                      (split == 1 ? std::string("one block per KV head, dK and dV written directly")
-                                  : std::to_string(split) + " blocks per KV head, fp32 partial dK, dV added by rung 11's "
-                                                            "bwd_convert_kv"));
+      notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p)));
     }
     return notes;
   };
