@@ -2,10 +2,10 @@
 /// @brief Rung 14: FlashAttention-3's backward pass (Shah et al., 2024, §3 and its code's
 /// `hopper/` backward) on wgmma and TMA: rung 11's algorithm, rung 10's machinery.
 ///
-/// One block per (K/V block j of 128 keys, KV head or a slice of its GQA group, batch), K/V blocks
-/// fastest in the grid and longest first under a causal mask (the deterministic mode there: last
-/// first, BlockWork). K_j and V_j are loaded once; dK_j and dV_j stay in registers; the
-/// block walks the query blocks i (of every query head of its slice) that see block j:
+/// One block per (K/V block j of 128 keys (64 at d = 256), KV head or a slice of its GQA group,
+/// batch), K/V blocks fastest in the grid and longest first under a causal mask (the deterministic
+/// mode there: last first, BlockWork). K_j and V_j are loaded once; dK_j and dV_j stay in
+/// registers; the block walks the query blocks i (of every query head of its slice) that see j:
 /// @code
 ///   // clang-format off
 ///   warpgroup 0, warp 0   producer  setmaxnreg.dec 24. Q_i + LSE_i and dO_i + D_i into stage s of
@@ -39,6 +39,14 @@
 /// (cp.reduce.async.bulk .add.f32, hopper.cuh). In the deterministic mode that warp first waits
 /// for a counter per query block to say the K/V blocks before j have added theirs, so the adds
 /// happen in the order j = 0, 1, 2, ... run after run.
+///
+/// Head_dim 256 (traits.h): dK_j and dV_j of 64 keys would need 256 registers per thread, so the
+/// block has 64 keys and computes dK_j^T = Q_i^T dS and dV_j^T = dO_i^T P instead, head_dim as
+/// wgmma's M (FA3's "dKV_swapAB"): each math warpgroup owns 128 of the dims (two m64 accumulators
+/// each) and half the queries of S^T and dP^T. P^T and dS^T go through shared memory (dK^T and
+/// dV^T read them as K-major B), Q_i and dO_i are read MN-major as A. One stage of Q, dO fits
+/// beside the fp32 dQ tile; it is released in two halves (Q after dK^T, dO after dV^T), so the
+/// producer's next loads overlap dV^T and dQ.
 ///
 /// The ablations (launch.cu): no warp specialization (the math warps' first thread issues the
 /// loads and the bulk adds itself), dQ by atomics from the math warps, P^T and dS^T through shared
@@ -130,7 +138,11 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t kv_full() const { return base + Cfg::kBars; }
   __device__ __forceinline__ uint32_t q_full(int s) const { return base + Cfg::kBars + 8u * (1 + s); }
   __device__ __forceinline__ uint32_t do_full(int s) const { return base + Cfg::kBars + 8u * (1 + Cfg::kStages + s); }
-  __device__ __forceinline__ uint32_t empty(int s) const { return base + Cfg::kBars + 8u * (1 + 2 * Cfg::kStages + s); }
+  /// The stage's release: one barrier for Q and dO, or (Cfg::kSplitRelease) Q's and dO's apart.
+  __device__ __forceinline__ uint32_t q_empty(int s) const { return base + Cfg::kBars + 8u * (1 + 2 * Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t do_empty(int s) const {
+    return Cfg::kSplitRelease ? base + Cfg::kBars + 8u * (1 + 3 * Cfg::kStages + s) : q_empty(s);
+  }
 };
 
 /// What the block walks: its K/V block, its slice of query heads and the query blocks that see the
@@ -139,7 +151,9 @@ struct BlockWork {
   int kv_head, slice, head0, batch, j, key0, i_first, n_i, steps;
   int n_kv_blocks;     ///< K/V blocks of the problem
   bool reverse_order;  ///< deterministic under a causal mask: dQ adds from the last K/V block down
-  __device__ __forceinline__ BlockWork(const AttnParams& p, int kv_split, int block_m, bool deterministic) {
+  int block_n;         ///< keys per K/V block
+  __device__ __forceinline__ BlockWork(const AttnParams& p, int kv_split, int block_m, int block_n_, bool deterministic)
+      : block_n(block_n_) {
     // The K/V block varies fastest: the blocks running at once share their query heads, so they
     // read the same Q_i, dO_i and add into the same dQ tiles while those are in L2. Block 0 first:
     // under a causal mask the longest. The deterministic mode under a causal mask launches (and
@@ -153,7 +167,7 @@ struct BlockWork {
     const int slice_heads = p.group / kv_split;
     head0 = kv_head * p.group + slice * slice_heads;
     batch = blockIdx.z;
-    key0 = j * 128;
+    key0 = j * block_n;
     const int n_q_blocks = (p.seqlen_q + block_m - 1) / block_m;
     // Query q sees key k when k <= q + causal_offset: the block is seen from q = key0 - offset.
     i_first = p.causal ? max(0, key0 - p.causal_offset) / block_m : 0;
@@ -171,13 +185,14 @@ struct BlockWork {
   __device__ __forceinline__ int adds_before(const AttnParams& p, int i, int block_m) const {
     if (!reverse_order) return j;
     const int last_row = (i + 1) * block_m - 1;
-    const int j_last = min(n_kv_blocks - 1, (last_row + p.causal_offset) / 128);
+    const int j_last = min(n_kv_blocks - 1, (last_row + p.causal_offset) / block_n);
     return j_last - j;
   }
 };
 
 /// The producer's loads, for one thread: K_j and V_j once, then for every step its Q_i + LSE_i and
-/// dO_i + D_i into stage it % STAGES once every math thread has released it.
+/// dO_i + D_i into stage it % STAGES, each once every math thread has released what the stage held
+/// (Q and dO are released apart: at d = 256 Q is free after dK^T, dO after dV^T).
 template <class Cfg>
 struct Loads {
   const CUtensorMap* map_q;
@@ -199,7 +214,7 @@ struct Loads {
   __device__ __forceinline__ void step(const BwdSmem<Cfg>& sm, const BlockWork& w, int it) const {
     const int s = it % Cfg::kStages;
     // The k-th refill of stage s waits for the k-th release (a fresh barrier passes parity 1).
-    mbarrier_wait_parity(sm.empty(s), ((it / Cfg::kStages) & 1) ^ 1);
+    mbarrier_wait_parity(sm.q_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
     const int h = w.head(it), q0 = w.q_block(it) * Cfg::kBlockM;
     const int64_t stat = (int64_t(w.batch) * heads_q + h) * rows_padded + q0;
     mbarrier_arrive_expect_tx(sm.q_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
@@ -207,6 +222,7 @@ struct Loads {
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
       tma_load_4d(sm.Q(s) + cb * Cfg::kBlockM * 128, map_q, sm.q_full(s), 64 * cb, h, q0, w.batch);
     bulk_load(sm.lse(s), lse_log2 + stat, Cfg::kRowStatBytes, sm.q_full(s));
+    if constexpr (Cfg::kSplitRelease) mbarrier_wait_parity(sm.do_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(sm.do_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
@@ -260,20 +276,83 @@ __device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
   // LAB-END(14-dq-writer)
 }
 
-/// Stores a warpgroup's 64 x BLOCK_M accumulator tile (keys x queries, 16-bit) at rows 64 w of a
-/// [key][query] tile of 128 rows with 128B-swizzled 64-query column blocks: the layout dQ = dS K
-/// reads as an MN-major A, and the ss-dkv ablation's dV, dK read as a K-major A.
+/// Stores a warpgroup's 64 x kSN accumulator tile (keys x queries, 16-bit, packed as A fragments)
+/// at rows kSKey0(w), columns kSCol0(w) of a [key][query] tile of kBlockN rows with 128B-swizzled
+/// 64-query column blocks: the layout dQ = dS K reads as an MN-major A, the ss-dkv ablation's dV,
+/// dK read as a K-major A, and d = 256's dK^T, dV^T read as a K-major B.
 template <class T, class Cfg>
-__device__ __forceinline__ void store_keys_by_queries(uint32_t tile, const uint32_t (&a)[Cfg::kBlockM / 16][4], int w,
+__device__ __forceinline__ void store_keys_by_queries(uint32_t tile, const uint32_t (&a)[Cfg::kSN / 16][4], int w,
                                                       int warp, int g, int q) {
 #pragma unroll
-  for (int kk = 0; kk < Cfg::kBlockM / 16; ++kk)
+  for (int kk = 0; kk < Cfg::kSN / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int key = 64 * w + 16 * warp + g + 8 * (i % 2);
-      const int col = 16 * kk + 8 * (i / 2) + 2 * q;  // a[kk][i]: columns 16 kk + 8 (i / 2) + 2q, +1
+      const int key = Cfg::kSKey0(w) + 16 * warp + g + 8 * (i % 2);
+      const int col = Cfg::kSCol0(w) + 16 * kk + 8 * (i / 2) + 2 * q;  // a[kk][i]: columns 16 kk + 8 (i / 2) + 2q, +1
       const uint32_t off = (col / 64) * Cfg::kBlockN * 128 + key * 128 + (col % 64) * 2;
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)), "r"(a[kk][i]) : "memory");
+    }
+}
+
+/// Row @p key of dK (@p which = 0) or dV (1) of the block's KV head, 16-bit.
+template <class T>
+__device__ __forceinline__ T* grad_row(void* base, const AttnParams& p, const BlockWork& work, int key, int which) {
+  const int64_t batch_stride = which ? p.v_batch_stride : p.k_batch_stride;
+  const int64_t head_stride = which ? p.v_head_stride : p.k_head_stride;
+  const int64_t row_stride = which ? p.v_row_stride : p.k_row_stride;
+  return static_cast<T*>(base) + work.batch * batch_stride + work.kv_head * head_stride + int64_t(key) * row_stride;
+}
+
+/// Row @p key of a split group's fp32 partial dK (@p which = 0) or dV (1): rung 11's
+/// [2][kv_split][batch, seqlen_k, heads_kv, d], slice work.slice.
+__device__ __forceinline__ float* dkv_partial(const AttnBwdParams& P, const BwdBuffers& buf, const BlockWork& work,
+                                              int key, int which) {
+  const AttnParams& p = P.fwd;
+  const int64_t part = int64_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
+  return buf.dkv_acc + (which * buf.kv_split + work.slice) * part +
+         ((int64_t(work.batch) * p.seqlen_k + key) * p.heads_kv + work.kv_head) * p.head_dim;
+}
+
+/// A math thread's dK_j or dV_j accumulators (traits.h: kDkvTiles of m64 x kDkvN).
+template <class Cfg>
+using DkvRegs = float[Cfg::kDkvTiles][Cfg::kDkvN / 2];
+
+/// d = 256's dK^T, dV^T out: accumulator t of warpgroup w holds dims 128 w + 64 t + 16 warp + g
+/// + 8 (e / 2) of keys key0 + 8c + 2q + e % 2 (register 4c + e), so each register is one element
+/// of a [key][dim] row and a warp's store covers 8 dims of 4 keys. Once per block, against the
+/// whole walk over the query blocks: plain stores, no transpose through shared memory.
+template <class T, class Cfg>
+__device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, const BwdBuffers& buf,
+                                                     const BlockWork& work, const DkvRegs<Cfg>& dK,
+                                                     const DkvRegs<Cfg>& dV, int w, int warp, int g, int q) {
+  const AttnParams& p = P.fwd;
+#pragma unroll
+  for (int c = 0; c < Cfg::kDkvN / 8; ++c)
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int key = work.key0 + 8 * c + 2 * q + e2;
+      if (key >= p.seqlen_k) continue;
+      if (buf.kv_split > 1) {
+        float* dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
+#pragma unroll
+        for (int t = 0; t < Cfg::kDkvTiles; ++t)
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int dim = 128 * w + 64 * t + 16 * warp + g + 8 * hh;
+            dk[dim] = dK[t][4 * c + 2 * hh + e2];
+            dv[dim] = dV[t][4 * c + 2 * hh + e2];
+          }
+        continue;
+      }
+      T* dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
+#pragma unroll
+      for (int t = 0; t < Cfg::kDkvTiles; ++t)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const int dim = 128 * w + 64 * t + 16 * warp + g + 8 * hh;
+          dk[dim] = from_float<T>(dK[t][4 * c + 2 * hh + e2] * p.softmax_scale);
+          dv[dim] = from_float<T>(dV[t][4 * c + 2 * hh + e2]);
+        }
     }
 }
 
@@ -290,10 +369,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int STAGES = Cfg::kStages;
   constexpr bool WS = Cfg::kWarpSpecialized;
+  constexpr int SN = Cfg::kSN;  // queries of a warpgroup's S^T, dP^T
   const AttnParams& p = P.fwd;
   const bool deterministic = P.deterministic != 0;
 
-  const BlockWork work(p, buf.kv_split, BLOCK_M, deterministic);
+  const BlockWork work(p, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const BwdSmem<Cfg> sm(smem_raw);
   const Loads<Cfg> loads{&map_q, &map_k, &map_v, &map_do, buf.lse_log2, buf.delta, p.heads_q, buf.rows_padded};
@@ -311,7 +391,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // Every math thread arrives: each reads LSE_i and D_i itself (plain loads) and releases what
       // it read (CUTLASS's consumer_release; with one arrival per warp or per warpgroup after a
       // barrier, racecheck reports the refill as a race).
-      mbarrier_init(sm.empty(s), kMathThreads);
+      mbarrier_init(sm.q_empty(s), kMathThreads);
+      if (Cfg::kSplitRelease) mbarrier_init(sm.do_empty(s), kMathThreads);
     }
     fence_mbarrier_init();
   }
@@ -345,16 +426,19 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     setmaxnreg_inc<kMathRegs>();
   }
 
-  // ---- math warpgroups: 64 keys each ----------------------------------------------------------------
-  const int w = WS ? wg_idx - 1 : wg_idx;  // keys key0 + 64 w ..
+  // ---- math warpgroups: 64 keys each (d = 256: 128 dims each) ---------------------------------------
+  const int w = WS ? wg_idx - 1 : wg_idx;  // keys key0 + 64 w .. (d = 256: queries q0 + 32 w .., dims 128 w ..)
   const int mtid = tid % 128;              // thread of the warpgroup
   const int warp = mtid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const bool loader = !WS && tid == 0;  // the no-ws ablation: this thread issues the loads and dQ adds
   const float scale_log2 = p.scale_log2;
 
-  float dK[D / 2], dV[D / 2];
+  // dK_j, dV_j: [0] is 64 keys x d; at d = 256 [t] is dims 128 w + 64 t .. x 64 keys (transposed).
+  DkvRegs<Cfg> dK, dV;
 #pragma unroll
-  for (int r = 0; r < D / 2; ++r) dK[r] = dV[r] = 0.f;
+  for (int t = 0; t < Cfg::kDkvTiles; ++t)
+#pragma unroll
+    for (int r = 0; r < Cfg::kDkvN / 2; ++r) dK[t][r] = dV[t][r] = 0.f;
 
   if (work.steps > 0) {
     if (loader) {
@@ -371,44 +455,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint32_t phase = (it / STAGES) & 1;
     if (loader && STAGES > 1 && it + STAGES - 1 < work.steps) loads.step(sm, work, it + STAGES - 1);
     const int q0 = work.q_block(it) * BLOCK_M;
+    const int s_key0 = Cfg::kSKey0(w), s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
 
     // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight.
-    float S[BLOCK_M / 2], dP[BLOCK_M / 2];
+    float S[SN / 2], dP[SN / 2];
     mbarrier_wait_parity(sm.q_full(s), phase);
     wgmma_fence_operand(S);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, BLOCK_M>(S, wg::desc_kmajor_sw128(sm.K() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-                           wg::desc_kmajor_sw128(sm.Q(s) + wg::sw128_kmajor_offset(BLOCK_M, 0, kk)), kk > 0);
+      wgmma_ss<T, SN>(S, wg::desc_kmajor_sw128(sm.K() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
+                      wg::desc_kmajor_sw128(sm.Q(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
     wgmma_commit();
     mbarrier_wait_parity(sm.do_full(s), phase);
     wgmma_fence_operand(dP);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, BLOCK_M>(dP, wg::desc_kmajor_sw128(sm.V() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-                           wg::desc_kmajor_sw128(sm.dO(s) + wg::sw128_kmajor_offset(BLOCK_M, 0, kk)), kk > 0);
+      wgmma_ss<T, SN>(dP, wg::desc_kmajor_sw128(sm.V() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
+                      wg::desc_kmajor_sw128(sm.dO(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
     wgmma_commit();
 
     // P^T = exp2(S^T scale log2e - LSE log2e) while dP^T runs: thread element 4c + e is key
-    // key0 + 64 w + 16 warp + g + 8 (e / 2), query q0 + 8c + 2q + e % 2.
+    // key0 + s_key0 + 16 warp + g + 8 (e / 2), query q0 + s_col0 + 8c + 2q + e % 2.
     wgmma_wait<1>();
     wgmma_fence_operand(S);
-    const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw)));
-    const float* d_s = reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw)));
+    const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw))) + s_col0;
+    const float* d_s = reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw))) + s_col0;
 #pragma unroll
-    for (int c = 0; c < BLOCK_M / 8; ++c) {
+    for (int c = 0; c < SN / 8; ++c) {
       const float2 l = *reinterpret_cast<const float2*>(lse_s + 8 * c + 2 * q);
 #pragma unroll
       for (int e = 0; e < 4; ++e) S[4 * c + e] = ptx::ex2_approx(fmaf(S[4 * c + e], scale_log2, -(e % 2 ? l.y : l.x)));
     }
-    const int wg_key0 = work.key0 + 64 * w;
-    if (wg_key0 + 63 >= p.seqlen_k || (p.causal && wg_key0 + 63 > q0 + p.causal_offset)) {
+    const int wg_key0 = work.key0 + s_key0, wg_q0 = q0 + s_col0;
+    if (wg_key0 + 63 >= p.seqlen_k || (p.causal && wg_key0 + 63 > wg_q0 + p.causal_offset)) {
 #pragma unroll
-      for (int c = 0; c < BLOCK_M / 8; ++c)
+      for (int c = 0; c < SN / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = wg_key0 + 16 * warp + g + 8 * (e / 2), qr = q0 + 8 * c + 2 * q + e % 2;
+          const int key = wg_key0 + 16 * warp + g + 8 * (e / 2), qr = wg_q0 + 8 * c + 2 * q + e % 2;
           if (key >= p.seqlen_k || (p.causal && key > qr + p.causal_offset)) S[4 * c + e] = 0.f;
         }
     }
@@ -417,9 +502,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // leave the math warps a register short).
     wgmma_wait<0>();
     wgmma_fence_operand(dP);
-    uint32_t Pa[BLOCK_M / 16][4], dSa[BLOCK_M / 16][4];
+    uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+    for (int kk = 0; kk < SN / 16; ++kk) {
 #pragma unroll
       for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
         const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
@@ -439,11 +524,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // dV_j += P^T dO_i (RS): P^T straight from the registers.
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk) wgmma_fence_operand(Pa[kk]);
-      wgmma_fence_operand(dV);
+      wgmma_fence_operand(dV[0]);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_rs<T, D, 1>(dV, Pa[kk], wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        wgmma_rs<T, D, 1>(dV[0], Pa[kk], wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
       wgmma_commit();
     } else {
       store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
@@ -454,40 +539,75 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     named_barrier_sync(kDsReady, kMathThreads);
 
     float dQ[Cfg::kDqRegs];
-    wgmma_fence_operand(dK);
+#pragma unroll
+    for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(dK[t]);
     wgmma_fence_operand(dQ);
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk) wgmma_fence_operand(dSa[kk]);
+    for (int kk = 0; kk < SN / 16; ++kk) wgmma_fence_operand(dSa[kk]);
     wgmma_fence();
-    if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from shared memory
+    if constexpr (Cfg::kDkvT) {
+      // d = 256: dK_j^T += Q_i^T dS, then dV_j^T += dO_i^T P (SS): A = Q_i, dO_i read MN-major
+      // (head_dim as M: this warpgroup's dims 128 w + 64 t ..), B = the dS^T, P^T tiles K-major.
+#pragma unroll
+      for (int t = 0; t < Cfg::kDkvTiles; ++t)
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+          const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
+          wgmma_ss<T, BLOCK_N, 0, 1>(dK[t], wg::desc_mnmajor_sw128(sm.Q(s) + dims, BLOCK_M),
+                                     wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
+        }
+      wgmma_commit();
+#pragma unroll
+      for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(dV[t]);
+#pragma unroll
+      for (int t = 0; t < Cfg::kDkvTiles; ++t)
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+          const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
+          wgmma_ss<T, BLOCK_N, 0, 1>(dV[t], wg::desc_mnmajor_sw128(sm.dO(s) + dims, BLOCK_M),
+                                     wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
+        }
+      wgmma_commit();
+    } else if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from shared memory
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_ss<T, D, 1>(dV, wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+        wgmma_ss<T, D, 1>(dV[0], wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
                           wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_ss<T, D, 1>(dK, wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+        wgmma_ss<T, D, 1>(dK[0], wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
                           wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
     } else {
       // dK_j += dS^T Q_i (RS).
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_rs<T, D, 1>(dK, dSa[kk], wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        wgmma_rs<T, D, 1>(dK[0], dSa[kk], wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
     }
     // dQ_i's share = dS K_j (SS): A = dS read MN-major (trans-a) from the [key][query] tile; this
-    // warpgroup's 64 x 64 of it: rows 64 w (a 128-query block) or columns 64 w (a 64-query block).
-    const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : 64 * w;
+    // warpgroup's 64 x kDqN of it: rows 64 w (a 128-query block) or columns kDqN w (a 64-query block).
+    const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqN * w;
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk)
       wgmma_ss<T, Cfg::kDqN, 1, 1>(dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
                                    wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
                                    kk > 0);
     wgmma_commit();
+    // Q_i, dO_i (and LSE_i, D_i, read by this thread) go back to the producer once the GEMMs that
+    // read them are done: at d = 256 Q after dK^T, dO after dV^T, while dQ still runs.
+    if constexpr (Cfg::kSplitRelease) {
+      wgmma_wait<2>();
+      mbarrier_arrive(sm.q_empty(s));
+      wgmma_wait<1>();
+      mbarrier_arrive(sm.do_empty(s));
+    }
     wgmma_wait<0>();
-    wgmma_fence_operand(dK);
-    wgmma_fence_operand(dV);
+#pragma unroll
+    for (int t = 0; t < Cfg::kDkvTiles; ++t) {
+      wgmma_fence_operand(dK[t]);
+      wgmma_fence_operand(dV[t]);
+    }
     wgmma_fence_operand(dQ);
-    mbarrier_arrive(sm.empty(s));  // Q_i, dO_i (its wgmmas are done), LSE_i, D_i read by this thread
+    if constexpr (!Cfg::kSplitRelease) mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
     if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);
 
     // dQ_i's share out: through shared memory to the writer, or by atomics.
@@ -522,30 +642,34 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   if (loader && WRITER) bulk_wait_group<0>();
 
   // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums -------------------
+  if constexpr (Cfg::kDkvT) {
+    store_dkv_transposed<T, Cfg>(P, buf, work, dK, dV, w, warp, g, q);
+  } else {
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int key = work.key0 + 64 * w + 16 * warp + g + 8 * hh;
-    if (key >= p.seqlen_k) continue;
-    if (buf.kv_split > 1) {
-      const int64_t part = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D;
-      float* dk = buf.dkv_acc + work.slice * part + ((int64_t(work.batch) * p.seqlen_k + key) * p.heads_kv + work.kv_head) * D;
-      float* dv = dk + buf.kv_split * part;
+    for (int hh = 0; hh < 2; ++hh) {
+      const int key = work.key0 + 64 * w + 16 * warp + g + 8 * hh;
+      if (key >= p.seqlen_k) continue;
+      if (buf.kv_split > 1) {
+        const int64_t part = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D;
+        float* dk = buf.dkv_acc + work.slice * part + ((int64_t(work.batch) * p.seqlen_k + key) * p.heads_kv + work.kv_head) * D;
+        float* dv = dk + buf.kv_split * part;
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) {
+          *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) = make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
+          *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) = make_float2(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+        }
+        continue;
+      }
+      T* dk = static_cast<T*>(P.dk) + work.batch * p.k_batch_stride + work.kv_head * p.k_head_stride +
+              static_cast<int64_t>(key) * p.k_row_stride;
+      T* dv = static_cast<T*>(P.dv) + work.batch * p.v_batch_stride + work.kv_head * p.v_head_stride +
+              static_cast<int64_t>(key) * p.v_row_stride;
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) {
-        *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) = make_float2(dK[4 * c + 2 * hh], dK[4 * c + 2 * hh + 1]);
-        *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) = make_float2(dV[4 * c + 2 * hh], dV[4 * c + 2 * hh + 1]);
+        *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) =
+            pack2<T>(dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
+        *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) = pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
       }
-      continue;
-    }
-    T* dk = static_cast<T*>(P.dk) + work.batch * p.k_batch_stride + work.kv_head * p.k_head_stride +
-            static_cast<int64_t>(key) * p.k_row_stride;
-    T* dv = static_cast<T*>(P.dv) + work.batch * p.v_batch_stride + work.kv_head * p.v_head_stride +
-            static_cast<int64_t>(key) * p.v_row_stride;
-#pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-      *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) =
-          pack2<T>(dK[4 * c + 2 * hh] * p.softmax_scale, dK[4 * c + 2 * hh + 1] * p.softmax_scale);
-      *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) = pack2<T>(dV[4 * c + 2 * hh], dV[4 * c + 2 * hh + 1]);
     }
   }
 }

@@ -31,17 +31,31 @@ constexpr int kForwardRung = 10;
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage };
 
 /// The tiles of @p M at head_dim @p D (traits.h). ss-dkv at d = 64 keeps one dS^T tile: P^T's
-/// own tile would not fit beside two.
+/// own tile would not fit beside two. d = 256 has the rung's tiles only (the ablations are
+/// measured at d = 64 and 128).
 template <Mode M, int D>
 struct ModeTiles {
   static constexpr int kBlockM = hopper14::kRungBlockM<D>;
   using type = hopper14::BwdTiles<D, kBlockM, M == Mode::one_stage ? 1 : 2, M != Mode::no_ws,
                                   (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv>;
 };
+template <>
+struct ModeTiles<Mode::rung, 256> {
+  using type = hopper14::RungTiles<256>;
+};
 
-/// Calls f(TypeTag<M's tiles>{}) for the runtime head_dim (64 or 128).
+/// The head_dims of @p M: 64, 128, and 256 for the rung itself.
+template <Mode M>
+std::vector<int> mode_head_dims() {
+  if (M == Mode::rung) return {64, 128, 256};
+  return {64, 128};
+}
+
+/// Calls f(TypeTag<M's tiles>{}) for the runtime head_dim (one of mode_head_dims<M>()).
 template <Mode M, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
+  if constexpr (M == Mode::rung)
+    if (head_dim == 256) return f(TypeTag<typename ModeTiles<M, 256>::type>{});
   if (head_dim == 64) return f(TypeTag<typename ModeTiles<M, 64>::type>{});
   return f(TypeTag<typename ModeTiles<M, 128>::type>{});
 }
@@ -81,6 +95,30 @@ void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, 
   }
 }
 
+/// D from rung 11's exact pass where rows are long (delta_policy.h), else nullptr. Rung 11 has no
+/// head_dim 256 tiles: supports() refuses such rows at d = 256.
+template <class T, int D>
+float* exact_delta(const AttnBwdParams& P, const Problem& shape, float* ws, bool deterministic, bwd::DeltaPolicy policy,
+                   cudaStream_t stream) {
+  const int n_delta = hopper14::exact_delta_splits(shape, deterministic, policy);
+  if (n_delta == 0) return nullptr;
+  if constexpr (D > 128) {
+    throw std::runtime_error("rung 14: no exact D pass at head_dim " + std::to_string(D));
+  } else {
+    const AttnParams& p = P.fwd;
+    using Cfg11 = bwd::BwdTiles<D>;
+    float* exact_d = ws + hopper14::exact_delta_offset(shape, deterministic);
+    float* delta_acc = ws + hopper14::exact_delta_sums_offset(shape, deterministic);
+    const int kv_split11 = bwd::kv_splits(shape, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
+    const bool lpt = p.causal && !deterministic;
+    const int blocks = deterministic ? bwd::deterministic_splits(shape, Cfg11::kBlockN)
+                                     : bwd::kv_block_count(shape, Cfg11::kBlockN);
+    const dim3 grid = lpt ? dim3(p.heads_kv * kv_split11, p.batch, blocks) : dim3(blocks, p.heads_kv * kv_split11, p.batch);
+    bwd::launch_exact_delta<T, Cfg11>(P, exact_d, delta_acc, n_delta, grid, kv_split11, lpt, /*zero=*/true, stream);
+    return exact_d;
+  }
+}
+
 /// The backward pass: D (rung 11's exact pass on long rows), the padded statistics, the kernel,
 /// the dQ convert and, for a split group, rung 11's dK, dV convert. The atomic-dq ablation has no
 /// deterministic order of its own: asked for one, it runs the rung's writer.
@@ -108,20 +146,7 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
   buf.dkv_acc = ws + hopper14::dkv_acc_offset(shape, deterministic);
   buf.kv_split = hopper14::kv_splits(shape);
 
-  // D from rung 11's exact pass where rows are long (delta_policy.h).
-  float* exact_d = nullptr;
-  const int n_delta = hopper14::exact_delta_splits(shape, deterministic, policy);
-  if (n_delta > 0) {
-    using Cfg11 = bwd::BwdTiles<D>;
-    exact_d = ws + hopper14::exact_delta_offset(shape, deterministic);
-    float* delta_acc = ws + hopper14::exact_delta_sums_offset(shape, deterministic);
-    const int kv_split11 = bwd::kv_splits(shape, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
-    const bool lpt = p.causal && !deterministic;
-    const int blocks = deterministic ? bwd::deterministic_splits(shape, Cfg11::kBlockN)
-                                     : bwd::kv_block_count(shape, Cfg11::kBlockN);
-    const dim3 grid = lpt ? dim3(p.heads_kv * kv_split11, p.batch, blocks) : dim3(blocks, p.heads_kv * kv_split11, p.batch);
-    bwd::launch_exact_delta<T, Cfg11>(P, exact_d, delta_acc, n_delta, grid, kv_split11, lpt, /*zero=*/true, stream);
-  }
+  float* exact_d = exact_delta<T, D>(P, shape, ws, deterministic, policy, stream);
 
   // The dQ accumulator and the counters start at zero; the statistics are padded.
   const size_t zero_floats = hopper14::dkv_acc_offset(shape, deterministic) - hopper14::dq_acc_offset(shape);
@@ -162,9 +187,11 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
 template <Mode M, class T, class Cfg>
 std::vector<KernelInfo> kernel_list() {
   constexpr int D = Cfg::kHeadDim;
-  const std::string tile = "d=" + std::to_string(D) + ", 128 keys x " + std::to_string(Cfg::kBlockM) + " queries, " +
+  const std::string tile = "d=" + std::to_string(D) + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
+                           std::to_string(Cfg::kBlockM) + " queries, " +
                            std::to_string(Cfg::kStages) + (Cfg::kStages == 1 ? " stage" : " stages") +
                            (Cfg::kWarpSpecialized ? ", producer + dQ writer + 2 math warpgroups" : ", 2 math warpgroups") +
+                           (Cfg::kDkvT ? ", dK^T and dV^T (head_dim as M)" : "") +
                            (Cfg::kPSmem ? ", P and dS from shared memory" : "");
   constexpr bool kWriter = M != Mode::atomic_dq;
   return {{"bwd_stats<d=" + std::to_string(D) + ">",
@@ -183,7 +210,7 @@ Rung make_rung(const char* variant, const char* summary) {
   r.name = "hopper_backward";
   r.variant = variant;
   r.summary = summary;
-  r.head_dims = {64, 128};
+  r.head_dims = mode_head_dims<M>();
   r.peak = Peak::tensor_16bit;
   r.min_cc = 90;
   r.forward_rung = kForwardRung;
@@ -198,7 +225,10 @@ Rung make_rung(const char* variant, const char* summary) {
     if (!registry().find(kForwardRung)) return "needs rung 10 (its forward pass) in the build";
     if (!forward_rung().not_implemented.empty()) return "needs rung 10's forward pass, which is not implemented here";
     if (!registry().find(11)) return "needs rung 11 in the build (its exact D pass)";
-    if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
+    if (p.head_dim != 64 && p.head_dim != 128 && (M != Mode::rung || p.head_dim != 256))
+      return M == Mode::rung ? "head_dim must be 64, 128 or 256" : "head_dim must be 64 or 128 (the ablations)";
+    if (p.head_dim == 256 && p.seqlen_k > bwd::kExactDeltaKeys)
+      return "head_dim 256: rows of more than 16384 keys need rung 11's exact D pass, built for head_dim 64 and 128";
     const int smem = with_tiles<M>(p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
     const std::string limits = tile_limits(p, d, smem);
     if (!limits.empty()) return limits;

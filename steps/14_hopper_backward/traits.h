@@ -26,8 +26,15 @@
 ///   d = 128: BLOCK_M = 64. dK and dV alone are 128 registers per thread; S^T and dP^T of 64 queries
 ///            (32 each) fit beside them in 240 (FA3: 64 x 128 under a causal mask; its 80-query
 ///            block without the mask does not fit this layout's 64-column swizzle blocks).
-///   d = 256: not built: dK and dV of 64 keys would be 256 registers per thread. FA3 computes
-///            dK^T, dV^T instead (head_dim as wgmma's M) on 64 x 80 tiles; that is the next step.
+///   d = 256: dK and dV of 64 keys by the keys-as-M layout would be 256 registers per thread. So the
+///            block computes dK^T = Q^T dS and dV^T = dO^T P instead (FA3's "dKV_swapAB"): head_dim
+///            is wgmma's M, each math warpgroup owns 128 of the 256 dims of all 64 keys of the
+///            block (64 + 64 registers), and S^T, dP^T (64 keys x 32 queries per warpgroup) and
+///            dQ (64 queries x 128 dims) fit beside them. P^T and dS^T go through shared memory
+///            (the B operands). Shared memory sets the rest: K, V, Q, dO of 64 x 256 are 32 KB
+///            each and the fp32 dQ tile 64 KB, so one stage of Q, dO (217 KB in all); the stage is
+///            released in two halves (Q after dK^T, dO after dV^T) so the next loads start while
+///            dV^T and dQ run. FA3 uses 64 x 80 here (its dQ path differs).
 #pragma once
 
 #include "flashladder/types.h"  // FL_HD
@@ -43,22 +50,38 @@ static_assert(128 * kProducerRegs + 2 * 128 * kMathRegs <= 65536, "the three war
 /// The 227 KB of shared memory an sm_90 block may opt in to.
 constexpr int kSmemOptin = 227 * 1024;
 
+/// Keys per K/V block at head_dim @p d: 128 (two warpgroups of 64 keys as wgmma's M), 64 at
+/// d = 256 (head_dim as M for dK^T, dV^T; see the file comment).
+constexpr int kv_block_keys(int d) { return d > 128 ? 64 : 128; }
+
 /// One configuration of the kernel. WS: a producer warpgroup (else the math warps issue their own
 /// loads and dQ adds: the `no-ws` ablation); STAGES: the Q/dO ring's depth; DS_BUFS: dS^T tiles
 /// (2 lets a warpgroup write the next one while the other still reads the last); P_SMEM: P^T
-/// through shared memory for the `ss-dkv` ablation.
+/// through shared memory for the `ss-dkv` ablation (and always at d = 256, where it is dV^T's B).
 template <int HEAD_DIM, int BLOCK_M, int STAGES = 2, bool WS = true, int DS_BUFS = 2, bool P_SMEM = false>
 struct BwdTiles {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kBlockM = BLOCK_M;  ///< queries per step
-  static constexpr int kBlockN = 128;      ///< keys per block: 64 per math warpgroup (wgmma's M)
+  static constexpr int kBlockN = kv_block_keys(HEAD_DIM);  ///< keys per block
   static constexpr int kStages = STAGES;
   static constexpr bool kWarpSpecialized = WS;
   static constexpr int kDsBufs = DS_BUFS;
   static constexpr bool kPSmem = P_SMEM;
+  /// d = 256: dK^T, dV^T with head_dim as wgmma's M (the file comment).
+  static constexpr bool kDkvT = HEAD_DIM > 128;
   static constexpr int kMathThreads = 256;
   static constexpr int kThreads = WS ? 384 : 256;
   static constexpr int kColBlocks = HEAD_DIM / 64;  ///< 64-column TMA boxes of a head_dim row
+  /// A warpgroup's S^T and dP^T: keys kSKey0(w).. (64 rows, wgmma's M) by queries kSCol0(w)..
+  /// (kSN columns): 64 keys each and all BLOCK_M queries, or at d = 256 all 64 keys and half the
+  /// queries.
+  static constexpr int kSN = kDkvT ? BLOCK_M / 2 : BLOCK_M;
+  static constexpr int kSKey0(int w) { return kDkvT ? 0 : 64 * w; }
+  static constexpr int kSCol0(int w) { return kDkvT ? kSN * w : 0; }
+  /// A warpgroup's dK and dV: kDkvTiles accumulators of m64 x kDkvN each: 64 keys x d, or at
+  /// d = 256 two of 64 dims x 64 keys (dims 128 w .. 128 w + 127).
+  static constexpr int kDkvTiles = kDkvT ? HEAD_DIM / 2 / 64 : 1;
+  static constexpr int kDkvN = kDkvT ? kBlockN : HEAD_DIM;
   /// dQ_i = dS K_j (BLOCK_M x d) is split between the two math warpgroups by query rows when
   /// BLOCK_M = 128 (64 rows each, all of d), else by columns (all 64 rows, d / 2 columns each):
   /// each warpgroup's share is one 64 x kDqN wgmma.
@@ -77,23 +100,31 @@ struct BwdTiles {
   static constexpr int kP = kDS + DS_BUFS * kDsBytes;
   static constexpr int kDQ = kP + (P_SMEM ? kDsBytes : 0);
   static constexpr int kLse = kDQ + kDqBytes, kDelta = kLse + STAGES * kRowStatBytes;
-  /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage empty".
+  /// Q and dO released apart (d = 256: Q after dK^T, dO after dV^T), else together.
+  static constexpr bool kSplitRelease = kDkvT;
+  /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free".
   static constexpr int kBars = kDelta + STAGES * kRowStatBytes;
-  static constexpr int kSmemBytes = kBars + 8 * (1 + 3 * STAGES) + 1024;  // + the alignment slack
+  static constexpr int kSmemBytes = kBars + 8 * (1 + (kSplitRelease ? 4 : 3) * STAGES) + 1024;  // + alignment slack
+  /// fp32 registers a math thread holds for dK and dV together.
+  static constexpr int kDkvRegs = 2 * kDkvTiles * kDkvN / 2;
 
-  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "rung 14's tiles: head_dim 64 or 128");
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "rung 14's tiles: head_dim 64, 128 or 256");
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "a query block of one or two 64-column swizzle blocks");
-  static_assert(kDqN == 64, "each warpgroup's dQ share is 64 x 64 (one m64n64 wgmma per 16 keys)");
+  static_assert(kDqN == 64 || kDkvT, "each warpgroup's dQ share is 64 x 64 (one m64n64 wgmma per 16 keys)");
+  static_assert(!kDkvT || (BLOCK_M == 64 && P_SMEM), "d = 256: 64 queries, P^T from shared memory");
   static_assert(kSmemBytes <= kSmemOptin, "must fit the 227 KB of an sm_90 block");
-  static_assert(HEAD_DIM + BLOCK_M <= kMathRegs - 48,
-                "dK, dV (d / 2 each) and S^T, dP^T (BLOCK_M / 2 each) fit the math registers");
+  static_assert(kDkvRegs + kSN <= kMathRegs - 48,
+                "dK, dV and S^T, dP^T (kSN / 2 each) fit the math registers");
+  static_assert(kDkvRegs + kDqRegs <= kMathRegs - 48, "dK, dV and the dQ share fit the math registers");
 };
 
 /// The rung's query block per head_dim (see the file comment), and its tiles.
 template <int HEAD_DIM>
 constexpr int kRungBlockM = HEAD_DIM == 64 ? 128 : 64;
 template <int HEAD_DIM>
-using RungTiles = BwdTiles<HEAD_DIM, kRungBlockM<HEAD_DIM>>;
+constexpr int kRungStages = HEAD_DIM == 256 ? 1 : 2;
+template <int HEAD_DIM>
+using RungTiles = BwdTiles<HEAD_DIM, kRungBlockM<HEAD_DIM>, kRungStages<HEAD_DIM>, true, 2, HEAD_DIM == 256>;
 
 /// The fp32 slot, in a dQ tile, of a math thread's register @p r of its dQ share (warpgroup
 /// @p w, thread @p tid of it): 16-byte runs of four registers, thread after thread, so that the

@@ -26,6 +26,7 @@
 
 #include "flashladder/problem.h"
 #include "../11_backward/workspace.h"
+#include "traits.h"
 
 namespace fl::hopper14 {
 
@@ -47,9 +48,12 @@ inline size_t dkv_acc_offset(const Problem& p, bool deterministic) {
   return counter_offset(p) + (deterministic ? (counter_count(p) + 31) / 32 * 32 : 0);
 }
 
-/// Slices of a GQA group (rung 11's rule for 128-key blocks: the smallest divisor of the group
-/// that gives the grid 256 blocks). The deterministic mode keeps the grid, so the same rule.
-inline int kv_splits(const Problem& p) { return bwd::kv_splits(p, 128, false, bwd::GroupSplit::balanced); }
+/// Slices of a GQA group (rung 11's rule for this head_dim's K/V blocks, kv_block_keys: the
+/// smallest divisor of the group that gives the grid 256 blocks). The deterministic mode keeps the
+/// grid, so the same rule.
+inline int kv_splits(const Problem& p) {
+  return bwd::kv_splits(p, kv_block_keys(p.head_dim), false, bwd::GroupSplit::balanced);
+}
 
 /// Where the exact D pass's row sums start (rung 11's exact pass, run first on long rows): D
 /// [batch, heads_q, seqlen_q], then its accumulator pairs.

@@ -23,13 +23,14 @@ std::vector<Problem> shapes() {
   return {shape(1, 77, 130, 4, 2, 64, true),      shape(2, 1024, 1024, 16, 16, 128, false),
           shape(1, 203, 257, 4, 1, 64, true),     shape(3, 5, 9, 3, 1, 128, false),
           shape(1, 1, 100003, 32, 8, 128, false), shape(2, 4096, 4096, 16, 4, 128, true),
-          shape(1, 16384, 16385, 16, 4, 128, true), shape(16, 1024, 1024, 16, 4, 64, true)};
+          shape(1, 16384, 16385, 16, 4, 128, true), shape(16, 1024, 1024, 16, 4, 64, true),
+          shape(1, 333, 4000, 8, 2, 256, true),   shape(2, 2048, 2048, 16, 16, 256, false)};
 }
 
 /// Every slot of a tile of Cfg maps to one (row, column), every (row, column) is reached once, and
 /// each is where the wgmma accumulator layout (hopper.cuh) puts register r of thread tid of
 /// warpgroup w: row 16 warp + g + 8 ((r % 4) / 2), column 8 (r / 4) + 2 (tid % 4) + r % 2, offset by
-/// the warpgroup's 64 rows (BLOCK_M = 128) or 64 columns (BLOCK_M = 64).
+/// the warpgroup's 64 rows (BLOCK_M = 128) or kDqN columns (BLOCK_M = 64: 64, or 128 at d = 256).
 template <class Cfg>
 void check_slots() {
   constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
@@ -47,7 +48,7 @@ void check_slots() {
         const int lane = tid % 32, warp = tid / 32;
         const int r_in = 16 * warp + lane / 4 + 8 * ((r % 4) / 2), c_in = 8 * (r / 4) + 2 * (lane % 4) + r % 2;
         CHECK(row == (Cfg::kDqSplitRows ? 64 * w + r_in : r_in));
-        CHECK(col == (Cfg::kDqSplitRows ? c_in : 64 * w + c_in));
+        CHECK(col == (Cfg::kDqSplitRows ? c_in : Cfg::kDqN * w + c_in));
         seen.insert({row, col});
       }
   CHECK(slots.size() == size_t(M * D));
@@ -63,6 +64,37 @@ void check_slots() {
 TEST_CASE("rung 14's dQ tile order: a bijection onto the tile, the accumulator's layout", "[cpu][hopper_bwd]") {
   check_slots<hopper14::RungTiles<64>>();
   check_slots<hopper14::RungTiles<128>>();
+  check_slots<hopper14::RungTiles<256>>();
+}
+
+TEST_CASE("rung 14's tiles: d = 256 transposes dK, dV (head_dim as M) and fits one stage", "[cpu][hopper_bwd]") {
+  using T64 = hopper14::RungTiles<64>;
+  using T128 = hopper14::RungTiles<128>;
+  using T256 = hopper14::RungTiles<256>;
+  STATIC_REQUIRE(!T64::kDkvT);
+  STATIC_REQUIRE(!T128::kDkvT);
+  STATIC_REQUIRE(T256::kDkvT);
+  // Keys as M: 128 keys, a warpgroup's S^T is its 64 keys by the whole query block.
+  STATIC_REQUIRE(T128::kBlockN == 128);
+  STATIC_REQUIRE(T128::kSN == T128::kBlockM);
+  STATIC_REQUIRE(T128::kSKey0(1) == 64);
+  STATIC_REQUIRE(T128::kSCol0(1) == 0);
+  // d = 256: 64 keys, a warpgroup's S^T is all of them by half the queries; dK^T and dV^T are two
+  // m64 x 64-key accumulators each, 128 registers in all, and the dQ share 64 x 128.
+  STATIC_REQUIRE(T256::kBlockN == 64);
+  STATIC_REQUIRE(T256::kSN == 32);
+  STATIC_REQUIRE(T256::kSKey0(1) == 0);
+  STATIC_REQUIRE(T256::kSCol0(1) == 32);
+  STATIC_REQUIRE(T256::kDkvTiles * 64 * 2 == 256);  // two warpgroups x kDkvTiles x 64 dims
+  STATIC_REQUIRE(T256::kDkvRegs == 128);
+  STATIC_REQUIRE(T256::kDqN == 128);
+  STATIC_REQUIRE(T256::kStages == 1);
+  STATIC_REQUIRE(T256::kSplitRelease);
+  STATIC_REQUIRE(T256::kSmemBytes <= hopper14::kSmemOptin);
+  // Two stages would not fit: K, V, Q, dO of 64 x 256 and the fp32 dQ tile alone are 256 KB.
+  STATIC_REQUIRE(hopper14::BwdTiles<256, 64, 1, true, 2, true>::kSmemBytes + 2 * 64 * 256 * 2 > hopper14::kSmemOptin);
+  CHECK(hopper14::kv_block_keys(64) == 128);
+  CHECK(hopper14::kv_block_keys(256) == 64);
 }
 
 TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, sized by the mode",
@@ -97,14 +129,15 @@ TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, si
     }
 }
 
-TEST_CASE("rung 14's group split: a divisor of the group, rung 11's rule for 128-key blocks",
+TEST_CASE("rung 14's group split: a divisor of the group, rung 11's rule for the head_dim's K/V blocks",
           "[cpu][hopper_bwd]") {
   for (const Problem& p : shapes()) {
     INFO(p.describe());
     const int group = p.heads_q / p.heads_kv, split = hopper14::kv_splits(p);
+    const int block_n = p.head_dim == 256 ? 64 : 128;
     CHECK(group % split == 0);
-    CHECK(split == bwd::kv_splits(p, 128, false, bwd::GroupSplit::balanced));
-    const int64_t blocks = int64_t((p.seqlen_k + 127) / 128) * p.heads_kv * p.batch;
+    CHECK(split == bwd::kv_splits(p, block_n, false, bwd::GroupSplit::balanced));
+    const int64_t blocks = int64_t((p.seqlen_k + block_n - 1) / block_n) * p.heads_kv * p.batch;
     if (split < group) CHECK(blocks * split >= bwd::kSplitTargetBlocks);  // no further than the grid needs
     for (int s = 1; s < split; ++s)
       if (group % s == 0) CHECK(blocks * s < bwd::kSplitTargetBlocks);

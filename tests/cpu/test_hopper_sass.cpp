@@ -594,7 +594,11 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     const size_t p_at = name.find("ELb", ws_at + 4);
     const bool p_smem = name[p_at + 3] == '1';
     const bool writer = name[name.find("EEELb", p_at) + 5] == '1';
-    // S^T and dP^T: d / 16 k-steps each; dV and dK: BLOCK_M / 16; dQ: 128 keys / 16.
+    // S^T and dP^T: d / 16 k-steps each; dV and dK: BLOCK_M / 16 (at d = 256 twice: dK^T and dV^T
+    // are two m64 tiles of a warpgroup's 128 dims, A = Q, dO read MN-major); dQ: the block's keys / 16
+    // (128, or 64 at d = 256).
+    const bool dkv_t = d == 256;
+    const int block_n = dkv_t ? 64 : 128, dkv_tiles = dkv_t ? 2 : 1;
     int hgmma = 0, rs = 0, tnsp_a = 0;
     for (const SassInstr& i : code) {
       if (i.opcode.rfind("HGMMA", 0) != 0) continue;
@@ -602,9 +606,10 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
       rs += hgmma_a_from_registers(i);
       tnsp_a += i.operands.find(".tnspA") != std::string::npos;
     }
-    CHECK(hgmma == 2 * (d / 16) + 2 * (block_m / 16) + 8);
-    CHECK(rs == (p_smem ? 0 : 2 * (block_m / 16)));  // P^T and dS^T from registers, unless ss-dkv
-    CHECK(tnsp_a == 8);                               // dQ = dS K_j: A read MN-major
+    CHECK(hgmma == 2 * (d / 16) + 2 * dkv_tiles * (block_m / 16) + block_n / 16);
+    CHECK(rs == (p_smem ? 0 : 2 * (block_m / 16)));  // P^T and dS^T from registers, unless ss-dkv (or d = 256)
+    // dQ = dS K_j: A read MN-major; at d = 256 dK^T and dV^T too.
+    CHECK(tnsp_a == block_n / 16 + (dkv_t ? 2 * dkv_tiles * (block_m / 16) : 0));
     CHECK(count_opcode(code, "UTMALDG.4D") >= 4 * (d / 64));  // Q, dO, K, V
     CHECK(count_opcode(code, "UBLKCP.S.G") >= 2);             // LSE_i and D_i
     CHECK(count_opcode(code, "UBLKRED.G.S.ADD.F32.RN") == (writer ? 1 : 0));
@@ -625,8 +630,8 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     }
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
-  // 2 head_dims x (rung, atomic-dq, ss-dkv, one-stage) warp-specialized; no-ws.
-  CHECK(ws_kernels == 2 * 4 * dtypes);
+  // 2 head_dims x (rung, atomic-dq, ss-dkv, one-stage) warp-specialized, and the rung at d = 256; no-ws.
+  CHECK(ws_kernels == (2 * 4 + 1) * dtypes);
   CHECK(no_ws_kernels == 2 * dtypes);
   status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG14_BINARY, &text);
   REQUIRE(status == 0);

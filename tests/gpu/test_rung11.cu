@@ -2,7 +2,7 @@
 // (Rung::launch_bwd; FL_TEST_RUNG=<n> keeps one rung's) against the fp64 backward reference
 // (reference_bwd.h, judged by check_bwd.h), beyond the shared matrix that run_case also routes to
 // the backward check:
-//   - a matrix: fp16/bf16, head_dim 64/128, causal or not, seqlen_q != seqlen_k both ways and
+//   - a matrix: fp16/bf16, head_dim 64/128/256 (those the rung claims), causal or not, seqlen_q != seqlen_k both ways and
 //     equal, tails (1, 17, 113, 203), MHA, GQA 4:1, MQA;
 //   - the deterministic mode (AttnBwdParams::deterministic) on the matrix's hardest corners;
 //   - rows that see no key (causal, seqlen_q > seqlen_k): dQ exactly zero, no NaN anywhere;
@@ -40,7 +40,7 @@ std::vector<const Rung*> backward_rungs() {
 
 std::vector<int> head_dims_of(const Rung& r) {
   std::vector<int> dims;
-  for (int d : {64, 128})
+  for (int d : {64, 128, 256})
     if (r.head_dims.empty() || std::find(r.head_dims.begin(), r.head_dims.end(), d) != r.head_dims.end())
       dims.push_back(d);
   return dims;
@@ -273,6 +273,7 @@ TEST_CASE("backward: a few queries against many keys (seqlen_q << seqlen_k), GQA
       {shape(2, 3, 2999, 8, 1, 64, true, DType::bf16), false},       // MQA, causal, split
       {shape(1, 16, 1537, 32, 4, 128, true, DType::bf16), false},
       {shape(3, 1, 777, 8, 2, 64, false, DType::fp16), false},
+      {shape(1, 3, 5000, 16, 2, 256, true, DType::bf16), false},     // d = 256: 64-key blocks, split
   };
   for (const Rung* r : backward_rungs()) {
     Counts n;
