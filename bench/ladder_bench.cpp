@@ -10,13 +10,13 @@
 //   paged:    rung 08 (every rung that takes a paged KV cache), batch 1, 32/8
 //             heads, head_dim 128, seqlen_k 16k/64k/128k, pages of 16, 64 and
 //             256 tokens and contiguous (page 0), back to back
-//   backward: the backward rungs (Rung::launch_bwd: 11) on the prefill shapes,
-//             seqlen 1k..16k, head_dim 64 and 128, causal 0/1, once with
+//   backward: the backward rungs (Rung::launch_bwd: 11, 14) on the prefill shapes,
+//             seqlen 1k..16k, head_dim 64, 128 and 256, causal 0/1, once with
 //             deterministic=0 and once with 1 ("/det"); the forward pass runs
 //             once before (O, LSE), only launch_bwd is timed; TFLOPS by
 //             attention_bwd_flops (2.5 x the forward's), GB/s by attention_bwd_bytes
 //   backward-gqa: the backward family's shapes with GQA 4:1 (heads_kv = heads_q / 4: 16 query
-//             heads on 4 KV heads at head_dim 128, 32 on 8 at 64), deterministic=0 only: the
+//             heads on 4 KV heads at head_dim 128, 32 on 8 at 64, 8 on 2 at 256), deterministic=0 only: the
 //             layers of a GQA model, where a KV head's dK, dV sum over its group's query heads
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
@@ -32,6 +32,7 @@
 // Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
+// --fl_dtype=fp16|bf16 (the 16-bit type of every family but fp8's; fp16 by default)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ struct Config {
   std::set<int> head_dims;
   bool variants = false;
   bool quick = false;
+  DType dtype = DType::fp16;  ///< --fl_dtype: the 16-bit inputs (the fp8 family keeps fp16)
   CheckMode check = CheckMode::none;
   bool wants(const char* family) const { return families.count(family) > 0; }
 };
@@ -144,7 +146,7 @@ std::vector<Shape> sweep(const Config& c) {
         out.push_back(decode_shape("paged", 1, 8, sk, page));
       }
   if (c.wants("backward"))
-    for (int d : {64, 128}) {
+    for (int d : {64, 128, 256}) {
       if (!dim_ok(d)) continue;
       for (int causal : {0, 1})
         for (int n : {1024, 2048, 4096, 8192, 16384}) {
@@ -157,7 +159,7 @@ std::vector<Shape> sweep(const Config& c) {
         }
     }
   if (c.wants("backward-gqa"))
-    for (int d : {64, 128}) {
+    for (int d : {64, 128, 256}) {
       if (!dim_ok(d)) continue;
       for (int causal : {0, 1})
         for (int n : {1024, 2048, 4096, 8192, 16384}) {
@@ -167,6 +169,8 @@ std::vector<Shape> sweep(const Config& c) {
           out.push_back(s);
         }
     }
+  for (Shape& s : out)
+    if (s.family != "fp8") s.p.dtype = c.dtype;
   return out;
 }
 
@@ -376,6 +380,12 @@ int main(int argc, char** argv) {
     else if (take_flag(argv[i], "--fl_variants", &v)) cfg.variants = true;
     else if (take_flag(argv[i], "--fl_quick", &v)) cfg.quick = true;
     else if (take_flag(argv[i], "--fl_check", &v)) cfg.check = v == "sample" ? CheckMode::sample : CheckMode::none;
+    else if (take_flag(argv[i], "--fl_dtype", &v)) {
+      if (!parse_dtype(v, &cfg.dtype)) {
+        std::fprintf(stderr, "ladder_bench: --fl_dtype: unknown type '%s' (fp16, bf16)\n", v.c_str());
+        return 2;
+      }
+    }
     else rest.push_back(argv[i]);
   }
   int bargc = static_cast<int>(rest.size());
@@ -395,6 +405,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("cuda_version", std::to_string(dev.cuda_runtime_version));
   benchmark::AddCustomContext("driver_version", std::to_string(dev.driver_version));
   benchmark::AddCustomContext("git_sha", FL_GIT_SHA);
+  benchmark::AddCustomContext("dtype", dtype_name(cfg.dtype));
   benchmark::AddCustomContext("peak_fp32_tflops", std::to_string(dev.peak_fp32_tflops));
   benchmark::AddCustomContext("peak_tensor_tflops", std::to_string(dev.peak_tensor_tflops));
   benchmark::AddCustomContext("peak_gbps", std::to_string(dev.peak_gbps));

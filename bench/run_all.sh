@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One command for the whole benchmark, on a machine with a GPU:
 #
-#   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--family F[,F...]] [--no-torch] [--ncu]
-#                    [--skip STEP[,STEP...]] [--results DIR] [-- LADDER_ARGS...]
+#   bench/run_all.sh [BUILD_OR_BIN_DIR] [--quick] [--family F[,F...]] [--dtype fp16|bf16] [--no-torch]
+#                    [--ncu] [--skip STEP[,STEP...]] [--results DIR] [-- LADDER_ARGS...]
 #
 #   0. ceilings: the measured FFMA, mma.sync, cuBLAS and copy rates   -> ceilings.json
 #   1. ladder_bench: every rung over the sweeps of the families       -> ladder_bench.json
@@ -24,6 +24,8 @@
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
 # --quick: fewer shapes (ladder_bench --fl_quick, torch_sdpa.py --quick, 4 split counts).
+# --dtype: the inputs' 16-bit type for ladder_bench (--fl_dtype) and torch_sdpa.py (--dtype); fp16
+# by default.
 # --skip: leave out steps by name (ceilings, torch, sweep07, splits, fp8, tour), e.g. in all but
 # one part of a run split by rungs (-- --fl_rungs=...), so each step runs once.
 # A run may be made in parts (--family prefill,ablation into one folder, --family decode,paged
@@ -33,17 +35,18 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 
-bin="" quick=0 torch=1 ncu=0 results="" family=all skip="" ladder_args=()
+bin="" quick=0 torch=1 ncu=0 results="" family=all skip="" dtype=fp16 ladder_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --no-torch) torch=0 ;;
     --ncu) ncu=1 ;;
     --family) family=$2; shift ;;
+    --dtype) dtype=$2; shift ;;
     --skip) skip=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) bin=$1 ;;
   esac
   shift
@@ -107,7 +110,7 @@ fi
 qflag=()
 [ $quick = 1 ] && qflag=(--fl_quick)
 set +e
-step ladder ladder_bench.log "$BIN/ladder_bench" "${qflag[@]}" --fl_family="$family" --benchmark_out="$STAGE/ladder_bench.json" \
+step ladder ladder_bench.log "$BIN/ladder_bench" "${qflag[@]}" --fl_family="$family" --fl_dtype="$dtype" --benchmark_out="$STAGE/ladder_bench.json" \
   --benchmark_out_format=json --benchmark_counters_tabular=true "${ladder_args[@]}"
 rc=$?
 set -e
@@ -137,7 +140,7 @@ else
   if [ -z "$tfam" ]; then
     echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode, backward, backward-gqa, ablation and fp8 families only)"
   else
-  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
+  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
   fi
   if [ -f "$STAGE/torch_sdpa.json" ]; then torch_json=(--torch "$STAGE/torch_sdpa.json"); fi

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Rung 14's tables for its README, from committed results folders: the side-by-side of rungs 11 and
 14 with PyTorch SDPA's flash and cuDNN backward passes (SWEEP: one run of bench/run_all.sh
---family backward,backward-gqa) and the ablation table (ABLATION: bench/rung14_ablation.sh).
+--family backward,backward-gqa; SWEEP_BF16, optional: the same with --dtype bf16), each with the
+worst and best cell of rung 14 / cuDNN, and the ablation table (ABLATION: bench/rung14_ablation.sh).
 
-usage: python3 bench/rung14_tables.py SWEEP ABLATION
+usage: python3 bench/rung14_tables.py SWEEP ABLATION [SWEEP_BF16]
   e.g. python3 bench/rung14_tables.py bench/results/nvidia-h100-80gb-hbm3/rung14-sweep \
-           bench/results/nvidia-h100-80gb-hbm3/rung14/ablation
+           bench/results/nvidia-h100-80gb-hbm3/rung14/ablation bench/results/nvidia-h100-80gb-hbm3/rung14-sweep-bf16
 """
 import json
 import os
@@ -14,7 +15,9 @@ import sys
 SEQLENS = [1024, 2048, 4096, 8192, 16384]
 
 
-def side_by_side(folder):
+def rates(folder):
+    """{(rung, family, "d128", "N4096", "causal1"): TFLOP/s} of a sweep folder; rung "14det" is rung
+    14's deterministic run."""
     lb = json.load(open(os.path.join(folder, "ladder_bench.json")))
     tp = json.load(open(os.path.join(folder, "torch_sdpa.json")))
     rate = {}
@@ -27,14 +30,38 @@ def side_by_side(folder):
             continue
         fam, d, n, c = b["name"].split("/")[1:5]
         rate[b["rung"], fam, d, n, c] = b["TFLOPS"]
+    return rate
+
+
+def cells(rate):
+    """(rung 14 / cuDNN, cell name) of every cell where both ran."""
+    out = []
+    for (rung, fam, d, n, c), v in rate.items():
+        cudnn = rate.get(("torch_cudnn", fam, d, n, c))
+        if rung == "14" and cudnn:
+            out.append((v / cudnn, "%s %s N=%dk %s" % ("MHA" if fam == "backward" else "GQA 4:1",
+                                                       d.replace("d", "d="), int(n[1:]) // 1024,
+                                                       "causal" if c == "causal1" else "not causal")))
+    return sorted(out)
+
+
+def side_by_side(folder, dtype="fp16"):
+    rate = rates(folder)
     rows = [("11", "rung 11"), ("14", "rung 14"), ("14det", "rung 14 deterministic"),
             ("torch_flash", "PyTorch flash"), ("torch_cudnn", "PyTorch cuDNN")]
     out = []
+    ratios = cells(rate)
+    if ratios:
+        below = [r for r in ratios if r[0] < 1.0]
+        out.append("\n%s: rung 14 / cuDNN from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×." %
+                   (dtype, ratios[0][0], ratios[0][1], ratios[-1][0], ratios[-1][1], len(below), len(ratios)))
     for fam in ("backward", "backward-gqa"):
-        for d in ("d64", "d128"):
+        for d in ("d64", "d128", "d256"):
             for c in ("causal0", "causal1"):
-                title = "%s, %s, %s" % ("MHA" if fam == "backward" else "GQA 4:1", d.replace("d", "d = "),
-                                        "causal" if c == "causal1" else "not causal")
+                if not any(rate.get((k, fam, d, "N%d" % n, c)) for k, _ in rows for n in SEQLENS):
+                    continue
+                title = "%s, %s, %s, %s" % ("MHA" if fam == "backward" else "GQA 4:1", d.replace("d", "d = "),
+                                            "causal" if c == "causal1" else "not causal", dtype)
                 out.append("\n**%s** (TFLOP/s; last row: rung 14 / cuDNN)\n" % title)
                 out.append("| | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |")
                 out.append("|---|" + "--:|" * len(SEQLENS))
@@ -72,5 +99,7 @@ def ablation(folder):
 
 
 if __name__ == "__main__":
-    print("### Side by side\n" + side_by_side(sys.argv[1]) + "\n\n### Ablation (fp16 unless said, TFLOP/s)\n\n" +
-          ablation(sys.argv[2]))
+    text = "### Side by side\n" + side_by_side(sys.argv[1])
+    if len(sys.argv) > 3:
+        text += "\n" + side_by_side(sys.argv[3], "bf16")
+    print(text + "\n\n### Ablation (fp16 unless said, TFLOP/s)\n\n" + ablation(sys.argv[2]))

@@ -9,11 +9,11 @@ torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
             seqlen 512 ... 16384, head_dim 32, 64, 128, causal 0 / 1, fp16
   decode:   batch 1 and 8, 32 query heads, 32 or 8 KV heads (GQA), d = 128,
             seqlen_q 1, seqlen_k 1k ... 128k
-  backward: the prefill shapes at seqlen 1k ... 16k, head_dim 64 and 128, causal
+  backward: the prefill shapes at seqlen 1k ... 16k, head_dim 64, 128, 256, causal
             0 / 1: the backward pass only (torch.autograd.grad of the forward's
             output with dO, the graph retained; the forward runs once, untimed)
   backward-gqa: the backward shapes with GQA 4:1 (heads_kv = heads_q / 4,
-            enable_gqa=True), seqlen 1k ... 16k, head_dim 64 and 128, causal 0 / 1
+            enable_gqa=True), seqlen 1k ... 16k, head_dim 64, 128, 256, causal 0 / 1
 
 and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
 same names and counters as ladder_bench, so the report can join the two:
@@ -31,7 +31,7 @@ Backward (common/include/flashladder/backward.h, FlashAttention's convention):
   bytes = Q, K, V, O, dO read + dQ, dK, dV written (16-bit) + the LSE read (fp32).
 
 Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|backward-gqa|ablation|fp8|all[,...]]
-                                  [--quick]
+                                  [--quick] [--dtype fp16|bf16]
 Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
 """
 
@@ -48,10 +48,12 @@ TOKENS = 16384
 PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 PREFILL_HEAD_DIMS = [32, 64, 128]
 BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
-BACKWARD_HEAD_DIMS = [64, 128]
+BACKWARD_HEAD_DIMS = [64, 128, 256]
 ABLATION_HEAD_DIMS = [32, 64, 128, 256]
 FP8_HEAD_DIMS = [64, 128, 256]
 FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation", "fp8")
+TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
+DTYPE = "fp16"  # the inputs' type (--dtype), as ladder_bench --fl_dtype
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
 DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
 MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
@@ -219,9 +221,9 @@ def run_backend(torch, bench, backend, s, layout):
 
     def make(seqlen, heads):
         if layout == "bshd":  # FlashLadder / flash_attn_func layout, viewed as [B, H, S, D]
-            x = torch.randn(b, seqlen, heads, d, device="cuda", dtype=torch.float16, generator=gen)
+            x = torch.randn(b, seqlen, heads, d, device="cuda", dtype=getattr(torch, TORCH_DTYPES[DTYPE]), generator=gen)
             return x.transpose(1, 2)
-        return torch.randn(b, heads, seqlen, d, device="cuda", dtype=torch.float16, generator=gen)
+        return torch.randn(b, heads, seqlen, d, device="cuda", dtype=getattr(torch, TORCH_DTYPES[DTYPE]), generator=gen)
 
     q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
     # SDPA's is_causal is top-left aligned; FlashLadder's mask is bottom-right.
@@ -260,10 +262,10 @@ def run_backward(torch, bench, backend, s, layout):
 
     def make(seqlen, heads):
         if layout == "bshd":
-            x = torch.randn(b, seqlen, heads, d, device="cuda", dtype=torch.float16, generator=gen)
+            x = torch.randn(b, seqlen, heads, d, device="cuda", dtype=getattr(torch, TORCH_DTYPES[DTYPE]), generator=gen)
             x = x.transpose(1, 2)
         else:
-            x = torch.randn(b, heads, seqlen, d, device="cuda", dtype=torch.float16, generator=gen)
+            x = torch.randn(b, heads, seqlen, d, device="cuda", dtype=getattr(torch, TORCH_DTYPES[DTYPE]), generator=gen)
         return x.requires_grad_(True)
 
     q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
@@ -295,7 +297,11 @@ def main():
                     "bshd: FlashLadder's [B,S,H,D] viewed as [B,H,S,D]")
     ap.add_argument("--backends", default="flash,cudnn,efficient,math",
                     help="comma-separated subset of flash,cudnn,efficient,math")
+    ap.add_argument("--dtype", default="fp16", choices=sorted(TORCH_DTYPES),
+                    help="the inputs' 16-bit type (as ladder_bench --fl_dtype)")
     args = ap.parse_args()
+    global DTYPE
+    DTYPE = args.dtype
     try:
         families = parse_families(args.family)
     except ValueError as e:
@@ -362,7 +368,7 @@ def main():
         for name in wanted:
             rung = "torch_" + name
             entry = dict(name="%s/%s" % (rung, shape_name(s)), run_name="%s/%s" % (rung, shape_name(s)),
-                         run_type="iteration", rung=rung, iterations=iters, dtype="fp16",
+                         run_type="iteration", rung=rung, iterations=iters, dtype=DTYPE,
                          time_unit="ms", real_time=0.0, cpu_time=0.0, TFLOPS=0.0, skipped="",
                          note="", **s)
             entry["GB/s"] = 0.0
