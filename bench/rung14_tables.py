@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Rung 14's tables for its README, from committed results folders: the side-by-side of rungs 11 and
 14 with PyTorch SDPA's flash and cuDNN backward passes (SWEEP: one run of bench/run_all.sh
---family backward,backward-gqa; SWEEP_BF16, optional: the same with --dtype bf16), each with the
-worst and best cell of rung 14 / cuDNN, and the ablation table (ABLATION: bench/rung14_ablation.sh).
+--family backward,backward-gqa; SWEEP_BF16, optional: the same with --dtype bf16, as one table of
+ratios), each with the worst and best cell of rung 14 / cuDNN, and the ablation table (ABLATION:
+bench/rung14_ablation.sh).
 
 usage: python3 bench/rung14_tables.py SWEEP ABLATION [SWEEP_BF16]
   e.g. python3 bench/rung14_tables.py bench/results/nvidia-h100-80gb-hbm3/rung14-sweep \
@@ -45,16 +46,44 @@ def cells(rate):
     return sorted(out)
 
 
+def summary(rate, dtype):
+    """One line: the worst and best cell of rung 14 / cuDNN and how many are below 1.0x."""
+    ratios = cells(rate)
+    if not ratios:
+        return ""
+    below = [r for r in ratios if r[0] < 1.0]
+    return "%s: rung 14 / cuDNN from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×." % (
+        dtype, ratios[0][0], ratios[0][1], ratios[-1][0], ratios[-1][1], len(below), len(ratios))
+
+
+def ratio_table(folder, dtype):
+    """rung 14 / cuDNN (and rung 14 deterministic / rung 14) per cell, one row per (heads, d, mask)."""
+    rate = rates(folder)
+    out = ["\n" + summary(rate, dtype) + "\n",
+           "**%s: rung 14 / PyTorch cuDNN** (in brackets: rung 14 deterministic / rung 14)\n" % dtype,
+           "| | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |", "|---|" + "--:|" * len(SEQLENS)]
+    for fam in ("backward", "backward-gqa"):
+        for d in ("d64", "d128", "d256"):
+            for c in ("causal0", "causal1"):
+                row = []
+                for n in SEQLENS:
+                    k = (fam, d, "N%d" % n, c)
+                    a, b, det = rate.get(("14",) + k), rate.get(("torch_cudnn",) + k), rate.get(("14det",) + k)
+                    cell = "%.2f×" % (a / b) if a and b else "–"
+                    if a and det:
+                        cell += " (%.2f)" % (det / a)
+                    row.append(cell)
+                if any(x != "–" for x in row):
+                    out.append("| %s, %s, %s | " % ("MHA" if fam == "backward" else "GQA 4:1", d.replace("d", "d = "),
+                                                     "causal" if c == "causal1" else "not causal") + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
 def side_by_side(folder, dtype="fp16"):
     rate = rates(folder)
     rows = [("11", "rung 11"), ("14", "rung 14"), ("14det", "rung 14 deterministic"),
             ("torch_flash", "PyTorch flash"), ("torch_cudnn", "PyTorch cuDNN")]
-    out = []
-    ratios = cells(rate)
-    if ratios:
-        below = [r for r in ratios if r[0] < 1.0]
-        out.append("\n%s: rung 14 / cuDNN from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×." %
-                   (dtype, ratios[0][0], ratios[0][1], ratios[-1][0], ratios[-1][1], len(below), len(ratios)))
+    out = ["\n" + summary(rate, dtype)]
     for fam in ("backward", "backward-gqa"):
         for d in ("d64", "d128", "d256"):
             for c in ("causal0", "causal1"):
@@ -101,5 +130,5 @@ def ablation(folder):
 if __name__ == "__main__":
     text = "### Side by side\n" + side_by_side(sys.argv[1])
     if len(sys.argv) > 3:
-        text += "\n" + side_by_side(sys.argv[3], "bf16")
+        text += "\n" + ratio_table(sys.argv[3], "bf16")
     print(text + "\n\n### Ablation (fp16 unless said, TFLOP/s)\n\n" + ablation(sys.argv[2]))

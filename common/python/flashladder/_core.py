@@ -388,8 +388,8 @@ def _plan(r, problem, device):
 @functools.lru_cache(maxsize=4096)
 def plan_backward(rung, variant, key, deterministic, device):
     """The backward plan of entry ``rung`` (None: default_backward's pick, rung 14 on sm_90, else
-    rung 11) for ``key``: ValueError with its reason when it cannot run the problem (both: head_dim
-    64 or 128)."""
+    rung 11) for ``key``: ValueError with its reason when it cannot run the problem (rung 11: head_dim
+    64 or 128; rung 14: 64, 128 or 256)."""
     problem = make_problem(*key)
     r = default_backward(problem, device) if rung is None else find_rung(rung, variant)
     if not r.backward:

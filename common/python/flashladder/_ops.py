@@ -189,8 +189,8 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
     (rung 10 on sm_90 when built, else rung 06). ``causal`` is bottom-right aligned (query i sees
     key j iff j <= i + seqlen_k - seqlen_q). ``softmax_scale`` None means 1/sqrt(head_dim).
     Returns O like q, and with ``return_lse`` also the LSE, float32 [batch, heads_q, seqlen_q].
-    Differentiable in q, k, v through rung 14's backward on sm_90, rung 11's elsewhere (head_dim 64
-    or 128). Bad input raises
+    Differentiable in q, k, v through rung 14's backward on sm_90 (head_dim 64, 128 or 256), rung
+    11's elsewhere (64 or 128). Bad input raises
     TypeError or ValueError with the rung's one-line reason before anything is launched."""
     number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
