@@ -12,7 +12,8 @@ forward       every forward entry (rungs and variants) that supports the shape a
               aligned: SDPA gets an explicit bool mask), GQA 4:1, MQA, odd tails (67, 131), decode
               shapes; the LSE against a logsumexp; strided inputs (a transposed [b, h, s, d]
               view, a slice of a packed QKV); the default rung.
-backward      rung 11 through autograd (the custom op) against SDPA's gradients: fp16/bf16,
+backward      the default backward (rung 14 on sm_90, else rung 11) through autograd (the custom op)
+              against SDPA's gradients: fp16/bf16, head_dim 64, 128 (and 256 on sm_90),
               causal both ways, GQA, MQA, strided inputs; each backward variant through
               attention_backward(rung=...); attention_backward() gives autograd's bits;
               torch.use_deterministic_algorithms(True) gives bitwise-identical gradients.
@@ -269,8 +270,12 @@ def part_backward():
     if not any(r.backward for r in flashladder.rungs()):
         print("rung 11 not built: skipped")
         sys.exit(SKIP)
+    dims = [64, 128]
+    if (any(r.number == 14 and not r.variant for r in flashladder.rungs())
+            and torch.cuda.get_device_capability()[0] == 9):
+        dims.append(256)  # rung 14, the default backward on sm_90, also takes head_dim 256
     for dtype_name in ("fp16", "bf16"):
-        for d in (64, 128):
+        for d in dims:
             for shape in PREFILL:
                 for causal in (False, True):
                     grads_case(shape, d, dtype_name, causal)
