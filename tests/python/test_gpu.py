@@ -240,7 +240,7 @@ def grads_case(shape, d, dtype_name, causal, layout="dense", rung=None):
     ref_in = [t.detach().float().requires_grad_() for t in (q, k, v)]
     ref, _ = reference(*ref_in, causal)
     ref.backward(dout.float())
-    what = "rung 11 after %s %s d=%d B=%d Sq=%d Sk=%d H=%d/%d causal=%d %s" % (
+    what = "the default backward after %s %s d=%d B=%d Sq=%d Sk=%d H=%d/%d causal=%d %s" % (
         "default" if rung is None else rung, dtype_name, d, b, sq, sk, hq, hkv, causal, layout)
     for name, leaf, r in zip(("dQ", "dK", "dV"), leaves, ref_in):
         g = leaf.grad if layout == "dense" else leaf.grad.transpose(1, 2)
