@@ -23,6 +23,8 @@ def rates(folder):
     tp = json.load(open(os.path.join(folder, "torch_sdpa.json")))
     rate = {}
     for b in lb["benchmarks"]:
+        if "[" in b["name"].split("/")[0]:
+            continue  # a variant (the tables show the rungs)
         fam, d, n, c = b["name"].split("/")[1:5]
         det = "/det/" in b["name"]
         rate[("%d" % b["rung"]) + ("det" if det else ""), fam, d, n, c] = b["TFLOPS"]

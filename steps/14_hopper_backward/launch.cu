@@ -27,8 +27,19 @@ namespace {
 
 constexpr int kForwardRung = 10;
 
-/// The rung and its ablations: each turns one idea off.
-enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage };
+/// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
+/// extremes, rung 11's variants of the same names).
+enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit };
+
+/// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
+/// split's variants run the rung's kernel at every head_dim.
+template <Mode M>
+constexpr bool kRungKernel = M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit;
+
+constexpr bwd::GroupSplit group_split(Mode m) {
+  return m == Mode::nosplit ? bwd::GroupSplit::none
+                            : m == Mode::fullsplit ? bwd::GroupSplit::full : bwd::GroupSplit::balanced;
+}
 
 /// The tiles of @p M at head_dim @p D (traits.h). ss-dkv at d = 64 keeps one dS^T tile: P^T's
 /// own tile would not fit beside two. d = 256 has the rung's tiles only (the ablations are
@@ -39,22 +50,23 @@ struct ModeTiles {
   using type = hopper14::BwdTiles<D, kBlockM, M == Mode::one_stage ? 1 : 2, M != Mode::no_ws,
                                   (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv>;
 };
-template <>
-struct ModeTiles<Mode::rung, 256> {
+template <Mode M>
+struct ModeTiles<M, 256> {
+  static_assert(kRungKernel<M>, "the kernel's ablations are built at d = 64 and 128");
   using type = hopper14::RungTiles<256>;
 };
 
-/// The head_dims of @p M: 64, 128, and 256 for the rung itself.
+/// The head_dims of @p M: 64, 128, and 256 where it runs the rung's kernel.
 template <Mode M>
 std::vector<int> mode_head_dims() {
-  if (M == Mode::rung) return {64, 128, 256};
+  if (kRungKernel<M>) return {64, 128, 256};
   return {64, 128};
 }
 
 /// Calls f(TypeTag<M's tiles>{}) for the runtime head_dim (one of mode_head_dims<M>()).
 template <Mode M, class F>
 decltype(auto) with_tiles(int head_dim, F&& f) {
-  if constexpr (M == Mode::rung)
+  if constexpr (kRungKernel<M>)
     if (head_dim == 256) return f(TypeTag<typename ModeTiles<M, 256>::type>{});
   if (head_dim == 64) return f(TypeTag<typename ModeTiles<M, 64>::type>{});
   return f(TypeTag<typename ModeTiles<M, 128>::type>{});
@@ -99,7 +111,7 @@ void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, 
 /// head_dim 256 tiles: supports() refuses such rows at d = 256.
 template <class T, int D>
 float* exact_delta(const AttnBwdParams& P, const Problem& shape, float* ws, bool deterministic, bwd::DeltaPolicy policy,
-                   cudaStream_t stream) {
+                   bwd::GroupSplit how, cudaStream_t stream) {
   const int n_delta = hopper14::exact_delta_splits(shape, deterministic, policy);
   if (n_delta == 0) return nullptr;
   if constexpr (D > 128) {
@@ -107,8 +119,8 @@ float* exact_delta(const AttnBwdParams& P, const Problem& shape, float* ws, bool
   } else {
     const AttnParams& p = P.fwd;
     using Cfg11 = bwd::BwdTiles<D>;
-    float* exact_d = ws + hopper14::exact_delta_offset(shape, deterministic);
-    float* delta_acc = ws + hopper14::exact_delta_sums_offset(shape, deterministic);
+    float* exact_d = ws + hopper14::exact_delta_offset(shape, deterministic, how);
+    float* delta_acc = ws + hopper14::exact_delta_sums_offset(shape, deterministic, how);
     const int kv_split11 = bwd::kv_splits(shape, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
     const bool lpt = p.causal && !deterministic;
     const int blocks = deterministic ? bwd::deterministic_splits(shape, Cfg11::kBlockN)
@@ -132,7 +144,8 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
   const bwd::DeltaSource source = bwd::delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
   AttnBwdParams P = given;
   if (source == bwd::DeltaSource::o16) P.fwd.o_fp32 = nullptr;
-  if (P.workspace_bytes < hopper14::workspace_bytes(shape, deterministic, policy))
+  constexpr bwd::GroupSplit how = group_split(M);
+  if (P.workspace_bytes < hopper14::workspace_bytes(shape, deterministic, policy, how))
     throw std::runtime_error("rung 14: workspace smaller than bwd_workspace_bytes");
   if (reinterpret_cast<uintptr_t>(P.workspace) % 128 != 0)  // bulk copies: 16 bytes; tiles: 128
     throw std::runtime_error("rung 14: workspace not 128-byte aligned");
@@ -144,9 +157,9 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
   buf.dq_acc = ws + hopper14::dq_acc_offset(shape);
   buf.counters = deterministic ? reinterpret_cast<int*>(ws + hopper14::counter_offset(shape)) : nullptr;
   buf.dkv_acc = ws + hopper14::dkv_acc_offset(shape, deterministic);
-  buf.kv_split = hopper14::kv_splits(shape);
+  buf.kv_split = hopper14::kv_splits(shape, how);
 
-  float* exact_d = exact_delta<T, D>(P, shape, ws, deterministic, policy, stream);
+  float* exact_d = exact_delta<T, D>(P, shape, ws, deterministic, policy, how, stream);
 
   // The dQ accumulator and the counters start at zero; the statistics are padded.
   const size_t zero_floats = hopper14::dkv_acc_offset(shape, deterministic) - hopper14::dq_acc_offset(shape);
@@ -225,19 +238,20 @@ Rung make_rung(const char* variant, const char* summary) {
     if (!registry().find(kForwardRung)) return "needs rung 10 (its forward pass) in the build";
     if (!forward_rung().not_implemented.empty()) return "needs rung 10's forward pass, which is not implemented here";
     if (!registry().find(11)) return "needs rung 11 in the build (its exact D pass)";
-    if (p.head_dim != 64 && p.head_dim != 128 && (M != Mode::rung || p.head_dim != 256))
-      return M == Mode::rung ? "head_dim must be 64, 128 or 256" : "head_dim must be 64 or 128 (the ablations)";
+    if (p.head_dim != 64 && p.head_dim != 128 && (!kRungKernel<M> || p.head_dim != 256))
+      return kRungKernel<M> ? "head_dim must be 64, 128 or 256" : "head_dim must be 64 or 128 (the ablations)";
     if (p.head_dim == 256 && p.seqlen_k > bwd::kExactDeltaKeys)
       return "head_dim 256: rows of more than 16384 keys need rung 11's exact D pass, built for head_dim 64 and 128";
     const int smem = with_tiles<M>(p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
     const std::string limits = tile_limits(p, d, smem);
     if (!limits.empty()) return limits;
-    if (int64_t(p.heads_kv) * hopper14::kv_splits(p) > 65535) return "heads_kv x group slices beyond the grid's y limit";
+    if (int64_t(p.heads_kv) * hopper14::kv_splits(p, group_split(M)) > 65535)
+      return "heads_kv x group slices beyond the grid's y limit";
     return forward_rung().supports ? forward_rung().supports(p, d) : "";
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
-    return hopper14::workspace_bytes(p, deterministic, bwd::DeltaPolicy::rung);
+    return hopper14::workspace_bytes(p, deterministic, bwd::DeltaPolicy::rung, group_split(M));
   };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
 #if FL_HOPPER_SM90A
@@ -266,7 +280,7 @@ Rung make_rung(const char* variant, const char* summary) {
         std::string("D from ") + bwd::delta_source_name(bwd::delta_source(bwd::DeltaPolicy::rung, p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
-      notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p)));
+      notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));
     }
     return notes;
   };
@@ -287,6 +301,10 @@ void register_rung_14(Registry& reg) {
                                             "instead of RS)"));
   reg.add(make_rung<Mode::one_stage>("one-stage", "ablation: one stage of Q, dO (the next block's loads wait for "
                                                   "this one's GEMMs)"));
+  reg.add(make_rung<Mode::nosplit>("nosplit", "ablation: a GQA group never split (one block per KV head walks all "
+                                              "its query heads; dK, dV written directly)"));
+  reg.add(make_rung<Mode::fullsplit>("fullsplit", "ablation: a GQA group split into one block per query head "
+                                                  "(fp32 partial dK, dV added by rung 11's convert kernel)"));
 }
 
 }  // namespace fl

@@ -119,8 +119,9 @@ struct BwdTiles {
 };
 
 /// The rung's query block per head_dim (see the file comment), and its tiles.
+constexpr int query_block_rows(int d) { return d == 64 ? 128 : 64; }
 template <int HEAD_DIM>
-constexpr int kRungBlockM = HEAD_DIM == 64 ? 128 : 64;
+constexpr int kRungBlockM = query_block_rows(HEAD_DIM);
 template <int HEAD_DIM>
 constexpr int kRungStages = HEAD_DIM == 256 ? 1 : 2;
 template <int HEAD_DIM>

@@ -21,6 +21,7 @@
 /// undoes.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -48,25 +49,54 @@ inline size_t dkv_acc_offset(const Problem& p, bool deterministic) {
   return counter_offset(p) + (deterministic ? (counter_count(p) + 31) / 32 * 32 : 0);
 }
 
-/// Slices of a GQA group (rung 11's rule for this head_dim's K/V blocks, kv_block_keys: the
-/// smallest divisor of the group that gives the grid 256 blocks). The deterministic mode keeps the
-/// grid, so the same rule.
-inline int kv_splits(const Problem& p) {
-  return bwd::kv_splits(p, kv_block_keys(p.head_dim), false, bwd::GroupSplit::balanced);
+/// The causal rule's constants: an H100's SM count (a constant, so the split and the order of the
+/// sums depend on the problem alone, as rung 11's kSplitTargetBlocks) and the share of one SM's
+/// work the longest block may take.
+constexpr int kNominalSms = 132;
+constexpr int kLongestBlockShare = 4;  ///< the longest block: at most 1/4 of one SM's share
+
+/// Slices of a GQA group. `balanced` (the rung): rung 11's rule for this head_dim's K/V blocks
+/// (kv_block_keys: the smallest divisor of the group that gives the grid 256 blocks), and under a
+/// causal mask further, until the longest block, K/V block 0 with every query block of its slice's
+/// heads, is at most a kLongestBlockShare-th of one SM's share of all the blocks' steps. Without
+/// that, the longest blocks of the (KV head, batch) groups launched last start late (the K/V block
+/// is the grid's fastest index) and end the kernel alone: on the training demo's shape (batch 2,
+/// 4k keys, 16/4 heads) a block of 256 steps against 256 per SM (README, "Where it loses").
+/// `none` and `full`: the ablations' extremes. The deterministic mode keeps the grid, so the same
+/// rule.
+inline int kv_splits(const Problem& p, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
+  const int block_n = kv_block_keys(p.head_dim);
+  const int group = p.heads_q / p.heads_kv;
+  int split = bwd::kv_splits(p, block_n, false, how);
+  if (how != bwd::GroupSplit::balanced || !p.causal || split == group) return split;
+  // Steps (query blocks) of each K/V block for one query head, as BlockWork counts them.
+  const int block_m = query_block_rows(p.head_dim);
+  const int64_t n_q = (int64_t(p.seqlen_q) + block_m - 1) / block_m, offset = int64_t(p.seqlen_k) - p.seqlen_q;
+  int64_t total = 0, longest = 0;
+  for (int64_t key0 = 0; key0 < p.seqlen_k; key0 += block_n) {
+    const int64_t steps = n_q - std::min(n_q, std::max<int64_t>(0, key0 - offset) / block_m);
+    total += steps;
+    longest = std::max(longest, steps);
+  }
+  total *= int64_t(group) * p.heads_kv * p.batch;
+  for (; split < group; ++split)
+    if (group % split == 0 && longest * (group / split) * kNominalSms * kLongestBlockShare <= total) return split;
+  return group;
 }
 
 /// Where the exact D pass's row sums start (rung 11's exact pass, run first on long rows): D
 /// [batch, heads_q, seqlen_q], then its accumulator pairs.
-inline size_t exact_delta_offset(const Problem& p, bool deterministic) {
-  const int split = kv_splits(p);
+inline size_t exact_delta_offset(const Problem& p, bool deterministic, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
+  const int split = kv_splits(p, how);
   const size_t part = split > 1 ? 2 * size_t(split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
   return (dkv_acc_offset(p, deterministic) + part + 31) / 32 * 32;
 }
 
 /// Where the exact pass's accumulator pairs start: after its D, rounded up to 32 floats.
-inline size_t exact_delta_sums_offset(const Problem& p, bool deterministic) {
+inline size_t exact_delta_sums_offset(const Problem& p, bool deterministic,
+                                      bwd::GroupSplit how = bwd::GroupSplit::balanced) {
   const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  return exact_delta_offset(p, deterministic) + (rows + 31) / 32 * 32;
+  return exact_delta_offset(p, deterministic, how) + (rows + 31) / 32 * 32;
 }
 
 /// The exact pass's accumulator pairs (rung 11's, for its 128-key tiles at this head_dim).
@@ -75,11 +105,12 @@ inline int exact_delta_splits(const Problem& p, bool deterministic, bwd::DeltaPo
 }
 
 /// Bytes of the workspace (the file comment's layout).
-inline size_t workspace_bytes(const Problem& p, bool deterministic, bwd::DeltaPolicy policy) {
+inline size_t workspace_bytes(const Problem& p, bool deterministic, bwd::DeltaPolicy policy,
+                              bwd::GroupSplit how = bwd::GroupSplit::balanced) {
   const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
   const int n_delta = exact_delta_splits(p, deterministic, policy);
-  if (n_delta == 0) return exact_delta_offset(p, deterministic) * sizeof(float);
-  return (exact_delta_sums_offset(p, deterministic) + 2 * size_t(n_delta) * rows) * sizeof(float);
+  if (n_delta == 0) return exact_delta_offset(p, deterministic, how) * sizeof(float);
+  return (exact_delta_sums_offset(p, deterministic, how) + 2 * size_t(n_delta) * rows) * sizeof(float);
 }
 
 }  // namespace fl::hopper14

@@ -3,6 +3,7 @@
 // counters, a split group's partial dK and dV, the exact D pass's sums), the group split, the
 // register order of a dQ tile (dq_slot), which the convert kernel must invert exactly, and the
 // Problem a launch recomputes them from (problem_of).
+#include <algorithm>
 #include <cstddef>
 #include <set>
 #include <utility>
@@ -129,19 +130,60 @@ TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, si
     }
 }
 
-TEST_CASE("rung 14's group split: a divisor of the group, rung 11's rule for the head_dim's K/V blocks",
+/// Steps of every K/V block of one query head, as the kernel's BlockWork walks them: the query
+/// blocks from the first whose last row sees the block's first key (bottom-right causal).
+std::vector<int64_t> block_steps(const Problem& p) {
+  const int block_n = hopper14::kv_block_keys(p.head_dim), block_m = hopper14::query_block_rows(p.head_dim);
+  const int n_q = (p.seqlen_q + block_m - 1) / block_m, offset = p.seqlen_k - p.seqlen_q;
+  std::vector<int64_t> steps;
+  for (int key0 = 0; key0 < p.seqlen_k; key0 += block_n) {
+    int i_first = 0;
+    while (p.causal && i_first < n_q && (i_first + 1) * block_m - 1 + offset < key0) ++i_first;
+    steps.push_back(n_q - i_first);
+  }
+  return steps;
+}
+
+TEST_CASE("rung 14's group split: rung 11's rule, and under a causal mask no block longer than a quarter of one SM's share",
           "[cpu][hopper_bwd]") {
-  for (const Problem& p : shapes()) {
+  std::vector<Problem> all = shapes();
+  all.push_back(shape(2, 4096, 4096, 16, 4, 128, true));  // the training demo's attention
+  all.push_back(shape(4, 4096, 4096, 16, 4, 128, true));  // the bench's backward-gqa at 4k
+  all.push_back(shape(1, 1000, 3000, 32, 8, 64, true));   // seqlen_q < seqlen_k
+  for (const Problem& p : all) {
     INFO(p.describe());
     const int group = p.heads_q / p.heads_kv, split = hopper14::kv_splits(p);
-    const int block_n = p.head_dim == 256 ? 64 : 128;
+    const int block_n = hopper14::kv_block_keys(p.head_dim);
+    const int base = bwd::kv_splits(p, block_n, false, bwd::GroupSplit::balanced);
     CHECK(group % split == 0);
-    CHECK(split == bwd::kv_splits(p, block_n, false, bwd::GroupSplit::balanced));
+    CHECK(hopper14::kv_splits(p, bwd::GroupSplit::none) == 1);
+    CHECK(hopper14::kv_splits(p, bwd::GroupSplit::full) == group);
     const int64_t blocks = int64_t((p.seqlen_k + block_n - 1) / block_n) * p.heads_kv * p.batch;
-    if (split < group) CHECK(blocks * split >= bwd::kSplitTargetBlocks);  // no further than the grid needs
-    for (int s = 1; s < split; ++s)
+    if (base < group) CHECK(blocks * base >= bwd::kSplitTargetBlocks);  // rung 11's rule: no further than the grid needs
+    for (int s = 1; s < base; ++s)
       if (group % s == 0) CHECK(blocks * s < bwd::kSplitTargetBlocks);
+    if (!p.causal) {
+      CHECK(split == base);
+      continue;
+    }
+    // Causal: the smallest divisor from rung 11's split on whose longest block fits the share.
+    const std::vector<int64_t> steps = block_steps(p);
+    int64_t total = 0, longest = 0;
+    for (int64_t s : steps) total += s, longest = std::max(longest, s);
+    total *= int64_t(group) * p.heads_kv * p.batch;
+    auto fits = [&](int s) {
+      return longest * (group / s) * hopper14::kNominalSms * hopper14::kLongestBlockShare <= total;
+    };
+    CHECK(split >= base);
+    if (split < group) CHECK(fits(split));
+    for (int s = base; s < split; ++s)
+      if (group % s == 0) CHECK(!fits(s));
   }
+  // The two shapes the rule is for: a block of 256 steps against 256 per SM (batch 2), of 256
+  // against 512 (batch 4).
+  CHECK(hopper14::kv_splits(shape(2, 4096, 4096, 16, 4, 128, true)) == 4);
+  CHECK(hopper14::kv_splits(shape(4, 4096, 4096, 16, 4, 128, true)) == 2);
+  CHECK(hopper14::kv_splits(shape(4, 4096, 4096, 16, 4, 128, false)) == 1);
 }
 
 TEST_CASE("problem_of: the Problem a launch's AttnParams describe, causal and scale included", "[cpu][hopper_bwd]") {
