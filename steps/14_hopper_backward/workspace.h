@@ -24,6 +24,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <queue>
+#include <vector>
 
 #include "flashladder/problem.h"
 #include "../11_backward/workspace.h"
@@ -50,37 +53,52 @@ inline size_t dkv_acc_offset(const Problem& p, bool deterministic) {
 }
 
 /// The causal rule's constants: an H100's SM count (a constant, so the split and the order of the
-/// sums depend on the problem alone, as rung 11's kSplitTargetBlocks) and the share of one SM's
-/// work the longest block may take.
+/// sums depend on the problem alone, as rung 11's kSplitTargetBlocks) and the modelled efficiency
+/// a grid must reach before the rung stops splitting.
 constexpr int kNominalSms = 132;
-constexpr int kLongestBlockShare = 4;  ///< the longest block: at most 1/4 of one SM's share
+constexpr double kMinGridEfficiency = 0.85;
+
+/// The modelled efficiency of rung 14's grid for @p p with the group split in @p split slices: the
+/// blocks in launch order (K/V block fastest, then KV head x slice, then batch), each given to the
+/// first of kNominalSms SMs to be free (a list schedule), each as long as its steps (query blocks
+/// that see it, BlockWork's count, times its slice's query heads); all the steps over kNominalSms
+/// against the time the last SM finishes. 1.0: no SM idles before the end.
+inline double grid_efficiency(const Problem& p, int split) {
+  const int block_n = kv_block_keys(p.head_dim), block_m = query_block_rows(p.head_dim);
+  const int64_t n_q = (int64_t(p.seqlen_q) + block_m - 1) / block_m, offset = int64_t(p.seqlen_k) - p.seqlen_q;
+  const int64_t heads_per_slice = p.heads_q / p.heads_kv / split;
+  std::vector<int64_t> steps;  // of each K/V block, for one query head
+  for (int64_t key0 = 0; key0 < p.seqlen_k; key0 += block_n)
+    steps.push_back(p.causal ? n_q - std::min(n_q, std::max<int64_t>(0, key0 - offset) / block_m) : n_q);
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> free_at;
+  for (int i = 0; i < kNominalSms; ++i) free_at.push(0);
+  int64_t total = 0, end = 0;
+  for (int64_t group = 0; group < int64_t(p.batch) * p.heads_kv * split; ++group)
+    for (int64_t s : steps) {
+      const int64_t done = free_at.top() + s * heads_per_slice;
+      free_at.pop();
+      free_at.push(done);
+      end = std::max(end, done);
+      total += s * heads_per_slice;
+    }
+  return end > 0 ? double(total) / (double(kNominalSms) * end) : 1.0;
+}
 
 /// Slices of a GQA group. `balanced` (the rung): rung 11's rule for this head_dim's K/V blocks
 /// (kv_block_keys: the smallest divisor of the group that gives the grid 256 blocks), and under a
-/// causal mask further, until the longest block, K/V block 0 with every query block of its slice's
-/// heads, is at most a kLongestBlockShare-th of one SM's share of all the blocks' steps. Without
-/// that, the longest blocks of the (KV head, batch) groups launched last start late (the K/V block
-/// is the grid's fastest index) and end the kernel alone: on the training demo's shape (batch 2,
-/// 4k keys, 16/4 heads) a block of 256 steps against 256 per SM (README, "Where it loses").
-/// `none` and `full`: the ablations' extremes. The deterministic mode keeps the grid, so the same
-/// rule.
+/// causal mask further, to the smallest divisor whose grid_efficiency reaches kMinGridEfficiency.
+/// Under the mask K/V block 0 sees every query block of its slice's heads: with the K/V block the
+/// grid's fastest index, the longest blocks of the (KV head, batch) groups launched last start
+/// late and end the kernel alone (the training demo's shape, batch 2, 4k keys, 16/4 heads: 0.63
+/// unsplit, 0.88 in four slices; README, "The group split"). Splitting costs the fp32 partial dK,
+/// dV and their convert, so the rule stops at the first split that is good enough. `none` and
+/// `full`: the ablations' extremes. The deterministic mode keeps the grid, so the same rule.
 inline int kv_splits(const Problem& p, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
-  const int block_n = kv_block_keys(p.head_dim);
   const int group = p.heads_q / p.heads_kv;
-  int split = bwd::kv_splits(p, block_n, false, how);
-  if (how != bwd::GroupSplit::balanced || !p.causal || split == group) return split;
-  // Steps (query blocks) of each K/V block for one query head, as BlockWork counts them.
-  const int block_m = query_block_rows(p.head_dim);
-  const int64_t n_q = (int64_t(p.seqlen_q) + block_m - 1) / block_m, offset = int64_t(p.seqlen_k) - p.seqlen_q;
-  int64_t total = 0, longest = 0;
-  for (int64_t key0 = 0; key0 < p.seqlen_k; key0 += block_n) {
-    const int64_t steps = n_q - std::min(n_q, std::max<int64_t>(0, key0 - offset) / block_m);
-    total += steps;
-    longest = std::max(longest, steps);
-  }
-  total *= int64_t(group) * p.heads_kv * p.batch;
+  int split = bwd::kv_splits(p, kv_block_keys(p.head_dim), false, how);
+  if (how != bwd::GroupSplit::balanced || !p.causal) return split;
   for (; split < group; ++split)
-    if (group % split == 0 && longest * (group / split) * kNominalSms * kLongestBlockShare <= total) return split;
+    if (group % split == 0 && grid_efficiency(p, split) >= kMinGridEfficiency) return split;
   return group;
 }
 

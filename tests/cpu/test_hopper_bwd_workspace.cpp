@@ -130,21 +130,22 @@ TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, si
     }
 }
 
-/// Steps of every K/V block of one query head, as the kernel's BlockWork walks them: the query
-/// blocks from the first whose last row sees the block's first key (bottom-right causal).
-std::vector<int64_t> block_steps(const Problem& p) {
-  const int block_n = hopper14::kv_block_keys(p.head_dim), block_m = hopper14::query_block_rows(p.head_dim);
-  const int n_q = (p.seqlen_q + block_m - 1) / block_m, offset = p.seqlen_k - p.seqlen_q;
-  std::vector<int64_t> steps;
-  for (int key0 = 0; key0 < p.seqlen_k; key0 += block_n) {
-    int i_first = 0;
-    while (p.causal && i_first < n_q && (i_first + 1) * block_m - 1 + offset < key0) ++i_first;
-    steps.push_back(n_q - i_first);
-  }
-  return steps;
+TEST_CASE("rung 14's grid model: a list schedule of the blocks' steps on 132 SMs", "[cpu][hopper_bwd]") {
+  // Not causal, MHA: every block walks all query blocks. 132 blocks fill the SMs once; 133 take two
+  // rounds with one block in the second; one block leaves 131 SMs idle.
+  const int n = 64 * 10;  // 10 query blocks of 64 rows at d = 128, 5 K/V blocks of 128 keys
+  CHECK(hopper14::grid_efficiency(shape(1, n, 132 * 128, 1, 1, 128, false), 1) == Approx(1.0));
+  CHECK(hopper14::grid_efficiency(shape(1, n, 133 * 128, 1, 1, 128, false), 1) == Approx(133.0 / 264.0));
+  CHECK(hopper14::grid_efficiency(shape(1, n, 128, 1, 1, 128, false), 1) == Approx(1.0 / 132.0));
+  // Causal, square, d = 128: K/V block j sees query blocks 2j .. n_q - 1. One (head, batch) of
+  // 2 K/V blocks, 4 query blocks: steps 4 and 2 on two SMs, the last ends at 4: 6 / (132 x 4).
+  CHECK(hopper14::grid_efficiency(shape(1, 256, 256, 1, 1, 128, true), 1) == Approx(6.0 / (132.0 * 4.0)));
+  // A split divides each block's steps by the slices and multiplies the blocks.
+  CHECK(hopper14::grid_efficiency(shape(1, 256, 256, 4, 1, 128, true), 4) ==
+        Approx(4 * 6.0 / (132.0 * 4.0)));
 }
 
-TEST_CASE("rung 14's group split: rung 11's rule, and under a causal mask no block longer than a quarter of one SM's share",
+TEST_CASE("rung 14's group split: rung 11's rule, and under a causal mask until the grid model reaches 0.85",
           "[cpu][hopper_bwd]") {
   std::vector<Problem> all = shapes();
   all.push_back(shape(2, 4096, 4096, 16, 4, 128, true));  // the training demo's attention
@@ -166,23 +167,27 @@ TEST_CASE("rung 14's group split: rung 11's rule, and under a causal mask no blo
       CHECK(split == base);
       continue;
     }
-    // Causal: the smallest divisor from rung 11's split on whose longest block fits the share.
-    const std::vector<int64_t> steps = block_steps(p);
-    int64_t total = 0, longest = 0;
-    for (int64_t s : steps) total += s, longest = std::max(longest, s);
-    total *= int64_t(group) * p.heads_kv * p.batch;
-    auto fits = [&](int s) {
-      return longest * (group / s) * hopper14::kNominalSms * hopper14::kLongestBlockShare <= total;
-    };
     CHECK(split >= base);
-    if (split < group) CHECK(fits(split));
+    if (split < group) CHECK(hopper14::grid_efficiency(p, split) >= hopper14::kMinGridEfficiency);
     for (int s = base; s < split; ++s)
-      if (group % s == 0) CHECK(!fits(s));
+      if (group % s == 0) CHECK(hopper14::grid_efficiency(p, s) < hopper14::kMinGridEfficiency);
   }
-  // The two shapes the rule is for: a block of 256 steps against 256 per SM (batch 2), of 256
-  // against 512 (batch 4).
-  CHECK(hopper14::kv_splits(shape(2, 4096, 4096, 16, 4, 128, true)) == 4);
-  CHECK(hopper14::kv_splits(shape(4, 4096, 4096, 16, 4, 128, true)) == 2);
+  // The bench's GQA 4:1 causal shapes at d = 128 (16 query heads, 16k tokens) and the training
+  // demo's: the model's efficiency unsplit, and the split the rule takes.
+  struct Case {
+    Problem p;
+    double unsplit;
+    int split;
+  };
+  const Case cases[] = {{shape(16, 1024, 1024, 16, 4, 128, true), 0.79, 2},
+                        {shape(4, 4096, 4096, 16, 4, 128, true), 0.78, 2},
+                        {shape(1, 16384, 16384, 16, 4, 128, true), 0.98, 1},
+                        {shape(2, 4096, 4096, 16, 4, 128, true), 0.63, 4}};
+  for (const Case& c : cases) {
+    INFO(c.p.describe());
+    CHECK(hopper14::grid_efficiency(c.p, 1) == Approx(c.unsplit).margin(0.005));
+    CHECK(hopper14::kv_splits(c.p) == c.split);
+  }
   CHECK(hopper14::kv_splits(shape(4, 4096, 4096, 16, 4, 128, false)) == 1);
 }
 
