@@ -53,10 +53,12 @@ inline size_t dkv_acc_offset(const Problem& p, bool deterministic) {
 }
 
 /// The causal rule's constants: an H100's SM count (a constant, so the split and the order of the
-/// sums depend on the problem alone, as rung 11's kSplitTargetBlocks) and the modelled efficiency
-/// a grid must reach before the rung stops splitting.
+/// sums depend on the problem alone, as rung 11's kSplitTargetBlocks); the FLOPs the kernel does in
+/// the time the copy engine moves one byte (its backward rate, about 500 TFLOP/s, over the 3.0 TB/s
+/// of a copy on the H100), which prices a split's fp32 partial dK, dV; the gain a split must bring.
 constexpr int kNominalSms = 132;
-constexpr double kMinGridEfficiency = 0.85;
+constexpr double kFlopsPerByte = 167.0;
+constexpr double kMinSplitGain = 0.05;
 
 /// The modelled efficiency of rung 14's grid for @p p with the group split in @p split slices: the
 /// blocks in launch order (K/V block fastest, then KV head x slice, then batch), each given to the
@@ -84,22 +86,44 @@ inline double grid_efficiency(const Problem& p, int split) {
   return end > 0 ? double(total) / (double(kNominalSms) * end) : 1.0;
 }
 
+/// The modelled cost of the grid with @p split slices, in FLOPs: the blocks' GEMM work (five per
+/// step, each 2 x BLOCK_M x BLOCK_N x d) over grid_efficiency, plus, for a split group, the fp32
+/// partial dK, dV written and read back by the convert, priced at kFlopsPerByte.
+inline double split_cost(const Problem& p, int split) {
+  const int block_n = kv_block_keys(p.head_dim), block_m = query_block_rows(p.head_dim);
+  const int64_t n_q = (int64_t(p.seqlen_q) + block_m - 1) / block_m, offset = int64_t(p.seqlen_k) - p.seqlen_q;
+  double steps = 0;  // of all blocks: every query head walks the query blocks that see each K/V block
+  for (int64_t key0 = 0; key0 < p.seqlen_k; key0 += block_n)
+    steps += p.causal ? n_q - std::min(n_q, std::max<int64_t>(0, key0 - offset) / block_m) : n_q;
+  steps *= double(p.heads_q) * p.batch;
+  const double work = steps * 10.0 * block_m * block_n * p.head_dim / grid_efficiency(p, split);
+  const double partial_bytes = split > 1 ? 16.0 * split * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0.0;
+  return work + kFlopsPerByte * partial_bytes;
+}
+
 /// Slices of a GQA group. `balanced` (the rung): rung 11's rule for this head_dim's K/V blocks
 /// (kv_block_keys: the smallest divisor of the group that gives the grid 256 blocks), and under a
-/// causal mask further, to the smallest divisor whose grid_efficiency reaches kMinGridEfficiency.
-/// Under the mask K/V block 0 sees every query block of its slice's heads: with the K/V block the
-/// grid's fastest index, the longest blocks of the (KV head, batch) groups launched last start
-/// late and end the kernel alone (the training demo's shape, batch 2, 4k keys, 16/4 heads: 0.63
-/// unsplit, 0.88 in four slices; README, "The group split"). Splitting costs the fp32 partial dK,
-/// dV and their convert, so the rule stops at the first split that is good enough. `none` and
-/// `full`: the ablations' extremes. The deterministic mode keeps the grid, so the same rule.
+/// causal mask the divisor from there with the lowest split_cost, if it is at least kMinSplitGain
+/// below that of rung 11's. Under the mask K/V block 0 sees every query block of its slice's
+/// heads: with the K/V block the grid's fastest index, the longest blocks of the (KV head, batch)
+/// groups launched last start late and end the kernel alone (the training demo's shape, batch 2,
+/// 4k keys, 16/4 heads: grid_efficiency 0.63 unsplit, 0.88 in four slices; README, "The group
+/// split"). A split costs the fp32 partial dK, dV and their convert, which short sequences do not
+/// earn back. `none` and `full`: the ablations' extremes. The deterministic mode keeps the grid, so
+/// the same rule.
 inline int kv_splits(const Problem& p, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
   const int group = p.heads_q / p.heads_kv;
-  int split = bwd::kv_splits(p, kv_block_keys(p.head_dim), false, how);
-  if (how != bwd::GroupSplit::balanced || !p.causal) return split;
-  for (; split < group; ++split)
-    if (group % split == 0 && grid_efficiency(p, split) >= kMinGridEfficiency) return split;
-  return group;
+  const int base = bwd::kv_splits(p, kv_block_keys(p.head_dim), false, how);
+  if (how != bwd::GroupSplit::balanced || !p.causal) return base;
+  const double base_cost = split_cost(p, base);
+  int best = base;
+  double best_cost = base_cost;
+  for (int split = base + 1; split <= group; ++split) {
+    if (group % split != 0) continue;
+    const double cost = split_cost(p, split);
+    if (cost < best_cost) best = split, best_cost = cost;
+  }
+  return best_cost <= (1.0 - kMinSplitGain) * base_cost ? best : base;
 }
 
 /// Where the exact D pass's row sums start (rung 11's exact pass, run first on long rows): D

@@ -148,7 +148,7 @@ TEST_CASE("rung 14's grid model: a list schedule of the blocks' steps on 132 SMs
   CHECK(near(hopper14::grid_efficiency(shape(1, 256, 256, 4, 1, 128, true), 4), 4 * 6.0 / (132.0 * 4.0)));
 }
 
-TEST_CASE("rung 14's group split: rung 11's rule, and under a causal mask until the grid model reaches 0.85",
+TEST_CASE("rung 14's group split: rung 11's rule, and under a causal mask the cheapest modelled split",
           "[cpu][hopper_bwd]") {
   std::vector<Problem> all = shapes();
   all.push_back(shape(2, 4096, 4096, 16, 4, 128, true));  // the training demo's attention
@@ -170,21 +170,27 @@ TEST_CASE("rung 14's group split: rung 11's rule, and under a causal mask until 
       CHECK(split == base);
       continue;
     }
+    // Causal: rung 11's split, or a larger divisor at least 5% cheaper by the model and the
+    // cheapest of them.
     CHECK(split >= base);
-    if (split < group) CHECK(hopper14::grid_efficiency(p, split) >= hopper14::kMinGridEfficiency);
-    for (int s = base; s < split; ++s)
-      if (group % s == 0) CHECK(hopper14::grid_efficiency(p, s) < hopper14::kMinGridEfficiency);
+    if (split != base)
+      CHECK(hopper14::split_cost(p, split) <= (1.0 - hopper14::kMinSplitGain) * hopper14::split_cost(p, base));
+    for (int s = base; s <= group; ++s)
+      if (group % s == 0 && split != base) CHECK(hopper14::split_cost(p, split) <= hopper14::split_cost(p, s));
   }
-  // The bench's GQA 4:1 causal shapes at d = 128 (16 query heads, 16k tokens) and the training
-  // demo's: the model's efficiency unsplit, and the split the rule takes.
+  // The bench's GQA 4:1 causal shapes at d = 128 (16 query heads, 16k tokens), a Llama-3-8B-like
+  // layer and the training demo's: the model's efficiency unsplit, and the split the rule takes
+  // (measured: README, "The group split").
   struct Case {
     Problem p;
     double unsplit;
     int split;
   };
-  const Case cases[] = {{shape(16, 1024, 1024, 16, 4, 128, true), 0.79, 2},
-                        {shape(4, 4096, 4096, 16, 4, 128, true), 0.78, 2},
+  const Case cases[] = {{shape(16, 1024, 1024, 16, 4, 128, true), 0.79, 1},
+                        {shape(4, 4096, 4096, 16, 4, 128, true), 0.78, 4},
+                        {shape(2, 8192, 8192, 16, 4, 128, true), 0.81, 4},
                         {shape(1, 16384, 16384, 16, 4, 128, true), 0.98, 1},
+                        {shape(1, 8192, 8192, 32, 8, 128, true), 0.81, 4},
                         {shape(2, 4096, 4096, 16, 4, 128, true), 0.63, 4}};
   for (const Case& c : cases) {
     INFO(c.p.describe());
