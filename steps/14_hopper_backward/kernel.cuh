@@ -548,26 +548,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (Cfg::kDkvT) {
       // d = 256: dK_j^T += Q_i^T dS, then dV_j^T += dO_i^T P (SS): A = Q_i, dO_i read MN-major
       // (head_dim as M: this warpgroup's dims 128 w + 64 t ..), B = the dS^T, P^T tiles K-major.
+      // One commit group each, so that Q and dO are released one after the other (below).
+      auto transposed_gemm = [&](DkvRegs<Cfg>& acc, uint32_t a_tile, uint32_t b_tile) {
 #pragma unroll
-      for (int t = 0; t < Cfg::kDkvTiles; ++t)
+        for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(acc[t]);
 #pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-          const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
-          wgmma_ss<T, BLOCK_N, 0, 1>(dK[t], wg::desc_mnmajor_sw128(sm.Q(s) + dims, BLOCK_M),
-                                     wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
-        }
-      wgmma_commit();
+        for (int t = 0; t < Cfg::kDkvTiles; ++t)
 #pragma unroll
-      for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(dV[t]);
-#pragma unroll
-      for (int t = 0; t < Cfg::kDkvTiles; ++t)
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-          const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
-          wgmma_ss<T, BLOCK_N, 0, 1>(dV[t], wg::desc_mnmajor_sw128(sm.dO(s) + dims, BLOCK_M),
-                                     wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
-        }
-      wgmma_commit();
+          for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+            const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
+            wgmma_ss<T, BLOCK_N, 0, 1>(acc[t], wg::desc_mnmajor_sw128(a_tile + dims, BLOCK_M),
+                                       wg::desc_kmajor_sw128(b_tile + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
+          }
+        wgmma_commit();
+      };
+      transposed_gemm(dK, sm.Q(s), dS_tile);
+      transposed_gemm(dV, sm.dO(s), sm.Pt());
     } else if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from shared memory
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
