@@ -69,9 +69,9 @@ ErrorStats compare_rows(const Problem& p, const std::vector<uint16_t>& out, cons
   Accumulator acc;
   for (size_t n = 0; n < rows.size(); ++n) {
     const RowId& r = rows[n];
-    const size_t base = ((static_cast<size_t>(r.b) * p.seqlen_q + r.i) * p.heads_q + r.h) * D;
+    const size_t base = (static_cast<size_t>(p.q_token(r.b, r.i)) * p.heads_q + r.h) * D;
     for (int c = 0; c < D; ++c) acc.add(from_bits(out[base + c], p.dtype), ref.out[n * D + c]);
-    acc.add_lse(lse[(static_cast<size_t>(r.b) * p.heads_q + r.h) * p.seqlen_q + r.i], ref.lse[n]);
+    acc.add_lse(lse[p.lse_index(r.b, r.h, r.i)], ref.lse[n]);
   }
   return acc.finish();
 }
@@ -149,7 +149,7 @@ CheckResult check_output(const Problem& p, const HostInputs& in, const std::vect
   }
   r.checked = true;
   r.rows = rows.size();
-  r.mode = rows.size() == static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q ? "full" : "sample";
+  r.mode = rows.size() == static_cast<size_t>(p.total_q()) * p.heads_q ? "full" : "sample";
   const RowResults ref = reference_fp64(p, in, rows);
   const RowResults f32 = reference_fp32(p, in, rows);
   r.fp32_err = compare_results(p, f32, ref);

@@ -91,6 +91,7 @@ bool parse_bool(const std::string& s, bool* out) {
 ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
   ParseResult r;
   bool kv_heads_set = false, seqlen_k_set = false;
+  std::vector<int> lens_q, lens_k;  // --seqlens-q/-k: a variable-length batch
   for (int a = 1; a < argc && r.ok; ++a) {
     FlagArg fa = split_flag(argv[a]);
     const std::string flag = fa.flag;
@@ -114,8 +115,9 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
       return true;
     };
     Problem& p = o->problem;
-    static const char* const kShapeFlags[] = {"--batch", "--seqlen",   "-n",     "--seqlen-q", "--seqlen-k",
-                                              "--heads", "--kv-heads", "--dim", "--causal",   "--scale"};
+    static const char* const kShapeFlags[] = {"--batch",    "--seqlen",     "-n",      "--seqlen-q",
+                                              "--seqlen-k", "--seqlens-q", "--seqlens-k", "--heads",
+                                              "--kv-heads", "--dim",       "--causal",  "--scale"};
     for (const char* s : kShapeFlags) o->shape_set = o->shape_set || flag == s;
     if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
     else if (flag == "--seqlen" || flag == "-n") {
@@ -123,6 +125,27 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
     }
     else if (flag == "--seqlen-q") { if (need()) parse_int(flag, value, &p.seqlen_q, &r); }
     else if (flag == "--seqlen-k") { if (need() && parse_int(flag, value, &p.seqlen_k, &r)) seqlen_k_set = true; }
+    else if (flag == "--seqlens-q" || flag == "--seqlens-k") {
+      // A comma-separated list of lengths, one per sequence of a packed batch (0 allowed).
+      std::vector<int>& lens = flag == "--seqlens-q" ? lens_q : lens_k;
+      if (need()) {
+        lens.clear();
+        std::stringstream ss(value);
+        std::string item;
+        int n = 0;
+        while (r.ok && std::getline(ss, item, ',')) {
+          if (!parse_int_value(item, &n) || n < 0) {
+            r.ok = false;
+            r.error = flag + ": expected comma-separated lengths >= 0, got '" + value + "'";
+          }
+          lens.push_back(n);
+        }
+        if (r.ok && lens.empty()) {
+          r.ok = false;
+          r.error = flag + ": expected at least one length";
+        }
+      }
+    }
     else if (flag == "--heads") { if (need()) parse_int(flag, value, &p.heads_q, &r); }
     else if (flag == "--kv-heads") { if (need() && parse_int(flag, value, &p.heads_kv, &r)) kv_heads_set = true; }
     else if (flag == "--dim") { if (need()) parse_int(flag, value, &p.head_dim, &r); }
@@ -211,6 +234,11 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
   }
   // MHA by default: --heads alone sets both.
   if (r.ok && !kv_heads_set) o->problem.heads_kv = o->problem.heads_q;
+  if (r.ok && !lens_k.empty() && lens_q.empty()) {
+    r.ok = false;
+    r.error = "--seqlens-k: needs --seqlens-q (the packed batch's query lengths)";
+  }
+  if (r.ok && !lens_q.empty()) set_varlen(&o->problem, lens_q, lens_k);
   return r;
 }
 
@@ -225,6 +253,9 @@ std::string usage(const std::string& program) {
     << "  --seqlen N         seqlen_q = seqlen_k = N\n"
     << "  --seqlen-q N       query length (default 1024)\n"
     << "  --seqlen-k N       key/value length (default: seqlen-q)\n"
+    << "  --seqlens-q L,L,.. a packed batch of variable-length sequences (rungs 15, 16): one\n"
+    << "                     query length per sequence; sets --batch and max seqlen\n"
+    << "  --seqlens-k L,L,.. their key lengths (default: --seqlens-q)\n"
     << "  --heads N          query heads (default 16)\n"
     << "  --kv-heads N       key/value heads, divides --heads (default: --heads)\n"
     << "  --dim N            head_dim, multiple of 8, <= 256 (default 64)\n"

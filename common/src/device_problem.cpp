@@ -25,8 +25,9 @@ std::vector<uint16_t> download16(const DeviceBuffer& b) {
 
 size_t DeviceProblem::device_bytes(const Problem& p, size_t workspace_bytes) {
   const size_t qo = p.q_elements() * 2;
-  const size_t lse = static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * 4;
-  return 2 * qo + 2 * kv_elems(p) * 2 + lse + workspace_bytes;
+  const size_t lse = p.lse_elements() * 4;
+  const size_t cu = p.varlen() ? 2 * (static_cast<size_t>(p.batch) + 1) * sizeof(int) : 0;
+  return 2 * qo + 2 * kv_elems(p) * 2 + lse + cu + workspace_bytes;
 }
 
 DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t workspace_bytes,
@@ -36,7 +37,7 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   const size_t q_elems = p.q_elements();
   q_ = DeviceBuffer(q_elems * 2);
   o_ = DeviceBuffer(q_elems * 2);
-  lse_ = DeviceBuffer(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q * sizeof(float));
+  lse_ = DeviceBuffer(p.lse_elements() * sizeof(float));
   k_ = DeviceBuffer(kv_elems(p) * 2);
   v_ = DeviceBuffer(kv_elems(p) * 2);
   if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
@@ -72,6 +73,14 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
     a.block_table = table_.as<int>();
     a.block_table_stride = pps;
     a.page_size = page;
+  }
+  if (p.varlen()) {
+    cu_q_ = DeviceBuffer(p.cu_seqlens_q.size() * sizeof(int));
+    cu_k_ = DeviceBuffer(p.cu_seqlens_k.size() * sizeof(int));
+    cu_q_.upload(p.cu_seqlens_q.data(), cu_q_.bytes());
+    cu_k_.upload(p.cu_seqlens_k.data(), cu_k_.bytes());
+    a.cu_seqlens_q = cu_q_.as<int>();
+    a.cu_seqlens_k = cu_k_.as<int>();
   }
   a.q = q_.get();
   a.k = k_.get();

@@ -44,7 +44,10 @@ float normal_at(unsigned long long seed, unsigned long long index) {
 }
 
 HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed) {
-  const int B = p.batch, D = p.head_dim;
+  // A packed batch is filled as one sequence of all its tokens: [1, total, heads, head_dim].
+  const int B = p.varlen() ? 1 : p.batch, D = p.head_dim;
+  const int Sq = static_cast<int>(p.varlen() ? p.total_q() : p.seqlen_q);
+  const int Sk = static_cast<int>(p.varlen() ? p.total_k() : p.seqlen_k);
   const DType t = p.dtype;
   // Three independent streams for Q, K, V.
   const unsigned long long sq = seed * 3 + 0, sk = seed * 3 + 1, sv = seed * 3 + 2;
@@ -55,18 +58,18 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
   switch (kind) {
     case InputKind::ones: {
       auto one = [](int, int, int, int, long long) { return 1.0f; };
-      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, one);
-      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, one);
-      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, one);
+      in.q = fill(B, Sq, p.heads_q, D, t, one);
+      in.k = fill(B, Sk, p.heads_kv, D, t, one);
+      in.v = fill(B, Sk, p.heads_kv, D, t, one);
       break;
     }
     case InputKind::identity: {
       // Row s is 8 * e_{s mod D}: query i matches the keys j = i (mod D) strongly,
       // so a wrong row or column index changes the output visibly.
       auto unit = [D](int, int s, int, int c, long long) { return c == s % D ? 8.0f : 0.0f; };
-      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, unit);
-      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, unit);
-      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sv, 0.5f));
+      in.q = fill(B, Sq, p.heads_q, D, t, unit);
+      in.k = fill(B, Sk, p.heads_kv, D, t, unit);
+      in.v = fill(B, Sk, p.heads_kv, D, t, rnd(sv, 0.5f));
       break;
     }
     case InputKind::ramp: {
@@ -74,9 +77,9 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       auto ramp = [](int b, int s, int h, int c, long long) {
         return static_cast<float>((s * 7 + c + h * 3 + b * 5) % 64) / 32.0f - 1.0f;
       };
-      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, rnd(sq, 0.25f));
-      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sk, 0.25f));
-      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, ramp);
+      in.q = fill(B, Sq, p.heads_q, D, t, rnd(sq, 0.25f));
+      in.k = fill(B, Sk, p.heads_kv, D, t, rnd(sk, 0.25f));
+      in.v = fill(B, Sk, p.heads_kv, D, t, ramp);
       break;
     }
     case InputKind::outlier: {
@@ -86,15 +89,15 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       auto out = [factor](unsigned long long s) {
         return [s, factor](int, int, int, int c, long long n) { return (normal_at(s, n) + 0.25f) * factor[c]; };
       };
-      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, out(sq));
-      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, out(sk));
-      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sv, 0.5f));
+      in.q = fill(B, Sq, p.heads_q, D, t, out(sq));
+      in.k = fill(B, Sk, p.heads_kv, D, t, out(sk));
+      in.v = fill(B, Sk, p.heads_kv, D, t, rnd(sv, 0.5f));
       break;
     }
     default:
-      in.q = fill(B, p.seqlen_q, p.heads_q, D, t, rnd(sq, 0.25f));
-      in.k = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sk, 0.25f));
-      in.v = fill(B, p.seqlen_k, p.heads_kv, D, t, rnd(sv, 0.5f));
+      in.q = fill(B, Sq, p.heads_q, D, t, rnd(sq, 0.25f));
+      in.k = fill(B, Sk, p.heads_kv, D, t, rnd(sk, 0.25f));
+      in.v = fill(B, Sk, p.heads_kv, D, t, rnd(sv, 0.5f));
   }
   return in;
 }
@@ -125,7 +128,7 @@ std::vector<uint16_t> make_grad_output(const Problem& p, unsigned long long seed
   // make_inputs uses the streams seed * 3 + {0, 1, 2}, which cover every small integer; a large
   // constant xor-ed in keeps dO's stream clear of them for any seed a run would pass.
   const unsigned long long s = seed ^ 0x6a09e667f3bcc909ull;
-  return fill(p.batch, p.seqlen_q, p.heads_q, p.head_dim, p.dtype,
+  return fill(p.varlen() ? 1 : p.batch, static_cast<int>(p.varlen() ? p.total_q() : p.seqlen_q), p.heads_q, p.head_dim, p.dtype,
               [s](int, int, int, int, long long n) { return normal_at(s, n) + 0.25f; });
 }
 

@@ -18,10 +18,33 @@ int Problem::visible_keys(int i) const {
   return static_cast<int>(std::clamp<long long>(last + 1, 0, seqlen_k));
 }
 
+int Problem::visible_keys(int b, int i) const {
+  const int lk = len_k(b);
+  if (!causal) return lk;
+  const long long last = static_cast<long long>(i) + lk - len_q(b);  // last visible key
+  return static_cast<int>(std::clamp<long long>(last + 1, 0, lk));
+}
+
+void set_varlen(Problem* p, const std::vector<int>& lens_q, const std::vector<int>& lens_k) {
+  const std::vector<int>& lk = lens_k.empty() ? lens_q : lens_k;
+  auto prefix = [](const std::vector<int>& lens, std::vector<int>* cu, int* longest) {
+    cu->assign(1, 0);
+    *longest = 1;
+    for (int n : lens) {
+      cu->push_back(cu->back() + n);
+      *longest = std::max(*longest, n);
+    }
+  };
+  p->batch = static_cast<int>(lens_q.size());
+  prefix(lens_q, &p->cu_seqlens_q, &p->seqlen_q);
+  prefix(lk, &p->cu_seqlens_k, &p->seqlen_k);
+}
+
 std::string Problem::describe() const {
   std::ostringstream s;
   s << "B=" << batch << " Sq=" << seqlen_q << " Sk=" << seqlen_k << " H=" << heads_q << "/"
     << heads_kv << " d=" << head_dim << " " << dtype_name(dtype) << " causal=" << (causal ? 1 : 0);
+  if (varlen()) s << " varlen tokens=" << total_q() << "/" << total_k();
   if (page_size > 0) s << " page=" << page_size;
   if (num_splits > 0) s << " splits=" << num_splits;
   return s.str();
@@ -48,9 +71,22 @@ std::string validate(const Problem& p) {
   if (p.num_splits < 0) return bad("--splits", "must be >= 0 (0 = heuristic)", p.num_splits);
   if (p.page_size < 0 || (p.page_size > 0 && (p.page_size & (p.page_size - 1)) != 0))
     return bad("--page-size", "must be 0 (contiguous) or a power of two", p.page_size);
+  if (p.varlen()) {
+    const auto& cq = p.cu_seqlens_q;
+    const auto& ck = p.cu_seqlens_k;
+    if (cq.size() != static_cast<size_t>(p.batch) + 1 || ck.size() != cq.size())
+      return "--seqlens-q and --seqlens-k must give one length per sequence, the same count";
+    if (cq[0] != 0 || ck[0] != 0) return "cu_seqlens must start at 0";
+    for (int b = 0; b < p.batch; ++b) {
+      if (p.len_q(b) < 0 || p.len_k(b) < 0)
+        return "--seqlens-q/--seqlens-k: sequence " + std::to_string(b) + " has a negative length";
+      if (p.len_q(b) > p.seqlen_q || p.len_k(b) > p.seqlen_k)
+        return "sequence " + std::to_string(b) + " is longer than max_seqlen (seqlen_q/seqlen_k)";
+    }
+    if (p.page_size > 0) return "a variable-length batch takes a contiguous K/V (no --page-size)";
+  }
   // Element counts must fit the int64 strides with room to spare.
-  const double elems = static_cast<double>(p.batch) * std::max(p.seqlen_q, p.seqlen_k) *
-                       p.heads_q * p.head_dim;
+  const double elems = static_cast<double>(std::max(p.total_q(), p.total_k())) * p.heads_q * p.head_dim;
   if (elems > 4e12) return "problem too large: more than 4e12 elements per tensor";
   return "";
 }
@@ -93,6 +129,12 @@ AttnParams make_attn_params(const Problem& p) {
   a.softmax_scale = p.scale();
   a.scale_log2 = p.scale() * 1.4426950408889634f;
   a.num_splits = p.num_splits;
+  a.total_q = static_cast<int>(p.total_q());
+  a.total_k = static_cast<int>(p.total_k());
+  if (p.varlen()) {  // packed: the tokens of every sequence one after another
+    a.q_batch_stride = a.o_batch_stride = a.k_batch_stride = a.v_batch_stride = 0;
+    a.causal_offset = 0;  // per sequence: len_k - len_q
+  }
   return a;
 }
 
@@ -130,6 +172,14 @@ void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits) {
 
 double unmasked_pairs(const Problem& p) {
   double pairs = 0;
+  if (p.varlen()) {
+    for (int b = 0; b < p.batch; ++b) {
+      if (!p.causal) pairs += static_cast<double>(p.len_q(b)) * p.len_k(b);
+      else
+        for (int i = 0; i < p.len_q(b); ++i) pairs += p.visible_keys(b, i);
+    }
+    return pairs * p.heads_q;
+  }
   if (!p.causal) {
     pairs = static_cast<double>(p.seqlen_q) * p.seqlen_k;
   } else {
@@ -141,20 +191,20 @@ double unmasked_pairs(const Problem& p) {
 double attention_flops(const Problem& p) { return 4.0 * unmasked_pairs(p) * p.head_dim; }
 
 double attention_bytes(const Problem& p) {
-  const double qo = 2.0 * p.batch * p.seqlen_q * p.heads_q * p.head_dim;  // Q read + O write
+  const double qo = 2.0 * static_cast<double>(p.total_q()) * p.heads_q * p.head_dim;  // Q read + O write
   return 2.0 * qo + kv_bytes(p);
 }
 
 double kv_bytes(const Problem& p) {
-  return 2.0 * 2.0 * p.batch * static_cast<double>(p.seqlen_k) * p.heads_kv * p.head_dim;
+  return 2.0 * 2.0 * static_cast<double>(p.total_k()) * p.heads_kv * p.head_dim;
 }
 
 double attention_bwd_bytes(const Problem& p) {
   // Four tensors shaped like Q (Q, O, dO read; dQ written) and four like K (K, V read; dK, dV
   // written), 16-bit each, plus the forward's LSE (fp32, one per query row and head) read.
-  const double q_like = 2.0 * p.batch * static_cast<double>(p.seqlen_q) * p.heads_q * p.head_dim;
-  const double kv_like = 2.0 * p.batch * static_cast<double>(p.seqlen_k) * p.heads_kv * p.head_dim;
-  const double lse = 4.0 * p.batch * static_cast<double>(p.heads_q) * p.seqlen_q;
+  const double q_like = 2.0 * static_cast<double>(p.total_q()) * p.heads_q * p.head_dim;
+  const double kv_like = 2.0 * static_cast<double>(p.total_k()) * p.heads_kv * p.head_dim;
+  const double lse = 4.0 * static_cast<double>(p.lse_elements());
   return 4.0 * q_like + 4.0 * kv_like + lse;
 }
 

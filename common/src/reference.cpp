@@ -12,20 +12,25 @@ namespace fl {
 
 std::vector<RowId> all_rows(const Problem& p) {
   std::vector<RowId> rows;
-  rows.reserve(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q);
+  rows.reserve(static_cast<size_t>(p.total_q()) * p.heads_q);
   for (int b = 0; b < p.batch; ++b)
     for (int h = 0; h < p.heads_q; ++h)
-      for (int i = 0; i < p.seqlen_q; ++i) rows.push_back({b, h, i});
+      for (int i = 0; i < p.len_q(b); ++i) rows.push_back({b, h, i});
   return rows;
 }
 
 std::vector<RowId> sample_rows(const Problem& p, unsigned long long seed) {
   std::set<std::tuple<int, int, int>> picked;
   auto add = [&](int b, int h, int i) {
-    if (b >= 0 && b < p.batch && h >= 0 && h < p.heads_q && i >= 0 && i < p.seqlen_q)
+    if (b >= 0 && b < p.batch && h >= 0 && h < p.heads_q && i >= 0 && i < p.len_q(b))
       picked.insert({b, h, i});
   };
   const int B = p.batch, H = p.heads_q, S = p.seqlen_q;
+  // A packed batch: the first, last and tail rows of every sequence too (each masks its own).
+  if (p.varlen())
+    for (int b = 0; b < B; ++b)
+      for (int i : {0, 1, p.len_q(b) - 2, p.len_q(b) - 1, p.len_q(b) / 64 * 64, p.len_q(b) / 128 * 128})
+        add(b, (b * 7) % H, i);
   // First and last rows of the first and last (batch, head).
   for (int i : {0, 1, S - 2, S - 1}) {
     add(0, 0, i);
@@ -44,9 +49,11 @@ std::vector<RowId> sample_rows(const Problem& p, unsigned long long seed) {
   add(wb, wh, S - 1);
   // Random rows anywhere, including every head of one batch (GQA groups).
   std::mt19937_64 rng(seed ^ 0x5eedull);
-  for (int n = 0; n < 512; ++n)
-    add(static_cast<int>(rng() % B), static_cast<int>(rng() % H), static_cast<int>(rng() % S));
-  for (int h = 0; h < H; ++h) add(B - 1, h, static_cast<int>(rng() % S));
+  for (int n = 0; n < 512; ++n) {
+    const int b = static_cast<int>(rng() % B);
+    add(b, static_cast<int>(rng() % H), static_cast<int>(rng() % std::max(1, p.len_q(b))));
+  }
+  for (int h = 0; h < H; ++h) add(B - 1, h, static_cast<int>(rng() % std::max(1, p.len_q(B - 1))));
   std::vector<RowId> rows;
   for (auto& t : picked) rows.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t)});
   return rows;
@@ -57,7 +64,9 @@ std::vector<RowId> rows_for_check(const Problem& p, CheckMode mode, unsigned lon
   if (mode == CheckMode::full) return all_rows(p);
   if (mode == CheckMode::sample) return sample_rows(p, seed);
   // auto: full while the fp64 work (B*H*Sq*Sk*d MACs) is small.
-  const double macs = static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_k * p.head_dim;
+  double qk = 0;  // query-key products the reference computes (all of them: it masks after)
+  for (int b = 0; b < p.batch; ++b) qk += static_cast<double>(p.len_q(b)) * p.len_k(b);
+  const double macs = qk * p.heads_q * p.head_dim;
   return macs <= 4.0e9 ? all_rows(p) : sample_rows(p, seed);
 }
 
@@ -66,15 +75,16 @@ namespace {
 template <class Scalar>
 using Mat = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// [seqlen, heads, dim] slice of one (batch, kv head) of K (@p is_v false) or V as a seqlen x dim
-/// matrix, read through HostInputs' accessors (16-bit bits, or the FP8 path's values).
+/// The keys of sequence b, kv head h, of K (@p is_v false) or V as a len_k(b) x dim matrix,
+/// read through HostInputs' accessors (16-bit bits, or the FP8 path's values).
 template <class Scalar>
-Mat<Scalar> head_matrix(const HostInputs& in, bool is_v, int b, int h, int S, int H, int D, DType dt) {
+Mat<Scalar> head_matrix(const Problem& p, const HostInputs& in, bool is_v, int b, int h) {
+  const int S = p.len_k(b), D = p.head_dim;
   Mat<Scalar> m(S, D);
   for (int s = 0; s < S; ++s) {
-    const size_t base = ((static_cast<size_t>(b) * S + s) * H + h) * D;
+    const size_t base = (static_cast<size_t>(p.k_token(b, s)) * p.heads_kv + h) * D;
     for (int c = 0; c < D; ++c)
-      m(s, c) = static_cast<Scalar>(is_v ? in.v_at(base + c, dt) : in.k_at(base + c, dt));
+      m(s, c) = static_cast<Scalar>(is_v ? in.v_at(base + c, p.dtype) : in.k_at(base + c, p.dtype));
   }
   return m;
 }
@@ -108,8 +118,8 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
 #pragma omp parallel for schedule(dynamic)
   for (long long g = 0; g < static_cast<long long>(keys.size()); ++g) {
     auto& e = kv.find(keys[g])->second;  // no insertion: safe in parallel
-    e.first = head_matrix<Scalar>(in, false, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
-    e.second = head_matrix<Scalar>(in, true, keys[g].first, keys[g].second, p.seqlen_k, p.heads_kv, D, p.dtype);
+    e.first = head_matrix<Scalar>(p, in, false, keys[g].first, keys[g].second);
+    e.second = head_matrix<Scalar>(p, in, true, keys[g].first, keys[g].second);
   }
 
   const Scalar scale = static_cast<Scalar>(p.scale());
@@ -122,20 +132,20 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
     Mat<Scalar> Q(n, D);
     for (int r = 0; r < n; ++r) {
       const RowId& row = rows[idx[task.begin + r]];
-      const size_t base = ((static_cast<size_t>(row.b) * p.seqlen_q + row.i) * p.heads_q + row.h) * D;
+      const size_t base = (static_cast<size_t>(p.q_token(row.b, row.i)) * p.heads_q + row.h) * D;
       for (int c = 0; c < D; ++c) Q(r, c) = static_cast<Scalar>(in.q_at(base + c, p.dtype));
     }
     Mat<Scalar> S = (Q * K.transpose()) * scale;
     for (int r = 0; r < n; ++r) {
       const size_t out_row = idx[task.begin + r];
-      const int visible = p.visible_keys(rows[out_row].i);
+      const int visible = p.visible_keys(rows[out_row].b, rows[out_row].i);
       if (visible == 0) {
         S.row(r).setZero();  // O = 0, LSE = -inf
         continue;
       }
       const Scalar m = S.row(r).head(visible).maxCoeff();
       Scalar l = 0;
-      for (int j = 0; j < p.seqlen_k; ++j) {
+      for (int j = 0; j < K.rows(); ++j) {
         const Scalar e = j < visible ? std::exp(S(r, j) - m) : Scalar(0);
         S(r, j) = e;
         l += e;
@@ -168,18 +178,17 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
   res.out.assign(rows.size() * D, 0.0);
   res.lse.assign(rows.size(), -std::numeric_limits<double>::infinity());
   auto q_at = [&](const RowId& r, int c) {
-    return in.q_at(((static_cast<size_t>(r.b) * p.seqlen_q + r.i) * p.heads_q + r.h) * D + c, p.dtype);
+    return in.q_at((static_cast<size_t>(p.q_token(r.b, r.i)) * p.heads_q + r.h) * D + c, p.dtype);
   };
   auto kv_at = [&](bool is_v, int b, int j, int hk, int c) {
-    const size_t i = ((static_cast<size_t>(b) * p.seqlen_k + j) * p.heads_kv + hk) * D + c;
+    const size_t i = (static_cast<size_t>(p.k_token(b, j)) * p.heads_kv + hk) * D + c;
     return is_v ? in.v_at(i, p.dtype) : in.k_at(i, p.dtype);
   };
   for (size_t n = 0; n < rows.size(); ++n) {
     const RowId& r = rows[n];
     const int hk = r.h / p.group();
     std::vector<double> s;
-    for (int j = 0; j < p.seqlen_k; ++j) {
-      if (p.causal && j > r.i + p.causal_offset()) break;
+    for (int j = 0; j < p.visible_keys(r.b, r.i); ++j) {
       double dot = 0;
       for (int c = 0; c < D; ++c) dot += static_cast<double>(q_at(r, c)) * kv_at(false, r.b, j, hk, c);
       s.push_back(dot * scale);

@@ -299,6 +299,14 @@ std::string problem_json(const Problem& p, bool backward) {
       .kv("flops", attention_flops(p))
       .kv("bytes", attention_bytes(p));
   if (backward) j.kv("bwd_flops", attention_bwd_flops(p)).kv("bwd_bytes", attention_bwd_bytes(p));
+  if (p.varlen()) {  // a packed batch: its prefix sums, as flash_attn_varlen_func takes them
+    auto list = [](const std::vector<int>& v) {
+      std::string s = "[";
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return s + "]";
+    };
+    j.raw("cu_seqlens_q", list(p.cu_seqlens_q)).raw("cu_seqlens_k", list(p.cu_seqlens_k));
+  }
   j.end_object();
   return j.str();
 }

@@ -31,11 +31,11 @@ class DeviceProblem {
   void want_o_fp32();
   /// Fills O, LSE and the fp32 O (when wanted) with NaN (so unwritten elements are caught).
   void poison_outputs();
-  /// Dense O [batch, seqlen_q, heads_q, head_dim] as 16-bit bits.
+  /// Dense O [batch, seqlen_q, heads_q, head_dim] (packed [total_q, ...]) as 16-bit bits.
   std::vector<uint16_t> download_o() const;
   /// The fp32 copy of O (empty unless want_o_fp32 was called).
   std::vector<float> download_o_fp32() const;
-  /// LSE [batch, heads_q, seqlen_q].
+  /// LSE [batch, heads_q, seqlen_q] ([heads_q, total_q] for a packed batch).
   std::vector<float> download_lse() const;
   /// Bytes the problem needs on the device (inputs, outputs, workspace).
   static size_t device_bytes(const Problem& p, size_t workspace_bytes);
@@ -51,7 +51,7 @@ class DeviceProblem {
  private:
   Problem p_;
   AttnParams params_{}, params16_{};
-  DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_, o32_;
+  DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_, o32_, cu_q_, cu_k_;
   std::unique_ptr<DeviceFp8> fp8_;
 };
 

@@ -11,7 +11,8 @@
 
 namespace fl {
 
-/// Q, K, V in dense [batch, seqlen, heads, head_dim] layout, 16-bit bits.
+/// Q, K, V in dense [batch, seqlen, heads, head_dim] layout (packed [total, heads, head_dim] for
+/// a variable-length batch: Problem::q_token and k_token index both), 16-bit bits.
 struct HostInputs {
   std::vector<uint16_t> q, k, v;
   /// The FP8 path's inputs (fp8_device.h): the values an FP8 rung computes with, e4m3 times

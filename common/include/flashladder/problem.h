@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "flashladder/types.h"
 
@@ -28,6 +29,12 @@ struct Problem {
   float softmax_scale = 0; ///< 0 means 1/sqrt(head_dim)
   int num_splits = 0;      ///< split-KV count for decode rungs (0 = heuristic)
   int page_size = 0;       ///< paged KV cache page size in tokens (0 = contiguous)
+  /// A variable-length batch (rungs with Rung::varlen; set_varlen() fills it): int32 prefix sums
+  /// of the `batch` sequences' lengths, as flash_attn_varlen_func takes them. Sequence b's
+  /// queries are tokens cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of a packed
+  /// [total_q, heads_q, head_dim] Q (and O), its keys likewise in K and V; seqlen_q and seqlen_k
+  /// are then the longest lengths (max_seqlen_q/k). Empty: a dense batch.
+  std::vector<int> cu_seqlens_q, cu_seqlens_k;
 
   /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0.
   float scale() const;
@@ -35,15 +42,48 @@ struct Problem {
   int group() const { return heads_q / heads_kv; }
   /// seqlen_k - seqlen_q: query i sees key j iff j <= i + causal_offset().
   int causal_offset() const { return seqlen_k - seqlen_q; }
-  /// Number of keys query row i sees (0 ... seqlen_k).
+  /// Number of keys query row i sees (0 ... seqlen_k) in a dense batch.
   int visible_keys(int i) const;
-  /// Elements of Q (and of O, dO, dQ): batch x seqlen_q x heads_q x head_dim.
-  size_t q_elements() const { return static_cast<size_t>(batch) * seqlen_q * heads_q * head_dim; }
-  /// Elements of a contiguous K (and of V, dK, dV): batch x seqlen_k x heads_kv x head_dim.
-  size_t kv_elements() const { return static_cast<size_t>(batch) * seqlen_k * heads_kv * head_dim; }
+
+  // ---- one description of dense and variable-length batches: every CPU index goes through these
+  /// True for a variable-length batch (cu_seqlens_q set).
+  bool varlen() const { return !cu_seqlens_q.empty(); }
+  /// Queries / keys of sequence @p b.
+  int len_q(int b) const { return varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
+  int len_k(int b) const { return varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
+  /// Row of query i (key j) of sequence b in the [tokens, heads, head_dim] view of Q (of K):
+  /// b * seqlen + i dense, cu_seqlens[b] + i packed.
+  int64_t q_token(int b, int i) const {
+    return varlen() ? static_cast<int64_t>(cu_seqlens_q[b]) + i : static_cast<int64_t>(b) * seqlen_q + i;
+  }
+  int64_t k_token(int b, int j) const {
+    return varlen() ? static_cast<int64_t>(cu_seqlens_k[b]) + j : static_cast<int64_t>(b) * seqlen_k + j;
+  }
+  /// Query / key tokens of the whole batch.
+  int64_t total_q() const { return varlen() ? cu_seqlens_q.back() : static_cast<int64_t>(batch) * seqlen_q; }
+  int64_t total_k() const { return varlen() ? cu_seqlens_k.back() : static_cast<int64_t>(batch) * seqlen_k; }
+  /// Keys query i of sequence b sees: the causal mask is bottom-right aligned per sequence.
+  int visible_keys(int b, int i) const;
+  /// Index of (sequence b, head h, query i) in the LSE: [batch, heads_q, seqlen_q] dense,
+  /// [heads_q, total_q] packed (flash_attn_varlen_func's layout).
+  size_t lse_index(int b, int h, int i) const {
+    return varlen() ? static_cast<size_t>(h) * total_q() + q_token(b, i)
+                    : (static_cast<size_t>(b) * heads_q + h) * seqlen_q + i;
+  }
+  /// Elements of the LSE: batch x heads_q x seqlen_q dense, heads_q x total_q packed.
+  size_t lse_elements() const { return static_cast<size_t>(heads_q) * total_q(); }
+
+  /// Elements of Q (and of O, dO, dQ): total_q x heads_q x head_dim.
+  size_t q_elements() const { return static_cast<size_t>(total_q()) * heads_q * head_dim; }
+  /// Elements of a contiguous K (and of V, dK, dV): total_k x heads_kv x head_dim.
+  size_t kv_elements() const { return static_cast<size_t>(total_k()) * heads_kv * head_dim; }
   /// One-line description, e.g. "B=4 Sq=1024 Sk=1024 H=16/16 d=64 fp16 causal=0".
   std::string describe() const;
 };
+
+/// Makes @p p a variable-length batch of these sequences (@p lens_k empty: the same as
+/// @p lens_q): batch, cu_seqlens_q/k and seqlen_q/k (the longest, at least 1) set.
+void set_varlen(Problem* p, const std::vector<int>& lens_q, const std::vector<int>& lens_k = {});
 
 /// Checks a problem against the contract; "" if valid, else a message naming
 /// the offending flag (e.g. "--dim must be between 1 and 256, got 0").
@@ -92,6 +132,15 @@ struct AttnParams {
   const float* k_descale;  ///< [batch, heads_kv]: K = e4m3 x k_descale[b * heads_kv + kv head]
   const float* v_descale;  ///< [batch, heads_kv]: V likewise
   int vt_seqlen;           ///< row length of the transposed V: vt_row_length(seqlen_k)
+
+  // Variable-length batches (rungs with Rung::varlen; null and 0 for a dense batch): device
+  // copies of Problem::cu_seqlens_q/k (batch + 1 int32 each). Q, O and the LSE are then packed
+  // as Problem::q_token and Problem::lse_index say, K and V as Problem::k_token, the batch
+  // strides are 0, and seqlen_q/k are the longest sequences. causal_offset is unused: each
+  // sequence's is len_k - len_q.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  int total_q, total_k;  ///< tokens of the packed Q and K
 };
 
 /// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,

@@ -51,6 +51,7 @@ struct Rung {
   Peak peak = Peak::fp32_fma;  ///< what "% of peak" refers to
   std::vector<int> head_dims;  ///< head_dims it accepts; empty = any up to kMaxHeadDim
   bool paged_kv = false;       ///< accepts Problem::page_size > 0
+  bool varlen = false;         ///< accepts a variable-length batch (Problem::cu_seqlens_q/k)
   int min_cc = 0;              ///< minimum compute capability x10 (e.g. 80), 0 = any
 
   /// "" if the rung can run @p p on @p d, else a one-line reason. Generic
