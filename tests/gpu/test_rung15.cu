@@ -1,0 +1,120 @@
+// Rung 15 (persistent grid, variable-length batches) on the GPU, beyond the shared matrix (which
+// runs its dense cases): packed batches of every kind the contract names, on the rung and on
+// each variant, checked against the fp64 reference on the same packed description:
+//   - lengths of 1, empty sequences, tails that end mid-tile, one sequence longer than a tile;
+//   - causal with seqlen_q != seqlen_k per sequence both ways (rows that see no key), GQA 4:1;
+//   - sequences with no key at all, and a batch with only empty sequences;
+//   - more work items than SMs (every block takes several, the ring running on across them);
+//   - a bitwise repeat: the same batch twice gives the same O and LSE.
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "flashladder/runner.h"
+#include "problem_shape.h"
+
+using namespace fl;
+using fl_test::shape;
+
+namespace {
+
+const Rung& rung15(const std::string& variant = "") {
+  const Rung* r = registry().find(15, variant);
+  REQUIRE(r != nullptr);
+  return *r;
+}
+
+/// A packed problem of these lengths (@p lk empty: the same as @p lq).
+Problem packed(const std::vector<int>& lq, const std::vector<int>& lk, int hq, int hkv, int d, bool causal,
+               DType t = DType::fp16) {
+  Problem p = shape(1, 1, 1, hq, hkv, d, causal, t);
+  set_varlen(&p, lq, lk);
+  return p;
+}
+
+/// Runs one case and requires a pass (or skips the whole test where rung 15 cannot run).
+bool passes(const Rung& r, const Problem& p, unsigned long long seed = 1) {
+  const CaseResult c = run_case(r, p, InputKind::random, CheckMode::full, seed);
+  if (!c.ran) {
+    WARN(r.label() << " not run: " << c.skipped);
+    return true;
+  }
+  INFO(r.label() << " " << p.describe() << ": " << c.check.reason);
+  CHECK(c.check.pass);
+  return c.check.pass;
+}
+
+}  // namespace
+
+TEST_CASE("packed batches: lengths of 1, empty sequences, tails, seqlen_q != seqlen_k, GQA", "[rung15]") {
+  const std::vector<std::pair<std::vector<int>, std::vector<int>>> batches = {
+      {{1, 0, 130, 77, 256, 3}, {}},                     // self-attention lengths, an empty one
+      {{5, 200, 1, 64, 0, 129}, {300, 100, 1, 0, 7, 129}},  // q != k both ways, a sequence with no key
+      {{333}, {1000}},                                   // one sequence, more keys than queries
+  };
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true})
+      for (DType t : {DType::fp16, DType::bf16})
+        for (const auto& [lq, lk] : batches) {
+          const int hkv = d == 256 ? 1 : 2;
+          passes(rung15(), packed(lq, lk, 4 * hkv, hkv, d, causal, t));
+        }
+}
+
+TEST_CASE("every variant takes a packed batch", "[rung15]") {
+  for (const Rung& r : registry().all()) {
+    if (r.number != 15 || r.variant.empty()) continue;
+    const int d = r.head_dims.size() == 1 ? r.head_dims[0] : 128;
+    for (bool causal : {false, true})
+      passes(r, packed({1, 0, 130, 77, 256, 3, 500}, {2, 9, 130, 60, 256, 0, 700}, 8, 2, d, causal));
+  }
+}
+
+TEST_CASE("many work items per block: a mixed batch longer than one wave", "[rung15]") {
+  // 48 sequences of 1 .. 1200 tokens, 8 heads: several hundred query tiles over the grid, so
+  // every block takes several and the ring's stages and phases run on across them.
+  std::mt19937 rng(7);
+  std::vector<int> lens(48);
+  for (int& n : lens) n = 1 + static_cast<int>(rng() % 1200);
+  for (bool causal : {false, true}) {
+    passes(rung15(), packed(lens, {}, 8, 2, 128, causal, DType::bf16));
+    passes(rung15("fifo"), packed(lens, {}, 8, 2, 128, causal, DType::bf16));
+    passes(rung15("no-epilogue-overlap"), packed(lens, {}, 8, 2, 64, causal));
+  }
+  // Dense, far more tiles than SMs, and a small one of fewer tiles than SMs.
+  for (bool causal : {false, true}) {
+    passes(rung15(), shape(8, 1000, 1000, 16, 4, 128, causal));
+    passes(rung15(), shape(1, 77, 300, 2, 1, 64, causal));
+  }
+}
+
+TEST_CASE("no key anywhere, and no query anywhere", "[rung15]") {
+  // Every row sees no key: O = 0, LSE = -inf everywhere.
+  passes(rung15(), packed({3, 130}, {0, 0}, 4, 2, 64, false));
+  // Only empty sequences: nothing to write, and nothing is read.
+  Problem p = packed({0, 0, 0}, {5, 0, 9}, 4, 2, 64, true);
+  const CaseResult c = run_case(rung15(), p, InputKind::random, CheckMode::full, 1);
+  if (c.ran) CHECK(c.check.unwritten == 0);
+}
+
+TEST_CASE("a packed batch is bitwise repeatable", "[rung15]") {
+  const Problem p = packed({100, 1, 700, 0, 250}, {}, 8, 2, 128, true, DType::bf16);
+  const Rung& r = rung15();
+  if (!supports(r, p, query_device()).empty()) return;
+  const HostInputs in = make_inputs(p, InputKind::random, 3);
+  DeviceProblem dp(p, in, 0, 3);
+  std::vector<uint16_t> o[2];
+  std::vector<float> lse[2];
+  for (int k = 0; k < 2; ++k) {
+    dp.poison_outputs();
+    r.launch(dp.params(), nullptr);
+    FL_CUDA_CHECK(cudaDeviceSynchronize());
+    o[k] = dp.download_o();
+    lse[k] = dp.download_lse();
+  }
+  REQUIRE(o[0] == o[1]);
+  REQUIRE(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
+}
