@@ -347,7 +347,13 @@ TileScheduler make_scheduler(const AttnParams& p, bool lpt) {
   s.heads_q = p.heads_q;
   s.units = p.batch * p.heads_q;
   const long long kv_head_bytes = 2ll * p.seqlen_k * Cfg::kHeadDim * 2;  // K and V, 16-bit
-  s.section_units = section_units_for(kv_head_bytes, p.group, s.units, kL2BudgetBytes);
+  static const long long budget = [] {  // EXPERIMENT
+    const char* e = getenv("FL_R15_L2_MB");
+    return e ? atoll(e) << 20 : kL2BudgetBytes;
+  }();
+  static const bool m_fastest = getenv("FL_R15_M_FASTEST") != nullptr;
+  s.section_units = section_units_for(kv_head_bytes, p.group, s.units, budget);
+  s.m_fastest = m_fastest;
   s.lpt = lpt && p.causal;
   return s;
 }

@@ -48,6 +48,7 @@ struct TileScheduler {
   int units;          ///< batch x heads_q
   int section_units;  ///< units per L2 section: a multiple of the GQA group, >= 1
   bool lpt;           ///< query tiles longest first, dealt in a snake; else in row order, round-robin
+  bool m_fastest = false;  ///< EXPERIMENT: within a section, units outer and query tiles inner
 
   /// Work items, empty ones of a variable-length batch included.
   FL_HD int total() const { return num_m_blocks * units; }
@@ -60,8 +61,8 @@ struct TileScheduler {
     // The last section may hold fewer units.
     const int here = units - first_unit < section_units ? units - first_unit : section_units;
     const int i = t - section * per_section;
-    const int m_idx = i / here;
-    const int u = first_unit + i % here;
+    const int m_idx = m_fastest ? i % num_m_blocks : i / here;
+    const int u = first_unit + (m_fastest ? i / num_m_blocks : i % here);
     return {lpt ? num_m_blocks - 1 - m_idx : m_idx, u % heads_q, u / heads_q};
   }
 
