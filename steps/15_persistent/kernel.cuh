@@ -6,12 +6,13 @@
 ///
 /// @code
 ///   // clang-format off
-///   grid = min(work items, SMs) blocks; in round r block i takes one item of the schedule
-///   (scheduler.h: LPT, dealt in a snake), skipping those past the end of their sequence.
-///   Per item, the roles are rung 10's:
-///   producer   wait q_empty -> TMA Q           <- the consumers may still be storing the last O
-///              every K/V block into the ring, whose stage counter runs on across items
-///   consumers  wait Q -> rung 10's loop (ping-pong, softmax under the next S = Q K^T)
+///   grid = min(work items, SMs) blocks; the producer takes the block's items (scheduler.h: a
+///   counter under a causal mask or in a packed batch, static rounds otherwise) and writes each
+///   into a shared-memory slot before its Q, where the consumers read it. Per item, rung 10's roles:
+///   producer   wait q_empty -> the item into the slot, TMA Q   <- the consumers may still be
+///              storing the last O; claim the next item; every K/V block into the ring, whose
+///              stage counter runs on across items
+///   consumers  wait Q, read the slot -> rung 10's loop (ping-pong, softmax under the next S = Q K^T)
 ///              after the last S = Q K^T: arrive q_empty (EPILOGUE_OVERLAP; else after the store)
 ///              last O += P V -> O / l and the LSE to global memory, while the producer's copies
 ///              of the next item land and the other consumer issues its GEMMs
@@ -38,12 +39,31 @@ namespace wg = fl::wgmma;
 using hopper10::kConsumerThreads;
 using hopper10::kTurnBarrier;
 
-/// Rung 10's shared memory, with the "Q empty" barrier after the ring's.
+/// Rung 10's shared memory, with the "Q empty" barrier after the ring's and the slot in which
+/// the producer leaves each work item (m_block, head, batch; m_block -1: no more work).
 template <class Cfg>
 struct Smem : hopper10::WsSmem<Cfg> {
   __device__ __forceinline__ explicit Smem(const uint8_t* raw) : hopper10::WsSmem<Cfg>(raw) {}
   __device__ __forceinline__ uint32_t q_empty() const { return this->bar_q + 8u * (1 + 4 * Cfg::kStages); }
+  __device__ __forceinline__ uint32_t item_slot() const { return this->bar_q + 8u * (2 + 4 * Cfg::kStages); }
 };
+
+/// The item slot's accesses. The producer writes it before its arrive on Q's barrier, whose
+/// phase the consumers wait for before they read it (mbarrier arrive: release; wait: acquire),
+/// and writes it again only after both consumers arrived on "Q empty", after their read.
+__device__ __forceinline__ void put_tile(uint32_t slot, const Tile& t) {
+  asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot), "r"(t.m_block), "r"(t.head), "r"(t.batch),
+               "r"(0)
+               : "memory");
+}
+__device__ __forceinline__ Tile get_tile(uint32_t slot) {
+  int4 v;
+  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(slot)
+               : "memory");
+  return {v.x, v.y, v.z};
+}
 
 /// One work item as every role sees it: its sequence, rows, K/V blocks and mask.
 struct Item {
@@ -95,7 +115,8 @@ struct Turns {
 };
 
 /// The persistent forward kernel. Grid: min(work items, SMs) (or one block per item without
-/// PERSISTENT); 384 threads.
+/// PERSISTENT); 384 threads. The producer takes the work items (scheduler.h) and hands each to
+/// the consumers through the item slot, with its Q.
 template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     persistent_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
@@ -110,10 +131,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   const int tid = threadIdx.x;
   const int wg_idx = warpgroup_index();  // 0: producer, 1 and 2: consumers
-  // A work item exists unless it starts past the end of its sequence (a packed batch's short ones).
-  const auto exists = [&p](const Tile& t) { return t.m_block * BLOCK_M < seq_len_q(p, t.batch); };
-  const int grid = PERSISTENT ? gridDim.x : sched.total();  // without PERSISTENT: one round
-  const int n_rounds = sched.rounds(grid);
 
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const Smem<Cfg> sm(smem_raw);
@@ -129,19 +146,31 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- producer ---------------------------------------------------------------------------
     setmaxnreg_dec<hopper10::kProducerRegs>();
     if (tid != 0) return;
-    // LAB-BEGIN(15-producer): Q and every K/V block of each work item, the ring running on
+    // LAB-BEGIN(15-producer): take work items, hand each to the consumers, load its Q and K/V
+    Cursor cursor;
+    Tile tile;
+    long long t = blockIdx.x;  // the first item: one per block, no counter
+    bool more = locate(sched, t, &cursor, &tile);
     int kv_iter = 0;  // K/V blocks loaded so far by this block: the ring's stage and phase
-    int n_item = 0;   // work items so far: Q's phase
-    for (int r = next_round(sched, blockIdx.x, 0, grid, exists); r < n_rounds;
-         r = next_round(sched, blockIdx.x, r + 1, grid, exists), ++n_item) {
-      const Item it = item_of<Cfg>(p, sched.tile(sched.item(blockIdx.x, r, grid)));
+    for (int n_item = 0, round = 0;; ++n_item) {
+      // The Q tile (and the item slot) are free once both consumers ran their last S = Q K^T of
+      // the previous item (a fresh barrier passes parity 1 at once: the first item does not wait).
+      mbarrier_wait_parity(sm.q_empty(), (n_item & 1) ^ 1);
+      if (!more) {  // tell the consumers there is no more work: an arrival without copies
+        put_tile(sm.item_slot(), Tile{-1, 0, 0});
+        mbarrier_arrive(sm.bar_q);
+        break;
+      }
+      put_tile(sm.item_slot(), tile);
+      const Item it = item_of<Cfg>(p, tile);
       const hopper10::TileLoads<Cfg> load{&map_q, &map_k, &map_v, it.head, it.kv_head,
                                           it.seq.q0 + it.row0, it.seq.batch};
-      // The Q tile is free once both consumers ran their last S = Q K^T of the previous item
-      // (a fresh barrier passes parity 1 at once: the first item does not wait).
-      mbarrier_wait_parity(sm.q_empty(), (n_item & 1) ^ 1);
       mbarrier_arrive_expect_tx(sm.bar_q, Cfg::kQBytes);
       load.q(sm.Q_s, sm.bar_q);
+      // Claim the next item now: the counter's round trip runs under this item's loads.
+      t = PERSISTENT ? (sched.dynamic ? gridDim.x + atomicAdd(sched.counter, 1) : static_item(blockIdx.x, ++round, gridDim.x))
+                     : -1;
+      more = t >= 0 && locate(sched, t, &cursor, &tile);
 #pragma unroll 1
       for (int n = 0; n < it.n_blocks; ++n, ++kv_iter) {
         const int s = kv_iter % STAGES;
@@ -223,9 +252,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
 
 #pragma unroll 1
-  for (int r = next_round(sched, blockIdx.x, 0, grid, exists); r < n_rounds;
-       r = next_round(sched, blockIdx.x, r + 1, grid, exists), ++n_item) {
-    const Item it = item_of<Cfg>(p, sched.tile(sched.item(blockIdx.x, r, grid)));
+  for (;; ++n_item) {
+    mbarrier_wait_parity(sm.bar_q, n_item & 1);  // Q landed, or the producer said "no more"
+    const Tile tile = get_tile(sm.item_slot());
+    if (tile.m_block < 0) break;
+    const Item it = item_of<Cfg>(p, tile);
     const int n_blocks = it.n_blocks;
     const int i0 = kv_iter;  // ring position of this item's block 0
     kv_iter += n_blocks;
@@ -245,7 +276,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       m_i[h] = -INFINITY;
       l_i[h] = 0.f;
     }
-    mbarrier_wait_parity(sm.bar_q, n_item & 1);
 
     // A stage's K may be refilled once S = Q K^T of its block is done, its V once O += P V is;
     // Q once the item's last S is.
@@ -338,28 +368,25 @@ const void* prepared_kernel() {
 /// Multiprocessors of the current device, asked once per device (not in every launch).
 int sm_count_cached();
 
-/// The launch's schedule: query tiles of BLOCK_M rows over the longest sequence, units of
-/// (sequence, head), sections of units whose K and V fit kL2BudgetBytes, LPT under a causal mask.
+/// The launch's schedule (scheduler.h): query tiles of BLOCK_M rows, longest first under a
+/// causal mask (unless @p lpt is off), handed out by the counter in the workspace when the items'
+/// costs differ (a causal mask, a packed batch) unless @p dynamic is off.
 template <class Cfg>
-TileScheduler make_scheduler(const AttnParams& p, bool lpt) {
+TileScheduler make_scheduler(const AttnParams& p, bool lpt, bool dynamic) {
   TileScheduler s;
   s.num_m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  s.block_m = Cfg::kBlockM;
   s.heads_q = p.heads_q;
-  s.units = p.batch * p.heads_q;
-  const long long kv_head_bytes = 2ll * p.seqlen_k * Cfg::kHeadDim * 2;  // K and V, 16-bit
-  static const long long budget = [] {  // EXPERIMENT
-    const char* e = getenv("FL_R15_L2_MB");
-    return e ? atoll(e) << 20 : kL2BudgetBytes;
-  }();
-  static const bool m_fastest = getenv("FL_R15_M_FASTEST") != nullptr;
-  s.section_units = section_units_for(kv_head_bytes, p.group, s.units, budget);
-  s.m_fastest = m_fastest;
+  s.batch = p.batch;
   s.lpt = lpt && p.causal;
+  s.cu_seqlens_q = p.cu_seqlens_q;
+  s.dynamic = dynamic && (p.causal || p.cu_seqlens_q != nullptr);
+  s.counter = static_cast<int*>(p.workspace);
   return s;
 }
 
 template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
-void launch_persistent(const AttnParams& p, bool lpt, cudaStream_t stream) {
+void launch_persistent(const AttnParams& p, bool lpt, bool dynamic, cudaStream_t stream) {
   prepared_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP>();
   const DType dt = static_cast<DType>(p.dtype);
   // A packed batch is one sequence of all its tokens to TMA (batch 1); a dense one is batched.
@@ -384,20 +411,27 @@ void launch_persistent(const AttnParams& p, bool lpt, cudaStream_t stream) {
   const CUtensorMap map_v =
       make_tma_map_bshd(dt, v, tma_batch, rows_k, p.heads_kv, p.head_dim,
                         batch_stride(p.v_batch_stride, p.v_row_stride, rows_k), p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
-  const TileScheduler sched = make_scheduler<Cfg>(p, lpt);
-  if (sched.total() == 0) return;
-  const int blocks = PERSISTENT ? std::min(sched.total(), sm_count_cached()) : sched.total();
+  const TileScheduler sched = make_scheduler<Cfg>(p, lpt, dynamic);
+  // Items of a dense batch; of a packed one, at most this many (the longest sequence's count for
+  // every sequence): without PERSISTENT, one block per item, the missing ones exit at once.
+  const long long items = sched.dense_total();
+  const int blocks = static_cast<int>(PERSISTENT ? std::min<long long>(items, sm_count_cached()) : items);
+  if (PERSISTENT && sched.dynamic) {
+    if (p.workspace == nullptr || p.workspace_bytes < sizeof(int))
+      throw std::runtime_error("rung 15: the dynamic schedule needs its workspace (the counter)");
+    FL_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(int), stream));
+  }
   persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP>
       <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched);
   FL_LAUNCH_CHECK("persistent_fwd_kernel");
 }
 
 template <class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
-std::string tile_label(bool lpt) {
+std::string tile_label(bool lpt, bool dynamic) {
   return "persistent_fwd<d=" + std::to_string(Cfg::kHeadDim) + ", " + std::to_string(Cfg::kBlockM) + "x" +
          std::to_string(Cfg::kBlockN) + ", " + std::to_string(Cfg::kStages) + " stages" +
-         (PERSISTENT ? ", persistent" : ", one block per tile") +
-         (EPILOGUE_OVERLAP ? ", epilogue overlap" : "") + (lpt ? ", LPT" : ", fifo") + ">";
+         (PERSISTENT ? ", persistent" : ", one block per tile") + (EPILOGUE_OVERLAP ? ", epilogue overlap" : "") +
+         (lpt ? ", LPT" : ", fifo") + (dynamic ? "" : ", static rounds") + ">";
 }
 
 }  // namespace fl::hopper15

@@ -34,11 +34,12 @@ int hopper15::sm_count_cached() {
 
 namespace {
 
-enum class Mode { all, no_persistent, no_epilogue_overlap, fifo };
+enum class Mode { all, no_persistent, no_epilogue_overlap, fifo, static_rounds };
 
 constexpr bool persistent(Mode m) { return m != Mode::no_persistent; }
 constexpr bool epilogue_overlap(Mode m) { return m != Mode::no_epilogue_overlap; }
 constexpr bool lpt(Mode m) { return m != Mode::fifo; }
+constexpr bool dynamic(Mode m) { return m != Mode::static_rounds; }
 
 template <int D>
 using DenseTiles = hopper15::Tiles<D>;
@@ -83,12 +84,12 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
 #if FL_HOPPER_SM90A
 template <Mode M, class T, class Cfg>
 void launch_mode(const AttnParams& p, cudaStream_t s) {
-  hopper15::launch_persistent<T, Cfg, persistent(M), epilogue_overlap(M)>(p, lpt(M), s);
+  hopper15::launch_persistent<T, Cfg, persistent(M), epilogue_overlap(M)>(p, lpt(M), dynamic(M), s);
 }
 
 template <Mode M, class T, class Cfg>
 std::vector<KernelInfo> kernels_mode() {
-  return {{hopper15::tile_label<Cfg, persistent(M), epilogue_overlap(M)>(lpt(M)),
+  return {{hopper15::tile_label<Cfg, persistent(M), epilogue_overlap(M)>(lpt(M), dynamic(M)),
            hopper15::prepared_kernel<T, Cfg, persistent(M), epilogue_overlap(M)>(), Cfg::kThreads,
            static_cast<size_t>(Cfg::kSmemBytes)}};
 }
@@ -114,6 +115,7 @@ Rung make(const char* variant, const char* summary) {
   if (M == Mode::all && !kFixedTiles)
     r.baselines = {Baseline::on(10, "the rung it improves on: the same tiles and schedule inside a block, one block per tile")};
   r.supports = [](const Problem& p, const DeviceInfo& d) { return check_limits<TILES>(p, d); };
+  r.workspace_bytes = [](const Problem&) { return hopper15::kWorkspaceBytes; };  // the schedule's counter
   r.launch = [](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
@@ -155,6 +157,7 @@ void register_rung_15(Registry& reg) {
   reg.add(make<Mode::no_persistent>("no-persistent", "ablation: one block per query tile (rung 10's grid), the same kernel"));
   reg.add(make<Mode::no_epilogue_overlap>("no-epilogue-overlap", "ablation: the next tile's Q is loaded only after O is stored"));
   reg.add(make<Mode::fifo>("fifo", "ablation: causal query tiles shortest first (no LPT)"));
+  reg.add(make<Mode::static_rounds>("static", "ablation: causal and packed grids dealt in fixed rounds, no counter"));
   reg.add(make<Mode::all, hopper15::Variant_d64_128x192>("d64-128x192", "tiles: d = 64 with 192 keys per block"));
   reg.add(make<Mode::all, hopper15::Variant_d128_128x128>("d128-128x128", "tiles: d = 128 with 128 keys per block, causal or not"));
   reg.add(make<Mode::all, hopper15::Variant_d128_128x176>("d128-128x176", "tiles: d = 128 with 176 keys per block, causal or not"));

@@ -1,26 +1,27 @@
 /// @file steps/15_persistent/traits.h
 /// @brief Rung 15: rung 10's tiles in a persistent block. Plain C++ (no CUDA).
 ///
-/// A persistent block keeps rung 10's three warpgroups and shared memory, plus one mbarrier: "Q
-/// empty", on which both consumers arrive once they have read the Q tile for the last time, so
-/// the producer may load the next tile's Q while they still finish this one.
+/// A persistent block keeps rung 10's three warpgroups and shared memory, plus one mbarrier, "Q
+/// empty", on which both consumers arrive once they have read the Q tile for the last time (so
+/// the producer may load the next tile's Q while they still finish this one), and 16 bytes
+/// where the producer leaves the next work item for the consumers.
 #pragma once
+
+#include <cstddef>
 
 #include "../10_warp_specialized/traits.h"
 
 namespace fl::hopper15 {
 
-/// L2 bytes a section of the schedule may fill with K and V (scheduler.h): FlashAttention-3's
-/// budget (hopper/tile_scheduler.hpp: 32 MB of the H100's 50 MB, whose two partitions each
-/// hold a copy of data both halves of the chip read).
-constexpr long long kL2BudgetBytes = 32ll << 20;
+/// Workspace bytes of a launch: the dynamic schedule's counter (scheduler.h), zeroed by the launch.
+constexpr size_t kWorkspaceBytes = 16;
 
 /// Rung 10's tiles plus the "Q empty" barrier.
 template <int HEAD_DIM, int BLOCK_N, int STAGES>
 struct PersistentTiles : hopper10::WsTiles<HEAD_DIM, BLOCK_N, STAGES> {
   using Ws = hopper10::WsTiles<HEAD_DIM, BLOCK_N, STAGES>;
-  static constexpr int kBarrierBytes = Ws::kBarrierBytes + 8;
-  static constexpr int kSmemBytes = Ws::kSmemBytes + 8;
+  static constexpr int kBarrierBytes = Ws::kBarrierBytes + 8 + 16;  // + "Q empty" + the item slot
+  static constexpr int kSmemBytes = Ws::kSmemBytes + 8 + 16;
   static_assert(kSmemBytes <= hopper09::kSmemOptinSm90, "must fit the 227 KB of an sm_90 block");
 };
 
@@ -43,11 +44,5 @@ using Variant_d128_128x128 = PersistentTiles<128, 128, 2>;  ///< d = 128, the ca
 using Variant_d128_128x176 = PersistentTiles<128, 176, 2>;  ///< d = 128, the dense tile, masked or not
 using Variant_d256_128x64 = PersistentTiles<256, 64, 2>;    ///< d = 256 with 64 keys
 
-/// The two ideas of this rung that a `--variant` turns off (with `fifo`, the order's).
-struct Features {
-  bool persistent;        ///< one block per SM walks the schedule; off: one block per tile
-  bool epilogue_overlap;  ///< Q released after the last S = Q K^T, not after O's store
-  bool lpt;               ///< causal query tiles longest first; off: shortest first (fifo)
-};
 
 }  // namespace fl::hopper15

@@ -1,9 +1,12 @@
-// Rung 15's tile scheduler (steps/15_persistent/scheduler.h), walked on the CPU as the kernel
-// walks it: every work item visited once by exactly one block, the LPT order under a causal
-// mask, L2 sections of whole GQA groups, and a packed batch's missing tiles skipped.
+// Rung 15's tile scheduler (steps/15_persistent/scheduler.h), walked on the CPU with the code the
+// kernel's producer runs: every work item taken once, by one block, in both ways of handing them
+// out (static rounds, and a counter simulated as a list schedule on tile costs); the order (a
+// unit's query tiles together, longest first under a causal mask); a packed batch numbering only
+// the tiles that exist; and what the counter buys under the mask.
 #include <algorithm>
+#include <functional>
 #include <map>
-#include <numeric>
+#include <queue>
 #include <tuple>
 #include <vector>
 
@@ -14,31 +17,76 @@ using namespace fl::hopper15;
 
 namespace {
 
-/// Every block's items, in the order it takes them: what the kernel's loop visits.
-template <class EXISTS>
-std::vector<std::vector<Tile>> walk(const TileScheduler& s, int blocks, const EXISTS& exists) {
-  std::vector<std::vector<Tile>> per_block(blocks);
+TileScheduler dense(int m_blocks, int batch, int heads, bool lpt, bool dynamic) {
+  return {m_blocks, 128, heads, batch, lpt, dynamic, nullptr, nullptr};
+}
+
+/// Every item in the order, as locate() numbers them.
+std::vector<Tile> order(const TileScheduler& s) {
+  std::vector<Tile> out;
+  Cursor c;
+  Tile t;
+  for (long long i = 0; locate(s, i, &c, &t); ++i) out.push_back(t);
+  return out;
+}
+
+/// A causal query tile's cost: the key blocks it visits (square sequences, 128-row tiles and
+/// 128-key blocks: tile m sees m + 1 of them).
+long long cost(const Tile& t) { return t.m_block + 1; }
+
+/// The grid of @p blocks walking @p s as the producers do: static rounds, or the counter (each
+/// block takes item blockIdx.x, then the next item number when it becomes free: simulated as a
+/// list schedule in which the block with the least work so far takes the next item). Returns
+/// every block's items and its total cost.
+struct Walk {
+  std::vector<std::vector<Tile>> items;
+  std::vector<long long> load;
+};
+Walk walk(const TileScheduler& s, int blocks) {
+  Walk w{std::vector<std::vector<Tile>>(blocks), std::vector<long long>(blocks, 0)};
+  std::vector<Cursor> cursor(blocks);
+  Tile t;
+  if (!s.dynamic) {
+    for (int b = 0; b < blocks; ++b)
+      for (int r = 0; locate(s, static_item(b, r, blocks), &cursor[b], &t); ++r) {
+        w.items[b].push_back(t);
+        w.load[b] += cost(t);
+      }
+    return w;
+  }
+  using Free = std::pair<long long, int>;  // (time the block is free, block)
+  std::priority_queue<Free, std::vector<Free>, std::greater<Free>> free;
+  long long next = blocks;  // the counter hands out items after the first grid's
   for (int b = 0; b < blocks; ++b)
-    for (int r = next_round(s, b, 0, blocks, exists); r < s.rounds(blocks); r = next_round(s, b, r + 1, blocks, exists))
-      per_block[b].push_back(s.tile(s.item(b, r, blocks)));
-  return per_block;
+    if (locate(s, b, &cursor[b], &t)) {
+      w.items[b].push_back(t);
+      w.load[b] += cost(t);
+      free.push({w.load[b], b});
+    }
+  while (!free.empty()) {
+    const int b = free.top().second;
+    free.pop();
+    if (!locate(s, next++, &cursor[b], &t)) continue;
+    w.items[b].push_back(t);
+    w.load[b] += cost(t);
+    free.push({w.load[b], b});
+  }
+  return w;
 }
 
-TileScheduler make(int m_blocks, int batch, int heads, int section, bool lpt) {
-  return {m_blocks, heads, batch * heads, section, lpt};
+long long spread(const Walk& w) {
+  return *std::max_element(w.load.begin(), w.load.end()) - *std::min_element(w.load.begin(), w.load.end());
 }
-
-const auto kAll = [](const Tile&) { return true; };
 
 }  // namespace
 
-TEST_CASE("every work item is visited once, by one block", "[cpu][scheduler]") {
+TEST_CASE("every work item is taken once, by one block", "[cpu][scheduler]") {
   for (bool lpt : {false, true})
-    for (int section : {1, 2, 6, 8, 64})
+    for (bool dynamic : {false, true})
       for (int blocks : {1, 7, 132}) {
-        const TileScheduler s = make(5, 3, 4, std::min(section, 12), lpt);
+        const TileScheduler s = dense(5, 3, 4, lpt, dynamic);
         std::map<std::tuple<int, int, int>, int> seen;
-        for (const auto& items : walk(s, blocks, kAll))
+        for (const auto& items : walk(s, blocks).items)
           for (const Tile& t : items) {
             REQUIRE(t.m_block >= 0);
             REQUIRE(t.m_block < 5);
@@ -53,75 +101,55 @@ TEST_CASE("every work item is visited once, by one block", "[cpu][scheduler]") {
       }
 }
 
-TEST_CASE("LPT: within a section the longest causal tiles come first", "[cpu][scheduler]") {
-  const TileScheduler s = make(8, 2, 4, 4, true);
-  const int per_section = 4 * 8;
-  for (int t = 1; t < s.total(); ++t) {
-    if (t % per_section == 0) continue;  // a new section starts over from the longest
-    REQUIRE(s.tile(t).m_block <= s.tile(t - 1).m_block);
+TEST_CASE("the order: a unit's query tiles together, longest first under the mask", "[cpu][scheduler]") {
+  const std::vector<Tile> lpt = order(dense(4, 2, 3, true, true));
+  REQUIRE(lpt.size() == 4u * 2 * 3);
+  for (size_t i = 0; i < lpt.size(); ++i) {
+    const int unit = static_cast<int>(i / 4);  // (sequence, head), head fastest
+    REQUIRE(lpt[i].batch == unit / 3);
+    REQUIRE(lpt[i].head == unit % 3);
+    REQUIRE(lpt[i].m_block == 3 - static_cast<int>(i % 4));  // longest first
   }
-  REQUIRE(s.tile(0).m_block == 7);
-  REQUIRE(s.tile(s.total() - 1).m_block == 0);  // the grid ends on the shortest
-  // fifo is the same order with the rows reversed
-  const TileScheduler f = make(8, 2, 4, 4, false);
-  REQUIRE(f.tile(0).m_block == 0);
-  REQUIRE(f.tile(f.total() - 1).m_block == 7);
+  const std::vector<Tile> fifo = order(dense(4, 2, 3, false, true));
+  for (size_t i = 0; i < fifo.size(); ++i) REQUIRE(fifo[i].m_block == static_cast<int>(i % 4));
 }
 
-TEST_CASE("LPT dealt in a snake balances causal blocks better than fifo", "[cpu][scheduler]") {
-  // A tile of query block m visits about m + 1 key blocks. Longest first and dealt in a snake,
-  // the busiest block of the grid ends within a few tiles' work of the least busy; dealt
-  // round-robin in row order, block 0 always takes the shortest of each round.
-  const int M = 32, blocks = 132;
-  auto spread = [&](bool lpt) {
-    const TileScheduler s = make(M, 4, 16, 64, lpt);
-    std::vector<long long> load;
-    for (const auto& items : walk(s, blocks, kAll)) {
-      long long sum = 0;
-      for (const Tile& t : items) sum += t.m_block + 1;
-      load.push_back(sum);
-    }
-    return *std::max_element(load.begin(), load.end()) - *std::min_element(load.begin(), load.end());
-  };
-  const long long lpt = spread(true), fifo = spread(false);
-  INFO("spread LPT " << lpt << ", fifo " << fifo);
-  REQUIRE(lpt <= 4);
-  REQUIRE(fifo >= M / 2);
-}
-
-TEST_CASE("L2 sections hold whole GQA groups and fit the budget", "[cpu][scheduler]") {
-  // 16k keys, d = 128, 16-bit: K and V of one head are 8 MB; 32 MB holds 4 of them.
-  const long long head_bytes = 2ll * 16384 * 128 * 2;
-  REQUIRE(section_units_for(head_bytes, 1, 64, 32ll << 20) == 4);
-  REQUIRE(section_units_for(head_bytes, 4, 64, 32ll << 20) == 16);  // 4 K/V heads, 4 queries each
-  REQUIRE(section_units_for(head_bytes * 16, 4, 64, 32ll << 20) == 4);  // never less than a group
-  REQUIRE(section_units_for(1024, 2, 10, 32ll << 20) == 10);            // never more than all
-  // A section's units are consecutive (sequence, head) pairs, so a group's heads run together.
-  const TileScheduler s = make(3, 2, 8, 4, true);
-  for (int t = 0; t < s.total(); ++t) {
-    const Tile x = s.tile(t);
-    const int unit = x.batch * 8 + x.head;
-    REQUIRE(unit / 4 == t / (4 * 3));  // section t / (units per section x M)
-  }
-}
-
-TEST_CASE("a packed batch's missing tiles are skipped, the others visited once", "[cpu][scheduler]") {
-  // Query lengths of a packed batch, tiles of 128 rows: M = ceil(1000 / 128) = 8.
+TEST_CASE("a packed batch numbers only the tiles that exist", "[cpu][scheduler]") {
+  // Query lengths of a packed batch, tiles of 128 rows.
   const std::vector<int> len_q = {1000, 1, 0, 300, 128, 129};
-  const int heads = 3, block_m = 128;
-  const auto exists = [&](const Tile& t) { return t.m_block * block_m < len_q[t.batch]; };
-  int expected = 0;
-  for (int n : len_q) expected += (n + block_m - 1) / block_m * heads;
-  for (bool lpt : {false, true})
-    for (int blocks : {1, 5, 132}) {
-      const TileScheduler s = make(8, static_cast<int>(len_q.size()), heads, 6, lpt);
-      std::map<std::tuple<int, int, int>, int> seen;
-      for (const auto& items : walk(s, blocks, exists))
-        for (const Tile& t : items) {
-          REQUIRE(exists(t));
-          ++seen[{t.m_block, t.head, t.batch}];
-        }
-      REQUIRE(static_cast<int>(seen.size()) == expected);
-      for (auto& kv : seen) REQUIRE(kv.second == 1);
+  std::vector<int> cu{0};
+  for (int n : len_q) cu.push_back(cu.back() + n);
+  const int heads = 3;
+  for (bool lpt : {false, true}) {
+    TileScheduler s{8, 128, heads, static_cast<int>(len_q.size()), lpt, true, cu.data(), nullptr};
+    const std::vector<Tile> all = order(s);
+    size_t expected = 0;
+    for (int n : len_q) expected += (n + 127) / 128 * heads;
+    REQUIRE(all.size() == expected);
+    std::map<std::tuple<int, int, int>, int> seen;
+    for (const Tile& t : all) {
+      REQUIRE(t.m_block * 128 < len_q[t.batch]);
+      ++seen[{t.m_block, t.head, t.batch}];
     }
+    REQUIRE(seen.size() == expected);
+    // Both ways of handing out, on any grid, take each of them once.
+    for (bool dynamic : {false, true})
+      for (int blocks : {1, 5, 132}) {
+        s.dynamic = dynamic;
+        size_t taken = 0;
+        for (const auto& items : walk(s, blocks).items) taken += items.size();
+        REQUIRE(taken == expected);
+      }
+  }
+}
+
+TEST_CASE("under a causal mask the counter balances the grid; static rounds do not", "[cpu][scheduler]") {
+  // 64 units of 32 query tiles (the bench's 4k-key causal shape at d = 128), 132 blocks. Taken
+  // from the counter longest first, every block ends within one longest tile (32 key blocks)
+  // of the others; dealt in rounds, the tiles of a unit land on the blocks in a fixed stripe.
+  const Walk counter = walk(dense(32, 4, 16, true, true), 132);
+  const Walk rounds = walk(dense(32, 4, 16, true, false), 132);
+  INFO("spread: counter " << spread(counter) << ", static rounds " << spread(rounds));
+  REQUIRE(spread(counter) <= 32);
+  REQUIRE(spread(rounds) > spread(counter));
 }
