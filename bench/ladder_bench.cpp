@@ -18,6 +18,13 @@
 //   backward-gqa: the backward family's shapes with GQA 4:1 (heads_kv = heads_q / 4: 16 query
 //             heads on 4 KV heads at head_dim 128, 32 on 8 at 64, 8 on 2 at 256), deterministic=0 only: the
 //             layers of a GQA model, where a KV head's dK, dV sum over its group's query heads
+//   hopper-prefill: the Hopper forward rungs (09, 10, 15) on the prefill shapes at head_dim 64,
+//             128 and 256, seqlen 512..16k, causal 0/1 (rung 15's grid: short sequences too)
+//   llama:    the Hopper forward rungs on Llama-3-8B's prefill: batch 1, 32 query heads on 8 KV
+//             heads, head_dim 128, causal, seqlen 8k and 16k
+//   varlen:   the rungs that take a packed batch (Rung::varlen: 15) on 64 sequences of 128..8k
+//             tokens (mixed_lengths, seed 2024), 32 query heads on 8 KV heads, head_dim 128,
+//             causal 0/1
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
 //             e4m3 inputs are made once (per-head scales) outside the time, and the counters
@@ -29,7 +36,8 @@
 // PyTorch script's JSON. A shape a rung does not support is not registered:
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
-// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|all
+// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|
+// hopper-prefill|llama|varlen|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 // --fl_dtype=fp16|bf16 (the 16-bit type of every family but fp8's; fp16 by default)
@@ -54,7 +62,8 @@ using namespace fl;
 namespace {
 
 struct Config {
-  std::set<std::string> families{"prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8"};
+  std::set<std::string> families{"prefill", "decode",        "ablation",       "paged", "backward",
+                                 "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -74,8 +83,11 @@ struct Shape {
   std::string name() const {
     std::ostringstream s;
     s << family << "/d" << p.head_dim;
-    if (family == "prefill" || family == "ablation" || family == "fp8" || is_backward(family))
+    if (family == "prefill" || family == "ablation" || family == "fp8" || family == "hopper-prefill" ||
+        family == "llama" || is_backward(family))
       s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
+    else if (family == "varlen")
+      s << "/S" << p.batch << "/causal" << (p.causal ? 1 : 0);
     else
       s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
     if (family == "paged") s << "/P" << p.page_size;
@@ -139,6 +151,36 @@ std::vector<Shape> sweep(const Config& c) {
           out.push_back(prefill_shape("fp8", n, d, causal));
         }
     }
+  if (c.wants("hopper-prefill"))
+    for (int d : {64, 128, 256}) {
+      if (!dim_ok(d)) continue;
+      for (int causal : {0, 1})
+        for (int n : {512, 1024, 2048, 4096, 8192, 16384}) {
+          if (c.quick && (n == 1024 || n == 8192)) continue;
+          out.push_back(prefill_shape("hopper-prefill", n, d, causal));
+        }
+    }
+  if (c.wants("llama") && dim_ok(128))
+    for (int n : {8192, 16384}) {
+      Shape s{"llama", {}};
+      s.p.batch = 1;
+      s.p.seqlen_q = s.p.seqlen_k = n;
+      s.p.heads_q = 32;
+      s.p.heads_kv = 8;
+      s.p.head_dim = 128;
+      s.p.causal = true;
+      out.push_back(s);
+    }
+  if (c.wants("varlen") && dim_ok(128))
+    for (int causal : {0, 1}) {
+      Shape s{"varlen", {}};
+      set_varlen(&s.p, mixed_lengths(64, 128, 8192, 2024));
+      s.p.heads_q = 32;
+      s.p.heads_kv = 8;
+      s.p.head_dim = 128;
+      s.p.causal = causal;
+      out.push_back(s);
+    }
   if (c.wants("paged"))
     for (int sk : {16384, 65536, 131072})
       for (int page : {0, 16, 64, 256}) {
@@ -199,6 +241,9 @@ bool runs_in(const Config& c, const std::string& f, const Rung& r) {
     return false;
   }
   if (f == "paged") return r.paged_kv && r.variant.empty();
+  if (f == "hopper-prefill" || f == "llama")  // the 16-bit Hopper forward rungs
+    return r.min_cc >= 90 && !r.fp8_inputs && (r.variant.empty() || c.variants);
+  if (f == "varlen") return r.varlen && (r.variant.empty() || c.variants);
   if (f == "fp8")  // FP8 rungs, and the entries they declare as their baselines (rung 10)
     return r.fp8_inputs ? r.variant.empty() || c.variants : is_a_main_baseline(r, true);
   return r.variant.empty() || c.variants || is_a_main_baseline(r);
@@ -369,7 +414,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, all)\n",
                        f.c_str());
           return 2;
         }

@@ -18,8 +18,8 @@
 #   9. meta.json: device, date, git sha (and whether the tree had local changes), the commands,
 #      written relative to the repository root
 #
-# Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8; "all" (the
-# default) is all seven.
+# Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8,
+# hopper-prefill, llama, varlen; "all" (the default) is all ten.
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
@@ -62,10 +62,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8 or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -134,11 +134,11 @@ else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
   tfam=""
-  for f in prefill decode backward backward-gqa ablation fp8; do
+  for f in prefill decode backward backward-gqa ablation fp8 hopper-prefill llama varlen; do
     has_family $f && tfam=${tfam:+$tfam,}$f
   done
   if [ -z "$tfam" ]; then
-    echo "run_all.sh: [torch] skipped (PyTorch runs the prefill, decode, backward, backward-gqa, ablation and fp8 families only)"
+    echo "run_all.sh: [torch] skipped (PyTorch runs every family but paged)"
   else
   step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"

@@ -14,6 +14,13 @@ torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
             output with dO, the graph retained; the forward runs once, untimed)
   backward-gqa: the backward shapes with GQA 4:1 (heads_kv = heads_q / 4,
             enable_gqa=True), seqlen 1k ... 16k, head_dim 64, 128, 256, causal 0 / 1
+  hopper-prefill: the prefill shapes at head_dim 64, 128, 256
+  llama:    Llama-3-8B's prefill: batch 1, 32 / 8 heads, d = 128, causal, seqlen 8k and 16k
+  varlen:   64 sequences of 128 ... 8k tokens (mixed_lengths, seed 2024), 32 / 8 heads, d = 128,
+            causal 0 / 1, run two ways per backend: as nested (jagged) tensors
+            ("torch_<backend>_nested") and zero-padded to the longest ("torch_<backend>_padded",
+            every sequence's tail computed and thrown away); FLOPs and bytes are the packed
+            batch's in both, so TFLOP/s compare as tokens/s do
 
 and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
 same names and counters as ladder_bench, so the report can join the two:
@@ -51,7 +58,9 @@ BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
 BACKWARD_HEAD_DIMS = [64, 128, 256]
 ABLATION_HEAD_DIMS = [32, 64, 128, 256]
 FP8_HEAD_DIMS = [64, 128, 256]
-FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation", "fp8")
+FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation", "fp8", "hopper-prefill", "llama", "varlen")
+HOPPER_HEAD_DIMS = [64, 128, 256]
+VARLEN = dict(count=64, lo=128, hi=8192, seed=2024)  # ladder_bench's varlen family
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 DTYPE = "fp16"  # the inputs' type (--dtype), as ladder_bench --fl_dtype
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
@@ -83,6 +92,44 @@ def prefill_shapes(quick, head_dims=None):
                                 heads_q=HIDDEN // d, heads_kv=HIDDEN // d, head_dim=d,
                                 causal=causal))
     return out
+
+
+def splitmix64(x):
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def mixed_lengths(count, lo, hi, seed):
+    """common/'s mixed_lengths (inputs.h): the same lengths, drawn the same way."""
+    m = (1 << 64) - 1
+    return [lo + splitmix64(((seed * 0x9E3779B97F4A7C15) & m) ^ i) % (hi - lo + 1) for i in range(count)]
+
+
+def hopper_shapes(quick):
+    """ladder_bench's hopper-prefill family: the prefill shapes at head_dim 64, 128 and 256."""
+    out = []
+    for d in HOPPER_HEAD_DIMS:
+        for causal in (0, 1):
+            for n in PREFILL_SEQLENS:
+                if quick and n in (1024, 8192):
+                    continue
+                out.append(dict(family="hopper-prefill", batch=TOKENS // n, seqlen_q=n, seqlen_k=n,
+                                heads_q=HIDDEN // d, heads_kv=HIDDEN // d, head_dim=d, causal=causal))
+    return out
+
+
+def llama_shapes():
+    return [dict(family="llama", batch=1, seqlen_q=n, seqlen_k=n, heads_q=32, heads_kv=8, head_dim=128, causal=1)
+            for n in (8192, 16384)]
+
+
+def varlen_shapes():
+    lens = mixed_lengths(VARLEN["count"], VARLEN["lo"], VARLEN["hi"], VARLEN["seed"])
+    return [dict(family="varlen", batch=len(lens), seqlen_q=max(lens), seqlen_k=max(lens), heads_q=32, heads_kv=8,
+                 head_dim=128, causal=causal, lens=lens) for causal in (0, 1)]
 
 
 def fp8_shapes(quick):
@@ -119,6 +166,8 @@ def backward_shapes(quick, family="backward"):
 
 
 def forward_flops(s):
+    if "lens" in s:  # a packed batch: each sequence's own pairs
+        return 4.0 * s["heads_q"] * s["head_dim"] * sum(unmasked_pairs(n, n, s["causal"]) for n in s["lens"])
     return 4.0 * s["batch"] * s["heads_q"] * s["head_dim"] * unmasked_pairs(
         s["seqlen_q"], s["seqlen_k"], s["causal"])
 
@@ -132,6 +181,8 @@ def bytes_of(s):
     """Compulsory bytes of the timed pass, as common/src/problem.cpp counts them."""
     b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
     hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
+    if "lens" in s:  # a packed batch: its tokens, one sequence of them
+        b, sq, sk = 1, sum(s["lens"]), sum(s["lens"])
     q_like, kv_like = ELEM_BYTES * b * sq * hq * d, ELEM_BYTES * b * sk * hkv * d
     if s["family"] in BACKWARD_FAMILIES:  # Q, O, dO, dQ and K, V, dK, dV; LSE in fp32
         return 4 * q_like + 4 * kv_like + 4 * b * hq * sq
@@ -165,7 +216,9 @@ def decode_shapes(quick):
 
 
 def shape_name(s):
-    if s["family"] in ("prefill", "ablation", "fp8") + BACKWARD_FAMILIES:
+    if s["family"] == "varlen":
+        return "varlen/d%d/S%d/causal%d" % (s["head_dim"], s["batch"], s["causal"])
+    if s["family"] in ("prefill", "ablation", "fp8", "hopper-prefill", "llama") + BACKWARD_FAMILIES:
         return "%s/d%d/N%d/causal%d" % (s["family"], s["head_dim"], s["seqlen_q"], s["causal"])
     return "decode/d%d/B%d/Hkv%d/Sk%d" % (s["head_dim"], s["batch"], s["heads_kv"], s["seqlen_k"])
 
@@ -212,6 +265,8 @@ def run_backend(torch, bench, backend, s, layout):
     family times the backward pass alone (run_backward)."""
     if s["family"] in BACKWARD_FAMILIES:
         return run_backward(torch, bench, backend, s, layout)
+    if s["family"] == "varlen":
+        return run_varlen(torch, bench, backend, s, layout)
     F = torch.nn.functional
     from torch.nn.attention import sdpa_kernel
 
@@ -242,6 +297,47 @@ def run_backend(torch, bench, backend, s, layout):
             v = v.repeat_interleave(hq // hkv, dim=1)
             note = "GQA by repeat_interleave (no enable_gqa in this torch)"
             out = F.scaled_dot_product_attention(q, k, v, **kwargs)
+        del out
+        torch.cuda.synchronize()
+        ms = bench.time_ms(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
+    del q, k, v
+    return ms, note
+
+
+def run_varlen(torch, bench, backend, s, layout):
+    """A packed batch (s["lens"]) with @p backend, as nested (jagged) tensors (layout "nested")
+    or zero-padded to the longest sequence (layout "padded": a dense causal or full SDPA whose
+    padded rows and keys are computed too; under the causal mask every real query still sees only
+    real keys). Returns (median_ms, note)."""
+    F = torch.nn.functional
+    from torch.nn.attention import sdpa_kernel
+
+    lens, hq, hkv, d = s["lens"], s["heads_q"], s["heads_kv"], s["head_dim"]
+    dt = getattr(torch, TORCH_DTYPES[DTYPE])
+    gen = torch.Generator(device="cuda").manual_seed(2024)
+    total, longest = sum(lens), max(lens)
+    note = ""
+    kwargs = dict(is_causal=bool(s["causal"]))
+    if layout == "nested":
+        offsets = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], device="cuda", dtype=torch.int64)
+
+        def make(heads):  # [total, heads, d] packed, as the ladder takes it, then [B, heads, j, d]
+            x = torch.randn(total, heads, d, device="cuda", dtype=dt, generator=gen)
+            return torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2)
+
+        q, k, v = make(hq), make(hkv), make(hkv)
+        if hq != hkv:  # nested tensors take no enable_gqa: K/V heads repeated (outside the time)
+            k = make(hq)
+            v = make(hq)
+            note = "GQA as repeated K/V heads (nested tensors take no enable_gqa)"
+    else:
+        q = torch.randn(len(lens), hq, longest, d, device="cuda", dtype=dt, generator=gen)
+        k = torch.randn(len(lens), hkv, longest, d, device="cuda", dtype=dt, generator=gen)
+        v = torch.randn(len(lens), hkv, longest, d, device="cuda", dtype=dt, generator=gen)
+        if hq != hkv:
+            kwargs["enable_gqa"] = True
+    with sdpa_kernel([backend]):
+        out = F.scaled_dot_product_attention(q, k, v, **kwargs)
         del out
         torch.cuda.synchronize()
         ms = bench.time_ms(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
@@ -344,6 +440,12 @@ def main():
         shapes += ablation_shapes(args.quick)
     if "fp8" in families:
         shapes += fp8_shapes(args.quick)
+    if "hopper-prefill" in families:
+        shapes += hopper_shapes(args.quick)
+    if "llama" in families:
+        shapes += llama_shapes()
+    if "varlen" in families:
+        shapes += varlen_shapes()
 
     props = torch.cuda.get_device_properties(0)
     context = {
@@ -365,12 +467,14 @@ def main():
         b, sq, sk, hq = s["batch"], s["seqlen_q"], s["seqlen_k"], s["heads_q"]
         flops = flops_of(s)  # 2.5 x the forward's for the backward family
         nbytes = bytes_of(s)
-        for name in wanted:
-            rung = "torch_" + name
+        ways = [("nested", "_nested"), ("padded", "_padded")] if s["family"] == "varlen" else [(args.layout, "")]
+        for name, (layout, suffix) in [(n, w) for n in wanted for w in ways]:
+            rung = "torch_" + name + suffix
+            fields = {k: v for k, v in s.items() if k != "lens"}
             entry = dict(name="%s/%s" % (rung, shape_name(s)), run_name="%s/%s" % (rung, shape_name(s)),
                          run_type="iteration", rung=rung, iterations=iters, dtype=DTYPE,
                          time_unit="ms", real_time=0.0, cpu_time=0.0, TFLOPS=0.0, skipped="",
-                         note="", **s)
+                         note="", **fields)
             entry["GB/s"] = 0.0
             backend = all_backends.get(name)
             math_bytes = ELEM_BYTES * 3 * b * hq * sq * sk  # S, P and a softmax temporary
@@ -383,7 +487,7 @@ def main():
                     math_bytes / 2**30)
             else:
                 try:
-                    ms, note = run_backend(torch, bench, backend, s, args.layout)
+                    ms, note = run_backend(torch, bench, backend, s, layout)
                     entry.update(real_time=ms, cpu_time=ms, TFLOPS=flops / (ms * 1e-3) / 1e12,
                                  note=note)
                     entry["GB/s"] = nbytes / (ms * 1e-3) / 1e9

@@ -102,6 +102,14 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
   return in;
 }
 
+std::vector<int> mixed_lengths(int count, int lo, int hi, unsigned long long seed) {
+  std::vector<int> out(count);
+  const uint64_t range = static_cast<uint64_t>(hi - lo) + 1;
+  for (int i = 0; i < count; ++i)
+    out[i] = lo + static_cast<int>(splitmix64((seed * 0x9e3779b97f4a7c15ull) ^ static_cast<uint64_t>(i)) % range);
+  return out;
+}
+
 OutlierChannels outlier_channels(int head_dim) {
   OutlierChannels oc;
   const int n = std::max(2, head_dim / 32);

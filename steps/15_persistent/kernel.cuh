@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
   if (tid == 0) {
     hopper10::start_up(sm, &map_q, &map_k, &map_v);
-    mbarrier_init(sm.q_empty(), Cfg::kConsumers);
+    mbarrier_init(sm.q_empty(), kConsumerThreads);  // every consumer thread: each read the slot
     fence_mbarrier_init();
   }
   __syncthreads();  // the last barrier of all 384 threads: the roles part here
@@ -149,12 +149,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // LAB-BEGIN(15-producer): take work items, hand each to the consumers, load its Q and K/V
     Cursor cursor;
     Tile tile;
-    long long t = blockIdx.x;  // the first item: one per block, no counter
+    int t = blockIdx.x;  // the first item: one per block, no counter
     bool more = locate(sched, t, &cursor, &tile);
     int kv_iter = 0;  // K/V blocks loaded so far by this block: the ring's stage and phase
     for (int n_item = 0, round = 0;; ++n_item) {
-      // The Q tile (and the item slot) are free once both consumers ran their last S = Q K^T of
-      // the previous item (a fresh barrier passes parity 1 at once: the first item does not wait).
+      // The Q tile (and the item slot) are free once every consumer thread ran its last S = Q K^T
+      // of the previous item (a fresh barrier passes parity 1 at once: the first item waits not).
       mbarrier_wait_parity(sm.q_empty(), (n_item & 1) ^ 1);
       if (!more) {  // tell the consumers there is no more work: an arrival without copies
         put_tile(sm.item_slot(), Tile{-1, 0, 0});
@@ -167,10 +167,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                                           it.seq.q0 + it.row0, it.seq.batch};
       mbarrier_arrive_expect_tx(sm.bar_q, Cfg::kQBytes);
       load.q(sm.Q_s, sm.bar_q);
-      // Claim the next item now: the counter's round trip runs under this item's loads.
-      t = PERSISTENT ? (sched.dynamic ? gridDim.x + atomicAdd(sched.counter, 1) : static_item(blockIdx.x, ++round, gridDim.x))
-                     : -1;
-      more = t >= 0 && locate(sched, t, &cursor, &tile);
 #pragma unroll 1
       for (int n = 0; n < it.n_blocks; ++n, ++kv_iter) {
         const int s = kv_iter % STAGES;
@@ -183,6 +179,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         mbarrier_arrive_expect_tx(sm.v_full(s), Cfg::kVBytes);
         load.v(sm.V_s + s * Cfg::kVBytes, sm.v_full(s), key0);
       }
+      // Claim the next item once this one's copies are issued: the consumers still have the
+      // ring's last blocks to run, under which the counter's round trip passes. Claimed any
+      // earlier, the next item would go to the block that just started a long one, not to the
+      // first to become free.
+      t = PERSISTENT ? (sched.dynamic ? static_cast<int>(gridDim.x) + atomicAdd(sched.counter, 1) : static_item(blockIdx.x, ++round, gridDim.x))
+                     : -1;
+      more = t >= 0 && locate(sched, t, &cursor, &tile);
     }
     // LAB-END(15-producer)
     return;
@@ -247,9 +250,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < 4; ++i) P_frag[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
   };
-  auto release_q = [&] {
-    if (leader) mbarrier_arrive(sm.q_empty());
-  };
+  // Every consumer thread arrives, after its own last read of Q (its wgmma) and of the slot.
+  auto release_q = [&] { mbarrier_arrive(sm.q_empty()); };
 
 #pragma unroll 1
   for (;; ++n_item) {
@@ -342,12 +344,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (t4 == 0) lse_gmem[row] = (l > 0.f) ? m_i[h] * p.softmax_scale + logf(l) : -INFINITY;
     }
     // LAB-END(15-epilogue)
-    if (!EPILOGUE_OVERLAP) {
-      // The ablation: the producer may load the next Q only now. Every consumer thread's stores
-      // are issued before its warpgroup's leader arrives.
-      named_barrier_sync(kTurnBarrier + 2 + c, kWarpgroupThreads);
-      release_q();
-    }
+    if (!EPILOGUE_OVERLAP) release_q();  // the ablation: the next Q only after every store
   }
   turn.finish();
 }
@@ -414,8 +411,8 @@ void launch_persistent(const AttnParams& p, bool lpt, bool dynamic, cudaStream_t
   const TileScheduler sched = make_scheduler<Cfg>(p, lpt, dynamic);
   // Items of a dense batch; of a packed one, at most this many (the longest sequence's count for
   // every sequence): without PERSISTENT, one block per item, the missing ones exit at once.
-  const long long items = sched.dense_total();
-  const int blocks = static_cast<int>(PERSISTENT ? std::min<long long>(items, sm_count_cached()) : items);
+  const int items = sched.dense_total();
+  const int blocks = PERSISTENT ? std::min(items, sm_count_cached()) : items;
   if (PERSISTENT && sched.dynamic) {
     if (p.workspace == nullptr || p.workspace_bytes < sizeof(int))
       throw std::runtime_error("rung 15: the dynamic schedule needs its workspace (the counter)");

@@ -53,32 +53,32 @@ struct TileScheduler {
     return cu_seqlens_q == nullptr ? num_m_blocks
                                    : (cu_seqlens_q[b + 1] - cu_seqlens_q[b] + block_m - 1) / block_m;
   }
-  /// Work items of a dense batch (a packed batch's are known on the device only).
-  FL_HD long long dense_total() const { return static_cast<long long>(num_m_blocks) * heads_q * batch; }
+  /// Work items of a dense batch (a packed batch's are known on the device only). The launch
+  /// refuses more than 2^31 (rung 15's supports): every item number is an int.
+  FL_HD int dense_total() const { return num_m_blocks * heads_q * batch; }
 };
 
 /// Where a walk of a packed batch stands: item `base` is the first of sequence `b`. The items a
 /// block takes only grow, so each block's cursor only moves forward (at most `batch` steps).
 struct Cursor {
   int b = 0;
-  long long base = 0;
+  int base = 0;
 };
 
 /// Work item @p t of the order: false when there is none (t past the last item).
-FL_HD bool locate(const TileScheduler& s, long long t, Cursor* c, Tile* out) {
-  int b, m_count;
-  long long local;
+FL_HD bool locate(const TileScheduler& s, int t, Cursor* c, Tile* out) {
+  int b, m_count, local;
   if (s.cu_seqlens_q == nullptr) {
     if (t >= s.dense_total()) return false;
     m_count = s.num_m_blocks;
-    const long long per_seq = static_cast<long long>(m_count) * s.heads_q;
-    b = static_cast<int>(t / per_seq);
+    const int per_seq = m_count * s.heads_q;
+    b = t / per_seq;
     local = t - b * per_seq;
   } else {
     for (;;) {
       if (c->b >= s.batch) return false;
       m_count = s.m_count(c->b);
-      const long long n = static_cast<long long>(m_count) * s.heads_q;
+      const int n = m_count * s.heads_q;
       if (t < c->base + n) break;
       c->base += n;
       ++c->b;
@@ -86,13 +86,13 @@ FL_HD bool locate(const TileScheduler& s, long long t, Cursor* c, Tile* out) {
     b = c->b;
     local = t - c->base;
   }
-  const int h = static_cast<int>(local / m_count);
-  const int m_idx = static_cast<int>(local - static_cast<long long>(h) * m_count);
+  const int h = local / m_count;
+  const int m_idx = local - h * m_count;
   *out = {s.lpt ? m_count - 1 - m_idx : m_idx, h, b};
   return true;
 }
 
 /// The item a static block @p block of @p grid takes in round @p round.
-FL_HD long long static_item(int block, int round, int grid) { return static_cast<long long>(round) * grid + block; }
+FL_HD int static_item(int block, int round, int grid) { return round * grid + block; }
 
 }  // namespace fl::hopper15

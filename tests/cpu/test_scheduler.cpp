@@ -26,7 +26,7 @@ std::vector<Tile> order(const TileScheduler& s) {
   std::vector<Tile> out;
   Cursor c;
   Tile t;
-  for (long long i = 0; locate(s, i, &c, &t); ++i) out.push_back(t);
+  for (int i = 0; locate(s, i, &c, &t); ++i) out.push_back(t);
   return out;
 }
 
@@ -56,7 +56,7 @@ Walk walk(const TileScheduler& s, int blocks) {
   }
   using Free = std::pair<long long, int>;  // (time the block is free, block)
   std::priority_queue<Free, std::vector<Free>, std::greater<Free>> free;
-  long long next = blocks;  // the counter hands out items after the first grid's
+  int next = blocks;  // the counter hands out items after the first grid's
   for (int b = 0; b < blocks; ++b)
     if (locate(s, b, &cursor[b], &t)) {
       w.items[b].push_back(t);

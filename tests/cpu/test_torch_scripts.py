@@ -7,7 +7,9 @@
    held out, the same bytes on every call; batches drawn from a seeded generator (with PyTorch).
 2. Its learning-rate schedule (linear warm-up, cosine to 10 %) and its summary on synthetic runs:
    the speedup over SDPA flash, the loss tolerance (the larger of 2 % and 3 x the SDPA rerun's gap).
-3. Without PyTorch (or without a GPU for the full demo), the scripts (torch_overhead.py,
+3. bench/torch_sdpa.py's mixed-length batch: the lengths common/'s mixed_lengths draws (the
+   values tests/cpu/test_varlen.cpp checks), and the shapes of its varlen family.
+4. Without PyTorch (or without a GPU for the full demo), the scripts (torch_overhead.py,
    torch_decode.py, torch_train.py) say so and exit 0, measuring nothing; a --quick run on the CPU writes torch_train.json where PyTorch and transformers exist.
 """
 
@@ -99,6 +101,19 @@ def gpu_visible():
         return torch.cuda.is_available()
     except ImportError:
         return False
+
+
+class MixedLengths(unittest.TestCase):
+    def test_same_as_common(self):
+        import torch_sdpa
+
+        lens = torch_sdpa.mixed_lengths(64, 128, 8192, 2024)
+        self.assertEqual(lens[:8], [5246, 1315, 4749, 6457, 3999, 3544, 676, 7900])
+        self.assertEqual(sum(lens), 286412)
+        shapes = torch_sdpa.varlen_shapes()
+        self.assertEqual([s["causal"] for s in shapes], [0, 1])
+        self.assertEqual(shapes[0]["lens"], lens)
+        self.assertEqual(torch_sdpa.shape_name(shapes[1]), "varlen/d128/S64/causal1")
 
 
 class Scripts(unittest.TestCase):

@@ -162,3 +162,17 @@ TEST_CASE("the check reads a packed O and a [heads, total_q] LSE", "[cpu][varlen
   c = check_output(p, in, out, lse, CheckMode::full, 1);
   REQUIRE(!c.pass);
 }
+
+TEST_CASE("the bench's mixed-length batch: the same lengths as bench/torch_sdpa.py draws", "[cpu][varlen]") {
+  // tests/cpu/test_torch_scripts.py checks the Python mirror against the same values.
+  const std::vector<int> lens = mixed_lengths(64, 128, 8192, 2024);
+  REQUIRE(lens.size() == 64u);
+  REQUIRE(std::vector<int>(lens.begin(), lens.begin() + 8) == std::vector<int>{5246, 1315, 4749, 6457, 3999, 3544, 676, 7900});
+  long long sum = 0;
+  for (int n : lens) {
+    REQUIRE(n >= 128);
+    REQUIRE(n <= 8192);
+    sum += n;
+  }
+  REQUIRE(sum == 286412);
+}

@@ -105,7 +105,7 @@ TEST_CASE("a packed batch is bitwise repeatable", "[rung15]") {
   const Rung& r = rung15();
   if (!supports(r, p, query_device()).empty()) return;
   const HostInputs in = make_inputs(p, InputKind::random, 3);
-  DeviceProblem dp(p, in, 0, 3);
+  DeviceProblem dp(p, in, forward_workspace_bytes(r, p), 3);
   std::vector<uint16_t> o[2];
   std::vector<float> lse[2];
   for (int k = 0; k < 2; ++k) {
