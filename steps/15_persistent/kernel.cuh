@@ -147,6 +147,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     setmaxnreg_dec<hopper10::kProducerRegs>();
     if (tid != 0) return;
     // LAB-BEGIN(15-producer): take work items, hand each to the consumers, load its Q and K/V
+    // [same-code: 10-producer]
     Cursor cursor;
     Tile tile;
     int t = blockIdx.x;  // the first item: one per block, no counter
@@ -293,6 +294,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     };
 
     // LAB-BEGIN(15-mainloop): rung 10's loop on ring positions i0 + n
+    // [copy-of: 10-overlap]
     if (n_blocks > 0) {
       float S[BLOCK_N / 2];
       turn.begin();
