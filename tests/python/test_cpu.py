@@ -375,8 +375,9 @@ class Checks(unittest.TestCase):
 class DefaultRung(unittest.TestCase):
     def test_choice(self):
         problem = _core.make_problem(2, 512, 512, 8, 8, 128)
-        if built(10) and _ext.supports(10, "", problem, H100) == "":
-            self.assertEqual(_core.default_forward(problem, H100).number, 10)
+        hopper = [n for n in (15, 10) if built(n) and _ext.supports(n, "", problem, H100) == ""]
+        if hopper:  # the first Hopper rung of DEFAULT_FORWARD that is built
+            self.assertEqual(_core.default_forward(problem, H100).number, hopper[0])
         if built(6):
             self.assertEqual(_core.default_forward(problem, A100).number, 6)
         with self.assertRaisesRegex(ValueError, "no default rung runs .* pass rung="):
@@ -385,9 +386,9 @@ class DefaultRung(unittest.TestCase):
     def test_route(self):
         # rung=None: the decode rung for decode steps and a few queries it supports, unless a
         # backward pass follows; the prefill rung otherwise (route_forward, the one place).
-        if not built(8) or not (built(10) or built(6)):
+        if not built(8) or not (built(15) or built(10) or built(6)):
             self.skipTest("needs rung 08 and a prefill rung")
-        prefill = 10 if built(10) else 6
+        prefill = 15 if built(15) else 10 if built(10) else 6
 
         def route(b, sq, sk, hq, hkv, d, causal=False, backward=False, device=H100):
             problem = _core.make_problem(b, sq, sk, hq, hkv, d, "fp16", causal)
@@ -406,7 +407,7 @@ class DefaultRung(unittest.TestCase):
         self.assertEqual(entry.number, prefill)
         self.assertIn("seqlen_q must be <= 16", why)
         entry, why = route(1, 1, 16384, 16, 16, 256)  # a head_dim rung 08 does not take
-        self.assertEqual(entry.number, prefill if built(10) else 6)
+        self.assertEqual(entry.number, prefill)
         self.assertIn("head_dim", why)
         entry, why = route(1, 1, 65536, 32, 8, 128, backward=True)  # autograd: the fp32 O for D
         self.assertEqual(entry.number, prefill)

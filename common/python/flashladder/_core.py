@@ -14,9 +14,11 @@ import math
 
 from . import _ext
 
-#: The default forward rungs, best first: rung 10 (FlashAttention-3's schedule, sm_90 only,
-#: when built), else rung 06 (per-head_dim tiles on mma.sync, sm_80 and newer).
-DEFAULT_FORWARD = (10, 6)
+#: The default forward rungs, best first: rung 15 (rung 10's schedule in a persistent grid,
+#: sm_90 only, when built; 0.99-1.27x rung 10 on the bench's hopper-prefill family), else rung 10
+#: (FlashAttention-3's schedule, sm_90), else rung 06 (per-head_dim tiles on mma.sync, sm_80 and
+#: newer).
+DEFAULT_FORWARD = (15, 10, 6)
 #: The decode rung (Flash-Decoding): rung=None sends a decode step or a few queries to it when
 #: route_forward finds it no slower than the prefill rung (its supports() holds the limits:
 #: seqlen_q <= 16, head_dim 64 or 128).

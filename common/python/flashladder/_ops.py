@@ -186,8 +186,8 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
     head_dim] (fp16 or bf16 CUDA tensors, heads_kv dividing heads_q) with one rung of the ladder.
 
     ``rung``: a number or an entry of ``rungs()``; None picks the best forward this GPU supports
-    (rung 10 on sm_90 when built, else rung 06). ``causal`` is bottom-right aligned (query i sees
-    key j iff j <= i + seqlen_k - seqlen_q). ``softmax_scale`` None means 1/sqrt(head_dim).
+    (rung 15 on sm_90 when built, else rung 10, else rung 06). ``causal`` is bottom-right aligned
+    (query i sees key j iff j <= i + seqlen_k - seqlen_q). ``softmax_scale`` None means 1/sqrt(head_dim).
     Returns O like q, and with ``return_lse`` also the LSE, float32 [batch, heads_q, seqlen_q].
     Differentiable in q, k, v through rung 14's backward on sm_90 (head_dim 64, 128 or 256), rung
     11's elsewhere (64 or 128). Bad input raises
