@@ -642,6 +642,84 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
   }
 }
 #endif  // FL_RUNG14_BINARY
+
+#ifdef FL_RUNG15_BINARY
+TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, the counter (sm_90a)",
+          "[cpu][hopper_rung15]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    WARN("skipped: cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+    return;
+  }
+  std::string text;
+  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG15_BINARY, &text);
+  INFO("cuobjdump -sass " << FL_RUNG15_BINARY << " exited " << status);
+  REQUIRE(status == 0);
+  const auto kernels = fl_test::parse_sass(text, "sm_90a");
+  struct Tiles {
+    const char* mangled;  // the tile struct's name inside the kernel's mangled name
+    int head_dim, block_n, stages;
+  };
+  // Tiles<D, CAUSAL> and the tile variants PersistentTiles<D, BLOCK_N, STAGES>
+  // (steps/15_persistent/traits.h).
+  const Tiles tiles[] = {{"5TilesILi64ELb0EE", 64, 128, 3},   {"5TilesILi64ELb1EE", 64, 128, 3},
+                         {"5TilesILi128ELb0EE", 128, 176, 2}, {"5TilesILi128ELb1EE", 128, 128, 2},
+                         {"5TilesILi256ELb0EE", 256, 80, 2},  {"5TilesILi256ELb1EE", 256, 80, 2},
+                         {"PersistentTilesILi64ELi192ELi2EEE", 64, 192, 2},
+                         {"PersistentTilesILi128ELi128ELi2EEE", 128, 128, 2},
+                         {"PersistentTilesILi128ELi176ELi2EEE", 128, 176, 2},
+                         {"PersistentTilesILi256ELi64ELi2EEE", 256, 64, 2}};
+  int n_kernels = 0;
+  for (const auto& [name, code] : kernels) {
+    INFO(name);
+    REQUIRE(name.find("persistent_fwd_kernel") != std::string::npos);
+    ++n_kernels;
+    const Tiles* t = nullptr;
+    for (const Tiles& x : tiles)
+      if (name.find(x.mangled) != std::string::npos) t = &x;
+    REQUIRE(t != nullptr);
+    // persistent_fwd_kernel<T, Tiles, PERSISTENT, EPILOGUE_OVERLAP>: the two bools follow the
+    // tile struct as "Lb<0|1>ELb<0|1>E".
+    const size_t at = name.find("Lb", name.find(t->mangled) + std::string(t->mangled).size());
+    REQUIRE(at != std::string::npos);
+    const bool persistent = name[at + 2] == '1';
+    const int qk = t->head_dim / 16, pv = t->block_n / 16;
+    CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);
+    CHECK(count_opcode(code, "USETMAXREG.TRY_ALLOC") == 1);
+    // Rung 10's overlapped loop, once: head, steady loop and tail (each GEMM twice).
+    CHECK(count_opcode(code, "HGMMA") == 2 * (qk + pv));
+    int depbar_le1 = 0;
+    for (const SassInstr& i : code) depbar_le1 += i.opcode == "WARPGROUP.DEPBAR.LE" && i.operands == "gsb0, 0x1";
+    CHECK(depbar_le1 == 1);
+    // mbarriers: rung 10's (Q + 4 per stage) and Q empty.
+    CHECK(count_opcode(code, "SYNCS.EXCH.64") == 2 + 4 * t->stages);
+    CHECK(count_opcode(code, "UTMALDG.4D") == 3 * (t->head_dim / 64));
+    // The item slot: 16-byte stores (an item, and "no more") and the consumers' 16-byte load; the
+    // counter's atomic add (the dynamic schedule; one block per item without PERSISTENT).
+    CHECK(count_opcode(code, "STS.128") == 2);
+    CHECK(count_opcode(code, "LDS.128") >= 1);
+    CHECK(count_opcode(code, "ATOMG.E.ADD") == (persistent ? 1 : 0));
+    // Local memory only in the producer, between its register release and its exit: its 24
+    // registers hold less than its loop (README: "What is not here yet"); none on the consumers'
+    // side, before the release.
+    size_t dealloc = code.size(), last_exit = 0;
+    for (size_t i = 0; i < code.size(); ++i) {
+      if (code[i].opcode.rfind("USETMAXREG.DEALLOC", 0) == 0) dealloc = i;
+      if (code[i].opcode == "EXIT") last_exit = i;
+    }
+    for (size_t i = 0; i < code.size(); ++i)
+      if (code[i].opcode.rfind("LDL", 0) == 0 || code[i].opcode.rfind("STL", 0) == 0) {
+        INFO("local memory at instruction " << i << " (DEALLOC at " << dealloc << ", last EXIT at " << last_exit << ")");
+        CHECK(i > dealloc);
+        CHECK(i < last_exit);
+      }
+  }
+  const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
+  // 6 tiles (d = 64, 128, 256, each causal or not) x 3 kernels (persistent with the epilogue
+  // overlap: the rung, fifo and static; no-persistent; no-epilogue-overlap), and 4 tile variants.
+  CHECK(n_kernels == (6 * 3 + 4) * dtypes);
+}
+#endif  // FL_RUNG15_BINARY
 #endif  // FL_HOPPER_PROBE
 
 #if !defined(FL_HOPPER_PROBE) || !defined(FL_RUNG09_BINARY)
