@@ -46,10 +46,10 @@ import tempfile
 TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
-FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8")
+FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8", "hopper-prefill", "llama")
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
 # Families swept over seqlen at each (head_dim, causal), in TFLOP/s: the prefill shapes.
-SEQLEN_FAMILIES = ("prefill", "fp8") + BACKWARD_FAMILIES
+SEQLEN_FAMILIES = ("prefill", "fp8", "hopper-prefill", "llama") + BACKWARD_FAMILIES
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -314,6 +314,19 @@ def group_title(family, key, records):
             "Prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
             "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
             % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
+    if family == "hopper-prefill":
+        d, causal = key
+        return (
+            "Hopper prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
+            "the Hopper forward rungs on the prefill shapes (batch x seqlen = %d tokens, %d heads); "
+            "TFLOP/s (unmasked pairs only)" % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
+    if family == "llama":
+        d, causal = key
+        return (
+            "Llama-3-8B prefill, head_dim %d, causal" % d,
+            "batch 1, %d query heads on %d KV heads; TFLOP/s (unmasked pairs only)" % (r["heads_q"], r["heads_kv"]),
         )
     if family == "fp8":
         d, causal = key
@@ -587,7 +600,7 @@ def family_section(family, key, records, include_variants, registry=None):
     title, sub = group_title(family, key, records)
     out = ["## %s" % title, "", sub + ".", ""]
     header = ["rung"] + [x_text(family, x) for x in g.xs]
-    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8") else "GB/s"
+    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8", "hopper-prefill", "llama") else "GB/s"
     out += ["**%s**" % unit, "", markdown_table(header, [[rung_cell(l)] + value_cells(g, l) for l in labels]), ""]
     ladder = [l for l in labels if LABEL_RE.match(l)]
     if family == "paged":
