@@ -10,7 +10,9 @@
 namespace fl {
 
 double bwd_check_work(const Problem& p) {
-  return static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * static_cast<double>(p.seqlen_k) * p.head_dim;
+  double qk = 0;  // query-key pairs of every sequence (a packed batch's each of its own lengths)
+  for (int b = 0; b < p.batch; ++b) qk += static_cast<double>(p.len_q(b)) * p.len_k(b);
+  return qk * p.heads_q * p.head_dim;
 }
 
 namespace {
@@ -35,7 +37,10 @@ BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long
   BwdCheckPlan plan;
   const double work = bwd_check_work(p);
   const long long total = static_cast<long long>(p.batch) * p.heads_kv;
-  const double group_work = work / static_cast<double>(total);
+  // A packed batch's groups differ: the cap and the budget are judged on the longest one.
+  double longest = 0;
+  for (int b = 0; b < p.batch; ++b) longest = std::max(longest, static_cast<double>(p.len_q(b)) * p.len_k(b));
+  const double group_work = p.varlen() ? longest * p.group() * p.head_dim : work / static_cast<double>(total);
   if (mode == CheckMode::none) {
     plan.mode = "none";
     plan.note = "--check none: only unwritten (NaN) elements are looked for";
@@ -74,24 +79,31 @@ BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long
   return plan;
 }
 
-Problem group_problem(const Problem& p, size_t n) {
+Problem group_problem(const Problem& p, const std::vector<BwdGroup>& groups) {
   Problem s = p;
-  s.batch = static_cast<int>(n);
+  s.batch = static_cast<int>(groups.size());
   s.heads_kv = 1;
   s.heads_q = p.group();
   s.softmax_scale = p.scale();
   s.page_size = 0;
+  if (p.varlen()) {  // the picked groups' sequences, packed in the order picked
+    std::vector<int> lq, lk;
+    for (const BwdGroup& g : groups) {
+      lq.push_back(p.len_q(g.b));
+      lk.push_back(p.len_k(g.b));
+    }
+    set_varlen(&s, lq, lk);
+  }
   return s;
 }
 
 std::vector<uint16_t> gather_q_like(const Problem& p, const std::vector<uint16_t>& t,
                                     const std::vector<BwdGroup>& groups) {
-  const int G = p.group(), D = p.head_dim, S = p.seqlen_q, H = p.heads_q;
+  const int G = p.group(), D = p.head_dim, H = p.heads_q;
   std::vector<uint16_t> out;
-  out.reserve(groups.size() * S * G * D);
   for (const BwdGroup& g : groups)
-    for (int s = 0; s < S; ++s) {
-      const size_t base = ((static_cast<size_t>(g.b) * S + s) * H + static_cast<size_t>(g.hk) * G) * D;
+    for (int s = 0; s < p.len_q(g.b); ++s) {
+      const size_t base = (static_cast<size_t>(p.q_token(g.b, s)) * H + static_cast<size_t>(g.hk) * G) * D;
       out.insert(out.end(), t.begin() + base, t.begin() + base + static_cast<size_t>(G) * D);
     }
   return out;
@@ -99,12 +111,11 @@ std::vector<uint16_t> gather_q_like(const Problem& p, const std::vector<uint16_t
 
 std::vector<uint16_t> gather_kv_like(const Problem& p, const std::vector<uint16_t>& t,
                                      const std::vector<BwdGroup>& groups) {
-  const int D = p.head_dim, S = p.seqlen_k, H = p.heads_kv;
+  const int D = p.head_dim, H = p.heads_kv;
   std::vector<uint16_t> out;
-  out.reserve(groups.size() * S * D);
   for (const BwdGroup& g : groups)
-    for (int s = 0; s < S; ++s) {
-      const size_t base = ((static_cast<size_t>(g.b) * S + s) * H + g.hk) * D;
+    for (int s = 0; s < p.len_k(g.b); ++s) {
+      const size_t base = (static_cast<size_t>(p.k_token(g.b, s)) * H + g.hk) * D;
       out.insert(out.end(), t.begin() + base, t.begin() + base + D);
     }
   return out;
@@ -154,7 +165,7 @@ BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vecto
   if (plan.mode == "full") {
     c.grads = check_gradients(p, in, dout, dq, dk, dv);
   } else if (plan.mode == "sample") {
-    const Problem sub = group_problem(p, plan.groups.size());
+    const Problem sub = group_problem(p, plan.groups);
     HostInputs sub_in;
     sub_in.q = gather_q_like(p, in.q, plan.groups);
     sub_in.k = gather_kv_like(p, in.k, plan.groups);

@@ -15,29 +15,27 @@ using Mat = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 template <class Scalar>
 using Col = Eigen::Matrix<Scalar, Eigen::Dynamic, 1>;
 
-/// Offset of element (b, s, h, 0) of a dense [batch, S, H, D] tensor.
-inline size_t at(int b, int s, int h, int S, int H, int D) {
-  return ((static_cast<size_t>(b) * S + s) * H + h) * D;
-}
+/// Offset of element (token, h, 0) of a [tokens, H, D] tensor: every tensor of a dense batch
+/// ([batch, S, H, D], token b * S + s) and of a packed one (Problem::q_token, k_token).
+inline size_t at(int64_t token, int h, int H, int D) { return (static_cast<size_t>(token) * H + h) * D; }
 
-/// Rows s0 .. s0+n-1 of head h of batch b, as an n x D matrix.
+/// Rows token0 .. token0+n-1 of head h, as an n x D matrix.
 template <class Scalar>
-Mat<Scalar> rows_of(const std::vector<double>& t, int b, int h, int s0, int n, int S, int H,
-                    int D) {
+Mat<Scalar> rows_of(const std::vector<double>& t, int64_t token0, int h, int n, int H, int D) {
   Mat<Scalar> m(n, D);
   for (int r = 0; r < n; ++r) {
-    const size_t base = at(b, s0 + r, h, S, H, D);
+    const size_t base = at(token0 + r, h, H, D);
     for (int c = 0; c < D; ++c) m(r, c) = static_cast<Scalar>(t[base + c]);
   }
   return m;
 }
 
-/// Writes an n x D matrix into rows s0 .. s0+n-1 of head h of batch b.
+/// Writes an n x D matrix into rows token0 .. token0+n-1 of head h.
 template <class Scalar>
-void store_rows(const Mat<Scalar>& m, std::vector<double>* t, int b, int h, int s0, int S, int H) {
+void store_rows(const Mat<Scalar>& m, std::vector<double>* t, int64_t token0, int h, int H) {
   const int D = static_cast<int>(m.cols());
   for (int r = 0; r < m.rows(); ++r) {
-    const size_t base = at(b, s0 + r, h, S, H, D);
+    const size_t base = at(token0 + r, h, H, D);
     for (int c = 0; c < D; ++c) (*t)[base + c] = static_cast<double>(m(r, c));
   }
 }
@@ -50,8 +48,7 @@ BwdResults empty_results(const Problem& p, const BwdInputs& x) {
   res.dq.assign(x.q.size(), 0.0);
   res.dk.assign(x.k.size(), 0.0);
   res.dv.assign(x.v.size(), 0.0);
-  res.lse.assign(static_cast<size_t>(p.batch) * p.heads_q * p.seqlen_q,
-                 -std::numeric_limits<double>::infinity());
+  res.lse.assign(p.lse_elements(), -std::numeric_limits<double>::infinity());
   res.delta.assign(res.lse.size(), 0.0);
   return res;
 }
@@ -59,10 +56,11 @@ BwdResults empty_results(const Problem& p, const BwdInputs& x) {
 /// The backward pass in Scalar with Eigen. One task per (batch, KV head): it owns that head's
 /// dK and dV, so the group's query heads add into them with no race, in a fixed order (the
 /// result does not depend on the thread count). Query rows go in chunks so the score matrix
-/// is kChunk x seqlen_k, never seqlen_q x seqlen_k.
+/// is kChunk x seqlen_k, never seqlen_q x seqlen_k. A packed batch's sequences each have their
+/// own lengths and causal diagonal (Problem::len_q, len_k, visible_keys(b, i)).
 template <class Scalar>
 BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
-  const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv;
+  const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv;
   const int D = p.head_dim, G = p.group();
   BwdResults res = empty_results(p, x);
 
@@ -71,18 +69,19 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
 #pragma omp parallel for schedule(dynamic)
   for (long long t = 0; t < static_cast<long long>(B) * Hkv; ++t) {
     const int b = static_cast<int>(t / Hkv), hk = static_cast<int>(t % Hkv);
-    const Mat<Scalar> K = rows_of<Scalar>(x.k, b, hk, 0, Sk, Sk, Hkv, D);
-    const Mat<Scalar> V = rows_of<Scalar>(x.v, b, hk, 0, Sk, Sk, Hkv, D);
+    const int Sq = p.len_q(b), Sk = p.len_k(b);
+    const Mat<Scalar> K = rows_of<Scalar>(x.k, p.k_token(b, 0), hk, Sk, Hkv, D);
+    const Mat<Scalar> V = rows_of<Scalar>(x.v, p.k_token(b, 0), hk, Sk, Hkv, D);
     Mat<Scalar> dK = Mat<Scalar>::Zero(Sk, D), dV = Mat<Scalar>::Zero(Sk, D);
     for (int h = hk * G; h < (hk + 1) * G; ++h) {
       for (int i0 = 0; i0 < Sq; i0 += kChunk) {
         const int n = std::min(kChunk, Sq - i0);
-        const Mat<Scalar> Q = rows_of<Scalar>(x.q, b, h, i0, n, Sq, Hq, D);
-        const Mat<Scalar> dO = rows_of<Scalar>(x.dout, b, h, i0, n, Sq, Hq, D);
+        const Mat<Scalar> Q = rows_of<Scalar>(x.q, p.q_token(b, i0), h, n, Hq, D);
+        const Mat<Scalar> dO = rows_of<Scalar>(x.dout, p.q_token(b, i0), h, n, Hq, D);
         Mat<Scalar> P = (Q * K.transpose()) * scale;  // S, turned into P in place
-        const size_t stat = (static_cast<size_t>(b) * Hq + h) * Sq + i0;  // [b, h, i0] of LSE, D
+        const size_t stat = p.lse_index(b, h, i0);  // (b, h, i0) of LSE and D; rows follow at stride 1
         for (int r = 0; r < n; ++r) {
-          const int visible = p.visible_keys(i0 + r);
+          const int visible = p.visible_keys(b, i0 + r);
           if (visible == 0) {  // no key: P = 0, so O, D, dQ are 0 and dK, dV get nothing
             P.row(r).setZero();
             continue;
@@ -104,13 +103,13 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
         const Mat<Scalar> dS = (P.array() * (dP.colwise() - Di).array()).matrix();
         const Mat<Scalar> dQ = (dS * K) * scale;
         dK.noalias() += (dS.transpose() * Q) * scale;
-        store_rows(O, &res.out, b, h, i0, Sq, Hq);
-        store_rows(dQ, &res.dq, b, h, i0, Sq, Hq);
+        store_rows(O, &res.out, p.q_token(b, i0), h, Hq);
+        store_rows(dQ, &res.dq, p.q_token(b, i0), h, Hq);
         for (int r = 0; r < n; ++r) res.delta[stat + r] = static_cast<double>(Di(r));
       }
     }
-    store_rows(dK, &res.dk, b, hk, 0, Sk, Hkv);
-    store_rows(dV, &res.dv, b, hk, 0, Sk, Hkv);
+    store_rows(dK, &res.dk, p.k_token(b, 0), hk, Hkv);
+    store_rows(dV, &res.dv, p.k_token(b, 0), hk, Hkv);
   }
   return res;
 }
@@ -148,22 +147,21 @@ BwdResults naive_loops_bwd(const Problem& p, const HostInputs& in,
 }
 
 BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
-  const int B = p.batch, Sq = p.seqlen_q, Sk = p.seqlen_k, Hq = p.heads_q, Hkv = p.heads_kv;
+  const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv;
   const int D = p.head_dim;
   const double scale = p.scale();
   BwdResults res = empty_results(p, x);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < Hq; ++h) {
       const int hk = h / p.group();
-      for (int i = 0; i < Sq; ++i) {
-        const size_t qi = at(b, i, h, Sq, Hq, D);
-        const size_t stat = (static_cast<size_t>(b) * Hq + h) * Sq + i;
-        // Scores of the keys row i sees (a causal row sees keys 0 .. i + causal_offset).
+      for (int i = 0; i < p.len_q(b); ++i) {
+        const size_t qi = at(p.q_token(b, i), h, Hq, D);
+        const size_t stat = p.lse_index(b, h, i);
+        // Scores of the keys row i sees (a causal row sees keys 0 .. i + len_k - len_q).
         std::vector<double> s;
-        for (int j = 0; j < Sk; ++j) {
-          if (p.causal && j > i + p.causal_offset()) break;
+        for (int j = 0; j < p.visible_keys(b, i); ++j) {
           double dot = 0;
-          for (int c = 0; c < D; ++c) dot += x.q[qi + c] * x.k[at(b, j, hk, Sk, Hkv, D) + c];
+          for (int c = 0; c < D; ++c) dot += x.q[qi + c] * x.k[at(p.k_token(b, j), hk, Hkv, D) + c];
           s.push_back(dot * scale);
         }
         if (s.empty()) continue;  // no key: every output of this row stays 0
@@ -176,12 +174,12 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
         // O_i = sum_j P_ij V_j, then D_i = dO_i . O_i.
         for (size_t j = 0; j < s.size(); ++j)
           for (int c = 0; c < D; ++c)
-            res.out[qi + c] += prob[j] * x.v[at(b, static_cast<int>(j), hk, Sk, Hkv, D) + c];
+            res.out[qi + c] += prob[j] * x.v[at(p.k_token(b, static_cast<int>(j)), hk, Hkv, D) + c];
         double delta = 0;
         for (int c = 0; c < D; ++c) delta += x.dout[qi + c] * res.out[qi + c];
         res.delta[stat] = delta;
         for (size_t j = 0; j < s.size(); ++j) {
-          const size_t kj = at(b, static_cast<int>(j), hk, Sk, Hkv, D);
+          const size_t kj = at(p.k_token(b, static_cast<int>(j)), hk, Hkv, D);
           double dp = 0;  // dP_ij = dO_i . V_j
           for (int c = 0; c < D; ++c) dp += x.dout[qi + c] * x.v[kj + c];
           const double ds = prob[j] * (dp - delta);

@@ -176,7 +176,7 @@ TEST_CASE("a group's gradients are exact on their own (gathered sub-problem)", "
   const std::vector<uint16_t> dout = make_grad_output(p, 4);
   const BwdResults full = reference_bwd_fp64(p, in, dout);
   const std::vector<BwdGroup> groups = {{0, 1}, {2, 0}};
-  const Problem sub = group_problem(p, groups.size());
+  const Problem sub = group_problem(p, groups);
   REQUIRE((sub.batch == 2 && sub.heads_kv == 1 && sub.heads_q == 4 && sub.seqlen_q == 70 && sub.seqlen_k == 90));
   REQUIRE((sub.causal && sub.scale() == p.scale() && sub.dtype == p.dtype));
   HostInputs sin;

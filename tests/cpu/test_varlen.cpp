@@ -1,14 +1,16 @@
 // Variable-length batches (Problem::cu_seqlens_q/k): the packed description, its command line,
-// and the fp64 reference on a packed batch against the same sequences run one by one as dense
-// problems (the reference and the check take one description for both).
+// and the fp64 references (forward and backward) on a packed batch against the same sequences run
+// one by one as dense problems (the references and the checks take one description for both).
 #include <cmath>
 #include <vector>
 
 #include "catch_compat.h"
 #include "problem_shape.h"
 #include "flashladder/check.h"
+#include "flashladder/check_bwd.h"
 #include "flashladder/cli.h"
 #include "flashladder/reference.h"
+#include "flashladder/reference_bwd.h"
 
 using namespace fl;
 
@@ -175,4 +177,71 @@ TEST_CASE("the bench's mixed-length batch: the same lengths as bench/torch_sdpa.
     sum += n;
   }
   REQUIRE(sum == 286412);
+}
+
+TEST_CASE("the backward reference on a packed batch equals each sequence run alone", "[cpu][varlen][reference_bwd]") {
+  for (bool causal : {false, true}) {
+    Problem p = fl_test::shape(1, 1, 1, 4, 2, 32, causal);
+    set_varlen(&p, {1, 0, 70, 33, 9}, {1, 5, 33, 70, 0});
+    INFO("causal " << causal);
+    const HostInputs in = make_inputs(p, InputKind::random, 5);
+    const std::vector<uint16_t> dout = make_grad_output(p, 5);
+    REQUIRE(dout.size() == p.q_elements());
+    const BwdResults packed = reference_bwd_fp64(p, in, dout);
+    const BwdResults loops = naive_loops_bwd(p, in, dout);
+    for (size_t n = 0; n < packed.dq.size(); ++n) REQUIRE(std::fabs(packed.dq[n] - loops.dq[n]) < 1e-10);
+    for (size_t n = 0; n < packed.dk.size(); ++n) REQUIRE(std::fabs(packed.dk[n] - loops.dk[n]) < 1e-10);
+    REQUIRE(packed.lse.size() == p.lse_elements());
+    const int Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
+    for (int b = 0; b < p.batch; ++b) {
+      const Problem s = one_sequence(p, b);
+      if (s.seqlen_q == 0 && s.seqlen_k == 0) continue;
+      HostInputs si;
+      si.q = slice(in.q, p.q_token(b, 0), s.seqlen_q, Hq, D);
+      si.k = slice(in.k, p.k_token(b, 0), s.seqlen_k, Hkv, D);
+      si.v = slice(in.v, p.k_token(b, 0), s.seqlen_k, Hkv, D);
+      const std::vector<uint16_t> sdo = slice(dout, p.q_token(b, 0), s.seqlen_q, Hq, D);
+      const BwdResults alone = naive_loops_bwd(s, si, sdo);
+      for (int i = 0; i < s.seqlen_q; ++i)
+        for (int h = 0; h < Hq; ++h) {
+          for (int c = 0; c < D; ++c)
+            REQUIRE(std::fabs(packed.dq[(p.q_token(b, i) * Hq + h) * D + c] - alone.dq[(static_cast<size_t>(i) * Hq + h) * D + c]) < 1e-10);
+          const double a = alone.lse[static_cast<size_t>(h) * s.seqlen_q + i], q = packed.lse[p.lse_index(b, h, i)];
+          if (std::isinf(a)) REQUIRE(q == a);
+          else REQUIRE(std::fabs(q - a) < 1e-10);
+        }
+      for (int j = 0; j < s.seqlen_k; ++j)
+        for (int h = 0; h < Hkv; ++h)
+          for (int c = 0; c < D; ++c) {
+            const size_t pk = (p.k_token(b, j) * Hkv + h) * D + c, ak = (static_cast<size_t>(j) * Hkv + h) * D + c;
+            REQUIRE(std::fabs(packed.dk[pk] - alone.dk[ak]) < 1e-10);
+            REQUIRE(std::fabs(packed.dv[pk] - alone.dv[ak]) < 1e-10);
+          }
+    }
+  }
+}
+
+TEST_CASE("the backward check on a packed batch: full and sampled groups", "[cpu][varlen][check_bwd]") {
+  Problem p = fl_test::shape(1, 1, 1, 8, 2, 32, true, DType::bf16);
+  set_varlen(&p, {40, 0, 90, 7}, {40, 3, 60, 20});
+  const HostInputs in = make_inputs(p, InputKind::random, 9);
+  const std::vector<uint16_t> dout = make_grad_output(p, 9);
+  const BwdResults ref = reference_bwd_fp64(p, in, dout);
+  auto to16 = [&](const std::vector<double>& x) {
+    std::vector<uint16_t> o(x.size());
+    for (size_t n = 0; n < x.size(); ++n) o[n] = to_bits(static_cast<float>(x[n]), p.dtype);
+    return o;
+  };
+  const auto dq = to16(ref.dq), dk = to16(ref.dk), dv = to16(ref.dv);
+  for (CheckMode mode : {CheckMode::full, CheckMode::sample}) {
+    // A budget below the whole batch's work makes "sample" pick some groups.
+    const BwdCheck c = check_backward(p, in, dout, dq, dk, dv, mode, 3, bwd_check_work(p) / 3);
+    INFO(c.summary.reason << " " << c.note);
+    REQUIRE(c.summary.pass);
+    REQUIRE(c.summary.checked);
+  }
+  // A wrong dK row of one sequence fails the full check.
+  auto bad = dk;
+  bad[(p.k_token(2, 5) * p.heads_kv + 1) * p.head_dim + 3] ^= 0x4000;
+  REQUIRE(!check_backward(p, in, dout, dq, bad, dv, CheckMode::full, 3).summary.pass);
 }

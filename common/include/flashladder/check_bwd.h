@@ -53,17 +53,18 @@ struct BwdCheckPlan {
 BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long seed,
                             double budget = kBwdCheckWork);
 
-/// The problem made of @p n groups of @p p, one after another as its batches: batch n, one KV
-/// head, group() query heads, the same lengths, head_dim, dtype, mask and scale.
-Problem group_problem(const Problem& p, size_t n);
+/// The problem made of @p groups of @p p, one after another as its batches: one KV head,
+/// group() query heads, the same lengths (a packed batch: the groups' sequences, packed),
+/// head_dim, dtype, mask and scale.
+Problem group_problem(const Problem& p, const std::vector<BwdGroup>& groups);
 
-/// The rows of @p groups in a dense [batch, seqlen_q, heads_q, head_dim] tensor of @p p (Q, O,
-/// dO, dQ), in group_problem()'s layout.
+/// The rows of @p groups in a [tokens, heads_q, head_dim] tensor of @p p (Q, O, dO, dQ; dense or
+/// packed), in group_problem()'s layout.
 std::vector<uint16_t> gather_q_like(const Problem& p, const std::vector<uint16_t>& t,
                                     const std::vector<BwdGroup>& groups);
 
-/// The rows of @p groups in a dense [batch, seqlen_k, heads_kv, head_dim] tensor of @p p (K, V,
-/// dK, dV), in group_problem()'s layout.
+/// The rows of @p groups in a [tokens, heads_kv, head_dim] tensor of @p p (K, V, dK, dV; dense or
+/// packed), in group_problem()'s layout.
 std::vector<uint16_t> gather_kv_like(const Problem& p, const std::vector<uint16_t>& t,
                                      const std::vector<BwdGroup>& groups);
 
