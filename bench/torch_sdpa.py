@@ -37,7 +37,8 @@ Backward (common/include/flashladder/backward.h, FlashAttention's convention):
   FLOPs = 2.5 x the forward's;
   bytes = Q, K, V, O, dO read + dQ, dK, dV written (16-bit) + the LSE read (fp32).
 
-Usage: python3 bench/torch_sdpa.py [--out FILE] [--family prefill|decode|backward|backward-gqa|ablation|fp8|all[,...]]
+Usage: python3 bench/torch_sdpa.py [--out FILE]
+           [--family prefill|decode|backward|backward-gqa|ablation|fp8|hopper-prefill|llama|varlen|all[,...]]
                                   [--quick] [--dtype fp16|bf16]
 Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
 """
@@ -199,7 +200,7 @@ def parse_families(text):
             if f not in out:
                 out.append(f)
         elif f:
-            raise ValueError("unknown family '%s' (prefill, decode, backward, backward-gqa, ablation, fp8, all)" % f)
+            raise ValueError("unknown family '%s' (%s or all)" % (f, ", ".join(FAMILIES)))
     return out
 
 
@@ -385,7 +386,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="torch_sdpa.json", help="JSON output file")
     ap.add_argument("--family", default="all",
-                    help="prefill, decode, backward, backward-gqa, ablation or all, comma-separated")
+                    help="prefill, decode, backward, backward-gqa, ablation, fp8, hopper-prefill, llama, varlen "
+                    "or all, comma-separated")
     ap.add_argument("--quick", action="store_true", help="fewer shapes, 20 timed calls")
     ap.add_argument("--iters", type=int, default=0, help="timed calls per shape (>= 20)")
     ap.add_argument("--layout", default="bhsd", choices=["bhsd", "bshd"],
