@@ -230,6 +230,64 @@ struct PingPong {
   }
 };
 
+/// A consumer's GEMMs on the K/V block at ring position @p n (stage n % STAGES, filled for the
+/// (n / STAGES)-th time), each issued after its tile landed and committed as one wgmma group:
+/// S = Q K^T for consumer @p c's 64 query rows (issue_qk_block), O += P V from the 16-bit P in
+/// registers (issue_pv_block). Rung 15 calls them with the ring position of its running counter.
+template <class T, class Cfg>
+__device__ __forceinline__ void issue_qk_block(const WsSmem<Cfg>& sm, int c, float (&S)[Cfg::kBlockN / 2], int n) {
+  const int s = n % Cfg::kStages;
+  mbarrier_wait_parity(sm.k_full(s), (n / Cfg::kStages) & 1);
+  wgmma_fence_operand(S);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
+    const uint64_t desc_q = wg::desc_kmajor_sw128(sm.Q_s + wg::sw128_kmajor_offset(Cfg::kBlockM, 64 * c, kk));
+    const uint64_t desc_k =
+        wg::desc_kmajor_sw128(sm.K_s + s * Cfg::kKVBytes + wg::sw128_kmajor_offset(Cfg::kBlockN, 0, kk));
+    wgmma_ss<T, Cfg::kBlockN>(S, desc_q, desc_k, kk > 0);
+  }
+  wgmma_commit();
+}
+
+template <class T, class Cfg>
+__device__ __forceinline__ void issue_pv_block(const WsSmem<Cfg>& sm, float (&O_acc)[Cfg::kHeadDim / 2],
+                                               uint32_t (&P_frag)[Cfg::kBlockN / 16][4], int n) {
+  constexpr int PV_STEPS = Cfg::kBlockN / 16;
+  const int s = n % Cfg::kStages;
+  mbarrier_wait_parity(sm.v_full(s), (n / Cfg::kStages) & 1);
+  wgmma_fence_operand(O_acc);
+#pragma unroll
+  for (int kk = 0; kk < PV_STEPS; ++kk) wgmma_fence_operand(P_frag[kk]);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < PV_STEPS; ++kk) {
+    const uint64_t desc_v = wg::desc_mnmajor_sw128(
+        sm.V_s + s * Cfg::kKVBytes + wg::sw128_mnmajor_offset(Cfg::kBlockN, 0, kk), Cfg::kBlockN);
+    wgmma_rs<T, Cfg::kHeadDim, 1>(O_acc, P_frag[kk], desc_v, 1);
+  }
+  wgmma_commit();
+}
+
+/// After a block's softmax: O scaled by its rows' alpha, and the exponentiated S packed to the
+/// 16-bit A operand of the next O += P V.
+template <class T, class Cfg>
+__device__ __forceinline__ void rescale_and_pack_p(float (&O_acc)[Cfg::kHeadDim / 2],
+                                                   uint32_t (&P_frag)[Cfg::kBlockN / 16][4],
+                                                   const float (&S)[Cfg::kBlockN / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < Cfg::kHeadDim / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      O_acc[4 * j + 2 * h] *= alpha[h];
+      O_acc[4 * j + 2 * h + 1] *= alpha[h];
+    }
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) P_frag[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
+}
+
 /// The forward kernel. Grid: (ceil(seqlen_q / 128), heads_q, batch); 384 threads.
 template <class T, class Cfg, bool PINGPONG, bool OVERLAP>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
@@ -239,7 +297,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr int BLOCK_M = Cfg::kBlockM;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int STAGES = Cfg::kStages;
-  constexpr int QK_STEPS = D / 16;
   constexpr int PV_STEPS = BLOCK_N / 16;
 
   const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
@@ -299,48 +356,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const float scale_log2 = p.scale_log2;
   mbarrier_wait_parity(sm.bar_q, 0);
 
-  auto issue_qk = [&](float (&S)[BLOCK_N / 2], int n) {
-    const int s = n % STAGES;
-    mbarrier_wait_parity(sm.k_full(s), (n / STAGES) & 1);
-    wgmma_fence_operand(S);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < QK_STEPS; ++kk) {
-      const uint64_t desc_q = wg::desc_kmajor_sw128(sm.Q_s + wg::sw128_kmajor_offset(BLOCK_M, 64 * c, kk));
-      const uint64_t desc_k =
-          wg::desc_kmajor_sw128(sm.K_s + s * Cfg::kKVBytes + wg::sw128_kmajor_offset(BLOCK_N, 0, kk));
-      wgmma_ss<T, BLOCK_N>(S, desc_q, desc_k, kk > 0);
-    }
-    wgmma_commit();
-  };
-  auto issue_pv = [&](int n) {
-    const int s = n % STAGES;
-    mbarrier_wait_parity(sm.v_full(s), (n / STAGES) & 1);
-    wgmma_fence_operand(O_acc);
-#pragma unroll
-    for (int kk = 0; kk < PV_STEPS; ++kk) wgmma_fence_operand(P_frag[kk]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < PV_STEPS; ++kk) {
-      const uint64_t desc_v = wg::desc_mnmajor_sw128(
-          sm.V_s + s * Cfg::kKVBytes + wg::sw128_mnmajor_offset(BLOCK_N, 0, kk), BLOCK_N);
-      wgmma_rs<T, D, 1>(O_acc, P_frag[kk], desc_v, 1);
-    }
-    wgmma_commit();
-  };
-  auto rescale_and_pack = [&](float (&S)[BLOCK_N / 2]) {
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        O_acc[4 * j + 2 * h] *= alpha[h];
-        O_acc[4 * j + 2 * h + 1] *= alpha[h];
-      }
-#pragma unroll
-    for (int kk = 0; kk < PV_STEPS; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) P_frag[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
-  };
+  auto issue_qk = [&](float (&S)[BLOCK_N / 2], int n) { issue_qk_block<T, Cfg>(sm, c, S, n); };
+  auto issue_pv = [&](int n) { issue_pv_block<T, Cfg>(sm, O_acc, P_frag, n); };
+  auto rescale_and_pack = [&](float (&S)[BLOCK_N / 2]) { rescale_and_pack_p<T, Cfg>(O_acc, P_frag, S, alpha); };
   // A stage's K may be refilled once S = Q K^T of its block is done, its V once O += P V is.
   auto s_landed = [&](float (&S)[BLOCK_N / 2], int n) {  // after the wait that covers S_n
     wgmma_fence_operand(S);

@@ -123,10 +123,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                           const __grid_constant__ CUtensorMap map_v, const AttnParams p,
                           const TileScheduler sched) {
   constexpr int D = Cfg::kHeadDim;
-  constexpr int BLOCK_M = Cfg::kBlockM;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int STAGES = Cfg::kStages;
-  constexpr int QK_STEPS = D / 16;
   constexpr int PV_STEPS = BLOCK_N / 16;
 
   const int tid = threadIdx.x;
@@ -209,47 +207,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   int kv_iter = 0;  // the ring's position, as the producer's
   int n_item = 0;
 
-  auto issue_qk = [&](float (&S)[BLOCK_N / 2], int i) {  // i: the ring position of the block
-    const int s = i % STAGES;
-    mbarrier_wait_parity(sm.k_full(s), (i / STAGES) & 1);
-    wgmma_fence_operand(S);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < QK_STEPS; ++kk) {
-      const uint64_t desc_q = wg::desc_kmajor_sw128(sm.Q_s + wg::sw128_kmajor_offset(BLOCK_M, 64 * c, kk));
-      const uint64_t desc_k =
-          wg::desc_kmajor_sw128(sm.K_s + s * Cfg::kKVBytes + wg::sw128_kmajor_offset(BLOCK_N, 0, kk));
-      wgmma_ss<T, BLOCK_N>(S, desc_q, desc_k, kk > 0);
-    }
-    wgmma_commit();
-  };
-  auto issue_pv = [&](int i) {
-    const int s = i % STAGES;
-    mbarrier_wait_parity(sm.v_full(s), (i / STAGES) & 1);
-    wgmma_fence_operand(O_acc);
-#pragma unroll
-    for (int kk = 0; kk < PV_STEPS; ++kk) wgmma_fence_operand(P_frag[kk]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < PV_STEPS; ++kk) {
-      const uint64_t desc_v = wg::desc_mnmajor_sw128(
-          sm.V_s + s * Cfg::kKVBytes + wg::sw128_mnmajor_offset(BLOCK_N, 0, kk), BLOCK_N);
-      wgmma_rs<T, D, 1>(O_acc, P_frag[kk], desc_v, 1);
-    }
-    wgmma_commit();
-  };
+  // Rung 10's GEMMs and rescale, on ring positions i (the block's stage and fill: issue_qk_block).
+  auto issue_qk = [&](float (&S)[BLOCK_N / 2], int i) { hopper10::issue_qk_block<T, Cfg>(sm, c, S, i); };
+  auto issue_pv = [&](int i) { hopper10::issue_pv_block<T, Cfg>(sm, O_acc, P_frag, i); };
   auto rescale_and_pack = [&](float (&S)[BLOCK_N / 2]) {
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        O_acc[4 * j + 2 * h] *= alpha[h];
-        O_acc[4 * j + 2 * h + 1] *= alpha[h];
-      }
-#pragma unroll
-    for (int kk = 0; kk < PV_STEPS; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) P_frag[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
+    hopper10::rescale_and_pack_p<T, Cfg>(O_acc, P_frag, S, alpha);
   };
   // Every consumer thread arrives, after its own last read of Q (its wgmma) and of the slot.
   auto release_q = [&] { mbarrier_arrive(sm.q_empty()); };
