@@ -350,28 +350,16 @@ template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
 void launch_persistent(const AttnParams& p, bool lpt, bool dynamic, cudaStream_t stream) {
   prepared_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP>();
   const DType dt = static_cast<DType>(p.dtype);
-  // A packed batch is one sequence of all its tokens to TMA (batch 1); a dense one is batched.
-  // Its batch stride is never used; TMA still wants a positive one.
   const bool packed = p.cu_seqlens_q != nullptr;
   if (packed && p.total_q == 0) return;  // only empty sequences: nothing to write
-  const int tma_batch = packed ? 1 : p.batch;
-  const int rows_q = packed ? p.total_q : p.seqlen_q;
-  // No key at all (every len_k = 0): no K/V copy is ever issued, but the maps must be valid;
-  // they then describe Q's memory, one row per head, which nothing reads.
-  const bool no_keys = packed && p.total_k == 0;
-  const int rows_k = no_keys ? 1 : packed ? p.total_k : p.seqlen_k;
-  const void* k = no_keys ? p.q : p.k;
-  const void* v = no_keys ? p.q : p.v;
-  auto batch_stride = [&](int64_t dense, int64_t row_stride, int rows) { return packed ? row_stride * rows : dense; };
-  const CUtensorMap map_q =
-      make_tma_map_bshd(dt, p.q, tma_batch, rows_q, p.heads_q, p.head_dim,
-                        batch_stride(p.q_batch_stride, p.q_row_stride, rows_q), p.q_row_stride, p.q_head_stride, Cfg::kBlockM);
-  const CUtensorMap map_k =
-      make_tma_map_bshd(dt, k, tma_batch, rows_k, p.heads_kv, p.head_dim,
-                        batch_stride(p.k_batch_stride, p.k_row_stride, rows_k), p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
-  const CUtensorMap map_v =
-      make_tma_map_bshd(dt, v, tma_batch, rows_k, p.heads_kv, p.head_dim,
-                        batch_stride(p.v_batch_stride, p.v_row_stride, rows_k), p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
+  // A packed batch's tensors are one sequence of all its tokens (make_tma_map_tokens); with no key
+  // at all no K/V copy is ever issued, and the K/V maps describe one row of Q.
+  const CUtensorMap map_q = make_tma_map_tokens(dt, p, false, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                                                Cfg::kBlockM, p.q);
+  const CUtensorMap map_k = make_tma_map_tokens(dt, p, true, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                                                Cfg::kBlockN, p.q);
+  const CUtensorMap map_v = make_tma_map_tokens(dt, p, true, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                                                Cfg::kBlockN, p.q);
   const TileScheduler sched = make_scheduler<Cfg>(p, lpt, dynamic);
   // Items of a dense batch; of a packed one, at most this many (the longest sequence's count for
   // every sequence): without PERSISTENT, one block per item, the missing ones exit at once.

@@ -157,6 +157,15 @@ void encode_tma_tiled(CUtensorMap* map, DType dtype, const void* base, const Tma
 CUtensorMap make_tma_map_bshd(DType dtype, const void* base, int batch, int seqlen, int heads,
                               int head_dim, int64_t batch_stride, int64_t row_stride,
                               int64_t head_stride, int box_rows);
+
+/// The map of a launch's query-side tensor (Q, O, dO: @p keys false) or key-side one (K, V: true)
+/// with its strides: a dense batch's [batch, seqlen, heads, d], or a packed batch's
+/// [total, heads, d] (AttnParams::cu_seqlens_q set) seen as one sequence of all its tokens, batch
+/// coordinate 0 (varlen.h's SeqSpan). A packed tensor of no token maps one row of @p fallback
+/// instead (valid memory, which nothing reads), so that the map is still legal.
+CUtensorMap make_tma_map_tokens(DType dtype, const AttnParams& p, bool keys, const void* base,
+                                int64_t batch_stride, int64_t row_stride, int64_t head_stride,
+                                int box_rows, const void* fallback);
 #endif
 
 /// The shared `supports` line of the Hopper rungs: "" when they can run on @p d, else why not.
