@@ -153,7 +153,7 @@ std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& 
     return std::string(dtype_name(p.dtype)) + " not built (configured with -DFL_DTYPE)";
   if (p.page_size > 0 && !r.paged_kv) return "paged KV cache (--page-size) not supported by this rung";
   if (p.varlen() && !r.varlen)
-    return "variable-length batches (--seqlens-q) not supported by this rung (rung 15 takes them)";
+    return "variable-length batches (--seqlens-q) not supported by this rung (rungs 14 and 15 take them)";
   const int cc = d.cc_major * 10 + d.cc_minor;
   if (r.min_cc > 0 && cc < r.min_cc)
     return "needs compute capability >= " + std::to_string(r.min_cc / 10) + "." + std::to_string(r.min_cc % 10) +

@@ -17,7 +17,7 @@
 ///   warpgroups 1, 2       math      setmaxnreg.inc 240. 64 keys each (wgmma's M), per query block:
 ///       S^T  = K_j Q_i^T            SS   keys x queries: P^T ends up in registers, as an A operand
 ///       dP^T = V_j dO_i^T           SS
-///       P^T  = exp2(S^T scale log2e - LSE_i log2e)      masked: key past seqlen_k or the diagonal
+///       P^T  = exp2(S^T scale log2e - LSE_i log2e)      masked: key past len_k or the diagonal
 ///       dS^T = P^T ∘ (dP^T - D_i)
 ///       dV_j += P^T dO_i            RS   A = P^T from registers
 ///       dS^T -> shared memory       16-bit, [key][query]; both warpgroups meet at a named barrier
@@ -66,8 +66,10 @@
 #include "flashladder/problem.h"
 #include "flashladder/ptx.cuh"
 #include "flashladder/tma.h"
+#include "flashladder/varlen.h"
 #include "../11_backward/kernel.cuh"  // bwd::row_delta: D = rowsum(dO ∘ O), as rung 11 computes it
 #include "traits.h"
+#include "workspace.h"
 
 namespace fl::hopper14 {
 
@@ -82,38 +84,38 @@ constexpr uint32_t kMathThreads = 256, kDqHandoff = kMathThreads + 32;
 /// Where the kernel writes, besides dK and dV: the padded statistics and the dQ accumulator
 /// (workspace.h), the deterministic counters, a split group's partial dK, dV.
 struct BwdBuffers {
-  const float* lse_log2;  ///< [batch, heads_q, rows_padded]: LSE·log2(e), +inf where no key is seen
-  const float* delta;     ///< [batch, heads_q, rows_padded]: D
-  float* dq_acc;          ///< [batch, heads_q, rows_padded / BLOCK_M][BLOCK_M x d], register order
-  int* counters;          ///< [batch, heads_q, rows_padded / 64] (deterministic only)
-  float* dkv_acc;         ///< rung 11's [2][kv_split][batch, seqlen_k, heads_kv, d] (kv_split > 1)
+  const float* lse_log2;  ///< padded rows (workspace.h): LSE·log2(e), +inf where no key is seen
+  const float* delta;     ///< padded rows: D
+  float* dq_acc;          ///< a [BLOCK_M x d] tile per query block of the padded rows, register order
+  int* counters;          ///< one per 64 padded rows (deterministic only)
+  float* dkv_acc;         ///< rung 11's [2][kv_split][key_rows, heads_kv, d] (kv_split > 1)
   int kv_split;           ///< slices of a GQA group (workspace.h's kv_splits)
-  int rows_padded;        ///< seqlen_q rounded up to 128
+  int64_t head_rows;      ///< padded rows of a head (workspace.h's head_rows)
+  int64_t key_rows;       ///< batch x seqlen_k, or total_k packed (workspace.h's key_rows)
 };
 
-/// LSE·log2(e) and D per query row, padded to rows_padded (+inf and 0 past seqlen_q, so padded
-/// rows have P = 0 and dS = 0): one warp per padded row. D is rowsum(dO ∘ O) from the forward's
-/// fp32 O when it left one, else from the 16-bit O, or (@p exact_d non-null) rung 11's exact pass.
+/// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
+/// P = 0 and dS = 0): one warp per padded row of the @p rows. D is rowsum(dO ∘ O) from the
+/// forward's fp32 O when it left one, else from the 16-bit O, or (@p exact_d non-null, dense
+/// only) rung 11's exact pass.
 template <class T, int D>
-__global__ void __launch_bounds__(128)
-    bwd_stats_kernel(const AttnBwdParams P, float* lse_log2, float* delta, int rows_padded, const float* exact_d) {
+__global__ void __launch_bounds__(128) bwd_stats_kernel(const AttnBwdParams P, float* lse_log2, float* delta,
+                                                        int64_t head_rows, int64_t rows, const float* exact_d) {
   const AttnParams& p = P.fwd;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads_q * rows_padded;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
-  const int q = static_cast<int>(row % rows_padded);
-  const int64_t bh = row / rows_padded;  // batch * heads_q + head
-  const int h = static_cast<int>(bh % p.heads_q), b = static_cast<int>(bh / p.heads_q);
-  if (q >= p.seqlen_q) {
+  const PaddedRow at = padded_row_at(p, head_rows, row);
+  if (!at.real) {
     if (lane == 0) {
       lse_log2[row] = INFINITY;
       delta[row] = 0.f;
     }
     return;
   }
-  const int64_t stat = bh * p.seqlen_q + q;  // [batch, heads_q, seqlen_q]
-  const float sum = exact_d ? exact_d[stat] : bwd::row_delta<T, D>(P, b, q, h, lane);  // rung 11's D
+  const SeqSpan seq = seq_span(p, at.b);
+  const int64_t stat = lse_offset(p, seq, at.b, at.h) + at.q;  // the forward's LSE (and the exact pass's D)
+  const float sum = exact_d ? exact_d[stat] : bwd::row_delta<T, D>(P, seq.batch, seq.q0 + at.q, at.h, lane);  // rung 11's D
   if (lane == 0) {
     const float lse = p.lse[stat];
     lse_log2[row] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
@@ -147,18 +149,33 @@ struct BwdSmem {
 
 /// What the block walks: its K/V block, its slice of query heads and the query blocks that see the
 /// K/V block. Step `it` is query head head0 + it / n_i, query block i_first + it % n_i.
+/// A packed batch (varlen.h): blockIdx.z is the sequence, its own len_q, len_k and causal diagonal
+/// (len_k - len_q) apply, and the grid's K/V blocks past its len_k exit at once (`active`).
 struct BlockWork {
   int kv_head, slice, head0, batch, j, key0, i_first, n_i, steps;
-  int n_kv_blocks;     ///< K/V blocks of the problem
+  int n_kv_blocks;     ///< K/V blocks of the sequence
+  bool active;         ///< the K/V block exists in this sequence
   bool reverse_order;  ///< deterministic under a causal mask: dQ adds from the last K/V block down
   int block_n;         ///< keys per K/V block
-  __device__ __forceinline__ BlockWork(const AttnParams& p, int kv_split, int block_m, int block_n_, bool deterministic)
+  int len_k, causal_offset;  ///< the sequence's keys; query q sees key k <= q + causal_offset
+  int q_tok0, k_tok0;  ///< its first query / key token in the [tokens, heads, d] view (0 dense)
+  int64_t stat0;       ///< its padded row of query 0, head 0 (workspace.h's stat_row0)
+  __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split, int block_m, int block_n_,
+                                       bool deterministic)
       : block_n(block_n_) {
     // The K/V block varies fastest: the blocks running at once share their query heads, so they
     // read the same Q_i, dO_i and add into the same dQ tiles while those are in L2. Block 0 first:
     // under a causal mask the longest. The deterministic mode under a causal mask launches (and
     // adds) from the last block down instead (add_dq_tile says why).
-    n_kv_blocks = gridDim.x;
+    batch = blockIdx.z;
+    const SeqSpan seq = seq_span(p, batch);
+    len_k = seq.len_k;
+    causal_offset = p.cu_seqlens_q ? seq.len_k - seq.len_q : p.causal_offset;
+    q_tok0 = seq.q0;
+    k_tok0 = seq.k0;
+    stat0 = stat_row0(p, head_rows, batch);
+    n_kv_blocks = (len_k + block_n - 1) / block_n;
+    active = static_cast<int>(blockIdx.x) < n_kv_blocks;
     reverse_order = deterministic && p.causal;
     j = reverse_order ? n_kv_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
     const int head_slice = blockIdx.y;
@@ -166,15 +183,18 @@ struct BlockWork {
     slice = head_slice % kv_split;
     const int slice_heads = p.group / kv_split;
     head0 = kv_head * p.group + slice * slice_heads;
-    batch = blockIdx.z;
     key0 = j * block_n;
-    const int n_q_blocks = (p.seqlen_q + block_m - 1) / block_m;
+    const int n_q_blocks = (seq.len_q + block_m - 1) / block_m;
     // Query q sees key k when k <= q + causal_offset: the block is seen from q = key0 - offset.
-    i_first = p.causal ? max(0, key0 - p.causal_offset) / block_m : 0;
+    i_first = p.causal ? max(0, key0 - causal_offset) / block_m : 0;
     n_i = max(0, n_q_blocks - i_first);
-    steps = slice_heads * n_i;
+    steps = active ? slice_heads * n_i : 0;
   }
   __device__ __forceinline__ int head(int it) const { return head0 + it / n_i; }
+  /// Its key 0's row in the dK, dV partial sums (batch x seqlen_k rows, or total_k packed).
+  __device__ __forceinline__ int64_t key_row0(const AttnParams& p) const {
+    return p.cu_seqlens_q ? int64_t(k_tok0) : int64_t(batch) * p.seqlen_k;
+  }
   __device__ __forceinline__ int q_block(int it) const { return i_first + it % n_i; }
   /// The deterministic mode: how many K/V blocks add into query block @p i before this one. In
   /// order (no mask): blocks 0 .. j - 1, all of which see every query block. From the last down
@@ -182,10 +202,10 @@ struct BlockWork {
   /// blocks from i_first(j') on, which only grows with j', so j_last(i) is the last block whose
   /// first key the block's last row sees, by the constructor's rule (padded rows included: the
   /// count must match the visits exactly).
-  __device__ __forceinline__ int adds_before(const AttnParams& p, int i, int block_m) const {
+  __device__ __forceinline__ int adds_before(int i, int block_m) const {
     if (!reverse_order) return j;
     const int last_row = (i + 1) * block_m - 1;
-    const int j_last = min(n_kv_blocks - 1, (last_row + p.causal_offset) / block_n);
+    const int j_last = min(n_kv_blocks - 1, (last_row + causal_offset) / block_n);
     return j_last - j;
   }
 };
@@ -201,14 +221,17 @@ struct Loads {
   const CUtensorMap* map_do;
   const float* lse_log2;
   const float* delta;
-  int heads_q, rows_padded;
+  int64_t head_rows;
+  bool packed;  ///< a packed batch: one sequence of all the tokens to TMA (batch coordinate 0)
+
+  __device__ __forceinline__ int tma_batch(const BlockWork& w) const { return packed ? 0 : w.batch; }
 
   __device__ __forceinline__ void kv(const BwdSmem<Cfg>& sm, const BlockWork& w) const {
     mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Cfg::kKBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
-      tma_load_4d(sm.K() + cb * Cfg::kBlockN * 128, map_k, sm.kv_full(), 64 * cb, w.kv_head, w.key0, w.batch);
-      tma_load_4d(sm.V() + cb * Cfg::kBlockN * 128, map_v, sm.kv_full(), 64 * cb, w.kv_head, w.key0, w.batch);
+      tma_load_4d(sm.K() + cb * Cfg::kBlockN * 128, map_k, sm.kv_full(), 64 * cb, w.kv_head, w.k_tok0 + w.key0, tma_batch(w));
+      tma_load_4d(sm.V() + cb * Cfg::kBlockN * 128, map_v, sm.kv_full(), 64 * cb, w.kv_head, w.k_tok0 + w.key0, tma_batch(w));
     }
   }
   __device__ __forceinline__ void step(const BwdSmem<Cfg>& sm, const BlockWork& w, int it) const {
@@ -216,26 +239,29 @@ struct Loads {
     // The k-th refill of stage s waits for the k-th release (a fresh barrier passes parity 1).
     mbarrier_wait_parity(sm.q_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
     const int h = w.head(it), q0 = w.q_block(it) * Cfg::kBlockM;
-    const int64_t stat = (int64_t(w.batch) * heads_q + h) * rows_padded + q0;
+    const int64_t stat = w.stat0 + h * head_rows + q0;
     mbarrier_arrive_expect_tx(sm.q_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-      tma_load_4d(sm.Q(s) + cb * Cfg::kBlockM * 128, map_q, sm.q_full(s), 64 * cb, h, q0, w.batch);
+      tma_load_4d(sm.Q(s) + cb * Cfg::kBlockM * 128, map_q, sm.q_full(s), 64 * cb, h, w.q_tok0 + q0, tma_batch(w));
     bulk_load(sm.lse(s), lse_log2 + stat, Cfg::kRowStatBytes, sm.q_full(s));
     if constexpr (Cfg::kSplitRelease) mbarrier_wait_parity(sm.do_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(sm.do_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-      tma_load_4d(sm.dO(s) + cb * Cfg::kBlockM * 128, map_do, sm.do_full(s), 64 * cb, h, q0, w.batch);
+      tma_load_4d(sm.dO(s) + cb * Cfg::kBlockM * 128, map_do, sm.do_full(s), 64 * cb, h, w.q_tok0 + q0, tma_batch(w));
     bulk_load(sm.delta(s), delta + stat, Cfg::kRowStatBytes, sm.do_full(s));
   }
 };
 
 /// The dQ tile of step @p it in the accumulator.
 template <class Cfg>
-__device__ __forceinline__ float* dq_tile(const BwdBuffers& buf, const AttnParams& p, const BlockWork& w, int it) {
-  const int64_t bh = int64_t(w.batch) * p.heads_q + w.head(it);
-  return buf.dq_acc + (bh * buf.rows_padded + int64_t(w.q_block(it)) * Cfg::kBlockM) * Cfg::kHeadDim;
+__device__ __forceinline__ int64_t dq_row(const BwdBuffers& buf, const BlockWork& w, int it) {
+  return w.stat0 + w.head(it) * buf.head_rows + int64_t(w.q_block(it)) * Cfg::kBlockM;
+}
+template <class Cfg>
+__device__ __forceinline__ float* dq_tile(const BwdBuffers& buf, const BlockWork& w, int it) {
+  return buf.dq_acc + dq_row<Cfg>(buf, w, it) * Cfg::kHeadDim;
 }
 
 /// The dQ writer's add of step @p it, by one thread: the tile in shared memory to the accumulator
@@ -246,18 +272,17 @@ template <class Cfg>
 __device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf, const AttnParams& p,
                                             const BlockWork& w, int it, bool deterministic) {
   // LAB-BEGIN(14-dq-writer): one bulk reduce-add per dQ tile; in order when deterministic
-  float* dst = dq_tile<Cfg>(buf, p, w, it);
+  float* dst = dq_tile<Cfg>(buf, w, it);
   int* counter = nullptr;
   if (deterministic) {
-    const int64_t bh = int64_t(w.batch) * p.heads_q + w.head(it);
-    counter = buf.counters + (bh * buf.rows_padded + int64_t(w.q_block(it)) * Cfg::kBlockM) / 64;
+    counter = buf.counters + dq_row<Cfg>(buf, w, it) / 64;
     // The blocks that add before this one were launched before it (BlockWork's order), so they run
     // or have run: no wait is for a block that cannot start. Without a mask the order is j = 0, 1,
     // ...; under a causal mask it is from the last K/V block down: block j's first query block is
     // on its diagonal, which the blocks after j do not see, so each block's first adds wait for
     // nobody and the blocks running side by side add in a wavefront. In the ascending order, block
     // j would wait at its diagonal for block 0 to get there: every block as long as the longest.
-    const int before = w.adds_before(p, w.q_block(it), Cfg::kBlockM);
+    const int before = w.adds_before(w.q_block(it), Cfg::kBlockM);
     int seen;
     do {
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
@@ -300,17 +325,18 @@ __device__ __forceinline__ T* grad_row(void* base, const AttnParams& p, const Bl
   const int64_t batch_stride = which ? p.v_batch_stride : p.k_batch_stride;
   const int64_t head_stride = which ? p.v_head_stride : p.k_head_stride;
   const int64_t row_stride = which ? p.v_row_stride : p.k_row_stride;
-  return static_cast<T*>(base) + work.batch * batch_stride + work.kv_head * head_stride + int64_t(key) * row_stride;
+  return static_cast<T*>(base) + work.batch * batch_stride + work.kv_head * head_stride +
+         int64_t(work.k_tok0 + key) * row_stride;
 }
 
 /// Row @p key of a split group's fp32 partial dK (@p which = 0) or dV (1): rung 11's
-/// [2][kv_split][batch, seqlen_k, heads_kv, d], slice work.slice.
+/// [2][kv_split][key_rows, heads_kv, d], slice work.slice.
 __device__ __forceinline__ float* dkv_partial(const AttnBwdParams& P, const BwdBuffers& buf, const BlockWork& work,
                                               int key, int which) {
   const AttnParams& p = P.fwd;
-  const int64_t part = int64_t(p.batch) * p.seqlen_k * p.heads_kv * p.head_dim;
+  const int64_t part = buf.key_rows * p.heads_kv * p.head_dim;
   return buf.dkv_acc + (which * buf.kv_split + work.slice) * part +
-         ((int64_t(work.batch) * p.seqlen_k + key) * p.heads_kv + work.kv_head) * p.head_dim;
+         ((work.key_row0(p) + key) * p.heads_kv + work.kv_head) * p.head_dim;
 }
 
 /// A math thread's dK_j or dV_j accumulators (traits.h: kDkvTiles of m64 x kDkvN).
@@ -331,7 +357,7 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
 #pragma unroll
     for (int e2 = 0; e2 < 2; ++e2) {
       const int key = work.key0 + 8 * c + 2 * q + e2;
-      if (key >= p.seqlen_k) continue;
+      if (key >= work.len_k) continue;
       if (buf.kv_split > 1) {
         float* dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
 #pragma unroll
@@ -373,10 +399,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const AttnParams& p = P.fwd;
   const bool deterministic = P.deterministic != 0;
 
-  const BlockWork work(p, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
+  const BlockWork work(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
+  if (!work.active) return;  // a packed sequence shorter than the grid's longest: no such K/V block
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const BwdSmem<Cfg> sm(smem_raw);
-  const Loads<Cfg> loads{&map_q, &map_k, &map_v, &map_do, buf.lse_log2, buf.delta, p.heads_q, buf.rows_padded};
+  const Loads<Cfg> loads{&map_q, &map_k, &map_v, &map_do, buf.lse_log2, buf.delta, buf.head_rows,
+                          p.cu_seqlens_q != nullptr};
   const int tid = threadIdx.x;
 
   if (tid == 0) {
@@ -488,13 +516,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int e = 0; e < 4; ++e) S[4 * c + e] = ptx::ex2_approx(fmaf(S[4 * c + e], scale_log2, -(e % 2 ? l.y : l.x)));
     }
     const int wg_key0 = work.key0 + s_key0, wg_q0 = q0 + s_col0;
-    if (wg_key0 + 63 >= p.seqlen_k || (p.causal && wg_key0 + 63 > wg_q0 + p.causal_offset)) {
+    if (wg_key0 + 63 >= work.len_k || (p.causal && wg_key0 + 63 > wg_q0 + work.causal_offset)) {
 #pragma unroll
       for (int c = 0; c < SN / 8; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = wg_key0 + 16 * warp + g + 8 * (e / 2), qr = wg_q0 + 8 * c + 2 * q + e % 2;
-          if (key >= p.seqlen_k || (p.causal && key > qr + p.causal_offset)) S[4 * c + e] = 0.f;
+          if (key >= work.len_k || (p.causal && key > qr + work.causal_offset)) S[4 * c + e] = 0.f;
         }
     }
     // dS^T = P^T ∘ (dP^T - D), and both packed to 16-bit A fragments 16 queries at a time (so that
@@ -629,7 +657,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       // LAB-END(14-dq-handoff)
     } else {
-      float* tile = dq_tile<Cfg>(buf, p, work, it);
+      float* tile = dq_tile<Cfg>(buf, work, it);
 #pragma unroll
       for (int r = 0; r < Cfg::kDqRegs; r += 2)
         atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)), make_float2(dQ[r], dQ[r + 1]));
@@ -644,11 +672,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int key = work.key0 + 64 * w + 16 * warp + g + 8 * hh;
-      if (key >= p.seqlen_k) continue;
+      if (key >= work.len_k) continue;
       if (buf.kv_split > 1) {
-        const int64_t part = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D;
-        float* dk = buf.dkv_acc + work.slice * part + ((int64_t(work.batch) * p.seqlen_k + key) * p.heads_kv + work.kv_head) * D;
-        float* dv = dk + buf.kv_split * part;
+        float* dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {
           *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) = make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
@@ -656,10 +682,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
         continue;
       }
-      T* dk = static_cast<T*>(P.dk) + work.batch * p.k_batch_stride + work.kv_head * p.k_head_stride +
-              static_cast<int64_t>(key) * p.k_row_stride;
-      T* dv = static_cast<T*>(P.dv) + work.batch * p.v_batch_stride + work.kv_head * p.v_head_stride +
-              static_cast<int64_t>(key) * p.v_row_stride;
+      T* dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) {
         *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) =
@@ -670,25 +693,25 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 }
 
-/// dQ = scale · accumulator, from the accumulator's register order (dq_slot) to [batch, seqlen_q,
-/// heads_q, d], 16-bit: one thread per pair of fp32 slots (two adjacent columns of one row).
+/// dQ = scale · accumulator, from the accumulator's register order (dq_slot) to Q's layout
+/// ([batch, seqlen_q, heads_q, d], or packed [total_q, heads_q, d]), 16-bit: one thread per pair
+/// of fp32 slots (two adjacent columns of one row) of the @p rows padded rows (padded_row_at).
 template <class T, class Cfg>
-__global__ void __launch_bounds__(256) bwd_dq_convert_kernel(const AttnBwdParams P, const float* dq_acc, int rows_padded) {
+__global__ void __launch_bounds__(256)
+    bwd_dq_convert_kernel(const AttnBwdParams P, const float* dq_acc, int64_t head_rows, int64_t rows) {
   constexpr int D = Cfg::kHeadDim, TILE = Cfg::kBlockM * D;
   const AttnParams& p = P.fwd;
-  const int64_t pairs = int64_t(p.batch) * p.heads_q * rows_padded * D / 2;
+  const int64_t pairs = rows * D / 2;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = 2 * i;
-    const int64_t tile = e / TILE;  // (batch * heads_q + head) * tiles + query block
-    const int tiles = rows_padded / Cfg::kBlockM;
     int row, col;
     dq_slot_coord<Cfg>(static_cast<int>(e % TILE), row, col);
-    row += static_cast<int>(tile % tiles) * Cfg::kBlockM;
-    if (row >= p.seqlen_q) continue;
-    const int64_t bh = tile / tiles;
-    const int h = static_cast<int>(bh % p.heads_q), b = static_cast<int>(bh / p.heads_q);
+    const PaddedRow at = padded_row_at(p, head_rows, e / TILE * Cfg::kBlockM + row);  // tiles are whole query blocks
+    if (!at.real) continue;
+    const SeqSpan seq = seq_span(p, at.b);
     const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
-    T* dq = static_cast<T*>(P.dq) + b * p.q_batch_stride + int64_t(row) * p.q_row_stride + h * p.q_head_stride + col;
+    T* dq = static_cast<T*>(P.dq) + seq.batch * p.q_batch_stride + int64_t(seq.q0 + at.q) * p.q_row_stride +
+            at.h * p.q_head_stride + col;
     *reinterpret_cast<uint32_t*>(dq) = pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
   }
 }

@@ -25,7 +25,9 @@
 namespace fl {
 namespace {
 
-constexpr int kForwardRung = 10;
+/// The forward pass whose O and LSE the backward reads: rung 15 (rung 10's kernel in a persistent
+/// grid), which also takes packed batches.
+constexpr int kForwardRung = 15;
 
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
@@ -74,7 +76,7 @@ decltype(auto) with_tiles(int head_dim, F&& f) {
 
 const Rung& forward_rung() {
   const Rung* f = registry().find(kForwardRung);
-  if (!f) throw std::runtime_error("rung 14 runs rung 10's forward pass, which is not built");
+  if (!f) throw std::runtime_error("rung 14 runs rung 15's forward pass, which is not built");
   return *f;
 }
 
@@ -92,17 +94,24 @@ const void* prepared_kernel() {
 
 /// dQ from its accumulator and, for a split group, dK and dV from their partial sums.
 template <class T, class Cfg>
-void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, cudaStream_t stream) {
+void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, int64_t stat_rows, cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = P.fwd;
-  const int64_t pairs = int64_t(p.batch) * p.heads_q * buf.rows_padded * D / 2;
+  const int64_t pairs = stat_rows * D / 2;
   hopper14::bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
-                                            0, stream>>>(P, buf.dq_acc, buf.rows_padded);
+                                            0, stream>>>(P, buf.dq_acc, buf.head_rows, stat_rows);
   FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
   if (buf.kv_split > 1) {
-    const int64_t kv_pairs = int64_t(p.batch) * p.seqlen_k * p.heads_kv * D / 2;
+    // Rung 11's convert walks [batch, seqlen_k, heads_kv, d]: a packed batch's keys are one
+    // sequence of key_rows tokens to it.
+    AttnBwdParams flat = P;
+    if (p.cu_seqlens_q != nullptr) {
+      flat.fwd.batch = 1;
+      flat.fwd.seqlen_k = static_cast<int>(buf.key_rows);
+    }
+    const int64_t kv_pairs = buf.key_rows * p.heads_kv * D / 2;
     bwd::bwd_convert_kv_kernel<T, D><<<static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535)), 256,
-                                       0, stream>>>(P, buf.dkv_acc, buf.kv_split);
+                                       0, stream>>>(flat, buf.dkv_acc, buf.kv_split);
     FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
   }
 }
@@ -110,7 +119,7 @@ void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, 
 /// D from rung 11's exact pass where rows are long (delta_policy.h), else nullptr. Rung 11 has no
 /// head_dim 256 tiles: supports() refuses such rows at d = 256.
 template <class T, int D>
-float* exact_delta(const AttnBwdParams& P, const Problem& shape, float* ws, bool deterministic, bwd::DeltaPolicy policy,
+float* exact_delta(const AttnBwdParams& P, const hopper14::WsShape& shape, float* ws, bool deterministic, bwd::DeltaPolicy policy,
                    bwd::GroupSplit how, cudaStream_t stream) {
   const int n_delta = hopper14::exact_delta_splits(shape, deterministic, policy);
   if (n_delta == 0) return nullptr;
@@ -121,10 +130,10 @@ float* exact_delta(const AttnBwdParams& P, const Problem& shape, float* ws, bool
     using Cfg11 = bwd::BwdTiles<D>;
     float* exact_d = ws + hopper14::exact_delta_offset(shape, deterministic, how);
     float* delta_acc = ws + hopper14::exact_delta_sums_offset(shape, deterministic, how);
-    const int kv_split11 = bwd::kv_splits(shape, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
+    const int kv_split11 = bwd::kv_splits(shape.p, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
     const bool lpt = p.causal && !deterministic;
-    const int blocks = deterministic ? bwd::deterministic_splits(shape, Cfg11::kBlockN)
-                                     : bwd::kv_block_count(shape, Cfg11::kBlockN);
+    const int blocks = deterministic ? bwd::deterministic_splits(shape.p, Cfg11::kBlockN)
+                                     : bwd::kv_block_count(shape.p, Cfg11::kBlockN);
     const dim3 grid = lpt ? dim3(p.heads_kv * kv_split11, p.batch, blocks) : dim3(blocks, p.heads_kv * kv_split11, p.batch);
     bwd::launch_exact_delta<T, Cfg11>(P, exact_d, delta_acc, n_delta, grid, kv_split11, lpt, /*zero=*/true, stream);
     return exact_d;
@@ -138,7 +147,8 @@ template <Mode M, class T, class Cfg>
 void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
-  const Problem shape = problem_of(p);
+  const hopper14::WsShape shape(p);  // a packed batch's token counts included
+  if (shape.packed && p.total_q == 0 && p.total_k == 0) return;  // only empty sequences: nothing to write
   const bool deterministic = given.deterministic != 0;
   const bwd::DeltaPolicy policy = bwd::DeltaPolicy::rung;
   const bwd::DeltaSource source = bwd::delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
@@ -151,7 +161,8 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
     throw std::runtime_error("rung 14: workspace not 128-byte aligned");
   float* ws = static_cast<float*>(P.workspace);
   hopper14::BwdBuffers buf{};
-  buf.rows_padded = static_cast<int>(hopper14::rows_padded(shape));
+  buf.head_rows = hopper14::head_rows(shape);
+  buf.key_rows = hopper14::key_rows(shape);
   buf.lse_log2 = ws;
   buf.delta = ws + hopper14::stat_rows(shape);
   buf.dq_acc = ws + hopper14::dq_acc_offset(shape);
@@ -165,19 +176,23 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
   const size_t zero_floats = hopper14::dkv_acc_offset(shape, deterministic) - hopper14::dq_acc_offset(shape);
   FL_CUDA_CHECK(cudaMemsetAsync(buf.dq_acc, 0, zero_floats * sizeof(float), stream));
   const int64_t stat_rows = static_cast<int64_t>(hopper14::stat_rows(shape));
-  hopper14::bwd_stats_kernel<T, D><<<static_cast<unsigned>((stat_rows + 3) / 4), 128, 0, stream>>>(
-      P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.rows_padded, exact_d);
-  FL_LAUNCH_CHECK("bwd_stats_kernel");
+  if (stat_rows > 0) {
+    hopper14::bwd_stats_kernel<T, D><<<static_cast<unsigned>((stat_rows + 3) / 4), 128, 0, stream>>>(
+        P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.head_rows, stat_rows, exact_d);
+    FL_LAUNCH_CHECK("bwd_stats_kernel");
+  }
 
+  // A packed batch is one sequence of all its tokens to TMA; a side with no token maps one row of
+  // the other side's memory, which no copy reads.
   const DType dt = static_cast<DType>(p.dtype);
-  const CUtensorMap map_q = make_tma_map_bshd(dt, p.q, p.batch, p.seqlen_q, p.heads_q, D, p.q_batch_stride,
-                                              p.q_row_stride, p.q_head_stride, Cfg::kBlockM);
-  const CUtensorMap map_do = make_tma_map_bshd(dt, P.dout, p.batch, p.seqlen_q, p.heads_q, D, p.o_batch_stride,
-                                               p.o_row_stride, p.o_head_stride, Cfg::kBlockM);
-  const CUtensorMap map_k = make_tma_map_bshd(dt, p.k, p.batch, p.seqlen_k, p.heads_kv, D, p.k_batch_stride,
-                                              p.k_row_stride, p.k_head_stride, Cfg::kBlockN);
-  const CUtensorMap map_v = make_tma_map_bshd(dt, p.v, p.batch, p.seqlen_k, p.heads_kv, D, p.v_batch_stride,
-                                              p.v_row_stride, p.v_head_stride, Cfg::kBlockN);
+  const CUtensorMap map_q = make_tma_map_tokens(dt, p, false, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                                                Cfg::kBlockM, p.k);
+  const CUtensorMap map_do = make_tma_map_tokens(dt, p, false, P.dout, p.o_batch_stride, p.o_row_stride,
+                                                 p.o_head_stride, Cfg::kBlockM, p.k);
+  const CUtensorMap map_k = make_tma_map_tokens(dt, p, true, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                                                Cfg::kBlockN, p.q);
+  const CUtensorMap map_v = make_tma_map_tokens(dt, p, true, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
+                                                Cfg::kBlockN, p.q);
   const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv * buf.kv_split, p.batch);
   if constexpr (M == Mode::atomic_dq) {
     if (!deterministic) {
@@ -185,7 +200,7 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
       hopper14::bwd_hopper_kernel<T, Cfg, false>
           <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
       FL_LAUNCH_CHECK("bwd_hopper_kernel");
-      return convert_gradients<T, Cfg>(P, buf, stream);
+      return convert_gradients<T, Cfg>(P, buf, stat_rows, stream);
     }
   }
   {
@@ -194,7 +209,7 @@ void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
         <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
   }
   FL_LAUNCH_CHECK("bwd_hopper_kernel");
-  convert_gradients<T, Cfg>(P, buf, stream);
+  convert_gradients<T, Cfg>(P, buf, stat_rows, stream);
 }
 
 template <Mode M, class T, class Cfg>
@@ -228,20 +243,23 @@ Rung make_rung(const char* variant, const char* summary) {
   r.min_cc = 90;
   r.forward_rung = kForwardRung;
   r.builds_on = {11, 10};
-  r.writes_o_fp32 = true;  // `launch` is rung 10's forward, which writes the fp32 O asked for
+  r.writes_o_fp32 = true;  // `launch` is rung 15's forward, which writes the fp32 O asked for
+  r.varlen = true;         // packed batches (cu_seqlens): per-sequence K/V blocks, padded statistics
   r.in_tour = false;
   if (M == Mode::rung)
     r.baselines = {Baseline::on(11, "the backward pass it moves to Hopper: the same algorithm on mma.sync")};
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
     if (!hopper.empty()) return hopper;
-    if (!registry().find(kForwardRung)) return "needs rung 10 (its forward pass) in the build";
-    if (!forward_rung().not_implemented.empty()) return "needs rung 10's forward pass, which is not implemented here";
+    if (!registry().find(kForwardRung)) return "needs rung 15 (its forward pass) in the build";
+    if (!forward_rung().not_implemented.empty()) return "needs rung 15's forward pass, which is not implemented here";
     if (!registry().find(11)) return "needs rung 11 in the build (its exact D pass)";
     if (p.head_dim != 64 && p.head_dim != 128 && (!kRungKernel<M> || p.head_dim != 256))
       return kRungKernel<M> ? "head_dim must be 64, 128 or 256" : "head_dim must be 64 or 128 (the ablations)";
     if (p.head_dim == 256 && p.seqlen_k > bwd::kExactDeltaKeys)
       return "head_dim 256: rows of more than 16384 keys need rung 11's exact D pass, built for head_dim 64 and 128";
+    if (p.varlen() && p.seqlen_k > bwd::kExactDeltaKeys)
+      return "a packed batch with a sequence of more than 16384 keys: rung 11's exact D pass takes dense batches only";
     const int smem = with_tiles<M>(p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
     const std::string limits = tile_limits(p, d, smem);
     if (!limits.empty()) return limits;
@@ -276,7 +294,7 @@ Rung make_rung(const char* variant, const char* summary) {
   };
   r.notes = [](const Problem& p) {
     std::vector<std::string> notes{
-        "backward pass after rung 10's forward (O and LSE); FLOPs by FlashAttention's convention: 2.5 x the forward's",
+        "backward pass after rung 15's forward (O and LSE); FLOPs by FlashAttention's convention: 2.5 x the forward's",
         std::string("D from ") + bwd::delta_source_name(bwd::delta_source(bwd::DeltaPolicy::rung, p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {

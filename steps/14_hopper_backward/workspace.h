@@ -19,34 +19,101 @@
 /// and D with one bulk copy and adds its dQ tile as one contiguous run, whatever M. A dQ tile is
 /// stored in the math warpgroups' register order (kernel.cuh: dq_slot), which the convert kernel
 /// undoes.
+///
+/// A packed batch (cu_seqlens_q) pads each sequence instead: the statistics are [heads_q,
+/// head_rows], and sequence b's rows start at packed_row0 = (cu_seqlens_q[b] / 128 + b) · 128, a
+/// multiple of 128 with room for its len_q rounded up to 128 before the next sequence's (FA3's
+/// padded offsets). The dK, dV partial sums are [2][kv_split][total_k, heads_kv, d]. One rule
+/// addresses both layouts: row q of head h of sequence b is stat0(b) + h · head_rows + q
+/// (stat_row0).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "flashladder/problem.h"
+#include "flashladder/types.h"  // FL_HD
 #include "../11_backward/workspace.h"
 #include "traits.h"
 
 namespace fl::hopper14 {
 
-/// Query rows per (batch, head) in the padded statistics and the dQ accumulator.
-inline int64_t rows_padded(const Problem& p) { return (int64_t(p.seqlen_q) + 127) / 128 * 128; }
+/// What the layout reads of a problem: its dense sizes (a packed batch's longest sequences) and,
+/// packed, its token counts. Made from the host's Problem or from a launch's AttnParams, which has
+/// the counts but not the host's cu_seqlens.
+struct WsShape {
+  Problem p;
+  bool packed;
+  int64_t total_q, total_k;
+  WsShape(const Problem& q) : p(q), packed(q.varlen()), total_q(q.total_q()), total_k(q.total_k()) {}  // NOLINT
+  WsShape(const AttnParams& a)  // NOLINT: implicit, like the Problem overload
+      : p(problem_of(a)), packed(a.cu_seqlens_q != nullptr), total_q(a.total_q), total_k(a.total_k) {}
+};
 
-/// (batch, head) rows of the padded statistics: batch x heads_q x rows_padded.
-inline size_t stat_rows(const Problem& p) { return size_t(p.batch) * p.heads_q * rows_padded(p); }
+/// Where sequence b of a packed batch starts in the padded rows of a head (see the file comment).
+FL_HD int64_t packed_row0(int cu_seqlen_q_b, int b) { return (int64_t(cu_seqlen_q_b) / 128 + b) * 128; }
 
-inline size_t dq_acc_offset(const Problem& p) { return 2 * stat_rows(p); }
+/// Rows of one head in the padded statistics and the dQ accumulator: seqlen_q rounded up to 128
+/// (dense), or packed_row0 of the batch's end (packed).
+inline int64_t head_rows(const WsShape& s) {
+  return s.packed ? packed_row0(static_cast<int>(s.total_q), s.p.batch) : (int64_t(s.p.seqlen_q) + 127) / 128 * 128;
+}
+
+/// The padded row of query 0, head 0 of sequence @p b: row q of head h is this + h · head_rows + q.
+FL_HD int64_t stat_row0(const AttnParams& p, int64_t head_rows, int b) {
+  return p.cu_seqlens_q ? packed_row0(p.cu_seqlens_q[b], b) : int64_t(b) * p.heads_q * head_rows;
+}
+
+/// The packed sequence whose padded rows hold row @p row of a head (0 <= row < head_rows): the last
+/// b with packed_row0(b) <= row, by bisection over cu_seqlens_q.
+FL_HD int packed_seq_of_row(const AttnParams& p, int64_t row) {
+  int lo = 0, hi = p.batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (packed_row0(p.cu_seqlens_q[mid], mid) <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/// Padded row @p row of the statistics (0 <= row < stat_rows) as (sequence, head, query), and
+/// whether it is a query of the problem (else padding: LSE·log2(e) = +inf, D = 0, no dQ row). The
+/// inverse of stat_row0 (CPU-tested); the statistics and dQ convert kernels walk the rows with it.
+struct PaddedRow {
+  int b, h, q;
+  bool real;
+};
+FL_HD PaddedRow padded_row_at(const AttnParams& p, int64_t head_rows, int64_t row) {
+  if (p.cu_seqlens_q == nullptr) {
+    const int q = static_cast<int>(row % head_rows);
+    const int64_t bh = row / head_rows;
+    return {static_cast<int>(bh / p.heads_q), static_cast<int>(bh % p.heads_q), q, q < p.seqlen_q};
+  }
+  const int64_t r = row % head_rows;
+  const int b = packed_seq_of_row(p, r);
+  const int q = static_cast<int>(r - packed_row0(p.cu_seqlens_q[b], b));
+  return {b, static_cast<int>(row / head_rows), q, q < p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]};
+}
+
+/// Padded rows of the statistics (each of LSE and D): heads_q x head_rows (x batch, dense).
+inline size_t stat_rows(const WsShape& s) {
+  return size_t(s.packed ? 1 : s.p.batch) * s.p.heads_q * head_rows(s);
+}
+
+inline size_t dq_acc_offset(const WsShape& s) { return 2 * stat_rows(s); }
 
 /// The deterministic mode's counters, one per (batch, head, 64-row block): K/V block j adds its
 /// share of a query block's dQ when the counter says j blocks have added theirs.
-inline size_t counter_count(const Problem& p) { return stat_rows(p) / 64; }
-inline size_t counter_offset(const Problem& p) { return dq_acc_offset(p) + stat_rows(p) * p.head_dim; }
+inline size_t counter_count(const WsShape& s) { return stat_rows(s) / 64; }
+inline size_t counter_offset(const WsShape& s) { return dq_acc_offset(s) + stat_rows(s) * s.p.head_dim; }
 
 /// The split group's partial dK, dV (rung 11's layout and convert kernel): after the counters.
-inline size_t dkv_acc_offset(const Problem& p, bool deterministic) {
-  return counter_offset(p) + (deterministic ? (counter_count(p) + 31) / 32 * 32 : 0);
+inline size_t dkv_acc_offset(const WsShape& s, bool deterministic) {
+  return counter_offset(s) + (deterministic ? (counter_count(s) + 31) / 32 * 32 : 0);
 }
+
+/// Key rows of dK, dV: batch x seqlen_k, or total_k packed.
+inline int64_t key_rows(const WsShape& s) { return s.packed ? s.total_k : int64_t(s.p.batch) * s.p.seqlen_k; }
 
 /// Slices of a GQA group: `balanced` (the rung) is rung 11's rule for this head_dim's K/V blocks
 /// (kv_block_keys: the smallest divisor of the group that gives the grid 256 blocks); `none` and
@@ -54,37 +121,39 @@ inline size_t dkv_acc_offset(const Problem& p, bool deterministic) {
 /// is 7-11% faster at 4k-8k keys and d = 128, and 21% on the training demo's shape, slower on short
 /// rows; the rung does not choose by the mask yet). The deterministic mode keeps the grid, so the
 /// same rule.
-inline int kv_splits(const Problem& p, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
-  return bwd::kv_splits(p, kv_block_keys(p.head_dim), false, how);
+inline int kv_splits(const WsShape& s, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
+  return bwd::kv_splits(s.p, kv_block_keys(s.p.head_dim), false, how);
 }
 
 /// Where the exact D pass's row sums start (rung 11's exact pass, run first on long rows): D
 /// [batch, heads_q, seqlen_q], then its accumulator pairs.
-inline size_t exact_delta_offset(const Problem& p, bool deterministic, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
-  const int split = kv_splits(p, how);
-  const size_t part = split > 1 ? 2 * size_t(split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
-  return (dkv_acc_offset(p, deterministic) + part + 31) / 32 * 32;
+inline size_t exact_delta_offset(const WsShape& s, bool deterministic, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
+  const int split = kv_splits(s, how);
+  const size_t part = split > 1 ? 2 * size_t(split) * key_rows(s) * s.p.heads_kv * s.p.head_dim : 0;
+  return (dkv_acc_offset(s, deterministic) + part + 31) / 32 * 32;
 }
 
 /// Where the exact pass's accumulator pairs start: after its D, rounded up to 32 floats.
-inline size_t exact_delta_sums_offset(const Problem& p, bool deterministic,
+inline size_t exact_delta_sums_offset(const WsShape& s, bool deterministic,
                                       bwd::GroupSplit how = bwd::GroupSplit::balanced) {
-  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  return exact_delta_offset(p, deterministic, how) + (rows + 31) / 32 * 32;
+  const size_t rows = size_t(s.p.batch) * s.p.heads_q * s.p.seqlen_q;
+  return exact_delta_offset(s, deterministic, how) + (rows + 31) / 32 * 32;
 }
 
-/// The exact pass's accumulator pairs (rung 11's, for its 128-key tiles at this head_dim).
-inline int exact_delta_splits(const Problem& p, bool deterministic, bwd::DeltaPolicy policy) {
-  return bwd::delta_splits(p, 128, deterministic, policy);
+/// The exact pass's accumulator pairs (rung 11's, for its 128-key tiles at this head_dim). A packed
+/// batch has none: rung 11's pass takes dense batches only (supports() refuses packed sequences of
+/// more than bwd::kExactDeltaKeys keys).
+inline int exact_delta_splits(const WsShape& s, bool deterministic, bwd::DeltaPolicy policy) {
+  return s.packed ? 0 : bwd::delta_splits(s.p, 128, deterministic, policy);
 }
 
 /// Bytes of the workspace (the file comment's layout).
-inline size_t workspace_bytes(const Problem& p, bool deterministic, bwd::DeltaPolicy policy,
+inline size_t workspace_bytes(const WsShape& s, bool deterministic, bwd::DeltaPolicy policy,
                               bwd::GroupSplit how = bwd::GroupSplit::balanced) {
-  const size_t rows = size_t(p.batch) * p.heads_q * p.seqlen_q;
-  const int n_delta = exact_delta_splits(p, deterministic, policy);
-  if (n_delta == 0) return exact_delta_offset(p, deterministic, how) * sizeof(float);
-  return (exact_delta_sums_offset(p, deterministic, how) + 2 * size_t(n_delta) * rows) * sizeof(float);
+  const size_t rows = size_t(s.p.batch) * s.p.heads_q * s.p.seqlen_q;
+  const int n_delta = exact_delta_splits(s, deterministic, policy);
+  if (n_delta == 0) return exact_delta_offset(s, deterministic, how) * sizeof(float);
+  return (exact_delta_sums_offset(s, deterministic, how) + 2 * size_t(n_delta) * rows) * sizeof(float);
 }
 
 }  // namespace fl::hopper14

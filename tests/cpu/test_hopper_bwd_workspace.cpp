@@ -1,8 +1,8 @@
 // Rung 14's host policies (steps/14_hopper_backward/workspace.h, traits.h), checked on the CPU: the
 // workspace layout the kernels index into (padded statistics, the dQ accumulator, the deterministic
 // counters, a split group's partial dK and dV, the exact D pass's sums), the group split, the
-// register order of a dQ tile (dq_slot), which the convert kernel must invert exactly, and the
-// Problem a launch recomputes them from (problem_of).
+// register order of a dQ tile (dq_slot), which the convert kernel must invert exactly, the
+// Problem a launch recomputes them from (problem_of), and a packed batch's padded rows.
 #include <cstddef>
 #include <set>
 #include <utility>
@@ -102,7 +102,7 @@ TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, si
   for (const Problem& p : shapes())
     for (bool det : {false, true}) {
       INFO(p.describe() << " deterministic=" << det);
-      const int64_t rows_pad = hopper14::rows_padded(p);
+      const int64_t rows_pad = hopper14::head_rows(p);
       CHECK(rows_pad % 128 == 0);
       CHECK(rows_pad >= p.seqlen_q);
       CHECK(rows_pad < p.seqlen_q + 128);
@@ -158,4 +158,57 @@ TEST_CASE("problem_of: the Problem a launch's AttnParams describe, causal and sc
     CHECK(hopper14::workspace_bytes(q, true, bwd::DeltaPolicy::rung) ==
           hopper14::workspace_bytes(p, true, bwd::DeltaPolicy::rung));
   }
+}
+
+TEST_CASE("rung 14's packed statistics: each sequence padded to 128-row blocks, no two overlap, the row map inverts",
+          "[cpu][hopper_bwd]") {
+  // Lengths with empty sequences, lengths of 1, exact multiples of 128 and tails.
+  const std::vector<std::vector<int>> batches = {
+      {300, 0, 1, 4096, 128, 129, 127, 0}, {1}, {0, 0, 5}, {128, 128, 128}, {1000, 17, 2049}};
+  for (const auto& lens : batches) {
+    Problem p = shape(1, 1, 1, 4, 2, 128, true);
+    set_varlen(&p, lens, lens);
+    INFO(p.describe());
+    const hopper14::WsShape s(p);
+    REQUIRE(s.packed);
+    const int64_t rows = hopper14::head_rows(s);
+    CHECK(rows % 128 == 0);
+    CHECK(hopper14::stat_rows(s) == size_t(p.heads_q) * rows);
+    AttnParams a = make_attn_params(p);
+    a.cu_seqlens_q = p.cu_seqlens_q.data();  // host memory: the rules are FL_HD
+    a.cu_seqlens_k = p.cu_seqlens_k.data();
+    // The same layout from the launch's AttnParams (its counts, no host cu_seqlens vector).
+    CHECK(hopper14::workspace_bytes(hopper14::WsShape(a), false, bwd::DeltaPolicy::rung) ==
+          hopper14::workspace_bytes(s, false, bwd::DeltaPolicy::rung));
+    std::vector<int> owner(static_cast<size_t>(rows), -1);
+    for (int b = 0; b < p.batch; ++b) {
+      const int64_t r0 = hopper14::stat_row0(a, rows, b);
+      CHECK(r0 % 128 == 0);
+      // Room for the sequence's query blocks, rounded up to 128 rows, inside the head's rows.
+      const int64_t span = (int64_t(p.len_q(b)) + 127) / 128 * 128;
+      CHECK(r0 + span <= rows);
+      for (int64_t r = r0; r < r0 + span; ++r) {
+        CHECK(owner[size_t(r)] == -1);
+        owner[size_t(r)] = b;
+      }
+    }
+    for (int h = 0; h < p.heads_q; h += 3)
+      for (int64_t r = 0; r < rows; ++r) {
+        const hopper14::PaddedRow at = hopper14::padded_row_at(a, rows, h * rows + r);
+        CHECK(at.h == h);
+        CHECK(at.q >= 0);
+        CHECK(at.real == (owner[size_t(r)] >= 0 && at.q < p.len_q(at.b)));
+        if (at.real) CHECK(hopper14::stat_row0(a, rows, at.b) + at.q == r);
+      }
+  }
+  // A dense batch: [batch, heads_q, rows_padded], as before.
+  const Problem d = shape(3, 77, 130, 4, 2, 64, true);
+  const AttnParams a = make_attn_params(d);
+  const int64_t rows = hopper14::head_rows(d);
+  const hopper14::PaddedRow at = hopper14::padded_row_at(a, rows, (2 * d.heads_q + 1) * rows + 76);
+  CHECK(at.b == 2);
+  CHECK(at.h == 1);
+  CHECK(at.q == 76);
+  CHECK(at.real);
+  CHECK(!hopper14::padded_row_at(a, rows, 77).real);
 }

@@ -613,10 +613,10 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     CHECK(count_opcode(code, "UTMALDG.4D") >= 4 * (d / 64));  // Q, dO, K, V
     CHECK(count_opcode(code, "UBLKCP.S.G") >= 2);             // LSE_i and D_i
     CHECK(count_opcode(code, "UBLKRED.G.S.ADD.F32.RN") == (writer ? 1 : 0));
-    // No local memory, except one register at d = 64 with the writer warp (S^T and dP^T are 64
-    // registers each there): ptxas spills it once per query block since every math thread
-    // releases the stage itself (steps/14_hopper_backward/README.md, "Registers").
-    const int spill = (d == 64 && ws && writer) ? 1 : 0;
+    // No local memory, except one register in the no-ws ablation at d = 64 (S^T and dP^T are 64
+    // registers each there, and its math warps also hold the loader's addresses): ptxas spills
+    // it once per query block (steps/14_hopper_backward/README.md, "Registers").
+    const int spill = (d == 64 && !ws) ? 1 : 0;
     CHECK(count_opcode(code, "LDL") <= spill);
     CHECK(count_opcode(code, "STL") <= spill);
     if (ws) {

@@ -319,3 +319,98 @@ TEST_CASE("backward: a larger problem, checked on sampled (batch, KV head) group
     REQUIRE(n.ran > 0);
   }
 }
+
+// ---- packed batches (rungs with Rung::varlen: rung 14) ------------------------------------------
+
+namespace {
+
+/// A packed problem of these lengths (@p lk empty: the same as @p lq).
+Problem packed_bwd(const std::vector<int>& lq, const std::vector<int>& lk, int hq, int hkv, int d, bool causal,
+                   DType t) {
+  Problem p = shape(1, 1, 1, hq, hkv, d, causal, t);
+  set_varlen(&p, lq, lk);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("backward: packed batches (lengths of 1, empty sequences, tails, seqlen_q != seqlen_k, GQA)",
+          "[gpu][rung11]") {
+  // Every backward entry that takes packed batches (each of rung 14's variants), against the fp64
+  // backward reference on the same packed description; the others refuse with one line.
+  const std::vector<std::pair<std::vector<int>, std::vector<int>>> batches = {
+      {{1, 0, 130, 77, 256, 3}, {}},                        // self-attention lengths, an empty one
+      {{5, 200, 1, 64, 0, 129}, {300, 100, 1, 0, 7, 129}},  // q != k both ways, a sequence with no key
+      {{333}, {1000}},                                      // one sequence, more keys than queries
+  };
+  const DeviceInfo dev = query_device();
+  for (const Rung* r : backward_rungs()) {
+    Counts n;
+    for (const auto& [lq, lk] : batches)
+      for (int d : head_dims_of(*r))
+        for (bool causal : {false, true})
+          for (DType t : {DType::fp16, DType::bf16}) {
+            const Problem p = packed_bwd(lq, lk, 8, 2, d, causal, t);
+            if (!r->varlen) {
+              CHECK(supports(*r, p, dev).find("variable-length") != std::string::npos);
+              continue;
+            }
+            expect_bwd_pass(*r, p, false, &n);
+          }
+    if (r->varlen && n.ran == 0) WARN(r->label() << ": no packed case ran (" << n.skipped << " refused)");
+  }
+}
+
+TEST_CASE("backward: a packed batch in the deterministic mode repeats bit for bit and passes", "[gpu][rung11]") {
+  // Sequences of different K/V block counts: the per-sequence counters, from the last block down
+  // under the mask; MQA and GQA 4:1 (a split group's partial sums).
+  const DeviceInfo dev = query_device();
+  for (const Rung* r : backward_rungs()) {
+    if (!r->varlen) continue;
+    int ran = 0;
+    for (int hkv : {1, 2})
+      for (bool causal : {false, true}) {
+        const Problem p = packed_bwd({700, 1, 300, 0, 129}, {900, 5, 300, 40, 128}, 8, hkv, 128, causal, DType::bf16);
+        if (!supports(*r, p, dev).empty()) continue;
+        ++ran;
+        INFO(r->label() << " " << p.describe());
+        const HostInputs in = make_inputs(p, InputKind::random, 23);
+        const std::vector<uint16_t> dout = make_grad_output(p, 23);
+        DeviceProblem dp(p, in, forward_workspace_bytes(*r, p), 23);
+        if (r->writes_o_fp32) dp.want_o_fp32();
+        dp.poison_outputs();
+        launch_once(*r, dp);
+        const size_t ws = r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, true) : 0;
+        DeviceGrads g(p, dp, dout, ws, true);
+        g.poison();
+        launch_bwd_once(*r, g);
+        const Grads first = download(g);
+        g.poison();
+        launch_bwd_once(*r, g);
+        const Grads second = download(g);
+        INFO("differing elements: dQ " << differing(first.dq, second.dq) << ", dK " << differing(first.dk, second.dk)
+                                       << ", dV " << differing(first.dv, second.dv));
+        REQUIRE(first == second);
+        const BwdCheck c = check_backward(p, in, dout, first.dq, first.dk, first.dv, CheckMode::full, 23);
+        INFO(c.grads.reason);
+        REQUIRE(c.summary.pass);
+      }
+    REQUIRE(ran > 0);
+  }
+}
+
+TEST_CASE("backward: a mixed packed batch longer than one wave, sampled check; no key or no query anywhere",
+          "[gpu][rung11]") {
+  for (const Rung* r : backward_rungs()) {
+    if (!r->varlen || !r->variant.empty()) continue;  // the rung itself (its variants ran above)
+    Counts n;
+    // 24 sequences of 1 to 3000 tokens, Llama-style GQA 32/8, causal: many K/V blocks per sequence.
+    const std::vector<int> lens = mixed_lengths(24, 1, 3000, 5);
+    for (DType t : {DType::fp16, DType::bf16}) expect_bwd_pass(*r, packed_bwd(lens, {}, 32, 8, 128, true, t), false, &n, CheckMode::auto_);
+    // No key anywhere: O = 0, so dQ = dK = dV = 0 (no K/V row exists); no query anywhere: dK = dV = 0.
+    expect_bwd_pass(*r, packed_bwd({3, 130, 1}, {0, 0, 0}, 8, 2, 64, false, DType::fp16), false, &n);
+    expect_bwd_pass(*r, packed_bwd({0, 0, 0}, {3, 130, 1}, 8, 2, 64, true, DType::fp16), false, &n);
+    expect_bwd_pass(*r, packed_bwd({0, 0}, {0, 0}, 8, 2, 128, true, DType::bf16), false, &n);
+    REQUIRE(n.ran + n.skipped == 5);
+  }
+}
