@@ -25,6 +25,8 @@
 //   varlen:   the rungs that take a packed batch (Rung::varlen: 15) on 64 sequences of 128..8k
 //             tokens (mixed_lengths, seed 2024), 32 query heads on 8 KV heads, head_dim 128,
 //             causal 0/1
+//   varlen-backward: the backward rungs that take it (rung 14) on the same packed batch, the
+//             backward pass alone
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
 //             e4m3 inputs are made once (per-head scales) outside the time, and the counters
@@ -37,7 +39,7 @@
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
 // Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|
-// hopper-prefill|llama|varlen|all
+// hopper-prefill|llama|varlen|varlen-backward|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 // --fl_dtype=fp16|bf16 (the 16-bit type of every family but fp8's; fp16 by default)
@@ -63,7 +65,8 @@ namespace {
 
 struct Config {
   std::set<std::string> families{"prefill", "decode",        "ablation",       "paged", "backward",
-                                 "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen"};
+                                 "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen",
+                                 "varlen-backward"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -74,7 +77,9 @@ struct Config {
 };
 
 /// The families that time a backward pass (launch_bwd).
-bool is_backward(const std::string& family) { return family == "backward" || family == "backward-gqa"; }
+bool is_backward(const std::string& family) {
+  return family == "backward" || family == "backward-gqa" || family == "varlen-backward";
+}
 
 struct Shape {
   std::string family;
@@ -83,11 +88,11 @@ struct Shape {
   std::string name() const {
     std::ostringstream s;
     s << family << "/d" << p.head_dim;
-    if (family == "prefill" || family == "ablation" || family == "fp8" || family == "hopper-prefill" ||
-        family == "llama" || is_backward(family))
-      s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
-    else if (family == "varlen")
+    if (family == "varlen" || family == "varlen-backward")
       s << "/S" << p.batch << "/causal" << (p.causal ? 1 : 0);
+    else if (family == "prefill" || family == "ablation" || family == "fp8" || family == "hopper-prefill" ||
+             family == "llama" || is_backward(family))
+      s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
     else
       s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
     if (family == "paged") s << "/P" << p.page_size;
@@ -171,16 +176,17 @@ std::vector<Shape> sweep(const Config& c) {
       s.p.causal = true;
       out.push_back(s);
     }
-  if (c.wants("varlen") && dim_ok(128))
-    for (int causal : {0, 1}) {
-      Shape s{"varlen", {}};
-      set_varlen(&s.p, mixed_lengths(64, 128, 8192, 2024));
-      s.p.heads_q = 32;
-      s.p.heads_kv = 8;
-      s.p.head_dim = 128;
-      s.p.causal = causal;
-      out.push_back(s);
-    }
+  for (const char* family : {"varlen", "varlen-backward"})
+    if (c.wants(family) && dim_ok(128))
+      for (int causal : {0, 1}) {
+        Shape s{family, {}};
+        set_varlen(&s.p, mixed_lengths(64, 128, 8192, 2024));
+        s.p.heads_q = 32;
+        s.p.heads_kv = 8;
+        s.p.head_dim = 128;
+        s.p.causal = causal;
+        out.push_back(s);
+      }
   if (c.wants("paged"))
     for (int sk : {16384, 65536, 131072})
       for (int page : {0, 16, 64, 256}) {
@@ -230,7 +236,8 @@ bool is_a_main_baseline(const Rung& r, bool fp8_only = false) {
 /// Does family @p f of the sweep run entry @p r (before supports())? A backward rung runs the
 /// backward family only (its `launch` is another rung's forward pass).
 bool runs_in(const Config& c, const std::string& f, const Rung& r) {
-  if (is_backward(f)) return r.launch_bwd && (r.variant.empty() || c.variants);
+  if (is_backward(f))
+    return r.launch_bwd && (f != "varlen-backward" || r.varlen) && (r.variant.empty() || c.variants);
   if (r.launch_bwd) return false;
   if (f == "ablation") {
     // Rungs with ablation variants (not a --sweep study, not a decode kernel): the rung and every
@@ -414,7 +421,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, all)\n",
                        f.c_str());
           return 2;
         }

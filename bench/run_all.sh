@@ -19,7 +19,7 @@
 #      written relative to the repository root
 #
 # Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8,
-# hopper-prefill, llama, varlen; "all" (the default) is all ten.
+# hopper-prefill, llama, varlen, varlen-backward; "all" (the default) is all eleven.
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
@@ -62,10 +62,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -134,7 +134,7 @@ else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
   tfam=""
-  for f in prefill decode backward backward-gqa ablation fp8 hopper-prefill llama varlen; do
+  for f in prefill decode backward backward-gqa ablation fp8 hopper-prefill llama varlen varlen-backward; do
     has_family $f && tfam=${tfam:+$tfam,}$f
   done
   if [ -z "$tfam" ]; then

@@ -21,6 +21,8 @@ torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
             ("torch_<backend>_nested") and zero-padded to the longest ("torch_<backend>_padded",
             every sequence's tail computed and thrown away); FLOPs and bytes are the packed
             batch's in both, so TFLOP/s compare as tokens/s do
+  varlen-backward: the same packed batch, both ways, the backward pass alone (as the backward
+            family times it; nested: the gradients of the packed [total, heads, d] leaves)
 
 and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
 same names and counters as ladder_bench, so the report can join the two:
@@ -59,12 +61,14 @@ BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
 BACKWARD_HEAD_DIMS = [64, 128, 256]
 ABLATION_HEAD_DIMS = [32, 64, 128, 256]
 FP8_HEAD_DIMS = [64, 128, 256]
-FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation", "fp8", "hopper-prefill", "llama", "varlen")
+FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation", "fp8", "hopper-prefill", "llama", "varlen",
+            "varlen-backward")
 HOPPER_HEAD_DIMS = [64, 128, 256]
 VARLEN = dict(count=64, lo=128, hi=8192, seed=2024)  # ladder_bench's varlen family
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 DTYPE = "fp16"  # the inputs' type (--dtype), as ladder_bench --fl_dtype
-BACKWARD_FAMILIES = ("backward", "backward-gqa")
+BACKWARD_FAMILIES = ("backward", "backward-gqa", "varlen-backward")
+VARLEN_FAMILIES = ("varlen", "varlen-backward")
 DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
 MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
 ELEM_BYTES = 2  # fp16
@@ -127,9 +131,9 @@ def llama_shapes():
             for n in (8192, 16384)]
 
 
-def varlen_shapes():
+def varlen_shapes(family="varlen"):
     lens = mixed_lengths(VARLEN["count"], VARLEN["lo"], VARLEN["hi"], VARLEN["seed"])
-    return [dict(family="varlen", batch=len(lens), seqlen_q=max(lens), seqlen_k=max(lens), heads_q=32, heads_kv=8,
+    return [dict(family=family, batch=len(lens), seqlen_q=max(lens), seqlen_k=max(lens), heads_q=32, heads_kv=8,
                  head_dim=128, causal=causal, lens=lens) for causal in (0, 1)]
 
 
@@ -217,8 +221,8 @@ def decode_shapes(quick):
 
 
 def shape_name(s):
-    if s["family"] == "varlen":
-        return "varlen/d%d/S%d/causal%d" % (s["head_dim"], s["batch"], s["causal"])
+    if s["family"] in VARLEN_FAMILIES:
+        return "%s/d%d/S%d/causal%d" % (s["family"], s["head_dim"], s["batch"], s["causal"])
     if s["family"] in ("prefill", "ablation", "fp8", "hopper-prefill", "llama") + BACKWARD_FAMILIES:
         return "%s/d%d/N%d/causal%d" % (s["family"], s["head_dim"], s["seqlen_q"], s["causal"])
     return "decode/d%d/B%d/Hkv%d/Sk%d" % (s["head_dim"], s["batch"], s["heads_kv"], s["seqlen_k"])
@@ -266,8 +270,8 @@ def run_backend(torch, bench, backend, s, layout):
     family times the backward pass alone (run_backward)."""
     if s["family"] in BACKWARD_FAMILIES:
         return run_backward(torch, bench, backend, s, layout)
-    if s["family"] == "varlen":
-        return run_varlen(torch, bench, backend, s, layout)
+    if s["family"] in VARLEN_FAMILIES:
+        return run_varlen(torch, bench, backend, s, layout, backward=s["family"] == "varlen-backward")
     F = torch.nn.functional
     from torch.nn.attention import sdpa_kernel
 
@@ -305,11 +309,12 @@ def run_backend(torch, bench, backend, s, layout):
     return ms, note
 
 
-def run_varlen(torch, bench, backend, s, layout):
+def run_varlen(torch, bench, backend, s, layout, backward=False):
     """A packed batch (s["lens"]) with @p backend, as nested (jagged) tensors (layout "nested")
     or zero-padded to the longest sequence (layout "padded": a dense causal or full SDPA whose
     padded rows and keys are computed too; under the causal mask every real query still sees only
-    real keys). Returns (median_ms, note)."""
+    real keys). @p backward: the backward pass alone, as run_backward times it (the forward once,
+    then torch.autograd.grad with retain_graph). Returns (median_ms, note)."""
     F = torch.nn.functional
     from torch.nn.attention import sdpa_kernel
 
@@ -322,27 +327,44 @@ def run_varlen(torch, bench, backend, s, layout):
     if layout == "nested":
         offsets = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(len(lens))], device="cuda", dtype=torch.int64)
 
-        def make(heads):  # [total, heads, d] packed, as the ladder takes it, then [B, heads, j, d]
-            x = torch.randn(total, heads, d, device="cuda", dtype=dt, generator=gen)
+        leaves = []
+
+        def make(heads, grad=backward):  # [total, heads, d] packed, as the ladder takes it, then [B, heads, j, d]
+            x = torch.randn(total, heads, d, device="cuda", dtype=dt, generator=gen).requires_grad_(grad)
+            leaves.append(x)
             return torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2)
 
-        q, k, v = make(hq), make(hkv), make(hkv)
         if hq != hkv:  # nested tensors take no enable_gqa: K/V heads repeated (outside the time)
-            k = make(hq)
-            v = make(hq)
+            q, k, v = make(hq), make(hq), make(hq)
             note = "GQA as repeated K/V heads (nested tensors take no enable_gqa)"
+        else:
+            q, k, v = make(hq), make(hkv), make(hkv)
+        inputs = tuple(leaves)
+        make_dout = lambda out: make(hq, grad=False)  # noqa: E731
     else:
-        q = torch.randn(len(lens), hq, longest, d, device="cuda", dtype=dt, generator=gen)
-        k = torch.randn(len(lens), hkv, longest, d, device="cuda", dtype=dt, generator=gen)
-        v = torch.randn(len(lens), hkv, longest, d, device="cuda", dtype=dt, generator=gen)
+        def dense(heads):
+            x = torch.randn(len(lens), heads, longest, d, device="cuda", dtype=dt, generator=gen)
+            return x.requires_grad_(backward)
+
+        q, k, v = dense(hq), dense(hkv), dense(hkv)
+        inputs = (q, k, v)
+        make_dout = lambda out: torch.empty_like(out).normal_(generator=gen)  # noqa: E731
         if hq != hkv:
             kwargs["enable_gqa"] = True
     with sdpa_kernel([backend]):
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
-        del out
-        torch.cuda.synchronize()
-        ms = bench.time_ms(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
-    del q, k, v
+        if backward:
+            dout = make_dout(out)
+            grad = lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)  # noqa: E731
+            grad()  # raises if the backend has no backward for this layout
+            torch.cuda.synchronize()
+            ms = bench.time_ms(grad)
+            del dout
+        else:
+            del out
+            torch.cuda.synchronize()
+            ms = bench.time_ms(lambda: F.scaled_dot_product_attention(q, k, v, **kwargs))
+    del q, k, v, inputs
     return ms, note
 
 
@@ -386,7 +408,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="torch_sdpa.json", help="JSON output file")
     ap.add_argument("--family", default="all",
-                    help="prefill, decode, backward, backward-gqa, ablation, fp8, hopper-prefill, llama, varlen "
+                    help="prefill, decode, backward, backward-gqa, ablation, fp8, hopper-prefill, llama, varlen, "
+                    "varlen-backward "
                     "or all, comma-separated")
     ap.add_argument("--quick", action="store_true", help="fewer shapes, 20 timed calls")
     ap.add_argument("--iters", type=int, default=0, help="timed calls per shape (>= 20)")
@@ -446,8 +469,9 @@ def main():
         shapes += hopper_shapes(args.quick)
     if "llama" in families:
         shapes += llama_shapes()
-    if "varlen" in families:
-        shapes += varlen_shapes()
+    for family in VARLEN_FAMILIES:
+        if family in families:
+            shapes += varlen_shapes(family)
 
     props = torch.cuda.get_device_properties(0)
     context = {
@@ -469,7 +493,7 @@ def main():
         b, sq, sk, hq = s["batch"], s["seqlen_q"], s["seqlen_k"], s["heads_q"]
         flops = flops_of(s)  # 2.5 x the forward's for the backward family
         nbytes = bytes_of(s)
-        ways = [("nested", "_nested"), ("padded", "_padded")] if s["family"] == "varlen" else [(args.layout, "")]
+        ways = [("nested", "_nested"), ("padded", "_padded")] if s["family"] in VARLEN_FAMILIES else [(args.layout, "")]
         for name, (layout, suffix) in [(n, w) for n in wanted for w in ways]:
             rung = "torch_" + name + suffix
             fields = {k: v for k, v in s.items() if k != "lens"}
