@@ -26,6 +26,7 @@
 # --quick: fewer shapes (ladder_bench --fl_quick, torch_sdpa.py --quick, 4 split counts).
 # --dtype: the inputs' 16-bit type for ladder_bench (--fl_dtype) and torch_sdpa.py (--dtype); fp16
 # by default.
+# --torch-backends: PyTorch's SDPA backends torch_sdpa.py runs (--backends), all four by default.
 # --skip: leave out steps by name (ceilings, torch, sweep07, splits, fp8, tour), e.g. in all but
 # one part of a run split by rungs (-- --fl_rungs=...), so each step runs once.
 # A run may be made in parts (--family prefill,ablation into one folder, --family decode,paged
@@ -35,7 +36,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 
-bin="" quick=0 torch=1 ncu=0 results="" family=all skip="" dtype=fp16 ladder_args=()
+bin="" quick=0 torch=1 ncu=0 results="" family=all skip="" dtype=fp16 backends=flash,cudnn,efficient,math ladder_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -43,10 +44,11 @@ while [ $# -gt 0 ]; do
     --ncu) ncu=1 ;;
     --family) family=$2; shift ;;
     --dtype) dtype=$2; shift ;;
+    --torch-backends) backends=$2; shift ;;
     --skip) skip=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) bin=$1 ;;
   esac
   shift
@@ -140,7 +142,7 @@ else
   if [ -z "$tfam" ]; then
     echo "run_all.sh: [torch] skipped (PyTorch runs every family but paged)"
   else
-  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
+  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --backends "$backends" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
   fi
   if [ -f "$STAGE/torch_sdpa.json" ]; then torch_json=(--torch "$STAGE/torch_sdpa.json"); fi

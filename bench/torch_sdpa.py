@@ -458,7 +458,7 @@ def main():
         shapes += prefill_shapes(args.quick)
     if "decode" in families:
         shapes += decode_shapes(args.quick)
-    for family in BACKWARD_FAMILIES:
+    for family in ("backward", "backward-gqa"):
         if family in families:
             shapes += backward_shapes(args.quick, family)
     if "ablation" in families:
