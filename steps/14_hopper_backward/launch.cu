@@ -101,7 +101,7 @@ void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, 
   hopper14::bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
                                             0, stream>>>(P, buf.dq_acc, buf.head_rows, stat_rows);
   FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
-  if (buf.kv_split > 1) {
+  if (buf.kv_split > 1 && buf.key_rows > 0) {  // a packed batch of no key has no dK, dV row
     // Rung 11's convert walks [batch, seqlen_k, heads_kv, d]: a packed batch's keys are one
     // sequence of key_rows tokens to it.
     AttnBwdParams flat = P;
