@@ -40,12 +40,26 @@ using hopper10::kConsumerThreads;
 using hopper10::kTurnBarrier;
 
 /// Rung 10's shared memory, with the "Q empty" barrier after the ring's and the slot in which
-/// the producer leaves each work item (m_block, head, batch; m_block -1: no more work).
+/// the producer leaves each work item (m_block, head, batch; m_block -1: no more work). Item n
+/// uses Q buffer b = n % Cfg::kQBufs: its tile, "Q landed" (rung 10's bar_q for b = 0), "Q empty"
+/// and slot (16-byte aligned for the vector access).
 template <class Cfg>
 struct Smem : hopper10::WsSmem<Cfg> {
   __device__ __forceinline__ explicit Smem(const uint8_t* raw) : hopper10::WsSmem<Cfg>(raw) {}
-  __device__ __forceinline__ uint32_t q_empty() const { return this->bar_q + 8u * (1 + 4 * Cfg::kStages); }
-  __device__ __forceinline__ uint32_t item_slot() const { return this->bar_q + 8u * (2 + 4 * Cfg::kStages); }
+  __device__ __forceinline__ uint32_t q_tile(int b) const {
+    return b == 0 ? this->Q_s : (this->bar_q + 8u * (8 + 4 * Cfg::kStages) + 1023u) & ~1023u;
+  }
+  __device__ __forceinline__ uint32_t q_full(int b) const {
+    return b == 0 ? this->bar_q : this->bar_q + 8u * (6 + 4 * Cfg::kStages);
+  }
+  __device__ __forceinline__ uint32_t q_empty(int b) const { return this->bar_q + 8u * ((b == 0 ? 1 : 7) + 4 * Cfg::kStages); }
+  __device__ __forceinline__ uint32_t item_slot(int b) const { return this->bar_q + 8u * ((b == 0 ? 2 : 4) + 4 * Cfg::kStages); }
+  /// Rung 10's view of the shared memory with Q buffer @p b as its Q tile (its GEMMs read Q_s).
+  __device__ __forceinline__ hopper10::WsSmem<Cfg> with_q(int b) const {
+    hopper10::WsSmem<Cfg> v = *this;
+    v.Q_s = q_tile(b);
+    return v;
+  }
 };
 
 /// The item slot's accesses. The producer writes it before its arrive on Q's barrier, whose
@@ -133,9 +147,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const Smem<Cfg> sm(smem_raw);
 
+  constexpr int QB = Cfg::kQBufs;
   if (tid == 0) {
     hopper10::start_up(sm, &map_q, &map_k, &map_v);
-    mbarrier_init(sm.q_empty(), kConsumerThreads);  // every consumer thread: each read the slot
+    for (int b = 0; b < QB; ++b) {
+      if (b > 0) mbarrier_init(sm.q_full(b), 1);
+      mbarrier_init(sm.q_empty(b), kConsumerThreads);  // every consumer thread: each read the slot
+    }
     fence_mbarrier_init();
   }
   __syncthreads();  // the last barrier of all 384 threads: the roles part here
@@ -154,18 +172,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     for (int n_item = 0, round = 0;; ++n_item) {
       // The Q tile (and the item slot) are free once every consumer thread ran its last S = Q K^T
       // of the previous item (a fresh barrier passes parity 1 at once: the first item waits not).
-      mbarrier_wait_parity(sm.q_empty(), (n_item & 1) ^ 1);
+      // (Two Q buffers: item n's buffer was freed by item n - 2's last S.)
+      const int qb = n_item % QB;
+      mbarrier_wait_parity(sm.q_empty(qb), ((n_item / QB) & 1) ^ 1);
       if (!more) {  // tell the consumers there is no more work: an arrival without copies
-        put_tile(sm.item_slot(), Tile{-1, 0, 0});
-        mbarrier_arrive(sm.bar_q);
+        put_tile(sm.item_slot(qb), Tile{-1, 0, 0});
+        mbarrier_arrive(sm.q_full(qb));
         break;
       }
-      put_tile(sm.item_slot(), tile);
+      put_tile(sm.item_slot(qb), tile);
       const Item it = item_of<Cfg>(p, tile);
       const hopper10::TileLoads<Cfg> load{&map_q, &map_k, &map_v, it.head, it.kv_head,
                                           it.seq.q0 + it.row0, it.seq.batch};
-      mbarrier_arrive_expect_tx(sm.bar_q, Cfg::kQBytes);
-      load.q(sm.Q_s, sm.bar_q);
+      mbarrier_arrive_expect_tx(sm.q_full(qb), Cfg::kQBytes);
+      load.q(sm.q_tile(qb), sm.q_full(qb));
 #pragma unroll 1
       for (int n = 0; n < it.n_blocks; ++n, ++kv_iter) {
         const int s = kv_iter % STAGES;
@@ -207,19 +227,22 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   int kv_iter = 0;  // the ring's position, as the producer's
   int n_item = 0;
 
-  // Rung 10's GEMMs and rescale, on ring positions i (the block's stage and fill: issue_qk_block).
-  auto issue_qk = [&](float (&S)[BLOCK_N / 2], int i) { hopper10::issue_qk_block<T, Cfg>(sm, c, S, i); };
+  // Rung 10's GEMMs and rescale, on ring positions i (the block's stage and fill: issue_qk_block),
+  // S = Q K^T on the item's Q buffer.
+  int qb = 0;
+  auto issue_qk = [&](float (&S)[BLOCK_N / 2], int i) { hopper10::issue_qk_block<T, Cfg>(sm.with_q(qb), c, S, i); };
   auto issue_pv = [&](int i) { hopper10::issue_pv_block<T, Cfg>(sm, O_acc, P_frag, i); };
   auto rescale_and_pack = [&](float (&S)[BLOCK_N / 2]) {
     hopper10::rescale_and_pack_p<T, Cfg>(O_acc, P_frag, S, alpha);
   };
   // Every consumer thread arrives, after its own last read of Q (its wgmma) and of the slot.
-  auto release_q = [&] { mbarrier_arrive(sm.q_empty()); };
+  auto release_q = [&] { mbarrier_arrive(sm.q_empty(qb)); };
 
 #pragma unroll 1
   for (;; ++n_item) {
-    mbarrier_wait_parity(sm.bar_q, n_item & 1);  // Q landed, or the producer said "no more"
-    const Tile tile = get_tile(sm.item_slot());
+    qb = n_item % QB;
+    mbarrier_wait_parity(sm.q_full(qb), (n_item / QB) & 1);  // Q landed, or the producer said "no more"
+    const Tile tile = get_tile(sm.item_slot(qb));
     if (tile.m_block < 0) break;
     const Item it = item_of<Cfg>(p, tile);
     const int n_blocks = it.n_blocks;
@@ -378,7 +401,7 @@ void launch_persistent(const AttnParams& p, bool lpt, bool dynamic, cudaStream_t
 template <class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
 std::string tile_label(bool lpt, bool dynamic) {
   return "persistent_fwd<d=" + std::to_string(Cfg::kHeadDim) + ", " + std::to_string(Cfg::kBlockM) + "x" +
-         std::to_string(Cfg::kBlockN) + ", " + std::to_string(Cfg::kStages) + " stages" +
+         std::to_string(Cfg::kBlockN) + ", " + std::to_string(Cfg::kStages) + " stages" + (Cfg::kQBufs == 2 ? ", 2 Q tiles" : "") +
          (PERSISTENT ? ", persistent" : ", one block per tile") + (EPILOGUE_OVERLAP ? ", epilogue overlap" : "") +
          (lpt ? ", LPT" : ", fifo") + (dynamic ? "" : ", static rounds") + ">";
 }

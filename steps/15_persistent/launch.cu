@@ -162,6 +162,8 @@ void register_rung_15(Registry& reg) {
   reg.add(make<Mode::all, hopper15::Variant_d128_128x128>("d128-128x128", "tiles: d = 128 with 128 keys per block, causal or not"));
   reg.add(make<Mode::all, hopper15::Variant_d128_128x176>("d128-128x176", "tiles: d = 128 with 176 keys per block, causal or not"));
   reg.add(make<Mode::all, hopper15::Variant_d256_128x64>("d256-128x64", "tiles: d = 256 with 64 keys per block"));
+  reg.add(make<Mode::all, hopper15::Variant_d64_q2>("d64-q2", "two Q tiles: the next item's Q loads under this item's blocks (d = 64)"));
+  reg.add(make<Mode::all, hopper15::Variant_d128_q2>("d128-q2", "two Q tiles and 128 keys per block (d = 128)"));
 }
 
 }  // namespace fl

@@ -658,17 +658,19 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
   struct Tiles {
     const char* mangled;  // the tile struct's name inside the kernel's mangled name
-    int head_dim, block_n, stages;
+    int head_dim, block_n, stages, q_bufs;
   };
-  // Tiles<D, CAUSAL> and the tile variants PersistentTiles<D, BLOCK_N, STAGES>
+  // Tiles<D, CAUSAL> and the tile variants PersistentTiles<D, BLOCK_N, STAGES, Q_BUFS>
   // (steps/15_persistent/traits.h).
-  const Tiles tiles[] = {{"5TilesILi64ELb0EE", 64, 128, 3},   {"5TilesILi64ELb1EE", 64, 128, 3},
-                         {"5TilesILi128ELb0EE", 128, 176, 2}, {"5TilesILi128ELb1EE", 128, 128, 2},
-                         {"5TilesILi256ELb0EE", 256, 80, 2},  {"5TilesILi256ELb1EE", 256, 80, 2},
-                         {"PersistentTilesILi64ELi192ELi2EEE", 64, 192, 2},
-                         {"PersistentTilesILi128ELi128ELi2EEE", 128, 128, 2},
-                         {"PersistentTilesILi128ELi176ELi2EEE", 128, 176, 2},
-                         {"PersistentTilesILi256ELi64ELi2EEE", 256, 64, 2}};
+  const Tiles tiles[] = {{"5TilesILi64ELb0EE", 64, 128, 3, 1},   {"5TilesILi64ELb1EE", 64, 128, 3, 1},
+                         {"5TilesILi128ELb0EE", 128, 176, 2, 1}, {"5TilesILi128ELb1EE", 128, 128, 2, 1},
+                         {"5TilesILi256ELb0EE", 256, 80, 2, 1},  {"5TilesILi256ELb1EE", 256, 80, 2, 1},
+                         {"PersistentTilesILi64ELi192ELi2ELi1EEE", 64, 192, 2, 1},
+                         {"PersistentTilesILi128ELi128ELi2ELi1EEE", 128, 128, 2, 1},
+                         {"PersistentTilesILi128ELi176ELi2ELi1EEE", 128, 176, 2, 1},
+                         {"PersistentTilesILi256ELi64ELi2ELi1EEE", 256, 64, 2, 1},
+                         {"PersistentTilesILi64ELi128ELi3ELi2EEE", 64, 128, 3, 2},
+                         {"PersistentTilesILi128ELi128ELi2ELi2EEE", 128, 128, 2, 2}};
   int n_kernels = 0;
   for (const auto& [name, code] : kernels) {
     INFO(name);
@@ -691,8 +693,8 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
     int depbar_le1 = 0;
     for (const SassInstr& i : code) depbar_le1 += i.opcode == "WARPGROUP.DEPBAR.LE" && i.operands == "gsb0, 0x1";
     CHECK(depbar_le1 == 1);
-    // mbarriers: rung 10's (Q + 4 per stage) and Q empty.
-    CHECK(count_opcode(code, "SYNCS.EXCH.64") == 2 + 4 * t->stages);
+    // mbarriers: rung 10's (Q + 4 per stage) and Q empty; with two Q tiles, the second's pair.
+    CHECK(count_opcode(code, "SYNCS.EXCH.64") == 2 + 4 * t->stages + 2 * (t->q_bufs - 1));
     CHECK(count_opcode(code, "UTMALDG.4D") == 3 * (t->head_dim / 64));
     // The item slot: 16-byte stores (an item, and "no more") and the consumers' 16-byte load; the
     // counter's atomic add (the dynamic schedule; one block per item without PERSISTENT).
@@ -716,8 +718,9 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
   // 6 tiles (d = 64, 128, 256, each causal or not) x 3 kernels (persistent with the epilogue
-  // overlap: the rung, fifo and static; no-persistent; no-epilogue-overlap), and 4 tile variants.
-  CHECK(n_kernels == (6 * 3 + 4) * dtypes);
+  // overlap: the rung, fifo and static; no-persistent; no-epilogue-overlap), 4 tile variants and
+  // 2 with two Q tiles.
+  CHECK(n_kernels == (6 * 3 + 4 + 2) * dtypes);
 }
 #endif  // FL_RUNG15_BINARY
 #endif  // FL_HOPPER_PROBE
