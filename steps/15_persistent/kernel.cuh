@@ -131,7 +131,7 @@ struct Turns {
 /// The persistent forward kernel. Grid: min(work items, SMs) (or one block per item without
 /// PERSISTENT); 384 threads. The producer takes the work items (scheduler.h) and hands each to
 /// the consumers through the item slot, with its Q.
-template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
+template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP, bool ROW16>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     persistent_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                           const __grid_constant__ CUtensorMap map_v, const AttnParams p,
@@ -321,13 +321,27 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const float l = ptx::quad_sum(l_i[h]);
       const float inv_l = (l > 0.f) ? 1.f / l : 0.f;
       const int row = it.row0 + 64 * c + 16 * warp + g + 8 * h;
-      if (row >= it.seq.len_q) continue;
+      const bool in_seq = row < it.seq.len_q;
       const int token = it.seq.q0 + row;
       T* o_row = O_gmem + token * p.o_row_stride;
-      float* o32_row = o_fp32_row(p, it.seq.batch, token, it.head);  // null unless a backward asked
+      if constexpr (ROW16) {
+        // Whole sectors: the quad's pairs transposed into 16-byte pieces. Every lane takes part
+        // in the shuffles; only rows of the sequence store.
+        store_o_row16<T, D>(o_row, O_acc, h, inv_l, t4, in_seq);
+        if (!in_seq) continue;
+        if (float* o32_row = o_fp32_row(p, it.seq.batch, token, it.head)) {  // null unless a backward asked
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j)
-        store_o2<T>(o_row, o32_row, 8 * j + 2 * t4, O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
+          for (int j = 0; j < D / 8; ++j)
+            *reinterpret_cast<float2*>(o32_row + 8 * j + 2 * t4) =
+                make_float2(O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
+        }
+      } else {  // the pair-stores ablation: rung 10's stores
+        if (!in_seq) continue;
+        float* o32_row = o_fp32_row(p, it.seq.batch, token, it.head);
+#pragma unroll
+        for (int j = 0; j < D / 8; ++j)
+          store_o2<T>(o_row, o32_row, 8 * j + 2 * t4, O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
+      }
       if (t4 == 0) lse_gmem[row] = (l > 0.f) ? m_i[h] * p.softmax_scale + logf(l) : -INFINITY;
     }
     // LAB-END(15-epilogue)
@@ -338,15 +352,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 // ---- host side ----------------------------------------------------------------------------------
 
-template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
+template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP, bool ROW16>
 const void* prepared_kernel() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP>,
+    FL_CUDA_CHECK(cudaFuncSetAttribute(persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP, ROW16>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(&persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP>);
+  return reinterpret_cast<const void*>(&persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP, ROW16>);
 }
 
 /// Multiprocessors of the current device, asked once per device (not in every launch).
@@ -369,9 +383,9 @@ TileScheduler make_scheduler(const AttnParams& p, bool lpt, bool dynamic) {
   return s;
 }
 
-template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
+template <class T, class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP, bool ROW16>
 void launch_persistent(const AttnParams& p, bool lpt, bool dynamic, cudaStream_t stream) {
-  prepared_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP>();
+  prepared_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP, ROW16>();
   const DType dt = static_cast<DType>(p.dtype);
   const bool packed = p.cu_seqlens_q != nullptr;
   if (packed && p.total_q == 0) return;  // only empty sequences: nothing to write
@@ -393,16 +407,17 @@ void launch_persistent(const AttnParams& p, bool lpt, bool dynamic, cudaStream_t
       throw std::runtime_error("rung 15: the dynamic schedule needs its workspace (the counter)");
     FL_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(int), stream));
   }
-  persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP>
+  persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP, ROW16>
       <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched);
   FL_LAUNCH_CHECK("persistent_fwd_kernel");
 }
 
-template <class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP>
+template <class Cfg, bool PERSISTENT, bool EPILOGUE_OVERLAP, bool ROW16>
 std::string tile_label(bool lpt, bool dynamic) {
   return "persistent_fwd<d=" + std::to_string(Cfg::kHeadDim) + ", " + std::to_string(Cfg::kBlockM) + "x" +
          std::to_string(Cfg::kBlockN) + ", " + std::to_string(Cfg::kStages) + " stages" + (Cfg::kQBufs == 2 ? ", 2 Q tiles" : "") +
          (PERSISTENT ? ", persistent" : ", one block per tile") + (EPILOGUE_OVERLAP ? ", epilogue overlap" : "") +
+         (ROW16 ? ", 16-byte O stores" : ", O stored in pairs") +
          (lpt ? ", LPT" : ", fifo") + (dynamic ? "" : ", static rounds") + ">";
 }
 

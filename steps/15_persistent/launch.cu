@@ -34,12 +34,13 @@ int hopper15::sm_count_cached() {
 
 namespace {
 
-enum class Mode { all, no_persistent, no_epilogue_overlap, fifo, static_rounds };
+enum class Mode { all, no_persistent, no_epilogue_overlap, fifo, static_rounds, pair_stores };
 
 constexpr bool persistent(Mode m) { return m != Mode::no_persistent; }
 constexpr bool epilogue_overlap(Mode m) { return m != Mode::no_epilogue_overlap; }
 constexpr bool lpt(Mode m) { return m != Mode::fifo; }
 constexpr bool dynamic(Mode m) { return m != Mode::static_rounds; }
+constexpr bool row16(Mode m) { return m != Mode::pair_stores; }
 
 template <int D>
 using DenseTiles = hopper15::Tiles<D>;
@@ -84,13 +85,13 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
 #if FL_HOPPER_SM90A
 template <Mode M, class T, class Cfg>
 void launch_mode(const AttnParams& p, cudaStream_t s) {
-  hopper15::launch_persistent<T, Cfg, persistent(M), epilogue_overlap(M)>(p, lpt(M), dynamic(M), s);
+  hopper15::launch_persistent<T, Cfg, persistent(M), epilogue_overlap(M), row16(M)>(p, lpt(M), dynamic(M), s);
 }
 
 template <Mode M, class T, class Cfg>
 std::vector<KernelInfo> kernels_mode() {
-  return {{hopper15::tile_label<Cfg, persistent(M), epilogue_overlap(M)>(lpt(M), dynamic(M)),
-           hopper15::prepared_kernel<T, Cfg, persistent(M), epilogue_overlap(M)>(), Cfg::kThreads,
+  return {{hopper15::tile_label<Cfg, persistent(M), epilogue_overlap(M), row16(M)>(lpt(M), dynamic(M)),
+           hopper15::prepared_kernel<T, Cfg, persistent(M), epilogue_overlap(M), row16(M)>(), Cfg::kThreads,
            static_cast<size_t>(Cfg::kSmemBytes)}};
 }
 #endif
@@ -158,6 +159,7 @@ void register_rung_15(Registry& reg) {
   reg.add(make<Mode::no_epilogue_overlap>("no-epilogue-overlap", "ablation: the next tile's Q is loaded only after O is stored"));
   reg.add(make<Mode::fifo>("fifo", "ablation: causal query tiles shortest first (no LPT)"));
   reg.add(make<Mode::static_rounds>("static", "ablation: causal and packed grids dealt in fixed rounds, no counter"));
+  reg.add(make<Mode::pair_stores>("pair-stores", "ablation: O stored in 4-byte pairs (rung 10's epilogue), each sector in two halves"));
   reg.add(make<Mode::all, hopper15::Variant_d64_128x192>("d64-128x192", "tiles: d = 64 with 192 keys per block"));
   reg.add(make<Mode::all, hopper15::Variant_d128_128x128>("d128-128x128", "tiles: d = 128 with 128 keys per block, causal or not"));
   reg.add(make<Mode::all, hopper15::Variant_d128_128x176>("d128-128x176", "tiles: d = 128 with 176 keys per block, causal or not"));

@@ -680,11 +680,12 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
     for (const Tiles& x : tiles)
       if (name.find(x.mangled) != std::string::npos) t = &x;
     REQUIRE(t != nullptr);
-    // persistent_fwd_kernel<T, Tiles, PERSISTENT, EPILOGUE_OVERLAP>: the two bools follow the
-    // tile struct as "Lb<0|1>ELb<0|1>E".
+    // persistent_fwd_kernel<T, Tiles, PERSISTENT, EPILOGUE_OVERLAP, ROW16>: the three bools follow
+    // the tile struct as "Lb<0|1>ELb<0|1>ELb<0|1>E".
     const size_t at = name.find("Lb", name.find(t->mangled) + std::string(t->mangled).size());
     REQUIRE(at != std::string::npos);
     const bool persistent = name[at + 2] == '1';
+    const bool row16 = name[at + 10] == '1';
     const int qk = t->head_dim / 16, pv = t->block_n / 16;
     CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);
     CHECK(count_opcode(code, "USETMAXREG.TRY_ALLOC") == 1);
@@ -699,6 +700,20 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
     // The item slot: 16-byte stores (an item, and "no more") and the consumers' 16-byte load; the
     // counter's atomic add (the dynamic schedule; one block per item without PERSISTENT).
     CHECK(count_opcode(code, "STS.128") == 2);
+    // O's stores: 16-byte pieces after the quad's transpose (two shuffle rounds of two per group
+    // of four 8-column blocks and row), or the ablation's 4-byte pairs.
+    const int groups = 2 * (t->head_dim / 32);  // per thread: two rows x head_dim / 32 groups
+    int stg128 = 0, stg32 = 0;
+    for (const SassInstr& i : code) {
+      stg128 += i.opcode.rfind("STG.E.128", 0) == 0;
+      stg32 += i.opcode == "STG.E" || i.opcode.rfind("STG.E.STRONG", 0) == 0;
+    }
+    if (row16) {
+      CHECK(stg128 == groups);
+      CHECK(count_opcode(code, "SHFL.BFLY") >= 4 * groups);
+    } else {
+      CHECK(stg128 == 0);
+    }
     CHECK(count_opcode(code, "LDS.128") >= 1);
     CHECK(count_opcode(code, "ATOMG.E.ADD") == (persistent ? 1 : 0));
     // Local memory only in the producer, between its register release and its exit: its 24
@@ -717,10 +732,10 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
       }
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
-  // 6 tiles (d = 64, 128, 256, each causal or not) x 3 kernels (persistent with the epilogue
-  // overlap: the rung, fifo and static; no-persistent; no-epilogue-overlap), 4 tile variants and
-  // 2 with two Q tiles.
-  CHECK(n_kernels == (6 * 3 + 4 + 2) * dtypes);
+  // 6 tiles (d = 64, 128, 256, each causal or not) x 4 kernels (persistent with the epilogue
+  // overlap: the rung, fifo and static; no-persistent; no-epilogue-overlap; pair-stores), 4 tile
+  // variants and 2 with two Q tiles.
+  CHECK(n_kernels == (6 * 4 + 4 + 2) * dtypes);
 }
 #endif  // FL_RUNG15_BINARY
 #endif  // FL_HOPPER_PROBE
