@@ -164,7 +164,7 @@ def ablation(folder):
 
 
 def ablation_table(a):
-    variants = ["no-persistent", "no-epilogue-overlap", "fifo", "static"]
+    variants = ["no-persistent", "no-epilogue-overlap", "fifo", "static", "pair-stores", "q2"]
     rows = ["| shape (fp16) | rung 15 (TFLOP/s) | " + " | ".join(variants) + " |", "|---|--:|" + "--:|" * len(variants)]
     for d in HEAD_DIMS:
         for c in (0, 1):
@@ -173,8 +173,9 @@ def ablation_table(a):
                 if tag + "_rung" not in a:
                     continue
                 r = a[tag + "_rung"]
+                names = {v: ("d%d-q2" % d if v == "q2" else v) for v in variants}
                 rows.append("| d=%d N=%s %s | %.0f | %s |" % (d, kilo(n), "causal" if c else "not causal", r, " | ".join(
-                    "%.2f" % (r / a[tag + "_" + v]) if tag + "_" + v in a else "-" for v in variants)))
+                    "%.2f" % (r / a[tag + "_" + names[v]]) if tag + "_" + names[v] in a else "-" for v in variants)))
     for c in (0, 1):
         tag = "bf16_varlen_c%d" % c
         if tag + "_rung" in a:
