@@ -1,0 +1,7 @@
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q, k, v = (torch.randn(32, 16, 512, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    for _ in range(3):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v)
+torch.cuda.synchronize()
