@@ -25,6 +25,28 @@ int Problem::visible_keys(int b, int i) const {
   return static_cast<int>(std::clamp<long long>(last + 1, 0, lk));
 }
 
+MaskSpec Problem::mask_spec() const {
+  MaskSpec m;
+  m.window_left = window_left;
+  m.window_right = causal ? (window_right >= 0 ? std::min(window_right, 0) : 0) : window_right;
+  m.prefix = prefix;
+  if (!doc_starts.empty()) {
+    m.doc_starts = doc_starts.data();
+    m.n_docs = static_cast<int>(doc_starts.size()) - 1;
+  }
+  return m;
+}
+
+KeySpan Problem::key_span(int b, int i) const {
+  if (!has_mods()) return {0, visible_keys(b, i) - 1};
+  return row_span(mask_spec(), len_q(b), len_k(b), i);
+}
+
+double Problem::modified_score(double s, int b, int h, int i, int j) const {
+  const double capped = fl::softcap(s, softcap);
+  return alibi ? capped + alibi_bias(alibi_slope(h, heads_q), len_q(b), len_k(b), i, j) : capped;
+}
+
 void set_varlen(Problem* p, const std::vector<int>& lens_q, const std::vector<int>& lens_k) {
   const std::vector<int>& lk = lens_k.empty() ? lens_q : lens_k;
   auto prefix = [](const std::vector<int>& lens, std::vector<int>* cu, int* longest) {
@@ -47,6 +69,11 @@ std::string Problem::describe() const {
   if (varlen()) s << " varlen tokens=" << total_q() << "/" << total_k();
   if (page_size > 0) s << " page=" << page_size;
   if (num_splits > 0) s << " splits=" << num_splits;
+  if (window_left >= 0 || window_right >= 0) s << " window=(" << window_left << "," << window_right << ")";
+  if (prefix > 0) s << " prefix=" << prefix;
+  if (!doc_starts.empty()) s << " docs=" << doc_starts.size() - 1;
+  if (softcap > 0) s << " softcap=" << softcap;
+  if (alibi) s << " alibi";
   return s.str();
 }
 
@@ -84,6 +111,20 @@ std::string validate(const Problem& p) {
         return "sequence " + std::to_string(b) + " is longer than max_seqlen (seqlen_q/seqlen_k)";
     }
     if (p.page_size > 0) return "a variable-length batch takes a contiguous K/V (no --page-size)";
+  }
+  if (p.window_left < -1 || p.window_right < -1)
+    return "--window: each side must be >= 0, or -1 (open), got (" + std::to_string(p.window_left) + ", " +
+           std::to_string(p.window_right) + ")";
+  if (p.prefix < 0) return bad("--prefix", "must be >= 0 (0: off)", p.prefix);
+  if (!(p.softcap >= 0) || !std::isfinite(p.softcap)) return "--softcap must be a finite number >= 0 (0: off)";
+  if (!p.doc_starts.empty()) {
+    const auto& d = p.doc_starts;
+    if (p.varlen()) return "a document mask takes a dense batch (a packed batch's sequences are its documents already)";
+    if (p.seqlen_q != p.seqlen_k) return "a document mask is self-attention: seqlen_q must equal seqlen_k";
+    if (d.size() < 2 || d.front() != 0 || d.back() != p.seqlen_k)
+      return "document starts must begin at 0 and end at seqlen_k (" + std::to_string(p.seqlen_k) + ")";
+    for (size_t n = 1; n < d.size(); ++n)
+      if (d[n] <= d[n - 1]) return "document starts must increase (no empty document)";
   }
   // Element counts must fit the int64 strides with room to spare.
   const double elems = static_cast<double>(std::max(p.total_q(), p.total_k())) * p.heads_q * p.head_dim;
@@ -172,6 +213,14 @@ void fill_peaks(DeviceInfo* d, int mem_clock_khz, int bus_width_bits) {
 
 double unmasked_pairs(const Problem& p) {
   double pairs = 0;
+  if (p.has_mods()) {  // each row's span; a dense batch's sequences share one mask
+    for (int b = 0; b < (p.varlen() ? p.batch : 1); ++b)
+      for (int i = 0; i < p.len_q(b); ++i) {
+        const KeySpan s = p.key_span(b, i);
+        pairs += s.hi >= s.lo ? s.hi - s.lo + 1 : 0;
+      }
+    return pairs * p.heads_q * (p.varlen() ? 1 : p.batch);
+  }
   if (p.varlen()) {
     for (int b = 0; b < p.batch; ++b) {
       if (!p.causal) pairs += static_cast<double>(p.len_q(b)) * p.len_k(b);

@@ -136,17 +136,22 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
       for (int c = 0; c < D; ++c) Q(r, c) = static_cast<Scalar>(in.q_at(base + c, p.dtype));
     }
     Mat<Scalar> S = (Q * K.transpose()) * scale;
+    const bool mods = p.has_mods();
     for (int r = 0; r < n; ++r) {
       const size_t out_row = idx[task.begin + r];
-      const int visible = p.visible_keys(rows[out_row].b, rows[out_row].i);
-      if (visible == 0) {
+      const RowId& row = rows[out_row];
+      const KeySpan span = p.key_span(row.b, row.i);  // the keys the row sees (masks.h)
+      if (span.lo > span.hi) {
         S.row(r).setZero();  // O = 0, LSE = -inf
         continue;
       }
-      const Scalar m = S.row(r).head(visible).maxCoeff();
+      if (mods)  // softcapping, ALiBi (Problem::modified_score)
+        for (int j = span.lo; j <= span.hi; ++j)
+          S(r, j) = static_cast<Scalar>(p.modified_score(static_cast<double>(S(r, j)), row.b, row.h, row.i, j));
+      const Scalar m = S.row(r).segment(span.lo, span.hi - span.lo + 1).maxCoeff();
       Scalar l = 0;
       for (int j = 0; j < K.rows(); ++j) {
-        const Scalar e = j < visible ? std::exp(S(r, j) - m) : Scalar(0);
+        const Scalar e = j >= span.lo && j <= span.hi ? std::exp(S(r, j) - m) : Scalar(0);
         S(r, j) = e;
         l += e;
       }
@@ -187,11 +192,13 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
   for (size_t n = 0; n < rows.size(); ++n) {
     const RowId& r = rows[n];
     const int hk = r.h / p.group();
+    // The keys the row sees, j = span.lo + index into s (masks.h), their scores modified.
+    const KeySpan span = p.key_span(r.b, r.i);
     std::vector<double> s;
-    for (int j = 0; j < p.visible_keys(r.b, r.i); ++j) {
+    for (int j = span.lo; j <= span.hi; ++j) {
       double dot = 0;
       for (int c = 0; c < D; ++c) dot += static_cast<double>(q_at(r, c)) * kv_at(false, r.b, j, hk, c);
-      s.push_back(dot * scale);
+      s.push_back(p.modified_score(dot * scale, r.b, r.h, r.i, j));
     }
     if (s.empty()) continue;
     const double m = *std::max_element(s.begin(), s.end());
@@ -199,7 +206,7 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
     for (double& x : s) l += (x = std::exp(x - m));
     for (size_t j = 0; j < s.size(); ++j)
       for (int c = 0; c < D; ++c)
-        res.out[n * D + c] += s[j] / l * kv_at(true, r.b, static_cast<int>(j), hk, c);
+        res.out[n * D + c] += s[j] / l * kv_at(true, r.b, span.lo + static_cast<int>(j), hk, c);
     res.lse[n] = m + std::log(l);
   }
   return res;

@@ -57,7 +57,8 @@ BwdResults empty_results(const Problem& p, const BwdInputs& x) {
 /// dK and dV, so the group's query heads add into them with no race, in a fixed order (the
 /// result does not depend on the thread count). Query rows go in chunks so the score matrix
 /// is kChunk x seqlen_k, never seqlen_q x seqlen_k. A packed batch's sequences each have their
-/// own lengths and causal diagonal (Problem::len_q, len_k, visible_keys(b, i)).
+/// own lengths and causal diagonal (Problem::len_q, len_k); each row sees the keys of
+/// Problem::key_span, its scores through Problem::modified_score.
 template <class Scalar>
 BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
   const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv;
@@ -66,6 +67,7 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
 
   constexpr int kChunk = 64;
   const Scalar scale = static_cast<Scalar>(p.scale());
+  const bool mods = p.has_mods(), softcapped = p.softcap > 0;
 #pragma omp parallel for schedule(dynamic)
   for (long long t = 0; t < static_cast<long long>(B) * Hkv; ++t) {
     const int b = static_cast<int>(t / Hkv), hk = static_cast<int>(t % Hkv);
@@ -79,17 +81,21 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
         const Mat<Scalar> Q = rows_of<Scalar>(x.q, p.q_token(b, i0), h, n, Hq, D);
         const Mat<Scalar> dO = rows_of<Scalar>(x.dout, p.q_token(b, i0), h, n, Hq, D);
         Mat<Scalar> P = (Q * K.transpose()) * scale;  // S, turned into P in place
+        const Mat<Scalar> S = softcapped ? P : Mat<Scalar>();  // softcapping's derivative reads S
         const size_t stat = p.lse_index(b, h, i0);  // (b, h, i0) of LSE and D; rows follow at stride 1
         for (int r = 0; r < n; ++r) {
-          const int visible = p.visible_keys(b, i0 + r);
-          if (visible == 0) {  // no key: P = 0, so O, D, dQ are 0 and dK, dV get nothing
+          const KeySpan span = p.key_span(b, i0 + r);  // the keys the row sees (masks.h)
+          if (span.lo > span.hi) {  // no key: P = 0, so O, D, dQ are 0 and dK, dV get nothing
             P.row(r).setZero();
             continue;
           }
-          const Scalar m = P.row(r).head(visible).maxCoeff();
+          if (mods)  // softcapping, ALiBi (Problem::modified_score)
+            for (int j = span.lo; j <= span.hi; ++j)
+              P(r, j) = static_cast<Scalar>(p.modified_score(static_cast<double>(P(r, j)), b, h, i0 + r, j));
+          const Scalar m = P.row(r).segment(span.lo, span.hi - span.lo + 1).maxCoeff();
           Scalar l = 0;
           for (int j = 0; j < Sk; ++j) {
-            const Scalar e = j < visible ? std::exp(P(r, j) - m) : Scalar(0);
+            const Scalar e = j >= span.lo && j <= span.hi ? std::exp(P(r, j) - m) : Scalar(0);
             P(r, j) = e;
             l += e;
           }
@@ -100,7 +106,11 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
         const Col<Scalar> Di = (dO.array() * O.array()).rowwise().sum();
         dV.noalias() += P.transpose() * dO;
         const Mat<Scalar> dP = dO * V.transpose();
-        const Mat<Scalar> dS = (P.array() * (dP.colwise() - Di).array()).matrix();
+        Mat<Scalar> dS = (P.array() * (dP.colwise() - Di).array()).matrix();  // d loss / d modified score
+        if (softcapped)  // back through the cap: d / d S = dS · (1 - tanh²(S / cap))
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < Sk; ++j)
+              if (dS(r, j) != Scalar(0)) dS(r, j) *= static_cast<Scalar>(p.modified_score_grad(static_cast<double>(S(r, j))));
         const Mat<Scalar> dQ = (dS * K) * scale;
         dK.noalias() += (dS.transpose() * Q) * scale;
         store_rows(O, &res.out, p.q_token(b, i0), h, Hq);
@@ -157,12 +167,15 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
       for (int i = 0; i < p.len_q(b); ++i) {
         const size_t qi = at(p.q_token(b, i), h, Hq, D);
         const size_t stat = p.lse_index(b, h, i);
-        // Scores of the keys row i sees (a causal row sees keys 0 .. i + len_k - len_q).
-        std::vector<double> s;
-        for (int j = 0; j < p.visible_keys(b, i); ++j) {
+        // Scores of the keys row i sees, j = span.lo + index (a causal row sees keys 0 .. i +
+        // len_k - len_q), modified (softcapping, ALiBi); raw: before the modifiers.
+        const KeySpan span = p.key_span(b, i);
+        std::vector<double> s, raw;
+        for (int j = span.lo; j <= span.hi; ++j) {
           double dot = 0;
           for (int c = 0; c < D; ++c) dot += x.q[qi + c] * x.k[at(p.k_token(b, j), hk, Hkv, D) + c];
-          s.push_back(dot * scale);
+          raw.push_back(dot * scale);
+          s.push_back(p.modified_score(dot * scale, b, h, i, j));
         }
         if (s.empty()) continue;  // no key: every output of this row stays 0
         const double m = *std::max_element(s.begin(), s.end());
@@ -174,15 +187,15 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
         // O_i = sum_j P_ij V_j, then D_i = dO_i . O_i.
         for (size_t j = 0; j < s.size(); ++j)
           for (int c = 0; c < D; ++c)
-            res.out[qi + c] += prob[j] * x.v[at(p.k_token(b, static_cast<int>(j)), hk, Hkv, D) + c];
+            res.out[qi + c] += prob[j] * x.v[at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D) + c];
         double delta = 0;
         for (int c = 0; c < D; ++c) delta += x.dout[qi + c] * res.out[qi + c];
         res.delta[stat] = delta;
         for (size_t j = 0; j < s.size(); ++j) {
-          const size_t kj = at(p.k_token(b, static_cast<int>(j)), hk, Hkv, D);
+          const size_t kj = at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D);
           double dp = 0;  // dP_ij = dO_i . V_j
           for (int c = 0; c < D; ++c) dp += x.dout[qi + c] * x.v[kj + c];
-          const double ds = prob[j] * (dp - delta);
+          const double ds = prob[j] * (dp - delta) * p.modified_score_grad(raw[j]);
           for (int c = 0; c < D; ++c) {
             res.dv[kj + c] += prob[j] * x.dout[qi + c];
             res.dq[qi + c] += scale * ds * x.k[kj + c];

@@ -154,6 +154,8 @@ std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& 
   if (p.page_size > 0 && !r.paged_kv) return "paged KV cache (--page-size) not supported by this rung";
   if (p.varlen() && !r.varlen)
     return "variable-length batches (--seqlens-q) not supported by this rung (rungs 14 and 15 take them)";
+  if (p.has_mods() && !r.mods)
+    return "sliding windows, prefix-LM, document masks, softcapping and ALiBi are not supported by this rung";
   const int cc = d.cc_major * 10 + d.cc_minor;
   if (r.min_cc > 0 && cc < r.min_cc)
     return "needs compute capability >= " + std::to_string(r.min_cc / 10) + "." + std::to_string(r.min_cc % 10) +

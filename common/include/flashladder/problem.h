@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "flashladder/masks.h"
 #include "flashladder/types.h"
 
 namespace fl {
@@ -35,6 +36,17 @@ struct Problem {
   /// [total_q, heads_q, head_dim] Q (and O), its keys likewise in K and V; seqlen_q and seqlen_k
   /// are then the longest lengths (max_seqlen_q/k). Empty: a dense batch.
   std::vector<int> cu_seqlens_q, cu_seqlens_k;
+
+  // ---- masks and score modifiers beyond the causal mask (masks.h has their rules; only rungs
+  // with Rung::mods take them, every other rung refuses with one line). All off by default.
+  int window_left = -1;   ///< FlashAttention's window_size: query i sees keys from i + off - left
+  int window_right = -1;  ///< ... up to i + off + right (off = len_k - len_q); -1: that side open
+  int prefix = 0;         ///< prefix-LM: the first `prefix` keys are seen by every query
+  /// Document mask (self-attention, len_q = len_k): each sequence's tokens form documents that
+  /// start at these positions (0 first, the sequence's length last); tokens attend within theirs.
+  std::vector<int> doc_starts;
+  float softcap = 0;      ///< cap · tanh(s / cap) on each scaled score (0: off)
+  bool alibi = false;     ///< ALiBi: -slope_h · |i + off - j| added, the paper's slopes for heads_q
 
   /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0.
   float scale() const;
@@ -64,6 +76,22 @@ struct Problem {
   int64_t total_k() const { return varlen() ? cu_seqlens_k.back() : static_cast<int64_t>(batch) * seqlen_k; }
   /// Keys query i of sequence b sees: the causal mask is bottom-right aligned per sequence.
   int visible_keys(int b, int i) const;
+
+  /// Any mask or modifier beyond the causal mask (window, prefix, documents, softcap, ALiBi).
+  bool has_mods() const {
+    return window_left >= 0 || window_right >= 0 || prefix > 0 || !doc_starts.empty() || softcap > 0 || alibi;
+  }
+  /// The mask as masks.h describes it, the causal mask folded in as a right window of 0. Points
+  /// into doc_starts: valid while this Problem is.
+  MaskSpec mask_spec() const;
+  /// The keys query i of sequence b sees, [lo, hi] (empty when lo > hi); without mods
+  /// [0, visible_keys(b, i) - 1].
+  KeySpan key_span(int b, int i) const;
+  /// Score s (already scaled) of query i, key j of sequence b, head h after the modifiers:
+  /// softcapping, then ALiBi's bias (FlashAttention's order).
+  double modified_score(double s, int b, int h, int i, int j) const;
+  /// d modified_score / d s (softcapping's derivative; the bias is a constant).
+  double modified_score_grad(double s) const { return softcap_grad(s, softcap); }
   /// Index of (sequence b, head h, query i) in the LSE: [batch, heads_q, seqlen_q] dense,
   /// [heads_q, total_q] packed (flash_attn_varlen_func's layout).
   size_t lse_index(int b, int h, int i) const {

@@ -52,6 +52,7 @@ struct Rung {
   std::vector<int> head_dims;  ///< head_dims it accepts; empty = any up to kMaxHeadDim
   bool paged_kv = false;       ///< accepts Problem::page_size > 0
   bool varlen = false;         ///< accepts a variable-length batch (Problem::cu_seqlens_q/k)
+  bool mods = false;           ///< accepts masks and score modifiers beyond causal (Problem::has_mods)
   int min_cc = 0;              ///< minimum compute capability x10 (e.g. 80), 0 = any
 
   /// "" if the rung can run @p p on @p d, else a one-line reason. Generic
