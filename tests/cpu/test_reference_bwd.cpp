@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "catch_compat.h"
+#include "finite_differences.h"
 #include "problem_shape.h"
 #include "flashladder/reference.h"
 #include "flashladder/reference_bwd.h"
@@ -217,39 +218,7 @@ TEST_CASE("central finite differences of L = sum(O * dO) match dQ, dK, dV",
   for (const Problem& p : cases) {
     INFO(p.describe());
     REQUIRE(validate(p).empty());
-    BwdInputs x;
-    auto fill = [](std::vector<double>* t, size_t n, unsigned long long seed, double offset) {
-      t->resize(n);
-      for (size_t i = 0; i < n; ++i) (*t)[i] = normal_at(seed, i) + offset;
-    };
-    const size_t nq = static_cast<size_t>(p.seqlen_q) * p.heads_q * p.head_dim;
-    const size_t nk = static_cast<size_t>(p.seqlen_k) * p.heads_kv * p.head_dim;
-    fill(&x.q, nq, 11, 0.25);
-    fill(&x.k, nk, 12, 0.25);
-    fill(&x.v, nk, 13, 0.5);
-    fill(&x.dout, nq, 14, 0.25);
-    auto loss = [&](const BwdInputs& y) {
-      const BwdResults r = reference_bwd_fp64(p, y);
-      double l = 0;
-      for (size_t n = 0; n < r.out.size(); ++n) l += r.out[n] * y.dout[n];
-      return l;
-    };
-    const BwdResults eig = reference_bwd_fp64(p, x), loops = naive_loops_bwd(p, x);
-    constexpr double h = 1e-5;
-    for (auto [t, grad_e, grad_l] : {std::make_tuple(&BwdInputs::q, &eig.dq, &loops.dq),
-                                     std::make_tuple(&BwdInputs::k, &eig.dk, &loops.dk),
-                                     std::make_tuple(&BwdInputs::v, &eig.dv, &loops.dv)}) {
-      for (size_t n = 0; n < (x.*t).size(); ++n) {
-        BwdInputs y = x;
-        (y.*t)[n] = (x.*t)[n] + h;
-        const double up = loss(y);
-        (y.*t)[n] = (x.*t)[n] - h;
-        const double fd = (up - loss(y)) / (2 * h);
-        const double tol = 1e-7 * std::max(1.0, std::fabs(fd));
-        REQUIRE(std::fabs((*grad_e)[n] - fd) <= tol);
-        REQUIRE(std::fabs((*grad_l)[n] - fd) <= tol);
-      }
-    }
+    const BwdResults eig = fl_test::require_finite_differences(p, 11);
     REQUIRE(max_abs(eig.dk) > 0.01);  // the check compared gradients, not zeros
     if (p.causal && p.seqlen_q > p.seqlen_k)
       for (size_t n = 0; n < static_cast<size_t>(2) * p.heads_q * p.head_dim; ++n)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "finite_differences.h"
 #include "flashladder/reference.h"
 #include "flashladder/reference_bwd.h"
 #include "flashladder/registry.h"
@@ -177,38 +178,10 @@ TEST_CASE("central finite differences of L = sum(O * dO) match dQ, dK, dV with s
   p.window_left = 4;
   p.window_right = 1;
   REQUIRE(validate(p).empty());
-  BwdInputs x;
-  auto fill = [](std::vector<double>* t, size_t n, unsigned long long seed, double offset) {
-    t->resize(n);
-    for (size_t i = 0; i < n; ++i) (*t)[i] = normal_at(seed, i) + offset;
-  };
-  const size_t nq = static_cast<size_t>(p.seqlen_q) * p.heads_q * p.head_dim;
-  const size_t nk = static_cast<size_t>(p.seqlen_k) * p.heads_kv * p.head_dim;
-  fill(&x.q, nq, 21, 0.25);
-  fill(&x.k, nk, 22, 0.25);
-  fill(&x.v, nk, 23, 0.5);
-  fill(&x.dout, nq, 24, 0.25);
-  auto loss = [&](const BwdInputs& y) {
-    const BwdResults r = reference_bwd_fp64(p, y);
-    double l = 0;
-    for (size_t n = 0; n < r.out.size(); ++n) l += r.out[n] * y.dout[n];
-    return l;
-  };
-  const BwdResults eig = reference_bwd_fp64(p, x), loops = naive_loops_bwd(p, x);
-  constexpr double h = 1e-5;
-  for (auto [t, grad_e, grad_l] : {std::make_tuple(&BwdInputs::q, &eig.dq, &loops.dq),
-                                   std::make_tuple(&BwdInputs::k, &eig.dk, &loops.dk),
-                                   std::make_tuple(&BwdInputs::v, &eig.dv, &loops.dv)})
-    for (size_t n = 0; n < (x.*t).size(); ++n) {
-      BwdInputs y = x;
-      (y.*t)[n] = (x.*t)[n] + h;
-      const double up = loss(y);
-      (y.*t)[n] = (x.*t)[n] - h;
-      const double fd = (up - loss(y)) / (2 * h);
-      const double tol = 1e-7 * std::max(1.0, std::fabs(fd));
-      REQUIRE(std::fabs((*grad_e)[n] - fd) <= tol);
-      REQUIRE(std::fabs((*grad_l)[n] - fd) <= tol);
-    }
+  const BwdResults eig = fl_test::require_finite_differences(p, 21);
+  double largest = 0;
+  for (double g : eig.dq) largest = std::max(largest, std::fabs(g));
+  CHECK(largest > 0.01);  // the check compared gradients, not zeros
 }
 
 TEST_CASE("problems with masks or modifiers: validated, described, refused by every rung without them",

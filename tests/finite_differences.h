@@ -1,0 +1,54 @@
+// The backward references against central finite differences of L = sum(O * dO), for tests that
+// check a problem's gradients from its definition (test_reference_bwd.cpp, test_reference_mods.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <vector>
+
+#include "catch_compat.h"
+#include "flashladder/reference_bwd.h"
+
+namespace fl_test {
+
+/// Fills Q, K, V and dO of dense problem @p p with raw doubles (any values, not 16-bit ones) from
+/// @p seed, then REQUIREs that the Eigen backward and the textbook loops both match central
+/// differences of L for every element of Q, K and V. Returns the Eigen results.
+inline fl::BwdResults require_finite_differences(const fl::Problem& p, unsigned long long seed) {
+  fl::BwdInputs x;
+  auto fill = [](std::vector<double>* t, size_t n, unsigned long long s, double offset) {
+    t->resize(n);
+    for (size_t i = 0; i < n; ++i) (*t)[i] = fl::normal_at(s, i) + offset;
+  };
+  const size_t nq = static_cast<size_t>(p.total_q()) * p.heads_q * p.head_dim;
+  const size_t nk = static_cast<size_t>(p.total_k()) * p.heads_kv * p.head_dim;
+  fill(&x.q, nq, seed, 0.25);
+  fill(&x.k, nk, seed + 1, 0.25);
+  fill(&x.v, nk, seed + 2, 0.5);
+  fill(&x.dout, nq, seed + 3, 0.25);
+  auto loss = [&](const fl::BwdInputs& y) {
+    const fl::BwdResults r = fl::reference_bwd_fp64(p, y);
+    double l = 0;
+    for (size_t n = 0; n < r.out.size(); ++n) l += r.out[n] * y.dout[n];
+    return l;
+  };
+  const fl::BwdResults eig = fl::reference_bwd_fp64(p, x), loops = fl::naive_loops_bwd(p, x);
+  constexpr double h = 1e-5;
+  for (auto [t, grad_e, grad_l] : {std::make_tuple(&fl::BwdInputs::q, &eig.dq, &loops.dq),
+                                   std::make_tuple(&fl::BwdInputs::k, &eig.dk, &loops.dk),
+                                   std::make_tuple(&fl::BwdInputs::v, &eig.dv, &loops.dv)})
+    for (size_t n = 0; n < (x.*t).size(); ++n) {
+      fl::BwdInputs y = x;
+      (y.*t)[n] = (x.*t)[n] + h;
+      const double up = loss(y);
+      (y.*t)[n] = (x.*t)[n] - h;
+      const double fd = (up - loss(y)) / (2 * h);
+      const double tol = 1e-7 * std::max(1.0, std::fabs(fd));
+      REQUIRE(std::fabs((*grad_e)[n] - fd) <= tol);
+      REQUIRE(std::fabs((*grad_l)[n] - fd) <= tol);
+    }
+  return eig;
+}
+
+}  // namespace fl_test
