@@ -117,7 +117,8 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
     Problem& p = o->problem;
     static const char* const kShapeFlags[] = {"--batch",    "--seqlen",     "-n",      "--seqlen-q",
                                               "--seqlen-k", "--seqlens-q", "--seqlens-k", "--heads",
-                                              "--kv-heads", "--dim",       "--causal",  "--scale"};
+                                              "--kv-heads", "--dim",       "--causal",  "--scale",
+                                              "--window",   "--prefix",    "--docs",    "--softcap", "--alibi"};
     for (const char* s : kShapeFlags) o->shape_set = o->shape_set || flag == s;
     if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
     else if (flag == "--seqlen" || flag == "-n") {
@@ -146,6 +147,45 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
         }
       }
     }
+    else if (flag == "--window" || flag == "--docs") {
+      // --window L,R: FlashAttention's window_size (-1: that side open). --docs L,L,..: the
+      // lengths of the documents each sequence is made of (a document mask).
+      if (need()) {
+        std::vector<int> v;
+        std::stringstream ss(value);
+        std::string item;
+        int n = 0;
+        while (r.ok && std::getline(ss, item, ',')) {
+          if (!parse_int_value(item, &n)) {
+            r.ok = false;
+            r.error = flag + ": expected comma-separated integers, got '" + value + "'";
+          }
+          v.push_back(n);
+        }
+        if (r.ok && flag == "--window" && v.size() != 2) {
+          r.ok = false;
+          r.error = "--window: expected two sizes, left,right (-1: open), got '" + value + "'";
+        } else if (r.ok && flag == "--window") {
+          p.window_left = v[0];
+          p.window_right = v[1];
+        } else if (r.ok) {
+          p.doc_starts.assign(1, 0);
+          for (int len : v) p.doc_starts.push_back(p.doc_starts.back() + len);
+        }
+      }
+    }
+    else if (flag == "--prefix") { if (need()) parse_int(flag, value, &p.prefix, &r); }
+    else if (flag == "--softcap") {
+      if (need()) {
+        double v = 0;
+        if (!parse_double_value(value, &v) || !(v >= 0)) {
+          r.ok = false;
+          r.error = "--softcap: expected a number >= 0 (0: off), got '" + value + "'";
+        } else {
+          p.softcap = static_cast<float>(v);
+        }
+      }
+    }
     else if (flag == "--heads") { if (need()) parse_int(flag, value, &p.heads_q, &r); }
     else if (flag == "--kv-heads") { if (need() && parse_int(flag, value, &p.heads_kv, &r)) kv_heads_set = true; }
     else if (flag == "--dim") { if (need()) parse_int(flag, value, &p.head_dim, &r); }
@@ -169,14 +209,17 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
         r.error = "--dtype: expected fp16 or bf16, got '" + value + "'";
       }
     }
-    else if (flag == "--causal" || flag == "--deterministic" || flag == "--hadamard") {
+    else if (flag == "--causal" || flag == "--deterministic" || flag == "--hadamard" || flag == "--alibi") {
       // A boolean flag: alone it means 1; "--causal 0|1|true|false" and "--causal=0" still work.
       if (!has_eq) {
         value = "1";
         // The next word is its value unless it is the next flag (no positional arguments exist).
         if (a + 1 < argc && argv[a + 1][0] != '-') value = argv[++a];
       }
-      bool* target = flag == "--causal" ? &p.causal : flag == "--hadamard" ? &o->fp8.hadamard : &o->deterministic;
+      bool* target = flag == "--causal"     ? &p.causal
+                     : flag == "--alibi"    ? &p.alibi
+                     : flag == "--hadamard" ? &o->fp8.hadamard
+                                            : &o->deterministic;
       if (!parse_bool(value, target)) {
         r.ok = false;
         r.error = flag + ": expected 0 or 1 (or nothing, meaning 1), got '" + value + "'";
@@ -253,7 +296,7 @@ std::string usage(const std::string& program) {
     << "  --seqlen N         seqlen_q = seqlen_k = N\n"
     << "  --seqlen-q N       query length (default 1024)\n"
     << "  --seqlen-k N       key/value length (default: seqlen-q)\n"
-    << "  --seqlens-q L,L,.. a packed batch of variable-length sequences (rungs 15, 16): one\n"
+    << "  --seqlens-q L,L,.. a packed batch of variable-length sequences (rungs 14, 15): one\n"
     << "                     query length per sequence; sets --batch and max seqlen\n"
     << "  --seqlens-k L,L,.. their key lengths (default: --seqlens-q)\n"
     << "  --heads N          query heads (default 16)\n"
@@ -262,6 +305,12 @@ std::string usage(const std::string& program) {
     << "  --dtype T          fp16 | bf16 (default fp16)\n"
     << "  --causal [0|1]     bottom-right aligned causal mask (default 0; alone: 1)\n"
     << "  --scale X          softmax scale (default 1/sqrt(dim))\n"
+    << "  --window L,R       sliding window: query i sees keys i+off-L .. i+off+R (-1: open)\n"
+    << "  --prefix N         prefix-LM: the first N keys are seen by every query\n"
+    << "  --docs L,L,..      document mask: the lengths of the documents of each sequence\n"
+    << "  --softcap X        cap * tanh(score / cap) on the scaled scores (0: off)\n"
+    << "  --alibi [0|1]      ALiBi biases with the paper's slopes (masks and modifiers: no rung\n"
+    << "                     takes them yet; each refuses them in one line)\n"
     << "  --splits N         split-KV count for decode rungs (default 0 = heuristic)\n"
     << "  --page-size N      paged KV cache with N-token pages (default 0 = contiguous)\n"
     << "run:\n"

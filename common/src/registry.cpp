@@ -139,6 +139,16 @@ std::string registry_json(const Registry& reg) {
   return s + "\n]}\n";
 }
 
+std::string feature_support(const Rung& r, const Problem& p) {
+  if (p.page_size > 0 && !r.paged_kv) return "paged KV cache (--page-size) not supported by this rung";
+  if (p.varlen() && !r.varlen)
+    return "variable-length batches (--seqlens-q) not supported by this rung (rungs 14 and 15 take them)";
+  if (p.has_mods() && !r.mods)
+    return "sliding windows, prefix-LM, document masks, softcapping and ALiBi (--window, --prefix, --docs, "
+           "--softcap, --alibi) are not supported by this rung";
+  return "";
+}
+
 std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& d) {
   if (!r.head_dims.empty() &&
       std::find(r.head_dims.begin(), r.head_dims.end(), p.head_dim) == r.head_dims.end()) {
@@ -151,11 +161,7 @@ std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& 
            std::to_string(FL_HEAD_DIM_ONLY) + ")";
   if (!dtype_built(p.dtype))
     return std::string(dtype_name(p.dtype)) + " not built (configured with -DFL_DTYPE)";
-  if (p.page_size > 0 && !r.paged_kv) return "paged KV cache (--page-size) not supported by this rung";
-  if (p.varlen() && !r.varlen)
-    return "variable-length batches (--seqlens-q) not supported by this rung (rungs 14 and 15 take them)";
-  if (p.has_mods() && !r.mods)
-    return "sliding windows, prefix-LM, document masks, softcapping and ALiBi are not supported by this rung";
+  if (std::string why = feature_support(r, p); !why.empty()) return why;
   const int cc = d.cc_major * 10 + d.cc_minor;
   if (r.min_cc > 0 && cc < r.min_cc)
     return "needs compute capability >= " + std::to_string(r.min_cc / 10) + "." + std::to_string(r.min_cc % 10) +

@@ -243,6 +243,11 @@ int run_main(int argc, char** argv, int rung_number) {
     std::fprintf(stderr, "%s: error: --deterministic: rung %d has no backward pass\n", prog.c_str(), rung_number);
     return kExitBadInput;
   }
+  if (const std::string why = feature_support(*rung, opt.problem); !why.empty()) {
+    std::fprintf(stderr, "%s: rung %s cannot run %s: %s\n", prog.c_str(), rung->label().c_str(),
+                 opt.problem.describe().c_str(), why.c_str());
+    return kExitBadInput;
+  }
   try {
     DeviceInfo dev;
     if (!device_or_skip(prog, &dev)) return kExitNoDevice;

@@ -42,6 +42,24 @@ TEST_CASE("flags parse into the problem", "[cpu][cli]") {
   REQUIRE(validate(p).empty());
 }
 
+TEST_CASE("mask and modifier flags parse into the problem", "[cpu][cli]") {
+  Options o;
+  REQUIRE(parse({"--seqlen", "64", "--window", "16,-1", "--prefix", "8", "--docs", "10,54", "--softcap", "30",
+                 "--alibi"},
+                &o)
+              .ok);
+  const Problem& p = o.problem;
+  CHECK(p.window_left == 16);
+  CHECK(p.window_right == -1);
+  CHECK(p.prefix == 8);
+  CHECK(p.doc_starts == std::vector<int>{0, 10, 64});
+  CHECK(p.softcap == 30.f);
+  CHECK(p.alibi);
+  CHECK(p.has_mods());
+  CHECK(o.shape_set);
+  REQUIRE(validate(p).empty());
+}
+
 TEST_CASE("a boolean flag alone means 1; 0/1/true/false and = still work", "[cpu][cli]") {
   struct Case {
     std::vector<const char*> args;
@@ -81,7 +99,8 @@ TEST_CASE("syntax errors name the flag", "[cpu][cli]") {
       {{"--dtype", "fp8"}, "--dtype"},   {{"--dim", "abc"}, "--dim"},       {{"--causal", "2"}, "--causal"},
       {{"--check", "most"}, "--check"},  {{"--iters", "0"}, "--iters"},     {{"--batch"}, "--batch"},
       {{"--bogus", "1"}, "--bogus"},     {{"--scale", "-1"}, "--scale"},    {{"--input", "zeros"}, "--input"},
-      {{"--seed", "-5"}, "--seed"},
+      {{"--seed", "-5"}, "--seed"},      {{"--window", "3"}, "--window"},   {{"--window", "a,b"}, "--window"},
+      {{"--softcap", "-1"}, "--softcap"}, {{"--docs", "1,x"}, "--docs"},    {{"--alibi", "2"}, "--alibi"},
   };
   for (const auto& [args, flag] : bad) {
     Options o;
@@ -97,7 +116,7 @@ TEST_CASE("validation errors name the flag", "[cpu][cli]") {
       {{"--dim", "0"}, "--dim"},          {{"--dim", "300"}, "--dim"},     {{"--dim", "60"}, "--dim"},
       {{"--seqlen-q", "-3"}, "--seqlen-q"}, {{"--seqlen-k", "0"}, "--seqlen-k"}, {{"--batch", "0"}, "--batch"},
       {{"--heads", "6", "--kv-heads", "4"}, "--kv-heads"}, {{"--page-size", "48"}, "--page-size"},
-      {{"--splits", "-1"}, "--splits"},
+      {{"--splits", "-1"}, "--splits"},   {{"--window", "-2,0"}, "--window"}, {{"--prefix", "-1"}, "--prefix"},
   };
   for (const auto& [args, flag] : bad) {
     Options o;
@@ -112,7 +131,10 @@ TEST_CASE("executables exit 2 on bad input, before touching the GPU", "[cpu][cli
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--dim 0", "--dim"}, {"--seqlen-q -3", "--seqlen-q"}, {"--dtype fp8", "--dtype"},
       {"--variant nope", "--variant"}, {"--kv-heads 3", "--kv-heads"},
-      {"--deterministic", "--deterministic"}};  // rung 01 has no backward pass
+      {"--deterministic", "--deterministic"},  // rung 01 has no backward pass
+      // Features rung 01 does not take: refused in one line on any machine, GPU or not.
+      {"--window 128,0", "--window"}, {"--softcap 30", "--softcap"}, {"--seqlens-q 3,4", "--seqlens-q"},
+      {"--page-size 16", "--page-size"}};
   for (const auto& [args, flag] : cases) {
     std::string out;
     const int rc = run(std::string(FL_STEP01_BINARY) + " " + args, &out);

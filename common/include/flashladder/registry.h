@@ -150,6 +150,10 @@ const Registry& registry();
 /// The checks the runner applies before any rung-specific supports():
 /// head_dim list, paged KV, compute capability. "" if fine.
 std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& d);
+/// The part of generic_supports that needs no device: the problem's features the rung does not
+/// take (a paged cache, a packed batch, masks and score modifiers), "" if none. The runner asks it
+/// before it looks for a GPU, so such a refusal is one line on any machine.
+std::string feature_support(const Rung& r, const Problem& p);
 
 /// The limits every tiled kernel checks in its `supports` (rungs 06 and 09): head_dim and dtype
 /// built (FL_HEAD_DIM, FL_DTYPE), heads_q and batch within the grid's y and z limits, and
