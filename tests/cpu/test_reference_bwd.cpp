@@ -7,6 +7,7 @@
 
 #include "catch_compat.h"
 #include "finite_differences.h"
+#include "max_diff.h"
 #include "problem_shape.h"
 #include "flashladder/reference.h"
 #include "flashladder/reference_bwd.h"
@@ -23,22 +24,6 @@ double max_abs(const std::vector<double>& a) {
   return m;
 }
 
-/// max |a - b| over finite entries; both must be -inf at the same places (LSE of empty rows).
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t n = 0; n < a.size(); ++n) {
-    if (std::isinf(a[n]) || std::isinf(b[n])) {
-      REQUIRE(a[n] == b[n]);
-      continue;
-    }
-    REQUIRE(std::isfinite(a[n]));
-    REQUIRE(std::isfinite(b[n]));
-    m = std::max(m, std::fabs(a[n] - b[n]));
-  }
-  return m;
-}
-
 /// Every tensor of two results agrees to @p rel of the reference's largest magnitude.
 void require_close(const BwdResults& got, const BwdResults& ref, double rel) {
   const std::pair<const std::vector<double>*, const std::vector<double>*> pairs[] = {
@@ -50,7 +35,7 @@ void require_close(const BwdResults& got, const BwdResults& ref, double rel) {
     double scale = 1;
     for (double x : *pairs[t].second)
       if (std::isfinite(x)) scale = std::max(scale, std::fabs(x));
-    REQUIRE(max_diff(*pairs[t].first, *pairs[t].second) <= rel * scale);
+    REQUIRE(fl_test::max_abs_diff(*pairs[t].first, *pairs[t].second) <= rel * scale);
   }
 }
 

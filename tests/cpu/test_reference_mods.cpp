@@ -13,12 +13,14 @@
 
 #include "catch_compat.h"
 #include "finite_differences.h"
+#include "max_diff.h"
 #include "flashladder/reference.h"
 #include "flashladder/reference_bwd.h"
 #include "flashladder/registry.h"
 #include "problem_shape.h"
 
 using namespace fl;
+using fl_test::max_abs_diff;
 using fl_test::shape;
 
 namespace {
@@ -51,19 +53,6 @@ std::vector<std::pair<std::string, Problem>> mod_cases() {
   set_varlen(&packed, {40, 1, 0, 65}, {50, 9, 3, 65});
   add("packed, window (8, 0) + ALiBi", packed, [](Problem& p) { p.window_left = 8; p.window_right = 0; p.alibi = true; });
   return out;
-}
-
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double m = 0;
-  for (size_t n = 0; n < a.size(); ++n) {
-    if (std::isinf(a[n]) || std::isinf(b[n])) {
-      REQUIRE(a[n] == b[n]);
-      continue;
-    }
-    m = std::max(m, std::fabs(a[n] - b[n]));
-  }
-  return m;
 }
 
 }  // namespace

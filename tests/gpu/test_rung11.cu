@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,6 +90,24 @@ struct Grads {
 };
 
 Grads download(const DeviceGrads& g) { return {g.download_dq(), g.download_dk(), g.download_dv()}; }
+
+/// The forward pass of @p r once on @p p, as run_bwd_once makes it (D from the fp32 O when the
+/// rung's forward writes one): the O and LSE the backward launches read.
+std::unique_ptr<DeviceProblem> forward_once(const Rung& r, const Problem& p, const HostInputs& in,
+                                            unsigned long long seed) {
+  auto dp = std::make_unique<DeviceProblem>(p, in, forward_workspace_bytes(r, p), seed);
+  if (r.writes_o_fp32) dp->want_o_fp32();
+  dp->poison_outputs();
+  launch_once(r, *dp);
+  return dp;
+}
+
+/// One backward launch of @p r into gradients poisoned with NaN first (workspace included).
+Grads backward_once(const Rung& r, DeviceGrads& g) {
+  g.poison();
+  launch_bwd_once(r, g);
+  return download(g);
+}
 
 /// Elements whose bits differ.
 size_t differing(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
@@ -212,22 +231,14 @@ TEST_CASE("backward: deterministic=1 gives bitwise identical dQ, dK, dV run to r
           INFO(r->label() << " " << p.describe());
           const HostInputs in = make_inputs(p, InputKind::random, 17);
           const std::vector<uint16_t> dout = make_grad_output(p, 17);
-          DeviceProblem dp(p, in, forward_workspace_bytes(*r, p), 17);
-          if (r->writes_o_fp32) dp.want_o_fp32();  // as run_bwd_once: D from the fp32 O
-          dp.poison_outputs();
-          launch_once(*r, dp);
+          const auto dp_owner = forward_once(*r, p, in, 17);
+          const DeviceProblem& dp = *dp_owner;
           const size_t ws = r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, true) : 0;
           DeviceGrads g(p, dp, dout, ws, true);
-          g.poison();
-          launch_bwd_once(*r, g);
-          const Grads first = download(g);
-          g.poison();  // the second run starts from NaN again, workspace included
-          launch_bwd_once(*r, g);
-          const Grads second = download(g);
+          const Grads first = backward_once(*r, g);
+          const Grads second = backward_once(*r, g);  // from NaN again, workspace included
           DeviceGrads fresh(p, dp, dout, ws, true);  // other buffers: no dependence on their addresses
-          fresh.poison();
-          launch_bwd_once(*r, fresh);
-          const Grads third = download(fresh);
+          const Grads third = backward_once(*r, fresh);
           INFO("differing elements: dQ " << differing(first.dq, second.dq) << ", dK " << differing(first.dk, second.dk)
                                          << ", dV " << differing(first.dv, second.dv) << "; fresh buffers: dQ "
                                          << differing(first.dq, third.dq));
@@ -381,18 +392,10 @@ TEST_CASE("backward: a packed batch in the deterministic mode repeats bit for bi
         INFO(r->label() << " " << p.describe());
         const HostInputs in = make_inputs(p, InputKind::random, 23);
         const std::vector<uint16_t> dout = make_grad_output(p, 23);
-        DeviceProblem dp(p, in, forward_workspace_bytes(*r, p), 23);
-        if (r->writes_o_fp32) dp.want_o_fp32();
-        dp.poison_outputs();
-        launch_once(*r, dp);
-        const size_t ws = r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, true) : 0;
-        DeviceGrads g(p, dp, dout, ws, true);
-        g.poison();
-        launch_bwd_once(*r, g);
-        const Grads first = download(g);
-        g.poison();
-        launch_bwd_once(*r, g);
-        const Grads second = download(g);
+        const auto dp = forward_once(*r, p, in, 23);
+        DeviceGrads g(p, *dp, dout, r->bwd_workspace_bytes ? r->bwd_workspace_bytes(p, true) : 0, true);
+        const Grads first = backward_once(*r, g);
+        const Grads second = backward_once(*r, g);
         INFO("differing elements: dQ " << differing(first.dq, second.dq) << ", dK " << differing(first.dk, second.dk)
                                        << ", dV " << differing(first.dv, second.dv));
         REQUIRE(first == second);
