@@ -82,6 +82,16 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
     a.cu_seqlens_q = cu_q_.as<int>();
     a.cu_seqlens_k = cu_k_.as<int>();
   }
+  if (!p.doc_starts.empty()) {
+    docs_ = DeviceBuffer(p.doc_starts.size() * sizeof(int));
+    docs_.upload(p.doc_starts.data(), docs_.bytes());
+    a.doc_starts = docs_.as<int>();
+  }
+  if (!p.sinks.empty()) {
+    sinks_ = DeviceBuffer(p.sinks.size() * sizeof(float));
+    sinks_.upload(p.sinks.data(), sinks_.bytes());
+    a.sinks = sinks_.as<float>();
+  }
   a.q = q_.get();
   a.k = k_.get();
   a.v = v_.get();

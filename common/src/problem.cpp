@@ -74,6 +74,7 @@ std::string Problem::describe() const {
   if (!doc_starts.empty()) s << " docs=" << doc_starts.size() - 1;
   if (softcap > 0) s << " softcap=" << softcap;
   if (alibi) s << " alibi";
+  if (!sinks.empty()) s << " sinks";
   return s.str();
 }
 
@@ -117,6 +118,11 @@ std::string validate(const Problem& p) {
            std::to_string(p.window_right) + ")";
   if (p.prefix < 0) return bad("--prefix", "must be >= 0 (0: off)", p.prefix);
   if (!(p.softcap >= 0) || !std::isfinite(p.softcap)) return "--softcap must be a finite number >= 0 (0: off)";
+  if (!p.sinks.empty()) {
+    if (p.sinks.size() != static_cast<size_t>(p.heads_q)) return "sinks: one logit per query head (heads_q values)";
+    for (float s : p.sinks)
+      if (!std::isfinite(s)) return "sinks must be finite logits";
+  }
   if (!p.doc_starts.empty()) {
     const auto& d = p.doc_starts;
     if (p.varlen()) return "a document mask takes a dense batch (a packed batch's sequences are its documents already)";
@@ -145,6 +151,12 @@ Problem problem_of(const AttnParams& a) {
   p.softmax_scale = a.softmax_scale;
   p.num_splits = a.num_splits;
   p.page_size = a.page_size;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.prefix = a.prefix;
+  p.softcap = a.softcap;
+  p.alibi = a.alibi != 0;
+  // doc_starts and sinks stay on the device: a host policy needs only whether they are set.
   return p;
 }
 
@@ -172,6 +184,12 @@ AttnParams make_attn_params(const Problem& p) {
   a.num_splits = p.num_splits;
   a.total_q = static_cast<int>(p.total_q());
   a.total_k = static_cast<int>(p.total_k());
+  a.window_left = p.window_left;  // doc_starts and sinks: device copies, set by their owner
+  a.window_right = p.window_right;
+  a.prefix = p.prefix;
+  a.n_docs = p.doc_starts.empty() ? 0 : static_cast<int>(p.doc_starts.size()) - 1;
+  a.softcap = p.softcap;
+  a.alibi = p.alibi ? 1 : 0;
   if (p.varlen()) {  // packed: the tokens of every sequence one after another
     a.q_batch_stride = a.o_batch_stride = a.k_batch_stride = a.v_batch_stride = 0;
     a.causal_offset = 0;  // per sequence: len_k - len_q

@@ -47,6 +47,11 @@ struct Problem {
   std::vector<int> doc_starts;
   float softcap = 0;      ///< cap · tanh(s / cap) on each scaled score (0: off)
   bool alibi = false;     ///< ALiBi: -slope_h · |i + off - j| added, the paper's slopes for heads_q
+  /// Attention sinks (gpt-oss, FlashAttention 3's learnable sink): one logit per query head, in
+  /// the units of a scaled score, that joins each row's softmax denominator and attends to no
+  /// value: O_i = sum_j e^{s_ij} v_j / (e^{sink_h} + sum_j e^{s_ij}); the LSE includes it.
+  /// Empty: off; else heads_q values.
+  std::vector<float> sinks;
 
   /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0.
   float scale() const;
@@ -77,9 +82,10 @@ struct Problem {
   /// Keys query i of sequence b sees: the causal mask is bottom-right aligned per sequence.
   int visible_keys(int b, int i) const;
 
-  /// Any mask or modifier beyond the causal mask (window, prefix, documents, softcap, ALiBi).
+  /// Any mask or modifier beyond the causal mask (window, prefix, documents, softcap, ALiBi, sinks).
   bool has_mods() const {
-    return window_left >= 0 || window_right >= 0 || prefix > 0 || !doc_starts.empty() || softcap > 0 || alibi;
+    return window_left >= 0 || window_right >= 0 || prefix > 0 || !doc_starts.empty() || softcap > 0 || alibi ||
+           !sinks.empty();
   }
   /// The mask as masks.h describes it, the causal mask folded in as a right window of 0. Points
   /// into doc_starts: valid while this Problem is.
@@ -169,6 +175,16 @@ struct AttnParams {
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
   int total_q, total_k;  ///< tokens of the packed Q and K
+
+  // Masks and score modifiers (rungs with Rung::mods; masks.h has their rules, Problem's fields
+  // their meaning). All off by default: -1, 0 and null.
+  int window_left, window_right;  ///< FlashAttention's window_size; -1: that side open
+  int prefix;                     ///< prefix-LM's bidirectional keys (0: off)
+  const int* doc_starts;          ///< device copy of Problem::doc_starts (n_docs + 1), null: off
+  int n_docs;
+  float softcap;                  ///< cap of cap · tanh(s / cap) on the scaled score, 0: off
+  int alibi;                      ///< 0 or 1: ALiBi's bias with alibi_slope(h, heads_q)
+  const float* sinks;             ///< device copy of Problem::sinks ([heads_q]), null: off
 };
 
 /// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,
