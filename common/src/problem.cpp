@@ -26,15 +26,8 @@ int Problem::visible_keys(int b, int i) const {
 }
 
 MaskSpec Problem::mask_spec() const {
-  MaskSpec m;
-  m.window_left = window_left;
-  m.window_right = causal ? (window_right >= 0 ? std::min(window_right, 0) : 0) : window_right;
-  m.prefix = prefix;
-  if (!doc_starts.empty()) {
-    m.doc_starts = doc_starts.data();
-    m.n_docs = static_cast<int>(doc_starts.size()) - 1;
-  }
-  return m;
+  return make_mask_spec(causal, window_left, window_right, prefix, doc_starts.empty() ? nullptr : doc_starts.data(),
+                        static_cast<int>(doc_starts.size()) - 1);
 }
 
 KeySpan Problem::key_span(int b, int i) const {

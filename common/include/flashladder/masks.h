@@ -37,6 +37,19 @@ struct MaskSpec {
   int n_docs = 0;
 };
 
+/// The MaskSpec of a problem's fields (Problem::mask_spec on the host, rung 16's kernels from
+/// AttnParams): the causal mask folded in as a right window of 0.
+FL_HD MaskSpec make_mask_spec(bool causal, int window_left, int window_right, int prefix, const int* doc_starts,
+                              int n_docs) {
+  MaskSpec m;
+  m.window_left = window_left;
+  m.window_right = causal ? 0 : window_right;  // causal: no key right of the diagonal
+  m.prefix = prefix;
+  m.doc_starts = doc_starts;
+  m.n_docs = doc_starts != nullptr ? n_docs : 0;
+  return m;
+}
+
 /// The keys one query row sees: [lo, hi], empty when lo > hi.
 struct KeySpan {
   int lo, hi;
@@ -95,6 +108,20 @@ FL_HD BlockClass classify_block(const MaskSpec& m, int len_q, int len_k, int row
   bool any = false, all = row0 + rows <= len_q && key1 < len_k;
   for (int r = 0; r < rows; ++r) {
     const KeySpan s = row_span(m, len_q, len_k, row0 + r);
+    if (mask_max(s.lo, key0) <= mask_min(s.hi, key1)) any = true;
+    if (!(s.lo <= key0 && s.hi >= key1)) all = false;
+  }
+  return !any ? BlockClass::empty : all ? BlockClass::full : BlockClass::partial;
+}
+
+/// The kernels' form of classify_block: the class of keys [key0, key1] for a query tile whose
+/// rows of the sequence have these spans. Rows past the sequence are not given: a kernel computes
+/// them and stores nothing, so they neither make a block partial nor keep it. Keys past len_k do:
+/// a block that holds any is partial when it is not empty (the tail mask).
+FL_HD BlockClass classify_spans(const KeySpan* spans, int rows, int key0, int key1, int len_k) {
+  bool any = false, all = key1 < len_k;
+  for (int r = 0; r < rows; ++r) {
+    const KeySpan s = spans[r];
     if (mask_max(s.lo, key0) <= mask_min(s.hi, key1)) any = true;
     if (!(s.lo <= key0 && s.hi >= key1)) all = false;
   }

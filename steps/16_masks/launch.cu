@@ -1,0 +1,111 @@
+/// @file steps/16_masks/launch.cu
+/// @brief Rung 16's registration: the rung (block lists from a classifier, masks and score
+/// modifiers as functors, sinks in the epilogue) and the two ablations of its classification.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "flashladder/registry.h"
+#include "flashladder/tma.h"
+#include "mods.h"
+#if FL_HOPPER_SM90A
+#include "launch_impl.cuh"
+#endif
+
+namespace fl {
+
+namespace {
+
+#if !FL_HOPPER_SM90A
+namespace masks16 {
+enum class Classify : int { exact = 0, no_full = 1, no_skip = 2 };
+}
+#endif
+using masks16::Classify;
+
+/// Calls f(std::integral_constant-like head_dim) for 64, 128 and 256.
+template <class F>
+decltype(auto) with_head_dim(int d, F&& f) {
+  switch (d) {
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    default: return f(std::integral_constant<int, 256>{});
+  }
+}
+
+std::string check_limits(const Problem& p, const DeviceInfo& d) {
+  const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
+  if (!hopper.empty()) return hopper;
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
+  const std::string tiles = tile_limits(p, d, hopper15::Tiles<256>::kSmemBytes);
+  if (!tiles.empty()) return tiles;
+  const double items = std::ceil(p.seqlen_q / 128.0) * p.batch * p.heads_q;
+  if (items > std::numeric_limits<int>::max()) return "more than 2^31 query tiles (batch x heads x seqlen_q / 128)";
+  if (static_cast<double>(p.total_q()) * p.heads_q > std::numeric_limits<int>::max() ||
+      static_cast<double>(p.total_k()) > std::numeric_limits<int>::max())
+    return "more than 2^31 tokens x heads";
+  const double lists = std::ceil(p.seqlen_q / 128.0) * std::ceil(p.seqlen_k / 64.0) * (p.varlen() ? p.batch : 1) * 4;
+  if (lists > 8e9) return "the block mask would take more than 8 GB (query tiles x key blocks x sequences)";
+  return "";
+}
+
+Rung make(Classify mode, const char* variant, const char* summary) {
+  Rung r;
+  r.number = 16;
+  r.name = "masks";
+  r.variant = variant;
+  r.summary = summary;
+  r.peak = Peak::tensor_16bit;
+  r.writes_o_fp32 = true;
+  r.varlen = true;
+  r.mods = true;
+  r.min_cc = 90;
+  r.head_dims = {64, 128, 256};
+  r.in_tour = mode == Classify::exact;
+  if (mode == Classify::exact)
+    r.baselines = {Baseline::on(15, "the rung it builds on: the same kernel with the causal mask as special code")};
+  r.supports = [](const Problem& p, const DeviceInfo& d) { return check_limits(p, d); };
+  r.workspace_bytes = [](const Problem& p) -> size_t {
+#if FL_HOPPER_SM90A
+    return with_head_dim(p.head_dim, [&](auto d) { return masks16::workspace_masks16<decltype(d)::value>(p); });
+#else
+    (void)p;
+    return 16;
+#endif
+  };
+  r.launch = [mode](const AttnParams& p, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+    with_head_dim(p.head_dim, [&](auto d) { masks16::launch_masks16<decltype(d)::value>(p, mode, s); });
+#else
+    (void)p;
+    (void)s;
+    (void)mode;
+    throw std::runtime_error("rung 16 was built without sm_90a");
+#endif
+  };
+  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+#if FL_HOPPER_SM90A
+    return with_head_dim(p.head_dim, [&](auto d) { return masks16::kernels_masks16<decltype(d)::value>(p); });
+#else
+    (void)p;
+    return {};
+#endif
+  };
+  r.grid_ctas = [](const Problem& p, const DeviceInfo& d) -> long long {
+    const long long items = static_cast<long long>((p.seqlen_q + 127) / 128) * p.batch * p.heads_q;
+    return std::min<long long>(items, d.sm_count);
+  };
+  return r;
+}
+
+}  // namespace
+
+void register_rung_16(Registry& reg) {
+  reg.add(make(Classify::exact, "", "masks and score modifiers as functors: blocks classified empty, full or partial on the device, only non-empty ones visited, the element mask on partial ones only; softcap, ALiBi, sinks"));
+  reg.add(make(Classify::no_full, "no-full-blocks", "ablation: every visited block partial (the element mask on every block)"));
+  reg.add(make(Classify::no_skip, "no-skip", "ablation: every block of the sequence visited and masked (nothing skipped)"));
+}
+
+}  // namespace fl

@@ -1,0 +1,116 @@
+/// @file steps/16_masks/mods.h
+/// @brief Rung 16's masks and score modifiers as functors, template parameters of its kernels
+/// (compiled in, not interpreted), and the block mask's layout. FL_HD: the CPU tests run the
+/// same code as the kernels.
+///
+/// A mask functor gives the keys query row i of a sequence sees as one interval, span(len_q,
+/// len_k, i) (masks.h: every mask here is an interval per row, so the per-element test is two
+/// comparisons, or one when the interval always starts at key 0, kLower = false):
+/// @code
+///   CausalMask   [0, i + len_k - len_q]                      the bottom-right causal mask
+///   SpanMask     row_span(spec, ...) of any MaskSpec          windows, prefix-LM, documents, and
+///                                                             causal or none combined with them
+/// @endcode
+/// A score functor turns one raw score s = q . k into log2(e) x the modified, scaled score, the
+/// units of the exp2 softmax:
+/// @code
+///   ScoreMod<SOFTCAP, ALIBI>   t = log2(e) (cap tanh(scale s / cap) - slope_h |i + off - j|)
+/// @endcode
+/// Without either, the rung keeps rung 15's fused scale (one FFMA per score), so the plain causal
+/// kernel pays nothing for the machinery but the block list.
+#pragma once
+
+#include <stddef.h>
+
+#include "flashladder/masks.h"
+#include "flashladder/types.h"
+
+namespace fl::masks16 {
+
+/// The bottom-right causal mask: keys 0 .. i + len_k - len_q.
+struct CausalMask {
+  static constexpr bool kLower = false;  ///< spans start at key 0: only the upper bound is tested
+  FL_HD KeySpan span(int len_q, int len_k, int i) const {
+    return {0, mask_min(len_k - 1, i + len_k - len_q)};
+  }
+};
+
+/// Any MaskSpec (masks.h): sliding windows, prefix-LM, document masks, with or without causal.
+struct SpanMask {
+  MaskSpec spec;
+  static constexpr bool kLower = true;
+  FL_HD KeySpan span(int len_q, int len_k, int i) const { return row_span(spec, len_q, len_k, i); }
+};
+
+/// Which score modifiers a kernel applies (both off: rung 15's fused scale).
+template <bool SOFTCAP, bool ALIBI>
+struct ScoreMod {
+  static constexpr bool kSoftcap = SOFTCAP;
+  static constexpr bool kAlibi = ALIBI;
+  static constexpr bool kAny = SOFTCAP || ALIBI;
+  float pre;    ///< softcap: scale / cap; else scale x log2(e)
+  float post;   ///< softcap: cap x log2(e)
+  float slope;  ///< ALiBi: slope_h x log2(e) (per head: set per work item)
+
+  /// @p s the raw score, @p dist = (i + len_k - len_q) - j, the key's distance from the diagonal.
+  FL_HD float operator()(float s, float dist) const {
+    float t;
+    if constexpr (SOFTCAP) t = post * tanh_of(s * pre);
+    else t = s * pre;
+    if constexpr (ALIBI) t -= slope * (dist < 0 ? -dist : dist);
+    return t;
+  }
+
+ private:
+  FL_HD static float tanh_of(float x) {
+#if defined(__CUDA_ARCH__)
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));  // one MUFU.TANH
+    return y;
+#else
+    return tanhf(x);
+#endif
+  }
+};
+
+/// Where the block mask lives in a launch's workspace (after the schedule's 16-byte counter):
+/// per (sequence, query tile) the count of its non-empty K/V blocks, then their list, ascending,
+/// each entry the block's index with bit 31 set when it is partial. A dense batch's sequences
+/// share one mask (classified once: `sequences` = 1); a packed batch has one per sequence.
+struct BlockMaskLayout {
+  int sequences;  ///< 1 dense, batch packed
+  int m_tiles;    ///< query tiles of the longest sequence
+  int n_blocks;   ///< K/V blocks of the longest sequence
+  static constexpr int kPartial = -2147483647 - 1;  // bit 31
+  static constexpr size_t kCountsOffset = 16;  ///< after the counter
+
+  FL_HD size_t tiles() const { return static_cast<size_t>(sequences) * m_tiles; }
+  /// Index of (sequence b, query tile m) among the counts (b = 0 in a dense batch).
+  FL_HD size_t tile_index(int b, int m) const { return (sequences == 1 ? 0 : static_cast<size_t>(b)) * m_tiles + m; }
+  FL_HD size_t lists_offset() const { return kCountsOffset + ((tiles() * 4 + 15) / 16) * 16; }
+  FL_HD size_t bytes() const { return lists_offset() + tiles() * n_blocks * 4; }
+  FL_HD static int block_of(int entry) { return entry & 0x7fffffff; }
+  FL_HD static bool partial(int entry) { return entry < 0; }
+};
+
+/// The layout for a launch's longest lengths, tiles of @p block_m x @p block_n.
+inline BlockMaskLayout block_mask_layout(bool packed, int batch, int seqlen_q, int seqlen_k, int block_m, int block_n) {
+  return {packed ? batch : 1, (seqlen_q + block_m - 1) / block_m, (seqlen_k + block_n - 1) / block_n};
+}
+
+/// One query tile's list, as the classifying kernel writes it, for the CPU tests and the host
+/// reference: the non-empty blocks of rows [row0, row0 + rows) (rows of the sequence only).
+template <class MASK>
+int tile_block_list(const MASK& mask, int len_q, int len_k, int row0, int block_m, int block_n, int* list) {
+  const int rows = mask_max(0, mask_min(block_m, len_q - row0));
+  KeySpan spans[256];
+  for (int r = 0; r < rows; ++r) spans[r] = mask.span(len_q, len_k, row0 + r);
+  int count = 0;
+  for (int n = 0; n * block_n < len_k; ++n) {
+    const BlockClass c = classify_spans(spans, rows, n * block_n, n * block_n + block_n - 1, len_k);
+    if (c != BlockClass::empty) list[count++] = n | (c == BlockClass::partial ? BlockMaskLayout::kPartial : 0);
+  }
+  return count;
+}
+
+}  // namespace fl::masks16

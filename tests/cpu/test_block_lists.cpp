@@ -1,0 +1,141 @@
+// Rung 16's block lists (steps/16_masks/mods.h), built on the CPU by the code the classifying
+// kernel runs (classify_spans over each row's span): on every tile of many masks and tilings,
+// the list holds exactly the blocks the element mask (masks.h's mask_mod) leaves a key in, in
+// key order, and marks partial exactly those where some row of the sequence misses a key of the
+// block (or the block holds keys past the sequence); rows past the sequence count for neither.
+// Also: the mask functors against row_span, and the workspace layout's offsets.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "catch_compat.h"
+#include "16_masks/mods.h"
+
+using namespace fl;
+using namespace fl::masks16;
+
+namespace {
+
+struct Case {
+  std::string name;
+  MaskSpec m;
+  int len_q, len_k;
+};
+
+std::vector<Case> cases(const std::vector<int>& docs) {
+  std::vector<Case> out;
+  for (auto [lq, lk] : {std::pair{300, 300}, std::pair{77, 500}, std::pair{500, 77}, std::pair{1, 129}, std::pair{256, 256}}) {
+    out.push_back({"none", MaskSpec{}, lq, lk});
+    MaskSpec causal;
+    causal.window_right = 0;
+    out.push_back({"causal", causal, lq, lk});
+    for (auto [l, r] : {std::pair{64, 0}, std::pair{100, 37}, std::pair{-1, 5}, std::pair{3, -1}, std::pair{200, 200}}) {
+      MaskSpec w;
+      w.window_left = l;
+      w.window_right = r;
+      out.push_back({"window(" + std::to_string(l) + "," + std::to_string(r) + ")", w, lq, lk});
+    }
+    MaskSpec prefix;
+    prefix.prefix = 50;
+    out.push_back({"prefix-lm(50)", prefix, lq, lk});
+  }
+  MaskSpec doc;
+  doc.doc_starts = docs.data();
+  doc.n_docs = static_cast<int>(docs.size()) - 1;
+  out.push_back({"document", doc, docs.back(), docs.back()});
+  MaskSpec doc_causal = doc;
+  doc_causal.window_right = 0;
+  out.push_back({"document + causal", doc_causal, docs.back(), docs.back()});
+  return out;
+}
+
+const std::vector<int> kDocs = {0, 1, 130, 131, 258, 400, 401, 700};
+
+}  // namespace
+
+TEST_CASE("block lists: exactly the non-empty blocks, partial exactly where a row misses a key", "[cpu][block_lists]") {
+  for (const Case& c : cases(kDocs))
+    for (auto [bm, bn] : {std::pair{128, 128}, std::pair{128, 176}, std::pair{128, 80}, std::pair{64, 64}}) {
+      INFO(c.name << " len_q=" << c.len_q << " len_k=" << c.len_k << " tile " << bm << "x" << bn);
+      const SpanMask mask{c.m};
+      std::vector<int> list((c.len_k + bn - 1) / bn + 1);
+      for (int r0 = 0; r0 < c.len_q; r0 += bm) {
+        const int count = tile_block_list(mask, c.len_q, c.len_k, r0, bm, bn, list.data());
+        std::vector<int> want;
+        const int rows_end = std::min(r0 + bm, c.len_q);
+        for (int n = 0; n * bn < c.len_k; ++n) {
+          int seen = 0;
+          bool all = true;
+          for (int i = r0; i < rows_end; ++i)
+            for (int j = n * bn; j < n * bn + bn; ++j) {
+              const bool s = mask_mod(c.m, c.len_q, c.len_k, i, j);
+              seen += s;
+              all = all && s;
+            }
+          if (seen > 0) want.push_back(n | (all ? 0 : BlockMaskLayout::kPartial));
+        }
+        INFO("tile rows " << r0);
+        REQUIRE(count == static_cast<int>(want.size()));
+        for (int e = 0; e < count; ++e) {
+          INFO("entry " << e << ": block " << BlockMaskLayout::block_of(want[e]));
+          REQUIRE(list[e] == want[e]);
+        }
+      }
+    }
+}
+
+TEST_CASE("block lists: the causal functor is the causal span, with one bound", "[cpu][block_lists]") {
+  MaskSpec causal;
+  causal.window_right = 0;
+  for (auto [lq, lk] : {std::pair{300, 300}, std::pair{77, 500}, std::pair{500, 77}})
+    for (int i = 0; i < lq; ++i) {
+      const KeySpan a = CausalMask{}.span(lq, lk, i), b = row_span(causal, lq, lk, i);
+      INFO("len_q " << lq << " len_k " << lk << " row " << i);
+      // The same keys (an empty span may be written differently: hi < lo).
+      CHECK(std::max(a.hi - a.lo + 1, 0) == std::max(b.hi - b.lo + 1, 0));
+      if (b.hi >= b.lo) CHECK((a.lo == b.lo && a.hi == b.hi));
+    }
+  static_assert(!CausalMask::kLower && SpanMask::kLower, "the causal mask never needs its lower bound");
+}
+
+TEST_CASE("block lists: make_mask_spec folds causal into the right window of 0", "[cpu][block_lists]") {
+  const MaskSpec m = make_mask_spec(true, 4096, 7, 0, nullptr, 3);
+  CHECK(m.window_left == 4096);
+  CHECK(m.window_right == 0);
+  CHECK(m.n_docs == 0);  // no starts: no documents
+  const MaskSpec n = make_mask_spec(false, -1, 7, 5, kDocs.data(), 7);
+  CHECK(n.window_right == 7);
+  CHECK(n.prefix == 5);
+  CHECK(n.n_docs == 7);
+}
+
+TEST_CASE("block lists: the workspace layout", "[cpu][block_lists]") {
+  const BlockMaskLayout dense = block_mask_layout(false, 8, 1000, 3000, 128, 176);
+  CHECK(dense.sequences == 1);  // a dense batch's sequences share one mask
+  CHECK(dense.m_tiles == 8);
+  CHECK(dense.n_blocks == 18);
+  CHECK(dense.tile_index(5, 3) == 3);
+  CHECK(dense.lists_offset() % 16 == 0);
+  CHECK(dense.lists_offset() >= BlockMaskLayout::kCountsOffset + 8 * 4);
+  CHECK(dense.bytes() == dense.lists_offset() + 8 * 18 * 4);
+  const BlockMaskLayout packed = block_mask_layout(true, 3, 300, 500, 128, 128);
+  CHECK(packed.sequences == 3);
+  CHECK(packed.tile_index(2, 1) == 2 * 3 + 1);
+  CHECK(packed.bytes() == packed.lists_offset() + 9 * 4 * 4);
+  CHECK(BlockMaskLayout::block_of(7 | BlockMaskLayout::kPartial) == 7);
+  CHECK(BlockMaskLayout::partial(7 | BlockMaskLayout::kPartial));
+  CHECK(!BlockMaskLayout::partial(7));
+}
+
+TEST_CASE("score functor: softcap and ALiBi in log2 units, as the reference's modified score", "[cpu][block_lists]") {
+  const float scale = 0.125f, cap = 30.f, log2e = 1.4426950408889634f;
+  const ScoreMod<true, true> both{scale / cap, cap * log2e, 0.25f * log2e};
+  const ScoreMod<false, false> plain{scale * log2e, 0.f, 0.f};
+  for (float s : {-400.f, -3.f, 0.f, 2.5f, 90.f, 1000.f})
+    for (float dist : {-5.f, 0.f, 17.f}) {
+      const double want = (cap * std::tanh(scale * s / cap) - 0.25 * std::fabs(dist)) * log2e;
+      CHECK(std::fabs(both(s, dist) - want) <= 1e-4 * (1 + std::fabs(want)));
+      CHECK(std::fabs(plain(s, dist) - scale * s * log2e) <= 1e-5 * (1 + std::fabs(s)));
+    }
+}

@@ -1,0 +1,138 @@
+// Rung 16 (masks and score modifiers as functors, block lists) on the GPU, beyond the shared
+// matrix (its dense and causal cases): every mask and modifier, alone and combined as the models
+// that use them do, checked against the fp64 reference on the same description (O and the LSE):
+//   - sliding windows (left only, both sides, right of the diagonal, wider than the sequence),
+//     prefix-LM, document masks, softcapping, ALiBi, attention sinks;
+//   - Mistral (window), Gemma 2 (window + softcap), gpt-oss (window + sinks), ModernBERT (two-sided
+//     window, not causal);
+//   - head_dims 64, 128, 256, fp16 and bf16, GQA, tails, seqlen_q != seqlen_k, packed batches with
+//     lengths of 1 and empty sequences, rows that see no key (O = 0, LSE = -inf or the sink);
+//   - the two classification ablations on the same cases.
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "flashladder/runner.h"
+#include "problem_shape.h"
+
+using namespace fl;
+using fl_test::shape;
+
+namespace {
+
+const Rung& rung16(const std::string& variant = "") {
+  const Rung* r = registry().find(16, variant);
+  REQUIRE(r != nullptr);
+  return *r;
+}
+
+bool passes(const Rung& r, const Problem& p, unsigned long long seed = 1) {
+  const CaseResult c = run_case(r, p, InputKind::random, CheckMode::full, seed);
+  if (!c.ran) {
+    WARN(r.label() << " not run: " << c.skipped);
+    return true;
+  }
+  INFO(r.label() << " " << p.describe() << ": " << c.check.reason);
+  CHECK(c.check.pass);
+  return c.check.pass;
+}
+
+Problem window(Problem p, int left, int right) {
+  p.window_left = left;
+  p.window_right = right;
+  return p;
+}
+
+std::vector<float> sinks_for(int heads) {
+  std::vector<float> s(heads);
+  for (int h = 0; h < heads; ++h) s[h] = -2.f + 0.75f * static_cast<float>(h % 7);
+  return s;
+}
+
+/// The cases every entry runs at one head_dim and dtype.
+std::vector<Problem> cases(int d, DType t) {
+  std::vector<Problem> out;
+  const int hkv = d == 256 ? 1 : 2;
+  const Problem base = shape(2, 700, 700, 4 * hkv, hkv, d, true, t);
+  const Problem qk = shape(1, 300, 1100, 4 * hkv, hkv, d, true, t);  // seqlen_q < seqlen_k
+  const Problem kq = shape(1, 900, 260, 4 * hkv, hkv, d, true, t);   // seqlen_q > seqlen_k: rows with no key
+  out.push_back(base);                            // causal through the block lists
+  out.push_back(window(base, 256, 0));            // Mistral: a causal sliding window
+  out.push_back(window(qk, 100, 0));
+  out.push_back(window(kq, 50, 0));
+  Problem two = window(base, 200, 64);            // ModernBERT: both sides, not causal
+  two.causal = false;
+  out.push_back(two);
+  Problem right = window(qk, -1, 37);             // keys right of the diagonal only bounded
+  right.causal = false;
+  out.push_back(right);
+  out.push_back(window(base, 5000, 0));           // wider than the sequence: causal
+  Problem prefix = base;                          // prefix-LM
+  prefix.causal = false;
+  prefix.prefix = 300;
+  out.push_back(prefix);
+  Problem docs = base;                            // documents, causal within each
+  docs.doc_starts = {0, 1, 130, 131, 400, 650, 700};
+  out.push_back(docs);
+  Problem docs_dense = docs;
+  docs_dense.causal = false;
+  out.push_back(docs_dense);
+  Problem cap = base;                             // softcapping
+  cap.softcap = 5.f;
+  out.push_back(cap);
+  Problem gemma2 = window(base, 256, 0);          // Gemma 2: window + softcap
+  gemma2.softcap = 50.f;
+  out.push_back(gemma2);
+  Problem alibi = base;                           // ALiBi
+  alibi.alibi = true;
+  out.push_back(alibi);
+  Problem alibi_dense = qk;
+  alibi_dense.causal = false;
+  alibi_dense.alibi = true;
+  alibi_dense.softcap = 20.f;
+  out.push_back(alibi_dense);
+  Problem sinks = base;                           // attention sinks
+  sinks.sinks = sinks_for(sinks.heads_q);
+  out.push_back(sinks);
+  Problem gpt_oss = window(kq, 128, 0);           // gpt-oss: window + sinks (rows with no key: LSE = sink)
+  gpt_oss.sinks = sinks_for(gpt_oss.heads_q);
+  out.push_back(gpt_oss);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every mask and modifier, alone and as models combine them", "[rung16]") {
+  for (int d : {64, 128, 256})
+    for (DType t : {DType::fp16, DType::bf16})
+      for (const Problem& p : cases(d, t)) passes(rung16(), p);
+}
+
+TEST_CASE("packed batches with masks and modifiers: lengths of 1, empty sequences, q != k", "[rung16]") {
+  for (int d : {64, 128}) {
+    Problem p = shape(1, 1, 1, 8, 2, d, true, DType::bf16);
+    set_varlen(&p, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
+    passes(rung16(), window(p, 64, 0));
+    Problem capped = window(p, 100, 0);
+    capped.softcap = 30.f;
+    capped.sinks = sinks_for(p.heads_q);
+    passes(rung16(), capped);
+    Problem alibi = p;
+    alibi.alibi = true;
+    alibi.causal = false;
+    passes(rung16(), alibi);
+  }
+}
+
+TEST_CASE("the classification ablations compute the same attention", "[rung16]") {
+  for (const char* v : {"no-full-blocks", "no-skip"})
+    for (const Problem& p : cases(128, DType::fp16)) passes(rung16(v), p);
+}
+
+TEST_CASE("a window far shorter than the sequence, and more tiles than SMs", "[rung16]") {
+  // 8k keys, a window of 512: each tile lists 5 of 64 blocks; 4 x 64 tiles x 8 heads.
+  passes(rung16(), window(shape(4, 8192, 8192, 8, 2, 128, true, DType::bf16), 512, 0));
+  Problem g = window(shape(1, 4096, 4096, 16, 2, 64, true), 1024, 0);
+  g.softcap = 50.f;
+  passes(rung16(), g);
+}
