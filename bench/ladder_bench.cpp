@@ -27,6 +27,15 @@
 //             causal 0/1
 //   varlen-backward: the backward rungs that take it (rung 14) on the same packed batch, the
 //             backward pass alone
+//   masks:    rung 16's masks and score modifiers (the rungs with Rung::mods) at head_dim 128,
+//             16/16 heads, batch x seqlen = 32k tokens: causal (N 8k, 32k), a window of 4096
+//             keys (window_size (4096, 0), N 8k, 32k), documents (N 32k, document_starts:
+//             512..8k tokens, seed 2024), prefix-LM (2048 bidirectional keys, N 8k), softcap 50,
+//             ALiBi and attention sinks (N 8k, causal); rung 15 (its main entry) runs the plain
+//             causal cells beside them, the cost of the machinery. Names
+//             "masks/d128/<case>/N<n>"; FLOPs count the unmasked pairs only
+//   masks-backward: the same shapes, the backward pass alone (as the backward family), for the
+//             backward rungs with Rung::mods
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
 //             e4m3 inputs are made once (per-head scales) outside the time, and the counters
@@ -39,10 +48,12 @@
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
 // Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|
-// hopper-prefill|llama|varlen|varlen-backward|all
+// hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 // --fl_dtype=fp16|bf16 (the 16-bit type of every family but fp8's; fp16 by default)
+// --fl_list (print the families' shapes, the entries that would run each before the device's
+// checks, and the masks family's document starts; no GPU needed, nothing timed)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -66,11 +77,12 @@ namespace {
 struct Config {
   std::set<std::string> families{"prefill", "decode",        "ablation",       "paged", "backward",
                                  "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen",
-                                 "varlen-backward"};
+                                 "varlen-backward", "masks", "masks-backward"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
   bool quick = false;
+  bool list = false;  ///< --fl_list: print the shapes, time nothing
   DType dtype = DType::fp16;  ///< --fl_dtype: the 16-bit inputs (the fp8 family keeps fp16)
   CheckMode check = CheckMode::none;
   bool wants(const char* family) const { return families.count(family) > 0; }
@@ -78,17 +90,31 @@ struct Config {
 
 /// The families that time a backward pass (launch_bwd).
 bool is_backward(const std::string& family) {
-  return family == "backward" || family == "backward-gqa" || family == "varlen-backward";
+  return family == "backward" || family == "backward-gqa" || family == "varlen-backward" ||
+         family == "masks-backward";
 }
+
+/// The families of rung 16's masks and score modifiers (forward and backward).
+bool is_masks(const std::string& family) {
+  return family == "masks" || family == "masks-backward";
+}
+
+/// The entry that runs the masks family's plain causal cells beside the rungs with Rung::mods:
+/// rung 16 is rung 15's forward pass with masks and modifiers, so the same cells on both price
+/// the machinery (span bounds, block classes, the modifier hooks) where it has nothing to do.
+constexpr int kMasksBaselineRung = 15;
 
 struct Shape {
   std::string family;
   Problem p;
   bool deterministic = false;  ///< backward family: AttnBwdParams::deterministic
+  std::string mask_case{};     ///< masks families: "causal", "window4096", "docs", ...
   std::string name() const {
     std::ostringstream s;
     s << family << "/d" << p.head_dim;
-    if (family == "varlen" || family == "varlen-backward")
+    if (is_masks(family))
+      s << "/" << mask_case << "/N" << p.seqlen_q;
+    else if (family == "varlen" || family == "varlen-backward")
       s << "/S" << p.batch << "/causal" << (p.causal ? 1 : 0);
     else if (family == "prefill" || family == "ablation" || family == "fp8" || family == "hopper-prefill" ||
              family == "llama" || is_backward(family))
@@ -110,6 +136,72 @@ Shape prefill_shape(const char* family, int n, int d, bool causal) {
   s.p.head_dim = d;
   s.p.causal = causal;
   return s;
+}
+
+/// The masks family's documents in a sequence of @p n tokens: lengths drawn in order from
+/// mixed_lengths' stream (@p lo .. @p hi, @p seed) until they fill the n tokens exactly. A draw
+/// that would overrun, or leave fewer than @p lo tokens, is cut: the last document takes the rest
+/// when the rest fits in @p hi, else the one before it leaves @p lo tokens for the last. Every
+/// document then has lo .. hi tokens (when n >= lo and hi >= 2 lo). Returns the starts, 0 first
+/// and n last (Problem::doc_starts). bench/torch_flex.py's document_starts is the same function;
+/// `ladder_bench --fl_list` prints the starts and tests/cpu/test_torch_scripts.py compares them.
+std::vector<int> document_starts(int n, int lo, int hi, unsigned long long seed) {
+  // At least as many draws as documents: each has lo tokens or more.
+  const std::vector<int> draws = mixed_lengths(n / lo + 1, lo, hi, seed);
+  std::vector<int> starts{0};
+  for (size_t i = 0; starts.back() < n; ++i) {
+    const int rest = n - starts.back();
+    int len = draws[i];
+    if (rest <= hi && (len >= rest || rest - len < lo)) len = rest;
+    else if (rest - len < lo) len = rest - lo;
+    starts.push_back(starts.back() + len);
+  }
+  return starts;
+}
+
+/// The masks family's shapes (bench/README.md): batch x seqlen = 32k tokens, 16/16 heads,
+/// head_dim 128, one mask or modifier per case.
+std::vector<Shape> mask_shapes(const char* family) {
+  constexpr int kTokens = 32768, kWindow = 4096, kPrefix = 2048;
+  constexpr float kSoftcap = 50.f;
+  auto shape = [&](const char* mask_case, int n) {
+    Shape s{family, {}};
+    s.mask_case = mask_case;
+    s.p.batch = kTokens / n;
+    s.p.seqlen_q = s.p.seqlen_k = n;
+    s.p.heads_q = s.p.heads_kv = 16;
+    s.p.head_dim = 128;
+    s.p.causal = true;
+    return s;
+  };
+  std::vector<Shape> out;
+  for (int n : {8192, 32768}) out.push_back(shape("causal", n));
+  // A window of w keys over N = 2w beside causal at 2w: the "<= 1.3 x causal" check.
+  for (int n : {8192, 32768}) {
+    Shape s = shape("window4096", n);
+    s.p.window_left = kWindow;
+    s.p.window_right = 0;
+    out.push_back(s);
+  }
+  Shape docs = shape("docs", kTokens);  // causal within each document
+  docs.p.doc_starts = document_starts(kTokens, 512, 8192, 2024);
+  out.push_back(docs);
+  // Not causal: masks.h's prefix rule is causal past the prefix, bidirectional within it.
+  Shape prefix = shape("prefix2048", 8192);
+  prefix.p.causal = false;
+  prefix.p.prefix = kPrefix;
+  out.push_back(prefix);
+  Shape softcap = shape("softcap50", 8192);
+  softcap.p.softcap = kSoftcap;
+  out.push_back(softcap);
+  Shape alibi = shape("alibi", 8192);
+  alibi.p.alibi = true;
+  out.push_back(alibi);
+  // A fixed pattern of sink logits: -0.25, 0.25, 0.75, 1.25 repeated over the heads.
+  Shape sinks = shape("sinks", 8192);
+  for (int h = 0; h < sinks.p.heads_q; ++h) sinks.p.sinks.push_back(0.5f * (h % 4) - 0.25f);
+  out.push_back(sinks);
+  return out;
 }
 
 Shape decode_shape(const char* family, int b, int hkv, int sk, int page) {
@@ -187,6 +279,9 @@ std::vector<Shape> sweep(const Config& c) {
         s.p.causal = causal;
         out.push_back(s);
       }
+  for (const char* family : {"masks", "masks-backward"})
+    if (c.wants(family) && dim_ok(128))
+      for (Shape& s : mask_shapes(family)) out.push_back(s);
   if (c.wants("paged"))
     for (int sk : {16384, 65536, 131072})
       for (int page : {0, 16, 64, 256}) {
@@ -233,12 +328,17 @@ bool is_a_main_baseline(const Rung& r, bool fp8_only = false) {
   return false;
 }
 
-/// Does family @p f of the sweep run entry @p r (before supports())? A backward rung runs the
-/// backward family only (its `launch` is another rung's forward pass).
-bool runs_in(const Config& c, const std::string& f, const Rung& r) {
+/// Does the sweep run entry @p r on shape @p s (before supports())? A backward rung runs the
+/// backward families only (its `launch` is another rung's forward pass).
+bool runs_in(const Config& c, const Shape& s, const Rung& r) {
+  const std::string& f = s.family;
   if (is_backward(f))
-    return r.launch_bwd && (f != "varlen-backward" || r.varlen) && (r.variant.empty() || c.variants);
+    return r.launch_bwd && (f != "varlen-backward" || r.varlen) &&
+           (f != "masks-backward" || r.mods) && (r.variant.empty() || c.variants);
   if (r.launch_bwd) return false;
+  if (f == "masks")  // the rungs with masks, and rung 15 on the plain causal cells
+    return r.mods ? r.variant.empty() || c.variants
+                  : s.mask_case == "causal" && r.number == kMasksBaselineRung && r.variant.empty();
   if (f == "ablation") {
     // Rungs with ablation variants (not a --sweep study, not a decode kernel): the rung and every
     // variant, back to back on one shape.
@@ -316,6 +416,16 @@ void set_counters(benchmark::State& state, const Rung* r, const Shape& s, double
   state.counters["causal"] = p.causal ? 1 : 0;
   state.counters["page_size"] = p.page_size;
   if (is_backward(s.family)) state.counters["deterministic"] = s.deterministic ? 1 : 0;
+  if (is_masks(s.family)) {  // the case (also in the name), as bench/torch_flex.py records it
+    state.counters["window_left"] = p.window_left;
+    state.counters["window_right"] = p.window_right;
+    state.counters["prefix"] = p.prefix;
+    state.counters["n_docs"] =
+        p.doc_starts.empty() ? 0 : static_cast<double>(p.doc_starts.size() - 1);
+    state.counters["softcap"] = p.softcap;
+    state.counters["alibi"] = p.alibi ? 1 : 0;
+    state.counters["sinks"] = p.sinks.empty() ? 0 : 1;
+  }
 }
 
 /// The backward family: the forward pass once (O, LSE), the backward once on NaN-poisoned
@@ -408,6 +518,26 @@ std::set<int> int_list(const std::string& s) {
   return out;
 }
 
+/// --fl_list: one line per shape of the chosen families, its problem, the entries that would run
+/// it as far as that is known without a GPU (runs_in and feature_support), and the document starts.
+void list_shapes(const Config& cfg) {
+  for (const Shape& s : sweep(cfg)) {
+    std::string rungs;
+    for (const Rung& r : registry().all())
+      if ((cfg.rungs.empty() || cfg.rungs.count(r.number)) && runs_in(cfg, s, r) &&
+          feature_support(r, s.p).empty())
+        rungs += (rungs.empty() ? "" : ",") + r.label();
+    std::printf("%s\t%s\trungs=%s", s.name().c_str(), s.p.describe().c_str(),
+                rungs.empty() ? "-" : rungs.c_str());
+    if (!s.p.doc_starts.empty()) {
+      std::printf("\tdoc_starts=");
+      for (size_t i = 0; i < s.p.doc_starts.size(); ++i)
+        std::printf("%s%d", i ? "," : "", s.p.doc_starts[i]);
+    }
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -421,7 +551,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, all)\n",
                        f.c_str());
           return 2;
         }
@@ -431,6 +561,7 @@ int main(int argc, char** argv) {
     else if (take_flag(argv[i], "--fl_head_dims", &v)) cfg.head_dims = int_list(v);
     else if (take_flag(argv[i], "--fl_variants", &v)) cfg.variants = true;
     else if (take_flag(argv[i], "--fl_quick", &v)) cfg.quick = true;
+    else if (take_flag(argv[i], "--fl_list", &v)) cfg.list = true;
     else if (take_flag(argv[i], "--fl_check", &v)) cfg.check = v == "sample" ? CheckMode::sample : CheckMode::none;
     else if (take_flag(argv[i], "--fl_dtype", &v)) {
       if (!parse_dtype(v, &cfg.dtype)) {
@@ -439,6 +570,10 @@ int main(int argc, char** argv) {
       }
     }
     else rest.push_back(argv[i]);
+  }
+  if (cfg.list) {
+    list_shapes(cfg);
+    return 0;
   }
   int bargc = static_cast<int>(rest.size());
   benchmark::Initialize(&bargc, rest.data());
@@ -467,7 +602,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : sweep(cfg)) {
     for (const Rung& r : registry().all()) {
       if (!cfg.rungs.empty() && !cfg.rungs.count(r.number)) continue;
-      if (!runs_in(cfg, s.family, r)) continue;
+      if (!runs_in(cfg, s, r)) continue;
       const std::string name = r.label() + "/" + s.name();
       std::string why = r.not_implemented.empty() ? supports(r, s.p, dev) : "not implemented (lab starter)";
       if (why.empty()) {

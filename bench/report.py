@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Speedup tables from one ladder_bench run (and the PyTorch SDPA run on the same GPU).
 
-    python3 bench/report.py LADDER.json [--torch TORCH.json] [--registry REGISTRY.json]
+    python3 bench/report.py LADDER.json [--torch TORCH.json] [--flex FLEX.json] [--registry REGISTRY.json]
                             [--ceilings CEILINGS.json] [--variants] [--out report.md]
 
 writes a markdown report: a header (device, date, git sha, CUDA, datasheet peaks and the measured
@@ -13,7 +13,9 @@ batch and KV heads), ablation (every variant beside its rung at one shape), page
 against contiguous), backward (the backward rungs, atomic and deterministic dQ, against PyTorch
 SDPA's flash and cuDNN backward; TFLOP/s by FlashAttention's 2.5 x the forward's FLOPs), fp8 (the
 FP8 rung in e4m3 beside the 16-bit rung it changes and PyTorch's 16-bit backends, by head_dim and
-causal like prefill).
+causal like prefill), masks and masks-backward (rung 16's masks and score modifiers, one column
+per case and length, beside rung 15 on the plain causal cells, PyTorch FlexAttention from
+bench/torch_flex.py and SDPA on the causal cells; the window / causal time ratio).
 
 The baselines come from the registry the rungs declare (`Rung::baselines`), printed by
 `tour --registry-json` (REGISTRY.json): a rung is compared with the rung it improves on, a study
@@ -30,7 +32,9 @@ benchmark names are "<rung label>/<family>/<shape>" (e.g. "04_fa2/prefill/d128/N
 "08_flash_decoding/decode/d128/B1/Hkv8/Sk65536", "08_flash_decoding/paged/d128/B1/Hkv8/Sk65536/P16",
 "11_backward/backward/d128/N4096/causal1/det", "13_fp8/fp8/d128/N4096/causal1"), and torch_sdpa.py's JSON in the same schema
 ("torch_flash/prefill/d128/N4096/causal0", "torch_cudnn/backward/d128/N4096/causal1");
-bench/ceilings.cu's JSON for the measured ceilings.
+bench/torch_flex.py's JSON in the same schema ("torch_flex/masks/d128/window4096/N32768"), from
+--flex or else the torch_flex.json beside LADDER.json; bench/ceilings.cu's JSON for the measured
+ceilings.
 """
 
 import argparse
@@ -43,11 +47,16 @@ import subprocess
 import sys
 import tempfile
 
-TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
+TORCH_ORDER = ["torch_flex", "torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
-FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8", "hopper-prefill", "llama")
+FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8", "hopper-prefill", "llama",
+            "masks", "masks-backward")
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
+# Rung 16's masks and score modifiers: one table per family, a column per (case, seqlen) of
+# "masks/d128/<case>/N<n>", in ladder_bench's order (mask_shapes); an unknown case after them.
+MASK_FAMILIES = ("masks", "masks-backward")
+MASK_CASES = ("causal", "window4096", "docs", "prefix2048", "softcap50", "alibi", "sinks")
 # Families swept over seqlen at each (head_dim, causal), in TFLOP/s: the prefill shapes.
 SEQLEN_FAMILIES = ("prefill", "fp8", "hopper-prefill", "llama") + BACKWARD_FAMILIES
 
@@ -78,7 +87,8 @@ def load_records(path):
     None for torch), variant, source ("ladder" or "torch"), family, the shape fields, deterministic
     (backward family: 1 for a deterministic-dQ run, else 0), ms (median), tflops, gbps, error ("" if
     it ran), and for the FP8 rungs' entries quantize_ms (the e4m3 conversion of Q, K, V, not in ms)
-    and e2e_rel_fro (the error against fp64 on the 16-bit inputs); None where absent."""
+    and e2e_rel_fro (the error against fp64 on the 16-bit inputs); None where absent. case: the
+    masks families' case ("window4096", from the name), None in the other families."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or "benchmarks" not in doc:
@@ -121,8 +131,18 @@ def load_records(path):
         rec["error"] = str(err or "")
         if not rec["error"] and not ms:
             rec["error"] = "no time"
+        rec["case"] = _mask_case(b.get("name", "")) if family in MASK_FAMILIES else None
         out.append(rec)
     return out
+
+
+def _mask_case(name):
+    """ "16_masks/masks/d128/window4096/N32768/manual_time" -> "window4096": the part after d<d>."""
+    parts = [p for p in name.split("/") if p and ":" not in p]
+    for i, p in enumerate(parts[:-1]):
+        if re.fullmatch(r"d\d+", p):
+            return parts[i + 1]
+    return ""
 
 
 def _shape_from_name(name):
@@ -297,6 +317,8 @@ def family_groups(records):
     for r in records:
         if r["family"] in SEQLEN_FAMILIES:
             key = (r["head_dim"], r["causal"])
+        elif r["family"] in MASK_FAMILIES:  # every case in one table, a column each
+            key = (r["head_dim"],)
         elif r["family"] == "ablation":
             key = (r["causal"],)
         else:
@@ -348,6 +370,15 @@ def group_title(family, key, records):
             "convention, 2.5 x the forward's FLOPs (unmasked pairs only)"
             % (r["batch"] * r["seqlen_q"], r["heads_q"], " on %d KV heads" % r["heads_kv"] if gqa else ""),
         )
+    if family in MASK_FAMILIES:
+        return (
+            "Masks and score modifiers%s, head_dim %d" % (", backward" if family == "masks-backward" else "", key[0]),
+            "batch x seqlen = %d tokens, %d heads; one column per case and length: causal, a window of 4096 "
+            "keys (window_size (4096, 0)), documents (causal within each), prefix-LM (2048 bidirectional keys), "
+            "softcap 50, ALiBi, attention sinks (causal, one logit per head); %sTFLOP/s (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"],
+               "the backward pass alone, 2.5 x the forward's FLOPs; " if family == "masks-backward" else ""),
+        )
     if family == "ablation":
         return (
             "Ablations, %s" % ("causal" if key[0] else "not causal"),
@@ -372,12 +403,17 @@ def group_title(family, key, records):
 def x_of(r):
     if r["family"] == "ablation":
         return r["head_dim"]
+    if r["family"] in MASK_FAMILIES:  # (order, seqlen, case): the columns in ladder_bench's order
+        case = r.get("case") or ""
+        return (MASK_CASES.index(case) if case in MASK_CASES else len(MASK_CASES), r["seqlen_q"], case)
     return r["seqlen_q"] if r["family"] in SEQLEN_FAMILIES else r["seqlen_k"]
 
 
 def x_text(family, x):
     if family == "ablation":
         return "d=%d" % x
+    if family in MASK_FAMILIES:
+        return "%s N=%s" % (x[2], seqlen_text(x[1]))
     return ("N=" if family in SEQLEN_FAMILIES else "Sk=") + seqlen_text(x)
 
 
@@ -450,7 +486,7 @@ class Grid:
                 self.error[cell] = r["error"]
                 continue
             self.ms[cell] = r["ms"]
-            self.value[cell] = r["tflops"] if family in ("ablation",) + SEQLEN_FAMILIES else r["gbps"]
+            self.value[cell] = r["tflops"] if family in ("ablation",) + SEQLEN_FAMILIES + MASK_FAMILIES else r["gbps"]
         self.xs = sorted({x_of(r) for r in records})
         self.labels = rung_order({series_of(r) for r in records})
         self.mains = [l for l in self.labels if is_main(l)]
@@ -589,9 +625,59 @@ def backward_section(key, records, include_variants, family="backward"):
     return "\n".join(out)
 
 
+def window_rows(g, labels):
+    """What a window costs: per entry, the time of each window case over the causal time at the same
+    length (rung 16's check: a window of w keys over N = 2w within 1.3 x causal)."""
+    causal = {x[1]: x for x in g.xs if x[2] == "causal"}
+    pairs = [(causal[x[1]], x) for x in g.xs if x[2].startswith("window") and x[1] in causal]
+    header = ["rung"] + ["%s / causal, N=%s" % (w[2], seqlen_text(w[1])) for _, w in pairs]
+    rows = []
+    for l in labels:
+        cells = []
+        for c, w in pairs:
+            t_window, t_causal = g.ms.get((l, w)), g.ms.get((l, c))
+            cells.append(fmt_ratio(t_window / t_causal) if t_window and t_causal else "—")
+        if any(c != "—" for c in cells):
+            rows.append([rung_cell(l)] + cells)
+    return header, rows
+
+
+def masks_section(family, key, records, include_variants, registry=None):
+    """The masks families at one head_dim: TFLOP/s of every rung and of PyTorch (FlexAttention on
+    each case, SDPA flash and cuDNN on the causal ones) per (case, seqlen); each rung's ratio to
+    FlexAttention, to its declared baseline (rung 16 against rung 15 on the causal cells: what the
+    machinery costs) and to SDPA, and the window / causal time ratio."""
+    g = Grid(records, registry)
+    ladder = [l for l in g.labels if LABEL_RE.match(l) and (include_variants or is_main(l))]
+    torch = [l for l in g.labels if not LABEL_RE.match(l)]
+    title, sub = group_title(family, key, records)
+    header = ["rung"] + [x_text(family, x) for x in g.xs]
+    out = ["## %s" % title, "", sub + ".", ""]
+    rows = [[rung_cell(l)] + value_cells(g, l) for l in ladder + torch]
+    out += ["**TFLOP/s**", "", markdown_table(header, rows), ""]
+    rows = [[rung_cell(l)] + [fmt_ratio(g.ratio("torch_flex", l, x)) for x in g.xs] for l in ladder]
+    rows = [r for r in rows if any(c != "—" for c in r[1:])]
+    if rows:
+        out += ["**Ratio to PyTorch FlexAttention** (time of `torch_flex` / time of the rung: above 1 = the rung "
+                "is faster)", "", markdown_table(header, rows), ""]
+    rows = baseline_rows(g, ladder)
+    if rows:
+        out += [BASELINE_TITLE, "", markdown_table(header, rows), ""]
+    for torch_label, name, rows in torch_rows(g, ladder):
+        out += ["**Ratio to %s** (time of `%s` / time of the rung: above 1 = the rung is faster)"
+                % (name, torch_label), "", markdown_table(header, rows), ""]
+    wheader, rows = window_rows(g, ladder + torch)
+    if rows:
+        out += ["**Window / causal** (time of the window case / time of causal at the same length; a window of "
+                "w keys over N = 2w should cost at most 1.3 x causal)", "", markdown_table(wheader, rows), ""]
+    return "\n".join(out)
+
+
 def family_section(family, key, records, include_variants, registry=None):
     if family in BACKWARD_FAMILIES:
         return backward_section(key, records, include_variants, family)
+    if family in MASK_FAMILIES:
+        return masks_section(family, key, records, include_variants, registry)
     g = Grid(records, registry)
     labels = [l for l in g.labels if include_variants or not LABEL_RE.match(l) or is_main(l)]
     if family in ("prefill", "decode", "fp8"):  # a variant that is a main's baseline is shown with it
@@ -687,32 +773,42 @@ def header_lines(ctx, torch_ctx, ceilings=None, fp8=False):
     return ["| | |", "|---|---|"] + ["| %s | %s |" % (a, b) for a, b in rows]
 
 
-def full_report(ladder_path, torch_path=None, include_variants=False, registry=None, ceilings=None):
+def flex_beside(ladder_path):
+    """bench/torch_flex.py's JSON in the folder of @p ladder_path (run_all.sh writes it there), or None."""
+    path = os.path.join(os.path.dirname(os.path.abspath(ladder_path)), "torch_flex.json")
+    return path if os.path.exists(path) else None
+
+
+def full_report(ladder_path, torch_path=None, include_variants=False, registry=None, ceilings=None, flex_path=None):
     """The markdown report. @p registry: load_registry()'s dict (baseline tables); @p ceilings:
-    load_ceilings()'s dict (header line)."""
+    load_ceilings()'s dict (header line); @p flex_path: bench/torch_flex.py's JSON (default: the
+    torch_flex.json beside @p ladder_path, if any)."""
     ctx = load_context(ladder_path)
     records = load_records(ladder_path)
     torch_ctx = None
     notes = []
-    if torch_path:
-        torch_ctx = load_context(torch_path)
-        if torch_ctx.get("device") and torch_ctx.get("device") != ctx.get("device"):
+    flex_path = flex_path or flex_beside(ladder_path)
+    for path in (p for p in (torch_path, flex_path) if p):
+        pctx = load_context(path)
+        torch_ctx = torch_ctx or pctx
+        if pctx.get("device") and pctx.get("device") != ctx.get("device"):
             notes.append(
                 "**Warning:** the PyTorch run was on `%s`, the ladder on `%s`; ratios to PyTorch "
-                "compare different GPUs." % (torch_ctx.get("device"), ctx.get("device"))
+                "compare different GPUs." % (pctx.get("device"), ctx.get("device"))
             )
-        records += [r for r in load_records(torch_path)]
+        records += load_records(path)
     out = ["# FlashLadder benchmark report", ""]
     out += header_lines(ctx, torch_ctx, ceilings, any(r["family"] == "fp8" for r in records)) + [""]
     out += notes
     out += [
         "Median of CUDA-event times with L2 flushed before each launch (`bench/ladder_bench.cpp`, "
-        "`bench/torch_sdpa.py`); %s. `—` = not measured, `skip` = the rung refuses the shape "
+        "`bench/torch_sdpa.py`%s); %s. `—` = not measured, `skip` = the rung refuses the shape "
         "(reason below), `fail` = the output check failed. Generated by `bench/report.py` from `%s`%s."
         % (
+            ", `bench/torch_flex.py`" if flex_path else "",
             ctx.get("dtype", "fp16"),  # ladder_bench --fl_dtype (runs before it had the flag: fp16)
             os.path.basename(ladder_path),
-            (" and `%s`" % os.path.basename(torch_path)) if torch_path else "",
+            "".join(" and `%s`" % os.path.basename(p) for p in (torch_path, flex_path) if p),
         ),
         "",
     ]
@@ -730,7 +826,7 @@ def full_report(ladder_path, torch_path=None, include_variants=False, registry=N
     if torch_only:
         out += [
             "PyTorch measured shapes the ladder does not run (%s); they are in `%s`."
-            % ("; ".join(torch_only), os.path.basename(torch_path)),
+            % ("; ".join(torch_only), "`, `".join(os.path.basename(p) for p in (torch_path, flex_path) if p)),
             "",
         ]
     skips = skipped_pairs(ctx)
@@ -749,7 +845,8 @@ def full_report(ladder_path, torch_path=None, include_variants=False, registry=N
                 continue
             reasons.setdefault((label, why), []).append(name.split("/", 1)[1] if "/" in name else name)
         for label, r in errors:
-            reasons.setdefault((label, r["error"]), []).append("%s %s" % (r["family"], x_of(r)))
+            x = x_text(r["family"], x_of(r)) if r["family"] in MASK_FAMILIES else x_of(r)
+            reasons.setdefault((label, r["error"]), []).append("%s %s" % (r["family"], x))
         for (label, why), shapes in sorted(reasons.items(), key=lambda kv: (rung_order([kv[0][0]])[0], kv[0])):
             out.append(
                 "- `%s`: %s (%d shape%s, e.g. `%s`)"
@@ -798,7 +895,7 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
     # A decode rung is one the sweep measured on decode shapes only (it refuses prefill shapes).
     decode_rungs = {r["rung"] for r in records if r["family"] == "decode"} - {
         r["rung"] for r in records if r["family"] == "prefill"}
-    forward = {r["rung"] for r in records if r["family"] not in BACKWARD_FAMILIES + ("fp8",)}
+    forward = {r["rung"] for r in records if r["family"] not in BACKWARD_FAMILIES + ("fp8", "masks-backward")}
     # A backward rung is measured in the backward family alone; an FP8 rung in the fp8 family alone.
     backward_rungs = {r["rung"] for r in bwd_at} - forward - {"torch_flash", "torch_cudnn"}
     fp8_rungs = {r["rung"] for r in fp8_at} - forward - {"torch_flash", "torch_cudnn"}
@@ -877,6 +974,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("ladder", help="ladder_bench JSON (Google Benchmark format)")
     ap.add_argument("--torch", help="torch_sdpa.py JSON from the same GPU (optional)")
+    ap.add_argument("--flex", help="torch_flex.py JSON from the same GPU (default: torch_flex.json beside LADDER)")
     ap.add_argument("--registry", help="tour --registry-json output: the rungs' declared baselines "
                     "(default: ask the newest build/*/bin/tour)")
     ap.add_argument("--ceilings", help="bench/ceilings.cu JSON from the same GPU (optional)")
@@ -890,7 +988,7 @@ def main(argv=None):
             tour = find_tour()
             registry = registry_from_tour(tour)[0] if tour else None
         ceilings = load_ceilings(args.ceilings) if args.ceilings else None
-        report = full_report(args.ladder, args.torch, args.variants, registry, ceilings)
+        report = full_report(args.ladder, args.torch, args.variants, registry, ceilings, args.flex)
     except (OSError, ValueError, KeyError) as e:
         print("report.py: error: %s" % e, file=sys.stderr)
         return 2

@@ -12,6 +12,10 @@
    figure for it.
 4. bench/docgen.py's backward-table generator (bench/docblocks/backward.py) reads the same records,
    and says what to run when a results folder has none.
+5. The masks families ("16_x/masks/d128/window4096/N8192", bench/torch_flex.py's
+   "torch_flex/masks/..." read from the torch_flex.json beside the ladder's JSON): one table per
+   family, a column per (case, seqlen) in ladder_bench's order, the ratios to FlexAttention and to
+   the declared baseline, and the window / causal time.
 """
 
 import json
@@ -184,6 +188,69 @@ class ReportBackwardTest(unittest.TestCase):
             self.assertIn("## Prefill, head_dim 128, not causal", md)
         finally:
             files.cleanup()
+
+
+def masks_run():
+    """A rung with masks on every case, rung 15 on the causal cells, FlexAttention everywhere but
+    sinks (skipped), SDPA cuDNN on the causal cells."""
+    ladder, flex = [], []
+    cases = [("causal", 8192), ("causal", 32768), ("window4096", 8192), ("window4096", 32768), ("docs", 32768),
+             ("prefix2048", 8192), ("softcap50", 8192), ("alibi", 8192), ("sinks", 8192)]
+    for case, n in cases:
+        base = "masks/d128/%s/N%d" % (case, n)
+        fields = dict(batch=32768 // n, seqlen_q=n, seqlen_k=n, heads_q=16, heads_kv=16, head_dim=128, causal=1,
+                      page_size=0)
+        ms = 1.2 if case == "window4096" and n == 8192 else 1.0
+        ladder.append(bench("16_masks/" + base, ms, 400.0, rung=16, **fields))
+        if case == "causal":
+            ladder.append(bench("15_persistent/" + base, 0.9, 440.0, rung=15, **fields))
+            flex.append(bench("torch_cudnn/" + base, 0.8, 500.0, family="masks", rung="torch_cudnn", case=case,
+                              **fields))
+        f = bench("torch_flex/" + base, 2.0, 200.0, family="masks", rung="torch_flex", case=case, **fields)
+        if case == "sinks":
+            f.update(skipped="no FlexAttention counterpart", error_occurred=True)
+        flex.append(f)
+    return ladder, flex
+
+
+class ReportMasksTest(unittest.TestCase):
+    def setUp(self):
+        ladder, flex = masks_run()
+        self.files = Files(ladder)
+        with open(os.path.join(self.files.dir, "torch_flex.json"), "w") as f:  # found beside the ladder's
+            json.dump({"context": {"device": "Fake GPU", "torch": "2.11"}, "benchmarks": flex}, f)
+
+    def tearDown(self):
+        self.files.cleanup()
+
+    def test_records(self):
+        recs = report.load_records(self.files.ladder)
+        self.assertEqual(len(recs), 11)
+        self.assertEqual([(r["case"], r["seqlen_q"]) for r in recs if r["rung"] == "15_persistent"],
+                         [("causal", 8192), ("causal", 32768)])
+        (r,) = [r for r in recs if r["case"] == "window4096" and r["seqlen_q"] == 8192]
+        self.assertEqual((r["family"], r["rung"], r["ms"]), ("masks", "16_masks", 1.2))
+
+    def test_section(self):
+        reg = {"16_masks": [{"kind": "rung", "label": "15_persistent", "why": "rung 15 with masks"}]}
+        md = report.full_report(self.files.ladder, None, False, registry=reg)
+        self.assertIn("and `torch_flex.json`", md)
+        sec = md[md.index("## Masks and score modifiers, head_dim 128\n"):]
+        self.assertIn("| rung | causal N=8k | causal N=32k | window4096 N=8k | window4096 N=32k | docs N=32k | "
+                      "prefix2048 N=8k | softcap50 N=8k | alibi N=8k | sinks N=8k |", sec)
+        self.assertIn("| `15_persistent` | 440 | 440 | — | — | — | — | — | — | — |", sec)
+        self.assertIn("| `torch_flex` | 200 | 200 | 200 | 200 | 200 | 200 | 200 | 200 | skip |", sec)
+        flex = sec[sec.index("**Ratio to PyTorch FlexAttention**"):]
+        self.assertIn("| `16_masks` | 2.00× | 2.00× | 1.67× | 2.00× | 2.00× | 2.00× | 2.00× | 2.00× | — |", flex)
+        base = sec[sec.index("**Speedup over the declared baseline**"):]
+        self.assertIn("| `16_masks` vs `15_persistent` | 0.90× | 0.90× | — |", base)
+        cudnn = sec[sec.index("**Ratio to PyTorch SDPA cuDNN**"):]
+        self.assertIn("| `16_masks` | 0.80× | 0.80× | — |", cudnn)
+        window = sec[sec.index("**Window / causal**"):]
+        self.assertIn("| rung | window4096 / causal, N=8k | window4096 / causal, N=32k |", window)
+        self.assertIn("| `16_masks` | 1.20× | 1.00× |", window)
+        self.assertIn("| `torch_flex` | 1.00× | 1.00× |", window)
+        self.assertNotIn("masks-backward", md)  # no records, no section
 
 
 class DocgenBackwardTableTest(unittest.TestCase):
