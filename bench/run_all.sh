@@ -9,6 +9,8 @@
 #   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports      -> torch_sdpa.json
 #      (families prefill, decode, backward, backward-gqa, ablation and fp8: SDPA's backward pass
 #      alone for the backward families, the 16-bit backends for fp8)
+#      bench/torch_flex.py on the masks families (FlexAttention, and    -> torch_flex.json
+#      SDPA flash / cuDNN on their causal cells)
 #   3. rung 07's --sweep at head_dim 64 and 128 (family prefill)       -> sweep07_d64.json, sweep07_d128.json
 #   4. rung 08 with --splits 1..64 and the heuristic (family decode)   -> decode_splits/*.json
 #   5. rung 13's accuracy runs, bench/run_fp8.sh (family fp8)          -> fp8_accuracy/*.json
@@ -19,7 +21,8 @@
 #      written relative to the repository root
 #
 # Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8,
-# hopper-prefill, llama, varlen, varlen-backward; "all" (the default) is all eleven.
+# hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward; "all" (the default) is all
+# thirteen.
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
@@ -48,7 +51,7 @@ while [ $# -gt 0 ]; do
     --skip) skip=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) bin=$1 ;;
   esac
   shift
@@ -64,10 +67,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -139,13 +142,27 @@ else
   for f in prefill decode backward backward-gqa ablation fp8 hopper-prefill llama varlen varlen-backward; do
     has_family $f && tfam=${tfam:+$tfam,}$f
   done
-  if [ -z "$tfam" ]; then
+  ffam=""
+  for f in masks masks-backward; do
+    has_family $f && ffam=${ffam:+$ffam,}$f
+  done
+  if [ -z "$tfam" ] && [ -z "$ffam" ]; then
     echo "run_all.sh: [torch] skipped (PyTorch runs every family but paged)"
-  else
+  elif [ -n "$tfam" ]; then
   step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --backends "$backends" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
   fi
   if [ -f "$STAGE/torch_sdpa.json" ]; then torch_json=(--torch "$STAGE/torch_sdpa.json"); fi
+  # FlexAttention on the masks families (SDPA flash / cuDNN on their causal cells), into
+  # torch_flex.json beside ladder_bench.json, where bench/report.py finds it.
+  if [ -n "$ffam" ]; then
+    fb=""  # the SDPA backends torch_flex.py times beside FlexAttention: flash and cuDNN of --torch-backends
+    for b in ${backends//,/ }; do
+      case "$b" in flash|cudnn) fb=${fb:+$fb,}$b ;; esac
+    done
+    step torch torch_flex.log "$PY" "$ROOT/bench/torch_flex.py" --family "$ffam" --dtype "$dtype" --backends "${fb:-none}" --out "$STAGE/torch_flex.json" "${tq[@]}" ||
+      echo "run_all.sh: [torch] torch_flex.py failed (see torch_flex.log); the report goes on without it"
+  fi
 fi
 
 # ---- 3. rung 07's sweep -------------------------------------------------------------------------

@@ -10,9 +10,14 @@
 3. bench/torch_sdpa.py's mixed-length batch: the lengths common/'s mixed_lengths draws (the
    values tests/cpu/test_varlen.cpp checks), and the shapes of its varlen family.
 4. Without PyTorch (or without a GPU for the full demo), the scripts (torch_overhead.py,
-   torch_decode.py, torch_train.py) say so and exit 0, measuring nothing; a --quick run on the CPU writes torch_train.json where PyTorch and transformers exist.
+   torch_decode.py, torch_train.py, torch_flex.py) say so and exit 0, measuring nothing; a --quick run on the CPU writes torch_train.json where PyTorch and transformers exist.
+5. bench/torch_flex.py's masks families: the names, the document starts (pinned, and the same as
+   `ladder_bench --fl_list` prints where a built ladder_bench is found: FL_LADDER_BENCH, else the
+   newest build/*/bin/ladder_bench), ALiBi's slopes (the paper's recipe, as test_masks.cpp), and
+   the unmasked pairs of each case against a count over the dense mask of a small copy.
 """
 
+import glob
 import json
 import os
 import subprocess
@@ -116,6 +121,104 @@ class MixedLengths(unittest.TestCase):
         self.assertEqual(torch_sdpa.shape_name(shapes[1]), "varlen/d128/S64/causal1")
 
 
+def ladder_bench():
+    """A built ladder_bench (FL_LADDER_BENCH, else the newest build/*/bin/ladder_bench), or None."""
+    path = os.environ.get("FL_LADDER_BENCH")
+    if path:
+        return path
+    found = glob.glob(os.path.join(ROOT, "build", "*", "bin", "ladder_bench"))
+    return max(found, key=os.path.getmtime) if found else None
+
+
+class MaskShapes(unittest.TestCase):
+    def test_document_starts(self):
+        import torch_flex
+
+        starts = torch_flex.document_starts(32768, 512, 8192, 2024)
+        self.assertEqual(starts, [0, 4327, 9670, 11460, 17908, 23058, 25966, 29874, 32195, 32768])
+        for n, lo, hi, seed in [(32768, 512, 8192, s) for s in range(50)] + [(1000, 100, 200, 3), (512, 512, 8192, 1),
+                                                                           (9000, 512, 8192, 7)]:
+            starts = torch_flex.document_starts(n, lo, hi, seed)
+            lens = [b - a for a, b in zip(starts, starts[1:])]
+            self.assertEqual((starts[0], starts[-1]), (0, n))
+            self.assertTrue(all(lo <= x <= hi for x in lens), (n, lo, hi, seed, lens))
+
+    def test_names(self):
+        import torch_flex
+
+        self.assertEqual([torch_flex.shape_name(s) for s in torch_flex.mask_shapes("masks")],
+                         ["masks/d128/causal/N8192", "masks/d128/causal/N32768", "masks/d128/window4096/N8192",
+                          "masks/d128/window4096/N32768", "masks/d128/docs/N32768", "masks/d128/prefix2048/N8192",
+                          "masks/d128/softcap50/N8192", "masks/d128/alibi/N8192", "masks/d128/sinks/N8192"])
+        for s in torch_flex.mask_shapes("masks-backward"):
+            self.assertEqual(s["batch"] * s["seqlen_q"], 32768)
+            self.assertTrue(torch_flex.shape_name(s).startswith("masks-backward/d128/"))
+
+    def test_alibi_slopes(self):
+        import torch_flex
+
+        for heads in (1, 8, 12, 16, 20, 32, 40):  # the paper's recipe, as tests/cpu/test_masks.cpp
+            c = 1
+            while 2 * c <= heads:
+                c *= 2
+            want = [2.0 ** (-8.0 * (i + 1) / c) for i in range(c)]
+            want += [2.0 ** (-8.0 * (i + 1) / (2 * c)) for i in range(0, 2 * c, 2)][: heads - c]
+            self.assertEqual(len(want), heads)
+            for h in range(heads):
+                self.assertAlmostEqual(torch_flex.alibi_slope(h, heads), want[h], places=15)
+        self.assertEqual([torch_flex.sink_logit(h) for h in range(5)], [-0.25, 0.25, 0.75, 1.25, -0.25])
+
+    def test_unmasked_pairs(self):
+        import torch_flex
+
+        def dense_count(s):  # the element rule (masks.h's mask_mod, self-attention) on every pair
+            n, starts = s["seqlen_q"], s["doc_starts"]
+            doc = [max(d for d in range(len(starts) - 1) if starts[d] <= t) for t in range(n)] if starts else None
+            count = 0
+            for i in range(n):
+                for j in range(n):
+                    ok = not (s["prefix"] > 0 and not (j < s["prefix"] or j <= i))
+                    ok = ok and not (s["window_left"] >= 0 and j < i - s["window_left"])
+                    ok = ok and not ((s["causal"] or s["window_right"] == 0) and j > i)
+                    ok = ok and not (doc and doc[i] != doc[j])
+                    count += ok
+            return count * s["batch"] * s["heads_q"]
+
+        n = 96  # each case on a small copy: the same rules, scaled down
+        for s in torch_flex.mask_shapes("masks"):
+            small = dict(s, seqlen_q=n, seqlen_k=n, batch=2, heads_q=3)
+            if s["window_left"] > 0:
+                small["window_left"] = 24
+            if s["prefix"] > 0:
+                small["prefix"] = 20
+            if s["doc_starts"]:
+                small["doc_starts"] = torch_flex.document_starts(n, 8, 40, 5)
+            self.assertEqual(torch_flex.unmasked_pairs(small), dense_count(small), s["case"])
+        causal = torch_flex.mask_shapes("masks")[0]
+        self.assertEqual(torch_flex.flops_of(causal), 4.0 * 128 * 8192 * 8193 // 2 * 4 * 16)
+
+    @unittest.skipUnless(ladder_bench(), "no built ladder_bench (set FL_LADDER_BENCH)")
+    def test_same_as_ladder_bench(self):
+        out = subprocess.run([ladder_bench(), "--fl_list", "--fl_family=masks,masks-backward"], capture_output=True,
+                             text=True, cwd=ROOT)
+        if out.returncode == 2 and "unknown family 'masks'" in out.stderr:
+            self.skipTest("%s predates the masks family: rebuild it" % ladder_bench())
+        self.assertEqual(out.returncode, 0, out.stderr)
+        ladder = {}
+        for line in out.stdout.splitlines():
+            fields = line.split("\t")
+            docs = [f for f in fields if f.startswith("doc_starts=")]
+            ladder[fields[0]] = docs[0] if docs else ""
+        rc, text = run_script("bench/torch_flex.py", "--list")
+        self.assertEqual(rc, 0, text)
+        flex = {}
+        for line in text.splitlines():
+            fields = line.split("\t")
+            flex[fields[0]] = fields[1] if len(fields) > 1 else ""
+        self.assertEqual(flex, ladder)
+        self.assertTrue(flex["masks/d128/docs/N32768"].startswith("doc_starts=0,4327,"))
+
+
 class Scripts(unittest.TestCase):
     @unittest.skipIf(gpu_visible(), "a CUDA device is visible: the scripts would measure")
     def test_without_a_gpu(self):
@@ -129,6 +232,10 @@ class Scripts(unittest.TestCase):
             self.assertEqual(rc, 0, text)
             self.assertIn("nothing measured", text)
             self.assertFalse(os.path.exists(os.path.join(out, "torch_decode.json")))
+            rc, text = run_script("bench/torch_flex.py", "--out", os.path.join(out, "torch_flex.json"))
+            self.assertEqual(rc, 0, text)
+            self.assertIn("nothing measured", text)
+            self.assertFalse(os.path.exists(os.path.join(out, "torch_flex.json")))
             if not have("torch"):
                 rc, text = run_script("bench/torch_train.py", "--out", out)
                 self.assertEqual(rc, 0, text)
