@@ -86,6 +86,7 @@ Problem group_problem(const Problem& p, const std::vector<BwdGroup>& groups) {
   s.heads_q = p.group();
   s.softmax_scale = p.scale();
   s.page_size = 0;
+  // TODO(sinks): groups of different KV heads need different sinks; p.sinks is copied as is.
   if (p.varlen()) {  // the picked groups' sequences, packed in the order picked
     std::vector<int> lq, lk;
     for (const BwdGroup& g : groups) {

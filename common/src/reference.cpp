@@ -141,15 +141,19 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
       const size_t out_row = idx[task.begin + r];
       const RowId& row = rows[out_row];
       const KeySpan span = p.key_span(row.b, row.i);  // the keys the row sees (masks.h)
+      // The head's sink logit joins the denominator (and the max) with no value; -inf when off.
+      const Scalar sink = static_cast<Scalar>(sink_logit(p, row.h));
       if (span.lo > span.hi) {
-        S.row(r).setZero();  // O = 0, LSE = -inf
+        S.row(r).setZero();  // O = 0, LSE = the sink (-inf without one)
+        res.lse[out_row] = static_cast<double>(sink);
         continue;
       }
       if (mods)  // softcapping, ALiBi (Problem::modified_score)
         for (int j = span.lo; j <= span.hi; ++j)
           S(r, j) = static_cast<Scalar>(p.modified_score(static_cast<double>(S(r, j)), row.b, row.h, row.i, j));
-      const Scalar m = S.row(r).segment(span.lo, span.hi - span.lo + 1).maxCoeff();
-      Scalar l = 0;
+      const Scalar m =
+          std::max(sink, S.row(r).segment(span.lo, span.hi - span.lo + 1).maxCoeff());
+      Scalar l = std::exp(sink - m);  // 0 without a sink
       for (int j = 0; j < K.rows(); ++j) {
         const Scalar e = j >= span.lo && j <= span.hi ? std::exp(S(r, j) - m) : Scalar(0);
         S(r, j) = e;
@@ -167,6 +171,10 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
 }
 
 }  // namespace
+
+double sink_logit(const Problem& p, int h) {
+  return p.sinks.empty() ? -std::numeric_limits<double>::infinity() : static_cast<double>(p.sinks[h]);
+}
 
 RowResults reference_fp64(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows) {
   return reference_impl<double>(p, in, rows);
@@ -200,9 +208,17 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
       for (int c = 0; c < D; ++c) dot += static_cast<double>(q_at(r, c)) * kv_at(false, r.b, j, hk, c);
       s.push_back(p.modified_score(dot * scale, r.b, r.h, r.i, j));
     }
-    if (s.empty()) continue;
-    const double m = *std::max_element(s.begin(), s.end());
-    double l = 0;
+    // The sink (gpt-oss): a logit in the denominator that attends to no value. A row that sees
+    // no key keeps O = 0 and gets LSE = sink.
+    const bool sinks = !p.sinks.empty();
+    const double sink = sinks ? static_cast<double>(p.sinks[r.h]) : 0.0;
+    if (s.empty()) {
+      if (sinks) res.lse[n] = sink;
+      continue;
+    }
+    double m = *std::max_element(s.begin(), s.end());
+    if (sinks) m = std::max(m, sink);
+    double l = sinks ? std::exp(sink - m) : 0.0;
     for (double& x : s) l += (x = std::exp(x - m));
     for (size_t j = 0; j < s.size(); ++j)
       for (int c = 0; c < D; ++c)

@@ -1,5 +1,7 @@
 #include "flashladder/reference_bwd.h"
 
+#include "flashladder/reference.h"
+
 #include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
@@ -50,6 +52,7 @@ BwdResults empty_results(const Problem& p, const BwdInputs& x) {
   res.dv.assign(x.v.size(), 0.0);
   res.lse.assign(p.lse_elements(), -std::numeric_limits<double>::infinity());
   res.delta.assign(res.lse.size(), 0.0);
+  if (!p.sinks.empty()) res.dsinks.assign(p.heads_q, 0.0);
   return res;
 }
 
@@ -58,7 +61,8 @@ BwdResults empty_results(const Problem& p, const BwdInputs& x) {
 /// result does not depend on the thread count). Query rows go in chunks so the score matrix
 /// is kChunk x seqlen_k, never seqlen_q x seqlen_k. A packed batch's sequences each have their
 /// own lengths and causal diagonal (Problem::len_q, len_k); each row sees the keys of
-/// Problem::key_span, its scores through Problem::modified_score.
+/// Problem::key_span, its scores through Problem::modified_score. A sink enters each row's
+/// softmax; its gradient is summed per task, then over the tasks in a fixed order.
 template <class Scalar>
 BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
   const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv;
@@ -67,7 +71,10 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
 
   constexpr int kChunk = 64;
   const Scalar scale = static_cast<Scalar>(p.scale());
-  const bool mods = p.has_mods(), softcapped = p.softcap > 0;
+  const bool mods = p.has_mods(), softcapped = p.softcap > 0, sinks = !p.sinks.empty();
+  // dsink_h of each (batch, KV head) task, for its G query heads: tasks of different batches
+  // share a head, so they are added after the parallel loop, in task order.
+  std::vector<double> dsink_part(sinks ? static_cast<size_t>(B) * Hkv * G : 0, 0.0);
 #pragma omp parallel for schedule(dynamic)
   for (long long t = 0; t < static_cast<long long>(B) * Hkv; ++t) {
     const int b = static_cast<int>(t / Hkv), hk = static_cast<int>(t % Hkv);
@@ -83,17 +90,20 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
         Mat<Scalar> P = (Q * K.transpose()) * scale;  // S, turned into P in place
         const Mat<Scalar> S = softcapped ? P : Mat<Scalar>();  // softcapping's derivative reads S
         const size_t stat = p.lse_index(b, h, i0);  // (b, h, i0) of LSE and D; rows follow at stride 1
+        const Scalar sink = static_cast<Scalar>(sink_logit(p, h));  // -inf: no sink
         for (int r = 0; r < n; ++r) {
           const KeySpan span = p.key_span(b, i0 + r);  // the keys the row sees (masks.h)
           if (span.lo > span.hi) {  // no key: P = 0, so O, D, dQ are 0 and dK, dV get nothing
             P.row(r).setZero();
+            res.lse[stat + r] = static_cast<double>(sink);  // the sink alone (-inf without one)
             continue;
           }
           if (mods)  // softcapping, ALiBi (Problem::modified_score)
             for (int j = span.lo; j <= span.hi; ++j)
               P(r, j) = static_cast<Scalar>(p.modified_score(static_cast<double>(P(r, j)), b, h, i0 + r, j));
-          const Scalar m = P.row(r).segment(span.lo, span.hi - span.lo + 1).maxCoeff();
-          Scalar l = 0;
+          const Scalar m =
+              std::max(sink, P.row(r).segment(span.lo, span.hi - span.lo + 1).maxCoeff());
+          Scalar l = std::exp(sink - m);  // the sink's term of the denominator, 0 without one
           for (int j = 0; j < Sk; ++j) {
             const Scalar e = j >= span.lo && j <= span.hi ? std::exp(P(r, j) - m) : Scalar(0);
             P(r, j) = e;
@@ -116,11 +126,20 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
         store_rows(O, &res.out, p.q_token(b, i0), h, Hq);
         store_rows(dQ, &res.dq, p.q_token(b, i0), h, Hq);
         for (int r = 0; r < n; ++r) res.delta[stat + r] = static_cast<double>(Di(r));
+        // dsink_h = -sum_i exp(sink_h - LSE_i) D_i: the sink's probability times D (0 on empty rows)
+        if (sinks) {
+          Scalar ds = 0;
+          for (int r = 0; r < n; ++r)
+            ds -= std::exp(sink - static_cast<Scalar>(res.lse[stat + r])) * Di(r);
+          dsink_part[static_cast<size_t>(t) * G + (h - hk * G)] += static_cast<double>(ds);
+        }
       }
     }
     store_rows(dK, &res.dk, p.k_token(b, 0), hk, Hkv);
     store_rows(dV, &res.dv, p.k_token(b, 0), hk, Hkv);
   }
+  for (size_t t = 0; t < dsink_part.size() / G; ++t)  // tasks in order: no dependence on threads
+    for (int g = 0; g < G; ++g) res.dsinks[(t % Hkv) * G + g] += dsink_part[t * G + g];
   return res;
 }
 
@@ -177,9 +196,17 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
           raw.push_back(dot * scale);
           s.push_back(p.modified_score(dot * scale, b, h, i, j));
         }
-        if (s.empty()) continue;  // no key: every output of this row stays 0
-        const double m = *std::max_element(s.begin(), s.end());
-        double l = 0;
+        // The sink (gpt-oss): a logit in the denominator with no value; a row that sees no key
+        // gets LSE = sink, every other output 0.
+        const bool sinks = !p.sinks.empty();
+        const double sink = sinks ? static_cast<double>(p.sinks[h]) : 0.0;
+        if (s.empty()) {  // no key: every output of this row stays 0
+          if (sinks) res.lse[stat] = sink;
+          continue;
+        }
+        double m = *std::max_element(s.begin(), s.end());
+        if (sinks) m = std::max(m, sink);
+        double l = sinks ? std::exp(sink - m) : 0.0;
         for (double e : s) l += std::exp(e - m);
         std::vector<double> prob(s.size());
         for (size_t j = 0; j < s.size(); ++j) prob[j] = std::exp(s[j] - m) / l;
@@ -191,6 +218,8 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
         double delta = 0;
         for (int c = 0; c < D; ++c) delta += x.dout[qi + c] * res.out[qi + c];
         res.delta[stat] = delta;
+        // d L / d sink = sum_c dO_ic (d O_ic / d sink) = -P_i,sink D_i, P_i,sink = e^{sink - m} / l.
+        if (sinks) res.dsinks[h] -= std::exp(sink - m) / l * delta;
         for (size_t j = 0; j < s.size(); ++j) {
           const size_t kj = at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D);
           double dp = 0;  // dP_ij = dO_i . V_j
@@ -246,6 +275,7 @@ BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const 
   judge("dQ", dq, ref.dq, fp32.dq, &r.dq);
   judge("dK", dk, ref.dk, fp32.dk, &r.dk);
   judge("dV", dv, ref.dv, fp32.dv, &r.dv);
+  // With Problem::sinks, ref.dsinks would be judged here too: no backward rung returns dsinks yet.
   r.finish();
   return r;
 }

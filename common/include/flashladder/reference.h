@@ -20,7 +20,7 @@ struct RowId {
 /// Reference output for a list of rows: out[r * head_dim + c], lse[r].
 struct RowResults {
   std::vector<double> out;
-  std::vector<double> lse;  ///< -inf for rows that see no key
+  std::vector<double> lse;  ///< -inf for rows that see no key (with sinks: the head's sink)
 };
 
 /// Every row of the problem.
@@ -32,6 +32,11 @@ std::vector<RowId> sample_rows(const Problem& p, unsigned long long seed);
 
 /// Picks full or sampled rows; auto means full while the fp64 work is small.
 std::vector<RowId> rows_for_check(const Problem& p, CheckMode mode, unsigned long long seed);
+
+/// Head @p h's attention-sink logit, or -inf when Problem::sinks is off: exp(-inf - m) adds an
+/// exact 0 to a softmax's denominator and max(-inf, m) is m, so the references (forward and
+/// backward) have one code path for both. A row that sees no key gets LSE = this value.
+double sink_logit(const Problem& p, int h);
 
 /// fp64 reference (Eigen, OpenMP over (batch, kv head)) on the 16-bit inputs.
 RowResults reference_fp64(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows);

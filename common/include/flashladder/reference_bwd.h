@@ -11,6 +11,12 @@
 /// that read it (GQA/MQA). A query row that sees no key has P = 0: O = 0, LSE = -inf, D = 0,
 /// zero dQ, and it adds nothing to dK or dV.
 ///
+/// With attention sinks (Problem::sinks), head h's sink logit joins every row's denominator:
+/// LSE_i = log(e^{sink_h} + sum_j e^{S_ij}) includes it, P_ij = exp(S_ij - LSE_i) as above (so
+/// dV, dS, dQ, dK keep their formulas), and the sink's own gradient is
+///   dsink_h = -sum_{b,i} exp(sink_h - LSE_{b,h,i}) D_{b,h,i}.
+/// A row that sees no key then has LSE = sink_h (not -inf), still O = 0 and D = 0.
+///
 /// Unlike the forward reference, the backward has no row sampling: dK and dV need every query
 /// row, so it always computes whole tensors. Its cost is about 5 x B x Hq x Sq x Sk x d
 /// multiply-adds in double: for test and check shapes, not for benchmark sizes.
@@ -38,11 +44,13 @@ struct BwdInputs {
 /// Everything the backward reference computes, full tensors, as double.
 struct BwdResults {
   std::vector<double> out;  ///< O [batch, seqlen_q, heads_q, head_dim]
-  std::vector<double> lse;  ///< [batch, heads_q, seqlen_q], natural log; -inf where no key is seen
+  std::vector<double> lse;  ///< [batch, heads_q, seqlen_q], natural log, the sink included; -inf
+                            ///< where no key is seen (the sink with sinks on)
   std::vector<double> delta;  ///< D = rowsum(dO * O) [batch, heads_q, seqlen_q]; 0 where no key
   std::vector<double> dq;     ///< like Q; zero rows where no key is seen
   std::vector<double> dk;     ///< like K, summed over the query heads of each KV head
   std::vector<double> dv;     ///< like V, summed over the query heads of each KV head
+  std::vector<double> dsinks;  ///< [heads_q] d loss / d sink_h, all batches and rows; empty: off
 };
 
 /// Widens the 16-bit Q, K, V of @p in and @p dout (dO, like O) to double, exactly.
