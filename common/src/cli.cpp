@@ -1,5 +1,6 @@
 #include "flashladder/cli.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
@@ -79,6 +80,16 @@ bool parse_int(const std::string& flag, const std::string& s, int* out, ParseRes
   return true;
 }
 
+/// --sinks' logits, one per query head: -2 + (h mod 8), so -2 .. 5 in the units of a scaled
+/// score. With random inputs a row's largest score is about 0.5 + sqrt(2 ln keys) (3.4 at 64
+/// keys, 4.2 at 1024), so some heads' sinks lie above their rows' maxima and some far below;
+/// whole numbers are exact in fp16, bf16 and fp32.
+std::vector<float> sink_pattern(int heads_q) {
+  std::vector<float> s(static_cast<size_t>(std::max(heads_q, 0)));
+  for (size_t h = 0; h < s.size(); ++h) s[h] = -2.0f + static_cast<float>(h % 8);
+  return s;
+}
+
 /// Value of a boolean flag: 1/true or 0/false.
 bool parse_bool(const std::string& s, bool* out) {
   if (s != "0" && s != "1" && s != "true" && s != "false") return false;
@@ -90,7 +101,7 @@ bool parse_bool(const std::string& s, bool* out) {
 
 ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
   ParseResult r;
-  bool kv_heads_set = false, seqlen_k_set = false;
+  bool kv_heads_set = false, seqlen_k_set = false, sinks_set = false, sinks = false;
   std::vector<int> lens_q, lens_k;  // --seqlens-q/-k: a variable-length batch
   for (int a = 1; a < argc && r.ok; ++a) {
     FlagArg fa = split_flag(argv[a]);
@@ -118,7 +129,8 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
     static const char* const kShapeFlags[] = {"--batch",    "--seqlen",     "-n",      "--seqlen-q",
                                               "--seqlen-k", "--seqlens-q", "--seqlens-k", "--heads",
                                               "--kv-heads", "--dim",       "--causal",  "--scale",
-                                              "--window",   "--prefix",    "--docs",    "--softcap", "--alibi"};
+                                              "--window",   "--prefix",    "--docs",    "--softcap",
+                                              "--alibi",    "--sinks"};
     for (const char* s : kShapeFlags) o->shape_set = o->shape_set || flag == s;
     if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
     else if (flag == "--seqlen" || flag == "-n") {
@@ -209,7 +221,8 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
         r.error = "--dtype: expected fp16 or bf16, got '" + value + "'";
       }
     }
-    else if (flag == "--causal" || flag == "--deterministic" || flag == "--hadamard" || flag == "--alibi") {
+    else if (flag == "--causal" || flag == "--deterministic" || flag == "--hadamard" ||
+             flag == "--alibi" || flag == "--sinks") {
       // A boolean flag: alone it means 1; "--causal 0|1|true|false" and "--causal=0" still work.
       if (!has_eq) {
         value = "1";
@@ -218,8 +231,10 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
       }
       bool* target = flag == "--causal"     ? &p.causal
                      : flag == "--alibi"    ? &p.alibi
+                     : flag == "--sinks"    ? &sinks
                      : flag == "--hadamard" ? &o->fp8.hadamard
                                             : &o->deterministic;
+      sinks_set = sinks_set || flag == "--sinks";
       if (!parse_bool(value, target)) {
         r.ok = false;
         r.error = flag + ": expected 0 or 1 (or nothing, meaning 1), got '" + value + "'";
@@ -277,6 +292,9 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
   }
   // MHA by default: --heads alone sets both.
   if (r.ok && !kv_heads_set) o->problem.heads_kv = o->problem.heads_q;
+  // One sink per query head: set once --heads is known, wherever it came on the line.
+  if (r.ok && sinks_set)
+    o->problem.sinks = sinks ? sink_pattern(o->problem.heads_q) : std::vector<float>{};
   if (r.ok && !lens_k.empty() && lens_q.empty()) {
     r.ok = false;
     r.error = "--seqlens-k: needs --seqlens-q (the packed batch's query lengths)";
@@ -309,8 +327,10 @@ std::string usage(const std::string& program) {
     << "  --prefix N         prefix-LM: the first N keys are seen by every query\n"
     << "  --docs L,L,..      document mask: the lengths of the documents of each sequence\n"
     << "  --softcap X        cap * tanh(score / cap) on the scaled scores (0: off)\n"
-    << "  --alibi [0|1]      ALiBi biases with the paper's slopes (masks and modifiers: no rung\n"
-    << "                     takes them yet; each refuses them in one line)\n"
+    << "  --alibi [0|1]      ALiBi biases with the paper's slopes\n"
+    << "  --sinks [0|1]      attention sinks: head h's logit, -2 + (h mod 8), joins each row's\n"
+    << "                     softmax denominator with no value (masks, modifiers and sinks: no\n"
+    << "                     rung takes them yet; each refuses them in one line)\n"
     << "  --splits N         split-KV count for decode rungs (default 0 = heuristic)\n"
     << "  --page-size N      paged KV cache with N-token pages (default 0 = contiguous)\n"
     << "run:\n"

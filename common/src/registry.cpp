@@ -144,8 +144,8 @@ std::string feature_support(const Rung& r, const Problem& p) {
   if (p.varlen() && !r.varlen)
     return "variable-length batches (--seqlens-q) not supported by this rung (rungs 14 and 15 take them)";
   if (p.has_mods() && !r.mods)
-    return "sliding windows, prefix-LM, document masks, softcapping and ALiBi (--window, --prefix, --docs, "
-           "--softcap, --alibi) are not supported by this rung";
+    return "sliding windows, prefix-LM, document masks, softcapping, ALiBi and attention sinks "
+           "(--window, --prefix, --docs, --softcap, --alibi, --sinks) are not supported by this rung";
   return "";
 }
 

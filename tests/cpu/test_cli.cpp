@@ -60,6 +60,25 @@ TEST_CASE("mask and modifier flags parse into the problem", "[cpu][cli]") {
   REQUIRE(validate(p).empty());
 }
 
+TEST_CASE("--sinks gives every query head the documented logit, -2 + (h mod 8)", "[cpu][cli]") {
+  for (const auto& args :
+       {std::vector<const char*>{"--sinks", "--heads", "12", "--kv-heads", "4"},
+        std::vector<const char*>{"--heads", "12", "--kv-heads", "4", "--sinks=1"}}) {
+    Options o;
+    REQUIRE(parse(args, &o).ok);  // before or after --heads: set once the heads are known
+    const Problem& p = o.problem;
+    REQUIRE(p.sinks.size() == 12);
+    for (int h = 0; h < 12; ++h) CHECK(p.sinks[h] == -2.0f + static_cast<float>(h % 8));
+    CHECK(p.has_mods());
+    CHECK(p.describe().find(" sinks") != std::string::npos);
+    REQUIRE(validate(p).empty());
+  }
+  Options off;
+  REQUIRE(parse({"--sinks", "0"}, &off).ok);
+  CHECK(off.problem.sinks.empty());
+  CHECK(!off.problem.has_mods());
+}
+
 TEST_CASE("a boolean flag alone means 1; 0/1/true/false and = still work", "[cpu][cli]") {
   struct Case {
     std::vector<const char*> args;
@@ -101,6 +120,7 @@ TEST_CASE("syntax errors name the flag", "[cpu][cli]") {
       {{"--bogus", "1"}, "--bogus"},     {{"--scale", "-1"}, "--scale"},    {{"--input", "zeros"}, "--input"},
       {{"--seed", "-5"}, "--seed"},      {{"--window", "3"}, "--window"},   {{"--window", "a,b"}, "--window"},
       {{"--softcap", "-1"}, "--softcap"}, {{"--docs", "1,x"}, "--docs"},    {{"--alibi", "2"}, "--alibi"},
+      {{"--sinks", "2"}, "--sinks"},
   };
   for (const auto& [args, flag] : bad) {
     Options o;
@@ -134,7 +154,7 @@ TEST_CASE("executables exit 2 on bad input, before touching the GPU", "[cpu][cli
       {"--deterministic", "--deterministic"},  // rung 01 has no backward pass
       // Features rung 01 does not take: refused in one line on any machine, GPU or not.
       {"--window 128,0", "--window"}, {"--softcap 30", "--softcap"}, {"--seqlens-q 3,4", "--seqlens-q"},
-      {"--page-size 16", "--page-size"}};
+      {"--sinks", "--sinks"}, {"--page-size 16", "--page-size"}};
   for (const auto& [args, flag] : cases) {
     std::string out;
     const int rc = run(std::string(FL_STEP01_BINARY) + " " + args, &out);
