@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_arrive_expect_tx(sm.q_full(0), Cfg::kQBytes);
       load.q(sm.q_tile(0), sm.q_full(0));
       // LAB-BEGIN(16-producer): only the listed blocks are loaded
+      // [same-code: 15-producer]
 #pragma unroll 1
       for (int n = 0; n < it.n_blocks; ++n, ++kv_iter) {
         const int s = kv_iter % STAGES;
@@ -216,9 +217,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int i0 = kv_iter;
     kv_iter += n_blocks;
 
-    // LAB-BEGIN(16-rows): each of this thread's two rows: its span, its distance from the diagonal
     int lo[2], hi[2];  // the row's span, minus this lane's first column
     float diag[2];     // (i + len_k - len_q) - this lane's first column: ALiBi's distance at key 0
+    SCORE score = score_in;
+    // LAB-BEGIN(16-rows): each of this thread's two rows: its span, its distance from the diagonal
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = it.row0 + 64 * c + 16 * warp + g + 8 * h;
@@ -227,12 +229,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       hi[h] = s.hi - 2 * t4;
       diag[h] = static_cast<float>(row + it.seq.len_k - it.seq.len_q - 2 * t4);
     }
-    SCORE score = score_in;
     if constexpr (SCORE::kAlibi) score.slope = static_cast<float>(alibi_slope(it.head, p.heads_q)) * kLog2e;
     // LAB-END(16-rows)
 
-    // LAB-BEGIN(16-mask): score_mod on every block, the span on partial ones, then the softmax
     auto mask_and_softmax = [&](float (&S)[BLOCK_N / 2], int entry) {
+      // LAB-BEGIN(16-mask): score_mod on every block, the span on partial ones, then the softmax
       const int key0 = BlockMaskLayout::block_of(entry) * BLOCK_N;
       if constexpr (SCORE::kAny) {
 #pragma unroll
@@ -256,9 +257,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               if (8 * j + e > hi_b || (MASK::kLower && 8 * j + e < lo_b)) S[4 * j + 2 * h + e] = -INFINITY;
         }
       }
+      // LAB-END(16-mask)
       hopper10::softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, false, 0, no_mask);
     };
-    // LAB-END(16-mask)
 
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) O_acc[i] = 0.f;
@@ -278,7 +279,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       if (leader) mbarrier_arrive(sm.v_empty((i0 + n) % STAGES));
     };
 
-    // [copy-of: 15-mainloop], each block's entry from the list
+    // LAB-BEGIN(16-mainloop): rung 15's loop, each block's entry from the list
+    // [same-code: 15-mainloop]
     if (n_blocks > 0) {
       float S[BLOCK_N / 2];
       int entry = it.blocks[0];
@@ -312,9 +314,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       release_q();
     }
+    // LAB-END(16-mainloop)
 
     // ---- epilogue: rung 15's, the sink in l, the LSE from log2 units --------------------------
     // LAB-BEGIN(16-epilogue): the sink joins the denominator; O / l and the LSE
+    // [same-code: 15-epilogue]
     T* O_gmem = static_cast<T*>(p.o) + it.seq.batch * p.o_batch_stride + it.head * p.o_head_stride;
     float* lse_gmem = p.lse + lse_offset(p, it.seq, it.batch, it.head);
     const float m_unit = SCORE::kAny ? 1.f : p.scale_log2;  // m_i x m_unit: the max in log2 units
