@@ -338,13 +338,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int row = it.row0 + 64 * c + 16 * warp + g + 8 * h;
       const bool in_seq = row < it.seq.len_q;
       const int token = it.seq.q0 + row;
-      store_o_row16<T, D>(O_gmem + token * p.o_row_stride, O_acc, h, inv_l, t4, in_seq);
+      store_o_row16<T, D>(O_gmem + token * p.o_row_stride, O_acc, h, inv_l, t4, in_seq, p.head_dim);
       if (!in_seq) continue;
       if (float* o32_row = o_fp32_row(p, it.seq.batch, token, it.head)) {
 #pragma unroll
         for (int j = 0; j < D / 8; ++j)
-          *reinterpret_cast<float2*>(o32_row + 8 * j + 2 * t4) =
-              make_float2(O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
+          if (8 * j < p.head_dim)
+            *reinterpret_cast<float2*>(o32_row + 8 * j + 2 * t4) =
+                make_float2(O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
       }
       if (t4 == 0) lse_gmem[row] = (l > 0.f) ? m2 * kLn2 + logf(l) : -INFINITY;
     }

@@ -24,21 +24,22 @@ enum class Classify : int { exact = 0, no_full = 1, no_skip = 2 };
 #endif
 using masks16::Classify;
 
-/// Calls f(std::integral_constant-like head_dim) for 64, 128 and 256.
+/// Calls f(std::integral_constant<int, D>) with the tile's head_dim D for head_dim @p d: the
+/// next of 64, 128 and 256. TMA reads the columns between d and D as zeros (tma.h), which add
+/// nothing to Q K^T and give O zero columns that the epilogue does not store: a head_dim of 80
+/// or 96 runs the d = 128 kernel, its extra columns' FLOPs spent on zeros.
 template <class F>
 decltype(auto) with_head_dim(int d, F&& f) {
-  switch (d) {
-    case 64: return f(std::integral_constant<int, 64>{});
-    case 128: return f(std::integral_constant<int, 128>{});
-    default: return f(std::integral_constant<int, 256>{});
-  }
+  if (d <= 64) return f(std::integral_constant<int, 64>{});
+  if (d <= 128) return f(std::integral_constant<int, 128>{});
+  return f(std::integral_constant<int, 256>{});
 }
 
 std::string check_limits(const Problem& p, const DeviceInfo& d) {
   const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
   if (!hopper.empty()) return hopper;
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
+  if (p.head_dim % 16 != 0 || p.head_dim > 256)
+    return "head_dim must be a multiple of 16 up to 256 (the d = 64, 128 or 256 tiles, zero columns past it)";
   const std::string tiles = tile_limits(p, d, hopper15::Tiles<256>::kSmemBytes);
   if (!tiles.empty()) return tiles;
   const double items = std::ceil(p.seqlen_q / 128.0) * p.batch * p.heads_q;
@@ -62,7 +63,10 @@ Rung make(Classify mode, const char* variant, const char* summary) {
   r.varlen = true;
   r.mods = true;
   r.min_cc = 90;
-  r.head_dims = {64, 128, 256};
+  // Every multiple of 16 up to 256 (with_head_dim): the tiles' own 64, 128 and 256, and between
+  // them the open models' 80 and 96 (Phi-3, GPT-NeoX-style) on the next tile up.
+  r.head_dims.clear();
+  for (int d = 16; d <= 256; d += 16) r.head_dims.push_back(d);
   r.in_tour = mode == Classify::exact;
   if (mode == Classify::exact)
     r.baselines = {Baseline::on(15, "the rung it builds on: the same kernel with the causal mask as special code")};

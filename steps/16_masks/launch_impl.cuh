@@ -44,7 +44,8 @@ std::vector<KernelInfo> kernels_masks16(const Problem& pr) {
       with_mods(q, [&](auto mask, auto score) {
         using M = decltype(mask);
         using S = decltype(score);
-        const std::string label = "masked_fwd<d=" + std::to_string(D) + ", 128x" + std::to_string(Cfg::kBlockN) + ", " +
+ const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
+        const std::string label = "masked_fwd<d=" + dims + ", 128x" + std::to_string(Cfg::kBlockN) + ", " +
                                   (M::kLower ? "span mask" : "causal mask") + (S::kSoftcap ? ", softcap" : "") +
                                   (S::kAlibi ? ", ALiBi" : "") + ", block lists>";
         out.push_back({"classify_blocks", reinterpret_cast<const void*>(&classify_kernel<M, Cfg::kBlockM, Cfg::kBlockN>),

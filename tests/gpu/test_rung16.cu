@@ -108,6 +108,20 @@ TEST_CASE("every mask and modifier, alone and as models combine them", "[rung16]
       for (const Problem& p : cases(d, t)) passes(rung16(), p);
 }
 
+TEST_CASE("head_dims between the tiles: 80 and 96 (and 16, 48, 160) on the next tile up", "[rung16]") {
+  for (int d : {80, 96})
+    for (DType t : {DType::fp16, DType::bf16})
+      for (const Problem& p : cases(d, t)) passes(rung16(), p);
+  for (int d : {16, 48, 160, 240}) {
+    passes(rung16(), shape(2, 300, 300, 8, 2, d, true));
+    passes(rung16(), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
+  }
+  // A packed batch at d = 80 (the TMA maps of the packed tokens read zeros past the head too).
+  Problem p = shape(1, 1, 1, 8, 2, 80, true, DType::bf16);
+  set_varlen(&p, {1, 0, 130, 77, 300}, {5, 9, 130, 60, 256});
+  passes(rung16(), window(p, 64, 0));
+}
+
 TEST_CASE("packed batches with masks and modifiers: lengths of 1, empty sequences, q != k", "[rung16]") {
   for (int d : {64, 128}) {
     Problem p = shape(1, 1, 1, 8, 2, d, true, DType::bf16);

@@ -33,9 +33,11 @@ __device__ __forceinline__ void store_o2(T* o_row, float* o32_row, int c, float 
 /// Here the quad's four threads first transpose each group of four 8-column blocks among
 /// themselves (two shuffle rounds, xor 1 then xor 2), so that thread t holds all eight columns of
 /// block 4m + t and writes them with one 16-byte store: a warp's store covers whole sectors, each
-/// once. Every lane of the warp must call it (the shuffles); only those with @p store write.
+/// once. Every lane of the warp must call it (the shuffles); only those with @p store write, and
+/// only the columns below @p cols (a head_dim under the tile's D: rung 16's 80 and 96).
 template <class T, int D>
-__device__ __forceinline__ void store_o_row16(T* o_row, const float* acc, int h, float inv_l, int t, bool store) {
+__device__ __forceinline__ void store_o_row16(T* o_row, const float* acc, int h, float inv_l, int t, bool store,
+                                              int cols = D) {
   const bool odd = t & 1, high = t & 2;
 #pragma unroll
   for (int m = 0; m < D / 32; ++m) {
@@ -55,7 +57,7 @@ __device__ __forceinline__ void store_o_row16(T* o_row, const float* acc, int h,
     const uint32_t q1 = __shfl_xor_sync(0xffffffffu, high ? y10 : y11, 2);
     const uint32_t k0 = high ? y01 : y00, k1 = high ? y11 : y10;
     const uint4 v = high ? make_uint4(q0, q1, k0, k1) : make_uint4(k0, k1, q0, q1);  // threads 0..3's pairs
-    if (store) *reinterpret_cast<uint4*>(o_row + 8 * (4 * m + t)) = v;
+    if (store && (cols == D || 8 * (4 * m + t) < cols)) *reinterpret_cast<uint4*>(o_row + 8 * (4 * m + t)) = v;
   }
 }
 

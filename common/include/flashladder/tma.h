@@ -65,17 +65,18 @@ constexpr int kTmaBoxCols = 64;
 
 /// The tensor map arguments for a 16-bit [batch, seqlen, heads, head_dim] tensor at @p base
 /// (strides in elements, as in AttnParams; head_dim contiguous), loaded in boxes of
-/// @p box_rows rows x 64 columns of one (batch, head). Returns "" and fills @p out, or a
-/// one-line reason the copy engine cannot address this tensor (head_dim not a multiple of 64,
-/// misaligned base or strides, box too tall).
+/// @p box_rows rows x 64 columns of one (batch, head). A head_dim that is not a multiple of 64
+/// (80, 96: rung 16) comes in as the next multiple: the columns of the last box past head_dim
+/// are read as zeros, as rows past seqlen are. Returns "" and fills @p out, or a one-line reason
+/// the copy engine cannot address this tensor (head_dim not a multiple of 8, misaligned base or
+/// strides, box too tall).
 inline std::string tma_args_bshd(const void* base, int batch, int seqlen, int heads, int head_dim,
                                  int64_t batch_stride, int64_t row_stride, int64_t head_stride,
                                  int box_rows, TmaTiledArgs* out) {
   if (batch < 1 || seqlen < 1 || heads < 1 || head_dim < 1)
     return "TMA: every dimension must be at least 1";
-  if (head_dim % kTmaBoxCols != 0)
-    return "TMA tiles need head_dim a multiple of 64 (128-byte swizzled column blocks), got " +
-           std::to_string(head_dim);
+  if (head_dim % 8 != 0)
+    return "TMA rows need head_dim a multiple of 8 (16-byte rows), got " + std::to_string(head_dim);
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0)
     return "TMA needs the tensor's base address 16-byte aligned";
   const int64_t strides[3] = {head_stride, row_stride, batch_stride};
