@@ -44,6 +44,7 @@ __global__ void __launch_bounds__(BLOCK_M) classify_kernel(const AttnParams p, c
   static_assert(BLOCK_M == 128, "four warps, one row each thread");
   // LAB-BEGIN(16-classify): each K/V block of a query tile -> empty, full or partial, listed
   const int m = blockIdx.x, b = blockIdx.y;
+  if (m == 0 && b == 0 && threadIdx.x == 0) *static_cast<int*>(p.workspace) = 0;  // the schedule's counter
   const SeqSpan seq = seq_span(p, b);
   int* counts = reinterpret_cast<int*>(static_cast<uint8_t*>(p.workspace) + BlockMaskLayout::kCountsOffset);
   int* list = reinterpret_cast<int*>(static_cast<uint8_t*>(p.workspace) + L.lists_offset()) +
@@ -102,7 +103,15 @@ struct MaskedItem {
   int n_blocks;
 };
 
-__device__ __forceinline__ MaskedItem masked_item_of(const AttnParams& p, const BlockMaskLayout& L, const Tile& t) {
+/// The count of (sequence b, query tile m)'s list, from the workspace.
+__device__ __forceinline__ int list_count(const AttnParams& p, const BlockMaskLayout& L, const Tile& t) {
+  const uint8_t* ws = static_cast<const uint8_t*>(p.workspace);
+  return reinterpret_cast<const int*>(ws + BlockMaskLayout::kCountsOffset)[L.tile_index(t.batch, t.m_block)];
+}
+
+/// Item @p t with its list of @p n_blocks entries (the count, read by the producer ahead of time).
+__device__ __forceinline__ MaskedItem masked_item_of(const AttnParams& p, const BlockMaskLayout& L, const Tile& t,
+                                                     int n_blocks) {
   MaskedItem it;
   it.seq = seq_span(p, t.batch);
   it.head = t.head;
@@ -110,10 +119,26 @@ __device__ __forceinline__ MaskedItem masked_item_of(const AttnParams& p, const 
   it.batch = t.batch;
   it.row0 = t.m_block * 128;
   const uint8_t* ws = static_cast<const uint8_t*>(p.workspace);
-  const size_t tile = L.tile_index(t.batch, t.m_block);
-  it.n_blocks = reinterpret_cast<const int*>(ws + BlockMaskLayout::kCountsOffset)[tile];
-  it.blocks = reinterpret_cast<const int*>(ws + L.lists_offset()) + tile * L.n_blocks;
+  it.n_blocks = n_blocks;
+  it.blocks = reinterpret_cast<const int*>(ws + L.lists_offset()) + L.tile_index(t.batch, t.m_block) * L.n_blocks;
   return it;
+}
+
+/// The item slot with the list's count in its fourth word (rung 15's put_tile leaves it 0): the
+/// consumers read it from shared memory, not from the workspace.
+__device__ __forceinline__ void put_item(uint32_t slot, const Tile& t, int n_blocks) {
+  asm volatile("st.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot), "r"(t.m_block), "r"(t.head), "r"(t.batch),
+               "r"(n_blocks)
+               : "memory");
+}
+__device__ __forceinline__ Tile get_item(uint32_t slot, int* n_blocks) {
+  int4 v;
+  asm volatile("ld.shared.v4.s32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(slot)
+               : "memory");
+  *n_blocks = v.w;
+  return {v.x, v.y, v.z};
 }
 
 /// Rung 16's forward: rung 15's persistent kernel on the block lists. MASK gives each row's span,
@@ -149,37 +174,48 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     Tile tile;
     int t = blockIdx.x;
     bool more = hopper15::locate(sched, t, &cursor, &tile);
+    // The next item's count is read as soon as the item is claimed: its load is in flight while
+    // the consumers finish this one, not on the path from "Q empty" to the next copies.
+    int count = more ? list_count(p, L, tile) : 0;
+    int first = more ? masked_item_of(p, L, tile, 0).blocks[0] : 0;  // read even when count is 0: the list has room
     int kv_iter = 0;
     for (int n_item = 0, round = 0;; ++n_item) {
       mbarrier_wait_parity(sm.q_empty(0), (n_item & 1) ^ 1);
       if (!more) {
-        hopper15::put_tile(sm.item_slot(0), Tile{-1, 0, 0});
+        put_item(sm.item_slot(0), Tile{-1, 0, 0}, 0);
         mbarrier_arrive(sm.q_full(0));
         break;
       }
-      hopper15::put_tile(sm.item_slot(0), tile);
-      const MaskedItem it = masked_item_of(p, L, tile);
+      put_item(sm.item_slot(0), tile, count);
+      const MaskedItem it = masked_item_of(p, L, tile, count);
       const hopper10::TileLoads<Cfg> load{&map_q, &map_k, &map_v, it.head, it.kv_head, it.seq.q0 + it.row0, it.seq.batch};
       mbarrier_arrive_expect_tx(sm.q_full(0), Cfg::kQBytes);
       load.q(sm.q_tile(0), sm.q_full(0));
       // LAB-BEGIN(16-producer): only the listed blocks are loaded
       // [same-code: 15-producer]
+      int entry = first;
 #pragma unroll 1
       for (int n = 0; n < it.n_blocks; ++n, ++kv_iter) {
+        const int following = n + 1 < it.n_blocks ? it.blocks[n + 1] : 0;  // in flight during the waits
         const int s = kv_iter % STAGES;
         const uint32_t refill_parity = ((kv_iter / STAGES) & 1) ^ 1;
-        const int key0 = it.seq.k0 + BlockMaskLayout::block_of(it.blocks[n]) * BLOCK_N;
+        const int key0 = it.seq.k0 + BlockMaskLayout::block_of(entry) * BLOCK_N;
         mbarrier_wait_parity(sm.k_empty(s), refill_parity);
         mbarrier_arrive_expect_tx(sm.k_full(s), Cfg::kKBytes);
         load.k(sm.K_s + s * Cfg::kKBytes, sm.k_full(s), key0);
         mbarrier_wait_parity(sm.v_empty(s), refill_parity);
         mbarrier_arrive_expect_tx(sm.v_full(s), Cfg::kVBytes);
         load.v(sm.V_s + s * Cfg::kVBytes, sm.v_full(s), key0);
+        entry = following;
       }
       // LAB-END(16-producer)
       t = sched.dynamic ? static_cast<int>(gridDim.x) + atomicAdd(sched.counter, 1)
                         : hopper15::static_item(blockIdx.x, ++round, gridDim.x);
       more = t >= 0 && hopper15::locate(sched, t, &cursor, &tile);
+      if (more) {
+        count = list_count(p, L, tile);
+        first = masked_item_of(p, L, tile, 0).blocks[0];
+      }
     }
     return;
   }
@@ -210,9 +246,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
   for (int n_item = 0;; ++n_item) {
     mbarrier_wait_parity(sm.q_full(0), n_item & 1);
-    const Tile tile = hopper15::get_tile(sm.item_slot(0));
+    int count;
+    const Tile tile = get_item(sm.item_slot(0), &count);
     if (tile.m_block < 0) break;
-    const MaskedItem it = masked_item_of(p, L, tile);
+    const MaskedItem it = masked_item_of(p, L, tile, count);
     const int n_blocks = it.n_blocks;
     const int i0 = kv_iter;
     kv_iter += n_blocks;
@@ -391,7 +428,6 @@ void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& scor
   const BlockMaskLayout L = layout_of<Cfg>(p);
   if (p.workspace == nullptr || p.workspace_bytes < L.bytes())
     throw std::runtime_error("rung 16: the block mask needs its workspace (Rung::workspace_bytes)");
-  FL_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(int), stream));  // the schedule's counter
   classify_kernel<MASK, Cfg::kBlockM, Cfg::kBlockN>
       <<<dim3(L.m_tiles, L.sequences), Cfg::kBlockM, 0, stream>>>(p, mask, L, static_cast<int>(mode));
   FL_LAUNCH_CHECK("classify_kernel");
