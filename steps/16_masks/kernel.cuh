@@ -1,5 +1,5 @@
 /// @file steps/16_masks/kernel.cuh
-/// @brief Rung 16: masks and score modifiers as code (FlexAttention, He et al., 2024). Before the
+/// @brief Rung 16: masks and score modifiers as code (FlexAttention, Dong et al., 2024). Before the
 /// forward runs, one small kernel classifies every (query tile, K/V block) block as empty, full
 /// or partial and writes each tile's list of non-empty blocks; rung 15's persistent forward then
 /// walks only those, runs full blocks without any mask arithmetic and applies the element mask

@@ -1,7 +1,7 @@
 /// @file masks.h
 /// @brief Masks and score modifiers as small functions, written once for the CPU reference and
 /// the kernels (FL_HD = __host__ __device__ under nvcc): the groundwork of rung 16 (FlexAttention's
-/// idea, He et al., 2024: a mask is mask_mod(b, h, q, k), a modifier score_mod(s, b, h, q, k), and
+/// idea, Dong et al., 2024: a mask is mask_mod(b, h, q, k), a modifier score_mod(s, b, h, q, k), and
 /// a kernel classifies each (query tile, key tile) block as empty, full or partial before it runs).
 ///
 /// Every mask here leaves each query row one interval of keys, so it has two forms:
