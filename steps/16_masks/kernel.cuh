@@ -42,7 +42,6 @@ template <class MASK, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(BLOCK_M) classify_kernel(const AttnParams p, const MASK mask,
                                                            const BlockMaskLayout L, int mode) {
   static_assert(BLOCK_M == 128, "four warps, one row each thread");
-  // LAB-BEGIN(16-classify): each K/V block of a query tile -> empty, full or partial, listed
   const int m = blockIdx.x, b = blockIdx.y;
   if (m == 0 && b == 0 && threadIdx.x == 0) *static_cast<int*>(p.workspace) = 0;  // the schedule's counter
   const SeqSpan seq = seq_span(p, b);
@@ -51,20 +50,22 @@ __global__ void __launch_bounds__(BLOCK_M) classify_kernel(const AttnParams p, c
               L.tile_index(b, m) * L.n_blocks;
   __shared__ KeySpan spans[BLOCK_M];
   __shared__ int warp_count[4];
-  __shared__ int bounds[4];  // min lo, max hi, max lo, min hi over the tile's rows
+  __shared__ alignas(TileBounds) unsigned char bounds_mem[sizeof(TileBounds)];  // no constructor runs
+  TileBounds& bounds = *reinterpret_cast<TileBounds*>(bounds_mem);
+  // LAB-BEGIN(16-classify): each K/V block of a query tile -> empty, full or partial, listed
   const int row0 = m * BLOCK_M;
   const int rows = max(0, min(BLOCK_M, seq.len_q - row0));
-  if (threadIdx.x < 4) bounds[threadIdx.x] = (threadIdx.x % 2 == 0) ? INT_MAX : INT_MIN;
+  if (threadIdx.x == 0) bounds = TileBounds{};
   __syncthreads();
-  if (static_cast<int>(threadIdx.x) < rows) {
+  if (static_cast<int>(threadIdx.x) < rows) {  // TileBounds::add, by shared-memory atomics
     const KeySpan s = mask.span(seq.len_q, seq.len_k, row0 + threadIdx.x);
     spans[threadIdx.x] = s;
-    if (s.lo <= s.hi) {  // rows that see nothing widen no bound of "some row sees it"
-      atomicMin(&bounds[0], s.lo);
-      atomicMax(&bounds[1], s.hi);
+    if (s.lo <= s.hi) {
+      atomicMin(&bounds.min_lo, s.lo);
+      atomicMax(&bounds.max_hi, s.hi);
     }
-    atomicMax(&bounds[2], s.lo);  // every row sees from here ...
-    atomicMin(&bounds[3], s.hi);  // ... up to here
+    atomicMax(&bounds.max_lo, s.lo);
+    atomicMin(&bounds.min_hi, s.hi);
   }
   __syncthreads();
   const int n_total = (seq.len_k + BLOCK_N - 1) / BLOCK_N;
@@ -75,9 +76,7 @@ __global__ void __launch_bounds__(BLOCK_M) classify_kernel(const AttnParams p, c
     const int key0 = n * BLOCK_N, key1 = key0 + BLOCK_N - 1;
     BlockClass c = BlockClass::empty;
     if (n < n_total && rows > 0) {
-      if (key1 < bounds[0] || key0 > bounds[1]) c = BlockClass::empty;  // no row reaches it
-      else if (bounds[2] <= key0 && bounds[3] >= key1 && key1 < seq.len_k) c = BlockClass::full;  // every row sees it all
-      else c = classify_spans(spans, rows, key0, key1, seq.len_k);  // in between: row by row
+      c = classify_tile_block(bounds, spans, rows, key0, key1, seq.len_k);
       if (mode == static_cast<int>(Classify::no_full) && c == BlockClass::full) c = BlockClass::partial;
       if (mode == static_cast<int>(Classify::no_skip)) c = BlockClass::partial;
     }

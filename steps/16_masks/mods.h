@@ -93,6 +93,30 @@ struct BlockMaskLayout {
   FL_HD static bool partial(int entry) { return entry < 0; }
 };
 
+/// The bounds of a query tile's spans that decide most blocks without a look at each row.
+struct TileBounds {
+  int min_lo = 2147483647;       ///< over rows that see a key: no row sees below it ...
+  int max_hi = -2147483647 - 1;  ///< ... or above it
+  int max_lo = -2147483647 - 1;  ///< over every row of the sequence: every row sees from here ...
+  int min_hi = 2147483647;       ///< ... up to here
+  FL_HD void add(const KeySpan& s) {
+    if (s.lo <= s.hi) {  // a row that sees nothing widens no bound of "some row sees it"
+      min_lo = mask_min(min_lo, s.lo);
+      max_hi = mask_max(max_hi, s.hi);
+    }
+    max_lo = mask_max(max_lo, s.lo);
+    min_hi = mask_min(min_hi, s.hi);
+  }
+};
+
+/// classify_spans, deciding from @p b first: a block outside [min_lo, max_hi] is empty, one inside
+/// [max_lo, min_hi] (and before len_k) is full; only the blocks in between look at each row.
+FL_HD BlockClass classify_tile_block(const TileBounds& b, const KeySpan* spans, int rows, int key0, int key1, int len_k) {
+  if (rows <= 0 || key1 < b.min_lo || key0 > b.max_hi) return BlockClass::empty;
+  if (b.max_lo <= key0 && b.min_hi >= key1 && key1 < len_k) return BlockClass::full;
+  return classify_spans(spans, rows, key0, key1, len_k);
+}
+
 /// The layout for a launch's longest lengths, tiles of @p block_m x @p block_n.
 inline BlockMaskLayout block_mask_layout(bool packed, int batch, int seqlen_q, int seqlen_k, int block_m, int block_n) {
   return {packed ? batch : 1, (seqlen_q + block_m - 1) / block_m, (seqlen_k + block_n - 1) / block_n};
@@ -104,10 +128,11 @@ template <class MASK>
 int tile_block_list(const MASK& mask, int len_q, int len_k, int row0, int block_m, int block_n, int* list) {
   const int rows = mask_max(0, mask_min(block_m, len_q - row0));
   KeySpan spans[256];
-  for (int r = 0; r < rows; ++r) spans[r] = mask.span(len_q, len_k, row0 + r);
+  TileBounds bounds;
+  for (int r = 0; r < rows; ++r) bounds.add(spans[r] = mask.span(len_q, len_k, row0 + r));
   int count = 0;
   for (int n = 0; n * block_n < len_k; ++n) {
-    const BlockClass c = classify_spans(spans, rows, n * block_n, n * block_n + block_n - 1, len_k);
+    const BlockClass c = classify_tile_block(bounds, spans, rows, n * block_n, n * block_n + block_n - 1, len_k);
     if (c != BlockClass::empty) list[count++] = n | (c == BlockClass::partial ? BlockMaskLayout::kPartial : 0);
   }
   return count;

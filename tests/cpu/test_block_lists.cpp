@@ -139,3 +139,21 @@ TEST_CASE("score functor: softcap and ALiBi in log2 units, as the reference's mo
       CHECK(std::fabs(plain(s, dist) - scale * s * log2e) <= 1e-5 * (1 + std::fabs(s)));
     }
 }
+
+TEST_CASE("block lists: the tile's bounds decide as the row-by-row rule does", "[cpu][block_lists]") {
+  // classify_tile_block (the kernel's shortcut: empty outside [min lo, max hi], full inside
+  // [max lo, min hi]) against classify_spans on every block of every tile of every case.
+  for (const Case& c : cases(kDocs))
+    for (int bn : {64, 80, 128, 176})
+      for (int r0 = 0; r0 < c.len_q; r0 += 128) {
+        const int rows = std::min(128, c.len_q - r0);
+        KeySpan spans[128];
+        TileBounds b;
+        for (int r = 0; r < rows; ++r) b.add(spans[r] = row_span(c.m, c.len_q, c.len_k, r0 + r));
+        for (int k0 = 0; k0 < c.len_k; k0 += bn) {
+          INFO(c.name << " len_q=" << c.len_q << " len_k=" << c.len_k << " rows " << r0 << " keys " << k0 << "+" << bn);
+          REQUIRE(classify_tile_block(b, spans, rows, k0, k0 + bn - 1, c.len_k) ==
+                  classify_spans(spans, rows, k0, k0 + bn - 1, c.len_k));
+        }
+      }
+}
