@@ -11,44 +11,16 @@
 
 #include "catch_compat.h"
 #include "16_masks/mods.h"
+#include "mask_cases.h"
 
 using namespace fl;
 using namespace fl::masks16;
 
 namespace {
 
-struct Case {
-  std::string name;
-  MaskSpec m;
-  int len_q, len_k;
-};
+using Case = fl_test::MaskCase;
 
-std::vector<Case> cases(const std::vector<int>& docs) {
-  std::vector<Case> out;
-  for (auto [lq, lk] : {std::pair{300, 300}, std::pair{77, 500}, std::pair{500, 77}, std::pair{1, 129}, std::pair{256, 256}}) {
-    out.push_back({"none", MaskSpec{}, lq, lk});
-    MaskSpec causal;
-    causal.window_right = 0;
-    out.push_back({"causal", causal, lq, lk});
-    for (auto [l, r] : {std::pair{64, 0}, std::pair{100, 37}, std::pair{-1, 5}, std::pair{3, -1}, std::pair{200, 200}}) {
-      MaskSpec w;
-      w.window_left = l;
-      w.window_right = r;
-      out.push_back({"window(" + std::to_string(l) + "," + std::to_string(r) + ")", w, lq, lk});
-    }
-    MaskSpec prefix;
-    prefix.prefix = 50;
-    out.push_back({"prefix-lm(50)", prefix, lq, lk});
-  }
-  MaskSpec doc;
-  doc.doc_starts = docs.data();
-  doc.n_docs = static_cast<int>(docs.size()) - 1;
-  out.push_back({"document", doc, docs.back(), docs.back()});
-  MaskSpec doc_causal = doc;
-  doc_causal.window_right = 0;
-  out.push_back({"document + causal", doc_causal, docs.back(), docs.back()});
-  return out;
-}
+std::vector<Case> cases(const std::vector<int>& docs) { return fl_test::mask_cases(docs); }
 
 const std::vector<int> kDocs = {0, 1, 130, 131, 258, 400, 401, 700};
 
