@@ -1,6 +1,8 @@
 #include "flashladder/registry.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "flashladder/static_switch.h"
 
@@ -173,6 +175,15 @@ std::string supports(const Rung& r, const Problem& p, const DeviceInfo& d) {
   std::string why = generic_supports(r, p, d);
   if (why.empty() && r.supports) why = r.supports(p, d);
   return why;
+}
+
+std::string persistent_size_limits(const Problem& p, int block_m) {
+  const double items = std::ceil(static_cast<double>(p.seqlen_q) / block_m) * p.batch * p.heads_q;
+  if (items > std::numeric_limits<int>::max()) return "more than 2^31 query tiles (batch x heads x seqlen_q / 128)";
+  if (static_cast<double>(p.total_q()) * p.heads_q > std::numeric_limits<int>::max() ||
+      static_cast<double>(p.total_k()) > std::numeric_limits<int>::max())
+    return "more than 2^31 tokens x heads";
+  return "";
 }
 
 std::string tile_limits(const Problem& p, const DeviceInfo& d, int smem_bytes) {

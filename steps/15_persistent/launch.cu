@@ -54,17 +54,6 @@ decltype(auto) with_tiles(int head_dim, bool causal, F&& f) {
   return with_head_dim_tiles<DenseTiles>(head_dim, std::forward<F>(f));
 }
 
-/// What every entry refuses beyond the Hopper and tile limits: more work items or tokens than
-/// its int32 counters hold.
-std::string size_limits(const Problem& p, int block_m) {
-  const double items = std::ceil(static_cast<double>(p.seqlen_q) / block_m) * p.batch * p.heads_q;
-  if (items > std::numeric_limits<int>::max()) return "more than 2^31 query tiles (batch x heads x seqlen_q / 128)";
-  if (static_cast<double>(p.total_q()) * p.heads_q > std::numeric_limits<int>::max() ||
-      static_cast<double>(p.total_k()) > std::numeric_limits<int>::max())
-    return "more than 2^31 tokens x heads";
-  return "";
-}
-
 template <class TILES>
 std::string check_limits(const Problem& p, const DeviceInfo& d) {
   const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
@@ -74,11 +63,11 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
       return "head_dim must be 64, 128 or 256 (TMA boxes of 64 columns)";
     const int smem = with_tiles(p.head_dim, p.causal, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
     const std::string tiles = tile_limits(p, d, smem);
-    return tiles.empty() ? size_limits(p, 128) : tiles;
+    return tiles.empty() ? persistent_size_limits(p, 128) : tiles;
   } else {
     if (p.head_dim != TILES::kHeadDim) return "head_dim must be " + std::to_string(TILES::kHeadDim);
     const std::string tiles = tile_limits(p, d, TILES::kSmemBytes);
-    return tiles.empty() ? size_limits(p, TILES::kBlockM) : tiles;
+    return tiles.empty() ? persistent_size_limits(p, TILES::kBlockM) : tiles;
   }
 }
 

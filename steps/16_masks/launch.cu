@@ -42,11 +42,7 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
     return "head_dim must be a multiple of 16 up to 256 (the d = 64, 128 or 256 tiles, zero columns past it)";
   const std::string tiles = tile_limits(p, d, hopper15::Tiles<256>::kSmemBytes);
   if (!tiles.empty()) return tiles;
-  const double items = std::ceil(p.seqlen_q / 128.0) * p.batch * p.heads_q;
-  if (items > std::numeric_limits<int>::max()) return "more than 2^31 query tiles (batch x heads x seqlen_q / 128)";
-  if (static_cast<double>(p.total_q()) * p.heads_q > std::numeric_limits<int>::max() ||
-      static_cast<double>(p.total_k()) > std::numeric_limits<int>::max())
-    return "more than 2^31 tokens x heads";
+  if (std::string why = persistent_size_limits(p, 128); !why.empty()) return why;
   const double lists = std::ceil(p.seqlen_q / 128.0) * std::ceil(p.seqlen_k / 64.0) * (p.varlen() ? p.batch : 1) * 4;
   if (lists > 8e9) return "the block mask would take more than 8 GB (query tiles x key blocks x sequences)";
   return "";

@@ -160,6 +160,10 @@ std::string feature_support(const Rung& r, const Problem& p);
 /// @p smem_bytes of dynamic shared memory within the GPU's opt-in limit. "" if fine.
 std::string tile_limits(const Problem& p, const DeviceInfo& d, int smem_bytes);
 
+/// What a persistent kernel's int32 counters hold (rungs 15 and 16): at most 2^31 work items of
+/// @p block_m query rows and 2^31 tokens x heads. "" if fine.
+std::string persistent_size_limits(const Problem& p, int block_m);
+
 /// generic_supports() then r.supports().
 std::string supports(const Rung& r, const Problem& p, const DeviceInfo& d);
 
