@@ -51,6 +51,16 @@ BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long
     plan.groups = every_group(p);
     return plan;
   }
+  if (p.alibi || !p.sinks.empty()) {
+    // A sampled group is a sub-problem whose query heads are renumbered 0 .. group - 1, but
+    // ALiBi's slope and the sink belong to the original head: the sub-problem would compute them
+    // for the wrong heads.
+    plan.mode = "none";
+    plan.note = "not compared: ALiBi's slopes and the sinks belong to the query head, which a sampled "
+                "(batch, KV head) group renumbers (--check full compares every group); only unwritten "
+                "(NaN) elements are looked for";
+    return plan;
+  }
   const double cap = kBwdGroupCapFactor * budget;
   if (group_work > cap) {
     plan.mode = "none";
@@ -86,7 +96,7 @@ Problem group_problem(const Problem& p, const std::vector<BwdGroup>& groups) {
   s.heads_q = p.group();
   s.softmax_scale = p.scale();
   s.page_size = 0;
-  // TODO(sinks): groups of different KV heads need different sinks; p.sinks is copied as is.
+  // ALiBi and sinks depend on the original query head: plan_bwd_check never samples with them.
   if (p.varlen()) {  // the picked groups' sequences, packed in the order picked
     std::vector<int> lq, lk;
     for (const BwdGroup& g : groups) {

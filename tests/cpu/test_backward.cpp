@@ -168,6 +168,24 @@ TEST_CASE("which part of a backward run is checked", "[cpu][backward]") {
     }
     REQUIRE(plan_bwd_check(p, CheckMode::full, 1).mode == "full");
   }
+  SECTION("ALiBi and sinks belong to the query head: no sampled groups, whose heads are renumbered") {
+    for (bool alibi : {true, false}) {
+      Problem p = shape(8, 1024, 1024, 32, 8, 64, false);  // sampled without them (above)
+      Problem small = shape(2, 100, 130, 4, 2, 64, true);  // checked whole, with them too
+      p.alibi = small.alibi = alibi;
+      if (!alibi) {
+        p.sinks.assign(32, 0.5f);
+        small.sinks.assign(4, 0.5f);
+      }
+      for (CheckMode m : {CheckMode::auto_, CheckMode::sample}) {
+        const BwdCheckPlan plan = plan_bwd_check(p, m, 7);
+        REQUIRE(plan.mode == "none");
+        REQUIRE(plan.note.find("--check full") != std::string::npos);
+      }
+      REQUIRE(plan_bwd_check(p, CheckMode::full, 7).groups.size() == 64);
+      REQUIRE(plan_bwd_check(small, CheckMode::auto_, 1).mode == "full");
+    }
+  }
 }
 
 TEST_CASE("a group's gradients are exact on their own (gathered sub-problem)", "[cpu][backward]") {
