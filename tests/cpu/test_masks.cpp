@@ -44,6 +44,25 @@ TEST_CASE("masks: each row's span is exactly the keys mask_mod lets it see", "[c
   }
 }
 
+TEST_CASE("masks: each key's column span is exactly the rows mask_mod lets see it", "[cpu][masks]") {
+  for (const Case& c : cases(kDocs)) {
+    INFO(c.name << " len_q=" << c.len_q << " len_k=" << c.len_k);
+    for (int j = -1; j <= c.len_k; ++j) {
+      const KeySpan s = col_span(c.m, c.len_q, c.len_k, j);
+      int seen = 0;
+      for (int i = -1; i <= c.len_q; ++i) {
+        const bool inside = i >= s.lo && i <= s.hi;
+        if (inside != mask_mod(c.m, c.len_q, c.len_k, i, j)) {
+          INFO("key " << j << " row " << i << " column span [" << s.lo << ", " << s.hi << "]");
+          REQUIRE(inside == mask_mod(c.m, c.len_q, c.len_k, i, j));
+        }
+        seen += mask_mod(c.m, c.len_q, c.len_k, i, j);
+      }
+      CHECK(seen == (s.hi >= s.lo ? s.hi - s.lo + 1 : 0));
+    }
+  }
+}
+
 TEST_CASE("masks: the causal window is FlashAttention's bottom-right causal mask", "[cpu][masks]") {
   MaskSpec causal;
   causal.window_right = 0;

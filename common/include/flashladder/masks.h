@@ -96,6 +96,24 @@ FL_HD KeySpan row_span(const MaskSpec& m, int len_q, int len_k, int i) {
   return s;
 }
 
+/// The transpose: the query rows that see key @p j, [lo, hi] (empty when lo > hi). Every mask here
+/// is an interval per key as well (each bound of a row's span grows with the row), which is what a
+/// backward pass that walks K/V blocks needs to list its query tiles.
+FL_HD KeySpan col_span(const MaskSpec& m, int len_q, int len_k, int j) {
+  const int off = len_k - len_q;
+  KeySpan s{0, len_q - 1};
+  if (m.prefix > 0 && j >= m.prefix) s.lo = mask_max(s.lo, j - off);  // past the prefix: causal
+  if (m.window_right >= 0) s.lo = mask_max(s.lo, j - off - m.window_right);
+  if (m.window_left >= 0) s.hi = mask_min(s.hi, j - off + m.window_left);
+  if (m.doc_starts != nullptr) {  // self-attention: the key's own document's rows
+    const int d = document_of(m, j);
+    s.lo = mask_max(s.lo, m.doc_starts[d]);
+    s.hi = mask_min(s.hi, m.doc_starts[d + 1] - 1);
+  }
+  if (j < 0 || j >= len_k) s = {0, -1};
+  return s;
+}
+
 /// What a kernel does with one (query tile, key tile) block: skip it, run it without any mask
 /// arithmetic, or apply the element mask.
 enum class BlockClass { empty = 0, full = 1, partial = 2 };
