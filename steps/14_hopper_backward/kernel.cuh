@@ -63,6 +63,7 @@
 #include "flashladder/cuda_check.h"
 #include "flashladder/dtype.cuh"
 #include "flashladder/hopper.cuh"
+#include "flashladder/masks.h"
 #include "flashladder/problem.h"
 #include "flashladder/ptx.cuh"
 #include "flashladder/tma.h"
@@ -152,12 +153,12 @@ struct BwdSmem {
 /// A packed batch (varlen.h): blockIdx.z is the sequence, its own len_q, len_k and causal diagonal
 /// (len_k - len_q) apply, and the grid's K/V blocks past its len_k exit at once (`active`).
 struct BlockWork {
-  int kv_head, slice, head0, batch, j, key0, i_first, n_i, steps;
+  int kv_head, slice, slice_heads, head0, batch, j, key0, i_first, n_i, steps;
   int n_kv_blocks;     ///< K/V blocks of the sequence
   bool active;         ///< the K/V block exists in this sequence
   bool reverse_order;  ///< deterministic under a causal mask: dQ adds from the last K/V block down
   int block_n;         ///< keys per K/V block
-  int len_k, causal_offset;  ///< the sequence's keys; query q sees key k <= q + causal_offset
+  int len_q, len_k, causal_offset;  ///< the sequence's lengths; causal: query q sees key k <= q + causal_offset
   int q_tok0, k_tok0;  ///< its first query / key token in the [tokens, heads, d] view (0 dense)
   int64_t stat0;       ///< its padded row of query 0, head 0 (workspace.h's stat_row0)
   __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split, int block_m, int block_n_,
@@ -169,6 +170,7 @@ struct BlockWork {
     // adds) from the last block down instead (add_dq_tile says why).
     batch = blockIdx.z;
     const SeqSpan seq = seq_span(p, batch);
+    len_q = seq.len_q;
     len_k = seq.len_k;
     causal_offset = p.cu_seqlens_q ? seq.len_k - seq.len_q : p.causal_offset;
     q_tok0 = seq.q0;
@@ -181,13 +183,19 @@ struct BlockWork {
     const int head_slice = blockIdx.y;
     kv_head = head_slice / kv_split;
     slice = head_slice % kv_split;
-    const int slice_heads = p.group / kv_split;
+    slice_heads = p.group / kv_split;
     head0 = kv_head * p.group + slice * slice_heads;
     key0 = j * block_n;
-    const int n_q_blocks = (seq.len_q + block_m - 1) / block_m;
-    // Query q sees key k when k <= q + causal_offset: the block is seen from q = key0 - offset.
-    i_first = p.causal ? max(0, key0 - causal_offset) / block_m : 0;
-    n_i = max(0, n_q_blocks - i_first);
+    i_first = n_i = steps = 0;  // walk() sets them from the mask's rows
+  }
+  /// The query blocks to visit: those holding rows [rows.lo, rows.hi], the rows the mask says see
+  /// some key of the block (MODS::query_rows). Rows past len_q are padding (P = 0), so the last
+  /// block is the one holding len_q - 1.
+  __device__ __forceinline__ void walk(KeySpan rows, int block_m) {
+    const int n_q_blocks = (len_q + block_m - 1) / block_m;
+    i_first = rows.lo / block_m;
+    const int i_end = rows.hi < 0 ? 0 : min(n_q_blocks, rows.hi / block_m + 1);
+    n_i = max(0, i_end - i_first);
     steps = active ? slice_heads * n_i : 0;
   }
   __device__ __forceinline__ int head(int it) const { return head0 + it / n_i; }
@@ -207,6 +215,54 @@ struct BlockWork {
     const int last_row = (i + 1) * block_m - 1;
     const int j_last = min(n_kv_blocks - 1, (last_row + causal_offset) / block_n);
     return j_last - j;
+  }
+};
+
+/// The kernel's mask and scores, a template parameter: rung 14's own, none or the bottom-right
+/// causal mask (p.causal) with the scale fused into the exponent. Rung 16 passes its masks and
+/// score modifiers with the same members (steps/16_masks/bwd_mods.h). Each thread keeps a copy:
+/// set_block once, set_keys once with its two keys of S^T (key0 + 16 warp + g + 8 hh), set_head
+/// per step (a modifier that depends on the query head).
+struct CausalOrNone {
+  static constexpr bool kScore = false;    ///< scores through score_of() (else the fused scale)
+  static constexpr bool kSoftcap = false;  ///< dS times the modifier's derivative (score_grad())
+  bool causal;
+  int len_q, len_k, offset;
+  int key0;  ///< the thread's first key (the second is 8 rows below)
+  int wg_key0;
+  __device__ __forceinline__ void set_block(const BlockWork& w) {
+    len_q = w.len_q;
+    len_k = w.len_k;
+    offset = w.causal_offset;
+  }
+  /// The rows that see some key of [key0, key1]: query q sees key k when k <= q + offset.
+  __device__ __forceinline__ KeySpan query_rows(int first, int last) const {
+    (void)last;
+    return {causal ? max(0, first - offset) : 0, len_q - 1};
+  }
+  __device__ __forceinline__ void set_keys(int wg_first, int key_a, int key_b) {
+    (void)key_b;
+    wg_key0 = wg_first;
+    key0 = key_a;
+  }
+  /// Does every query of [q0, q1] see every key of the warpgroup? Then no element is masked.
+  __device__ __forceinline__ bool full(int q0, int q1) const {
+    (void)q1;
+    return !(wg_key0 + 63 >= len_k || (causal && wg_key0 + 63 > q0 + offset));
+  }
+  /// Does query @p qr see the thread's key @p hh?
+  __device__ __forceinline__ bool sees(int hh, int qr) const {
+    const int key = key0 + 8 * hh;
+    return !(key >= len_k || (causal && key > qr + offset));
+  }
+  __device__ __forceinline__ void set_head(int) {}
+  /// The thread's first row of the step (and a score of S^T that the rows' values may depend on:
+  /// rung 16's ALiBi); score_of, score_grad take a row as the offset from it.
+  __device__ __forceinline__ void set_rows(int, float) {}
+  __device__ __forceinline__ float score_of(float s, int, int) const { return s; }
+  __device__ __forceinline__ float score_grad(float s, int, int, float& grad) const {
+    grad = 1.f;
+    return s;
   }
 };
 
@@ -365,6 +421,7 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int dim = 128 * w + 64 * t + 16 * warp + g + 8 * hh;
+            if (dim >= p.head_dim) continue;  // a head_dim below the tile's: zero columns
             dk[dim] = dK[t][4 * c + 2 * hh + e2];
             dv[dim] = dV[t][4 * c + 2 * hh + e2];
           }
@@ -376,6 +433,7 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int dim = 128 * w + 64 * t + 16 * warp + g + 8 * hh;
+          if (dim >= p.head_dim) continue;
           dk[dim] = from_float<T>(dK[t][4 * c + 2 * hh + e2] * p.softmax_scale);
           dv[dim] = from_float<T>(dV[t][4 * c + 2 * hh + e2]);
         }
@@ -384,12 +442,12 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
 
 /// The backward kernel. Grid: (K/V blocks, heads_kv x kv_split, batch); Cfg::kThreads threads.
 /// WRITER: the dQ share goes through shared memory to a bulk reduce-add (else fp32 atomics from
-/// the math warps: the `atomic-dq` ablation).
-template <class T, class Cfg, bool WRITER>
+/// the math warps: the `atomic-dq` ablation). MODS: the mask and scores (CausalOrNone: rung 14's).
+template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_hopper_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                      const AttnBwdParams P, const BwdBuffers buf) {
+                      const AttnBwdParams P, const BwdBuffers buf, const MODS mods_arg) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_M = Cfg::kBlockM;
   constexpr int BLOCK_N = Cfg::kBlockN;
@@ -399,8 +457,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const AttnParams& p = P.fwd;
   const bool deterministic = P.deterministic != 0;
 
-  const BlockWork work(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
+  BlockWork work(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
   if (!work.active) return;  // a packed sequence shorter than the grid's longest: no such K/V block
+  MODS mods = mods_arg;
+  mods.set_block(work);
+  work.walk(mods.query_rows(work.key0, min(work.key0 + BLOCK_N, work.len_k) - 1), BLOCK_M);
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const BwdSmem<Cfg> sm(smem_raw);
   const Loads<Cfg> loads{&map_q, &map_k, &map_v, &map_do, buf.lse_log2, buf.delta, buf.head_rows,
@@ -460,6 +521,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int warp = mtid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
   const bool loader = !WS && tid == 0;  // the no-ws ablation: this thread issues the loads and dQ adds
   const float scale_log2 = p.scale_log2;
+  {  // the thread's two keys of S^T (rows 16 warp + g and + 8 of its warpgroup's 64)
+    const int wg_key0 = work.key0 + Cfg::kSKey0(w);
+    mods.set_keys(wg_key0, wg_key0 + 16 * warp + g, wg_key0 + 16 * warp + g + 8);
+  }
 
   // dK_j, dV_j: [0] is 64 keys x d; at d = 256 [t] is dims 128 w + 64 t .. x 64 keys (transposed).
   DkvRegs<Cfg> dK, dV;
@@ -484,6 +549,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if (loader && STAGES > 1 && it + STAGES - 1 < work.steps) loads.step(sm, work, it + STAGES - 1);
     const int q0 = work.q_block(it) * BLOCK_M;
     const int s_key0 = Cfg::kSKey0(w), s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
+    if constexpr (MODS::kScore) mods.set_head(work.head(it));
 
     // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight.
     float S[SN / 2], dP[SN / 2];
@@ -504,40 +570,73 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_commit();
 
     // P^T = exp2(S^T scale log2e - LSE log2e) while dP^T runs: thread element 4c + e is key
-    // key0 + s_key0 + 16 warp + g + 8 (e / 2), query q0 + s_col0 + 8c + 2q + e % 2.
-    wgmma_wait<1>();
-    wgmma_fence_operand(S);
+    // key0 + s_key0 + 16 warp + g + 8 (e / 2), query q0 + s_col0 + 8c + 2q + e % 2. A score
+    // modifier turns S^T into log2 units itself (MODS::score); softcapping also needs its
+    // derivative for dS^T, so it waits for dP^T and does both in one pass (below).
     const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw))) + s_col0;
     const float* d_s = reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw))) + s_col0;
+    const int wg_q0 = q0 + s_col0;
+    bool masked;  // some element of this tile is not seen
+    if constexpr (!MODS::kSoftcap) {
+      wgmma_wait<1>();
+      wgmma_fence_operand(S);
+      masked = !mods.full(wg_q0, wg_q0 + SN - 1);
+      if constexpr (MODS::kScore) mods.set_rows(wg_q0 + 2 * q, S[0]);
 #pragma unroll
-    for (int c = 0; c < SN / 8; ++c) {
-      const float2 l = *reinterpret_cast<const float2*>(lse_s + 8 * c + 2 * q);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) S[4 * c + e] = ptx::ex2_approx(fmaf(S[4 * c + e], scale_log2, -(e % 2 ? l.y : l.x)));
-    }
-    const int wg_key0 = work.key0 + s_key0, wg_q0 = q0 + s_col0;
-    if (wg_key0 + 63 >= work.len_k || (p.causal && wg_key0 + 63 > wg_q0 + work.causal_offset)) {
-#pragma unroll
-      for (int c = 0; c < SN / 8; ++c)
+      for (int c = 0; c < SN / 8; ++c) {
+        const float2 l = *reinterpret_cast<const float2*>(lse_s + 8 * c + 2 * q);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = wg_key0 + 16 * warp + g + 8 * (e / 2), qr = wg_q0 + 8 * c + 2 * q + e % 2;
-          if (key >= work.len_k || (p.causal && key > qr + work.causal_offset)) S[4 * c + e] = 0.f;
+          const float lse = e % 2 ? l.y : l.x;
+          if constexpr (MODS::kScore)
+            S[4 * c + e] = ptx::ex2_approx(mods.score_of(S[4 * c + e], e / 2, 8 * c + e % 2) - lse);
+          else
+            S[4 * c + e] = ptx::ex2_approx(fmaf(S[4 * c + e], scale_log2, -lse));
         }
+      }
+      if (masked) {
+#pragma unroll
+        for (int c = 0; c < SN / 8; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!mods.sees(e / 2, wg_q0 + 8 * c + 2 * q + e % 2)) S[4 * c + e] = 0.f;
+      }
     }
     // dS^T = P^T ∘ (dP^T - D), and both packed to 16-bit A fragments 16 queries at a time (so that
     // each fp32 P^T register dies as soon as it is packed: at d = 64 the whole S^T and dP^T at once
     // leave the math warps a register short).
     wgmma_wait<0>();
+    if constexpr (MODS::kSoftcap) wgmma_fence_operand(S);
     wgmma_fence_operand(dP);
+    if constexpr (MODS::kSoftcap) {  // P^T and dS^T = P^T ∘ (dP^T - D) ∘ score', in one pass
+      masked = !mods.full(wg_q0, wg_q0 + SN - 1);
+      mods.set_rows(wg_q0 + 2 * q, S[0]);
+#pragma unroll
+      for (int c = 0; c < SN / 8; ++c) {
+        const float2 l = *reinterpret_cast<const float2*>(lse_s + 8 * c + 2 * q);
+        const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qr = wg_q0 + 8 * c + 2 * q + e % 2;
+          float grad;
+          const float t = mods.score_grad(S[4 * c + e], e / 2, 8 * c + e % 2, grad);
+          float pr = ptx::ex2_approx(t - (e % 2 ? l.y : l.x));
+          if (masked && !mods.sees(e / 2, qr)) pr = 0.f;
+          dP[4 * c + e] = pr * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x)) * grad;
+          S[4 * c + e] = pr;
+        }
+      }
+    }
     uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < SN / 16; ++kk) {
+      if constexpr (!MODS::kSoftcap) {
 #pragma unroll
-      for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
-        const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
+        for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
+          const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) dP[4 * c + e] = S[4 * c + e] * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x));
+          for (int e = 0; e < 4; ++e) dP[4 * c + e] = S[4 * c + e] * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x));
+        }
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -677,17 +776,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         float* dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {
-          *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) = make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
-          *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) = make_float2(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+          if (8 * c < p.head_dim) {  // a head_dim below the tile's: zero columns past it
+            *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) = make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
+            *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) = make_float2(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+          }
         }
         continue;
       }
       T* dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) {
-        *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) =
-            pack2<T>(dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
-        *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) = pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+        if (8 * c < p.head_dim) {
+          *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) =
+              pack2<T>(dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
+          *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) = pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+        }
       }
     }
   }
@@ -707,7 +810,7 @@ __global__ void __launch_bounds__(256)
     int row, col;
     dq_slot_coord<Cfg>(static_cast<int>(e % TILE), row, col);
     const PaddedRow at = padded_row_at(p, head_rows, e / TILE * Cfg::kBlockM + row);  // tiles are whole query blocks
-    if (!at.real) continue;
+    if (!at.real || col >= p.head_dim) continue;  // padding rows; a head_dim below the tile's
     const SeqSpan seq = seq_span(p, at.b);
     const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
     T* dq = static_cast<T*>(P.dq) + seq.batch * p.q_batch_stride + int64_t(seq.q0 + at.q) * p.q_row_stride +

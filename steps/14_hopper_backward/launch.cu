@@ -18,8 +18,7 @@
 #include "traits.h"
 #include "workspace.h"
 #if FL_HOPPER_SM90A
-#include "../11_backward/exact_delta.cuh"
-#include "kernel.cuh"
+#include "launch_bwd.cuh"
 #endif
 
 namespace fl {
@@ -81,135 +80,11 @@ const Rung& forward_rung() {
 }
 
 #if FL_HOPPER_SM90A
-template <class T, class Cfg, bool WRITER>
-const void* prepared_kernel() {
-  static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(hopper14::bwd_hopper_kernel<T, Cfg, WRITER>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
-    return true;
-  }();
-  (void)once;
-  return reinterpret_cast<const void*>(&hopper14::bwd_hopper_kernel<T, Cfg, WRITER>);
-}
-
-/// dQ from its accumulator and, for a split group, dK and dV from their partial sums.
-template <class T, class Cfg>
-void convert_gradients(const AttnBwdParams& P, const hopper14::BwdBuffers& buf, int64_t stat_rows, cudaStream_t stream) {
-  constexpr int D = Cfg::kHeadDim;
-  const AttnParams& p = P.fwd;
-  const int64_t pairs = stat_rows * D / 2;
-  hopper14::bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
-                                            0, stream>>>(P, buf.dq_acc, buf.head_rows, stat_rows);
-  FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
-  if (buf.kv_split > 1 && buf.key_rows > 0) {  // a packed batch of no key has no dK, dV row
-    // Rung 11's convert walks [batch, seqlen_k, heads_kv, d]: a packed batch's keys are one
-    // sequence of key_rows tokens to it.
-    AttnBwdParams flat = P;
-    if (p.cu_seqlens_q != nullptr) {
-      flat.fwd.batch = 1;
-      flat.fwd.seqlen_k = static_cast<int>(buf.key_rows);
-    }
-    const int64_t kv_pairs = buf.key_rows * p.heads_kv * D / 2;
-    bwd::bwd_convert_kv_kernel<T, D><<<static_cast<unsigned>(std::min<int64_t>((kv_pairs + 255) / 256, 65535)), 256,
-                                       0, stream>>>(flat, buf.dkv_acc, buf.kv_split);
-    FL_LAUNCH_CHECK("bwd_convert_kv_kernel");
-  }
-}
-
-/// D from rung 11's exact pass where rows are long (delta_policy.h), else nullptr. Rung 11 has no
-/// head_dim 256 tiles: supports() refuses such rows at d = 256.
-template <class T, int D>
-float* exact_delta(const AttnBwdParams& P, const hopper14::WsShape& shape, float* ws, bool deterministic, bwd::DeltaPolicy policy,
-                   bwd::GroupSplit how, cudaStream_t stream) {
-  const int n_delta = hopper14::exact_delta_splits(shape, deterministic, policy);
-  if (n_delta == 0) return nullptr;
-  if constexpr (D > 128) {
-    throw std::runtime_error("rung 14: no exact D pass at head_dim " + std::to_string(D));
-  } else {
-    const AttnParams& p = P.fwd;
-    using Cfg11 = bwd::BwdTiles<D>;
-    float* exact_d = ws + hopper14::exact_delta_offset(shape, deterministic, how);
-    float* delta_acc = ws + hopper14::exact_delta_sums_offset(shape, deterministic, how);
-    const int kv_split11 = bwd::kv_splits(shape.p, Cfg11::kBlockN, deterministic, bwd::GroupSplit::balanced);
-    const bool lpt = p.causal && !deterministic;
-    const int blocks = deterministic ? bwd::deterministic_splits(shape.p, Cfg11::kBlockN)
-                                     : bwd::kv_block_count(shape.p, Cfg11::kBlockN);
-    const dim3 grid = lpt ? dim3(p.heads_kv * kv_split11, p.batch, blocks) : dim3(blocks, p.heads_kv * kv_split11, p.batch);
-    bwd::launch_exact_delta<T, Cfg11>(P, exact_d, delta_acc, n_delta, grid, kv_split11, lpt, /*zero=*/true, stream);
-    return exact_d;
-  }
-}
-
-/// The backward pass: D (rung 11's exact pass on long rows), the padded statistics, the kernel,
-/// the dQ convert and, for a split group, rung 11's dK, dV convert. The atomic-dq ablation has no
-/// deterministic order of its own: asked for one, it runs the rung's writer.
+/// Entry @p M's backward pass: launch_bwd.cuh's, with rung 14's mask (none or causal).
 template <Mode M, class T, class Cfg>
-void launch_backward(const AttnBwdParams& given, cudaStream_t stream) {
-  constexpr int D = Cfg::kHeadDim;
-  const AttnParams& p = given.fwd;
-  const hopper14::WsShape shape(p);  // a packed batch's token counts included
-  if (shape.packed && p.total_q == 0 && p.total_k == 0) return;  // only empty sequences: nothing to write
-  const bool deterministic = given.deterministic != 0;
-  const bwd::DeltaPolicy policy = bwd::DeltaPolicy::rung;
-  const bwd::DeltaSource source = bwd::delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
-  AttnBwdParams P = given;
-  if (source == bwd::DeltaSource::o16) P.fwd.o_fp32 = nullptr;
-  constexpr bwd::GroupSplit how = group_split(M);
-  if (P.workspace_bytes < hopper14::workspace_bytes(shape, deterministic, policy, how))
-    throw std::runtime_error("rung 14: workspace smaller than bwd_workspace_bytes");
-  if (reinterpret_cast<uintptr_t>(P.workspace) % 128 != 0)  // bulk copies: 16 bytes; tiles: 128
-    throw std::runtime_error("rung 14: workspace not 128-byte aligned");
-  float* ws = static_cast<float*>(P.workspace);
-  hopper14::BwdBuffers buf{};
-  buf.head_rows = hopper14::head_rows(shape);
-  buf.key_rows = hopper14::key_rows(shape);
-  buf.lse_log2 = ws;
-  buf.delta = ws + hopper14::stat_rows(shape);
-  buf.dq_acc = ws + hopper14::dq_acc_offset(shape);
-  buf.counters = deterministic ? reinterpret_cast<int*>(ws + hopper14::counter_offset(shape)) : nullptr;
-  buf.dkv_acc = ws + hopper14::dkv_acc_offset(shape, deterministic);
-  buf.kv_split = hopper14::kv_splits(shape, how);
-
-  float* exact_d = exact_delta<T, D>(P, shape, ws, deterministic, policy, how, stream);
-
-  // The dQ accumulator and the counters start at zero; the statistics are padded.
-  const size_t zero_floats = hopper14::dkv_acc_offset(shape, deterministic) - hopper14::dq_acc_offset(shape);
-  FL_CUDA_CHECK(cudaMemsetAsync(buf.dq_acc, 0, zero_floats * sizeof(float), stream));
-  const int64_t stat_rows = static_cast<int64_t>(hopper14::stat_rows(shape));
-  if (stat_rows > 0) {
-    hopper14::bwd_stats_kernel<T, D><<<static_cast<unsigned>((stat_rows + 3) / 4), 128, 0, stream>>>(
-        P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.head_rows, stat_rows, exact_d);
-    FL_LAUNCH_CHECK("bwd_stats_kernel");
-  }
-
-  // A packed batch is one sequence of all its tokens to TMA; a side with no token maps one row of
-  // the other side's memory, which no copy reads.
-  const DType dt = static_cast<DType>(p.dtype);
-  const CUtensorMap map_q = make_tma_map_tokens(dt, p, false, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride,
-                                                Cfg::kBlockM, p.k);
-  const CUtensorMap map_do = make_tma_map_tokens(dt, p, false, P.dout, p.o_batch_stride, p.o_row_stride,
-                                                 p.o_head_stride, Cfg::kBlockM, p.k);
-  const CUtensorMap map_k = make_tma_map_tokens(dt, p, true, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
-                                                Cfg::kBlockN, p.q);
-  const CUtensorMap map_v = make_tma_map_tokens(dt, p, true, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
-                                                Cfg::kBlockN, p.q);
-  const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv * buf.kv_split, p.batch);
-  if constexpr (M == Mode::atomic_dq) {
-    if (!deterministic) {
-      prepared_kernel<T, Cfg, false>();
-      hopper14::bwd_hopper_kernel<T, Cfg, false>
-          <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
-      FL_LAUNCH_CHECK("bwd_hopper_kernel");
-      return convert_gradients<T, Cfg>(P, buf, stat_rows, stream);
-    }
-  }
-  {
-    prepared_kernel<T, Cfg, true>();
-    hopper14::bwd_hopper_kernel<T, Cfg, true>
-        <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf);
-  }
-  FL_LAUNCH_CHECK("bwd_hopper_kernel");
-  convert_gradients<T, Cfg>(P, buf, stat_rows, stream);
+void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
+  const hopper14::CausalOrNone mods{P.fwd.causal != 0};
+  hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, bwd::DeltaPolicy::rung, group_split(M), mods, stream);
 }
 
 template <Mode M, class T, class Cfg>
@@ -225,7 +100,7 @@ std::vector<KernelInfo> kernel_list() {
   return {{"bwd_stats<d=" + std::to_string(D) + ">",
            reinterpret_cast<const void*>(&hopper14::bwd_stats_kernel<T, D>), 128, 0},
           {"bwd_hopper<" + tile + (kWriter ? ", dQ by bulk reduce-add>" : ", dQ by atomics>"),
-           prepared_kernel<T, Cfg, kWriter>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
+           hopper14::prepared_kernel<T, Cfg, kWriter>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
           {"bwd_dq_convert<d=" + std::to_string(D) + ">",
            reinterpret_cast<const void*>(&hopper14::bwd_dq_convert_kernel<T, Cfg>), 256, 0}};
 }
