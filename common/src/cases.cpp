@@ -56,6 +56,7 @@ std::string bwd_why_not(const Rung& r, const Problem& p, const DeviceInfo& dev, 
   if (!r.not_implemented.empty()) return "not implemented (lab starter)";
   if (p.page_size > 0) return "the backward pass takes a contiguous K/V (no --page-size)";
   std::string why = supports(r, p, dev);
+  if (why.empty() && r.bwd_supports) why = r.bwd_supports(p, deterministic);
   if (why.empty()) why = memory_check(r, p, deterministic);
   return why;
 }
@@ -113,8 +114,9 @@ BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const
 
 BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                        const BwdRun& run, CheckMode mode, unsigned long long seed) {
+  const std::vector<float> dsinks = run.grads->download_dsinks();
   BwdCheck c = check_backward(p, in, dout, run.grads->download_dq(), run.grads->download_dk(),
-                              run.grads->download_dv(), mode, seed);
+                              run.grads->download_dv(), mode, seed, kBwdCheckWork, &dsinks);
   if (run.forward_unwritten > 0) {
     c.grads.pass = false;
     c.grads.reason = "the forward pass (" + forward_label(r) + ") left " + std::to_string(run.forward_unwritten) +

@@ -145,7 +145,8 @@ void summarize(BwdCheck* c) {
   // The errors and tolerance of the tensor closest to (or furthest past) its tolerance.
   const CheckResult* worst = &g.dq;
   double worst_ratio = -1;
-  for (const CheckResult* t : {&g.dq, &g.dk, &g.dv}) {
+  for (const CheckResult* t : {&g.dq, &g.dk, &g.dv, &g.dsinks}) {
+    if (!t->checked && t == &g.dsinks) continue;
     double ratio = 0;
     if (t->tol.rel_fro > 0) ratio = std::max(ratio, t->err.rel_fro / t->tol.rel_fro);
     if (t->tol.max_abs > 0) ratio = std::max(ratio, t->err.max_abs / t->tol.max_abs);
@@ -163,7 +164,7 @@ void summarize(BwdCheck* c) {
 BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                         const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
                         const std::vector<uint16_t>& dv, CheckMode mode, unsigned long long seed,
-                        double budget) {
+                        double budget, const std::vector<float>* dsinks) {
   const size_t q_elems = p.q_elements(), kv_elems = p.kv_elements();
   if (dq.size() != q_elems || dout.size() != q_elems || in.q.size() != q_elems || dk.size() != kv_elems ||
       dv.size() != kv_elems || in.k.size() != kv_elems || in.v.size() != kv_elems)
@@ -174,7 +175,7 @@ BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vecto
   c.note = plan.note;
   c.groups = static_cast<int>(plan.groups.size());
   if (plan.mode == "full") {
-    c.grads = check_gradients(p, in, dout, dq, dk, dv);
+    c.grads = check_gradients(p, in, dout, dq, dk, dv, dsinks);
   } else if (plan.mode == "sample") {
     const Problem sub = group_problem(p, plan.groups);
     HostInputs sub_in;

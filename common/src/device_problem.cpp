@@ -151,6 +151,7 @@ DeviceGrads::DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::
   dk_ = DeviceBuffer(p.kv_elements() * 2);
   dv_ = DeviceBuffer(p.kv_elements() * 2);
   if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
+  if (!p.sinks.empty()) dsinks_ = DeviceBuffer(p.sinks.size() * sizeof(float));
   dout_.upload(dout.data(), dout.size() * 2);
   // dO has O's strides, dQ Q's, dK K's and dV V's (backward.h): the forward's params say them.
   params_.fwd = fwd.params();
@@ -161,6 +162,7 @@ DeviceGrads::DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::
   params_.workspace = ws_.get();
   params_.workspace_bytes = workspace_bytes;
   params_.deterministic = deterministic ? 1 : 0;
+  params_.dsinks = static_cast<float*>(dsinks_.get());
 }
 
 void DeviceGrads::poison() {
@@ -168,10 +170,16 @@ void DeviceGrads::poison() {
   dk_.poison();
   dv_.poison();
   if (ws_.bytes() > 0) ws_.poison();
+  if (dsinks_.bytes() > 0) dsinks_.poison();
 }
 
 std::vector<uint16_t> DeviceGrads::download_dq() const { return download16(dq_); }
 std::vector<uint16_t> DeviceGrads::download_dk() const { return download16(dk_); }
 std::vector<uint16_t> DeviceGrads::download_dv() const { return download16(dv_); }
+std::vector<float> DeviceGrads::download_dsinks() const {
+  std::vector<float> out(dsinks_.bytes() / sizeof(float));
+  if (!out.empty()) dsinks_.download(out.data(), dsinks_.bytes());
+  return out;
+}
 
 }  // namespace fl

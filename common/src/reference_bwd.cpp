@@ -251,7 +251,7 @@ Tolerance gradient_tolerance_floor(DType t) {
 
 BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const BwdResults& fp32,
                                  const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
-                                 const std::vector<uint16_t>& dv) {
+                                 const std::vector<uint16_t>& dv, const std::vector<float>* dsinks) {
   BwdCheckResult r;
   const Tolerance floor = gradient_tolerance_floor(p.dtype);
   auto judge = [&](const char* name, const std::vector<uint16_t>& got,
@@ -275,24 +275,41 @@ BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const 
   judge("dQ", dq, ref.dq, fp32.dq, &r.dq);
   judge("dK", dk, ref.dk, fp32.dk, &r.dk);
   judge("dV", dv, ref.dv, fp32.dv, &r.dv);
-  // With Problem::sinks, ref.dsinks would be judged here too: no backward rung returns dsinks yet.
+  if (!p.sinks.empty()) {  // one fp32 value per query head, summed over the head's rows
+    CheckResult* c = &r.dsinks;
+    c->checked = true;
+    c->mode = "full";
+    c->rows = ref.dsinks.size();
+    if (dsinks == nullptr || dsinks->size() != ref.dsinks.size()) {
+      c->reason = "dsinks not returned (" + std::to_string(dsinks ? dsinks->size() : 0) + " values, expected " +
+                  std::to_string(ref.dsinks.size()) + ")";
+      c->pass = false;
+    } else {
+      c->err = compare_values(std::vector<double>(dsinks->begin(), dsinks->end()), ref.dsinks);
+      c->fp32_err = compare_values(fp32.dsinks, ref.dsinks);
+      c->tol = tolerance_for(floor, c->fp32_err);
+      decide(c);
+    }
+  }
   r.finish();
   return r;
 }
 
 void BwdCheckResult::finish() {
   reason.clear();
-  const std::pair<const char*, const CheckResult*> tensors[] = {{"dQ", &dq}, {"dK", &dk}, {"dV", &dv}};
+  const std::pair<const char*, const CheckResult*> tensors[] = {
+      {"dQ", &dq}, {"dK", &dk}, {"dV", &dv}, {"dsinks", &dsinks}};
   for (const auto& [name, c] : tensors)
-    if (!c->pass && reason.empty()) reason = std::string(name) + ": " + c->reason;
+    if ((c != &dsinks || c->checked) && !c->pass && reason.empty()) reason = std::string(name) + ": " + c->reason;
   pass = reason.empty();
 }
 
 BwdCheckResult check_gradients(const Problem& p, const HostInputs& in,
                                const std::vector<uint16_t>& dout, const std::vector<uint16_t>& dq,
-                               const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv) {
+                               const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv,
+                               const std::vector<float>* dsinks) {
   const BwdInputs x = widen_bwd_inputs(p, in, dout);
-  return compare_gradients(p, backward_impl<double>(p, x), backward_impl<float>(p, x), dq, dk, dv);
+  return compare_gradients(p, backward_impl<double>(p, x), backward_impl<float>(p, x), dq, dk, dv, dsinks);
 }
 
 }  // namespace fl

@@ -22,6 +22,9 @@ struct AttnBwdParams {
   void* workspace;   ///< rung-owned scratch (dQ accumulator, rowsum(dO * O)), bwd_workspace_bytes
   size_t workspace_bytes;
   int deterministic;  ///< 1: dQ summed in a fixed order (bitwise identical run to run)
+  /// d loss / d sink_h, [heads_q] fp32, written when fwd.sinks is set (rung 16's backward); null
+  /// otherwise.
+  float* dsinks;
 };
 
 /// FLOPs of the backward pass by FlashAttention's convention: 2.5 x the forward's (five GEMMs of

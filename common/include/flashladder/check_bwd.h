@@ -88,7 +88,7 @@ struct BwdCheck {
 BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                         const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
                         const std::vector<uint16_t>& dv, CheckMode mode, unsigned long long seed,
-                        double budget = kBwdCheckWork);
+                        double budget = kBwdCheckWork, const std::vector<float>* dsinks = nullptr);
 
 /// Fills @p c's summary from its per-tensor results (pass, reason, unwritten, the worst tensor).
 void summarize(BwdCheck* c);

@@ -72,12 +72,14 @@ class DeviceGrads {
   std::vector<uint16_t> download_dq() const;
   std::vector<uint16_t> download_dk() const;
   std::vector<uint16_t> download_dv() const;
+  /// d loss / d sink per query head (empty for a problem without sinks).
+  std::vector<float> download_dsinks() const;
   /// Bytes the backward's own tensors need on the device (dO, dQ, dK, dV, workspace).
   static size_t device_bytes(const Problem& p, size_t workspace_bytes);
 
  private:
   AttnBwdParams params_{};
-  DeviceBuffer dout_, dq_, dk_, dv_, ws_;
+  DeviceBuffer dout_, dq_, dk_, dv_, ws_, dsinks_;
 };
 
 }  // namespace fl

@@ -84,9 +84,10 @@ struct BwdCheckResult {
   CheckResult dq;      ///< dQ: errors, fp32 errors, tolerance, unwritten count, reason
   CheckResult dk;      ///< dK, likewise
   CheckResult dv;      ///< dV, likewise
+  CheckResult dsinks;  ///< d loss / d sink per query head, checked only for a problem with sinks
   std::string reason;  ///< first failing criterion prefixed by its tensor ("dK: ..."), "" if pass
 
-  /// pass and reason from the three tensors' own verdicts (dQ, dK, dV order).
+  /// pass and reason from the tensors' own verdicts (dQ, dK, dV, then dsinks when checked).
   void finish();
 };
 
@@ -98,14 +99,16 @@ Tolerance gradient_tolerance_floor(DType t);
 /// Judges 16-bit dQ, dK, dV (dense, laid out like Q, K, V) against references already computed
 /// (@p ref from reference_bwd_fp64, @p fp32 from reference_bwd_fp32 on the same inputs).
 /// The gradients are expected NaN-poisoned before the backward runs: a NaN anywhere counts as
-/// an element never written.
+/// an element never written. With Problem::sinks, @p dsinks (fp32, one per query head) is judged
+/// too, against ref.dsinks: missing, it fails.
 BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const BwdResults& fp32,
                                  const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
-                                 const std::vector<uint16_t>& dv);
+                                 const std::vector<uint16_t>& dv, const std::vector<float>* dsinks = nullptr);
 
 /// Full check of a backward pass: both references on (@p in, @p dout), then compare_gradients.
 BwdCheckResult check_gradients(const Problem& p, const HostInputs& in,
                                const std::vector<uint16_t>& dout, const std::vector<uint16_t>& dq,
-                               const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv);
+                               const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv,
+                               const std::vector<float>* dsinks = nullptr);
 
 }  // namespace fl

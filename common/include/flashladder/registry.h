@@ -91,6 +91,9 @@ struct Rung {
   std::function<void(const AttnBwdParams& params, cudaStream_t stream)> launch_bwd;
   /// Scratch bytes in HBM the backward pass needs (its dQ accumulator), for @p deterministic.
   std::function<size_t(const Problem& p, bool deterministic)> bwd_workspace_bytes;
+  /// A backward rung's refusals that depend on the deterministic mode ("" when it runs), after
+  /// `supports`; unset: none.
+  std::function<std::string(const Problem& p, bool deterministic)> bwd_supports;
   /// The rung whose forward pass a backward rung runs first (0 = none).
   int forward_rung = 0;
   /// An FP8 rung (13): `launch` receives e4m3 Q, K and a transposed V with their descales
