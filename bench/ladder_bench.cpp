@@ -35,7 +35,8 @@
 //             causal cells beside them, the cost of the machinery. Names
 //             "masks/d128/<case>/N<n>"; FLOPs count the unmasked pairs only
 //   masks-backward: the same shapes, the backward pass alone (as the backward family), for the
-//             backward rungs with Rung::mods
+//             backward entries with Rung::mods (16_masks[backward], whatever its variant name);
+//             rung 14 runs the plain causal cells beside it
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
 //             e4m3 inputs are made once (per-head scales) outside the time, and the counters
@@ -103,6 +104,8 @@ bool is_masks(const std::string& family) {
 /// rung 16 is rung 15's forward pass with masks and modifiers, so the same cells on both price
 /// the machinery (span bounds, block classes, the modifier hooks) where it has nothing to do.
 constexpr int kMasksBaselineRung = 15;
+/// The masks-backward family's: rung 14, whose kernel rung 16's backward runs with the masks.
+constexpr int kMasksBackwardBaselineRung = 14;
 
 struct Shape {
   std::string family;
@@ -332,9 +335,12 @@ bool is_a_main_baseline(const Rung& r, bool fp8_only = false) {
 /// backward families only (its `launch` is another rung's forward pass).
 bool runs_in(const Config& c, const Shape& s, const Rung& r) {
   const std::string& f = s.family;
+  if (f == "masks-backward")  // the backward entries with masks, and rung 14 on the plain causal cells
+    return r.launch_bwd && (r.mods ? true
+                                   : s.mask_case == "causal" && r.number == kMasksBackwardBaselineRung &&
+                                         r.variant.empty());
   if (is_backward(f))
-    return r.launch_bwd && (f != "varlen-backward" || r.varlen) &&
-           (f != "masks-backward" || r.mods) && (r.variant.empty() || c.variants);
+    return r.launch_bwd && (f != "varlen-backward" || r.varlen) && (r.variant.empty() || c.variants);
   if (r.launch_bwd) return false;
   if (f == "masks")  // the rungs with masks, and rung 15 on the plain causal cells
     return r.mods ? r.variant.empty() || c.variants

@@ -1,6 +1,7 @@
 /// @file steps/16_masks/launch.cu
 /// @brief Rung 16's registration: the rung (block lists from a classifier, masks and score
-/// modifiers as functors, sinks in the epilogue) and the two ablations of its classification.
+/// modifiers as functors, sinks in the epilogue), the two ablations of its classification, and
+/// its backward pass (rung 14's kernel with the masks and modifiers: backward.cuh).
 #include <cmath>
 #include <limits>
 #include <string>
@@ -9,6 +10,7 @@
 #include "flashladder/registry.h"
 #include "flashladder/tma.h"
 #include "mods.h"
+#include "../14_hopper_backward/traits.h"
 #if FL_HOPPER_SM90A
 #include "launch_impl.cuh"
 #endif
@@ -100,12 +102,87 @@ Rung make(Classify mode, const char* variant, const char* summary) {
   return r;
 }
 
+/// The backward pass after the rung's forward: rung 14's kernel and tiles (d = 64, 128, 256; the
+/// head_dims between on the next tile up, as the forward's), the masks by key, the modifiers, the
+/// sinks' gradient.
+Rung make_backward() {
+  Rung r;
+  r.number = 16;
+  r.name = "masks";
+  r.variant = "backward";
+  r.summary = "backward: rung 14's kernel with the masks read by key (the query blocks that see a K/V block, "
+              "full or partial per warpgroup), softcap's derivative, ALiBi, the sinks' gradient";
+  r.peak = Peak::tensor_16bit;
+  r.min_cc = 90;
+  r.forward_rung = 16;
+  r.builds_on = {14};
+  r.writes_o_fp32 = true;
+  r.varlen = true;
+  r.mods = true;
+  r.in_tour = false;
+  r.head_dims.clear();
+  for (int d = 16; d <= 256; d += 16) r.head_dims.push_back(d);
+  r.baselines = {Baseline::on(14, "the backward it builds on: the same kernel with the causal mask as special code")};
+  r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    if (std::string why = check_limits(p, d); !why.empty()) return why;
+    const int smem = p.head_dim > 128 ? hopper14::RungTiles<256>::kSmemBytes : hopper14::RungTiles<128>::kSmemBytes;
+    return tile_limits(p, d, std::max(smem, hopper14::RungTiles<64>::kSmemBytes));
+  };
+  r.bwd_supports = [](const Problem& p, bool deterministic) -> std::string {
+    const MaskSpec m = p.mask_spec();
+    const bool none = m.window_left < 0 && m.window_right < 0 && m.prefix == 0 && m.doc_starts == nullptr;
+    const bool causal = m.window_left < 0 && m.window_right == 0 && m.prefix == 0 && m.doc_starts == nullptr;
+    if (deterministic && !none && !causal)
+      return "the deterministic backward takes no mask or the causal mask only (its dQ order is rung 14's)";
+    return "";
+  };
+  r.launch = [](const AttnParams& p, cudaStream_t s) { registry().find(16)->launch(p, s); };
+  r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) -> size_t {
+#if FL_HOPPER_SM90A
+    return with_head_dim(p.head_dim,
+                         [&](auto d) { return masks16::bwd_workspace_masks16<decltype(d)::value>(p, deterministic); });
+#else
+    (void)p;
+    (void)deterministic;
+    return 0;
+#endif
+  };
+  r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
+#if FL_HOPPER_SM90A
+    with_head_dim(P.fwd.head_dim, [&](auto d) { masks16::launch_masks16_bwd<decltype(d)::value>(P, s); });
+#else
+    (void)P;
+    (void)s;
+    throw std::runtime_error("rung 16 was built without sm_90a");
+#endif
+  };
+  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+#if FL_HOPPER_SM90A
+    return with_head_dim(p.head_dim, [&](auto d) { return masks16::bwd_kernels_masks16<decltype(d)::value>(p); });
+#else
+    (void)p;
+    return {};
+#endif
+  };
+  r.notes = [](const Problem& p) {
+    std::vector<std::string> notes{
+        "backward pass after rung 16's forward (O, fp32 O and LSE); FLOPs by FlashAttention's convention: 2.5 x "
+        "the forward's, unmasked pairs only",
+        "D from the forward's fp32 O (rung 11's exact D pass knows no mask)"};
+    if (p.head_dim % 64 != 0 && p.heads_q > p.heads_kv)
+      notes.push_back("head_dim below its tile's: each block walks its whole GQA group (no split)");
+    return notes;
+  };
+  return r;
+}
+
 }  // namespace
 
 void register_rung_16(Registry& reg) {
   reg.add(make(Classify::exact, "", "masks and score modifiers as functors: blocks classified empty, full or partial on the device, only non-empty ones visited, the element mask on partial ones only; softcap, ALiBi, sinks"));
   reg.add(make(Classify::no_full, "no-full-blocks", "ablation: every visited block partial (the element mask on every block)"));
   reg.add(make(Classify::no_skip, "no-skip", "ablation: every block of the sequence visited and masked (nothing skipped)"));
+  reg.add(make_backward());
 }
 
 }  // namespace fl

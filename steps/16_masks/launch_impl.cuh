@@ -1,6 +1,7 @@
 /// @file steps/16_masks/launch_impl.cuh
-/// @brief Rung 16's launch and kernel list for one head_dim, compiled once per head_dim
-/// (d64.cu, d128.cu, d256.cu: 16 forward kernels each, in parallel translation units).
+/// @brief Rung 16's launches and kernel lists for one head_dim, compiled once per head_dim
+/// (d64.cu, d128.cu, d256.cu: 16 forward and 8 backward kernels each, in parallel translation
+/// units).
 #pragma once
 
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "flashladder/registry.h"
 #include "flashladder/static_switch.h"
+#include "backward.cuh"
 #include "kernel.cuh"
 
 namespace fl::masks16 {
@@ -66,9 +68,95 @@ size_t workspace_masks16(const Problem& pr) {
   });
 }
 
+// ---- the backward pass (backward.cuh) ----------------------------------------------------------
+
+/// Calls f(BwdMods<ScoreMod<softcap?, ALiBi?>>) for a launch's mask and modifiers.
+template <class F>
+void with_bwd_mods(const AttnParams& p, F&& f) {
+  const SpanMask mask{mask_spec_of(p)};
+  const float cap = p.softcap;
+  if (cap > 0 && p.alibi) f(BwdMods<ScoreMod<true, true>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q});
+  else if (cap > 0) f(BwdMods<ScoreMod<true, false>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q});
+  else if (p.alibi) f(BwdMods<ScoreMod<false, true>>{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q});
+  else f(BwdMods<ScoreMod<false, false>>{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q});
+}
+
+/// The backward's workspace shape: the problem with the tile's head_dim D (its dQ tiles are D
+/// wide); a head_dim below D (80, 96) never splits a GQA group (the partial dK, dV and rung 11's
+/// convert are head_dim wide): each block walks its whole group.
+template <int D>
+hopper14::WsShape bwd_shape(const Problem& pr) {
+  hopper14::WsShape s(pr);
+  s.p.head_dim = D;
+  return s;
+}
+inline bwd::GroupSplit bwd_split(int head_dim, int D) {
+  return head_dim == D ? bwd::GroupSplit::balanced : bwd::GroupSplit::none;
+}
+
+/// D always from the forward's fp32 O: rung 11's exact D pass knows no mask.
+constexpr bwd::DeltaPolicy kBwdDelta = bwd::DeltaPolicy::o32;
+
+template <int D>
+void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
+  using Cfg = hopper14::RungTiles<D>;
+  const AttnParams& p = P.fwd;
+  FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
+    with_bwd_mods(p, [&](auto mods) {
+      hopper14::launch_backward<T, Cfg, true>(P, kBwdDelta, bwd_split(p.head_dim, D), mods, s);
+    });
+  });
+  if (p.sinks != nullptr) {
+    if (P.dsinks == nullptr) throw std::runtime_error("rung 16: a backward with sinks needs AttnBwdParams::dsinks");
+    hopper14::WsShape shape(p);
+    shape.p.head_dim = D;
+    if (shape.packed && shape.total_q == 0) {
+      FL_CUDA_CHECK(cudaMemsetAsync(P.dsinks, 0, sizeof(float) * p.heads_q, s));
+      return;
+    }
+    const float* ws = static_cast<const float*>(P.workspace);
+    sink_grad_kernel<<<p.heads_q, 256, 0, s>>>(p, ws, ws + hopper14::stat_rows(shape), hopper14::head_rows(shape),
+                                               P.dsinks);
+    FL_LAUNCH_CHECK("sink_grad_kernel");
+  }
+}
+
+template <int D>
+size_t bwd_workspace_masks16(const Problem& pr, bool deterministic) {
+  return hopper14::workspace_bytes(bwd_shape<D>(pr), deterministic, kBwdDelta, bwd_split(pr.head_dim, D));
+}
+
+template <int D>
+std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr) {
+  using Cfg = hopper14::RungTiles<D>;
+  AttnParams p = make_attn_params(pr);
+  std::vector<KernelInfo> out;
+  FL_DTYPE_SWITCH(pr.dtype, T, [&] {
+    with_bwd_mods(p, [&](auto mods) {
+      using S = decltype(mods.score);
+      const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
+      out.push_back({"bwd_stats<d=" + std::to_string(D) + ">",
+                     reinterpret_cast<const void*>(&hopper14::bwd_stats_kernel<T, D>), 128, 0});
+      out.push_back({"masked_bwd<d=" + dims + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
+                         std::to_string(Cfg::kBlockM) + " queries, span mask by key" + (S::kSoftcap ? ", softcap" : "") +
+                         (S::kAlibi ? ", ALiBi" : "") + ", rung 14's kernel>",
+                     hopper14::prepared_kernel<T, Cfg, true, decltype(mods)>(), Cfg::kThreads,
+                     static_cast<size_t>(Cfg::kSmemBytes)});
+      out.push_back({"bwd_dq_convert<d=" + std::to_string(D) + ">",
+                     reinterpret_cast<const void*>(&hopper14::bwd_dq_convert_kernel<T, Cfg>), 256, 0});
+      if (!pr.sinks.empty())
+        out.push_back({"sink_grad", reinterpret_cast<const void*>(&sink_grad_kernel), 256, 0});
+    });
+  });
+  return out;
+}
+
 #define FL_MASKS16_INSTANTIATE(D)                                                                   \
   template void launch_masks16<D>(const AttnParams&, Classify, cudaStream_t);                       \
   template std::vector<KernelInfo> kernels_masks16<D>(const Problem&);                              \
-  template size_t workspace_masks16<D>(const Problem&);
+  template size_t workspace_masks16<D>(const Problem&);                                             \
+  template void launch_masks16_bwd<D>(const AttnBwdParams&, cudaStream_t);                          \
+  template size_t bwd_workspace_masks16<D>(const Problem&, bool);                                   \
+  template std::vector<KernelInfo> bwd_kernels_masks16<D>(const Problem&);
 
 }  // namespace fl::masks16

@@ -11,6 +11,9 @@
 ///   SpanMask     row_span(spec, ...) of any MaskSpec          windows, prefix-LM, documents, and
 ///                                                             causal or none combined with them
 /// @endcode
+/// The backward (rung 14's kernel, backward.cuh) asks the mask by key instead: col(len_q, len_k,
+/// j), the query rows that see key j, also one interval.
+///
 /// A score functor turns one raw score s = q . k into log2(e) x the modified, scaled score, the
 /// units of the exp2 softmax:
 /// @code
@@ -36,11 +39,24 @@ struct CausalMask {
 };
 
 /// Any MaskSpec (masks.h): sliding windows, prefix-LM, document masks, with or without causal.
+/// The backward pass, which walks K/V blocks, reads it by key: col(j), the rows that see key j.
 struct SpanMask {
   MaskSpec spec;
   static constexpr bool kLower = true;
   FL_HD KeySpan span(int len_q, int len_k, int i) const { return row_span(spec, len_q, len_k, i); }
+  FL_HD KeySpan col(int len_q, int len_k, int j) const { return col_span(spec, len_q, len_k, j); }
 };
+
+/// ALiBi's slope of head @p h times log2(e), in float (masks.h's alibi_slope is the fp64
+/// definition): exp2f of the same exact exponent, so no double-precision call in the kernels
+/// (one would take a stack frame and spill the backward's registers).
+FL_HD float alibi_slope_log2(int h, int heads) {
+  int n = 1;
+  float inv_n = 1.f;  // 1 / n, exact: no division (whose slow path is a call)
+  for (; 2 * n <= heads; n *= 2) inv_n *= 0.5f;
+  const float e = h < n ? -8.f * static_cast<float>(h + 1) * inv_n : -4.f * static_cast<float>(2 * (h - n) + 1) * inv_n;
+  return exp2f(e) * 1.4426950408889634f;
+}
 
 /// Which score modifiers a kernel applies (both off: rung 15's fused scale).
 template <bool SOFTCAP, bool ALIBI>
@@ -57,6 +73,21 @@ struct ScoreMod {
     float t;
     if constexpr (SOFTCAP) t = post * tanh_of(s * pre);
     else t = s * pre;
+    if constexpr (ALIBI) t -= slope * (dist < 0 ? -dist : dist);
+    return t;
+  }
+  /// The same, and in @p grad the derivative of the softcapped score by the scaled one,
+  /// 1 - tanh^2 (1 without softcapping; ALiBi's bias is a constant): the backward's dS factor.
+  FL_HD float with_grad(float s, float dist, float& grad) const {
+    float t;
+    if constexpr (SOFTCAP) {
+      const float th = tanh_of(s * pre);
+      grad = 1.f - th * th;
+      t = post * th;
+    } else {
+      grad = 1.f;
+      t = s * pre;
+    }
     if constexpr (ALIBI) t -= slope * (dist < 0 ? -dist : dist);
     return t;
   }
@@ -115,6 +146,30 @@ FL_HD BlockClass classify_tile_block(const TileBounds& b, const KeySpan* spans, 
   if (rows <= 0 || key1 < b.min_lo || key0 > b.max_hi) return BlockClass::empty;
   if (b.max_lo <= key0 && b.min_hi >= key1 && key1 < len_k) return BlockClass::full;
   return classify_spans(spans, rows, key0, key1, len_k);
+}
+
+// ---- the backward's rule, by key ------------------------------------------------------------------
+// Rung 14's kernel walks K/V blocks, so the backward classifies (K/V block, query block) pairs
+// from the mask's columns: col(j), the rows that see key j. Both ends of col(j) grow with j for
+// every mask here (the CPU tests check it), so two spans bound a whole block of keys.
+
+/// The rows that see some key of [key0, key1] (keys of the sequence): [col(key0).lo,
+/// col(key1).hi]. No row outside sees a key of the block; a query block outside is skipped.
+template <class MASK>
+FL_HD KeySpan rows_of_keys(const MASK& mask, int len_q, int len_k, int key0, int key1) {
+  if (key1 < key0) return {0, -1};
+  return {mask.col(len_q, len_k, key0).lo, mask.col(len_q, len_k, key1).hi};
+}
+
+/// The rows that see every key of [key0, key1]: [col(key1).lo, col(key0).hi], the upper end
+/// 2^31 - 1 when it reaches the last row (rows past len_q are padding, which needs no mask); empty
+/// when a key is past len_k. A query tile inside needs no element mask.
+template <class MASK>
+FL_HD KeySpan rows_seeing_all(const MASK& mask, int len_q, int len_k, int key0, int key1) {
+  if (key1 >= len_k) return {2147483647, -1};
+  KeySpan s{mask.col(len_q, len_k, key1).lo, mask.col(len_q, len_k, key0).hi};
+  if (s.hi >= len_q - 1) s.hi = 2147483647;
+  return s;
 }
 
 /// The layout for a launch's longest lengths, tiles of @p block_m x @p block_n.

@@ -5,6 +5,7 @@
 // block (or the block holds keys past the sequence); rows past the sequence count for neither.
 // Also: the mask functors against row_span, and the workspace layout's offsets.
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -128,4 +129,64 @@ TEST_CASE("block lists: the tile's bounds decide as the row-by-row rule does", "
                   classify_spans(spans, rows, k0, k0 + bn - 1, c.len_k));
         }
       }
+}
+
+// ---- the backward's rule, by key (rows_of_keys, rows_seeing_all) --------------------------------
+
+TEST_CASE("backward by key: both ends of a key's rows grow with the key, on every mask", "[cpu][block_lists]") {
+  // What lets two spans bound a whole K/V block (mods.h): col(j).lo and col(j).hi never decrease.
+  for (const Case& c : cases(kDocs)) {
+    const SpanMask m{c.m};
+    for (int j = 1; j < c.len_k; ++j) {
+      INFO(c.name << " len_q=" << c.len_q << " len_k=" << c.len_k << " key " << j);
+      REQUIRE(m.col(c.len_q, c.len_k, j).lo >= m.col(c.len_q, c.len_k, j - 1).lo);
+      REQUIRE(m.col(c.len_q, c.len_k, j).hi >= m.col(c.len_q, c.len_k, j - 1).hi);
+    }
+  }
+}
+
+TEST_CASE("backward by key: the visited query blocks hold every seen element, and full tiles have no masked one",
+          "[cpu][block_lists]") {
+  // For each K/V block (rung 14's 128 or 64 keys) and each query tile (64 or 128 rows), as the
+  // kernel decides: a tile outside rows_of_keys holds no element the mask leaves; a warpgroup's 64
+  // keys against a tile inside rows_seeing_all see every row of it (rows past len_q are padding).
+  long long full_tiles = 0, skipped_tiles = 0;
+  for (const Case& c : cases(kDocs)) {
+    const SpanMask m{c.m};
+    for (int bn : {64, 128})
+      for (int bm : {64, 128})
+        for (int k0 = 0; k0 < c.len_k; k0 += bn) {
+          const int k1 = std::min(k0 + bn, c.len_k) - 1;
+          const KeySpan rows = rows_of_keys(m, c.len_q, c.len_k, k0, k1);
+          for (int q0 = 0; q0 < c.len_q; q0 += bm) {
+            const int q1 = q0 + bm - 1;
+            const bool visited = !(q1 < rows.lo || q0 > rows.hi);
+            INFO(c.name << " len_q=" << c.len_q << " len_k=" << c.len_k << " keys " << k0 << ".." << k1 << " rows "
+                        << q0 << ".." << q1);
+            if (!visited) {
+              ++skipped_tiles;
+              for (int i = q0; i <= std::min(q1, c.len_q - 1); ++i)
+                for (int j = k0; j <= k1; ++j) REQUIRE_FALSE(mask_mod(c.m, c.len_q, c.len_k, i, j));
+            }
+            for (int w0 = k0; w0 < k0 + bn; w0 += 64) {  // a warpgroup's keys
+              const KeySpan all = rows_seeing_all(m, c.len_q, c.len_k, w0, w0 + 63);
+              if (!(all.lo <= q0 && all.hi >= q1)) continue;
+              ++full_tiles;
+              for (int i = q0; i <= std::min(q1, c.len_q - 1); ++i)
+                for (int j = w0; j <= w0 + 63; ++j) REQUIRE(mask_mod(c.m, c.len_q, c.len_k, i, j));
+            }
+          }
+        }
+  }
+  CHECK(full_tiles > 0);     // the rule finds full tiles ...
+  CHECK(skipped_tiles > 0);  // ... and skips some
+}
+
+TEST_CASE("ALiBi's slope in float, as the kernels compute it, against the fp64 definition", "[cpu][block_lists]") {
+  for (int heads : {1, 2, 3, 8, 12, 16, 20, 32, 40, 64, 128})
+    for (int h = 0; h < heads; ++h) {
+      const double want = alibi_slope(h, heads) * 1.4426950408889634;
+      INFO("head " << h << " of " << heads);
+      CHECK(std::fabs(alibi_slope_log2(h, heads) - want) <= 4e-7 * want);
+    }
 }

@@ -150,3 +150,71 @@ TEST_CASE("a window far shorter than the sequence, and more tiles than SMs", "[r
   g.softcap = 50.f;
   passes(rung16(), g);
 }
+
+// ---- the backward pass (16_masks[backward]: rung 14's kernel with the masks by key) ------------
+// dQ, dK, dV and, with sinks, d loss / d sink against the fp64 backward reference on the same
+// description. Rung 14's own backward matrix (tests/gpu/test_rung11.cu) runs on this entry too:
+// ctest gpu_rung16_backward_matrix (no mask and causal, tails, GQA, the deterministic mode).
+
+TEST_CASE("backward: every mask and modifier, their gradients (the sinks' too)", "[rung16_backward]") {
+  for (int d : {64, 128, 256})
+    for (DType t : {DType::fp16, DType::bf16})
+      for (const Problem& p : cases(d, t)) passes(rung16("backward"), p);
+}
+
+TEST_CASE("backward: head_dims 80 and 96 (and 48, 160) on the next tile up, GQA unsplit", "[rung16_backward]") {
+  for (int d : {80, 96})
+    for (const Problem& p : cases(d, DType::bf16)) passes(rung16("backward"), p);
+  for (int d : {48, 160}) {
+    passes(rung16("backward"), shape(2, 300, 300, 8, 2, d, true));
+    passes(rung16("backward"), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
+  }
+}
+
+TEST_CASE("backward: packed batches with masks and modifiers: lengths of 1, empty sequences, q != k",
+          "[rung16_backward]") {
+  for (int d : {64, 128, 96}) {
+    Problem p = shape(1, 1, 1, 8, 2, d, true, DType::bf16);
+    set_varlen(&p, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
+    passes(rung16("backward"), window(p, 64, 0));
+    Problem capped = window(p, 100, 0);
+    capped.softcap = 30.f;
+    capped.sinks = sinks_for(p.heads_q);
+    passes(rung16("backward"), capped);
+    Problem alibi = p;
+    alibi.alibi = true;
+    alibi.causal = false;
+    passes(rung16("backward"), alibi);
+  }
+}
+
+TEST_CASE("backward: a window far shorter than the sequence (most K/V blocks visit few query blocks)",
+          "[rung16_backward]") {
+  passes(rung16("backward"), window(shape(2, 4096, 4096, 8, 2, 128, true, DType::bf16), 512, 0));
+  Problem g = window(shape(1, 2048, 2048, 16, 2, 64, true), 256, 0);
+  g.softcap = 50.f;
+  g.sinks = sinks_for(g.heads_q);
+  passes(rung16("backward"), g);
+}
+
+TEST_CASE("backward: the deterministic mode takes no mask or the causal one, and refuses the rest in one line",
+          "[rung16_backward]") {
+  const Rung& r = rung16("backward");
+  const Problem causal = shape(1, 300, 530, 8, 2, 128, true);
+  Problem none = causal;
+  none.causal = false;
+  Problem capped = causal;  // a modifier is no mask: it runs
+  capped.softcap = 20.f;
+  for (const Problem& p : {causal, none, capped}) {
+    const CaseResult c = run_bwd_case(r, p, InputKind::random, CheckMode::full, 5, true);
+    if (!c.ran) {
+      WARN(r.label() << " not run: " << c.skipped);
+      continue;
+    }
+    INFO(p.describe() << ": " << c.check.reason);
+    CHECK(c.check.pass);
+  }
+  const CaseResult w = run_bwd_case(r, window(causal, 64, 0), InputKind::random, CheckMode::full, 5, true);
+  CHECK_FALSE(w.ran);
+  CHECK(w.skipped.find("deterministic") != std::string::npos);
+}

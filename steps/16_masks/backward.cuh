@@ -1,0 +1,123 @@
+/// @file steps/16_masks/backward.cuh
+/// @brief Rung 16's backward pass: rung 14's kernel (FlashAttention-3's backward) with the masks
+/// and score modifiers as its MODS parameter, and the sinks' gradient.
+///
+/// Rung 14's kernel walks K/V blocks: block j loads K_j, V_j once and visits the query blocks
+/// that see it. So it needs the mask by key, not by row: col_span (masks.h), the rows that see
+/// key j. Every mask here gives an interval there too, and both of its ends grow with j (the
+/// CPU tests check it), so
+/// @code
+///   // clang-format off
+///   query blocks of K/V block j   the ones holding rows [col(key0).lo, col(key1).hi]: no other
+///                                 block can see a key of it (the skipped blocks)
+///   full (query block i, warpgroup's 64 keys)   col(last key).lo <= first row and
+///                                 col(first key).hi >= last row: no mask arithmetic
+///   partial                       each thread tests its two keys' rows: lo <= row <= hi
+///   // clang-format on
+/// @endcode
+/// The forward's classifier and lists are not needed: the rule is the same (empty, full,
+/// partial), evaluated from two spans per warpgroup when the block starts.
+///
+/// Score modifiers: P = exp2(t - LSE log2 e) with t = score_mod(s) in log2 units (mods.h).
+/// ALiBi's bias is a constant, so dS = P (dP - D) as before; softcapping multiplies dS by its
+/// derivative 1 - tanh^2 (kernel.cuh computes P and dS in one pass once dP^T is in).
+///
+/// Sinks: the forward's LSE includes each head's sink, so P is right as it stands. The sink's own
+/// gradient is d L / d sink_h = -sum_i exp(sink_h - LSE_i) D_i over the head's rows (the sink's
+/// probability times D, since d P_ij / d sink_h = -P_ij p_sink_i): sink_grad_kernel, from the
+/// LSE and D rung 14's statistics kernel already wrote.
+#pragma once
+
+#include <limits.h>
+
+#include "../14_hopper_backward/launch_bwd.cuh"
+#include "mods.h"
+
+namespace fl::masks16 {
+
+/// Rung 14's kernel's MODS (kernel.cuh's CausalOrNone has the same members): SpanMask by key,
+/// ScoreMod SCORE.
+template <class SCORE>
+struct BwdMods {
+  static constexpr bool kScore = SCORE::kAny;
+  static constexpr bool kSoftcap = SCORE::kSoftcap;
+  SpanMask mask;
+  SCORE score;
+  int heads_q;
+  int len_q, len_k, offset;
+  int diag[2];      ///< ALiBi: the thread's two keys minus the diagonal's offset (distance = row - diag)
+  float dist0[2];   ///< ALiBi: per step, the distance of the thread's first row (set_rows)
+  KeySpan rows[2];  ///< the rows that see the thread's two keys
+  int full_lo;      ///< every row of [full_lo, full_hi] sees every key of the warpgroup
+  int full_hi;      ///< (mods.h's rows_seeing_all)
+
+  __device__ __forceinline__ void set_block(const hopper14::BlockWork& w) {
+    len_q = w.len_q;
+    len_k = w.len_k;
+    offset = w.len_k - w.len_q;
+  }
+  __device__ __forceinline__ KeySpan query_rows(int key0, int key1) const {
+    return rows_of_keys(mask, len_q, len_k, key0, key1);
+  }
+  __device__ __forceinline__ KeySpan col_of(int j) const {
+    return j < len_k ? mask.col(len_q, len_k, j) : KeySpan{INT_MAX, -1};
+  }
+  __device__ __forceinline__ void set_keys(int wg_key0, int key_a, int key_b) {
+    diag[0] = key_a - offset;
+    diag[1] = key_b - offset;
+    rows[0] = col_of(key_a);
+    rows[1] = col_of(key_b);
+    const KeySpan all = rows_seeing_all(mask, len_q, len_k, wg_key0, wg_key0 + 63);
+    full_lo = all.lo;
+    full_hi = all.hi;
+  }
+  __device__ __forceinline__ bool full(int q0, int q1) const { return full_lo <= q0 && full_hi >= q1; }
+  __device__ __forceinline__ bool sees(int hh, int qr) const { return rows[hh].lo <= qr && qr <= rows[hh].hi; }
+  __device__ __forceinline__ void set_head(int h) {
+    if constexpr (SCORE::kAlibi) score.slope = alibi_slope_log2(h, heads_q);
+  }
+  /// The step's first row of the thread, @p row0, once S^T is in: ALiBi's distances are then
+  /// dist0 + a constant of the element. @p anchor is a score of S^T: dist0 is made to depend on it
+  /// (0 x anchor, which IEEE arithmetic may not fold), so ptxas cannot compute the 64 distances
+  /// before the wgmma wait, while dP^T's accumulators are live, and spill them (it did).
+  __device__ __forceinline__ void set_rows(int row0, float anchor) {
+    if constexpr (SCORE::kAlibi) {
+      dist0[0] = fmaf(anchor, 0.f, static_cast<float>(row0 - diag[0]));
+      dist0[1] = fmaf(anchor, 0.f, static_cast<float>(row0 - diag[1]));
+    }
+  }
+  /// ALiBi's |i + len_k - len_q - j| for the thread's key @p hh and the row @p dr after row0.
+  __device__ __forceinline__ float dist(int hh, int dr) const { return dist0[hh] + static_cast<float>(dr); }
+  __device__ __forceinline__ float score_of(float s, int hh, int dr) const { return score(s, dist(hh, dr)); }
+  __device__ __forceinline__ float score_grad(float s, int hh, int dr, float& grad) const {
+    return score.with_grad(s, dist(hh, dr), grad);
+  }
+};
+
+/// d L / d sink_h = -sum over the head's real rows of 2^(sink_h log2 e - LSE_i log2 e) D_i, from
+/// rung 14's padded statistics (padding rows: LSE log2 e = +inf, D = 0, so they add nothing).
+/// One block per query head, its rows in a fixed order: the same sum run after run.
+static __global__ void __launch_bounds__(256)
+    sink_grad_kernel(const AttnParams p, const float* lse_log2, const float* delta, int64_t head_rows, float* dsinks) {
+  const int h = blockIdx.x;
+  const int groups = p.cu_seqlens_q ? 1 : p.batch;  // dense: [batch, heads_q, head_rows]; packed: [heads_q, head_rows]
+  const float sink = p.sinks[h] * 1.4426950408889634f;
+  float sum = 0.f;
+  for (int b = 0; b < groups; ++b) {
+    const int64_t base = (static_cast<int64_t>(b) * p.heads_q + h) * head_rows;
+    for (int64_t r = threadIdx.x; r < head_rows; r += blockDim.x)
+      sum += exp2f(sink - lse_log2[base + r]) * delta[base + r];
+  }
+  __shared__ float part[8];
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.f;
+    for (int w = 0; w < 8; ++w) total += part[w];
+    dsinks[h] = -total;
+  }
+}
+
+}  // namespace fl::masks16
