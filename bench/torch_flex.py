@@ -219,6 +219,11 @@ def run_flex(torch, bench, flex, create_block_mask, s):
         raise RuntimeError("no FlexAttention counterpart (attention sinks: a logit in the denominator only)")
     b, n, h, d = s["batch"], s["seqlen_q"], s["heads_q"], s["head_dim"]
     backward = s["family"] == "masks-backward"
+    if backward:
+        # Timed as torch_sdpa.py times a backward (retain_graph=True, repeated): a backward compiled
+        # with donated buffers refuses that (it did from the second shape on), so no donation.
+        import torch._functorch.config
+        torch._functorch.config.donated_buffer = False
     dt = getattr(torch, torch_sdpa.TORCH_DTYPES[torch_sdpa.DTYPE])
     gen = torch.Generator(device="cuda").manual_seed(2024)
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dt, generator=gen).requires_grad_(backward)
