@@ -7,9 +7,14 @@
          (a window of w over 2w keys against causal over 2w);
   SWEEP  bench/rung16_sweep.sh (fp16 and bf16, d = 64 ... 256, 512 to 8k keys, GQA 4:1): rung 16's
          causal kernel against rung 15's, each modifier against rung 16's causal kernel, and
-         head_dims 80 and 96 against 128.
+         head_dims 80 and 96 against 128;
+  BACKWARD  one run of bench/run_all.sh --family masks-backward (the same shapes, the backward pass
+         alone): rung 16's backward per case against its causal cell, FlexAttention's backward,
+         rung 14 on the causal cells;
+  BWD_SWEEP bench/rung16_bwd_sweep.sh: rung 16's backward against rung 14 (causal), each modifier
+         against rung 16's causal backward, d = 96 against 128.
 
-usage: python3 bench/rung16_tables.py MASKS SWEEP
+usage: python3 bench/rung16_tables.py MASKS SWEEP [BACKWARD BWD_SWEEP]
   e.g. python3 bench/rung16_tables.py bench/results/nvidia-h100-80gb-hbm3/rung16/masks-bf16 \\
            bench/results/nvidia-h100-80gb-hbm3/rung16/sweep
 """
@@ -135,10 +140,63 @@ def sweep_tables(folder):
     return lines
 
 
+def backward_tables(folder):
+    t = masks_times(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    r16, r14, flex = "16_masks[backward]", "14_hopper_backward", "torch_flex"
+    lines = ["Masks family, backward: %s, %s, commit `%s` (`%s`): bf16, d = 128, 16 heads, batch x seqlen = 32k "
+             "tokens, the backward pass alone; TFLOP/s of the unmasked pairs (2.5 x the forward's)."
+             % (meta["device"], meta["date"][:10], meta["git_sha"][:7], folder), "",
+             "| case | N | rung 16 backward (TFLOP/s) | time / causal's | rate / causal's | FlexAttention backward "
+             "(TFLOP/s) | rung 16 / FlexAttention | rung 14 (TFLOP/s) | rung 16 / rung 14 |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for case in CASES:
+        for n in (8192, 32768):
+            if (r16, case, n) not in t:
+                continue
+            ms, tf = t[r16, case, n]
+            causal, fl, b14 = t.get((r16, "causal", n)), t.get((flex, case, n)), t.get((r14, case, n))
+            lines.append("| %s | %dk | %.0f | %s | %s | %s | %s | %s | %s |" % (
+                CASE_NAMES[case], n // 1024, tf,
+                fmt(ms / causal[0]) if causal else "-", fmt(tf / causal[1]) if causal else "-",
+                "%.0f" % fl[1] if fl else "-", fmt(fl[0] / ms) + "×" if fl else "-",
+                "%.0f" % b14[1] if b14 else "-", fmt(b14[0] / ms) if b14 else "-"))
+    w, c = t.get((r16, "window4096", 8192)), t.get((r16, "causal", 8192))
+    if w and c:
+        lines += ["", "**A window of w = 4096 keys over 2w = 8k, backward:** %.3f ms against causal's %.3f ms: "
+                  "%.2f× (the issue's bound: 1.3×)." % (w[0], c[0], w[0] / c[0])]
+    return lines
+
+
+def bwd_sweep_tables(folder):
+    runs = sweep_runs(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    lines = ["Backward sweep: %s, %s, commit `%s` (`%s`): batch x seqlen = 16k tokens, hidden 2048 (32 heads at "
+             "d = 96), GQA 4:1, causal; rung 16's backward (TFLOP/s) and its time against rung 14's, then each "
+             "modifier's rate against rung 16's causal backward." % (meta["device"], meta["date"][:10],
+                                                                   meta["git_sha"][:7], folder), "",
+             "| dtype, d | N | causal (TFLOP/s) | rung 14 / rung 16 (time) | window N/4 | softcap 50 | ALiBi | sinks |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for cell in ("bf16_d64", "bf16_d96", "bf16_d128", "fp16_d128"):
+        for n in (2048, 8192):
+            c, b = runs.get("%s_N%d_causal" % (cell, n)), runs.get("%s_N%d_causal_rung14" % (cell, n))
+            if not c:
+                continue
+            mods = [runs.get("%s_N%d_%s" % (cell, n, m)) for m in ("window", "softcap", "alibi", "sinks")]
+            t, d = cell.split("_")
+            lines.append("| %s, d=%s | %dk | %.0f | %s | %s |" % (
+                t, d[1:], n // 1024, c[1], fmt(b[0] / c[0]) if b else "-",
+                " | ".join(fmt(m[1] / c[1]) if m else "-" for m in mods)))
+    return lines
+
+
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 5):
         sys.exit(__doc__)
-    print("\n".join(masks_tables(sys.argv[1]) + [""] + sweep_tables(sys.argv[2])))
+    out = masks_tables(sys.argv[1]) + [""] + sweep_tables(sys.argv[2])
+    if len(sys.argv) == 5:
+        out += [""] + backward_tables(sys.argv[3]) + [""] + bwd_sweep_tables(sys.argv[4])
+    print("\n".join(out))
 
 
 if __name__ == "__main__":
