@@ -336,9 +336,8 @@ bool is_a_main_baseline(const Rung& r, bool fp8_only = false) {
 bool runs_in(const Config& c, const Shape& s, const Rung& r) {
   const std::string& f = s.family;
   if (f == "masks-backward")  // the backward entries with masks, and rung 14 on the plain causal cells
-    return r.launch_bwd && (r.mods ? true
-                                   : s.mask_case == "causal" && r.number == kMasksBackwardBaselineRung &&
-                                         r.variant.empty());
+    return r.launch_bwd && (r.mods || (s.mask_case == "causal" && r.number == kMasksBackwardBaselineRung &&
+                                       r.variant.empty()));
   if (is_backward(f))
     return r.launch_bwd && (f != "varlen-backward" || r.varlen) && (r.variant.empty() || c.variants);
   if (r.launch_bwd) return false;

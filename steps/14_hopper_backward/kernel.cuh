@@ -220,7 +220,7 @@ struct BlockWork {
 
 /// The kernel's mask and scores, a template parameter: rung 14's own, none or the bottom-right
 /// causal mask (p.causal) with the scale fused into the exponent. Rung 16 passes its masks and
-/// score modifiers with the same members (steps/16_masks/bwd_mods.h). Each thread keeps a copy:
+/// score modifiers with the same members (steps/16_masks/backward.cuh). Each thread keeps a copy:
 /// set_block once, set_keys once with its two keys of S^T (key0 + 16 warp + g + 8 hh), set_head
 /// per step (a modifier that depends on the query head).
 struct CausalOrNone {
@@ -235,7 +235,7 @@ struct CausalOrNone {
     len_k = w.len_k;
     offset = w.causal_offset;
   }
-  /// The rows that see some key of [key0, key1]: query q sees key k when k <= q + offset.
+  /// The rows that see some key of [first, last]: query q sees key k when k <= q + offset.
   __device__ __forceinline__ KeySpan query_rows(int first, int last) const {
     (void)last;
     return {causal ? max(0, first - offset) : 0, len_q - 1};

@@ -1,9 +1,9 @@
 /// @file steps/14_hopper_backward/launch.cu
-/// @brief Rung 14's launches and registration: the row statistics, the backward kernel
-/// (kernel.cuh) and the dQ convert in the workspace workspace.h lays out, behind `launch_bwd`; rung
-/// 10's forward pass behind `launch`. Rows of more than bwd::kExactDeltaKeys keys take D from rung
-/// 11's exact pass (exact_delta.cuh), a split GQA group adds its partial dK, dV with rung 11's
-/// convert kernel. One variant per idea turned off.
+/// @brief Rung 14's registration: its entries run launch_bwd.cuh's backward (the row statistics,
+/// the kernel with rung 14's own mask, CausalOrNone, and the dQ convert in the workspace
+/// workspace.h lays out) behind `launch_bwd`, and rung 15's forward pass behind `launch`. Rows of
+/// more than bwd::kExactDeltaKeys keys take D from rung 11's exact pass (exact_delta.cuh); a split
+/// GQA group adds its partial dK, dV with rung 11's convert kernel. One variant per idea turned off.
 #include <stdint.h>
 
 #include <algorithm>

@@ -83,9 +83,11 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// The backward pass: D (rung 11's exact pass on long rows, where @p policy asks for it), the
 /// padded statistics, the kernel with @p mods, the dQ convert and, for a split group, rung 11's
 /// dK, dV convert. WRITER false: the atomic-dq ablation, which has no deterministic order of its
-/// own (asked for one, the writer runs).
+/// own (asked for one, the writer runs). Returns where the statistics and accumulators are (rung
+/// 16 reads the LSE and D rows again for the sinks' gradient); lse_log2 null: nothing was written
+/// (a packed batch of empty sequences).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
-void launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
+BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
                      cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
@@ -93,7 +95,7 @@ void launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::G
   // below D (rung 16's 80 and 96 on the d = 128 tiles) lays out the workspace as D's.
   WsShape shape(p);
   shape.p.head_dim = D;
-  if (shape.packed && p.total_q == 0 && p.total_k == 0) return;  // only empty sequences: nothing to write
+  if (shape.packed && p.total_q == 0 && p.total_k == 0) return {};  // only empty sequences: nothing to write
   const bool deterministic = given.deterministic != 0;
   const bwd::DeltaSource source = bwd::delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
   AttnBwdParams P = given;
@@ -155,6 +157,7 @@ void launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::G
   }
   FL_LAUNCH_CHECK("bwd_hopper_kernel");
   convert_gradients<T, Cfg>(P, buf, stat_rows, stream);
+  return buf;
 }
 
 

@@ -396,10 +396,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 inline MaskSpec mask_spec_of(const AttnParams& p) {
   return make_mask_spec(p.causal != 0, p.window_left, p.window_right, p.prefix, p.doc_starts, p.n_docs);
 }
-/// True when the spec is the plain causal mask (CausalMask's one comparison suffices).
-inline bool is_plain_causal(const MaskSpec& m) {
-  return m.window_left < 0 && m.window_right == 0 && m.prefix == 0 && m.doc_starts == nullptr;
-}
 /// True when the spec bounds some row's keys from the right (a longer tile sees more keys: LPT).
 inline bool grows_with_rows(const MaskSpec& m) { return m.window_right >= 0 || m.prefix > 0 || m.doc_starts != nullptr; }
 

@@ -50,7 +50,8 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
   return "";
 }
 
-Rung make(Classify mode, const char* variant, const char* summary) {
+/// What every entry of the rung shares, forward and backward.
+Rung base_entry(const char* variant, const char* summary) {
   Rung r;
   r.number = 16;
   r.name = "masks";
@@ -65,6 +66,11 @@ Rung make(Classify mode, const char* variant, const char* summary) {
   // them the open models' 80 and 96 (Phi-3, GPT-NeoX-style) on the next tile up.
   r.head_dims.clear();
   for (int d = 16; d <= 256; d += 16) r.head_dims.push_back(d);
+  return r;
+}
+
+Rung make(Classify mode, const char* variant, const char* summary) {
+  Rung r = base_entry(variant, summary);
   r.in_tour = mode == Classify::exact;
   if (mode == Classify::exact)
     r.baselines = {Baseline::on(15, "the rung it builds on: the same kernel with the causal mask as special code")};
@@ -106,33 +112,22 @@ Rung make(Classify mode, const char* variant, const char* summary) {
 /// head_dims between on the next tile up, as the forward's), the masks by key, the modifiers, the
 /// sinks' gradient.
 Rung make_backward() {
-  Rung r;
-  r.number = 16;
-  r.name = "masks";
-  r.variant = "backward";
-  r.summary = "backward: rung 14's kernel with the masks read by key (the query blocks that see a K/V block, "
-              "full or partial per warpgroup), softcap's derivative, ALiBi, the sinks' gradient";
-  r.peak = Peak::tensor_16bit;
-  r.min_cc = 90;
+  Rung r = base_entry("backward", "backward: rung 14's kernel with the masks read by key (the query blocks that see a "
+                                  "K/V block, full or partial per warpgroup), softcap's derivative, ALiBi, the sinks' "
+                                  "gradient");
   r.forward_rung = 16;
   r.builds_on = {14};
-  r.writes_o_fp32 = true;
-  r.varlen = true;
-  r.mods = true;
   r.in_tour = false;
-  r.head_dims.clear();
-  for (int d = 16; d <= 256; d += 16) r.head_dims.push_back(d);
   r.baselines = {Baseline::on(14, "the backward it builds on: the same kernel with the causal mask as special code")};
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
-    if (std::string why = check_limits(p, d); !why.empty()) return why;
-    const int smem = p.head_dim > 128 ? hopper14::RungTiles<256>::kSmemBytes : hopper14::RungTiles<128>::kSmemBytes;
-    return tile_limits(p, d, std::max(smem, hopper14::RungTiles<64>::kSmemBytes));
+    if (std::string why = check_limits(p, d); !why.empty()) return why;  // the forward's
+    return tile_limits(p, d, with_head_dim(p.head_dim, [](auto t) {
+                         return hopper14::RungTiles<decltype(t)::value>::kSmemBytes;  // the backward tile's
+                       }));
   };
   r.bwd_supports = [](const Problem& p, bool deterministic) -> std::string {
     const MaskSpec m = p.mask_spec();
-    const bool none = m.window_left < 0 && m.window_right < 0 && m.prefix == 0 && m.doc_starts == nullptr;
-    const bool causal = m.window_left < 0 && m.window_right == 0 && m.prefix == 0 && m.doc_starts == nullptr;
-    if (deterministic && !none && !causal)
+    if (deterministic && !fl::masks16::is_no_mask(m) && !fl::masks16::is_plain_causal(m))
       return "the deterministic backward takes no mask or the causal mask only (its dQ order is rung 14's)";
     return "";
   };

@@ -18,8 +18,7 @@ namespace fl::masks16 {
 /// that bounds the keys (the lists are short, as causal ones), its dense tiles otherwise.
 template <int D, class F>
 decltype(auto) with_tiles_of(const MaskSpec& spec, F&& f) {
-  const bool dense = spec.window_left < 0 && spec.window_right < 0 && spec.prefix == 0 && spec.doc_starts == nullptr;
-  if (dense) return f(TypeTag<hopper15::Tiles<D, false>>{});
+  if (is_no_mask(spec)) return f(TypeTag<hopper15::Tiles<D, false>>{});
   return f(TypeTag<hopper15::Tiles<D, true>>{});
 }
 
@@ -101,24 +100,21 @@ template <int D>
 void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
   using Cfg = hopper14::RungTiles<D>;
   const AttnParams& p = P.fwd;
+  if (p.sinks != nullptr && P.dsinks == nullptr)
+    throw std::runtime_error("rung 16: a backward with sinks needs AttnBwdParams::dsinks");
+  hopper14::BwdBuffers buf{};
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     with_bwd_mods(p, [&](auto mods) {
-      hopper14::launch_backward<T, Cfg, true>(P, kBwdDelta, bwd_split(p.head_dim, D), mods, s);
+      buf = hopper14::launch_backward<T, Cfg, true>(P, kBwdDelta, bwd_split(p.head_dim, D), mods, s);
     });
   });
-  if (p.sinks != nullptr) {
-    if (P.dsinks == nullptr) throw std::runtime_error("rung 16: a backward with sinks needs AttnBwdParams::dsinks");
-    hopper14::WsShape shape(p);
-    shape.p.head_dim = D;
-    if (shape.packed && shape.total_q == 0) {
-      FL_CUDA_CHECK(cudaMemsetAsync(P.dsinks, 0, sizeof(float) * p.heads_q, s));
-      return;
-    }
-    const float* ws = static_cast<const float*>(P.workspace);
-    sink_grad_kernel<<<p.heads_q, 256, 0, s>>>(p, ws, ws + hopper14::stat_rows(shape), hopper14::head_rows(shape),
-                                               P.dsinks);
-    FL_LAUNCH_CHECK("sink_grad_kernel");
+  if (p.sinks == nullptr) return;
+  if (buf.lse_log2 == nullptr) {  // no row anywhere: nothing pulls on a sink
+    FL_CUDA_CHECK(cudaMemsetAsync(P.dsinks, 0, sizeof(float) * p.heads_q, s));
+    return;
   }
+  sink_grad_kernel<<<p.heads_q, 256, 0, s>>>(p, buf.lse_log2, buf.delta, buf.head_rows, P.dsinks);
+  FL_LAUNCH_CHECK("sink_grad_kernel");
 }
 
 template <int D>

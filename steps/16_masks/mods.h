@@ -30,6 +30,15 @@
 
 namespace fl::masks16 {
 
+/// True when the spec masks nothing (no window, prefix or documents; causal is a right window).
+FL_HD bool is_no_mask(const MaskSpec& m) {
+  return m.window_left < 0 && m.window_right < 0 && m.prefix == 0 && m.doc_starts == nullptr;
+}
+/// True when the spec is the plain causal mask (CausalMask's one comparison suffices).
+FL_HD bool is_plain_causal(const MaskSpec& m) {
+  return m.window_left < 0 && m.window_right == 0 && m.prefix == 0 && m.doc_starts == nullptr;
+}
+
 /// The bottom-right causal mask: keys 0 .. i + len_k - len_q.
 struct CausalMask {
   static constexpr bool kLower = false;  ///< spans start at key 0: only the upper bound is tested
