@@ -48,6 +48,21 @@ def fmt(x, digits=2):
     return "-" if x is None else ("%.*f" % (digits, x))
 
 
+def case_cells(t, rung, case, n, flex="torch_flex"):
+    """A masks-family row's common cells for @p rung: its TFLOP/s, its time and rate against its
+    own causal cell at the same length, FlexAttention's TFLOP/s and FlexAttention's time over the
+    rung's. Returns (cells, ms)."""
+    ms, tf = t[rung, case, n]
+    causal, fl = t.get((rung, "causal", n)), t.get((flex, case, n))
+    return ["%s" % CASE_NAMES[case], "%dk" % (n // 1024), "%.0f" % tf,
+            fmt(ms / causal[0]) if causal else "-", fmt(tf / causal[1]) if causal else "-",
+            "%.0f" % fl[1] if fl else "-", fmt(fl[0] / ms) + "×" if fl else "-"], ms
+
+
+def row(cells):
+    return "| " + " | ".join(cells) + " |"
+
+
 def masks_tables(folder):
     t = masks_times(folder)
     meta = json.load(open(os.path.join(folder, "meta.json")))
@@ -61,15 +76,9 @@ def masks_tables(folder):
         for n in (8192, 32768):
             if (r16, case, n) not in t:
                 continue
-            ms, tf = t[r16, case, n]
-            causal = t.get((r16, "causal", n))
-            fl = t.get((flex, case, n))
+            cells, ms = case_cells(t, r16, case, n, flex)
             abl = [t.get((r16 + "[%s]" % v, case, n)) for v in ("no-full-blocks", "no-skip")]
-            lines.append("| %s | %dk | %.0f | %s | %s | %s | %s | %s | %s |" % (
-                CASE_NAMES[case], n // 1024, tf,
-                fmt(ms / causal[0]) if causal else "-", fmt(tf / causal[1]) if causal else "-",
-                "%.0f" % fl[1] if fl else "-", fmt(fl[0] / ms) + "×" if fl else "-",
-                *[fmt(ms / a[0]) if a else "-" for a in abl]))
+            lines.append(row(cells + [fmt(ms / a[0]) if a else "-" for a in abl]))
     lines += ["", "(time / causal's and rate / causal's: against rung 16's plain causal kernel on the same shape; "
               "no-full-blocks and no-skip: rung 16's time over the ablation's, below 1 = the idea the ablation "
               "turns off helps.)", ""]
@@ -154,13 +163,9 @@ def backward_tables(folder):
         for n in (8192, 32768):
             if (r16, case, n) not in t:
                 continue
-            ms, tf = t[r16, case, n]
-            causal, fl, b14 = t.get((r16, "causal", n)), t.get((flex, case, n)), t.get((r14, case, n))
-            lines.append("| %s | %dk | %.0f | %s | %s | %s | %s | %s | %s |" % (
-                CASE_NAMES[case], n // 1024, tf,
-                fmt(ms / causal[0]) if causal else "-", fmt(tf / causal[1]) if causal else "-",
-                "%.0f" % fl[1] if fl else "-", fmt(fl[0] / ms) + "×" if fl else "-",
-                "%.0f" % b14[1] if b14 else "-", fmt(b14[0] / ms) if b14 else "-"))
+            cells, ms = case_cells(t, r16, case, n, flex)
+            b14 = t.get((r14, case, n))
+            lines.append(row(cells + ["%.0f" % b14[1] if b14 else "-", fmt(b14[0] / ms) if b14 else "-"]))
     w, c = t.get((r16, "window4096", 8192)), t.get((r16, "causal", 8192))
     if w and c:
         lines += ["", "**A window of w = 4096 keys over 2w = 8k, backward:** %.3f ms against causal's %.3f ms: "
