@@ -59,6 +59,11 @@ def case_cells(t, rung, case, n, flex="torch_flex"):
             "%.0f" % fl[1] if fl else "-", fmt(fl[0] / ms) + "×" if fl else "-"], ms
 
 
+def measured(t, rung):
+    """The (case, N) cells of the masks family that @p rung ran, in the tables' order."""
+    return [(case, n) for case in CASES for n in (8192, 32768) if (rung, case, n) in t]
+
+
 def row(cells):
     return "| " + " | ".join(cells) + " |"
 
@@ -72,13 +77,10 @@ def masks_tables(folder):
     lines += ["| case | N | rung 16 (TFLOP/s) | time / causal's | rate / causal's | FlexAttention (TFLOP/s) | "
               "rung 16 / FlexAttention | no-full-blocks | no-skip |",
               "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for case in CASES:
-        for n in (8192, 32768):
-            if (r16, case, n) not in t:
-                continue
-            cells, ms = case_cells(t, r16, case, n, flex)
-            abl = [t.get((r16 + "[%s]" % v, case, n)) for v in ("no-full-blocks", "no-skip")]
-            lines.append(row(cells + [fmt(ms / a[0]) if a else "-" for a in abl]))
+    for case, n in measured(t, r16):
+        cells, ms = case_cells(t, r16, case, n, flex)
+        abl = [t.get((r16 + "[%s]" % v, case, n)) for v in ("no-full-blocks", "no-skip")]
+        lines.append(row(cells + [fmt(ms / a[0]) if a else "-" for a in abl]))
     lines += ["", "(time / causal's and rate / causal's: against rung 16's plain causal kernel on the same shape; "
               "no-full-blocks and no-skip: rung 16's time over the ablation's, below 1 = the idea the ablation "
               "turns off helps.)", ""]
@@ -159,13 +161,10 @@ def backward_tables(folder):
              "| case | N | rung 16 backward (TFLOP/s) | time / causal's | rate / causal's | FlexAttention backward "
              "(TFLOP/s) | rung 16 / FlexAttention | rung 14 (TFLOP/s) | rung 16 / rung 14 |",
              "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for case in CASES:
-        for n in (8192, 32768):
-            if (r16, case, n) not in t:
-                continue
-            cells, ms = case_cells(t, r16, case, n, flex)
-            b14 = t.get((r14, case, n))
-            lines.append(row(cells + ["%.0f" % b14[1] if b14 else "-", fmt(b14[0] / ms) if b14 else "-"]))
+    for case, n in measured(t, r16):
+        cells, ms = case_cells(t, r16, case, n, flex)
+        b14 = t.get((r14, case, n))
+        lines.append(row(cells + ["%.0f" % b14[1] if b14 else "-", fmt(b14[0] / ms) if b14 else "-"]))
     w, c = t.get((r16, "window4096", 8192)), t.get((r16, "causal", 8192))
     if w and c:
         lines += ["", "**A window of w = 4096 keys over 2w = 8k, backward:** %.3f ms against causal's %.3f ms: "
