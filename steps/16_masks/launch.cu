@@ -9,6 +9,7 @@
 
 #include "flashladder/registry.h"
 #include "flashladder/tma.h"
+#include "bwd_delta.h"
 #include "mods.h"
 #include "../14_hopper_backward/traits.h"
 #if FL_HOPPER_SM90A
@@ -129,7 +130,7 @@ Rung make_backward() {
     const MaskSpec m = p.mask_spec();
     if (deterministic && !fl::masks16::is_no_mask(m) && !fl::masks16::is_plain_causal(m))
       return "the deterministic backward takes no mask or the causal mask only (its dQ order is rung 14's)";
-    return "";
+    return masks16::long_row_refusal(p);
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) { registry().find(16)->launch(p, s); };
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) -> size_t {
@@ -163,7 +164,10 @@ Rung make_backward() {
     std::vector<std::string> notes{
         "backward pass after rung 16's forward (O, fp32 O and LSE); FLOPs by FlashAttention's convention: 2.5 x "
         "the forward's, unmasked pairs only",
-        "D from the forward's fp32 O (rung 11's exact D pass knows no mask)"};
+        std::string("D from ") +
+            bwd::delta_source_name(bwd::delta_source(masks16::delta_policy(masks16::exact_pass_applies(p)),
+                                                     p.seqlen_k, true)) +
+            " (bwd_delta.h: rung 11's exact pass on long rows where it applies, the fp32 O elsewhere)"};
     if (p.head_dim % 64 != 0 && p.heads_q > p.heads_kv)
       notes.push_back("head_dim below its tile's: each block walks its whole GQA group (no split)");
     return notes;

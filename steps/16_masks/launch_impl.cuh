@@ -10,6 +10,7 @@
 #include "flashladder/registry.h"
 #include "flashladder/static_switch.h"
 #include "backward.cuh"
+#include "bwd_delta.h"
 #include "kernel.cuh"
 
 namespace fl::masks16 {
@@ -93,8 +94,11 @@ inline bwd::GroupSplit bwd_split(int head_dim, int D) {
   return head_dim == D ? bwd::GroupSplit::balanced : bwd::GroupSplit::none;
 }
 
-/// D always from the forward's fp32 O: rung 11's exact D pass knows no mask.
-constexpr bwd::DeltaPolicy kBwdDelta = bwd::DeltaPolicy::o32;
+/// Where D comes from (bwd_delta.h): rung 11's rule where its exact pass applies, else the fp32 O.
+inline bwd::DeltaPolicy bwd_policy(const AttnParams& p) {
+  return delta_policy(exact_pass_applies(mask_spec_of(p), p.softcap > 0 || p.alibi || p.sinks != nullptr,
+                                         p.cu_seqlens_q != nullptr, p.head_dim));
+}
 
 template <int D>
 void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
@@ -105,7 +109,7 @@ void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
   hopper14::BwdBuffers buf{};
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     with_bwd_mods(p, [&](auto mods) {
-      buf = hopper14::launch_backward<T, Cfg, true>(P, kBwdDelta, bwd_split(p.head_dim, D), mods, s);
+      buf = hopper14::launch_backward<T, Cfg, true>(P, bwd_policy(p), bwd_split(p.head_dim, D), mods, s);
     });
   });
   if (p.sinks == nullptr) return;
@@ -119,7 +123,8 @@ void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
 
 template <int D>
 size_t bwd_workspace_masks16(const Problem& pr, bool deterministic) {
-  return hopper14::workspace_bytes(bwd_shape<D>(pr), deterministic, kBwdDelta, bwd_split(pr.head_dim, D));
+  return hopper14::workspace_bytes(bwd_shape<D>(pr), deterministic, delta_policy(exact_pass_applies(pr)),
+                                   bwd_split(pr.head_dim, D));
 }
 
 template <int D>

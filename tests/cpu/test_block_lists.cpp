@@ -3,7 +3,8 @@
 // the list holds exactly the blocks the element mask (masks.h's mask_mod) leaves a key in, in
 // key order, and marks partial exactly those where some row of the sequence misses a key of the
 // block (or the block holds keys past the sequence); rows past the sequence count for neither.
-// Also: the mask functors against row_span, and the workspace layout's offsets.
+// Also: the mask functors against row_span, the workspace layout's offsets, and where the
+// backward takes D from (bwd_delta.h).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "16_masks/bwd_delta.h"
 #include "16_masks/mods.h"
 #include "mask_cases.h"
 
@@ -189,4 +191,94 @@ TEST_CASE("ALiBi's slope in float, as the kernels compute it, against the fp64 d
       INFO("head " << h << " of " << heads);
       CHECK(std::fabs(alibi_slope_log2(h, heads) - want) <= 4e-7 * want);
     }
+}
+
+TEST_CASE("backward's D: max_row_keys bounds every row's span, tightly under windows and documents",
+          "[cpu][block_lists]") {
+  struct Shape {
+    bool causal;
+    int left, right, prefix;
+    std::vector<int> docs;
+  };
+  const std::vector<Shape> shapes = {{false, -1, -1, 0, {}},  {true, -1, -1, 0, {}},   {true, 37, -1, 0, {}},
+                                     {false, 20, 9, 0, {}},   {false, -1, 5, 0, {}},   {true, -1, -1, 64, {}},
+                                     {true, 300, -1, 0, kDocs}, {false, -1, -1, 0, kDocs}, {false, 3, 0, 10, {}}};
+  for (const Shape& sh : shapes) {
+    for (const auto& [lq, lk] : std::vector<std::pair<int, int>>{{700, 700}, {1, 700}, {300, 700}}) {
+      if (!sh.docs.empty() && lq != lk) continue;  // documents: self-attention
+      Problem p;
+      p.seqlen_q = lq;
+      p.seqlen_k = lk;
+      p.causal = sh.causal;
+      p.window_left = sh.left;
+      p.window_right = sh.right;
+      p.prefix = sh.prefix;
+      p.doc_starts = sh.docs;
+      int64_t widest = 0;
+      for (int i = 0; i < lq; ++i) {
+        const KeySpan s = p.key_span(0, i);
+        widest = std::max<int64_t>(widest, s.hi - s.lo + 1);
+      }
+      INFO("causal " << sh.causal << " window " << sh.left << "," << sh.right << " prefix " << sh.prefix << " docs "
+                     << sh.docs.size() << " len_q " << lq << " len_k " << lk);
+      REQUIRE(max_row_keys(p) >= widest);
+      const bool bounded = (sh.left >= 0 && (sh.right >= 0 || sh.causal)) || !sh.docs.empty();
+      if (bounded && lq == lk && sh.prefix == 0) REQUIRE(max_row_keys(p) == widest);
+    }
+  }
+}
+
+TEST_CASE("backward's D: rung 11's exact pass on the long rows it can take, a refusal on the others",
+          "[cpu][block_lists]") {
+  const int longest = bwd::kExactDeltaKeys;
+  auto problem = [](int lk) {
+    Problem p;
+    p.seqlen_q = 1;
+    p.seqlen_k = lk;
+    p.heads_q = 32;
+    p.heads_kv = 8;
+    p.head_dim = 128;
+    return p;
+  };
+  // Rows up to 16384 keys: the fp32 O, whatever the mask.
+  Problem p = problem(longest);
+  p.softcap = 30;
+  p.sinks.assign(32, 0.f);
+  CHECK(long_row_refusal(p).empty());
+  CHECK(!exact_pass_applies(p));
+  CHECK(delta_policy(exact_pass_applies(p)) == bwd::DeltaPolicy::o32);
+  // One query against 100003 keys, no mask or causal: the exact pass, as rung 14.
+  p = problem(100003);
+  CHECK(exact_pass_applies(p));
+  CHECK(long_row_refusal(p).empty());
+  CHECK(bwd::delta_source(delta_policy(true), p.seqlen_k, true) == bwd::DeltaSource::exact);
+  p.causal = true;
+  CHECK(long_row_refusal(p).empty());
+  // A window of 4096 or documents of 8k bound the rows: the fp32 O on any length.
+  p.window_left = 4096;
+  p.softcap = 30;
+  CHECK(max_row_keys(p) == 4097);
+  CHECK(long_row_refusal(p).empty());
+  p = problem(32768);
+  p.seqlen_q = 32768;
+  for (int d = 0; d <= 4; ++d) p.doc_starts.push_back(d * 8192);
+  p.alibi = true;
+  CHECK(max_row_keys(p) == 8192);
+  CHECK(long_row_refusal(p).empty());
+  // Long rows the exact pass cannot take: each modifier, a mask, head_dim 96 or 256, a packed batch.
+  auto refused = [&](auto&& change) {
+    Problem q = problem(32768);
+    q.causal = true;
+    change(q);
+    return !long_row_refusal(q).empty();
+  };
+  CHECK(refused([](Problem& q) { q.softcap = 30; }));
+  CHECK(refused([](Problem& q) { q.alibi = true; }));
+  CHECK(refused([](Problem& q) { q.sinks.assign(32, 0.f); }));
+  CHECK(refused([](Problem& q) { q.prefix = 100; }));
+  CHECK(refused([](Problem& q) { q.window_left = 20000; }));
+  CHECK(refused([](Problem& q) { q.head_dim = 96; }));
+  CHECK(refused([](Problem& q) { q.head_dim = 256; }));
+  CHECK(refused([](Problem& q) { set_varlen(&q, {1, 1}, {32768, 100}); }));
+  CHECK(!refused([](Problem& q) { q.head_dim = 64; }));
 }
