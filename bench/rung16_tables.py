@@ -12,9 +12,11 @@
          alone): rung 16's backward per case against its causal cell, FlexAttention's backward,
          rung 14 on the causal cells;
   BWD_SWEEP bench/rung16_bwd_sweep.sh: rung 16's backward against rung 14 (causal), each modifier
-         against rung 16's causal backward, d = 96 against 128.
+         against rung 16's causal backward, d = 96 against 128;
+  ROUNDS the 32k causal forward cell, rungs 15 and 16 in alternating processes (n32k_<rung>_<i>.json,
+         its meta.json has the command): each round's median and the fastest launch.
 
-usage: python3 bench/rung16_tables.py MASKS SWEEP [BACKWARD BWD_SWEEP]
+usage: python3 bench/rung16_tables.py MASKS SWEEP [BACKWARD BWD_SWEEP [ROUNDS]]
   e.g. python3 bench/rung16_tables.py bench/results/nvidia-h100-80gb-hbm3/rung16/masks-bf16 \\
            bench/results/nvidia-h100-80gb-hbm3/rung16/sweep
 """
@@ -194,12 +196,38 @@ def bwd_sweep_tables(folder):
     return lines
 
 
+def rounds_table(folder):
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    timing = {}
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("n32k_") and name.endswith(".json"):
+            rung, i = name[len("n32k_"):-len(".json")].rsplit("_", 1)
+            timing[(rung, int(i))] = json.load(open(os.path.join(folder, name)))["timing"]
+    rounds = sorted({i for _, i in timing})
+    out = ["The 32k causal forward cell: %s, %s, commit `%s` (`%s`): %s; %d launches per process, "
+           "rungs 15 and 16 alternating." % (meta["device"], meta["date"][:10], meta["git_sha"][:7],
+                                             os.path.relpath(folder), meta["shape"], meta["iters"]), "",
+           "| round | rung 15 median (ms) | rung 16 median (ms) | rung 16 / rung 15 (rate) | rung 15 fastest | "
+           "rung 16 fastest |", "|--:|--:|--:|--:|--:|--:|"]
+    for i in rounds:
+        a, b = timing[("15_persistent", i)], timing[("16_masks", i)]
+        out.append(row([str(i), "%.3f" % a["median_ms"], "%.3f" % b["median_ms"], fmt(a["median_ms"] / b["median_ms"]),
+                        "%.3f" % a["min_ms"], "%.3f" % b["min_ms"]]))
+    fast15 = min(timing[("15_persistent", i)]["min_ms"] for i in rounds)
+    fast16 = min(timing[("16_masks", i)]["min_ms"] for i in rounds)
+    out += ["", "Fastest launch over all rounds: rung 15 %.3f ms, rung 16 %.3f ms (%s)." % (fast15, fast16,
+                                                                                         fmt(fast15 / fast16))]
+    return out
+
+
 def main():
-    if len(sys.argv) not in (3, 5):
+    if len(sys.argv) not in (3, 5, 6):
         sys.exit(__doc__)
     out = masks_tables(sys.argv[1]) + [""] + sweep_tables(sys.argv[2])
-    if len(sys.argv) == 5:
+    if len(sys.argv) >= 5:
         out += [""] + backward_tables(sys.argv[3]) + [""] + bwd_sweep_tables(sys.argv[4])
+    if len(sys.argv) == 6:
+        out += [""] + rounds_table(sys.argv[5])
     print("\n".join(out))
 
 
