@@ -13,6 +13,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -146,12 +147,55 @@ std::array<int64_t, 3> checked_strides(const char* name, uintptr_t ptr,
   return s;
 }
 
+/// The shapes the checks read a tensor as: [batch, seqlen, heads, head_dim], or for a packed
+/// batch (Problem::varlen) [1, tokens, heads, head_dim], the view of its [tokens, heads,
+/// head_dim] tensor that the Python layer passes.
+std::array<int64_t, 4> q_shape_of(const Problem& p) {
+  return p.varlen() ? std::array<int64_t, 4>{1, p.total_q(), p.heads_q, p.head_dim}
+                    : std::array<int64_t, 4>{p.batch, p.seqlen_q, p.heads_q, p.head_dim};
+}
+std::array<int64_t, 4> kv_shape_of(const Problem& p) {
+  return p.varlen() ? std::array<int64_t, 4>{1, p.total_k(), p.heads_kv, p.head_dim}
+                    : std::array<int64_t, 4>{p.batch, p.seqlen_k, p.heads_kv, p.head_dim};
+}
+
+/// The device buffers beside Q, K, V, O and the LSE that a problem's mask, modifiers and
+/// packing need (each 0 when unused): cu_seqlens_q, cu_seqlens_k (int32, batch + 1), sinks
+/// (fp32, heads_q), alibi_slopes (fp32, [heads_q] or [batch, heads_q]).
+struct Extras {
+  uintptr_t cu_seqlens_q = 0, cu_seqlens_k = 0, sinks = 0, alibi_slopes = 0;
+  int alibi_batch_stride = 0;
+};
+
+/// Checks @p e against @p p (one pointer per feature the problem has, none it lacks, each
+/// aligned) and sets its pointers in @p a.
+void set_extras(AttnParams* a, const Problem& p, const Extras& e) {
+  auto need = [](const char* name, uintptr_t ptr, bool wanted, const char* what) {
+    if (wanted && ptr == 0) refuse_if(std::string(name) + ": the problem has " + what + " but no buffer was given");
+    if (!wanted && ptr != 0) refuse_if(std::string(name) + ": given, but the problem has no " + what);
+    if (ptr % 4 != 0) refuse_if(std::string(name) + ": needs a 4-byte aligned buffer");
+  };
+  need("cu_seqlens_q", e.cu_seqlens_q, p.varlen(), "packed sequences");
+  need("cu_seqlens_k", e.cu_seqlens_k, p.varlen(), "packed sequences");
+  need("sinks", e.sinks, !p.sinks.empty(), "sinks");
+  if (e.alibi_slopes != 0 && !p.alibi) refuse_if("alibi_slopes: given, but the problem has no ALiBi");
+  if (e.alibi_slopes % 4 != 0) refuse_if("alibi_slopes: needs a 4-byte aligned buffer");
+  if (e.alibi_batch_stride != 0 && e.alibi_batch_stride != p.heads_q)
+    refuse_if("alibi_slopes: one slope per head ([heads_q]) or per sequence and head ([batch, heads_q])");
+  a->cu_seqlens_q = reinterpret_cast<const int*>(e.cu_seqlens_q);
+  a->cu_seqlens_k = reinterpret_cast<const int*>(e.cu_seqlens_k);
+  a->sinks = reinterpret_cast<const float*>(e.sinks);
+  a->alibi_slopes = reinterpret_cast<const float*>(e.alibi_slopes);
+  a->alibi_batch_stride = e.alibi_batch_stride;
+}
+
 /// AttnParams for @p p (make_attn_params) with the tensors' pointers and strides: @p ptr holds
-/// q, k, v, o, lse; @p strides q, k, v, o. Every stride and pointer is checked first.
+/// q, k, v, o, lse; @p strides q, k, v, o; @p e the buffers of the mask, modifiers and packing.
+/// Every stride and pointer is checked first.
 AttnParams params_for(const Problem& p, const std::array<uintptr_t, 5>& ptr,
-                      const std::array<Strides4, 4>& strides) {
-  const std::array<int64_t, 4> q_shape{p.batch, p.seqlen_q, p.heads_q, p.head_dim};
-  const std::array<int64_t, 4> kv_shape{p.batch, p.seqlen_k, p.heads_kv, p.head_dim};
+                      const std::array<Strides4, 4>& strides, const Extras& e) {
+  const std::array<int64_t, 4> q_shape = q_shape_of(p);
+  const std::array<int64_t, 4> kv_shape = kv_shape_of(p);
   const auto q = checked_strides("q", ptr[0], q_shape, strides[0]);
   const auto k = checked_strides("k", ptr[1], kv_shape, strides[1]);
   const auto v = checked_strides("v", ptr[2], kv_shape, strides[2]);
@@ -167,6 +211,8 @@ AttnParams params_for(const Problem& p, const std::array<uintptr_t, 5>& ptr,
   a.k_batch_stride = k[0], a.k_row_stride = k[1], a.k_head_stride = k[2];
   a.v_batch_stride = v[0], a.v_row_stride = v[1], a.v_head_stride = v[2];
   a.o_batch_stride = o[0], a.o_row_stride = o[1], a.o_head_stride = o[2];
+  if (p.varlen()) a.q_batch_stride = a.k_batch_stride = a.v_batch_stride = a.o_batch_stride = 0;
+  set_extras(&a, p, e);
   return a;
 }
 
@@ -224,6 +270,28 @@ Problem make_problem(int batch, int seqlen_q, int seqlen_k, int heads_q, int hea
   p.softmax_scale = softmax_scale;
   p.num_splits = num_splits;
   return p;
+}
+
+/// Makes @p p a packed batch of @p batch sequences, @p total_q query and @p total_k key tokens,
+/// the longest @p max_q and @p max_k, without their lengths: what the checks, the routes and the
+/// workspaces read (flash_attn_varlen_func's arguments; the lengths stay on the device, in the
+/// cu_seqlens given to the launch). The host's cu_seqlens are a stand-in of those totals.
+void set_varlen_shape(Problem* p, int batch, int64_t total_q, int64_t total_k, int max_q, int max_k) {
+  if (batch < 1 || total_q < 0 || total_k < 0 || max_q < 0 || max_k < 0)
+    throw nb::value_error("varlen: batch >= 1 and non-negative totals and maxima");
+  if (total_q > int64_t(batch) * max_q || total_k > int64_t(batch) * max_k)
+    throw nb::value_error("varlen: more tokens than batch x max_seqlen (max_seqlen_q/k too small)");
+  auto stand_in = [batch](int64_t total, int longest) {
+    std::vector<int> lens(batch, 0);
+    for (int b = 0; b < batch && total > 0; ++b) {
+      lens[b] = static_cast<int>(std::min<int64_t>(total, longest));
+      total -= lens[b];
+    }
+    return lens;
+  };
+  set_varlen(p, stand_in(total_q, max_q), stand_in(total_k, max_k));
+  p->seqlen_q = std::max(max_q, 1);
+  p->seqlen_k = std::max(max_k, 1);
 }
 
 }  // namespace
@@ -285,6 +353,18 @@ NB_MODULE(_ext, m) {
       .def_rw("causal", &Problem::causal)
       .def_rw("softmax_scale", &Problem::softmax_scale)
       .def_rw("num_splits", &Problem::num_splits)
+      .def_rw("window_left", &Problem::window_left)
+      .def_rw("window_right", &Problem::window_right)
+      .def_rw("prefix", &Problem::prefix)
+      .def_rw("softcap", &Problem::softcap)
+      .def_rw("alibi", &Problem::alibi)
+      .def_prop_rw(
+          "sinks", [](const Problem& p) { return !p.sinks.empty(); },
+          [](Problem& p, bool on) { p.sinks.assign(on ? p.heads_q : 0, 0.f); },
+          "attention sinks on (their values stay on the device; set after heads_q)")
+      .def("set_varlen", &set_varlen_shape, "batch"_a, "total_q"_a, "total_k"_a, "max_q"_a, "max_k"_a,
+           "a packed batch of these totals and maxima (flash_attn_varlen_func's)")
+      .def_prop_ro("varlen", &Problem::varlen)
       .def("scale", &Problem::scale, "softmax_scale, or 1/sqrt(head_dim) when it is 0")
       .def("describe", &Problem::describe)
       .def("__repr__", &Problem::describe);
@@ -344,6 +424,16 @@ NB_MODULE(_ext, m) {
       "number"_a, "variant"_a, "problem"_a, "device"_a = 0);
 
   m.def(
+      "bwd_supports",
+      [](int number, const std::string& variant, const Problem& p, bool deterministic) -> std::string {
+        const Rung& r = find_rung(number, variant);
+        if (!r.launch_bwd) return r.label() + " has no backward pass";
+        return r.bwd_supports ? r.bwd_supports(p, deterministic) : "";
+      },
+      "number"_a, "variant"_a, "problem"_a, "deterministic"_a = false,
+      "'' if the entry's backward pass takes the problem (beyond supports: its own limits), else why not");
+
+  m.def(
       "layout_reason",
       [](const std::string& name, uintptr_t ptr, const std::array<int64_t, 4>& shape,
          const Strides4& strides) { return layout_reason(name, ptr, shape, strides); },
@@ -369,6 +459,7 @@ NB_MODULE(_ext, m) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
         refuse_if(supports_reason(r, p, device_info(device)));
+        if (r.bwd_supports) refuse_if(r.bwd_supports(p, deterministic));
         return r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : size_t{0};
       },
       "number"_a, "variant"_a, "problem"_a, "deterministic"_a = false, "device"_a = 0,
@@ -378,12 +469,13 @@ NB_MODULE(_ext, m) {
       "forward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream, int device, uintptr_t o_fp32) {
+         uintptr_t stream, int device, uintptr_t o_fp32, const std::array<uintptr_t, 4>& extras,
+         int alibi_batch_stride) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch) refuse_if(r.label() + " has no forward launch");
         refuse_if(supports_reason(r, p, device_info(device)));
         if (o_fp32 != 0 && !r.writes_o_fp32) refuse_if(r.label() + " writes no fp32 copy of O");
-        AttnParams a = params_for(p, ptr, strides);
+        AttnParams a = params_for(p, ptr, strides, {extras[0], extras[1], extras[2], extras[3], alibi_batch_stride});
         a.o_fp32 = fp32_o_pointer(o_fp32);
         DeviceGuard guard(device);
         check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
@@ -394,31 +486,36 @@ NB_MODULE(_ext, m) {
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
+      "extras"_a = std::array<uintptr_t, 4>{0, 0, 0, 0}, "alibi_batch_stride"_a = 0,
       "Launches the entry's forward pass (asynchronous, on the stream). ptrs: q, k, v, out, lse "
-      "(fp32 [batch, heads_q, seqlen_q], contiguous); strides: q, k, v, out (4 each, elements); "
-      "o_fp32: 0, or a dense fp32 [batch, seqlen_q, heads_q, head_dim] buffer for O before its "
-      "rounding (entries with writes_o_fp32)");
+      "(fp32 [batch, heads_q, seqlen_q], contiguous; packed: [heads_q, total_q]); strides: q, k, "
+      "v, out (4 each, elements; packed: of the [1, tokens, heads, head_dim] view); o_fp32: 0, or "
+      "a dense fp32 buffer like out for O before its rounding (entries with writes_o_fp32); "
+      "extras: cu_seqlens_q, cu_seqlens_k (int32), sinks, alibi_slopes (fp32) or 0 each");
 
   m.def(
       "backward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 9>& ptr,
          const std::array<Strides4, 8>& strides, uintptr_t workspace, size_t workspace_bytes,
-         bool deterministic, uintptr_t stream, int device, uintptr_t o_fp32) {
+         bool deterministic, uintptr_t stream, int device, uintptr_t o_fp32,
+         const std::array<uintptr_t, 4>& extras, int alibi_batch_stride, uintptr_t dsinks) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
         refuse_if(supports_reason(r, p, device_info(device)));
+        if (r.bwd_supports) refuse_if(r.bwd_supports(p, deterministic));
         AttnBwdParams b{};
         b.fwd = params_for(p, {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]},
-                           {strides[0], strides[1], strides[2], strides[3]});
+                           {strides[0], strides[1], strides[2], strides[3]},
+                           {extras[0], extras[1], extras[2], extras[3], alibi_batch_stride});
+        if (!p.sinks.empty() && (dsinks == 0 || dsinks % 4 != 0))
+          refuse_if("dsinks: the problem has sinks: a 4-byte aligned fp32 [heads_q] buffer for their gradient");
+        b.dsinks = p.sinks.empty() ? nullptr : reinterpret_cast<float*>(dsinks);
         // dO has O's strides, dQ Q's, dK K's and dV V's (backward.h).
         const char* names[4] = {"dout", "dq", "dk", "dv"};
         const char* like[4] = {"out", "q", "k", "v"};
         const int same[4] = {3, 0, 1, 2};
         for (int i = 0; i < 4; ++i) {
-          const std::array<int64_t, 4> shape =
-              same[i] == 1 || same[i] == 2
-                  ? std::array<int64_t, 4>{p.batch, p.seqlen_k, p.heads_kv, p.head_dim}
-                  : std::array<int64_t, 4>{p.batch, p.seqlen_q, p.heads_q, p.head_dim};
+          const std::array<int64_t, 4> shape = same[i] == 1 || same[i] == 2 ? kv_shape_of(p) : q_shape_of(p);
           const auto s = checked_strides(names[i], ptr[5 + i], shape, strides[4 + i]);
           const auto t = checked_strides(like[i], ptr[same[i]], shape, strides[same[i]]);
           if (s != t)
@@ -441,7 +538,9 @@ NB_MODULE(_ext, m) {
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
-      "Launches the entry's backward pass (asynchronous). ptrs: q, k, v, out, lse, dout, dq, dk, "
+      "extras"_a = std::array<uintptr_t, 4>{0, 0, 0, 0}, "alibi_batch_stride"_a = 0, "dsinks"_a = 0,
+      "Launches the entry's backward pass (asynchronous); extras as forward's, dsinks: the sinks' "
+      "gradient (fp32 [heads_q]) when the problem has sinks. ptrs: q, k, v, out, lse, dout, dq, dk, "
       "dv; strides: q, k, v, out, dout, dq, dk, dv (dout like out, dq like q, dk like k, dv like v); "
       "o_fp32: 0, or the forward's fp32 O (dense like out), which D = rowsum(dO * O) then reads");
 }

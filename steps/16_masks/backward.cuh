@@ -44,6 +44,9 @@ struct BwdMods {
   SpanMask mask;
   SCORE score;
   int heads_q;
+  const float* slopes;  ///< ALiBi's given slopes (AttnParams::alibi_slopes), null: the paper's
+  int slope_stride;     ///< their batch stride
+  int batch;
   int len_q, len_k, offset;
   int diag[2];      ///< ALiBi: the thread's two keys minus the diagonal's offset (distance = row - diag)
   float dist0[2];   ///< ALiBi: per step, the distance of the thread's first row (set_rows)
@@ -52,6 +55,7 @@ struct BwdMods {
   int full_hi;      ///< (mods.h's rows_seeing_all)
 
   __device__ __forceinline__ void set_block(const hopper14::BlockWork& w) {
+    batch = w.batch;
     len_q = w.len_q;
     len_k = w.len_k;
     offset = w.len_k - w.len_q;
@@ -74,7 +78,7 @@ struct BwdMods {
   __device__ __forceinline__ bool full(int q0, int q1) const { return full_lo <= q0 && full_hi >= q1; }
   __device__ __forceinline__ bool sees(int hh, int qr) const { return rows[hh].lo <= qr && qr <= rows[hh].hi; }
   __device__ __forceinline__ void set_head(int h) {
-    if constexpr (SCORE::kAlibi) score.slope = alibi_slope_log2(h, heads_q);
+    if constexpr (SCORE::kAlibi) score.slope = alibi_slope_of(slopes, slope_stride, batch, h, heads_q);
   }
   /// The step's first row of the thread, @p row0, once S^T is in: ALiBi's distances are then
   /// dist0 + a constant of the element. @p anchor is a score of S^T: dist0 is made to depend on it

@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       hi[h] = s.hi - 2 * t4;
       diag[h] = static_cast<float>(row + it.seq.len_k - it.seq.len_q - 2 * t4);
     }
-    if constexpr (SCORE::kAlibi) score.slope = alibi_slope_log2(it.head, p.heads_q);
+    if constexpr (SCORE::kAlibi)
+      score.slope = alibi_slope_of(p.alibi_slopes, p.alibi_batch_stride, it.batch, it.head, p.heads_q);
     // LAB-END(16-rows)
 
     auto mask_and_softmax = [&](float (&S)[BLOCK_N / 2], int entry) {

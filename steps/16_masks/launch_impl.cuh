@@ -75,10 +75,13 @@ template <class F>
 void with_bwd_mods(const AttnParams& p, F&& f) {
   const SpanMask mask{mask_spec_of(p)};
   const float cap = p.softcap;
-  if (cap > 0 && p.alibi) f(BwdMods<ScoreMod<true, true>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q});
-  else if (cap > 0) f(BwdMods<ScoreMod<true, false>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q});
-  else if (p.alibi) f(BwdMods<ScoreMod<false, true>>{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q});
-  else f(BwdMods<ScoreMod<false, false>>{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q});
+  const float* sl = p.alibi_slopes;
+  const int ss = p.alibi_batch_stride;
+  if (cap > 0 && p.alibi)
+    f(BwdMods<ScoreMod<true, true>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q, sl, ss});
+  else if (cap > 0) f(BwdMods<ScoreMod<true, false>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q, sl, ss});
+  else if (p.alibi) f(BwdMods<ScoreMod<false, true>>{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss});
+  else f(BwdMods<ScoreMod<false, false>>{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss});
 }
 
 /// The backward's workspace shape: the problem with the tile's head_dim D (its dQ tiles are D

@@ -67,6 +67,13 @@ FL_HD float alibi_slope_log2(int h, int heads) {
   return exp2f(e) * 1.4426950408889634f;
 }
 
+/// ALiBi's slope of (sequence @p b, head @p h) times log2(e): the given slopes (AttnParams::
+/// alibi_slopes) when there are some, else the paper's.
+FL_HD float alibi_slope_of(const float* slopes, int batch_stride, int b, int h, int heads) {
+  return slopes != nullptr ? slopes[static_cast<int64_t>(b) * batch_stride + h] * 1.4426950408889634f
+                           : alibi_slope_log2(h, heads);
+}
+
 /// Which score modifiers a kernel applies (both off: rung 15's fused scale).
 template <bool SOFTCAP, bool ALIBI>
 struct ScoreMod {

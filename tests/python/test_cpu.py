@@ -92,6 +92,16 @@ class Tensor:
     def data_ptr(self):
         return self.ptr
 
+    def dim(self):
+        return len(self.shape)
+
+    def unsqueeze(self, dim):
+        assert dim == 0
+        n = 1
+        for x in self.shape:
+            n *= x
+        return Tensor((1,) + self.shape, self.dtype, self.device, (n,) + self.strides, self.ptr)
+
 
 def qkv(b=2, sq=128, sk=128, hq=8, hkv=8, d=64, **kw):
     return Tensor((b, sq, hq, d), **kw), Tensor((b, sk, hkv, d), **kw), Tensor((b, sk, hkv, d), **kw)
@@ -424,6 +434,61 @@ class DefaultRung(unittest.TestCase):
         self.assertEqual(_ext.tolerance_floor("fp16", True)["rel_fro"], 2 * f16["rel_fro"])
 
 
+class Mods(unittest.TestCase):
+    """Masks, modifiers and packed batches (flashladder._flash's): which entries the routes pick,
+    and the checks of a packed batch, on a hand-made H100."""
+
+    def problem(self, d=128, sk=4096, mods=None, causal=True, hq=8, hkv=2):
+        return _core.make_problem(2, sk, sk, hq, hkv, d, "bf16", causal, mods=mods)
+
+    def test_routes(self):
+        if not (built(15) and built(16) and built(14)):
+            self.skipTest("needs rungs 14, 15 and 16")
+        window = _core.Mods(window_left=128, window_right=0)
+        self.assertEqual(_core.default_forward(self.problem(mods=window), H100).number, 16)
+        r = _core.default_backward(self.problem(mods=window), H100)
+        self.assertEqual((r.number, r.variant), (16, "backward"))
+        for mods in (_core.Mods(softcap=30.0), _core.Mods(alibi=2), _core.Mods(sinks=True)):
+            self.assertEqual(_core.default_forward(self.problem(mods=mods), H100).number, 16)
+        # A packed batch alone: rung 15 forward, rung 14 backward.
+        packed = _core.Mods(varlen=(3, 5000, 5000, 4096, 4096))
+        self.assertEqual(_core.default_forward(self.problem(mods=packed), H100).number, 15)
+        self.assertEqual(_core.default_backward(self.problem(mods=packed), H100).number, 14)
+        # head_dim 96: rung 16 both ways.
+        self.assertEqual(_core.default_forward(self.problem(d=96), H100).number, 16)
+        self.assertEqual(_core.default_backward(self.problem(d=96), H100).variant, "backward")
+        # Rows of more than 16384 keys with softcap: no backward takes them, each says why.
+        with self.assertRaisesRegex(ValueError, "16384"):
+            _core.default_backward(self.problem(sk=32768, mods=_core.Mods(softcap=30.0)), H100)
+        # A window under the deterministic backward: refused.
+        with self.assertRaisesRegex(ValueError, "deterministic"):
+            _core.default_backward(self.problem(mods=window), H100, deterministic=True)
+        self.assertIn("DEFAULT_BACKWARD", flashladder.find_rung(16, "backward").route)
+
+    def test_mods_on_the_problem(self):
+        p = self.problem(mods=_core.Mods(3, 4, 20.0, 2, True, (2, 300, 500, 200, 400)))
+        self.assertEqual((p.window_left, p.window_right, p.softcap, p.alibi, p.sinks, p.varlen),
+                         (3, 4, 20.0, True, True, True))
+        self.assertEqual((p.batch, p.seqlen_q, p.seqlen_k), (2, 200, 400))
+        with self.assertRaisesRegex(ValueError, "max_seqlen"):
+            self.problem(mods=_core.Mods(varlen=(2, 500, 500, 200, 200)))  # 500 > 2 x 200
+
+    def test_check_varlen(self):
+        q, k = Tensor((300, 8, 64)), Tensor((500, 2, 64))
+        cu = Tensor((3,), dtype=DType("torch.int32"))
+        key, varlen = _core.check_varlen(q, k, k, cu, cu, 200, 400, True)
+        self.assertEqual(key[:6], (2, 200, 400, 8, 2, 64))
+        self.assertEqual(varlen, (2, 300, 500, 200, 400))
+        with self.assertRaisesRegex(ValueError, "3 dimensions"):
+            _core.check_varlen(Tensor((1, 300, 8, 64)), k, k, cu, cu, 200, 400)
+        with self.assertRaisesRegex(ValueError, "int32"):
+            _core.check_varlen(q, k, k, Tensor((3,), dtype=DType("torch.int64")), cu, 200, 400)
+        with self.assertRaisesRegex(ValueError, "same count"):
+            _core.check_varlen(q, k, k, cu, Tensor((4,), dtype=DType("torch.int32")), 200, 400)
+        with self.assertRaisesRegex(ValueError, "max_seqlen_q"):
+            _core.check_varlen(q, k, k, cu, cu, 0, 400)
+
+
 class TransformersArguments(unittest.TestCase):
     """The transformers attention function's allow-list, on stand-in tensors (no PyTorch): every
     argument that would change the result and that the rungs cannot honour is refused before
@@ -446,13 +511,10 @@ class TransformersArguments(unittest.TestCase):
 
     def test_refused(self):
         self.refused("position_bias", position_bias=Tensor((1, 8, 64, 64)))  # T5, mT5, UMT5, LongT5
-        self.refused("softcap", softcap=50.0)                                # Gemma 2
-        self.refused("s_aux", s_aux=Tensor((8,)))                           # gpt-oss
-        self.refused("cu_seq_lens_q", cu_seq_lens_q=Tensor((3,)))
         self.refused("seq_idx", seq_idx=Tensor((1, 64)))
-        self.refused("sliding_window", sliding_window=32)                  # 64 tokens: it masks
         self.refused("dropout", dropout=0.1)
-        self.refused("attention mask", mask=Tensor((1, 1, 64, 64)))
+        self.refused("2D padding mask", mask=Tensor((1, 1, 64, 64)))       # a custom 4D mask
+        self.refused("sliding_window must be an int", sliding_window=1.5)
         self.refused("output_attentions", output_attentions=True)
         self.refused("head_mask", head_mask=Tensor((8,)))                  # not on the allow-list
         self.refused("some_new_argument", some_new_argument=1)
@@ -462,6 +524,8 @@ class TransformersArguments(unittest.TestCase):
         # anything but a flashladder refusal means the checks let it through.
         for kwargs in ({"sliding_window": 4096}, {"use_cache": True, "cache_position": None},
                        {"softcap": None, "s_aux": None, "position_bias": None},
+                       {"sliding_window": 32, "softcap": 50.0, "s_aux": Tensor((8,))},  # rung 16
+                       {"mask": Tensor((1, 64), dtype=DType("torch.int64"))},  # padding: varlen
                        {"max_length_q": 64, "max_length_k": 64, "deterministic": True},
                        {"output_attentions": False, "is_causal": False}):
             try:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -25,9 +25,18 @@ errors        bad input raises TypeError/ValueError with a one-line reason, befo
               autograd, a mask or dropout through the transformers function. Each message is
               printed.
 models        transformers models built from configs: each runs and matches the fp32 eager model
-              within twice bf16 SDPA's error, or is refused naming the argument (T5's position
-              bias, Gemma 2's softcap, gpt-oss's sinks, windows narrower than the sequence,
-              padding masks, rows packed by position_ids, head_dim 96); generate() on a cache.
+              within twice bf16 SDPA's error, output and every parameter's gradient (Llama,
+              Qwen2, Qwen3, Mistral's window, Gemma 2's window and softcap, gpt-oss's sinks and
+              window, Phi-3's head_dim 96, BERT, ModernBERT's local window; left-padded batches;
+              rows packed by position_ids), or is refused naming the argument (T5's position
+              bias); generate() on a dynamic cache, and of a left-padded batch on a dynamic and a
+              static cache.
+flash         FlashAttention's interface (flash_attn_func, the packed and varlen forms) against an fp32
+              reference of FlashAttention's definitions, forward, LSE and backward (dsinks too):
+              causal, windows, softcap, ALiBi slopes per head and per sequence, sinks and their
+              combination, head_dims 64 to 256 (80, 96), GQA, seqlen_q != seqlen_k; packed
+              batches with empty and one-token sequences; the packed forms bit for bit;
+              deterministic=True; dropout, a block table and bad arguments refused.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
               attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
@@ -528,25 +537,27 @@ def part_models():
     cases = [
         ("Llama", "LlamaForCausalLM", "LlamaConfig", llama, dict(input_ids=ids), None),
         ("Llama, left-padded batch", "LlamaForCausalLM", "LlamaConfig", llama,
-         dict(input_ids=ids, attention_mask=pad), "attention mask"),
+         dict(input_ids=ids, attention_mask=pad), None),
         ("Llama, two documents packed by position_ids", "LlamaForCausalLM", "LlamaConfig", llama,
-         dict(input_ids=ids[:1], position_ids=restart), "position_ids restart"),
+         dict(input_ids=ids[:1], position_ids=restart), None),
         ("Qwen2", "Qwen2ForCausalLM", "Qwen2Config", llama, dict(input_ids=ids), None),
         ("Qwen3", "Qwen3ForCausalLM", "Qwen3Config", dict(llama, head_dim=64), dict(input_ids=ids),
          None),
         ("Mistral, window 32 < 96 tokens", "MistralForCausalLM", "MistralConfig",
-         dict(llama, sliding_window=32), dict(input_ids=ids), "sliding_window"),
+         dict(llama, sliding_window=32), dict(input_ids=ids), None),
+        ("Mistral, window 32, left-padded batch", "MistralForCausalLM", "MistralConfig",
+         dict(llama, sliding_window=32), dict(input_ids=ids, attention_mask=pad), None),
         ("Mistral, window 4096 > 96 tokens", "MistralForCausalLM", "MistralConfig",
          dict(llama, sliding_window=4096), dict(input_ids=ids), None),
         ("Gemma 2 (softcap, window)", "Gemma2ForCausalLM", "Gemma2Config",
          dict(llama, head_dim=64, sliding_window=32, query_pre_attn_scalar=64), dict(input_ids=ids),
-         "softcap"),
+         None),
         ("gpt-oss (sinks, window)", "GptOssForCausalLM", "GptOssConfig",
          dict(llama, head_dim=64, num_local_experts=4, num_experts_per_tok=2, sliding_window=32),
-         dict(input_ids=ids), "s_aux"),
+         dict(input_ids=ids), None),
         ("Phi-3 (head_dim 96)", "Phi3ForCausalLM", "Phi3Config",
          dict(llama, hidden_size=768, num_key_value_heads=8, **tokens), dict(input_ids=ids),
-         "head_dim"),
+         None),
         ("T5 encoder (relative position bias)", "T5EncoderModel", "T5Config", t5,
          dict(input_ids=ids), "position_bias"),
         ("mT5 encoder", "MT5EncoderModel", "MT5Config", t5, dict(input_ids=ids), "position_bias"),
@@ -557,11 +568,15 @@ def part_models():
                                                  num_attention_heads=4), dict(input_ids=ids), None),
         ("BERT, padded batch", "BertModel", "BertConfig",
          dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-              num_attention_heads=4), dict(input_ids=ids, attention_mask=pad), "attention mask"),
+              num_attention_heads=4), dict(input_ids=ids, attention_mask=pad), None),
         ("ModernBERT, local window 16 < 96 tokens", "ModernBertModel", "ModernBertConfig",
          dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
               num_attention_heads=4, local_attention=16, cls_token_id=1, sep_token_id=2, **tokens),
-         dict(input_ids=ids), "sliding_window"),
+         dict(input_ids=ids), None),
+        ("ModernBERT, local window 16, padded batch", "ModernBertModel", "ModernBertConfig",
+         dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
+              num_attention_heads=4, local_attention=16, cls_token_id=1, sep_token_id=2, **tokens),
+         dict(input_ids=ids, attention_mask=pad), None),
         ("ModernBERT, local window 256 > 96 tokens", "ModernBertModel", "ModernBertConfig",
          dict(vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
               num_attention_heads=4, local_attention=256, cls_token_id=1, sep_token_id=2,
@@ -574,10 +589,22 @@ def part_models():
         cfg._attn_implementation = impl
         return getattr(transformers, model_cls)(cfg).to("cuda", dtype).eval()
 
-    def output(model, inputs):
-        with torch.no_grad():
+    def output(model, inputs, grad=False):
+        """The logits (or hidden states) of the valid tokens (a padded batch's padding rows are
+        left out: the models leave them undefined); with grad, also every parameter's gradient of
+        a fixed loss of them, concatenated."""
+        model.zero_grad()
+        with torch.set_grad_enabled(grad):
             r = model(**inputs)
-        return (r.logits if hasattr(r, "logits") else r.last_hidden_state).float()
+        out = (r.logits if hasattr(r, "logits") else r.last_hidden_state).float()
+        if "attention_mask" in inputs:
+            out = out[inputs["attention_mask"].bool()]
+        if not grad:
+            return out
+        torch.manual_seed(5)
+        (out * torch.randn_like(out)).sum().backward()
+        g = torch.cat([p.grad.float().flatten() for p in model.parameters() if p.grad is not None])
+        return out.detach(), g
 
     def rel(a, b):
         return ((a.double() - b.double()).norm() / b.double().norm()).item()
@@ -592,7 +619,7 @@ def part_models():
         model = build(model_cls, config_cls, config, "ladder", torch.bfloat16)
         model.load_state_dict(ref.state_dict())
         try:
-            got = output(model, inputs)
+            got, got_g = output(model, inputs, grad=True)
         except ValueError as e:
             message = str(e)
             if not message.startswith("flashladder: "):
@@ -611,14 +638,19 @@ def part_models():
             continue
         sdpa = build(model_cls, config_cls, config, "sdpa", torch.bfloat16)
         sdpa.load_state_dict(ref.state_dict())
-        err, sdpa_err = rel(got, want), rel(output(sdpa, inputs), want)
-        line = "%s: ran; error against fp32 eager %.2e, bf16 SDPA's %.2e (pass at <= 2x + 1e-3)" % (
-            name, err, sdpa_err)
-        if err <= 2 * sdpa_err + 1e-3:
-            print("ok   " + line)
-            ran += 1
-        else:
-            fail(line)
+        _, want_g = output(ref, inputs, grad=True)
+        sdpa_out, sdpa_g = output(sdpa, inputs, grad=True)
+        ok = True
+        for what, e, base in (("output", rel(got, want), rel(sdpa_out, want)),
+                              ("gradients", rel(got_g, want_g), rel(sdpa_g, want_g))):
+            line = "%s: %s' error against fp32 eager %.2e, bf16 SDPA's %.2e (pass at <= 2x + 1e-3)" % (
+                name, what, e, base)
+            if e <= 2 * base + 1e-3:
+                print("ok   " + line)
+            else:
+                fail(line)
+                ok = False
+        ran += ok
     # generate(): greedy decoding on a dynamic cache, each step's scores against the fp32 eager
     # model's logits on the same tokens (the decode steps run the route: rung 08).
     ref = build("LlamaForCausalLM", "LlamaConfig", llama, "eager", torch.float32)
@@ -642,11 +674,233 @@ def part_models():
         print("ok   " + line)
     else:
         fail(line)
+    # A left-padded batch of prompts of 33 and 40 tokens, on a dynamic and on a static cache.
+    mask = torch.ones_like(prompt)
+    mask[0, :7] = 0
+    for cache in ("dynamic", "static"):
+        with torch.no_grad():
+            kw = dict(attention_mask=mask, max_new_tokens=8, do_sample=False, output_scores=True,
+                      return_dict_in_generate=True, pad_token_id=0)
+            if cache == "static":
+                kw["cache_implementation"] = "static"
+            gen = model.generate(prompt, **kw)
+            scores = torch.stack(gen.scores, 1).float()
+            n = scores.shape[1]
+            full = torch.cat([mask, torch.ones_like(gen.sequences[:, 40:])], 1)
+            want = ref(gen.sequences, attention_mask=full).logits.float()[:, 39:39 + n]
+            base = sdpa(gen.sequences, attention_mask=full).logits.float()[:, 39:39 + n]
+        err, sdpa_err = rel(scores, want), rel(base, want)
+        line = ("generate() of a left-padded batch with the %s cache, %d greedy steps: scores' error "
+                "against fp32 eager %.2e, bf16 SDPA's %.2e" % (cache, n, err, sdpa_err))
+        if err <= 2 * sdpa_err + 1e-3:
+            print("ok   " + line)
+        else:
+            fail(line)
     print("models: %d ran and matched, %d refused naming the argument" % (ran, refused))
 
 
+# ---- flash: FlashAttention's interface (flashladder._flash) --------------------------------------
+
+def reference_mods(q, k, v, causal, window=(-1, -1), softcap=0.0, slopes=None, sinks=None, scale=None):
+    """(O [b, sq, hq, d], LSE [b, hq, sq]) in fp32 of FlashAttention's definitions, differentiable
+    in q, k, v and sinks: scores scaled, softcapped (cap tanh(s / cap)), ALiBi's -slope |i + sk - sq
+    - j| added, the window [i + sk - sq - left, i + sk - sq + right] (causal closes the right side),
+    sinks as one more logit per head in the denominator. Rows that see no key and have no sink:
+    O = 0, LSE = -inf."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    qf = q.float().transpose(1, 2)
+    kf = k.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    vf = v.float().repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
+    diag = i + (sk - sq)
+    if slopes is not None:
+        s = s - slopes.float().reshape(-1, hq, 1, 1) * (diag - j).abs().float()
+    left, right = window
+    if causal:
+        right = 0
+    keep = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        keep &= j >= diag - left
+    if right >= 0:
+        keep &= j <= diag + right
+    s = s.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.float().reshape(1, hq, 1, 1).expand(b, hq, sq, 1)], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
+    out = p[..., :sk] @ vf
+    return out.transpose(1, 2), lse
+
+
+def reference_varlen(q, k, v, cu_q, cu_k, causal, **mods):
+    """reference_mods per sequence of a packed batch: (O [total_q, hq, d], LSE [hq, total_q]);
+    sequences without queries are skipped."""
+    outs, lses = [], []
+    slopes = mods.pop("slopes", None)
+    for n in range(cu_q.shape[0] - 1):
+        q0, q1, k0, k1 = int(cu_q[n]), int(cu_q[n + 1]), int(cu_k[n]), int(cu_k[n + 1])
+        sl = slopes[n] if slopes is not None and slopes.dim() == 2 else slopes
+        if q1 == q0:
+            continue
+        assert k1 > k0, "a sequence with queries and no key: not a case here"
+        o, l = reference_mods(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], causal, slopes=sl, **mods)
+        outs.append(o[0])
+        lses.append(l[0])
+    return torch.cat(outs), torch.cat(lses, dim=1)
+
+
+def flash_case(what, dtype_name, fn, ref_fn, leaves, sinks=None, check_lse=True):
+    """Runs fn (the ladder, returning (out, lse, None)) and ref_fn (fp32) on the same leaves,
+    forward and backward; judges O, the LSE, dQ, dK, dV and the sinks' gradient."""
+    for t in leaves + ([sinks] if sinks is not None else []):
+        t.grad = None
+        t.requires_grad_()
+    out, lse, none = fn(*leaves, sinks)
+    if none is not None:
+        fail("%s: return_attn_probs gives (out, lse, None)" % what)
+    ref_in = [t.detach().float().requires_grad_() for t in leaves]
+    ref_sinks = sinks.detach().float().requires_grad_() if sinks is not None else None
+    ref, ref_lse = ref_fn(*ref_in, ref_sinks)
+    judge("%s O" % what, out.float(), ref.detach(), dtype_name)
+    if check_lse:
+        judge_lse(what, lse, ref_lse.detach(), dtype_name)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref.backward(dout.float())
+    for name, leaf, r in zip(("dQ", "dK", "dV"), leaves, ref_in):
+        judge("%s %s" % (what, name), leaf.grad.float(), torch.nan_to_num(r.grad), dtype_name, True)
+    if sinks is not None:
+        judge("%s dsinks" % what, sinks.grad.float(), ref_sinks.grad, dtype_name, True)
+
+
+def built(number):
+    return any(r.number == number for r in flashladder.rungs())
+
+
+def part_flash():
+    from flashladder import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                             flash_attn_varlen_func, flash_attn_varlen_kvpacked_func,
+                             flash_attn_varlen_qkvpacked_func)
+
+    hopper = flashladder.device_info().arch == "sm_90"
+    if not hopper or not built(16):
+        print("the masks and modifiers need rung 16 (sm_90): only the plain cases run")
+    # The same body on every mask and modifier: (name, causal, window, softcap, slopes?, sinks?)
+    mods = [("causal", True, (-1, -1), 0.0, None, False),
+            ("window 40 causal", True, (40, 0), 0.0, None, False),
+            ("window (33, 17)", False, (33, 17), 0.0, None, False),
+            ("softcap 5", True, (-1, -1), 5.0, None, False),
+            ("alibi [hq]", True, (-1, -1), 0.0, "head", False),
+            ("alibi [b, hq] non-causal", False, (-1, -1), 0.0, "batch", False),
+            ("sinks", True, (-1, -1), 0.0, None, True),
+            ("window 64 + softcap 20 + sinks", True, (64, 0), 20.0, None, True)]
+    shapes = [(2, 200, 200, 8, 2), (1, 77, 301, 4, 4)]
+    dims = [64, 80, 96, 128, 256] if hopper else [64, 128]
+    for dtype_name in ("fp16", "bf16"):
+        dt = DTYPES[dtype_name]
+        for n, (name, causal, window, cap, alibi, with_sinks) in enumerate(mods):
+            if not hopper and (window != (-1, -1) or cap or alibi or with_sinks):
+                continue
+            d = dims[n % len(dims)]
+            for (b, sq, sk, hq, hkv) in shapes:
+                slopes = None
+                if alibi == "head":
+                    slopes = torch.rand(hq, device="cuda") * 0.3
+                elif alibi == "batch":
+                    slopes = torch.rand(b, hq, device="cuda") * 0.3
+                sinks = torch.randn(hq, device="cuda", dtype=dt) if with_sinks else None
+                leaves = [randn(b, sq, hq, d, dtype=dt, offset=0.5), randn(b, sk, hkv, d, dtype=dt),
+                          randn(b, sk, hkv, d, dtype=dt, offset=0.5)]
+
+                def fn(q, k, v, s):
+                    return flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=cap,
+                                           alibi_slopes=slopes, return_attn_probs=True, learnable_sink=s)
+
+                def ref_fn(q, k, v, s):
+                    return reference_mods(q, k, v, causal, window, cap, slopes, s)
+
+                flash_case("flash_attn_func %s %s d=%d B=%d Sq=%d Sk=%d H=%d/%d" % (
+                    name, dtype_name, d, b, sq, sk, hq, hkv), dtype_name, fn, ref_fn, leaves, sinks)
+
+    # Packed batches: lengths with a 1, an empty sequence, a tail; queries != keys; plain (rung
+    # 15, rung 14) and with a window and softcap (rung 16).
+    for dtype_name in ("fp16", "bf16"):
+        dt = DTYPES[dtype_name]
+        for lens_q, lens_k in (([1, 130, 0, 257], None), ([1, 1, 3], [500, 77, 130])):
+            lens_k = lens_k or lens_q
+            cu_q = torch.tensor([0] + lens_q, device="cuda").cumsum(0).to(torch.int32)
+            cu_k = torch.tensor([0] + lens_k, device="cuda").cumsum(0).to(torch.int32)
+            hq, hkv, d = 8, 2, 128
+            for name, causal, window, cap in (("causal", True, (-1, -1), 0.0),
+                                              ("window 50 softcap 10", True, (50, 0), 10.0),
+                                              ("non-causal", False, (-1, -1), 0.0)):
+                if not hopper and (window != (-1, -1) or cap):
+                    continue
+                leaves = [randn(sum(lens_q), hq, d, dtype=dt, offset=0.5), randn(sum(lens_k), hkv, d, dtype=dt),
+                          randn(sum(lens_k), hkv, d, dtype=dt, offset=0.5)]
+
+                def fn(q, k, v, s):
+                    return flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                                  window_size=window, softcap=cap, return_attn_probs=True)
+
+                def ref_fn(q, k, v, s):
+                    return reference_varlen(q, k, v, cu_q, cu_k, causal, window=window, softcap=cap)
+
+                flash_case("flash_attn_varlen_func %s %s lens_q=%s lens_k=%s" % (
+                    name, dtype_name, lens_q, lens_k), dtype_name, fn, ref_fn, leaves)
+
+    # The packed forms give flash_attn_func's and flash_attn_varlen_func's results, bit for bit.
+    dt = torch.bfloat16
+    qkv = randn(2, 150, 3, 4, 64, dtype=dt)
+    same = torch.equal(flash_attn_qkvpacked_func(qkv, causal=True),
+                       flash_attn_func(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], causal=True))
+    q, kv = randn(2, 150, 8, 64, dtype=dt), randn(2, 150, 2, 4, 64, dtype=dt)
+    same &= torch.equal(flash_attn_kvpacked_func(q, kv, causal=True),
+                        flash_attn_func(q, kv[:, :, 0], kv[:, :, 1], causal=True))
+    cu = torch.tensor([0, 100, 300], device="cuda", dtype=torch.int32)
+    qkv = randn(300, 3, 4, 64, dtype=dt)
+    same &= torch.equal(flash_attn_varlen_qkvpacked_func(qkv, cu, 200, causal=True),
+                        flash_attn_varlen_func(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu, cu, 200, 200, causal=True))
+    q, kv = randn(300, 8, 64, dtype=dt), randn(300, 2, 4, 64, dtype=dt)
+    same &= torch.equal(flash_attn_varlen_kvpacked_func(q, kv, cu, cu, 200, 200),
+                        flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu, cu, 200, 200))
+    if same:
+        print("ok   the packed forms match flash_attn_func and flash_attn_varlen_func bit for bit")
+    else:
+        fail("a packed form differs from its unpacked call")
+
+    # deterministic=True: bitwise-identical gradients; refused where the backward has no fixed
+    # order (a window). Dropout and a block table raise NotImplementedError.
+    q, k, v = (randn(1, 1000, 8, 128, dtype=dt).requires_grad_() for _ in range(3))
+    grads = []
+    for _ in range(2):
+        for t in (q, k, v):
+            t.grad = None
+        flash_attn_func(q, k, v, causal=True, deterministic=True).backward(torch.ones_like(q))
+        grads.append([t.grad.clone() for t in (q, k, v)])
+    if all(torch.equal(a, b) for a, b in zip(*grads)):
+        print("ok   deterministic=True: identical gradients")
+    else:
+        fail("deterministic=True gave different gradients")
+    expect(NotImplementedError, "dropout", lambda: flash_attn_func(q, k, v, dropout_p=0.1))
+    expect(NotImplementedError, "block_table", lambda: flash_attn_varlen_func(
+        q[0], k[0], v[0], cu, cu, 200, 200, block_table=cu))
+    if hopper and built(16):
+        expect(ValueError, "deterministic", lambda: flash_attn_func(q, k, v, causal=True, window_size=(64, 0),
+                                                                    deterministic=True))
+    expect(ValueError, "alibi_slopes", lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(3, device="cuda")))
+    expect(ValueError, "window_size", lambda: flash_attn_func(q, k, v, window_size=(-2, 0)))
+
+
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
-         "errors": part_errors, "transformers": part_transformers, "models": part_models}
+         "errors": part_errors, "transformers": part_transformers, "models": part_models,
+         "flash": part_flash}
 
 
 def main():

@@ -184,6 +184,10 @@ struct AttnParams {
   int n_docs;
   float softcap;                  ///< cap of cap · tanh(s / cap) on the scaled score, 0: off
   int alibi;                      ///< 0 or 1: ALiBi's bias with alibi_slope(h, heads_q)
+  /// ALiBi's slopes given per head (flash_attn_func's alibi_slopes, fp32 on the device): slope of
+  /// (sequence b, head h) at alibi_slopes[b * alibi_batch_stride + h]; null: the paper's slopes.
+  const float* alibi_slopes;
+  int alibi_batch_stride;         ///< 0 for one slope per head, heads_q for [batch, heads_q]
   const float* sinks;             ///< device copy of Problem::sinks ([heads_q]), null: off
 };
 

@@ -13,6 +13,11 @@ torch.compile and autograd through rung 14's backward on sm_90 (rung 11's elsewh
 ``attn_implementation="ladder"`` to Hugging Face transformers (not "flashladder": transformers
 5 takes every name containing "flash" for a FlashAttention package).
 
+FlashAttention's interface (``flash_attn_func``, ``flash_attn_qkvpacked_func``,
+``flash_attn_kvpacked_func``, ``flash_attn_varlen_func`` and its packed forms: FlashAttention 2's
+signatures, with windows, softcapping, ALiBi slopes, sinks and packed batches on rung 16 and
+rung 15) is in ``flashladder._flash``, imported on first use.
+
 ``import flashladder`` needs no PyTorch and no GPU: ``rungs()``, ``supports()`` and the device
 query work anywhere; PyTorch is imported on the first call that takes tensors.
 """
@@ -81,7 +86,20 @@ def register_transformers(name="ladder", rung=None, variant=""):
     return _hf.register_transformers(name=name, rung=rung, variant=variant)
 
 
-__all__ = [
+#: FlashAttention's functions (flashladder._flash), imported with PyTorch on first use.
+FLASH_API = ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
+             "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func")
+
+
+def __getattr__(name):
+    if name in FLASH_API:
+        from . import _flash
+
+        return getattr(_flash, name)
+    raise AttributeError("module 'flashladder' has no attribute %r" % (name,))
+
+
+__all__ = list(FLASH_API) + [
     "BACKWARD_RUNG", "DEFAULT_BACKWARD", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
     "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
     "register_transformers", "rungs", "supports", "transformers_attention",

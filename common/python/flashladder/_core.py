@@ -15,10 +15,11 @@ import math
 from . import _ext
 
 #: The default forward rungs, best first: rung 15 (rung 10's schedule in a persistent grid,
-#: sm_90 only, when built; 0.99-1.27x rung 10 on the bench's hopper-prefill family), else rung 10
-#: (FlashAttention-3's schedule, sm_90), else rung 06 (per-head_dim tiles on mma.sync, sm_80 and
-#: newer).
-DEFAULT_FORWARD = (15, 10, 6)
+#: sm_90 only, when built; 0.99-1.27x rung 10 on the bench's hopper-prefill family), else rung 16
+#: (rung 15 with masks and score modifiers, and head_dims 80 and 96: what rung 15 refuses), else
+#: rung 10 (FlashAttention-3's schedule, sm_90), else rung 06 (per-head_dim tiles on mma.sync,
+#: sm_80 and newer).
+DEFAULT_FORWARD = (15, 16, 10, 6)
 #: The decode rung (Flash-Decoding): rung=None sends a decode step or a few queries to it when
 #: route_forward finds it no slower than the prefill rung (its supports() holds the limits:
 #: seqlen_q <= 16, head_dim 64 or 128).
@@ -26,9 +27,10 @@ DECODE_RUNG = 8
 #: The backward rung the autograd formula falls back on (FlashAttention-2's backward pass, sm_80
 #: and newer).
 BACKWARD_RUNG = 11
-#: The default backward rungs, best first: rung 14 (FlashAttention-3's backward, sm_90 only, when
-#: built), else rung 11. Autograd and attention_backward(rung=None) run default_backward's pick.
-DEFAULT_BACKWARD = (14, BACKWARD_RUNG)
+#: The default backward entries (number, variant), best first: rung 14 (FlashAttention-3's
+#: backward, sm_90 only, when built), else rung 16's backward (rung 14's kernel with the masks and
+#: modifiers), else rung 11. Autograd and attention_backward(rung=None) run default_backward's pick.
+DEFAULT_BACKWARD = ((14, ""), (16, "backward"), (BACKWARD_RUNG, ""))
 #: 16-bit storage types, by the name str(dtype) gives in PyTorch, to the ladder's names.
 DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16"}
 
@@ -58,9 +60,12 @@ class Rung:
 
 def _route_text(entry):
     """When rung=None runs ``entry`` (a dict of _ext.rungs()): route_forward's rule in words."""
-    if entry["variant"]:
-        return ""
     n = entry["number"]
+    if entry["variant"]:
+        if (n, entry["variant"]) in DEFAULT_BACKWARD:
+            return ("autograd (else of DEFAULT_BACKWARD %s): the backward of every call with a "
+                    "mask, a modifier or sinks that it supports" % (DEFAULT_BACKWARD,))
+        return ""
     if n == DECODE_RUNG:
         return ("rung=None: decode steps and a few queries (what its supports() takes: seqlen_q <= "
                 "16), without autograd, when its split grid streams K/V at least as fast as the "
@@ -69,8 +74,8 @@ def _route_text(entry):
         rank = "first" if n == DEFAULT_FORWARD[0] else "else"
         return ("rung=None (%s of DEFAULT_FORWARD %s): every forward that the decode rung does not "
                 "take, and every forward under autograd" % (rank, DEFAULT_FORWARD))
-    if n in DEFAULT_BACKWARD:
-        rank = "first" if n == DEFAULT_BACKWARD[0] else "else"
+    if (n, entry["variant"]) in DEFAULT_BACKWARD:
+        rank = "first" if (n, entry["variant"]) == DEFAULT_BACKWARD[0] else "else"
         return ("autograd (%s of DEFAULT_BACKWARD %s): the backward of every call it supports "
                 "(attention_backward with rung=None)" % (rank, DEFAULT_BACKWARD))
     return ""
@@ -118,10 +123,42 @@ def device_info(index=0):
 
 
 def make_problem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype="fp16", causal=False,
-                 softmax_scale=None):
-    """The C++ Problem (0 as the scale means 1/sqrt(head_dim), the ladder's default)."""
-    return _ext.Problem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, bool(causal),
-                        0.0 if softmax_scale is None else float(softmax_scale))
+                 softmax_scale=None, mods=None):
+    """The C++ Problem (0 as the scale means 1/sqrt(head_dim), the ladder's default), with
+    ``mods`` (a Mods: masks, modifiers, packing) applied."""
+    p = _ext.Problem(batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, bool(causal),
+                     0.0 if softmax_scale is None else float(softmax_scale))
+    if mods is not None:
+        mods.apply(p)
+    return p
+
+
+@dataclasses.dataclass(frozen=True)
+class Mods:
+    """What a call adds to plain attention, hashable (a part of the plan's key): FlashAttention's
+    ``window_size`` (each side -1: open), ``softcap`` (0: off), ALiBi (``alibi``: 0 off, 1 the
+    paper's slopes, 2 one given slope per head, 3 per sequence and head), attention ``sinks``,
+    and a packed batch (``varlen``: (batch, total_q, total_k, max_seqlen_q, max_seqlen_k), the
+    lengths themselves on the device). Rung 16 runs every one of them, rung 15 the packing."""
+
+    window_left: int = -1
+    window_right: int = -1
+    softcap: float = 0.0
+    alibi: int = 0
+    sinks: bool = False
+    varlen: tuple = None
+
+    def apply(self, p):
+        p.window_left, p.window_right = self.window_left, self.window_right
+        p.softcap = float(self.softcap)
+        p.alibi = self.alibi != 0
+        p.sinks = self.sinks
+        if self.varlen is not None:
+            p.set_varlen(*self.varlen)
+
+
+#: No mask, modifier or packing: the plain key's plans.
+NO_MODS = None
 
 
 def supports(rung, batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype="fp16",
@@ -211,6 +248,39 @@ def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check
     return (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype, bool(causal), scale)
 
 
+def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                 softmax_scale=None, tensor_type=None):
+    """Checks a packed batch (flash_attn_varlen_func's: q [total_q, heads_q, head_dim], k and v
+    [total_k, heads_kv, head_dim], cu_seqlens_q/k int32 [batch + 1] on q's device, the longest
+    sequences max_seqlen_q/k) and returns (key, varlen): check_qkv's key with (batch,
+    max_seqlen_q, max_seqlen_k) for its batch and lengths, and Mods.varlen's tuple. The lengths
+    stay on the device (not read here); sequences longer than max_seqlen are the caller's error,
+    as in FlashAttention."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if len(getattr(t, "shape", ())) != 3:
+            raise ValueError("flashladder: a packed batch's %s must have 3 dimensions [total_tokens, "
+                             "heads, head_dim], got shape %s" % (name, tuple(getattr(t, "shape", ()))))
+    key = check_qkv(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), causal, softmax_scale,
+                    tensor_type=tensor_type)
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if tensor_type is not None and not isinstance(t, tensor_type):
+            raise TypeError("flashladder: %s must be a tensor, got %s" % (name, _type_name(t)))
+        if str(t.dtype) != "torch.int32" or len(t.shape) != 1 or t.shape[0] < 2:
+            raise ValueError("flashladder: %s must be int32 [batch + 1] (prefix sums from 0), got %s %s"
+                             % (name, t.dtype, tuple(t.shape)))
+        if t.device != q.device or t.stride()[0] != 1:
+            raise ValueError("flashladder: %s must be contiguous on q's device %s" % (name, q.device))
+    if cu_seqlens_k.shape[0] != cu_seqlens_q.shape[0]:
+        raise ValueError("flashladder: cu_seqlens_q and cu_seqlens_k must have one entry per "
+                         "sequence, the same count (%d and %d)" % (cu_seqlens_q.shape[0], cu_seqlens_k.shape[0]))
+    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError("flashladder: %s must be an int >= 1, got %r" % (name, n))
+    batch = cu_seqlens_q.shape[0] - 1
+    varlen = (batch, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
+    return (batch, max_seqlen_q, max_seqlen_k) + key[3:], varlen
+
+
 #: Input signatures that passed check_qkv, to the key it returned: what a call costs in Python
 #: is mostly these checks, and a model calls attention with the same few signatures every step.
 _PASSED = {}
@@ -289,18 +359,22 @@ def _cannot(label, problem, why):
     return ValueError("flashladder: %s cannot run %s: %s" % (label, problem.describe(), why))
 
 
-def _first_supported(numbers, problem, device):
-    """The first main rung of ``numbers`` that is built and can run ``problem`` on ``device``, and
-    each one's reason before it ("NN: not built", "label: why")."""
+def _first_supported(numbers, problem, device, backward=False, deterministic=False):
+    """The first entry of ``numbers`` (a number: the main rung; or (number, variant)) that is built
+    and can run ``problem`` on ``device`` (``backward``: its backward pass, ``deterministic`` or
+    not), and each one's reason before it ("NN: not built", "label: why")."""
     reasons = []
-    for n in numbers:
-        if not any(r.number == n and not r.variant for r in _registry()):
-            reasons.append("%02d: not built" % n)
+    for entry in numbers:
+        n, variant = entry if isinstance(entry, tuple) else (entry, "")
+        if not any(r.number == n and r.variant == variant for r in _registry()):
+            reasons.append("%02d%s: not built" % (n, "[%s]" % variant if variant else ""))
             continue
-        why = _ext.supports(n, "", problem, device)
+        why = _ext.supports(n, variant, problem, device)
+        if not why and backward:
+            why = _ext.bwd_supports(n, variant, problem, bool(deterministic))
         if not why:
-            return find_rung(n), reasons
-        reasons.append("%s: %s" % (find_rung(n).label, why))
+            return find_rung(n, variant), reasons
+        reasons.append("%s: %s" % (find_rung(n, variant).label, why))
     return None, reasons
 
 
@@ -314,10 +388,10 @@ def default_forward(problem, device):
     return r
 
 
-def default_backward(problem, device):
-    """DEFAULT_BACKWARD's first rung that can run ``problem``'s backward pass on ``device`` (an
+def default_backward(problem, device, deterministic=False):
+    """DEFAULT_BACKWARD's first entry that can run ``problem``'s backward pass on ``device`` (an
     index or a DeviceInfo); ValueError with each one's reason when none can."""
-    r, reasons = _first_supported(DEFAULT_BACKWARD, problem, device)
+    r, reasons = _first_supported(DEFAULT_BACKWARD, problem, device, True, deterministic)
     if r is None:
         raise ValueError("flashladder: no backward rung runs %s (%s)" % (problem.describe(), "; ".join(reasons)))
     return r
@@ -368,11 +442,11 @@ def route_forward(problem, device, backward=False):
 
 
 @functools.lru_cache(maxsize=4096)
-def plan_forward(rung, variant, key, device, backward=False):
-    """The forward plan for ``key`` (check_qkv's) on device index ``device``. ``rung`` None picks
-    the route (route_forward; ``backward``: an autograd backward pass follows). ValueError with
-    the rung's reason when it cannot run the problem."""
-    problem = make_problem(*key)
+def plan_forward(rung, variant, key, device, backward=False, mods=NO_MODS):
+    """The forward plan for ``key`` (check_qkv's) with ``mods`` on device index ``device``.
+    ``rung`` None picks the route (route_forward; ``backward``: an autograd backward pass
+    follows). ValueError with the rung's reason when it cannot run the problem."""
+    problem = make_problem(*key, mods=mods)
     if rung is None:
         return _plan(route_forward(problem, device, backward)[0], problem, device)
     r = find_rung(rung, variant)
@@ -388,16 +462,18 @@ def _plan(r, problem, device):
 
 
 @functools.lru_cache(maxsize=4096)
-def plan_backward(rung, variant, key, deterministic, device):
-    """The backward plan of entry ``rung`` (None: default_backward's pick, rung 14 on sm_90, else
-    rung 11) for ``key``: ValueError with its reason when it cannot run the problem (rung 11: head_dim
-    64 or 128; rung 14: 64, 128 or 256)."""
-    problem = make_problem(*key)
-    r = default_backward(problem, device) if rung is None else find_rung(rung, variant)
+def plan_backward(rung, variant, key, deterministic, device, mods=NO_MODS):
+    """The backward plan of entry ``rung`` (None: default_backward's pick, rung 14 on sm_90, rung
+    16's backward for masks and modifiers, else rung 11) for ``key`` with ``mods``: ValueError
+    with its reason when it cannot run the problem (rung 11: head_dim 64 or 128; rung 14: 64, 128
+    or 256)."""
+    problem = make_problem(*key, mods=mods)
+    r = default_backward(problem, device, deterministic) if rung is None else find_rung(rung, variant)
     if not r.backward:
         raise ValueError("flashladder: %s has no backward pass (rung %d has)"
                          % (r.label, BACKWARD_RUNG))
-    why = _ext.supports(r.number, r.variant, problem, device)
+    why = _ext.supports(r.number, r.variant, problem, device) or \
+        _ext.bwd_supports(r.number, r.variant, problem, bool(deterministic))
     if why:
         raise _cannot(r.label + "'s backward", problem, why)
     return Plan(r.number, r.variant, r.label, problem,

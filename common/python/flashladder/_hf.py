@@ -1,18 +1,26 @@
 """Hugging Face transformers' attention interface on the ladder's rungs.
 
-``register_transformers()`` makes ``attn_implementation="ladder"`` run a model's attention
-(a Llama-style decoder: GQA, RoPE applied before the call; or an encoder without padding) through
-``flashladder.attention``. transformers builds no dense mask for it (the mask function registered
-beside it is transformers' own FlashAttention one: nothing when every token is valid, the 2D
-padding mask otherwise), so a causal model gets ``is_causal`` and no mask.
+``register_transformers()`` makes ``attn_implementation="ladder"`` run a model's attention through
+the ladder. transformers builds no dense mask for it: the mask function registered beside it is
+transformers' own FlashAttention one (nothing when every token is valid, the 2D padding mask
+otherwise), so a causal model gets ``is_causal`` and, with padding, a [batch, seqlen_k] mask.
+
+What it runs, as transformers' FlashAttention path does:
+- no padding: ``flashladder.attention`` (or rung 16 with a window, softcap or sinks) on the batch;
+- a padded batch (the 2D mask): the valid tokens unpadded into a packed batch, attention over it
+  (``flash_attn_varlen_func``: rung 15, or rung 16 with a window, softcap or sinks), padded back
+  (zeros on the padding rows);
+- rows packed with several sequences (``position_ids`` that restart within a row, or the
+  ``cu_seq_lens_q/k`` of transformers' flattening collator): a packed batch of those sequences;
+- ``sliding_window`` (Mistral, Gemma 2, gpt-oss, ModernBERT): FlashAttention's window_size
+  (sliding_window - 1 keys back; forward too for a bidirectional model), ``softcap`` (Gemma 2),
+  ``s_aux`` (gpt-oss's sinks): rung 16.
 
 The function takes only the keyword arguments it implements (ACCEPTED) and those that cannot
 change the result (IGNORED). Everything else raises a ``flashladder:`` ValueError naming the
-argument, and so does an accepted one with a value the rungs cannot honour: a mask (padding), a
-dropout above 0, a sliding window narrower than the sequence, a softcap, attention sinks, a
-position bias (T5's relative attention), the varlen metadata of packed sequences, attention
-weights, and rows packed through ``position_ids`` alone (positions that restart within a row).
-Nothing is ever silently dropped.
+argument, and so does an accepted one with a value the rungs cannot honour: a mask of another
+shape than transformers' 2D padding mask, a dropout above 0, a position bias (T5's relative
+attention), attention weights, sparse indices, ``seq_idx``. Nothing is ever silently dropped.
 
 The default name is "ladder", not "flashladder": transformers (5.x) takes every implementation
 whose name contains "flash" for a FlashAttention package (``is_flash_attention_requested``) and
@@ -22,26 +30,22 @@ takes another name.
 
 #: Keyword arguments the function reads; each is checked (see transformers_attention).
 ACCEPTED = ("scaling", "dropout", "is_causal", "sliding_window", "softcap", "s_aux",
-            "position_bias", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "seq_idx",
+            "position_bias", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
+            "max_length_k", "seq_idx",
             "output_attentions", "indices", "block_indices", "encoder_attention_mask", "rung",
             "variant")
 #: Keyword arguments transformers passes down to attention functions that cannot change the
 #: result: cache and output bookkeeping of the model around it, where K/V came from
 #: (encoder_hidden_states: cross-attention's K/V are already the key and value given), the varlen
-#: maxima (meaningless without cu_seq_lens, which is refused), and `deterministic` (the forward pass
-#: is deterministic; autograd's backward follows torch.use_deterministic_algorithms).
+#: and `deterministic` (the forward pass is deterministic; autograd's backward follows
+#: torch.use_deterministic_algorithms).
 IGNORED = ("use_cache", "cache_position", "past_key_values", "past_key_value", "layer_idx",
            "output_hidden_states", "output_router_logits", "return_dict", "num_items_in_batch",
-           "position_embeddings", "encoder_hidden_states", "max_length_q", "max_length_k",
-           "deterministic")
+           "position_embeddings", "encoder_hidden_states", "deterministic")
 #: Accepted arguments that change the result whenever they are set (not None): what each one is.
 _REFUSED_WHEN_SET = {
-    "softcap": "a logit softcap (cap * tanh(s / cap), Gemma 2)",
-    "s_aux": "attention sinks (a per-head logit in the softmax's denominator, gpt-oss)",
     "position_bias": "an additive position bias (T5's relative attention bias)",
-    "cu_seq_lens_q": "packed sequences (varlen cu_seq_lens_q)",
-    "cu_seq_lens_k": "packed sequences (varlen cu_seq_lens_k)",
-    "seq_idx": "packed sequences (seq_idx)",
+    "seq_idx": "packed sequences given as seq_idx (pass position_ids or cu_seq_lens_q/k)",
     "encoder_attention_mask": "a padding mask on the encoder's tokens (encoder_attention_mask)",
     "indices": "sparse attention indices",
     "block_indices": "sparse attention block indices",
@@ -82,20 +86,9 @@ def _check_kwargs(query, key, kwargs):
     for name, what in _REFUSED_WHEN_SET.items():
         if kwargs.get(name) is not None:
             _refuse("the rungs do not implement %s (%s=%s)" % (what, name, _brief(kwargs[name])))
-    window = kwargs.get("sliding_window")
-    seqlen = max(query.shape[2], key.shape[2])
-    if window is not None and seqlen > window:
-        # transformers' FlashAttention path applies a window only past its width (keys within
-        # sliding_window - 1 of the query): below it, every key is in the window already.
-        _refuse("the rungs have no sliding window (sliding_window=%s, but %d tokens: the window "
-                "would mask some)" % (window, seqlen))
     if kwargs.get("output_attentions"):
         _refuse("no attention weights (output_attentions=True); use attn_implementation='eager' "
                 "for them")
-    if packed_rows(kwargs.get("position_ids")):
-        _refuse("position_ids restart within a row (several sequences packed into one row, each "
-                "attending to itself): the rungs have no variable-length batches yet; pad the "
-                "batch or use another attn_implementation")
 
 
 def _brief(value):
@@ -103,17 +96,48 @@ def _brief(value):
     return "tensor of shape %s" % (tuple(shape),) if shape is not None else repr(value)
 
 
+def _window(kwargs, seqlen_k, causal):
+    """FlashAttention's window_size for transformers' ``sliding_window``, as its FlashAttention
+    path sets it: keys within sliding_window - 1 of the query (on both sides for a bidirectional
+    model), once there are more than sliding_window keys; (-1, -1) otherwise."""
+    window = kwargs.get("sliding_window")
+    if window is None or seqlen_k <= window:
+        return (-1, -1)
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        _refuse("sliding_window must be an int >= 1, got %r" % (window,))
+    return (window - 1, 0 if causal else window - 1)
+
+
+def _cu_seqlens(lengths):
+    """int32 prefix sums [batch + 1] of a 1-D tensor of lengths."""
+    import torch
+
+    cu = torch.zeros(lengths.shape[0] + 1, dtype=torch.int32, device=lengths.device)
+    torch.cumsum(lengths, 0, out=cu[1:])
+    return cu
+
+
+def _restarts(position_ids, total):
+    """cu_seqlens and the longest length of the sequences of rows packed through position_ids
+    (a sequence starts at each row's first token and wherever the position does not increase)."""
+    import torch
+
+    pos = position_ids if position_ids.dim() == 2 else position_ids[0]  # mrope: the first plane
+    start = torch.ones_like(pos, dtype=torch.bool)
+    start[:, 1:] = pos[:, 1:] <= pos[:, :-1]
+    starts = torch.nonzero(start.flatten()).flatten().to(torch.int32)
+    cu = torch.cat([starts, torch.tensor([total], dtype=torch.int32, device=starts.device)])
+    return cu, int((cu[1:] - cu[:-1]).max().item())
+
+
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                            **kwargs):
     """An AttentionInterface function: query [batch, heads_q, seqlen_q, head_dim], key/value
     [batch, heads_kv, seqlen_k, head_dim] (as transformers passes them), causal from
-    ``is_causal`` or ``module.is_causal``. Returns (attn_output [batch, seqlen_q, heads_q,
-    head_dim], None): no attention weights. Raises a ``flashladder:`` ValueError for any argument
-    it cannot honour (the module's docstring lists them)."""
-    if attention_mask is not None:
-        _refuse("the rungs take no attention mask, only causal or none; got a mask of shape %s "
-                "(padding in the batch, or a custom mask). Pad-free batches, or another "
-                "attn_implementation" % (tuple(attention_mask.shape),))
+    ``is_causal`` or ``module.is_causal``, ``attention_mask`` None or transformers' 2D padding
+    mask [batch, seqlen_k]. Returns (attn_output [batch, seqlen_q, heads_q, head_dim], None): no
+    attention weights. Raises a ``flashladder:`` ValueError for any argument it cannot honour
+    (the module's docstring lists them)."""
     if dropout:
         _refuse("the rungs have no attention dropout, got dropout=%s (set the model's "
                 "attention_dropout to 0, or call model.eval())" % (dropout,))
@@ -121,14 +145,79 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     is_causal = kwargs.get("is_causal")
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
-    from . import _ops  # PyTorch, once the arguments passed (the checks above need none)
+    is_causal = bool(is_causal)
+    if attention_mask is not None and attention_mask.dim() != 2:
+        _refuse("the rungs take transformers' 2D padding mask [batch, seqlen_k] (its FlashAttention "
+                "mask function), got a mask of shape %s (a custom mask)" % (tuple(attention_mask.shape),))
+    batch, _, seqlen_q, head_dim = query.shape
+    seqlen_k = key.shape[2]
+    window = _window(kwargs, seqlen_k, is_causal)
+    softcap = kwargs.get("softcap") or 0.0
+    sinks = kwargs.get("s_aux")
+    cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    packed = cu_q is not None or cu_k is not None
+    restart = not packed and attention_mask is None and packed_rows(kwargs.get("position_ids"))
+    plain = window == (-1, -1) and not softcap and sinks is None
+    rung, variant = kwargs.get("rung"), kwargs.get("variant", "")
+    from . import _flash, _ops  # PyTorch, once the arguments passed (the checks above need none)
 
     # [batch, heads, seqlen, head_dim] -> the ladder's [batch, seqlen, heads, head_dim]: a view
     # with head_dim still contiguous, which every rung reads through its strides.
-    out = _ops.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                         rung=kwargs.get("rung"), variant=kwargs.get("variant", ""),
-                         causal=bool(is_causal), softmax_scale=scaling)
-    return out, None
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
+    if plain and attention_mask is None and not packed and not restart:
+        return _ops.attention(q, k, v, rung=rung, variant=variant, causal=is_causal,
+                              softmax_scale=scaling), None
+    if rung is not None:
+        _refuse("rung=%r runs plain batches only; a padded or packed batch, a window, softcap or sinks "
+                "take the route (rung 15, rung 16)" % (rung,))
+    args = dict(softmax_scale=scaling, causal=is_causal, window_size=window, softcap=float(softcap),
+                learnable_sink=sinks)
+    if attention_mask is None and not packed and not restart:
+        return _flash.flash_attn_func(q, k, v, **args), None
+    heads_q, heads_kv = q.shape[2], k.shape[2]
+    if attention_mask is None:  # packed rows: one row's tokens are several sequences
+        if packed:
+            if cu_q is None or cu_k is None:
+                _refuse("cu_seq_lens_q and cu_seq_lens_k come together")
+            max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+            if max_q is None or max_k is None:
+                max_q = int((cu_q[1:] - cu_q[:-1]).max().item())
+                max_k = int((cu_k[1:] - cu_k[:-1]).max().item())
+            import torch
+
+            cu_q, cu_k = cu_q.to(torch.int32), cu_k.to(torch.int32)
+        else:
+            if seqlen_q != seqlen_k:
+                _refuse("position_ids restart within a row, but seqlen_q (%d) != seqlen_k (%d)" % (seqlen_q, seqlen_k))
+            cu_q, max_q = _restarts(kwargs["position_ids"], batch * seqlen_q)
+            cu_k, max_k = cu_q, max_q
+        out = _flash.flash_attn_varlen_func(
+            q.reshape(batch * seqlen_q, heads_q, head_dim), k.reshape(batch * seqlen_k, heads_kv, head_dim),
+            v.reshape(batch * seqlen_k, heads_kv, head_dim), cu_q, cu_k, max_q, max_k, **args)
+        return out.view(batch, seqlen_q, heads_q, head_dim), None
+    # A padded batch: unpad, a packed batch, pad back (transformers' FlashAttention path).
+    import torch
+
+    valid = attention_mask.bool()
+    lens_k = valid.sum(dim=1, dtype=torch.int32)
+    idx_k = torch.nonzero(valid.flatten()).flatten()
+    if seqlen_q == seqlen_k:
+        lens_q, idx_q = lens_k, idx_k
+    elif seqlen_q == 1:  # a decode step: one query per sequence
+        lens_q = torch.ones(batch, dtype=torch.int32, device=q.device)
+        idx_q = torch.arange(batch, device=q.device)
+    else:  # a few queries at the end of each row (speculative decoding, chunked prefill)
+        valid_q = valid[:, -seqlen_q:]
+        lens_q = valid_q.sum(dim=1, dtype=torch.int32)
+        idx_q = torch.nonzero(valid_q.flatten()).flatten()
+    max_q, max_k = int(lens_q.max().item()), int(lens_k.max().item())
+    out_unpad = _flash.flash_attn_varlen_func(
+        q.reshape(batch * seqlen_q, heads_q, head_dim).index_select(0, idx_q),
+        k.reshape(batch * seqlen_k, heads_kv, head_dim).index_select(0, idx_k),
+        v.reshape(batch * seqlen_k, heads_kv, head_dim).index_select(0, idx_k),
+        _cu_seqlens(lens_q), _cu_seqlens(lens_k), max(max_q, 1), max(max_k, 1), **args)
+    out = out_unpad.new_zeros((batch * seqlen_q, heads_q, head_dim)).index_copy(0, idx_q, out_unpad)
+    return out.view(batch, seqlen_q, heads_q, head_dim), None
 
 
 def register_transformers(name="ladder", rung=None, variant=""):

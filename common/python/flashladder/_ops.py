@@ -35,27 +35,58 @@ def _workspace(plan, like):
     return ws.data_ptr(), plan.workspace_bytes, ws
 
 
-def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=False):
+def _strides4(t):
+    """A tensor's strides as the extension reads them: [batch, seqlen, heads, head_dim], or for a
+    packed [tokens, heads, head_dim] tensor those of its [1, tokens, heads, head_dim] view."""
+    st = t.stride()
+    return st if t.dim() == 4 else (t.numel(),) + tuple(st)
+
+
+def _extras(extras):
+    """(pointers, alibi batch stride) of the extension's extras: cu_seqlens_q, cu_seqlens_k,
+    sinks, alibi_slopes (each a tensor or None)."""
+    if extras is None:
+        return (0, 0, 0, 0), 0
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in extras)
+    slopes = extras[3]
+    return ptrs, (slopes.shape[-1] if slopes is not None and slopes.dim() == 2 else 0)
+
+
+def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=False, mods=None,
+             extras=None):
     """O and LSE of entry ``rung`` (None: the route, _core.route_forward) on q, k, v, checked
     first, and with ``o_fp32`` (a backward pass follows) also O in fp32, dense like O: the rung's
     own fp32 copy when it writes one (Rung.writes_o_fp32), else the 16-bit O widened. The backward's
     D = rowsum(dO * O) reads it (rung 11's README: D from the 16-bit O costs dQ its precision on
-    long rows). Returns (out, lse, o_fp32 or None)."""
+    long rows). ``mods`` (a _core.Mods) and ``extras`` (its tensors: cu_seqlens_q, cu_seqlens_k,
+    sinks, alibi_slopes) for masks, modifiers and packed batches, whose q is [total_q, heads,
+    head_dim] and LSE [heads, total_q]. Returns (out, lse, o_fp32 or None)."""
     if key is None:
         key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
-    plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32))
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if q.dim() == 4:
+        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    else:
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     o32 = None
     if o_fp32 and plan.writes_o_fp32:
-        o32 = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=torch.float32, device=q.device)
+        o32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
     ws_ptr, ws_bytes, ws = _workspace(plan, q)
-    _ext.forward(plan.number, plan.variant, plan.problem,
-                 (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
-                 (q.stride(), k.stride(), v.stride(), out.stride()),
-                 ws_ptr, ws_bytes, _stream(q), q.device.index,
-                 o_fp32=0 if o32 is None else o32.data_ptr())
+    if mods is None:
+        _ext.forward(plan.number, plan.variant, plan.problem,
+                     (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
+                     (q.stride(), k.stride(), v.stride(), out.stride()),
+                     ws_ptr, ws_bytes, _stream(q), q.device.index,
+                     o_fp32=0 if o32 is None else o32.data_ptr())
+    else:
+        ptrs, slope_stride = _extras(extras)
+        _ext.forward(plan.number, plan.variant, plan.problem,
+                     (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
+                     (_strides4(q), _strides4(k), _strides4(v), _strides4(out)),
+                     ws_ptr, ws_bytes, _stream(q), q.device.index,
+                     o_fp32=0 if o32 is None else o32.data_ptr(), extras=ptrs,
+                     alibi_batch_stride=slope_stride)
     del ws
     if o_fp32 and o32 is None:
         o32 = out.float()
@@ -73,26 +104,28 @@ def _grad_like(t):
 
 
 def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, rung, variant,
-              out_fp32=None):
+              out_fp32=None, key=None, mods=None, extras=None):
     """dQ, dK, dV of backward entry ``rung`` (None: default_backward's) from the forward's O and
-    LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O)."""
-    key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+    LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O). With ``mods``
+    and ``extras`` (as _forward's; ``key`` then the one the forward checked) also the sinks'
+    gradient: (dq, dk, dv, dsinks or None)."""
+    if key is None:
+        key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     for name, t in (("dout", dout), ("out", out), ("lse", lse)):
         if not isinstance(t, torch.Tensor):
             raise TypeError("flashladder: %s must be a torch.Tensor, got %s" % (name, type(t)))
     _core.check_like("out", out, "q", q)
     _core.check_like("dout", dout, "q", q)
-    if tuple(lse.shape) != (key[0], key[3], key[1]) or lse.dtype != torch.float32 \
-            or lse.device != q.device:
-        raise ValueError("flashladder: lse must be float32 [batch, heads_q, seqlen_q] = %s on %s "
-                         "(the forward's), got %s %s on %s" % ((key[0], key[3], key[1]), q.device,
-                                                               lse.dtype, tuple(lse.shape), lse.device))
+    lse_shape = (key[0], key[3], key[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
+    if tuple(lse.shape) != lse_shape or lse.dtype != torch.float32 or lse.device != q.device:
+        raise ValueError("flashladder: lse must be float32 %s on %s (the forward's), got %s %s on %s"
+                         % (lse_shape, q.device, lse.dtype, tuple(lse.shape), lse.device))
     o32_ptr = 0
     if out_fp32 is not None and out_fp32.numel() > 0:
         _core.check_like("out_fp32", out_fp32, "q", q, dtype=torch.float32)
         out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim]
         o32_ptr = out_fp32.data_ptr()
-    plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index)
+    plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index, mods)
     q, dq = _grad_like(q)
     k, dk = _grad_like(k)
     v, dv = _grad_like(v)
@@ -101,14 +134,28 @@ def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, run
     dout = dout.contiguous()
     lse = lse.contiguous()
     ws_ptr, ws_bytes, ws = _workspace(plan, q)
+    if mods is None:
+        _ext.backward(plan.number, plan.variant, plan.problem,
+                      (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                       dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()),
+                      (q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), dq.stride(),
+                       dk.stride(), dv.stride()),
+                      ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index, o_fp32=o32_ptr)
+        del ws
+        return dq, dk, dv
+    ptrs, slope_stride = _extras(extras)
+    dsinks = None
+    if mods.sinks:
+        dsinks = torch.empty((q.shape[-2],), dtype=torch.float32, device=q.device)
     _ext.backward(plan.number, plan.variant, plan.problem,
                   (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                    dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()),
-                  (q.stride(), k.stride(), v.stride(), out.stride(), dout.stride(), dq.stride(),
-                   dk.stride(), dv.stride()),
-                  ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index, o_fp32=o32_ptr)
+                  tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv)),
+                  ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index, o_fp32=o32_ptr,
+                  extras=ptrs, alibi_batch_stride=slope_stride,
+                  dsinks=0 if dsinks is None else dsinks.data_ptr())
     del ws
-    return dq, dk, dv
+    return dq, dk, dv, dsinks
 
 
 # ---- the custom ops ---------------------------------------------------------------------------

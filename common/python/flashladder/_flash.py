@@ -1,0 +1,290 @@
+"""FlashAttention's Python interface on the ladder's rungs: ``flash_attn_func`` and its packed and
+variable-length forms, with FlashAttention 2's signatures and conventions.
+
+    from flashladder import flash_attn_func, flash_attn_varlen_func
+    out = flash_attn_func(q, k, v, causal=True, window_size=(4096, 0), softcap=50.0)
+
+Layouts are FlashAttention's: q [batch, seqlen_q, heads_q, head_dim], k and v [batch, seqlen_k,
+heads_kv, head_dim]; packed batches q [total_q, heads_q, head_dim] with int32 ``cu_seqlens``;
+``return_attn_probs=True`` returns ``(out, softmax_lse, None)`` (the LSE [batch, heads_q,
+seqlen_q], or [heads_q, total_q] packed), as FlashAttention does without dropout.
+
+What each argument runs on:
+- no window, softcap, ALiBi or sink, dense batch: ``flashladder.attention``'s route (rung 15 on
+  sm_90 for the forward, rung 14 for the backward);
+- a window, ``softcap``, ``alibi_slopes`` ([heads_q] or [batch, heads_q], fp32) or
+  ``learnable_sink`` (one logit per query head, as FlashAttention 3's interface names it), or a
+  packed batch: rung 16 (masks and score modifiers; packed batches without them: rung 15), and
+  rung 16's backward (rung 14 for a packed batch without them).
+
+``dropout_p`` > 0 raises NotImplementedError: the rungs have no attention dropout. A problem no
+rung takes raises ValueError with each rung's one-line reason. Nothing is ignored.
+"""
+
+from typing import Optional
+
+import torch
+
+from . import _core, _ops
+
+
+def _refuse_dropout(dropout_p):
+    if dropout_p:
+        raise NotImplementedError("flashladder: dropout_p=%r: the rungs have no attention dropout "
+                                  "(pass dropout_p=0.0, or call model.eval())" % (dropout_p,))
+
+
+def _window(window_size):
+    try:
+        left, right = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        raise ValueError("flashladder: window_size must be a pair (left, right) of ints, -1 for an "
+                         "open side, got %r" % (window_size,)) from None
+    if left < -1 or right < -1:
+        raise ValueError("flashladder: window_size: each side >= 0, or -1 (open), got %r" % (window_size,))
+    return left, right
+
+
+def _slopes(alibi_slopes, q, batch):
+    """(fp32 slopes, ALiBi mode for Mods: 0 off, 2 per head, 3 per sequence and head)."""
+    if alibi_slopes is None:
+        return None, 0
+    heads_q = q.shape[-2]
+    if alibi_slopes.device != q.device:
+        raise ValueError("flashladder: alibi_slopes is on %s but q is on %s" % (alibi_slopes.device, q.device))
+    if tuple(alibi_slopes.shape) == (heads_q,):
+        return alibi_slopes.detach().float().contiguous(), 2
+    if tuple(alibi_slopes.shape) == (batch, heads_q):
+        return alibi_slopes.detach().float().contiguous(), 3
+    raise ValueError("flashladder: alibi_slopes must be [heads_q] = (%d,) or [batch, heads_q] = (%d, %d), "
+                     "got %s" % (heads_q, batch, heads_q, tuple(alibi_slopes.shape)))
+
+
+def _sinks(learnable_sink, q):
+    if learnable_sink is None:
+        return None
+    heads_q = q.shape[-2]
+    if tuple(learnable_sink.shape) != (heads_q,) or learnable_sink.device != q.device:
+        raise ValueError("flashladder: learnable_sink must be one logit per query head, [heads_q] = (%d,) "
+                         "on %s, got %s on %s" % (heads_q, q.device, tuple(learnable_sink.shape),
+                                                  learnable_sink.device))
+    return learnable_sink.float().contiguous()  # differentiable: its gradient flows back
+
+
+# ---- the custom op: masks, modifiers, packed batches ------------------------------------------
+
+def _mods_of(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, sinks, alibi_slopes, window_left,
+             window_right, softcap):
+    varlen = None
+    if cu_seqlens_q is not None:
+        varlen = (cu_seqlens_q.shape[0] - 1, q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k)
+    alibi = 0 if alibi_slopes is None else (3 if alibi_slopes.dim() == 2 else 2)
+    return _core.Mods(window_left, window_right, float(softcap), alibi, sinks is not None, varlen)
+
+
+def _key_of(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale):
+    if cu_seqlens_q is None:
+        return _core.check_qkv_cached(q, k, v, causal, scale or None, tensor_type=torch.Tensor)
+    return _core.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                              scale or None, tensor_type=torch.Tensor)[0]
+
+
+@torch.library.custom_op("flashladder::attention_mods", mutates_args=())
+def attention_mods_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                      max_seqlen_q: int, max_seqlen_k: int, sinks: Optional[torch.Tensor],
+                      alibi_slopes: Optional[torch.Tensor], causal: bool, softmax_scale: float,
+                      window_left: int, window_right: int, softcap: float, rung: int, variant: str,
+                      with_o_fp32: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(O, LSE, O in fp32 or an empty tensor) of attention with a window, softcap, ALiBi slopes,
+    sinks or a packed batch (cu_seqlens: q [total_q, heads, head_dim], LSE [heads, total_q]).
+    ``deterministic``: what the backward pass will be asked for (the forward is deterministic)."""
+    key = _key_of(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale)
+    mods = _mods_of(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, sinks, alibi_slopes, window_left,
+                    window_right, softcap)
+    out, lse, o32 = _ops._forward(q, k, v, causal, softmax_scale or None, rung or None, variant, key,
+                                  o_fp32=with_o_fp32, mods=mods,
+                                  extras=(cu_seqlens_q, cu_seqlens_k, sinks, alibi_slopes))
+    return out, lse, o32 if o32 is not None else q.new_empty((0,), dtype=torch.float32)
+
+
+@attention_mods_op.register_fake
+def _attention_mods_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks,
+                         alibi_slopes, causal, softmax_scale, window_left, window_right, softcap, rung,
+                         variant, with_o_fp32, deterministic):
+    lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
+    return (q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32),
+            q.new_empty(q.shape if with_o_fp32 else (0,), dtype=torch.float32))
+
+
+@torch.library.custom_op("flashladder::attention_mods_backward", mutates_args=())
+def attention_mods_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               out: torch.Tensor, lse: torch.Tensor, out_fp32: torch.Tensor,
+                               cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                               max_seqlen_q: int, max_seqlen_k: int, sinks: Optional[torch.Tensor],
+                               alibi_slopes: Optional[torch.Tensor], causal: bool, softmax_scale: float,
+                               window_left: int, window_right: int, softcap: float,
+                               deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                             torch.Tensor]:
+    """(dQ, dK, dV, d sinks or an empty tensor) of attention_mods_op's problem, by the default
+    backward entry (rung 16's backward, or rung 14 for a packed batch without modifiers)."""
+    key = _key_of(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale)
+    mods = _mods_of(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, sinks, alibi_slopes, window_left,
+                    window_right, softcap)
+    dq, dk, dv, dsinks = _ops._backward(dout, q, k, v, out, lse, causal, softmax_scale or None, deterministic,
+                                        None, "", out_fp32, key=key, mods=mods,
+                                        extras=(cu_seqlens_q, cu_seqlens_k, sinks, alibi_slopes))
+    return dq, dk, dv, dsinks if dsinks is not None else q.new_empty((0,), dtype=torch.float32)
+
+
+@attention_mods_backward_op.register_fake
+def _attention_mods_backward_fake(dout, q, k, v, out, lse, out_fp32, cu_seqlens_q, cu_seqlens_k,
+                                  max_seqlen_q, max_seqlen_k, sinks, alibi_slopes, causal, softmax_scale,
+                                  window_left, window_right, softcap, deterministic):
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty((q.shape[-2],) if sinks is not None else (0,), dtype=torch.float32))
+
+
+_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "sinks", "alibi_slopes", "causal",
+         "softmax_scale", "window_left", "window_right", "softcap", "rung", "variant", "with_o_fp32",
+         "deterministic")
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v = inputs[:3]
+    named = dict(zip(_ARGS, inputs[3:]))
+    out, lse, o32 = output
+    ctx.save_for_backward(q, k, v, out, lse, o32, named["cu_seqlens_q"], named["cu_seqlens_k"], named["sinks"],
+                          named["alibi_slopes"])
+    ctx.args = {n: named[n] for n in ("max_seqlen_q", "max_seqlen_k", "causal", "softmax_scale", "window_left",
+                                      "window_right", "softcap", "deterministic")}
+    ctx.mark_non_differentiable(lse, o32)
+
+
+def _grad(ctx, dout, _dlse, _do32):
+    q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes = ctx.saved_tensors
+    a = ctx.args
+    # flash_attn_func(deterministic=True), or torch.use_deterministic_algorithms(True): dQ summed
+    # in a fixed order.
+    deterministic = a["deterministic"] or torch.are_deterministic_algorithms_enabled()
+    dq, dk, dv, dsinks = attention_mods_backward_op(
+        dout, q, k, v, out, lse, o32, cu_q, cu_k, a["max_seqlen_q"], a["max_seqlen_k"], sinks, slopes,
+        a["causal"], a["softmax_scale"], a["window_left"], a["window_right"], a["softcap"], deterministic)
+    # One gradient per input: q, k, v, the two cu_seqlens and maxima, the sinks, then 10 more.
+    return (dq, dk, dv, None, None, None, None, dsinks if sinks is not None else None) + (None,) * 10
+
+
+attention_mods_op.register_autograd(_grad, setup_context=_setup_context)
+
+
+# ---- the public functions ---------------------------------------------------------------------
+
+def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+               return_attn_probs, learnable_sink, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
+               max_seqlen_k=0):
+    left, right = _window(window_size)
+    if causal:
+        right = 0  # FlashAttention: causal closes the window's right side
+    if softcap is None or softcap < 0:
+        raise ValueError("flashladder: softcap must be >= 0 (0: off), got %r" % (softcap,))
+    batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
+    slopes, _ = _slopes(alibi_slopes, q, batch)
+    sinks = _sinks(learnable_sink, q)
+    plain = (cu_seqlens_q is None and left < 0 and (right < 0 or (causal and right == 0)) and not softcap
+             and slopes is None and sinks is None)
+    grad = torch.is_grad_enabled() and any(
+        getattr(t, "requires_grad", False) for t in (q, k, v, learnable_sink))
+    if plain and not deterministic:
+        out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
+                             return_lse=return_attn_probs)
+        return (out[0], out[1], None) if return_attn_probs else out
+    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    if not torch.compiler.is_compiling():
+        key = _key_of(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale)
+        mods = _mods_of(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, sinks, slopes, left, right, softcap)
+        if grad:  # refuse now, not after the forward pass, a problem the backward cannot run
+            _core.plan_backward(None, "", key, bool(deterministic), q.device.index, mods)
+    out, lse, _ = attention_mods_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                                    sinks, slopes, bool(causal), scale, left, right, float(softcap), 0, "",
+                                    grad, bool(deterministic))
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                    learnable_sink=None):
+    """FlashAttention 2's flash_attn_func: q [batch, seqlen_q, heads_q, head_dim], k and v [batch,
+    seqlen_k, heads_kv, head_dim], fp16 or bf16. ``causal`` is bottom-right aligned; ``window_size``
+    (left, right) keeps keys i + seqlen_k - seqlen_q - left ... + right (-1: open); ``softcap``
+    applies cap * tanh(s / cap) to the scaled scores; ``alibi_slopes`` [heads_q] or [batch,
+    heads_q] fp32 adds -slope * |i + seqlen_k - seqlen_q - j|; ``learnable_sink`` [heads_q] adds one
+    logit per head to the softmax's denominator (FlashAttention 3's name; differentiable).
+    Returns out, or (out, softmax_lse, None) with ``return_attn_probs``."""
+    _refuse_dropout(dropout_p)
+    return _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                      return_attn_probs, learnable_sink)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                              *, learnable_sink=None):
+    """flash_attn_func on qkv [batch, seqlen, 3, heads, head_dim] (views, no copy)."""
+    _refuse_dropout(dropout_p)
+    if qkv.dim() != 5 or qkv.shape[2] != 3:
+        raise ValueError("flashladder: qkv must be [batch, seqlen, 3, heads, head_dim], got %s" % (tuple(qkv.shape),))
+    return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, window_size, softcap,
+                      alibi_slopes, deterministic, return_attn_probs, learnable_sink)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                             learnable_sink=None):
+    """flash_attn_func on q and kv [batch, seqlen_k, 2, heads_kv, head_dim] (views, no copy)."""
+    _refuse_dropout(dropout_p)
+    if kv.dim() != 5 or kv.shape[2] != 2:
+        raise ValueError("flashladder: kv must be [batch, seqlen_k, 2, heads_kv, head_dim], got %s"
+                         % (tuple(kv.shape),))
+    return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, window_size, softcap, alibi_slopes,
+                      deterministic, return_attn_probs, learnable_sink)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                           alibi_slopes=None, deterministic=False, return_attn_probs=False, block_table=None,
+                           *, learnable_sink=None):
+    """FlashAttention 2's flash_attn_varlen_func: sequences packed along the first dimension, q
+    [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], int32 cu_seqlens_q/k
+    [batch + 1], the longest sequences max_seqlen_q/k. The masks and modifiers are per sequence, as
+    flash_attn_func's. Returns out [total_q, heads_q, head_dim], or (out, softmax_lse [heads_q,
+    total_q], None). ``block_table`` (a paged K/V) is flash_attn_with_kvcache's, not taken here."""
+    _refuse_dropout(dropout_p)
+    if block_table is not None:
+        raise NotImplementedError("flashladder: flash_attn_varlen_func with a block_table (paged K/V) is not "
+                                  "implemented")
+    return _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                      return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
+                                     causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                                     deterministic=False, return_attn_probs=False, *, learnable_sink=None):
+    """flash_attn_varlen_func on qkv [total, 3, heads, head_dim] with one cu_seqlens."""
+    _refuse_dropout(dropout_p)
+    if qkv.dim() != 4 or qkv.shape[1] != 3:
+        raise ValueError("flashladder: qkv must be [total, 3, heads, head_dim], got %s" % (tuple(qkv.shape),))
+    return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], softmax_scale, causal, window_size, softcap, alibi_slopes,
+                      deterministic, return_attn_probs, learnable_sink, cu_seqlens, cu_seqlens, max_seqlen,
+                      max_seqlen)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                    dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
+                                    *, learnable_sink=None):
+    """flash_attn_varlen_func on q and kv [total_k, 2, heads_kv, head_dim]."""
+    _refuse_dropout(dropout_p)
+    if kv.dim() != 4 or kv.shape[1] != 2:
+        raise ValueError("flashladder: kv must be [total_k, 2, heads_kv, head_dim], got %s" % (tuple(kv.shape),))
+    return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, window_size, softcap, alibi_slopes,
+                      deterministic, return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                      max_seqlen_k)
