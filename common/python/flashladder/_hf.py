@@ -9,7 +9,7 @@ What it runs, as transformers' FlashAttention path does:
 - no padding: ``flashladder.attention`` (or rung 16 with a window, softcap or sinks) on the batch;
 - a padded batch (the 2D mask): the valid tokens unpadded into a packed batch, attention over it
   (``flash_attn_varlen_func``: rung 15, or rung 16 with a window, softcap or sinks), padded back
-  (zeros on the padding rows);
+  (zeros on the padding rows); a static cache's K/V slots past the mask are left out;
 - rows packed with several sequences (``position_ids`` that restart within a row, or the
   ``cu_seq_lens_q/k`` of transformers' flattening collator): a packed batch of those sequences;
 - ``sliding_window`` (Mistral, Gemma 2, gpt-oss, ModernBERT): FlashAttention's window_size
@@ -199,6 +199,11 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     import torch
 
     valid = attention_mask.bool()
+    if seqlen_k > valid.shape[1]:
+        # A static cache: K/V hold more slots than the mask covers; the slots past it are not
+        # written yet (transformers' FlashAttention path slices them off the same way).
+        seqlen_k = valid.shape[1]
+        k, v = k[:, :seqlen_k], v[:, :seqlen_k]
     lens_k = valid.sum(dim=1, dtype=torch.int32)
     idx_k = torch.nonzero(valid.flatten()).flatten()
     if seqlen_q == seqlen_k:
