@@ -154,18 +154,30 @@ std::array<int64_t, 4> q_shape_of(const Problem& p) {
   return p.varlen() ? std::array<int64_t, 4>{1, p.total_q(), p.heads_q, p.head_dim}
                     : std::array<int64_t, 4>{p.batch, p.seqlen_q, p.heads_q, p.head_dim};
 }
-std::array<int64_t, 4> kv_shape_of(const Problem& p) {
+std::array<int64_t, 4> kv_shape_of(const Problem& p, int64_t pool_rows = 0) {
+  if (p.page_size > 0) return {1, pool_rows, p.heads_kv, p.head_dim};  // a page pool's rows
   return p.varlen() ? std::array<int64_t, 4>{1, p.total_k(), p.heads_kv, p.head_dim}
                     : std::array<int64_t, 4>{p.batch, p.seqlen_k, p.heads_kv, p.head_dim};
 }
 
-/// The device buffers beside Q, K, V, O and the LSE that a problem's mask, modifiers and
-/// packing need (each 0 when unused): cu_seqlens_q, cu_seqlens_k (int32, batch + 1), sinks
-/// (fp32, heads_q), alibi_slopes (fp32, [heads_q] or [batch, heads_q]).
+/// The device buffers beside Q, K, V, O and the LSE that a problem's mask, modifiers, packing
+/// and KV cache need (each 0 when unused): cu_seqlens_q, cu_seqlens_k (int32, batch + 1), sinks
+/// (fp32, heads_q), alibi_slopes (fp32, [heads_q] or [batch, heads_q]), seqused_k (int32,
+/// batch), block_table (int32 [batch, pages per sequence], a paged cache), and for a paged cache
+/// its pool's rows (pages x page_size).
 struct Extras {
-  uintptr_t cu_seqlens_q = 0, cu_seqlens_k = 0, sinks = 0, alibi_slopes = 0;
+  uintptr_t cu_seqlens_q = 0, cu_seqlens_k = 0, sinks = 0, alibi_slopes = 0, seqused_k = 0, block_table = 0;
   int alibi_batch_stride = 0;
+  int block_table_stride = 0;
+  int64_t pool_rows = 0;
 };
+
+/// Extras from the Python call's arguments: ptrs (the six buffers, in the order above) and ints
+/// (alibi_batch_stride, block_table_stride, pool_rows).
+Extras extras_of(const std::array<uintptr_t, 6>& ptrs, const std::array<int64_t, 3>& ints) {
+  return {ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], static_cast<int>(ints[0]), static_cast<int>(ints[1]),
+          ints[2]};
+}
 
 /// Checks @p e against @p p (one pointer per feature the problem has, none it lacks, each
 /// aligned) and sets its pointers in @p a.
@@ -178,6 +190,10 @@ void set_extras(AttnParams* a, const Problem& p, const Extras& e) {
   need("cu_seqlens_q", e.cu_seqlens_q, p.varlen(), "packed sequences");
   need("cu_seqlens_k", e.cu_seqlens_k, p.varlen(), "packed sequences");
   need("sinks", e.sinks, !p.sinks.empty(), "sinks");
+  need("seqused_k", e.seqused_k, !p.seqused_k.empty(), "keys used per sequence");
+  need("block_table", e.block_table, p.page_size > 0, "a paged cache");
+  if (p.page_size > 0 && (e.block_table_stride < (p.seqlen_k + p.page_size - 1) / p.page_size || e.pool_rows < 1))
+    refuse_if("block_table: [batch, pages per sequence] must cover seqlen_k, and the pool must have rows");
   if (e.alibi_slopes != 0 && !p.alibi) refuse_if("alibi_slopes: given, but the problem has no ALiBi");
   if (e.alibi_slopes % 4 != 0) refuse_if("alibi_slopes: needs a 4-byte aligned buffer");
   if (e.alibi_batch_stride != 0 && e.alibi_batch_stride != p.heads_q)
@@ -187,6 +203,13 @@ void set_extras(AttnParams* a, const Problem& p, const Extras& e) {
   a->sinks = reinterpret_cast<const float*>(e.sinks);
   a->alibi_slopes = reinterpret_cast<const float*>(e.alibi_slopes);
   a->alibi_batch_stride = e.alibi_batch_stride;
+  a->seqused_k = reinterpret_cast<const int*>(e.seqused_k);
+  a->block_table = reinterpret_cast<const int*>(e.block_table);
+  a->block_table_stride = e.block_table_stride;
+  if (p.page_size > 0) {  // the block table locates pages: no batch stride
+    a->page_size = p.page_size;
+    a->k_batch_stride = a->v_batch_stride = 0;
+  }
 }
 
 /// AttnParams for @p p (make_attn_params) with the tensors' pointers and strides: @p ptr holds
@@ -195,7 +218,7 @@ void set_extras(AttnParams* a, const Problem& p, const Extras& e) {
 AttnParams params_for(const Problem& p, const std::array<uintptr_t, 5>& ptr,
                       const std::array<Strides4, 4>& strides, const Extras& e) {
   const std::array<int64_t, 4> q_shape = q_shape_of(p);
-  const std::array<int64_t, 4> kv_shape = kv_shape_of(p);
+  const std::array<int64_t, 4> kv_shape = kv_shape_of(p, e.pool_rows);
   const auto q = checked_strides("q", ptr[0], q_shape, strides[0]);
   const auto k = checked_strides("k", ptr[1], kv_shape, strides[1]);
   const auto v = checked_strides("v", ptr[2], kv_shape, strides[2]);
@@ -365,6 +388,11 @@ NB_MODULE(_ext, m) {
       .def("set_varlen", &set_varlen_shape, "batch"_a, "total_q"_a, "total_k"_a, "max_q"_a, "max_k"_a,
            "a packed batch of these totals and maxima (flash_attn_varlen_func's)")
       .def_prop_ro("varlen", &Problem::varlen)
+      .def_rw("page_size", &Problem::page_size)
+      .def_prop_rw(
+          "seqused_k", [](const Problem& p) { return !p.seqused_k.empty(); },
+          [](Problem& p, bool on) { p.seqused_k.assign(on ? p.batch : 0, 0); },
+          "keys used per sequence on (their counts stay on the device; set after batch and set_varlen)")
       .def("scale", &Problem::scale, "softmax_scale, or 1/sqrt(head_dim) when it is 0")
       .def("describe", &Problem::describe)
       .def("__repr__", &Problem::describe);
@@ -469,13 +497,13 @@ NB_MODULE(_ext, m) {
       "forward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream, int device, uintptr_t o_fp32, const std::array<uintptr_t, 4>& extras,
-         int alibi_batch_stride) {
+         uintptr_t stream, int device, uintptr_t o_fp32, const std::array<uintptr_t, 6>& extras,
+         const std::array<int64_t, 3>& extra_ints) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch) refuse_if(r.label() + " has no forward launch");
         refuse_if(supports_reason(r, p, device_info(device)));
         if (o_fp32 != 0 && !r.writes_o_fp32) refuse_if(r.label() + " writes no fp32 copy of O");
-        AttnParams a = params_for(p, ptr, strides, {extras[0], extras[1], extras[2], extras[3], alibi_batch_stride});
+        AttnParams a = params_for(p, ptr, strides, extras_of(extras, extra_ints));
         a.o_fp32 = fp32_o_pointer(o_fp32);
         DeviceGuard guard(device);
         check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
@@ -486,19 +514,20 @@ NB_MODULE(_ext, m) {
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
-      "extras"_a = std::array<uintptr_t, 4>{0, 0, 0, 0}, "alibi_batch_stride"_a = 0,
+      "extras"_a = std::array<uintptr_t, 6>{0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
       "Launches the entry's forward pass (asynchronous, on the stream). ptrs: q, k, v, out, lse "
       "(fp32 [batch, heads_q, seqlen_q], contiguous; packed: [heads_q, total_q]); strides: q, k, "
       "v, out (4 each, elements; packed: of the [1, tokens, heads, head_dim] view); o_fp32: 0, or "
       "a dense fp32 buffer like out for O before its rounding (entries with writes_o_fp32); "
-      "extras: cu_seqlens_q, cu_seqlens_k (int32), sinks, alibi_slopes (fp32) or 0 each");
+      "extras: cu_seqlens_q, cu_seqlens_k (int32), sinks, alibi_slopes (fp32), seqused_k, block_table "
+      "(int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows");
 
   m.def(
       "backward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 9>& ptr,
          const std::array<Strides4, 8>& strides, uintptr_t workspace, size_t workspace_bytes,
          bool deterministic, uintptr_t stream, int device, uintptr_t o_fp32,
-         const std::array<uintptr_t, 4>& extras, int alibi_batch_stride, uintptr_t dsinks) {
+         const std::array<uintptr_t, 6>& extras, const std::array<int64_t, 3>& extra_ints, uintptr_t dsinks) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
         refuse_if(supports_reason(r, p, device_info(device)));
@@ -506,7 +535,7 @@ NB_MODULE(_ext, m) {
         AttnBwdParams b{};
         b.fwd = params_for(p, {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]},
                            {strides[0], strides[1], strides[2], strides[3]},
-                           {extras[0], extras[1], extras[2], extras[3], alibi_batch_stride});
+                           extras_of(extras, extra_ints));
         if (!p.sinks.empty() && (dsinks == 0 || dsinks % 4 != 0))
           refuse_if("dsinks: the problem has sinks: a 4-byte aligned fp32 [heads_q] buffer for their gradient");
         b.dsinks = p.sinks.empty() ? nullptr : reinterpret_cast<float*>(dsinks);
@@ -538,7 +567,8 @@ NB_MODULE(_ext, m) {
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
-      "extras"_a = std::array<uintptr_t, 4>{0, 0, 0, 0}, "alibi_batch_stride"_a = 0, "dsinks"_a = 0,
+      "extras"_a = std::array<uintptr_t, 6>{0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
+      "dsinks"_a = 0,
       "Launches the entry's backward pass (asynchronous); extras as forward's, dsinks: the sinks' "
       "gradient (fp32 [heads_q]) when the problem has sinks. ptrs: q, k, v, out, lse, dout, dq, dk, "
       "dv; strides: q, k, v, out, dout, dq, dk, dv (dout like out, dq like q, dk like k, dv like v); "

@@ -87,6 +87,11 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
     docs_.upload(p.doc_starts.data(), docs_.bytes());
     a.doc_starts = docs_.as<int>();
   }
+  if (!p.seqused_k.empty()) {
+    used_k_ = DeviceBuffer(p.seqused_k.size() * sizeof(int));
+    used_k_.upload(p.seqused_k.data(), used_k_.bytes());
+    a.seqused_k = used_k_.as<int>();
+  }
   if (!p.sinks.empty()) {
     sinks_ = DeviceBuffer(p.sinks.size() * sizeof(float));
     sinks_.upload(p.sinks.data(), sinks_.bytes());

@@ -68,6 +68,7 @@ std::string Problem::describe() const {
   if (softcap > 0) s << " softcap=" << softcap;
   if (alibi) s << " alibi";
   if (!sinks.empty()) s << " sinks";
+  if (!seqused_k.empty()) s << " seqused_k";
   return s.str();
 }
 
@@ -111,6 +112,15 @@ std::string validate(const Problem& p) {
            std::to_string(p.window_right) + ")";
   if (p.prefix < 0) return bad("--prefix", "must be >= 0 (0: off)", p.prefix);
   if (!(p.softcap >= 0) || !std::isfinite(p.softcap)) return "--softcap must be a finite number >= 0 (0: off)";
+  if (!p.seqused_k.empty()) {
+    if (p.seqused_k.size() != static_cast<size_t>(p.batch)) return "seqused_k: one key count per sequence";
+    for (int b = 0; b < p.batch; ++b) {
+      const int slots = p.varlen() ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b] : p.seqlen_k;
+      if (p.seqused_k[b] < 0 || p.seqused_k[b] > slots)
+        return "seqused_k: sequence " + std::to_string(b) + " uses " + std::to_string(p.seqused_k[b]) +
+               " keys of its " + std::to_string(slots);
+    }
+  }
   if (!p.sinks.empty()) {
     if (p.sinks.size() != static_cast<size_t>(p.heads_q)) return "sinks: one logit per query head (heads_q values)";
     for (float s : p.sinks)

@@ -211,10 +211,13 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
   // This split's keys. With a causal mask no row of the tile sees past the
   // last row's diagonal, so those keys are not even loaded.
+  // A KV cache of per-sequence lengths (AttnParams::seqused_k) uses only its first len_k keys;
+  // the causal diagonal moves with it.
+  const int len_k = p.seqused_k ? p.seqused_k[b] : p.seqlen_k;
+  const int causal_offset = len_k - p.seqlen_q;
   const int n_begin = static_cast<int>(static_cast<int64_t>(split) * a.split_len);
-  int n_end = static_cast<int>(
-      min(static_cast<int64_t>(p.seqlen_k), static_cast<int64_t>(n_begin) + a.split_len));
-  if (p.causal) n_end = min(n_end, (row0 + rows - 1) / p.group + p.causal_offset + 1);
+  int n_end = static_cast<int>(min(static_cast<int64_t>(len_k), static_cast<int64_t>(n_begin) + a.split_len));
+  if (p.causal) n_end = min(n_end, (row0 + rows - 1) / p.group + causal_offset + 1);
   const int num_chunks = n_end > n_begin ? (n_end - n_begin + BLOCK_N - 1) / BLOCK_N : 0;
   // Warp w takes chunks w, w + WARPS, w + 2 WARPS, ...: together the warps
   // stream the split front to back.
@@ -292,7 +295,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
         Q_frag[kk][half + 2 * e] =
             valid ? *reinterpret_cast<const uint32_t*>(q_gmem + kk * Tr::kMmaK + 2 * t + 8 * e)
                   : 0u;
-    key_end[half] = p.causal ? min(n_end, i + p.causal_offset + 1) : n_end;
+    key_end[half] = p.causal ? min(n_end, i + causal_offset + 1) : n_end;
   }
   // A chunk needs the mask only if some row of the warp stops seeing keys
   // inside it (the split's last chunk, or the causal diagonal): one number

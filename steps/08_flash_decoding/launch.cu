@@ -110,6 +110,7 @@ void register_rung_08(Registry& reg) {
   r.peak = Peak::memory;
   r.head_dims = {64, 128};
   r.paged_kv = true;
+  r.seqused_k = true;  // a KV cache of per-sequence lengths (kernel.cuh: len_k)
   r.decode = true;
   r.baselines = {Baseline::fastest(
       "the fastest earlier rung on the same decode shape (which one depends on the shape)")};

@@ -98,6 +98,7 @@ Rung make(const char* variant, const char* summary) {
   r.peak = Peak::tensor_16bit;
   r.writes_o_fp32 = true;  // the epilogue's store_o2 (epilogue.cuh)
   r.varlen = true;
+  r.seqused_k = true;  // a KV cache's lengths: seq_span (varlen.h) reads them
   r.min_cc = 90;
   r.head_dims = {64, 128, 256};
   if constexpr (kFixedTiles) r.head_dims = {TILES::kHeadDim};

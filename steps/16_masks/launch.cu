@@ -62,6 +62,7 @@ Rung base_entry(const char* variant, const char* summary) {
   r.writes_o_fp32 = true;
   r.varlen = true;
   r.mods = true;
+  r.seqused_k = true;  // a KV cache's lengths: seq_span (varlen.h) reads them
   r.min_cc = 90;
   // Every multiple of 16 up to 256 (with_head_dim): the tiles' own 64, 128 and 256, and between
   // them the open models' 80 and 96 (Phi-3, GPT-NeoX-style) on the next tile up.
@@ -118,6 +119,7 @@ Rung make_backward() {
                                   "gradient");
   r.forward_rung = 16;
   r.builds_on = {14};
+  r.seqused_k = false;  // a KV cache has no backward pass; rung 11's exact D pass ignores seqused_k
   r.in_tour = false;
   r.baselines = {Baseline::on(14, "the backward it builds on: the same kernel with the causal mask as special code")};
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {

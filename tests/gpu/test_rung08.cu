@@ -161,3 +161,18 @@ TEST_CASE("rung 08: refuses what it cannot do", "[gpu][rung08]") {
   const CaseResult res = run_case(rung08(), prefill, InputKind::random, CheckMode::full, 1);
   CHECK_FALSE(res.ran);
 }
+
+TEST_CASE("rung 08: a KV cache of per-sequence lengths (seqused_k), contiguous and paged", "[gpu][rung08]") {
+  // flash_attn_with_kvcache's cache_seqlens: sequence b sees its first seqused_k[b] slots, its
+  // causal diagonal at seqused_k[b] - seqlen_q; 0 keys: O = 0, LSE = -inf.
+  for (int page : {0, 64})
+    for (int splits : {0, 1, 5})
+      for (int sq : {1, 4}) {
+        Problem p = decode_problem(4, 16, 4, sq, 3000, 128, sq == 1 ? DType::fp16 : DType::bf16, sq > 1, splits, page);
+        p.seqused_k = {3000, 1, 1777, sq == 1 ? 0 : 4};
+        expect_pass(p);
+      }
+  Problem p = decode_problem(3, 8, 1, 1, 70000, 64, DType::bf16, false, 0);
+  p.seqused_k = {65536, 70000, 129};
+  expect_pass(p, CheckMode::sample);
+}

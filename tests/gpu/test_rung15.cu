@@ -118,3 +118,27 @@ TEST_CASE("a packed batch is bitwise repeatable", "[rung15]") {
   REQUIRE(o[0] == o[1]);
   REQUIRE(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
 }
+
+TEST_CASE("a KV cache of per-sequence lengths (seqused_k): dense and packed, on rungs 15 and 16", "[rung15]") {
+  // flash_attn_with_kvcache's prefill: sequence b sees the first seqused_k[b] of its slots, its
+  // causal diagonal at seqused_k[b] - len_q; a sequence that uses no key: O = 0, LSE = -inf.
+  std::vector<const Rung*> rungs{&rung15()};
+  if (const Rung* r16 = registry().find(16)) rungs.push_back(r16);
+  for (const Rung* r : rungs)
+    for (bool causal : {false, true})
+      for (DType t : {DType::fp16, DType::bf16}) {
+        Problem dense = shape(4, 200, 1500, 8, 2, 128, causal, t);
+        dense.seqused_k = {1500, 1, 700, 0};
+        passes(*r, dense);
+        Problem pk = packed({3, 130, 1}, {500, 300, 64}, 8, 2, 64, causal, t);
+        pk.seqused_k = {400, 300, 1};
+        passes(*r, pk);
+      }
+  // Rung 16 with a window on such a cache.
+  if (const Rung* r16 = registry().find(16)) {
+    Problem w = shape(2, 64, 2000, 8, 2, 128, true, DType::bf16);
+    w.seqused_k = {2000, 333};
+    w.window_left = 100;
+    passes(*r16, w);
+  }
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -37,6 +37,10 @@ flash         FlashAttention's interface (flash_attn_func, the packed and varlen
               combination, head_dims 64 to 256 (80, 96), GQA, seqlen_q != seqlen_k; packed
               batches with empty and one-token sequences; the packed forms bit for bit;
               deterministic=True; dropout, a block table and bad arguments refused.
+kvcache       flash_attn_with_kvcache against the fp32 reference per sequence: the new keys written
+              in place at cache_seqlens (an empty, a half-full and a nearly full sequence),
+              decode, speculative (4 queries) and prefill routes, a window; the paged cache
+              (shuffled pages of 64) likewise, its pages written; refusals.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
               attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
@@ -920,9 +924,70 @@ def part_flash():
     expect(ValueError, "window_size", lambda: flash_attn_func(q, k, v, window_size=(-2, 0)))
 
 
+def part_kvcache():
+    """flash_attn_with_kvcache: appends in place, per-sequence lengths, decode (rung 08) and
+    prefill routes, a paged cache against the contiguous one, the refusals."""
+    from flashladder import flash_attn_with_kvcache
+
+    hopper = flashladder.device_info().arch == "sm_90"
+    for dtype_name in ("fp16", "bf16"):
+        dt = DTYPES[dtype_name]
+        for sq, new, causal, window in ((1, 1, True, (-1, -1)), (4, 4, True, (-1, -1)), (1, 0, False, (-1, -1)),
+                                        (100, 100, True, (-1, -1)), (3, 3, True, (64, 0))):
+            if window != (-1, -1) and not hopper:
+                continue
+            b, slots, hq, hkv, d = 3, 1024, 8, 2, 128
+            used = torch.tensor([0, 500, 1024 - new - 7], dtype=torch.int32, device="cuda")
+            if new == 0:
+                used = torch.tensor([1, 500, 1024], dtype=torch.int32, device="cuda")
+            k_cache, v_cache = randn(b, slots, hkv, d, dtype=dt), randn(b, slots, hkv, d, dtype=dt, offset=0.5)
+            q = randn(b, sq, hq, d, dtype=dt, offset=0.5)
+            k_new = randn(b, new, hkv, d, dtype=dt) if new else None
+            v_new = randn(b, new, hkv, d, dtype=dt) if new else None
+            # The paged twin: pages of 64 slots in a shuffled pool, before the append.
+            page = 64
+            perm = torch.randperm(b * slots // page, device="cuda").to(torch.int32)
+            table = perm.view(b, slots // page)
+            k_pool = torch.empty(b * slots // page, page, hkv, d, dtype=dt, device="cuda")
+            v_pool = torch.empty_like(k_pool)
+            k_pool[table.long()] = k_cache.view(b, slots // page, page, hkv, d)
+            v_pool[table.long()] = v_cache.view(b, slots // page, page, hkv, d)
+            what = "flash_attn_with_kvcache %s sq=%d new=%d causal=%d window=%s" % (dtype_name, sq, new, causal, window)
+            out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=used, causal=causal,
+                                               window_size=window, return_softmax_lse=True)
+            end = used.long() + new
+            out_p = None
+            if sq <= 16 and window == (-1, -1):  # rung 08's pages (the pools hold the old cache)
+                out_p = flash_attn_with_kvcache(q, k_pool, v_pool, k_new, v_new, cache_seqlens=used, causal=causal,
+                                                block_table=table)
+            for n in range(b):
+                if new and not (torch.equal(k_cache[n, used[n]:end[n]], k_new[n]) and
+                                torch.equal(v_cache[n, used[n]:end[n]], v_new[n])):
+                    fail("%s: the new keys were not written at cache_seqlens" % what)
+                ref, ref_lse = reference_mods(q[n:n + 1], k_cache[n:n + 1, :end[n]], v_cache[n:n + 1, :end[n]], causal,
+                                              window)
+                judge("%s sequence %d (%d keys) O" % (what, n, int(end[n])), out[n:n + 1].float(), ref, dtype_name)
+                judge_lse("%s sequence %d" % (what, n), lse[n:n + 1], ref_lse, dtype_name)
+                if out_p is not None:
+                    judge("%s, paged (pages of %d), sequence %d O" % (what, page, n), out_p[n:n + 1].float(), ref,
+                          dtype_name)
+                    last = int(end[n]) - 1
+                    if new and not torch.equal(k_pool[table[n, last // page].long(), last % page], k_cache[n, last]):
+                        fail("%s: the new keys were not written into the pages" % what)
+    q, kc = randn(2, 1, 8, 128), randn(2, 256, 2, 128)
+    full = flash_attn_with_kvcache(q, kc, kc)  # cache_seqlens None: every slot
+    ref, _ = reference_mods(q, kc, kc, False)
+    judge("flash_attn_with_kvcache, a full cache", full.float(), ref, "fp16")
+    expect(NotImplementedError, "rotary", lambda: flash_attn_with_kvcache(q, kc, kc, rotary_cos=kc, rotary_sin=kc))
+    expect(NotImplementedError, "cache_batch_idx", lambda: flash_attn_with_kvcache(q, kc, kc, cache_batch_idx=kc))
+    table = torch.arange(8, device="cuda", dtype=torch.int32).view(2, 4)
+    pool = randn(8, 64, 2, 128)
+    expect(ValueError, "page", lambda: flash_attn_with_kvcache(randn(2, 100, 8, 128), pool, pool, block_table=table))
+
+
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
-         "flash": part_flash}
+         "flash": part_flash, "kvcache": part_kvcache}
 
 
 def main():

@@ -45,6 +45,11 @@ struct Problem {
   /// Document mask (self-attention, len_q = len_k): each sequence's tokens form documents that
   /// start at these positions (0 first, the sequence's length last); tokens attend within theirs.
   std::vector<int> doc_starts;
+  /// Keys used per sequence (a KV cache's lengths: flash_attn_with_kvcache's cache_seqlens,
+  /// FlashAttention 3's seqused_k): sequence b sees keys 0 .. seqused_k[b] - 1 of its seqlen_k
+  /// slots (packed: of its cu_seqlens_k run), its causal diagonal at seqused_k[b] - len_q.
+  /// Empty: every slot. Rungs with Rung::seqused_k.
+  std::vector<int> seqused_k;
   float softcap = 0;      ///< cap · tanh(s / cap) on each scaled score (0: off)
   bool alibi = false;     ///< ALiBi: -slope_h · |i + off - j| added, the paper's slopes for heads_q
   /// Attention sinks (gpt-oss, FlashAttention 3's learnable sink): one logit per query head, in
@@ -67,7 +72,10 @@ struct Problem {
   bool varlen() const { return !cu_seqlens_q.empty(); }
   /// Queries / keys of sequence @p b.
   int len_q(int b) const { return varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
-  int len_k(int b) const { return varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k; }
+  int len_k(int b) const {
+    if (!seqused_k.empty()) return seqused_k[b];
+    return varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k;
+  }
   /// Row of query i (key j) of sequence b in the [tokens, heads, head_dim] view of Q (of K):
   /// b * seqlen + i dense, cu_seqlens[b] + i packed.
   int64_t q_token(int b, int i) const {
@@ -189,6 +197,7 @@ struct AttnParams {
   const float* alibi_slopes;
   int alibi_batch_stride;         ///< 0 for one slope per head, heads_q for [batch, heads_q]
   const float* sinks;             ///< device copy of Problem::sinks ([heads_q]), null: off
+  const int* seqused_k;           ///< device copy of Problem::seqused_k ([batch]), null: off
 };
 
 /// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,

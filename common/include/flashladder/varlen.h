@@ -21,9 +21,10 @@ struct SeqSpan {
 };
 
 FL_HD SeqSpan seq_span(const AttnParams& p, int b) {
-  if (p.cu_seqlens_q == nullptr) return {p.seqlen_q, p.seqlen_k, 0, 0, b};
+  // AttnParams::seqused_k: sequence b uses only its first seqused_k[b] keys (a KV cache's length).
+  if (p.cu_seqlens_q == nullptr) return {p.seqlen_q, p.seqused_k ? p.seqused_k[b] : p.seqlen_k, 0, 0, b};
   const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
-  return {p.cu_seqlens_q[b + 1] - q0, p.cu_seqlens_k[b + 1] - k0, q0, k0, 0};
+  return {p.cu_seqlens_q[b + 1] - q0, p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - k0, q0, k0, 0};
 }
 
 /// Sequence b's queries of a launch, without its keys (what a scheduler reads to skip a tile).

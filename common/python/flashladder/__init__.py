@@ -88,7 +88,7 @@ def register_transformers(name="ladder", rung=None, variant=""):
 
 #: FlashAttention's functions (flashladder._flash), imported with PyTorch on first use.
 FLASH_API = ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
-             "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func")
+             "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache")
 
 
 def __getattr__(name):

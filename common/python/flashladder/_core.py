@@ -138,8 +138,10 @@ class Mods:
     """What a call adds to plain attention, hashable (a part of the plan's key): FlashAttention's
     ``window_size`` (each side -1: open), ``softcap`` (0: off), ALiBi (``alibi``: 0 off, 1 the
     paper's slopes, 2 one given slope per head, 3 per sequence and head), attention ``sinks``,
-    and a packed batch (``varlen``: (batch, total_q, total_k, max_seqlen_q, max_seqlen_k), the
-    lengths themselves on the device). Rung 16 runs every one of them, rung 15 the packing."""
+    a packed batch (``varlen``: (batch, total_q, total_k, max_seqlen_q, max_seqlen_k), the
+    lengths themselves on the device), a KV cache's lengths per sequence (``seqused_k``) and
+    pages (``page_size``). Rung 16 runs the masks and modifiers, rung 15 the packing, rungs 08,
+    15 and 16 the cache's lengths, rung 08 its pages."""
 
     window_left: int = -1
     window_right: int = -1
@@ -147,14 +149,20 @@ class Mods:
     alibi: int = 0
     sinks: bool = False
     varlen: tuple = None
+    seqused_k: bool = False  # a KV cache's lengths per sequence (on the device)
+    page_size: int = 0  # a paged KV cache's page (rung 08)
+    num_splits: int = 0  # the decode rung's split count (0: its heuristic)
 
     def apply(self, p):
         p.window_left, p.window_right = self.window_left, self.window_right
         p.softcap = float(self.softcap)
         p.alibi = self.alibi != 0
         p.sinks = self.sinks
+        p.page_size = self.page_size
+        p.num_splits = self.num_splits
         if self.varlen is not None:
             p.set_varlen(*self.varlen)
+        p.seqused_k = self.seqused_k
 
 
 #: No mask, modifier or packing: the plain key's plans.

@@ -288,3 +288,107 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
     return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, window_size, softcap, alibi_slopes,
                       deterministic, return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                       max_seqlen_k)
+
+
+# ---- the KV cache ---------------------------------------------------------------------------------
+
+def _cache_lengths(cache_seqlens, batch, slots, device):
+    """int32 [batch] of a cache's used slots (None: every slot, an int: the same for all)."""
+    if cache_seqlens is None:
+        return torch.full((batch,), slots, dtype=torch.int32, device=device)
+    if isinstance(cache_seqlens, int):
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    if tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.device != device:
+        raise ValueError("flashladder: cache_seqlens must be an int or an int32 [batch] = (%d,) tensor on %s, "
+                         "got %s on %s" % (batch, device, tuple(cache_seqlens.shape), cache_seqlens.device))
+    return cache_seqlens.to(torch.int32)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """FlashAttention 2's flash_attn_with_kvcache (inference: no autograd).
+
+    q [batch, seqlen_q, heads_q, head_dim]; k_cache and v_cache [batch, seqlen_cache, heads_kv,
+    head_dim], or with ``block_table`` (int32 [batch, pages per sequence]) a page pool [pages,
+    page_size, heads_kv, head_dim] (rung 08's paged cache; page_size a power of two). ``k`` and
+    ``v`` [batch, seqlen_new, heads_kv, head_dim], when given, are written into the cache in place
+    at each sequence's ``cache_seqlens`` (an int or int32 [batch]; None: the cache is full), and
+    the queries then attend to cache_seqlens + seqlen_new keys, ``causal`` bottom-right aligned to
+    that end. ``num_splits``: the decode rung's split count (0: its heuristic; the result is the
+    same up to the order of the sums). The route: a decode step or a few queries (seqlen_q <= 16) on rung 08 where it takes
+    them and is no slower, else the prefill rung (rung 15; rung 16 for a window, softcap or ALiBi).
+    Returns out, or (out, softmax_lse [batch, heads_q, seqlen_q]) with ``return_softmax_lse``.
+
+    Not implemented, each refused with NotImplementedError: rotary embedding inside the call
+    (apply it to q and k first), ``cache_batch_idx``, ``cache_leftpad``."""
+    for name, value in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx),
+                        ("cache_leftpad", cache_leftpad)):
+        if value is not None:
+            raise NotImplementedError("flashladder: flash_attn_with_kvcache(%s=...) is not implemented%s" % (
+                name, " (apply the rotary embedding to q and k before the call)" if name.startswith("rotary") else ""))
+    if (k is None) != (v is None):
+        raise ValueError("flashladder: k and v come together (the new keys and values)")
+    if q.dim() != 4 or k_cache.dim() != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError("flashladder: q [batch, seqlen_q, heads, head_dim], k_cache and v_cache of one 4-D shape")
+    left, right = _window(window_size)
+    if causal:
+        right = 0
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    paged = block_table is not None
+    if paged:
+        page = k_cache.shape[1]
+        if (str(block_table.dtype) != "torch.int32" or block_table.dim() != 2 or block_table.shape[0] != batch
+                or block_table.device != q.device):
+            raise ValueError("flashladder: block_table must be int32 [batch, pages per sequence] on q's device")
+        if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+            raise ValueError("flashladder: a paged cache's pools must be contiguous [pages, page_size, heads, head_dim]")
+        slots = block_table.shape[1] * page
+    else:
+        if k_cache.shape[0] != batch:
+            raise ValueError("flashladder: k_cache's batch (%d) must be q's (%d)" % (k_cache.shape[0], batch))
+        slots = k_cache.shape[1]
+    used = _cache_lengths(cache_seqlens, batch, slots, q.device)
+    if k is not None:
+        new = k.shape[1]
+        if tuple(k.shape) != (batch, new, heads_kv, head_dim) or tuple(v.shape) != tuple(k.shape):
+            raise ValueError("flashladder: k and v must be [batch, seqlen_new, heads_kv, head_dim] = (%d, n, %d, %d), "
+                             "got %s and %s" % (batch, heads_kv, head_dim, tuple(k.shape), tuple(v.shape)))
+        # In place, at each sequence's end (FlashAttention's append); positions past the cache
+        # would be out of bounds: the caller sizes the cache.
+        pos = used.long()[:, None] + torch.arange(new, device=q.device)[None, :]
+        if paged:
+            pages = torch.gather(block_table.long(), 1, torch.div(pos, page, rounding_mode="floor"))
+            k_cache[pages, pos % page] = k
+            v_cache[pages, pos % page] = v
+        else:
+            rows = torch.arange(batch, device=q.device)[:, None]
+            k_cache[rows, pos] = k
+            v_cache[rows, pos] = v
+        used = used + new
+    slopes, alibi = _slopes(alibi_slopes, q, batch)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError("flashladder: num_splits must be an int >= 0 (0: the decode rung's heuristic)")
+    mods = _core.Mods(left, right, float(softcap), alibi, False, None, True, page if paged else 0, num_splits)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if paged:
+        # The checks of q against a [batch, slots] cache; the pools are read through the table.
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.dtype != q.dtype or t.device != q.device or t.shape[3] != head_dim:
+                raise ValueError("flashladder: %s must have q's dtype, device and head_dim" % name)
+        _core.check_layout_of("q", q)
+        # check_qkv's shape checks against a stand-in of the cache's [batch, slots, heads_kv,
+        # head_dim] shape (a broadcast view of q: nothing is allocated or read).
+        shape = q[:, :1, :1].expand(batch, slots, heads_kv, head_dim)
+        key = _core.check_qkv(q, shape, shape, causal, scale, tensor_type=torch.Tensor, check_layout=False)
+        kc, vc = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
+        pool_rows = k_cache.shape[0] * k_cache.shape[1]
+    else:
+        key = _core.check_qkv_cached(q, k_cache, v_cache, causal, scale, tensor_type=torch.Tensor)
+        kc, vc, pool_rows = k_cache, v_cache, 0
+    with torch.no_grad():
+        out, lse, _ = _ops._forward(q, kc, vc, causal, scale, None, "", key, mods=mods,
+                                    extras=(None, None, None, slopes, used, block_table, pool_rows))
+    return (out, lse) if return_softmax_lse else out

@@ -43,13 +43,17 @@ def _strides4(t):
 
 
 def _extras(extras):
-    """(pointers, alibi batch stride) of the extension's extras: cu_seqlens_q, cu_seqlens_k,
-    sinks, alibi_slopes (each a tensor or None)."""
+    """(pointers, ints) of the extension's extras from (cu_seqlens_q, cu_seqlens_k, sinks,
+    alibi_slopes, seqused_k, block_table) (each a tensor or None; a shorter tuple: the rest
+    None) and, for a paged cache, its pool's rows: pointers in that order, ints (alibi batch
+    stride, block_table's pages per sequence, the pool's rows)."""
     if extras is None:
-        return (0, 0, 0, 0), 0
-    ptrs = tuple(0 if t is None else t.data_ptr() for t in extras)
-    slopes = extras[3]
-    return ptrs, (slopes.shape[-1] if slopes is not None and slopes.dim() == 2 else 0)
+        return (0,) * 6, (0, 0, 0)
+    *tensors, pool_rows = extras if len(extras) == 7 else tuple(extras) + (None,) * (6 - len(extras)) + (0,)
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in tensors)
+    slopes, table = tensors[3], tensors[5]
+    return ptrs, (slopes.shape[-1] if slopes is not None and slopes.dim() == 2 else 0,
+                  table.shape[1] if table is not None else 0, int(pool_rows or 0))
 
 
 def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=False, mods=None,
@@ -80,13 +84,12 @@ def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=Fal
                      ws_ptr, ws_bytes, _stream(q), q.device.index,
                      o_fp32=0 if o32 is None else o32.data_ptr())
     else:
-        ptrs, slope_stride = _extras(extras)
+        ptrs, ints = _extras(extras)
         _ext.forward(plan.number, plan.variant, plan.problem,
                      (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
                      (_strides4(q), _strides4(k), _strides4(v), _strides4(out)),
                      ws_ptr, ws_bytes, _stream(q), q.device.index,
-                     o_fp32=0 if o32 is None else o32.data_ptr(), extras=ptrs,
-                     alibi_batch_stride=slope_stride)
+                     o_fp32=0 if o32 is None else o32.data_ptr(), extras=ptrs, extra_ints=ints)
     del ws
     if o_fp32 and o32 is None:
         o32 = out.float()
@@ -143,7 +146,7 @@ def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, run
                       ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index, o_fp32=o32_ptr)
         del ws
         return dq, dk, dv
-    ptrs, slope_stride = _extras(extras)
+    ptrs, ints = _extras(extras)
     dsinks = None
     if mods.sinks:
         dsinks = torch.empty((q.shape[-2],), dtype=torch.float32, device=q.device)
@@ -152,8 +155,7 @@ def _backward(dout, q, k, v, out, lse, causal, softmax_scale, deterministic, run
                    dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()),
                   tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv)),
                   ws_ptr, ws_bytes, bool(deterministic), _stream(q), q.device.index, o_fp32=o32_ptr,
-                  extras=ptrs, alibi_batch_stride=slope_stride,
-                  dsinks=0 if dsinks is None else dsinks.data_ptr())
+                  extras=ptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr())
     del ws
     return dq, dk, dv, dsinks
 
