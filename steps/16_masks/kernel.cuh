@@ -413,7 +413,7 @@ const void* prepared_masked_kernel() {
 
 template <class Cfg>
 BlockMaskLayout layout_of(const AttnParams& p) {
-  return block_mask_layout(p.cu_seqlens_q != nullptr, p.batch, p.seqlen_q, p.seqlen_k, Cfg::kBlockM, Cfg::kBlockN);
+  return block_mask_layout(p.cu_seqlens_q != nullptr || p.seqused_k != nullptr, p.batch, p.seqlen_q, p.seqlen_k, Cfg::kBlockM, Cfg::kBlockN);
 }
 
 template <class T, class Cfg, class MASK, class SCORE>

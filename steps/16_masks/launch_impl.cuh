@@ -64,7 +64,7 @@ template <int D>
 size_t workspace_masks16(const Problem& pr) {
   return with_tiles_of<D>(pr.mask_spec(), [&](auto tiles) {
     using Cfg = typename decltype(tiles)::type;
-    return block_mask_layout(pr.varlen(), pr.batch, pr.seqlen_q, pr.seqlen_k, Cfg::kBlockM, Cfg::kBlockN).bytes();
+    return block_mask_layout(pr.varlen() || !pr.seqused_k.empty(), pr.batch, pr.seqlen_q, pr.seqlen_k, Cfg::kBlockM, Cfg::kBlockN).bytes();
   });
 }
 

@@ -123,9 +123,10 @@ struct ScoreMod {
 /// Where the block mask lives in a launch's workspace (after the schedule's 16-byte counter):
 /// per (sequence, query tile) the count of its non-empty K/V blocks, then their list, ascending,
 /// each entry the block's index with bit 31 set when it is partial. A dense batch's sequences
-/// share one mask (classified once: `sequences` = 1); a packed batch has one per sequence.
+/// share one mask (classified once: `sequences` = 1); a packed batch, or one whose sequences use
+/// their own number of keys (a KV cache's seqused_k), has one per sequence.
 struct BlockMaskLayout {
-  int sequences;  ///< 1 dense, batch packed
+  int sequences;  ///< 1 dense, batch per sequence
   int m_tiles;    ///< query tiles of the longest sequence
   int n_blocks;   ///< K/V blocks of the longest sequence
   static constexpr int kPartial = -2147483647 - 1;  // bit 31
@@ -189,8 +190,9 @@ FL_HD KeySpan rows_seeing_all(const MASK& mask, int len_q, int len_k, int key0, 
 }
 
 /// The layout for a launch's longest lengths, tiles of @p block_m x @p block_n.
-inline BlockMaskLayout block_mask_layout(bool packed, int batch, int seqlen_q, int seqlen_k, int block_m, int block_n) {
-  return {packed ? batch : 1, (seqlen_q + block_m - 1) / block_m, (seqlen_k + block_n - 1) / block_n};
+inline BlockMaskLayout block_mask_layout(bool per_sequence, int batch, int seqlen_q, int seqlen_k, int block_m,
+                                         int block_n) {
+  return {per_sequence ? batch : 1, (seqlen_q + block_m - 1) / block_m, (seqlen_k + block_n - 1) / block_n};
 }
 
 /// One query tile's list, as the classifying kernel writes it, for the CPU tests and the host

@@ -184,14 +184,13 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
                max_seqlen_k=0):
     left, right = _window(window_size)
     if causal:
-        right = 0  # FlashAttention: causal closes the window's right side
+        right = -1  # causal closes the window's right side already (FlashAttention: (left, 0))
     if softcap is None or softcap < 0:
         raise ValueError("flashladder: softcap must be >= 0 (0: off), got %r" % (softcap,))
     batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
     slopes, _ = _slopes(alibi_slopes, q, batch)
     sinks = _sinks(learnable_sink, q)
-    plain = (cu_seqlens_q is None and left < 0 and (right < 0 or (causal and right == 0)) and not softcap
-             and slopes is None and sinks is None)
+    plain = cu_seqlens_q is None and left < 0 and right < 0 and not softcap and slopes is None and sinks is None
     grad = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, learnable_sink))
     if plain and not deterministic:
@@ -334,7 +333,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise ValueError("flashladder: q [batch, seqlen_q, heads, head_dim], k_cache and v_cache of one 4-D shape")
     left, right = _window(window_size)
     if causal:
-        right = 0
+        right = -1  # causal closes the window's right side already (FlashAttention: (left, 0))
     batch, seqlen_q, heads_q, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     paged = block_table is not None
