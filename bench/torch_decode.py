@@ -12,6 +12,10 @@ sequence (speculative decoding: seqlen_q 4 and 16) against 16k keys, causal, bot
   rung 08       flashladder.attention(q, k, v, rung=8)
   prefill rung  flashladder.attention(q, k, v, rung=<DEFAULT_FORWARD's first>): the route before
                 decode routing
+  kvcache       flashladder.flash_attn_with_kvcache(q, k, v, cache_seqlens=seqlen_k): the same cache
+                through FlashAttention's interface (its route, per-sequence lengths on the device)
+  paged         the same with the cache in pages of PAGE (256) slots, shuffled in a pool, and a
+                block table
   cuDNN, flash  F.scaled_dot_product_attention with the backend forced (enable_gqa=True; a backend
                 that refuses the shape or the mask is recorded as refused, with its message)
 
@@ -45,6 +49,8 @@ HEAD_DIM = 128
 FLUSH_BYTES = 1 << 30
 SEQLENS_K = [512, 2048, 8192, 16384, 32768, 65536, 131072]
 TARGET = 0.95  # decode through the package against cuDNN at 64k and 128k keys (bench goal)
+PAGE = 256  # the paged column's page size (tokens)
+PAGED_TARGET = 0.95  # paged against contiguous through flash_attn_with_kvcache (bench goal)
 
 
 def shapes(quick):
@@ -120,8 +126,8 @@ def run(args):
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
     rows = []
-    print("%-34s %-18s %10s %10s %10s %10s %10s %8s" % ("shape", "route", "route ms", "rung 08",
-                                                       "prefill", "cuDNN", "flash", "vs cuDNN"))
+    print("%-34s %-18s %10s %10s %10s %10s %10s %8s %10s %10s" % (
+        "shape", "route", "route ms", "rung 08", "prefill", "cuDNN", "flash", "vs cuDNN", "kvcache", "paged"))
     for s in shapes(args.quick):
         dt = dtypes[s["dtype"]]
         gen = torch.Generator(device="cuda").manual_seed(2024)
@@ -141,6 +147,18 @@ def run(args):
                 row["refused"][name] = why_not
             else:
                 calls[name] = lambda rung=rung: fl.attention(q, k, v, rung=rung, causal=s["causal"])
+        # FlashAttention's interface on the same cache, contiguous and in shuffled pages.
+        used = torch.full((b,), sk, dtype=torch.int32, device="cuda")
+        calls["kvcache"] = lambda: fl.flash_attn_with_kvcache(q, k, v, cache_seqlens=used, causal=s["causal"])
+        if sk % PAGE == 0:
+            pages = b * sk // PAGE
+            table = torch.randperm(pages, device="cuda", generator=gen).to(torch.int32).view(b, sk // PAGE)
+            k_pool = torch.empty(pages, PAGE, hkv, HEAD_DIM, device="cuda", dtype=dt)
+            v_pool = torch.empty_like(k_pool)
+            k_pool[table.long()] = k.view(b, sk // PAGE, PAGE, hkv, HEAD_DIM)
+            v_pool[table.long()] = v.view(b, sk // PAGE, PAGE, hkv, HEAD_DIM)
+            calls["paged"] = lambda: fl.flash_attn_with_kvcache(q, k_pool, v_pool, cache_seqlens=used,
+                                                                 causal=s["causal"], block_table=table)
         # SDPA on [b, h, s, d] views of the same tensors; bottom-right causal as a bias object.
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         kwargs = dict(enable_gqa=hq != hkv)
@@ -168,17 +186,24 @@ def run(args):
             row.setdefault("tflops", {})[name] = flops(s) / (ms * 1e-3) / 1e12
         if "route" in row["ms"] and "cudnn" in row["ms"]:
             row["route_vs_cudnn"] = row["ms"]["cudnn"] / row["ms"]["route"]
+        if "kvcache" in row["ms"] and "cudnn" in row["ms"]:
+            row["kvcache_vs_cudnn"] = row["ms"]["cudnn"] / row["ms"]["kvcache"]
+        if "paged" in row["ms"]:
+            row["paged_vs_contiguous"] = row["ms"]["kvcache"] / row["ms"]["paged"]
         rows.append(row)
         del q, k, v, qt, kt, vt
+        calls.clear()
+        k_pool = v_pool = None
 
         def cell(n):
             return "%10.4f" % row["ms"][n] if n in row["ms"] else "%10s" % "refused"
 
         label = "%s B=%d Sq=%d Sk=%d H=%d/%d%s" % (s["dtype"], b, sq, sk, hq, hkv,
                                                    " causal" if s["causal"] else "")
-        print("%-34s %-18s %s %s %s %s %s %8s" % (
+        print("%-34s %-18s %s %s %s %s %s %8s %s %s" % (
             label, entry.label, cell("route"), cell("rung08"), cell("prefill"), cell("cudnn"),
-            cell("flash"), "%.2fx" % row["route_vs_cudnn"] if "route_vs_cudnn" in row else "-"))
+            cell("flash"), "%.2fx" % row["route_vs_cudnn"] if "route_vs_cudnn" in row else "-",
+            cell("kvcache"), cell("paged")))
     goal = [r["route_vs_cudnn"] for r in rows if r["shape"]["seqlen_q"] == 1
             and r["shape"]["seqlen_k"] in (65536, 131072) and "route_vs_cudnn" in r]
     result = {"schema": "flashladder.torch_decode/1", "date": runinfo.now(), **runinfo.git_info(),
@@ -188,8 +213,18 @@ def run(args):
               "repeats": args.repeats, "flush_bytes": FLUSH_BYTES,
               "prefill_rung": fl.find_rung(prefill).label, "target_vs_cudnn": TARGET,
               "target_met": bool(goal) and min(goal) >= TARGET, "rows": rows}
+    kv_goal = [r["kvcache_vs_cudnn"] for r in rows if r["shape"]["seqlen_q"] == 1
+               and r["shape"]["seqlen_k"] in (65536, 131072) and "kvcache_vs_cudnn" in r]
+    paged = [r["paged_vs_contiguous"] for r in rows if "paged_vs_contiguous" in r]
+    result.update(page=PAGE, kvcache_target_met=bool(kv_goal) and min(kv_goal) >= TARGET,
+                  paged_target=PAGED_TARGET, paged_target_met=bool(paged) and min(paged) >= PAGED_TARGET)
     print("decode through the package vs cuDNN at 64k and 128k keys: worst %.2fx, target %.2fx: %s"
           % (min(goal) if goal else float("nan"), TARGET, "met" if result["target_met"] else "not met"))
+    print("flash_attn_with_kvcache vs cuDNN at 64k and 128k keys: worst %.2fx, target %.2fx: %s"
+          % (min(kv_goal) if kv_goal else float("nan"), TARGET, "met" if result["kvcache_target_met"] else "not met"))
+    print("paged (pages of %d) vs contiguous through flash_attn_with_kvcache: %.2f-%.2fx, target %.2fx: %s"
+          % (PAGE, min(paged) if paged else float("nan"), max(paged) if paged else float("nan"), PAGED_TARGET,
+             "met" if result["paged_target_met"] else "not met"))
     runinfo.write_json(os.path.join(args.out, "torch_decode.json"), result)
     runinfo.update_meta(args.out, info.name, result, result["command"])
     return 0
