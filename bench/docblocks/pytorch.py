@@ -172,9 +172,15 @@ def gen_torch_decode(ctx, gpu=None):
                      cell(r, "rung08"), cell(r, "prefill"), cell(r, "cudnn"), cell(r, "flash"),
                      report.fmt_ratio(vs) if vs else "—",
                      report.fmt_ratio(flash / r["ms"]["route"]) if flash and "route" in r["ms"] else "—"])
+        if "kvcache" in d["rows"][0]["ms"]:  # flash_attn_with_kvcache's columns (runs that have them)
+            rows[-1] += [cell(r, "kvcache"), report.fmt_ratio(r["kvcache_vs_cudnn"]) if "kvcache_vs_cudnn" in r else "—",
+                         cell(r, "paged"),
+                         report.fmt_ratio(r["paged_vs_contiguous"]) if "paged_vs_contiguous" in r else "—"]
     head = ["dtype", "B, heads q/kv", "seqlen_q", "seqlen_k", "route", "route ms", "GB/s", "rung 08 ms",
             "`%s` ms" % d["prefill_rung"], "cuDNN ms", "flash ms", "cuDNN / route", "flash / route"]
-    out = report.markdown_table(head, rows, ["---", "---", "--:", "--:", "---"] + ["--:"] * 8)
+    if "kvcache" in d["rows"][0]["ms"]:
+        head += ["with_kvcache ms", "cuDNN / with_kvcache", "paged ms", "contiguous / paged"]
+    out = report.markdown_table(head, rows, ["---", "---", "--:", "--:", "---"] + ["--:"] * (len(head) - 5))
     notes = []
     if ratios:
         lo, hi = min(ratios, key=lambda x: x[0]), max(ratios, key=lambda x: x[0])
@@ -187,6 +193,21 @@ def gen_torch_decode(ctx, gpu=None):
                      "at 64k and 128k keys: **%s**." % (report.fmt_ratio(lo[0]), where(lo[1]), report.fmt_ratio(hi[0]),
                                                         where(hi[1]), d["target_vs_cudnn"],
                                                         "met" if d["target_met"] else "not met"))
+    if "kvcache_target_met" in d:
+        kv = [r["kvcache_vs_cudnn"] for r in d["rows"] if "kvcache_vs_cudnn" in r and r["shape"]["seqlen_q"] == 1
+              and r["shape"]["seqlen_k"] in (65536, 131072)]
+        paged = [(r["paged_vs_contiguous"], r["shape"]) for r in d["rows"] if "paged_vs_contiguous" in r]
+        big = [x for x, sh in paged if sh["seqlen_q"] == 1 and sh["seqlen_k"] in (65536, 131072)]
+        lo = min(paged, key=lambda x: x[0])
+        notes.append("`flash_attn_with_kvcache` (the same cache, its lengths per sequence on the device) against cuDNN "
+                     "for a decode step at 64k and 128k keys: %s–%s (goal %.2f×: **%s**). Paged (pages of %d, "
+                     "shuffled in a pool) against contiguous: %s–%s at 64k and 128k keys, %s–%s over the whole grid, "
+                     "the worst %s (goal %.2f× on every cell: **%s**)." % (
+                         report.fmt_ratio(min(kv)), report.fmt_ratio(max(kv)), d["target_vs_cudnn"],
+                         "met" if d["kvcache_target_met"] else "not met", d["page"], report.fmt_ratio(min(big)),
+                         report.fmt_ratio(max(big)), report.fmt_ratio(lo[0]),
+                         report.fmt_ratio(max(x for x, _ in paged)), where(lo[1]), d["paged_target"],
+                         "met" if d["paged_target_met"] else "not met"))
     notes.append("head_dim %d; each figure the median of %d repeats (the columns in a rotating order) of the median "
                  "of %d calls, each timed with CUDA events after a %s flush of the L2, long enough that the host's work "
                  "of either library's call is queued under it: the GPU time of the call's kernels, the same way for "
