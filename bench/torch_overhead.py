@@ -183,8 +183,9 @@ def ext_launcher(torch, fl, plan, q, k, v):
     stream, index = _ops._stream(q), q.device.index
     ws_ptr, ws_bytes = (ws.data_ptr(), plan.workspace_bytes) if plan.workspace_bytes else (0, 0)
 
-    def call():
-        _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream, index)
+    def call():  # planned=True, as the package calls it (its plan asked supports and the workspace)
+        _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream, index,
+                     planned=True)
 
     return call
 
@@ -341,7 +342,9 @@ def run(args):
              ("input checks, uncached (check_qkv)",
               lambda: _core.check_qkv(tq, tk, tv, False, None, tensor_type=torch.Tensor)),
              ("plan lookup (plan_forward)", lambda: _core.plan_forward(None, "", tkey, index)),
-             ("output and LSE allocation",
+             ("output and LSE allocation (new_empty, the package's)",
+              lambda: (tq.new_empty(tq.shape), tq.new_empty((1, 16, 128), dtype=torch.float32))),
+             ("output and LSE allocation, torch.empty(shape, dtype=, device=)",
               lambda: (torch.empty(tq.shape, dtype=tq.dtype, device=device),
                        torch.empty((1, 16, 128), dtype=torch.float32, device=device))),
              ("current stream", lambda: _ops._stream(tq))]

@@ -498,15 +498,18 @@ NB_MODULE(_ext, m) {
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,
          uintptr_t stream, int device, uintptr_t o_fp32, const std::array<uintptr_t, 6>& extras,
-         const std::array<int64_t, 3>& extra_ints) {
+         const std::array<int64_t, 3>& extra_ints, bool planned) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch) refuse_if(r.label() + " has no forward launch");
-        refuse_if(supports_reason(r, p, device_info(device)));
+        // planned: the caller's plan (flashladder._core.plan_forward) already asked supports and
+        // workspace_bytes for this Problem on this device; the per-call checks below remain.
+        if (!planned) refuse_if(supports_reason(r, p, device_info(device)));
         if (o_fp32 != 0 && !r.writes_o_fp32) refuse_if(r.label() + " writes no fp32 copy of O");
         AttnParams a = params_for(p, ptr, strides, extras_of(extras, extra_ints));
         a.o_fp32 = fp32_o_pointer(o_fp32);
         DeviceGuard guard(device);
-        check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
+        if (!planned) check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
+        else if (workspace_bytes > 0 && workspace == 0) refuse_if("workspace: null");
         a.workspace = reinterpret_cast<void*>(workspace);
         a.workspace_bytes = workspace_bytes;
         nb::gil_scoped_release release;
@@ -515,12 +518,15 @@ NB_MODULE(_ext, m) {
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
       "extras"_a = std::array<uintptr_t, 6>{0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
+      "planned"_a = false,
       "Launches the entry's forward pass (asynchronous, on the stream). ptrs: q, k, v, out, lse "
       "(fp32 [batch, heads_q, seqlen_q], contiguous; packed: [heads_q, total_q]); strides: q, k, "
       "v, out (4 each, elements; packed: of the [1, tokens, heads, head_dim] view); o_fp32: 0, or "
       "a dense fp32 buffer like out for O before its rounding (entries with writes_o_fp32); "
       "extras: cu_seqlens_q, cu_seqlens_k (int32), sinks, alibi_slopes (fp32), seqused_k, block_table "
-      "(int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows");
+      "(int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows; "
+      "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
+      "workspace_bytes), so neither is asked again");
 
   m.def(
       "backward",

@@ -31,7 +31,7 @@ def _workspace(plan, like):
     launch is queued, and the allocator's stream order keeps it from reuse until it has run."""
     if plan.workspace_bytes == 0:
         return 0, 0, None
-    ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=like.device)
+    ws = like.new_empty((plan.workspace_bytes,), dtype=torch.uint8)
     return ws.data_ptr(), plan.workspace_bytes, ws
 
 
@@ -68,21 +68,26 @@ def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=Fal
     if key is None:
         key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods)
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    # new_empty: q's device and dtype without parsing them again (bench/torch_overhead.py's
+    # breakdown measures it against torch.empty(shape, dtype=, device=)).
+    shape = q.shape
+    out = q.new_empty(shape)
     if q.dim() == 4:
-        lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+        lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
     else:
-        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+        lse = q.new_empty((shape[1], shape[0]), dtype=torch.float32)
     o32 = None
     if o_fp32 and plan.writes_o_fp32:
-        o32 = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+        o32 = q.new_empty(shape, dtype=torch.float32)
     ws_ptr, ws_bytes, ws = _workspace(plan, q)
     if mods is None:
+        # planned: the plan checked the problem against the rung (supports) and sized the
+        # workspace; the binding skips both and keeps its layout and pointer checks.
         _ext.forward(plan.number, plan.variant, plan.problem,
                      (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
                      (q.stride(), k.stride(), v.stride(), out.stride()),
                      ws_ptr, ws_bytes, _stream(q), q.device.index,
-                     o_fp32=0 if o32 is None else o32.data_ptr())
+                     o_fp32=0 if o32 is None else o32.data_ptr(), planned=True)
     else:
         ptrs, ints = _extras(extras)
         _ext.forward(plan.number, plan.variant, plan.problem,
