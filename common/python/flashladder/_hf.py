@@ -130,6 +130,40 @@ def _restarts(position_ids, total):
     return cu, int((cu[1:] - cu[:-1]).max().item())
 
 
+#: The last padding mask unpadded and its plan: every layer of a forward call gets the same mask
+#: tensor, so the indices, cu_seqlens and maxima (two device-to-host reads) are made once per call.
+_LAST_UNPAD = [None, -1, -1, None]
+
+
+def _unpad_plan(attention_mask, seqlen_q):
+    """(query indices, key indices, cu_seqlens_q, cu_seqlens_k, max_q, max_k) of a padded batch's
+    valid tokens under the 2D mask [batch, seqlen_k] (1: valid), its queries the last seqlen_q
+    columns (all of them, a decode step's one, or a few at the end: transformers' rule)."""
+    import torch
+
+    version = getattr(attention_mask, "_version", 0)
+    last = _LAST_UNPAD
+    if last[0] is attention_mask and last[1] == version and last[2] == seqlen_q:
+        return last[3]
+    batch, seqlen_k = attention_mask.shape
+    valid = attention_mask.bool()
+    lens_k = valid.sum(dim=1, dtype=torch.int32)
+    idx_k = torch.nonzero(valid.flatten()).flatten()
+    if seqlen_q == seqlen_k:
+        lens_q, idx_q = lens_k, idx_k
+    elif seqlen_q == 1:  # a decode step: one query per sequence
+        lens_q = torch.ones(batch, dtype=torch.int32, device=valid.device)
+        idx_q = torch.arange(batch, device=valid.device)
+    else:  # a few queries at the end of each row (speculative decoding, chunked prefill)
+        valid_q = valid[:, -seqlen_q:]
+        lens_q = valid_q.sum(dim=1, dtype=torch.int32)
+        idx_q = torch.nonzero(valid_q.flatten()).flatten()
+    both = torch.stack([lens_q.max(), lens_k.max()]).tolist()  # one read for both maxima
+    plan = (idx_q, idx_k, _cu_seqlens(lens_q), _cu_seqlens(lens_k), max(both[0], 1), max(both[1], 1))
+    _LAST_UNPAD[:] = [attention_mask, version, seqlen_q, plan]
+    return plan
+
+
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                            **kwargs):
     """An AttentionInterface function: query [batch, heads_q, seqlen_q, head_dim], key/value
@@ -196,31 +230,17 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
             v.reshape(batch * seqlen_k, heads_kv, head_dim), cu_q, cu_k, max_q, max_k, **args)
         return out.view(batch, seqlen_q, heads_q, head_dim), None
     # A padded batch: unpad, a packed batch, pad back (transformers' FlashAttention path).
-    import torch
-
-    valid = attention_mask.bool()
-    if seqlen_k > valid.shape[1]:
+    if seqlen_k > attention_mask.shape[1]:
         # A static cache: K/V hold more slots than the mask covers; the slots past it are not
         # written yet (transformers' FlashAttention path slices them off the same way).
-        seqlen_k = valid.shape[1]
+        seqlen_k = attention_mask.shape[1]
         k, v = k[:, :seqlen_k], v[:, :seqlen_k]
-    lens_k = valid.sum(dim=1, dtype=torch.int32)
-    idx_k = torch.nonzero(valid.flatten()).flatten()
-    if seqlen_q == seqlen_k:
-        lens_q, idx_q = lens_k, idx_k
-    elif seqlen_q == 1:  # a decode step: one query per sequence
-        lens_q = torch.ones(batch, dtype=torch.int32, device=q.device)
-        idx_q = torch.arange(batch, device=q.device)
-    else:  # a few queries at the end of each row (speculative decoding, chunked prefill)
-        valid_q = valid[:, -seqlen_q:]
-        lens_q = valid_q.sum(dim=1, dtype=torch.int32)
-        idx_q = torch.nonzero(valid_q.flatten()).flatten()
-    max_q, max_k = int(lens_q.max().item()), int(lens_k.max().item())
+    idx_q, idx_k, cu_q, cu_k, max_q, max_k = _unpad_plan(attention_mask, seqlen_q)
     out_unpad = _flash.flash_attn_varlen_func(
         q.reshape(batch * seqlen_q, heads_q, head_dim).index_select(0, idx_q),
         k.reshape(batch * seqlen_k, heads_kv, head_dim).index_select(0, idx_k),
         v.reshape(batch * seqlen_k, heads_kv, head_dim).index_select(0, idx_k),
-        _cu_seqlens(lens_q), _cu_seqlens(lens_k), max(max_q, 1), max(max_k, 1), **args)
+        cu_q, cu_k, max_q, max_k, **args)
     out = out_unpad.new_zeros((batch * seqlen_q, heads_q, head_dim)).index_copy(0, idx_q, out_unpad)
     return out.view(batch, seqlen_q, heads_q, head_dim), None
 
