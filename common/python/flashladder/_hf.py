@@ -141,9 +141,12 @@ def _unpad_plan(attention_mask, seqlen_q):
     columns (all of them, a decode step's one, or a few at the end: transformers' rule)."""
     import torch
 
+    # Under torch.compile (transformers compiles a static cache's decode step, with CUDA graphs)
+    # nothing is kept across calls: a graph's outputs are overwritten by its next replay.
+    caching = not torch.compiler.is_compiling()
     version = getattr(attention_mask, "_version", 0)
     last = _LAST_UNPAD
-    if last[0] is attention_mask and last[1] == version and last[2] == seqlen_q:
+    if caching and last[0] is attention_mask and last[1] == version and last[2] == seqlen_q:
         return last[3]
     batch, seqlen_k = attention_mask.shape
     valid = attention_mask.bool()
@@ -160,7 +163,8 @@ def _unpad_plan(attention_mask, seqlen_q):
         idx_q = torch.nonzero(valid_q.flatten()).flatten()
     both = torch.stack([lens_q.max(), lens_k.max()]).tolist()  # one read for both maxima
     plan = (idx_q, idx_k, _cu_seqlens(lens_q), _cu_seqlens(lens_k), max(both[0], 1), max(both[1], 1))
-    _LAST_UNPAD[:] = [attention_mask, version, seqlen_q, plan]
+    if caching:
+        _LAST_UNPAD[:] = [attention_mask, version, seqlen_q, plan]
     return plan
 
 
