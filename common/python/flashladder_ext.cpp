@@ -163,20 +163,22 @@ std::array<int64_t, 4> kv_shape_of(const Problem& p, int64_t pool_rows = 0) {
 /// The device buffers beside Q, K, V, O and the LSE that a problem's mask, modifiers, packing
 /// and KV cache need (each 0 when unused): cu_seqlens_q, cu_seqlens_k (int32, batch + 1), sinks
 /// (fp32, heads_q), alibi_slopes (fp32, [heads_q] or [batch, heads_q]), seqused_k (int32,
-/// batch), block_table (int32 [batch, pages per sequence], a paged cache), and for a paged cache
-/// its pool's rows (pages x page_size).
+/// batch), block_table (int32 [batch, pages per sequence], a paged cache), seqstart_k (int32,
+/// batch: a left-padded cache's first slots), and for a paged cache its pool's rows (pages x
+/// page_size).
 struct Extras {
-  uintptr_t cu_seqlens_q = 0, cu_seqlens_k = 0, sinks = 0, alibi_slopes = 0, seqused_k = 0, block_table = 0;
+  uintptr_t cu_seqlens_q = 0, cu_seqlens_k = 0, sinks = 0, alibi_slopes = 0, seqused_k = 0, block_table = 0,
+            seqstart_k = 0;
   int alibi_batch_stride = 0;
   int block_table_stride = 0;
   int64_t pool_rows = 0;
 };
 
-/// Extras from the Python call's arguments: ptrs (the six buffers, in the order above) and ints
+/// Extras from the Python call's arguments: ptrs (the seven buffers, in the order above) and ints
 /// (alibi_batch_stride, block_table_stride, pool_rows).
-Extras extras_of(const std::array<uintptr_t, 6>& ptrs, const std::array<int64_t, 3>& ints) {
-  return {ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], static_cast<int>(ints[0]), static_cast<int>(ints[1]),
-          ints[2]};
+Extras extras_of(const std::array<uintptr_t, 7>& ptrs, const std::array<int64_t, 3>& ints) {
+  return {ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5], ptrs[6], static_cast<int>(ints[0]),
+          static_cast<int>(ints[1]), ints[2]};
 }
 
 /// Checks @p e against @p p (one pointer per feature the problem has, none it lacks, each
@@ -191,6 +193,7 @@ void set_extras(AttnParams* a, const Problem& p, const Extras& e) {
   need("cu_seqlens_k", e.cu_seqlens_k, p.varlen(), "packed sequences");
   need("sinks", e.sinks, !p.sinks.empty(), "sinks");
   need("seqused_k", e.seqused_k, !p.seqused_k.empty(), "keys used per sequence");
+  need("seqstart_k", e.seqstart_k, !p.seqstart_k.empty(), "first key slots per sequence");
   need("block_table", e.block_table, p.page_size > 0, "a paged cache");
   if (p.page_size > 0 && (e.block_table_stride < (p.seqlen_k + p.page_size - 1) / p.page_size || e.pool_rows < 1))
     refuse_if("block_table: [batch, pages per sequence] must cover seqlen_k, and the pool must have rows");
@@ -204,6 +207,7 @@ void set_extras(AttnParams* a, const Problem& p, const Extras& e) {
   a->alibi_slopes = reinterpret_cast<const float*>(e.alibi_slopes);
   a->alibi_batch_stride = e.alibi_batch_stride;
   a->seqused_k = reinterpret_cast<const int*>(e.seqused_k);
+  a->seqstart_k = reinterpret_cast<const int*>(e.seqstart_k);
   a->block_table = reinterpret_cast<const int*>(e.block_table);
   a->block_table_stride = e.block_table_stride;
   if (p.page_size > 0) {  // the block table locates pages: no batch stride
@@ -393,6 +397,10 @@ NB_MODULE(_ext, m) {
           "seqused_k", [](const Problem& p) { return !p.seqused_k.empty(); },
           [](Problem& p, bool on) { p.seqused_k.assign(on ? p.batch : 0, 0); },
           "keys used per sequence on (their counts stay on the device; set after batch and set_varlen)")
+      .def_prop_rw(
+          "seqstart_k", [](const Problem& p) { return !p.seqstart_k.empty(); },
+          [](Problem& p, bool on) { p.seqstart_k.assign(on ? p.batch : 0, 0); },
+          "first key slots per sequence on (a left-padded cache; on the device; set after batch)")
       .def("scale", &Problem::scale, "softmax_scale, or 1/sqrt(head_dim) when it is 0")
       .def("describe", &Problem::describe)
       .def("__repr__", &Problem::describe);
@@ -497,7 +505,7 @@ NB_MODULE(_ext, m) {
       "forward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,
-         uintptr_t stream, int device, uintptr_t o_fp32, const std::array<uintptr_t, 6>& extras,
+         uintptr_t stream, int device, uintptr_t o_fp32, const std::array<uintptr_t, 7>& extras,
          const std::array<int64_t, 3>& extra_ints, bool planned) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch) refuse_if(r.label() + " has no forward launch");
@@ -517,14 +525,14 @@ NB_MODULE(_ext, m) {
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
-      "extras"_a = std::array<uintptr_t, 6>{0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
+      "extras"_a = std::array<uintptr_t, 7>{0, 0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
       "planned"_a = false,
       "Launches the entry's forward pass (asynchronous, on the stream). ptrs: q, k, v, out, lse "
       "(fp32 [batch, heads_q, seqlen_q], contiguous; packed: [heads_q, total_q]); strides: q, k, "
       "v, out (4 each, elements; packed: of the [1, tokens, heads, head_dim] view); o_fp32: 0, or "
       "a dense fp32 buffer like out for O before its rounding (entries with writes_o_fp32); "
       "extras: cu_seqlens_q, cu_seqlens_k (int32), sinks, alibi_slopes (fp32), seqused_k, block_table "
-      "(int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows; "
+      "(int32), seqstart_k (int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows; "
       "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
       "workspace_bytes), so neither is asked again");
 
@@ -533,7 +541,7 @@ NB_MODULE(_ext, m) {
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 9>& ptr,
          const std::array<Strides4, 8>& strides, uintptr_t workspace, size_t workspace_bytes,
          bool deterministic, uintptr_t stream, int device, uintptr_t o_fp32,
-         const std::array<uintptr_t, 6>& extras, const std::array<int64_t, 3>& extra_ints, uintptr_t dsinks) {
+         const std::array<uintptr_t, 7>& extras, const std::array<int64_t, 3>& extra_ints, uintptr_t dsinks) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
         refuse_if(supports_reason(r, p, device_info(device)));
@@ -573,7 +581,7 @@ NB_MODULE(_ext, m) {
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
-      "extras"_a = std::array<uintptr_t, 6>{0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
+      "extras"_a = std::array<uintptr_t, 7>{0, 0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
       "dsinks"_a = 0,
       "Launches the entry's backward pass (asynchronous); extras as forward's, dsinks: the sinks' "
       "gradient (fp32 [heads_q]) when the problem has sinks. ptrs: q, k, v, out, lse, dout, dq, dk, "

@@ -87,6 +87,11 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
     docs_.upload(p.doc_starts.data(), docs_.bytes());
     a.doc_starts = docs_.as<int>();
   }
+  if (!p.seqstart_k.empty()) {
+    start_k_ = DeviceBuffer(p.seqstart_k.size() * sizeof(int));
+    start_k_.upload(p.seqstart_k.data(), start_k_.bytes());
+    a.seqstart_k = start_k_.as<int>();
+  }
   if (!p.seqused_k.empty()) {
     used_k_ = DeviceBuffer(p.seqused_k.size() * sizeof(int));
     used_k_.upload(p.seqused_k.data(), used_k_.bytes());

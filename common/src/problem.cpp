@@ -69,6 +69,7 @@ std::string Problem::describe() const {
   if (alibi) s << " alibi";
   if (!sinks.empty()) s << " sinks";
   if (!seqused_k.empty()) s << " seqused_k";
+  if (!seqstart_k.empty()) s << " seqstart_k";
   return s.str();
 }
 
@@ -119,6 +120,17 @@ std::string validate(const Problem& p) {
       if (p.seqused_k[b] < 0 || p.seqused_k[b] > slots)
         return "seqused_k: sequence " + std::to_string(b) + " uses " + std::to_string(p.seqused_k[b]) +
                " keys of its " + std::to_string(slots);
+    }
+  }
+  if (!p.seqstart_k.empty()) {
+    if (p.seqstart_k.size() != static_cast<size_t>(p.batch)) return "seqstart_k: one first key slot per sequence";
+    for (int b = 0; b < p.batch; ++b) {
+      const int end = !p.seqused_k.empty() ? p.seqused_k[b]
+                      : p.varlen()         ? p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b]
+                                           : p.seqlen_k;
+      if (p.seqstart_k[b] < 0 || p.seqstart_k[b] > end)
+        return "seqstart_k: sequence " + std::to_string(b) + " starts at slot " + std::to_string(p.seqstart_k[b]) +
+               ", past its last key " + std::to_string(end);
     }
   }
   if (!p.sinks.empty()) {

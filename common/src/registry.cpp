@@ -145,9 +145,9 @@ std::string feature_support(const Rung& r, const Problem& p) {
   if (p.page_size > 0 && !r.paged_kv) return "paged KV cache (--page-size) not supported by this rung";
   if (p.varlen() && !r.varlen)
     return "variable-length batches (--seqlens-q) not supported by this rung (rungs 14 and 15 take them)";
-  if (!p.seqused_k.empty() && !r.seqused_k)
-    return "keys used per sequence (a KV cache's lengths, seqused_k) not supported by this rung (rungs 08, 15 and "
-           "16 take them)";
+  if ((!p.seqused_k.empty() || !p.seqstart_k.empty()) && !r.seqused_k)
+    return "a KV cache's per-sequence lengths or starts (seqused_k, seqstart_k) not supported by this rung (rungs "
+           "08, 15 and 16 take them)";
   if (p.has_mods() && !r.mods)
     return "sliding windows, prefix-LM, document masks, softcapping, ALiBi and attention sinks "
            "(--window, --prefix, --docs, --softcap, --alibi, --sinks) are not supported by this rung";

@@ -211,9 +211,11 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
   // This split's keys. With a causal mask no row of the tile sees past the
   // last row's diagonal, so those keys are not even loaded.
-  // A KV cache of per-sequence lengths (AttnParams::seqused_k) uses only its first len_k keys;
-  // the causal diagonal moves with it.
-  const int len_k = p.seqused_k ? p.seqused_k[b] : p.seqlen_k;
+  // A KV cache of per-sequence lengths and starts (AttnParams::seqused_k, seqstart_k): sequence
+  // b's keys are its slots k_first .. k_first + len_k - 1, counted from k_first below; the causal
+  // diagonal moves with them.
+  const int k_first = p.seqstart_k ? p.seqstart_k[b] : 0;
+  const int len_k = (p.seqused_k ? p.seqused_k[b] : p.seqlen_k) - k_first;
   const int causal_offset = len_k - p.seqlen_q;
   const int n_begin = static_cast<int>(static_cast<int64_t>(split) * a.split_len);
   int n_end = static_cast<int>(min(static_cast<int64_t>(len_k), static_cast<int64_t>(n_begin) + a.split_len));
@@ -224,10 +226,10 @@ __global__ void __launch_bounds__(Tr::kThreads)
   const int my_chunks = num_chunks > warp ? (num_chunks - warp + WARPS - 1) / WARPS : 0;
   auto chunk_key0 = [&](int c) { return n_begin + (c * WARPS + warp) * BLOCK_N; };
 
-  const T* K_gmem =
-      static_cast<const T*>(p.k) + kvh * p.k_head_stride + (PAGED ? 0 : b * p.k_batch_stride);
-  const T* V_gmem =
-      static_cast<const T*>(p.v) + kvh * p.v_head_stride + (PAGED ? 0 : b * p.v_batch_stride);
+  const T* K_gmem = static_cast<const T*>(p.k) + kvh * p.k_head_stride +
+                     (PAGED ? 0 : b * p.k_batch_stride + static_cast<int64_t>(k_first) * p.k_row_stride);
+  const T* V_gmem = static_cast<const T*>(p.v) + kvh * p.v_head_stride +
+                     (PAGED ? 0 : b * p.v_batch_stride + static_cast<int64_t>(k_first) * p.v_row_stride);
 
   // This warp's ring: STAGES tiles of K, then STAGES tiles of V.
   const uint32_t K_ring = ptx::smem_addr(smem_raw) + warp * Tr::kWarpRingBytes;
@@ -244,7 +246,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const int key0 = chunk_key0(c) + j0;
     const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
     const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
-    PagedCursor page = PAGED ? PagedCursor(p, b, key0) : PagedCursor{};
+    PagedCursor page = PAGED ? PagedCursor(p, b, k_first + key0) : PagedCursor{};
 #pragma unroll
     for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
       const int n = key0 + pass * Tr::kLoadRowsPerPass;

@@ -176,3 +176,15 @@ TEST_CASE("rung 08: a KV cache of per-sequence lengths (seqused_k), contiguous a
   p.seqused_k = {65536, 70000, 129};
   expect_pass(p, CheckMode::sample);
 }
+
+TEST_CASE("rung 08: a left-padded KV cache (seqstart_k), contiguous and paged", "[gpu][rung08]") {
+  // flash_attn_with_kvcache's cache_leftpad: sequence b's keys are slots seqstart_k[b] ..
+  // seqused_k[b] - 1; the causal diagonal at their end.
+  for (int page : {0, 64})
+    for (int sq : {1, 4}) {
+      Problem p = decode_problem(3, 16, 4, sq, 3000, 128, DType::bf16, sq > 1, 0, page);
+      p.seqused_k = {3000, 2500, 3000};
+      p.seqstart_k = {0, 1000, 3000 - sq};
+      expect_pass(p);
+    }
+}

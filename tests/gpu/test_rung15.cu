@@ -119,7 +119,8 @@ TEST_CASE("a packed batch is bitwise repeatable", "[rung15]") {
   REQUIRE(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("a KV cache of per-sequence lengths (seqused_k): dense and packed, on rungs 15 and 16", "[rung15]") {
+TEST_CASE("a KV cache of per-sequence lengths (seqused_k) and starts (seqstart_k): dense and packed, on rungs 15 and 16",
+          "[rung15]") {
   // flash_attn_with_kvcache's prefill: sequence b sees the first seqused_k[b] of its slots, its
   // causal diagonal at seqused_k[b] - len_q; a sequence that uses no key: O = 0, LSE = -inf.
   std::vector<const Rung*> rungs{&rung15()};
@@ -134,6 +135,14 @@ TEST_CASE("a KV cache of per-sequence lengths (seqused_k): dense and packed, on 
         pk.seqused_k = {400, 300, 1};
         passes(*r, pk);
       }
+  // A left-padded cache (seqstart_k): each sequence's keys from its first slot.
+  for (const Rung* r : rungs)
+    for (bool causal : {false, true}) {
+      Problem lp = shape(3, 100, 1200, 8, 2, 128, causal, DType::fp16);
+      lp.seqstart_k = {0, 500, 1100};
+      lp.seqused_k = {1200, 1000, 1200};
+      passes(*r, lp);
+    }
   // Rung 16 with a window on such a cache.
   if (const Rung* r16 = registry().find(16)) {
     Problem w = shape(2, 64, 2000, 8, 2, 128, true, DType::bf16);

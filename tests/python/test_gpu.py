@@ -978,6 +978,30 @@ def part_kvcache():
     full = flash_attn_with_kvcache(q, kc, kc)  # cache_seqlens None: every slot
     ref, _ = reference_mods(q, kc, kc, False)
     judge("flash_attn_with_kvcache, a full cache", full.float(), ref, "fp16")
+    # A left-padded cache (cache_leftpad): each sequence's keys from its first slot, contiguous and
+    # paged, decode (rung 08) and a few queries; and 100 queries (rung 15).
+    for sq, causal in ((1, True), (4, True), (100, True), (1, False)):
+        b, slots, hq, hkv, d = 3, 1024, 8, 2, 128
+        kc2, vc2 = randn(b, slots, hkv, d), randn(b, slots, hkv, d, offset=0.5)
+        qq = randn(b, sq, hq, d, offset=0.5)
+        pad = torch.tensor([0, 300, 1000 - sq], dtype=torch.int32, device="cuda")
+        used = torch.tensor([1024, 900, 1024], dtype=torch.int32, device="cuda")
+        out = flash_attn_with_kvcache(qq, kc2, vc2, cache_seqlens=used, cache_leftpad=pad, causal=causal)
+        outs = [("contiguous", out)]
+        if sq <= 16:
+            table = torch.randperm(b * slots // 64, device="cuda").to(torch.int32).view(b, slots // 64)
+            kp = torch.empty(b * slots // 64, 64, hkv, d, dtype=kc2.dtype, device="cuda")
+            vp = torch.empty_like(kp)
+            kp[table.long()] = kc2.view(b, slots // 64, 64, hkv, d)
+            vp[table.long()] = vc2.view(b, slots // 64, 64, hkv, d)
+            outs.append(("paged", flash_attn_with_kvcache(qq, kp, vp, cache_seqlens=used, cache_leftpad=pad,
+                                                          causal=causal, block_table=table)))
+        for n in range(b):
+            a, e = int(pad[n]), int(used[n])
+            ref, _ = reference_mods(qq[n:n + 1], kc2[n:n + 1, a:e], vc2[n:n + 1, a:e], causal)
+            for layout, o in outs:
+                judge("flash_attn_with_kvcache, cache_leftpad %s sq=%d causal=%d sequence %d (slots %d..%d)" % (
+                    layout, sq, causal, n, a, e - 1), o[n:n + 1].float(), ref, "fp16")
     expect(NotImplementedError, "rotary", lambda: flash_attn_with_kvcache(q, kc, kc, rotary_cos=kc, rotary_sin=kc))
     expect(NotImplementedError, "cache_batch_idx", lambda: flash_attn_with_kvcache(q, kc, kc, cache_batch_idx=kc))
     table = torch.arange(8, device="cuda", dtype=torch.int32).view(2, 4)

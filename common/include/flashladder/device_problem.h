@@ -51,7 +51,7 @@ class DeviceProblem {
  private:
   Problem p_;
   AttnParams params_{}, params16_{};
-  DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_, o32_, cu_q_, cu_k_, docs_, sinks_, used_k_;
+  DeviceBuffer q_, k_, v_, o_, lse_, ws_, table_, o32_, cu_q_, cu_k_, docs_, sinks_, used_k_, start_k_;
   std::unique_ptr<DeviceFp8> fp8_;
 };
 

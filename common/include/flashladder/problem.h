@@ -50,6 +50,10 @@ struct Problem {
   /// slots (packed: of its cu_seqlens_k run), its causal diagonal at seqused_k[b] - len_q.
   /// Empty: every slot. Rungs with Rung::seqused_k.
   std::vector<int> seqused_k;
+  /// The first key slot per sequence (a left-padded cache: flash_attn_with_kvcache's
+  /// cache_leftpad): sequence b's keys are slots seqstart_k[b] .. (seqused_k[b] or the last) - 1.
+  /// Empty: slot 0. Rungs with Rung::seqused_k.
+  std::vector<int> seqstart_k;
   float softcap = 0;      ///< cap · tanh(s / cap) on each scaled score (0: off)
   bool alibi = false;     ///< ALiBi: -slope_h · |i + off - j| added, the paper's slopes for heads_q
   /// Attention sinks (gpt-oss, FlashAttention 3's learnable sink): one logit per query head, in
@@ -73,8 +77,9 @@ struct Problem {
   /// Queries / keys of sequence @p b.
   int len_q(int b) const { return varlen() ? cu_seqlens_q[b + 1] - cu_seqlens_q[b] : seqlen_q; }
   int len_k(int b) const {
-    if (!seqused_k.empty()) return seqused_k[b];
-    return varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k;
+    const int start = seqstart_k.empty() ? 0 : seqstart_k[b];
+    if (!seqused_k.empty()) return seqused_k[b] - start;
+    return (varlen() ? cu_seqlens_k[b + 1] - cu_seqlens_k[b] : seqlen_k) - start;
   }
   /// Row of query i (key j) of sequence b in the [tokens, heads, head_dim] view of Q (of K):
   /// b * seqlen + i dense, cu_seqlens[b] + i packed.
@@ -82,6 +87,7 @@ struct Problem {
     return varlen() ? static_cast<int64_t>(cu_seqlens_q[b]) + i : static_cast<int64_t>(b) * seqlen_q + i;
   }
   int64_t k_token(int b, int j) const {
+    if (!seqstart_k.empty()) j += seqstart_k[b];
     return varlen() ? static_cast<int64_t>(cu_seqlens_k[b]) + j : static_cast<int64_t>(b) * seqlen_k + j;
   }
   /// Query / key tokens of the whole batch.
@@ -198,6 +204,7 @@ struct AttnParams {
   int alibi_batch_stride;         ///< 0 for one slope per head, heads_q for [batch, heads_q]
   const float* sinks;             ///< device copy of Problem::sinks ([heads_q]), null: off
   const int* seqused_k;           ///< device copy of Problem::seqused_k ([batch]), null: off
+  const int* seqstart_k;          ///< device copy of Problem::seqstart_k ([batch]), null: off
 };
 
 /// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,

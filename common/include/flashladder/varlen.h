@@ -21,10 +21,13 @@ struct SeqSpan {
 };
 
 FL_HD SeqSpan seq_span(const AttnParams& p, int b) {
-  // AttnParams::seqused_k: sequence b uses only its first seqused_k[b] keys (a KV cache's length).
-  if (p.cu_seqlens_q == nullptr) return {p.seqlen_q, p.seqused_k ? p.seqused_k[b] : p.seqlen_k, 0, 0, b};
+  // A KV cache: sequence b's keys are its slots seqstart_k[b] .. seqused_k[b] - 1 (a left-padded
+  // cache starts late, a cache not full ends early; AttnParams::seqstart_k, seqused_k).
+  const int start = p.seqstart_k ? p.seqstart_k[b] : 0;
+  if (p.cu_seqlens_q == nullptr) return {p.seqlen_q, (p.seqused_k ? p.seqused_k[b] : p.seqlen_k) - start, 0, start, b};
   const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
-  return {p.cu_seqlens_q[b + 1] - q0, p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - k0, q0, k0, 0};
+  return {p.cu_seqlens_q[b + 1] - q0, (p.seqused_k ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - k0) - start, q0,
+          k0 + start, 0};
 }
 
 /// Sequence b's queries of a launch, without its keys (what a scheduler reads to skip a tile).

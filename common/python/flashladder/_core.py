@@ -152,6 +152,7 @@ class Mods:
     seqused_k: bool = False  # a KV cache's lengths per sequence (on the device)
     page_size: int = 0  # a paged KV cache's page (rung 08)
     num_splits: int = 0  # the decode rung's split count (0: its heuristic)
+    seqstart_k: bool = False  # a left-padded KV cache's first slots per sequence (on the device)
 
     def apply(self, p):
         p.window_left, p.window_right = self.window_left, self.window_right
@@ -163,6 +164,7 @@ class Mods:
         if self.varlen is not None:
             p.set_varlen(*self.varlen)
         p.seqused_k = self.seqused_k
+        p.seqstart_k = self.seqstart_k
 
 
 #: No mask, modifier or packing: the plain key's plans.

@@ -306,7 +306,8 @@ def _cache_lengths(cache_seqlens, batch, slots, device):
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            learnable_sink=None):
     """FlashAttention 2's flash_attn_with_kvcache (inference: no autograd).
 
     q [batch, seqlen_q, heads_q, head_dim]; k_cache and v_cache [batch, seqlen_cache, heads_kv,
@@ -320,10 +321,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     them and is no slower, else the prefill rung (rung 15; rung 16 for a window, softcap or ALiBi).
     Returns out, or (out, softmax_lse [batch, heads_q, seqlen_q]) with ``return_softmax_lse``.
 
+    ``cache_leftpad`` (int32 [batch]): each sequence's first slot, a left-padded cache (its keys
+    are slots cache_leftpad .. cache_seqlens + seqlen_new - 1; the causal diagonal at the end).
+    ``learnable_sink`` [heads_q]: sinks, as flash_attn_func's (no gradient here).
+
     Not implemented, each refused with NotImplementedError: rotary embedding inside the call
-    (apply it to q and k first), ``cache_batch_idx``, ``cache_leftpad``."""
-    for name, value in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx),
-                        ("cache_leftpad", cache_leftpad)):
+    (apply it to q and k first), ``cache_batch_idx``."""
+    for name, value in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin), ("cache_batch_idx", cache_batch_idx)):
         if value is not None:
             raise NotImplementedError("flashladder: flash_attn_with_kvcache(%s=...) is not implemented%s" % (
                 name, " (apply the rotary embedding to q and k before the call)" if name.startswith("rotary") else ""))
@@ -370,7 +374,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     slopes, alibi = _slopes(alibi_slopes, q, batch)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError("flashladder: num_splits must be an int >= 0 (0: the decode rung's heuristic)")
-    mods = _core.Mods(left, right, float(softcap), alibi, False, None, True, page if paged else 0, num_splits)
+    start = None
+    if cache_leftpad is not None:
+        if tuple(cache_leftpad.shape) != (batch,) or cache_leftpad.device != q.device:
+            raise ValueError("flashladder: cache_leftpad must be int32 [batch] = (%d,) on %s" % (batch, q.device))
+        start = cache_leftpad.to(torch.int32)
+    sinks = None if learnable_sink is None else _sinks(learnable_sink, q).detach()
+    mods = _core.Mods(left, right, float(softcap), alibi, sinks is not None, None, True, page if paged else 0,
+                      num_splits, start is not None)
     scale = None if softmax_scale is None else float(softmax_scale)
     if paged:
         # The checks of q against a [batch, slots] cache; the pools are read through the table.
@@ -389,5 +400,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         kc, vc, pool_rows = k_cache, v_cache, 0
     with torch.no_grad():
         out, lse, _ = _ops._forward(q, kc, vc, causal, scale, None, "", key, mods=mods,
-                                    extras=(None, None, None, slopes, used, block_table, pool_rows))
+                                    extras=(None, None, sinks, slopes, used, block_table, start, pool_rows))
     return (out, lse) if return_softmax_lse else out

@@ -9,7 +9,9 @@ What it runs, as transformers' FlashAttention path does:
 - no padding: ``flashladder.attention`` (or rung 16 with a window, softcap or sinks) on the batch;
 - a padded batch (the 2D mask): the valid tokens unpadded into a packed batch, attention over it
   (``flash_attn_varlen_func``: rung 15, or rung 16 with a window, softcap or sinks), padded back
-  (zeros on the padding rows); a static cache's K/V slots past the mask are left out;
+  (zeros on the padding rows); a static cache's K/V slots past the mask are left out; a decode
+  step or a few queries on a left-padded cache (generate()) read the cache in place from each
+  row's first valid slot (``flash_attn_with_kvcache``'s ``cache_leftpad``: rung 08 or 15);
 - rows packed with several sequences (``position_ids`` that restart within a row, or the
   ``cu_seq_lens_q/k`` of transformers' flattening collator): a packed batch of those sequences;
 - ``sliding_window`` (Mistral, Gemma 2, gpt-oss, ModernBERT): FlashAttention's window_size
@@ -168,6 +170,42 @@ def _unpad_plan(attention_mask, seqlen_q):
     return plan
 
 
+#: The last padding mask found left-padded and its first valid slots (see _leftpad_start).
+_LAST_LEFTPAD = [None, -1, -1, None]
+
+
+def grad_wanted(*tensors):
+    import torch
+
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def _leftpad_start(attention_mask, seqlen_q):
+    """Each row's first valid slot (int32 [batch]) when the 2D mask is left padding (every row's
+    valid tokens are its last ones, the queries' columns among them), else None. Checked once per
+    forward call (one device-to-host read, kept for the other layers); under torch.compile the
+    check cannot read back: it is an asynchronous device assert, which stops the program instead
+    of computing something else."""
+    import torch
+
+    compiling = torch.compiler.is_compiling()
+    version = getattr(attention_mask, "_version", 0)
+    last = _LAST_LEFTPAD
+    if not compiling and last[0] is attention_mask and last[1] == version and last[2] == seqlen_q:
+        return last[3]
+    valid = attention_mask.bool()
+    length = valid.shape[1]
+    start = (length - valid.sum(dim=1)).to(torch.int32)
+    slots = torch.arange(length, device=valid.device)
+    left = (valid == (slots[None, :] >= start[:, None])).all() & (start <= length - seqlen_q).all()
+    if compiling:
+        torch._assert_async(left, "flashladder: the padding mask is not left padding")
+        return start
+    result = start if bool(left) else None
+    _LAST_LEFTPAD[:] = [attention_mask, version, seqlen_q, result]
+    return result
+
+
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                            **kwargs):
     """An AttentionInterface function: query [batch, heads_q, seqlen_q, head_dim], key/value
@@ -239,6 +277,15 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
         # written yet (transformers' FlashAttention path slices them off the same way).
         seqlen_k = attention_mask.shape[1]
         k, v = k[:, :seqlen_k], v[:, :seqlen_k]
+    if seqlen_q <= 16 and seqlen_q < seqlen_k and not grad_wanted(q, k, v):
+        # A decode step or a few queries on a left-padded cache (generate()'s batches): the
+        # cache is read in place from each row's first valid slot (flash_attn_with_kvcache's
+        # cache_leftpad), nothing gathered.
+        start = _leftpad_start(attention_mask, seqlen_q)
+        if start is not None:
+            return _flash.flash_attn_with_kvcache(q, k, v, cache_leftpad=start, softmax_scale=scaling,
+                                                  causal=is_causal, window_size=window, softcap=float(softcap),
+                                                  learnable_sink=sinks), None
     idx_q, idx_k, cu_q, cu_k, max_q, max_k = _unpad_plan(attention_mask, seqlen_q)
     out_unpad = _flash.flash_attn_varlen_func(
         q.reshape(batch * seqlen_q, heads_q, head_dim).index_select(0, idx_q),

@@ -42,14 +42,19 @@ def _strides4(t):
     return st if t.dim() == 4 else (t.numel(),) + tuple(st)
 
 
+#: The order of _forward's extras: each a tensor or None (a shorter tuple: the rest None), then for
+#: a paged cache its pool's rows (an int) as an eighth element.
+EXTRAS = ("cu_seqlens_q", "cu_seqlens_k", "sinks", "alibi_slopes", "seqused_k", "block_table", "seqstart_k")
+
+
 def _extras(extras):
-    """(pointers, ints) of the extension's extras from (cu_seqlens_q, cu_seqlens_k, sinks,
-    alibi_slopes, seqused_k, block_table) (each a tensor or None; a shorter tuple: the rest
-    None) and, for a paged cache, its pool's rows: pointers in that order, ints (alibi batch
-    stride, block_table's pages per sequence, the pool's rows)."""
+    """(pointers, ints) of the extension's extras from a tuple in EXTRAS' order (and the pool's
+    rows): pointers in that order, ints (alibi batch stride, block_table's pages per sequence,
+    the pool's rows)."""
     if extras is None:
-        return (0,) * 6, (0, 0, 0)
-    *tensors, pool_rows = extras if len(extras) == 7 else tuple(extras) + (None,) * (6 - len(extras)) + (0,)
+        return (0,) * 7, (0, 0, 0)
+    tensors = tuple(extras[:7]) + (None,) * (7 - min(len(extras), 7))
+    pool_rows = extras[7] if len(extras) > 7 else 0
     ptrs = tuple(0 if t is None else t.data_ptr() for t in tensors)
     slopes, table = tensors[3], tensors[5]
     return ptrs, (slopes.shape[-1] if slopes is not None and slopes.dim() == 2 else 0,
