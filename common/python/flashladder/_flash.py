@@ -371,7 +371,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             k_cache[rows, pos] = k
             v_cache[rows, pos] = v
         used = used + new
-    slopes, _ = _slopes(alibi_slopes, q, batch)
+    slopes, alibi = _slopes(alibi_slopes, q, batch)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError("flashladder: num_splits must be an int >= 0 (0: the decode rung's heuristic)")
     start = None
@@ -380,28 +380,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise ValueError("flashladder: cache_leftpad must be int32 [batch] = (%d,) on %s" % (batch, q.device))
         start = cache_leftpad.to(torch.int32)
     sinks = None if learnable_sink is None else _sinks(learnable_sink, q).detach()
-    scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    args = (q, k_cache, v_cache, used, start, block_table, sinks, slopes, bool(causal), scale, left, right,
-            float(softcap), num_splits)
-    if torch.compiler.is_compiling():
-        # Traced as one opaque call (its checks read data pointers: at run time, inside the op), so
-        # a compiled step (a static cache's, with CUDA graphs) keeps its graph whole.
-        out, lse = attention_kvcache_op(*args)
-    else:
-        out, lse = _kvcache_forward(*args)
-    return (out, lse) if return_softmax_lse else out
-
-
-def _kvcache_forward(q, k_cache, v_cache, used, start, block_table, sinks, slopes, causal, scale, left, right,
-                     softcap, num_splits):
-    """(O, LSE) of flash_attn_with_kvcache's attention once the new keys are in: the checks, the
-    plan (the route: rung 08, 15 or 16) and the launch."""
-    batch, _, heads_q, head_dim = q.shape
-    heads_kv = k_cache.shape[2]
-    paged = block_table is not None
-    page = k_cache.shape[1] if paged else 0
-    alibi = 0 if slopes is None else (3 if slopes.dim() == 2 else 2)
-    mods = _core.Mods(left, right, softcap, alibi, sinks is not None, None, True, page, num_splits, start is not None)
+    mods = _core.Mods(left, right, float(softcap), alibi, sinks is not None, None, True, page if paged else 0,
+                      num_splits, start is not None)
+    scale = None if softmax_scale is None else float(softmax_scale)
     if paged:
         # The checks of q against a [batch, slots] cache; the pools are read through the table.
         for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -410,31 +391,14 @@ def _kvcache_forward(q, k_cache, v_cache, used, start, block_table, sinks, slope
         _core.check_layout_of("q", q)
         # check_qkv's shape checks against a stand-in of the cache's [batch, slots, heads_kv,
         # head_dim] shape (a broadcast view of q: nothing is allocated or read).
-        shape = q[:, :1, :1].expand(batch, block_table.shape[1] * page, heads_kv, head_dim)
-        key = _core.check_qkv(q, shape, shape, causal, scale or None, tensor_type=torch.Tensor, check_layout=False)
+        shape = q[:, :1, :1].expand(batch, slots, heads_kv, head_dim)
+        key = _core.check_qkv(q, shape, shape, causal, scale, tensor_type=torch.Tensor, check_layout=False)
         kc, vc = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
         pool_rows = k_cache.shape[0] * k_cache.shape[1]
     else:
-        key = _core.check_qkv_cached(q, k_cache, v_cache, causal, scale or None, tensor_type=torch.Tensor)
+        key = _core.check_qkv_cached(q, k_cache, v_cache, causal, scale, tensor_type=torch.Tensor)
         kc, vc, pool_rows = k_cache, v_cache, 0
     with torch.no_grad():
-        out, lse, _ = _ops._forward(q, kc, vc, causal, scale or None, None, "", key, mods=mods,
+        out, lse, _ = _ops._forward(q, kc, vc, causal, scale, None, "", key, mods=mods,
                                     extras=(None, None, sinks, slopes, used, block_table, start, pool_rows))
-    return out, lse
-
-
-@torch.library.custom_op("flashladder::attention_kvcache", mutates_args=())
-def attention_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, used: torch.Tensor,
-                         start: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
-                         sinks: Optional[torch.Tensor], slopes: Optional[torch.Tensor], causal: bool, scale: float,
-                         left: int, right: int, softcap: float,
-                         num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """flash_attn_with_kvcache's attention (after the append) as a custom op, for torch.compile."""
-    return _kvcache_forward(q, k_cache, v_cache, used, start, block_table, sinks, slopes, causal, scale, left, right,
-                            softcap, num_splits)
-
-
-@attention_kvcache_op.register_fake
-def _attention_kvcache_fake(q, k_cache, v_cache, used, start, block_table, sinks, slopes, causal, scale, left, right,
-                            softcap, num_splits):
-    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return (out, lse) if return_softmax_lse else out
