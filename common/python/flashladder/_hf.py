@@ -174,7 +174,7 @@ def _unpad_plan(attention_mask, seqlen_q):
 _LAST_LEFTPAD = [None, -1, -1, None]
 
 
-def grad_wanted(*tensors):
+def _grad_wanted(*tensors):
     import torch
 
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
@@ -277,7 +277,7 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
         # written yet (transformers' FlashAttention path slices them off the same way).
         seqlen_k = attention_mask.shape[1]
         k, v = k[:, :seqlen_k], v[:, :seqlen_k]
-    if seqlen_q <= 16 and seqlen_q < seqlen_k and not grad_wanted(q, k, v):
+    if seqlen_q <= 16 and seqlen_q < seqlen_k and not _grad_wanted(q, k, v):
         # A decode step or a few queries on a left-padded cache (generate()'s batches): the
         # cache is read in place from each row's first valid slot (flash_attn_with_kvcache's
         # cache_leftpad), nothing gathered.
