@@ -106,7 +106,11 @@ Rung make(const char* variant, const char* summary) {
   if (M == Mode::all && !kFixedTiles)
     r.baselines = {Baseline::on(10, "the rung it improves on: the same tiles and schedule inside a block, one block per tile")};
   r.supports = [](const Problem& p, const DeviceInfo& d) { return check_limits<TILES>(p, d); };
-  r.workspace_bytes = [](const Problem&) { return hopper15::kWorkspaceBytes; };  // the schedule's counter
+  // The schedule's counter, which only the dynamic schedule reads (make_scheduler: a causal mask or
+  // a packed batch): a dense batch without a mask needs no workspace, so a call allocates none.
+  r.workspace_bytes = [](const Problem& p) {
+    return p.causal || p.varlen() ? hopper15::kWorkspaceBytes : size_t{0};
+  };
   r.launch = [](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
