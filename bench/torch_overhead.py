@@ -31,9 +31,10 @@ The figure the target (within 5 us) is read on: PyTorch minus runner, both timed
 (median of the repeats' medians). The idle times bound what a call's host path costs when the GPU
 waits for it. Then the host's cost per call alone, on a problem too small to keep the GPU busy
 (batch 1, seqlen 128, 16 heads, d=128): wall-clock time of 2000 calls in a loop, for
-flashladder.attention without and with autograd, the binding alone and F.scaled_dot_product_attention
-(flash), the same per rung measured above, and a breakdown of the Python layer (input checks, plan
-lookup, output allocation, stream).
+flashladder.attention without and with autograd, the binding alone, the fast path's prepared launch
+alone (_ext.PreparedForward, what a call without autograd runs once its inputs' signature is known)
+and F.scaled_dot_product_attention (flash), the same per rung measured above, and a breakdown of
+the Python layer (input checks, plan lookup, output allocation, stream, the fast path's signature).
 
 Writes <out>/torch_overhead.json and <out>/torch_overhead.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
@@ -190,6 +191,26 @@ def ext_launcher(torch, fl, plan, q, k, v):
     return call
 
 
+def prepared_launcher(torch, fl, plan, q, k, v):
+    """A call of the fast path's prepared launch alone (_ext.PreparedForward): outputs allocated
+    once, the pointers and the stream read once."""
+    from flashladder import _ext, _ops
+
+    out = torch.empty_like(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    launch = _ext.PreparedForward(plan.number, plan.variant, plan.problem,
+                                  (q.stride(), k.stride(), v.stride(), out.stride()), q.device.index,
+                                  plan.workspace_bytes)
+    args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+            ws.data_ptr() if plan.workspace_bytes else 0, _ops._stream(q))
+
+    def call():
+        launch.launch(*args)
+
+    return call
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -323,6 +344,7 @@ def run(args):
         loops = [("flashladder.attention", lambda: fl.attention(tq, tk, tv)),
                  ("flashladder.attention, autograd", lambda: fl.attention(gq, gk, gv)),
                  ("binding alone (_ext.forward)", ext_tiny),
+                 ("prepared launch alone (PreparedForward)", prepared_launcher(torch, fl, tplan, tq, tk, tv)),
                  ("F.scaled_dot_product_attention (flash)", lambda: F.scaled_dot_product_attention(*st))]
         for requested, _plan in wanted:  # the rungs measured above, by number
             if requested == "default":
@@ -347,7 +369,9 @@ def run(args):
              ("output and LSE allocation, torch.empty(shape, dtype=, device=)",
               lambda: (torch.empty(tq.shape, dtype=tq.dtype, device=device),
                        torch.empty((1, 16, 128), dtype=torch.float32, device=device))),
-             ("current stream", lambda: _ops._stream(tq))]
+             ("current stream", lambda: _ops._stream(tq)),
+             ("the fast path's signature and lookup (_fast_signature)",
+              lambda: _ops._FAST.get(_ops._fast_signature(tq, tk, tv, False, None, None, "")))]
     for name, fn in parts:
         host["python_layer_us"][name] = host_us(torch, fn, args.host_calls * 5, sync=False)
         print("  %-42s %6.2f us" % (name, host["python_layer_us"][name]))

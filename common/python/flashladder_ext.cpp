@@ -321,6 +321,57 @@ void set_varlen_shape(Problem* p, int batch, int64_t total_q, int64_t total_k, i
   p->seqlen_k = std::max(max_k, 1);
 }
 
+/// A forward launch prepared once for one input signature (flashladder._ops' fast path: a call
+/// with no mask, modifier or packing and no autograd). The constructor does what every call would
+/// repeat: the entry's supports() on the device, the problem's AttnParams, and the strides' checks
+/// (against a 16-byte aligned stand-in pointer). A launch then sets the five pointers and the
+/// stream; it checks their alignment (the one part of the layout rule a pointer can break) and,
+/// when one fails it, launches nothing and returns false, so the caller's full checks say why.
+class PreparedForward {
+ public:
+  PreparedForward(int number, const std::string& variant, const Problem& p, const std::array<Strides4, 4>& strides,
+                  int device, size_t workspace_bytes)
+      : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes) {
+    if (!rung_->launch) refuse_if(rung_->label() + " has no forward launch");
+    if (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0)
+      refuse_if("a prepared launch takes no mask, modifier, packing or cache lengths (call forward)");
+    refuse_if(supports_reason(*rung_, p, device_info(device)));
+    constexpr uintptr_t kAligned = 256;  // stands in for the pointers: only the strides are checked here
+    params_ = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned}, strides, Extras{});
+  }
+
+  /// Launches on @p stream (asynchronous) with q, k, v, out, lse at these addresses and the plan's
+  /// workspace; false (nothing launched) when a pointer is null or misaligned.
+  bool launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
+              uintptr_t stream) const {
+    if (q == 0 || k == 0 || v == 0 || o == 0 || lse == 0 || ((q | k | v | o) % 16) != 0 || lse % 4 != 0)
+      return false;
+    if (workspace_bytes_ > 0 && workspace == 0) refuse_if("workspace: the rung needs " +
+                                                          std::to_string(workspace_bytes_) + " bytes, got none");
+    AttnParams a = params_;
+    a.q = reinterpret_cast<const void*>(q);
+    a.k = reinterpret_cast<const void*>(k);
+    a.v = reinterpret_cast<const void*>(v);
+    a.o = reinterpret_cast<void*>(o);
+    a.lse = reinterpret_cast<float*>(lse);
+    a.workspace = reinterpret_cast<void*>(workspace);
+    a.workspace_bytes = workspace_bytes_;
+    DeviceGuard guard(device_);
+    nb::gil_scoped_release release;
+    rung_->launch(a, reinterpret_cast<cudaStream_t>(stream));
+    return true;
+  }
+
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  std::string label() const { return rung_->label(); }
+
+ private:
+  const Rung* rung_;
+  int device_;
+  size_t workspace_bytes_;
+  AttnParams params_{};
+};
+
 }  // namespace
 }  // namespace fl
 
@@ -535,6 +586,19 @@ NB_MODULE(_ext, m) {
       "(int32), seqstart_k (int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows; "
       "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
       "workspace_bytes), so neither is asked again");
+
+  nb::class_<PreparedForward>(m, "PreparedForward",
+                              "A forward launch prepared for one input signature: supports(), the "
+                              "problem's parameters and the strides checked once; launch() sets the "
+                              "pointers and the stream")
+      .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 4>&, int, size_t>(),
+           "number"_a, "variant"_a, "problem"_a, "strides"_a, "device"_a, "workspace_bytes"_a,
+           "strides: q, k, v, out (4 each, elements); workspace_bytes: the plan's (workspace_bytes())")
+      .def("launch", &PreparedForward::launch, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "workspace"_a, "stream"_a,
+           "Launches (asynchronous); False, launching nothing, when a pointer is null or not aligned "
+           "(16 bytes; the LSE 4)")
+      .def_prop_ro("workspace_bytes", &PreparedForward::workspace_bytes)
+      .def_prop_ro("label", &PreparedForward::label);
 
   m.def(
       "backward",

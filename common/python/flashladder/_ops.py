@@ -240,6 +240,57 @@ attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
 
 # ---- the public functions -----------------------------------------------------------------------
 
+# ---- the fast path: a call without autograd, a mask, a modifier or packing ---------------------
+
+#: Input signatures (_fast_signature) of calls that passed every check and planned, to what their
+#: next call needs: the prepared launch (_ext.PreparedForward: supports, the parameters and the
+#: strides checked once), O's and the LSE's shapes, the workspace's bytes and the device index.
+#: A model calls attention with a few signatures, every step.
+_FAST = {}
+_FAST_MAX = 4096
+
+
+def _fast_signature(q, k, v, causal, softmax_scale, rung, variant):
+    """What a prepared launch depends on: each input's type, shape, strides, dtype and device, and
+    the arguments (the data pointers' alignment, the rest of the layout rule, is checked by the
+    launch itself). None when an input is not a tensor."""
+    try:
+        return (type(q), q.shape, q.stride(), q.dtype, q.device,
+                type(k), k.shape, k.stride(), k.dtype, k.device,
+                type(v), v.shape, v.stride(), v.dtype, v.device, bool(causal), softmax_scale, rung, variant)
+    except Exception:  # noqa: BLE001  not a strided tensor (no shape, stride(), ...): no fast path
+        return None
+
+
+def _fast_forward(fast, q, k, v):
+    """(O, LSE) through a prepared launch: two allocations, the pointers, one launch. None when a
+    pointer fails the alignment rule (nothing launched: the checked path says why)."""
+    launch, o_shape, lse_shape, ws_bytes, index = fast
+    out = q.new_empty(o_shape)
+    lse = q.new_empty(lse_shape, dtype=torch.float32)
+    ws = q.new_empty((ws_bytes,), dtype=torch.uint8) if ws_bytes else None
+    stream = _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
+    if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                     0 if ws is None else ws.data_ptr(), stream):
+        return out, lse
+    return None
+
+
+def _prepare_fast(sig, q, k, v, out, key, number, variant):
+    """Keeps the prepared launch of a call that just passed the checked path (no autograd, no
+    mods): the plan it ran, with q, k, v's and O's strides."""
+    if sig is None:
+        return
+    plan = _core.plan_forward(number, variant, key, q.device.index, False, None)
+    launch = _ext.PreparedForward(plan.number, plan.variant, plan.problem,
+                                  (q.stride(), k.stride(), v.stride(), out.stride()), q.device.index,
+                                  plan.workspace_bytes)
+    if len(_FAST) >= _FAST_MAX:
+        _FAST.clear()
+    lse_shape = (key[0], key[3], key[1])
+    _FAST[sig] = (launch, tuple(out.shape), lse_shape, plan.workspace_bytes, q.device.index)
+
+
 def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, return_lse=False):
     """Attention of q [batch, seqlen_q, heads_q, head_dim] over k, v [batch, seqlen_k, heads_kv,
     head_dim] (fp16 or bf16 CUDA tensors, heads_kv dividing heads_q) with one rung of the ladder.
@@ -258,14 +309,27 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         # The fake implementation checks shapes while tracing; the op checks the rest at run time.
         out, lse, _ = attention_op(q, k, v, bool(causal), scale, number or 0, variant, grad)
         return (out, lse) if return_lse else out
+    sig = None
+    if not grad:
+        sig = _fast_signature(q, k, v, causal, softmax_scale, number, variant)
+        try:
+            fast = _FAST.get(sig) if sig is not None else None
+        except TypeError:  # an unhashable argument (softmax_scale given as a list): no fast path
+            sig, fast = None, None
+        if fast is not None:
+            result = _fast_forward(fast, q, k, v)
+            if result is not None:
+                return result if return_lse else result[0]
     key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
     if grad:
         # Refuse now, not after the forward pass, a problem the backward rung cannot run.
         _core.plan_backward(None, "", key, False, q.device.index)
         out, lse, _ = attention_op(q, k, v, bool(causal), scale, number or 0, variant, True)
     else:
-        # No autograd: the op's own implementation, without the dispatcher's cost per call.
+        # No autograd: the op's own implementation, without the dispatcher's cost per call; the
+        # next call with these inputs' signature takes the fast path above.
         out, lse, _ = _forward(q, k, v, causal, softmax_scale, number, variant, key)
+        _prepare_fast(sig, q, k, v, out, key, number, variant)
     return (out, lse) if return_lse else out
 
 
