@@ -27,6 +27,7 @@
 #include "flashladder/registry.h"
 #include "flashladder/runner.h"
 #include "flashladder/static_switch.h"
+#include "ring_plan.h"  // rung 12's plan (plain C++): the package's ring runs the same one
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -372,6 +373,49 @@ class PreparedForward {
   AttnParams params_{};
 };
 
+/// Rung 12's plan of rank @p rank (ring_plan.h) as Python data, for the package's ring
+/// (flashladder._ring): its shard's chunks and, per step, whose K/V it holds, what it sends and
+/// receives, and its launches (local rows of its Q shard against rows of the K/V shard held).
+nb::dict ring_plan_dict(const std::string& sharding, bool causal, int n, int ranks, int rank) {
+  ring::Sharding sh{};
+  if (!ring::parse_sharding(sharding, &sh))
+    throw nb::value_error(("ring: sharding must be 'zigzag' or 'contiguous', got '" + sharding + "'").c_str());
+  ring::RankPlan plan;
+  try {
+    plan = ring::plan_rank(sh, causal, n, ranks, rank);
+  } catch (const std::exception& e) {
+    throw nb::value_error(e.what());
+  }
+  nb::list chunks;
+  for (const ring::LocalChunk& c : plan.q_shard.chunks)
+    chunks.append(nb::make_tuple(c.chunk, c.global.begin, c.global.len, c.local));
+  nb::list steps;
+  for (const ring::StepPlan& sp : plan.steps) {
+    nb::list launches;
+    for (const ring::Launch& l : sp.launches) launches.append(nb::make_tuple(l.q.begin, l.q.len, l.k.begin, l.k.len, l.causal));
+    nb::dict d;
+    d["step"] = sp.step;
+    d["src_rank"] = sp.src_rank;
+    d["kv_len"] = sp.kv_len;
+    d["send_to"] = sp.send_to;
+    d["recv_from"] = sp.recv_from;
+    d["send_len"] = sp.send_len;
+    d["recv_len"] = sp.recv_len;
+    d["launches"] = launches;
+    steps.append(d);
+  }
+  nb::dict out;
+  out["sharding"] = ring::sharding_name(sh);
+  out["causal"] = causal;
+  out["n"] = n;
+  out["ranks"] = ranks;
+  out["rank"] = rank;
+  out["shard_len"] = plan.q_shard.len;
+  out["chunks"] = chunks;
+  out["steps"] = steps;
+  return out;
+}
+
 }  // namespace
 }  // namespace fl
 
@@ -586,6 +630,13 @@ NB_MODULE(_ext, m) {
       "(int32), seqstart_k (int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows; "
       "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
       "workspace_bytes), so neither is asked again");
+
+  m.def("ring_plan", &ring_plan_dict, "sharding"_a, "causal"_a, "n"_a, "ranks"_a, "rank"_a,
+        "Rung 12's plan of one rank (ring_plan.h): 'chunks' (chunk, global begin, length, first local "
+        "row) of its shard, and per step 'src_rank' (whose K/V it holds), 'kv_len', 'send_to', "
+        "'recv_from', 'send_len', 'recv_len' (rows passed on after the step) and 'launches' (q_begin, "
+        "q_len, k_begin, k_len, causal: local rows of its Q shard against rows of the K/V shard held, "
+        "causal bottom-right aligned)");
 
   nb::class_<PreparedForward>(m, "PreparedForward",
                               "A forward launch prepared for one input signature: supports(), the "
