@@ -119,17 +119,32 @@ def _cu_seqlens(lengths):
     return cu
 
 
+#: The last position_ids split into sequences (see _restarts), kept like _LAST_UNPAD's plan.
+_LAST_RESTARTS = [None, -1, -1, None]
+
+
 def _restarts(position_ids, total):
     """cu_seqlens and the longest length of the sequences of rows packed through position_ids
-    (a sequence starts at each row's first token and wherever the position does not increase)."""
+    (a sequence starts at each row's first token and wherever the position does not increase).
+    Every layer of a forward call gets the same position_ids tensor: the split (one device-to-host
+    read, for the longest length) is made once per call, as _unpad_plan's, and never under
+    torch.compile."""
     import torch
 
+    caching = not torch.compiler.is_compiling()
+    version = getattr(position_ids, "_version", 0)
+    last = _LAST_RESTARTS
+    if caching and last[0] is position_ids and last[1] == version and last[2] == total:
+        return last[3]
     pos = position_ids if position_ids.dim() == 2 else position_ids[0]  # mrope: the first plane
     start = torch.ones_like(pos, dtype=torch.bool)
     start[:, 1:] = pos[:, 1:] <= pos[:, :-1]
     starts = torch.nonzero(start.flatten()).flatten().to(torch.int32)
     cu = torch.cat([starts, torch.tensor([total], dtype=torch.int32, device=starts.device)])
-    return cu, int((cu[1:] - cu[:-1]).max().item())
+    plan = (cu, int((cu[1:] - cu[:-1]).max().item()))
+    if caching:
+        _LAST_RESTARTS[:] = [position_ids, version, total, plan]
+    return plan
 
 
 #: The last padding mask unpadded and its plan: every layer of a forward call gets the same mask
