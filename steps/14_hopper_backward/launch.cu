@@ -30,12 +30,21 @@ constexpr int kForwardRung = 15;
 
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
-enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit };
+enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
-constexpr bool kRungKernel = M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit;
+constexpr bool kRungKernel = M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta;
+
+/// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
+/// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
+/// else the 16-bit O). Rung 12's ring needs that one: each ring step is a chunk of a row's keys
+/// under the row's global LSE, and only the global O gives D; the exact pass would sum the chunk's
+/// P * dP alone.
+constexpr bwd::DeltaPolicy delta_policy(Mode m) {
+  return m == Mode::o32_delta ? bwd::DeltaPolicy::o32 : bwd::DeltaPolicy::rung;
+}
 
 constexpr bwd::GroupSplit group_split(Mode m) {
   return m == Mode::nosplit ? bwd::GroupSplit::none
@@ -84,7 +93,7 @@ const Rung& forward_rung() {
 template <Mode M, class T, class Cfg>
 void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
-  hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, bwd::DeltaPolicy::rung, group_split(M), mods, stream);
+  hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream);
 }
 
 template <Mode M, class T, class Cfg>
@@ -131,9 +140,10 @@ Rung make_rung(const char* variant, const char* summary) {
     if (!registry().find(11)) return "needs rung 11 in the build (its exact D pass)";
     if (p.head_dim != 64 && p.head_dim != 128 && (!kRungKernel<M> || p.head_dim != 256))
       return kRungKernel<M> ? "head_dim must be 64, 128 or 256" : "head_dim must be 64 or 128 (the ablations)";
-    if (p.head_dim == 256 && p.seqlen_k > bwd::kExactDeltaKeys)
+    const bool exact_pass = bwd::delta_source(delta_policy(M), p.seqlen_k, true) == bwd::DeltaSource::exact;
+    if (p.head_dim == 256 && exact_pass)
       return "head_dim 256: rows of more than 16384 keys need rung 11's exact D pass, built for head_dim 64 and 128";
-    if (p.varlen() && p.seqlen_k > bwd::kExactDeltaKeys)
+    if (p.varlen() && exact_pass)
       return "a packed batch with a sequence of more than 16384 keys: rung 11's exact D pass takes dense batches only";
     const int smem = with_tiles<M>(p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
     const std::string limits = tile_limits(p, d, smem);
@@ -144,7 +154,7 @@ Rung make_rung(const char* variant, const char* summary) {
   };
   r.launch = [](const AttnParams& p, cudaStream_t s) { forward_rung().launch(p, s); };
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
-    return hopper14::workspace_bytes(p, deterministic, bwd::DeltaPolicy::rung, group_split(M));
+    return hopper14::workspace_bytes(p, deterministic, delta_policy(M), group_split(M));
   };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
 #if FL_HOPPER_SM90A
@@ -170,7 +180,7 @@ Rung make_rung(const char* variant, const char* summary) {
   r.notes = [](const Problem& p) {
     std::vector<std::string> notes{
         "backward pass after rung 15's forward (O and LSE); FLOPs by FlashAttention's convention: 2.5 x the forward's",
-        std::string("D from ") + bwd::delta_source_name(bwd::delta_source(bwd::DeltaPolicy::rung, p.seqlen_k, true)) +
+        std::string("D from ") + bwd::delta_source_name(bwd::delta_source(delta_policy(M), p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
       notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));
@@ -198,6 +208,9 @@ void register_rung_14(Registry& reg) {
                                               "its query heads; dK, dV written directly)"));
   reg.add(make_rung<Mode::fullsplit>("fullsplit", "ablation: a GQA group split into one block per query head "
                                                   "(fp32 partial dK, dV added by rung 11's convert kernel)"));
+  reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
+                                                  "every length, never the exact pass: what a ring step needs "
+                                                  "(rung 12: a chunk of keys under the row's global LSE)"));
 }
 
 }  // namespace fl
