@@ -23,6 +23,9 @@
 #include <vector>
 
 #include "communicator.h"
+#include "flashladder/cases.h"
+#include "flashladder/check_bwd.h"
+#include "flashladder/inputs.h"
 #include "flashladder/runner.h"
 #include "nccl_check.h"
 #include "rank_ring.h"
@@ -76,6 +79,64 @@ const Rung& pick_forward_rung(int forced, const Problem& p, const DeviceInfo& de
       "no forward rung runs this problem here: " + (why10.empty() ? "" : why10 + "; ") + why06);
 }
 
+/// The backward rung of each step (--backward): rung 14's o32-delta entry on sm_90 where it runs
+/// the problem, else rung 11's. Both take D = rowsum(dO * O) from the O they are given at every
+/// length (ring_schedule.cu says why a ring step needs that). Throws Unsupported with the reasons
+/// when neither runs it.
+const Rung& pick_backward_rung(const Problem& p, const DeviceInfo& dev) {
+  std::string reasons;
+  for (int n : {14, 11}) {
+    if (n == 14 && !(dev.cc_major == 9 && dev.cc_minor == 0)) continue;
+    const Rung* r = registry().find(n, "o32-delta");
+    std::string why;
+    if (!r)
+      why = "not built (see -DFL_RUNGS)";
+    else if (!r->not_implemented.empty())
+      why = "not implemented in this tree (lab starter)";
+    for (bool causal : {false, true}) {
+      if (!why.empty()) break;
+      Problem q = p;
+      q.causal = causal;
+      why = supports(*r, q, dev);
+      if (why.empty() && r->bwd_supports) why = r->bwd_supports(q, false);
+    }
+    if (why.empty()) return *r;
+    reasons += (reasons.empty() ? "" : "; ") + std::string(n == 14 ? "14" : "11") + "[o32-delta]: " + why;
+  }
+  throw Unsupported("--backward: no backward rung runs this problem here: " + reasons);
+}
+
+/// Rank 0, --backward, --single 1: the backward rung's own entry (its default D rule) on the whole
+/// sequence on one GPU, after its forward pass: the one-GPU backward time. Skipped, with the
+/// reason, where it cannot run it or it does not fit.
+void run_single_backward(const Options& opt, const Rung& ring_bwd, const DeviceInfo& dev, const HostInputs& in,
+                         Report* rep) {
+  const Problem& p = opt.problem;
+  const Rung* r = registry().find(ring_bwd.number, "");
+  if (!r) {
+    rep->bwd.single_skipped = "rung " + std::to_string(ring_bwd.number) + " has no default entry";
+    return;
+  }
+  rep->bwd.single_label = r->label();
+  std::string why = supports(*r, p, dev);
+  if (why.empty() && r->bwd_supports) why = r->bwd_supports(p, false);
+  if (why.empty()) {
+    size_t free_b = 0, total_b = 0;
+    FL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need = rung_device_bytes(*r, p);
+    if (static_cast<double>(need) > 0.9 * static_cast<double>(free_b))
+      why = "needs " + format_bytes(static_cast<double>(need)) + " of GPU memory, " +
+            format_bytes(static_cast<double>(free_b)) + " free";
+  }
+  if (!why.empty()) {
+    rep->bwd.single_skipped = why;
+    return;
+  }
+  BwdCase c(*r, p, in, opt.seed, false);
+  c.launch();
+  rep->bwd.single_timing = c.time(dev, opt.iters, opt.warmup);
+}
+
 /// Rank 0, --single 1: the same forward rung on the whole sequence on one GPU, checked, compared
 /// with the ring's output @p o_ring and timed: the one-GPU time of the scaling efficiency.
 /// Skipped, with the reason, where the rung cannot run it or it does not fit.
@@ -124,8 +185,8 @@ int finish(const Report& rep, const Options& opt, const std::string& prog) {
       return kExitBadInput;
     }
   }
-  const bool pass =
-      rep.check.pass && (!rep.single_ran || (rep.single_check.pass && rep.vs_single_pass));
+  const bool pass = rep.check.pass && (!rep.single_ran || (rep.single_check.pass && rep.vs_single_pass)) &&
+                    (!rep.bwd.ran || rep.bwd.check.summary.pass);
   return pass ? kExitOk : kExitCheckFailed;
 }
 
@@ -135,17 +196,34 @@ int finish(const Report& rep, const Options& opt, const std::string& prog) {
 /// check covers them where P GPUs are not at hand; the transfers, the streams' overlap and the
 /// process model are what only --gpus P runs. Each rank's pass is timed alone on the GPU, as it
 /// would run on its own GPU: the slowest one is the ring's time if every transfer hid.
-void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const DeviceInfo& dev,
-                 const HostInputs& in, Report* rep, std::vector<uint16_t>* o_ring) {
+void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const Rung* bwd, const DeviceInfo& dev,
+                 const HostInputs& in, const std::vector<uint16_t>& dout, Report* rep, std::vector<uint16_t>* o_ring) {
   const Problem& p = opt.problem;
   std::vector<std::unique_ptr<RankRing>> ranks;
   for (int r = 0; r < P; ++r) {
     ranks.push_back(std::make_unique<RankRing>(p, sh, P, r, fwd, dev, nullptr, in));
-    const std::string why = ranks.back()->why_not();
+    std::string why = ranks.back()->why_not();
+    if (why.empty() && bwd) {
+      ranks.back()->enable_backward(*bwd, dout);
+      why = ranks.back()->why_not_backward();
+    }
     if (!why.empty()) throw Unsupported(why);
   }
   for (int s = 0; s < P; ++s) rep->send_bytes.push_back(ranks[0]->send_bytes(s));
-  // 1. One checked pass of every rank on a NaN-poisoned O.
+  if (bwd)
+    for (int s = 0; s < P; ++s) rep->bwd.send_bytes.push_back(ranks[0]->backward_send_bytes(s));
+  // Every rank's backward, in turn, after every rank's forward: each adds its partial dK, dV into
+  // the owner's sums, so the sums are zeroed first and rounded last.
+  auto replay_backward = [&](std::vector<double>* per_rank_ms, std::vector<StepTimes>* times) {
+    for (auto& r : ranks) r->start_replay_backward();
+    for (int r = 0; r < P; ++r) {
+      const StepTimes t = ranks[r]->replay_backward(ranks);
+      if (per_rank_ms) per_rank_ms->push_back(t.total);
+      if (times) times->push_back(t);
+    }
+    for (auto& r : ranks) r->finish_replay_backward();
+  };
+  // 1. One checked pass of every rank on a NaN-poisoned O (and with --backward, dQ, dK, dV).
   std::vector<float> lse_ring;
   RankRing::start_whole(p, o_ring, &lse_ring);
   for (auto& r : ranks) {
@@ -157,17 +235,30 @@ void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const 
     rep->check = check_output(p, in, *o_ring, lse_ring, opt.check, opt.seed);
   else
     rep->check.pass = true;
+  if (bwd) {
+    replay_backward(nullptr, nullptr);
+    std::vector<uint16_t> dq, dk, dv;
+    RankRing::start_whole_grads(p, &dq, &dk, &dv);
+    for (auto& r : ranks) r->collect_grads(&dq, &dk, &dv);
+    rep->bwd.ran = true;
+    rep->bwd.label = bwd->label();
+    rep->bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed);
+  }
   // 2. Timed passes, rank after rank: per iteration the slowest rank's pass; per (rank, step)
   // the medians of compute and merge.
-  for (int i = 0; i < opt.warmup; ++i)
+  for (int i = 0; i < opt.warmup; ++i) {
     for (auto& r : ranks) r->replay(ranks);
+    if (bwd) replay_backward(nullptr, nullptr);
+  }
   std::vector<std::vector<std::vector<double>>> compute(P, std::vector<std::vector<double>>(P)),
-      merge = compute;
+      merge = compute, bcompute = compute, bmerge = compute;
   rep->iters = opt.iters;
   for (int i = 0; i < opt.iters; ++i) {
     double slowest = 0;
+    std::vector<double> fwd_ms;
     for (int r = 0; r < P; ++r) {
       const StepTimes t = ranks[r]->replay(ranks);
+      fwd_ms.push_back(t.total);
       slowest = std::max(slowest, static_cast<double>(t.total));
       for (int s = 0; s < P; ++s) {
         compute[r][s].push_back(t.compute[s]);
@@ -175,6 +266,22 @@ void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const 
       }
     }
     rep->ring_ms.push_back(slowest);
+    if (bwd) {
+      std::vector<double> bwd_ms;
+      std::vector<StepTimes> times;
+      replay_backward(&bwd_ms, &times);
+      double slow_b = 0, slow_total = 0;
+      for (int r = 0; r < P; ++r) {
+        slow_b = std::max(slow_b, bwd_ms[r]);
+        slow_total = std::max(slow_total, fwd_ms[r] + bwd_ms[r]);
+        for (int s = 0; s < P; ++s) {
+          bcompute[r][s].push_back(times[r].compute[s]);
+          bmerge[r][s].push_back(times[r].merge[s]);
+        }
+      }
+      rep->bwd.ring_ms.push_back(slow_b);
+      rep->bwd.total_ms.push_back(slow_total);
+    }
   }
   for (int r = 0; r < P; ++r) {
     rep->compute.emplace_back();
@@ -182,6 +289,13 @@ void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const 
     for (int s = 0; s < P; ++s) {
       rep->compute[r].push_back(median(compute[r][s]));
       rep->merge[r].push_back(median(merge[r][s]));
+    }
+    if (!bwd) continue;
+    rep->bwd.compute.emplace_back();
+    rep->bwd.merge.emplace_back();
+    for (int s = 0; s < P; ++s) {
+      rep->bwd.compute[r].push_back(median(bcompute[r][s]));
+      rep->bwd.merge[r].push_back(median(bmerge[r][s]));
     }
   }
 }
@@ -196,9 +310,10 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
   FL_CUDA_CHECK(cudaSetDevice(device));
   const DeviceInfo dev = query_device();
   const Rung& fwd = pick_forward_rung(ro.forward_rung, p, dev);
+  const Rung* bwd = ro.backward ? &pick_backward_rung(p, dev) : nullptr;
   size_t need = 0;
   for (int r = replay ? 0 : rank; r < (replay ? P : rank + 1); ++r)
-    need += RankRing::device_bytes(p, sh, P, r);
+    need += RankRing::device_bytes(p, sh, P, r) + (bwd ? RankRing::backward_device_bytes(p, sh, P, r) : 0);
   if (static_cast<double>(need) > 0.9 * static_cast<double>(dev.mem_free))
     throw Unsupported((replay ? std::string("the replayed ring") : "rank " + std::to_string(rank)) +
                       " needs " + format_bytes(static_cast<double>(need)) + " of GPU memory, " +
@@ -227,8 +342,9 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
     if (rank == 0 && P > 1) unlink(ro.id_file.c_str());  // everyone has joined: it has served
   }
 
-  // Every rank makes the same whole inputs from the seed and keeps its rows.
+  // Every rank makes the same whole inputs (and dO) from the seed and keeps its rows.
   const HostInputs in = make_inputs(p, opt.input, opt.seed);
+  const std::vector<uint16_t> dout = bwd ? make_grad_output(p, opt.seed) : std::vector<uint16_t>{};
   Report rep;
   rep.p = p;
   rep.sharding = sh;
@@ -243,60 +359,103 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
   rep.pairs = pairs_per_rank(sh, p.causal, p.seqlen_q, P);
   std::vector<uint16_t> o_ring;
   if (replay) {
-    replay_ring(opt, sh, P, fwd, dev, in, &rep, &o_ring);
+    replay_ring(opt, sh, P, fwd, bwd, dev, in, dout, &rep, &o_ring);
   } else {
     auto* ring_owned = new RankRing(p, sh, P, rank, fwd, dev, comm, in);
     RankRing& ring = *ring_owned;
-    const std::string why = ring.why_not();
+    std::string why = ring.why_not();
+    if (why.empty() && bwd) {
+      ring.enable_backward(*bwd, dout);
+      why = ring.why_not_backward();
+    }
     if (!why.empty()) throw Unsupported(why);  // every rank runs the same problems: all say so
     for (int s = 0; s < P; ++s) rep.send_bytes.push_back(ring.send_bytes(s));
+    if (bwd)
+      for (int s = 0; s < P; ++s) rep.bwd.send_bytes.push_back(ring.backward_send_bytes(s));
 
-    // 1. One checked pass on a NaN-poisoned O.
+    // 1. One checked pass on a NaN-poisoned O (--backward: then the backward pass, its
+    // gradients checked too; --fail-rank then leaves in the backward pass).
     ring.poison_output();
     ring.barrier();
-    ring.forward(ro.fail_rank);
+    ring.forward(bwd ? -1 : ro.fail_rank);
+    if (bwd) ring.backward(ro.fail_rank);
     std::vector<float> lse_ring;
     if (opt.check != CheckMode::none) ring.gather(&o_ring, &lse_ring);
     if (rank == 0 && opt.check != CheckMode::none)
       rep.check = check_output(p, in, o_ring, lse_ring, opt.check, opt.seed);
     else
       rep.check.pass = true;  // --check none (and ranks != 0: rank 0 decides)
+    if (bwd) {
+      std::vector<uint16_t> dq, dk, dv;
+      if (opt.check != CheckMode::none) ring.gather_grads(&dq, &dk, &dv);
+      rep.bwd.ran = true;
+      rep.bwd.label = bwd->label();
+      if (rank == 0 && opt.check != CheckMode::none)
+        rep.bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed);
+      else
+        rep.bwd.check.summary.pass = true;
+    }
 
-    // 2. Timed passes: all ranks meet before each; per step: compute, exposed comm, merge.
+    // 2. Timed passes: all ranks meet before each; per step: compute, exposed comm, merge. With
+    // --backward each pass is the forward then the backward, each timed on its own.
     for (int i = 0; i < opt.warmup; ++i) {
       ring.barrier();
       ring.forward(-1);
+      if (bwd) ring.backward(-1);
     }
-    std::vector<float> mine;  // [iters totals][P compute][P exposed][P merge][P transfer]
-    std::vector<std::vector<std::vector<double>>> samples(4, std::vector<std::vector<double>>(P));
-    std::vector<float> totals;
+    // mine: [iters forward totals][iters backward totals][forward's P compute, exposed, merge,
+    // transfer][the backward's likewise]; without --backward no backward parts.
+    const int passes = bwd ? 2 : 1;
+    std::vector<std::vector<std::vector<std::vector<double>>>> samples(
+        passes, std::vector<std::vector<std::vector<double>>>(4, std::vector<std::vector<double>>(P)));
+    std::vector<std::vector<float>> totals(passes);
     for (int i = 0; i < opt.iters; ++i) {
       ring.barrier();
-      const StepTimes t = ring.forward(-1);
-      totals.push_back(t.total);
-      for (int s = 0; s < P; ++s) {
-        samples[0][s].push_back(t.compute[s]);
-        samples[1][s].push_back(t.exposed[s]);
-        samples[2][s].push_back(t.merge[s]);
-        samples[3][s].push_back(t.transfer[s]);
+      for (int k = 0; k < passes; ++k) {
+        const StepTimes t = k == 0 ? ring.forward(-1) : ring.backward(-1);
+        totals[k].push_back(t.total);
+        for (int s = 0; s < P; ++s) {
+          samples[k][0][s].push_back(t.compute[s]);
+          samples[k][1][s].push_back(t.exposed[s]);
+          samples[k][2][s].push_back(t.merge[s]);
+          samples[k][3][s].push_back(t.transfer[s]);
+        }
       }
     }
-    mine = totals;
-    for (int k = 0; k < 4; ++k)
-      for (int s = 0; s < P; ++s) mine.push_back(static_cast<float>(median(samples[k][s])));
+    std::vector<float> mine;
+    for (int k = 0; k < passes; ++k) mine.insert(mine.end(), totals[k].begin(), totals[k].end());
+    for (int k = 0; k < passes; ++k)
+      for (int m = 0; m < 4; ++m)
+        for (int s = 0; s < P; ++s) mine.push_back(static_cast<float>(median(samples[k][m][s])));
     const auto all = ring.gather_floats(mine);
     if (rank == 0) {
       rep.iters = opt.iters;
-      for (int i = 0; i < opt.iters; ++i) {
-        double slowest = 0;
-        for (const auto& v : all) slowest = std::max(slowest, static_cast<double>(v[i]));
+      const int it = opt.iters;
+      for (int i = 0; i < it; ++i) {
+        double slowest = 0, slow_b = 0, slow_total = 0;
+        for (const auto& v : all) {
+          slowest = std::max(slowest, static_cast<double>(v[i]));
+          if (bwd) {
+            slow_b = std::max(slow_b, static_cast<double>(v[it + i]));
+            slow_total = std::max(slow_total, static_cast<double>(v[i]) + v[it + i]);
+          }
+        }
         rep.ring_ms.push_back(slowest);
+        if (bwd) {
+          rep.bwd.ring_ms.push_back(slow_b);
+          rep.bwd.total_ms.push_back(slow_total);
+        }
       }
-      std::vector<std::vector<double>>* dst[4] = {&rep.compute, &rep.exposed, &rep.merge,
-                                                  &rep.transfer};
-      for (int k = 0; k < 4; ++k)
-        for (const auto& v : all)
-          dst[k]->emplace_back(v.begin() + opt.iters + k * P, v.begin() + opt.iters + (k + 1) * P);
+      std::vector<std::vector<double>>* dst[2][4] = {{&rep.compute, &rep.exposed, &rep.merge, &rep.transfer},
+                                                     {&rep.bwd.compute, &rep.bwd.exposed, &rep.bwd.merge,
+                                                      &rep.bwd.transfer}};
+      const size_t base = static_cast<size_t>(passes) * it;
+      for (int k = 0; k < passes; ++k)
+        for (int m = 0; m < 4; ++m)
+          for (const auto& v : all) {
+            const size_t at = base + (static_cast<size_t>(k) * 4 + m) * P;
+            dst[k][m]->emplace_back(v.begin() + at, v.begin() + at + P);
+          }
     }
     delete ring_owned;  // the ring's buffers go: rank 0's single-GPU run has the memory
     comm->close();
@@ -304,8 +463,10 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
   }
   if (rank != 0) return kExitOk;
 
-  // 3. Rank 0: the same forward rung on the whole sequence on one GPU.
+  // 3. Rank 0: the same forward rung on the whole sequence on one GPU (and the backward rung's
+  // own entry, --backward).
   if (ro.single) run_single(opt, fwd, dev, in, o_ring, &rep);
+  if (ro.single && bwd) run_single_backward(opt, *bwd, dev, in, &rep);
   rep.date = utc_now();
   return finish(rep, opt, prog);
 }

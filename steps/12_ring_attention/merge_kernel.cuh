@@ -45,6 +45,9 @@ struct MergeArgs {
   void* o_out;            ///< null, or (the rows' last merge) the rank's 16-bit O: written instead
   bool first;             ///< the rows' first merge: O_acc and LSE_acc are not read
   int batch, heads, head_dim, s_local, q_begin, q_len, rows_begin, rows_len;
+  /// A last merge also keeps O in fp32 in O_acc (a backward pass follows: its D = rowsum(dO * O)
+  /// reads O before the rounding, ring_schedule.cu).
+  bool keep_o_fp32 = false;
 };
 
 constexpr int kMergeWarps = 8;  ///< rows per CTA: one warp per (batch, query, head) row
@@ -86,8 +89,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_partial(MergeArgs a) {
     if (a.o_out)
       *reinterpret_cast<uint2*>(static_cast<T*>(a.o_out) + off + c) =
           make_uint2(pack2<T>(o.x, o.y), pack2<T>(o.z, o.w));
-    else
-      *reinterpret_cast<float4*>(o_acc_gmem + c) = o;
+    if (!a.o_out || a.keep_o_fp32) *reinterpret_cast<float4*>(o_acc_gmem + c) = o;
   }
   __syncwarp();  // every lane has read the old LSE before lane 0 replaces it
   if (lane == 0) *lse_acc_gmem = lse_new;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "flashladder/backward.h"
 #include "nccl_check.h"
 #include "rank_ring.h"
 #include "ring_params.h"
@@ -40,7 +41,9 @@ RankRing::RankRing(const Problem& p, Sharding sh, int world, int rank, const Run
       ev_merge_done_(world),
       ev_comm_start_(world),
       ev_recv_done_(world),
-      ev_it_(2) {
+      ev_it_(2),
+      ev_acc_start_(world),
+      ev_dkv_recv_(world) {
   const int s_local = plan_.q_shard.len;
   const int64_t q_row = row_elems(p.heads_q, p.head_dim);
   const int64_t kv_row = row_elems(p.heads_kv, p.head_dim);
@@ -187,6 +190,132 @@ std::vector<std::vector<float>> RankRing::gather_floats(const std::vector<float>
 
 double RankRing::send_bytes(int s) const {
   return 2.0 * 2.0 * p_.batch * plan_.steps[s].send_len * row_elems(p_.heads_kv, p_.head_dim);
+}
+
+void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dout_whole) {
+  bwd_ = &bwd;
+  const int s_local = plan_.q_shard.len;
+  const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);
+  const int64_t q_row = row_elems(p_.heads_q, p_.head_dim);
+  const int64_t kv_elems = 2 * static_cast<int64_t>(p_.batch) * max_len_ * kv_row;  // K then V
+  dout_ = alloc(bytes16(q_elems_));
+  dq_acc_ = alloc(static_cast<size_t>(q_elems_) * 4);
+  dq_part_ = alloc(bytes16(q_elems_));
+  dq_out_ = alloc(bytes16(q_elems_));
+  dkv_part_ = alloc(bytes16(kv_elems));
+  dkv_out_ = alloc(bytes16(2 * static_cast<int64_t>(p_.batch) * s_local * kv_row));
+  for (auto& b : dkv_) b = alloc(static_cast<size_t>(kv_elems) * 4);
+  lse_rows_ = alloc(static_cast<size_t>(lse_elems_) * 4);
+  o32_rows_ = alloc(static_cast<size_t>(q_elems_) * 4);
+  size_t ws = 0;
+  if (bwd.bwd_workspace_bytes)
+    for (const StepPlan& sp : plan_.steps)
+      for (const Launch& l : sp.launches) ws = std::max(ws, bwd.bwd_workspace_bytes(chunk(l), false));
+  if (ws > 0) bws_ = DeviceBuffer(ws);
+  bws_bytes_ = ws;
+  const auto d = take_shard(dout_whole, p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim, plan_.q_shard);
+  if (!d.empty()) dout_.upload(d.data(), bytes16(d.size()));
+  (void)q_row;
+  FL_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads ran on the legacy stream
+}
+
+std::string RankRing::why_not_backward() const {
+  if (!bwd_) return "no backward rung (enable_backward)";
+  for (const StepPlan& sp : plan_.steps)
+    for (const Launch& l : sp.launches) {
+      const Problem lp = chunk(l);
+      std::string why = supports(*bwd_, lp, dev_);
+      if (why.empty() && bwd_->bwd_supports) why = bwd_->bwd_supports(lp, false);
+      if (!why.empty())
+        return bwd_->label() + "'s backward cannot run the step problem " + lp.describe() + ": " + why;
+    }
+  return "";
+}
+
+void RankRing::collect_grads(std::vector<uint16_t>* dq_all, std::vector<uint16_t>* dk_all,
+                             std::vector<uint16_t>* dv_all) const {
+  const Shard& sh = plan_.q_shard;
+  if (sh.len == 0) return;
+  const int64_t q_row = row_elems(p_.heads_q, p_.head_dim), kv_row = row_elems(p_.heads_kv, p_.head_dim);
+  std::vector<uint16_t> dq(static_cast<size_t>(p_.batch) * sh.len * q_row);
+  std::vector<uint16_t> dkv(2 * static_cast<size_t>(p_.batch) * sh.len * kv_row);
+  dq_out_.download(dq.data(), bytes16(dq.size()));
+  dkv_out_.download(dkv.data(), bytes16(dkv.size()));
+  const std::vector<uint16_t> dk(dkv.begin(), dkv.begin() + dkv.size() / 2), dv(dkv.begin() + dkv.size() / 2, dkv.end());
+  put_shard(dq, p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim, sh, dq_all);
+  put_shard(dk, p_.batch, p_.seqlen_k, p_.heads_kv, p_.head_dim, sh, dk_all);
+  put_shard(dv, p_.batch, p_.seqlen_k, p_.heads_kv, p_.head_dim, sh, dv_all);
+}
+
+void RankRing::gather_grads(std::vector<uint16_t>* dq_all, std::vector<uint16_t>* dk_all,
+                            std::vector<uint16_t>* dv_all) {
+  const int N = p_.seqlen_q;
+  const int64_t q_row = row_elems(p_.heads_q, p_.head_dim), kv_row = row_elems(p_.heads_kv, p_.head_dim);
+  cudaStream_t cs = compute_.s;
+  std::vector<DeviceBuffer> dq_in(world_), dkv_in(world_);
+  std::vector<Shard> shards;
+  for (int r = 0; r < world_; ++r) shards.push_back(shard_of_rank(plan_.sharding, N, world_, r));
+  FL_NCCL_CHECK(ncclGroupStart());
+  if (rank_ == 0) {
+    for (int r = 1; r < world_; ++r) {
+      if (shards[r].len == 0) continue;
+      const size_t dq_bytes = bytes16(int64_t{p_.batch} * shards[r].len * q_row);
+      const size_t dkv_bytes = bytes16(2 * int64_t{p_.batch} * shards[r].len * kv_row);
+      dq_in[r] = alloc(dq_bytes);
+      dkv_in[r] = alloc(dkv_bytes);
+      FL_NCCL_CHECK(ncclRecv(dq_in[r].get(), dq_bytes, ncclUint8, r, comm_->get(), cs));
+      FL_NCCL_CHECK(ncclRecv(dkv_in[r].get(), dkv_bytes, ncclUint8, r, comm_->get(), cs));
+    }
+  } else if (plan_.q_shard.len > 0) {
+    FL_NCCL_CHECK(ncclSend(dq_out_.get(), bytes16(q_elems_), ncclUint8, 0, comm_->get(), cs));
+    FL_NCCL_CHECK(ncclSend(dkv_out_.get(), bytes16(2 * int64_t{p_.batch} * plan_.q_shard.len * kv_row),
+                           ncclUint8, 0, comm_->get(), cs));
+  }
+  FL_NCCL_CHECK(ncclGroupEnd());
+  comm_->wait_ready("gathering dQ, dK and dV to rank 0");
+  FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
+  comm_->wait_event(ev_it_[1], "gathering dQ, dK and dV to rank 0");
+  if (rank_ != 0) return;
+  start_whole_grads(p_, dq_all, dk_all, dv_all);
+  for (int r = 0; r < world_; ++r) {
+    const Shard& sh = shards[r];
+    if (sh.len == 0) continue;
+    std::vector<uint16_t> dq(static_cast<size_t>(p_.batch) * sh.len * q_row);
+    std::vector<uint16_t> dkv(2 * static_cast<size_t>(p_.batch) * sh.len * kv_row);
+    (r == 0 ? dq_out_ : dq_in[r]).download(dq.data(), bytes16(dq.size()));
+    (r == 0 ? dkv_out_ : dkv_in[r]).download(dkv.data(), bytes16(dkv.size()));
+    const std::vector<uint16_t> dk(dkv.begin(), dkv.begin() + dkv.size() / 2),
+        dv(dkv.begin() + dkv.size() / 2, dkv.end());
+    put_shard(dq, p_.batch, N, p_.heads_q, p_.head_dim, sh, dq_all);
+    put_shard(dk, p_.batch, N, p_.heads_kv, p_.head_dim, sh, dk_all);
+    put_shard(dv, p_.batch, N, p_.heads_kv, p_.head_dim, sh, dv_all);
+  }
+}
+
+void RankRing::start_whole_grads(const Problem& p, std::vector<uint16_t>* dq_all, std::vector<uint16_t>* dk_all,
+                                 std::vector<uint16_t>* dv_all) {
+  dq_all->assign(static_cast<size_t>(p.batch) * p.seqlen_q * row_elems(p.heads_q, p.head_dim), 0xffff);
+  dk_all->assign(static_cast<size_t>(p.batch) * p.seqlen_k * row_elems(p.heads_kv, p.head_dim), 0xffff);
+  dv_all->assign(dk_all->size(), 0xffff);
+}
+
+double RankRing::backward_send_bytes(int s) const {
+  if (world_ == 1) return 0;
+  // K/V (16-bit) as in the forward, then the dK, dV sums of the shard held (fp32).
+  return send_bytes(s) + 2.0 * 4.0 * p_.batch * plan_.steps[s].kv_len * row_elems(p_.heads_kv, p_.head_dim);
+}
+
+size_t RankRing::backward_device_bytes(const Problem& p, Sharding sh, int world, int rank) {
+  const int s_local = shard_of_rank(sh, p.seqlen_q, world, rank).len;
+  const int max_len = max_shard_len(sh, p.seqlen_q, world);
+  const double q = static_cast<double>(p.batch) * s_local * row_elems(p.heads_q, p.head_dim);
+  const double kv = 2.0 * p.batch * max_len * row_elems(p.heads_kv, p.head_dim);
+  const double own = 2.0 * p.batch * s_local * row_elems(p.heads_kv, p.head_dim);
+  // dO, dQ's partial and result (16-bit), dQ's sum, the O rows' copy (fp32); the dK, dV partial
+  // (16-bit), their two travelling sums (fp32), the result (16-bit); the LSE rows' copy; the
+  // rung's workspace is left out (a few times dQ's sum in fp32 at most).
+  return static_cast<size_t>(q * (2 + 2 + 2 + 4 + 4) + kv * (2 + 2 * 4) + own * 2 +
+                             4.0 * p.batch * p.heads_q * s_local + q * 4 * 2);
 }
 
 size_t RankRing::device_bytes(const Problem& p, Sharding sh, int world, int rank) {

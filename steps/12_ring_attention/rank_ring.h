@@ -77,6 +77,16 @@ class RankRing {
   /// All ranks meet (a one-float all-reduce on the compute stream) before a timed forward.
   void barrier();
 
+  /// The backward of step @p s on the compute stream, on the K/V shard at @p kv: the backward
+  /// rung on each launch of the step (the partial dQ, dK, dV in 16 bits), then @p launched (may be
+  /// null) recorded.
+  void backward_step(int s, const void* kv, cudaEvent_t launched);
+  /// Adds step @p s's partials into this rank's fp32 dQ and into the fp32 sums @p dkv (dK then
+  /// dV) of the K/V shard it held.
+  void add_partials(int s, float* dkv);
+  /// Rounds the fp32 dQ and @p dkv_home (this rank's own shard's dK, dV) to 16 bits.
+  void round_grads(const float* dkv_home);
+
   /// The compute of step @p s on the compute stream, on the K/V shard at @p kv (K then V rows,
   /// the step's kv_len of them): the forward rung on each launch of the step, each writing its
   /// partial O and LSE, then rung 08's combine of each into the running (O, LSE), one merge per
@@ -120,6 +130,48 @@ class RankRing {
   /// Bytes this rank sends at step @p s.
   double send_bytes(int s) const;
 
+  // ---- the backward pass (--backward; ring_schedule.cu) ---------------------------------------
+
+  /// Makes this rank ready for backward passes with rung @p bwd: its rows of @p dout_whole (dO of
+  /// the whole sequence), the gradients' buffers, and from now on forward passes that keep O in
+  /// fp32 (the D of every step's backward reads the final O, before its rounding).
+  void enable_backward(const Rung& bwd, const std::vector<uint16_t>& dout_whole);
+
+  /// "" if the backward rung runs every launch of this rank's plan, else its reason.
+  std::string why_not_backward() const;
+
+  /// One whole backward pass after a forward pass, enqueued; waits for it and returns its event
+  /// times (merge: the fp32 sums of the step's partial gradients; exposed: the compute stream's
+  /// waits for K/V and for the travelling dK, dV). @p fail_rank as forward's.
+  StepTimes backward(int fail_rank);
+
+  /// --replay: zeroes this rank's dQ and the dK, dV of its own K/V shard, before any rank's
+  /// replay_backward (each adds into the owner's sums).
+  void start_replay_backward();
+  /// --replay: this rank's backward steps alone on the GPU, each reading the K/V shard where its
+  /// first owner keeps it and adding its partial dK, dV into that owner's sums; waits for it.
+  StepTimes replay_backward(const std::vector<std::unique_ptr<RankRing>>& ranks);
+  /// --replay: after every rank's replay_backward, rounds this rank's gradients to 16 bits.
+  void finish_replay_backward();
+
+  /// --replay: this rank's dQ rows and its shard's dK, dV rows into the whole gradients.
+  void collect_grads(std::vector<uint16_t>* dq_all, std::vector<uint16_t>* dk_all,
+                     std::vector<uint16_t>* dv_all) const;
+  /// Rank 0 receives every rank's dQ rows and its shard's dK, dV rows; the others send theirs.
+  /// Returns (rank 0) the whole dQ, dK, dV; NaN where rows never arrived.
+  void gather_grads(std::vector<uint16_t>* dq_all, std::vector<uint16_t>* dk_all,
+                    std::vector<uint16_t>* dv_all);
+
+  /// The whole dQ, dK, dV before any rank's rows are put in: NaN everywhere.
+  static void start_whole_grads(const Problem& p, std::vector<uint16_t>* dq_all,
+                                std::vector<uint16_t>* dk_all, std::vector<uint16_t>* dv_all);
+
+  /// Bytes this rank sends at backward step @p s: K/V, and the dK, dV sums of the shard it held.
+  double backward_send_bytes(int s) const;
+
+  /// Bytes of device memory the backward adds to a rank (enable_backward).
+  static size_t backward_device_bytes(const Problem& p, Sharding sh, int world, int rank);
+
   /// Bytes of device memory a rank of this ring needs (rank 0 also receives every shard).
   static size_t device_bytes(const Problem& p, Sharding sh, int world, int rank);
 
@@ -136,8 +188,16 @@ class RankRing {
   DeviceBuffer kv_own_;  ///< this rank's K then V rows: what step 0 computes on and sends
   DeviceBuffer kv_[2];   ///< the shards received, in turn
   size_t ws_bytes_ = 0;
+  // The backward pass (enable_backward): its rung, dO's rows, the fp32 sums (dQ; dK then V of
+  // the shard held, travelling, in turn), the step's 16-bit partials, the rounded results, the
+  // dense copies of a launch's LSE and fp32 O rows that the rung reads, and its workspace.
+  const Rung* bwd_ = nullptr;
+  DeviceBuffer dout_, dq_acc_, dq_part_, dkv_part_, dq_out_, dkv_out_, lse_rows_, o32_rows_, bws_;
+  DeviceBuffer dkv_[2];
+  size_t bws_bytes_ = 0;
   Stream compute_, comm_stream_;
   Events ev_step_start_, ev_compute_done_, ev_merge_done_, ev_comm_start_, ev_recv_done_, ev_it_;
+  Events ev_acc_start_, ev_dkv_recv_;  ///< backward: the sums' start (after the wait), dK/dV in
 };
 
 }  // namespace fl::ring

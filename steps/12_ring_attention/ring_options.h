@@ -30,6 +30,8 @@ struct RingOptions {
                             ///< rank's pass alone (the ring's time if every transfer hid)
   bool shared_gpu = false;  ///< --shared-gpu: (set by launch_ring.py --share-gpu) the ranks of
                             ///< this host share one GPU, so the times are not a P-GPU ring's
+  bool backward = false;    ///< --backward: each pass is a forward and a backward pass over the
+                            ///< ring (dQ, dK, dV checked; forward + backward timed)
 };
 
 /// Result of take_ring_flags: the rung's flags, the rest for parse_cli, or an error.
@@ -54,6 +56,10 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
     std::string value = fa.value;
     if (flag == "--preflight") {
       o->preflight = true;
+      continue;
+    }
+    if (flag == "--backward") {
+      o->backward = true;
       continue;
     }
     if (flag == "--skip-missing-gpus") {
@@ -135,6 +141,10 @@ inline const char* ring_usage() {
          "                       P > 1 through launch_ring.py)\n"
          "  --variant zigzag|contiguous   sharding (default zigzag: causal work balanced)\n"
          "  --forward-rung 6|10  the forward kernel of each step (default: 10 on sm_90, else 6)\n"
+         "  --backward           also the backward pass over the ring (rung 14's o32-delta entry\n"
+         "                       on sm_90, else rung 11's): K/V travel again with their dK, dV\n"
+         "                       sums; dQ, dK, dV checked, forward + backward timed\n"
+         "                       (--fail-rank then leaves in the backward pass)\n"
          "  --replay P           the P ranks of a ring in turn on this one GPU: every step's "
          "launches\n"
          "                       and merges, no NCCL transfer; checks the plan where P GPUs are\n"

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "flashladder/backward.h"
 #include "flashladder/check.h"
+#include "flashladder/check_bwd.h"
 #include "flashladder/cli.h"
 #include "flashladder/problem.h"
 #include "flashladder/report.h"
@@ -48,6 +50,22 @@ inline Agreement agreement(DType t, const std::vector<uint16_t>& ring,
   return a;
 }
 
+/// The backward pass's part of a report (--backward).
+struct BackwardReport {
+  bool ran = false;
+  std::string label;  ///< the backward rung of each step (rung 14's o32-delta, or rung 11's)
+  BwdCheck check;     ///< the ring's dQ, dK, dV against the fp64 reference
+  std::vector<double> ring_ms;   ///< per timed iteration: the slowest rank's backward pass
+  std::vector<double> total_ms;  ///< per timed iteration: the slowest rank's forward + backward
+  /// [rank][step] medians: the backward launches, the waits (K/V, travelling dK/dV sums), the fp32
+  /// sums, the transfers (K/V and sums; empty in a replay)
+  std::vector<std::vector<double>> compute, exposed, merge, transfer;
+  std::vector<double> send_bytes;  ///< per step, rank 0's: K/V and the dK, dV sums
+  std::string single_label;        ///< the backward rung on the whole sequence (its default entry)
+  std::string single_skipped;
+  Timing single_timing;  ///< its backward pass alone
+};
+
 /// Everything rank 0 reports.
 struct Report {
   Problem p;
@@ -73,6 +91,7 @@ struct Report {
   std::vector<std::vector<double>> compute, exposed, merge, transfer;
   std::vector<int64_t> pairs;      ///< per rank (per batch and head)
   std::vector<double> send_bytes;  ///< per step, rank 0's
+  BackwardReport bwd;
 };
 
 /// One check as a line of the text report.
@@ -87,6 +106,28 @@ inline std::string check_line(const CheckResult& c) {
   std::string s = buf;
   if (!c.pass) s += ": " + c.reason;
   return s;
+}
+
+/// A backward check as a line of the text report: the summary, and each gradient's errors.
+inline std::string bwd_check_line(const BwdCheck& c) {
+  std::string s = check_line(c.summary);
+  char buf[256];
+  const std::pair<const char*, const CheckResult*> grads[3] = {{"dQ", &c.grads.dq}, {"dK", &c.grads.dk}, {"dV", &c.grads.dv}};
+  if (c.summary.checked && c.groups > 0) {
+    std::snprintf(buf, sizeof buf, "\n         %d of %d (batch, KV head) groups:", c.groups, c.groups_total);
+    s += buf;
+    for (const auto& g : grads) {
+      std::snprintf(buf, sizeof buf, " %s rel_fro %.3g (tol %.3g)", g.first, g.second->err.rel_fro, g.second->tol.rel_fro);
+      s += buf;
+    }
+  }
+  if (!c.note.empty()) s += "\n         " + c.note;
+  return s;
+}
+
+/// T1 / (P x TP), or 0 when either is missing.
+inline double efficiency(double one, int world, double ring) {
+  return (ring > 0 && one > 0) ? one / (world * ring) : 0.0;
 }
 
 /// One check as the object @p key, with common's check fields.
@@ -184,8 +225,109 @@ inline std::string report_json(const Report& r) {
     json_matrix(j, "transfer", r.transfer);
   }
   j.end_object();
+  if (r.bwd.ran) {
+    const BackwardReport& b = r.bwd;
+    const double bwd = median(b.ring_ms), total = median(b.total_ms);
+    const double one_bwd = b.single_timing.timed ? b.single_timing.median_ms : 0;
+    const double one_total = (one > 0 && one_bwd > 0) ? one + one_bwd : 0;
+    j.begin_object("backward").kv("rung", b.label);
+    json_check(j, "check", b.check.summary);
+    j.begin_object("grads");
+    for (const auto& g : {std::make_pair("dq", &b.check.grads.dq), std::make_pair("dk", &b.check.grads.dk),
+                          std::make_pair("dv", &b.check.grads.dv)})
+      j.begin_object(g.first)
+          .kv("rel_fro", g.second->err.rel_fro)
+          .kv("max_abs", g.second->err.max_abs)
+          .kv("tol_rel_fro", g.second->tol.rel_fro)
+          .kv("unwritten", static_cast<long long>(g.second->unwritten))
+          .end_object();
+    j.kv("groups", b.check.groups).kv("groups_total", b.check.groups_total).kv("note", b.check.note).end_object();
+    j.begin_object("single").kv("rung", b.single_label).kv("skipped", b.single_skipped).kv("median_ms", one_bwd).end_object();
+    const bool rep = r.replay;
+    j.begin_object("timing")
+        .kv(rep ? "slowest_rank_bwd_median_ms" : "ring_bwd_median_ms", bwd)
+        .kv(rep ? "slowest_rank_fwd_bwd_median_ms" : "ring_fwd_bwd_median_ms", total)
+        .kv("single_bwd_median_ms", one_bwd)
+        .kv("single_fwd_bwd_median_ms", one_total);
+    if (!r.shared_gpu)
+      j.kv(rep ? "compute_bound_efficiency_bwd" : "scaling_efficiency_bwd", efficiency(one_bwd, r.world, bwd))
+          .kv(rep ? "compute_bound_efficiency_fwd_bwd" : "scaling_efficiency_fwd_bwd", efficiency(one_total, r.world, total))
+          .kv(rep ? "compute_bound_bwd_tflops" : "ring_bwd_tflops", bwd > 0 ? attention_bwd_flops(r.p) / (bwd * 1e-3) / 1e12 : 0.0);
+    j.end_object();
+    j.begin_array("send_bytes_per_step");
+    for (double x : b.send_bytes) j.kv(nullptr, x);
+    j.end_array();
+    j.begin_object("steps_ms");
+    json_matrix(j, "compute", b.compute);
+    json_matrix(j, "merge", b.merge);
+    if (!r.replay) {
+      json_matrix(j, "exposed_comm", b.exposed);
+      json_matrix(j, "transfer", b.transfer);
+    }
+    j.end_object();
+    j.end_object();
+  }
   j.end_object();
   return j.str();
+}
+
+/// The per-step table of one pass (ms, the slowest rank's medians).
+inline std::string steps_table(const Report& r, const std::vector<std::vector<double>>& compute,
+                               const std::vector<std::vector<double>>& exposed, const std::vector<std::vector<double>>& merge,
+                               const std::vector<std::vector<double>>& transfer, const std::vector<double>& send_bytes,
+                               const char* merge_name) {
+  std::string s;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "  %4s %10s %14s %10s %10s %12s\n", "step", "compute", "exposed comm", merge_name,
+                "transfer", "bytes sent");
+  s += buf;
+  for (int st = 0; st < r.world; ++st) {
+    double c = 0, e = 0, m = 0, t = 0;
+    for (size_t rk = 0; rk < compute.size(); ++rk) {
+      c = std::max(c, compute[rk][st]);
+      m = std::max(m, merge[rk][st]);
+      if (r.replay) continue;  // a replay has no exposed communication and no transfer
+      e = std::max(e, exposed[rk][st]);
+      t = std::max(t, transfer[rk][st]);
+    }
+    if (r.replay)  // nothing is sent: the bytes are those the ring would send
+      std::snprintf(buf, sizeof buf, "  %4d %10.4f %14s %10.4f %10s %12s\n", st, c, "-", m, "-",
+                    format_bytes(send_bytes[st]).c_str());
+    else
+      std::snprintf(buf, sizeof buf, "  %4d %10.4f %14.4f %10.4f %10.4f %12s\n", st, c, e, m, t,
+                    format_bytes(send_bytes[st]).c_str());
+    s += buf;
+  }
+  return s;
+}
+
+/// The backward pass's lines of the text report.
+inline std::string backward_text(const Report& r) {
+  const BackwardReport& b = r.bwd;
+  std::string s = "backward: " + b.label + " on each step's launches\n";
+  s += "check:   " + bwd_check_line(b.check) + "\n";
+  char buf[512];
+  const double bwd = median(b.ring_ms), total = median(b.total_ms);
+  const double one_fwd = r.single_timing.timed ? r.single_timing.median_ms : 0;
+  const double one_bwd = b.single_timing.timed ? b.single_timing.median_ms : 0;
+  if (!b.single_skipped.empty()) s += "single:  backward skipped: " + b.single_skipped + "\n";
+  if (bwd > 0) {
+    std::snprintf(buf, sizeof buf, "time:    %s backward %.4f ms, forward + backward %.4f ms (medians of %d)",
+                  r.replay ? "the slowest rank's" : "ring", bwd, total, r.iters);
+    s += buf;
+    if (one_bwd > 0 && !r.shared_gpu) {
+      std::snprintf(buf, sizeof buf,
+                    "; one GPU (%s) backward %.4f ms, forward + backward %.4f ms; %s %.3f backward, %.3f "
+                    "forward + backward",
+                    b.single_label.c_str(), one_bwd, one_fwd + one_bwd,
+                    r.replay ? "the efficiency's compute bound" : "scaling efficiency",
+                    efficiency(one_bwd, r.world, bwd), efficiency(one_fwd > 0 ? one_fwd + one_bwd : 0, r.world, total));
+      s += buf;
+    }
+    s += "\nbackward per step (ms, medians; the slowest rank's value; sums: dQ, dK, dV in fp32):\n";
+    s += steps_table(r, b.compute, b.exposed, b.merge, b.transfer, b.send_bytes, "sums");
+  }
+  return s;
 }
 
 /// The text report rank 0 prints.
@@ -270,27 +412,9 @@ inline std::string report_text(const Report& r) {
     }
     s += "\n";
     s += "per step (ms, medians; the slowest rank's value):\n";
-    std::snprintf(buf, sizeof buf, "  %4s %10s %14s %10s %10s %12s\n", "step", "compute",
-                  "exposed comm", "merge", "transfer", "bytes sent");
-    s += buf;
-    for (int st = 0; st < r.world; ++st) {
-      double c = 0, e = 0, m = 0, t = 0;
-      for (size_t rk = 0; rk < r.compute.size(); ++rk) {
-        c = std::max(c, r.compute[rk][st]);
-        m = std::max(m, r.merge[rk][st]);
-        if (r.replay) continue;  // a replay has no exposed communication and no transfer
-        e = std::max(e, r.exposed[rk][st]);
-        t = std::max(t, r.transfer[rk][st]);
-      }
-      if (r.replay)  // nothing is sent: the bytes are those the ring would send
-        std::snprintf(buf, sizeof buf, "  %4d %10.4f %14s %10.4f %10s %12s\n", st, c, "-", m, "-",
-                      format_bytes(r.send_bytes[st]).c_str());
-      else
-        std::snprintf(buf, sizeof buf, "  %4d %10.4f %14.4f %10.4f %10.4f %12s\n", st, c, e, m, t,
-                      format_bytes(r.send_bytes[st]).c_str());
-      s += buf;
-    }
+    s += steps_table(r, r.compute, r.exposed, r.merge, r.transfer, r.send_bytes, "merge");
   }
+  if (r.bwd.ran) s += backward_text(r);
   return s;
 }
 

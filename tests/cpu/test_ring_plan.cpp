@@ -483,6 +483,12 @@ TEST_CASE("ring options: rung 12's flags, the rest for the shared parser", "[cpu
   r = parse({"--timeout"}, &o);
   CHECK_FALSE(r.ok);
   CHECK(r.error == "--timeout: missing value");
+  // --backward: a flag without a value, rung 12's own.
+  o = RingOptions();
+  r = parse({"--backward", "--seqlen", "1001", "--replay", "2"}, &o);
+  REQUIRE(r.ok);
+  CHECK(o.backward);
+  CHECK(r.rest == std::vector<std::string>{"12_ring_attention", "--seqlen", "1001"});
   // --replay P: every rank in this one process, so no --gpus P and no --fail-rank with it.
   o = RingOptions();
   r = parse({"--replay", "4", "--seqlen", "1001"}, &o);

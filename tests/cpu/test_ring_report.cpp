@@ -235,3 +235,44 @@ TEST_CASE("ring report: median and the agreement with the single-GPU output",
   const std::vector<uint16_t> nan = {0xffff, to_bits(2.0f, t)};
   CHECK(std::isinf(agreement(t, nan, one).max_abs));
 }
+
+TEST_CASE("ring report: the backward pass's part (--backward)", "[cpu][ring_report]") {
+  Report r = sample(Kind::ring, 2);
+  // Without --backward the report has no backward part: the committed runs' keys hold.
+  CHECK_FALSE(has(report_json(r), "\"backward\""));
+  BackwardReport& b = r.bwd;
+  b.ran = true;
+  b.label = "14_hopper_backward[o32-delta]";
+  b.check.summary = r.check;
+  b.check.groups = b.check.groups_total = 4;
+  b.ring_ms = {12.0, 11.0, 13.0};
+  b.total_ms = {18.0, 16.0, 20.0};
+  b.single_label = "14_hopper_backward";
+  b.single_timing.timed = true;
+  b.single_timing.median_ms = 22.0;
+  b.send_bytes = {5120.0, 4096.0};
+  for (int k = 0; k < 2; ++k) {
+    const std::vector<double> row(2, 6.0);
+    b.compute.push_back(row);
+    b.merge.push_back(row);
+    b.exposed.push_back(row);
+    b.transfer.push_back(row);
+  }
+  const std::string json = report_json(r);
+  CHECK(has(json, "\"backward\":{\"rung\":\"14_hopper_backward[o32-delta]\",\"check\":{"));
+  // Backward: 22 / (2 x 12); forward + backward: (10 + 22) / (2 x 18).
+  CHECK(has(json, "\"ring_bwd_median_ms\":12,\"ring_fwd_bwd_median_ms\":18,\"single_bwd_median_ms\":22,"
+                  "\"single_fwd_bwd_median_ms\":32,\"scaling_efficiency_bwd\":0.916666667,"
+                  "\"scaling_efficiency_fwd_bwd\":0.888888889,"));
+  CHECK(has(json, "\"send_bytes_per_step\":[5120,4096]"));
+  const std::string text = report_text(r);
+  CHECK(has(text, "backward: 14_hopper_backward[o32-delta] on each step's launches\n"));
+  CHECK(has(text, "scaling efficiency 0.917 backward, 0.889 forward + backward"));
+  CHECK(has(text, "4 of 4 (batch, KV head) groups: dQ rel_fro"));
+  // A replay names the bound, not the ring's time.
+  r.replay = true;
+  const std::string replay = report_json(r);
+  CHECK(has(replay, "\"slowest_rank_fwd_bwd_median_ms\":18,"));
+  CHECK(has(replay, "\"compute_bound_efficiency_fwd_bwd\":0.888888889"));
+  CHECK_FALSE(has(replay, "scaling_efficiency_fwd_bwd"));
+}

@@ -9,8 +9,10 @@ the machine has no GPU or fewer than the ring asks for.
                                           NCCL's socket transport on loopback), checked the same way
   test_ring.py EXE replay P [rung flags]  the P ranks of the ring in turn on one GPU (--replay P, no
                                           NCCL transfer), checked the same way
-  test_ring.py EXE fail P [--share-gpu]   rank P-1 leaves the ring (--fail-rank): the launcher must
-                                          exit non-zero naming it, within a bounded time
+  test_ring.py EXE fail P [--share-gpu] [--backward]
+                                          rank P-1 leaves the ring (--fail-rank; with --backward in
+                                          the backward pass): the launcher must exit non-zero naming
+                                          it, within a bounded time
   test_ring.py EXE toomany                more GPUs than exist: exit 2 with the reason
   test_ring.py EXE torch P [flags]        PyTorch's all-gather baseline (bench/torch_ring_baseline.py)
                                           under torchrun, P ranks sharing GPU 0 (--share-gpu): its
@@ -57,8 +59,9 @@ def main(argv):
     if what == "fail":
         gpus = int(argv[2])
         bad = gpus - 1
+        extra = ["--backward"] if "--backward" in argv[3:] else []  # the rank leaves in the backward pass
         p, took = launch(exe, gpus, ["--seqlen", "4096", "--heads", "8", "--dim", "128", "--causal", "1",
-                                     "--fail-rank", str(bad), "--skip-missing-gpus"], timeout=60,
+                                     "--fail-rank", str(bad), "--skip-missing-gpus"] + extra, timeout=60,
                          share="--share-gpu" in argv[3:])
         if p.returncode == 77:
             return 77
