@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -193,6 +194,10 @@ double RankRing::send_bytes(int s) const {
 }
 
 void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dout_whole) {
+  for (const StepPlan& sp : plan_.steps)
+    if (launches_share_keys(sp))
+      throw std::logic_error("ring plan: two launches of step " + std::to_string(sp.step) +
+                             " read the same keys; the backward sums one partial dK, dV per step");
   bwd_ = &bwd;
   const int s_local = plan_.q_shard.len;
   const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);

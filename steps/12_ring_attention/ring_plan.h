@@ -330,6 +330,19 @@ inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank) {
   return p;
 }
 
+/// True when two launches of step @p sp read the same key rows. The backward pass writes each
+/// launch's partial dK, dV rows into one buffer before it sums them (ring_schedule.cu), so it needs
+/// the launches' key ranges disjoint; launches_for gives every plan at most one launch per step.
+inline bool launches_share_keys(const StepPlan& sp) {
+  for (size_t a = 0; a < sp.launches.size(); ++a)
+    for (size_t b = a + 1; b < sp.launches.size(); ++b) {
+      const Range& x = sp.launches[a].k;
+      const Range& y = sp.launches[b].k;
+      if (x.len > 0 && y.len > 0 && x.begin < y.end() && y.begin < x.end()) return true;
+    }
+  return false;
+}
+
 /// Where global token @p pos lives: the rank and the row in its shard.
 struct Location {
   int rank = 0;

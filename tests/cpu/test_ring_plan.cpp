@@ -160,6 +160,24 @@ TEST_CASE("ring plan: launches of a step touch disjoint queries", "[cpu][ring_pl
         }
 }
 
+TEST_CASE("ring plan: launches of a step read disjoint keys (the backward's one dK, dV partial)",
+          "[cpu][ring_plan]") {
+  for (Sharding s : kShardings)
+    for (bool causal : {false, true})
+      for (int ranks : {1, 2, 3, 4, 8})
+        for (int n : {3, 13, 16, 1000, 1001})
+          for (int r = 0; r < ranks; ++r)
+            for (const StepPlan& sp : plan_rank(s, causal, n, ranks, r).steps) CHECK_FALSE(launches_share_keys(sp));
+  // The check itself: two launches over keys [0, 4) and [3, 5) share key 3; [0, 3) and [3, 5) none.
+  StepPlan sp;
+  sp.launches.resize(2);
+  sp.launches[0].k = {0, 4};
+  sp.launches[1].k = {3, 2};
+  CHECK(launches_share_keys(sp));
+  sp.launches[0].k = {0, 3};
+  CHECK_FALSE(launches_share_keys(sp));
+}
+
 TEST_CASE("ring plan: the ring passes every shard around once", "[cpu][ring_plan]") {
   for (Sharding s : kShardings)
     for (int ranks : {1, 2, 3, 4, 8}) {
