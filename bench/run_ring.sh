@@ -2,7 +2,7 @@
 # Rung 12's benchmark, on a machine with 1 to 8 GPUs of one host:
 #
 #   bench/run_ring.sh [--gpus "1 2"] [--replay "2 4 8"] [--share "2 4"] [--seqlens "65536 131072"]
-#                     [--bin DIR] [--results DIR] [--no-torch] [--quick]
+#                     [--bin DIR] [--results DIR] [--no-torch] [--quick] [--backward]
 #
 # For each GPU count P and total length N (B = 1, 16 heads, d = 128, bf16):
 #   1. rung 12 through its launcher, zigzag and contiguous, causal 1 and 0, sampled check, the
@@ -24,13 +24,18 @@
 #      and PyTorch's baseline the same way (torchrun, --share-gpu), its gathered output against
 #      one-GPU SDPA                                    -> torch_shared_p<S>_n<N>_causal<c>.json
 #   5. meta.json: device, date, git sha (and whether the tree had local changes), the commands.
+# --backward: every rung 12 run is a forward and a backward pass (--backward: dQ, dK, dV checked,
+# forward + backward timed, the scaling efficiency of both), and the baseline of step 2 is
+# PyTorch's own context parallelism, forward and backward (bench/torch_cp_baseline.py: its ring
+# in SDPA, cuDNN)                                      -> torch_cp_p<P>_n<N>_causal<c>.json
+# Results then go to bench/results/<gpu>/ring-backward/.
 # Every run's output goes beside it (*.log). Results: bench/results/<gpu-name-slug>/ring/ unless
 # --results; NCCL_NVLS_ENABLE=0 for every process. --quick: N = 65536 and causal 1 only.
 # Exit: 0 done; 77 no GPU; otherwise the first failing run's code (the others still run).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
-gpus="" replay="" share="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0"
+gpus="" replay="" share="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0" backward=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus=$2; shift ;;
@@ -41,7 +46,8 @@ while [ $# -gt 0 ]; do
     --results) results=$2; shift ;;
     --no-torch) torch=0 ;;
     --quick) seqlens=65536; causals=1 ;;
-    -h|--help) sed -n 2,27p "$0"; exit 0 ;;
+    --backward) backward=1 ;;
+    -h|--help) sed -n 2,34p "$0"; exit 0 ;;
     *) echo "run_ring.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -64,7 +70,9 @@ visible=$(nvidia-smi -L | grep -c '^GPU')
 if [ -z "$gpus" ] && [ -z "$replay" ] && [ -z "$share" ]; then gpus=$(seq 1 "$visible" | tr '\n' ' '); fi
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 slug=$(echo "$gpu_name" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-|-$//g')
-results=${results:-$ROOT/bench/results/$slug/ring}
+bwd=()  # rung 12's flag for --backward
+if [ "$backward" = 1 ]; then bwd=(--backward); fi
+results=${results:-$ROOT/bench/results/$slug/ring$([ "$backward" = 1 ] && echo -backward)}
 mkdir -p "$results"
 commands=()
 rc=0
@@ -91,9 +99,15 @@ for p in $gpus; do
         name=ring_p${p}_n${n}_${variant}_causal${causal}
         run "$name" "$PY" "$(rel "$ROOT/steps/12_ring_attention/launch_ring.py")" --exe "$(rel "$exe")" \
           --gpus "$p" -- --batch 1 --seqlen "$n" --heads 16 --dim 128 --dtype bf16 --causal "$causal" \
-          --variant "$variant" --check sample --iters 20 --warmup 3 --json "$(rel "$results/$name.json")"
+          --variant "$variant" --check sample --iters 20 --warmup 3 ${bwd[@]+"${bwd[@]}"} \
+          --json "$(rel "$results/$name.json")"
       done
-      if [ "$torch" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
+      if [ "$torch" = 1 ] && [ "$backward" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
+        name=torch_cp_p${p}_n${n}_causal${causal}
+        run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$p" \
+          "$(rel "$ROOT/bench/torch_cp_baseline.py")" --seqlen "$n" --causal "$causal" \
+          --out "$(rel "$results/$name.json")"
+      elif [ "$torch" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
         name=torch_ring_p${p}_n${n}_causal${causal}
         run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$p" \
           "$(rel "$ROOT/bench/torch_ring_baseline.py")" --seqlen "$n" --causal "$causal" \
@@ -109,7 +123,7 @@ for r in $replay; do
         name=replay_r${r}_n${n}_${variant}_causal${causal}
         run "$name" "$(rel "$exe")" --replay "$r" --batch 1 --seqlen "$n" --heads 16 --dim 128 \
           --dtype bf16 --causal "$causal" --variant "$variant" --check sample --iters 20 --warmup 3 \
-          --json "$(rel "$results/$name.json")"
+          ${bwd[@]+"${bwd[@]}"} --json "$(rel "$results/$name.json")"
       done
     done
   done
@@ -121,10 +135,10 @@ for s in $share; do
         name=shared_p${s}_n${n}_${variant}_causal${causal}
         run "$name" "$PY" "$(rel "$ROOT/steps/12_ring_attention/launch_ring.py")" --exe "$(rel "$exe")" \
           --gpus "$s" --share-gpu -- --batch 1 --seqlen "$n" --heads 16 --dim 128 --dtype bf16 \
-          --causal "$causal" --variant "$variant" --check sample --iters 3 --warmup 1 \
+          --causal "$causal" --variant "$variant" --check sample --iters 3 --warmup 1 ${bwd[@]+"${bwd[@]}"} \
           --json "$(rel "$results/$name.json")"
       done
-      if [ "$torch" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
+      if [ "$torch" = 1 ] && [ "$backward" = 0 ] && "$PY" -c "import torch" 2>/dev/null; then
         name=torch_shared_p${s}_n${n}_causal${causal}
         run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$s" \
           "$(rel "$ROOT/bench/torch_ring_baseline.py")" --share-gpu --seqlen "$n" --causal "$causal" \
