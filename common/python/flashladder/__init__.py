@@ -18,6 +18,10 @@ FlashAttention's interface (``flash_attn_func``, ``flash_attn_qkvpacked_func``,
 signatures, with windows, softcapping, ALiBi slopes, sinks and packed batches on rung 16 and
 rung 15) is in ``flashladder._flash``, imported on first use.
 
+Context-parallel ring attention inside a process group (``ring_attention``, differentiable, with
+``ring_shard`` and ``ring_unshard``: rung 12's plan, one process per GPU) is in
+``flashladder._ring``, imported on first use too.
+
 ``import flashladder`` needs no PyTorch and no GPU: ``rungs()``, ``supports()`` and the device
 query work anywhere; PyTorch is imported on the first call that takes tensors.
 """
@@ -91,15 +95,23 @@ FLASH_API = ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacke
              "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache")
 
 
+#: Ring attention over a process group (flashladder._ring), imported with PyTorch on first use.
+RING_API = ("ring_attention", "ring_shard", "ring_unshard")
+
+
 def __getattr__(name):
     if name in FLASH_API:
         from . import _flash
 
         return getattr(_flash, name)
+    if name in RING_API:
+        from . import _ring
+
+        return getattr(_ring, name)
     raise AttributeError("module 'flashladder' has no attribute %r" % (name,))
 
 
-__all__ = list(FLASH_API) + [
+__all__ = list(FLASH_API) + list(RING_API) + [
     "BACKWARD_RUNG", "DEFAULT_BACKWARD", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
     "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
     "register_transformers", "rungs", "supports", "transformers_attention",
