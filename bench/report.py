@@ -281,6 +281,18 @@ def torch_ring_runs(folder, prefix):
     return out
 
 
+def torch_cp_runs(folder):
+    """{(gpus, seqlen, causal): report} of PyTorch's context_parallel forward + backward (schema
+    flashladder.torch_cp/1, bench/torch_cp_baseline.py) in @p folder, files torch_cp_*.json."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(folder, "torch_cp_*.json"))):
+        with open(f, encoding="utf-8") as fh:
+            t = json.load(fh)
+        if isinstance(t, dict) and t.get("schema") == "flashladder.torch_cp/1":
+            out[(t["gpus"], t["problem"]["seqlen"], int(t["problem"]["causal"]))] = t
+    return out
+
+
 def ring_ablation_run(folder, causal, setting):
     """(ran, report) of the two-GPU zigzag ring under one NCCL setting, in the NCCL ablation's
     @p folder (files ring_p2_n<N>_zigzag_causal<c>_<setting>.json and .log): ran tells whether the

@@ -291,3 +291,68 @@ def gen_ring_gpus_ablation(ctx, gpu="nvidia-h200-x2/ring-nccl-ablation"):
         "\n\n%s tokens, zigzag, otherwise as above; one run per setting, in turn, medians of 20 passes. Exposed "
         "communication and transfer: the worst rank's. %s" % (report.seqlen_text(n) if n else "?",
                                                                ring_provenance(res)))
+
+
+# ---- rung 12's backward on P GPUs (bench/run_ring.sh --backward) -------------------------------------
+
+RING_BACKWARD_COMMAND = ('bench/run_ring.sh --backward --gpus "2 4" --seqlens "65536 131072 262144" '
+                         '--results bench/results/<gpu>/ring-backward')
+
+
+@generator("ring-backward")
+def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
+    """Rung 12 forward + backward on P GPUs: per length, mask, sharding and P the one-GPU times (the
+    forward rung and the backward rung's own entry on the whole sequence, rank 0, same run), the
+    ring's forward and forward + backward, both scaling efficiencies, the share of the backward's
+    communication hidden, PyTorch's context_parallel forward + backward beside the zigzag rows (its
+    one-GPU time, its P-GPU time, its efficiency, and the ring's speed over it), and the checks of O
+    and of dQ, dK, dV."""
+    folder = gpu or PRIMARY + "/ring-backward"
+    res = results_folder(ctx, folder, "rung 12's forward + backward runs", RING_BACKWARD_COMMAND)
+    runs = report.ring_runs(res.dir)
+    cp = report.torch_cp_runs(res.dir)
+    rows, any_run = [], None
+    for nn, c, v, P, j in ring_gpu_rows(runs, n, gpus):
+        b = j.get("backward")
+        if not b:
+            continue
+        any_run = j
+        t, bt = j["timing"], b["timing"]
+        tc = cp.get((P, nn, c)) if v == "zigzag" else None
+        steps = b["steps_ms"]
+        shares = [1.0 - sum(e) / sum(x) for e, x in zip(steps.get("exposed_comm", []), steps.get("transfer", []))
+                  if sum(x) > 0]
+        ok_fwd = j["check"]["pass"] and j["single"]["ran"] and j["single"]["ring_vs_single_pass"]
+        ok_bwd = b["check"]["pass"]
+        ahead = ("%.2f×" % (tc["fwd_bwd_ms"] / bt["ring_fwd_bwd_median_ms"])) if tc and bt["ring_fwd_bwd_median_ms"] else "—"
+        rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P),
+                     ms(bt["single_fwd_bwd_median_ms"]), ms(t["ring_median_ms"]), ms(bt["ring_fwd_bwd_median_ms"]),
+                     "%.3f" % t["scaling_efficiency"], "**%.3f**" % bt["scaling_efficiency_fwd_bwd"],
+                     "%.1f %%" % (100 * min(shares)) if shares else "—",
+                     ms(tc["single_fwd_bwd_ms"]) if tc else "—", ms(tc["fwd_bwd_ms"]) if tc else "—",
+                     "%.3f" % tc["scaling_efficiency_fwd_bwd"] if tc and tc["scaling_efficiency_fwd_bwd"] else "—",
+                     ahead, "%s, %s" % ("pass" if ok_fwd else "FAIL", "pass" if ok_bwd else "FAIL")])
+    if not rows:
+        raise Missing("rung 12's forward + backward runs in bench/results/%s" % folder, RING_BACKWARD_COMMAND)
+    pr, b = any_run["problem"], any_run["backward"]
+    tc = next(iter(cp.values()), None)
+    head = ["N", "causal", "sharding", "P", "one GPU: fwd + bwd (T1)", "ring: fwd", "ring: fwd + bwd",
+            "T1 / (P × ring): fwd", "fwd + bwd", "backward's communication hidden", "PyTorch CP: one GPU",
+            "PyTorch CP: P GPUs", "PyTorch CP: T1 / (P × that)", "ring's speed over PyTorch CP", "checks: O, dQ/dK/dV"]
+    torch_text = ""
+    if tc:
+        torch_text = (" PyTorch CP: `torch.distributed.tensor.experimental.context_parallel` (PyTorch %s, SDPA %s "
+                      "inside its ring, K/V rotated by %s; `bench/torch_cp_baseline.py` under torchrun), forward + "
+                      "backward, its one-GPU time SDPA on the whole sequence with the same backend."
+                      % (tc["torch"], tc["backend"], tc["rotate_method"]))
+    return report.markdown_table(head, rows, ["--:", "---", "---", "--:"] + ["--:"] * 10 + ["---"]) + (
+        "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s` and backward rung `%s` in every step; the one-GPU "
+        "time T1 is the forward rung and `%s` (the backward rung's own entry) on the whole sequence (rank 0, same run); "
+        "NCCL %s, one process per GPU, `NCCL_NVLS_ENABLE=0`; medians of %d timed passes, each the slowest rank's. "
+        "Communication hidden: 1 − (time the compute stream waited for K/V and for the dK, dV sums) / (time the "
+        "transfers took), on the worst rank. Checks: O against the fp64 reference on sampled rows and the single-GPU "
+        "rung; dQ, dK, dV against the fp64 backward reference (%s).%s %s" % (
+            pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"], b["rung"],
+            b["single"]["rung"], any_run["nccl"], any_run["timing"]["iters"],
+            "sampled (batch, KV head) groups where the problem is large" if b["grads"]["groups"] < b["grads"]["groups_total"]
+            else "every group", torch_text, ring_provenance(res)))
