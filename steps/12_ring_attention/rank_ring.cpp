@@ -201,7 +201,6 @@ void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dou
   bwd_ = &bwd;
   const int s_local = plan_.q_shard.len;
   const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);
-  const int64_t q_row = row_elems(p_.heads_q, p_.head_dim);
   const int64_t kv_elems = 2 * static_cast<int64_t>(p_.batch) * max_len_ * kv_row;  // K then V
   dout_ = alloc(bytes16(q_elems_));
   dq_acc_ = alloc(static_cast<size_t>(q_elems_) * 4);
@@ -220,7 +219,6 @@ void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dou
   bws_bytes_ = ws;
   const auto d = take_shard(dout_whole, p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim, plan_.q_shard);
   if (!d.empty()) dout_.upload(d.data(), bytes16(d.size()));
-  (void)q_row;
   FL_CUDA_CHECK(cudaDeviceSynchronize());  // the uploads ran on the legacy stream
 }
 
@@ -317,8 +315,8 @@ size_t RankRing::backward_device_bytes(const Problem& p, Sharding sh, int world,
   const double kv = 2.0 * p.batch * max_len * row_elems(p.heads_kv, p.head_dim);
   const double own = 2.0 * p.batch * s_local * row_elems(p.heads_kv, p.head_dim);
   // dO, dQ's partial and result (16-bit), dQ's sum, the O rows' copy (fp32); the dK, dV partial
-  // (16-bit), their two travelling sums (fp32), the result (16-bit); the LSE rows' copy; the
-  // rung's workspace is left out (a few times dQ's sum in fp32 at most).
+  // (16-bit), their two travelling sums (fp32), the result (16-bit); the LSE rows' copy; and for
+  // the rung's workspace (its fp32 dQ accumulator and partial sums) twice dQ's sum.
   return static_cast<size_t>(q * (2 + 2 + 2 + 4 + 4) + kv * (2 + 2 * 4) + own * 2 +
                              4.0 * p.batch * p.heads_q * s_local + q * 4 * 2);
 }
