@@ -147,6 +147,20 @@ def make_config(args, impl):
                        tie_word_embeddings=False, attn_implementation=impl)
 
 
+def initial_state(torch, args, device):
+    """(the fp32 state dict every run starts from, the parameter count): the model's random init
+    on @p device from --seed."""
+    torch.manual_seed(args.seed)
+    from transformers import LlamaForCausalLM
+
+    with torch.device(device):
+        init = LlamaForCausalLM(make_config(args, "sdpa"))
+    n_params = sum(p.numel() for p in init.parameters())
+    state = {k: v.detach().clone() for k, v in init.state_dict().items()}  # fp32: every run starts here
+    del init
+    return state, n_params
+
+
 def build_model(torch, args, impl, state, dtype, device):
     from transformers import LlamaForCausalLM
 
@@ -248,6 +262,19 @@ def evaluate(torch, F, model, batches, ctx):
     return sum(losses) / len(losses)
 
 
+def make_optimizer(torch, args, params, device):
+    """(fp32 master copies of @p params with zero gradients, AdamW over them): weight decay on the
+    matrices only. The model computes in bf16 (mixed precision); the step runs on the masters."""
+    master = [p.detach().float().clone() for p in params]
+    for m in master:
+        m.grad = torch.zeros_like(m)
+    groups = [{"params": [m for m in master if m.ndim >= 2], "weight_decay": args.weight_decay},
+              {"params": [m for m in master if m.ndim < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
+                            **({"fused": True} if device.type == "cuda" else {}))
+    return master, opt
+
+
 def train(torch, args, name, impl, state, data, device, dtype, backend="flash"):
     """One training run from @p state (SDPA runs: its @p backend forced); returns its record
     (curves, timings)."""
@@ -258,14 +285,7 @@ def train(torch, args, name, impl, state, data, device, dtype, backend="flash"):
     torch.manual_seed(args.seed)
     model = build_model(torch, args, impl, state, dtype, device).train()
     params = list(model.parameters())
-    # fp32 master weights and AdamW state; the model computes in bf16 (mixed precision).
-    master = [p.detach().float().clone() for p in params]
-    for m in master:
-        m.grad = torch.zeros_like(m)
-    groups = [{"params": [m for m in master if m.ndim >= 2], "weight_decay": args.weight_decay},
-              {"params": [m for m in master if m.ndim < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
-                            **({"fused": True} if device.type == "cuda" else {}))
+    master, opt = make_optimizer(torch, args, params, device)
     ctx = attention_context(torch, impl, device, backend)
     heldout = data.heldout()
     rec = {"name": name, "attn_implementation": impl, "loss": [], "grad_norm": [], "step_ms": [],
@@ -459,14 +479,7 @@ def run(args):
         data_desc["files"], data_desc["bytes"] / 1e6, data_desc["heldout_bytes"] / 1e6, data_desc["sha256"][:12]))
     data = Batches(torch, train_bytes, held_bytes, args, device)
 
-    torch.manual_seed(args.seed)
-    from transformers import LlamaForCausalLM
-
-    with torch.device(device):
-        init = LlamaForCausalLM(make_config(args, "sdpa"))
-    n_params = sum(p.numel() for p in init.parameters())
-    state = {k: v.detach().clone() for k, v in init.state_dict().items()}  # fp32: every run starts here
-    del init
+    state, n_params = initial_state(torch, args, device)
     print("model: %.1fM parameters, %d layers, hidden %d, %d/%d heads of %d, MLP %d, seqlen %d, batch %d, %s" % (
         n_params / 1e6, args.layers, args.hidden, args.heads, args.kv_heads, args.head_dim, args.intermediate,
         args.seqlen, args.batch, args.dtype))
@@ -480,17 +493,7 @@ def run(args):
     else:
         result["device"] = {"name": "CPU"}
     result["ladder"] = {k: v for k, v in (ladder or {}).items() if k not in ("calls",)} or {"skipped": why}
-    result["config"] = {
-        "model": {"arch": "LlamaForCausalLM", "parameters": n_params, "vocab": VOCAB, "hidden": args.hidden,
-                  "intermediate": args.intermediate, "layers": args.layers, "heads_q": args.heads,
-                  "heads_kv": args.kv_heads, "head_dim": args.head_dim, "rope": True, "causal": True},
-        "precision": "%s weights, activations and gradients; fp32 master weights and AdamW state" % args.dtype,
-        "batch": args.batch, "seqlen": args.seqlen, "tokens_per_step": args.batch * args.seqlen,
-        "steps": args.steps, "optimizer": "AdamW betas (0.9, 0.95) eps 1e-8, weight decay %g on matrices"
-                                          % args.weight_decay,
-        "lr": args.lr, "schedule": "linear warm-up %d steps, cosine to 10%%" % args.warmup, "warmup": args.warmup,
-        "grad_clip": args.clip, "eval_every": args.eval_every, "eval_batches": args.eval_batches,
-        "timing_skip": args.timing_skip, "seed": args.seed, "torch_compile": False}
+    result["config"] = config_record(args, n_params)
     result["data"] = data_desc
 
     print("\n== logits check")
@@ -529,6 +532,28 @@ def run(args):
     return 0
 
 
+def config_record(args, n_params):
+    """The "config" object of the JSON: the model, precision, batch, optimizer and schedule."""
+    return {
+        "model": {"arch": "LlamaForCausalLM", "parameters": n_params, "vocab": VOCAB, "hidden": args.hidden,
+                  "intermediate": args.intermediate, "layers": args.layers, "heads_q": args.heads,
+                  "heads_kv": args.kv_heads, "head_dim": args.head_dim, "rope": True, "causal": True},
+        "precision": "%s weights, activations and gradients; fp32 master weights and AdamW state" % args.dtype,
+        "batch": args.batch, "seqlen": args.seqlen, "tokens_per_step": args.batch * args.seqlen,
+        "steps": args.steps, "optimizer": "AdamW betas (0.9, 0.95) eps 1e-8, weight decay %g on matrices"
+                                          % args.weight_decay,
+        "lr": args.lr, "schedule": "linear warm-up %d steps, cosine to 10%%" % args.warmup, "warmup": args.warmup,
+        "grad_clip": args.clip, "eval_every": args.eval_every, "eval_batches": args.eval_batches,
+        "timing_skip": args.timing_skip, "seed": args.seed, "torch_compile": False}
+
+
+def tail_gap(a, b, n=50):
+    """The mean |difference| of two runs' training losses over their last @p n steps (None if
+    either has none): how far apart the curves end."""
+    x, y = a["loss"][-n:], b["loss"][-n:]
+    return statistics.fmean(abs(p - q) for p, q in zip(x, y)) if x and y else None
+
+
 def summarize(result, args):
     by = {r["name"]: r for r in result["runs"]}
     s = {}
@@ -543,10 +568,6 @@ def summarize(result, args):
     if cud and lad and cud.get("tokens_per_s") and lad.get("tokens_per_s"):
         s["speedup_vs_sdpa_cudnn"] = cud["step_ms_mean"] / lad["step_ms_mean"]
         s["meets_speedup_target_cudnn"] = s["speedup_vs_sdpa_cudnn"] >= 1.0
-
-    def tail_gap(a, b, n=50):
-        x, y = a["loss"][-n:], b["loss"][-n:]
-        return statistics.fmean(abs(p - q) for p, q in zip(x, y)) if x and y else None
 
     if ref and lad and ref.get("final_heldout") and lad.get("final_heldout"):
         gap = abs(lad["final_heldout"] - ref["final_heldout"])
