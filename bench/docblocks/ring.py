@@ -354,5 +354,16 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
         "rung; dQ, dK, dV against the fp64 backward reference (%s).%s %s" % (
             pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"], b["rung"],
             b["single"]["rung"], any_run["nccl"], any_run["timing"]["iters"],
-            "sampled (batch, KV head) groups where the problem is large" if b["grads"]["groups"] < b["grads"]["groups_total"]
-            else "every group", torch_text, ring_provenance(res)))
+            bwd_check_text(b), torch_text, ring_provenance(res)))
+
+
+def bwd_check_text(b):
+    """How the gradients of a backward report were compared, from its check's mode."""
+    mode = b["check"].get("mode")
+    if mode == "sample-rows":
+        return ("sampled rows, every head: dQ's rows exact in fp64, dK's and dV's rows summed in fp64 over every query "
+                "with P and D from the forward's LSE and O, where one (batch, KV head) group is too long for the whole "
+                "reference")
+    if mode == "sample":
+        return "sampled (batch, KV head) groups"
+    return "every group" if mode == "full" else "not compared"

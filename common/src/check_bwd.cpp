@@ -1,6 +1,7 @@
 #include "flashladder/check_bwd.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -161,17 +162,181 @@ void summarize(BwdCheck* c) {
   s.tol = worst->tol;
 }
 
+std::string rows_check_reason(const Problem& p) {
+  if (p.varlen()) return "a packed batch";
+  if (p.has_mods()) return "a mask or modifier beyond the causal mask";
+  if (p.page_size > 0 || !p.seqused_k.empty() || !p.seqstart_k.empty()) return "a KV cache's layout";
+  return "";
+}
+
+int rows_check_count(const Problem& p, double budget) {
+  const double per_row = static_cast<double>(p.heads_q) * std::max(p.seqlen_q, p.seqlen_k) * p.head_dim;
+  const double fit = kBwdGroupCapFactor * budget / std::max(per_row, 1.0);
+  const int n = static_cast<int>(std::min(64.0, std::max(4.0, fit)));
+  return std::min(n, std::min(p.seqlen_q, p.seqlen_k) * p.batch);
+}
+
+namespace {
+
+/// (batch, row) pairs: the first and the last row of the batch, then seeded random ones, sorted.
+std::vector<std::pair<int, int>> pick_rows(int batch, int len, int count, unsigned long long seed) {
+  std::set<std::pair<int, int>> picked{{0, 0}, {batch - 1, len - 1}};
+  std::mt19937_64 rng(seed);
+  const long long total = static_cast<long long>(batch) * len;
+  for (int tries = 0; static_cast<long long>(picked.size()) < std::min<long long>(count, total) && tries < 65536;
+       ++tries)
+    picked.insert({static_cast<int>(rng() % batch), static_cast<int>(rng() % len)});
+  return {picked.begin(), picked.end()};
+}
+
+/// The sampled rows' gradients in precision F (double: the reference; float: its fp32 twin), from
+/// the inputs widened to double (exact) and the forward's LSE and D per (batch, head, query row).
+/// dq: [query rows][heads_q][d]; dk, dv: [key rows][heads_kv][d].
+template <class F>
+void rows_backward(const Problem& p, const BwdInputs& x, const std::vector<double>& lse, const std::vector<double>& delta,
+                   const std::vector<std::pair<int, int>>& qrows, const std::vector<std::pair<int, int>>& krows,
+                   std::vector<double>* dq, std::vector<double>* dk, std::vector<double>* dv) {
+  const int D = p.head_dim, Hq = p.heads_q, Hk = p.heads_kv, G = p.group(), Sq = p.seqlen_q, Sk = p.seqlen_k;
+  const F scale = static_cast<F>(p.scale());
+  auto q_at = [&](int b, int i, int h) { return &x.q[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D]; };
+  auto do_at = [&](int b, int i, int h) { return &x.dout[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D]; };
+  auto k_at = [&](int b, int j, int hk) { return &x.k[((static_cast<size_t>(b) * Sk + j) * Hk + hk) * D]; };
+  auto v_at = [&](int b, int j, int hk) { return &x.v[((static_cast<size_t>(b) * Sk + j) * Hk + hk) * D]; };
+  auto dot = [D](const double* a, const double* b) {
+    F s = 0;
+    for (int c = 0; c < D; ++c) s += static_cast<F>(a[c]) * static_cast<F>(b[c]);
+    return s;
+  };
+  // Query i sees key j iff j <= i + seqlen_k - seqlen_q under the (bottom-right) causal mask.
+  auto last_key = [&](int i) { return p.causal ? std::min(Sk - 1, i + p.causal_offset()) : Sk - 1; };
+  dq->assign(qrows.size() * Hq * D, 0.0);
+  dk->assign(krows.size() * Hk * D, 0.0);
+  dv->assign(krows.size() * Hk * D, 0.0);
+#pragma omp parallel for schedule(dynamic)
+  for (long long t = 0; t < static_cast<long long>(qrows.size()) * Hq; ++t) {
+    const auto [b, i] = qrows[t / Hq];
+    const int h = static_cast<int>(t % Hq), hk = h / G, last = last_key(i);
+    if (last < 0) continue;  // sees no key: zero dQ
+    std::vector<F> s(last + 1);
+    F m = -INFINITY;
+    for (int j = 0; j <= last; ++j) m = std::max(m, s[j] = scale * dot(q_at(b, i, h), k_at(b, j, hk)));
+    F l = 0;
+    for (int j = 0; j <= last; ++j) l += std::exp(s[j] - m);
+    std::vector<F> o(D, 0), g(D, 0);
+    for (int j = 0; j <= last; ++j) {
+      const F pj = std::exp(s[j] - m) / l;
+      const double* vj = v_at(b, j, hk);
+      for (int c = 0; c < D; ++c) o[c] += pj * static_cast<F>(vj[c]);
+    }
+    F delta_i = 0;
+    const double* doi = do_at(b, i, h);
+    for (int c = 0; c < D; ++c) delta_i += static_cast<F>(doi[c]) * o[c];
+    for (int j = 0; j <= last; ++j) {
+      const F pj = std::exp(s[j] - m) / l;
+      const F ds = pj * (dot(doi, v_at(b, j, hk)) - delta_i);
+      const double* kj = k_at(b, j, hk);
+      for (int c = 0; c < D; ++c) g[c] += ds * static_cast<F>(kj[c]);
+    }
+    double* out = &(*dq)[(static_cast<size_t>(t / Hq) * Hq + h) * D];
+    for (int c = 0; c < D; ++c) out[c] = static_cast<double>(scale * g[c]);
+  }
+#pragma omp parallel for schedule(dynamic)
+  for (long long t = 0; t < static_cast<long long>(krows.size()) * Hk; ++t) {
+    const auto [b, j] = krows[t / Hk];
+    const int hk = static_cast<int>(t % Hk);
+    std::vector<F> gk(D, 0), gv(D, 0);
+    const double *kj = k_at(b, j, hk), *vj = v_at(b, j, hk);
+    for (int h = hk * G; h < (hk + 1) * G; ++h)
+      for (int i = 0; i < Sq; ++i) {
+        if (last_key(i) < j) continue;  // query i does not see key j
+        const size_t row = (static_cast<size_t>(b) * Hq + h) * Sq + i;
+        const F pij = std::exp(scale * dot(q_at(b, i, h), kj) - static_cast<F>(lse[row]));
+        const double *qi = q_at(b, i, h), *doi = do_at(b, i, h);
+        const F ds = pij * (dot(doi, vj) - static_cast<F>(delta[row]));
+        for (int c = 0; c < D; ++c) {
+          gv[c] += pij * static_cast<F>(doi[c]);
+          gk[c] += ds * static_cast<F>(qi[c]);
+        }
+      }
+    const size_t at = (static_cast<size_t>(t / Hk) * Hk + hk) * D;
+    for (int c = 0; c < D; ++c) {
+      (*dk)[at + c] = static_cast<double>(scale * gk[c]);
+      (*dv)[at + c] = static_cast<double>(gv[c]);
+    }
+  }
+}
+
+}  // namespace
+
+BwdCheck check_backward_rows(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
+                             const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
+                             const std::vector<uint16_t>& dv, const BwdForward& fwd, int rows,
+                             unsigned long long seed) {
+  const std::string why = rows_check_reason(p);
+  if (!why.empty()) throw std::invalid_argument("check_backward_rows: " + why + " (" + p.describe() + ")");
+  if (!fwd.o || !fwd.lse || fwd.o->size() != p.q_elements() || fwd.lse->size() != p.lse_elements())
+    throw std::invalid_argument("check_backward_rows: the forward's O and LSE are needed (" + p.describe() + ")");
+  const int D = p.head_dim, Hq = p.heads_q, Hk = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k;
+  const BwdInputs x = widen_bwd_inputs(p, in, dout);
+  // The forward's statistics per (batch, head, query row): its LSE, and D from its O.
+  std::vector<double> lse(fwd.lse->begin(), fwd.lse->end()), delta(p.lse_elements(), 0.0);
+  for (int b = 0; b < p.batch; ++b)
+    for (int i = 0; i < Sq; ++i)
+      for (int h = 0; h < Hq; ++h) {
+        const size_t at = ((static_cast<size_t>(b) * Sq + i) * Hq + h) * D;
+        double d = 0;
+        for (int c = 0; c < D; ++c) d += x.dout[at + c] * from_bits((*fwd.o)[at + c], p.dtype);
+        delta[(static_cast<size_t>(b) * Hq + h) * Sq + i] = d;
+      }
+  const auto qrows = pick_rows(p.batch, Sq, rows, seed ^ 0x51d0ull);
+  const auto krows = pick_rows(p.batch, Sk, rows, seed ^ 0x6b3aull);
+  BwdResults ref, f32;
+  rows_backward<double>(p, x, lse, delta, qrows, krows, &ref.dq, &ref.dk, &ref.dv);
+  rows_backward<float>(p, x, lse, delta, qrows, krows, &f32.dq, &f32.dk, &f32.dv);
+  // The device's rows, in the same order.
+  auto gather = [D](const std::vector<uint16_t>& t, const std::vector<std::pair<int, int>>& rs, int S, int H) {
+    std::vector<uint16_t> out;
+    for (const auto& [b, s] : rs) {
+      const size_t at = (static_cast<size_t>(b) * S + s) * H * D;
+      out.insert(out.end(), t.begin() + at, t.begin() + at + static_cast<size_t>(H) * D);
+    }
+    return out;
+  };
+  Problem sub = p;  // compare_gradients reads the dtype and head_dim only
+  BwdCheck c;
+  c.groups_total = p.batch * p.heads_kv;
+  c.grads = compare_gradients(sub, ref, f32, gather(dq, qrows, Sq, Hq), gather(dk, krows, Sk, Hk),
+                              gather(dv, krows, Sk, Hk));
+  c.note = std::to_string(qrows.size()) + " query rows and " + std::to_string(krows.size()) +
+           " key rows compared, every head (one (batch, KV head) group is too long for the whole reference): dQ "
+           "exact in fp64; dK and dV summed in fp64 over every query with P and D from the forward's LSE and O";
+  const std::pair<CheckResult*, const std::vector<uint16_t>*> all[] = {
+      {&c.grads.dq, &dq}, {&c.grads.dk, &dk}, {&c.grads.dv, &dv}};
+  for (const auto& [t, data] : all) {
+    t->mode = "sample-rows";
+    t->unwritten = count_unwritten(p, *data, {});
+    decide(t);
+  }
+  c.grads.dq.rows = qrows.size() * Hq;
+  c.grads.dk.rows = c.grads.dv.rows = krows.size() * Hk;
+  c.grads.finish();
+  summarize(&c);
+  return c;
+}
+
 BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                         const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
                         const std::vector<uint16_t>& dv, CheckMode mode, unsigned long long seed,
-                        double budget, const std::vector<float>* dsinks) {
+                        double budget, const std::vector<float>* dsinks, const BwdForward& fwd) {
   const size_t q_elems = p.q_elements(), kv_elems = p.kv_elements();
   if (dq.size() != q_elems || dout.size() != q_elems || in.q.size() != q_elems || dk.size() != kv_elems ||
       dv.size() != kv_elems || in.k.size() != kv_elems || in.v.size() != kv_elems)
     throw std::invalid_argument("check_backward: tensor sizes do not match " + p.describe());
+  const BwdCheckPlan plan = plan_bwd_check(p, mode, seed, budget);
+  if (plan.mode == "none" && mode != CheckMode::none && fwd.o && fwd.lse && rows_check_reason(p).empty())
+    return check_backward_rows(p, in, dout, dq, dk, dv, fwd, rows_check_count(p, budget), seed);
   BwdCheck c;
   c.groups_total = p.batch * p.heads_kv;
-  const BwdCheckPlan plan = plan_bwd_check(p, mode, seed, budget);
   c.note = plan.note;
   c.groups = static_cast<int>(plan.groups.size());
   if (plan.mode == "full") {

@@ -242,7 +242,8 @@ void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const 
     for (auto& r : ranks) r->collect_grads(&dq, &dk, &dv);
     rep->bwd.ran = true;
     rep->bwd.label = bwd->label();
-    rep->bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed);
+    rep->bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed, kBwdCheckWork, nullptr,
+                                    BwdForward{o_ring, &lse_ring});
   }
   // 2. Timed passes, rank after rank: per iteration the slowest rank's pass; per (rank, step)
   // the medians of compute and merge.
@@ -391,7 +392,8 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
       rep.bwd.ran = true;
       rep.bwd.label = bwd->label();
       if (rank == 0 && opt.check != CheckMode::none)
-        rep.bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed);
+        rep.bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed, kBwdCheckWork, nullptr,
+                                       BwdForward{&o_ring, &lse_ring});
       else
         rep.bwd.check.summary.pass = true;
     }

@@ -328,6 +328,61 @@ TEST_CASE("sampled groups: errors outside them are not seen, inside them and NaN
   REQUIRE_FALSE(nan.check(CheckMode::auto_, 5, group_work / (2 * kBwdGroupCapFactor)).summary.pass);
 }
 
+TEST_CASE("sampled rows (the long groups' check): faithful gradients pass, an error in a sampled row fails",
+          "[cpu][backward]") {
+  // GQA 4:2, causal with seqlen_q < seqlen_k and a tail, fp16 and bf16.
+  for (DType dt : {DType::fp16, DType::bf16}) {
+    Problem p = shape(2, 61, 90, 4, 2, 32, true);
+    p.dtype = dt;
+    const Fixture f(p);
+    // The forward's O (16-bit) and LSE, as a faithful forward leaves them.
+    const BwdResults f32 = reference_bwd_fp32(p, f.in, f.dout);
+    const std::vector<uint16_t> o = round_to(f32.out, dt);
+    const std::vector<float> lse(f32.lse.begin(), f32.lse.end());
+    const BwdForward fwd{&o, &lse};
+    const int rows = 12;
+    const BwdCheck c = check_backward_rows(p, f.in, f.dout, f.dq, f.dk, f.dv, fwd, rows, 9);
+    INFO(dtype_name(dt) << ": " << c.grads.reason);
+    REQUIRE(c.summary.pass);
+    REQUIRE(c.summary.checked);
+    REQUIRE(c.grads.dq.mode == "sample-rows");
+    REQUIRE(c.grads.dq.rows == static_cast<size_t>(rows) * p.heads_q);  // every head of 12 query rows
+    REQUIRE(c.grads.dk.rows == static_cast<size_t>(rows) * p.heads_kv);
+    for (const CheckResult* t : {&c.grads.dq, &c.grads.dk, &c.grads.dv}) REQUIRE(t->err.rel_fro > 0);
+    // The rows' reference is the whole reference's: the same fixture with full groups agrees.
+    REQUIRE(f.check(CheckMode::full).summary.pass);
+    // The first key row (batch 0, key 0) is always sampled: an error there fails dK; one in the
+    // last query row (always sampled) fails dQ.
+    Fixture bad_k = f;
+    bad_k.dk[at(0, 0, 1, p.seqlen_k, p.heads_kv, p.head_dim) + 5] ^= 0x4000;
+    const BwdCheck ck = check_backward_rows(p, bad_k.in, bad_k.dout, bad_k.dq, bad_k.dk, bad_k.dv, fwd, rows, 9);
+    REQUIRE_FALSE(ck.summary.pass);
+    REQUIRE(ck.summary.reason.rfind("dK: ", 0) == 0);
+    Fixture bad_q = f;
+    bad_q.dq[at(1, p.seqlen_q - 1, 3, p.seqlen_q, p.heads_q, p.head_dim)] ^= 0x4000;
+    const BwdCheck cq = check_backward_rows(p, bad_q.in, bad_q.dout, bad_q.dq, bad_q.dk, bad_q.dv, fwd, rows, 9);
+    REQUIRE_FALSE(cq.summary.pass);
+    REQUIRE(cq.summary.reason.rfind("dQ: ", 0) == 0);
+    // check_backward takes this path where a group is past the cap and the forward's outputs are given.
+    const double tiny = bwd_check_work(p) / (64 * kBwdGroupCapFactor);
+    const BwdCheck routed = check_backward(p, f.in, f.dout, f.dq, f.dk, f.dv, CheckMode::auto_, 9, tiny, nullptr, fwd);
+    REQUIRE(routed.summary.pass);
+    REQUIRE(routed.grads.dq.mode == "sample-rows");
+    REQUIRE(routed.note.find("query rows") != std::string::npos);
+    REQUIRE_FALSE(check_backward(p, bad_k.in, bad_k.dout, bad_k.dq, bad_k.dk, bad_k.dv, CheckMode::auto_, 9, tiny,
+                                 nullptr, fwd).summary.pass);
+    // Without them it stays as before: nothing compared, NaN looked for.
+    REQUIRE(f.check(CheckMode::auto_, 9, tiny).summary.mode == "none");
+  }
+  // What it takes: a dense batch with at most the causal mask.
+  Problem w = shape(1, 64, 64, 2, 2, 32, true);
+  REQUIRE(rows_check_reason(w).empty());
+  w.window_left = 8;
+  REQUIRE_FALSE(rows_check_reason(w).empty());
+  REQUIRE(rows_check_count(shape(1, 131072, 131072, 16, 16, 128, true)) >= 4);
+  REQUIRE(rows_check_count(shape(1, 131072, 131072, 16, 16, 128, true)) <= 64);
+}
+
 TEST_CASE("a backward run report: the backward's work, rate, per-gradient check and JSON", "[cpu][backward]") {
   const Fixture f(shape(1, 64, 96, 4, 2, 64, true));
   RunReport r;

@@ -5,8 +5,10 @@
 /// The backward reference has no row sampling (dK and dV need every query row), so a large
 /// problem is checked on whole (batch, KV head) groups instead: a group's dK and dV, and the dQ
 /// of its query heads, depend only on that group's Q, K, V and dO, so the reference of a
-/// sub-problem made of some groups is exact for them. Host code only (no CUDA): the runner, the
-/// tests and the bench call it on downloaded gradients, the CPU tests on modelled ones.
+/// sub-problem made of some groups is exact for them. Where even one group is too long (a ring's
+/// 128k tokens), rows are sampled instead, given the forward's O and LSE (check_backward_rows).
+/// Host code only (no CUDA): the runner, the tests and the bench call it on downloaded gradients,
+/// the CPU tests on modelled ones.
 #pragma once
 
 #include <cstdint>
@@ -82,13 +84,48 @@ struct BwdCheck {
   std::string note;      ///< BwdCheckPlan::note
 };
 
+/// The forward pass's outputs, for the row-sampled check (check_backward_rows): O (16-bit, dense
+/// like Q) and the LSE ([batch, heads_q, seqlen_q], natural log), as the backward read them.
+struct BwdForward {
+  const std::vector<uint16_t>* o = nullptr;
+  const std::vector<float>* lse = nullptr;
+};
+
+/// Whether check_backward_rows can check @p p ("" if so, else why not): a dense batch with at
+/// most the causal mask (no window, documents, modifier, sink, packing or paged cache).
+std::string rows_check_reason(const Problem& p);
+
+/// Rows compared by the row-sampled check, each of query rows and key rows: as many as fit
+/// kBwdGroupCapFactor x @p budget of work (a query row costs heads_q x seqlen_k x head_dim, a key
+/// row heads_q x seqlen_q x head_dim), at least 4 and at most 64 (or the length).
+int rows_check_count(const Problem& p, double budget = kBwdCheckWork);
+
+/// The backward's check on sampled rows, for problems whose (batch, KV head) groups are each too
+/// long for the reference (the ring's 128k tokens): @p rows query rows (b, i) and @p rows key rows
+/// (b, j), seeded, the first and the last among them, every head of each.
+/// - dQ's rows are exact fp64: each row's P, LSE, O and D recomputed from Q, K, V and dO over the
+///   keys it sees.
+/// - dK's and dV's rows sum over every query row that sees the key: there P_ij comes from the
+///   forward's LSE_i and D_i = rowsum(dO_i * O_i) from the forward's O (@p fwd), in fp64. Those
+///   two are what the forward check judges (on its own sampled rows); recomputing them exactly
+///   for every row would cost the whole reference.
+/// Each gradient is judged as compare_gradients does, its "2 x fp32" term from the same sums in
+/// fp32. NaN is counted over the whole tensors.
+BwdCheck check_backward_rows(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
+                             const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
+                             const std::vector<uint16_t>& dv, const BwdForward& fwd, int rows,
+                             unsigned long long seed);
+
 /// Checks the device's dense 16-bit @p dq, @p dk, @p dv (laid out like Q, K, V, NaN-poisoned
 /// before the backward ran) for inputs @p in and output gradient @p dout, under @p mode
-/// (plan_bwd_check with @p budget).
+/// (plan_bwd_check with @p budget). Where that plan compares nothing because one group is too long
+/// (not --check none), and @p fwd gives the forward's O and LSE, the rows are sampled instead
+/// (check_backward_rows) when the problem allows it (rows_check_reason).
 BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                         const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
                         const std::vector<uint16_t>& dv, CheckMode mode, unsigned long long seed,
-                        double budget = kBwdCheckWork, const std::vector<float>* dsinks = nullptr);
+                        double budget = kBwdCheckWork, const std::vector<float>* dsinks = nullptr,
+                        const BwdForward& fwd = {});
 
 /// Fills @p c's summary from its per-tensor results (pass, reason, unwritten, the worst tensor).
 void summarize(BwdCheck* c);
