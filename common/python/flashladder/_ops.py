@@ -94,12 +94,14 @@ def _forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=Fal
                      ws_ptr, ws_bytes, _stream(q), q.device.index,
                      o_fp32=0 if o32 is None else o32.data_ptr(), planned=True)
     else:
+        # planned too: plan_forward asked supports and sized the workspace for this problem with
+        # its mods; the binding still checks the extras' pointers against them (set_extras).
         ptrs, ints = _extras(extras)
         _ext.forward(plan.number, plan.variant, plan.problem,
                      (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
                      (_strides4(q), _strides4(k), _strides4(v), _strides4(out)),
                      ws_ptr, ws_bytes, _stream(q), q.device.index,
-                     o_fp32=0 if o32 is None else o32.data_ptr(), extras=ptrs, extra_ints=ints)
+                     o_fp32=0 if o32 is None else o32.data_ptr(), extras=ptrs, extra_ints=ints, planned=True)
     del ws
     if o_fp32 and o32 is None:
         o32 = out.float()
