@@ -139,13 +139,19 @@ __device__ __forceinline__ int64_t out_row(const AttnParams& p, int b, int h, in
 /// [num_pages, page_size, heads_kv, head_dim], the block table names the page
 /// of slot n / page_size, and n % page_size is the row inside it. The cursor
 /// divides once and then steps, since the loader's keys come in order: a
-/// division per key would cost more than the rest of the loader. Any page
+/// division per key would cost more than the rest of the loader. It also reads
+/// the block table once per page, not once per row: the loader's cp.async is
+/// inline assembly with a memory clobber, so the compiler cannot keep a table
+/// entry in a register across it, and every pass of a chunk (32 at d = 128)
+/// would wait on its own load of the same entry before it can issue. Any page
 /// size works with any chunk size.
 struct PagedCursor {
   const int* table;  ///< this sequence's row of the block table
   int page_size;
   int slot;     ///< n / page_size
   int in_page;  ///< n % page_size
+  int loaded = -1;   ///< the slot whose page base is held (-1: none yet)
+  int64_t base = 0;  ///< table[loaded] * page_size: that page's first pool row
 
   /// Unused cursor of the contiguous loader.
   __device__ __forceinline__ PagedCursor() : table(nullptr), page_size(1), slot(0), in_page(0) {}
@@ -154,9 +160,15 @@ struct PagedCursor {
         page_size(p.page_size),
         slot(n / p.page_size),
         in_page(n % p.page_size) {}
-  /// Pool row of the current token (reads the block table).
-  __device__ __forceinline__ int64_t row() const {
-    return static_cast<int64_t>(table[slot]) * page_size + in_page;
+  /// Pool row of the current token; reads the block table when the token is on a
+  /// page not read yet (only for tokens that exist: a slot past the sequence's
+  /// pages is never read).
+  __device__ __forceinline__ int64_t row() {
+    if (slot != loaded) {
+      base = static_cast<int64_t>(table[slot]) * page_size;
+      loaded = slot;
+    }
+    return base + in_page;
   }
   /// Moves to the token @p k places further.
   __device__ __forceinline__ void advance(int k) {
