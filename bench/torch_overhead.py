@@ -20,6 +20,9 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
   binding        the binding alone timed the runner's way (GPU busy with the flush when the call
                  is queued).
   back to back   N calls between two events, no flush: time per call when launches queue up.
+  host path      per series, the call's own wall-clock time on the host (median) beside the flush's
+                 time on the GPU: timed the runner's way, a host path longer than the flush leaves
+                 the GPU idle before the kernel, and that difference is what PyTorch - runner sees.
   kernel         the device time of the rung's own kernels in the PyTorch call, from the
                  profiler (CUPTI): the GPU's share of a call, without any host time or event;
                  measured last, after every timed loop.
@@ -89,16 +92,25 @@ class Timer:
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
-        ms = []
+        ms, host_us, flush_us = [], [], []
+        if not hasattr(self, "flush_start"):
+            self.flush_start = torch.cuda.Event(enable_timing=True)
         for _ in range(iters):
+            self.flush_start.record()
             self.flush_buf.zero_()
             if idle:
                 torch.cuda.synchronize()
             self.start.record()
+            t0 = time.perf_counter()
             fn()
+            host_us.append((time.perf_counter() - t0) * 1e6)
             self.end.record()
             self.end.synchronize()
             ms.append(self.start.elapsed_time(self.end))
+            flush_us.append(self.flush_start.elapsed_time(self.start) * 1e3)
+        # What hides the call's host path in the runner's way: the flush's time on the GPU; the
+        # host's own time of the call (wall clock, from entering fn to its return).
+        self.last = {"host_us": statistics.median(host_us), "flush_us": statistics.median(flush_us)}
         return statistics.median(ms)
 
     def back_to_back(self, fn, iters, warmup=10):
@@ -295,6 +307,7 @@ def run(args):
             ext_call = ext_launcher(torch, fl, plan, q, k, v)
             names = ("runner", "python", "python_idle", "binding", "binding_idle")
             series = {n: [] for n in names}
+            host_paths = {}  # per series: each repeat's median host time of the call and the flush's GPU time
             measure = {"python": lambda: timer.single(call, args.iters, idle=False),
                        "python_idle": lambda: timer.single(call, args.iters, idle=True),
                        "binding": lambda: timer.single(ext_call, args.iters, idle=False),
@@ -306,6 +319,7 @@ def run(args):
                 order = order[r % len(order):] + order[:r % len(order)]  # rotate the order
                 for n in order:
                     series[n].append(measure[n]())
+                    host_paths.setdefault(n, []).append(dict(timer.last))
                 print("  repeat %d: runner %.4f ms, PyTorch %.4f ms, PyTorch idle %.4f ms, binding %.4f ms, "
                       "binding idle %.4f ms (order %s)" % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
             med = {n: statistics.median(s) for n, s in series.items()}
@@ -320,12 +334,16 @@ def run(args):
             entry["idle_diff_us"] = (med["python_idle"] - med["runner"]) * 1e3
             entry["python_layer_idle_us"] = (med["python_idle"] - med["binding_idle"]) * 1e3
             entry["binding_diff_us"] = (med["binding"] - med["runner"]) * 1e3
+            entry["host_path_us"] = {n: statistics.median(h["host_us"] for h in hs) for n, hs in host_paths.items()}
+            entry["flush_us"] = statistics.median(h["flush_us"] for hs in host_paths.values() for h in hs)
             entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
             print("  PyTorch - runner: %+.1f us per call (target within %g us: %s); GPU idle before the call: "
                   "%+.1f us; the Python layer over the binding, idle: %+.1f us" % (
                       entry["diff_us"], TARGET_US, "met" if entry["within_target"] else "NOT met",
                       entry["idle_diff_us"], entry["python_layer_idle_us"]))
             print("  binding alone - runner: %+.1f us per call" % entry["binding_diff_us"])
+            print("  the call's host path (wall clock, median): %s; the flush before it on the GPU: %.1f us" % (
+                ", ".join("%s %.1f us" % (n, v) for n, v in entry["host_path_us"].items()), entry["flush_us"]))
             result["rungs"].append(entry)
 
     # ---- the host's cost per call, on a problem too small to keep the GPU busy ------------------
