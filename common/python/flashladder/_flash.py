@@ -203,6 +203,12 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         mods = _mods_of(q, k, cu_seqlens_q, max_seqlen_q, max_seqlen_k, sinks, slopes, left, right, softcap)
         if grad:  # refuse now, not after the forward pass, a problem the backward cannot run
             _core.plan_backward(None, "", key, bool(deterministic), q.device.index, mods)
+        else:
+            # No autograd: the op's own implementation, without the dispatcher's cost per call (as
+            # attention() does).
+            out, lse, _ = _ops._forward(q, k, v, causal, scale or None, None, "", key, mods=mods,
+                                        extras=(cu_seqlens_q, cu_seqlens_k, sinks, slopes))
+            return (out, lse, None) if return_attn_probs else out
     out, lse, _ = attention_mods_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                     sinks, slopes, bool(causal), scale, left, right, float(softcap), 0, "",
                                     grad, bool(deterministic))
