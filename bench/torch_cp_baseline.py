@@ -31,16 +31,10 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 
-
-def git_sha():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("FL_GIT_SHA", "unknown")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runinfo  # noqa: E402  bench/runinfo.py: the commit, as every bench script records it
 
 
 def parse(argv):
@@ -192,7 +186,7 @@ def main(argv):
             "scaling_efficiency_forward": eff(single and single[0], med[0]),
             "scaling_efficiency_fwd_bwd": eff(single and single[2], med[2]),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "git_sha": git_sha(),
+            **runinfo.git_info(),
             "command": "torchrun --nproc-per-node %d bench/torch_cp_baseline.py %s" % (world, " ".join(argv)),
         }
         tail = ""

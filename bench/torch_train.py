@@ -421,12 +421,12 @@ def ladder_setup(torch, args, device):
             "package": runinfo.package_path(fl)}, ""
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="folder for torch_train.json and torch_train.log")
+def add_training_args(ap, out_files, seqlen_help=None):
+    """The flags of a training run that bench/torch_train_cp.py shares (the model's size, the
+    steps, the optimizer, the seed): one definition, one set of defaults. --dtype is each script's."""
+    ap.add_argument("--out", required=True, help="folder for %s" % out_files)
     ap.add_argument("--quick", action="store_true", help="a tiny model and 20 steps (runs on a CPU)")
-    ap.add_argument("--seqlen", type=int)
+    ap.add_argument("--seqlen", type=int, help=seqlen_help)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--layers", type=int)
     ap.add_argument("--steps", type=int)
@@ -437,12 +437,18 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--no-rerun", action="store_true", help="skip the second SDPA flash run (the noise yardstick)")
-    ap.add_argument("--no-cudnn", action="store_true", help="skip the SDPA cuDNN run")
     ap.add_argument("--package", help="folder holding the flashladder package (default: PYTHONPATH, "
                                       "else the newest build/*/python)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_training_args(ap, "torch_train.json and torch_train.log")
+    ap.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
+    ap.add_argument("--no-rerun", action="store_true", help="skip the second SDPA flash run (the noise yardstick)")
+    ap.add_argument("--no-cudnn", action="store_true", help="skip the SDPA cuDNN run")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is there (with --quick)")
     args = ap.parse_args(argv)
     for k, v in (QUICK if args.quick else FULL).items():

@@ -405,22 +405,10 @@ def compare(result, path):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", required=True, help="folder for torch_train_cp.json and torch_train_cp.log")
-    ap.add_argument("--quick", action="store_true", help="a tiny model and 20 steps (runs on a CPU)")
-    ap.add_argument("--seqlen", type=int, help="tokens of one sequence, over all the ranks")
-    ap.add_argument("--batch", type=int)
-    ap.add_argument("--layers", type=int)
-    ap.add_argument("--steps", type=int)
-    ap.add_argument("--eval-every", type=int, help="held-out loss every N steps")
-    ap.add_argument("--eval-batches", type=int, help="held-out batches per evaluation")
-    ap.add_argument("--timing-skip", type=int, help="first steps left out of tokens/s")
-    ap.add_argument("--warmup", type=int, help="learning-rate warm-up steps")
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--clip", type=float, default=1.0)
+    tt.add_training_args(ap, "torch_train_cp.json and torch_train_cp.log",
+                         seqlen_help="tokens of one sequence, over all the ranks")
     ap.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
                     help="default bf16 (fp32 with --cpu); fp32 runs on the reference backend only")
-    ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--sharding", choices=("zigzag", "contiguous"), default="zigzag",
                     help="rung 12's plan for cutting the sequence (default zigzag)")
     ap.add_argument("--backend", choices=("rungs", "reference"),
@@ -428,8 +416,6 @@ def main(argv=None):
                          "(flashladder._ring.ReferenceBackend; the --cpu default)")
     ap.add_argument("--compare", metavar="FILE",
                     help="a torch_train.json (its ladder run) or torch_train_cp.json to compare the loss curve with")
-    ap.add_argument("--package", help="folder holding the flashladder package (default: PYTHONPATH, "
-                                      "else the newest build/*/python)")
     ap.add_argument("--cpu", action="store_true",
                     help="run on the CPU with gloo and the reference backend (with --quick)")
     args = ap.parse_args(argv)
