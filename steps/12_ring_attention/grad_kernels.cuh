@@ -4,8 +4,8 @@
 /// A ring step's backward launch (rung 14 or 11 on one (query rows, key rows) chunk) writes its
 /// partial dQ, dK, dV in 16 bits. Over the ring, a rank's dQ is the sum of its P steps' partials
 /// and a K/V shard's dK, dV the sum of the P ranks' partials, which travel with it. Both sums stay
-/// in fp32 (ring-flash-attention keeps them in fp32 too): summing P 16-bit partials in 16 bits
-/// would round P times. Each partial is rounded once, by the rung, before it is added.
+/// in fp32: summing P 16-bit partials in 16 bits would round P times. Each partial is rounded
+/// once, by the rung, before it is added.
 #pragma once
 
 #include <cuda_runtime.h>
