@@ -87,6 +87,12 @@ class RankRing {
   /// Rounds the fp32 dQ and @p dkv_home (this rank's own shard's dK, dV) to 16 bits.
   void round_grads(const float* dkv_home);
 
+  /// The K/V transfer of step @p s on the comm stream (forward and backward): the shard at @p cur
+  /// to rank + 1, the next one from rank - 1 into @p nxt, after step s - 1's compute.
+  void pass_on_kv(int s, const void* cur, void* nxt);
+  /// A replay's end: waits for its last step; the pass's total and each step's compute and merge.
+  StepTimes replay_times();
+
   /// The compute of step @p s on the compute stream, on the K/V shard at @p kv (K then V rows,
   /// the step's kv_len of them): the forward rung on each launch of the step, each writing its
   /// partial O and LSE, then rung 08's combine of each into the running (O, LSE), one merge per

@@ -68,16 +68,50 @@ float elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
 
 }  // namespace
 
+// The communication of step s on the comm stream: once step s - 1's compute has read the buffer
+// it receives into, pass the shard held (at cur) on to rank + 1 and receive the next one (into
+// nxt) from rank - 1; the last step passes nothing. The forward and the backward pass both call it.
+void RankRing::pass_on_kv(int s, const void* cur, void* nxt) {
+  const StepPlan& sp = plan_.steps[s];
+  cudaStream_t ms = comm_stream_.s;
+  const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);
+  if (s > 0) FL_CUDA_CHECK(cudaStreamWaitEvent(ms, ev_compute_done_[s - 1], 0));
+  FL_CUDA_CHECK(cudaEventRecord(ev_comm_start_[s], ms));
+  if (sp.send_len > 0 || sp.recv_len > 0) {
+    FL_NCCL_CHECK(ncclGroupStart());
+    if (sp.send_len > 0)
+      FL_NCCL_CHECK(ncclSend(cur, bytes16(2 * int64_t{p_.batch} * sp.send_len * kv_row), ncclUint8, sp.send_to,
+                             comm_->get(), ms));
+    if (sp.recv_len > 0)
+      FL_NCCL_CHECK(ncclRecv(nxt, bytes16(2 * int64_t{p_.batch} * sp.recv_len * kv_row), ncclUint8,
+                             sp.recv_from, comm_->get(), ms));
+    FL_NCCL_CHECK(ncclGroupEnd());
+    comm_->wait_ready("ncclSend/ncclRecv of a K/V shard");
+  }
+  FL_CUDA_CHECK(cudaEventRecord(ev_recv_done_[s], ms));
+}
+
+// A replay's end: waits for its last step and reads each step's compute and merge times.
+StepTimes RankRing::replay_times() {
+  FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], compute_.s));
+  FL_CUDA_CHECK(cudaEventSynchronize(ev_it_[1]));
+  StepTimes t;
+  t.total = elapsed_ms(ev_it_[0], ev_it_[1]);
+  for (int s = 0; s < world_; ++s) {
+    t.compute.push_back(elapsed_ms(ev_step_start_[s], ev_compute_done_[s]));
+    t.merge.push_back(elapsed_ms(ev_compute_done_[s], ev_merge_done_[s]));
+  }
+  return t;
+}
+
 // One pass over P GPUs: at every step the transfer of the next shard on the comm stream, under
 // the compute of this one on the compute stream; the host enqueues all of it, then waits.
 StepTimes RankRing::forward(int fail_rank) {
   const int P = world_;
   cudaStream_t cs = compute_.s, ms = comm_stream_.s;
-  const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);
   FL_CUDA_CHECK(cudaEventRecord(ev_it_[0], cs));
   FL_CUDA_CHECK(cudaStreamWaitEvent(ms, ev_it_[0], 0));  // no transfer before the barrier
   for (int s = 0; s < P; ++s) {
-    const StepPlan& sp = plan_.steps[s];
     if (rank_ == fail_rank && s == std::min(1, P - 1)) {
       std::fprintf(stderr, "rank %d: leaving the ring at step %d (--fail-rank)\n", rank_, s);
       std::fflush(stderr);
@@ -89,20 +123,7 @@ StepTimes RankRing::forward(int fail_rank) {
     DeviceBuffer& nxt = kv_[(s + 1) % 2];
     // Communication of step s: pass the shard we hold on, receive the next one. The buffer
     // it receives into was read by step s - 1's compute: wait for that first.
-    if (s > 0) FL_CUDA_CHECK(cudaStreamWaitEvent(ms, ev_compute_done_[s - 1], 0));
-    FL_CUDA_CHECK(cudaEventRecord(ev_comm_start_[s], ms));
-    if (sp.send_len > 0 || sp.recv_len > 0) {
-      FL_NCCL_CHECK(ncclGroupStart());
-      if (sp.send_len > 0)
-        FL_NCCL_CHECK(ncclSend(cur.get(), bytes16(2 * int64_t{p_.batch} * sp.send_len * kv_row),
-                               ncclUint8, sp.send_to, comm_->get(), ms));
-      if (sp.recv_len > 0)
-        FL_NCCL_CHECK(ncclRecv(nxt.get(), bytes16(2 * int64_t{p_.batch} * sp.recv_len * kv_row),
-                               ncclUint8, sp.recv_from, comm_->get(), ms));
-      FL_NCCL_CHECK(ncclGroupEnd());
-      comm_->wait_ready("ncclSend/ncclRecv of a K/V shard");
-    }
-    FL_CUDA_CHECK(cudaEventRecord(ev_recv_done_[s], ms));
+    pass_on_kv(s, cur.get(), nxt.get());
 
     // Compute of step s on the shard received at step s - 1 (step 0: its own).
     if (s > 0) FL_CUDA_CHECK(cudaStreamWaitEvent(cs, ev_recv_done_[s - 1], 0));
@@ -163,15 +184,7 @@ StepTimes RankRing::replay(const std::vector<std::unique_ptr<RankRing>>& ranks) 
     compute_step(s, ranks[plan_.steps[s].src_rank]->kv_own_.get(), ev_compute_done_[s]);
     FL_CUDA_CHECK(cudaEventRecord(ev_merge_done_[s], cs));
   }
-  FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
-  FL_CUDA_CHECK(cudaEventSynchronize(ev_it_[1]));
-  StepTimes t;
-  t.total = elapsed_ms(ev_it_[0], ev_it_[1]);
-  for (int s = 0; s < world_; ++s) {
-    t.compute.push_back(elapsed_ms(ev_step_start_[s], ev_compute_done_[s]));
-    t.merge.push_back(elapsed_ms(ev_compute_done_[s], ev_merge_done_[s]));
-  }
-  return t;
+  return replay_times();
 }
 
 }  // namespace fl::ring
@@ -266,20 +279,7 @@ StepTimes RankRing::backward(int fail_rank) {
     float* dcur = dkv_[s % 2].as<float>();
     float* dnxt = dkv_[(s + 1) % 2].as<float>();
     // K/V of the next step, as in the forward pass.
-    if (s > 0) FL_CUDA_CHECK(cudaStreamWaitEvent(ms, ev_compute_done_[s - 1], 0));
-    FL_CUDA_CHECK(cudaEventRecord(ev_comm_start_[s], ms));
-    if (sp.send_len > 0 || sp.recv_len > 0) {
-      FL_NCCL_CHECK(ncclGroupStart());
-      if (sp.send_len > 0)
-        FL_NCCL_CHECK(ncclSend(cur.get(), bytes16(2 * int64_t{p_.batch} * sp.send_len * kv_row), ncclUint8,
-                               sp.send_to, comm_->get(), ms));
-      if (sp.recv_len > 0)
-        FL_NCCL_CHECK(ncclRecv(nxt.get(), bytes16(2 * int64_t{p_.batch} * sp.recv_len * kv_row), ncclUint8,
-                               sp.recv_from, comm_->get(), ms));
-      FL_NCCL_CHECK(ncclGroupEnd());
-      comm_->wait_ready("ncclSend/ncclRecv of a K/V shard (backward)");
-    }
-    FL_CUDA_CHECK(cudaEventRecord(ev_recv_done_[s], ms));
+    pass_on_kv(s, cur.get(), nxt.get());
 
     // The step's backward, then the sums, once the travelling sums of the shard held are here
     // (step 0: this rank's own, zeroed above).
@@ -346,15 +346,7 @@ StepTimes RankRing::replay_backward(const std::vector<std::unique_ptr<RankRing>>
     add_partials(s, owner.dkv_[0].as<float>());
     FL_CUDA_CHECK(cudaEventRecord(ev_merge_done_[s], cs));
   }
-  FL_CUDA_CHECK(cudaEventRecord(ev_it_[1], cs));
-  FL_CUDA_CHECK(cudaEventSynchronize(ev_it_[1]));
-  StepTimes t;
-  t.total = elapsed_ms(ev_it_[0], ev_it_[1]);
-  for (int s = 0; s < world_; ++s) {
-    t.compute.push_back(elapsed_ms(ev_step_start_[s], ev_compute_done_[s]));
-    t.merge.push_back(elapsed_ms(ev_compute_done_[s], ev_merge_done_[s]));
-  }
-  return t;
+  return replay_times();
 }
 
 void RankRing::finish_replay_backward() {
