@@ -3,6 +3,7 @@
 #
 #   bench/run_ring.sh [--gpus "1 2"] [--replay "2 4 8"] [--share "2 4"] [--seqlens "65536 131072"]
 #                     [--bin DIR] [--results DIR] [--no-torch] [--quick] [--backward]
+#                     [--variants "zigzag contiguous"] [--iters 20] [--warmup 3]
 #
 # For each GPU count P and total length N (B = 1, 16 heads, d = 128, bf16):
 #   1. rung 12 through its launcher, zigzag and contiguous, causal 1 and 0, sampled check, the
@@ -24,6 +25,8 @@
 #      and PyTorch's baseline the same way (torchrun, --share-gpu), its gathered output against
 #      one-GPU SDPA                                    -> torch_shared_p<S>_n<N>_causal<c>.json
 #   5. meta.json: device, date, git sha (and whether the tree had local changes), the commands.
+# --variants: the shardings of step 1 (default both); --iters/--warmup: timed and warm-up passes of
+# steps 1 to 3 and of the baselines (defaults 20 and 3; the shared runs of step 4 keep 3 and 1).
 # --backward: every rung 12 run is a forward and a backward pass (--backward: dQ, dK, dV checked,
 # forward + backward timed, the scaling efficiency of both), and the baseline of step 2 is
 # PyTorch's own context parallelism, forward and backward (bench/torch_cp_baseline.py: its ring
@@ -36,6 +39,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 gpus="" replay="" share="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0" backward=0
+variants="zigzag contiguous" iters=20 warmup=3
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus=$2; shift ;;
@@ -47,7 +51,10 @@ while [ $# -gt 0 ]; do
     --no-torch) torch=0 ;;
     --quick) seqlens=65536; causals=1 ;;
     --backward) backward=1 ;;
-    -h|--help) sed -n 2,34p "$0"; exit 0 ;;
+    --variants) variants=$2; shift ;;
+    --iters) iters=$2; shift ;;
+    --warmup) warmup=$2; shift ;;
+    -h|--help) sed -n 2,37p "$0"; exit 0 ;;
     *) echo "run_ring.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -95,23 +102,23 @@ variants_for() { if [ "$1" = 0 ]; then echo zigzag; else echo zigzag contiguous;
 for p in $gpus; do
   for n in $seqlens; do
     for causal in $causals; do
-      for variant in zigzag contiguous; do
+      for variant in $variants; do
         name=ring_p${p}_n${n}_${variant}_causal${causal}
         run "$name" "$PY" "$(rel "$ROOT/steps/12_ring_attention/launch_ring.py")" --exe "$(rel "$exe")" \
           --gpus "$p" -- --batch 1 --seqlen "$n" --heads 16 --dim 128 --dtype bf16 --causal "$causal" \
-          --variant "$variant" --check sample --iters 20 --warmup 3 ${bwd[@]+"${bwd[@]}"} \
+          --variant "$variant" --check sample --iters "$iters" --warmup "$warmup" ${bwd[@]+"${bwd[@]}"} \
           --json "$(rel "$results/$name.json")"
       done
       if [ "$torch" = 1 ] && [ "$backward" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
         name=torch_cp_p${p}_n${n}_causal${causal}
         run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$p" \
           "$(rel "$ROOT/bench/torch_cp_baseline.py")" --seqlen "$n" --causal "$causal" \
-          --out "$(rel "$results/$name.json")"
+          --iters "$iters" --warmup "$warmup" --out "$(rel "$results/$name.json")"
       elif [ "$torch" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
         name=torch_ring_p${p}_n${n}_causal${causal}
         run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$p" \
           "$(rel "$ROOT/bench/torch_ring_baseline.py")" --seqlen "$n" --causal "$causal" \
-          --out "$(rel "$results/$name.json")"
+          --iters "$iters" --warmup "$warmup" --out "$(rel "$results/$name.json")"
       fi
     done
   done
@@ -122,7 +129,7 @@ for r in $replay; do
       for variant in $(variants_for "$causal"); do
         name=replay_r${r}_n${n}_${variant}_causal${causal}
         run "$name" "$(rel "$exe")" --replay "$r" --batch 1 --seqlen "$n" --heads 16 --dim 128 \
-          --dtype bf16 --causal "$causal" --variant "$variant" --check sample --iters 20 --warmup 3 \
+          --dtype bf16 --causal "$causal" --variant "$variant" --check sample --iters "$iters" --warmup "$warmup" \
           ${bwd[@]+"${bwd[@]}"} --json "$(rel "$results/$name.json")"
       done
     done
