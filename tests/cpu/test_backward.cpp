@@ -374,6 +374,30 @@ TEST_CASE("sampled rows (the long groups' check): faithful gradients pass, an er
     // Without them it stays as before: nothing compared, NaN looked for.
     REQUIRE(f.check(CheckMode::auto_, 9, tiny).summary.mode == "none");
   }
+  // Long rows: the tolerance is twice a 16-bit kernel's model on the sampled rows (P and dS
+  // rounded to 16 bits), whose dQ error grows with the keys a row sees. At 32k keys in bf16 it is
+  // past the floor; the faithful gradients pass and a wrong element in a sampled row still fails.
+  {
+    Problem p = shape(1, 16, 32768, 4, 2, 32, false);
+    p.dtype = DType::bf16;
+    const Fixture f(p);
+    const BwdResults f32 = reference_bwd_fp32(p, f.in, f.dout);
+    const std::vector<uint16_t> o = round_to(f32.out, p.dtype);
+    const std::vector<float> lse(f32.lse.begin(), f32.lse.end());
+    const BwdForward fwd{&o, &lse};
+    const BwdCheck c = check_backward_rows(p, f.in, f.dout, f.dq, f.dk, f.dv, fwd, 16, 9);
+    INFO(c.grads.reason);
+    REQUIRE(c.summary.pass);
+    const double floor = gradient_tolerance_floor(p.dtype).rel_fro;
+    REQUIRE(c.grads.dq.tol.rel_fro > floor);  // the model's dQ error at 32k keys is past half the floor
+    REQUIRE(c.grads.dq.tol.rel_fro < 4 * floor);
+    REQUIRE(c.grads.dk.tol.rel_fro == floor);  // dK and dV do not grow so
+    Fixture bad = f;
+    bad.dq[at(0, p.seqlen_q - 1, 2, p.seqlen_q, p.heads_q, p.head_dim) + 7] ^= 0x4000;
+    const BwdCheck b = check_backward_rows(p, bad.in, bad.dout, bad.dq, bad.dk, bad.dv, fwd, 16, 9);
+    REQUIRE_FALSE(b.summary.pass);
+    REQUIRE(b.summary.reason.rfind("dQ: ", 0) == 0);
+  }
   // What it takes: a dense batch with at most the causal mask.
   Problem w = shape(1, 64, 64, 2, 2, 32, true);
   REQUIRE(rows_check_reason(w).empty());
