@@ -8,7 +8,8 @@ Run with torchrun, one process per GPU (NVLink multicast off, as for rung 12's l
 
 ``torch.distributed.tensor.experimental.context_parallel`` (PyTorch's CP, the one torchtitan
 trains with) shards Q, K, V and dO along the sequence over a device mesh of every rank (its
-head-tail load balancing: the zigzag layout of rung 12 and Megatron-LM) and patches
+head-tail load balancing with the causal mask: the zigzag layout of rung 12 and Megatron-LM;
+contiguous shards without it, which context_parallel requires) and patches
 ``F.scaled_dot_product_attention`` with its ring: each rank's queries against every K/V shard in
 turn, merged by LSE, and the backward likewise. K/V move by all-gather (its default) or by
 all-to-all rotation (--rotate alltoall). The SDPA backend inside the ring is cuDNN (--backend;
@@ -73,6 +74,7 @@ def main(argv):
     try:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.experimental import context_parallel
+        from torch.distributed.tensor.experimental import _attention as cp_attention
         from torch.distributed.tensor.experimental._attention import set_rotate_method
     except ImportError as e:
         print("torch_cp_baseline.py: this PyTorch has no context_parallel (%s): nothing to measure" % e)
@@ -108,6 +110,10 @@ def main(argv):
     B, N, H, D = args.batch, args.seqlen, args.heads, args.dim
     backend = SDPBackend.CUDNN_ATTENTION if args.backend == "cudnn" else SDPBackend.FLASH_ATTENTION
     causal = bool(args.causal)
+    # Its head-tail load balancing is for the causal mask only: without it, context_parallel
+    # refuses ("Load balancing requires `is_causal=True`"). Without a mask the plain contiguous
+    # cut already gives every rank the same work, so it is turned off there.
+    cp_attention._cp_options.enable_load_balance = causal
     # The same inputs on every rank (one generator seed), SDPA's [B, H, N, D] layout.
     g = torch.Generator(device=dev).manual_seed(2024)
     q_all = torch.randn(B, H, N, D, device=dev, dtype=dtype, generator=g) + 0.25
@@ -174,6 +180,7 @@ def main(argv):
             "problem": {"batch": B, "seqlen": N, "heads_q": H, "heads_kv": H, "head_dim": D,
                         "dtype": args.dtype, "causal": causal},
             "backend": backend.name, "rotate_method": args.rotate, "shard_len": shard_len,
+            "load_balance": causal,
             "device": {"name": props.name, "sm_count": props.multi_processor_count,
                        "cc": "%d.%d" % (props.major, props.minor)},
             "torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),

@@ -16,6 +16,8 @@
 /// 16 bits would round P times (zhuzilin/ring-flash-attention warns of the loss). O_s itself
 /// comes from the forward rung in 16 bits (the ladder's O is 16-bit), so each step's partial
 /// is rounded once; the weights w_s sum to 1, so the merged error stays that of one rounding.
+/// That is enough for O, not for the backward's D = rowsum(dO * O): with a backward to follow,
+/// the rung also writes O_s in fp32 (AttnParams::o_fp32) and the merge reads that (o_part32).
 ///
 /// The plan knows each row's first and last merge (ring_plan.h, MergePiece), so there is no
 /// reset pass before the ring and no conversion pass after it: a first merge takes LSE_acc =
@@ -48,6 +50,11 @@ struct MergeArgs {
   /// A last merge also keeps O in fp32 in O_acc (a backward pass follows: its D = rowsum(dO * O)
   /// reads O before the rounding, ring_schedule.cu).
   bool keep_o_fp32 = false;
+  /// Null, or the launch's O before its 16-bit rounding, fp32 dense [batch, q_len, heads,
+  /// head_dim] (AttnParams::o_fp32): read instead of o_part. A backward pass follows: an O_acc
+  /// merged from 16-bit partials carries their rounding into D, and on rows of many keys dQ's
+  /// error grows with it (measured: README, "The backward pass").
+  const float* o_part32 = nullptr;
 };
 
 constexpr int kMergeWarps = 8;  ///< rows per CTA: one warp per (batch, query, head) row
@@ -75,10 +82,21 @@ __global__ void __launch_bounds__(kMergeWarps * 32) merge_partial(MergeArgs a) {
 
   const int64_t off = ((static_cast<int64_t>(b) * a.s_local + li) * a.heads + h) * a.head_dim;
   const T* o_s_gmem = static_cast<const T*>(a.o_part) + off;
+  const float* o_s32_gmem =
+      a.o_part32 ? a.o_part32 + ((static_cast<int64_t>(b) * a.q_len + (li - a.q_begin)) * a.heads + h) * a.head_dim
+                 : nullptr;
   float* o_acc_gmem = a.o_acc + off;
   for (int c = 4 * lane; c < a.head_dim; c += 128) {
-    const uint2 s16 = *reinterpret_cast<const uint2*>(o_s_gmem + c);
-    const float2 s01 = unpack2<T>(s16.x), s23 = unpack2<T>(s16.y);
+    float2 s01, s23;
+    if (o_s32_gmem) {
+      const float4 s = *reinterpret_cast<const float4*>(o_s32_gmem + c);
+      s01 = make_float2(s.x, s.y);
+      s23 = make_float2(s.z, s.w);
+    } else {
+      const uint2 s16 = *reinterpret_cast<const uint2*>(o_s_gmem + c);
+      s01 = unpack2<T>(s16.x);
+      s23 = unpack2<T>(s16.y);
+    }
     float4 o = a.first ? make_float4(0.f, 0.f, 0.f, 0.f)
                        : *reinterpret_cast<const float4*>(o_acc_gmem + c);
     // w_s = 0 for a partial that saw no key: its O_s (0 by the contract) drops out.

@@ -211,6 +211,7 @@ void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dou
   for (auto& b : dkv_) b = alloc(static_cast<size_t>(kv_elems) * 4);
   lse_rows_ = alloc(static_cast<size_t>(lse_elems_) * 4);
   o32_rows_ = alloc(static_cast<size_t>(q_elems_) * 4);
+  o_part32_ = alloc(static_cast<size_t>(q_elems_) * 4);
   size_t ws = 0;
   if (bwd.bwd_workspace_bytes)
     for (const StepPlan& sp : plan_.steps)
@@ -224,6 +225,9 @@ void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dou
 
 std::string RankRing::why_not_backward() const {
   if (!bwd_) return "no backward rung (enable_backward)";
+  if (!fwd_.writes_o_fp32)
+    return fwd_.label() + " does not write O in fp32 (Rung::writes_o_fp32): the backward's D would carry every "
+           "step's 16-bit rounding of O";
   for (const StepPlan& sp : plan_.steps)
     for (const Launch& l : sp.launches) {
       const Problem lp = chunk(l);
@@ -314,10 +318,11 @@ size_t RankRing::backward_device_bytes(const Problem& p, Sharding sh, int world,
   const double q = static_cast<double>(p.batch) * s_local * row_elems(p.heads_q, p.head_dim);
   const double kv = 2.0 * p.batch * max_len * row_elems(p.heads_kv, p.head_dim);
   const double own = 2.0 * p.batch * s_local * row_elems(p.heads_kv, p.head_dim);
-  // dO, dQ's partial and result (16-bit), dQ's sum, the O rows' copy (fp32); the dK, dV partial
+  // dO, dQ's partial and result (16-bit), dQ's sum, the O rows' copy, the forward's fp32 partial
+  // O (fp32); the dK, dV partial
   // (16-bit), their two travelling sums (fp32), the result (16-bit); the LSE rows' copy; and for
   // the rung's workspace (its fp32 dQ accumulator and partial sums) twice dQ's sum.
-  return static_cast<size_t>(q * (2 + 2 + 2 + 4 + 4) + kv * (2 + 2 * 4) + own * 2 +
+  return static_cast<size_t>(q * (2 + 2 + 2 + 4 + 4 + 4) + kv * (2 + 2 * 4) + own * 2 +
                              4.0 * p.batch * p.heads_q * s_local + q * 4 * 2);
 }
 

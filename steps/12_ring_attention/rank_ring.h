@@ -199,6 +199,9 @@ class RankRing {
   // dense copies of a launch's LSE and fp32 O rows that the rung reads, and its workspace.
   const Rung* bwd_ = nullptr;
   DeviceBuffer dout_, dq_acc_, dq_part_, dkv_part_, dq_out_, dkv_out_, lse_rows_, o32_rows_, bws_;
+  /// The forward's launches' O before their 16-bit rounding (AttnParams::o_fp32, dense per launch):
+  /// what the merges read when a backward follows, so the kept fp32 O, and D, carry no rounding.
+  DeviceBuffer o_part32_;
   DeviceBuffer dkv_[2];
   size_t bws_bytes_ = 0;
   Stream compute_, comm_stream_;

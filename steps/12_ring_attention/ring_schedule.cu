@@ -157,15 +157,23 @@ void RankRing::compute_step(int s, const void* kv, cudaEvent_t launched) {
   std::vector<MergeArgs> merges;
   for (const Launch& l : sp.launches) {
     float* lse_part = lse_part_.as<float>() + lse_off;
-    const AttnParams a = launch_params(p_, l, plan_.q_shard.len, sp.kv_len, q_.get(), kv,
-                                       o_part_.get(), lse_part, ws_.get(), ws_bytes_);
+    // With a backward to follow, each launch also writes its O in fp32 (dense, after the previous
+    // launches' rows: a step's launches cover disjoint query rows) and the merges read that: the
+    // D of the backward then carries no 16-bit rounding of O, which dQ would amplify on long rows.
+    float* o32 = bwd_ ? o_part32_.as<float>() + lse_off * p_.head_dim : nullptr;
+    AttnParams a = launch_params(p_, l, plan_.q_shard.len, sp.kv_len, q_.get(), kv, o_part_.get(), lse_part,
+                                 ws_.get(), ws_bytes_);
+    a.o_fp32 = o32;
     fwd_.launch(a, cs);
     FL_LAUNCH_CHECK("the forward rung of a ring step");
-    for (const MergePiece& m : l.merges)
-      merges.push_back(MergeArgs{o_part_.get(), lse_part, o_acc_.as<float>(), lse_.as<float>(),
-                                 m.last ? o_.get() : nullptr, m.first, p_.batch, p_.heads_q,
-                                 p_.head_dim, plan_.q_shard.len, l.q.begin, l.q.len, m.rows.begin,
-                                 m.rows.len, bwd_ != nullptr});
+    for (const MergePiece& m : l.merges) {
+      MergeArgs ma{o_part_.get(), lse_part, o_acc_.as<float>(), lse_.as<float>(),
+                   m.last ? o_.get() : nullptr, m.first, p_.batch, p_.heads_q,
+                   p_.head_dim, plan_.q_shard.len, l.q.begin, l.q.len, m.rows.begin,
+                   m.rows.len, bwd_ != nullptr};
+      ma.o_part32 = o32;
+      merges.push_back(ma);
+    }
     lse_off += static_cast<int64_t>(p_.batch) * p_.heads_q * l.q.len;
   }
   if (launched) FL_CUDA_CHECK(cudaEventRecord(launched, cs));

@@ -328,6 +328,68 @@ TEST_CASE("sampled groups: errors outside them are not seen, inside them and NaN
   REQUIRE_FALSE(nan.check(CheckMode::auto_, 5, group_work / (2 * kBwdGroupCapFactor)).summary.pass);
 }
 
+namespace {
+
+/// dQ of a FlashAttention-style kernel, modelled on the CPU (P recomputed from the LSE in fp32, dS =
+/// P (dP - D) rounded to 16 bits, fp32 sums, 16-bit result), with D = rowsum(dO * O) from the O
+/// given: the fp32 O, or that O rounded to 16 bits.
+std::vector<uint16_t> model_dq(const Problem& p, const Fixture& f, const BwdResults& fwd, bool d_from_16bit_o) {
+  const int D = p.head_dim, Hq = p.heads_q, Hk = p.heads_kv, Sk = p.seqlen_k;
+  const float scale = p.scale();
+  auto val = [&](uint16_t b) { return from_bits(b, p.dtype); };
+  auto r16 = [&](float x) { return from_bits(to_bits(x, p.dtype), p.dtype); };
+  std::vector<uint16_t> dq(f.dq.size());
+  for (int i = 0; i < p.seqlen_q; ++i)
+    for (int h = 0; h < Hq; ++h) {
+      const size_t qi = at(0, i, h, p.seqlen_q, Hq, D);
+      const int hk = h / p.group();
+      float d = 0;
+      for (int c = 0; c < D; ++c) {
+        const float o = static_cast<float>(fwd.out[qi + c]);
+        d += val(f.dout[qi + c]) * (d_from_16bit_o ? r16(o) : o);
+      }
+      const float lse = static_cast<float>(fwd.lse[static_cast<size_t>(h) * p.seqlen_q + i]);
+      std::vector<float> g(D, 0.f);
+      for (int j = 0; j < Sk; ++j) {
+        const size_t kj = at(0, j, hk, Sk, Hk, D);
+        float s = 0, dp = 0;
+        for (int c = 0; c < D; ++c) {
+          s += val(f.in.q[qi + c]) * val(f.in.k[kj + c]);
+          dp += val(f.dout[qi + c]) * val(f.in.v[kj + c]);
+        }
+        const float ds = r16(std::exp(s * scale - lse) * (dp - d));
+        for (int c = 0; c < D; ++c) g[c] += ds * val(f.in.k[kj + c]);
+      }
+      for (int c = 0; c < D; ++c) dq[qi + c] = to_bits(g[c] * scale, p.dtype);
+    }
+  return dq;
+}
+
+}  // namespace
+
+TEST_CASE("sampled rows at 128k keys: dQ with D from the fp32 O passes, with D from the 16-bit O fails",
+          "[cpu][backward]") {
+  // Rung 12's ring merged its steps' 16-bit O and took the backward's D from that: on a 2-GPU run
+  // at 128k tokens (bench/results/nvidia-h200-x2/ring-backward-o16/) dQ was off by 0.044 to 0.076
+  // (relative Frobenius) against a floor of 0.032, dK and dV at 0.0025. The 16-bit rounding of O
+  // shifts D, no row of dS then sums to zero, and dQ_i = s sum_j dS_ij K_j sums that shift over
+  // every key. The sampled-rows check must tell the two apart at this length.
+  Problem p = shape(1, 8, 131072, 2, 2, 128, false);
+  p.dtype = DType::bf16;
+  const Fixture f(p);
+  const BwdResults f32 = reference_bwd_fp32(p, f.in, f.dout);
+  const std::vector<uint16_t> o = round_to(f32.out, p.dtype);
+  const std::vector<float> lse(f32.lse.begin(), f32.lse.end());
+  const BwdForward fwd{&o, &lse};
+  const BwdCheck good = check_backward_rows(p, f.in, f.dout, model_dq(p, f, f32, false), f.dk, f.dv, fwd, 8, 9);
+  INFO(good.grads.reason);
+  REQUIRE(good.summary.pass);
+  REQUIRE(good.grads.dq.err.rel_fro < 0.25 * good.grads.dq.tol.rel_fro);
+  const BwdCheck bad = check_backward_rows(p, f.in, f.dout, model_dq(p, f, f32, true), f.dk, f.dv, fwd, 8, 9);
+  REQUIRE_FALSE(bad.summary.pass);
+  REQUIRE(bad.summary.reason.rfind("dQ: ", 0) == 0);
+}
+
 TEST_CASE("sampled rows (the long groups' check): faithful gradients pass, an error in a sampled row fails",
           "[cpu][backward]") {
   // GQA 4:2, causal with seqlen_q < seqlen_k and a tail, fp16 and bf16.
@@ -373,30 +435,6 @@ TEST_CASE("sampled rows (the long groups' check): faithful gradients pass, an er
                                  nullptr, fwd).summary.pass);
     // Without them it stays as before: nothing compared, NaN looked for.
     REQUIRE(f.check(CheckMode::auto_, 9, tiny).summary.mode == "none");
-  }
-  // Long rows: the tolerance is twice a 16-bit kernel's model on the sampled rows (P and dS
-  // rounded to 16 bits), whose dQ error grows with the keys a row sees. At 32k keys in bf16 it is
-  // past the floor; the faithful gradients pass and a wrong element in a sampled row still fails.
-  {
-    Problem p = shape(1, 16, 32768, 4, 2, 32, false);
-    p.dtype = DType::bf16;
-    const Fixture f(p);
-    const BwdResults f32 = reference_bwd_fp32(p, f.in, f.dout);
-    const std::vector<uint16_t> o = round_to(f32.out, p.dtype);
-    const std::vector<float> lse(f32.lse.begin(), f32.lse.end());
-    const BwdForward fwd{&o, &lse};
-    const BwdCheck c = check_backward_rows(p, f.in, f.dout, f.dq, f.dk, f.dv, fwd, 16, 9);
-    INFO(c.grads.reason);
-    REQUIRE(c.summary.pass);
-    const double floor = gradient_tolerance_floor(p.dtype).rel_fro;
-    REQUIRE(c.grads.dq.tol.rel_fro > floor);  // the model's dQ error at 32k keys is past half the floor
-    REQUIRE(c.grads.dq.tol.rel_fro < 4 * floor);
-    REQUIRE(c.grads.dk.tol.rel_fro == floor);  // dK and dV do not grow so
-    Fixture bad = f;
-    bad.dq[at(0, p.seqlen_q - 1, 2, p.seqlen_q, p.heads_q, p.head_dim) + 7] ^= 0x4000;
-    const BwdCheck b = check_backward_rows(p, bad.in, bad.dout, bad.dq, bad.dk, bad.dv, fwd, 16, 9);
-    REQUIRE_FALSE(b.summary.pass);
-    REQUIRE(b.summary.reason.rfind("dQ: ", 0) == 0);
   }
   // What it takes: a dense batch with at most the causal mask.
   Problem w = shape(1, 64, 64, 2, 2, 32, true);
