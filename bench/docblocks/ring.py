@@ -295,14 +295,15 @@ def gen_ring_gpus_ablation(ctx, gpu="nvidia-h200-x2/ring-nccl-ablation"):
 
 # ---- rung 12's backward on P GPUs (bench/run_ring.sh --backward) -------------------------------------
 
-RING_BACKWARD_COMMAND = ('bench/run_ring.sh --backward --gpus "2 4" --seqlens "65536 131072 262144" '
-                         '--results bench/results/<gpu>/ring-backward')
+RING_BACKWARD_COMMAND = ('bench/run_ring.sh --backward --gpus "1 2 4" --seqlens "65536 131072 262144" '
+                         '--single-p1 0 --results bench/results/<gpu>/ring-backward')
 
 
 @generator("ring-backward")
 def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
-    """Rung 12 forward + backward on P GPUs: per length, mask, sharding and P the one-GPU times (the
-    forward rung and the backward rung's own entry on the whole sequence, rank 0, same run), the
+    """Rung 12 forward + backward on P GPUs: per length, mask, sharding and P the one-GPU times T1 (the
+    ring of one from the same folder where there is one: the same kernels and D rule on one GPU; else
+    the forward rung and the backward rung's own entry on the whole sequence, rank 0, same run), the
     ring's forward and forward + backward, both scaling efficiencies, the share of the backward's
     communication hidden, PyTorch's context_parallel forward + backward beside the zigzag rows (its
     one-GPU time, its P-GPU time, its efficiency, and the ring's speed over it), and the checks of O
@@ -318,6 +319,15 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
             continue
         any_run = j
         t, bt = j["timing"], b["timing"]
+        # T1: the ring of one (--single-p1 0) where the folder has it, else rank 0's single-GPU run.
+        one = runs.get(("ring", 1, nn, c, v))
+        if one is not None and one.get("backward"):
+            t1_fwd, t1 = one["timing"]["ring_median_ms"], one["backward"]["timing"]["ring_fwd_bwd_median_ms"]
+            t1_from = "ring of one"
+        else:
+            t1_fwd, t1 = t.get("single_median_ms", 0), bt["single_fwd_bwd_median_ms"]
+            t1_from = "own entries"
+        eff = (lambda one_gpu, ring: one_gpu / (P * ring) if one_gpu and ring else 0)
         tc = cp.get((P, nn, c)) if v == "zigzag" else None
         steps = b["steps_ms"]
         shares = [1.0 - sum(e) / sum(x) for e, x in zip(steps.get("exposed_comm", []), steps.get("transfer", []))
@@ -326,8 +336,9 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
         ok_bwd = b["check"]["pass"]
         ahead = ("%.2f×" % (tc["fwd_bwd_ms"] / bt["ring_fwd_bwd_median_ms"])) if tc and bt["ring_fwd_bwd_median_ms"] else "—"
         rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P),
-                     ms(bt["single_fwd_bwd_median_ms"]), ms(t["ring_median_ms"]), ms(bt["ring_fwd_bwd_median_ms"]),
-                     "%.3f" % t["scaling_efficiency"], "**%.3f**" % bt["scaling_efficiency_fwd_bwd"],
+                     "%s (%s)" % (ms(t1), t1_from), ms(t["ring_median_ms"]), ms(bt["ring_fwd_bwd_median_ms"]),
+                     "%.3f" % eff(t1_fwd, t["ring_median_ms"]),
+                     "**%.3f**" % eff(t1, bt["ring_fwd_bwd_median_ms"]),
                      "%.1f %%" % (100 * min(shares)) if shares else "—",
                      ms(tc["single_fwd_bwd_ms"]) if tc else "—", ms(tc["fwd_bwd_ms"]) if tc else "—",
                      "%.3f" % tc["scaling_efficiency_fwd_bwd"] if tc and tc["scaling_efficiency_fwd_bwd"] else "—",
@@ -347,7 +358,9 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
                       % (tc["torch"], tc["backend"], tc["rotate_method"]))
     return report.markdown_table(head, rows, ["--:", "---", "---", "--:"] + ["--:"] * 10 + ["---"]) + (
         "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s` and backward rung `%s` in every step; the one-GPU "
-        "time T1 is the forward rung and `%s` (the backward rung's own entry) on the whole sequence (rank 0, same run); "
+        "time T1 is the ring of one (P = 1 through the launcher: the same kernels and D rule) where the folder has it, "
+        "else the forward rung and `%s` (the backward rung's own entry, whose D on rows past 16k keys comes from an "
+        "exact pass) on the whole sequence (rank 0, same run); "
         "NCCL %s, one process per GPU, `NCCL_NVLS_ENABLE=0`; medians of %d timed passes, each the slowest rank's. "
         "Communication hidden: 1 − (time the compute stream waited for K/V and for the dK, dV sums) / (time the "
         "transfers took), on the worst rank. Checks: O against the fp64 reference on sampled rows and the single-GPU "
