@@ -297,6 +297,27 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 # ---- the KV cache ---------------------------------------------------------------------------------
 
+@torch.library.custom_op("flashladder::attention_kvcache", mutates_args=())
+def attention_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                         block_table: Optional[torch.Tensor], cache_leftpad: Optional[torch.Tensor],
+                         learnable_sink: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
+                         softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+                         num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of flash_attn_with_kvcache on a cache already written (its new k, v appended by
+    the caller): what a graph compiled by torch.compile calls."""
+    return flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, cache_leftpad=cache_leftpad,
+                                   block_table=block_table, softmax_scale=softmax_scale or None, causal=causal,
+                                   window_size=(window_left, window_right), softcap=softcap,
+                                   alibi_slopes=alibi_slopes, num_splits=num_splits, return_softmax_lse=True,
+                                   learnable_sink=learnable_sink)
+
+
+@attention_kvcache_op.register_fake
+def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, cache_leftpad, learnable_sink,
+                            alibi_slopes, softmax_scale, causal, window_left, window_right, softcap, num_splits):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
 def _cache_lengths(cache_seqlens, batch, slots, device):
     """int32 [batch] of a cache's used slots (None: every slot, an int: the same for all)."""
     if cache_seqlens is None:
@@ -377,6 +398,15 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             k_cache[rows, pos] = k
             v_cache[rows, pos] = v
         used = used + new
+    if torch.compiler.is_compiling():
+        # torch.compile: the append above is traced; the attention is one opaque op whose body
+        # (this function again, eager) runs the checks and the launch, so a compiled decode step
+        # stays one graph (its CUDA graph replayed) instead of breaking at every layer.
+        out, lse = attention_kvcache_op(q, k_cache, v_cache, used, block_table, cache_leftpad, learnable_sink,
+                                        alibi_slopes, 0.0 if softmax_scale is None else float(softmax_scale),
+                                        bool(causal), int(window_size[0]), int(window_size[1]), float(softcap),
+                                        num_splits)
+        return (out, lse) if return_softmax_lse else out
     slopes, alibi = _slopes(alibi_slopes, q, batch)
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError("flashladder: num_splits must be an int >= 0 (0: the decode rung's heuristic)")

@@ -185,8 +185,10 @@ def _unpad_plan(attention_mask, seqlen_q):
     return plan
 
 
-#: The last padding mask found left-padded and its first valid slots (see _leftpad_start).
-_LAST_LEFTPAD = [None, -1, -1, None]
+#: The last padding mask looked at and its valid runs (see _padding_span), and the last one
+#: trimmed and its written length (see _trim_static).
+_LAST_SPAN = [None, -1, -1, None]
+_LAST_TRIM = [None, -1, -1]
 
 
 def _grad_wanted(*tensors):
@@ -195,30 +197,60 @@ def _grad_wanted(*tensors):
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def _leftpad_start(attention_mask, seqlen_q):
-    """Each row's first valid slot (int32 [batch]) when the 2D mask is left padding (every row's
-    valid tokens are its last ones, the queries' columns among them), else None. Checked once per
-    forward call (one device-to-host read, kept for the other layers); under torch.compile the
-    check cannot read back: it is an asynchronous device assert, which stops the program instead
-    of computing something else."""
+def _padding_span(attention_mask, seqlen_q):
+    """(start, end), int32 [batch] each, when every row's valid slots under the 2D mask are one run
+    [start, end) that ends where every other row's does and holds at least the seqlen_q queries
+    (its last slots): left padding, and with a static cache also the slots past the tokens written
+    so far (ladder_mask pads the mask to the cache's length with zeros); else None (a right-padded
+    row, say, whose queries are not its last valid slots). Checked once per forward call (one device-to-host
+    read, kept for the other layers); under torch.compile the check cannot read back: it is an
+    asynchronous device assert, which stops the program instead of computing something else."""
     import torch
 
     compiling = torch.compiler.is_compiling()
     version = getattr(attention_mask, "_version", 0)
-    last = _LAST_LEFTPAD
+    last = _LAST_SPAN
     if not compiling and last[0] is attention_mask and last[1] == version and last[2] == seqlen_q:
         return last[3]
     valid = attention_mask.bool()
     length = valid.shape[1]
-    start = (length - valid.sum(dim=1)).to(torch.int32)
     slots = torch.arange(length, device=valid.device)
-    left = (valid == (slots[None, :] >= start[:, None])).all() & (start <= length - seqlen_q).all()
+    count = valid.sum(dim=1)
+    # The run's end: one past the last valid slot (0 for a row with none).
+    end = torch.where(valid, slots[None, :] + 1, 0).amax(dim=1)
+    start = end - count
+    span = (slots[None, :] >= start[:, None]) & (slots[None, :] < end[:, None])
+    ok = (valid == span).all() & (count >= seqlen_q).all() & (end == end.max()).all()
+    start, end = start.to(torch.int32), end.to(torch.int32)
     if compiling:
-        torch._assert_async(left, "flashladder: the padding mask is not left padding")
-        return start
-    result = start if bool(left) else None
-    _LAST_LEFTPAD[:] = [attention_mask, version, seqlen_q, result]
+        torch._assert_async(ok, "flashladder: the padding mask is not one run of valid slots per row")
+        return start, end
+    result = (start, end) if bool(ok) else None
+    _LAST_SPAN[:] = [attention_mask, version, seqlen_q, result]
     return result
+
+
+def _trim_static(attention_mask, k, v):
+    """The mask, k and v without the columns past every row's last valid slot: a static cache's
+    slots not written yet (ladder_mask pads the mask over them with zeros), so that the queries
+    are the last columns again. One device-to-host read, skipped when the last column is valid
+    somewhere (every mask but a padded static one). The read is kept for the other layers, as
+    _padding_span's is."""
+    import torch
+
+    length = attention_mask.shape[1]
+    if torch.compiler.is_compiling():
+        return attention_mask, k, v
+    version = getattr(attention_mask, "_version", 0)
+    if _LAST_TRIM[0] is attention_mask and _LAST_TRIM[1] == version:
+        used = _LAST_TRIM[2]
+    else:
+        used = int(torch.where(attention_mask.bool(), torch.arange(length, device=attention_mask.device) + 1,
+                               0).max())
+        _LAST_TRIM[:] = [attention_mask, version, used]
+    if used == length:
+        return attention_mask, k, v
+    return attention_mask[:, :used], k[:, :used], v[:, :used]
 
 
 def transformers_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
@@ -286,21 +318,25 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
             q.reshape(batch * seqlen_q, heads_q, head_dim), k.reshape(batch * seqlen_k, heads_kv, head_dim),
             v.reshape(batch * seqlen_k, heads_kv, head_dim), cu_q, cu_k, max_q, max_k, **args)
         return out.view(batch, seqlen_q, heads_q, head_dim), None
-    # A padded batch: unpad, a packed batch, pad back (transformers' FlashAttention path).
+    # A padded batch. A static cache's K/V hold more slots than the tokens so far: column j of
+    # the mask is slot j, and the slots past the mask (or, with ladder_mask, under its trailing
+    # zeros) are not written yet.
+    if seqlen_q <= 16 and seqlen_q < seqlen_k and not _grad_wanted(q, k, v):
+        # A decode step or a few queries (generate()'s batches): the cache is read in place,
+        # each row's keys its valid run [start, end) (flash_attn_with_kvcache's cache_leftpad
+        # and cache_seqlens), nothing gathered. Under torch.compile this is one opaque op and the
+        # mask's shape is the cache's, so a static cache's decode step is one graph, replayed.
+        span = _padding_span(attention_mask, seqlen_q)
+        if span is not None:
+            return _flash.flash_attn_with_kvcache(q, k, v, cache_seqlens=span[1], cache_leftpad=span[0],
+                                                  softmax_scale=scaling, causal=is_causal, window_size=window,
+                                                  softcap=float(softcap), learnable_sink=sinks), None
+    # Else unpad, a packed batch, pad back (transformers' FlashAttention path).
     if seqlen_k > attention_mask.shape[1]:
-        # A static cache: K/V hold more slots than the mask covers; the slots past it are not
-        # written yet (transformers' FlashAttention path slices them off the same way).
         seqlen_k = attention_mask.shape[1]
         k, v = k[:, :seqlen_k], v[:, :seqlen_k]
-    if seqlen_q <= 16 and seqlen_q < seqlen_k and not _grad_wanted(q, k, v):
-        # A decode step or a few queries on a left-padded cache (generate()'s batches): the
-        # cache is read in place from each row's first valid slot (flash_attn_with_kvcache's
-        # cache_leftpad), nothing gathered.
-        start = _leftpad_start(attention_mask, seqlen_q)
-        if start is not None:
-            return _flash.flash_attn_with_kvcache(q, k, v, cache_leftpad=start, softmax_scale=scaling,
-                                                  causal=is_causal, window_size=window, softcap=float(softcap),
-                                                  learnable_sink=sinks), None
+    attention_mask, k, v = _trim_static(attention_mask, k, v)
+    seqlen_k = attention_mask.shape[1]
     idx_q, idx_k, cu_q, cu_k, max_q, max_k = _unpad_plan(attention_mask, seqlen_q)
     out_unpad = _flash.flash_attn_varlen_func(
         q.reshape(batch * seqlen_q, heads_q, head_dim).index_select(0, idx_q),
@@ -324,9 +360,30 @@ def register_transformers(name="ladder", rung=None, variant=""):
 
     AttentionInterface.register(name, attention_forward)
     try:  # transformers >= 4.53: each attention implementation names its mask builder
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
     except ImportError:
         pass
     else:
-        ALL_MASK_ATTENTION_FUNCTIONS.register(name, flash_attention_mask)
+        ALL_MASK_ATTENTION_FUNCTIONS.register(name, ladder_mask)
     return name
+
+
+def ladder_mask(batch_size, q_length, kv_length, *args, attention_mask=None, **kwargs):
+    """transformers' FlashAttention mask function (its flash_attention_mask: the 2D padding mask,
+    its last kv_length columns, or None without padding), with two changes for a static cache:
+    - its mask covers the tokens so far, fewer columns than the cache's kv_length slots, and grows
+      by one every decode step, so a compiled step would see a new shape each time (a recompile or
+      a CUDA-graph recording per token): it is padded with zeros to kv_length (slots not written
+      yet), one shape for the whole generation;
+    - under torch.compile the mask is returned as it is, never None: "no padding" is a read of the
+      mask's values, a data-dependent branch that would break the graph."""
+    if attention_mask is None:
+        return None
+    import torch
+
+    mask = attention_mask[:, -kv_length:]
+    if mask.shape[1] < kv_length:
+        return torch.nn.functional.pad(mask, (0, kv_length - mask.shape[1]))
+    if torch.compiler.is_compiling():
+        return mask
+    return None if bool(mask.all()) else mask

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""The transformers path's Python on the CPU: padding masks, the static cache, torch.compile.
+
+    PYTHONPATH=build/ci/python python3 tests/python/test_hf_cpu.py
+
+The package's control flow runs as it does on a GPU. Only the rung's launch and its CUDA checks
+(_core.check_qkv and check_qkv_cached, _ops._forward) are replaced by a fp32 reference on the CPU, which
+computes what the rung is asked for: the cache's slots [cache_leftpad, cache_seqlens), a
+packed batch's sequences, bottom-right causal. The checks:
+
+1. _padding_span: (start, end) of each row's valid run for left padding, and for a static cache's
+   mask padded with zeros past the tokens so far; None where a row's queries are not its last
+   valid slots (right padding), for a hole, or for fewer valid slots than queries.
+2. _trim_static cuts a static cache's unwritten slots off the mask, k and v (one read, kept).
+3. ladder_mask: on a static cache the decode steps' 2D mask has the cache's length at every step,
+   where transformers' FlashAttention mask grows by one column a step.
+4. generate() with a static cache on a tiny Llama, left-padded prompts: the ladder's logits match
+   SDPA's (fp32 on both) eagerly, and with the decode step compiled by torch.compile
+   (fullgraph=True: a graph break fails; the attention is the opaque op
+   flashladder::attention_kvcache), compiled once for all decode steps of one generation.
+
+Exits 77 (ctest: skipped) without PyTorch or transformers.
+"""
+
+import sys
+
+SKIP = 77
+
+try:
+    import torch
+except ImportError:
+    print("PyTorch is not installed: skipped (exit 77)")
+    sys.exit(SKIP)
+try:
+    import transformers
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers.generation import CompileConfig
+except ImportError:
+    print("transformers is not installed: skipped (exit 77)")
+    sys.exit(SKIP)
+
+from flashladder import _flash, _hf, register_transformers  # noqa: E402
+
+FAILURES = []
+
+
+def check(ok, what):
+    print("%s  %s" % ("ok  " if ok else "FAIL", what))
+    if not ok:
+        FAILURES.append(what)
+
+
+# ---- the rung, replaced by a reference on the CPU -------------------------------------------------
+
+def _attend(q, k, v, causal, scale):
+    """q [Sq, Hq, D], k and v [Sk, Hk, D] -> (out [Sq, Hq, D], lse [Hq, Sq]) in fp32, bottom-right causal."""
+    sq, hq, d = q.shape
+    sk, hk = k.shape[0], k.shape[1]
+    if sk == 0:
+        return q.new_zeros(q.shape), torch.full((hq, sq), float("-inf"))
+    k = k.repeat_interleave(hq // hk, dim=1).float()
+    v = v.repeat_interleave(hq // hk, dim=1).float()
+    s = torch.einsum("qhd,khd->hqk", q.float(), k) * scale
+    if causal:
+        i = torch.arange(sq)[:, None]
+        j = torch.arange(sk)[None, :]
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    out = torch.einsum("hqk,khd->qhd", torch.softmax(s, dim=-1), v)
+    return out.to(q.dtype), lse
+
+
+def cpu_forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=False, mods=None, extras=None):
+    """_ops._forward on the CPU: a KV cache's runs (extras: used, start), a packed batch (cu_seqlens),
+    or a dense batch."""
+    scale = softmax_scale or q.shape[-1] ** -0.5
+    extras = extras or ()
+    out = torch.empty_like(q)
+    if q.dim() == 3:  # packed: [total, heads, head_dim], LSE [heads, total]
+        cu_q, cu_k = extras[0].tolist(), extras[1].tolist()
+        lse = torch.empty(q.shape[1], q.shape[0])
+        for i in range(len(cu_q) - 1):
+            o, l_ = _attend(q[cu_q[i]:cu_q[i + 1]], k[cu_k[i]:cu_k[i + 1]], v[cu_k[i]:cu_k[i + 1]], causal, scale)
+            out[cu_q[i]:cu_q[i + 1]], lse[:, cu_q[i]:cu_q[i + 1]] = o, l_
+        return out, lse, None
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1])
+    used = extras[4] if len(extras) > 4 else None
+    start = extras[6] if len(extras) > 6 else None
+    for b in range(q.shape[0]):
+        s = int(start[b]) if start is not None else 0
+        e = int(used[b]) if used is not None else k.shape[1]
+        out[b], lse[b] = _attend(q[b], k[b, s:e], v[b, s:e], causal, scale)
+    return out, lse, None
+
+
+def cpu_key(q, k, v, causal=False, softmax_scale=None, *args, **kwargs):
+    """check_qkv's key without its CUDA and 16-bit checks."""
+    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], str(q.dtype), bool(causal),
+            softmax_scale or 0.0)
+
+
+_flash._ops._forward = cpu_forward
+_flash._core.check_qkv = _flash._core.check_qkv_cached = cpu_key
+
+
+# ---- 1, 2: the mask's runs --------------------------------------------------------------------------
+
+def mask(rows, length):
+    """int64 [batch, length]: row r valid on [start_r, end_r)."""
+    m = torch.zeros(len(rows), length, dtype=torch.int64)
+    for r, (s, e) in enumerate(rows):
+        m[r, s:e] = 1
+    return m
+
+
+def test_spans():
+    span = _hf._padding_span(mask([(0, 8), (3, 8)], 8), 1)
+    check(span is not None and span[0].tolist() == [0, 3] and span[1].tolist() == [8, 8],
+          "left padding: runs [0, 8) and [3, 8)")
+    span = _hf._padding_span(mask([(0, 5), (2, 5)], 12), 2)
+    check(span is not None and span[0].tolist() == [0, 2] and span[1].tolist() == [5, 5],
+          "a static cache's padded mask: runs end at the tokens so far, 5, not at its 12 columns")
+    check(span[0].dtype == torch.int32 and span[1].dtype == torch.int32, "int32 starts and ends")
+    check(_hf._padding_span(mask([(0, 8), (0, 6)], 8), 1) is None, "right padding: None (the row's query is not its last valid slot)")
+    hole = mask([(0, 8)], 8)
+    hole[0, 3] = 0
+    check(_hf._padding_span(hole, 1) is None, "a hole in a row: None")
+    check(_hf._padding_span(mask([(6, 8), (0, 8)], 8), 4) is None, "fewer valid slots than queries: None")
+    m = mask([(2, 7), (0, 7)], 10)
+    k = torch.zeros(2, 10, 1, 4)
+    tm, tk, tv = _hf._trim_static(m, k, k)
+    check(tuple(tm.shape) == (2, 7) and tuple(tk.shape) == (2, 7, 1, 4), "trim: the 3 unwritten slots go")
+    m2 = mask([(2, 10), (0, 10)], 10)
+    check(_hf._trim_static(m2, k, k)[0] is m2, "trim: nothing to cut, the same mask")
+
+
+# ---- 3, 4: a static cache through generate() -----------------------------------------------------
+
+def tiny_models():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    name = register_transformers("ladder")
+    sdpa = LlamaForCausalLM(cfg).eval()
+    cfg_l = LlamaConfig(**cfg.to_dict())
+    cfg_l._attn_implementation = name
+    ladder = LlamaForCausalLM(cfg_l).eval()
+    ladder.load_state_dict(sdpa.state_dict())
+    ladder.config._attn_implementation = name
+    return sdpa, ladder
+
+
+def prompts():
+    torch.manual_seed(1)
+    lengths = (12, 7, 3)
+    ids = torch.zeros(len(lengths), max(lengths), dtype=torch.int64)
+    am = torch.zeros_like(ids)
+    for r, n in enumerate(lengths):  # left padding
+        ids[r, -n:] = torch.randint(3, 128, (n,))
+        am[r, -n:] = 1
+    return ids, am
+
+
+def generate(model, compile_config=None, new=12):
+    ids, am = prompts()
+    kwargs = dict(max_new_tokens=new, do_sample=False, cache_implementation="static", return_dict_in_generate=True,
+                  output_logits=True, pad_token_id=0)
+    if compile_config is None:
+        kwargs["disable_compile"] = True
+    else:
+        kwargs["compile_config"] = compile_config
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=am, **kwargs)
+    return out.sequences, torch.stack(out.logits)
+
+
+def test_mask_shapes(ladder):
+    shapes = []
+    real = _hf.ladder_mask
+
+    def spy(*args, **kwargs):
+        m = real(*args, **kwargs)
+        shapes.append(None if m is None else tuple(m.shape))
+        return m
+
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ladder.config._attn_implementation, spy)
+    try:
+        generate(ladder, new=6)
+    finally:
+        ALL_MASK_ATTENTION_FUNCTIONS.register(ladder.config._attn_implementation, real)
+    check(len(shapes) >= 6 and len(set(shapes)) == 1 and shapes[0] is not None,
+          "ladder_mask on a static cache: one 2D shape for every step, %s (%d steps)" % (shapes[:1], len(shapes)))
+
+
+def test_generate(sdpa, ladder):
+    seq_s, logits_s = generate(sdpa)
+    seq_l, logits_l = generate(ladder)
+    err = (logits_l - logits_s).abs().max().item()
+    check(torch.equal(seq_l, seq_s) and err < 1e-4,
+          "generate(), static cache, eager: the ladder's tokens are SDPA's, logits within %.1e" % err)
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    cc = CompileConfig(fullgraph=True, dynamic=False, backend="aot_eager", mode=None)
+    cc._compile_all_devices = True
+    try:
+        seq_c, logits_c = generate(ladder, compile_config=cc)
+    except Exception as e:  # noqa: BLE001  (fullgraph=True: a graph break raises)
+        check(False, "generate(), static cache, compiled with fullgraph=True: %s: %s" % (type(e).__name__,
+                                                                                           str(e)[:3000]))
+        return
+    frames = counters["stats"]["unique_graphs"]
+    err = (logits_c - logits_s).abs().max().item()
+    check(torch.equal(seq_c, seq_s) and err < 1e-4,
+          "generate(), static cache, decode step compiled (fullgraph): tokens are SDPA's, logits within %.1e" % err)
+    check(frames == 1, "the decode step compiled once for 11 steps (graphs: %d)" % frames)
+
+
+def main():
+    print("PyTorch %s, transformers %s, on the CPU" % (torch.__version__, transformers.__version__))
+    test_spans()
+    sdpa, ladder = tiny_models()
+    test_mask_shapes(ladder)
+    test_generate(sdpa, ladder)
+    print("%d failure(s)" % len(FAILURES))
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
