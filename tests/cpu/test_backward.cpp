@@ -369,9 +369,10 @@ std::vector<uint16_t> model_dq(const Problem& p, const Fixture& f, const BwdResu
 
 TEST_CASE("sampled rows at 128k keys: dQ with D from the fp32 O passes, with D from the 16-bit O fails",
           "[cpu][backward]") {
-  // Rung 12's ring merged its steps' 16-bit O and took the backward's D from that: on a 2-GPU run
-  // at 128k tokens (bench/results/nvidia-h200-x2/ring-backward-o16/) dQ was off by 0.044 to 0.076
-  // (relative Frobenius) against a floor of 0.032, dK and dV at 0.0025. The 16-bit rounding of O
+  // Rung 12's ring merged its steps' 16-bit O and took the backward's D from that: on 2 GPUs at
+  // 128k and 256k tokens (bench/results/nvidia-h200-x2/ring-backward-o16/) dQ was off by up to
+  // 0.076 (relative Frobenius; 0.044 at 128k without the mask) against a floor of 0.032, dK and dV
+  // at 0.0025. The 16-bit rounding of O
   // shifts D, no row of dS then sums to zero, and dQ_i = s sum_j dS_ij K_j sums that shift over
   // every key. The sampled-rows check must tell the two apart at this length.
   Problem p = shape(1, 8, 131072, 2, 2, 128, false);
