@@ -70,9 +70,13 @@ def _attend(q, k, v, causal, scale):
     return out.to(q.dtype), lse
 
 
+CALLS = [0]  # cpu_forward's calls: the ladder's runs must reach it
+
+
 def cpu_forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=False, mods=None, extras=None):
     """_ops._forward on the CPU: a KV cache's runs (extras: used, start), a packed batch (cu_seqlens),
     or a dense batch."""
+    CALLS[0] += 1
     scale = softmax_scale or q.shape[-1] ** -0.5
     extras = extras or ()
     out = torch.empty_like(q)
@@ -195,8 +199,13 @@ def test_mask_shapes(ladder):
 
 
 def test_generate(sdpa, ladder):
+    check(sdpa.config._attn_implementation == "sdpa" and ladder.config._attn_implementation == "ladder",
+          "the two models: sdpa and ladder (%s, %s)" % (sdpa.config._attn_implementation,
+                                                         ladder.config._attn_implementation))
     seq_s, logits_s = generate(sdpa)
+    CALLS[0] = 0
     seq_l, logits_l = generate(ladder)
+    check(CALLS[0] > 0, "the ladder's generate() ran the rung's stand-in (%d calls)" % CALLS[0])
     err = (logits_l - logits_s).abs().max().item()
     check(torch.equal(seq_l, seq_s) and err < 1e-4,
           "generate(), static cache, eager: the ladder's tokens are SDPA's, logits within %.1e" % err)
