@@ -202,9 +202,10 @@ def _padding_span(attention_mask, seqlen_q):
     [start, end) that ends where every other row's does and holds at least the seqlen_q queries
     (its last slots): left padding, and with a static cache also the slots past the tokens written
     so far (ladder_mask pads the mask to the cache's length with zeros); else None (a right-padded
-    row, say, whose queries are not its last valid slots). Checked once per forward call (one device-to-host
-    read, kept for the other layers); under torch.compile the check cannot read back: it is an
-    asynchronous device assert, which stops the program instead of computing something else."""
+    row, say, whose queries are not its last valid slots). Checked once per forward call (one
+    device-to-host read, kept for the other layers); under torch.compile the check cannot read
+    back: it is an asynchronous device assert, which stops the program instead of computing
+    something else."""
     import torch
 
     compiling = torch.compiler.is_compiling()
@@ -233,9 +234,9 @@ def _padding_span(attention_mask, seqlen_q):
 def _trim_static(attention_mask, k, v):
     """The mask, k and v without the columns past every row's last valid slot: a static cache's
     slots not written yet (ladder_mask pads the mask over them with zeros), so that the queries
-    are the last columns again. One device-to-host read, skipped when the last column is valid
-    somewhere (every mask but a padded static one). The read is kept for the other layers, as
-    _padding_span's is."""
+    are the last columns again; every other mask comes back as it is. One device-to-host read per
+    forward call, kept for the other layers as _padding_span's is; none under torch.compile,
+    where the mask is left as it is."""
     import torch
 
     length = attention_mask.shape[1]
