@@ -11,7 +11,9 @@ packed batch's sequences, bottom-right causal. The checks:
 1. _padding_span: (start, end) of each row's valid run for left padding, and for a static cache's
    mask padded with zeros past the tokens so far; None where a row's queries are not its last
    valid slots (right padding), for a hole, or for fewer valid slots than queries.
-2. _trim_static cuts a static cache's unwritten slots off the mask, k and v (one read, kept).
+2. _trim_static cuts a static cache's unwritten slots off the mask, k and v (one read, kept);
+   transformers_attention on a static cache's padded mask, for 1, 4 and 10 queries (the last
+   through the packed path): each valid query against the keys it sees, a padded query 0.
 3. ladder_mask: on a static cache the decode steps' 2D mask has the cache's length at every step,
    where transformers' FlashAttention mask grows by one column a step.
 4. generate() with a static cache on a tiny Llama, left-padded prompts: the ladder's logits match
@@ -138,6 +140,34 @@ def test_spans():
     check(_hf._trim_static(m2, k, k)[0] is m2, "trim: nothing to cut, the same mask")
 
 
+def test_static_direct():
+    """transformers_attention on a static cache's padded mask, row b valid on [start_b, 10) of 24
+    slots (garbage past them), for a decode step, a few queries and a prefill of the 10 columns
+    (rows with fewer valid slots than queries: the packed path, after the unwritten slots are cut):
+    each valid query against the keys it sees, a padded query 0."""
+    class Module:
+        is_causal = True
+
+    torch.manual_seed(2)
+    b, hq, hk, d, slots, end, starts = 3, 4, 2, 16, 24, 10, (0, 3, 7)
+    m = mask([(s, end) for s in starts], slots)
+    k, v = torch.randn(b, hk, slots, d), torch.randn(b, hk, slots, d)
+    for sq in (1, 4, 10):
+        q = torch.randn(b, hq, sq, d)
+        out, _ = _hf.transformers_attention(Module(), q, k, v, m)
+        want = torch.zeros(b, sq, hq, d)
+        for r in range(b):
+            for i in range(sq):
+                pos = end - sq + i  # the query's slot
+                if pos >= starts[r]:
+                    o, _ = _attend(q[r, :, i:i + 1].transpose(0, 1), k[r, :, starts[r]:pos + 1].transpose(0, 1),
+                                   v[r, :, starts[r]:pos + 1].transpose(0, 1), False, d ** -0.5)
+                    want[r, i] = o[0]
+        err = (out - want).abs().max().item()
+        check(err < 1e-5, "static cache's padded mask, %d quer%s: each against its keys, padded queries 0 "
+              "(max error %.1e)" % (sq, "y" if sq == 1 else "ies", err))
+
+
 # ---- 3, 4: a static cache through generate() -----------------------------------------------------
 
 def tiny_models():
@@ -230,6 +260,7 @@ def test_generate(sdpa, ladder):
 def main():
     print("PyTorch %s, transformers %s, on the CPU" % (torch.__version__, transformers.__version__))
     test_spans()
+    test_static_direct()
     sdpa, ladder = tiny_models()
     test_mask_shapes(ladder)
     test_generate(sdpa, ladder)
