@@ -3,7 +3,7 @@
 #
 #   bench/run_ring.sh [--gpus "1 2"] [--replay "2 4 8"] [--share "2 4"] [--seqlens "65536 131072"]
 #                     [--bin DIR] [--results DIR] [--no-torch] [--quick] [--backward]
-#                     [--variants "zigzag contiguous"] [--iters 20] [--warmup 3] [--single-p1 0]
+#                     [--variants "zigzag contiguous"] [--iters 20] [--warmup 3] [--single-p1 0] [--single 0]
 #
 # For each GPU count P and total length N (B = 1, 16 heads, d = 128, bf16):
 #   1. rung 12 through its launcher, zigzag and contiguous, causal 1 and 0, sampled check, the
@@ -28,7 +28,9 @@
 # --variants: the shardings of step 1 (default both); --iters/--warmup: timed and warm-up passes of
 # steps 1 to 3 and of the baselines (defaults 20 and 3; the shared runs of step 4 keep 3 and 1);
 # --single-p1 0: the P = 1 rings of step 1 skip rank 0's single-GPU run (--single 0): the ring of
-# one is then the one-GPU time itself, the same kernels and D rule as the P-GPU rings.
+# one is then the one-GPU time itself, the same kernels and D rule as the P-GPU rings. --single 0:
+# every run of step 1 skips it (the forward is then checked against fp64 only; T1 comes from the
+# ring of one in the same folder, so give --gpus a 1 or run it into that folder).
 # --backward: every rung 12 run is a forward and a backward pass (--backward: dQ, dK, dV checked,
 # forward + backward timed, the scaling efficiency of both), and the baseline of step 2 is
 # PyTorch's own context parallelism, forward and backward (bench/torch_cp_baseline.py: its ring
@@ -41,7 +43,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 gpus="" replay="" share="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0" backward=0
-variants="zigzag contiguous" iters=20 warmup=3 single_p1=1
+variants="zigzag contiguous" iters=20 warmup=3 single_p1=1 single=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus=$2; shift ;;
@@ -57,7 +59,8 @@ while [ $# -gt 0 ]; do
     --iters) iters=$2; shift ;;
     --warmup) warmup=$2; shift ;;
     --single-p1) single_p1=$2; shift ;;
-    -h|--help) sed -n 2,40p "$0"; exit 0 ;;
+    --single) single=$2; shift ;;
+    -h|--help) sed -n 2,43p "$0"; exit 0 ;;
     *) echo "run_ring.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -108,7 +111,7 @@ for p in $gpus; do
       for variant in $variants; do
         name=ring_p${p}_n${n}_${variant}_causal${causal}
         one=()  # rung 12's flag for --single-p1 0 at P = 1
-        if [ "$p" = 1 ] && [ "$single_p1" = 0 ]; then one=(--single 0); fi
+        if [ "$single" = 0 ] || { [ "$p" = 1 ] && [ "$single_p1" = 0 ]; }; then one=(--single 0); fi
         run "$name" "$PY" "$(rel "$ROOT/steps/12_ring_attention/launch_ring.py")" --exe "$(rel "$exe")" \
           --gpus "$p" -- --batch 1 --seqlen "$n" --heads 16 --dim 128 --dtype bf16 --causal "$causal" \
           --variant "$variant" --check sample --iters "$iters" --warmup "$warmup" ${bwd[@]+"${bwd[@]}"} \

@@ -332,7 +332,8 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
         steps = b["steps_ms"]
         shares = [1.0 - sum(e) / sum(x) for e, x in zip(steps.get("exposed_comm", []), steps.get("transfer", []))
                   if sum(x) > 0]
-        ok_fwd = j["check"]["pass"] and j["single"]["ran"] and j["single"]["ring_vs_single_pass"]
+        # --single 0: O against fp64 only; with the single-GPU run, against that rung as well.
+        ok_fwd = j["check"]["pass"] and (not j["single"]["ran"] or j["single"]["ring_vs_single_pass"])
         ok_bwd = b["check"]["pass"]
         ahead = ("%.2f×" % (tc["fwd_bwd_ms"] / bt["ring_fwd_bwd_median_ms"])) if tc and bt["ring_fwd_bwd_median_ms"] else "—"
         rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P),
