@@ -323,7 +323,7 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
         one = runs.get(("ring", 1, nn, c, v))
         if one is not None and one.get("backward"):
             t1_fwd, t1 = one["timing"]["ring_median_ms"], one["backward"]["timing"]["ring_fwd_bwd_median_ms"]
-            t1_from = "ring of one"
+            t1_from = "ring of one" + ("" if one["backward"]["check"]["pass"] else "; its dQ check FAILS")
         else:
             t1_fwd, t1 = t.get("single_median_ms", 0), bt["single_fwd_bwd_median_ms"]
             t1_from = "own entries"
@@ -357,17 +357,21 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
                       "inside its ring, K/V rotated by %s; `bench/torch_cp_baseline.py` under torchrun), forward + "
                       "backward, its one-GPU time SDPA on the whole sequence with the same backend."
                       % (tc["torch"], tc["backend"], tc["rotate_method"]))
+    single_ran = any_run["single"]["ran"]
+    t1_text = ("the ring of one (P = 1 through the launcher: the same kernels and D rule) where the folder has it, else "
+               "the forward rung and `%s` (the backward rung's own entry, whose D on rows past 16k keys comes from an "
+               "exact pass) on the whole sequence (rank 0, same run)" % b["single"]["rung"] if single_ran
+               else "the ring of one (P = 1 through the launcher: the same kernels and D rule)")
     return report.markdown_table(head, rows, ["--:", "---", "---", "--:"] + ["--:"] * 10 + ["---"]) + (
         "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s` and backward rung `%s` in every step; the one-GPU "
-        "time T1 is the ring of one (P = 1 through the launcher: the same kernels and D rule) where the folder has it, "
-        "else the forward rung and `%s` (the backward rung's own entry, whose D on rows past 16k keys comes from an "
-        "exact pass) on the whole sequence (rank 0, same run); "
+        "time T1 is %s; "
         "NCCL %s, one process per GPU, `NCCL_NVLS_ENABLE=0`; medians of %d timed passes, each the slowest rank's. "
         "Communication hidden: 1 − (time the compute stream waited for K/V and for the dK, dV sums) / (time the "
-        "transfers took), on the worst rank. Checks: O against the fp64 reference on sampled rows and the single-GPU "
-        "rung; dQ, dK, dV against the fp64 backward reference (%s).%s %s" % (
+        "transfers took), on the worst rank. Checks: O against the fp64 reference on sampled rows%s; dQ, dK, dV "
+        "against the fp64 backward reference (%s).%s %s" % (
             pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"], b["rung"],
-            b["single"]["rung"], any_run["nccl"], any_run["timing"]["iters"],
+            t1_text, any_run["nccl"], any_run["timing"]["iters"],
+            " and the single-GPU rung" if single_ran else "",
             bwd_check_text(b), torch_text, ring_provenance(res)))
 
 
