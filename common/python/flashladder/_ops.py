@@ -8,6 +8,8 @@ workspace are allocated by PyTorch on the tensors' device (its stream-ordered ca
 allocator), and every launch goes to ``torch.cuda.current_stream()``.
 """
 
+import atexit
+
 import torch
 
 from . import _core, _ext
@@ -250,6 +252,10 @@ attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
 #: A model calls attention with a few signatures, every step.
 _FAST = {}
 _FAST_MAX = 4096
+# Emptied at exit, before nanobind's own teardown: prepared launches still held by the module's
+# dict at that point are reported by nanobind as leaked instances (seen at the end of
+# bench/torch_overhead.py's run).
+atexit.register(_FAST.clear)
 
 
 def _fast_signature(q, k, v, causal, softmax_scale, rung, variant):
