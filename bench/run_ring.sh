@@ -4,6 +4,7 @@
 #   bench/run_ring.sh [--gpus "1 2"] [--replay "2 4 8"] [--share "2 4"] [--seqlens "65536 131072"]
 #                     [--bin DIR] [--results DIR] [--no-torch] [--quick] [--backward]
 #                     [--variants "zigzag contiguous"] [--iters 20] [--warmup 3] [--single-p1 0] [--single 0]
+#                     [--key-cap K]
 #
 # For each GPU count P and total length N (B = 1, 16 heads, d = 128, bf16):
 #   1. rung 12 through its launcher, zigzag and contiguous, causal 1 and 0, sampled check, the
@@ -35,7 +36,9 @@
 # forward + backward timed, the scaling efficiency of both), and the baseline of step 2 is
 # PyTorch's own context parallelism, forward and backward (bench/torch_cp_baseline.py: its ring
 # in SDPA, cuDNN)                                      -> torch_cp_p<P>_n<N>_causal<c>.json
-# Results then go to bench/results/<gpu>/ring-backward/.
+# Results then go to bench/results/<gpu>/ring-backward/. --key-cap K (with --backward): every rung
+# 12 run cuts the forward's launches to K keys (0: uncut; default: ring_plan.h's forward_key_cap),
+# the ablation of D's accuracy against the forward's cost; give it its own --results folder.
 # Every run's output goes beside it (*.log). Results: bench/results/<gpu-name-slug>/ring/ unless
 # --results; NCCL_NVLS_ENABLE=0 for every process. --quick: N = 65536 and causal 1 only.
 # Exit: 0 done; 77 no GPU; otherwise the first failing run's code (the others still run).
@@ -43,7 +46,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 gpus="" replay="" share="" seqlens="65536 131072" bin="" results="" torch=1 causals="1 0" backward=0
-variants="zigzag contiguous" iters=20 warmup=3 single_p1=1 single=1
+variants="zigzag contiguous" iters=20 warmup=3 single_p1=1 single=1 key_cap=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --gpus) gpus=$2; shift ;;
@@ -60,7 +63,8 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift ;;
     --single-p1) single_p1=$2; shift ;;
     --single) single=$2; shift ;;
-    -h|--help) sed -n 2,43p "$0"; exit 0 ;;
+    --key-cap) key_cap=$2; shift ;;
+    -h|--help) sed -n 2,47p "$0"; exit 0 ;;
     *) echo "run_ring.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -83,8 +87,12 @@ visible=$(nvidia-smi -L | grep -c '^GPU')
 if [ -z "$gpus" ] && [ -z "$replay" ] && [ -z "$share" ]; then gpus=$(seq 1 "$visible" | tr '\n' ' '); fi
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 slug=$(echo "$gpu_name" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-|-$//g')
-bwd=()  # rung 12's flag for --backward
+bwd=()  # rung 12's flags for --backward (and --key-cap)
 if [ "$backward" = 1 ]; then bwd=(--backward); fi
+if [ -n "$key_cap" ]; then
+  if [ "$backward" != 1 ]; then echo "run_ring.sh: --key-cap needs --backward" >&2; exit 2; fi
+  bwd+=(--key-cap "$key_cap")
+fi
 results=${results:-$ROOT/bench/results/$slug/ring$([ "$backward" = 1 ] && echo -backward)}
 mkdir -p "$results"
 commands=()

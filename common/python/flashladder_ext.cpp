@@ -376,13 +376,13 @@ class PreparedForward {
 /// Rung 12's plan of rank @p rank (ring_plan.h) as Python data, for the package's ring
 /// (flashladder._ring): its shard's chunks and, per step, whose K/V it holds, what it sends and
 /// receives, and its launches (local rows of its Q shard against rows of the K/V shard held).
-nb::dict ring_plan_dict(const std::string& sharding, bool causal, int n, int ranks, int rank) {
+nb::dict ring_plan_dict(const std::string& sharding, bool causal, int n, int ranks, int rank, int key_cap) {
   ring::Sharding sh{};
   if (!ring::parse_sharding(sharding, &sh))
     throw nb::value_error(("ring: sharding must be 'zigzag' or 'contiguous', got '" + sharding + "'").c_str());
   ring::RankPlan plan;
   try {
-    plan = ring::plan_rank(sh, causal, n, ranks, rank);
+    plan = ring::plan_rank(sh, causal, n, ranks, rank, key_cap);
   } catch (const std::exception& e) {
     throw nb::value_error(e.what());
   }
@@ -406,6 +406,8 @@ nb::dict ring_plan_dict(const std::string& sharding, bool causal, int n, int ran
   }
   nb::dict out;
   out["sharding"] = ring::sharding_name(sh);
+  out["key_cap"] = key_cap;
+  out["forward_key_cap"] = ring::forward_key_cap(n);
   out["causal"] = causal;
   out["n"] = n;
   out["ranks"] = ranks;
@@ -631,12 +633,14 @@ NB_MODULE(_ext, m) {
       "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
       "workspace_bytes), so neither is asked again");
 
-  m.def("ring_plan", &ring_plan_dict, "sharding"_a, "causal"_a, "n"_a, "ranks"_a, "rank"_a,
+  m.def("ring_plan", &ring_plan_dict, "sharding"_a, "causal"_a, "n"_a, "ranks"_a, "rank"_a, "key_cap"_a = 0,
         "Rung 12's plan of one rank (ring_plan.h): 'chunks' (chunk, global begin, length, first local "
         "row) of its shard, and per step 'src_rank' (whose K/V it holds), 'kv_len', 'send_to', "
         "'recv_from', 'send_len', 'recv_len' (rows passed on after the step) and 'launches' (q_begin, "
         "q_len, k_begin, k_len, causal: local rows of its Q shard against rows of the K/V shard held, "
-        "causal bottom-right aligned)");
+        "causal bottom-right aligned; key_cap > 0: every launch cut by split_keys to at most that many "
+        "keys, several launches of a step then sharing rows), 'key_cap' and 'forward_key_cap' (the cap "
+        "the forward of a pass with a backward takes on rows of n keys, forward_key_cap)");
 
   nb::class_<PreparedForward>(m, "PreparedForward",
                               "A forward launch prepared for one input signature: supports(), the "

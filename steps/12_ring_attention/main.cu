@@ -196,15 +196,16 @@ int finish(const Report& rep, const Options& opt, const std::string& prog) {
 /// check covers them where P GPUs are not at hand; the transfers, the streams' overlap and the
 /// process model are what only --gpus P runs. Each rank's pass is timed alone on the GPU, as it
 /// would run on its own GPU: the slowest one is the ring's time if every transfer hid.
-void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const Rung* bwd, const DeviceInfo& dev,
-                 const HostInputs& in, const std::vector<uint16_t>& dout, Report* rep, std::vector<uint16_t>* o_ring) {
+void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const Rung* bwd, int key_cap,
+                 const DeviceInfo& dev, const HostInputs& in, const std::vector<uint16_t>& dout, Report* rep,
+                 std::vector<uint16_t>* o_ring) {
   const Problem& p = opt.problem;
   std::vector<std::unique_ptr<RankRing>> ranks;
   for (int r = 0; r < P; ++r) {
     ranks.push_back(std::make_unique<RankRing>(p, sh, P, r, fwd, dev, nullptr, in));
     std::string why = ranks.back()->why_not();
     if (why.empty() && bwd) {
-      ranks.back()->enable_backward(*bwd, dout);
+      ranks.back()->enable_backward(*bwd, dout, key_cap);
       why = ranks.back()->why_not_backward();
     }
     if (!why.empty()) throw Unsupported(why);
@@ -242,6 +243,7 @@ void replay_ring(const Options& opt, Sharding sh, int P, const Rung& fwd, const 
     for (auto& r : ranks) r->collect_grads(&dq, &dk, &dv);
     rep->bwd.ran = true;
     rep->bwd.label = bwd->label();
+    rep->bwd.forward_key_cap = ranks[0]->forward_key_cap();
     rep->bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed, kBwdCheckWork, nullptr,
                                     BwdForward{o_ring, &lse_ring});
   }
@@ -360,13 +362,13 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
   rep.pairs = pairs_per_rank(sh, p.causal, p.seqlen_q, P);
   std::vector<uint16_t> o_ring;
   if (replay) {
-    replay_ring(opt, sh, P, fwd, bwd, dev, in, dout, &rep, &o_ring);
+    replay_ring(opt, sh, P, fwd, bwd, ro.key_cap, dev, in, dout, &rep, &o_ring);
   } else {
     auto* ring_owned = new RankRing(p, sh, P, rank, fwd, dev, comm, in);
     RankRing& ring = *ring_owned;
     std::string why = ring.why_not();
     if (why.empty() && bwd) {
-      ring.enable_backward(*bwd, dout);
+      ring.enable_backward(*bwd, dout, ro.key_cap);
       why = ring.why_not_backward();
     }
     if (!why.empty()) throw Unsupported(why);  // every rank runs the same problems: all say so
@@ -391,6 +393,7 @@ int run_rank(const RingOptions& ro, const Options& opt, Sharding sh, int rank, i
       if (opt.check != CheckMode::none) ring.gather_grads(&dq, &dk, &dv);
       rep.bwd.ran = true;
       rep.bwd.label = bwd->label();
+      rep.bwd.forward_key_cap = ring.forward_key_cap();
       if (rank == 0 && opt.check != CheckMode::none)
         rep.bwd.check = check_backward(p, in, dout, dq, dk, dv, opt.check, opt.seed, kBwdCheckWork, nullptr,
                                        BwdForward{&o_ring, &lse_ring});

@@ -36,6 +36,7 @@ RankRing::RankRing(const Problem& p, Sharding sh, int world, int rank, const Run
       dev_(dev),
       comm_(comm),
       plan_(plan_rank(sh, p.causal, p.seqlen_q, world, rank)),
+      fplan_(plan_),
       max_len_(max_shard_len(sh, p.seqlen_q, world)),
       ev_step_start_(world),
       ev_compute_done_(world),
@@ -193,12 +194,25 @@ double RankRing::send_bytes(int s) const {
   return 2.0 * 2.0 * p_.batch * plan_.steps[s].send_len * row_elems(p_.heads_kv, p_.head_dim);
 }
 
-void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dout_whole) {
+void RankRing::enable_backward(const Rung& bwd, const std::vector<uint16_t>& dout_whole, int key_cap) {
   for (const StepPlan& sp : plan_.steps)
     if (launches_share_keys(sp))
       throw std::logic_error("ring plan: two launches of step " + std::to_string(sp.step) +
                              " read the same keys; the backward sums one partial dK, dV per step");
   bwd_ = &bwd;
+  // The forward's launches cut to at most forward_key_cap keys (ring_plan.h says why), and the
+  // forward rung's workspace sized for the pieces too.
+  fcap_ = key_cap >= 0 ? key_cap : ring::forward_key_cap(p_.seqlen_k);
+  fplan_ = plan_rank(plan_.sharding, p_.causal, p_.seqlen_q, world_, rank_, fcap_);
+  if (fwd_.workspace_bytes) {
+    size_t fws = ws_bytes_;
+    for (const StepPlan& sp : fplan_.steps)
+      for (const Launch& l : sp.launches) fws = std::max(fws, fwd_.workspace_bytes(chunk(l)));
+    if (fws > ws_bytes_) {
+      ws_ = DeviceBuffer(fws);
+      ws_bytes_ = fws;
+    }
+  }
   const int s_local = plan_.q_shard.len;
   const int64_t kv_row = row_elems(p_.heads_kv, p_.head_dim);
   const int64_t kv_elems = 2 * static_cast<int64_t>(p_.batch) * max_len_ * kv_row;  // K then V
@@ -228,6 +242,13 @@ std::string RankRing::why_not_backward() const {
   if (!fwd_.writes_o_fp32)
     return fwd_.label() + " does not write O in fp32 (Rung::writes_o_fp32): the backward's D would carry every "
            "step's 16-bit rounding of O";
+  for (const StepPlan& sp : fplan_.steps)  // the forward's pieces (cut where rows are long)
+    for (const Launch& l : sp.launches) {
+      const Problem lp = chunk(l);
+      const std::string why = supports(fwd_, lp, dev_);
+      if (!why.empty())
+        return fwd_.label() + " cannot run the forward's piece " + lp.describe() + ": " + why;
+    }
   for (const StepPlan& sp : plan_.steps)
     for (const Launch& l : sp.launches) {
       const Problem lp = chunk(l);

@@ -140,8 +140,11 @@ class RankRing {
 
   /// Makes this rank ready for backward passes with rung @p bwd: its rows of @p dout_whole (dO of
   /// the whole sequence), the gradients' buffers, and from now on forward passes that keep O in
-  /// fp32 (the D of every step's backward reads the final O, before its rounding).
-  void enable_backward(const Rung& bwd, const std::vector<uint16_t>& dout_whole);
+  /// fp32 (the D of every step's backward reads the final O, before its rounding), their launches
+  /// cut to @p key_cap keys (-1: forward_key_cap of the sequence; 0: uncut).
+  void enable_backward(const Rung& bwd, const std::vector<uint16_t>& dout_whole, int key_cap = -1);
+  /// The keys per launch of the forward (0: uncut).
+  int forward_key_cap() const { return fcap_; }
 
   /// "" if the backward rung runs every launch of this rank's plan, else its reason.
   std::string why_not_backward() const;
@@ -188,6 +191,10 @@ class RankRing {
   DeviceInfo dev_;
   Communicator* comm_;
   RankPlan plan_;
+  /// The forward's plan: plan_, or with a backward to follow (enable_backward) plan_ with every
+  /// launch cut to forward_key_cap keys, so the fp32 O that D comes from stays exact enough.
+  RankPlan fplan_;
+  int fcap_ = 0;
   int max_len_;
   int64_t q_elems_ = 0, lse_elems_ = 0;
   DeviceBuffer q_, o_, o_part_, o_acc_, lse_, lse_part_, ws_, sync_;

@@ -32,6 +32,8 @@ struct RingOptions {
                             ///< this host share one GPU, so the times are not a P-GPU ring's
   bool backward = false;    ///< --backward: each pass is a forward and a backward pass over the
                             ///< ring (dQ, dK, dV checked; forward + backward timed)
+  int key_cap = -1;         ///< --key-cap K: with --backward, the keys per launch of the forward
+                            ///< (-1: ring_plan.h's forward_key_cap of the sequence; 0: uncut)
 };
 
 /// Result of take_ring_flags: the rung's flags, the rest for parse_cli, or an error.
@@ -72,7 +74,8 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
     }
     const bool ours = flag == "--gpus" || flag == "--rank" || flag == "--local-rank" ||
                       flag == "--id-file" || flag == "--timeout" || flag == "--forward-rung" ||
-                      flag == "--single" || flag == "--fail-rank" || flag == "--replay";
+                      flag == "--single" || flag == "--fail-rank" || flag == "--replay" ||
+                      flag == "--key-cap";
     if (!ours) {
       r.rest.push_back(argv[a]);
       continue;
@@ -113,6 +116,9 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
     } else if (flag == "--replay") {
       if (iv < 1) fail("--replay must be >= 1 ranks, got " + value);
       o->replay = iv;
+    } else if (flag == "--key-cap") {
+      if (iv < 0) fail("--key-cap must be >= 0 keys (0: the forward's launches uncut), got " + value);
+      o->key_cap = iv;
     }
   }
   if (!r.ok) return r;
@@ -124,6 +130,8 @@ inline RingParse take_ring_flags(int argc, const char* const* argv, RingOptions*
     fail("--fail-rank tests the process model, which --replay does not have");
   else if (o->replay > 0 && o->shared_gpu)
     fail("--shared-gpu marks ranks in separate processes on one GPU; --replay runs them in one");
+  else if (o->key_cap >= 0 && !o->backward)
+    fail("--key-cap cuts the forward's launches for the backward's D: it needs --backward");
   else if (o->rank >= o->gpus)
     fail("--rank " + std::to_string(o->rank) + " is outside a ring of --gpus " +
          std::to_string(o->gpus));
@@ -145,6 +153,9 @@ inline const char* ring_usage() {
          "                       on sm_90, else rung 11's): K/V travel again with their dK, dV\n"
          "                       sums; dQ, dK, dV checked, forward + backward timed\n"
          "                       (--fail-rank then leaves in the backward pass)\n"
+         "  --key-cap K          with --backward: at most K keys per launch of the forward (default:\n"
+         "                       ring_plan.h's forward_key_cap of the sequence, so the fp32 O that\n"
+         "                       D comes from stays exact enough; 0: launches uncut, the ablation)\n"
          "  --replay P           the P ranks of a ring in turn on this one GPU: every step's "
          "launches\n"
          "                       and merges, no NCCL transfer; checks the plan where P GPUs are\n"

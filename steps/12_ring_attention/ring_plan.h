@@ -38,10 +38,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "../11_backward/delta_policy.h"  // kExactDeltaKeys: the row length rung 11 trusts D from the fp32 O
 
 namespace fl::ring {
 
@@ -261,47 +264,138 @@ inline std::vector<Launch> launches_for(const Shard& q_shard, const Shard& kv, b
 }
 
 /// Fills every launch's merges: the rank's rows are cut at every launch's edges, so each piece
-/// is covered by the same steps throughout; a piece is first at the first step that covers it
-/// and last at the last one. Adjacent pieces with the same flags are joined.
+/// is covered by the same launches throughout; a piece is first at the first launch that covers
+/// it and last at the last one, in the order they run (step by step, each step's launches in
+/// turn: a step cut by split_keys has several launches over the same rows). Adjacent pieces with
+/// the same flags are joined.
 inline void plan_merges(RankPlan* p) {
   std::vector<int> cuts;
-  for (const StepPlan& sp : p->steps)
-    for (const Launch& l : sp.launches) {
+  std::vector<Launch*> order;  // every launch, in the order the schedule runs them
+  for (StepPlan& sp : p->steps)
+    for (Launch& l : sp.launches) {
       cuts.push_back(l.q.begin);
       cuts.push_back(l.q.end());
+      order.push_back(&l);
     }
   std::sort(cuts.begin(), cuts.end());
   cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
-  auto covers = [](const StepPlan& sp, int row) {
-    for (const Launch& l : sp.launches)
-      if (row >= l.q.begin && row < l.q.end()) return true;
-    return false;
-  };
-  const int steps = static_cast<int>(p->steps.size());
-  for (int s = 0; s < steps; ++s)
-    for (Launch& l : p->steps[s].launches) {
-      l.merges.clear();
-      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-        const int b = cuts[c], e = cuts[c + 1];
-        if (b < l.q.begin || e > l.q.end()) continue;  // a piece outside this launch
-        int first = -1, last = -1;
-        for (int t = 0; t < steps; ++t)
-          if (covers(p->steps[t], b)) {
-            if (first < 0) first = t;
-            last = t;
-          }
-        const MergePiece m{{b, e - b}, first == s, last == s};
-        if (!l.merges.empty() && l.merges.back().rows.end() == b &&
-            l.merges.back().first == m.first && l.merges.back().last == m.last)
-          l.merges.back().rows.len += m.rows.len;
-        else
-          l.merges.push_back(m);
-      }
+  auto covers = [](const Launch* l, int row) { return row >= l->q.begin && row < l->q.end(); };
+  const int n = static_cast<int>(order.size());
+  for (int i = 0; i < n; ++i) {
+    Launch& l = *order[i];
+    l.merges.clear();
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const int b = cuts[c], e = cuts[c + 1];
+      if (b < l.q.begin || e > l.q.end()) continue;  // a piece outside this launch
+      bool earlier = false, later = false;
+      for (int t = 0; t < n && !earlier; ++t) earlier = t < i && covers(order[t], b);
+      for (int t = i + 1; t < n && !later; ++t) later = covers(order[t], b);
+      const MergePiece m{{b, e - b}, !earlier, !later};
+      if (!l.merges.empty() && l.merges.back().rows.end() == b &&
+          l.merges.back().first == m.first && l.merges.back().last == m.last)
+        l.merges.back().rows.len += m.rows.len;
+      else
+        l.merges.push_back(m);
     }
+  }
+}
+
+/// The most keys one launch of the forward rung may sum over, on rows of @p n keys, when a backward
+/// pass follows (0: no limit).
+///
+/// The backward's D = rowsum(dO * O) comes from the forward's fp32 O. That O carries a bias that
+/// grows with the keys one launch sums: the tensor cores' fp32 accumulation truncates instead of
+/// rounding to nearest, and O += P V adds every 16 keys into the same accumulator. D carries the
+/// bias, and dQ_i = s sum_j dS_ij K_j sums it over the row. Measured on the ring, dQ's error is
+/// proportional to L sqrt(N) for L keys per launch on rows of N keys (README, "On four H200s").
+/// Rung 11 trusts the fp32 O's D up to rows of kExactDeltaKeys = 16384 keys in one launch
+/// (L = N = 16k). The cap keeps L sqrt(N) at that level: L <= 16384 sqrt(16384 / N), a multiple of
+/// 128 keys (4096 at N = 256k). The launches' fp32 partials are then merged on the CUDA cores,
+/// rounded to nearest, which adds no bias.
+inline int forward_key_cap(int n) {
+  constexpr int kRef = fl::bwd::kExactDeltaKeys;
+  constexpr int kQuantum = 128;
+  if (n <= kRef) return 0;
+  const int cap =
+      static_cast<int>(kRef * std::sqrt(static_cast<double>(kRef) / n)) / kQuantum * kQuantum;
+  return std::max(cap, kQuantum);
+}
+
+/// @p l cut into launches none of whose rows sums over more than @p cap keys; together they compute
+/// exactly @p l's (query, key) pairs, each once, under the ladder's bottom-right causal mask ({l}
+/// when cap is 0 or no row of l sees more than cap keys). Every piece keeps a bottom-right mask
+/// or none, so any forward rung runs it:
+///
+///   unmasked  the keys in blocks of cap, each against every query: K / cap launches.
+///   causal    past = k.len - q.len keys every query sees, then the diagonal. The keys are cut into
+///             blocks of cap from the launch's first key; row i sees keys [0, past + i]. Band m
+///             holds the rows whose last key falls in block m (rows [m cap - past, (m+1) cap -
+///             past)): one causal launch of those rows against keys [m cap, past + band end), at
+///             most cap keys, bottom-right aligned again. Every block b before that is seen whole
+///             by all rows of the later bands: one unmasked launch of rows [(b+1) cap - past,
+///             q.len) against block b. About 2 K / cap launches, and every row is merged in about
+///             past / cap + 1 pieces.
+///
+/// @code
+///   // clang-format off
+///   causal, past = 2 cap, q.len = 2 cap    keys:  | block 0 | block 1 | block 2 | block 3 |
+///   rows [0, cap)       band 2                     |  full   |  full   | causal  |
+///   rows [cap, 2 cap)   band 3                     |  full   |  full   |  full   | causal  |
+///   unmasked launches: block 0 and block 1 x rows [0, 2 cap); block 2 x rows [cap, 2 cap)
+///   // clang-format on
+/// @endcode
+inline std::vector<Launch> split_keys(const Launch& l, int cap) {
+  if (cap <= 0 || l.k.len <= cap) return {l};
+  std::vector<Launch> out;
+  auto piece = [&](int q0, int q1, int k0, int k1, bool causal) {  // relative to l's rows and keys
+    if (q1 <= q0 || k1 <= k0) return;
+    Launch p;
+    p.q = {l.q.begin + q0, q1 - q0};
+    p.k = {l.k.begin + k0, k1 - k0};
+    p.causal = causal;
+    out.push_back(p);
+  };
+  if (!l.causal) {
+    const int blocks = (l.k.len + cap - 1) / cap;
+    for (int b = 0; b < blocks; ++b)
+      piece(0, l.q.len, b * cap, std::min(l.k.len, (b + 1) * cap), false);
+    return out;
+  }
+  const int past = l.k.len - l.q.len;
+  const int64_t blocks = (static_cast<int64_t>(l.k.len) + cap - 1) / cap;
+  for (int64_t b = 0; b < blocks; ++b) {  // block b, whole, for the rows whose band comes after it
+    const int64_t row0 = (b + 1) * cap - past;
+    piece(static_cast<int>(std::clamp<int64_t>(row0, 0, l.q.len)), l.q.len,
+          static_cast<int>(b * cap), static_cast<int>(std::min<int64_t>(l.k.len, (b + 1) * cap)),
+          false);
+  }
+  // Band m: its rows against the rest of their keys.
+  for (int64_t m = past / cap; m < blocks; ++m) {
+    const int q0 = static_cast<int>(std::clamp<int64_t>(m * cap - past, 0, l.q.len));
+    const int q1 = static_cast<int>(std::clamp<int64_t>((m + 1) * cap - past, 0, l.q.len));
+    piece(q0, q1, static_cast<int>(m * cap), past + q1, true);
+  }
+  return out;
+}
+
+/// True when two launches of step @p sp compute the same query rows: a plan cut by split_keys. Its
+/// merges must then run after each launch, since every launch writes its partial result to the
+/// same rows of one buffer (ring_schedule.cu).
+inline bool launches_share_rows(const StepPlan& sp) {
+  for (size_t a = 0; a < sp.launches.size(); ++a)
+    for (size_t b = a + 1; b < sp.launches.size(); ++b) {
+      const Range& x = sp.launches[a].q;
+      const Range& y = sp.launches[b].q;
+      if (x.len > 0 && y.len > 0 && x.begin < y.end() && y.begin < x.end()) return true;
+    }
+  return false;
 }
 
 /// The plan of rank @p rank in a ring of @p ranks over @p n tokens.
-inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank) {
+///
+/// @p key_cap > 0: every launch cut by split_keys (the forward of a pass with a backward:
+/// forward_key_cap). The backward runs the uncut plan: its launches must read disjoint keys.
+inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank, int key_cap = 0) {
   if (ranks < 1 || rank < 0 || rank >= ranks || n < 1)
     throw std::invalid_argument("ring plan: need n >= 1 and 0 <= rank < ranks");
   RankPlan p;
@@ -324,6 +418,12 @@ inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank) {
       sp.recv_len = shard_of_rank(s, n, ranks, (sp.src_rank - 1 + ranks) % ranks).len;
     }
     sp.launches = launches_for(p.q_shard, kv, causal);
+    if (key_cap > 0) {
+      std::vector<Launch> cut;
+      for (const Launch& l : sp.launches)
+        for (Launch& piece : split_keys(l, key_cap)) cut.push_back(std::move(piece));
+      sp.launches = std::move(cut);
+    }
     p.steps.push_back(sp);
   }
   plan_merges(&p);

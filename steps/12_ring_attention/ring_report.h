@@ -54,6 +54,7 @@ inline Agreement agreement(DType t, const std::vector<uint16_t>& ring,
 struct BackwardReport {
   bool ran = false;
   std::string label;  ///< the backward rung of each step (rung 14's o32-delta, or rung 11's)
+  int forward_key_cap = 0;  ///< keys per launch of the forward (ring_plan.h, forward_key_cap; 0: uncut)
   BwdCheck check;     ///< the ring's dQ, dK, dV against the fp64 reference
   std::vector<double> ring_ms;   ///< per timed iteration: the slowest rank's backward pass
   std::vector<double> total_ms;  ///< per timed iteration: the slowest rank's forward + backward
@@ -243,6 +244,7 @@ inline std::string report_json(const Report& r) {
           .end_object();
     j.kv("groups", b.check.groups).kv("groups_total", b.check.groups_total).kv("note", b.check.note).end_object();
     j.begin_object("single").kv("rung", b.single_label).kv("skipped", b.single_skipped).kv("median_ms", one_bwd).end_object();
+    j.kv("forward_key_cap", b.forward_key_cap);
     const bool rep = r.replay;
     j.begin_object("timing")
         .kv(rep ? "slowest_rank_bwd_median_ms" : "ring_bwd_median_ms", bwd)
@@ -304,7 +306,11 @@ inline std::string steps_table(const Report& r, const std::vector<std::vector<do
 /// The backward pass's lines of the text report.
 inline std::string backward_text(const Report& r) {
   const BackwardReport& b = r.bwd;
-  std::string s = "backward: " + b.label + " on each step's launches\n";
+  std::string s = "backward: " + b.label + " on each step's launches";
+  if (b.forward_key_cap > 0)
+    s += "; the forward's launches cut to " + std::to_string(b.forward_key_cap) +
+         " keys (ring_plan.h, forward_key_cap: D from an fp32 O summed over that many keys at most)";
+  s += "\n";
   s += "check:   " + bwd_check_line(b.check) + "\n";
   char buf[512];
   const double bwd = median(b.ring_ms), total = median(b.total_ms);

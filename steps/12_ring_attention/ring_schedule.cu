@@ -149,17 +149,29 @@ StepTimes RankRing::forward(int fail_rank) {
   return t;
 }
 
-// One step's compute: the plan's launches of the forward rung, then their merges.
+// One step's compute: the plan's launches of the forward rung, then their merges. With a backward
+// to follow, the forward's plan (fplan_) may cut a launch into pieces over the same rows
+// (split_keys): each piece's merges then run right after it, since the next piece writes its
+// partial result to the same buffer (the step's compute time then includes all merges but the last
+// piece's).
 void RankRing::compute_step(int s, const void* kv, cudaEvent_t launched) {
-  const StepPlan& sp = plan_.steps[s];
+  const StepPlan& sp = fplan_.steps[s];
   cudaStream_t cs = compute_.s;
+  const bool merge_each = launches_share_rows(sp);
   int64_t lse_off = 0;
   std::vector<MergeArgs> merges;
+  auto run_merges = [&] {
+    for (const MergeArgs& m : merges) {
+      FL_DTYPE_SWITCH(p_.dtype, T, [&] { launch_merge<T>(m, cs); });
+      FL_LAUNCH_CHECK("merge_partial");
+    }
+    merges.clear();
+  };
   for (const Launch& l : sp.launches) {
     float* lse_part = lse_part_.as<float>() + lse_off;
     // With a backward to follow, each launch also writes its O in fp32 (dense, after the previous
-    // launches' rows: a step's launches cover disjoint query rows) and the merges read that: the
-    // D of the backward then carries no 16-bit rounding of O, which dQ would amplify on long rows.
+    // launches' rows, or from the start for the pieces of a cut launch) and the merges read that:
+    // the D of the backward then carries no 16-bit rounding of O, which dQ would amplify on long rows.
     float* o32 = bwd_ ? o_part32_.as<float>() + lse_off * p_.head_dim : nullptr;
     AttnParams a = launch_params(p_, l, plan_.q_shard.len, sp.kv_len, q_.get(), kv, o_part_.get(), lse_part,
                                  ws_.get(), ws_bytes_);
@@ -174,13 +186,13 @@ void RankRing::compute_step(int s, const void* kv, cudaEvent_t launched) {
       ma.o_part32 = o32;
       merges.push_back(ma);
     }
-    lse_off += static_cast<int64_t>(p_.batch) * p_.heads_q * l.q.len;
+    if (merge_each)
+      run_merges();  // the next piece reuses the buffers from their start
+    else
+      lse_off += static_cast<int64_t>(p_.batch) * p_.heads_q * l.q.len;
   }
   if (launched) FL_CUDA_CHECK(cudaEventRecord(launched, cs));
-  for (const MergeArgs& m : merges) {
-    FL_DTYPE_SWITCH(p_.dtype, T, [&] { launch_merge<T>(m, cs); });
-    FL_LAUNCH_CHECK("merge_partial");
-  }
+  run_merges();
 }
 
 // The same steps without the ring (--replay): each reads its shard where its first owner keeps it.

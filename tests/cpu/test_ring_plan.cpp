@@ -23,12 +23,13 @@ namespace {
 
 const Sharding kShardings[] = {Sharding::zigzag, Sharding::contiguous};
 
-/// For every global query, the global keys it is given over all steps of its rank's plan,
-/// applying each launch's mask exactly as a rung does (bottom-right on local indices).
-std::vector<std::vector<int>> keys_seen(Sharding s, bool causal, int n, int ranks) {
+/// For every global query, the global keys it is given over all steps of its rank's plan (its
+/// launches cut to @p key_cap keys when > 0: the forward of a pass with a backward), applying each
+/// launch's mask exactly as a rung does (bottom-right on local indices).
+std::vector<std::vector<int>> keys_seen(Sharding s, bool causal, int n, int ranks, int key_cap = 0) {
   std::vector<std::vector<int>> seen(n);
   for (int r = 0; r < ranks; ++r) {
-    const RankPlan plan = plan_rank(s, causal, n, ranks, r);
+    const RankPlan plan = plan_rank(s, causal, n, ranks, r, key_cap);
     // Global position of each local row of a shard.
     auto global_rows = [&](const Shard& sh) {
       std::vector<int> g(sh.len);
@@ -46,6 +47,7 @@ std::vector<std::vector<int>> keys_seen(Sharding s, bool causal, int n, int rank
         REQUIRE(l.k.end() <= sp.kv_len);
         REQUIRE(l.q.len > 0);
         REQUIRE(l.k.len >= l.q.len * (l.causal ? 1 : 0));
+        if (key_cap > 0) REQUIRE(l.k.len <= std::max(key_cap, 0));
         for (int i = 0; i < l.q.len; ++i)
           for (int j = 0; j < l.k.len; ++j) {
             const bool visible = !l.causal || j <= i + l.k.len - l.q.len;
@@ -120,12 +122,15 @@ TEST_CASE("ring plan: pair kinds per (query chunk, key chunk)", "[cpu][ring_plan
 }
 
 TEST_CASE("ring plan: every query sees exactly its keys, each once", "[cpu][ring_plan]") {
+  // Uncut (key cap 0), and cut by split_keys to caps that split the launches: every piece at most
+  // the cap's keys (keys_seen requires it), together the same pairs.
   for (Sharding s : kShardings)
     for (bool causal : {false, true})
       for (int ranks : {1, 2, 3, 4, 5, 8})
-        for (int n : {1, 2, 7, 8, 33, 100, 257}) {
-          INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks << " N=" << n);
-          const auto seen = keys_seen(s, causal, n, ranks);
+        for (int n : {1, 2, 7, 8, 33, 100, 257})
+          for (int cap : {0, 1, 3, 8, 40}) {
+          INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks << " N=" << n << " key cap=" << cap);
+          const auto seen = keys_seen(s, causal, n, ranks, cap);
           bool ok = true;
           for (int i = 0; i < n && ok; ++i) {
             std::vector<int> got = seen[i];
@@ -306,9 +311,12 @@ TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu
   std::mt19937 rng(7);
   std::normal_distribution<double> nd(0.0, 1.0);
   const int D = 16;
+  // Uncut, and cut by split_keys (several launches of a step over the same rows, each merged
+  // right after it runs, as ring_schedule.cu does then).
   for (Sharding s : kShardings)
     for (bool causal : {false, true})
-      for (int ranks : {1, 2, 3, 4}) {
+      for (int ranks : {1, 2, 3, 4})
+        for (int cap : {0, 4, 7}) {
         const int n = 61;
         std::vector<double> q(n * D), k(n * D), v(n * D);
         for (auto* t : {&q, &k, &v})
@@ -321,7 +329,7 @@ TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu
         };
         double worst = 0, worst_lse = 0;
         for (int r = 0; r < ranks; ++r) {
-          const RankPlan plan = plan_rank(s, causal, n, ranks, r);
+          const RankPlan plan = plan_rank(s, causal, n, ranks, r, cap);
           const Shard& qs = plan.q_shard;
           std::vector<int> qg(qs.len);
           for (const LocalChunk& lc : qs.chunks)
@@ -389,7 +397,7 @@ TEST_CASE("ring merge: partial (O, LSE) merged in fp32 equal one softmax", "[cpu
             worst_lse = std::max(worst_lse, std::abs(lse_acc[row] - (m + std::log(sum))));
           }
         }
-        INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks);
+        INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks << " key cap=" << cap);
         CHECK(worst < 2e-5);  // NaN (a row never written, or a first merge that read) fails
         CHECK(worst_lse < 2e-5);
       }
@@ -402,9 +410,10 @@ TEST_CASE("ring merge: every row's merges start once and end once, in step order
   for (Sharding s : kShardings)
     for (bool causal : {false, true})
       for (int ranks = 1; ranks <= 8; ++ranks)
-        for (int n : {1, 5, 13, 61, 1001}) {
+        for (int n : {1, 5, 13, 61, 1001})
+          for (int cap : {0, 16}) {
           for (int r = 0; r < ranks; ++r) {
-            const RankPlan plan = plan_rank(s, causal, n, ranks, r);
+            const RankPlan plan = plan_rank(s, causal, n, ranks, r, cap);
             const int rows = plan.q_shard.len;
             std::vector<std::vector<std::pair<int, const MergePiece*>>> seen(rows);
             bool pieces_tile_launches = true;
@@ -421,14 +430,15 @@ TEST_CASE("ring merge: every row's merges start once and end once, in step order
                 pieces_tile_launches = pieces_tile_launches && at == l.q.end();
               }
             INFO(sharding_name(s) << " causal=" << causal << " P=" << ranks << " n=" << n
-                                  << " rank=" << r);
+                                  << " rank=" << r << " key cap=" << cap);
             CHECK(pieces_tile_launches);
             bool ok = true;
             for (int row = 0; row < rows; ++row) {
               const auto& v = seen[row];
               ok = ok && !v.empty() && v.front().second->first && v.back().second->last;
               for (size_t k = 0; k < v.size(); ++k) {
-                ok = ok && (k == 0 || v[k - 1].first < v[k].first);  // one per step, in order
+                // Uncut: one piece per step, in step order. Cut: several in a step, in launch order.
+                ok = ok && (k == 0 || (cap > 0 ? v[k - 1].first <= v[k].first : v[k - 1].first < v[k].first));
                 ok = ok && v[k].second->first == (k == 0);
                 ok = ok && v[k].second->last == (k + 1 == v.size());
               }
@@ -436,6 +446,78 @@ TEST_CASE("ring merge: every row's merges start once and end once, in step order
             CHECK(ok);
           }
         }
+}
+
+TEST_CASE("ring plan: the forward's key cap keeps L sqrt(N) at rung 11's 16k level", "[cpu][ring_plan]") {
+  CHECK(forward_key_cap(1) == 0);
+  CHECK(forward_key_cap(fl::bwd::kExactDeltaKeys) == 0);  // one launch of 16k keys: what rung 11 trusts
+  CHECK(forward_key_cap(65536) == 8192);
+  CHECK(forward_key_cap(131072) == 5760);  // 16384 / sqrt(8) = 5792.6, down to a multiple of 128
+  CHECK(forward_key_cap(262144) == 4096);
+  CHECK(forward_key_cap(1 << 20) == 2048);
+  CHECK(forward_key_cap(1 << 30) == 128);  // never below one 128-key block
+  const double budget = 16384.0 * std::sqrt(16384.0);
+  for (int n = 16385; n < (1 << 27); n = n * 3 / 2) {
+    const int cap = forward_key_cap(n);
+    INFO("n=" << n << " cap=" << cap);
+    CHECK(cap % 128 == 0);
+    CHECK(cap <= n);
+    if (cap > 128) CHECK(cap * std::sqrt(static_cast<double>(n)) <= budget);
+  }
+}
+
+TEST_CASE("ring plan: split_keys cuts a launch into bottom-right pieces of at most the cap", "[cpu][ring_plan]") {
+  // Every (row, key) pair of the launch, visible under its mask, is computed by exactly one piece,
+  // under that piece's own bottom-right mask, and no hidden pair by any; every piece is a launch a
+  // rung runs (causal: at least as many keys as rows) within the cap. A causal launch is cut into
+  // about 2 K / cap pieces, an unmasked one into K / cap.
+  for (bool causal : {false, true})
+    for (int q_len : {1, 5, 64, 130})
+      for (int past : {0, 1, 63, 200})
+        for (int cap : {1, 2, 16, 64, 100, 1000}) {
+          if (!causal && past == 0) continue;  // unmasked: the keys alone matter
+          Launch l;
+          l.q = {7, q_len};
+          l.k = {3, q_len + past};
+          l.causal = causal;
+          const std::vector<Launch> pieces = split_keys(l, cap);
+          INFO("causal=" << causal << " q=" << q_len << " past=" << past << " cap=" << cap << " pieces="
+                         << pieces.size());
+          std::vector<int> count(static_cast<size_t>(l.q.len) * l.k.len, 0);
+          bool shapes_ok = true;
+          for (const Launch& p : pieces) {
+            shapes_ok = shapes_ok && p.q.len > 0 && p.k.len > 0 && p.q.begin >= l.q.begin && p.q.end() <= l.q.end() &&
+                        p.k.begin >= l.k.begin && p.k.end() <= l.k.end() && (!p.causal || p.k.len >= p.q.len) &&
+                        (l.k.len <= cap || p.k.len <= cap);
+            for (int i = 0; i < p.q.len; ++i)
+              for (int j = 0; j < p.k.len; ++j)
+                if (!p.causal || j <= i + p.k.len - p.q.len)
+                  count[static_cast<size_t>(p.q.begin - l.q.begin + i) * l.k.len + (p.k.begin - l.k.begin + j)]++;
+          }
+          CHECK(shapes_ok);
+          bool pairs_ok = true;
+          for (int i = 0; i < l.q.len; ++i)
+            for (int j = 0; j < l.k.len; ++j) {
+              const bool visible = !l.causal || j <= i + l.k.len - l.q.len;
+              pairs_ok = pairs_ok && count[static_cast<size_t>(i) * l.k.len + j] == (visible ? 1 : 0);
+            }
+          CHECK(pairs_ok);
+          int64_t sum = 0;
+          for (const Launch& p : pieces) sum += p.pairs();
+          CHECK(sum == l.pairs());
+          if (l.k.len <= cap) {
+            CHECK(pieces.size() == 1);
+          } else {
+            const int blocks = (l.k.len + cap - 1) / cap;
+            CHECK(static_cast<int>(pieces.size()) <= (causal ? 2 * blocks : blocks));
+          }
+        }
+  // A plan cut for the backward runs several launches of a step over the same rows; uncut, never.
+  const RankPlan cut = plan_rank(Sharding::zigzag, true, 1001, 2, 0, 64);
+  const RankPlan whole = plan_rank(Sharding::zigzag, true, 1001, 2, 0);
+  CHECK(launches_share_rows(cut.steps[0]));
+  CHECK_FALSE(launches_share_rows(whole.steps[0]));
+  CHECK(cut.pairs() == whole.pairs());
 }
 
 TEST_CASE("ring merge: a partial with no key changes nothing", "[cpu][ring_merge]") {
@@ -507,6 +589,23 @@ TEST_CASE("ring options: rung 12's flags, the rest for the shared parser", "[cpu
   REQUIRE(r.ok);
   CHECK(o.backward);
   CHECK(r.rest == std::vector<std::string>{"12_ring_attention", "--seqlen", "1001"});
+  CHECK(o.key_cap == -1);  // the forward's launches cut by forward_key_cap unless told
+  // --key-cap K: the forward's keys per launch, with a backward only (0: uncut, the ablation).
+  o = RingOptions();
+  r = parse({"--backward", "--key-cap", "64"}, &o);
+  REQUIRE(r.ok);
+  CHECK(o.key_cap == 64);
+  o = RingOptions();
+  r = parse({"--backward", "--key-cap=0"}, &o);
+  REQUIRE(r.ok);
+  CHECK(o.key_cap == 0);
+  o = RingOptions();
+  r = parse({"--key-cap", "64"}, &o);
+  CHECK_FALSE(r.ok);
+  CHECK(r.error.find("needs --backward") != std::string::npos);
+  o = RingOptions();
+  r = parse({"--backward", "--key-cap", "-1"}, &o);
+  CHECK_FALSE(r.ok);
   // --replay P: every rank in this one process, so no --gpus P and no --fail-rank with it.
   o = RingOptions();
   r = parse({"--replay", "4", "--seqlen", "1001"}, &o);

@@ -143,7 +143,8 @@ def run_case(case, rank, ranks, device, backend):
     q, k, v, dout = make_inputs(case, device)
     leaves = [flashladder.ring_shard(t, seqlen, sharding=sharding).requires_grad_() for t in (q, k, v)]
     out, lse = flashladder.ring_attention(*leaves, seqlen, causal=causal, softmax_scale=scale,
-                                          sharding=sharding, return_lse=True, _backend=backend)
+                                          sharding=sharding, return_lse=True, _backend=backend,
+                                          _key_cap=case.get("key_cap"))
     out.backward(flashladder.ring_shard(dout, seqlen, sharding=sharding))
 
     def full(x, dim=1):
@@ -153,9 +154,10 @@ def run_case(case, rank, ranks, device, backend):
            "dK": full(leaves[1].grad), "dV": full(leaves[2].grad)}
     if rank != 0:
         return
-    what = "P=%d %s %s causal=%d B=%d N=%d H=%d/%d d=%d%s" % (
+    what = "P=%d %s %s causal=%d B=%d N=%d H=%d/%d d=%d%s%s" % (
         ranks, case["dtype"], sharding, causal, batch, seqlen, hq, hkv, d,
-        "" if scale is None else " scale=%g" % scale)
+        "" if scale is None else " scale=%g" % scale,
+        "" if case.get("key_cap") is None else " forward launches cut to %d keys" % case["key_cap"])
     bad = []
     if lse.requires_grad:
         bad.append("the LSE must be non-differentiable")
@@ -292,6 +294,11 @@ def cpu_cases(ranks):
                   "dtype": "bf16", "seed": 100})
     cases.append({"shape": (1, 10 * ranks + 3, 4, 1, 32), "causal": True, "sharding": "contiguous",
                   "scale": None, "dtype": "fp16", "seed": 101})
+    # The forward's launches cut to 5 keys (split_keys: several launches of a step over the same
+    # rows, each merged as it ends), as rows past 16384 keys are with a backward to follow.
+    for causal in (False, True):
+        cases.append({"shape": (2, 48, 4, 2, 16), "causal": causal, "sharding": "zigzag", "scale": None,
+                      "dtype": "fp64", "seed": 102 + causal, "key_cap": 5})
     return cases
 
 
@@ -306,7 +313,8 @@ def gpu_cases(ranks):
                                       "scale": None, "dtype": dtype, "seed": len(cases)})
     if ranks <= 2:
         # Launches of 17000 keys, past the 16384 beyond which a rung's default backward takes D
-        # from its own exact pass over the keys it holds: the ring's o32-delta entry must not.
+        # from its own exact pass over the keys it holds: the ring's o32-delta entry must not. Rows of
+        # 17000 P keys: the forward's launches are cut to forward_key_cap (11264 keys at P = 2).
         cases.append({"shape": (1, 17000 * ranks, 2 // ranks, 1, 64), "causal": True, "sharding": "zigzag",
                       "scale": None, "dtype": "bf16", "seed": len(cases)})
     return cases

@@ -142,10 +142,10 @@ def _union(ranges, begin, end):
 
 
 @functools.lru_cache(maxsize=256)
-def _schedule(sharding, causal, n, ranks, rank):
+def _schedule(sharding, causal, n, ranks, rank, key_cap=0):
     """(rung 12's plan of one rank as _ext.ring_plan gives it, its merge pieces). Shared between
-    calls: read only."""
-    plan = _ext.ring_plan(sharding, bool(causal), n, ranks, rank)
+    calls: read only. key_cap > 0: its launches cut to at most that many keys (split_keys)."""
+    plan = _ext.ring_plan(sharding, bool(causal), n, ranks, rank, key_cap)
     return plan, _first_pieces(plan["steps"])
 
 
@@ -322,9 +322,12 @@ class ReferenceBackend:
 class _Ring:
     """What one call's forward and backward passes share: the group, the plan, the backend."""
 
-    def __init__(self, group, ranks, rank, plan, pieces, causal, scale, backend):
+    def __init__(self, group, ranks, rank, plan, pieces, causal, scale, backend, fwd=None):
         self.group, self.ranks, self.rank = group, ranks, rank
         self.plan, self.pieces = plan, pieces
+        # The forward's plan: the same, or with a backward to follow its launches cut to the
+        # plan's forward_key_cap keys (ring_plan.h says why: D comes from the forward's fp32 O).
+        self.fwd_plan, self.fwd_pieces = fwd if fwd is not None else (plan, pieces)
         self.causal, self.scale, self.backend = causal, scale, backend
         # Ring neighbours as P2POp names them (the plan's send_to and recv_from are group ranks).
         step0 = plan["steps"][0]
@@ -374,9 +377,9 @@ def _ring_forward(ring, q, k, v):
     out = q.new_zeros((batch, rows, heads_q, head_dim), dtype=acc)
     lse = q.new_full((batch, heads_q, rows), -math.inf, dtype=acc)
     kv = torch.stack((k, v))  # [2, batch, rows, heads_kv, head_dim]: one message per step
-    for s, step in enumerate(ring.plan["steps"]):
+    for s, step in enumerate(ring.fwd_plan["steps"]):
         requests, kv_next = _pass_kv(ring, s, kv)
-        for (q_begin, q_len, k_begin, k_len, causal), pieces in zip(step["launches"], ring.pieces[s]):
+        for (q_begin, q_len, k_begin, k_len, causal), pieces in zip(step["launches"], ring.fwd_pieces[s]):
             q_end, k_end = q_begin + q_len, k_begin + k_len
             o_s, lse_s = ring.backend.forward(q[:, q_begin:q_end], kv[0][:, k_begin:k_end],
                                               kv[1][:, k_begin:k_end], causal, ring.scale)
@@ -486,7 +489,7 @@ def _check_inputs(q, k, v, plan, sharding, seqlen, ranks, rank):
 
 
 def ring_attention(q, k, v, seqlen, group=None, causal=False, softmax_scale=None, sharding="zigzag",
-                   return_lse=False, _backend=None):
+                   return_lse=False, _backend=None, _key_cap=None):
     """Attention over one sequence of ``seqlen`` tokens split over the ranks of ``group`` (None:
     the default process group), each rank holding its rows.
 
@@ -501,7 +504,9 @@ def ring_attention(q, k, v, seqlen, group=None, causal=False, softmax_scale=None
 
     Every rank of the group must call it with the same seqlen, causal, scale, sharding and shapes
     (but its own rows). Runs on the package's rungs (CUDA fp16/bf16, the NCCL backend), or on
-    ``_backend`` (ReferenceBackend: plain torch math, any device, e.g. CPU with gloo). Raises with
+    ``_backend`` (ReferenceBackend: plain torch math, any device, e.g. CPU with gloo); ``_key_cap``
+    (tests): the keys per forward launch when a backward follows, instead of the plan's
+    forward_key_cap of seqlen (0 on rows of at most 16384 keys). Raises with
     one line, on every rank before anything is sent: no process group, inputs on two devices or of
     the wrong shard length, a problem the rungs cannot run (their own reason)."""
     group, ranks, rank = _group_of(group, "ring_attention")
@@ -519,7 +524,11 @@ def ring_attention(q, k, v, seqlen, group=None, causal=False, softmax_scale=None
     backend = _backend if _backend is not None else RungBackend()
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     backend.check(q, k, v, bool(causal), scale, grad)
-    ring = _Ring(group, ranks, rank, plan, pieces, bool(causal), scale, backend)
+    # With a backward to follow, the forward's launches are cut to forward_key_cap keys (the same on
+    # every rank: it depends on seqlen alone).
+    cap = (plan["forward_key_cap"] if _key_cap is None else int(_key_cap)) if grad else 0
+    fwd = _schedule(sharding, bool(causal), seqlen, ranks, rank, cap) if cap else None
+    ring = _Ring(group, ranks, rank, plan, pieces, bool(causal), scale, backend, fwd)
     out, lse = _RingAttention.apply(q, k, v, ring)
     return (out, lse) if return_lse else out
 
