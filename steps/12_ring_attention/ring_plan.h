@@ -304,8 +304,9 @@ inline void plan_merges(RankPlan* p) {
 /// pass follows (0: no limit).
 ///
 /// The backward's D = rowsum(dO * O) comes from the forward's fp32 O. That O carries a bias that
-/// grows with the keys one launch sums: the tensor cores' fp32 accumulation truncates instead of
-/// rounding to nearest, and O += P V adds every 16 keys into the same accumulator. D carries the
+/// grows with the keys one launch sums, as truncating fp32 accumulation in the tensor cores gives
+/// (measured on Volta to Ampere: docs/sources.md) when O += P V adds every 16 keys into the same
+/// accumulator. D carries the
 /// bias, and dQ_i = s sum_j dS_ij K_j sums it over the row. Measured on the ring, dQ's error is
 /// proportional to L sqrt(N) for L keys per launch on rows of N keys (README, "On four H200s").
 /// Rung 11 trusts the fp32 O's D up to rows of kExactDeltaKeys = 16384 keys in one launch
@@ -378,17 +379,23 @@ inline std::vector<Launch> split_keys(const Launch& l, int cap) {
   return out;
 }
 
+/// True when two launches of step @p sp overlap in the range @p r names: their query rows
+/// (&Launch::q) or their keys (&Launch::k).
+inline bool launches_overlap(const StepPlan& sp, Range Launch::*r) {
+  for (size_t a = 0; a < sp.launches.size(); ++a)
+    for (size_t b = a + 1; b < sp.launches.size(); ++b) {
+      const Range& x = sp.launches[a].*r;
+      const Range& y = sp.launches[b].*r;
+      if (x.len > 0 && y.len > 0 && x.begin < y.end() && y.begin < x.end()) return true;
+    }
+  return false;
+}
+
 /// True when two launches of step @p sp compute the same query rows: a plan cut by split_keys. Its
 /// merges must then run after each launch, since every launch writes its partial result to the
 /// same rows of one buffer (ring_schedule.cu).
 inline bool launches_share_rows(const StepPlan& sp) {
-  for (size_t a = 0; a < sp.launches.size(); ++a)
-    for (size_t b = a + 1; b < sp.launches.size(); ++b) {
-      const Range& x = sp.launches[a].q;
-      const Range& y = sp.launches[b].q;
-      if (x.len > 0 && y.len > 0 && x.begin < y.end() && y.begin < x.end()) return true;
-    }
-  return false;
+  return launches_overlap(sp, &Launch::q);
 }
 
 /// The plan of rank @p rank in a ring of @p ranks over @p n tokens.
@@ -434,13 +441,7 @@ inline RankPlan plan_rank(Sharding s, bool causal, int n, int ranks, int rank, i
 /// launch's partial dK, dV rows into one buffer before it sums them (ring_schedule.cu), so it needs
 /// the launches' key ranges disjoint; launches_for gives every plan at most one launch per step.
 inline bool launches_share_keys(const StepPlan& sp) {
-  for (size_t a = 0; a < sp.launches.size(); ++a)
-    for (size_t b = a + 1; b < sp.launches.size(); ++b) {
-      const Range& x = sp.launches[a].k;
-      const Range& y = sp.launches[b].k;
-      if (x.len > 0 && y.len > 0 && x.begin < y.end() && y.begin < x.end()) return true;
-    }
-  return false;
+  return launches_overlap(sp, &Launch::k);
 }
 
 /// Where global token @p pos lives: the rank and the row in its shard.
