@@ -339,10 +339,10 @@ size_t RankRing::backward_device_bytes(const Problem& p, Sharding sh, int world,
   const double q = static_cast<double>(p.batch) * s_local * row_elems(p.heads_q, p.head_dim);
   const double kv = 2.0 * p.batch * max_len * row_elems(p.heads_kv, p.head_dim);
   const double own = 2.0 * p.batch * s_local * row_elems(p.heads_kv, p.head_dim);
-  // dO, dQ's partial and result (16-bit), dQ's sum, the O rows' copy, the forward's fp32 partial
-  // O (fp32); the dK, dV partial
-  // (16-bit), their two travelling sums (fp32), the result (16-bit); the LSE rows' copy; and for
-  // the rung's workspace (its fp32 dQ accumulator and partial sums) twice dQ's sum.
+  // dO, dQ's partial and result (16-bit); dQ's sum, the O rows' copy and the forward's partial O
+  // (fp32); the dK, dV partial (16-bit), their two travelling sums (fp32), the result (16-bit);
+  // the LSE rows' copy; and for the rung's workspace (its fp32 dQ accumulator and partial sums)
+  // twice dQ's sum.
   return static_cast<size_t>(q * (2 + 2 + 2 + 4 + 4 + 4) + kv * (2 + 2 * 4) + own * 2 +
                              4.0 * p.batch * p.heads_q * s_local + q * 4 * 2);
 }
