@@ -357,6 +357,11 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
                       "inside its ring, K/V rotated by %s; `bench/torch_cp_baseline.py` under torchrun), forward + "
                       "backward, its one-GPU time SDPA on the whole sequence with the same backend."
                       % (tc["torch"], tc["backend"], tc["rotate_method"]))
+    caps = {}
+    for nn, c, v, P, j in ring_gpu_rows(runs, n, gpus):
+        if j.get("backward"):
+            caps.setdefault(nn, set()).add(j["backward"].get("forward_key_cap", 0))
+    cap_text = cut_text(caps)
     single_ran = any_run["single"]["ran"]
     t1_text = ("the ring of one (P = 1 through the launcher: the same kernels and D rule) where the folder has it, else "
                "the forward rung and `%s` (the backward rung's own entry, whose D on rows past 16k keys comes from an "
@@ -364,15 +369,24 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
                else "the ring of one (P = 1 through the launcher: the same kernels and D rule)")
     return report.markdown_table(head, rows, ["--:", "---", "---", "--:"] + ["--:"] * 10 + ["---"]) + (
         "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s` and backward rung `%s` in every step; the one-GPU "
-        "time T1 is %s; "
+        "time T1 is %s; %s; "
         "NCCL %s, one process per GPU, `NCCL_NVLS_ENABLE=0`; medians of %d timed passes, each the slowest rank's. "
         "Communication hidden: 1 − (time the compute stream waited for K/V and for the dK, dV sums) / (time the "
         "transfers took), on the worst rank. Checks: O against the fp64 reference on sampled rows%s; dQ, dK, dV "
         "against the fp64 backward reference (%s).%s %s" % (
             pr["batch"], pr["heads_q"], pr["head_dim"], pr["dtype"], any_run["forward_rung"], b["rung"],
-            t1_text, any_run["nccl"], any_run["timing"]["iters"],
+            t1_text, cap_text, any_run["nccl"], any_run["timing"]["iters"],
             " and the single-GPU rung" if single_ran else "",
             bwd_check_text(b), torch_text, ring_provenance(res)))
+
+
+def cut_text(caps):
+    """How the forward's launches were cut (ring_plan.h's forward_key_cap), from {N: {caps of its runs}}."""
+    if all(c <= {0} for c in caps.values()):
+        return "the forward's launches uncut"
+    return "the forward's launches cut to at most %s (`forward_key_cap`)" % ", ".join(
+        "%s at %s" % ("/".join("%d keys" % k if k else "uncut" for k in sorted(caps[nn])), report.seqlen_text(nn))
+        for nn in sorted(caps))
 
 
 def bwd_check_text(b):
