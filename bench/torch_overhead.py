@@ -10,7 +10,8 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
                  --check none --no-compare`: its median (CUDA events around one launch, the L2
                  flushed before each: common/src/timing.cpp, time_launches).
   PyTorch        flashladder.attention(q, k, v, rung=R) timed the runner's way: a 2 x L2 buffer
-                 written before each call, CUDA events around the call, median of N. The host
+                 written before each call by the runner's own flush (_ext.flush_l2, cudaMemsetAsync:
+                 L2Flusher), CUDA events around the call, median of N. The host
                  work of a call that fits in the flush's time is hidden, as it is in the runner.
   PyTorch, idle  the same with the GPU idle when the start event is recorded
                  (torch.cuda.synchronize() after the flush): the call's whole host path (checks,
@@ -19,6 +20,9 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
                  checks and the launch alone, the floor the Python layer adds to.
   binding        the binding alone timed the runner's way (GPU busy with the flush when the call
                  is queued).
+  after fill     PyTorch and the binding again, the buffer written by PyTorch's zero_() (its fill
+                 kernel) instead: how the kernel before the call moves the figure (what this script
+                 measured before it flushed through the runner's memset).
   back to back   N calls between two events, no flush: time per call when launches queue up.
   host path      per series, the call's own wall-clock time on the host (median) beside the flush's
                  time on the GPU: timed the runner's way, a host path longer than the flush leaves
@@ -79,16 +83,24 @@ def runner_ms(binary, shape, iters, json_path):
 
 
 class Timer:
-    """CUDA-event timing of single calls, the runner's way (flush, events, median)."""
+    """CUDA-event timing of single calls, the runner's way (flush, events, median). The flush is
+    the runner's own (_ext.flush_l2: cudaMemsetAsync of a 2 x L2 buffer, common/src/device.cpp),
+    or with flush="fill" PyTorch's zero_() of the same buffer (its fill kernel: what this script
+    used before, kept to compare)."""
 
     def __init__(self, torch, l2_bytes, device):
+        from flashladder import _ext, _ops
+
         self.torch = torch
         self.flush_buf = torch.empty(2 * max(l2_bytes, 1 << 20), dtype=torch.uint8, device=device)
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
+        buf, nbytes, stream, index = self.flush_buf.data_ptr(), self.flush_buf.numel(), _ops._stream(self.flush_buf), device.index
+        self.flushes = {"memset": lambda: _ext.flush_l2(buf, nbytes, stream, index), "fill": self.flush_buf.zero_}
 
-    def single(self, fn, iters, idle, warmup=10):
+    def single(self, fn, iters, idle, warmup=10, flush="memset"):
         torch = self.torch
+        flush_fn = self.flushes[flush]
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
@@ -97,7 +109,7 @@ class Timer:
             self.flush_start = torch.cuda.Event(enable_timing=True)
         for _ in range(iters):
             self.flush_start.record()
-            self.flush_buf.zero_()
+            flush_fn()
             if idle:
                 torch.cuda.synchronize()
             self.start.record()
@@ -282,7 +294,8 @@ def run(args):
               "shape": dict(SHAPE, kv_heads=SHAPE["heads"], dtype="fp16", causal=False),
               "iters": args.iters, "repeats": args.repeats, "target_us": TARGET_US,
               "method": "median of CUDA-event times of single calls, a 2 x L2 buffer written before each "
-                        "(the runner's way); idle: the GPU synchronized before the start event; the figure "
+                        "by cudaMemsetAsync (the runner's way, _ext.flush_l2); idle: the GPU synchronized before "
+                        "the start event; *_fill: the buffer written by PyTorch's zero_() instead; the figure "
                         "is the median over the repeats of each repeat's median",
               "rungs": []}
     # The profiler runs last, after every timed loop, so that whatever it sets up in the process
@@ -305,13 +318,15 @@ def run(args):
                 fl.attention(q, k, v, rung=rung)
 
             ext_call = ext_launcher(torch, fl, plan, q, k, v)
-            names = ("runner", "python", "python_idle", "binding", "binding_idle")
+            names = ("runner", "python", "python_idle", "binding", "binding_idle", "python_fill", "binding_fill")
             series = {n: [] for n in names}
             host_paths = {}  # per series: each repeat's median host time of the call and the flush's GPU time
             measure = {"python": lambda: timer.single(call, args.iters, idle=False),
                        "python_idle": lambda: timer.single(call, args.iters, idle=True),
                        "binding": lambda: timer.single(ext_call, args.iters, idle=False),
-                       "binding_idle": lambda: timer.single(ext_call, args.iters, idle=True)}
+                       "binding_idle": lambda: timer.single(ext_call, args.iters, idle=True),
+                       "python_fill": lambda: timer.single(call, args.iters, idle=False, flush="fill"),
+                       "binding_fill": lambda: timer.single(ext_call, args.iters, idle=False, flush="fill")}
             for r in range(args.repeats):
                 ms, cmd = runner_ms(binary, SHAPE, args.iters, os.path.join(tmp, "run.json"))
                 series["runner"].append(ms)
@@ -321,7 +336,8 @@ def run(args):
                     series[n].append(measure[n]())
                     host_paths.setdefault(n, []).append(dict(timer.last))
                 print("  repeat %d: runner %.4f ms, PyTorch %.4f ms, PyTorch idle %.4f ms, binding %.4f ms, "
-                      "binding idle %.4f ms (order %s)" % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
+                      "binding idle %.4f ms; after PyTorch's fill kernel: PyTorch %.4f ms, binding %.4f ms "
+                      "(order %s)" % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
             med = {n: statistics.median(s) for n, s in series.items()}
             entry["runner_command"] = " ".join([os.path.join(args.bin, plan.label)] + cmd[1:-5] +
                                                ["--json", "F"] + cmd[-3:])
@@ -334,6 +350,8 @@ def run(args):
             entry["idle_diff_us"] = (med["python_idle"] - med["runner"]) * 1e3
             entry["python_layer_idle_us"] = (med["python_idle"] - med["binding_idle"]) * 1e3
             entry["binding_diff_us"] = (med["binding"] - med["runner"]) * 1e3
+            entry["fill_diff_us"] = (med["python_fill"] - med["runner"]) * 1e3
+            entry["binding_fill_diff_us"] = (med["binding_fill"] - med["runner"]) * 1e3
             entry["host_path_us"] = {n: statistics.median(h["host_us"] for h in hs) for n, hs in host_paths.items()}
             entry["flush_us"] = statistics.median(h["flush_us"] for hs in host_paths.values() for h in hs)
             entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
@@ -342,6 +360,8 @@ def run(args):
                       entry["diff_us"], TARGET_US, "met" if entry["within_target"] else "NOT met",
                       entry["idle_diff_us"], entry["python_layer_idle_us"]))
             print("  binding alone - runner: %+.1f us per call" % entry["binding_diff_us"])
+            print("  flushed by PyTorch's fill kernel instead of the runner's memset: PyTorch - runner %+.1f us, "
+                  "binding alone - runner %+.1f us" % (entry["fill_diff_us"], entry["binding_fill_diff_us"]))
             print("  the call's host path (wall clock, median): %s; the flush before it on the GPU: %.1f us" % (
                 ", ".join("%s %.1f us" % (n, v) for n, v in entry["host_path_us"].items()), entry["flush_us"]))
             result["rungs"].append(entry)
@@ -399,7 +419,7 @@ def run(args):
     print("\n== the call's kernels on the GPU (PyTorch profiler, CUPTI), each call after the flush")
     for entry, call in profile_later:
         try:
-            k_ms, k_detail = kernel_ms(torch, call, timer.flush_buf.zero_, args.iters)
+            k_ms, k_detail = kernel_ms(torch, call, timer.flushes["memset"], args.iters)
         except Exception as e:  # noqa: BLE001  a profiler that cannot run: say so, keep the rest
             k_ms, k_detail = None, "%s: %s" % (type(e).__name__, e)
         entry["kernel_ms"] = k_ms

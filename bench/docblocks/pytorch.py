@@ -123,21 +123,28 @@ def gen_torch_overhead(ctx, gpu=None):
         if "binding_diff_us" in e:  # measured since the profiler column was added
             rows[-1] += ["%+.1f" % e["binding_diff_us"],
                          "%+.1f" % e["kernel_diff_us"] if "kernel_diff_us" in e else "not measured"]
+        if "fill_diff_us" in e:  # measured since the flush is the runner's memset
+            rows[-1] += ["%+.1f" % e["fill_diff_us"], "%+.1f" % e["binding_fill_diff_us"]]
     if not rows:
         raise Missing("a timed rung in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
     head = ["rung", "runner µs", "PyTorch µs", "PyTorch − runner, µs", "the same, GPU idle before the call",
             "Python layer over the binding, GPU idle"]
-    if all(len(r) == len(head) + 2 for r in rows):
-        head += ["binding alone − runner, µs", "the call's kernels (profiler) − runner, µs"]
-    else:
-        rows = [r[:len(head)] for r in rows]
+    extra = [["binding alone − runner, µs", "the call's kernels (profiler) − runner, µs"],
+             ["PyTorch − runner, after PyTorch's fill kernel", "binding alone − runner, after the fill kernel"]]
+    for cols in extra:
+        if all(len(r) >= len(head) + len(cols) for r in rows):
+            head += cols
+    rows = [r[:len(head)] for r in rows]
+    memset = "fill_diff_us" in next(e for e in d["rungs"] if "median_ms" in e)
     out = report.markdown_table(head, rows)
     sh = d["shape"]
     ok = all(abs(e["diff_us"]) <= d["target_us"] for e in d["rungs"] if "diff_us" in e)
     notes = ["batch %d, seqlen %s, %d heads, head_dim %d, %s, not causal; median of %d single calls per repeat, "
-             "the L2 flushed before each (the runner's way), median of %d repeats. Target: within %g µs per call: "
+             "the L2 flushed before each (%s), median of %d repeats. Target: within %g µs per call: "
              "**%s**." % (sh["batch"], report.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
-                          d["iters"], d["repeats"], d["target_us"], "met" if ok else "not met")]
+                          d["iters"], "by the runner's own cudaMemsetAsync; the last two columns by PyTorch's zero_() "
+                          "instead" if memset else "by PyTorch's zero_(), the runner by cudaMemsetAsync",
+                          d["repeats"], d["target_us"], "met" if ok else "not met")]
     h = d.get("host")
     if h:
         t = h["shape"]

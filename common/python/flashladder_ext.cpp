@@ -533,6 +533,16 @@ NB_MODULE(_ext, m) {
         "'' when a CUDA device exists, else why not (no device, no driver)");
   m.def("device_info", &device_info, "index"_a = 0,
         "The device as the runner sees it (queried once per device); RuntimeError without one");
+  m.def(
+      "flush_l2",
+      [](uintptr_t buf, size_t bytes, uintptr_t stream, int device) {
+        if (buf == 0 || bytes == 0) throw nb::value_error("flush_l2: a buffer and its bytes");
+        DeviceGuard guard(device);
+        L2Flusher::flush_buffer(reinterpret_cast<void*>(buf), bytes, reinterpret_cast<cudaStream_t>(stream));
+      },
+      "buf"_a, "bytes"_a, "stream"_a, "device"_a,
+      "The runner's L2 flush (common/src/device.cpp, L2Flusher): bytes zeros written at buf on the "
+      "stream with cudaMemsetAsync (asynchronous); the timing scripts flush the way the runner does");
 
   m.def(
       "grid_ctas",

@@ -98,7 +98,10 @@ float EventTimer::stop(cudaStream_t s) {
 
 // ---- L2Flusher ----------------------------------------------------------------
 L2Flusher::L2Flusher(int l2_bytes) : buf_(static_cast<size_t>(std::max(l2_bytes, 1 << 20)) * 2) {}
-void L2Flusher::flush(cudaStream_t s) { FL_CUDA_CHECK(cudaMemsetAsync(buf_.get(), 0, buf_.bytes(), s)); }
+void L2Flusher::flush(cudaStream_t s) { flush_buffer(buf_.get(), buf_.bytes(), s); }
+void L2Flusher::flush_buffer(void* buf, size_t bytes, cudaStream_t s) {
+  FL_CUDA_CHECK(cudaMemsetAsync(buf, 0, bytes, s));
+}
 
 // ---- resources ----------------------------------------------------------------
 KernelResources kernel_resources(const std::string& name, const void* func, int block_threads,

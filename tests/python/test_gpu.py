@@ -213,21 +213,27 @@ def part_forward_layouts():
     transposed = (base_q.transpose(1, 2), base_k.transpose(1, 2), base_v.transpose(1, 2))
     packed = randn(b, s, 3, hq, d)  # one [b, s, 3, h, d] projection, sliced
     sliced = (packed[:, :, 0], packed[:, :, 1], packed[:, :, 2])
+    dense = (randn(b, s, hq, d), randn(b, s, hkv, d), randn(b, s, hkv, d, offset=0.5))
     key = _core.check_qkv(*transposed, True, None)
     default = _core.plan_forward(None, "", key, torch.cuda.current_device()).label
     print("default forward rung on %s: %s" % (flashladder.device_info().arch, default))
     for r in [None] + flashladder.rungs():
         if r is not None and (r.backward or r.decode):
             continue
-        for name, (q, k, v) in (("transposed", transposed), ("packed-slice", sliced)):
+        for name, (q, k, v) in (("transposed", transposed), ("packed-slice", sliced), ("dense", dense)):
             for causal in (False, True):
                 if r is not None and flashladder.supports(r, q.shape[0], q.shape[1], k.shape[1],
                                                           q.shape[2], k.shape[2], d, causal=causal):
                     continue
-                out = flashladder.attention(q, k, v, rung=r, causal=causal)
                 ref, _ = reference(q, k, v, causal)
-                judge("%s %s causal=%d" % (r.label if r else "default (%s)" % default, name, causal),
-                      out.float(), ref, "fp16")
+                # The second call with the same inputs' signature takes the fast path (a prepared
+                # launch; O from empty_like(q) where q is dense like O).
+                for call in ("checked path", "fast path"):
+                    out = flashladder.attention(q, k, v, rung=r, causal=causal)
+                    judge("%s %s causal=%d, %s" % (r.label if r else "default (%s)" % default, name, causal, call),
+                          out.float(), ref, "fp16")
+                    if out.stride() != out.contiguous().stride():
+                        fail("%s %s: O is not dense [b, s, h, d] (strides %s)" % (name, call, out.stride()))
 
 
 # ---- backward -------------------------------------------------------------------------------------

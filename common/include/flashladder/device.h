@@ -70,6 +70,9 @@ class L2Flusher {
  public:
   explicit L2Flusher(int l2_bytes);
   void flush(cudaStream_t s = nullptr);
+  /// What flush() does to its buffer, on any buffer (the package's timing scripts flush the
+  /// runner's way through it): @p bytes zeros written at @p buf on @p s by cudaMemsetAsync.
+  static void flush_buffer(void* buf, size_t bytes, cudaStream_t s);
 
  private:
   DeviceBuffer buf_;

@@ -19,6 +19,9 @@ from . import _core, _ext
 # on every call; the raw getter (what Triton and torch.compile's generated code launch with) does
 # not. Either gives the same handle.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# torch.compiler.is_compiling without the two attribute lookups per call (torch.compile knows the
+# function itself, under either name).
+_is_compiling = torch.compiler.is_compiling
 
 
 def _stream(t):
@@ -273,9 +276,12 @@ def _fast_signature(q, k, v, causal, softmax_scale, rung, variant):
 def _fast_forward(fast, q, k, v):
     """(O, LSE) through a prepared launch: two allocations, the pointers, one launch. None when a
     pointer fails the alignment rule (nothing launched: the checked path says why)."""
-    launch, o_shape, lse_shape, ws_bytes, index = fast
-    out = q.new_empty(o_shape)
-    lse = q.new_empty(lse_shape, dtype=torch.float32)
+    launch, o_shape, o_like_q, lse_shape, lse_like, ws_bytes, index = fast
+    # empty_like(q) skips new_empty's shape argument; it gives O q's strides, which the entry
+    # allows only where they are O's prepared ones (o_like_q). The LSE comes from an fp32 tensor
+    # of the device, so that no dtype argument is parsed per call.
+    out = torch.empty_like(q) if o_like_q else q.new_empty(o_shape)
+    lse = lse_like.new_empty(lse_shape)
     ws = q.new_empty((ws_bytes,), dtype=torch.uint8) if ws_bytes else None
     stream = _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
     if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
@@ -296,7 +302,12 @@ def _prepare_fast(sig, q, k, v, out, key, number, variant):
     if len(_FAST) >= _FAST_MAX:
         _FAST.clear()
     lse_shape = (key[0], key[3], key[1])
-    _FAST[sig] = (launch, tuple(out.shape), lse_shape, plan.workspace_bytes, q.device.index)
+    # q's strides are in the signature, so every call of this entry gets from empty_like(q) what
+    # this q gives: the prepared O's strides when q is dense like O (torch.empty_like keeps a
+    # dense tensor's strides).
+    o_like_q = out.shape == q.shape and out.stride() == q.stride() and q.is_contiguous()
+    lse_like = q.new_empty((0,), dtype=torch.float32)
+    _FAST[sig] = (launch, tuple(out.shape), o_like_q, lse_shape, lse_like, plan.workspace_bytes, q.device.index)
 
 
 def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, return_lse=False):
@@ -312,8 +323,11 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
     TypeError or ValueError with the rung's one-line reason before anything is launched."""
     number, variant = (None, variant) if rung is None else _core._rung_id(rung, variant)
     scale = 0.0 if softmax_scale is None else float(softmax_scale)
-    grad = torch.is_grad_enabled() and any(getattr(t, "requires_grad", False) for t in (q, k, v))
-    if torch.compiler.is_compiling():
+    try:  # attributes first, the grad mode only when one input asks (a call without grad pays two reads)
+        grad = (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled()
+    except AttributeError:  # not tensors: the checks below say so
+        grad = False
+    if _is_compiling():
         # The fake implementation checks shapes while tracing; the op checks the rest at run time.
         out, lse, _ = attention_op(q, k, v, bool(causal), scale, number or 0, variant, grad)
         return (out, lse) if return_lse else out
