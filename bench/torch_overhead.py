@@ -397,12 +397,15 @@ def run(args):
     host["kernel_us"] = timer.back_to_back(ext_tiny, args.iters) * 1e3
     print("  %-42s %6.1f us (back to back: below the figures above, the host is what limits them)" % (
         "the kernel alone", host["kernel_us"]))
+    lse_like = tq.new_empty((0,), dtype=torch.float32)
     parts = [("input checks (check_qkv_cached)",
               lambda: _core.check_qkv_cached(tq, tk, tv, False, None, tensor_type=torch.Tensor)),
              ("input checks, uncached (check_qkv)",
               lambda: _core.check_qkv(tq, tk, tv, False, None, tensor_type=torch.Tensor)),
              ("plan lookup (plan_forward)", lambda: _core.plan_forward(None, "", tkey, index)),
-             ("output and LSE allocation (new_empty, the package's)",
+             ("output and LSE allocation (the fast path's: empty_like(q), the LSE from a kept fp32 tensor)",
+              lambda: (torch.empty_like(tq), lse_like.new_empty((1, 16, 128)))),
+             ("output and LSE allocation, new_empty(shape) and new_empty(shape, dtype=)",
               lambda: (tq.new_empty(tq.shape), tq.new_empty((1, 16, 128), dtype=torch.float32))),
              ("output and LSE allocation, torch.empty(shape, dtype=, device=)",
               lambda: (torch.empty(tq.shape, dtype=tq.dtype, device=device),

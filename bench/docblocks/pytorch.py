@@ -29,8 +29,9 @@ def torch_provenance(data):
     v = data.get("versions", {})
     extra = "".join(", %s %s" % (n, v[k]) for k, n in (("torch", "PyTorch"), ("transformers", "transformers"))
                     if v.get(k))
-    return "%s, %s, commit `%s`%s" % (data.get("device", {}).get("name", "?"), str(data.get("date", "?"))[:10],
-                                      data.get("git_sha", "?"), extra)
+    dirty = " with local changes (the folder's `meta.json` names them)" if data.get("git_dirty") else ""
+    return "%s, %s, commit `%s`%s%s" % (data.get("device", {}).get("name", "?"), str(data.get("date", "?"))[:10],
+                                        data.get("git_sha", "?"), dirty, extra)
 
 
 def fmt_loss(v):
