@@ -170,11 +170,6 @@ struct PagedCursor {
     }
     return base + in_page;
   }
-  /// Takes the entry of slot @p s (read earlier: table[s]) as the page held.
-  __device__ __forceinline__ void preset(int s, int entry) {
-    base = static_cast<int64_t>(entry) * page_size;
-    loaded = s;
-  }
   /// Moves to the token @p k places further.
   __device__ __forceinline__ void advance(int k) {
     in_page += k;
@@ -259,18 +254,11 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // pointer step; paged: each key's row comes from the block table.
   const int piece = lane % Tr::kChunksPerRow, j0 = lane / Tr::kChunksPerRow;
   const int col = piece * Tr::kChunkElems;
-  // Paged: the block-table entry of the page this lane's next chunk starts on, read one chunk
-  // ahead (pf_slot: its slot, -1 none). A chunk's first table read would otherwise stall the
-  // warp before its first cp.async, once per chunk; read ahead, it is in a register by then.
-  int pf_slot = -1, pf_entry = 0;
   auto load_chunk = [&](int c, int st) {
     const int key0 = chunk_key0(c) + j0;
     const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
     const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
     PagedCursor page = PAGED ? PagedCursor(p, b, k_first + key0) : PagedCursor{};
-    if constexpr (PAGED) {
-      if (page.slot == pf_slot) page.preset(pf_slot, pf_entry);
-    }
 #pragma unroll
     for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
       const int n = key0 + pass * Tr::kLoadRowsPerPass;
@@ -288,13 +276,6 @@ __global__ void __launch_bounds__(Tr::kThreads)
       if constexpr (!PAGED) {
         k_src += Tr::kLoadRowsPerPass * p.k_row_stride;
         v_src += Tr::kLoadRowsPerPass * p.v_row_stride;
-      }
-    }
-    if constexpr (PAGED) {  // the read ahead: only for a key that exists (its page does)
-      const int next = chunk_key0(c + 1) + j0;
-      if (next < n_end) {
-        pf_slot = (k_first + next) / p.page_size;
-        pf_entry = page.table[pf_slot];  // used by the next load_chunk, not here
       }
     }
   };
