@@ -40,7 +40,8 @@ flash         FlashAttention's interface (flash_attn_func, the packed and varlen
 kvcache       flash_attn_with_kvcache against the fp32 reference per sequence: the new keys written
               in place at cache_seqlens (an empty, a half-full and a nearly full sequence),
               decode, speculative (4 queries) and prefill routes, a window; the paged cache
-              (shuffled pages of 64) likewise, its pages written; refusals.
+              (shuffled pages of 64) likewise, its pages written (a prefill or a window through
+              a contiguous copy of its pages); refusals.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
               attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
@@ -962,10 +963,10 @@ def part_kvcache():
             out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=used, causal=causal,
                                                window_size=window, return_softmax_lse=True)
             end = used.long() + new
-            out_p = None
-            if sq <= 16 and window == (-1, -1):  # rung 08's pages (the pools hold the old cache)
-                out_p = flash_attn_with_kvcache(q, k_pool, v_pool, k_new, v_new, cache_seqlens=used, causal=causal,
-                                                block_table=table)
+            # The pools hold the old cache: rung 08 reads the pages of a decode step and a few
+            # queries; a prefill (100 queries) or a window runs on a contiguous copy of the pages.
+            out_p = flash_attn_with_kvcache(q, k_pool, v_pool, k_new, v_new, cache_seqlens=used, causal=causal,
+                                            window_size=window, block_table=table)
             for n in range(b):
                 if new and not (torch.equal(k_cache[n, used[n]:end[n]], k_new[n]) and
                                 torch.equal(v_cache[n, used[n]:end[n]], v_new[n])):
@@ -985,7 +986,7 @@ def part_kvcache():
     ref, _ = reference_mods(q, kc, kc, False)
     judge("flash_attn_with_kvcache, a full cache", full.float(), ref, "fp16")
     # A left-padded cache (cache_leftpad): each sequence's keys from its first slot, contiguous and
-    # paged, decode (rung 08) and a few queries; and 100 queries (rung 15).
+    # paged, decode (rung 08) and a few queries; and 100 queries (rung 15; paged: its pages copied).
     for sq, causal in ((1, True), (4, True), (100, True), (1, False)):
         b, slots, hq, hkv, d = 3, 1024, 8, 2, 128
         kc2, vc2 = randn(b, slots, hkv, d), randn(b, slots, hkv, d, offset=0.5)
@@ -994,14 +995,13 @@ def part_kvcache():
         used = torch.tensor([1024, 900, 1024], dtype=torch.int32, device="cuda")
         out = flash_attn_with_kvcache(qq, kc2, vc2, cache_seqlens=used, cache_leftpad=pad, causal=causal)
         outs = [("contiguous", out)]
-        if sq <= 16:
-            table = torch.randperm(b * slots // 64, device="cuda").to(torch.int32).view(b, slots // 64)
-            kp = torch.empty(b * slots // 64, 64, hkv, d, dtype=kc2.dtype, device="cuda")
-            vp = torch.empty_like(kp)
-            kp[table.long()] = kc2.view(b, slots // 64, 64, hkv, d)
-            vp[table.long()] = vc2.view(b, slots // 64, 64, hkv, d)
-            outs.append(("paged", flash_attn_with_kvcache(qq, kp, vp, cache_seqlens=used, cache_leftpad=pad,
-                                                          causal=causal, block_table=table)))
+        table = torch.randperm(b * slots // 64, device="cuda").to(torch.int32).view(b, slots // 64)
+        kp = torch.empty(b * slots // 64, 64, hkv, d, dtype=kc2.dtype, device="cuda")
+        vp = torch.empty_like(kp)
+        kp[table.long()] = kc2.view(b, slots // 64, 64, hkv, d)
+        vp[table.long()] = vc2.view(b, slots // 64, 64, hkv, d)
+        outs.append(("paged", flash_attn_with_kvcache(qq, kp, vp, cache_seqlens=used, cache_leftpad=pad,
+                                                      causal=causal, block_table=table)))
         for n in range(b):
             a, e = int(pad[n]), int(used[n])
             ref, _ = reference_mods(qq[n:n + 1], kc2[n:n + 1, a:e], vc2[n:n + 1, a:e], causal)
@@ -1010,9 +1010,14 @@ def part_kvcache():
                     layout, sq, causal, n, a, e - 1), o[n:n + 1].float(), ref, "fp16")
     expect(NotImplementedError, "rotary", lambda: flash_attn_with_kvcache(q, kc, kc, rotary_cos=kc, rotary_sin=kc))
     expect(NotImplementedError, "cache_batch_idx", lambda: flash_attn_with_kvcache(q, kc, kc, cache_batch_idx=kc))
-    table = torch.arange(8, device="cuda", dtype=torch.int32).view(2, 4)
+    # A prefill into pages (100 queries, every slot used): the pages in table order are the cache.
+    table = torch.tensor([[5, 2, 7, 0], [1, 6, 3, 4]], device="cuda", dtype=torch.int32)
     pool = randn(8, 64, 2, 128)
-    expect(ValueError, "page", lambda: flash_attn_with_kvcache(randn(2, 100, 8, 128), pool, pool, block_table=table))
+    qp = randn(2, 100, 8, 128)
+    dense = pool[table.long()].reshape(2, 256, 2, 128)
+    ref, _ = reference_mods(qp, dense, dense, True)
+    judge("flash_attn_with_kvcache, a prefill into pages", flash_attn_with_kvcache(
+        qp, pool, pool, block_table=table, causal=True).float(), ref, "fp16")
 
 
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,

@@ -20,6 +20,10 @@ packed batch's sequences, bottom-right causal. The checks:
    SDPA's (fp32 on both) eagerly, and with the decode step compiled by torch.compile
    (fullgraph=True: a graph break fails; the attention is the opaque op
    flashladder::attention_kvcache), compiled once for all decode steps of one generation.
+5. flash_attn_with_kvcache with a block_table and more queries than rung 08 takes (the route's
+   refusal stood in by a plan that refuses pages past 16 queries): the pages the batch uses are
+   gathered into a contiguous copy, and the result, with new keys appended through the table and
+   a left-padded cache, equals the contiguous cache's.
 
 Exits 77 (ctest: skipped) without PyTorch or transformers.
 """
@@ -257,10 +261,53 @@ def test_generate(sdpa, ladder):
     check(frames == 1, "the decode step compiled once for 11 steps (graphs: %d)" % frames)
 
 
+def test_paged_prefill():
+    real_plan, real_gather = _flash._core.plan_forward, _flash._gather_pages
+    gathers = [0]
+
+    def plan(rung, variant, key, device, backward=False, mods=None):
+        if mods is not None and mods.page_size and key[1] > 16:
+            raise ValueError("flashladder: the stand-in of rung 08's refusal: more than 16 queries")
+        raise AssertionError("a paged problem of at most 16 queries is not part of this test")
+
+    def gather(*args):
+        gathers[0] += 1
+        return real_gather(*args)
+
+    _flash._core.plan_forward, _flash._gather_pages = plan, gather
+    try:
+        torch.manual_seed(5)
+        b, slots, page, hq, hkv, d = 3, 256, 16, 4, 2, 32
+        kc, vc = torch.randn(b, slots, hkv, d), torch.randn(b, slots, hkv, d)
+        table = torch.randperm(b * slots // page).to(torch.int32).view(b, slots // page)
+        kp, vp = torch.empty(b * slots // page, page, hkv, d), torch.empty(b * slots // page, page, hkv, d)
+        kp[table.long()] = kc.view(b, slots // page, page, hkv, d)
+        vp[table.long()] = vc.view(b, slots // page, page, hkv, d)
+        for sq, new, leftpad in ((20, 20, None), (30, 0, None), (17, 17, [0, 5, 100])):
+            used = torch.tensor([0, 100, 200] if new else [40, 100, 256], dtype=torch.int32)
+            q = torch.randn(b, sq, hq, d)
+            kn, vn = (torch.randn(b, new, hkv, d), torch.randn(b, new, hkv, d)) if new else (None, None)
+            pad = None if leftpad is None else torch.tensor(leftpad, dtype=torch.int32)
+            kc2, vc2, kp2, vp2 = kc.clone(), vc.clone(), kp.clone(), vp.clone()
+            before = gathers[0]
+            out_c = _flash.flash_attn_with_kvcache(q, kc2, vc2, kn, vn, cache_seqlens=used, cache_leftpad=pad,
+                                                   causal=True)
+            out_p = _flash.flash_attn_with_kvcache(q, kp2, vp2, kn, vn, cache_seqlens=used, cache_leftpad=pad,
+                                                   causal=True, block_table=table)
+            what = "paged prefill, %d queries, %d new keys%s" % (sq, new, ", left-padded" if pad is not None else "")
+            check(gathers[0] == before + 2, "%s: the pages were gathered (K and V)" % what)
+            check(torch.equal(out_p, out_c), "%s: O equals the contiguous cache's" % what)
+            check(torch.equal(kp2[table.long()].reshape(b, slots, hkv, d), kc2),
+                  "%s: the new keys were written through the table" % what)
+    finally:
+        _flash._core.plan_forward, _flash._gather_pages = real_plan, real_gather
+
+
 def main():
     print("PyTorch %s, transformers %s, on the CPU" % (torch.__version__, transformers.__version__))
     test_spans()
     test_static_direct()
+    test_paged_prefill()
     sdpa, ladder = tiny_models()
     test_mask_shapes(ladder)
     test_generate(sdpa, ladder)

@@ -21,6 +21,7 @@ What each argument runs on:
 rung takes raises ValueError with each rung's one-line reason. Nothing is ignored.
 """
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -330,6 +331,31 @@ def _cache_lengths(cache_seqlens, batch, slots, device):
     return cache_seqlens.to(torch.int32)
 
 
+def _pages_routable(key, mods, q):
+    """Whether a rung takes the paged problem as it is (the route's plan: rung 08, which reads pages,
+    takes a decode step and a few queries)."""
+    try:
+        _core.plan_forward(None, "", key, q.device.index, False, mods)
+    except ValueError:
+        return False
+    return True
+
+
+def _gather_pages(pool, block_table, used, page):
+    """[batch, n * page, heads, head_dim]: each sequence's first n pages, in order, read through its
+    row of the block table, n the pages the longest sequence uses (``used``: int32 [batch] keys,
+    read once on the host). A sequence's slots past its own pages come from pool page 0 and are
+    never attended: ``used`` bounds its keys."""
+    n = max(1, -(-int(used.max()) // page))
+    if n > block_table.shape[1]:
+        raise ValueError("flashladder: cache_seqlens (+ the new keys) need %d pages, the block_table has %d"
+                         % (n, block_table.shape[1]))
+    rows = block_table[:, :n].long()
+    need = (used.long() + page - 1) // page
+    rows = torch.where(torch.arange(n, device=rows.device)[None, :] < need[:, None], rows, torch.zeros_like(rows))
+    return pool[rows].reshape(block_table.shape[0], n * page, pool.shape[2], pool.shape[3])
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -346,6 +372,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     that end. ``num_splits``: the decode rung's split count (0: its heuristic; the result is the
     same up to the order of the sums). The route: a decode step or a few queries (seqlen_q <= 16) on rung 08 where it takes
     them and is no slower, else the prefill rung (rung 15; rung 16 for a window, softcap or ALiBi).
+    With a ``block_table``, rung 08 reads the pages; a problem it does not take (a prefill into
+    pages) runs on the prefill rung over a contiguous copy of the pages the batch uses.
     Returns out, or (out, softmax_lse [batch, heads_q, seqlen_q]) with ``return_softmax_lse``.
 
     ``cache_leftpad`` (int32 [batch]): each sequence's first slot, a left-padded cache (its keys
@@ -431,6 +459,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         key = _core.check_qkv(q, shape, shape, causal, scale, tensor_type=torch.Tensor, check_layout=False)
         kc, vc = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
         pool_rows = k_cache.shape[0] * k_cache.shape[1]
+        if not _pages_routable(key, mods, q):
+            # No rung reads this problem through pages (rung 08 takes a decode step and a few
+            # queries): the prefill rungs run on a contiguous copy of the pages the batch uses.
+            kc, vc = _gather_pages(k_cache, block_table, used, page), _gather_pages(v_cache, block_table, used, page)
+            mods = dataclasses.replace(mods, page_size=0)
+            key = _core.check_qkv_cached(q, kc, vc, causal, scale, tensor_type=torch.Tensor)
+            block_table, pool_rows = None, 0
     else:
         key = _core.check_qkv_cached(q, k_cache, v_cache, causal, scale, tensor_type=torch.Tensor)
         kc, vc, pool_rows = k_cache, v_cache, 0
