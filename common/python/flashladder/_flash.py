@@ -341,11 +341,11 @@ def _pages_routable(key, mods, q):
     return True
 
 
-def _gather_pages(pool, block_table, used, page):
-    """[batch, n * page, heads, head_dim]: each sequence's first n pages, in order, read through its
-    row of the block table, n the pages the longest sequence uses (``used``: int32 [batch] keys,
-    read once on the host). A sequence's slots past its own pages come from pool page 0 and are
-    never attended: ``used`` bounds its keys."""
+def _gather_pages(k_pool, v_pool, block_table, used, page):
+    """K and V as [batch, n * page, heads, head_dim]: each sequence's first n pages, in order, read
+    through its row of the block table, n the pages the longest sequence uses (``used``: int32
+    [batch] keys, read once on the host). A sequence's slots past its own pages come from pool
+    page 0 and are never attended: ``used`` bounds its keys."""
     n = max(1, -(-int(used.max()) // page))
     if n > block_table.shape[1]:
         raise ValueError("flashladder: cache_seqlens (+ the new keys) need %d pages, the block_table has %d"
@@ -353,7 +353,8 @@ def _gather_pages(pool, block_table, used, page):
     rows = block_table[:, :n].long()
     need = (used.long() + page - 1) // page
     rows = torch.where(torch.arange(n, device=rows.device)[None, :] < need[:, None], rows, torch.zeros_like(rows))
-    return pool[rows].reshape(block_table.shape[0], n * page, pool.shape[2], pool.shape[3])
+    shape = (block_table.shape[0], n * page, k_pool.shape[2], k_pool.shape[3])
+    return k_pool[rows].reshape(shape), v_pool[rows].reshape(shape)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -462,7 +463,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if not _pages_routable(key, mods, q):
             # No rung reads this problem through pages (rung 08 takes a decode step and a few
             # queries): the prefill rungs run on a contiguous copy of the pages the batch uses.
-            kc, vc = _gather_pages(k_cache, block_table, used, page), _gather_pages(v_cache, block_table, used, page)
+            kc, vc = _gather_pages(k_cache, v_cache, block_table, used, page)
             mods = dataclasses.replace(mods, page_size=0)
             key = _core.check_qkv_cached(q, kc, vc, causal, scale, tensor_type=torch.Tensor)
             block_table, pool_rows = None, 0
