@@ -23,6 +23,9 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
   after fill     PyTorch and the binding again, the buffer written by PyTorch's zero_() (its fill
                  kernel) instead: how the kernel before the call moves the figure (what this script
                  measured before it flushed through the runner's memset).
+  runner's loop  the runner's own C++ loop (time_launches: flush, events, launch on the default
+  in-process     stream) run inside this process through _ext.PreparedForward.time_runner_loop:
+                 the process without any Python between the events.
   back to back   N calls between two events, no flush: time per call when launches queue up.
   host path      per series, the call's own wall-clock time on the host (median) beside the flush's
                  time on the GPU: timed the runner's way, a host path longer than the flush leaves
@@ -30,6 +33,10 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
   kernel         the device time of the rung's own kernels in the PyTorch call, from the
                  profiler (CUPTI): the GPU's share of a call, without any host time or event;
                  measured last, after every timed loop.
+  timeline       the same profiler's trace of single calls timed the runner's way (PyTorch and
+                 the binding): the flush's end to the kernel's start on the GPU, how long before
+                 the flush's end the host's launch call returned, and the events' interval less
+                 the kernels.
 
 The series are measured in a rotating order, so that none always runs first after the runner's
 process (the GPU's clocks after a pause).
@@ -37,10 +44,12 @@ process (the GPU's clocks after a pause).
 The figure the target (within 5 us) is read on: PyTorch minus runner, both timed the runner's way
 (median of the repeats' medians). The idle times bound what a call's host path costs when the GPU
 waits for it. Then the host's cost per call alone, on a problem too small to keep the GPU busy
-(batch 1, seqlen 128, 16 heads, d=128): wall-clock time of 2000 calls in a loop, for
+(batch 1, seqlen 128, 16 heads, d=128): wall-clock time of 2000 calls in a loop (and of each
+call timed alone, the GPU synchronized every 16 calls, so that the host never waits for it), for
 flashladder.attention without and with autograd, the binding alone, the fast path's prepared launch
 alone (_ext.PreparedForward, what a call without autograd runs once its inputs' signature is known)
-and F.scaled_dot_product_attention (flash), the same per rung measured above, and a breakdown of
+and F.scaled_dot_product_attention (flash, and its default backend), the same per rung measured
+above, and a breakdown of
 the Python layer (input checks, plan lookup, output allocation, stream, the fast path's signature).
 
 Writes <out>/torch_overhead.json and <out>/torch_overhead.log, and adds its command line to
@@ -150,6 +159,89 @@ def host_us(torch, fn, calls, sync=True):
     if sync:
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / calls * 1e6
+
+
+def host_call_us(torch, fn, calls, every=16):
+    """Median wall-clock microseconds of one call, each timed alone (time.perf_counter around
+    the call), the GPU synchronized after every @p every calls outside the timed interval: the
+    host's own cost of a call, with a queue too short to make the host wait for the GPU (the loop
+    of host_us can: when the GPU takes longer per call than the host, it measures the GPU)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for i in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if (i + 1) % every == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
+def timeline_us(torch, fn, flush, iters, start, end):
+    """The GPU's timeline of single calls timed the runner's way (flush, start event, call, end
+    event), from the profiler's trace (CUPTI: the flush's memset, the call's kernels and the host's
+    launch calls on one clock). Per call: the flush's end to the first kernel's start on the GPU
+    (gap_us), the launch call's return on the host before the flush's end (queued_us: positive,
+    the launch was queued in time; negative, the GPU waited for it), the first kernel's duration,
+    the events' interval and that interval less the call's kernels (events_minus_kernels_us).
+    Medians; None for a figure the trace does not have (no runtime call correlated)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        flush()
+        fn()
+    torch.cuda.synchronize()
+    ms = []
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            flush()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            ms.append(start.elapsed_time(end))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset")),
+                 key=lambda e: e["ts"])
+    calls = {}
+    for e in events:
+        corr = (e.get("args") or {}).get("correlation")
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and corr is not None:
+            calls[corr] = e
+    gaps, queued, kdur, kernels_of_call = [], [], [], []
+    i = 0
+    while i < len(gpu):
+        if gpu[i]["cat"] != "gpu_memset":
+            i += 1
+            continue
+        flush_end = gpu[i]["ts"] + gpu[i]["dur"]
+        j = i + 1
+        total = 0.0
+        while j < len(gpu) and gpu[j]["cat"] == "kernel":
+            total += gpu[j]["dur"]
+            j += 1
+        if j > i + 1:
+            first = gpu[i + 1]
+            gaps.append(first["ts"] - flush_end)
+            kdur.append(first["dur"])
+            kernels_of_call.append(total)
+            launch = calls.get((first.get("args") or {}).get("correlation"))
+            if launch is not None:
+                queued.append(flush_end - (launch["ts"] + launch["dur"]))
+        i = j
+    med = (lambda xs: statistics.median(xs) if xs else None)
+    events_us = [m * 1e3 for m in ms]
+    n = min(len(events_us), len(kernels_of_call))
+    return {"calls": len(kdur), "gap_us": med(gaps), "queued_us": med(queued), "kernel_us": med(kdur),
+            "events_us": med(events_us),
+            "events_minus_kernels_us": med([events_us[-n + t] - kernels_of_call[-n + t] for t in range(n)]) if n else None}
 
 
 def kernel_ms(torch, fn, flush, iters):
@@ -267,7 +359,7 @@ def run(args):
     if fl.device_count() == 0:
         print("torch_overhead.py: %s: nothing measured" % fl.no_device_reason())
         return 0
-    from flashladder import _core, _ops
+    from flashladder import _core, _ext, _ops
 
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -318,7 +410,20 @@ def run(args):
                 fl.attention(q, k, v, rung=rung)
 
             ext_call = ext_launcher(torch, fl, plan, q, k, v)
-            names = ("runner", "python", "python_idle", "binding", "binding_idle", "python_fill", "binding_fill")
+            loop_out, loop_lse = torch.empty_like(q), torch.empty(q.shape[0], q.shape[2], q.shape[1],
+                                                                  dtype=torch.float32, device=device)
+            loop_ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=device)
+            prepared = _ext.PreparedForward(plan.number, plan.variant, plan.problem,
+                                            (q.stride(), k.stride(), v.stride(), loop_out.stride()), index,
+                                            plan.workspace_bytes)
+
+            def runner_loop(prepared=prepared):  # the runner's own C++ loop, inside this process
+                timer.last = None
+                return prepared.time_runner_loop(q.data_ptr(), k.data_ptr(), v.data_ptr(), loop_out.data_ptr(),
+                                                 loop_lse.data_ptr(), loop_ws.data_ptr(), args.iters, 10)
+
+            names = ("runner", "python", "python_idle", "binding", "binding_idle", "python_fill", "binding_fill",
+                     "runner_loop")
             series = {n: [] for n in names}
             host_paths = {}  # per series: each repeat's median host time of the call and the flush's GPU time
             measure = {"python": lambda: timer.single(call, args.iters, idle=False),
@@ -326,7 +431,8 @@ def run(args):
                        "binding": lambda: timer.single(ext_call, args.iters, idle=False),
                        "binding_idle": lambda: timer.single(ext_call, args.iters, idle=True),
                        "python_fill": lambda: timer.single(call, args.iters, idle=False, flush="fill"),
-                       "binding_fill": lambda: timer.single(ext_call, args.iters, idle=False, flush="fill")}
+                       "binding_fill": lambda: timer.single(ext_call, args.iters, idle=False, flush="fill"),
+                       "runner_loop": runner_loop}
             for r in range(args.repeats):
                 ms, cmd = runner_ms(binary, SHAPE, args.iters, os.path.join(tmp, "run.json"))
                 series["runner"].append(ms)
@@ -334,10 +440,12 @@ def run(args):
                 order = order[r % len(order):] + order[:r % len(order)]  # rotate the order
                 for n in order:
                     series[n].append(measure[n]())
-                    host_paths.setdefault(n, []).append(dict(timer.last))
+                    if timer.last is not None:
+                        host_paths.setdefault(n, []).append(dict(timer.last))
                 print("  repeat %d: runner %.4f ms, PyTorch %.4f ms, PyTorch idle %.4f ms, binding %.4f ms, "
-                      "binding idle %.4f ms; after PyTorch's fill kernel: PyTorch %.4f ms, binding %.4f ms "
-                      "(order %s)" % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
+                      "binding idle %.4f ms; after PyTorch's fill kernel: PyTorch %.4f ms, binding %.4f ms; "
+                      "the runner's loop in this process %.4f ms (order %s)"
+                      % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
             med = {n: statistics.median(s) for n, s in series.items()}
             entry["runner_command"] = " ".join([os.path.join(args.bin, plan.label)] + cmd[1:-5] +
                                                ["--json", "F"] + cmd[-3:])
@@ -345,13 +453,16 @@ def run(args):
             entry["median_ms"] = med
             entry["back_to_back_ms"] = {"python": timer.back_to_back(call, args.iters),
                                         "binding": timer.back_to_back(ext_call, args.iters)}
-            profile_later.append((entry, call))
+            profile_later.append((entry, call, ext_call))
             entry["diff_us"] = (med["python"] - med["runner"]) * 1e3
             entry["idle_diff_us"] = (med["python_idle"] - med["runner"]) * 1e3
             entry["python_layer_idle_us"] = (med["python_idle"] - med["binding_idle"]) * 1e3
             entry["binding_diff_us"] = (med["binding"] - med["runner"]) * 1e3
             entry["fill_diff_us"] = (med["python_fill"] - med["runner"]) * 1e3
             entry["binding_fill_diff_us"] = (med["binding_fill"] - med["runner"]) * 1e3
+            # The runner's own loop and launch, from this process: what the process adds without
+            # any Python between the events.
+            entry["runner_loop_diff_us"] = (med["runner_loop"] - med["runner"]) * 1e3
             entry["host_path_us"] = {n: statistics.median(h["host_us"] for h in hs) for n, hs in host_paths.items()}
             entry["flush_us"] = statistics.median(h["flush_us"] for hs in host_paths.values() for h in hs)
             entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
@@ -359,7 +470,8 @@ def run(args):
                   "%+.1f us; the Python layer over the binding, idle: %+.1f us" % (
                       entry["diff_us"], TARGET_US, "met" if entry["within_target"] else "NOT met",
                       entry["idle_diff_us"], entry["python_layer_idle_us"]))
-            print("  binding alone - runner: %+.1f us per call" % entry["binding_diff_us"])
+            print("  binding alone - runner: %+.1f us per call; the runner's loop in this process - runner: %+.1f us"
+                  % (entry["binding_diff_us"], entry["runner_loop_diff_us"]))
             print("  flushed by PyTorch's fill kernel instead of the runner's memset: PyTorch - runner %+.1f us, "
                   "binding alone - runner %+.1f us" % (entry["fill_diff_us"], entry["binding_fill_diff_us"]))
             print("  the call's host path (wall clock, median): %s; the flush before it on the GPU: %.1f us" % (
@@ -383,7 +495,9 @@ def run(args):
                  ("flashladder.attention, autograd", lambda: fl.attention(gq, gk, gv)),
                  ("binding alone (_ext.forward)", ext_tiny),
                  ("prepared launch alone (PreparedForward)", prepared_launcher(torch, fl, tplan, tq, tk, tv)),
-                 ("F.scaled_dot_product_attention (flash)", lambda: F.scaled_dot_product_attention(*st))]
+                 ("F.scaled_dot_product_attention (flash)", lambda: F.scaled_dot_product_attention(*st)),
+                 ("flashladder.attention, return_lse=True", lambda: fl.attention(tq, tk, tv, return_lse=True)),
+                 ("flashladder.flash_attn_func", lambda: fl.flash_attn_func(tq, tk, tv))]
         for requested, _plan in wanted:  # the rungs measured above, by number
             if requested == "default":
                 continue
@@ -393,7 +507,16 @@ def run(args):
             loops.append(("binding alone, %s" % rplan.label, ext_launcher(torch, fl, rplan, tq, tk, tv)))
         for name, fn in loops:
             host["per_call_us"][name] = host_us(torch, fn, args.host_calls)
-            print("  %-42s %6.1f us per call" % (name, host["per_call_us"][name]))
+            host.setdefault("call_alone_us", {})[name] = host_call_us(torch, fn, args.host_calls)
+            print("  %-42s %6.1f us per call in the loop, %6.1f us each call timed alone" % (
+                name, host["per_call_us"][name], host["call_alone_us"][name]))
+    # SDPA's default choice on this GPU (cuDNN on Hopper), outside the flash-only context
+    name = "F.scaled_dot_product_attention (default backend)"
+    sdpa_default = (lambda: F.scaled_dot_product_attention(*st))
+    host["per_call_us"][name] = host_us(torch, sdpa_default, args.host_calls)
+    host.setdefault("call_alone_us", {})[name] = host_call_us(torch, sdpa_default, args.host_calls)
+    print("  %-42s %6.1f us per call in the loop, %6.1f us each call timed alone" % (
+        name, host["per_call_us"][name], host["call_alone_us"][name]))
     host["kernel_us"] = timer.back_to_back(ext_tiny, args.iters) * 1e3
     print("  %-42s %6.1f us (back to back: below the figures above, the host is what limits them)" % (
         "the kernel alone", host["kernel_us"]))
@@ -420,11 +543,20 @@ def run(args):
 
     # ---- the device time of each call's kernels, from the profiler (last: see profile_later) -----
     print("\n== the call's kernels on the GPU (PyTorch profiler, CUPTI), each call after the flush")
-    for entry, call in profile_later:
+    for entry, call, ext_call in profile_later:
         try:
             k_ms, k_detail = kernel_ms(torch, call, timer.flushes["memset"], args.iters)
         except Exception as e:  # noqa: BLE001  a profiler that cannot run: say so, keep the rest
             k_ms, k_detail = None, "%s: %s" % (type(e).__name__, e)
+        entry["timeline"] = {}
+        for what, fn in (("python", call), ("binding", ext_call)):
+            try:
+                entry["timeline"][what] = timeline_us(torch, fn, timer.flushes["memset"], args.iters,
+                                                      timer.start, timer.end)
+            except Exception as e:  # noqa: BLE001  as above
+                entry["timeline"][what] = {"error": "%s: %s" % (type(e).__name__, e)}
+            print("  %-22s timeline of %s: %s" % (entry["label"], what, ", ".join(
+                "%s %s" % (n, ("%.1f" % x) if isinstance(x, float) else x) for n, x in entry["timeline"][what].items())))
         entry["kernel_ms"] = k_ms
         entry["kernels"] = k_detail
         if k_ms is None:

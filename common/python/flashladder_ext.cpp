@@ -345,28 +345,56 @@ class PreparedForward {
   /// workspace; false (nothing launched) when a pointer is null or misaligned.
   bool launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
               uintptr_t stream) const {
-    if (q == 0 || k == 0 || v == 0 || o == 0 || lse == 0 || ((q | k | v | o) % 16) != 0 || lse % 4 != 0)
-      return false;
-    if (workspace_bytes_ > 0 && workspace == 0) refuse_if("workspace: the rung needs " +
-                                                          std::to_string(workspace_bytes_) + " bytes, got none");
-    AttnParams a = params_;
-    a.q = reinterpret_cast<const void*>(q);
-    a.k = reinterpret_cast<const void*>(k);
-    a.v = reinterpret_cast<const void*>(v);
-    a.o = reinterpret_cast<void*>(o);
-    a.lse = reinterpret_cast<float*>(lse);
-    a.workspace = reinterpret_cast<void*>(workspace);
-    a.workspace_bytes = workspace_bytes_;
+    AttnParams a;
+    if (!params_at(q, k, v, o, lse, workspace, &a)) return false;
     DeviceGuard guard(device_);
     nb::gil_scoped_release release;
     rung_->launch(a, reinterpret_cast<cudaStream_t>(stream));
     return true;
   }
 
+  /// The C++ runner's timing loop (timing.cpp, time_launches: the L2 flushed by cudaMemsetAsync,
+  /// a start event, the launch, a stop event; @p iters times after @p warmup launches; the median in
+  /// ms) on the default stream, run inside this process: the runner's own loop over these tensors,
+  /// so a timing script can tell the process apart from the path between its events. -1 when a
+  /// pointer is null or misaligned.
+  double time_runner_loop(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
+                          int iters, int warmup) const {
+    AttnParams a;
+    if (!params_at(q, k, v, o, lse, workspace, &a)) return -1.0;
+    if (iters < 1 || warmup < 0) refuse_if("time_runner_loop: iters >= 1 and warmup >= 0");
+    DeviceGuard guard(device_);
+    const DeviceInfo dev = device_info(device_);
+    nb::gil_scoped_release release;
+    return time_launches([&] { rung_->launch(a, nullptr); }, dev, iters, warmup).median_ms;
+  }
+
   size_t workspace_bytes() const { return workspace_bytes_; }
   std::string label() const { return rung_->label(); }
+  bool lse_optional() const { return rung_->lse_optional; }
 
  private:
+  /// The prepared parameters with these addresses in @p a; false when a pointer is null or
+  /// misaligned (16 bytes; the LSE 4). The LSE may be null where the rung stores none then
+  /// (Rung::lse_optional).
+  bool params_at(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
+                 AttnParams* a) const {
+    if (q == 0 || k == 0 || v == 0 || o == 0 || (lse == 0 && !rung_->lse_optional) ||
+        ((q | k | v | o) % 16) != 0 || lse % 4 != 0)
+      return false;
+    if (workspace_bytes_ > 0 && workspace == 0) refuse_if("workspace: the rung needs " +
+                                                          std::to_string(workspace_bytes_) + " bytes, got none");
+    *a = params_;
+    a->q = reinterpret_cast<const void*>(q);
+    a->k = reinterpret_cast<const void*>(k);
+    a->v = reinterpret_cast<const void*>(v);
+    a->o = reinterpret_cast<void*>(o);
+    a->lse = reinterpret_cast<float*>(lse);
+    a->workspace = reinterpret_cast<void*>(workspace);
+    a->workspace_bytes = workspace_bytes_;
+    return true;
+  }
+
   const Rung* rung_;
   int device_;
   size_t workspace_bytes_;
@@ -661,8 +689,14 @@ NB_MODULE(_ext, m) {
            "strides: q, k, v, out (4 each, elements); workspace_bytes: the plan's (workspace_bytes())")
       .def("launch", &PreparedForward::launch, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "workspace"_a, "stream"_a,
            "Launches (asynchronous); False, launching nothing, when a pointer is null or not aligned "
-           "(16 bytes; the LSE 4)")
+           "(16 bytes; the LSE 4). lse may be 0 where lse_optional: no LSE is stored")
+      .def("time_runner_loop", &PreparedForward::time_runner_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
+           "workspace"_a, "iters"_a, "warmup"_a,
+           "The C++ runner's timing loop (time_launches: memset flush, events, median ms) on the default "
+           "stream, inside this process; -1 when a pointer is null or misaligned")
       .def_prop_ro("workspace_bytes", &PreparedForward::workspace_bytes)
+      .def_prop_ro("lse_optional", &PreparedForward::lse_optional,
+                   "True when launch() takes lse = 0 and then stores no LSE (Rung::lse_optional)")
       .def_prop_ro("label", &PreparedForward::label);
 
   m.def(

@@ -315,7 +315,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // ---- epilogue (rung 10's, through the item's sequence) ------------------------------------
     // LAB-BEGIN(15-epilogue): O / l and the LSE of each row of the sequence
     T* O_gmem = static_cast<T*>(p.o) + it.seq.batch * p.o_batch_stride + it.head * p.o_head_stride;
-    float* lse_gmem = p.lse + lse_offset(p, it.seq, it.batch, it.head);
+    // A null LSE: the caller asked for O alone (Rung::lse_optional), so the LSE is not stored.
+    float* lse_gmem = p.lse != nullptr ? p.lse + lse_offset(p, it.seq, it.batch, it.head) : nullptr;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float l = ptx::quad_sum(l_i[h]);
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int j = 0; j < D / 8; ++j)
           store_o2<T>(o_row, o32_row, 8 * j + 2 * t4, O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
       }
-      if (t4 == 0) lse_gmem[row] = (l > 0.f) ? m_i[h] * p.softmax_scale + logf(l) : -INFINITY;
+      if (t4 == 0 && lse_gmem != nullptr) lse_gmem[row] = (l > 0.f) ? m_i[h] * p.softmax_scale + logf(l) : -INFINITY;
     }
     // LAB-END(15-epilogue)
     if (!EPILOGUE_OVERLAP) release_q();  // the ablation: the next Q only after every store

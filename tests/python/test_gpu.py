@@ -226,13 +226,18 @@ def part_forward_layouts():
                 if r is not None and flashladder.supports(r, q.shape[0], q.shape[1], k.shape[1],
                                                           q.shape[2], k.shape[2], d, causal=causal):
                     continue
-                ref, _ = reference(q, k, v, causal)
+                ref, ref_lse = reference(q, k, v, causal)
+                label = r.label if r else "default (%s)" % default
                 # The second call with the same inputs' signature takes the fast path (a prepared
-                # launch; O from empty_like(q) where q is dense like O).
-                for call in ("checked path", "fast path"):
-                    out = flashladder.attention(q, k, v, rung=r, causal=causal)
-                    judge("%s %s causal=%d, %s" % (r.label if r else "default (%s)" % default, name, causal, call),
-                          out.float(), ref, "fp16")
+                # launch; O from empty_like(q) where q is dense like O; no LSE allocated or stored
+                # where the rung allows a null one); the third asks the fast path for the LSE too.
+                for call in ("checked path", "fast path", "fast path with the LSE"):
+                    result = flashladder.attention(q, k, v, rung=r, causal=causal,
+                                                   return_lse=call.endswith("LSE"))
+                    out = result[0] if call.endswith("LSE") else result
+                    judge("%s %s causal=%d, %s" % (label, name, causal, call), out.float(), ref, "fp16")
+                    if call.endswith("LSE"):
+                        judge_lse("%s %s causal=%d, %s" % (label, name, causal, call), result[1], ref_lse, "fp16")
                     if out.stride() != out.contiguous().stride():
                         fail("%s %s: O is not dense [b, s, h, d] (strides %s)" % (name, call, out.stride()))
 

@@ -105,6 +105,9 @@ struct Rung {
   /// the forward passes a backward pass can take its D from (rungs 05, 06, 09, 10; a backward
   /// rung copies its forward_rung's flag).
   bool writes_o_fp32 = false;
+  /// `launch` takes AttnParams::lse == nullptr and then stores no LSE (rung 15): the package's
+  /// fast path allocates none when the caller does not ask for it.
+  bool lse_optional = false;
   /// Optional: what `--sweep` runs (rung 07's variant table). Returns an ExitCode.
   std::function<int(const Options& opt)> sweep;
   /// Set only in a generated lab starter tree: the runner then prints

@@ -273,18 +273,20 @@ def _fast_signature(q, k, v, causal, softmax_scale, rung, variant):
         return None
 
 
-def _fast_forward(fast, q, k, v):
-    """(O, LSE) through a prepared launch: two allocations, the pointers, one launch. None when a
-    pointer fails the alignment rule (nothing launched: the checked path says why)."""
-    launch, o_shape, o_like_q, lse_shape, lse_like, ws_bytes, index = fast
+def _fast_forward(fast, q, k, v, return_lse):
+    """(O, LSE) through a prepared launch: the allocations, the pointers, one launch. The LSE is
+    None, neither allocated nor stored, when the caller does not ask for it and the rung stores
+    none on a null pointer (Rung::lse_optional). None when a pointer fails the alignment rule
+    (nothing launched: the checked path says why)."""
+    launch, o_shape, o_like_q, lse_shape, lse_like, ws_bytes, index, lse_optional = fast
     # empty_like(q) skips new_empty's shape argument; it gives O q's strides, which the entry
     # allows only where they are O's prepared ones (o_like_q). The LSE comes from an fp32 tensor
     # of the device, so that no dtype argument is parsed per call.
     out = torch.empty_like(q) if o_like_q else q.new_empty(o_shape)
-    lse = lse_like.new_empty(lse_shape)
+    lse = lse_like.new_empty(lse_shape) if return_lse or not lse_optional else None
     ws = q.new_empty((ws_bytes,), dtype=torch.uint8) if ws_bytes else None
     stream = _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
-    if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+    if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
                      0 if ws is None else ws.data_ptr(), stream):
         return out, lse
     return None
@@ -307,7 +309,8 @@ def _prepare_fast(sig, q, k, v, out, key, number, variant):
     # dense tensor's strides).
     o_like_q = out.shape == q.shape and out.stride() == q.stride() and q.is_contiguous()
     lse_like = q.new_empty((0,), dtype=torch.float32)
-    _FAST[sig] = (launch, tuple(out.shape), o_like_q, lse_shape, lse_like, plan.workspace_bytes, q.device.index)
+    _FAST[sig] = (launch, tuple(out.shape), o_like_q, lse_shape, lse_like, plan.workspace_bytes, q.device.index,
+                  launch.lse_optional)
 
 
 def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, return_lse=False):
@@ -339,7 +342,7 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         except TypeError:  # an unhashable argument (softmax_scale given as a list): no fast path
             sig, fast = None, None
         if fast is not None:
-            result = _fast_forward(fast, q, k, v)
+            result = _fast_forward(fast, q, k, v, return_lse)
             if result is not None:
                 return result if return_lse else result[0]
     key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
