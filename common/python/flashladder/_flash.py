@@ -226,9 +226,19 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     heads_q] fp32 adds -slope * |i + seqlen_k - seqlen_q - j|; ``learnable_sink`` [heads_q] adds one
     logit per head to the softmax's denominator (FlashAttention 3's name; differentiable).
     Returns out, or (out, softmax_lse, None) with ``return_attn_probs``."""
+    if (dropout_p == 0.0 and softcap == 0.0 and window_size == _OPEN and alibi_slopes is None
+            and learnable_sink is None and not deterministic):
+        # The plain call, what _attention would route to attention() after parsing every
+        # argument: straight there (its fast path included), without that parsing per call.
+        out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
+                             return_lse=return_attn_probs)
+        return (out[0], out[1], None) if return_attn_probs else out
     _refuse_dropout(dropout_p)
     return _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                       return_attn_probs, learnable_sink)
+
+
+_OPEN = (-1, -1)  # window_size's default: both sides open
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
