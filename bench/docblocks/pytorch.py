@@ -126,12 +126,15 @@ def gen_torch_overhead(ctx, gpu=None):
                          "%+.1f" % e["kernel_diff_us"] if "kernel_diff_us" in e else "not measured"]
         if "fill_diff_us" in e:  # measured since the flush is the runner's memset
             rows[-1] += ["%+.1f" % e["fill_diff_us"], "%+.1f" % e["binding_fill_diff_us"]]
+        if "runner_loop_diff_us" in e:  # measured since the runner's loop also runs in the process
+            rows[-1] += ["%+.1f" % e["runner_loop_diff_us"], "%+.1f" % ((m["python"] - m["runner_loop"]) * 1e3)]
     if not rows:
         raise Missing("a timed rung in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
     head = ["rung", "runner µs", "PyTorch µs", "PyTorch − runner, µs", "the same, GPU idle before the call",
             "Python layer over the binding, GPU idle"]
     extra = [["binding alone − runner, µs", "the call's kernels (profiler) − runner, µs"],
-             ["PyTorch − runner, after PyTorch's fill kernel", "binding alone − runner, after the fill kernel"]]
+             ["PyTorch − runner, after PyTorch's fill kernel", "binding alone − runner, after the fill kernel"],
+             ["the runner's own loop in PyTorch's process − runner, µs", "PyTorch − that loop, µs"]]
     for cols in extra:
         if all(len(r) >= len(head) + len(cols) for r in rows):
             head += cols
@@ -143,15 +146,30 @@ def gen_torch_overhead(ctx, gpu=None):
     notes = ["batch %d, seqlen %s, %d heads, head_dim %d, %s, not causal; median of %d single calls per repeat, "
              "the L2 flushed before each (%s), median of %d repeats. Target: within %g µs per call: "
              "**%s**." % (sh["batch"], report.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
-                          d["iters"], "by the runner's own cudaMemsetAsync; the last two columns by PyTorch's zero_() "
-                          "instead" if memset else "by PyTorch's zero_(), the runner by cudaMemsetAsync",
+                          d["iters"], "by the runner's own cudaMemsetAsync; the two fill-kernel columns by PyTorch's "
+                          "zero_() instead" if memset else "by PyTorch's zero_(), the runner by cudaMemsetAsync",
                           d["repeats"], d["target_us"], "met" if ok else "not met")]
+    if any("runner_loop_diff_us" in e for e in d["rungs"]):
+        notes.append("The runner's own loop: the C++ runner's timing loop (common/src/timing.cpp, time_launches) over "
+                     "the same tensors, run inside PyTorch's process (_ext.PreparedForward.time_runner_loop), in the "
+                     "same rotation as the other series.")
     h = d.get("host")
     if h:
         t = h["shape"]
-        notes.append("Host time per call (batch %d, seqlen %d, %d heads, d=%d; the kernel alone %.1f µs): %s." % (
+        alone = h.get("call_alone_us", {})
+        notes.append("Host time per call (batch %d, seqlen %d, %d heads, d=%d; the kernel alone %.1f µs)%s: %s." % (
             t["batch"], t["seqlen"], t["heads"], t["head_dim"], h["kernel_us"],
-            "; ".join("%s %.1f µs" % (n, v) for n, v in h["per_call_us"].items())))
+            ", in a loop of %d calls (each call timed alone, the GPU synchronized every 16 calls)" % h["calls"]
+            if alone else "",
+            "; ".join("%s %.1f µs%s" % (n, v, " (%.1f)" % alone[n] if n in alone else "")
+                      for n, v in h["per_call_us"].items())))
+        sdpa = [n for n in h["per_call_us"] if n.startswith("F.scaled_dot_product_attention")]
+        ours = [n for n in ("flashladder.attention", "flashladder.flash_attn_func") if n in h["per_call_us"]]
+        if alone and sdpa and ours:
+            best = min(sdpa, key=lambda n: h["per_call_us"][n])
+            met = all(h["per_call_us"][n] <= h["per_call_us"][best] and alone[n] <= alone[best] for n in ours)
+            notes.append("Host-time target (%s no more than SDPA's fastest here, %s, in the loop and alone): "
+                         "**%s**." % (" and ".join(ours), best, "met" if met else "not met"))
     notes.append("Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json")))
     return out + "\n\n" + "\n\n".join(notes)
 
