@@ -26,6 +26,10 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
   runner's loop  the runner's own C++ loop (time_launches: flush, events, launch on the default
   in-process     stream) run inside this process through _ext.PreparedForward.time_runner_loop:
                  the process without any Python between the events.
+  runner's case  the runner's whole forward case (its inputs drawn by make_inputs, its own buffers,
+  in-process     its loop) run inside this process (_ext.time_runner_case): the process alone.
+  runner's       the PyTorch call on inputs drawn as the runner draws them (N(0,1), + 0.25 for Q
+  inputs         and K, + 0.5 for V): the inputs' values alone.
   back to back   N calls between two events, no flush: time per call when launches queue up.
   host path      per series, the call's own wall-clock time on the host (median) beside the flush's
                  time on the GPU: timed the runner's way, a host path longer than the flush leaves
@@ -380,6 +384,9 @@ def run(args):
             wanted.append((int(tok), _core.plan_forward(int(tok), "", key, index)))
     timer = Timer(torch, info.l2_bytes, device)
     q, k, v = make_qkv(torch, SHAPE, device)
+    # The runner's inputs (common/include/flashladder/inputs.h, make_inputs random): N(0,1), + 0.25
+    # for Q and K, + 0.5 for V; q, k, v above are N(0,1), as a test's would be.
+    rq, rk, rv = (t + off for t, off in zip(make_qkv(torch, SHAPE, device), (0.25, 0.25, 0.5)))
     result = {"schema": "flashladder.torch_overhead/1", "date": runinfo.now(), **runinfo.git_info(),
               "command": runinfo.command_line(), "versions": runinfo.versions(),
               "device": {"name": info.name, "arch": info.arch, "sms": info.sm_count, "l2_bytes": info.l2_bytes},
@@ -422,8 +429,15 @@ def run(args):
                 return prepared.time_runner_loop(q.data_ptr(), k.data_ptr(), v.data_ptr(), loop_out.data_ptr(),
                                                  loop_lse.data_ptr(), loop_ws.data_ptr(), args.iters, 10)
 
+            def runner_case(plan=plan):  # the runner's whole forward case (its inputs and buffers), in this process
+                timer.last = None
+                return _ext.time_runner_case(plan.number, plan.variant, plan.problem, args.iters, 10, index)
+
+            def call_runner_inputs(rung=rung):  # the PyTorch call on inputs drawn as the runner draws them
+                fl.attention(rq, rk, rv, rung=rung)
+
             names = ("runner", "python", "python_idle", "binding", "binding_idle", "python_fill", "binding_fill",
-                     "runner_loop")
+                     "runner_loop", "runner_case", "python_runner_inputs")
             series = {n: [] for n in names}
             host_paths = {}  # per series: each repeat's median host time of the call and the flush's GPU time
             measure = {"python": lambda: timer.single(call, args.iters, idle=False),
@@ -432,7 +446,9 @@ def run(args):
                        "binding_idle": lambda: timer.single(ext_call, args.iters, idle=True),
                        "python_fill": lambda: timer.single(call, args.iters, idle=False, flush="fill"),
                        "binding_fill": lambda: timer.single(ext_call, args.iters, idle=False, flush="fill"),
-                       "runner_loop": runner_loop}
+                       "runner_loop": runner_loop,
+                       "runner_case": runner_case,
+                       "python_runner_inputs": lambda: timer.single(call_runner_inputs, args.iters, idle=False)}
             for r in range(args.repeats):
                 ms, cmd = runner_ms(binary, SHAPE, args.iters, os.path.join(tmp, "run.json"))
                 series["runner"].append(ms)
@@ -444,7 +460,8 @@ def run(args):
                         host_paths.setdefault(n, []).append(dict(timer.last))
                 print("  repeat %d: runner %.4f ms, PyTorch %.4f ms, PyTorch idle %.4f ms, binding %.4f ms, "
                       "binding idle %.4f ms; after PyTorch's fill kernel: PyTorch %.4f ms, binding %.4f ms; "
-                      "the runner's loop in this process %.4f ms (order %s)"
+                      "the runner's loop in this process %.4f ms, the runner's whole case in this process %.4f ms, "
+                      "PyTorch on the runner's inputs %.4f ms (order %s)"
                       % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
             med = {n: statistics.median(s) for n, s in series.items()}
             entry["runner_command"] = " ".join([os.path.join(args.bin, plan.label)] + cmd[1:-5] +
@@ -463,6 +480,10 @@ def run(args):
             # The runner's own loop and launch, from this process: what the process adds without
             # any Python between the events.
             entry["runner_loop_diff_us"] = (med["runner_loop"] - med["runner"]) * 1e3
+            # The runner's whole case (its inputs, its buffers) in this process: the process alone;
+            # and the PyTorch call on inputs drawn as the runner draws them: the inputs' values.
+            entry["runner_case_diff_us"] = (med["runner_case"] - med["runner"]) * 1e3
+            entry["runner_inputs_diff_us"] = (med["python_runner_inputs"] - med["runner"]) * 1e3
             entry["host_path_us"] = {n: statistics.median(h["host_us"] for h in hs) for n, hs in host_paths.items()}
             entry["flush_us"] = statistics.median(h["flush_us"] for hs in host_paths.values() for h in hs)
             entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
@@ -470,8 +491,10 @@ def run(args):
                   "%+.1f us; the Python layer over the binding, idle: %+.1f us" % (
                       entry["diff_us"], TARGET_US, "met" if entry["within_target"] else "NOT met",
                       entry["idle_diff_us"], entry["python_layer_idle_us"]))
-            print("  binding alone - runner: %+.1f us per call; the runner's loop in this process - runner: %+.1f us"
-                  % (entry["binding_diff_us"], entry["runner_loop_diff_us"]))
+            print("  binding alone - runner: %+.1f us per call; the runner's loop in this process - runner: %+.1f us; "
+                  "the runner's whole case in this process - runner: %+.1f us; PyTorch on the runner's inputs - "
+                  "runner: %+.1f us" % (entry["binding_diff_us"], entry["runner_loop_diff_us"],
+                                         entry["runner_case_diff_us"], entry["runner_inputs_diff_us"]))
             print("  flushed by PyTorch's fill kernel instead of the runner's memset: PyTorch - runner %+.1f us, "
                   "binding alone - runner %+.1f us" % (entry["fill_diff_us"], entry["binding_fill_diff_us"]))
             print("  the call's host path (wall clock, median): %s; the flush before it on the GPU: %.1f us" % (

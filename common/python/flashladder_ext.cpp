@@ -573,6 +573,28 @@ NB_MODULE(_ext, m) {
       "stream with cudaMemsetAsync (asynchronous); the timing scripts flush the way the runner does");
 
   m.def(
+      "time_runner_case",
+      [](int number, const std::string& variant, const Problem& p, int iters, int warmup, int device,
+         unsigned long long seed) {
+        const Rung& r = find_rung(number, variant);
+        if (!r.launch) refuse_if(r.label() + " has no forward launch");
+        if (iters < 1 || warmup < 0) refuse_if("time_runner_case: iters >= 1 and warmup >= 0");
+        refuse_if(supports_reason(r, p, device_info(device)));
+        DeviceGuard guard(device);
+        const DeviceInfo dev = device_info(device);
+        const HostInputs in = make_inputs(p, InputKind::random, seed);
+        nb::gil_scoped_release release;
+        FwdCase c(r, p, in, seed);  // the runner's run_one_fwd: its inputs, its buffers, one launch
+        c.launch();
+        return c.time(dev, iters, warmup).median_ms;
+      },
+      "number"_a, "variant"_a, "problem"_a, "iters"_a, "warmup"_a, "device"_a = 0, "seed"_a = 2024,
+      "The C++ runner's forward case, whole, inside this process: its inputs (make_inputs, random: "
+      "N(0,1) + 0.25 for Q and K, + 0.5 for V), its own device buffers, one launch, then its timing "
+      "loop (time_launches); the median in ms. A timing script compares it with the runner binary "
+      "(the process) and with the same loop over its own tensors (the inputs and their memory)");
+
+  m.def(
       "grid_ctas",
       [](int number, const std::string& variant, const Problem& p, const DeviceInfo& d) -> long long {
         const Rung& r = find_rung(number, variant);
