@@ -254,29 +254,53 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // pointer step; paged: each key's row comes from the block table.
   const int piece = lane % Tr::kChunksPerRow, j0 = lane / Tr::kChunksPerRow;
   const int col = piece * Tr::kChunkElems;
-  auto load_chunk = [&](int c, int st) {
+  // A chunk whose keys cross a page: every pass asks the cursor for its row.
+  auto load_chunk_across_pages = [&](int c, int st) {
     const int key0 = chunk_key0(c) + j0;
-    const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
-    const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
-    PagedCursor page = PAGED ? PagedCursor(p, b, k_first + key0) : PagedCursor{};
+    PagedCursor page(p, b, k_first + key0);
 #pragma unroll
     for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
       const int n = key0 + pass * Tr::kLoadRowsPerPass;
       const bool valid = n < n_end;
       const uint32_t dst =
           st * Tr::kTileBytes + ptx::swizzle<RB>(j0 + pass * Tr::kLoadRowsPerPass, piece);
-      if constexpr (PAGED) {
-        const int64_t row = valid ? page.row() : 0;  // row 0 exists; nothing is read
-        k_src = K_gmem + row * p.k_row_stride + col;
-        v_src = V_gmem + row * p.v_row_stride + col;
-        page.advance(Tr::kLoadRowsPerPass);
+      const int64_t row = valid ? page.row() : 0;  // row 0 exists; nothing is read
+      ptx::cp_async_16(K_ring + dst, valid ? K_gmem + row * p.k_row_stride + col : K_gmem, valid ? 16 : 0);
+      ptx::cp_async_16(V_ring + dst, valid ? V_gmem + row * p.v_row_stride + col : V_gmem, valid ? 16 : 0);
+      page.advance(Tr::kLoadRowsPerPass);
+    }
+  };
+  auto load_chunk = [&](int c, int st) {
+    const int key0 = chunk_key0(c) + j0;
+    const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
+    const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
+    if constexpr (PAGED) {
+      // A chunk on one page (every chunk, when the page holds a whole number of
+      // chunks and the cache has no left padding off that grid) is contiguous
+      // rows of the pool: one table read, then the contiguous loader's pointer
+      // steps. The chunk's first key exists, so its slot is in the table.
+      const int first = k_first + chunk_key0(c);
+      const int in_page0 = first % p.page_size;
+      if (in_page0 + BLOCK_N > p.page_size) {
+        load_chunk_across_pages(c, st);
+        return;
       }
+      const int64_t row =
+          static_cast<int64_t>(p.block_table[static_cast<int64_t>(b) * p.block_table_stride + first / p.page_size]) *
+              p.page_size + in_page0 + j0;
+      k_src = K_gmem + row * p.k_row_stride + col;
+      v_src = V_gmem + row * p.v_row_stride + col;
+    }
+#pragma unroll
+    for (int pass = 0; pass < Tr::kLoadPasses; ++pass) {
+      const int n = key0 + pass * Tr::kLoadRowsPerPass;
+      const bool valid = n < n_end;
+      const uint32_t dst =
+          st * Tr::kTileBytes + ptx::swizzle<RB>(j0 + pass * Tr::kLoadRowsPerPass, piece);
       ptx::cp_async_16(K_ring + dst, valid ? k_src : K_gmem, valid ? 16 : 0);
       ptx::cp_async_16(V_ring + dst, valid ? v_src : V_gmem, valid ? 16 : 0);
-      if constexpr (!PAGED) {
-        k_src += Tr::kLoadRowsPerPass * p.k_row_stride;
-        v_src += Tr::kLoadRowsPerPass * p.v_row_stride;
-      }
+      k_src += Tr::kLoadRowsPerPass * p.k_row_stride;
+      v_src += Tr::kLoadRowsPerPass * p.v_row_stride;
     }
   };
 
