@@ -46,8 +46,17 @@ and rung 06 (--rungs). Per rung, --repeats times in turn:
 The series are measured in a rotating order, so that none always runs first after the runner's
 process (the GPU's clocks after a pause).
 
-The figure the target (within 5 us) is read on: PyTorch minus runner, both timed the runner's way
-(median of the repeats' medians). The idle times bound what a call's host path costs when the GPU
+  paired         the runner's loop (in this process), the PyTorch call, the binding, and both on
+                 N(0,1) inputs again, --pair-iters calls each, in turn, --pair-rounds rounds (the
+                 order rotated per round): each round's series meet the GPU in one state.
+  GPU state      nvidia-smi's SM clock, power draw and clock-limit reasons sampled in the
+                 background (every 100 ms) during the series in turn, the runner binary's runs and
+                 the paired rounds: a GPU that runs back to back reaches its power limit and lowers
+                 its clock, which the runner binary, started on an idle GPU, does not meet.
+
+The figure the target (within 5 us) is read on: PyTorch minus the runner's loop, paired (the median
+over the rounds of each round's difference). The series in turn against the runner binary (median
+of the repeats' medians) stay beside it as unpaired_diff_us. The idle times bound what a call's host path costs when the GPU
 waits for it. Then the host's cost per call alone, on a problem too small to keep the GPU busy
 (batch 1, seqlen 128, 16 heads, d=128): wall-clock time of 2000 calls in a loop (and of each
 call timed alone, the GPU synchronized every 16 calls, so that the host never waits for it), for
@@ -150,6 +159,114 @@ class Timer:
         self.end.record()
         self.end.synchronize()
         return self.start.elapsed_time(self.end) / iters
+
+
+class GpuMonitor:
+    """The GPU's SM clock, power draw and clock-limit reasons, sampled by nvidia-smi every @p ms
+    milliseconds in the background while the series run (the state each series meets: a GPU that
+    runs back to back reaches its power limit and lowers its clock). Nothing when nvidia-smi is
+    absent."""
+
+    FIELDS = "clocks.sm,power.draw,power.limit,clocks_throttle_reasons.active,temperature.gpu"
+    REASONS = {0x1: "idle", 0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal",
+               0x40: "hardware thermal", 0x80: "power brake"}
+
+    def __init__(self, uuid, ms=100):
+        import shutil
+        import threading
+
+        self.samples = []
+        self.proc = None
+        exe = shutil.which("nvidia-smi")
+        if exe is None:
+            return
+        cmd = [exe, "--query-gpu=" + self.FIELDS, "--format=csv,noheader,nounits", "-lms", str(ms)]
+        # The device by its UUID (CUDA's numbering can differ from nvidia-smi's); all GPUs' lines
+        # mixed would be wrong, so without a UUID only a machine with one GPU is sampled.
+        for extra in (["-i", uuid] if uuid else None), ([] if torch_device_count() == 1 else None):
+            if extra is None:
+                continue
+            try:
+                self.proc = subprocess.Popen(cmd + extra, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                             text=True)
+            except OSError:
+                return
+            time.sleep(0.3)
+            if self.proc.poll() is None:
+                break
+            self.proc = None
+        if self.proc is None:
+            return
+
+        def read():
+            for line in self.proc.stdout:
+                parts = [x.strip() for x in line.split(",")]
+                try:
+                    self.samples.append((time.monotonic(), float(parts[0]), float(parts[1]), float(parts[2]),
+                                         int(parts[3], 16), float(parts[4])))
+                except (ValueError, IndexError):
+                    continue
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def window(self, t0, t1):
+        """Summary of the samples between monotonic times @p t0 and @p t1 (None without any)."""
+        xs = [x for x in self.samples if t0 <= x[0] <= t1]
+        if not xs:
+            return None
+        reasons = {}
+        for x in xs:
+            for bit, name in self.REASONS.items():
+                if x[4] & bit:
+                    reasons[name] = reasons.get(name, 0) + 1
+        return {"samples": len(xs), "sm_mhz_median": statistics.median(x[1] for x in xs),
+                "sm_mhz_min": min(x[1] for x in xs), "power_w_median": statistics.median(x[2] for x in xs),
+                "power_w_max": max(x[2] for x in xs), "power_limit_w": xs[-1][3],
+                "temperature_c_max": max(x[5] for x in xs),
+                "reason_share": {n: c / len(xs) for n, c in sorted(reasons.items())}}
+
+    def windows(self, spans):
+        """window() over the samples of several (t0, t1) spans together (None without any)."""
+        keep = [x for x in self.samples if any(a <= x[0] <= b for a, b in spans)]
+        if not keep:
+            return None
+        saved, self.samples = self.samples, keep
+        try:
+            return self.window(keep[0][0], keep[-1][0])
+        finally:
+            self.samples = saved
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def torch_device_count():
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def paired_rounds(measure, rounds):
+    """@p rounds rounds; in each, every series of @p measure (name: fn -> median us of one block of
+    calls) once, in an order rotated per round, so that all of them meet the GPU in the same state
+    (clock, power, temperature) within a round. Returns {name: [us per round]}."""
+    names = list(measure)
+    out = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names):] + names[:r % len(names)]:
+            out[n].append(measure[n]())
+    return out
+
+
+def paired_diff(per_round, a, b):
+    """Median, 10th and 90th percentiles over the rounds of series @p a minus series @p b (us)."""
+    d = sorted(x - y for x, y in zip(per_round[a], per_round[b]))
+    return {"median": statistics.median(d), "p10": d[len(d) // 10], "p90": d[(len(d) * 9) // 10]}
 
 
 def host_us(torch, fn, calls, sync=True):
@@ -341,6 +458,9 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=200, help="timed calls per measurement")
     ap.add_argument("--repeats", type=int, default=3, help="runner and PyTorch measured in turn this many times")
     ap.add_argument("--host-calls", type=int, default=2000, help="calls per host-overhead loop")
+    ap.add_argument("--pair-rounds", type=int, default=60,
+                    help="rounds of the paired series (the runner's loop and the PyTorch call, in turn)")
+    ap.add_argument("--pair-iters", type=int, default=50, help="calls per series per paired round")
     ap.add_argument("--package", help="folder holding the flashladder package")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
@@ -384,6 +504,8 @@ def run(args):
         elif tok:
             wanted.append((int(tok), _core.plan_forward(int(tok), "", key, index)))
     timer = Timer(torch, info.l2_bytes, device)
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    monitor = GpuMonitor("GPU-%s" % uuid if uuid else None)
     # The runner's inputs (common/include/flashladder/inputs.h, make_inputs random): N(0,1), + 0.25
     # for Q and K, + 0.5 for V. The same rung on other values runs at another speed (N(0,1) inputs:
     # the python_randn series), so every series that is compared with the runner reads these.
@@ -451,8 +573,11 @@ def run(args):
                        "runner_loop": runner_loop,
                        "runner_case": runner_case,
                        "python_randn": lambda: timer.single(call_randn, args.iters, idle=False)}
+            in_turn_t0, runner_windows = time.monotonic(), []
             for r in range(args.repeats):
+                t_run = time.monotonic()
                 ms, cmd = runner_ms(binary, SHAPE, args.iters, os.path.join(tmp, "run.json"))
+                runner_windows.append((t_run, time.monotonic()))
                 series["runner"].append(ms)
                 order = list(measure)
                 order = order[r % len(order):] + order[:r % len(order)]  # rotate the order
@@ -465,6 +590,7 @@ def run(args):
                       "the runner's loop in this process %.4f ms, the runner's whole case in this process %.4f ms, "
                       "PyTorch on N(0,1) inputs %.4f ms (order %s)"
                       % (r + 1, *(series[n][-1] for n in names), ", ".join(order)))
+            in_turn_t1 = time.monotonic()
             med = {n: statistics.median(s) for n, s in series.items()}
             entry["runner_command"] = " ".join([os.path.join(args.bin, plan.label)] + cmd[1:-5] +
                                                ["--json", "F"] + cmd[-3:])
@@ -501,6 +627,77 @@ def run(args):
                   "binding alone - runner %+.1f us" % (entry["fill_diff_us"], entry["binding_fill_diff_us"]))
             print("  the call's host path (wall clock, median): %s; the flush before it on the GPU: %.1f us" % (
                 ", ".join("%s %.1f us" % (n, v) for n, v in entry["host_path_us"].items()), entry["flush_us"]))
+
+            # ---- paired: the runner's loop and the PyTorch call in turn, round after round -------
+            # The series above each run 200 calls back to back, one series after the other, and the
+            # runner binary from a GPU its process start left idle; the GPU's clock follows its
+            # power draw (the monitor's figures), so a series measured later, on a GPU that has run
+            # longer, can be slower for that alone. Here every round runs each series once, for
+            # pair_iters calls, in a rotated order, and the figure is the median over the rounds of
+            # the per-round difference: the same GPU state for both sides of each difference.
+            pair_host = {}
+
+            def block(fn, name):
+                us = timer.single(fn, args.pair_iters, idle=False, warmup=2) * 1e3
+                pair_host.setdefault(name, []).append(timer.last["host_us"])
+                return us
+
+            def loop_block(qq, kk, vv, prepared=prepared):
+                return prepared.time_runner_loop(qq.data_ptr(), kk.data_ptr(), vv.data_ptr(), loop_out.data_ptr(),
+                                                 loop_lse.data_ptr(), loop_ws.data_ptr(), args.pair_iters, 2) * 1e3
+
+            pair_measure = {"runner_loop": lambda: loop_block(q, k, v),
+                            "python": lambda: block(call, "python"),
+                            "binding": lambda: block(ext_call, "binding"),
+                            "runner_loop_randn": lambda: loop_block(nq, nk, nv),
+                            "python_randn": lambda: block(call_randn, "python_randn")}
+            pair_t0 = time.monotonic()
+            per_round = paired_rounds(pair_measure, args.pair_rounds)
+            pair_t1 = time.monotonic()
+            paired = {"rounds": args.pair_rounds, "iters": args.pair_iters, "per_round_us": per_round,
+                      "median_us": {n: statistics.median(v) for n, v in per_round.items()},
+                      "host_path_us": {n: statistics.median(v) for n, v in pair_host.items()},
+                      "python_minus_runner_loop_us": paired_diff(per_round, "python", "runner_loop"),
+                      "binding_minus_runner_loop_us": paired_diff(per_round, "binding", "runner_loop"),
+                      "randn_python_minus_runner_loop_us": paired_diff(per_round, "python_randn",
+                                                                       "runner_loop_randn"),
+                      "randn_runner_loop_minus_runner_loop_us": paired_diff(per_round, "runner_loop_randn",
+                                                                            "runner_loop")}
+            gpu_state = {"in_turn": monitor.window(in_turn_t0, in_turn_t1), "paired": monitor.window(pair_t0, pair_t1),
+                         "runner_binary": monitor.windows(runner_windows)}
+            entry["paired"] = paired
+            entry["gpu_state"] = gpu_state
+            # The figure the target is read on: PyTorch minus the runner's own loop, paired. The
+            # unpaired difference (series in turn, against the binary) stays as unpaired_diff_us.
+            entry["unpaired_diff_us"] = entry["diff_us"]
+            entry["diff_us"] = paired["python_minus_runner_loop_us"]["median"]
+            entry["within_target"] = abs(entry["diff_us"]) <= TARGET_US
+            pm = paired["median_us"]
+            print("  paired (%d rounds of %d calls per series, in turn): the runner's loop %.1f us, PyTorch %.1f us, "
+                  "binding %.1f us; on N(0,1) inputs the runner's loop %.1f us, PyTorch %.1f us" % (
+                      args.pair_rounds, args.pair_iters, pm["runner_loop"], pm["python"], pm["binding"],
+                      pm["runner_loop_randn"], pm["python_randn"]))
+            for label, name in (("PyTorch - the runner's loop", "python_minus_runner_loop_us"),
+                                ("binding alone - the runner's loop", "binding_minus_runner_loop_us"),
+                                ("on N(0,1) inputs, PyTorch - the runner's loop", "randn_python_minus_runner_loop_us"),
+                                ("the runner's loop on N(0,1) inputs - on the runner's inputs",
+                                 "randn_runner_loop_minus_runner_loop_us")):
+                x = paired[name]
+                print("    %-62s %+.1f us (p10 %+.1f, p90 %+.1f)" % (label, x["median"], x["p10"], x["p90"]))
+            print("  PyTorch - runner, paired: %+.1f us per call (target within %g us: %s); the series in turn against "
+                  "the binary (above): %+.1f us" % (entry["diff_us"], TARGET_US,
+                                                     "met" if entry["within_target"] else "NOT met",
+                                                     entry["unpaired_diff_us"]))
+            print("  the paired calls' host path (median): %s" % ", ".join(
+                "%s %.1f us" % (n, v) for n, v in paired["host_path_us"].items()))
+            for what, st in gpu_state.items():
+                if st:
+                    print("  GPU state, %-14s SM clock median %.0f MHz (min %.0f), power median %.0f W, max %.0f W "
+                          "of %.0f W, limits: %s (%d samples)" % (
+                              what + ":", st["sm_mhz_median"], st["sm_mhz_min"], st["power_w_median"],
+                              st["power_w_max"], st["power_limit_w"],
+                              ", ".join("%s %.0f%%" % (n, 100 * f) for n, f in st["reason_share"].items()) or "none",
+                              st["samples"]))
             result["rungs"].append(entry)
 
     # ---- the host's cost per call, on a problem too small to keep the GPU busy ------------------
@@ -591,15 +788,17 @@ def run(args):
         print("  %-22s %.4f ms, the runner's median %+.1f us (%s)" % (
             entry["label"], k_ms, entry["kernel_diff_us"],
             "; ".join("%s %.4f" % (n[:60], v) for n, v in k_detail.items())))
+    monitor.stop()
     runinfo.write_json(os.path.join(args.out, "torch_overhead.json"), result)
     runinfo.update_meta(args.out, info.name, result, result["command"])
     print("\n== summary (%s)" % info.name)
     for e in result["rungs"]:
         if "diff_us" in e:
-            print("  %-22s runner %.4f ms, PyTorch %.4f ms: %+.1f us per call (target %g us: %s); "
-                  "GPU idle first: %+.1f us"
-                  % (e["label"], e["median_ms"]["runner"], e["median_ms"]["python"], e["diff_us"], TARGET_US,
-                     "met" if e["within_target"] else "NOT met", e["idle_diff_us"]))
+            print("  %-22s paired: the runner's loop %.1f us, PyTorch %.1f us: %+.1f us per call (target %g us: %s); "
+                  "in turn against the binary (%.4f ms): %+.1f us; GPU idle first: %+.1f us"
+                  % (e["label"], e["paired"]["median_us"]["runner_loop"], e["paired"]["median_us"]["python"],
+                     e["diff_us"], TARGET_US, "met" if e["within_target"] else "NOT met", e["median_ms"]["runner"],
+                     e["unpaired_diff_us"], e["idle_diff_us"]))
     return 0
 
 

@@ -107,12 +107,94 @@ def gen_torch_train(ctx, gpu=None):
     return out + "\n\n" + "\n\n".join(notes)
 
 
+def host_time_notes(d):
+    """The notes on the host's time per call (the tiny problem) and its target, when measured."""
+    h = d.get("host")
+    if not h:
+        return []
+    t = h["shape"]
+    alone = h.get("call_alone_us", {})
+    notes = ["Host time per call (batch %d, seqlen %d, %d heads, d=%d; the kernel alone %.1f µs)%s: %s." % (
+        t["batch"], t["seqlen"], t["heads"], t["head_dim"], h["kernel_us"],
+        ", in a loop of %d calls (each call timed alone, the GPU synchronized every 16 calls)" % h["calls"]
+        if alone else "",
+        "; ".join("%s %.1f µs%s" % (n, v, " (%.1f)" % alone[n] if n in alone else "")
+                  for n, v in h["per_call_us"].items()))]
+    sdpa = [n for n in h["per_call_us"] if n.startswith("F.scaled_dot_product_attention")]
+    ours = [n for n in ("flashladder.attention", "flashladder.flash_attn_func") if n in h["per_call_us"]]
+    if alone and sdpa and ours:
+        best = min(sdpa, key=lambda n: h["per_call_us"][n])
+        met = all(h["per_call_us"][n] <= h["per_call_us"][best] and alone[n] <= alone[best] for n in ours)
+        notes.append("Host-time target (%s no more than SDPA's fastest here, %s, in the loop and alone): "
+                     "**%s**." % (" and ".join(ours), best, "met" if met else "not met"))
+    return notes
+
+
+def gpu_state_text(st):
+    """One GPU-state summary (GpuMonitor.window) in words."""
+    if not st:
+        return "not sampled"
+    reasons = ", ".join("%s in %.0f %% of samples" % (n, 100 * f) for n, f in st["reason_share"].items())
+    return "SM clock median %.0f MHz (min %.0f), power median %.0f W, max %.0f W of its %.0f W limit%s" % (
+        st["sm_mhz_median"], st["sm_mhz_min"], st["power_w_median"], st["power_w_max"], st["power_limit_w"],
+        "; clock limited by: " + reasons if reasons else "")
+
+
+def paired_overhead(res, d):
+    """The overhead table of a run with the paired series (torch_overhead.py's paired rounds)."""
+    rows, states = [], []
+    for e in d["rungs"]:
+        if "paired" not in e:
+            continue
+        p, m = e["paired"], e["median_ms"]
+        pm = p["median_us"]
+
+        def diff(name):
+            x = p[name]
+            return "%+.1f (%+.1f, %+.1f)" % (x["median"], x["p10"], x["p90"])
+
+        rows.append(["`%s`%s" % (e["label"], " (default)" if e["requested"] == "default" else ""),
+                     "%.1f" % pm["runner_loop"], "%.1f" % pm["python"], "**%s**" % diff("python_minus_runner_loop_us"),
+                     diff("binding_minus_runner_loop_us"), diff("randn_python_minus_runner_loop_us"),
+                     diff("randn_runner_loop_minus_runner_loop_us"), "%.1f" % (m["runner"] * 1e3),
+                     "%+.1f" % e["unpaired_diff_us"], "%+.1f" % e["idle_diff_us"]])
+        g = e.get("gpu_state", {})
+        states.append("`%s`: during the paired rounds %s; during the runner binary's runs %s." % (
+            e["label"], gpu_state_text(g.get("paired")), gpu_state_text(g.get("runner_binary"))))
+    head = ["rung", "the runner's loop, paired, µs", "PyTorch, paired, µs",
+            "PyTorch − the runner's loop, paired, µs (p10, p90)", "binding alone − the runner's loop, paired",
+            "N(0,1) inputs: PyTorch − the runner's loop on them, paired",
+            "the runner's loop: N(0,1) − the runner's inputs, paired", "the runner binary, µs",
+            "PyTorch − the runner binary, series in turn, µs", "the same, GPU idle before the call"]
+    out = report.markdown_table(head, rows)
+    sh = d["shape"]
+    e0 = next(e for e in d["rungs"] if "paired" in e)
+    ok = all(abs(e["diff_us"]) <= d["target_us"] for e in d["rungs"] if "paired" in e)
+    notes = ["batch %d, seqlen %s, %d heads, head_dim %d, %s, not causal; every call timed the runner's way (the "
+             "L2 flushed by the runner's own cudaMemsetAsync, CUDA events around the call). Paired: %d rounds, in "
+             "each %d calls of every series in turn (the runner's own timing loop run in PyTorch's process, "
+             "_ext.PreparedForward.time_runner_loop; the PyTorch call; the binding alone; the same two on N(0,1) "
+             "inputs), the order rotated per round; a difference is the median over the rounds of the round's "
+             "difference of medians (in brackets its 10th and 90th percentiles). In turn: the runner binary and each "
+             "series for %d calls, one after the other, median of %d repeats. Target (PyTorch − runner within %g µs, "
+             "paired): **%s**." % (
+                 sh["batch"], report.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
+                 e0["paired"]["rounds"], e0["paired"]["iters"], d["iters"], d["repeats"], d["target_us"],
+                 "met" if ok else "not met"),
+             "The GPU's state (nvidia-smi, sampled every 100 ms): " + " ".join(states)]
+    notes += host_time_notes(d)
+    notes.append("Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json")))
+    return out + "\n\n" + "\n\n".join(notes)
+
+
 @generator("torch-overhead")
 def gen_torch_overhead(ctx, gpu=None):
     """The call overhead (bench/torch_overhead.py, torch_overhead.json): per rung the runner's time
     and flashladder.attention's on the same shape, timed the runner's way, their difference per call
     against the target, the same with the GPU idle before each call, and the host's time per call."""
     res, d = torch_run(ctx, gpu, "torch_overhead.json")
+    if any("paired" in e for e in d["rungs"]):
+        return paired_overhead(res, d)
     rows = []
     for e in d["rungs"]:
         if "median_ms" not in e:
@@ -162,23 +244,7 @@ def gen_torch_overhead(ctx, gpu=None):
                          "(_ext.time_runner_case). Every series reads inputs drawn as the runner draws them (N(0,1), "
                          "+ 0.25 for Q and K, + 0.5 for V) but the last column's, N(0,1)."
                          if any("runner_case_diff_us" in e for e in d["rungs"]) else ""))
-    h = d.get("host")
-    if h:
-        t = h["shape"]
-        alone = h.get("call_alone_us", {})
-        notes.append("Host time per call (batch %d, seqlen %d, %d heads, d=%d; the kernel alone %.1f µs)%s: %s." % (
-            t["batch"], t["seqlen"], t["heads"], t["head_dim"], h["kernel_us"],
-            ", in a loop of %d calls (each call timed alone, the GPU synchronized every 16 calls)" % h["calls"]
-            if alone else "",
-            "; ".join("%s %.1f µs%s" % (n, v, " (%.1f)" % alone[n] if n in alone else "")
-                      for n, v in h["per_call_us"].items())))
-        sdpa = [n for n in h["per_call_us"] if n.startswith("F.scaled_dot_product_attention")]
-        ours = [n for n in ("flashladder.attention", "flashladder.flash_attn_func") if n in h["per_call_us"]]
-        if alone and sdpa and ours:
-            best = min(sdpa, key=lambda n: h["per_call_us"][n])
-            met = all(h["per_call_us"][n] <= h["per_call_us"][best] and alone[n] <= alone[best] for n in ours)
-            notes.append("Host-time target (%s no more than SDPA's fastest here, %s, in the loop and alone): "
-                         "**%s**." % (" and ".join(ours), best, "met" if met else "not met"))
+    notes += host_time_notes(d)
     notes.append("Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json")))
     return out + "\n\n" + "\n\n".join(notes)
 
