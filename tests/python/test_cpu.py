@@ -19,10 +19,17 @@
 8. The transformers function's allow-list on stand-in tensors: T5's position_bias, Gemma 2's
    softcap, gpt-oss's sinks, packed-sequence metadata, a sliding window that masks, dropout, a
    mask, attention weights and unknown arguments are refused naming the argument.
+9. flash_attn_with_kvcache's rotary embedding and cache_batch_idx, where PyTorch is installed
+   (skipped otherwise): _apply_rotary against the rotation in fp64 (interleaved pairs as complex
+   products, GPT-NeoX halves by rotate_half), fp16 and bf16 within one rounding, rotary_dim <
+   head_dim, positions per sequence; each refusal before the cache is written; and with the launch
+   stood in, the rotated keys appended in rows cache_batch_idx, q's positions (causal or not) and
+   the route (the cache read as pages, or its rows copied).
 """
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 import unittest
@@ -535,6 +542,190 @@ class TransformersArguments(unittest.TestCase):
             except Exception:  # noqa: BLE001  (no PyTorch, stand-in tensors: past the checks)
                 pass
 
+
+class KVCacheRotary(unittest.TestCase):
+    """flash_attn_with_kvcache's rotary embedding and cache_batch_idx on CPU tensors (PyTorch
+    needed; skipped without): _flash._apply_rotary against the rotation written out in fp64, the
+    refusals before anything is written, and the append and the route with the launch stood in."""
+
+    def setUp(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed")
+        from flashladder import _flash
+        self.torch, self.flash = torch, _flash
+
+    def rope(self, x, cos, sin, positions, interleaved):
+        """fp64: x's first 2 cos.shape[1] channels rotated by the angle of row positions[b][t],
+        as a complex product of the pairs (2i, 2i + 1), or GPT-NeoX's x cos + rotate_half(x) sin."""
+        torch = self.torch
+        half = cos.shape[1]
+        c = cos.double()[positions.long()][:, :, None, :]  # [b, s, 1, half]
+        s = sin.double()[positions.long()][:, :, None, :]
+        x = x.double()
+        head = x[..., :2 * half]
+        if interleaved:
+            z = torch.view_as_complex(head.reshape(*head.shape[:-1], half, 2).contiguous())
+            head = torch.view_as_real(z * torch.complex(c, s)).flatten(-2)
+        else:
+            rotate_half = torch.cat((-head[..., half:], head[..., :half]), dim=-1)
+            head = head * torch.cat((c, c), dim=-1) + rotate_half * torch.cat((s, s), dim=-1)
+        return torch.cat((head, x[..., 2 * half:]), dim=-1)
+
+    def within_rounding(self, got, ref, dtype):
+        """Every value within one rounding of the fp64 rotation (unit roundoff x |ref|, plus the
+        fp32 products' error): computed in fp32 and rounded once to the 16-bit dtype."""
+        torch = self.torch
+        u = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]
+        return bool(((got.double() - ref).abs() <= u * ref.abs() + 1e-6).all())
+
+    def test_against_the_rotation(self):
+        torch = self.torch
+        torch.manual_seed(3)
+        for dtype in (torch.float16, torch.bfloat16):
+            for interleaved in (True, False):
+                for rotary_dim, head_dim in ((64, 128), (32, 32), (16, 80)):
+                    b, s, h, seqlen_ro = 3, 5, 4, 40
+                    angle = torch.rand(seqlen_ro, rotary_dim // 2, dtype=torch.float64) * 2 * math.pi
+                    cos, sin = angle.cos().to(dtype), angle.sin().to(dtype)
+                    x = torch.randn(b, s, h, head_dim).to(dtype)
+                    positions = torch.randint(0, seqlen_ro, (b, s), dtype=torch.int32)  # per sequence and token
+                    got = self.flash._apply_rotary(x, cos, sin, positions, interleaved)
+                    ref = self.rope(x, cos, sin, positions, interleaved)
+                    what = (dtype, interleaved, rotary_dim, head_dim)
+                    self.assertEqual((got.dtype, got.shape), (dtype, x.shape), what)
+                    self.assertTrue(torch.equal(got[..., rotary_dim:], x[..., rotary_dim:]), what)  # passed through
+                    self.assertTrue(self.within_rounding(got, ref, dtype), what)
+                    # The bound is tight: rounding each product to 16 bits, as a 16-bit
+                    # computation does, leaves it.
+                    c = cos[positions.long()][:, :, None, :]
+                    sn = sin[positions.long()][:, :, None, :]
+                    head = x[..., :rotary_dim]
+                    x0, x1 = ((head[..., 0::2], head[..., 1::2]) if interleaved else
+                              (head[..., :rotary_dim // 2], head[..., rotary_dim // 2:]))
+                    naive = torch.cat((x0 * c - x1 * sn, x0 * sn + x1 * c), dim=-1)
+                    order = torch.cat((torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2)))
+                    ref_head = ref[..., :rotary_dim][..., order] if interleaved else ref[..., :rotary_dim]
+                    self.assertFalse(self.within_rounding(naive, ref_head, dtype), what)
+
+    def test_positions_and_empty(self):
+        torch = self.torch
+        x = torch.randn(2, 3, 2, 32).to(torch.float16)
+        cos, sin = torch.ones(8, 0, dtype=torch.float16), torch.zeros(8, 0, dtype=torch.float16)
+        self.assertIs(self.flash._apply_rotary(x, cos, sin, torch.zeros(2, 3, dtype=torch.int32), True), x)
+        # Row 0 of cos/sin (angle 0) leaves x as it is; row p rotates by angle p.
+        angle = torch.arange(8, dtype=torch.float64)[:, None] * torch.tensor([[0.5, 0.25]], dtype=torch.float64)
+        cos, sin = angle.cos().to(torch.float16), angle.sin().to(torch.float16)
+        got = self.flash._apply_rotary(x, cos, sin, torch.zeros(2, 3, dtype=torch.int32), False)
+        self.assertTrue(torch.equal(got, x))
+        positions = torch.tensor([[1, 2, 3], [7, 0, 5]], dtype=torch.int32)
+        got = self.flash._apply_rotary(x, cos, sin, positions, False)
+        self.assertTrue(self.within_rounding(got, self.rope(x, cos, sin, positions, False), torch.float16))
+        self.assertTrue(torch.equal(got[1, 1], x[1, 1]))
+
+    def cache(self, rows=4, slots=256, heads_kv=2, head_dim=64):
+        torch = self.torch
+        return (torch.randn(rows, slots, heads_kv, head_dim).to(torch.float16),
+                torch.randn(rows, slots, heads_kv, head_dim).to(torch.float16))
+
+    def test_refused_before_the_append(self):
+        torch = self.torch
+        f16 = torch.float16
+        kc, vc = self.cache(rows=2)
+        before = kc.clone()
+        q = torch.randn(2, 1, 4, 64).to(f16)
+        kn, vn = torch.randn(2, 1, 2, 64).to(f16), torch.randn(2, 1, 2, 64).to(f16)
+        cos, sin = torch.ones(256, 16, dtype=f16), torch.zeros(256, 16, dtype=f16)
+        used = torch.tensor([3, 9], dtype=torch.int32)
+        idx = torch.tensor([1, 0], dtype=torch.int32)
+        call = self.flash.flash_attn_with_kvcache
+        for kwargs, text in (
+                ({"rotary_cos": cos, "rotary_sin": sin, "k": None, "v": None}, "pass k and v"),
+                ({"rotary_cos": cos}, "come together"),
+                ({"rotary_sin": sin}, "come together"),
+                ({"rotary_cos": cos[:, :12], "rotary_sin": sin[:, :12]}, "multiple of 16"),
+                ({"rotary_cos": torch.ones(256, 40, dtype=f16), "rotary_sin": torch.ones(256, 40, dtype=f16)},
+                 "<= head_dim"),
+                ({"rotary_cos": cos[:200], "rotary_sin": sin[:200]}, "seqlen_ro must cover"),
+                ({"rotary_cos": cos.float(), "rotary_sin": sin.float()}, "q's dtype"),
+                ({"rotary_cos": cos, "rotary_sin": sin[:, :8]}, "one shape"),
+                ({"cache_batch_idx": idx, "block_table": torch.zeros(2, 1, dtype=torch.int32)}, "block_table"),
+                ({"cache_batch_idx": idx.long()}, "int32"),
+                ({"cache_batch_idx": idx[:1]}, "int32 [batch] = (2,)"),
+                ({"cache_seqlens": None}, "pass it")):
+            args = {"k": kn, "v": vn, "cache_seqlens": used}
+            args.update(kwargs)
+            with self.assertRaises(ValueError, msg=text) as cm:
+                call(q, kc, vc, **args)
+            self.assertTrue(str(cm.exception).startswith("flashladder: "), str(cm.exception))
+            self.assertIn(text, str(cm.exception))
+            self.assertTrue(torch.equal(kc, before), text)  # nothing written
+
+    def test_append_and_route(self):
+        """The rung stood in (it records what it is given): the new keys rotated at cache_seqlens + i
+        land in rows cache_batch_idx, other rows untouched; q rotated per query when causal, at
+        cache_seqlens otherwise; a contiguous cache read as pages of its largest power of two
+        (>= 16) dividing seqlen_cache, else its rows copied."""
+        torch = self.torch
+        flash = self.flash
+        seen = []
+
+        def forward(q, k, v, causal, scale, rung, variant, key=None, o_fp32=False, mods=None, extras=None):
+            seen.append((q, k, mods.page_size, extras[5]))
+            return torch.zeros_like(q), None, None
+
+        saved = (flash._ops._forward, flash._core.check_qkv, flash._core.check_qkv_cached,
+                 flash._core.check_layout_of, flash._core.plan_forward)
+        flash._ops._forward = forward
+        flash._core.check_qkv = flash._core.check_qkv_cached = lambda q, k, *a, **kw: (q.shape[1],)
+        flash._core.check_layout_of = lambda *a, **kw: None
+        flash._core.plan_forward = lambda *a, **kw: None  # every problem taken through pages
+        try:
+            torch.manual_seed(4)
+            f16 = torch.float16
+            for slots, contiguous, page in ((256, True, 256), (192, True, 64), (1000, True, 0), (256, False, 0)):
+                for causal, interleaved in ((True, True), (False, False)):
+                    rows, b, sq, new = 5, 3, 4, 4
+                    kc, vc = self.cache(rows, slots + (0 if contiguous else 8))
+                    if not contiguous:
+                        kc, vc = kc[:, :slots], vc[:, :slots]
+                    k0, v0 = kc.clone(), vc.clone()
+                    idx = torch.tensor([3, 0, 4], dtype=torch.int32)
+                    used = torch.tensor([0, 50, slots - new], dtype=torch.int32)
+                    q = torch.randn(b, sq, 4, 64).to(f16)
+                    kn, vn = torch.randn(b, new, 2, 64).to(f16), torch.randn(b, new, 2, 64).to(f16)
+                    angle = torch.rand(slots, 16, dtype=torch.float64) * 2 * math.pi
+                    cos, sin = angle.cos().to(f16), angle.sin().to(f16)
+                    seen.clear()
+                    flash.flash_attn_with_kvcache(q, kc, vc, kn, vn, rotary_cos=cos, rotary_sin=sin,
+                                                  cache_seqlens=used, cache_batch_idx=idx, causal=causal,
+                                                  rotary_interleaved=interleaved)
+                    what = (slots, contiguous, causal, interleaved)
+                    pos = used[:, None] + torch.arange(new, dtype=torch.int32)[None, :]
+                    k_ref = self.rope(kn, cos, sin, pos, interleaved)
+                    for n in range(b):
+                        r, u = int(idx[n]), int(used[n])
+                        self.assertTrue(self.within_rounding(kc[r, u:u + new], k_ref[n], f16), what)
+                        self.assertTrue(torch.equal(vc[r, u:u + new], vn[n]), what)
+                    for r in (1, 2):  # no sequence's row
+                        self.assertTrue(torch.equal(kc[r], k0[r]) and torch.equal(vc[r], v0[r]), what)
+                    q_pos = used[:, None] + (torch.arange(sq, dtype=torch.int32)[None, :] if causal else
+                                             torch.zeros(1, sq, dtype=torch.int32))
+                    q_seen, k_seen, page_seen, table = seen[0]
+                    self.assertTrue(self.within_rounding(q_seen, self.rope(q, cos, sin, q_pos, interleaved), f16),
+                                    what)
+                    self.assertEqual(page_seen, page, what)
+                    if page:  # the cache itself, as pages; sequence b's pages are row idx[b]'s
+                        self.assertEqual(k_seen.data_ptr(), kc.data_ptr(), what)
+                        per_row = slots // page
+                        self.assertEqual(table.tolist(), [[int(i) * per_row + j for j in range(per_row)]
+                                                          for i in idx], what)
+                    else:  # the batch's rows, copied after the append
+                        self.assertTrue(torch.equal(k_seen, kc[idx.long()]), what)
+        finally:
+            (flash._ops._forward, flash._core.check_qkv, flash._core.check_qkv_cached, flash._core.check_layout_of,
+             flash._core.plan_forward) = saved
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

@@ -41,7 +41,10 @@ kvcache       flash_attn_with_kvcache against the fp32 reference per sequence: t
               in place at cache_seqlens (an empty, a half-full and a nearly full sequence),
               decode, speculative (4 queries) and prefill routes, a window; the paged cache
               (shuffled pages of 64) likewise, its pages written (a prefill or a window through
-              a contiguous copy of its pages); refusals.
+              a contiguous copy of its pages); rotary embedding (interleaved and GPT-NeoX halves,
+              rotary_dim 64 of 128, causal, windowed and not, left-padded, contiguous and paged)
+              with the cache holding the rotated keys; cache_batch_idx on a permuted subset of a
+              larger cache (read as pages, or its rows copied), the other rows untouched; refusals.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
               attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
@@ -936,9 +939,166 @@ def part_flash():
     expect(ValueError, "window_size", lambda: flash_attn_func(q, k, v, window_size=(-2, 0)))
 
 
+def rope_reference(x, cos, sin, positions, interleaved):
+    """fp64 x [b, s, h, d] with its first 2 cos.shape[1] channels rotated by the angles of rows
+    positions [b, s] of cos and sin: pairs (2i, 2i + 1) as complex products (interleaved), else
+    GPT-NeoX's x cos + rotate_half(x) sin; the other channels as they are."""
+    half = cos.shape[1]
+    c = cos.double()[positions.long()][:, :, None, :]
+    s = sin.double()[positions.long()][:, :, None, :]
+    x = x.double()
+    head = x[..., :2 * half]
+    if interleaved:
+        z = torch.view_as_complex(head.reshape(*head.shape[:-1], half, 2).contiguous())
+        head = torch.view_as_real(z * torch.complex(c, s)).flatten(-2)
+    else:
+        head = (head * torch.cat((c, c), dim=-1) +
+                torch.cat((-head[..., half:], head[..., :half]), dim=-1) * torch.cat((s, s), dim=-1))
+    return torch.cat((head, x[..., 2 * half:]), dim=-1)
+
+
+def within_rounding(got, ref64, dtype):
+    """got (16-bit) is ref64 rounded once: |got - ref| <= the unit roundoff x |ref| (+ fp32's error)."""
+    u = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}[dtype]
+    return bool(((got.double() - ref64).abs() <= u * ref64.abs() + 1e-6).all())
+
+
+def paged_twin(k_cache, v_cache, page):
+    """(k pool, v pool, block table): the cache's pages shuffled in a pool, before any append."""
+    b, slots, hkv, d = k_cache.shape
+    table = torch.randperm(b * slots // page, device="cuda").to(torch.int32).view(b, slots // page)
+    k_pool = torch.empty(b * slots // page, page, hkv, d, dtype=k_cache.dtype, device="cuda")
+    v_pool = torch.empty_like(k_pool)
+    k_pool[table.long()] = k_cache.view(b, slots // page, page, hkv, d)
+    v_pool[table.long()] = v_cache.view(b, slots // page, page, hkv, d)
+    return k_pool, v_pool, table
+
+
+def kvcache_rotary():
+    """rotary_cos/rotary_sin: the new keys rotated at cache_seqlens + i and appended (the cache
+    holds them rotated), q at cache_seqlens + i when causal or windowed, else at cache_seqlens;
+    rotary_dim 64 of head_dim 128, GQA 4:1, contiguous and paged (pages of 64), left-padded."""
+    from flashladder import flash_attn_with_kvcache
+
+    hopper = flashladder.device_info().arch == "sm_90"
+    b, slots, hq, hkv, d, rotary_dim, page = 3, 1024, 8, 2, 128, 64, 64
+    for dtype_name in ("fp16", "bf16"):
+        dt = DTYPES[dtype_name]
+        for interleaved in (True, False):
+            for sq, new, causal, window, leftpad in ((1, 1, True, (-1, -1), None),
+                                                     (4, 4, False, (-1, -1), [0, 100, 30]),
+                                                     (100, 100, True, (-1, -1), None),
+                                                     (3, 2, True, (-1, -1), [0, 7, 900]),
+                                                     (5, 5, False, (64, -1), None)):  # a window, not causal
+                if window != (-1, -1) and not hopper:
+                    continue
+                per_query = causal or window != (-1, -1)
+                used = torch.tensor([0, 500, slots - max(sq, new) - 7], dtype=torch.int32, device="cuda")
+                pad = None if leftpad is None else torch.tensor(leftpad, dtype=torch.int32, device="cuda")
+                k_cache, v_cache = randn(b, slots, hkv, d, dtype=dt), randn(b, slots, hkv, d, dtype=dt, offset=0.5)
+                k_pool, v_pool, table = paged_twin(k_cache, v_cache, page)
+                before_k, before_v = k_cache.clone(), v_cache.clone()
+                q = randn(b, sq, hq, d, dtype=dt, offset=0.5)
+                k_new, v_new = randn(b, new, hkv, d, dtype=dt), randn(b, new, hkv, d, dtype=dt)
+                angle = torch.rand(slots, rotary_dim // 2, device="cuda", dtype=torch.float64) * 2 * math.pi
+                cos, sin = angle.cos().to(dt), angle.sin().to(dt)
+                args = dict(rotary_cos=cos, rotary_sin=sin, cache_seqlens=used, cache_leftpad=pad, causal=causal,
+                            window_size=window, rotary_interleaved=interleaved)
+                out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, return_softmax_lse=True, **args)
+                out_p = flash_attn_with_kvcache(q, k_pool, v_pool, k_new, v_new, block_table=table, **args)
+                what = "flash_attn_with_kvcache rotary %s %s sq=%d new=%d causal=%d window=%s%s" % (
+                    dtype_name, "interleaved" if interleaved else "halves", sq, new, causal, window,
+                    " left-padded" if pad is not None else "")
+                k_pos = used.long()[:, None] + torch.arange(new, device="cuda")[None, :]
+                k_rot = rope_reference(k_new, cos, sin, k_pos, interleaved)
+                q_pos = used.long()[:, None] + (torch.arange(sq, device="cuda") if per_query else
+                                                torch.zeros(sq, dtype=torch.long, device="cuda"))[None, :]
+                q_rot = rope_reference(q, cos, sin, q_pos, interleaved).to(dt)
+                expected_v = before_v.clone()
+                for n in range(b):
+                    u, a = int(used[n]), 0 if pad is None else int(pad[n])
+                    expected_v[n, u:u + new] = v_new[n]
+                    if not within_rounding(k_cache[n, u:u + new], k_rot[n], dt):
+                        fail("%s: the cache does not hold the keys rotated at cache_seqlens + i (sequence %d)"
+                             % (what, n))
+                    keys = torch.cat((before_k[n:n + 1, a:u], k_rot[n:n + 1].to(dt)), dim=1)
+                    ref, ref_lse = reference_mods(q_rot[n:n + 1], keys, expected_v[n:n + 1, a:u + new], causal, window)
+                    judge("%s sequence %d (slots %d..%d) O" % (what, n, a, u + new - 1), out[n:n + 1].float(), ref,
+                          dtype_name)
+                    judge_lse("%s sequence %d" % (what, n), lse[n:n + 1], ref_lse, dtype_name)
+                    judge("%s, paged, sequence %d O" % (what, n), out_p[n:n + 1].float(), ref, dtype_name)
+                untouched = torch.ones(b, slots, dtype=torch.bool, device="cuda")
+                for n in range(b):
+                    untouched[n, int(used[n]):int(used[n]) + new] = False
+                if not (torch.equal(k_cache[untouched], before_k[untouched]) and torch.equal(v_cache, expected_v)):
+                    fail("%s: the append wrote outside the new slots, or v was changed" % what)
+                if not (torch.equal(k_pool[table.long()].reshape(k_cache.shape), k_cache) and
+                        torch.equal(v_pool[table.long()].reshape(v_cache.shape), v_cache)):
+                    fail("%s: the pages do not hold what the contiguous cache does" % what)
+
+
+def kvcache_batch_idx():
+    """cache_batch_idx: sequence b on row cache_batch_idx[b] of a larger cache (a permuted subset),
+    read in place as pages (1024 slots: one page a row; 768: three pages of 256) or with its rows
+    copied (1000 slots: no power of two >= 16 divides it; a cache that is a slice); decode, 4
+    queries and a prefill, with and without new keys; rows and slots no sequence appends to stay
+    as they were. One case adds rotary embedding and a left-padded cache."""
+    from flashladder import flash_attn_with_kvcache
+
+    b, rows, hq, hkv, d = 3, 7, 8, 2, 128
+    for slots, layout in ((1024, "dense"), (768, "dense"), (1000, "dense"), (1024, "slice")):
+        for sq, new, causal, rotary in ((1, 1, True, False), (1, 0, False, False), (4, 4, True, False),
+                                        (4, 0, True, False), (100, 100, True, False), (100, 0, True, False),
+                                        (4, 4, True, True)):
+            stored = slots + (64 if layout == "slice" else 0)  # a slice of a longer cache: not contiguous
+            k_store, v_store = randn(rows, stored, hkv, d), randn(rows, stored, hkv, d, offset=0.5)
+            k_cache, v_cache = k_store[:, :slots], v_store[:, :slots]
+            before_k, before_v = k_store.clone(), v_store.clone()
+            idx = torch.randperm(rows, device="cuda")[:b].to(torch.int32)
+            used = torch.tensor([0 if new else 1, 300, slots - max(sq, new) - 5], dtype=torch.int32, device="cuda")
+            pad = torch.tensor([0, 40, 200], dtype=torch.int32, device="cuda") if rotary else None
+            q = randn(b, sq, hq, d, offset=0.5)
+            k_new = randn(b, new, hkv, d) if new else None
+            v_new = randn(b, new, hkv, d) if new else None
+            args = {}
+            if rotary:
+                angle = torch.rand(slots, 32, device="cuda", dtype=torch.float64) * 2 * math.pi
+                args = dict(rotary_cos=angle.cos().half(), rotary_sin=angle.sin().half(), rotary_interleaved=False)
+            what = "flash_attn_with_kvcache cache_batch_idx %s, %d slots, sq=%d new=%d causal=%d%s" % (
+                layout, slots, sq, new, causal, " rotary, left-padded" if rotary else "")
+            out = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=used, cache_batch_idx=idx,
+                                          cache_leftpad=pad, causal=causal, **args)
+            expected_k, expected_v = before_k.clone(), before_v.clone()
+            q_ref = q
+            if rotary:
+                k_pos = used.long()[:, None] + torch.arange(new, device="cuda")[None, :]
+                k_rot = rope_reference(k_new, args["rotary_cos"], args["rotary_sin"], k_pos, False)
+                q_pos = used.long()[:, None] + torch.arange(sq, device="cuda")[None, :]
+                q_ref = rope_reference(q, args["rotary_cos"], args["rotary_sin"], q_pos, False).half()
+            for n in range(b):
+                r, u = int(idx[n]), int(used[n])
+                if new and rotary:
+                    if not within_rounding(k_store[r, u:u + new], k_rot[n], torch.float16):
+                        fail("%s: row %d does not hold the rotated keys" % (what, r))
+                    expected_k[r, u:u + new] = k_store[r, u:u + new]  # checked just above
+                elif new:
+                    expected_k[r, u:u + new] = k_new[n]
+                if new:
+                    expected_v[r, u:u + new] = v_new[n]
+            if not (torch.equal(k_store, expected_k) and torch.equal(v_store, expected_v)):
+                fail("%s: the append wrote outside rows cache_batch_idx at cache_seqlens" % what)
+            for n in range(b):
+                r, e = int(idx[n]), int(used[n]) + new
+                a = 0 if pad is None else int(pad[n])
+                ref, _ = reference_mods(q_ref[n:n + 1], expected_k[r:r + 1, a:e], expected_v[r:r + 1, a:e], causal)
+                judge("%s sequence %d (row %d, slots %d..%d) O" % (what, n, r, a, e - 1), out[n:n + 1].float(), ref,
+                      "fp16")
+
+
 def part_kvcache():
     """flash_attn_with_kvcache: appends in place, per-sequence lengths, decode (rung 08) and
-    prefill routes, a paged cache against the contiguous one, the refusals."""
+    prefill routes, a paged cache against the contiguous one, the refusals; rotary embedding and
+    cache_batch_idx (kvcache_rotary, kvcache_batch_idx)."""
     from flashladder import flash_attn_with_kvcache
 
     hopper = flashladder.device_info().arch == "sm_90"
@@ -958,12 +1118,7 @@ def part_kvcache():
             v_new = randn(b, new, hkv, d, dtype=dt) if new else None
             # The paged twin: pages of 64 slots in a shuffled pool, before the append.
             page = 64
-            perm = torch.randperm(b * slots // page, device="cuda").to(torch.int32)
-            table = perm.view(b, slots // page)
-            k_pool = torch.empty(b * slots // page, page, hkv, d, dtype=dt, device="cuda")
-            v_pool = torch.empty_like(k_pool)
-            k_pool[table.long()] = k_cache.view(b, slots // page, page, hkv, d)
-            v_pool[table.long()] = v_cache.view(b, slots // page, page, hkv, d)
+            k_pool, v_pool, table = paged_twin(k_cache, v_cache, page)
             what = "flash_attn_with_kvcache %s sq=%d new=%d causal=%d window=%s" % (dtype_name, sq, new, causal, window)
             out, lse = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=used, causal=causal,
                                                window_size=window, return_softmax_lse=True)
@@ -1000,11 +1155,7 @@ def part_kvcache():
         used = torch.tensor([1024, 900, 1024], dtype=torch.int32, device="cuda")
         out = flash_attn_with_kvcache(qq, kc2, vc2, cache_seqlens=used, cache_leftpad=pad, causal=causal)
         outs = [("contiguous", out)]
-        table = torch.randperm(b * slots // 64, device="cuda").to(torch.int32).view(b, slots // 64)
-        kp = torch.empty(b * slots // 64, 64, hkv, d, dtype=kc2.dtype, device="cuda")
-        vp = torch.empty_like(kp)
-        kp[table.long()] = kc2.view(b, slots // 64, 64, hkv, d)
-        vp[table.long()] = vc2.view(b, slots // 64, 64, hkv, d)
+        kp, vp, table = paged_twin(kc2, vc2, 64)
         outs.append(("paged", flash_attn_with_kvcache(qq, kp, vp, cache_seqlens=used, cache_leftpad=pad,
                                                       causal=causal, block_table=table)))
         for n in range(b):
@@ -1013,8 +1164,12 @@ def part_kvcache():
             for layout, o in outs:
                 judge("flash_attn_with_kvcache, cache_leftpad %s sq=%d causal=%d sequence %d (slots %d..%d)" % (
                     layout, sq, causal, n, a, e - 1), o[n:n + 1].float(), ref, "fp16")
-    expect(NotImplementedError, "rotary", lambda: flash_attn_with_kvcache(q, kc, kc, rotary_cos=kc, rotary_sin=kc))
-    expect(NotImplementedError, "cache_batch_idx", lambda: flash_attn_with_kvcache(q, kc, kc, cache_batch_idx=kc))
+    # FlashAttention 2's refusals: rotary without new keys, cache_batch_idx with a block table.
+    cs = torch.ones(256, 32, dtype=torch.float16, device="cuda")
+    expect(ValueError, "pass k and v", lambda: flash_attn_with_kvcache(q, kc, kc, rotary_cos=cs, rotary_sin=cs))
+    one = torch.zeros(2, dtype=torch.int32, device="cuda")
+    expect(ValueError, "block_table", lambda: flash_attn_with_kvcache(q, kc, kc, cache_batch_idx=one,
+                                                                      block_table=one.view(2, 1)))
     # A prefill into pages (100 queries, every slot used): the pages in table order are the cache.
     table = torch.tensor([[5, 2, 7, 0], [1, 6, 3, 4]], device="cuda", dtype=torch.int32)
     pool = randn(8, 64, 2, 128)
@@ -1023,6 +1178,8 @@ def part_kvcache():
     ref, _ = reference_mods(qp, dense, dense, True)
     judge("flash_attn_with_kvcache, a prefill into pages", flash_attn_with_kvcache(
         qp, pool, pool, block_table=table, causal=True).float(), ref, "fp16")
+    kvcache_rotary()
+    kvcache_batch_idx()
 
 
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
