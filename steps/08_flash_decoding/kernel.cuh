@@ -270,24 +270,30 @@ __global__ void __launch_bounds__(Tr::kThreads)
       page.advance(Tr::kLoadRowsPerPass);
     }
   };
-  auto load_chunk = [&](int c, int st) {
+  // Paged: pages are a power of two (Problem's check), so a slot is a shift and
+  // its row in the page a mask. page_of(c) reads the block-table entry of chunk
+  // c's first key (it exists, so its slot is in the table); the main loop reads
+  // it one chunk ahead of the copy that needs it, so that the load's latency
+  // passes under a chunk of math instead of stalling the warp before its copy.
+  const int page_shift = PAGED ? __ffs(p.page_size) - 1 : 0;
+  const int page_mask = PAGED ? p.page_size - 1 : 0;
+  const int* const table_row = PAGED ? p.block_table + static_cast<int64_t>(b) * p.block_table_stride : nullptr;
+  auto page_of = [&](int c) { return table_row[(k_first + chunk_key0(c)) >> page_shift]; };
+  auto load_chunk = [&](int c, int st, int page) {
     const int key0 = chunk_key0(c) + j0;
     const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
     const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
     if constexpr (PAGED) {
       // A chunk on one page (every chunk, when the page holds a whole number of
       // chunks and the cache has no left padding off that grid) is contiguous
-      // rows of the pool: one table read, then the contiguous loader's pointer
-      // steps. The chunk's first key exists, so its slot is in the table.
-      const int first = k_first + chunk_key0(c);
-      const int in_page0 = first % p.page_size;
+      // rows of the pool: its page (read ahead), then the contiguous loader's
+      // pointer steps.
+      const int in_page0 = (k_first + chunk_key0(c)) & page_mask;
       if (in_page0 + BLOCK_N > p.page_size) {
         load_chunk_across_pages(c, st);
         return;
       }
-      const int64_t row =
-          static_cast<int64_t>(p.block_table[static_cast<int64_t>(b) * p.block_table_stride + first / p.page_size]) *
-              p.page_size + in_page0 + j0;
+      const int64_t row = (static_cast<int64_t>(page) << page_shift) + in_page0 + j0;
       k_src = K_gmem + row * p.k_row_stride + col;
       v_src = V_gmem + row * p.v_row_stride + col;
     }
@@ -309,9 +315,11 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // "all but the newest STAGES - 2 groups are done".
 #pragma unroll
   for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < my_chunks) load_chunk(st, st);
+    if (st < my_chunks) load_chunk(st, st, PAGED ? page_of(st) : 0);
     ptx::cp_async_commit();
   }
+  // Paged: the page of the chunk the loop's first copy takes, read now.
+  int next_page = PAGED && STAGES - 1 < my_chunks ? page_of(STAGES - 1) : 0;
 
   // Q as the A operand of S = Q K^T, straight from global memory into the
   // fragment layout (ptx.cuh): a0 = Q[g][2t..], a1 = Q[g+8][2t..],
@@ -368,8 +376,10 @@ __global__ void __launch_bounds__(Tr::kThreads)
     __syncwarp();
     const int st = c % STAGES;
     // ...so that stage can take chunk c + STAGES - 1.
-    if (c + STAGES - 1 < my_chunks) load_chunk(c + STAGES - 1, (c + STAGES - 1) % STAGES);
+    if (c + STAGES - 1 < my_chunks) load_chunk(c + STAGES - 1, (c + STAGES - 1) % STAGES, next_page);
     ptx::cp_async_commit();
+    // Paged: the next copy's page, read now and first used one chunk later.
+    if (PAGED && c + STAGES < my_chunks) next_page = page_of(c + STAGES);
 
     const uint32_t K_j = K_ring + st * Tr::kTileBytes;
     const uint32_t V_j = V_ring + st * Tr::kTileBytes;
