@@ -4,9 +4,10 @@ earlier rung and PyTorch, the variants, the split-KV study and the paged KV cach
 import glob
 import json
 import re
+import statistics
 
 import report
-from .core import Missing, earlier_fastest, generator, labels_of, link, measured_line, ratio_text
+from .core import Missing, earlier_fastest, generator, labels_of, link, measured_line, ratio_text, results_folder
 
 
 @generator("decode-table")
@@ -126,3 +127,45 @@ def gen_paged(ctx, rung="8", gpu=None):
     head = ["seqlen_k"] + ["contiguous" if p == 0 else "%d-token pages" % p for p in pages]
     return report.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", GB/s of K and V (in brackets: paged / contiguous)")
+
+
+AB_COMMAND = ("python3 bench/rung08_paged_ab.py build/before/bin/08_flash_decoding build/release/bin/08_flash_decoding "
+              "bench/results/<gpu>/<folder>/ab.json > bench/results/<gpu>/<folder>/ab.log")
+
+
+@generator("rung08-paged-ab")
+def gen_rung08_paged_ab(ctx, gpu=None, change="the change"):
+    """Rung 08's paged loader before and after a change (bench/rung08_paged_ab.py's ab.json in
+    folder @p gpu, and its run2/ab.json when there): per shape and page size the paged cache's speed
+    over the contiguous cache's, before and after, in each run."""
+    res = results_folder(ctx, gpu, "ab.json", AB_COMMAND)
+    if not res.has("ab.json"):
+        raise Missing("ab.json in bench/results/%s" % res.gpu, AB_COMMAND)
+    runs = [res.json("ab.json")] + ([res.json("run2/ab.json")] if res.has("run2/ab.json") else [])
+
+    def ratios(run):
+        med = {(r["shape"], r["layout"]): (statistics.median(r["old_ms"]), statistics.median(r["new_ms"]))
+               for r in run["rows"]}
+        return {k: (med[(k[0], "contiguous")][0] / v[0], med[(k[0], "contiguous")][1] / v[1])
+                for k, v in med.items() if k[1] != "contiguous" and (k[0], "contiguous") in med}
+
+    per_run = [ratios(r) for r in runs]
+    rows = []
+    for key in sorted(per_run[0], key=lambda k: ([r["shape"] for r in runs[0]["rows"]].index(k[0]),
+                                                -int(k[1].replace("page", "")))):
+        row = [key[0], key[1].replace("page", "")] + ["%.3f" % x for x in per_run[0][key]]
+        if len(per_run) > 1 and key in per_run[1]:
+            row.append("%.3f, %.3f" % per_run[1][key])
+        rows.append(row)
+    head = ["shape", "page size", "before %s" % change, "after"] + (["second run: before, after"]
+                                                                   if len(per_run) > 1 else [])
+    meta = res.meta
+    iters = re.search(r"median of (\d+) launches", runs[0].get("note", ""))
+    note = ("Paged speed over contiguous speed (contiguous ms / paged ms) within each build: 32/8 heads of 128, "
+            "fp16, causal where there are several queries, pages shuffled in the pool; each the median of %d "
+            "rounds (the builds interleaved) of the runner's median of %s launches. Measured on %s, %s, the tree "
+            "of commit `%s`; %s." % (len(runs[0]["rows"][0]["old_ms"]), iters.group(1) if iters else "?",
+                                     meta.get("device", "?"),
+                                     str(meta.get("date", "?"))[:10], meta.get("git_sha", "?"),
+                                     link(res, "ab.json")))
+    return report.markdown_table(head, rows) + "\n\n" + note
