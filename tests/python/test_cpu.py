@@ -557,21 +557,10 @@ class KVCacheRotary(unittest.TestCase):
         self.torch, self.flash = torch, _flash
 
     def rope(self, x, cos, sin, positions, interleaved):
-        """fp64: x's first 2 cos.shape[1] channels rotated by the angle of row positions[b][t],
-        as a complex product of the pairs (2i, 2i + 1), or GPT-NeoX's x cos + rotate_half(x) sin."""
-        torch = self.torch
-        half = cos.shape[1]
-        c = cos.double()[positions.long()][:, :, None, :]  # [b, s, 1, half]
-        s = sin.double()[positions.long()][:, :, None, :]
-        x = x.double()
-        head = x[..., :2 * half]
-        if interleaved:
-            z = torch.view_as_complex(head.reshape(*head.shape[:-1], half, 2).contiguous())
-            head = torch.view_as_real(z * torch.complex(c, s)).flatten(-2)
-        else:
-            rotate_half = torch.cat((-head[..., half:], head[..., :half]), dim=-1)
-            head = head * torch.cat((c, c), dim=-1) + rotate_half * torch.cat((s, s), dim=-1)
-        return torch.cat((head, x[..., 2 * half:]), dim=-1)
+        """fp64: tests/python/refs.py's rope_reference."""
+        from refs import rope_reference
+
+        return rope_reference(x, cos, sin, positions, interleaved)
 
     def within_rounding(self, got, ref, dtype):
         """Every value within one rounding of the fp64 rotation (unit roundoff x |ref|, plus the

@@ -70,6 +70,7 @@ except ImportError:
 
 import flashladder
 from flashladder import _core, _ext
+from refs import rope_reference  # noqa: E402  tests/python/refs.py
 
 FAILURES = []
 
@@ -937,24 +938,6 @@ def part_flash():
                                                                     deterministic=True))
     expect(ValueError, "alibi_slopes", lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(3, device="cuda")))
     expect(ValueError, "window_size", lambda: flash_attn_func(q, k, v, window_size=(-2, 0)))
-
-
-def rope_reference(x, cos, sin, positions, interleaved):
-    """fp64 x [b, s, h, d] with its first 2 cos.shape[1] channels rotated by the angles of rows
-    positions [b, s] of cos and sin: pairs (2i, 2i + 1) as complex products (interleaved), else
-    GPT-NeoX's x cos + rotate_half(x) sin; the other channels as they are."""
-    half = cos.shape[1]
-    c = cos.double()[positions.long()][:, :, None, :]
-    s = sin.double()[positions.long()][:, :, None, :]
-    x = x.double()
-    head = x[..., :2 * half]
-    if interleaved:
-        z = torch.view_as_complex(head.reshape(*head.shape[:-1], half, 2).contiguous())
-        head = torch.view_as_real(z * torch.complex(c, s)).flatten(-2)
-    else:
-        head = (head * torch.cat((c, c), dim=-1) +
-                torch.cat((-head[..., half:], head[..., :half]), dim=-1) * torch.cat((s, s), dim=-1))
-    return torch.cat((head, x[..., 2 * half:]), dim=-1)
 
 
 def within_rounding(got, ref64, dtype):
