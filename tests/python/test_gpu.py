@@ -947,14 +947,18 @@ def within_rounding(got, ref64, dtype):
 
 
 def paged_twin(k_cache, v_cache, page):
-    """(k pool, v pool, block table): the cache's pages shuffled in a pool, before any append."""
+    """(k pool, v pool, block table): the cache's pages shuffled in a pool, before any append. The
+    table is a view of a wider one's first columns (not contiguous), as a server's slice of its
+    table would be: the call must read it by its own strides."""
     b, slots, hkv, d = k_cache.shape
     table = torch.randperm(b * slots // page, device="cuda").to(torch.int32).view(b, slots // page)
+    wide = torch.full((b, slots // page + 3), -1, dtype=torch.int32, device="cuda")
+    wide[:, :slots // page] = table
     k_pool = torch.empty(b * slots // page, page, hkv, d, dtype=k_cache.dtype, device="cuda")
     v_pool = torch.empty_like(k_pool)
     k_pool[table.long()] = k_cache.view(b, slots // page, page, hkv, d)
     v_pool[table.long()] = v_cache.view(b, slots // page, page, hkv, d)
-    return k_pool, v_pool, table
+    return k_pool, v_pool, wide[:, :slots // page]
 
 
 def kvcache_rotary():

@@ -514,6 +514,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if (str(block_table.dtype) != "torch.int32" or block_table.dim() != 2 or block_table.shape[0] != batch
                 or block_table.device != q.device):
             raise ValueError("flashladder: block_table must be int32 [batch, pages per sequence] on q's device")
+        if not block_table.is_contiguous():
+            # Rung 08 reads row b of the table at b x its width (AttnParams::block_table_stride):
+            # a view with other strides (a slice of a wider table's columns) is copied, never misread.
+            block_table = block_table.contiguous()
         if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
             raise ValueError("flashladder: a paged cache's pools must be contiguous [pages, page_size, heads, head_dim]")
         slots = block_table.shape[1] * page
