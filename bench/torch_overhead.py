@@ -211,7 +211,11 @@ class GpuMonitor:
 
     def window(self, t0, t1):
         """Summary of the samples between monotonic times @p t0 and @p t1 (None without any)."""
-        xs = [x for x in self.samples if t0 <= x[0] <= t1]
+        return self.windows([(t0, t1)])
+
+    def windows(self, spans):
+        """Summary of the samples inside any of the (t0, t1) @p spans (None without any)."""
+        xs = [x for x in self.samples if any(a <= x[0] <= b for a, b in spans)]
         if not xs:
             return None
         reasons = {}
@@ -224,17 +228,6 @@ class GpuMonitor:
                 "power_w_max": max(x[2] for x in xs), "power_limit_w": xs[-1][3],
                 "temperature_c_max": max(x[5] for x in xs),
                 "reason_share": {n: c / len(xs) for n, c in sorted(reasons.items())}}
-
-    def windows(self, spans):
-        """window() over the samples of several (t0, t1) spans together (None without any)."""
-        keep = [x for x in self.samples if any(a <= x[0] <= b for a, b in spans)]
-        if not keep:
-            return None
-        saved, self.samples = self.samples, keep
-        try:
-            return self.window(keep[0][0], keep[-1][0])
-        finally:
-            self.samples = saved
 
     def stop(self):
         if self.proc is not None:
