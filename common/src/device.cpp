@@ -5,11 +5,38 @@
 
 namespace fl {
 
+namespace {
+
+/// "13.0" from CUDA's 13000.
+std::string cuda_version(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+/// Why cudaGetDeviceCount found no device, in a user's words. The runtime answers
+/// cudaErrorInsufficientDriver both when no NVIDIA driver is installed (a machine without a GPU)
+/// and when the installed one is older than this build's runtime; cudaDriverGetVersion tells
+/// them apart (it gives 0 when there is no driver).
+std::string no_device_why(cudaError_t e) {
+  if (e == cudaSuccess || e == cudaErrorNoDevice) return "the NVIDIA driver sees no CUDA GPU";
+  if (e == cudaErrorInsufficientDriver) {
+    int driver = 0, runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    if (driver == 0) return "no NVIDIA driver on this machine, so no CUDA GPU";
+    return "the NVIDIA driver supports CUDA " + cuda_version(driver) +
+           ", older than this build's CUDA " + cuda_version(runtime) +
+           " runtime: update the driver";
+  }
+  return std::string(cudaGetErrorString(e));
+}
+
+}  // namespace
+
 bool has_device(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
-    if (why) *why = e != cudaSuccess ? std::string(cudaGetErrorString(e)) : "no CUDA device found";
+    if (why) *why = no_device_why(e);
     (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
     return false;
   }
