@@ -27,8 +27,8 @@ Exit: 0 up to date (or written), 1 stale (--check), 2 usage or data errors.
 
 This module is what every family shares: the markers, the results and context objects, the
 generator registry, the small formatting helpers, --check, --write and --list. A family module
-imports from here and from bench/report.py (the parser of the bench records and run reports),
-never from another family module.
+imports from here and from bench/results_io.py (the parser of the bench records and run reports, and
+the shared formatting), never from another family module.
 """
 
 import argparse
@@ -39,7 +39,8 @@ import os
 import re
 import sys
 
-import report  # bench/report.py: one parser and one set of table helpers (bench/ is on sys.path)
+import report  # bench/report.py: the report writer (full_report, Grid); bench/ is on sys.path
+import results_io  # bench/results_io.py: one parser and one set of table helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,15 +92,15 @@ class Results:
         if self._records is None:
             recs = []
             if self.has("ladder_bench.json"):
-                recs += report.load_records(self.path("ladder_bench.json"))
+                recs += results_io.load_records(self.path("ladder_bench.json"))
             if self.has("torch_sdpa.json"):
-                recs += report.load_records(self.path("torch_sdpa.json"))
+                recs += results_io.load_records(self.path("torch_sdpa.json"))
             self._records = [r for r in recs if not r["error"]]
         return self._records
 
     @property
     def ctx(self):
-        return report.load_context(self.path("ladder_bench.json"))
+        return results_io.load_context(self.path("ladder_bench.json"))
 
     @property
     def meta(self):
@@ -131,7 +132,7 @@ class Results:
 
 class Context:
     def __init__(self, registry, info):
-        self.registry = registry  # report.load_registry()'s dict: label -> declared baselines
+        self.registry = registry  # results_io.load_registry()'s dict: label -> declared baselines
         self.info = info  # label -> the registry entry (number, variant, peak, baselines, ...)
         self._results = {}
 
@@ -175,9 +176,9 @@ def measured_line(res, what=""):
 
 
 def pct_of_peak(ctx_json, entry_peak, rec):
-    """The % of its datasheet peak (report.peak_tflops of a registry entry's "peak") that the record
+    """The % of its datasheet peak (results_io.peak_tflops of a registry entry's "peak") that the record
     @p rec reached; None without that peak."""
-    peak = report.peak_tflops(ctx_json, entry_peak)
+    peak = results_io.peak_tflops(ctx_json, entry_peak)
     return 100.0 * rec["tflops"] / peak if peak else None
 
 
@@ -203,7 +204,7 @@ def prefill_want(d, n, causal):
 
 def ratio_text(a, b):
     """time(a) / time(b) as a speedup of b, or —."""
-    return report.fmt_ratio(a["ms"] / b["ms"]) if a and b else "—"
+    return results_io.fmt_ratio(a["ms"] / b["ms"]) if a and b else "—"
 
 
 def prefill_shapes(d, n, causal):
@@ -212,7 +213,7 @@ def prefill_shapes(d, n, causal):
     for dd in ints(d):
         for nn in ints(n):
             for c in ints(causal):
-                yield dd, nn, c, prefill_want(dd, nn, c), [str(dd), report.seqlen_text(nn), "yes" if c else "no"]
+                yield dd, nn, c, prefill_want(dd, nn, c), [str(dd), results_io.seqlen_text(nn), "yes" if c else "no"]
 
 
 def torch_cells(res, family, want, r):
@@ -228,8 +229,8 @@ def span(values):
     if not vals:
         return "—"
     lo, hi = min(vals), max(vals)
-    return report.fmt_ratio(lo) if report.fmt_ratio(lo) == report.fmt_ratio(hi) else "%s–%s" % (
-        report.fmt_ratio(lo).rstrip("×"), report.fmt_ratio(hi))
+    return results_io.fmt_ratio(lo) if results_io.fmt_ratio(lo) == results_io.fmt_ratio(hi) else "%s–%s" % (
+        results_io.fmt_ratio(lo).rstrip("×"), results_io.fmt_ratio(hi))
 
 
 def earlier_fastest(ctx, res, label, want):
@@ -239,7 +240,7 @@ def earlier_fastest(ctx, res, label, want):
     if not recs:
         return None
     g = report.Grid(recs, ctx.registry)
-    x = report.x_of(recs[0])
+    x = results_io.x_of(recs[0])
     best = g.resolve(label, {"kind": "fastest_earlier"}, x)
     return (best, next(r for r in recs if r["rung"] == best)) if best else None
 
@@ -371,20 +372,20 @@ def report_files(ctx):
         ceil = os.path.join(folder, "ceilings.json")
         out[os.path.join(folder, "report.md")] = report.full_report(
             d, torch if os.path.exists(torch) else None, True, ctx.registry,
-            report.load_ceilings(ceil) if os.path.exists(ceil) else None)
+            results_io.load_ceilings(ceil) if os.path.exists(ceil) else None)
     return out
 
 
 def load_registry(args):
     """The Context: the registry from --registry FILE, or from the built tour (--bin, or the newest)."""
     if args.registry:
-        reg = report.load_registry(args.registry)
+        reg = results_io.load_registry(args.registry)
         with open(args.registry, encoding="utf-8") as f:
             return Context(reg, {r["label"]: r for r in json.load(f)["rungs"]})
-    tour = report.find_tour(args.bin)
+    tour = results_io.find_tour(args.bin)
     if not tour:
         raise ValueError("no built tour (build first, or pass --bin BUILD/bin or --registry FILE)")
-    return Context(*report.registry_from_tour(tour))
+    return Context(*results_io.registry_from_tour(tour))
 
 
 def main(argv=None):
