@@ -124,7 +124,7 @@ if [ $rc = 77 ]; then finished=1; echo "run_all.sh: no usable CUDA device; nothi
 
 device=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["context"].get("device","unknown"))' \
   "$STAGE/ladder_bench.json")
-slug=$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import report; print(report.slug(sys.argv[2]))' \
+slug=$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import results_io; print(results_io.slug(sys.argv[2]))' \
   "$ROOT/bench" "$device")
 OUT=${results:-$ROOT/bench/results/$slug}
 echo "run_all.sh: device '$device' -> $OUT"

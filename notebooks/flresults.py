@@ -34,7 +34,7 @@ import pandas as pd  # noqa: E402
 NOTEBOOKS = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(NOTEBOOKS)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import report  # noqa: E402  bench/report.py: one parser for the report and the notebooks
+import results_io  # noqa: E402  bench/results_io.py: one parser for the report, the docs and the notebooks
 from docblocks.core import PRIMARY  # noqa: E402  bench/docgen.py's package: the folder the docs quote
 
 ELEM_BYTES = 2  # fp16 / bf16
@@ -100,7 +100,7 @@ def results_dir_with(rung, family):
     ok = []
     for d in candidates:
         p = os.path.join(d, "ladder_bench.json")
-        if os.path.exists(p) and any(r["family"] == family and r["rung"] == rung for r in report.load_records(p)):
+        if os.path.exists(p) and any(r["family"] == family and r["rung"] == rung for r in results_io.load_records(p)):
             ok.append(d)
     if not ok:
         raise NoResults("no benchmark results with %s in the %s sweep under %s: `ladder_bench "
@@ -112,7 +112,7 @@ def results_dir_with(rung, family):
 def _recorded_families(d):
     """The families the folder's ladder_bench.json has entries of (empty without one)."""
     p = os.path.join(d, "ladder_bench.json")
-    return {r["family"] for r in report.load_records(p)} if os.path.exists(p) else set()
+    return {r["family"] for r in results_io.load_records(p)} if os.path.exists(p) else set()
 
 
 def _entries(d, family):
@@ -120,7 +120,7 @@ def _entries(d, family):
     p = os.path.join(d, "ladder_bench.json")
     if not os.path.exists(p):
         return 0
-    return sum(1 for r in report.load_records(p) if family is None or r["family"] == family)
+    return sum(1 for r in results_io.load_records(p) if family is None or r["family"] == family)
 
 
 def results_dir(need="ladder_bench.json", family=None):
@@ -156,13 +156,13 @@ def load_bench(d):
     Columns: rung, number, variant, source, family, batch, seqlen_q, seqlen_k, heads_q, heads_kv,
     head_dim, causal, ms, tflops, gbps, error, plus flops and bytes (compulsory HBM traffic)."""
     path = os.path.join(d, "ladder_bench.json")
-    recs = report.load_records(path)
-    ctx = report.load_context(path)
+    recs = results_io.load_records(path)
+    ctx = results_io.load_context(path)
     torch_ctx = None
     tpath = os.path.join(d, "torch_sdpa.json")
     if os.path.exists(tpath):
-        recs += report.load_records(tpath)
-        torch_ctx = report.load_context(tpath)
+        recs += results_io.load_records(tpath)
+        torch_ctx = results_io.load_context(tpath)
     df = pd.DataFrame(recs)
     df = df[df["error"] == ""].copy()
     df["flops"] = df["tflops"] * 1e12 * df["ms"] * 1e-3
@@ -184,7 +184,7 @@ def ceilings(d, ctx):
     ceiling each kind of rung is measured against)}."""
     path = os.path.join(d, "ceilings.json")
     if os.path.exists(path):
-        c = report.load_ceilings(path)
+        c = results_io.load_ceilings(path)
 
         def val(k):
             return c[k][1] if k in c else None
@@ -226,10 +226,10 @@ def provenance(ctx):
 def registry():
     """(declared baselines by label, registry entries by label) from the built tour, or (None, None)
     when nothing is built (the notebooks then skip the baseline figures and say so)."""
-    tour = report.find_tour()
+    tour = results_io.find_tour()
     if not tour:
         return None, None
-    return report.registry_from_tour(tour)
+    return results_io.registry_from_tour(tour)
 
 
 def out_dir():
@@ -251,9 +251,9 @@ def rung_sort_key(label):
     m = re.match(r"^(\d+)_", label)
     if m:
         return (0, int(m.group(1)), label)
-    order = report.TORCH_ORDER
+    order = results_io.TORCH_ORDER
     return (1, order.index(label) if label in order else len(order), label)
 
 
 def seqlen_label(n):
-    return report.seqlen_text(int(n))
+    return results_io.seqlen_text(int(n))

@@ -1,7 +1,7 @@
 """The backward pass's blocks (rung 11 on): the backward and backward-gqa families against PyTorch's
 backward, every entry of a backward rung, and the gradients' checks of its run reports."""
 
-import report
+import results_io
 from .core import (Missing, generator, ints, labels_of, link, measured_line, prefill_shapes, prefill_want, ratio_text,
                    run_label, run_problem, run_reports, torch_cells)
 
@@ -22,12 +22,12 @@ def gen_backward_table(ctx, rung="11", d="64,128", n="4096", causal="0,1", gpu=N
     for _, _, _, w, lead in prefill_shapes(d, n, causal):
         r = res.need(family, rung=label, deterministic=0, **w)
         det = res.find(family=family, rung=label, deterministic=1, **w)
-        rows.append(lead + ["%.3f" % r["ms"], report.fmt_value(r["tflops"]),
-                            report.fmt_value(det["tflops"]) if det else "—"] + torch_cells(res, family, w, r))
+        rows.append(lead + ["%.3f" % r["ms"], results_io.fmt_value(r["tflops"]),
+                            results_io.fmt_value(det["tflops"]) if det else "—"] + torch_cells(res, family, w, r))
     head = ["head_dim", "seqlen", "causal", "`%s` ms" % label, "TFLOP/s", "deterministic TFLOP/s",
             "flash ms", "flash / rung", "cuDNN ms", "cuDNN / rung"]
     torch = res.json("torch_sdpa.json")["context"].get("torch", "?") if res.has("torch_sdpa.json") else "not run"
-    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+    return results_io.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", fp16, backward pass only, batch x seqlen = 16k tokens, hidden 2048%s, PyTorch %s" % (
             gqa_text(family), torch))
 
@@ -47,7 +47,7 @@ def gen_backward_entries(ctx, rung="11", d="64,128", n="4096", causal="0", gpu=N
             entries.append(lab)
     entries.sort(key=lambda l: (l != prefix, l))
     shapes = [(dd, nn, c) for dd in ints(d) for nn in ints(n) for c in ints(causal)]
-    head = ["entry"] + ["d=%d %s%s" % (dd, report.seqlen_text(nn), ", causal" if c else "")
+    head = ["entry"] + ["d=%d %s%s" % (dd, results_io.seqlen_text(nn), ", causal" if c else "")
                         for dd, nn, c in shapes]
     rows = []
     for lab in entries:
@@ -56,11 +56,11 @@ def gen_backward_entries(ctx, rung="11", d="64,128", n="4096", causal="0", gpu=N
             w = prefill_want(dd, nn, c)
             r = res.find(family=family, rung=lab, deterministic=0, **w)
             fl = res.find(family=family, rung="torch_flash", **w)
-            cells.append("%s (%s)" % (report.fmt_value(r["tflops"]), ratio_text(fl, r)) if r else "—")
+            cells.append("%s (%s)" % (results_io.fmt_value(r["tflops"]), ratio_text(fl, r)) if r else "—")
         rows.append(cells)
     if not rows:
         raise Missing("the %s family for %s" % (family, prefix), "bench/run_all.sh --family %s" % family)
-    return report.markdown_table(head, rows, ["---"] + ["--:"] * len(shapes)) + "\n\n" + measured_line(
+    return results_io.markdown_table(head, rows, ["---"] + ["--:"] * len(shapes)) + "\n\n" + measured_line(
         res, ", fp16, backward pass only, TFLOP/s (time of PyTorch's flash backward / time of the "
         "entry), batch x seqlen = 16k tokens, hidden 2048" + gqa_text(family))
 
@@ -78,5 +78,5 @@ def gen_bwd_check(ctx, files, gpu=None):
                     + ["%s (%s)" % ("PASS" if c["pass"] else "FAIL", c["mode"]), link(res, name, "`%s`" % name)])
     first = reports[0][1]
     head = ["entry", "problem", "dQ rel_fro / tol", "dK rel_fro / tol", "dV rel_fro / tol", "check", "report"]
-    return report.markdown_table(head, rows) + "\n\nMeasured on %s, %s, commit `%s`." % (
+    return results_io.markdown_table(head, rows) + "\n\nMeasured on %s, %s, commit `%s`." % (
         first["device"]["name"], first["date"][:10], first["git_sha"])

@@ -6,7 +6,7 @@ import json
 import re
 import statistics
 
-import report
+import results_io
 from .core import Missing, earlier_fastest, generator, labels_of, link, measured_line, ratio_text, results_folder
 
 
@@ -24,19 +24,19 @@ def gen_decode_table(ctx, rung="8", shapes="1/8/1024,1/8/65536", gpu=None):
         e = earlier_fastest(ctx, res, label, want)
         cu = res.find(rung="torch_cudnn", **want)
         fl = res.find(rung="torch_flash", **want)
-        rows.append(["%d, 32/%d, %s" % (b, hkv, report.seqlen_text(sk)), "%.4f" % r["ms"], report.fmt_value(r["gbps"]),
-                     "`%s` %s" % (report.short(e[0]), report.fmt_value(e[1]["gbps"])) if e else "—",
-                     ratio_text(e[1], r) if e else "—", report.fmt_value(cu["gbps"]) if cu else "—",
-                     report.fmt_value(fl["gbps"]) if fl else "—", ratio_text(cu, r), ratio_text(fl, r)])
-    head = ["B, heads q/kv, Sk", "`%s` ms" % report.short(label), "GB/s", "fastest earlier rung, GB/s",
+        rows.append(["%d, 32/%d, %s" % (b, hkv, results_io.seqlen_text(sk)), "%.4f" % r["ms"], results_io.fmt_value(r["gbps"]),
+                     "`%s` %s" % (results_io.short(e[0]), results_io.fmt_value(e[1]["gbps"])) if e else "—",
+                     ratio_text(e[1], r) if e else "—", results_io.fmt_value(cu["gbps"]) if cu else "—",
+                     results_io.fmt_value(fl["gbps"]) if fl else "—", ratio_text(cu, r), ratio_text(fl, r)])
+    head = ["B, heads q/kv, Sk", "`%s` ms" % results_io.short(label), "GB/s", "fastest earlier rung, GB/s",
             "speedup", "cuDNN GB/s", "FA2 GB/s", "vs cuDNN", "vs FA2"]
-    out = report.markdown_table(head, rows) + "\n\n" + measured_line(
+    out = results_io.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", fp16, head_dim 128, seqlen_q 1, GB/s of Q, K, V read once and O written once")
-    earlier = sorted(l for l, e in ctx.info.items() if not e["variant"] and e["number"] < report.number_of(label))
+    earlier = sorted(l for l, e in ctx.info.items() if not e["variant"] and e["number"] < results_io.number_of(label))
     ran = sorted({r["rung"] for r in res.records if r["family"] == "decode" and r["rung"] in earlier})
     if ran != earlier:
         out += " The earlier rungs measured on this GPU: %s (not all: the fastest earlier rung is the " \
-               "fastest of these)." % ", ".join("`%s`" % report.short(l) for l in ran)
+               "fastest of these)." % ", ".join("`%s`" % results_io.short(l) for l in ran)
     return out
 
 
@@ -53,11 +53,11 @@ def gen_decode_variants(ctx, rung="8", batch="1", kv="8", gpu=None):
     for l in entries:
         cells = [res.find(family="decode", rung=l, batch=b, heads_kv=hkv, seqlen_k=sk) for sk in sks]
         if any(cells):
-            rows.append(["`%s`" % l] + [report.fmt_value(c["gbps"]) if c else "—" for c in cells])
+            rows.append(["`%s`" % l] + [results_io.fmt_value(c["gbps"]) if c else "—" for c in cells])
     if len(rows) < 2:
         raise Missing("the variants of %s in the decode family" % label,
                       "bench/run_all.sh --family decode -- --fl_variants")
-    return report.markdown_table(["entry"] + ["Sk=" + report.seqlen_text(x) for x in sks], rows) + "\n\n" + \
+    return results_io.markdown_table(["entry"] + ["Sk=" + results_io.seqlen_text(x) for x in sks], rows) + "\n\n" + \
         measured_line(res, ", batch %d, 32/%d heads, head_dim 128, GB/s" % (b, hkv))
 
 
@@ -86,16 +86,16 @@ def gen_splits(ctx, gpu=None):
     for sk in sks:
         fixed = {c: runs[(sk, c)][0] for c in counts if (sk, c) in runs}
         best = max(fixed, key=fixed.get) if fixed else None
-        cells = [report.seqlen_text(sk)]
+        cells = [results_io.seqlen_text(sk)]
         for c in counts:
             v = fixed.get(c)
-            cells.append("—" if v is None else ("**%s**" if c == best else "%s") % report.fmt_value(v))
+            cells.append("—" if v is None else ("**%s**" if c == best else "%s") % results_io.fmt_value(v))
         h = runs.get((sk, 0))
-        cells.append("%s (%d)" % (report.fmt_value(h[0]), h[1]) if h else "—")
+        cells.append("%s (%d)" % (results_io.fmt_value(h[0]), h[1]) if h else "—")
         rows.append(cells)
     head = ["seqlen_k"] + [str(c) for c in counts] + ["heuristic (splits)"]
     b, hq, hkv, d = shape
-    return report.markdown_table(head, rows) + "\n\nGB/s of K and V, batch %d, %d/%d heads, head_dim %d, by " \
+    return results_io.markdown_table(head, rows) + "\n\nGB/s of K and V, batch %d, %d/%d heads, head_dim %d, by " \
         "`--splits`; bold: the best fixed count. Measured on %s (%s); files %s." % (
             b, hq, hkv, d, res.meta.get("device", "?"), res.provenance().split(", ", 1)[1],
             link(res, "decode_splits", "`%s`" % res.rel("decode_splits/")))
@@ -114,18 +114,18 @@ def gen_paged(ctx, rung="8", gpu=None):
     rows = []
     for sk in sks:
         base = next((r for r in recs if r["seqlen_k"] == sk and r["page_size"] == 0), None)
-        cells = [report.seqlen_text(sk)]
+        cells = [results_io.seqlen_text(sk)]
         for pg in pages:
             r = next((x for x in recs if x["seqlen_k"] == sk and x["page_size"] == pg), None)
             if r is None:
                 cells.append("—")
             elif pg == 0 or base is None:
-                cells.append(report.fmt_value(r["gbps"]))
+                cells.append(results_io.fmt_value(r["gbps"]))
             else:
-                cells.append("%s (%.2f)" % (report.fmt_value(r["gbps"]), base["ms"] / r["ms"]))
+                cells.append("%s (%.2f)" % (results_io.fmt_value(r["gbps"]), base["ms"] / r["ms"]))
         rows.append(cells)
     head = ["seqlen_k"] + ["contiguous" if p == 0 else "%d-token pages" % p for p in pages]
-    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+    return results_io.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", GB/s of K and V (in brackets: paged / contiguous)")
 
 
@@ -168,4 +168,4 @@ def gen_rung08_paged_ab(ctx, gpu=None, change="the change"):
                                      meta.get("device", "?"),
                                      str(meta.get("date", "?"))[:10], meta.get("git_sha", "?"),
                                      link(res, "ab.json")))
-    return report.markdown_table(head, rows) + "\n\n" + note
+    return results_io.markdown_table(head, rows) + "\n\n" + note

@@ -1,8 +1,8 @@
 """Rung 13's blocks (FP8): the fp8 family of bench/run_all.sh (speed) and bench/run_fp8.sh's accuracy
-runs (fp8_accuracy/*.json, read by report.fp8_accuracy_runs): the errors per quantization mode and
+runs (fp8_accuracy/*.json, read by results_io.fp8_accuracy_runs): the errors per quantization mode and
 the choice of scaling P."""
 
-import report
+import results_io
 from .core import (Missing, entry_label, generator, ints, labels_of, link, measured_line, ms, pct, pct_of_peak,
                    prefill_want, ratio_text, results_folder)
 
@@ -15,7 +15,7 @@ FP8_MODES = ("per-tensor", "per-head", "per-tensor+hadamard", "per-head+hadamard
 def fp8_runs(ctx, gpu, rung):
     """(Results, the accuracy runs of rung @p rung) of folder @p gpu; Missing if it has none."""
     res = results_folder(ctx, gpu, "fp8_accuracy/*.json", FP8_ACCURACY_COMMAND)
-    runs = [j for j in report.fp8_accuracy_runs(res.dir) if j["rung"]["number"] == int(rung)]
+    runs = [j for j in results_io.fp8_accuracy_runs(res.dir) if j["rung"]["number"] == int(rung)]
     if not runs:
         raise Missing("fp8_accuracy/*.json of rung %s in bench/results/%s" % (rung, res.gpu), FP8_ACCURACY_COMMAND)
     return res, runs
@@ -55,7 +55,7 @@ def runs_shape(runs):
     p = runs[0]["problem"]
     dims = sorted({j["problem"]["head_dim"] for j in runs})
     return "batch %d, seqlen %s, heads = %d / head_dim (%s), %s, %s" % (
-        p["batch"], report.seqlen_text(p["seqlen_q"]), p["heads_q"] * p["head_dim"],
+        p["batch"], results_io.seqlen_text(p["seqlen_q"]), p["heads_q"] * p["head_dim"],
         ", ".join("%d at d=%d" % (p["heads_q"] * p["head_dim"] // d, d) for d in dims), p["dtype"],
         "causal" if p["causal"] else "not causal")
 
@@ -96,20 +96,20 @@ def gen_fp8_speed(ctx, rung="13", baseline="10", d="64,128,256", n="", causal="0
                 cu = res.find(rung="torch_cudnn", **w)
                 q = r.get("quantize_ms") if r else None
                 quant = quant or q is not None
-                rows.append([str(dd), "yes" if c else "no", report.seqlen_text(nn),
-                             report.fmt_value(r["tflops"]) if r else "—",
+                rows.append([str(dd), "yes" if c else "no", results_io.seqlen_text(nn),
+                             results_io.fmt_value(r["tflops"]) if r else "—",
                              pct(pct_of_peak(cj, "tensor_fp8", r)) if r else "—",
-                             report.fmt_value(b["tflops"]) if b else "—",
-                             report.fmt_value(cu["tflops"]) if cu else "—",
+                             results_io.fmt_value(b["tflops"]) if b else "—",
+                             results_io.fmt_value(cu["tflops"]) if cu else "—",
                              ratio_text(b, r), ratio_text(cu, r),
                              "%s (%.0f %%)" % (ms(q), 100.0 * q / r["ms"]) if q is not None else "—"])
     head = ["head_dim", "causal", "seqlen", "`%s` TFLOP/s" % label, "% of FP8 peak", "`%s` TFLOP/s" % base,
-            "cuDNN TFLOP/s", "%s / %s" % (report.short(label), report.short(base)),
-            "%s / cuDNN" % report.short(label), "quantize Q, K, V (% of the rung's time)"]
+            "cuDNN TFLOP/s", "%s / %s" % (results_io.short(label), results_io.short(base)),
+            "%s / cuDNN" % results_io.short(label), "quantize Q, K, V (% of the rung's time)"]
     if not quant:
         head, rows = head[:-1], [row[:-1] for row in rows]
     torch = res.json("torch_sdpa.json")["context"].get("torch", "?") if res.has("torch_sdpa.json") else "not run"
-    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+    return results_io.markdown_table(head, rows) + "\n\n" + measured_line(
         res, "; `%s` on e4m3 Q, K, V (per-head scales, made once outside the time) from the fp16 inputs, `%s` "
         "and cuDNN (PyTorch %s) on the fp16 inputs; batch x seqlen = 16k tokens, hidden 2048; ratios: time of "
         "the other / time of `%s` (above 1 = FP8 is faster); FP8 peak = 2 x the 16-bit tensor peak (datasheet "
@@ -147,7 +147,7 @@ def gen_fp8_accuracy(ctx, rung="13", d="64,128,256", inputs="random,outlier", gp
     head = ["input", "scales"]
     for dd in dims:
         head += ["d=%d kernel" % dd, "d=%d end to end" % dd]
-    out = report.markdown_table(head, rows, ["---", "---"] + ["--:"] * (2 * len(dims)))
+    out = results_io.markdown_table(head, rows, ["---", "---"] + ["--:"] * (2 * len(dims)))
     ratios = []
     for dd in dims:
         rot, plain = by.get(("outlier", "per-head+hadamard", dd, "")), by.get(("outlier", "per-head", dd, ""))
@@ -195,7 +195,7 @@ def gen_fp8_p_scaling(ctx, rung="13", variant="p-unscaled", d="128", mode="per-h
     a, b = entry_label(main), entry_label(alt)
     head = ["input", "head_dim", "kernel: `%s`" % a, "kernel: `%s`" % b, "ratio", "end to end: `%s`" % a,
             "end to end: `%s`" % b, "ratio"]
-    return report.markdown_table(head, rows, ["---"] + ["--:"] * 7) + (
+    return results_io.markdown_table(head, rows, ["---"] + ["--:"] * 7) + (
         "\n\n`%s`: %s. `%s`: %s. %s scales; %s; relative Frobenius errors, kernel against fp64 on the "
         "dequantized inputs, end to end against fp64 on the 16-bit inputs. Measured on %s; %s." % (
             a, main["rung"]["summary"], b, alt["rung"]["summary"], mode, runs_shape([main, alt]),

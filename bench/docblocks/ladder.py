@@ -7,6 +7,7 @@ import re
 import sys
 
 import report
+import results_io
 from .core import (GENERATORS, ROOT, Missing, binary_bytes, earlier_fastest, generator, ints, labels_of, link,
                    measured_line, ms, pct, pct_of_peak, prefill_shapes, prefill_want, ratio_text, run_label,
                    run_problem, run_reports, span, torch_cells)
@@ -38,7 +39,7 @@ def gen_baselines(ctx):
         for b in bs:
             rows.append(["`%s`" % label, "the fastest earlier rung on the same shape" if b["kind"] ==
                          "fastest_earlier" else "`%s`" % b["label"], b["why"]])
-    return report.markdown_table(["rung", "compared with", "why"], rows, ["---", "---", "---"])
+    return results_io.markdown_table(["rung", "compared with", "why"], rows, ["---", "---", "---"])
 
 
 @generator("prefill-table")
@@ -68,11 +69,11 @@ def gen_prefill_table(ctx, rungs, d="64,128", n="4096", causal="0", gpu=None, ba
                         if br:
                             base = "%s vs `%s`" % (ratio_text(br, r), b)
                             break
-                    rows.append(["`%s`" % label, str(dd), str(r["heads_q"]), report.seqlen_text(nn),
-                                 "yes" if c else "no", ms(r["ms"]), report.fmt_value(r["tflops"]),
+                    rows.append(["`%s`" % label, str(dd), str(r["heads_q"]), results_io.seqlen_text(nn),
+                                 "yes" if c else "no", ms(r["ms"]), results_io.fmt_value(r["tflops"]),
                                  pct(pct_of_peak(cj, e["peak"], r)), base or "—"])
     peak_name = "% of datasheet peak"
-    table = report.markdown_table(["rung", "head_dim", "heads", "seqlen", "causal", "time", "TFLOP/s", peak_name,
+    table = results_io.markdown_table(["rung", "head_dim", "heads", "seqlen", "causal", "time", "TFLOP/s", peak_name,
                                    "speedup over baseline"], rows)
     return table + "\n\n" + measured_line(res, ", fp16, batch x seqlen = 16k tokens, hidden 2048")
 
@@ -103,7 +104,7 @@ def gen_baseline_span(ctx, rung, d="64,128", gpu=None):
                               "bench/run_all.sh --family prefill")
             parts.append("%s %s" % (span(ratios), "causal" if c else "not causal"))
         lines.append("- `%s` over `%s`, head_dim %d, seqlen %s–%s: %s." % (
-            label, b["label"], dd, report.seqlen_text(min(ns)), report.seqlen_text(max(ns)), "; ".join(parts)))
+            label, b["label"], dd, results_io.seqlen_text(min(ns)), results_io.seqlen_text(max(ns)), "; ".join(parts)))
     return "\n".join(lines) + "\n\n" + measured_line(res)
 
 
@@ -117,10 +118,10 @@ def gen_torch_compare(ctx, rung, d="128", n="4096", causal="0,1", gpu=None, fami
     rows = []
     for _, _, _, w, lead in prefill_shapes(d, n, causal):
         r = res.need(family, rung=label, **w)
-        rows.append(lead + ["%.3f" % r["ms"], report.fmt_value(r["tflops"])] + torch_cells(res, family, w, r))
+        rows.append(lead + ["%.3f" % r["ms"], results_io.fmt_value(r["tflops"])] + torch_cells(res, family, w, r))
     head = ["head_dim", "seqlen", "causal", "`%s` ms" % label, "TFLOP/s", "flash ms", "flash / rung",
             "cuDNN ms", "cuDNN / rung"]
-    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+    return results_io.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", fp16, batch x seqlen = 16k tokens, hidden 2048, PyTorch %s" % res.json("torch_sdpa.json")
         ["context"].get("torch", "?"))
 
@@ -135,7 +136,7 @@ def gen_headdim_ratio(ctx, rung, small="32", large="64", gpu=None):
     rows = []
     missing = []
     for nn in sorted({r["seqlen_q"] for r in res.records if r["family"] == "prefill"}):
-        cells = [report.seqlen_text(nn)]
+        cells = [results_io.seqlen_text(nn)]
         for who in (label, "torch_flash"):
             a = res.find(family="prefill", rung=who, **prefill_want(dl, nn, 0))
             b = res.find(family="prefill", rung=who, **prefill_want(ds, nn, 0))
@@ -144,7 +145,7 @@ def gen_headdim_ratio(ctx, rung, small="32", large="64", gpu=None):
             cells.append("%s (%.3f vs %.3f ms)" % (ratio_text(a, b), a["ms"], b["ms"]) if a and b else "—")
         rows.append(cells)
     head = ["seqlen", "`%s`: time d=%d / time d=%d" % (label, dl, ds), "PyTorch flash: the same"]
-    out = report.markdown_table(head, rows) + "\n\n" + measured_line(res, ", fp16, not causal")
+    out = results_io.markdown_table(head, rows) + "\n\n" + measured_line(res, ", fp16, not causal")
     if label in missing:
         out += ("\n\n`—`: no committed run has `%s` at head_dim %d yet (`bench/run_all.sh --family prefill` "
                 "measures head_dim 32, 64 and 128)." % (label, ds))
@@ -168,7 +169,7 @@ def gen_ablation(ctx, rung, d="64,128", gpu=None):
                 m = res.find(family="ablation", rung=label, head_dim=dd, causal=c)
                 if r and m:
                     any_cell = True
-                    cells.append("%.3f (%s)" % (r["ms"], report.fmt_ratio(r["ms"] / m["ms"])))
+                    cells.append("%.3f (%s)" % (r["ms"], results_io.fmt_ratio(r["ms"] / m["ms"])))
                 else:
                     cells.append("—")
         if any_cell:
@@ -177,7 +178,7 @@ def gen_ablation(ctx, rung, d="64,128", gpu=None):
         raise Missing("the ablation family for %s" % label, "bench/run_all.sh --family ablation")
     head = ["entry"] + ["d=%d%s ms (/ rung)" % (dd, ", causal" if c else "") for dd in ints(d) for c in (0, 1)]
     sample = res.find(family="ablation")
-    return report.markdown_table(head, rows) + "\n\n" + measured_line(
+    return results_io.markdown_table(head, rows) + "\n\n" + measured_line(
         res, ", fp16, seqlen %d, batch x seqlen = 16k tokens, hidden 2048" % sample["seqlen_q"])
 
 
@@ -222,7 +223,7 @@ def gen_attribution(ctx, rung, d="64,128", gpu=None):
     any_cell = False
     for effect, slow, fast, source in ATTRIBUTIONS[num]:
         (ls, fs), (lf, ff) = entry(slow), entry(fast)
-        cells = ["%s: `%s` / `%s`" % (effect, report.short(ls), report.short(lf))]
+        cells = ["%s: `%s` / `%s`" % (effect, results_io.short(ls), results_io.short(lf))]
         for dd in ints(d):
             for c in (0, 1):
                 sample = res.find(family="ablation", head_dim=dd, causal=c)
@@ -236,7 +237,7 @@ def gen_attribution(ctx, rung, d="64,128", gpu=None):
         raise Missing("the ablation family for %s" % label, "bench/run_all.sh --family prefill,ablation")
     head = ["effect: slower / faster"] + ["d=%d%s" % (dd, ", causal" if c else "") for dd in ints(d)
                                           for c in (0, 1)] + ["the source"]
-    return report.markdown_table(head, rows, ["---"] + ["--:"] * (len(head) - 2) + ["---"]) + \
+    return results_io.markdown_table(head, rows, ["---"] + ["--:"] * (len(head) - 2) + ["---"]) + \
         "\n\n" + measured_line(res, ", fp16, batch x seqlen = 16k tokens, hidden 2048")
 
 
@@ -250,7 +251,7 @@ def gen_run_reports(ctx, files, gpu=None):
         p, t, c = j["problem"], j["timing"], j["check"]
         rows.append([run_label(j), run_problem(p),
                      binary_bytes(j["workspace_bytes"]),
-                     ms(t["median_ms"]), report.fmt_value(t["tflops"]), "%.1f %%" % t["percent_of_peak"],
+                     ms(t["median_ms"]), results_io.fmt_value(t["tflops"]), "%.1f %%" % t["percent_of_peak"],
                      "%s (%s), rel_fro %.1e" % ("PASS" if c["pass"] else "FAIL", c["mode"], c["rel_fro"]),
                      link(res, name, "`%s`" % name)])
     first = reports[0][1]
@@ -264,7 +265,7 @@ def gen_run_reports(ctx, files, gpu=None):
     when = ", %s, commit `%s`" % (first["date"][:10], first["git_sha"]) if first.get("date") else \
         " (these reports predate the date and commit fields of the run report: %s gives them)" % link(
             res, "meta.json", "`meta.json`")
-    return report.markdown_table(head, rows) + "\n\nMeasured on %s%s." % (d["name"], when)
+    return results_io.markdown_table(head, rows) + "\n\nMeasured on %s%s." % (d["name"], when)
 
 
 @generator("kernels")
@@ -280,7 +281,7 @@ def gen_kernels(ctx, file, gpu=None):
              str(k["static_smem"] + k["dynamic_smem"]), str(k["max_blocks_per_sm"]),
              "%.0f %%" % (100 * k["occupancy"])] for k in j["kernels"]]
     p = j["problem"]
-    return report.markdown_table(["kernel", "threads", "registers", "local B", "shared B", "blocks/SM",
+    return results_io.markdown_table(["kernel", "threads", "registers", "local B", "shared B", "blocks/SM",
                                   "occupancy"], rows, ["---"] + ["--:"] * 6) + \
         "\n\n%s, B=%d Sq=%d Sk=%d H=%d/%d d=%d %s; %s." % (j["device"]["name"], p["batch"], p["seqlen_q"],
                                                         p["seqlen_k"], p["heads_q"], p["heads_kv"], p["head_dim"],
@@ -312,10 +313,10 @@ def gen_sweep07(ctx, d="128", variants="", gpu=None):
                      str(r["registers"]), str(r["local_bytes"]), "%d (%.1f %%)" % (r["max_blocks_per_sm"],
                                                                                100 * r["occupancy"]),
                      "pass" if r["check_pass"] else "FAIL", "%.2f" % r["median_ms"], "%.2f" % r["tflops"],
-                     report.fmt_ratio(b / r["median_ms"]) if b else "—"])
+                     results_io.fmt_ratio(b / r["median_ms"]) if b else "—"])
     head = ["variant", "passes over K/V", "BLOCK_M x BLOCK_N", "registers", "local B / thread",
             "blocks/SM (occupancy)", "check", "ms", "TFLOP/s", "vs untiled"]
-    return report.markdown_table(head, rows) + "\n\n%s, %s on %s; %s." % (
+    return results_io.markdown_table(head, rows) + "\n\n%s, %s on %s; %s." % (
         doc["problem"], "median ms", doc["device"]["name"], link(res, name))
 
 
@@ -325,10 +326,10 @@ def gen_ceilings(ctx, gpu=None):
     res = ctx.results(gpu)
     if not res.has("ceilings.json"):
         raise Missing("ceilings.json on %s" % res.gpu, "bench/run_all.sh (step 0: build/release/bin/ceilings)")
-    c = report.load_ceilings(res.path("ceilings.json"))
-    rows = [[what, report.fmt_value(v) if v else "—", unit, note] for what, v, unit, note in c.values()]
+    c = results_io.load_ceilings(res.path("ceilings.json"))
+    rows = [[what, results_io.fmt_value(v) if v else "—", unit, note] for what, v, unit, note in c.values()]
     dev = res.json("ceilings.json")["device"]
-    return report.markdown_table(["ceiling", "measured", "unit", "how"], rows, ["---", "--:", "---", "---"]) + \
+    return results_io.markdown_table(["ceiling", "measured", "unit", "how"], rows, ["---", "--:", "---", "---"]) + \
         "\n\nOn %s; %s." % (dev["name"], link(res, "ceilings.json"))
 
 
@@ -432,7 +433,7 @@ def gen_ncu(ctx, target, metrics, gpu=None):
     dev = ""
     if "device__attribute_display_name" in head_in:
         dev = " on %s" % data[0][head_in.index("device__attribute_display_name")]
-    out = report.markdown_table(head, rows, ["---"] + ["--:"] * len(data))
+    out = results_io.markdown_table(head, rows, ["---"] + ["--:"] * len(data))
     out += "\n\nNsight Compute, one launch per kernel at ncu's default (base) clocks%s (`bench/ncu_summary.sh`, " \
            "target %s); %s." % (dev, target, link(res, name))
     if absent:
@@ -452,7 +453,7 @@ def gen_expect(ctx, rung, d="128", n="4096", gpu=None, family="prefill", batch="
         r = res.need("decode", rung=label, batch=int(batch), heads_kv=int(kv), seqlen_k=int(sk))
         base = earlier_fastest(ctx, res, label, want)
         unit, val = "GB/s", "gbps"
-        shape = "batch %s, 32/%s heads, head_dim 128, seqlen_k %s" % (batch, kv, report.seqlen_text(int(sk)))
+        shape = "batch %s, 32/%s heads, head_dim 128, seqlen_k %s" % (batch, kv, results_io.seqlen_text(int(sk)))
     else:
         want = dict(family="prefill", **prefill_want(int(d), int(n), 0))
         r = res.need("prefill", rung=label, **prefill_want(int(d), int(n), 0))
@@ -461,14 +462,14 @@ def gen_expect(ctx, rung, d="128", n="4096", gpu=None, family="prefill", batch="
         base = (b["label"], br) if br else None
         unit, val = "TFLOP/s", "tflops"
         shape = "head_dim %s, seqlen %s, not causal, batch x seqlen = 16k tokens, hidden 2048" % (
-            d, report.seqlen_text(int(n)))
+            d, results_io.seqlen_text(int(n)))
     if base is None:
         raise Missing("the baseline of %s" % label, "bench/run_all.sh")
     fl = res.find(rung="torch_flash", **want)
     return "> `%s` against `%s`, %s: **%s** (%s vs %s %s)%s. Measured on %s, fp16; %s." % (
-        label, base[0], shape, report.fmt_ratio(base[1]["ms"] / r["ms"]), report.fmt_value(r[val]),
-        report.fmt_value(base[1][val]), unit,
-        "; PyTorch flash: %s %s" % (report.fmt_value(fl[val]), unit) if fl else "", res.provenance(),
+        label, base[0], shape, results_io.fmt_ratio(base[1]["ms"] / r["ms"]), results_io.fmt_value(r[val]),
+        results_io.fmt_value(base[1][val]), unit,
+        "; PyTorch flash: %s %s" % (results_io.fmt_value(fl[val]), unit) if fl else "", res.provenance(),
         link(res, "report.md", "report"))
 
 

@@ -3,7 +3,7 @@ call overhead (bench/torch_overhead.py) and decode through the package (bench/to
 from its own JSON in a results folder. (PyTorch SDPA beside a rung in the bench is the ladder's
 torch-compare.)"""
 
-import report
+import results_io
 from .core import Missing, binary_bytes, generator, link, results_folder
 
 TORCH_RUN_COMMANDS = {
@@ -66,9 +66,9 @@ def gen_torch_train(ctx, gpu=None):
                        if cud and r is not cud and r.get("step_ms_mean") and r["name"] == "ladder" else None)
         rows.append([who, what, "%.1f" % r["step_ms_mean"] if r.get("step_ms_mean") else "—",
                      fmt_tokens(r.get("tokens_per_s")), fmt_loss(r.get("final_heldout")),
-                     report.fmt_ratio(ratio) if ratio else "—",
-                     report.fmt_ratio(ratio_cudnn) if ratio_cudnn else "—"])
-    out = report.markdown_table(["run", "attention", "ms / step", "tokens/s", "last held-out loss",
+                     results_io.fmt_ratio(ratio) if ratio else "—",
+                     results_io.fmt_ratio(ratio_cudnn) if ratio_cudnn else "—"])
+    out = results_io.markdown_table(["run", "attention", "ms / step", "tokens/s", "last held-out loss",
                                  "speedup over SDPA flash", "speedup over SDPA cuDNN"], rows,
                                 ["---", "---", "--:", "--:", "--:", "--:", "--:"])
     notes = []
@@ -101,7 +101,7 @@ def gen_torch_train(ctx, gpu=None):
                  "%d, MLP %d, byte vocabulary; %s; batch %d x seqlen %s, %d steps of AdamW, tokens/s without the first "
                  "%d steps; data: %s (%d files, %.1f MB). Measured on %s; %s." % (
                      m["parameters"] / 1e6, m["layers"], m["hidden"], m["heads_q"], m["heads_kv"], m["head_dim"],
-                     m["intermediate"], cfg["precision"], cfg["batch"], report.seqlen_text(cfg["seqlen"]), cfg["steps"],
+                     m["intermediate"], cfg["precision"], cfg["batch"], results_io.seqlen_text(cfg["seqlen"]), cfg["steps"],
                      cfg["timing_skip"], d["data"]["source"].split(" (")[0], d["data"]["files"],
                      d["data"]["bytes"] / 1e6, torch_provenance(d), link(res, "torch_train.json")))
     return out + "\n\n" + "\n\n".join(notes)
@@ -166,7 +166,7 @@ def paired_overhead(res, d):
             "N(0,1) inputs: PyTorch − the runner's loop on them, paired",
             "the runner's loop: N(0,1) − the runner's inputs, paired", "the runner binary, µs",
             "PyTorch − the runner binary, series in turn, µs", "the same, GPU idle before the call"]
-    out = report.markdown_table(head, rows)
+    out = results_io.markdown_table(head, rows)
     sh = d["shape"]
     e0 = next(e for e in d["rungs"] if "paired" in e)
     ok = all(abs(e["diff_us"]) <= d["target_us"] for e in d["rungs"] if "paired" in e)
@@ -178,7 +178,7 @@ def paired_overhead(res, d):
              "difference of medians (in brackets its 10th and 90th percentiles). In turn: the runner binary and each "
              "series for %d calls, one after the other, median of %d repeats. Target (PyTorch − runner within %g µs, "
              "paired): **%s**." % (
-                 sh["batch"], report.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
+                 sh["batch"], results_io.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
                  e0["paired"]["rounds"], e0["paired"]["iters"], d["iters"], d["repeats"], d["target_us"],
                  "met" if ok else "not met"),
              "The GPU's state (nvidia-smi, sampled every 100 ms): " + " ".join(states)]
@@ -227,12 +227,12 @@ def gen_torch_overhead(ctx, gpu=None):
             head += cols
     rows = [r[:len(head)] for r in rows]
     memset = "fill_diff_us" in next(e for e in d["rungs"] if "median_ms" in e)
-    out = report.markdown_table(head, rows)
+    out = results_io.markdown_table(head, rows)
     sh = d["shape"]
     ok = all(abs(e["diff_us"]) <= d["target_us"] for e in d["rungs"] if "diff_us" in e)
     notes = ["batch %d, seqlen %s, %d heads, head_dim %d, %s, not causal; median of %d single calls per repeat, "
              "the L2 flushed before each (%s), median of %d repeats. Target: within %g µs per call: "
-             "**%s**." % (sh["batch"], report.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
+             "**%s**." % (sh["batch"], results_io.seqlen_text(sh["seqlen"]), sh["heads"], sh["head_dim"], sh["dtype"],
                           d["iters"], "by the runner's own cudaMemsetAsync; the two fill-kernel columns by PyTorch's "
                           "zero_() instead" if memset else "by PyTorch's zero_(), the runner by cudaMemsetAsync",
                           d["repeats"], d["target_us"], "met" if ok else "not met")]
@@ -267,31 +267,31 @@ def gen_torch_decode(ctx, gpu=None):
             ratios.append((vs, s))
         flash = r["ms"].get("flash")
         rows.append([s["dtype"], "%d, %d/%d" % (s["batch"], s["heads_q"], s["heads_kv"]),
-                     "%d" % s["seqlen_q"] + (" causal" if s["causal"] else ""), report.seqlen_text(s["seqlen_k"]),
+                     "%d" % s["seqlen_q"] + (" causal" if s["causal"] else ""), results_io.seqlen_text(s["seqlen_k"]),
                      "`%s`" % r["route"], cell(r, "route"),
                      "%.0f" % r["gbps"]["route"] if "route" in r.get("gbps", {}) else "—",
                      cell(r, "rung08"), cell(r, "prefill"), cell(r, "cudnn"), cell(r, "flash"),
-                     report.fmt_ratio(vs) if vs else "—",
-                     report.fmt_ratio(flash / r["ms"]["route"]) if flash and "route" in r["ms"] else "—"])
+                     results_io.fmt_ratio(vs) if vs else "—",
+                     results_io.fmt_ratio(flash / r["ms"]["route"]) if flash and "route" in r["ms"] else "—"])
         if "kvcache" in d["rows"][0]["ms"]:  # flash_attn_with_kvcache's columns (runs that have them)
-            rows[-1] += [cell(r, "kvcache"), report.fmt_ratio(r["kvcache_vs_cudnn"]) if "kvcache_vs_cudnn" in r else "—",
+            rows[-1] += [cell(r, "kvcache"), results_io.fmt_ratio(r["kvcache_vs_cudnn"]) if "kvcache_vs_cudnn" in r else "—",
                          cell(r, "paged"),
-                         report.fmt_ratio(r["paged_vs_contiguous"]) if "paged_vs_contiguous" in r else "—"]
+                         results_io.fmt_ratio(r["paged_vs_contiguous"]) if "paged_vs_contiguous" in r else "—"]
     head = ["dtype", "B, heads q/kv", "seqlen_q", "seqlen_k", "route", "route ms", "GB/s", "rung 08 ms",
             "`%s` ms" % d["prefill_rung"], "cuDNN ms", "flash ms", "cuDNN / route", "flash / route"]
     if "kvcache" in d["rows"][0]["ms"]:
         head += ["with_kvcache ms", "cuDNN / with_kvcache", "paged ms", "contiguous / paged"]
-    out = report.markdown_table(head, rows, ["---", "---", "--:", "--:", "---"] + ["--:"] * (len(head) - 5))
+    out = results_io.markdown_table(head, rows, ["---", "---", "--:", "--:", "---"] + ["--:"] * (len(head) - 5))
     notes = []
     if ratios:
         lo, hi = min(ratios, key=lambda x: x[0]), max(ratios, key=lambda x: x[0])
 
         def where(sh):
             return "%s B=%d %d/%d seqlen_q %d, %s keys" % (sh["dtype"], sh["batch"], sh["heads_q"], sh["heads_kv"],
-                                                          sh["seqlen_q"], report.seqlen_text(sh["seqlen_k"]))
+                                                          sh["seqlen_q"], results_io.seqlen_text(sh["seqlen_k"]))
 
         notes.append("The route against cuDNN: worst %s (%s), best %s (%s). Goal: at least %.2f× cuDNN for a decode step "
-                     "at 64k and 128k keys: **%s**." % (report.fmt_ratio(lo[0]), where(lo[1]), report.fmt_ratio(hi[0]),
+                     "at 64k and 128k keys: **%s**." % (results_io.fmt_ratio(lo[0]), where(lo[1]), results_io.fmt_ratio(hi[0]),
                                                         where(hi[1]), d["target_vs_cudnn"],
                                                         "met" if d["target_met"] else "not met"))
     if "kvcache_target_met" in d:
@@ -304,10 +304,10 @@ def gen_torch_decode(ctx, gpu=None):
                      "for a decode step at 64k and 128k keys: %s–%s (goal %.2f×: **%s**). Paged (pages of %d, "
                      "shuffled in a pool) against contiguous: %s–%s at 64k and 128k keys, %s–%s over the whole grid, "
                      "the worst %s (goal %.2f× on every cell: **%s**)." % (
-                         report.fmt_ratio(min(kv)), report.fmt_ratio(max(kv)), d["target_vs_cudnn"],
-                         "met" if d["kvcache_target_met"] else "not met", d["page"], report.fmt_ratio(min(big)),
-                         report.fmt_ratio(max(big)), report.fmt_ratio(lo[0]),
-                         report.fmt_ratio(max(x for x, _ in paged)), where(lo[1]), d["paged_target"],
+                         results_io.fmt_ratio(min(kv)), results_io.fmt_ratio(max(kv)), d["target_vs_cudnn"],
+                         "met" if d["kvcache_target_met"] else "not met", d["page"], results_io.fmt_ratio(min(big)),
+                         results_io.fmt_ratio(max(big)), results_io.fmt_ratio(lo[0]),
+                         results_io.fmt_ratio(max(x for x, _ in paged)), where(lo[1]), d["paged_target"],
                          "met" if d["paged_target_met"] else "not met"))
     notes.append("head_dim %d; each figure the median of %d repeats (the columns in a rotating order) of the median "
                  "of %d calls, each timed with CUDA events after a %s flush of the L2, long enough that the host's work "

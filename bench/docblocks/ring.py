@@ -1,8 +1,8 @@
 """Rung 12's blocks (ring attention): on one GPU (the ring through the launcher and replayed with
 --replay), on one shared GPU (--share-gpu: the NCCL path's checks), on P GPUs (times, steps and the
-NCCL ablation). The reports are read by bench/report.py: ring_runs, torch_ring_runs, ring_ablation_run."""
+NCCL ablation). The reports are read by bench/results_io.py: ring_runs, torch_ring_runs, ring_ablation_run."""
 
-import report
+import results_io
 from .core import PRIMARY, Missing, binary_bytes, generator, ints, link, ms, results_folder
 
 
@@ -37,7 +37,7 @@ def gen_ring_one_gpu(ctx, gpu=None, n="65536,131072", ranks="1,2,4,8"):
     its compute bound), the slowest rank's merges, the plan's work imbalance and the checks."""
     folder = gpu or PRIMARY + "/ring-1gpu"
     res = results_folder(ctx, folder, "rung 12's one-GPU runs", RING_ONE_GPU_COMMAND)
-    runs = report.ring_runs(res.dir)
+    runs = results_io.ring_runs(res.dir)
     if not runs:
         raise Missing("rung 12's reports in bench/results/%s" % folder, RING_ONE_GPU_COMMAND)
     rows, shape = [], None
@@ -57,7 +57,7 @@ def gen_ring_one_gpu(ctx, gpu=None, n="65536,131072", ranks="1,2,4,8"):
                     pr = j["problem"]
                     shape = "batch %d, %d heads, head_dim %d, %s" % (pr["batch"], pr["heads_q"], pr["head_dim"],
                                                                    pr["dtype"])
-                    rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(one),
+                    rows.append([results_io.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(one),
                                  ms(mine) + ("" if P == 1 else " (replay)"), "**%.3f**" % eff, ms(merge),
                                  "%.3f" % j["imbalance"],
                                  "%s (%.2g)" % ("pass" if ok else "FAIL", j["single"]["ring_vs_single_max_abs"])])
@@ -66,7 +66,7 @@ def gen_ring_one_gpu(ctx, gpu=None, n="65536,131072", ranks="1,2,4,8"):
     any_run = runs[next(iter(runs))]
     head = ["N", "causal", "sharding", "P", "one GPU (T1)", "ring: the slowest rank", "T1 / (P × ring)",
             "its merges", "work max/mean", "checks (ring vs one GPU, max abs)"]
-    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "---"]) + (
+    return results_io.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "---"]) + (
         "\n\n%s; forward rung `%s` in every step and for T1; medians of %d timed passes. P = 1 is the ring "
         "itself through the launcher (its T1 / (P × ring) is the measured scaling efficiency of one GPU); "
         "P > 1 is the ring replayed on one GPU (`--replay P`): every rank's steps, launches and merges as "
@@ -85,7 +85,7 @@ def gen_ring_steps(ctx, gpu=None, n="65536,131072", ranks="2,4,8", variant="zigz
     takes exactly a later step's compute (above it, the transfer can hide)."""
     folder = gpu or PRIMARY + "/ring-1gpu"
     res = results_folder(ctx, folder, "rung 12's one-GPU runs", RING_ONE_GPU_COMMAND)
-    runs = report.ring_runs(res.dir)
+    runs = results_io.ring_runs(res.dir)
     rows = []
     for nn in ints(n):
         for c in (1, 0):
@@ -103,14 +103,14 @@ def gen_ring_steps(ctx, gpu=None, n="65536,131072", ranks="2,4,8", variant="zigz
                 pairs = shard * shard // (2 if c else 1)
                 rate = 4.0 * pr["batch"] * pr["heads_q"] * pr["head_dim"] * pairs / (later * 1e-3) / 1e12
                 sent = j["send_bytes_per_step"][0]
-                rows.append([report.seqlen_text(nn), "yes" if c else "no", str(P), report.seqlen_text(shard),
-                             ms(comp[0]), ms(later), report.fmt_value(rate), ms(sum(merge) / P),
+                rows.append([results_io.seqlen_text(nn), "yes" if c else "no", str(P), results_io.seqlen_text(shard),
+                             ms(comp[0]), ms(later), results_io.fmt_value(rate), ms(sum(merge) / P),
                              binary_bytes(sent), "%.0f GB/s" % (sent / (later * 1e-3) / 1e9)])
     if not rows:
         raise Missing("replayed rings (--replay) in bench/results/%s" % folder, RING_ONE_GPU_COMMAND)
     head = ["N", "causal", "P", "N/P", "step 0", "a later step", "its TFLOP/s", "merge per step",
             "K/V sent per step", "hidden if the link gives ≥"]
-    return report.markdown_table(head, rows, ["--:", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
+    return results_io.markdown_table(head, rows, ["--:", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
         "\n\n%s sharding; the slowest rank of each replayed ring (`--replay P`, each rank alone on the GPU); "
         "a later step: the median of steps 1 … P−1. The last column is the K/V bytes of a step over a later "
         "step's compute: the bandwidth per direction a link needs for the transfer to take no longer than the "
@@ -129,8 +129,8 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
     its gathered output against one-GPU SDPA). No times: the ranks time-share the GPU."""
     folder = gpu or PRIMARY + "/ring-shared"
     res = results_folder(ctx, folder, "rung 12's rings on one shared GPU", RING_SHARED_COMMAND)
-    runs = report.ring_runs(res.dir)
-    torch_runs = report.torch_ring_runs(res.dir, "torch_shared_p")
+    runs = results_io.ring_runs(res.dir)
+    torch_runs = results_io.torch_ring_runs(res.dir, "torch_shared_p")
     rows = []
     for nn in ints(n):
         for c in (1, 0):
@@ -141,7 +141,7 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
                     if j is None:
                         continue
                     ck, single = j["check"], j["single"]
-                    rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P),
+                    rows.append([results_io.seqlen_text(nn), "yes" if c else "no", v, str(P),
                                  "%s (%d rows, max abs %.2g, tol %.2g)" % (
                                      "pass" if ck["pass"] else "FAIL", ck["rows"], ck["max_abs"], ck["tol_max_abs"]),
                                  "%s (max abs %.2g)" % ("pass" if single["ran"] and single["ring_vs_single_pass"]
@@ -160,7 +160,7 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
         torch_note = (" PyTorch's baseline (`bench/torch_ring_baseline.py --share-gpu` under torchrun: all-gather K/V, "
                       "SDPA on the zigzag query shard) ran the same way on PyTorch %s, NCCL %s; its gathered output is "
                       "compared with SDPA on the whole sequence on one GPU." % (t["torch"], t["nccl"]))
-    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "---", "---", "--:", "---"]) + (
+    return results_io.markdown_table(head, rows, ["--:", "---", "---", "--:", "---", "---", "--:", "---"]) + (
         "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s`; NCCL %s. P processes on one GPU "
         "(`launch_ring.py --share-gpu`), each its own NCCL host, so every shard crossed NCCL's socket transport "
         "on loopback; the ranks time-share the GPU, so no time is reported.%s %s" % (
@@ -174,7 +174,7 @@ RING_GPUS_COMMAND = 'bench/run_ring.sh --gpus 2 --results bench/results/<gpu>-x2
 
 
 def ring_gpu_rows(runs, n, gpus):
-    """(N, causal, sharding, P, report) of the rings on P GPUs in @p runs (report.ring_runs), in the tables'
+    """(N, causal, sharding, P, report) of the rings on P GPUs in @p runs (results_io.ring_runs), in the tables'
     order: by length, causal first, zigzag first, by P."""
     for nn in ints(n):
         for c in (1, 0):
@@ -192,8 +192,8 @@ def gen_ring_gpus(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
     hidden under the compute (worst rank), and, on the zigzag rows, PyTorch's all-gather baseline from
     the same run (one-GPU SDPA, all-gather + SDPA on P GPUs, its efficiency); the checks."""
     res = results_folder(ctx, gpu, "rung 12's runs on P GPUs", RING_GPUS_COMMAND)
-    runs = report.ring_runs(res.dir)
-    torch_runs = report.torch_ring_runs(res.dir, "torch_ring_p")
+    runs = results_io.ring_runs(res.dir)
+    torch_runs = results_io.torch_ring_runs(res.dir, "torch_ring_p")
     rows, any_run = [], None
     for nn, c, v, P, j in ring_gpu_rows(runs, n, gpus):
         any_run = j
@@ -201,7 +201,7 @@ def gen_ring_gpus(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
         tr = torch_runs.get((P, nn, c)) if v == "zigzag" else None
         ok = j["check"]["pass"] and j["single"]["ran"] and j["single"]["ring_vs_single_pass"]
         hidden = ring_hidden(j)
-        rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(t["single_median_ms"]),
+        rows.append([results_io.seqlen_text(nn), "yes" if c else "no", v, str(P), ms(t["single_median_ms"]),
                      ms(t["ring_median_ms"]), "**%.3f**" % t["scaling_efficiency"],
                      "—" if hidden is None else "%.1f %%" % (100 * hidden),
                      ms(tr["single_gpu_ms"]) if tr else "—", ms(tr["total_ms"]) if tr else "—",
@@ -220,7 +220,7 @@ def gen_ring_gpus(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
                       "SDPA on the zigzag query shard; its one-GPU time is SDPA with cuDNN on the whole sequence, and its "
                       "causal shards run on SDPA's flash / memory-efficient kernels (they take the lower-right mask, "
                       "cuDNN does not)." % (tr["torch"], tr["nccl"]))
-    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:",
+    return results_io.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:",
                                               "--:", "---"]) + (
         "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s` in every step and for T1 (rank 0, the whole sequence "
         "on one GPU, in the same run); NCCL %s, one process per GPU, `NCCL_NVLS_ENABLE=0`; medians of %d timed passes, "
@@ -235,14 +235,14 @@ def gen_ring_gpus_steps(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="
     """Each rank's steps in the runs on P GPUs: compute per step, the merges, the exposed communication
     and the transfer (the K/V bytes over the transfer's time), per length, mask and sharding."""
     res = results_folder(ctx, gpu, "rung 12's runs on P GPUs", RING_GPUS_COMMAND)
-    runs = report.ring_runs(res.dir)
+    runs = results_io.ring_runs(res.dir)
     rows = []
     for nn, c, v, P, j in ring_gpu_rows(runs, n, gpus):
         st = j["steps_ms"]
         for r in range(P):
             sent = sum(j["send_bytes_per_step"])
             moved = sum(st["transfer"][r][s] for s in range(P) if j["send_bytes_per_step"][s] > 0)
-            rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(r),
+            rows.append([results_io.seqlen_text(nn), "yes" if c else "no", v, str(r),
                          " / ".join(ms(x) for x in st["compute"][r]), ms(sum(st["merge"][r])),
                          ms(sum(st["exposed_comm"][r])), ms(moved),
                          "%.0f GB/s" % (sent / (moved * 1e-3) / 1e9) if moved > 0 else "—"])
@@ -250,7 +250,7 @@ def gen_ring_gpus_steps(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="
         raise Missing("rung 12's runs on P GPUs in bench/results/%s" % gpu, RING_GPUS_COMMAND)
     head = ["N", "causal", "sharding", "rank", "compute per step", "merges", "exposed communication",
             "transfer", "K/V bytes / transfer time"]
-    return report.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
+    return results_io.markdown_table(head, rows, ["--:", "---", "---", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
         "\n\nMedians over the timed passes, per rank. The transfer runs on its own stream under the step's compute; "
         "its time is from its launch to the shard's arrival, so the last column is the rate the transfer got while "
         "the compute ran, not the link's. %s" % ring_provenance(res))
@@ -271,7 +271,7 @@ def gen_ring_gpus_ablation(ctx, gpu="nvidia-h200-x2/ring-nccl-ablation"):
     rows, n = [], None
     for c in (0, 1):
         for tag, label in RING_ABLATION_SETTINGS:
-            ran, j = report.ring_ablation_run(res.dir, c, tag)
+            ran, j = results_io.ring_ablation_run(res.dir, c, tag)
             if j is None:
                 if ran:
                     rows.append(["yes" if c else "no", label, "did not finish its first pass in the time given "
@@ -287,9 +287,9 @@ def gen_ring_gpus_ablation(ctx, gpu="nvidia-h200-x2/ring-nccl-ablation"):
         raise Missing("the NCCL ablation in bench/results/%s" % gpu, "see its meta.json")
     head = ["causal", "how NCCL moves the shards", "ring", "one GPU (T1)", "T1 / (2 × ring)",
             "step 0 compute, rank 0 / 1", "step 1 compute, rank 0 / 1", "exposed communication", "transfer"]
-    return report.markdown_table(head, rows, ["---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
+    return results_io.markdown_table(head, rows, ["---", "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:"]) + (
         "\n\n%s tokens, zigzag, otherwise as above; one run per setting, in turn, medians of 20 passes. Exposed "
-        "communication and transfer: the worst rank's. %s" % (report.seqlen_text(n) if n else "?",
+        "communication and transfer: the worst rank's. %s" % (results_io.seqlen_text(n) if n else "?",
                                                                ring_provenance(res)))
 
 
@@ -310,8 +310,8 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
     and of dQ, dK, dV."""
     folder = gpu or PRIMARY + "/ring-backward"
     res = results_folder(ctx, folder, "rung 12's forward + backward runs", RING_BACKWARD_COMMAND)
-    runs = report.ring_runs(res.dir)
-    cp = report.torch_cp_runs(res.dir)
+    runs = results_io.ring_runs(res.dir)
+    cp = results_io.torch_cp_runs(res.dir)
     rows, any_run = [], None
     for nn, c, v, P, j in ring_gpu_rows(runs, n, gpus):
         b = j.get("backward")
@@ -336,7 +336,7 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
         ok_fwd = j["check"]["pass"] and (not j["single"]["ran"] or j["single"]["ring_vs_single_pass"])
         ok_bwd = b["check"]["pass"]
         ahead = ("%.2f×" % (tc["fwd_bwd_ms"] / bt["ring_fwd_bwd_median_ms"])) if tc and bt["ring_fwd_bwd_median_ms"] else "—"
-        rows.append([report.seqlen_text(nn), "yes" if c else "no", v, str(P),
+        rows.append([results_io.seqlen_text(nn), "yes" if c else "no", v, str(P),
                      "%s (%s)" % (ms(t1), t1_from), ms(t["ring_median_ms"]), ms(bt["ring_fwd_bwd_median_ms"]),
                      "%.3f" % eff(t1_fwd, t["ring_median_ms"]),
                      "**%.3f**" % eff(t1, bt["ring_fwd_bwd_median_ms"]),
@@ -367,7 +367,7 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
                "the forward rung and `%s` (the backward rung's own entry, whose D on rows past 16k keys comes from an "
                "exact pass) on the whole sequence (rank 0, same run)" % b["single"]["rung"] if single_ran
                else "the ring of one (P = 1 through the launcher: the same kernels and D rule)")
-    return report.markdown_table(head, rows, ["--:", "---", "---", "--:"] + ["--:"] * 10 + ["---"]) + (
+    return results_io.markdown_table(head, rows, ["--:", "---", "---", "--:"] + ["--:"] * 10 + ["---"]) + (
         "\n\nbatch %d, %d heads, head_dim %d, %s; forward rung `%s` and backward rung `%s` in every step; the one-GPU "
         "time T1 is %s; %s; "
         "NCCL %s, one process per GPU, `NCCL_NVLS_ENABLE=0`; medians of %d timed passes, each the slowest rank's. "
@@ -385,7 +385,7 @@ def cut_text(caps):
     if all(c <= {0} for c in caps.values()):
         return "the forward's launches uncut"
     return "the forward's launches cut to at most %s (`forward_key_cap`)" % ", ".join(
-        "%s at %s" % ("/".join("%d keys" % k if k else "uncut" for k in sorted(caps[nn])), report.seqlen_text(nn))
+        "%s at %s" % ("/".join("%d keys" % k if k else "uncut" for k in sorted(caps[nn])), results_io.seqlen_text(nn))
         for nn in sorted(caps))
 
 

@@ -274,13 +274,14 @@ class Fp8Test(unittest.TestCase):
     def test_report_groups_fp8_like_prefill(self):
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         import report
+        import results_io
 
         fp8_sweep(self.tmp)
         ladder, torch = (os.path.join(self.tmp, n) for n in ("ladder_bench.json", "torch_sdpa.json"))
-        recs = [r for r in report.load_records(ladder) if r["rung"] == "13_fp8"]
+        recs = [r for r in results_io.load_records(ladder) if r["rung"] == "13_fp8"]
         self.assertEqual(len(recs), 12)
         self.assertEqual({(r["family"], r["quantize_ms"], r["e2e_rel_fro"]) for r in recs}, {("fp8", 0.25, 0.02)})
-        groups = report.family_groups(report.load_records(ladder))
+        groups = report.family_groups(results_io.load_records(ladder))
         self.assertEqual(sorted(groups), [("fp8", (d, c)) for d in FP8_DIMS for c in (0, 1)])
         registry = {"13_fp8": [{"kind": "rung", "label": "10_warp_specialized", "why": "the rung it changes"}]}
         text = report.full_report(ladder, torch, True, registry)
@@ -444,12 +445,12 @@ def synthetic_torch_overhead():
 def partial_build():
     """The committed ladder entries this build does not register ([] for a full build)."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import report
+    import results_io
 
-    registry = report.registry_from_tour(os.path.join(BIN, "tour"))[1]
+    registry = results_io.registry_from_tour(os.path.join(BIN, "tour"))[1]
     missing = set()
     for path in sorted(glob.glob(os.path.join(ROOT, "bench", "results", "*", "ladder_bench.json"))):
-        missing |= {r["rung"] for r in report.load_records(path) if r["source"] == "ladder"} - set(registry)
+        missing |= {r["rung"] for r in results_io.load_records(path) if r["source"] == "ladder"} - set(registry)
     return sorted(missing)
 
 

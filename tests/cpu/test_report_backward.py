@@ -28,6 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from docblocks import core  # noqa: E402  bench/docblocks/: the package behind bench/docgen.py
 import report  # noqa: E402
+import results_io  # noqa: E402
 
 
 def bench(name, ms, tflops, **counters):
@@ -93,14 +94,14 @@ class ReportBackwardTest(unittest.TestCase):
         self.files.cleanup()
 
     def test_records(self):
-        recs = [r for r in report.load_records(self.files.ladder) if r["family"] == "backward"]
+        recs = [r for r in results_io.load_records(self.files.ladder) if r["family"] == "backward"]
         self.assertEqual(len(recs), 16)
         det = [r for r in recs if r["deterministic"]]
         self.assertEqual(len(det), 8)
         r = det[0]
         self.assertEqual((r["rung"], r["number"], r["variant"], r["source"]), ("11_backward", 11, "", "ladder"))
         self.assertEqual((r["head_dim"], r["seqlen_q"], r["causal"]), (64, 1024, 0))
-        torch = report.load_records(self.files.torch)
+        torch = results_io.load_records(self.files.torch)
         self.assertTrue(all(t["family"] == "backward" and t["source"] == "torch" for t in torch))
         # Without the counter, "/det" in the name says it.
         doc = {"benchmarks": [{"name": "11_backward/backward/d64/N1024/causal1/det/iterations:1/manual_time",
@@ -108,7 +109,7 @@ class ReportBackwardTest(unittest.TestCase):
         path = os.path.join(self.files.dir, "named.json")
         with open(path, "w") as f:
             json.dump(doc, f)
-        (r,) = report.load_records(path)
+        (r,) = results_io.load_records(path)
         self.assertEqual((r["family"], r["deterministic"], r["head_dim"], r["seqlen_q"], r["causal"]),
                          ("backward", 1, 64, 1024, 1))
 
@@ -224,7 +225,7 @@ class ReportMasksTest(unittest.TestCase):
         self.files.cleanup()
 
     def test_records(self):
-        recs = report.load_records(self.files.ladder)
+        recs = results_io.load_records(self.files.ladder)
         self.assertEqual(len(recs), 11)
         self.assertEqual([(r["case"], r["seqlen_q"]) for r in recs if r["rung"] == "15_persistent"],
                          [("causal", 8192), ("causal", 32768)])
