@@ -25,9 +25,9 @@
 #include "flashladder/device.h"
 #include "flashladder/reference_bwd.h"
 #include "flashladder/registry.h"
+#include "flashladder/ring_plan.h"  // rung 12's plan (plain C++): the package's ring runs the same one
 #include "flashladder/runner.h"
 #include "flashladder/static_switch.h"
-#include "ring_plan.h"  // rung 12's plan (plain C++): the package's ring runs the same one
 
 namespace nb = nanobind;
 using namespace nb::literals;

@@ -26,11 +26,11 @@
 #include "flashladder/cases.h"
 #include "flashladder/check_bwd.h"
 #include "flashladder/inputs.h"
+#include "flashladder/ring_plan.h"
 #include "flashladder/runner.h"
 #include "nccl_check.h"
 #include "rank_ring.h"
 #include "ring_options.h"
-#include "ring_plan.h"
 #include "ring_report.h"
 
 #ifndef FL_GIT_SHA

@@ -18,7 +18,7 @@
 #include "flashladder/inputs.h"
 #include "flashladder/problem.h"
 #include "flashladder/registry.h"
-#include "ring_plan.h"
+#include "flashladder/ring_plan.h"
 
 namespace fl::ring {
 

@@ -8,10 +8,16 @@
 #include <cstring>
 #include <vector>
 
+#include "../11_backward/delta_policy.h"
 #include "flashladder/problem.h"
-#include "ring_plan.h"
+#include "flashladder/ring_plan.h"
 
 namespace fl::ring {
+
+// The plan's copy of the row length rung 11 trusts D from the fp32 O (ring_plan.h keeps its own:
+// common/ includes nothing from steps/).
+static_assert(kTrustedDeltaKeys == bwd::kExactDeltaKeys,
+              "ring_plan.h's kTrustedDeltaKeys is rung 11's");
 
 /// Elements of one token's row: heads x head_dim.
 inline int64_t row_elems(int heads, int head_dim) {

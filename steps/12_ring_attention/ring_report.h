@@ -18,8 +18,8 @@
 #include "flashladder/cli.h"
 #include "flashladder/problem.h"
 #include "flashladder/report.h"
+#include "flashladder/ring_plan.h"
 #include "flashladder/types.h"
-#include "ring_plan.h"
 
 namespace fl::ring {
 

@@ -12,8 +12,8 @@
 
 #include "12_ring_attention/ring_options.h"
 #include "12_ring_attention/ring_params.h"
-#include "12_ring_attention/ring_plan.h"
 #include "catch_compat.h"
+#include "flashladder/ring_plan.h"
 #include "flashladder/softmax_math.h"
 
 using namespace fl;

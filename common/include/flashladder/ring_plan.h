@@ -1,4 +1,4 @@
-/// @file steps/12_ring_attention/ring_plan.h
+/// @file common/include/flashladder/ring_plan.h
 /// @brief Rung 12's bookkeeping, in plain C++ (no CUDA) so the CPU tests check it directly:
 /// which tokens each rank holds (zigzag or contiguous shards), which K/V shard it has at each
 /// ring step, and which attention launches that step needs (skip, full, diagonal-masked).
@@ -43,8 +43,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-
-#include "../11_backward/delta_policy.h"  // kExactDeltaKeys: the row length rung 11 trusts D from the fp32 O
 
 namespace fl::ring {
 
@@ -300,6 +298,11 @@ inline void plan_merges(RankPlan* p) {
   }
 }
 
+/// The longest row whose D rung 11 takes from the fp32 O of one launch: its bwd::kExactDeltaKeys
+/// (steps/11_backward/delta_policy.h). A copy, so that common/ includes nothing from steps/; rung
+/// 12 (ring_params.h) and the CPU test static_assert that the two agree.
+constexpr int kTrustedDeltaKeys = 16384;
+
 /// The most keys one launch of the forward rung may sum over, on rows of @p n keys, when a backward
 /// pass follows (0: no limit).
 ///
@@ -314,7 +317,7 @@ inline void plan_merges(RankPlan* p) {
 /// 128 keys (4096 at N = 256k). The launches' fp32 partials are then merged on the CUDA cores,
 /// rounded to nearest, which adds no bias.
 inline int forward_key_cap(int n) {
-  constexpr int kRef = fl::bwd::kExactDeltaKeys;
+  constexpr int kRef = kTrustedDeltaKeys;
   constexpr int kQuantum = 128;
   if (n <= kRef) return 0;
   const int cap =

@@ -10,7 +10,7 @@ has: ``ring_attention`` (differentiable in q, k, v), ``ring_shard`` and ``ring_u
     out_full = flashladder.ring_unshard(out, seqlen=q_full.shape[1])
 
 One sequence of ``seqlen`` tokens is split over the P ranks of the group by rung 12's plan
-(steps/12_ring_attention/ring_plan.h, the same C++ through ``_ext.ring_plan``): zigzag (the
+(common/include/flashladder/ring_plan.h, the same C++ through ``_ext.ring_plan``): zigzag (the
 default) cuts it into 2P chunks and gives rank r chunks r and 2P-1-r, so that every rank does the
 same causal work; contiguous gives rank r chunk r of P (rank P-1 then does ~2P-1 times rank 0's
 causal work: Brandon et al. 2023, Striped Attention, analyse this imbalance). Any seqlen works,
