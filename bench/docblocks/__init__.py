@@ -4,7 +4,11 @@ core.py holds the markers, the results and context objects, the generator regist
 every family shares and --check/--write/--list; each other module registers the generators of one
 family. Importing the package imports every family, so GENERATORS is complete."""
 
-from . import backward, core, decode, fp8, ladder, pytorch, ring  # each registers its generators
+# each registers its generators
+from . import (backward, core, decode, fp8, hopper_backward, ladder, masks, persistent, pytorch, pytorch_runs,
+               ring)
+from . import figures  # registers the SVG figures (core.FIGURES), after the families
 from .core import GENERATORS, main
 
-__all__ = ["GENERATORS", "main", "core", "ladder", "decode", "backward", "fp8", "ring", "pytorch"]
+__all__ = ["GENERATORS", "main", "core", "ladder", "decode", "backward", "fp8", "ring", "pytorch",
+           "hopper_backward", "persistent", "masks", "pytorch_runs"]

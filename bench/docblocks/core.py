@@ -34,6 +34,7 @@ the shared formatting), never from another family module.
 import argparse
 import difflib
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -254,6 +255,28 @@ def results_folder(ctx, gpu, what, command):
     return ctx.results(folder)
 
 
+def bench_module(name):
+    """The bench script bench/<name>.py (or bench/<folder>/<name>.py, wherever it lives), loaded as a
+    module: a block that needs a script's own definitions (the packed batch's lengths, a study's
+    model) takes them from it instead of restating them."""
+    found = sorted(glob.glob(os.path.join(ROOT, "bench", name + ".py")) +
+                   glob.glob(os.path.join(ROOT, "bench", "*", name + ".py")))
+    if not found:
+        raise ValueError("no bench/%s.py" % name)
+    spec = importlib.util.spec_from_file_location("bench_" + name, found[0])
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def varlen_lengths():
+    """(torch_sdpa module, lengths) of the bench's packed batch: torch_sdpa.py's mixed_lengths of its
+    VARLEN draw, the lengths of ladder_bench's varlen family (common/'s inputs.h)."""
+    mod = bench_module("torch_sdpa")
+    v = mod.VARLEN
+    return mod, mod.mixed_lengths(v["count"], v["lo"], v["hi"], v["seed"])
+
+
 # ---- a rung's run reports (its --json output) -----------------------------------------------
 
 
@@ -376,6 +399,16 @@ def report_files(ctx):
     return out
 
 
+# The figures: (name, output path relative to the root, generator(ctx, **params) -> SVG text, params),
+# filled by figures.py; --write writes each file, --check compares it as it does a report.md.
+FIGURES = []
+
+
+def figure_files(ctx):
+    """{path of a committed figure (SVG): its regenerated text} for every FIGURES entry."""
+    return {os.path.join(ROOT, path): fn(ctx, **params) for _, path, fn, params in sorted(FIGURES, key=lambda f: f[1])}
+
+
 def load_registry(args):
     """The Context: the registry from --registry FILE, or from the built tour (--bin, or the newest)."""
     if args.registry:
@@ -410,7 +443,7 @@ def main(argv=None):
                 old = f.read()
             targets[path] = (old, regenerate_text(ctx, old, os.path.relpath(path, ROOT)))
         if not args.files:
-            for path, new in report_files(ctx).items():
+            for path, new in list(report_files(ctx).items()) + list(figure_files(ctx).items()):
                 old = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
                 targets[path] = (old, new)
     except (ValueError, OSError, KeyError) as e:

@@ -1,0 +1,293 @@
+"""Rung 14's blocks (the Hopper backward pass) and the packed batch's training blocks (rung 15's
+forward with rung 14's backward): the side-by-side of rungs 11 and 14 with PyTorch SDPA's flash and
+cuDNN backward passes over one sweep folder (bench/run_all.sh --family backward,backward-gqa), the
+ratios of another dtype's sweep, the ablation run (rung14_ablation.sh's output: one
+run report per variant and shape), and the packed batch against SDPA on nested and zero-padded
+tensors (bench/run_all.sh --family varlen,varlen-backward).
+
+Every block names its folder(s) under bench/results/ with gpu=; several folders are separated by
+commas. The sweep's dtype is the one its ladder run's context records."""
+
+from .core import Missing, bench_module, generator, varlen_lengths
+
+SEQLENS = [1024, 2048, 4096, 8192, 16384]
+
+
+def folders(ctx, gpu):
+    """The Results of each comma-separated folder of @p gpu."""
+    return [ctx.results(g) for g in gpu.split(",")]
+
+
+def dtype_of(res):
+    return res.json("ladder_bench.json")["context"].get("dtype", "fp16")
+
+
+def head_of(fam, d, c):
+    return "%s, %s, %s" % ("MHA" if fam == "backward" else "GQA 4:1", d.replace("d", "d = "),
+                           "causal" if c == "causal1" else "not causal")
+
+
+def rates(res):
+    """{(rung, family, "d128", "N4096", "causal1"): TFLOP/s} of a backward sweep folder; rung
+    "14det" is rung 14's deterministic run; variants are left out (the tables show the rungs)."""
+    rate = {}
+    for b in res.json("ladder_bench.json")["benchmarks"]:
+        if "[" in b["name"].split("/")[0]:
+            continue
+        fam, d, n, c = b["name"].split("/")[1:5]
+        rate[("%d" % b["rung"]) + ("det" if "/det/" in b["name"] else ""), fam, d, n, c] = b["TFLOPS"]
+    if res.has("torch_sdpa.json"):
+        for b in res.json("torch_sdpa.json")["benchmarks"]:
+            if b.get("skipped"):
+                continue
+            fam, d, n, c = b["name"].split("/")[1:5]
+            rate[b["rung"], fam, d, n, c] = b["TFLOPS"]
+    return rate
+
+
+def cudnn_cells(rate):
+    """(rung 14 / cuDNN, cell name) of every cell where both ran, worst first."""
+    out = []
+    for (rung, fam, d, n, c), v in rate.items():
+        cudnn = rate.get(("torch_cudnn", fam, d, n, c))
+        if rung == "14" and cudnn:
+            out.append((v / cudnn, "%s %s N=%dk %s" % ("MHA" if fam == "backward" else "GQA 4:1",
+                                                       d.replace("d", "d="), int(n[1:]) // 1024,
+                                                       "causal" if c == "causal1" else "not causal")))
+    return sorted(out)
+
+
+def summary(rate, dtype):
+    """One line: the worst and best cell of rung 14 / cuDNN and how many are below 1.0x."""
+    ratios = cudnn_cells(rate)
+    if not ratios:
+        raise Missing("rung 14 beside PyTorch's cuDNN backward", "bench/run_all.sh --family backward,backward-gqa")
+    below = [r for r in ratios if r[0] < 1.0]
+    return "%s: rung 14 / cuDNN from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×." % (
+        dtype, ratios[0][0], ratios[0][1], ratios[-1][0], ratios[-1][1], len(below), len(ratios))
+
+
+def shapes():
+    for fam in ("backward", "backward-gqa"):
+        for d in ("d64", "d128", "d256"):
+            for c in ("causal0", "causal1"):
+                yield fam, d, c
+
+
+@generator("rung14-backward")
+def gen_rung14_backward(ctx, gpu):
+    """Rung 14 beside rung 11 and PyTorch SDPA's flash and cuDNN backward, one table per (heads,
+    head_dim, mask) of a backward sweep folder: TFLOP/s per seqlen, rung 14's deterministic run, and
+    rung 14 / cuDNN; first a line with the worst and best cell."""
+    res = ctx.results(gpu)
+    rate, dtype = rates(res), dtype_of(res)
+    rows = [("11", "rung 11"), ("14", "rung 14"), ("14det", "rung 14 deterministic"),
+            ("torch_flash", "PyTorch flash"), ("torch_cudnn", "PyTorch cuDNN")]
+    out = [summary(rate, dtype)]
+    for fam, d, c in shapes():
+        if not any(rate.get((k, fam, d, "N%d" % n, c)) for k, _ in rows for n in SEQLENS):
+            continue
+        out.append("\n**%s, %s** (TFLOP/s; last row: rung 14 / cuDNN)\n" % (head_of(fam, d, c), dtype))
+        out.append("| | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |")
+        out.append("|---|" + "--:|" * len(SEQLENS))
+        for key, label in rows:
+            vals = [rate.get((key, fam, d, "N%d" % n, c)) for n in SEQLENS]
+            if all(v is None for v in vals):
+                continue
+            out.append("| %s | " % label + " | ".join("%.0f" % v if v else "–" for v in vals) + " |")
+        ratio = []
+        for n in SEQLENS:
+            a, b = rate.get(("14", fam, d, "N%d" % n, c)), rate.get(("torch_cudnn", fam, d, "N%d" % n, c))
+            ratio.append("%.2f×" % (a / b) if a and b else "–")
+        out.append("| rung 14 / cuDNN | " + " | ".join(ratio) + " |")
+    return "\n".join(out)
+
+
+@generator("rung14-ratios")
+def gen_rung14_ratios(ctx, gpu):
+    """Rung 14 / PyTorch's cuDNN backward per cell of a backward sweep folder (in brackets: rung
+    14 deterministic / rung 14), one row per (heads, head_dim, mask); first the worst and best cell."""
+    res = ctx.results(gpu)
+    rate, dtype = rates(res), dtype_of(res)
+    out = [summary(rate, dtype) + "\n",
+           "**%s: rung 14 / PyTorch cuDNN** (in brackets: rung 14 deterministic / rung 14)\n" % dtype,
+           "| | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |", "|---|" + "--:|" * len(SEQLENS)]
+    for fam, d, c in shapes():
+        row = []
+        for n in SEQLENS:
+            k = (fam, d, "N%d" % n, c)
+            a, b, det = rate.get(("14",) + k), rate.get(("torch_cudnn",) + k), rate.get(("14det",) + k)
+            cell = "%.2f×" % (a / b) if a and b else "–"
+            if a and det:
+                cell += " (%.2f)" % (det / a)
+            row.append(cell)
+        if any(x != "–" for x in row):
+            out.append("| %s | " % head_of(fam, d, c) + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
+@generator("rung14-ablation")
+def gen_rung14_ablation(ctx, gpu):
+    """Rung 14 and each ablation variant (TFLOP/s of its run report) at d = 64 and 128, 4k and 16k
+    keys, causal or not, fp16; and the rung in bf16."""
+    res = ctx.results(gpu)
+    names = [("rung", "rung 14"), ("no-ws", "no-ws"), ("atomic-dq", "atomic-dq"), ("ss-dkv", "ss-dkv"),
+             ("one-stage", "one-stage")]
+    cols = [(d, n, c) for d in (64, 128) for c in (0, 1) for n in (4096, 16384)]
+
+    def cell(name):
+        return "%.0f" % res.json(name)["timing"]["tflops"] if res.has(name) else "–"
+
+    out = ["| variant | " + " | ".join("d%d %dk%s" % (d, n // 1024, " causal" if c else "") for d, n, c in cols) + " |",
+           "|---|" + "--:|" * len(cols)]
+    for key, label in names:
+        out.append("| %s | " % label + " | ".join(cell("fp16_d%d_N%d_c%d_%s.json" % (d, n, c, key))
+                                                  for d, n, c in cols) + " |")
+    out.append("| rung 14, bf16 | " + " | ".join(cell("bf16_d%d_N%d_c%d_rung.json" % (d, n, c)) for d, n, c in cols) + " |")
+    return "\n".join(out)
+
+
+# ---- the packed batch (varlen and varlen-backward families) ------------------------------------
+
+BACKENDS = ("flash", "cudnn")
+
+
+def times(res):
+    """{(rung, shape): median ms} of a folder's bench and PyTorch runs; shape like "varlen/d128/S64/causal1"."""
+    out = {}
+    for f in ("ladder_bench.json", "torch_sdpa.json"):
+        if not res.has(f):
+            continue
+        for b in res.json(f)["benchmarks"]:
+            if b.get("skipped"):
+                continue
+            rung, shape = b["name"].split("/", 1)
+            out[rung, shape.replace("/iterations:1/manual_time", "")] = b["real_time"]
+    return out
+
+
+def meta_text(res):
+    m = res.meta
+    return "%s, %s, commit %s" % (m["device"], m["date"][:10], m["git_sha"][:7])
+
+
+def best(t, way, causal, passes):
+    """(backend, ms) of the backend whose sum over @p passes ("varlen", "varlen-backward") is least."""
+    cand = []
+    for be in BACKENDS:
+        keys = [("torch_%s_%s" % (be, way), "%s/d128/S64/causal%d" % (p, causal)) for p in passes]
+        if all(k in t for k in keys):
+            cand.append((sum(t[k] for k in keys), be))
+    if not cand:
+        raise Missing("SDPA's %s packed batch" % way, "bench/run_all.sh --family varlen,varlen-backward")
+    ms, be = min(cand)
+    return be, ms
+
+
+def packed_runs(ctx, gpu):
+    return [(dtype_of(r), times(r), r) for r in folders(ctx, gpu)]
+
+
+@generator("packed-training")
+def gen_packed_training(ctx, gpu):
+    """The packed batch, forward + backward: rung 15's forward and rung 14's backward against the
+    best PyTorch SDPA backend on the same batch as nested and as zero-padded tensors (a backend's
+    forward and backward summed), one row per dtype (folder in gpu=) and mask."""
+    _, lens = varlen_lengths()
+    tokens = sum(lens)
+    runs = packed_runs(ctx, gpu)
+    rows = ["**A packed batch, forward + backward** (%d sequences of %d-%d tokens, %d tokens, 32/8 heads, d = 128; "
+            "%s)\n" % (len(lens), min(lens), max(lens), tokens, "; ".join("%s: %s" % (dt, meta_text(r)) for dt, _, r in runs)),
+            "| dtype | mask | rung 15 fwd (ms) | rung 14 bwd (ms) | fwd + bwd (ms) | tokens/s | best SDPA nested, fwd + bwd "
+            "| ladder / it | best SDPA padded, fwd + bwd | ladder / it |",
+            "|---|---|--:|--:|--:|--:|---|--:|---|--:|"]
+    for dtype, t, _ in runs:
+        for c in (0, 1):
+            f = t["15_persistent", "varlen/d128/S64/causal%d" % c]
+            b = t["14_hopper_backward", "varlen-backward/d128/S64/causal%d" % c]
+            nb, nms = best(t, "nested", c, ("varlen", "varlen-backward"))
+            pb, pms = best(t, "padded", c, ("varlen", "varlen-backward"))
+            rows.append("| %s | %s | %.1f | %.1f | %.1f | %.2fM | %s %.1f ms | %.2f× | %s %.1f ms | %.2f× |" % (
+                dtype, "causal" if c else "none", f, b, f + b, tokens / ((f + b) * 1e-3) / 1e6, nb, nms, nms / (f + b),
+                pb, pms, pms / (f + b)))
+    return "\n".join(rows)
+
+
+@generator("packed-backward")
+def gen_packed_backward(ctx, gpu):
+    """The packed batch's backward pass alone: rung 14 (ms, TFLOP/s at 2.5 x the forward's FLOPs of
+    each sequence's own pairs) against the best SDPA backend, nested and padded."""
+    mod, lens = varlen_lengths()
+    s = dict(heads_q=32, head_dim=128, lens=lens)
+    rows = ["**The backward pass alone** (TFLOP/s: 2.5 x the forward's FLOPs, each sequence's own pairs)\n",
+            "| dtype | mask | rung 14 (ms) | TFLOP/s | best SDPA nested | rung 14 / it | best SDPA padded | rung 14 / it |",
+            "|---|---|--:|--:|---|--:|---|--:|"]
+    for dtype, t, _ in packed_runs(ctx, gpu):
+        for c in (0, 1):
+            b = t["14_hopper_backward", "varlen-backward/d128/S64/causal%d" % c]
+            nb, nms = best(t, "nested", c, ("varlen-backward",))
+            pb, pms = best(t, "padded", c, ("varlen-backward",))
+            flops = 2.5 * mod.forward_flops(dict(s, causal=c))
+            rows.append("| %s | %s | %.1f | %.0f | %s %.1f ms | %.2f× | %s %.1f ms | %.2f× |" % (
+                dtype, "causal" if c else "none", b, flops / (b * 1e-3) / 1e12, nb, nms, nms / b, pb, pms, pms / b))
+    return "\n".join(rows)
+
+
+@generator("packed-sdpa-cell")
+def gen_packed_sdpa_cell(ctx, gpu, rung, causal="0", family="varlen-backward"):
+    """One PyTorch SDPA time of a packed-batch folder, "345 ms": backend rung= (torch_cudnn_nested,
+    ...), family= and causal=, for a sentence that quotes it."""
+    t = times(ctx.results(gpu))
+    key = (rung, "%s/d128/S64/causal%s" % (family, causal))
+    if key not in t:
+        raise Missing("%s %s" % (rung, key[1]), "bench/run_all.sh --family varlen,varlen-backward")
+    return "%.0f ms" % t[key]
+
+
+@generator("packed-dense")
+def gen_packed_dense(ctx, gpu):
+    """Rung 14 / cuDNN per shape of a dense backward run (its default mode: atomic dQ order), the
+    range first."""
+    res = ctx.results(gpu)
+    t = times(res)
+    rows = ["| head_dim | mask | " + " | ".join("N=%dk" % (n // 1024) for n in (1024, 2048, 4096, 16384)) + " |",
+            "|--:|---|" + "--:|" * 4]
+    ratios = []
+    for d in (64, 128, 256):
+        for c in (0, 1):
+            cells = []
+            for n in (1024, 2048, 4096, 16384):
+                s = "backward/d%d/N%d/causal%d" % (d, n, c)
+                if ("14_hopper_backward", s) in t and ("torch_cudnn", s) in t:
+                    r = t["torch_cudnn", s] / t["14_hopper_backward", s]
+                    ratios.append(r)
+                    cells.append("%.2f" % r)
+                else:
+                    cells.append("-")
+            rows.append("| %d | %s | %s |" % (d, "causal" if c else "none", " | ".join(cells)))
+    if not ratios:
+        raise Missing("rung 14 beside cuDNN in %s" % gpu, "bench/run_all.sh --family backward --torch-backends cudnn")
+    return ("**Rung 14's dense backward / cuDNN in one run** (%s; the backward family, quick grid: %.2f-%.2f×)\n\n"
+            % (meta_text(res), min(ratios), max(ratios))) + "\n".join(rows)
+
+
+@generator("rung14-group-split")
+def gen_rung14_group_split(ctx, gpu):
+    """rung14_split_model.py's list-schedule model of rung 14's causal grid per GQA shape (efficiency
+    unsplit and split in 4, the split it predicts) beside the measured fullsplit / nosplit ratio of
+    each folder in gpu= (a backward-gqa run with the variants, or a folder of the rung's run
+    reports of one shape)."""
+    mod = bench_module("rung14_split_model")
+    meas = mod.measured([ctx.results(g).dir for g in gpu.split(",")])
+    rows = ["| shape | efficiency unsplit | split in 4 | predicted split | measured fullsplit / nosplit |",
+            "|---|--:|--:|--:|--:|"]
+    shapes = [(16384 // n, n, 2048 // d, 2048 // d // 4, d, 1) for d in (64, 128, 256)
+              for n in (1024, 2048, 4096, 8192, 16384)]
+    shapes.append((2, 4096, 16, 4, 128, 1))  # the training demo's attention
+    for b, n, hq, hkv, d, c in shapes:
+        m = meas.get((b, d, n, c), [])
+        rows.append("| B=%d, N=%dk, %d/%d heads, d=%d%s | %.2f | %.2f | %d | %s |" % (
+            b, n // 1024, hq, hkv, d, ", causal" if c else "", mod.efficiency(b, n, hq, hkv, d, c, 1),
+            mod.efficiency(b, n, hq, hkv, d, c, 4), mod.predicted_split(b, n, hq, hkv, d, c),
+            " ".join("%.2f" % x for x in m) if m else "–"))
+    return "\n".join(rows)
