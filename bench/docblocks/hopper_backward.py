@@ -291,3 +291,115 @@ def gen_rung14_group_split(ctx, gpu):
             mod.efficiency(b, n, hq, hkv, d, c, 4), mod.predicted_split(b, n, hq, hkv, d, c),
             " ".join("%.2f" % x for x in m) if m else "–"))
     return "\n".join(rows)
+
+
+# ---- sentences that quote the sweeps' figures ------------------------------------------------------
+
+
+def span_text(values, unit="x"):
+    """ "0.97-1.16x" of the values (two decimals)."""
+    return "%.2f-%.2f%s" % (min(values), max(values), unit)
+
+
+def cell_ratios(rate, num, den, fam=None, d=None):
+    """[num / den] over the cells of @p rate where both ran, optionally of one family and head_dim."""
+    out = []
+    for (rung, f, dd, n, c), v in sorted(rate.items()):
+        if rung == num and (fam is None or f == fam) and (d is None or dd == d) and rate.get((den, f, dd, n, c)):
+            out.append(v / rate[den, f, dd, n, c])
+    return out
+
+
+@generator("rung14-summary")
+def gen_rung14_summary(ctx, gpu):
+    """One line of a backward sweep folder: the worst and best cell of rung 14 / cuDNN and how many
+    cells are below 1.0x."""
+    res = ctx.results(gpu)
+    return summary(rates(res), dtype_of(res))
+
+
+@generator("rung14-cudnn")
+def gen_rung14_cudnn(ctx, gpu):
+    """A paragraph over two backward sweep folders (gpu=FIRST,SECOND, e.g. fp16 and bf16): rung 14 /
+    cuDNN per head_dim in the first, the cells below 1.0x and the worst, the second's range, and
+    rung 14 / SDPA's flash backend over both."""
+    (r1, r2) = folders(ctx, gpu)
+    a, b = rates(r1), rates(r2)
+    per_d = ", ".join("%s at d = %s" % (span_text(cell_ratios(a, "14", "torch_cudnn", d="d%d" % d)), d)
+                      for d in (128, 64, 256))
+    all1, all2 = cell_ratios(a, "14", "torch_cudnn"), cell_ratios(b, "14", "torch_cudnn")
+    flash = cell_ratios(a, "14", "torch_flash") + cell_ratios(b, "14", "torch_flash")
+    return ("**Against cuDNN.** In this run rung 14 / cuDNN's backward is %s in %s (%d of %d cells below "
+            "1.0x, the worst %.2fx), and %s in %s (%d of %d below 1.0x); rung 14 / SDPA's flash backend, %s." % (
+                per_d, dtype_of(r1), sum(r < 1 for r in all1), len(all1), min(all1), span_text(all2),
+                dtype_of(r2), sum(r < 1 for r in all2), len(all2), span_text(flash)))
+
+
+@generator("rung14-run-spread")
+def gen_rung14_run_spread(ctx, gpu):
+    """Two backward sweep folders of the same cells (gpu=EARLIER,LATER): how far each of rung 11,
+    rung 14 and cuDNN moved per cell in TFLOP/s (least and most, and the mean)."""
+    (r1, r2) = folders(ctx, gpu)
+    a, b = rates(r1), rates(r2)
+    parts = []
+    for key, name in (("11", "rung 11"), ("14", "rung 14"), ("torch_cudnn", "cuDNN")):
+        ch = [100 * (b[k] / v - 1) for k, v in sorted(a.items()) if k[0] == key and k in b]
+        if not ch:
+            raise Missing("%s in both %s" % (name, gpu), "bench/run_all.sh --family backward,backward-gqa")
+        parts.append("%s moved by %+.1f%% to %+.1f%% per cell (%.1f%% %s on average)" % (
+            name, min(ch), max(ch), abs(sum(ch) / len(ch)), "lower" if sum(ch) < 0 else "higher"))
+    return ("Between the two runs (`%s`, then `%s`; TFLOP/s per cell of the same shapes) %s." % (
+        r1.gpu, r2.gpu, "; ".join(parts)))
+
+
+@generator("rung14-deterministic")
+def gen_rung14_deterministic(ctx, gpu):
+    """Rung 14's deterministic run / its default run per head_dim over backward sweep folders
+    (gpu=FIRST[,SECOND]), and the cells at d = 256 below 0.8x."""
+    out = []
+    for i, res in enumerate(folders(ctx, gpu)):
+        rate = rates(res)
+        per = [(d, cell_ratios(rate, "14det", "14", d="d%d" % d)) for d in (64, 128, 256)]
+        per = [(d, r) for d, r in per if r]
+        if not per:
+            raise Missing("rung 14's deterministic run in %s" % res.gpu, "bench/run_all.sh --family backward")
+        text = ", ".join("%s at d = %d" % (span_text(r), d) for d, r in per)
+        d256 = dict(per).get(256, [])
+        if d256:
+            text += " (at d = 256, %d of %d cells below 0.8x)" % (sum(r < 0.8 for r in d256), len(d256))
+        out.append("%s: %s" % (dtype_of(res), text))
+    return "**Deterministic mode**, its time / the default's as a rate: " + "; ".join(out) + "."
+
+
+@generator("rung14-ablation-ratios")
+def gen_rung14_ablation_ratios(ctx, gpu):
+    """Each ablation variant's rate / the rung's over the ablation folder's fp16 shapes (least and
+    most): what turning that idea off costs."""
+    res = ctx.results(gpu)
+    parts = []
+    for v in ("atomic-dq", "no-ws", "ss-dkv", "one-stage"):
+        rs = []
+        for d in (64, 128):
+            for n in (4096, 16384):
+                for c in (0, 1):
+                    a, b = ("fp16_d%d_N%d_c%d_%s.json" % (d, n, c, x) for x in (v, "rung"))
+                    if res.has(a) and res.has(b):
+                        rs.append(res.json(a)["timing"]["tflops"] / res.json(b)["timing"]["tflops"])
+        if rs:
+            parts.append("`%s` %s" % (v, span_text(rs)))
+    if not parts:
+        raise Missing("rung 14's ablation runs in %s" % gpu, "bench/rung14_ablation.sh")
+    return "Each variant's rate / the rung's (fp16, the table's shapes): " + ", ".join(parts) + "."
+
+
+@generator("rung14-grid-order")
+def gen_rung14_grid_order(ctx, gpu, d="128", causal="0"):
+    """Rung 14 before and after a change of its grid order (gpu=BEFORE,AFTER: two backward runs),
+    TFLOP/s per seqlen at one head_dim and mask (MHA)."""
+    (r1, r2) = folders(ctx, gpu)
+    a, b = rates(r1), rates(r2)
+    rows = ["| grid | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |", "|---|" + "--:|" * len(SEQLENS)]
+    for label, r in (("K/V block slowest (`%s`)" % r1.gpu.split("/")[-1], a), ("K/V block fastest (`%s`)" % r2.gpu.split("/")[-1], b)):
+        vals = [r.get(("14", "backward", "d" + d, "N%d" % n, "causal" + causal)) for n in SEQLENS]
+        rows.append("| %s | " % label + " | ".join("%.0f" % v if v else "–" for v in vals) + " |")
+    return "\n".join(rows) + "\n\nRung 14, MHA, d = %s%s, fp16, TFLOP/s." % (d, ", causal" if causal == "1" else "")
