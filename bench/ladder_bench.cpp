@@ -146,7 +146,7 @@ Shape prefill_shape(const char* family, int n, int d, bool causal) {
 /// that would overrun, or leave fewer than @p lo tokens, is cut: the last document takes the rest
 /// when the rest fits in @p hi, else the one before it leaves @p lo tokens for the last. Every
 /// document then has lo .. hi tokens (when n >= lo and hi >= 2 lo). Returns the starts, 0 first
-/// and n last (Problem::doc_starts). bench/torch_flex.py's document_starts is the same function;
+/// and n last (Problem::doc_starts). bench/pytorch/torch_flex.py's document_starts is the same function;
 /// `ladder_bench --fl_list` prints the starts and tests/cpu/test_torch_scripts.py compares them.
 std::vector<int> document_starts(int n, int lo, int hi, unsigned long long seed) {
   // At least as many draws as documents: each has lo tokens or more.
@@ -421,7 +421,7 @@ void set_counters(benchmark::State& state, const Rung* r, const Shape& s, double
   state.counters["causal"] = p.causal ? 1 : 0;
   state.counters["page_size"] = p.page_size;
   if (is_backward(s.family)) state.counters["deterministic"] = s.deterministic ? 1 : 0;
-  if (is_masks(s.family)) {  // the case (also in the name), as bench/torch_flex.py records it
+  if (is_masks(s.family)) {  // the case (also in the name), as bench/pytorch/torch_flex.py records it
     state.counters["window_left"] = p.window_left;
     state.counters["window_right"] = p.window_right;
     state.counters["prefix"] = p.prefix;

@@ -6,10 +6,10 @@
 #
 #   0. ceilings: the measured FFMA, mma.sync, cuBLAS and copy rates   -> ceilings.json
 #   1. ladder_bench: every rung over the sweeps of the families       -> ladder_bench.json
-#   2. bench/torch_sdpa.py on the same shapes, if PyTorch imports      -> torch_sdpa.json
+#   2. bench/pytorch/torch_sdpa.py on the same shapes, if PyTorch imports      -> torch_sdpa.json
 #      (families prefill, decode, backward, backward-gqa, ablation and fp8: SDPA's backward pass
 #      alone for the backward families, the 16-bit backends for fp8)
-#      bench/torch_flex.py on the masks families (FlexAttention, and    -> torch_flex.json
+#      bench/pytorch/torch_flex.py on the masks families (FlexAttention, and    -> torch_flex.json
 #      SDPA flash / cuDNN on their causal cells)
 #   3. rung 07's --sweep at head_dim 64 and 128 (family prefill)       -> sweep07_d64.json, sweep07_d128.json
 #   4. rung 08 with --splits 1..64 and the heuristic (family decode)   -> decode_splits/*.json
@@ -149,7 +149,7 @@ else
   if [ -z "$tfam" ] && [ -z "$ffam" ]; then
     echo "run_all.sh: [torch] skipped (PyTorch runs every family but paged)"
   elif [ -n "$tfam" ]; then
-  step torch torch_sdpa.log "$PY" "$ROOT/bench/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --backends "$backends" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
+  step torch torch_sdpa.log "$PY" "$ROOT/bench/pytorch/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --backends "$backends" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
     echo "run_all.sh: [torch] torch_sdpa.py failed (see torch_sdpa.log); the report goes on without it"
   fi
   if [ -f "$STAGE/torch_sdpa.json" ]; then torch_json=(--torch "$STAGE/torch_sdpa.json"); fi
@@ -160,7 +160,7 @@ else
     for b in ${backends//,/ }; do
       case "$b" in flash|cudnn) fb=${fb:+$fb,}$b ;; esac
     done
-    step torch torch_flex.log "$PY" "$ROOT/bench/torch_flex.py" --family "$ffam" --dtype "$dtype" --backends "${fb:-none}" --out "$STAGE/torch_flex.json" "${tq[@]}" ||
+    step torch torch_flex.log "$PY" "$ROOT/bench/pytorch/torch_flex.py" --family "$ffam" --dtype "$dtype" --backends "${fb:-none}" --out "$STAGE/torch_flex.json" "${tq[@]}" ||
       echo "run_all.sh: [torch] torch_flex.py failed (see torch_flex.log); the report goes on without it"
   fi
 fi

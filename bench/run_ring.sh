@@ -11,7 +11,7 @@
 #      single-GPU rung on the whole sequence (the one-GPU time) -> ring_p<P>_n<N>_<variant>_causal<c>.json
 #      (schema flashladder.ring/1: per step compute, exposed communication, merge and transfer
 #      per rank; the ring's time; the one-GPU time; the scaling efficiency T1 / (P x TP))
-#   2. PyTorch's all-gather context-parallel baseline under torchrun (bench/torch_ring_baseline.py,
+#   2. PyTorch's all-gather context-parallel baseline under torchrun (bench/pytorch/torch_ring_baseline.py,
 #      if PyTorch imports)                                      -> torch_ring_p<P>_n<N>_causal<c>.json
 #   3. --replay R...: the R ranks of a ring in turn on GPU 0 (12_ring_attention --replay R, no
 #      transfer; one process, so no launcher), same shapes (contiguous with causal 1 only: without
@@ -34,7 +34,7 @@
 # ring of one in the same folder, so give --gpus a 1 or run it into that folder).
 # --backward: every rung 12 run is a forward and a backward pass (--backward: dQ, dK, dV checked,
 # forward + backward timed, the scaling efficiency of both), and the baseline of step 2 is
-# PyTorch's own context parallelism, forward and backward (bench/torch_cp_baseline.py: its ring
+# PyTorch's own context parallelism, forward and backward (bench/pytorch/torch_cp_baseline.py: its ring
 # in SDPA, cuDNN)                                      -> torch_cp_p<P>_n<N>_causal<c>.json
 # Results then go to bench/results/<gpu>/ring-backward/. --key-cap K (with --backward): every rung
 # 12 run cuts the forward's launches to K keys (0: uncut; default: ring_plan.h's forward_key_cap),
@@ -128,12 +128,12 @@ for p in $gpus; do
       if [ "$torch" = 1 ] && [ "$backward" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
         name=torch_cp_p${p}_n${n}_causal${causal}
         run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$p" \
-          "$(rel "$ROOT/bench/torch_cp_baseline.py")" --seqlen "$n" --causal "$causal" \
+          "$(rel "$ROOT/bench/pytorch/torch_cp_baseline.py")" --seqlen "$n" --causal "$causal" \
           --iters "$iters" --warmup "$warmup" --out "$(rel "$results/$name.json")"
       elif [ "$torch" = 1 ] && "$PY" -c "import torch" 2>/dev/null; then
         name=torch_ring_p${p}_n${n}_causal${causal}
         run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$p" \
-          "$(rel "$ROOT/bench/torch_ring_baseline.py")" --seqlen "$n" --causal "$causal" \
+          "$(rel "$ROOT/bench/pytorch/torch_ring_baseline.py")" --seqlen "$n" --causal "$causal" \
           --iters "$iters" --warmup "$warmup" --out "$(rel "$results/$name.json")"
       fi
     done
@@ -164,7 +164,7 @@ for s in $share; do
       if [ "$torch" = 1 ] && [ "$backward" = 0 ] && "$PY" -c "import torch" 2>/dev/null; then
         name=torch_shared_p${s}_n${n}_causal${causal}
         run "$name" "$PY" -m torch.distributed.run --standalone --nproc-per-node "$s" \
-          "$(rel "$ROOT/bench/torch_ring_baseline.py")" --share-gpu --seqlen "$n" --causal "$causal" \
+          "$(rel "$ROOT/bench/pytorch/torch_ring_baseline.py")" --share-gpu --seqlen "$n" --causal "$causal" \
           --iters 3 --warmup 1 --out "$(rel "$results/$name.json")"
       fi
     done

@@ -14,7 +14,7 @@ function(fl_require_package name version pkg)
 endfunction()
 
 # The commit every result names (run reports, ladder_bench): $FL_GIT_SHA when set (a tree copied
-# with a .git that is not its own says so there; bench/runinfo.py reads the same variable), else
+# with a .git that is not its own says so there; bench/pytorch/runinfo.py reads the same variable), else
 # git's short sha at configure time, else "unknown".
 find_package(Git QUIET)
 set(FL_GIT_SHA "")

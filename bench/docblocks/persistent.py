@@ -249,10 +249,10 @@ def gen_rung15_tiles(ctx, gpu):
     return "\n".join(rows)
 
 
-def ncu_metric(text, name):
-    """The value of metric @p name in an Nsight Compute details page (`ncu --page details` text):
-    (unit, number) of its first occurrence."""
-    m = re.search(r"^\s+%s\s+(\S+)\s+([0-9][0-9,.]*)\s*$" % re.escape(name), text, re.M)
+def ncu_metric(text, name, unit=r"\S+"):
+    """The value of metric @p name (in a unit matching @p unit) in an Nsight Compute details page
+    (`ncu --page details` text): (unit, number) of its first occurrence."""
+    m = re.search(r"^\s+%s\s+(%s)\s+([0-9][0-9,.]*)\s*$" % (re.escape(name), unit), text, re.M)
     if not m:
         raise ValueError("no '%s' in the Nsight Compute output" % name)
     return m.group(1), float(m.group(2).replace(",", ""))
@@ -276,3 +276,33 @@ def gen_rung15_ncu_epilogue(ctx, gpu, rung="ncu_rung15_d128_n512_full.txt", cudn
                                                                    for p in pages)],
             ["DRAM throughput"] + ["%.1f %%" % ncu_metric(p, "DRAM Throughput")[1] for p in pages]]
     return "\n".join(["| | rung 15, pair stores | cuDNN |", "|---|--:|--:|"] + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+@generator("rung15-ncu-sm")
+def gen_rung15_ncu_sm(ctx, gpu, d="64", n="512"):
+    """Nsight Compute details pages of rung 15 and PyTorch's cuDNN kernel at one head_dim and
+    seqlen, not causal and causal (ncu_<rung15|cudnn>_d<d>_n<n>_c<0|1>_full.txt): duration, sectors
+    into L2's write path, DRAM bytes (throughput x duration), instructions executed and issue slots
+    busy."""
+    res = ctx.results(gpu)
+    cols = [(who, c) for c in (0, 1) for who in ("rung15", "cudnn")]
+    pages = []
+    for who, c in cols:
+        name = "ncu_%s_d%s_n%s_c%d_full.txt" % (who, d, n, c)
+        if not res.has(name):
+            raise Missing(name, "ncu --page details on the rung and on cuDNN's kernel")
+        with open(res.path(name), encoding="utf-8") as f:
+            pages.append(f.read())
+
+    def dram_mb(p):
+        return ncu_metric(p, "Memory Throughput", "Tbyte/s")[1] * 1e12 * ncu_metric(p, "Duration")[1] * 1e-6 / 1e6
+
+    rows = [["duration"] + ["%.0f µs" % ncu_metric(p, "Duration")[1] for p in pages],
+            ["sectors into L2's write path"] + ["%.2f M" % (ncu_metric(p, "L2 Compression Input Sectors")[1] / 1e6)
+                                                for p in pages],
+            ["DRAM bytes (throughput x duration)"] + ["%.0f MB" % dram_mb(p) for p in pages],
+            ["instructions executed"] + ["%.1f M" % (ncu_metric(p, "Executed Instructions")[1] / 1e6) for p in pages],
+            ["issue slots busy"] + ["%.0f %%" % ncu_metric(p, "Issue Slots Busy")[1] for p in pages]]
+    head = "| d = %s, %s keys, fp16 | " % (d, n) + " | ".join(
+        "%s, %s" % ("rung 15" if who == "rung15" else "cuDNN", "causal" if c else "not causal") for who, c in cols) + " |"
+    return "\n".join([head, "|---|" + "--:|" * len(cols)] + ["| " + " | ".join(r) + " |" for r in rows])

@@ -1,5 +1,5 @@
-"""The ladder inside PyTorch (the flashladder package): the training demo (bench/torch_train.py), the
-call overhead (bench/torch_overhead.py) and decode through the package (bench/torch_decode.py), each
+"""The ladder inside PyTorch (the flashladder package): the training demo (bench/pytorch/torch_train.py), the
+call overhead (bench/pytorch/torch_overhead.py) and decode through the package (bench/pytorch/torch_decode.py), each
 from its own JSON in a results folder. (PyTorch SDPA beside a rung in the bench is the ladder's
 torch-compare.)"""
 
@@ -7,11 +7,11 @@ import results_io
 from .core import Missing, binary_bytes, generator, link, results_folder
 
 TORCH_RUN_COMMANDS = {
-    "torch_train.json": "PYTHONPATH=build/release/python python3 bench/torch_train.py "
+    "torch_train.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_train.py "
                         "--out bench/results/<gpu>/pytorch",
-    "torch_overhead.json": "PYTHONPATH=build/release/python python3 bench/torch_overhead.py --bin build/release/bin "
+    "torch_overhead.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_overhead.py --bin build/release/bin "
                            "--out bench/results/<gpu>/pytorch",
-    "torch_decode.json": "PYTHONPATH=build/release/python python3 bench/torch_decode.py --out bench/results/<gpu>/pytorch-decode",
+    "torch_decode.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_decode.py --out bench/results/<gpu>/pytorch-decode",
 }
 
 
@@ -44,7 +44,7 @@ def fmt_tokens(v):
 
 @generator("torch-train")
 def gen_torch_train(ctx, gpu=None):
-    """The training demo (bench/torch_train.py, torch_train.json): per run (SDPA flash, SDPA cuDNN
+    """The training demo (bench/pytorch/torch_train.py, torch_train.json): per run (SDPA flash, SDPA cuDNN
     when the run has it, the ladder, SDPA flash again) the steady-state step time, tokens/s, the
     last held-out loss and the ladder's speedup over SDPA flash and cuDNN; the logits check, the
     loss curves' agreement and attention's share of a step."""
@@ -189,7 +189,7 @@ def paired_overhead(res, d):
 
 @generator("torch-overhead")
 def gen_torch_overhead(ctx, gpu=None):
-    """The call overhead (bench/torch_overhead.py, torch_overhead.json): per rung the runner's time
+    """The call overhead (bench/pytorch/torch_overhead.py, torch_overhead.json): per rung the runner's time
     and flashladder.attention's on the same shape, timed the runner's way, their difference per call
     against the target, the same with the GPU idle before each call, and the host's time per call."""
     res, d = torch_run(ctx, gpu, "torch_overhead.json")
@@ -251,7 +251,7 @@ def gen_torch_overhead(ctx, gpu=None):
 
 @generator("torch-decode")
 def gen_torch_decode(ctx, gpu=None):
-    """Decode through the package (bench/torch_decode.py, torch_decode.json): per shape the rung the
+    """Decode through the package (bench/pytorch/torch_decode.py, torch_decode.json): per shape the rung the
     route picked, its time and GB/s, rung 08 and the prefill rung called by number, SDPA's cuDNN and
     flash backends, and the route against cuDNN; the worst and best cell and the bench goal."""
     res, d = torch_run(ctx, gpu, "torch_decode.json")

@@ -157,7 +157,7 @@ def gen_ring_shared(ctx, gpu=None, n="65536,131072", ranks="2,4"):
     torch_note = ""
     if torch_runs:
         t = next(iter(torch_runs.values()))
-        torch_note = (" PyTorch's baseline (`bench/torch_ring_baseline.py --share-gpu` under torchrun: all-gather K/V, "
+        torch_note = (" PyTorch's baseline (`bench/pytorch/torch_ring_baseline.py --share-gpu` under torchrun: all-gather K/V, "
                       "SDPA on the zigzag query shard) ran the same way on PyTorch %s, NCCL %s; its gathered output is "
                       "compared with SDPA on the whole sequence on one GPU." % (t["torch"], t["nccl"]))
     return results_io.markdown_table(head, rows, ["--:", "---", "---", "--:", "---", "---", "--:", "---"]) + (
@@ -216,7 +216,7 @@ def gen_ring_gpus(ctx, gpu="nvidia-h200-x2/ring", n="65536,131072", gpus="2"):
             "checks (ring vs one GPU, max abs)"]
     torch_text = ""
     if tr:
-        torch_text = (" PyTorch %s (`bench/torch_ring_baseline.py` under torchrun, NCCL %s): K and V all-gathered, then "
+        torch_text = (" PyTorch %s (`bench/pytorch/torch_ring_baseline.py` under torchrun, NCCL %s): K and V all-gathered, then "
                       "SDPA on the zigzag query shard; its one-GPU time is SDPA with cuDNN on the whole sequence, and its "
                       "causal shards run on SDPA's flash / memory-efficient kernels (they take the lower-right mask, "
                       "cuDNN does not)." % (tr["torch"], tr["nccl"]))
@@ -354,7 +354,7 @@ def gen_ring_backward(ctx, gpu=None, n="65536,131072,262144", gpus="2,4"):
     torch_text = ""
     if tc:
         torch_text = (" PyTorch CP: `torch.distributed.tensor.experimental.context_parallel` (PyTorch %s, SDPA %s "
-                      "inside its ring, K/V rotated by %s; `bench/torch_cp_baseline.py` under torchrun), forward + "
+                      "inside its ring, K/V rotated by %s; `bench/pytorch/torch_cp_baseline.py` under torchrun), forward + "
                       "backward, its one-GPU time SDPA on the whole sequence with the same backend."
                       % (tc["torch"], tc["backend"], tc["rotate_method"]))
     caps = {}

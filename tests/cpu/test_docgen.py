@@ -114,7 +114,7 @@ class DocgenTest(unittest.TestCase):
         self.assertRegex(rows[2], r"MiB|GiB|KiB")  # bytes in binary units
 
     def test_torch_blocks(self):
-        # torch-train and torch-overhead (bench/torch_train.py, bench/torch_overhead.py) from
+        # torch-train and torch-overhead (bench/pytorch/torch_train.py, bench/pytorch/torch_overhead.py) from
         # synthetic runs in a temp folder, named relative to bench/results/ as gpu= names a run.
         with tempfile.TemporaryDirectory() as run:
             for name, data in (("torch_train.json", synthetic_torch_train()),
@@ -142,7 +142,7 @@ class DocgenTest(unittest.TestCase):
         doc = "<!-- gen:torch-train gpu=nvidia-h200/no-such-run -->\n<!-- /gen:torch-train -->\n"
         written = self.write_doc(doc)
         self.assertIn("Not in a committed run yet", written)
-        self.assertIn("bench/torch_train.py", written)
+        self.assertIn("bench/pytorch/torch_train.py", written)
         self.assertIsNone(re.search(r"\d+\.\d+", written), written)
 
     def test_marker_errors(self):
@@ -399,7 +399,7 @@ class Fp8Test(unittest.TestCase):
 
 
 def synthetic_torch_train():
-    """What bench/torch_train.py writes, with made-up figures (only what the generator reads)."""
+    """What bench/pytorch/torch_train.py writes, with made-up figures (only what the generator reads)."""
     run = lambda name, impl, ms, loss: {  # noqa: E731
         "name": name, "attn_implementation": impl, "step_ms_mean": ms, "tokens_per_s": 8192 / ms * 1e3,
         "final_heldout": loss, "loss": [2.0, 1.5], "heldout": [[0, 5.5], [300, loss]]}
@@ -427,7 +427,7 @@ def synthetic_torch_train():
 
 
 def synthetic_torch_overhead():
-    """What bench/torch_overhead.py writes, with made-up figures."""
+    """What bench/pytorch/torch_overhead.py writes, with made-up figures."""
     return {
         "device": {"name": "NVIDIA H100 80GB HBM3"}, "date": "2026-11-24T10:00:00+00:00", "git_sha": "abc1234",
         "versions": {"torch": "2.11.0"}, "target_us": 5.0, "iters": 200, "repeats": 3,

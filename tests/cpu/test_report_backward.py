@@ -12,7 +12,7 @@
    figure for it.
 4. bench/docgen.py's backward-table generator (bench/docblocks/backward.py) reads the same records,
    and says what to run when a results folder has none.
-5. The masks families ("16_x/masks/d128/window4096/N8192", bench/torch_flex.py's
+5. The masks families ("16_x/masks/d128/window4096/N8192", bench/pytorch/torch_flex.py's
    "torch_flex/masks/..." read from the torch_flex.json beside the ladder's JSON): one table per
    family, a column per (case, seqlen) in ladder_bench's order, the ratios to FlexAttention and to
    the declared baseline, and the window / causal time.

@@ -84,7 +84,7 @@ std::vector<std::string> key_paths(const std::string& json) {
 }
 
 /// The key paths of a committed report, without what the bench adds after the run
-/// (bench/runinfo.py: git_sha_as_run).
+/// (bench/pytorch/runinfo.py: git_sha_as_run).
 std::vector<std::string> committed_paths(const std::string& rel) {
   std::ifstream f(std::string(FL_SOURCE_DIR) + "/" + rel);
   REQUIRE(f.good());

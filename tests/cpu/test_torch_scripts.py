@@ -3,18 +3,21 @@
 
     python3 tests/cpu/test_torch_scripts.py
 
-1. bench/torch_train.py's data: the standard library's *.py files in sorted order, every 20th
+1. bench/pytorch/torch_train.py's data (train_model.py): the standard library's *.py files in sorted order, every 20th
    held out, the same bytes on every call; batches drawn from a seeded generator (with PyTorch).
 2. Its learning-rate schedule (linear warm-up, cosine to 10 %) and its summary on synthetic runs:
    the speedup over SDPA flash, the loss tolerance (the larger of 2 % and 3 x the SDPA rerun's gap).
-3. bench/torch_sdpa.py's mixed-length batch: the lengths common/'s mixed_lengths draws (the
+3. bench/pytorch/torch_sdpa.py's mixed-length batch: the lengths common/'s mixed_lengths draws (the
    values tests/cpu/test_varlen.cpp checks), and the shapes of its varlen family.
 4. Without PyTorch (or without a GPU for the full demo), the scripts (torch_overhead.py,
    torch_decode.py, torch_train.py, torch_flex.py) say so and exit 0, measuring nothing; a --quick run on the CPU writes torch_train.json where PyTorch and transformers exist.
-5. bench/torch_flex.py's masks families: the names, the document starts (pinned, and the same as
+5. bench/pytorch/torch_flex.py's masks families: the names, the document starts (pinned, and the same as
    `ladder_bench --fl_list` prints where a built ladder_bench is found: FL_LADDER_BENCH, else the
    newest build/*/bin/ladder_bench), ALiBi's slopes (the paper's recipe, as test_masks.cpp), and
    the unmasked pairs of each case against a count over the dense mask of a small copy.
+6. bench/pytorch/timing.py, the one timing module: its rounds in turn (each series once per round,
+   the order rotated), the paired differences and the medians; and no script in bench/pytorch/
+   makes its own CUDA events.
 """
 
 import glob
@@ -27,8 +30,10 @@ import types
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "pytorch"))
+import timing  # noqa: E402  bench/pytorch/timing.py (imports no PyTorch)
 import torch_train  # noqa: E402  (imports no PyTorch at module level)
+import train_model  # noqa: E402  bench/pytorch/train_model.py: torch_train.py's data, model, schedule
 
 
 def have(module):
@@ -46,12 +51,12 @@ def run_script(*args):
 
 class Data(unittest.TestCase):
     def test_corpus(self):
-        train, held, desc = torch_train.load_corpus()
+        train, held, desc = train_model.load_corpus()
         self.assertGreater(desc["files"], 100)
         self.assertEqual(len(train) + len(held), desc["bytes"])
         self.assertGreater(len(train), 10 * len(held))  # every 20th file held out
         self.assertGreater(len(held), 0)
-        again = torch_train.load_corpus()
+        again = train_model.load_corpus()
         self.assertEqual(again[2]["sha256"], desc["sha256"])
         self.assertIn(b"def ", train[:200000])
 
@@ -60,11 +65,11 @@ class Data(unittest.TestCase):
         import torch
 
         args = types.SimpleNamespace(seqlen=16, batch=2, steps=3, seed=5, eval_batches=2)
-        data = torch_train.Batches(torch, bytes(range(256)) * 4, bytes(range(256)), args, torch.device("cpu"))
+        data = train_model.Batches(torch, bytes(range(256)) * 4, bytes(range(256)), args, torch.device("cpu"))
         x, y = data.step(1)
         self.assertEqual(tuple(x.shape), (2, 16))
         self.assertTrue(torch.equal(x[:, 1:], y[:, :-1]))  # y is x shifted by one byte
-        again = torch_train.Batches(torch, bytes(range(256)) * 4, bytes(range(256)), args, torch.device("cpu"))
+        again = train_model.Batches(torch, bytes(range(256)) * 4, bytes(range(256)), args, torch.device("cpu"))
         self.assertTrue(torch.equal(again.step(1)[0], x))  # the same order every run
         self.assertEqual(len(data.heldout()), 2)
 
@@ -72,11 +77,11 @@ class Data(unittest.TestCase):
 class Schedule(unittest.TestCase):
     def test_lr(self):
         args = types.SimpleNamespace(lr=1.0, warmup=10, steps=110)
-        self.assertAlmostEqual(torch_train.lr_at(0, args), 0.1)
-        self.assertAlmostEqual(torch_train.lr_at(9, args), 1.0)
-        self.assertAlmostEqual(torch_train.lr_at(10, args), 1.0)
-        self.assertAlmostEqual(torch_train.lr_at(110, args), 0.1)
-        self.assertTrue(all(torch_train.lr_at(s, args) >= torch_train.lr_at(s + 1, args) for s in range(10, 109)))
+        self.assertAlmostEqual(train_model.lr_at(0, args), 0.1)
+        self.assertAlmostEqual(train_model.lr_at(9, args), 1.0)
+        self.assertAlmostEqual(train_model.lr_at(10, args), 1.0)
+        self.assertAlmostEqual(train_model.lr_at(110, args), 0.1)
+        self.assertTrue(all(train_model.lr_at(s, args) >= train_model.lr_at(s + 1, args) for s in range(10, 109)))
 
     def test_summary(self):
         def run(name, ms, losses, held):
@@ -209,7 +214,7 @@ class MaskShapes(unittest.TestCase):
             fields = line.split("\t")
             docs = [f for f in fields if f.startswith("doc_starts=")]
             ladder[fields[0]] = docs[0] if docs else ""
-        rc, text = run_script("bench/torch_flex.py", "--list")
+        rc, text = run_script("bench/pytorch/torch_flex.py", "--list")
         self.assertEqual(rc, 0, text)
         flex = {}
         for line in text.splitlines():
@@ -219,32 +224,66 @@ class MaskShapes(unittest.TestCase):
         self.assertTrue(flex["masks/d128/docs/N32768"].startswith("doc_starts=0,4327,"))
 
 
+class Timing(unittest.TestCase):
+    """bench/pytorch/timing.py's parts that need no GPU, and that it is the only place with events."""
+
+    def test_rounds_rotate_the_order(self):
+        seen = []
+        measure = {n: (lambda n=n: seen.append(n) or len(seen)) for n in ("a", "b", "c")}
+        per_round = timing.paired_rounds(measure, 4)
+        self.assertEqual(seen, list("abc" "bca" "cab" "abc"))
+        self.assertEqual(per_round, {"a": [1, 6, 8, 10], "b": [2, 4, 9, 11], "c": [3, 5, 7, 12]})
+        self.assertEqual(timing.paired_rounds({}, 3), {})
+
+    def test_paired_diff_and_medians(self):
+        per_round = {"x": [float(10 + i) for i in range(20)], "y": [float(i) for i in range(20)]}
+        per_round["x"][3] = 100.0  # one round's outlier: past the 90th percentile, it moves no figure
+        d = timing.paired_diff(per_round, "x", "y")
+        self.assertEqual((d["median"], d["p10"], d["p90"]), (10.0, 10.0, 10.0))
+        self.assertEqual(timing.paired_diff(per_round, "y", "x")["median"], -10.0)
+        self.assertEqual(timing.column_medians([[1, 5, 9], [3, 4, 8], [2, 6, 7]]), [2, 5, 8])
+
+    def test_no_script_times_on_its_own(self):
+        folder = os.path.join(ROOT, "bench", "pytorch")
+        scripts = sorted(glob.glob(os.path.join(folder, "*.py")))
+        self.assertGreaterEqual(len(scripts), 10)
+        own = []
+        for path in scripts:
+            if os.path.basename(path) == "timing.py":
+                continue
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            if "cuda.Event(" in text:
+                own.append(os.path.basename(path))
+        self.assertEqual(own, [], "CUDA events outside bench/pytorch/timing.py")
+
+
 class Scripts(unittest.TestCase):
     @unittest.skipIf(gpu_visible(), "a CUDA device is visible: the scripts would measure")
     def test_without_a_gpu(self):
         with tempfile.TemporaryDirectory() as out:
-            rc, text = run_script("bench/torch_overhead.py", "--bin", "no-such-bin", "--out", out)
+            rc, text = run_script("bench/pytorch/torch_overhead.py", "--bin", "no-such-bin", "--out", out)
             self.assertEqual(rc, 0, text)
             self.assertIn("nothing measured", text)
             self.assertFalse(os.path.exists(os.path.join(out, "torch_overhead.json")))
             self.assertTrue(os.path.exists(os.path.join(out, "torch_overhead.log")))
-            rc, text = run_script("bench/torch_decode.py", "--out", out)
+            rc, text = run_script("bench/pytorch/torch_decode.py", "--out", out)
             self.assertEqual(rc, 0, text)
             self.assertIn("nothing measured", text)
             self.assertFalse(os.path.exists(os.path.join(out, "torch_decode.json")))
-            rc, text = run_script("bench/torch_flex.py", "--out", os.path.join(out, "torch_flex.json"))
+            rc, text = run_script("bench/pytorch/torch_flex.py", "--out", os.path.join(out, "torch_flex.json"))
             self.assertEqual(rc, 0, text)
             self.assertIn("nothing measured", text)
             self.assertFalse(os.path.exists(os.path.join(out, "torch_flex.json")))
             if not have("torch"):
-                rc, text = run_script("bench/torch_train.py", "--out", out)
+                rc, text = run_script("bench/pytorch/torch_train.py", "--out", out)
                 self.assertEqual(rc, 0, text)
                 self.assertIn("nothing measured", text)
 
     @unittest.skipUnless(have("torch") and have("transformers"), "PyTorch or transformers is not installed")
     def test_quick_on_cpu(self):
         with tempfile.TemporaryDirectory() as out:
-            rc, text = run_script("bench/torch_train.py", "--quick", "--cpu", "--steps", "6", "--no-rerun",
+            rc, text = run_script("bench/pytorch/torch_train.py", "--quick", "--cpu", "--steps", "6", "--no-rerun",
                                   "--out", out)
             self.assertEqual(rc, 0, text)
             with open(os.path.join(out, "torch_train.json"), encoding="utf-8") as f:

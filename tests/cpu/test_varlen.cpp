@@ -165,7 +165,7 @@ TEST_CASE("the check reads a packed O and a [heads, total_q] LSE", "[cpu][varlen
   REQUIRE(!c.pass);
 }
 
-TEST_CASE("the bench's mixed-length batch: the same lengths as bench/torch_sdpa.py draws", "[cpu][varlen]") {
+TEST_CASE("the bench's mixed-length batch: the same lengths as bench/pytorch/torch_sdpa.py draws", "[cpu][varlen]") {
   // tests/cpu/test_torch_scripts.py checks the Python mirror against the same values.
   const std::vector<int> lens = mixed_lengths(64, 128, 8192, 2024);
   REQUIRE(lens.size() == 64u);

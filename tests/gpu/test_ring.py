@@ -14,7 +14,7 @@ the machine has no GPU or fewer than the ring asks for.
                                           the backward pass): the launcher must exit non-zero naming
                                           it, within a bounded time
   test_ring.py EXE toomany                more GPUs than exist: exit 2 with the reason
-  test_ring.py EXE torch P [flags]        PyTorch's all-gather baseline (bench/torch_ring_baseline.py)
+  test_ring.py EXE torch P [flags]        PyTorch's all-gather baseline (bench/pytorch/torch_ring_baseline.py)
                                           under torchrun, P ranks sharing GPU 0 (--share-gpu): its
                                           gathered output against one-GPU SDPA (77 without PyTorch)
 """
@@ -25,7 +25,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(ROOT, "steps", "12_ring_attention", "launch_ring.py")
-BASELINE = os.path.join(ROOT, "bench", "torch_ring_baseline.py")
+BASELINE = os.path.join(ROOT, "bench", "pytorch", "torch_ring_baseline.py")
 BF16_MAX_ABS_FLOOR = 3e-2  # common/src/check.cpp, tolerance_floor(bf16): scaled by max(1, max |ref|)
 FAIL_BOUND_S = 180  # CUDA and NCCL start-up, the inputs, and the launcher's stop
 

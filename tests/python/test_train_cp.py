@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The training demo with context parallelism (bench/torch_train_cp.py) on the CPU: its loss curve
+"""The training demo with context parallelism (bench/pytorch/torch_train_cp.py) on the CPU: its loss curve
 over 2 processes against its curve in 1 (ctest: python_train_cp_cpu).
 
     PYTHONPATH=build/ci/python python3 tests/python/test_train_cp.py [--steps N] [--keep DIR]
@@ -36,7 +36,7 @@ import time
 
 SKIP = 77
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(ROOT, "bench", "torch_train_cp.py")
+SCRIPT = os.path.join(ROOT, "bench", "pytorch", "torch_train_cp.py")
 # The 2-process curve against the 1-process one, every step, fp32 (the docstring says why).
 LOSS_ABS = 2e-5
 

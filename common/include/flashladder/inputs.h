@@ -53,7 +53,7 @@ float outlier_scale(int head_dim);
 
 /// The lengths of a packed batch of @p count sequences drawn uniformly from [@p lo, @p hi] on
 /// stream @p seed (splitmix64 of seed x 0x9e3779b97f4a7c15 ^ i, modulo the range): the bench's
-/// mixed-length batch. bench/torch_sdpa.py draws the same ones (mixed_lengths there; both are
+/// mixed-length batch. bench/pytorch/torch_sdpa.py draws the same ones (mixed_lengths there; both are
 /// checked against the same values by the CPU tests).
 std::vector<int> mixed_lengths(int count, int lo, int hi, unsigned long long seed);
 

@@ -18,7 +18,7 @@ of a random model in bf16 may part ways at a near tie; informational, not a chec
 Writes <out>/torch_generate.json and <out>/torch_generate.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
 
-    PYTHONPATH=build/release/python python3 bench/torch_generate.py --out DIR [--repeats R]
+    PYTHONPATH=build/release/python python3 bench/pytorch/torch_generate.py --out DIR [--repeats R]
 
 Exits 0 with a message, measuring nothing, without PyTorch, transformers, a CUDA device or the
 package.
@@ -28,11 +28,11 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import runinfo  # noqa: E402  bench/runinfo.py
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py
+import timing  # noqa: E402  bench/pytorch/timing.py: wall_s, paired_rounds
 
 CONFIG = dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_hidden_layers=8,
               num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=4096,
@@ -98,19 +98,13 @@ def run(args):
                                          CONFIG["num_attention_heads"], CONFIG["num_key_value_heads"], PROMPTS,
                                          NEW_TOKENS))
     for cache in args.caches:
-        times = {n: [] for n in models}
         outs = {}
         for name, model in models.items():  # warm-up: allocations, the plans, the static cache
             outs[name] = generate(model, cache)
         torch.cuda.synchronize()
-        for rep in range(args.repeats):
-            order = list(models) if rep % 2 == 0 else list(models)[::-1]
-            for name in order:
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                generate(models[name], cache)
-                torch.cuda.synchronize()
-                times[name].append(time.perf_counter() - t0)
+        # the models in turn, the order rotated per repeat (timing.paired_rounds)
+        times = timing.paired_rounds({name: (lambda m=model: timing.wall_s(torch, lambda: generate(m, cache)))
+                                      for name, model in models.items()}, args.repeats)
         new = {n: o[:, longest:] for n, o in outs.items()}
         agree = (new["ladder"] == new["sdpa"]).float().mean().item()
         tokens = len(PROMPTS) * NEW_TOKENS

@@ -3,7 +3,7 @@
 
 Run with torchrun, one process per GPU (NVLink multicast off, as for rung 12's launcher):
 
-  NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node 4 bench/torch_cp_baseline.py \\
+  NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node 4 bench/pytorch/torch_cp_baseline.py \\
       --seqlen 131072 --causal 1 --out torch_cp_p4_n128k_causal1.json
 
 ``torch.distributed.tensor.experimental.context_parallel`` (PyTorch's CP, the one torchtitan
@@ -23,7 +23,7 @@ bf16 (the flags change them). Nothing is checked here: this is PyTorch's own cod
 
 Writes one JSON object (schema "flashladder.torch_cp/1") to --out on rank 0 and prints a
 summary. Exits 0 with a message when torch, CUDA, torch.distributed's NCCL or the context-parallel
-API is missing (nothing to measure), as bench/torch_sdpa.py does. Without torchrun it runs as one
+API is missing (nothing to measure), as bench/pytorch/torch_sdpa.py does. Without torchrun it runs as one
 rank on one GPU.
 """
 
@@ -31,11 +31,11 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import runinfo  # noqa: E402  bench/runinfo.py: the commit, as every bench script records it
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py: the commit, as every bench script records it
+import timing  # noqa: E402  bench/pytorch/timing.py: the events at the phases, their medians
 
 
 def parse(argv):
@@ -121,7 +121,7 @@ def main(argv):
     v_all = torch.randn(B, H, N, D, device=dev, dtype=dtype, generator=g) + 0.5
     do_all = torch.randn(B, H, N, D, device=dev, dtype=dtype, generator=g)
     q, k, v, do = (t.clone() for t in (q_all, k_all, v_all, do_all))
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    marks = timing.Marks(torch, 3)  # start, the forward done, the backward done
 
     def slowest(ms):
         t = torch.tensor(ms, device=dev)
@@ -135,39 +135,37 @@ def main(argv):
         qs, ks, vs = (t.detach().requires_grad_() for t in (q, k, v))
         for i in range(args.warmup + args.iters):
             dist.barrier()
-            ev[0].record()
+            marks.record(0)
             out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
-            ev[1].record()
+            marks.record(1)
             out.backward(do)
-            ev[2].record()
+            marks.record(2)
             torch.cuda.synchronize()
             qs.grad = ks.grad = vs.grad = None
             if i >= args.warmup:
-                samples.append(slowest([ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]),
-                                        ev[0].elapsed_time(ev[2])]))
+                samples.append(slowest(marks.intervals()))  # forward, backward, the whole
         shard_len = qs.shape[2]
     dist.barrier()
 
     result = None
     if rank == 0:
-        med = [statistics.median(s[i] for s in samples) for i in range(3)]
+        med = timing.column_medians(samples)
         single = None
         if args.single:
             with sdpa_kernel([backend]):
                 qa, ka, va = (t.detach().requires_grad_() for t in (q_all, k_all, v_all))
                 times = []
                 for i in range(args.warmup + args.iters):
-                    ev[0].record()
+                    marks.record(0)
                     out = F.scaled_dot_product_attention(qa, ka, va, is_causal=causal)
-                    ev[1].record()
+                    marks.record(1)
                     out.backward(do_all)
-                    ev[2].record()
+                    marks.record(2)
                     torch.cuda.synchronize()
                     qa.grad = ka.grad = va.grad = None
                     if i >= args.warmup:
-                        times.append([ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]),
-                                      ev[0].elapsed_time(ev[2])])
-            single = [statistics.median(t[i] for t in times) for i in range(3)]
+                        times.append(marks.intervals())
+            single = timing.column_medians(times)
 
         def eff(one, ring):
             return one / (world * ring) if one and ring else None
@@ -194,7 +192,7 @@ def main(argv):
             "scaling_efficiency_fwd_bwd": eff(single and single[2], med[2]),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             **runinfo.git_info(),
-            "command": "torchrun --nproc-per-node %d bench/torch_cp_baseline.py %s" % (world, " ".join(argv)),
+            "command": "torchrun --nproc-per-node %d bench/pytorch/torch_cp_baseline.py %s" % (world, " ".join(argv)),
         }
         tail = ""
         if single:

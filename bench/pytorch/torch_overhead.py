@@ -69,7 +69,7 @@ the Python layer (input checks, plan lookup, output allocation, stream, the fast
 Writes <out>/torch_overhead.json and <out>/torch_overhead.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
 
-    PYTHONPATH=build/release/python python3 bench/torch_overhead.py --bin build/release/bin --out DIR
+    PYTHONPATH=build/release/python python3 bench/pytorch/torch_overhead.py --bin build/release/bin --out DIR
 
 Exits 0 with a message, measuring nothing, without PyTorch, a CUDA device or the package.
 """
@@ -85,7 +85,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import runinfo  # noqa: E402  bench/runinfo.py
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py
+import timing  # noqa: E402  bench/pytorch/timing.py: events, flush, median, paired rounds, host time
+from gpu_monitor import GpuMonitor  # noqa: E402  bench/pytorch/gpu_monitor.py: nvidia-smi's clock and power
+from profile_timeline import kernel_ms, timeline_us  # noqa: E402  bench/pytorch/profile_timeline.py
 
 SHAPE = dict(batch=16, seqlen=1024, heads=16, head_dim=128)
 TINY = dict(batch=1, seqlen=128, heads=16, head_dim=128)
@@ -105,296 +108,26 @@ def runner_ms(binary, shape, iters, json_path):
     return rep["timing"]["median_ms"], cmd
 
 
-class Timer:
-    """CUDA-event timing of single calls, the runner's way (flush, events, median). The flush is
-    the runner's own (_ext.flush_l2: cudaMemsetAsync of a 2 x L2 buffer, common/src/device.cpp),
-    or with flush="fill" PyTorch's zero_() of the same buffer (its fill kernel: what this script
-    used before, kept to compare)."""
+class Timer(timing.EventTimer):
+    """timing.EventTimer with the runner's own flush: "memset" (_ext.flush_l2: cudaMemsetAsync of a
+    2 x L2 buffer, common/src/device.cpp, the default) beside "fill", PyTorch's zero_() of the same
+    buffer (its fill kernel: what this script used before, kept to compare)."""
 
     def __init__(self, torch, l2_bytes, device):
         from flashladder import _ext, _ops
 
-        self.torch = torch
-        self.flush_buf = torch.empty(2 * max(l2_bytes, 1 << 20), dtype=torch.uint8, device=device)
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-        buf, nbytes, stream, index = self.flush_buf.data_ptr(), self.flush_buf.numel(), _ops._stream(self.flush_buf), device.index
+        super().__init__(torch, 2 * max(l2_bytes, 1 << 20), device, flush="memset")
+        buf, nbytes = self.flush_buf.data_ptr(), self.flush_buf.numel()
+        stream, index = _ops._stream(self.flush_buf), device.index
         self.flushes = {"memset": lambda: _ext.flush_l2(buf, nbytes, stream, index), "fill": self.flush_buf.zero_}
 
     def single(self, fn, iters, idle, warmup=10, flush="memset"):
-        torch = self.torch
-        flush_fn = self.flushes[flush]
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        ms, host_us, flush_us = [], [], []
-        if not hasattr(self, "flush_start"):
-            self.flush_start = torch.cuda.Event(enable_timing=True)
-        for _ in range(iters):
-            self.flush_start.record()
-            flush_fn()
-            if idle:
-                torch.cuda.synchronize()
-            self.start.record()
-            t0 = time.perf_counter()
-            fn()
-            host_us.append((time.perf_counter() - t0) * 1e6)
-            self.end.record()
-            self.end.synchronize()
-            ms.append(self.start.elapsed_time(self.end))
-            flush_us.append(self.flush_start.elapsed_time(self.start) * 1e3)
-        # What hides the call's host path in the runner's way: the flush's time on the GPU; the
-        # host's own time of the call (wall clock, from entering fn to its return).
-        self.last = {"host_us": statistics.median(host_us), "flush_us": statistics.median(flush_us)}
-        return statistics.median(ms)
+        """Median ms of single calls the runner's way; self.last: the host's time of a call and the
+        flush's on the GPU (what hides the call's host path in the runner's way)."""
+        return self.time_ms(fn, iters, warmup, idle, flush)
 
     def back_to_back(self, fn, iters, warmup=10):
-        torch = self.torch
-        for _ in range(warmup):
-            fn()
-        torch.cuda.synchronize()
-        self.start.record()
-        for _ in range(iters):
-            fn()
-        self.end.record()
-        self.end.synchronize()
-        return self.start.elapsed_time(self.end) / iters
-
-
-class GpuMonitor:
-    """The GPU's SM clock, power draw and clock-limit reasons, sampled by nvidia-smi every @p ms
-    milliseconds in the background while the series run (the state each series meets: a GPU that
-    runs back to back reaches its power limit and lowers its clock). Nothing when nvidia-smi is
-    absent."""
-
-    FIELDS = "clocks.sm,power.draw,power.limit,clocks_throttle_reasons.active,temperature.gpu"
-    REASONS = {0x1: "idle", 0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal",
-               0x40: "hardware thermal", 0x80: "power brake"}
-
-    def __init__(self, uuid, ms=100):
-        import shutil
-        import threading
-
-        self.samples = []
-        self.proc = None
-        exe = shutil.which("nvidia-smi")
-        if exe is None:
-            return
-        cmd = [exe, "--query-gpu=" + self.FIELDS, "--format=csv,noheader,nounits", "-lms", str(ms)]
-        # The device by its UUID (CUDA's numbering can differ from nvidia-smi's); all GPUs' lines
-        # mixed would be wrong, so without a UUID only a machine with one GPU is sampled.
-        for extra in (["-i", uuid] if uuid else None), ([] if torch_device_count() == 1 else None):
-            if extra is None:
-                continue
-            try:
-                self.proc = subprocess.Popen(cmd + extra, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                             text=True)
-            except OSError:
-                return
-            time.sleep(0.3)
-            if self.proc.poll() is None:
-                break
-            self.proc = None
-        if self.proc is None:
-            return
-
-        def read():
-            for line in self.proc.stdout:
-                parts = [x.strip() for x in line.split(",")]
-                try:
-                    self.samples.append((time.monotonic(), float(parts[0]), float(parts[1]), float(parts[2]),
-                                         int(parts[3], 16), float(parts[4])))
-                except (ValueError, IndexError):
-                    continue
-
-        threading.Thread(target=read, daemon=True).start()
-
-    def window(self, t0, t1):
-        """Summary of the samples between monotonic times @p t0 and @p t1 (None without any)."""
-        return self.windows([(t0, t1)])
-
-    def windows(self, spans):
-        """Summary of the samples inside any of the (t0, t1) @p spans (None without any)."""
-        xs = [x for x in self.samples if any(a <= x[0] <= b for a, b in spans)]
-        if not xs:
-            return None
-        reasons = {}
-        for x in xs:
-            for bit, name in self.REASONS.items():
-                if x[4] & bit:
-                    reasons[name] = reasons.get(name, 0) + 1
-        return {"samples": len(xs), "sm_mhz_median": statistics.median(x[1] for x in xs),
-                "sm_mhz_min": min(x[1] for x in xs), "power_w_median": statistics.median(x[2] for x in xs),
-                "power_w_max": max(x[2] for x in xs), "power_limit_w": xs[-1][3],
-                "temperature_c_max": max(x[5] for x in xs),
-                "reason_share": {n: c / len(xs) for n, c in sorted(reasons.items())}}
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def torch_device_count():
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def paired_rounds(measure, rounds):
-    """@p rounds rounds; in each, every series of @p measure (name: fn -> median us of one block of
-    calls) once, in an order rotated per round, so that all of them meet the GPU in the same state
-    (clock, power, temperature) within a round. Returns {name: [us per round]}."""
-    names = list(measure)
-    out = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names):] + names[:r % len(names)]:
-            out[n].append(measure[n]())
-    return out
-
-
-def paired_diff(per_round, a, b):
-    """Median, 10th and 90th percentiles over the rounds of series @p a minus series @p b (us)."""
-    d = sorted(x - y for x, y in zip(per_round[a], per_round[b]))
-    return {"median": statistics.median(d), "p10": d[len(d) // 10], "p90": d[(len(d) * 9) // 10]}
-
-
-def host_us(torch, fn, calls, sync=True):
-    """Wall-clock microseconds per call of @p calls calls in a loop (then one synchronize)."""
-    for _ in range(20):
-        fn()
-    if sync:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    if sync:
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
-
-
-def host_call_us(torch, fn, calls, every=16):
-    """Median wall-clock microseconds of one call, each timed alone (time.perf_counter around
-    the call), the GPU synchronized after every @p every calls outside the timed interval: the
-    host's own cost of a call, with a queue too short to make the host wait for the GPU (the loop
-    of host_us can: when the GPU takes longer per call than the host, it measures the GPU)."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for i in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if (i + 1) % every == 0:
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return statistics.median(times) * 1e6
-
-
-def timeline_us(torch, fn, flush, iters, start, end):
-    """The GPU's timeline of single calls timed the runner's way (flush, start event, call, end
-    event), from the profiler's trace (CUPTI: the flush's memset, the call's kernels and the host's
-    launch calls on one clock). Per call: the flush's end to the first kernel's start on the GPU
-    (gap_us), the launch call's return on the host before the flush's end (queued_us: positive,
-    the launch was queued in time; negative, the GPU waited for it), the first kernel's duration,
-    the events' interval and that interval less the call's kernels (events_minus_kernels_us).
-    Medians; None for a figure the trace does not have (no runtime call correlated)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    for _ in range(5):
-        flush()
-        fn()
-    torch.cuda.synchronize()
-    ms = []
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            flush()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            ms.append(start.elapsed_time(end))
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = json.load(f).get("traceEvents", [])
-    gpu = sorted((e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset")),
-                 key=lambda e: e["ts"])
-    calls = {}
-    for e in events:
-        corr = (e.get("args") or {}).get("correlation")
-        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver") and corr is not None:
-            calls[corr] = e
-    gaps, queued, kdur, kernels_of_call = [], [], [], []
-    i = 0
-    while i < len(gpu):
-        if gpu[i]["cat"] != "gpu_memset":
-            i += 1
-            continue
-        flush_end = gpu[i]["ts"] + gpu[i]["dur"]
-        j = i + 1
-        total = 0.0
-        while j < len(gpu) and gpu[j]["cat"] == "kernel":
-            total += gpu[j]["dur"]
-            j += 1
-        if j > i + 1:
-            first = gpu[i + 1]
-            gaps.append(first["ts"] - flush_end)
-            kdur.append(first["dur"])
-            kernels_of_call.append(total)
-            launch = calls.get((first.get("args") or {}).get("correlation"))
-            if launch is not None:
-                queued.append(flush_end - (launch["ts"] + launch["dur"]))
-        i = j
-    med = (lambda xs: statistics.median(xs) if xs else None)
-    events_us = [m * 1e3 for m in ms]
-    n = min(len(events_us), len(kernels_of_call))
-    return {"calls": len(kdur), "gap_us": med(gaps), "queued_us": med(queued), "kernel_us": med(kdur),
-            "events_us": med(events_us),
-            "events_minus_kernels_us": med([events_us[-n + t] - kernels_of_call[-n + t] for t in range(n)]) if n else None}
-
-
-def kernel_ms(torch, fn, flush, iters):
-    """(median ms per call of the device time of every kernel @p fn launched, {kernel: median ms})
-    from the PyTorch profiler (CUPTI), each call after @p flush; kernels that @p flush launches
-    (run alone first) are left out. (None, why) when the profiler gives no kernel."""
-    from torch.profiler import ProfilerActivity, profile
-
-    def kernels(prof):
-        out = []
-        for e in prof.events():
-            if str(getattr(e, "device_type", "")).endswith("CUDA") and e.time_range.elapsed_us() > 0:
-                out.append((e.time_range.start, e.name, e.time_range.elapsed_us() / 1e3))
-        return sorted(out)
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(5):
-            flush()
-        torch.cuda.synchronize()
-    flush_names = {name for _, name, _ in kernels(prof)}
-    for _ in range(5):
-        flush()
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            flush()
-            fn()
-        torch.cuda.synchronize()
-    per_name = {}
-    for _, name, ms in kernels(prof):
-        if name not in flush_names:
-            per_name.setdefault(name, []).append(ms)
-    if not per_name:
-        return None, "the profiler recorded no kernel of the call"
-    calls = max(len(v) for v in per_name.values())
-    medians = {name: statistics.median(v) for name, v in per_name.items()}
-    return sum(medians[n] * len(v) / calls for n, v in per_name.items()), medians
+        return self.back_to_back_ms(fn, iters, warmup)
 
 
 def make_qkv(torch, shape, device, requires_grad=False):
@@ -645,16 +378,16 @@ def run(args):
                             "runner_loop_randn": lambda: loop_block(nq, nk, nv),
                             "python_randn": lambda: block(call_randn, "python_randn")}
             pair_t0 = time.monotonic()
-            per_round = paired_rounds(pair_measure, args.pair_rounds)
+            per_round = timing.paired_rounds(pair_measure, args.pair_rounds)
             pair_t1 = time.monotonic()
             paired = {"rounds": args.pair_rounds, "iters": args.pair_iters, "per_round_us": per_round,
                       "median_us": {n: statistics.median(v) for n, v in per_round.items()},
                       "host_path_us": {n: statistics.median(v) for n, v in pair_host.items()},
-                      "python_minus_runner_loop_us": paired_diff(per_round, "python", "runner_loop"),
-                      "binding_minus_runner_loop_us": paired_diff(per_round, "binding", "runner_loop"),
-                      "randn_python_minus_runner_loop_us": paired_diff(per_round, "python_randn",
+                      "python_minus_runner_loop_us": timing.paired_diff(per_round, "python", "runner_loop"),
+                      "binding_minus_runner_loop_us": timing.paired_diff(per_round, "binding", "runner_loop"),
+                      "randn_python_minus_runner_loop_us": timing.paired_diff(per_round, "python_randn",
                                                                        "runner_loop_randn"),
-                      "randn_runner_loop_minus_runner_loop_us": paired_diff(per_round, "runner_loop_randn",
+                      "randn_runner_loop_minus_runner_loop_us": timing.paired_diff(per_round, "runner_loop_randn",
                                                                             "runner_loop")}
             gpu_state = {"in_turn": monitor.window(in_turn_t0, in_turn_t1), "paired": monitor.window(pair_t0, pair_t1),
                          "runner_binary": monitor.windows(runner_windows)}
@@ -727,15 +460,15 @@ def run(args):
                 host.setdefault("not_run", {})[name] = str(e)
                 print("  %-42s not run: %s" % (name, e))
                 continue
-            host["per_call_us"][name] = host_us(torch, fn, args.host_calls)
-            host.setdefault("call_alone_us", {})[name] = host_call_us(torch, fn, args.host_calls)
+            host["per_call_us"][name] = timing.host_us(torch, fn, args.host_calls)
+            host.setdefault("call_alone_us", {})[name] = timing.host_call_us(torch, fn, args.host_calls)
             print("  %-42s %6.1f us per call in the loop, %6.1f us each call timed alone" % (
                 name, host["per_call_us"][name], host["call_alone_us"][name]))
     # SDPA's default choice on this GPU (cuDNN on Hopper), outside the flash-only context
     name = "F.scaled_dot_product_attention (default backend)"
     sdpa_default = (lambda: F.scaled_dot_product_attention(*st))
-    host["per_call_us"][name] = host_us(torch, sdpa_default, args.host_calls)
-    host.setdefault("call_alone_us", {})[name] = host_call_us(torch, sdpa_default, args.host_calls)
+    host["per_call_us"][name] = timing.host_us(torch, sdpa_default, args.host_calls)
+    host.setdefault("call_alone_us", {})[name] = timing.host_call_us(torch, sdpa_default, args.host_calls)
     print("  %-42s %6.1f us per call in the loop, %6.1f us each call timed alone" % (
         name, host["per_call_us"][name], host["call_alone_us"][name]))
     host["kernel_us"] = timer.back_to_back(ext_tiny, args.iters) * 1e3
@@ -758,7 +491,7 @@ def run(args):
              ("the fast path's signature and lookup (_fast_signature)",
               lambda: _ops._FAST.get(_ops._fast_signature(tq, tk, tv, False, None, None, "")))]
     for name, fn in parts:
-        host["python_layer_us"][name] = host_us(torch, fn, args.host_calls * 5, sync=False)
+        host["python_layer_us"][name] = timing.host_us(torch, fn, args.host_calls * 5, sync=False)
         print("  %-42s %6.2f us" % (name, host["python_layer_us"][name]))
     result["host"] = host
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""The training demo with context parallelism: bench/torch_train.py's model, data and optimizer,
+"""The training demo with context parallelism: bench/pytorch/torch_train.py's model, data and optimizer,
 one sequence split over P GPUs, its attention by flashladder.ring_attention; the loss curve must
 match the one-GPU run's.
 
 Run with torchrun, one process per GPU (NVLink multicast off, as for rung 12's launcher):
 
-    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node 4 bench/torch_train_cp.py --out DIR \\
+    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node 4 bench/pytorch/torch_train_cp.py --out DIR \\
         --compare DIR1/torch_train.json
-    python3 -m torch.distributed.run --standalone --nproc-per-node 2 bench/torch_train_cp.py \\
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 bench/pytorch/torch_train_cp.py \\
         --cpu --quick --out DIR                      # the whole CP path on the CPU (gloo)
 
 (PYTHONPATH=build/release/python, or --package DIR, for the flashladder package.) Without torchrun
@@ -77,8 +77,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import runinfo  # noqa: E402  bench/runinfo.py
-import torch_train as tt  # noqa: E402  bench/torch_train.py: the corpus, the windows, the model, the optimizer
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py
+import torch_train as tt  # noqa: E402  bench/pytorch/torch_train.py: its flags, its summary, its loss rule
+import train_model as tm  # noqa: E402  bench/pytorch/train_model.py: the corpus, the windows, the model, the optimizer
 
 # The name the ring is registered under (attn_implementation=...): no "flash" in it (see
 # torch_train.LADDER_NAME).
@@ -222,7 +223,7 @@ def evaluate_cp(torch, F, dist, model, batches, positions, total):
     with torch.no_grad():
         for x, y in batches:
             logits = model(input_ids=x, position_ids=positions, use_cache=False).logits
-            part = F.cross_entropy(logits.float().view(-1, tt.VOCAB), y.view(-1), reduction="sum") / total
+            part = F.cross_entropy(logits.float().view(-1, tm.VOCAB), y.view(-1), reduction="sum") / total
             dist.all_reduce(part)
             losses.append(part.item())
     model.train()
@@ -258,9 +259,9 @@ def train_cp(torch, dist, fl, args, ring, state, data, device, dtype, ranks):
     print("\n== run %s (attn_implementation=%s, %d rank%s, %s, %s)" % (
         name, RING_NAME, ranks, "s" if ranks > 1 else "", args.sharding, type(ring.backend).__name__))
     torch.manual_seed(args.seed)
-    model = tt.build_model(torch, args, RING_NAME, state, dtype, device).train()
+    model = tm.build_model(torch, args, RING_NAME, state, dtype, device).train()
     params = list(model.parameters())
-    master, opt = tt.make_optimizer(torch, args, params, device)
+    master, opt = tm.make_optimizer(torch, args, params, device)
     # The summed gradient lives in one fp32 buffer: one all_reduce per step, and the master
     # weights' gradients are views of it.
     flat = torch.zeros(sum(m.numel() for m in master), dtype=torch.float32, device=device)
@@ -277,15 +278,15 @@ def train_cp(torch, dist, fl, args, ring, state, data, device, dtype, ranks):
         if step % args.eval_every == 0:
             rec["heldout"].append([step, evaluate_cp(torch, F, dist, model, heldout, positions, tokens)])
         for g in opt.param_groups:
-            g["lr"] = tt.lr_at(step, args)
+            g["lr"] = tm.lr_at(step, args)
         x, y = shard(fl, args, *data.step(step))  # y: the window's next tokens, cut like x
         calls = ring.calls
-        tt.sync(torch, device)
+        tm.sync(torch, device)
         t0 = time.perf_counter()
         logits = model(input_ids=x, position_ids=positions, use_cache=False).logits
         if step == 0:
             rec["ring_attention_calls_per_forward"] = ring.calls - calls
-        loss = F.cross_entropy(logits.float().view(-1, tt.VOCAB), y.view(-1), reduction="sum") / tokens
+        loss = F.cross_entropy(logits.float().view(-1, tm.VOCAB), y.view(-1), reduction="sum") / tokens
         loss.backward()
         with torch.no_grad():
             for m, p in zip(master, params):
@@ -298,7 +299,7 @@ def train_cp(torch, dist, fl, args, ring, state, data, device, dtype, ranks):
             for m, p in zip(master, params):
                 p.copy_(m)
         model.zero_grad(set_to_none=True)
-        tt.sync(torch, device)
+        tm.sync(torch, device)
         ms = (time.perf_counter() - t0) * 1e3
         rec["loss"].append(total.item())
         rec["grad_norm"].append(gnorm.item())
@@ -419,7 +420,7 @@ def main(argv=None):
     ap.add_argument("--cpu", action="store_true",
                     help="run on the CPU with gloo and the reference backend (with --quick)")
     args = ap.parse_args(argv)
-    for k, v in (tt.QUICK if args.quick else tt.FULL).items():
+    for k, v in (tm.QUICK if args.quick else tm.FULL).items():
         if getattr(args, k, None) is None:
             setattr(args, k, v)
     args.dtype = args.dtype or ("fp32" if args.cpu else "bf16")
@@ -489,14 +490,14 @@ def run(torch, dist, transformers, args, rank, ranks, device):
     for r, p in enumerate(plans):
         print("  rank %d: %d rows, %s" % (r, p["shard_len"], _ring._describe_shard(p)))
 
-    train_bytes, held_bytes, data_desc = tt.load_corpus()
+    train_bytes, held_bytes, data_desc = tm.load_corpus()
     print("data: %d files, %.1f MB (%.1f MB held out), sha256 %s" % (
         data_desc["files"], data_desc["bytes"] / 1e6, data_desc["heldout_bytes"] / 1e6, data_desc["sha256"][:12]))
-    data = tt.Batches(torch, train_bytes, held_bytes, args, device)
+    data = tm.Batches(torch, train_bytes, held_bytes, args, device)
 
     # torch_train.py's init (the same seed on the same kind of device), then rank 0's copy on every
     # rank, so that the ranks start identical whatever their generators did.
-    state, n_params = tt.initial_state(torch, args, device)
+    state, n_params = tm.initial_state(torch, args, device)
     differed = 0
     for t in state.values():
         ref = t.clone()

@@ -29,8 +29,8 @@ same names and counters as ladder_bench, so the report can join the two:
 "torch_flash/prefill/d128/N4096/causal0", "torch_cudnn/decode/d128/B8/Hkv8/Sk65536",
 "torch_cudnn/backward/d128/N4096/causal1".
 
-Timing: CUDA events around each call, warm-up first, L2 flushed before every
-timed call by writing a buffer twice the L2 size, median of >= 20 calls.
+Timing (bench/pytorch/timing.py, EventTimer): CUDA events around each call, warm-up first, L2
+flushed before every timed call by writing a buffer twice the L2 size, median of >= 20 calls.
 Metrics, defined as in common/ (problem.h):
   FLOPs = 4 * B * Hq * d * (unmasked (query, key) pairs), causal bottom-right
           aligned: query i sees key j iff j <= i + Sk - Sq;
@@ -39,7 +39,7 @@ Backward (common/include/flashladder/backward.h, FlashAttention's convention):
   FLOPs = 2.5 x the forward's;
   bytes = Q, K, V, O, dO read + dQ, dK, dV written (16-bit) + the LSE read (fp32).
 
-Usage: python3 bench/torch_sdpa.py [--out FILE]
+Usage: python3 bench/pytorch/torch_sdpa.py [--out FILE]
            [--family prefill|decode|backward|backward-gqa|ablation|fp8|hopper-prefill|llama|varlen|all[,...]]
                                   [--quick] [--dtype fp16|bf16]
 Exits 0 with a message when torch or a CUDA GPU is missing (nothing to measure).
@@ -49,9 +49,11 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402  bench/pytorch/timing.py: the events, the L2 flush, the median (imports no PyTorch)
 
 HIDDEN = 2048
 TOKENS = 16384
@@ -237,32 +239,17 @@ def git_sha():
         return "unknown"
 
 
-class Bench:
-    """Times SDPA calls on one GPU (CUDA events, L2 flushed before each call)."""
+class Bench(timing.EventTimer):
+    """Times SDPA calls on one GPU: timing.EventTimer (CUDA events, the L2 flushed before each call
+    by writing 2 x its size: K/V come from HBM, as in ladder_bench) at one iters and warm-up."""
 
     def __init__(self, torch, iters, warmup):
-        self.torch = torch
+        super().__init__(torch)
         self.iters = iters
         self.warmup = warmup
-        props = torch.cuda.get_device_properties(0)
-        l2 = getattr(props, "L2_cache_size", 0) or (50 << 20)
-        self.flush_buf = torch.empty(2 * l2, dtype=torch.uint8, device="cuda")
 
     def time_ms(self, fn):
-        torch = self.torch
-        for _ in range(self.warmup):
-            fn()
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(self.iters):
-            self.flush_buf.fill_(1)  # evict L2: K/V must come from HBM, as in ladder_bench
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        return statistics.median(times)
+        return super().time_ms(fn, self.iters, self.warmup)
 
 
 def run_backend(torch, bench, backend, s, layout):
@@ -476,7 +463,7 @@ def main():
     props = torch.cuda.get_device_properties(0)
     context = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "executable": "bench/torch_sdpa.py",
+        "executable": "bench/pytorch/torch_sdpa.py",
         "device": props.name,
         "sms": props.multi_processor_count,
         "cuda_version": torch.version.cuda or "unknown",

@@ -19,8 +19,8 @@ sequence (speculative decoding: seqlen_q 4 and 16) against 16k keys, causal, bot
   cuDNN, flash  F.scaled_dot_product_attention with the backend forced (enable_gqa=True; a backend
                 that refuses the shape or the mask is recorded as refused, with its message)
 
-Timing: CUDA events around one call, median of --iters calls after a warm-up, the L2 flushed
-before each by writing FLUSH_BYTES (1 GiB, about 0.35 ms on an H100): long enough that the host's
+Timing (bench/pytorch/timing.py): CUDA events around one call, median of --iters calls after a
+warm-up, the L2 flushed before each by writing FLUSH_BYTES (1 GiB, about 0.35 ms on an H100): long enough that the host's
 work of a call (the package's checks and plan, SDPA's dispatch: tens of microseconds) is queued
 while the flush runs, so every column times the call's kernels on the GPU, the same way. The
 columns of a shape are timed in turn, --repeats times in a rotating order; each figure is the
@@ -30,7 +30,7 @@ kv_bytes); TFLOP/s counts the unmasked (query, key) pairs (4 x d each).
 Writes <out>/torch_decode.json and <out>/torch_decode.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
 
-    PYTHONPATH=build/release/python python3 bench/torch_decode.py --out DIR [--iters N] [--repeats R] [--quick]
+    PYTHONPATH=build/release/python python3 bench/pytorch/torch_decode.py --out DIR [--iters N] [--repeats R] [--quick]
 
 Exits 0 with a message, measuring nothing, without PyTorch, a CUDA device or the package.
 """
@@ -42,8 +42,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import runinfo  # noqa: E402  bench/runinfo.py
-import torch_sdpa  # noqa: E402  bench/torch_sdpa.py (unmasked_pairs)
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py
+import timing  # noqa: E402  bench/pytorch/timing.py: the events, the flush, the rounds in turn
+import torch_sdpa  # noqa: E402  bench/pytorch/torch_sdpa.py (unmasked_pairs)
 
 HEAD_DIM = 128
 FLUSH_BYTES = 1 << 30
@@ -79,30 +80,6 @@ def flops(s):
     return 4.0 * s["batch"] * s["heads_q"] * pairs * HEAD_DIM
 
 
-class Timer:
-    """CUDA events around one call after a flush of FLUSH_BYTES; median of @p iters."""
-
-    def __init__(self, torch, iters, warmup):
-        self.torch, self.iters, self.warmup = torch, iters, warmup
-        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.stop = torch.cuda.Event(enable_timing=True)
-
-    def time_ms(self, fn):
-        for _ in range(self.warmup):
-            fn()
-        self.torch.cuda.synchronize()
-        times = []
-        for _ in range(self.iters):
-            self.flush.fill_(1)
-            self.start.record()
-            fn()
-            self.stop.record()
-            self.stop.synchronize()
-            times.append(self.start.elapsed_time(self.stop))
-        return statistics.median(times)
-
-
 def run(args):
     try:
         import torch
@@ -119,7 +96,7 @@ def run(args):
         return 0
     from flashladder import _core
 
-    bench = Timer(torch, args.iters, args.warmup)
+    bench = timing.EventTimer(torch, FLUSH_BYTES)
     info = fl.device_info()
     prefill = next(n for n in _core.DEFAULT_FORWARD
                    if any(r.number == n and not r.variant for r in fl.rungs()))
@@ -177,9 +154,10 @@ def run(args):
             except RuntimeError as e:
                 row["refused"][name] = str(e).splitlines()[0][:200]
         names = list(calls)
-        for rep in range(args.repeats):  # rotating order: no column always runs first
-            for name in names[rep % len(names):] + names[:rep % len(names)]:
-                row["repeats"].setdefault(name, []).append(bench.time_ms(calls[name]))
+        # the columns in turn, the order rotated per repeat: no column always runs first
+        row["repeats"].update(timing.paired_rounds(
+            {name: (lambda name=name: bench.time_ms(calls[name], args.iters, args.warmup)) for name in names},
+            args.repeats))
         row["ms"] = {name: statistics.median(v) for name, v in row["repeats"].items()}
         for name, ms in row["ms"].items():
             row.setdefault("gbps", {})[name] = kv_bytes(s) / (ms * 1e-3) / 1e9

@@ -43,8 +43,8 @@ check, each run's curves and timings, the ratio of step times) and <out>/torch_t
 GPU adds its command line to <out>/meta.json (made when absent: device, date, commit), which makes
 the folder a run that bench/docgen.py and the notebooks find.
 
-    PYTHONPATH=build/release/python python3 bench/torch_train.py --out DIR
-    python3 bench/torch_train.py --quick --out DIR      # a tiny model, 20 steps: runs on CPU too
+    PYTHONPATH=build/release/python python3 bench/pytorch/torch_train.py --out DIR
+    python3 bench/pytorch/torch_train.py --quick --out DIR      # a tiny model, 20 steps: runs on CPU too
 
 Without CUDA (or without the flashladder package) the ladder's parts are skipped with a message;
 --quick then runs the SDPA part alone on the CPU (default backend: no flash kernel there).
@@ -52,21 +52,20 @@ Without CUDA (or without the flashladder package) the ladder's parts are skipped
 
 import argparse
 import contextlib
-import hashlib
 import math
 import os
 import statistics
 import sys
-import sysconfig
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import runinfo  # noqa: E402  bench/runinfo.py
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py
+import timing  # noqa: E402  bench/pytorch/timing.py: the events
+from train_model import (  # noqa: E402  bench/pytorch/train_model.py: the corpus, the model, the optimizer
+    FULL, QUICK, VOCAB, Batches, attention_context, build_model, diff, initial_state, load_corpus, lr_at,
+    make_optimizer, sync)
 
-VOCAB = 256  # byte-level tokens
-HELDOUT_EVERY = 20  # every 20th source file (in sorted order) is held out
-SKIP_DIRS = ("site-packages", "dist-packages", "__pycache__")
 # The logits check: the ladder's relative error against the fp32 model at most this times SDPA
 # flash's (the margin every rung's check gives a reference implementation's error).
 LOGITS_RATIO = 2.0
@@ -78,126 +77,6 @@ LOSS_REL = 0.02
 # "flashladder": transformers 5 takes every name with "flash" in it for a FlashAttention package).
 LADDER_NAME = "ladder"
 
-FULL = dict(hidden=2048, intermediate=5632, layers=6, heads=16, kv_heads=4, head_dim=128, seqlen=4096,
-            batch=2, steps=300, eval_every=25, eval_batches=4, timing_skip=10, warmup=30)
-QUICK = dict(hidden=128, intermediate=344, layers=2, heads=2, kv_heads=1, head_dim=64, seqlen=128,
-             batch=2, steps=20, eval_every=5, eval_batches=2, timing_skip=3, warmup=5)
-
-
-# ---- data -----------------------------------------------------------------------------------------
-
-def load_corpus():
-    """(train bytes, held-out bytes, description) of the standard library's *.py sources."""
-    root = sysconfig.get_paths()["stdlib"]
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
-        files += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames if f.endswith(".py")]
-    files.sort()
-    train, held = bytearray(), bytearray()
-    digest = hashlib.sha256()
-    for i, rel in enumerate(files):
-        with open(os.path.join(root, rel), "rb") as f:
-            data = f.read()
-        digest.update(data)
-        (held if i % HELDOUT_EVERY == HELDOUT_EVERY - 1 else train).extend(data)
-    desc = {"source": "the *.py files of Python %s's standard library (sysconfig 'stdlib', without %s), "
-                      "sorted by path, as bytes" % (sys.version.split()[0], ", ".join(SKIP_DIRS)),
-            "files": len(files), "bytes": len(train) + len(held), "train_bytes": len(train),
-            "heldout_bytes": len(held), "heldout_rule": "every %dth file" % HELDOUT_EVERY,
-            "sha256": digest.hexdigest()}
-    return bytes(train), bytes(held), desc
-
-
-class Batches:
-    """Windows of seqlen + 1 bytes: training offsets drawn once from a seeded generator (the same
-    order for every run), held-out offsets evenly spaced."""
-
-    def __init__(self, torch, train, held, args, device):
-        self.torch, self.device = torch, device
-        self.S, self.B = args.seqlen, args.batch
-        self.train = torch.frombuffer(bytearray(train), dtype=torch.uint8).to(device)
-        self.held = torch.frombuffer(bytearray(held), dtype=torch.uint8).to(device)
-        g = torch.Generator().manual_seed(args.seed)
-        self.offsets = torch.randint(0, len(train) - self.S - 1, (args.steps, self.B), generator=g)
-        n = args.eval_batches * self.B
-        self.held_offsets = torch.linspace(0, len(held) - self.S - 2, n).long().view(args.eval_batches, self.B)
-
-    def _windows(self, data, offsets):
-        idx = offsets.to(self.device)[:, None] + self.torch.arange(self.S + 1, device=self.device)[None, :]
-        w = data[idx].long()
-        return w[:, :-1].contiguous(), w[:, 1:].contiguous()
-
-    def step(self, i):
-        return self._windows(self.train, self.offsets[i])
-
-    def heldout(self):
-        return [self._windows(self.held, o) for o in self.held_offsets]
-
-
-# ---- model ----------------------------------------------------------------------------------------
-
-def make_config(args, impl):
-    from transformers import LlamaConfig
-
-    return LlamaConfig(vocab_size=VOCAB, hidden_size=args.hidden, intermediate_size=args.intermediate,
-                       num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                       num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
-                       max_position_embeddings=args.seqlen, attention_dropout=0.0,
-                       tie_word_embeddings=False, attn_implementation=impl)
-
-
-def initial_state(torch, args, device):
-    """(the fp32 state dict every run starts from, the parameter count): the model's random init
-    on @p device from --seed."""
-    torch.manual_seed(args.seed)
-    from transformers import LlamaForCausalLM
-
-    with torch.device(device):
-        init = LlamaForCausalLM(make_config(args, "sdpa"))
-    n_params = sum(p.numel() for p in init.parameters())
-    state = {k: v.detach().clone() for k, v in init.state_dict().items()}  # fp32: every run starts here
-    del init
-    return state, n_params
-
-
-def build_model(torch, args, impl, state, dtype, device):
-    from transformers import LlamaForCausalLM
-
-    # Built in @p dtype (the default dtype while it is made) rather than cast afterwards: RoPE's
-    # inverse frequencies stay fp32, as they are made, where .to(dtype) would round them.
-    default = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = LlamaForCausalLM(make_config(args, impl))
-    finally:
-        torch.set_default_dtype(default)
-    model.load_state_dict(state)
-    if model.config._attn_implementation != impl:
-        raise RuntimeError("the model runs %s, not %s" % (model.config._attn_implementation, impl))
-    return model
-
-
-def attention_context(torch, impl, device, backend="flash"):
-    """sdpa_kernel(FLASH_ATTENTION), or CUDNN_ATTENTION with @p backend "cudnn", for the SDPA runs
-    on a GPU (an error, not a silent fallback, if that backend cannot run), nothing for the ladder
-    or on the CPU."""
-    if impl == "sdpa" and device.type == "cuda":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        which = SDPBackend.CUDNN_ATTENTION if backend == "cudnn" else SDPBackend.FLASH_ATTENTION
-        return lambda: sdpa_kernel(which)
-    return contextlib.nullcontext
-
-
-def diff(a, b):
-    """{max_abs, rel_fro, ref_max_abs} of a against b (fp64)."""
-    a, b = a.double(), b.double()
-    d = a - b
-    norm = b.norm().item()
-    return {"max_abs": d.abs().max().item(), "rel_fro": d.norm().item() / (norm if norm > 0 else 1.0),
-            "ref_max_abs": b.abs().max().item()}
 
 
 # ---- the logits check -----------------------------------------------------------------------------
@@ -239,18 +118,6 @@ def logits_check(torch, args, state, x, ladder, device, dtype):
 
 # ---- training -------------------------------------------------------------------------------------
 
-def lr_at(step, args):
-    if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
-    t = (step - args.warmup) / max(1, args.steps - args.warmup)
-    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
-
-
-def sync(torch, device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def evaluate(torch, F, model, batches, ctx):
     model.eval()
     losses = []
@@ -260,19 +127,6 @@ def evaluate(torch, F, model, batches, ctx):
             losses.append(F.cross_entropy(logits.float().view(-1, VOCAB), y.view(-1)).item())
     model.train()
     return sum(losses) / len(losses)
-
-
-def make_optimizer(torch, args, params, device):
-    """(fp32 master copies of @p params with zero gradients, AdamW over them): weight decay on the
-    matrices only. The model computes in bf16 (mixed precision); the step runs on the masters."""
-    master = [p.detach().float().clone() for p in params]
-    for m in master:
-        m.grad = torch.zeros_like(m)
-    groups = [{"params": [m for m in master if m.ndim >= 2], "weight_decay": args.weight_decay},
-              {"params": [m for m in master if m.ndim < 2], "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
-                            **({"fused": True} if device.type == "cuda" else {}))
-    return master, opt
 
 
 def train(torch, args, name, impl, state, data, device, dtype, backend="flash"):
@@ -360,6 +214,7 @@ def attention_alone(torch, args, state, impls, device, dtype, iters=20):
     B, S, Hq, Hkv, D = args.batch, args.seqlen, args.heads, args.kv_heads, args.head_dim
     model = build_model(torch, args, "sdpa", state, dtype, device)
     module = model.model.layers[0].self_attn
+    timer = timing.EventTimer(torch, flush_bytes=0, device=device)  # events around one call, no flush
     for name, impl in impls:
         fn = ALL_ATTENTION_FUNCTIONS[impl]
         ctx = attention_context(torch, impl, device, "cudnn" if name == "sdpa_cudnn" else "flash")
@@ -368,18 +223,18 @@ def attention_alone(torch, args, state, impls, device, dtype, iters=20):
         v = torch.randn(B, S, Hkv, D, device=device, dtype=dtype).transpose(1, 2).requires_grad_()
         dout = torch.randn(B, S, Hq, D, device=device, dtype=dtype)
         times = {"forward": [], "forward_backward": []}
-        for i in range(iters + 3):
+
+        def step(what, fn=fn, ctx=ctx, q=q, k=k, v=v, dout=dout):
+            with ctx():
+                o, _ = fn(module, q, k, v, None, dropout=0.0, scaling=module.scaling, is_causal=True)
+                if what == "forward_backward":
+                    torch.autograd.grad(o, (q, k, v), dout)
+
+        for i in range(iters + 3):  # the two in turn, the first 3 of each a warm-up
             for what in times:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                with ctx():
-                    o, _ = fn(module, q, k, v, None, dropout=0.0, scaling=module.scaling, is_causal=True)
-                    if what == "forward_backward":
-                        torch.autograd.grad(o, (q, k, v), dout)
-                end.record()
-                end.synchronize()
+                ms = timer.once(lambda: step(what))[0]
                 if i >= 3:
-                    times[what].append(start.elapsed_time(end))
+                    times[what].append(ms)
         out[name] = {what: statistics.median(t) for what, t in times.items()}
         out[name]["backward"] = out[name]["forward_backward"] - out[name]["forward"]
         print("  attention alone, %s: forward %.3f ms, forward + backward %.3f ms" % (
@@ -422,7 +277,7 @@ def ladder_setup(torch, args, device):
 
 
 def add_training_args(ap, out_files, seqlen_help=None):
-    """The flags of a training run that bench/torch_train_cp.py shares (the model's size, the
+    """The flags of a training run that bench/pytorch/torch_train_cp.py shares (the model's size, the
     steps, the optimizer, the seed): one definition, one set of defaults. --dtype is each script's."""
     ap.add_argument("--out", required=True, help="folder for %s" % out_files)
     ap.add_argument("--quick", action="store_true", help="a tiny model and 20 steps (runs on a CPU)")

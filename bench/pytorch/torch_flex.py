@@ -29,7 +29,7 @@ Metrics as ladder_bench's (common/src/problem.cpp): FLOPs = 4 x d x the unmasked
 pairs of each row's key span (masks.h's row_span), 2.5 x that for the backward pass; bytes as
 torch_sdpa.py's bytes_of for the dense forward / backward pass of the same shape.
 
-Usage: python3 bench/torch_flex.py [--out FILE] [--family masks,masks-backward] [--dtype fp16|bf16]
+Usage: python3 bench/pytorch/torch_flex.py [--out FILE] [--family masks,masks-backward] [--dtype fp16|bf16]
                                    [--backends flash,cudnn] [--iters N] [--quick] [--list]
 --list prints the shapes (name, then the document starts where there are some) and needs no
 PyTorch. Exits 0 with a message when PyTorch, a CUDA GPU or FlexAttention is missing.
@@ -339,7 +339,7 @@ def main():
     props = torch.cuda.get_device_properties(0)
     context = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "executable": "bench/torch_flex.py",
+        "executable": "bench/pytorch/torch_flex.py",
         "device": props.name,
         "sms": props.multi_processor_count,
         "cuda_version": torch.version.cuda or "unknown",

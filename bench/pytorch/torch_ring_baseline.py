@@ -3,7 +3,7 @@
 
 Run with torchrun, one process per GPU (NVLink multicast off, as for rung 12's launcher):
 
-  NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node 2 bench/torch_ring_baseline.py \\
+  NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node 2 bench/pytorch/torch_ring_baseline.py \\
       --seqlen 65536 --out torch_ring_p2_n64k.json
 
 Each rank holds the zigzag shard rung 12 uses (chunks r and 2P-1-r of 2P; any N), all-gathers
@@ -32,7 +32,7 @@ floor (common/src/check.cpp; bf16's floor is 3e-2): the GPU test of this script.
 
 Writes one JSON object (schema "flashladder.torch_ring/1") to --out on rank 0 and prints a
 summary. Exits 0 with a message when torch, CUDA or torch.distributed's NCCL is missing
-(nothing to measure), as bench/torch_sdpa.py does. Not launched under torchrun (no RANK in the
+(nothing to measure), as bench/pytorch/torch_sdpa.py does. Not launched under torchrun (no RANK in the
 environment) it runs as one rank on one GPU.
 """
 
@@ -40,9 +40,11 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402  bench/pytorch/timing.py: the events (imports no PyTorch)
 
 
 def zigzag_chunks(n, ranks):
@@ -109,7 +111,7 @@ def main(argv):
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if args.share_gpu:
         # One source for the environment: rung 12's launcher. Set before NCCL starts.
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                         "steps", "12_ring_attention"))
         from launch_ring import shared_gpu_env
         os.environ.update(shared_gpu_env(os.environ, rank))
@@ -183,24 +185,23 @@ def main(argv):
                                                            attn_mask=mask))
             return torch.cat(outs, dim=2) if outs else q.new_empty(B, H, 0, D)
 
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    marks = timing.Marks(torch, 3)  # start, the K/V all-gathered, the attention done
 
     def one_iteration():
         if distributed:
             dist.barrier()
-        ev[0].record()
+        marks.record(0)
         if distributed:
             dist.all_gather_into_tensor(k_gath, k_pad)
             dist.all_gather_into_tensor(v_gath, v_pad)
         else:
             k_gath[0].copy_(k_pad)
             v_gath[0].copy_(v_pad)
-        ev[1].record()
+        marks.record(1)
         out = attention(unshard(k_gath), unshard(v_gath))
-        ev[2].record()
+        marks.record(2)
         torch.cuda.synchronize()
-        t = torch.tensor([ev[0].elapsed_time(ev[1]), ev[1].elapsed_time(ev[2]), ev[0].elapsed_time(ev[2])],
-                         device=dev)
+        t = torch.tensor(marks.intervals(), device=dev)  # all-gather, attention, the whole
         if distributed:
             dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's
         return out, t.tolist()
@@ -230,21 +231,14 @@ def main(argv):
 
     result = None
     if rank == 0:
-        med = [statistics.median(s[i] for s in samples) for i in range(3)]
+        med = timing.column_medians(samples)
         single_ms, max_abs, ref_max_abs = None, None, None
         if args.single:
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 ref = F.scaled_dot_product_attention(q_all, k_all, v_all, is_causal=bool(args.causal))
-                times = []
-                for i in range(args.warmup + args.iters):
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    F.scaled_dot_product_attention(q_all, k_all, v_all, is_causal=bool(args.causal))
-                    e.record()
-                    torch.cuda.synchronize()
-                    if i >= args.warmup:
-                        times.append(s.elapsed_time(e))
-            single_ms = statistics.median(times)
+                single_ms = timing.EventTimer(torch, flush_bytes=0, device=dev).time_ms(
+                    lambda: F.scaled_dot_product_attention(q_all, k_all, v_all, is_causal=bool(args.causal)),
+                    args.iters, args.warmup)
             max_abs = (out_full.float() - ref.float()).abs().max().item()
             ref_max_abs = ref.float().abs().max().item()
         props = torch.cuda.get_device_properties(dev)
@@ -270,7 +264,7 @@ def main(argv):
             "max_abs_vs_single_gpu": max_abs,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "git_sha": git_sha(),
-            "command": "torchrun --nproc-per-node %d bench/torch_ring_baseline.py %s" % (world, " ".join(argv)),
+            "command": "torchrun --nproc-per-node %d bench/pytorch/torch_ring_baseline.py %s" % (world, " ".join(argv)),
         }
         where = ("%d ranks sharing one GPU (times are no %d-GPU run's)" % (world, world) if args.share_gpu
                  else "%d GPU%s" % (world, "" if world == 1 else "s"))
