@@ -4,12 +4,12 @@
                          and time against the plain causal kernel on the same shape, against
                          FlexAttention, the two classification ablations; rung 15 on causal; the
                          sliding-window check (a window of w over 2w keys against causal over 2w);
-  rung16-sweep           bench/rung16_sweep.sh (one run report per cell): rung 16's causal kernel
+  rung16-sweep           bench/studies/rung16_sweep.sh (one run report per cell): rung 16's causal kernel
                          against rung 15's, each modifier against rung 16's causal kernel, and
                          head_dims 80 and 96 against 128;
   rung16-masks-backward  one run of bench/run_all.sh --family masks-backward: rung 16's backward per
                          case against its causal cell, FlexAttention's backward, rung 14 on causal;
-  rung16-bwd-sweep       bench/rung16_bwd_sweep.sh: rung 16's backward against rung 14 (causal), each
+  rung16-bwd-sweep       bench/studies/rung16_bwd_sweep.sh: rung 16's backward against rung 14 (causal), each
                          modifier against rung 16's causal backward;
   rung16-rounds          one cell, rungs 15 and 16 in alternating processes (n32k_<rung>_<i>.json):
                          each round's median and the fastest launch.
@@ -118,7 +118,7 @@ def sweep_runs(res):
             j = res.json(f)
             out[f[:-5]] = (j["timing"]["median_ms"], j["timing"]["tflops"])
     if not out:
-        raise Missing("the run reports of bench/results/%s" % res.gpu, "bench/rung16_sweep.sh")
+        raise Missing("the run reports of bench/results/%s" % res.gpu, "bench/studies/rung16_sweep.sh")
     return out
 
 
@@ -242,3 +242,42 @@ def gen_rung16_rounds(ctx, gpu):
     out += ["", "Fastest launch over all rounds: rung 15 %.3f ms, rung 16 %.3f ms (%s)." % (fast15, fast16,
                                                                                          fmt(fast15 / fast16))]
     return "\n".join(out)
+
+
+@generator("rung16-sweep-change")
+def gen_rung16_sweep_change(ctx, gpu):
+    """Rung 16's causal kernel / rung 15's over two forward sweep folders (gpu=BEFORE,AFTER: a
+    change between them): each folder's range, and its cells at d = 64, 512 keys."""
+    parts = []
+    for g in gpu.split(","):
+        runs = sweep_runs(ctx.results(g))
+        ratios, d64 = [], []
+        for t in ("fp16", "bf16"):
+            for d in (64, 128, 256):
+                for n in (512, 2048, 8192):
+                    a, b = runs.get("%s_d%d_N%d_causal" % (t, d, n)), runs.get("%s_d%d_N%d_causal_rung15" % (t, d, n))
+                    if a and b:
+                        ratios.append(b[0] / a[0])
+                        if d == 64 and n == 512:
+                            d64.append(b[0] / a[0])
+        if not ratios:
+            raise Missing("rungs 15 and 16 in %s" % g, "bench/studies/rung16_sweep.sh")
+        parts.append("`%s`: %.3f–%.3f×, d = 64 at 512 keys %s" % (
+            g.split("/")[-1], min(ratios), max(ratios), " and ".join("%.2f×" % r for r in d64)))
+    return "Rung 16 / rung 15, causal (time ratio, fp16 and bf16): " + "; then ".join(parts) + "."
+
+
+@generator("rung16-ablation-span")
+def gen_rung16_ablation_span(ctx, gpu):
+    """The masks family's two classification ablations in one folder (run with --fl_variants):
+    rung 16's time / each ablation's over the cases both ran (least and most)."""
+    t = masks_times(ctx.results(gpu))
+    parts = []
+    for v in ("no-full-blocks", "no-skip"):
+        rs = [t["16_masks", case, n][0] / t["16_masks[%s]" % v, case, n][0]
+              for case, n in measured(t, "16_masks") if ("16_masks[%s]" % v, case, n) in t]
+        if rs:
+            parts.append("rung 16 / %s %.2f–%.2f" % (v, min(rs), max(rs)))
+    if not parts:
+        raise Missing("the ablations in %s" % gpu, "bench/run_all.sh --family masks -- --fl_variants")
+    return "In `%s` (time ratios over its cases): %s." % (gpu.split("/")[-1], ", ".join(parts))
