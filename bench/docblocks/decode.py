@@ -129,13 +129,13 @@ def gen_paged(ctx, rung="8", gpu=None):
         res, ", GB/s of K and V (in brackets: paged / contiguous)")
 
 
-AB_COMMAND = ("python3 bench/rung08_paged_ab.py build/before/bin/08_flash_decoding build/release/bin/08_flash_decoding "
+AB_COMMAND = ("python3 bench/studies/rung08_paged_ab.py build/before/bin/08_flash_decoding build/release/bin/08_flash_decoding "
               "bench/results/<gpu>/<folder>/ab.json > bench/results/<gpu>/<folder>/ab.log")
 
 
 @generator("rung08-paged-ab")
 def gen_rung08_paged_ab(ctx, gpu=None, change="the change"):
-    """Rung 08's paged loader before and after a change (bench/rung08_paged_ab.py's ab.json in
+    """Rung 08's paged loader before and after a change (bench/studies/rung08_paged_ab.py's ab.json in
     folder @p gpu, and its run2/ab.json when there): per shape and page size the paged cache's speed
     over the contiguous cache's, before and after, in each run."""
     res = results_folder(ctx, gpu, "ab.json", AB_COMMAND)

@@ -388,7 +388,7 @@ def gen_rung14_ablation_ratios(ctx, gpu):
         if rs:
             parts.append("`%s` %s" % (v, span_text(rs)))
     if not parts:
-        raise Missing("rung 14's ablation runs in %s" % gpu, "bench/rung14_ablation.sh")
+        raise Missing("rung 14's ablation runs in %s" % gpu, "bench/studies/rung14_ablation.sh")
     return "Each variant's rate / the rung's (fp16, the table's shapes): " + ", ".join(parts) + "."
 
 

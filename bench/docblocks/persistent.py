@@ -195,7 +195,7 @@ def ablation_rates(res):
             if m:
                 out[f[:-4]] = float(m.group(1))
     if not out:
-        raise Missing("rung 15's ablation logs in %s" % res.gpu, "bench/rung15_ablation.sh")
+        raise Missing("rung 15's ablation logs in %s" % res.gpu, "bench/studies/rung15_ablation.sh")
     return out
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/ab_compare.py (the A/B table of bench/ab_timing.sh) on synthetic runs: no GPU needed.
+"""bench/studies/ab_compare.py (the A/B table of bench/studies/ab_timing.sh) on synthetic runs: no GPU needed.
 
     python3 tests/cpu/test_ab_compare.py      (ctest: cpu_ab_compare)
 
@@ -14,7 +14,7 @@ import tempfile
 import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "bench", "studies"))
 import ab_compare  # noqa: E402
 
 

@@ -10,7 +10,7 @@ is from the exact one; and dQ recomputed as the kernel does (P from an LSE, dS =
 to 16 bits, dQ = s dS K) with each combination of the exact or the kernel's LSE and D, the row sum
 of dS (zero for a consistent D) and the sum of P minus 1.
 
-    PYTHONPATH=build/release/python python3 bench/bwd_delta_study.py
+    PYTHONPATH=build/release/python python3 bench/studies/bwd_delta_study.py
 
 The committed log (bench/results/<gpu>/backward-long-rows/delta-study/) was made before the exact
 D pass existed, when the rung itself took D from the fp32 O and attention_backward without
@@ -23,8 +23,8 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import runinfo  # noqa: E402  bench/runinfo.py
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "pytorch"))
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 
 flashladder = runinfo.import_flashladder()
 if flashladder is None or not torch.cuda.is_available():

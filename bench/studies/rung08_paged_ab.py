@@ -5,7 +5,7 @@ pages: the runner's --page-size), interleaved (before, after; then after, before
 rounds. Per cell: the median of the rounds' runner medians (--iters launches each, the L2 flushed
 before each: common/src/timing.cpp), after / before, and paged / contiguous within each build.
 
-    python3 bench/rung08_paged_ab.py build/before/bin/08_flash_decoding build/release/bin/08_flash_decoding \\
+    python3 bench/studies/rung08_paged_ab.py build/before/bin/08_flash_decoding build/release/bin/08_flash_decoding \\
         bench/results/<gpu>/rung08-paged-ab/ab.json > bench/results/<gpu>/rung08-paged-ab/ab.log
 
 The shapes: 32 query / 8 KV heads of 128, fp16, batch 1: a decode step against 128k keys, 4 and

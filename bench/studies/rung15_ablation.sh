@@ -6,11 +6,11 @@
 # the tile variants beside the rung at their head_dim in fp16 and bf16; and the rung and its
 # schedule variants on the varlen family's packed batch (64 sequences of 128..8k tokens, 32/8
 # heads, head_dim 128). One JSON and one log each.
-# usage: bench/rung15_ablation.sh BIN_DIR OUT_DIR
+# usage: bench/studies/rung15_ablation.sh BIN_DIR OUT_DIR
 set -u
 B=$1/15_persistent
 R=$2
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$R"
 run() {  # tag, then the runner's arguments
   local tag=$1; shift
@@ -29,7 +29,7 @@ for d in 64 128 256; do for c in 0 1; do for n in 512 2048 8192; do
     for v in $tiles; do run ${t}_d${d}_N${n}_c${c}_$v --variant $v --dtype $t "${shape[@]}"; done
   done
 done; done; done
-lens=$(python3 -c "import sys; sys.path.insert(0, '$ROOT/bench'); import torch_sdpa as t; v = t.VARLEN; print(','.join(map(str, t.mixed_lengths(v['count'], v['lo'], v['hi'], v['seed']))))")
+lens=$(python3 -c "import sys; sys.path.insert(0, '$ROOT/bench/pytorch'); import torch_sdpa as t; v = t.VARLEN; print(','.join(map(str, t.mixed_lengths(v['count'], v['lo'], v['hi'], v['seed']))))")
 for c in 0 1; do for v in "" no-persistent no-epilogue-overlap fifo static pair-stores; do
   run bf16_varlen_c${c}_${v:-rung} ${v:+--variant $v} --dtype bf16 --seqlens-q "$lens" --heads 32 --kv-heads 8 --dim 128 --causal $c
 done; done

@@ -2,7 +2,7 @@
 # Rung 14's ablation runs (bench/results/<gpu>/rung14/ablation/): the rung and each variant with one
 # idea turned off, at head_dim 64 and 128, 4k and 16k keys (batch x seqlen = 16k tokens, hidden
 # 2048), causal and not, fp16; the rung alone in bf16 at head_dim 128. One JSON and one log each.
-# usage: bench/rung14_ablation.sh BIN_DIR OUT_DIR
+# usage: bench/studies/rung14_ablation.sh BIN_DIR OUT_DIR
 set -u
 B=$1/14_hopper_backward
 R=$2

@@ -6,9 +6,9 @@
 # each.
 #   forward  (bench/results/<gpu>/rung16/sweep/): fp16 and bf16; head_dim 64, 80, 96, 128, 256 (80
 #            and 96 on the d = 128 tiles); 512, 2k and 8k keys; beside rung 15.
-#   backward (rung16/bwd-sweep/, bench/rung16_bwd_sweep.sh): bf16 at head_dim 64, 96, 128 and fp16
+#   backward (rung16/bwd-sweep/, bench/studies/rung16_bwd_sweep.sh): bf16 at head_dim 64, 96, 128 and fp16
 #            at 128; 2k and 8k keys; 16_masks[backward] beside rung 14.
-# usage: bench/rung16_sweep.sh BIN_DIR OUT_DIR [backward]
+# usage: bench/studies/rung16_sweep.sh BIN_DIR OUT_DIR [backward]
 set -u
 BIN=$1
 R=$2

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compare two builds' ladder_bench runs (bench/ab_timing.sh): per benchmark the median time of the
+"""Compare two builds' ladder_bench runs (bench/studies/ab_timing.sh): per benchmark the median time of the
 runs before a change and after it, after / before, and the noise: the larger spread between two runs
 of the same build (max / min - 1). A change is "within noise" where |after / before - 1| is no larger
 than that spread plus 2 %."""

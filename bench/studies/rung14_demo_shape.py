@@ -6,7 +6,7 @@ flashladder.attention_backward alone and autograd's backward (CUDA events, media
 runner's time of the kernels alone is `14_hopper_backward --batch 2 --seqlen 4096 --heads 16
 --kv-heads 4 --dim 128 --causal --dtype bf16`.
 
-    PYTHONPATH=build/release/python python3 bench/rung14_demo_shape.py
+    PYTHONPATH=build/release/python python3 bench/studies/rung14_demo_shape.py
 """
 import torch
 import flashladder

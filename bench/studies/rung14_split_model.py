@@ -17,7 +17,7 @@ the `nosplit` and `fullsplit` variants ran, or a folder of the rung's --json fil
 each row also gets the measured ratio fullsplit / nosplit at that shape, one per folder (the rung's
 default is rung 11's rule, which splits none of these shapes).
 
-usage: python3 bench/rung14_split_model.py [RESULTS_FOLDER ...]
+usage: python3 bench/studies/rung14_split_model.py [RESULTS_FOLDER ...]
 """
 import heapq
 import json
