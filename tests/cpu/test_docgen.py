@@ -88,6 +88,29 @@ class DocgenTest(unittest.TestCase):
             rc, out = docgen("--check", path)
             self.assertEqual(rc, 0, out)
 
+    def test_hand_edited_figure_fails_rungs_14_to_16(self):
+        # One committed block of each of rungs 14, 15 and 16 (tables once pasted from scripts), alone in a
+        # scratch file: as committed it is up to date; with one figure changed the check fails and shows it.
+        for readme, name in (("steps/14_hopper_backward/README.md", "rung14-backward"),
+                             ("steps/15_persistent/README.md", "rung15-ratios"),
+                             ("steps/16_masks/README.md", "rung16-masks")):
+            with open(os.path.join(ROOT, readme), encoding="utf-8") as f:
+                text = f.read()
+            m = re.search(r"(<!-- gen:%s [^\n]* -->\n)(.*?)(<!-- /gen:%s -->)" % (name, name), text, re.S)
+            self.assertIsNotNone(m, "%s has no %s block" % (readme, name))
+            figure = re.search(r"\| (\d+(?:\.\d+)?)×? \|", m.group(2))  # a figure in a table cell
+            self.assertIsNotNone(figure, "no figure in %s's %s block" % (readme, name))
+            block = m.group(1) + m.group(2) + m.group(3) + "\n"
+            with ScratchDoc(block) as path:
+                rc, out = docgen("--check", path)
+                self.assertEqual(rc, 0, out)
+            edited_value = "%s1" % figure.group(1)
+            start = len(m.group(1)) + figure.start(1)
+            with ScratchDoc(block[:start] + edited_value + block[start + len(figure.group(1)):]) as path:
+                rc, out = docgen("--check", path)
+                self.assertEqual(rc, 1, "%s: an edited figure in %s passed\n%s" % (readme, name, out))
+                self.assertIn(edited_value, out)  # the diff shows the hand-edited line
+
     def test_missing_data_is_said_not_invented(self):
         # The H200 run predates the ablation family: its folder has no ablation records.
         doc = "<!-- gen:ablation rung=4 gpu=nvidia-h200 -->\n<!-- /gen:ablation -->\n"
