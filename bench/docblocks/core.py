@@ -389,6 +389,8 @@ def report_files(ctx):
     # A GPU's folder, and the folders of runs made for one rung inside it (e.g. <gpu>/rung09/).
     found = glob.glob(os.path.join(ROOT, "bench", "results", "*", "ladder_bench.json"))
     found += glob.glob(os.path.join(ROOT, "bench", "results", "*", "*", "ladder_bench.json"))
+    # A superseded run under <gpu>/archive/ keeps its report checked too.
+    found += glob.glob(os.path.join(ROOT, "bench", "results", "*", "archive", "*", "ladder_bench.json"))
     for d in sorted(found):
         folder = os.path.dirname(d)
         torch = os.path.join(folder, "torch_sdpa.json")
