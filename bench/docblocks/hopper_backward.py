@@ -233,17 +233,6 @@ def gen_packed_backward(ctx, gpu):
     return "\n".join(rows)
 
 
-@generator("packed-sdpa-cell")
-def gen_packed_sdpa_cell(ctx, gpu, rung, causal="0", family="varlen-backward"):
-    """One PyTorch SDPA time of a packed-batch folder, "345 ms": backend rung= (torch_cudnn_nested,
-    ...), family= and causal=, for a sentence that quotes it."""
-    t = times(ctx.results(gpu))
-    key = (rung, "%s/d128/S64/causal%s" % (family, causal))
-    if key not in t:
-        raise Missing("%s %s" % (rung, key[1]), "bench/run_all.sh --family varlen,varlen-backward")
-    return "%.0f ms" % t[key]
-
-
 @generator("packed-dense")
 def gen_packed_dense(ctx, gpu):
     """Rung 14 / cuDNN per shape of a dense backward run (its default mode: atomic dQ order), the
