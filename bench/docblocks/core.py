@@ -40,7 +40,8 @@ import os
 import re
 import sys
 
-import report  # bench/report.py: the report writer (full_report, Grid); bench/ is on sys.path
+import report  # bench/report.py: the report writer (full_report); bench/ is on sys.path
+import report_tables  # bench/report_tables.py: its tables (Grid)
 import results_io  # bench/results_io.py: one parser and one set of table helpers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -236,11 +237,11 @@ def span(values):
 
 def earlier_fastest(ctx, res, label, want):
     """(label, record) of the fastest main rung numbered below @p label measured at @p want: the
-    report's rule (report.Grid.resolve), on the records of that one shape."""
+    report's rule (report_tables.Grid.resolve), on the records of that one shape."""
     recs = [r for r in res.records if all(r.get(k) == v for k, v in want.items())]
     if not recs:
         return None
-    g = report.Grid(recs, ctx.registry)
+    g = report_tables.Grid(recs, ctx.registry)
     x = results_io.x_of(recs[0])
     best = g.resolve(label, {"kind": "fastest_earlier"}, x)
     return (best, next(r for r in recs if r["rung"] == best)) if best else None

@@ -304,7 +304,7 @@ class Fp8Test(unittest.TestCase):
         recs = [r for r in results_io.load_records(ladder) if r["rung"] == "13_fp8"]
         self.assertEqual(len(recs), 12)
         self.assertEqual({(r["family"], r["quantize_ms"], r["e2e_rel_fro"]) for r in recs}, {("fp8", 0.25, 0.02)})
-        groups = report.family_groups(results_io.load_records(ladder))
+        groups = report_tables.family_groups(results_io.load_records(ladder))
         self.assertEqual(sorted(groups), [("fp8", (d, c)) for d in FP8_DIMS for c in (0, 1)])
         registry = {"13_fp8": [{"kind": "rung", "label": "10_warp_specialized", "why": "the rung it changes"}]}
         text = report.full_report(ladder, torch, True, registry)
@@ -341,6 +341,7 @@ class Fp8Test(unittest.TestCase):
         self.assertIn("| outlier | per-tensor | 2.00e-02 (fail) | 8.00e-02 (fail) |", "\n".join(rows))
         self.assertIn("| outlier | per-head+hadamard | 2.50e-03 | 1.00e-02 |", "\n".join(rows))
         self.assertIn("with the Hadamard rotation / without (per-head scales): d=64 0.25, d=128 0.25, d=256 0.25 "
+        import report_tables
                       "(target ≤ 0.5: met at every head_dim)", written)
         self.assertIn("Fake H100, 2026-12-02, commit `acc1234`", written)
         # P scaling: the rung against p-unscaled, kernel and end to end, with the ratio.

@@ -1,0 +1,352 @@
+"""The report's tables, one family group at a time: the groups (family_groups) and their titles,
+the grid of times (Grid: series x shape, ratios, each entry's declared baselines resolved per
+shape), and the rows and sections that bench/report.py puts in report.md (family_section,
+backward_section, masks_section). Records come from bench/results_io.py.
+"""
+
+from results_io import (  # bench/results_io.py: the records' families and the shared formatting
+    BACKWARD_FAMILIES, FAMILIES, LABEL_RE, MASK_FAMILIES, SEQLEN_FAMILIES, TORCH_ORDER, fmt_ratio,
+    fmt_value, is_main, markdown_table, number_of, rung_order, seqlen_text, short, x_of)
+
+
+# ---- groups and grids ----------------------------------------------------------------------------
+
+
+def family_groups(records):
+    """{(family, key): [records]}: key (head_dim, causal) for prefill, fp8 and backward, (batch,
+    heads_kv, head_dim) for decode and paged, causal for ablation."""
+    groups = {}
+    for r in records:
+        if r["family"] in SEQLEN_FAMILIES:
+            key = (r["head_dim"], r["causal"])
+        elif r["family"] in MASK_FAMILIES:  # every case in one table, a column each
+            key = (r["head_dim"],)
+        elif r["family"] == "ablation":
+            key = (r["causal"],)
+        else:
+            key = (r["batch"], r["heads_kv"], r["head_dim"])
+        groups.setdefault((r["family"], key), []).append(r)
+    order = {f: i for i, f in enumerate(FAMILIES)}
+    return dict(sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])))
+
+
+def group_title(family, key, records):
+    r = records[0]
+    if family == "prefill":
+        d, causal = key
+        return (
+            "Prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
+            "batch x seqlen = %d tokens, %d heads; TFLOP/s (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
+    if family == "hopper-prefill":
+        d, causal = key
+        return (
+            "Hopper prefill, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
+            "the Hopper forward rungs on the prefill shapes (batch x seqlen = %d tokens, %d heads); "
+            "TFLOP/s (unmasked pairs only)" % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
+    if family == "llama":
+        d, causal = key
+        return (
+            "Llama-3-8B prefill, head_dim %d, causal" % d,
+            "batch 1, %d query heads on %d KV heads; TFLOP/s (unmasked pairs only)" % (r["heads_q"], r["heads_kv"]),
+        )
+    if family == "fp8":
+        d, causal = key
+        return (
+            "FP8, head_dim %d, %s" % (d, "causal" if causal else "not causal"),
+            "the prefill shapes (batch x seqlen = %d tokens, %d heads): the FP8 rung on e4m3 Q, K, V "
+            "(per-head scales, quantized once outside the time) beside the 16-bit rung it changes and "
+            "PyTorch's 16-bit backends; TFLOP/s (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"]),
+        )
+    if family in BACKWARD_FAMILIES:
+        d, causal = key
+        gqa = family == "backward-gqa"
+        return (
+            "Backward%s, head_dim %d, %s" % (", GQA %d:1" % (r["heads_q"] // r["heads_kv"]) if gqa else "", d,
+                                             "causal" if causal else "not causal"),
+            "batch x seqlen = %d tokens, %d heads%s; the backward pass alone (dQ, dK, dV from Q, K, V, O, "
+            "LSE and dO; the forward pass that makes O and LSE is not timed); TFLOP/s by FlashAttention's "
+            "convention, 2.5 x the forward's FLOPs (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"], " on %d KV heads" % r["heads_kv"] if gqa else ""),
+        )
+    if family in MASK_FAMILIES:
+        return (
+            "Masks and score modifiers%s, head_dim %d" % (", backward" if family == "masks-backward" else "", key[0]),
+            "batch x seqlen = %d tokens, %d heads; one column per case and length: causal, a window of 4096 "
+            "keys (window_size (4096, 0)), documents (causal within each), prefix-LM (2048 bidirectional keys), "
+            "softcap 50, ALiBi, attention sinks (causal, one logit per head); %sTFLOP/s (unmasked pairs only)"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"],
+               "the backward pass alone, 2.5 x the forward's FLOPs; " if family == "masks-backward" else ""),
+        )
+    if family == "ablation":
+        return (
+            "Ablations, %s" % ("causal" if key[0] else "not causal"),
+            "every variant beside its rung, back to back; seqlen %d, batch x seqlen = %d tokens, "
+            "hidden 2048 (heads = 2048 / head_dim); TFLOP/s (unmasked pairs only)"
+            % (r["seqlen_q"], r["batch"] * r["seqlen_q"]),
+        )
+    b, hkv, d = key
+    if family == "paged":
+        return (
+            "Paged KV cache, batch %d, %d KV heads" % (b, hkv),
+            "seqlen_q 1, %d query heads, head_dim %d; pages shuffled in the pool (P = page size in "
+            "tokens, 0 = contiguous); GB/s of K and V" % (r["heads_q"], d),
+        )
+    return (
+        "Decode, batch %d, %d KV heads" % (b, hkv),
+        "seqlen_q 1, %d query heads, head_dim %d; GB/s (Q, K, V read once, O written once)"
+        % (r["heads_q"], d),
+    )
+
+
+def x_text(family, x):
+    if family == "ablation":
+        return "d=%d" % x
+    if family in MASK_FAMILIES:
+        return "%s N=%s" % (x[2], seqlen_text(x[1]))
+    return ("N=" if family in SEQLEN_FAMILIES else "Sk=") + seqlen_text(x)
+
+
+class Grid:
+    """Times (ms) of one family group: series label x shape. A series is a rung label, or for the
+    paged family "label P=<page>"."""
+
+    def __init__(self, records, registry=None):
+        self.ms, self.value, self.error = {}, {}, {}
+        self.registry = registry
+        family = records[0]["family"]
+        self.family = family
+        for r in records:
+            cell = (series_of(r), x_of(r))
+            if r["error"]:
+                self.error[cell] = r["error"]
+                continue
+            self.ms[cell] = r["ms"]
+            self.value[cell] = r["tflops"] if family in ("ablation",) + SEQLEN_FAMILIES + MASK_FAMILIES else r["gbps"]
+        self.xs = sorted({x_of(r) for r in records})
+        self.labels = rung_order({series_of(r) for r in records})
+        self.mains = [l for l in self.labels if is_main(l)]
+
+    def ratio(self, base, label, x):
+        """time(base) / time(label): > 1 means label is faster."""
+        a, b = self.ms.get((base, x)), self.ms.get((label, x))
+        return a / b if a and b else None
+
+    def baselines(self, label):
+        """The declared baselines of @p label (registry entries); [] without a registry."""
+        return (self.registry or {}).get(label, [])
+
+    def resolve(self, label, baseline, x):
+        """The label baseline @p baseline of @p label resolves to at shape x, or None."""
+        if baseline["kind"] == "rung":
+            return baseline["label"] if (baseline["label"], x) in self.ms else None
+        num = number_of(label)
+        best = None
+        for m in self.mains:
+            if number_of(m) < num and (m, x) in self.ms:
+                if best is None or self.ms[(m, x)] < self.ms[(best, x)]:
+                    best = m
+        return best
+
+
+DET_SUFFIX = " deterministic"
+
+
+def series_of(r):
+    if r["family"] == "paged":
+        return "%s P=%d" % (r["rung"], r["page_size"])
+    if r["family"] in BACKWARD_FAMILIES and r.get("deterministic"):
+        return r["rung"] + DET_SUFFIX
+    return r["rung"]
+
+
+def rung_cell(label):
+    return "`%s`" % label
+
+
+def value_cells(g, label):
+    cells = []
+    for x in g.xs:
+        if (label, x) in g.value:
+            cells.append(fmt_value(g.value[(label, x)]))
+        elif (label, x) in g.error:
+            cells.append("fail" if "check failed" in g.error[(label, x)] else "skip")
+        else:
+            cells.append("—")
+    return cells
+
+
+def baseline_rows(g, labels):
+    """One row per (entry, declared baseline): the speedup over the baseline at each shape. A
+    fixed baseline names itself in the first cell; "the fastest earlier rung" names the winner in
+    each cell."""
+    rows = []
+    for l in labels:
+        for b in g.baselines(l):
+            targets = {x: g.resolve(l, b, x) for x in g.xs}
+            ratios = [g.ratio(targets[x], l, x) if targets[x] else None for x in g.xs]
+            if not any(ratios):
+                continue
+            if b["kind"] == "rung":
+                rows.append(["%s vs `%s`" % (rung_cell(l), b["label"])] + [fmt_ratio(r) for r in ratios])
+            else:
+                rows.append(
+                    ["%s vs the fastest earlier rung" % rung_cell(l)]
+                    + [
+                        "%s vs %s" % (fmt_ratio(r), short(targets[x])) if r else "—"
+                        for r, x in zip(ratios, g.xs)
+                    ]
+                )
+    return rows
+
+
+BASELINE_TITLE = (
+    "**Speedup over the declared baseline** (`Rung::baselines`: the rung it improves on; a study "
+    "against its own untiled kernel; a decode rung against the fastest earlier rung on that shape; "
+    "a variant against its rung)"
+)
+
+
+def torch_rows(g, labels):
+    out = []
+    for torch_label, name in (("torch_flash", "PyTorch SDPA flash"), ("torch_cudnn", "PyTorch SDPA cuDNN")):
+        if not any((torch_label, x) in g.ms for x in g.xs):
+            continue
+        rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(torch_label, l, x)) for x in g.xs] for l in labels]
+        rows = [r for r in rows if any(c != "—" for c in r[1:])]
+        if rows:
+            out.append((torch_label, name, rows))
+    return out
+
+
+def backward_section(key, records, include_variants, family="backward"):
+    """The backward family at one (head_dim, causal): TFLOP/s of each backward rung (atomic dQ, then
+    deterministic) and of PyTorch SDPA's backward per backend, the ratio to PyTorch flash and cuDNN,
+    and what the deterministic dQ costs."""
+    g = Grid(records)
+    ladder = [l for l in g.labels if LABEL_RE.match(l) and (include_variants or is_main(l))]
+    rows_order = []
+    for l in ladder:
+        rows_order.append(l)
+        if l + DET_SUFFIX in g.labels:
+            rows_order.append(l + DET_SUFFIX)
+    rungs = list(rows_order)
+    rows_order += [l for l in g.labels if l in TORCH_ORDER]
+
+    def cell(l):
+        return rung_cell(l[: -len(DET_SUFFIX)]) + " deterministic" if l.endswith(DET_SUFFIX) else rung_cell(l)
+
+    title, sub = group_title(family, key, records)
+    header = ["rung"] + [x_text(family, x) for x in g.xs]
+    out = ["## %s" % title, "", sub + ".", ""]
+    out += ["**TFLOP/s**", "", markdown_table(header, [[cell(l)] + value_cells(g, l) for l in rows_order]), ""]
+    for torch_label, name in (("torch_flash", "PyTorch SDPA flash"), ("torch_cudnn", "PyTorch SDPA cuDNN")):
+        rows = [[cell(l)] + [fmt_ratio(g.ratio(torch_label, l, x)) for x in g.xs] for l in rungs]
+        rows = [r for r in rows if any(c != "—" for c in r[1:])]
+        if rows:
+            out += ["**Ratio to %s backward** (time of `%s` / time of the rung: above 1 = the rung is faster)"
+                    % (name, torch_label), "", markdown_table(header, rows), ""]
+    rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(l, l + DET_SUFFIX, x)) for x in g.xs] for l in ladder]
+    rows = [r for r in rows if any(c != "—" for c in r[1:])]
+    if rows:
+        out += ["**Deterministic dQ / atomic dQ** (time of the default run / time of the deterministic "
+                "one: below 1 = determinism costs)", "", markdown_table(header, rows), ""]
+    return "\n".join(out)
+
+
+def window_rows(g, labels):
+    """What a window costs: per entry, the time of each window case over the causal time at the same
+    length (rung 16's check: a window of w keys over N = 2w within 1.3 x causal)."""
+    causal = {x[1]: x for x in g.xs if x[2] == "causal"}
+    pairs = [(causal[x[1]], x) for x in g.xs if x[2].startswith("window") and x[1] in causal]
+    header = ["rung"] + ["%s / causal, N=%s" % (w[2], seqlen_text(w[1])) for _, w in pairs]
+    rows = []
+    for l in labels:
+        cells = []
+        for c, w in pairs:
+            t_window, t_causal = g.ms.get((l, w)), g.ms.get((l, c))
+            cells.append(fmt_ratio(t_window / t_causal) if t_window and t_causal else "—")
+        if any(c != "—" for c in cells):
+            rows.append([rung_cell(l)] + cells)
+    return header, rows
+
+
+def masks_section(family, key, records, include_variants, registry=None):
+    """The masks families at one head_dim: TFLOP/s of every rung and of PyTorch (FlexAttention on
+    each case, SDPA flash and cuDNN on the causal ones) per (case, seqlen); each rung's ratio to
+    FlexAttention, to its declared baseline (rung 16 against rung 15 on the causal cells: what the
+    machinery costs) and to SDPA, and the window / causal time ratio."""
+    g = Grid(records, registry)
+    ladder = [l for l in g.labels if LABEL_RE.match(l) and (include_variants or is_main(l))]
+    torch = [l for l in g.labels if not LABEL_RE.match(l)]
+    title, sub = group_title(family, key, records)
+    header = ["rung"] + [x_text(family, x) for x in g.xs]
+    out = ["## %s" % title, "", sub + ".", ""]
+    rows = [[rung_cell(l)] + value_cells(g, l) for l in ladder + torch]
+    out += ["**TFLOP/s**", "", markdown_table(header, rows), ""]
+    rows = [[rung_cell(l)] + [fmt_ratio(g.ratio("torch_flex", l, x)) for x in g.xs] for l in ladder]
+    rows = [r for r in rows if any(c != "—" for c in r[1:])]
+    if rows:
+        out += ["**Ratio to PyTorch FlexAttention** (time of `torch_flex` / time of the rung: above 1 = the rung "
+                "is faster)", "", markdown_table(header, rows), ""]
+    rows = baseline_rows(g, ladder)
+    if rows:
+        out += [BASELINE_TITLE, "", markdown_table(header, rows), ""]
+    for torch_label, name, rows in torch_rows(g, ladder):
+        out += ["**Ratio to %s** (time of `%s` / time of the rung: above 1 = the rung is faster)"
+                % (name, torch_label), "", markdown_table(header, rows), ""]
+    wheader, rows = window_rows(g, ladder + torch)
+    if rows:
+        out += ["**Window / causal** (time of the window case / time of causal at the same length; a window of "
+                "w keys over N = 2w should cost at most 1.3 x causal)", "", markdown_table(wheader, rows), ""]
+    return "\n".join(out)
+
+
+def family_section(family, key, records, include_variants, registry=None):
+    if family in BACKWARD_FAMILIES:
+        return backward_section(key, records, include_variants, family)
+    if family in MASK_FAMILIES:
+        return masks_section(family, key, records, include_variants, registry)
+    g = Grid(records, registry)
+    labels = [l for l in g.labels if include_variants or not LABEL_RE.match(l) or is_main(l)]
+    if family in ("prefill", "decode", "fp8"):  # a variant that is a main's baseline is shown with it
+        wanted = {b["label"] for m in g.mains for b in g.baselines(m) if b["kind"] == "rung"}
+        labels = [l for l in g.labels if l in labels or l in wanted]
+    title, sub = group_title(family, key, records)
+    out = ["## %s" % title, "", sub + ".", ""]
+    header = ["rung"] + [x_text(family, x) for x in g.xs]
+    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8", "hopper-prefill", "llama") else "GB/s"
+    out += ["**%s**" % unit, "", markdown_table(header, [[rung_cell(l)] + value_cells(g, l) for l in labels]), ""]
+    ladder = [l for l in labels if LABEL_RE.match(l)]
+    if family == "paged":
+        rows = []
+        for l in labels:
+            rung = l.split(" P=")[0]
+            if l.endswith(" P=0"):
+                continue
+            rows.append([rung_cell(l)] + [fmt_ratio(g.ratio(rung + " P=0", l, x)) for x in g.xs])
+        if rows:
+            out += ["**Paged / contiguous** (time of P=0 / time of the paged run: below 1 = paging costs)",
+                    "", markdown_table(header, rows), ""]
+        return "\n".join(out)
+    base = next((l for l in g.mains if number_of(l) == 1), None)
+    if base and family != "ablation":
+        rows = [[rung_cell(l)] + [fmt_ratio(g.ratio(base, l, x)) for x in g.xs] for l in ladder if l != base]
+        rows = [r for r in rows if any(c != "—" for c in r[1:])]
+        if rows:
+            out += ["**Speedup over `%s`**" % base, "", markdown_table(header, rows), ""]
+    rows = baseline_rows(g, ladder)
+    if rows:
+        out += [BASELINE_TITLE, "", markdown_table(header, rows), ""]
+    for torch_label, name, rows in torch_rows(g, ladder):
+        out += [
+            "**Ratio to %s** (time of `%s` / time of the rung: above 1 = the rung is faster)"
+            % (name, torch_label),
+            "",
+            markdown_table(header, rows),
+            "",
+        ]
+    return "\n".join(out)
