@@ -252,7 +252,7 @@ def ring_runs(folder):
 
 def torch_ring_runs(folder, prefix):
     """{(ranks, seqlen, causal): report} of PyTorch's all-gather baseline (schema
-    flashladder.torch_ring/1, bench/torch_ring_baseline.py) in @p folder, files <prefix>*.json."""
+    flashladder.torch_ring/1, bench/pytorch/torch_ring_baseline.py) in @p folder, files <prefix>*.json."""
     out = {}
     for f in sorted(glob.glob(os.path.join(folder, prefix + "*.json"))):
         with open(f, encoding="utf-8") as fh:
@@ -264,7 +264,7 @@ def torch_ring_runs(folder, prefix):
 
 def torch_cp_runs(folder):
     """{(gpus, seqlen, causal): report} of PyTorch's context_parallel forward + backward (schema
-    flashladder.torch_cp/1, bench/torch_cp_baseline.py) in @p folder, files torch_cp_*.json."""
+    flashladder.torch_cp/1, bench/pytorch/torch_cp_baseline.py) in @p folder, files torch_cp_*.json."""
     out = {}
     for f in sorted(glob.glob(os.path.join(folder, "torch_cp_*.json"))):
         with open(f, encoding="utf-8") as fh:
