@@ -178,6 +178,50 @@ class DocgenTest(unittest.TestCase):
             self.assertEqual(rc, 2, out)
             self.assertIn("has no", out)
 
+    def test_svg_figures(self):
+        # The figures (bench/docblocks/figures.py, core.FIGURES) in a scratch copy of bench/ and
+        # docs/figures/: --check fails naming a committed SVG one byte off, --write restores it, and
+        # two --write runs from nothing (two processes, two hash seeds) give the committed bytes.
+        committed = {os.path.basename(p): open(p, "rb").read()
+                     for p in sorted(glob.glob(os.path.join(ROOT, "docs", "figures", "*.svg")))}
+        self.assertGreaterEqual(len(committed), 5, sorted(committed))
+        with tempfile.TemporaryDirectory(prefix="fl-docgen-figures-") as tmp:
+            shutil.copytree(os.path.join(ROOT, "bench"), os.path.join(tmp, "bench"),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            figures = os.path.join(tmp, "docs", "figures")
+            shutil.copytree(os.path.join(ROOT, "docs", "figures"), figures)
+
+            def scratch(*args, seed="0"):
+                out = subprocess.run([sys.executable, os.path.join(tmp, "bench", "docgen.py"), "--bin", BIN, *args],
+                                     capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED=seed))
+                return out.returncode, out.stdout + out.stderr
+
+            rc, out = scratch("--check")
+            self.assertEqual(rc, 0, out)
+            name = sorted(committed)[0]
+            data = committed[name]
+            i = data.index(b"</title>") - 1  # the title's last letter, one bit flipped
+            with open(os.path.join(figures, name), "wb") as f:
+                f.write(data[:i] + bytes([data[i] ^ 1]) + data[i + 1:])
+            rc, out = scratch("--check")
+            self.assertEqual(rc, 1, out)
+            self.assertIn("docs/figures/%s" % name, out)
+            self.assertEqual(out.count("docs/figures/"), 3, out)  # the diff's two file lines and the summary
+            written = []
+            for seed in ("1", "2"):
+                for p in glob.glob(os.path.join(figures, "*.svg")):
+                    os.unlink(p)
+                rc, out = scratch("--write", seed=seed)
+                self.assertEqual(rc, 0, out)
+                self.assertIn("wrote docs/figures/%s" % name, out)
+                written.append({p: open(os.path.join(figures, p), "rb").read() for p in sorted(os.listdir(figures))})
+            self.assertEqual(written[0], written[1])
+            self.assertEqual(written[0], committed)
+            for text in written[0].values():  # each figure says what it is and which run it plots
+                self.assertIn(b"<title>", text)
+                if b"not in a committed run yet" not in text:
+                    self.assertRegex(text.decode("utf-8"), r"commit [0-9a-f]{7,}; data: bench/results/")
+
 
 # ---- rung 13 (FP8): synthetic runs ------------------------------------------------------------------
 
