@@ -18,9 +18,63 @@ def gen_readme_summary(ctx, gpu=None):
     """The top README's table: every rung at one prefill and one decode shape, its declared
     baseline, the speedup over it, and PyTorch (report.summary_table)."""
     res = ctx.results(gpu)
-    return report.summary_table(res.path("ladder_bench.json"),
-                                res.path("torch_sdpa.json") if res.has("torch_sdpa.json") else None,
-                                ctx.registry, link=res.rel("report.md")).rstrip("\n")
+    return summary_with_every_rung(ctx, res, report.summary_table(
+        res.path("ladder_bench.json"), res.path("torch_sdpa.json") if res.has("torch_sdpa.json") else None,
+        ctx.registry, link=res.rel("report.md")).rstrip("\n"))
+
+
+# The rungs the summary always shows, measured or not: a sweep that predates them, or ran without
+# their families, shows "—" in their cells (a rung 16 backward entry of the registry too).
+SUMMARY_ALWAYS = (14, 15, 16)
+
+
+def summary_with_every_rung(ctx, res, text):
+    """@p text (report.summary_table's table and note) with a backward column and a row for each
+    rung of SUMMARY_ALWAYS that the table leaves out, every figure "—" but a backward entry's (a
+    variant such as 16_masks[backward], which the table does not show): its backward TFLOP/s on the
+    table's backward shape in run @p res, the speedup over its declared baseline and its ratios to
+    PyTorch's flash and cuDNN backward on that shape."""
+    lines = text.split("\n")
+    head = next(i for i, l in enumerate(lines) if l.startswith("| rung |"))
+    end = next((i for i in range(head + 2, len(lines)) if not lines[i].startswith("|")), len(lines))
+    cells = [l.strip("|").split("|") for l in lines[head:end]]
+    cells = [[c.strip() for c in row] for row in cells]
+    if "backward TFLOP/s" not in cells[0]:
+        at = cells[0].index("decode GB/s") + 1
+        for k, row in enumerate(cells):
+            row.insert(at, "backward TFLOP/s" if k == 0 else "--:" if k == 1 else "—")
+    shown = {row[0].strip("`") for row in cells[2:]}
+    wanted = []
+    for n in SUMMARY_ALWAYS:
+        entries = sorted((l, e) for l, e in ctx.info.items() if e["number"] == n)
+        forward_rung = any(not e["variant"] and not e.get("backward") for _, e in entries)
+        for label, e in entries:
+            # the main entry, and a forward rung's backward entry (a backward rung's variants stay out)
+            if (not e["variant"] or (forward_rung and e.get("backward"))) and label not in shown:
+                wanted.append((label, e))
+    if not wanted:
+        return text
+    torch_at = next((k for k, row in enumerate(cells) if k >= 2 and row[0].startswith("`torch_")), len(cells))
+    added = []
+    for label, e in wanted:
+        bs = e["baselines"]
+        if bs:
+            compared = "`%s`" % bs[0]["label"] if bs[0]["kind"] == "rung" else "fastest earlier"
+        else:
+            compared = "PyTorch's backward" if e.get("backward") else ""
+        row = ["`%s`" % label, compared] + ["—"] * (len(cells[0]) - 2)
+        want = dict(family="backward", head_dim=128, seqlen_q=4096, causal=0)
+        r = res.find(rung=label, deterministic=0, **want) if e.get("backward") else None
+        if r:
+            base = res.find(rung=bs[0]["label"], deterministic=0, **want) if bs and bs[0]["kind"] == "rung" else None
+            row[cells[0].index("backward TFLOP/s")] = report.fmt_value(r["tflops"])
+            row[-3:] = [ratio_text(base, r), ratio_text(res.find(rung="torch_flash", **want), r),
+                        ratio_text(res.find(rung="torch_cudnn", **want), r)]
+        added.append(row)
+    rows = cells[:torch_at] + added + cells[torch_at:]
+    table = ["| " + " | ".join(row) + " |" for row in rows]
+    table[1] = "|" + "|".join(rows[1]) + "|"
+    return "\n".join(lines[:head] + table + lines[end:])
 
 
 @generator("baselines")
