@@ -16,6 +16,7 @@ def gen_torch_train_cp(ctx, gpu, runs="p1,p2,p4"):
     res = ctx.results(gpu)
     rows = ["| GPUs | last held-out loss | gap to the one-GPU ladder run | max gap, last 50 steps | tolerance |",
             "|--:|--:|--:|--:|--:|"]
+    js = []
     for part in runs.split(","):
         name = os.path.join(part, "torch_train_cp.json")
         if not res.has(name):
@@ -25,7 +26,11 @@ def gen_torch_train_cp(ctx, gpu, runs="p1,p2,p4"):
         rows.append("| %d | %.4f | %.4f | %.3f | %.4f |" % (j["world_size"], j["runs"][0]["final_heldout"],
                                                              c["final_heldout_gap"], c["max_abs_last50"],
                                                              c["loss_tolerance"]))
-    return "\n".join(rows)
+        js.append(j)
+    return "\n".join(rows) + (
+        "\n\nThe yardstick, two one-GPU SDPA flash runs' gap in the last held-out loss: %.4f. Mean step time: %s." % (
+            js[0]["compare"]["noise"]["final_heldout_gap"],
+            ", ".join("%.1f ms (P = %d)" % (j["runs"][0]["step_ms_mean"], j["world_size"]) for j in js)))
 
 
 @generator("torch-generate")
@@ -42,4 +47,12 @@ def gen_torch_generate(ctx, gpu):
         c = caches[key]
         rows.append("| %s | %.0f | %.0f | **%.2f×** |" % (names[key], c["tokens_per_s"]["ladder"],
                                                            c["tokens_per_s"]["sdpa"], c["ladder_vs_sdpa"]))
-    return "\n".join(rows)
+
+    def secs(key, who):
+        return ", ".join("%.2f" % x for x in caches[key]["seconds"][who])
+
+    return "\n".join(rows) + (
+        "\n\nEach run's seconds, ladder / SDPA: dynamic %s / %s, static %s / %s. Positions where the two paths' "
+        "tokens agree: %.1f %% (dynamic), %.1f %% (static)." % (
+            secs("dynamic", "ladder"), secs("dynamic", "sdpa"), secs("static", "ladder"), secs("static", "sdpa"),
+            100 * caches["dynamic"]["agreeing_tokens"], 100 * caches["static"]["agreeing_tokens"]))
