@@ -182,7 +182,11 @@ class DocgenTest(unittest.TestCase):
         # The figures (bench/docblocks/figures.py, core.FIGURES) in a scratch copy of bench/ and
         # docs/figures/: --check fails naming a committed SVG one byte off, --write restores it, and
         # two --write runs from nothing (two processes, two hash seeds) give the committed bytes.
-        committed = {os.path.basename(p): open(p, "rb").read()
+        def read(path):
+            with open(path, "rb") as f:
+                return f.read()
+
+        committed = {os.path.basename(p): read(p)
                      for p in sorted(glob.glob(os.path.join(ROOT, "docs", "figures", "*.svg")))}
         self.assertGreaterEqual(len(committed), 5, sorted(committed))
         with tempfile.TemporaryDirectory(prefix="fl-docgen-figures-") as tmp:
@@ -214,7 +218,7 @@ class DocgenTest(unittest.TestCase):
                 rc, out = scratch("--write", seed=seed)
                 self.assertEqual(rc, 0, out)
                 self.assertIn("wrote docs/figures/%s" % name, out)
-                written.append({p: open(os.path.join(figures, p), "rb").read() for p in sorted(os.listdir(figures))})
+                written.append({p: read(os.path.join(figures, p)) for p in sorted(os.listdir(figures))})
             self.assertEqual(written[0], written[1])
             self.assertEqual(written[0], committed)
             for text in written[0].values():  # each figure says what it is and which run it plots
