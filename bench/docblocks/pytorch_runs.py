@@ -1,6 +1,6 @@
 """The package's end-to-end runs in docs/pytorch.md that have no block in pytorch.py: the training
-demo with context parallelism (bench/torch_train_cp.py, one sub-folder per ring size) and text
-generation through transformers (bench/torch_generate.py, torch_generate.json)."""
+demo with context parallelism (bench/pytorch/torch_train_cp.py, one sub-folder per ring size) and
+text generation through transformers (bench/pytorch/torch_generate.py, torch_generate.json)."""
 
 import os
 
@@ -20,7 +20,7 @@ def gen_torch_train_cp(ctx, gpu, runs="p1,p2,p4"):
     for part in runs.split(","):
         name = os.path.join(part, "torch_train_cp.json")
         if not res.has(name):
-            raise Missing(res.rel(name), "torchrun ... bench/torch_train_cp.py --compare torch_train.json")
+            raise Missing(res.rel(name), "torchrun ... bench/pytorch/torch_train_cp.py --compare torch_train.json")
         j = res.json(name)
         c = j["compare"]
         rows.append("| %d | %.4f | %.4f | %.3f | %.4f |" % (j["world_size"], j["runs"][0]["final_heldout"],
@@ -35,11 +35,11 @@ def gen_torch_train_cp(ctx, gpu, runs="p1,p2,p4"):
 
 @generator("torch-generate")
 def gen_torch_generate(ctx, gpu):
-    """Text generation (bench/torch_generate.py): per cache, the ladder's and SDPA's tokens/s (the
+    """Text generation (bench/pytorch/torch_generate.py): per cache, the ladder's and SDPA's tokens/s (the
     median of the repeats) and their ratio."""
     res = ctx.results(gpu)
     if not res.has("torch_generate.json"):
-        raise Missing(res.rel("torch_generate.json"), "python3 bench/torch_generate.py")
+        raise Missing(res.rel("torch_generate.json"), "python3 bench/pytorch/torch_generate.py")
     caches = res.json("torch_generate.json")["caches"]
     names = {"dynamic": "dynamic", "static": "static (compiled, CUDA graphs)"}
     rows = ["| cache | ladder tokens/s | SDPA tokens/s | ladder / SDPA |", "|---|--:|--:|--:|"]
