@@ -36,8 +36,14 @@ def alive(pid):
 
 
 class Launcher(unittest.TestCase):
+    def setUp(self):
+        # Every folder a test makes (the ranks' reports, an id file) lives in one, removed after it.
+        tmp = tempfile.TemporaryDirectory(prefix="fl-ring-test-")
+        self.addCleanup(tmp.cleanup)
+        self.tmp = tmp.name
+
     def run_launcher(self, args, rung=(), timeout=60, **env):
-        self.out = tempfile.mkdtemp(prefix="fl-ring-test-")
+        self.out = tempfile.mkdtemp(dir=self.tmp)
         e = dict(os.environ, FAKE_OUT=self.out)
         for k in ("NCCL_NVLS_ENABLE", "NCCL_HOSTID", "NCCL_NET", "NCCL_SOCKET_IFNAME"):
             e.pop(k, None)
@@ -142,7 +148,7 @@ class Launcher(unittest.TestCase):
 
     def test_nodes_number_the_ranks(self):
         p = self.run_launcher(["--gpus", "2", "--nnodes", "3", "--node-rank", "1", "--id-file",
-                               os.path.join(tempfile.mkdtemp(), "id")])
+                               os.path.join(tempfile.mkdtemp(dir=self.tmp), "id")])
         self.assertEqual(p.returncode, 0, p.stderr)
         r = self.ranks()
         self.assertEqual(sorted(r), [2, 3])
