@@ -10,9 +10,9 @@
 #   .ci/notebooks.sh            # all of the above
 #   .ci/notebooks.sh --check    # (1) only: no Python packages needed
 #
-# Env: FL_NOTEBOOK_VENV (default $TMPDIR/fl-notebooks-venv, else /tmp/..., reused while requirements.txt is
-# unchanged), FL_RESULTS (a results folder), FL_NOTEBOOK_OUT (where executed notebooks and PNGs go;
-# default a fresh temp folder).
+# Env: FL_NOTEBOOK_VENV (default build/notebooks-venv, reused while requirements.txt is unchanged),
+# FL_RESULTS (a results folder), FL_NOTEBOOK_OUT (where executed notebooks and PNGs go, kept; by
+# default a temp folder, removed on exit: a failing notebook's log is printed first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -41,7 +41,7 @@ EOF
 [ "${1:-}" = "--check" ] && exit 0
 
 # ---- (2) pinned requirements in a venv ---------------------------------------------------------
-VENV=${FL_NOTEBOOK_VENV:-${TMPDIR:-/tmp}/fl-notebooks-venv}
+VENV=${FL_NOTEBOOK_VENV:-$ROOT/build/notebooks-venv}
 STAMP="$VENV/.requirements.sha256"
 WANT=$(sha256sum notebooks/requirements.txt | cut -d' ' -f1)
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
@@ -55,7 +55,13 @@ VPY="$VENV/bin/python"
 "$VPY" -m ipykernel install --prefix "$VENV" --name python3 >/dev/null  # the kernel nbconvert starts
 
 # ---- (3) execute ---------------------------------------------------------------------------------
-OUT=${FL_NOTEBOOK_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/fl-notebooks.XXXXXX")}
+KEEP_OUT=${FL_NOTEBOOK_OUT:-}
+if [ -n "$KEEP_OUT" ]; then
+  OUT=$KEEP_OUT
+else
+  OUT=$(mktemp -d "${TMPDIR:-/tmp}/fl-notebooks.XXXXXX")
+  trap 'rm -rf "$OUT"' EXIT
+fi
 mkdir -p "$OUT"
 export FL_NOTEBOOK_OUT="$OUT" MPLBACKEND=Agg JUPYTER_PATH="$VENV/share/jupyter"
 USER_RESULTS=${FL_RESULTS:-}
@@ -101,6 +107,6 @@ EOF2
     echo "FAILED  $name:"; tail -30 "$OUT/$name.log"; failed=$((failed + 1))
   fi
 done
-echo "notebooks: executed copies and figures in $OUT"
+if [ -n "$KEEP_OUT" ]; then echo "notebooks: executed copies and figures in $OUT"; fi
 echo "notebooks: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
