@@ -114,11 +114,11 @@ class Timer(timing.EventTimer):
     buffer (its fill kernel: what this script used before, kept to compare)."""
 
     def __init__(self, torch, l2_bytes, device):
-        from flashladder import _ext, _ops
+        from flashladder import _ext, _launch
 
         super().__init__(torch, 2 * max(l2_bytes, 1 << 20), device, flush="memset")
         buf, nbytes = self.flush_buf.data_ptr(), self.flush_buf.numel()
-        stream, index = _ops._stream(self.flush_buf), device.index
+        stream, index = _launch.stream(self.flush_buf), device.index
         self.flushes = {"memset": lambda: _ext.flush_l2(buf, nbytes, stream, index), "fill": self.flush_buf.zero_}
 
     def single(self, fn, iters, idle, warmup=10, flush="memset"):
@@ -138,14 +138,14 @@ def make_qkv(torch, shape, device, requires_grad=False):
 
 def ext_launcher(torch, fl, plan, q, k, v):
     """A call of the binding alone: outputs allocated once, every argument prepared."""
-    from flashladder import _ext, _ops
+    from flashladder import _ext, _launch
 
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
     strides = (q.stride(), k.stride(), v.stride(), out.stride())
-    stream, index = _ops._stream(q), q.device.index
+    stream, index = _launch.stream(q), q.device.index
     ws_ptr, ws_bytes = (ws.data_ptr(), plan.workspace_bytes) if plan.workspace_bytes else (0, 0)
 
     def call():  # planned=True, as the package calls it (its plan asked supports and the workspace)
@@ -158,7 +158,7 @@ def ext_launcher(torch, fl, plan, q, k, v):
 def prepared_launcher(torch, fl, plan, q, k, v):
     """A call of the fast path's prepared launch alone (_ext.PreparedForward): outputs allocated
     once, the pointers and the stream read once."""
-    from flashladder import _ext, _ops
+    from flashladder import _ext, _launch
 
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
@@ -167,7 +167,7 @@ def prepared_launcher(torch, fl, plan, q, k, v):
                                   (q.stride(), k.stride(), v.stride(), out.stride()), q.device.index,
                                   plan.workspace_bytes)
     args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-            ws.data_ptr() if plan.workspace_bytes else 0, _ops._stream(q))
+            ws.data_ptr() if plan.workspace_bytes else 0, _launch.stream(q))
 
     def call():
         launch.launch(*args)
@@ -210,7 +210,7 @@ def run(args):
     if fl.device_count() == 0:
         print("torch_overhead.py: %s: nothing measured" % fl.no_device_reason())
         return 0
-    from flashladder import _core, _ext, _ops
+    from flashladder import _core, _ext, _launch
 
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -487,9 +487,9 @@ def run(args):
              ("output and LSE allocation, torch.empty(shape, dtype=, device=)",
               lambda: (torch.empty(tq.shape, dtype=tq.dtype, device=device),
                        torch.empty((1, 16, 128), dtype=torch.float32, device=device))),
-             ("current stream", lambda: _ops._stream(tq)),
+             ("current stream", lambda: _launch.stream(tq)),
              ("the fast path's signature and lookup (_fast_signature)",
-              lambda: _ops._FAST.get(_ops._fast_signature(tq, tk, tv, False, None, None, "")))]
+              lambda: _launch.FAST.get(_launch.fast_signature(tq, tk, tv, False, None, None, "")))]
     for name, fn in parts:
         host["python_layer_us"][name] = timing.host_us(torch, fn, args.host_calls * 5, sync=False)
         print("  %-42s %6.2f us" % (name, host["python_layer_us"][name]))

@@ -30,7 +30,7 @@ flashladder = runinfo.import_flashladder()
 if flashladder is None or not torch.cuda.is_available():
     print("needs the flashladder package and a CUDA device: nothing measured")
     sys.exit(0)
-from flashladder import _ops  # noqa: E402
+from flashladder import _core, _launch  # noqa: E402
 
 torch.manual_seed(0)
 dev = "cuda"
@@ -42,7 +42,8 @@ def run(sk, hq, hkv, dt, fwd_rung=6):
     k = (torch.randn(b, sk, hkv, d, device=dev) + 0.25).to(dt)
     v = (torch.randn(b, sk, hkv, d, device=dev) + 0.25).to(dt)
     do = (torch.randn(b, sq, hq, d, device=dev) + 0.25).to(dt)
-    out, lse, o32 = _ops._forward(q, k, v, False, None, fwd_rung, "", o_fp32=True)
+    key = _core.check_qkv(q, k, v, False, None)
+    out, lse, o32 = _launch.forward(q, k, v, key, fwd_rung, "", o_fp32=True)
     dq, dk, dv = flashladder.attention_backward(do, q, k, v, out, lse, rung=11, variant="o32-delta", out_fp32=o32)
     dq16, _, _ = flashladder.attention_backward(do, q, k, v, out, lse, rung=11, variant="o16-delta")
     dqd, _, _ = flashladder.attention_backward(do, q, k, v, out, lse, rung=11, variant="o32-delta", out_fp32=o32,

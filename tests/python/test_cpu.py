@@ -545,7 +545,7 @@ class TransformersArguments(unittest.TestCase):
 
 class KVCacheRotary(unittest.TestCase):
     """flash_attn_with_kvcache's rotary embedding and cache_batch_idx on CPU tensors (PyTorch
-    needed; skipped without): _flash._apply_rotary against the rotation written out in fp64, the
+    needed; skipped without): _kvcache._apply_rotary against the rotation written out in fp64, the
     refusals before anything is written, and the append and the route with the launch stood in."""
 
     def setUp(self):
@@ -553,8 +553,8 @@ class KVCacheRotary(unittest.TestCase):
             import torch
         except ImportError:
             self.skipTest("PyTorch is not installed")
-        from flashladder import _flash
-        self.torch, self.flash = torch, _flash
+        from flashladder import _kvcache
+        self.torch, self.flash = torch, _kvcache
 
     def rope(self, x, cos, sin, positions, interleaved):
         """fp64: tests/python/refs.py's rope_reference."""
@@ -660,13 +660,13 @@ class KVCacheRotary(unittest.TestCase):
         flash = self.flash
         seen = []
 
-        def forward(q, k, v, causal, scale, rung, variant, key=None, o_fp32=False, mods=None, extras=None):
+        def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
             seen.append((q, k, mods.page_size, extras[5]))
             return torch.zeros_like(q), None, None
 
-        saved = (flash._ops._forward, flash._core.check_qkv, flash._core.check_qkv_cached,
+        saved = (flash._launch.forward, flash._core.check_qkv, flash._core.check_qkv_cached,
                  flash._core.check_layout_of, flash._core.plan_forward)
-        flash._ops._forward = forward
+        flash._launch.forward = forward
         flash._core.check_qkv = flash._core.check_qkv_cached = lambda q, k, *a, **kw: (q.shape[1],)
         flash._core.check_layout_of = lambda *a, **kw: None
         flash._core.plan_forward = lambda *a, **kw: None  # every problem taken through pages
@@ -713,7 +713,7 @@ class KVCacheRotary(unittest.TestCase):
                     else:  # the batch's rows, copied after the append
                         self.assertTrue(torch.equal(k_seen, kc[idx.long()]), what)
         finally:
-            (flash._ops._forward, flash._core.check_qkv, flash._core.check_qkv_cached, flash._core.check_layout_of,
+            (flash._launch.forward, flash._core.check_qkv, flash._core.check_qkv_cached, flash._core.check_layout_of,
              flash._core.plan_forward) = saved
 
 if __name__ == "__main__":

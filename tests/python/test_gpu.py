@@ -331,8 +331,9 @@ def part_backward():
             out.backward(dout)
             runs.append((q.grad.clone(), k.grad.clone(), v.grad.clone()))
         # Autograd's D reads the forward's fp32 O: the same copy, from the same forward.
-        o32 = flashladder.load_ops()._forward(q.detach(), k.detach(), v.detach(), True, None, None,
-                                              "", o_fp32=True)[2]
+        from flashladder import _launch
+        qd, kd, vd = q.detach(), k.detach(), v.detach()
+        o32 = _launch.forward(qd, kd, vd, _core.check_qkv(qd, kd, vd, True, None), o_fp32=True)[2]
         direct = flashladder.attention_backward(dout, q.detach(), k.detach(), v.detach(),
                                                 out.detach(), lse, causal=True, deterministic=True,
                                                 out_fp32=o32)

@@ -4,7 +4,7 @@
     PYTHONPATH=build/ci/python python3 tests/python/test_hf_cpu.py
 
 The package's control flow runs as it does on a GPU. Only the rung's launch and its CUDA checks
-(_core.check_qkv and check_qkv_cached, _ops._forward) are replaced by a fp32 reference on the CPU, which
+(_core.check_qkv and check_qkv_cached, _launch.forward) are replaced by a fp32 reference on the CPU, which
 computes what the rung is asked for: the cache's slots [cache_leftpad, cache_seqlens), a
 packed batch's sequences, bottom-right causal. The checks:
 
@@ -45,7 +45,7 @@ except ImportError:
     print("transformers is not installed: skipped (exit 77)")
     sys.exit(SKIP)
 
-from flashladder import _flash, _hf, register_transformers  # noqa: E402
+from flashladder import _core, _hf, _kvcache, _launch, register_transformers  # noqa: E402
 
 FAILURES = []
 
@@ -79,11 +79,11 @@ def _attend(q, k, v, causal, scale):
 CALLS = [0]  # cpu_forward's calls: the ladder's runs must reach it
 
 
-def cpu_forward(q, k, v, causal, softmax_scale, rung, variant, key=None, o_fp32=False, mods=None, extras=None):
-    """_ops._forward on the CPU: a KV cache's runs (extras: used, start), a packed batch (cu_seqlens),
-    or a dense batch."""
+def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
+    """_launch.forward on the CPU: a KV cache's runs (extras: used, start), a packed batch (cu_seqlens),
+    or a dense batch; causal and the scale from the key (cpu_key's)."""
     CALLS[0] += 1
-    scale = softmax_scale or q.shape[-1] ** -0.5
+    causal, scale = key[7], key[8] or q.shape[-1] ** -0.5
     extras = extras or ()
     out = torch.empty_like(q)
     if q.dim() == 3:  # packed: [total, heads, head_dim], LSE [heads, total]
@@ -109,8 +109,8 @@ def cpu_key(q, k, v, causal=False, softmax_scale=None, *args, **kwargs):
             softmax_scale or 0.0)
 
 
-_flash._ops._forward = cpu_forward
-_flash._core.check_qkv = _flash._core.check_qkv_cached = cpu_key
+_launch.forward = cpu_forward
+_core.check_qkv = _core.check_qkv_cached = cpu_key
 
 
 # ---- 1, 2: the mask's runs --------------------------------------------------------------------------
@@ -262,7 +262,7 @@ def test_generate(sdpa, ladder):
 
 
 def test_paged_prefill():
-    real_plan, real_gather = _flash._core.plan_forward, _flash._gather_pages
+    real_plan, real_gather = _core.plan_forward, _kvcache._gather_pages
     gathers = [0]
 
     def plan(rung, variant, key, device, backward=False, mods=None):
@@ -274,7 +274,7 @@ def test_paged_prefill():
         gathers[0] += 1
         return real_gather(*args)
 
-    _flash._core.plan_forward, _flash._gather_pages = plan, gather
+    _core.plan_forward, _kvcache._gather_pages = plan, gather
     try:
         torch.manual_seed(5)
         b, slots, page, hq, hkv, d = 3, 256, 16, 4, 2, 32
@@ -290,9 +290,9 @@ def test_paged_prefill():
             pad = None if leftpad is None else torch.tensor(leftpad, dtype=torch.int32)
             kc2, vc2, kp2, vp2 = kc.clone(), vc.clone(), kp.clone(), vp.clone()
             before = gathers[0]
-            out_c = _flash.flash_attn_with_kvcache(q, kc2, vc2, kn, vn, cache_seqlens=used, cache_leftpad=pad,
+            out_c = _kvcache.flash_attn_with_kvcache(q, kc2, vc2, kn, vn, cache_seqlens=used, cache_leftpad=pad,
                                                    causal=True)
-            out_p = _flash.flash_attn_with_kvcache(q, kp2, vp2, kn, vn, cache_seqlens=used, cache_leftpad=pad,
+            out_p = _kvcache.flash_attn_with_kvcache(q, kp2, vp2, kn, vn, cache_seqlens=used, cache_leftpad=pad,
                                                    causal=True, block_table=table)
             what = "paged prefill, %d queries, %d new keys%s" % (sq, new, ", left-padded" if pad is not None else "")
             check(gathers[0] == before + 1, "%s: the pages were gathered" % what)
@@ -300,7 +300,7 @@ def test_paged_prefill():
             check(torch.equal(kp2[table.long()].reshape(b, slots, hkv, d), kc2),
                   "%s: the new keys were written through the table" % what)
     finally:
-        _flash._core.plan_forward, _flash._gather_pages = real_plan, real_gather
+        _core.plan_forward, _kvcache._gather_pages = real_plan, real_gather
 
 
 def main():

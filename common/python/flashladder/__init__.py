@@ -16,7 +16,12 @@ torch.compile and autograd through rung 14's backward on sm_90 (rung 11's elsewh
 FlashAttention's interface (``flash_attn_func``, ``flash_attn_qkvpacked_func``,
 ``flash_attn_kvpacked_func``, ``flash_attn_varlen_func`` and its packed forms: FlashAttention 2's
 signatures, with windows, softcapping, ALiBi slopes, sinks and packed batches on rung 16 and
-rung 15) is in ``flashladder._flash``, imported on first use.
+rung 15) is in ``flashladder._flash``, ``flash_attn_with_kvcache`` in ``flashladder._kvcache``,
+both imported on first use.
+
+The layers, one way down: the public functions (here, ``_flash``, ``_kvcache``, ``_ring``,
+``_hf``) -> the custom ops and their autograd (``_ops``) -> one launch layer (``_launch``) ->
+the extension (``_ext``); every check a call makes is ``_core``'s (torch-free), made once.
 
 Context-parallel ring attention inside a process group (``ring_attention``, differentiable, with
 ``ring_shard`` and ``ring_unshard``: rung 12's plan, one process per GPU) is in
@@ -90,7 +95,7 @@ def register_transformers(name="ladder", rung=None, variant=""):
     return _hf.register_transformers(name=name, rung=rung, variant=variant)
 
 
-#: FlashAttention's functions (flashladder._flash), imported with PyTorch on first use.
+#: FlashAttention's functions (flashladder._flash, _kvcache), imported with PyTorch on first use.
 FLASH_API = ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacked_func", "flash_attn_varlen_func",
              "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache")
 
@@ -100,6 +105,10 @@ RING_API = ("ring_attention", "ring_shard", "ring_unshard")
 
 
 def __getattr__(name):
+    if name == "flash_attn_with_kvcache":
+        from . import _kvcache
+
+        return _kvcache.flash_attn_with_kvcache
     if name in FLASH_API:
         from . import _flash
 

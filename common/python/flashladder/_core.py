@@ -197,6 +197,54 @@ def _type_name(t):
     return type(t).__module__ + "." + type(t).__qualname__
 
 
+def check_structure(q, k, v, where=""):
+    """What check_qkv and ring_attention's check share, on 4-D tensors of any device and dtype: q,
+    k and v on one device with one dtype, v shaped as k, k with q's batch and head_dim. ``where``
+    prefixes each message ('ring_attention: ')."""
+    named = (("q", q), ("k", k), ("v", v))
+    _check_one_device(named, where)
+    _check_one_dtype(named, where)
+    _check_kv_shape(q, k, v, where)
+
+
+def _check_one_device(named, where=""):
+    """Every tensor of ``named`` ((name, tensor) pairs, q first) on q's device."""
+    q = named[0][1]
+    for name, t in named[1:]:
+        if t.device != q.device:
+            raise ValueError("flashladder: %s%s is on %s but q is on %s; q, k and v must be on one "
+                             "device" % (where, name, t.device, q.device))
+
+
+def _check_one_dtype(named, where=""):
+    q = named[0][1]
+    for name, t in named[1:]:
+        if t.dtype != q.dtype:
+            raise TypeError("flashladder: %s%s is %s but q is %s; q, k and v must have one dtype"
+                            % (where, name, t.dtype, q.dtype))
+
+
+def _check_kv_shape(q, k, v, where=""):
+    """v shaped as k, and k with q's batch and head_dim (4-D tensors)."""
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError("flashladder: %sv must have k's shape %s, got %s"
+                         % (where, tuple(k.shape), tuple(v.shape)))
+    if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
+        raise ValueError("flashladder: %sk's batch and head_dim must be q's (%d, %d), got shape %s"
+                         % (where, q.shape[0], q.shape[3], tuple(k.shape)))
+
+
+def check_scale(softmax_scale):
+    """softmax_scale as a float, 0.0 for None (1/sqrt(head_dim), the ladder's default)."""
+    if softmax_scale is None:
+        return 0.0
+    scale = float(softmax_scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError("flashladder: softmax_scale must be a finite number > 0 (None means "
+                         "1/sqrt(head_dim)), got %r" % (softmax_scale,))
+    return scale
+
+
 def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check_layout=True):
     """Checks q, k, v ([batch, seqlen, heads, head_dim], 16-bit, one CUDA device) and returns the
     problem's key: (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype name, causal,
@@ -212,30 +260,19 @@ def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check
         if getattr(t.device, "type", None) != "cuda":
             raise ValueError("flashladder: %s is on %s; the rungs run on CUDA tensors (move it "
                              "with .cuda())" % (name, t.device))
-    for name, t in named[1:]:
-        if t.device != q.device:
-            raise ValueError("flashladder: %s is on %s but q is on %s; q, k and v must be on one "
-                             "device" % (name, t.device, q.device))
+    _check_one_device(named)
     dtype = DTYPES.get(str(q.dtype))
     if dtype is None:
         raise TypeError("flashladder: q is %s; the rungs take torch.float16 or torch.bfloat16"
                         % (q.dtype,))
-    for name, t in named[1:]:
-        if t.dtype != q.dtype:
-            raise TypeError("flashladder: %s is %s but q is %s; q, k and v must have one dtype"
-                            % (name, t.dtype, q.dtype))
+    _check_one_dtype(named)
     for name, t in named:
         if len(t.shape) != 4:
             raise ValueError("flashladder: %s must have 4 dimensions [batch, seqlen, heads, "
                              "head_dim], got shape %s" % (name, tuple(t.shape)))
+    _check_kv_shape(q, k, v)
     batch, seqlen_q, heads_q, head_dim = q.shape
     _, seqlen_k, heads_kv, _ = k.shape
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError("flashladder: v must have k's shape %s, got %s"
-                         % (tuple(k.shape), tuple(v.shape)))
-    if k.shape[0] != batch or k.shape[3] != head_dim:
-        raise ValueError("flashladder: k's batch and head_dim must be q's (%d, %d), got shape %s"
-                         % (batch, head_dim, tuple(k.shape)))
     for name, t in named:
         if any(n == 0 for n in t.shape):
             raise ValueError("flashladder: %s is empty (shape %s); every dimension must be >= 1"
@@ -246,12 +283,7 @@ def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check
     if head_dim % 8 != 0 or head_dim > _ext.MAX_HEAD_DIM:
         raise ValueError("flashladder: head_dim must be a multiple of 8 (16-byte rows) up to %d, "
                          "got %d" % (_ext.MAX_HEAD_DIM, head_dim))
-    scale = 0.0
-    if softmax_scale is not None:
-        scale = float(softmax_scale)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError("flashladder: softmax_scale must be a finite number > 0 (None means "
-                             "1/sqrt(head_dim)), got %r" % (softmax_scale,))
+    scale = check_scale(softmax_scale)
     if check_layout:
         for name, t in named:
             check_layout_of(name, t)
@@ -297,31 +329,21 @@ _PASSED = {}
 _PASSED_MAX = 4096
 
 
-def _signature(q, k, v, causal, softmax_scale, tensor_type):
-    """Everything check_qkv's verdict depends on: each input's type, shape, strides, dtype, device
-    and data pointer modulo 16 (the alignment rule), and the arguments. None when an input does
-    not have these (not a tensor: the full check says why)."""
-    try:
-        return (tensor_type, causal, softmax_scale,
-                type(q), q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
-                type(k), k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
-                type(v), v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15)
-    except Exception:  # noqa: BLE001  anything else than a tensor-like input: no fast path
-        return None
-
-
 def check_qkv_cached(q, k, v, causal=False, softmax_scale=None, tensor_type=None):
-    """check_qkv's key, without repeating its checks for inputs whose signature (_signature)
-    already passed them. Inputs never seen, and every input that fails, go through check_qkv, so
-    bad input raises exactly what check_qkv raises."""
-    sig = _signature(q, k, v, causal, softmax_scale, tensor_type)
-    if sig is not None:
-        try:
-            key = _PASSED.get(sig)
-        except TypeError:  # an unhashable attribute (a stand-in's list): no fast path
-            sig, key = None, None
-        if key is not None:
-            return key
+    """check_qkv's key, without repeating its checks for inputs whose signature already passed
+    them: each input's type, shape, strides, dtype, device and data pointer modulo 16 (the
+    alignment rule), and the arguments. Inputs never seen, and every input that fails, go through
+    check_qkv, so bad input raises exactly what check_qkv raises."""
+    try:
+        sig = (tensor_type, causal, softmax_scale,
+               type(q), q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
+               type(k), k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
+               type(v), v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15)
+        key = _PASSED.get(sig)
+    except Exception:  # noqa: BLE001  not a tensor, or an unhashable attribute: the full check says why
+        sig, key = None, None
+    if key is not None:
+        return key
     key = check_qkv(q, k, v, causal, softmax_scale, tensor_type=tensor_type)
     if sig is not None:
         if len(_PASSED) >= _PASSED_MAX:
@@ -339,16 +361,97 @@ def check_layout_of(name, t):
 
 
 def check_like(name, t, like_name, like, dtype=None):
-    """ValueError/TypeError unless ``t`` has ``like``'s shape, dtype (or ``dtype``) and device."""
+    """ValueError/TypeError unless ``t`` has ``like``'s shape, dtype (or the dtype named ``dtype``,
+    as str() of a torch dtype gives it) and device."""
     if tuple(t.shape) != tuple(like.shape):
         raise ValueError("flashladder: %s must have %s's shape %s, got %s"
                          % (name, like_name, tuple(like.shape), tuple(t.shape)))
-    want = like.dtype if dtype is None else dtype
-    if t.dtype != want:
-        raise TypeError("flashladder: %s must be %s, got %s" % (name, want, t.dtype))
+    if (t.dtype != like.dtype) if dtype is None else (str(t.dtype) != dtype):
+        raise TypeError("flashladder: %s must be %s, got %s" % (name, like.dtype if dtype is None else dtype,
+                                                                t.dtype))
     if t.device != like.device:
         raise ValueError("flashladder: %s is on %s but %s is on %s"
                          % (name, t.device, like_name, like.device))
+
+
+def check_grads(dout, q, out, lse, out_fp32, tensor_type):
+    """The backward's inputs beside q, k, v (checked already): dout and out like q, the LSE
+    float32 [batch, heads_q, seqlen_q] (packed: [heads_q, total_q]) on q's device, and out_fp32
+    (None or empty: D from out) like q in float32. Returns whether out_fp32 is given."""
+    for name, t in (("dout", dout), ("out", out), ("lse", lse)):
+        if not isinstance(t, tensor_type):
+            raise TypeError("flashladder: %s must be a torch.Tensor, got %s" % (name, type(t)))
+    check_like("out", out, "q", q)
+    check_like("dout", dout, "q", q)
+    lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if len(q.shape) == 4 else (q.shape[1], q.shape[0])
+    if tuple(lse.shape) != lse_shape or str(lse.dtype) != "torch.float32" or lse.device != q.device:
+        raise ValueError("flashladder: lse must be float32 %s on %s (the forward's), got %s %s on %s"
+                         % (lse_shape, q.device, lse.dtype, tuple(lse.shape), lse.device))
+    if out_fp32 is None or out_fp32.numel() == 0:
+        return False
+    check_like("out_fp32", out_fp32, "q", q, dtype="torch.float32")
+    return True
+
+
+# ---- FlashAttention's arguments (flashladder._flash, _kvcache) -----------------------------------
+
+def check_dropout(dropout_p):
+    if dropout_p:
+        raise NotImplementedError("flashladder: dropout_p=%r: the rungs have no attention dropout "
+                                  "(pass dropout_p=0.0, or call model.eval())" % (dropout_p,))
+
+
+def check_window(window_size, causal=False):
+    """(left, right) of FlashAttention's window_size, -1 for an open side; causal closes the
+    right side already (FlashAttention: (left, 0)), so it is -1 then."""
+    try:
+        left, right = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        raise ValueError("flashladder: window_size must be a pair (left, right) of ints, -1 for an "
+                         "open side, got %r" % (window_size,)) from None
+    if left < -1 or right < -1:
+        raise ValueError("flashladder: window_size: each side >= 0, or -1 (open), got %r" % (window_size,))
+    return left, (-1 if causal else right)
+
+
+def check_softcap(softcap):
+    if softcap is None or softcap < 0:
+        raise ValueError("flashladder: softcap must be >= 0 (0: off), got %r" % (softcap,))
+
+
+def check_slopes(alibi_slopes, q, batch):
+    """Mods.alibi of ``alibi_slopes``: 0 none, 2 per head ([heads_q]), 3 per sequence and head."""
+    if alibi_slopes is None:
+        return 0
+    heads_q = q.shape[-2]
+    if alibi_slopes.device != q.device:
+        raise ValueError("flashladder: alibi_slopes is on %s but q is on %s" % (alibi_slopes.device, q.device))
+    if tuple(alibi_slopes.shape) == (heads_q,):
+        return 2
+    if tuple(alibi_slopes.shape) == (batch, heads_q):
+        return 3
+    raise ValueError("flashladder: alibi_slopes must be [heads_q] = (%d,) or [batch, heads_q] = (%d, %d), "
+                     "got %s" % (heads_q, batch, heads_q, tuple(alibi_slopes.shape)))
+
+
+def check_sinks(learnable_sink, q):
+    heads_q = q.shape[-2]
+    if tuple(learnable_sink.shape) != (heads_q,) or learnable_sink.device != q.device:
+        raise ValueError("flashladder: learnable_sink must be one logit per query head, [heads_q] = (%d,) "
+                         "on %s, got %s on %s" % (heads_q, q.device, tuple(learnable_sink.shape),
+                                                  learnable_sink.device))
+
+
+def check_not_implemented(what, given):
+    if given:
+        raise NotImplementedError("flashladder: %s is not implemented" % (what,))
+
+
+def check_packed(name, x, layout, axis, count):
+    """``x`` packs ``count`` tensors along ``axis``: len(layout) dimensions (the names in
+    ``layout``, '[batch, seqlen, 3, heads, head_dim]'), ``count`` at ``axis``."""
+    if x.dim() != layout.count(",") + 1 or x.shape[axis] != count:
+        raise ValueError("flashladder: %s must be %s, got %s" % (name, layout, tuple(x.shape)))
 
 
 # ---- plans: which rung, how much workspace (cached per shape) --------------------------------

@@ -283,7 +283,7 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     restart = not packed and attention_mask is None and packed_rows(kwargs.get("position_ids"))
     plain = window == (-1, -1) and not softcap and sinks is None
     rung, variant = kwargs.get("rung"), kwargs.get("variant", "")
-    from . import _flash, _ops  # PyTorch, once the arguments passed (the checks above need none)
+    from . import _flash, _kvcache, _ops  # PyTorch, once the arguments passed (the checks above need none)
 
     # [batch, heads, seqlen, head_dim] -> the ladder's [batch, seqlen, heads, head_dim]: a view
     # with head_dim still contiguous, which every rung reads through its strides.
@@ -329,9 +329,9 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
         # mask's shape is the cache's, so a static cache's decode step is one graph, replayed.
         span = _padding_span(attention_mask, seqlen_q)
         if span is not None:
-            return _flash.flash_attn_with_kvcache(q, k, v, cache_seqlens=span[1], cache_leftpad=span[0],
-                                                  softmax_scale=scaling, causal=is_causal, window_size=window,
-                                                  softcap=float(softcap), learnable_sink=sinks), None
+            return _kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=span[1], cache_leftpad=span[0],
+                                                    softmax_scale=scaling, causal=is_causal, window_size=window,
+                                                    softcap=float(softcap), learnable_sink=sinks), None
     # Else unpad, a packed batch, pad back (transformers' FlashAttention path).
     if seqlen_k > attention_mask.shape[1]:
         seqlen_k = attention_mask.shape[1]

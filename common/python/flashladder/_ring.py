@@ -79,7 +79,7 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import _core, _ext, _ops
+from . import _core, _ext, _launch
 
 #: Rung 12's two ways to split the sequence (ring_plan.h's Sharding).
 SHARDINGS = ("zigzag", "contiguous")
@@ -220,7 +220,7 @@ def _backward_rung(key, device, deterministic):
 
 class RungBackend:
     """The package's own rungs, on CUDA tensors (the default): the forward route's rung for each
-    launch, writing its fp32 O beside the 16-bit one (_ops._forward with o_fp32), and rung 14's
+    launch, writing its fp32 O beside the 16-bit one (_launch.forward with o_fp32), and rung 14's
     o32-delta backward on sm_90 (rung 11's elsewhere) with D from the global fp32 O. A backend is
     any object with these three methods."""
 
@@ -244,7 +244,8 @@ class RungBackend:
     def forward(self, q, k, v, causal, scale):
         """(O before its rounding, in fp32; LSE, fp32 [batch, heads_q, seqlen_q]) of one launch.
         The rungs read strided rows (a slice of the shard) as they are."""
-        _, lse, o32 = _ops._forward(q, k, v, causal, scale, None, "", o_fp32=True)
+        key = _core.check_qkv_cached(q, k, v, causal, scale, tensor_type=torch.Tensor)
+        _, lse, o32 = _launch.forward(q, k, v, key, o_fp32=True)
         return o32, lse
 
     def backward(self, dout, q, k, v, out, lse, causal, scale, out_fp32):
@@ -253,8 +254,7 @@ class RungBackend:
         key = _core.check_qkv_cached(q, k, v, causal, scale, tensor_type=torch.Tensor)
         deterministic = torch.are_deterministic_algorithms_enabled()
         rung = _backward_rung(key, q.device.index, deterministic)
-        return _ops._backward(dout, q, k, v, out, lse, causal, scale, deterministic, rung, _BACKWARD_VARIANT,
-                              out_fp32=out_fp32, key=key)
+        return _launch.backward(dout, q, k, v, out, lse, key, deterministic, rung, _BACKWARD_VARIANT, out_fp32)
 
 
 class ReferenceBackend:
@@ -455,37 +455,25 @@ class _RingAttention(torch.autograd.Function):
 # ---- the public functions ----------------------------------------------------------------------
 
 def _check_inputs(q, k, v, plan, sharding, seqlen, ranks, rank):
+    """check_qkv's structure (_core.check_structure) on any device and dtype (the backend says
+    which it takes), and this rank's shard length."""
+    w = "ring_attention: "
     named = (("q", q), ("k", k), ("v", v))
     for name, t in named:
         if not isinstance(t, torch.Tensor):
-            raise TypeError("flashladder: ring_attention: %s must be a torch.Tensor, got %s"
-                            % (name, type(t).__name__))
+            raise TypeError("flashladder: %s%s must be a torch.Tensor, got %s" % (w, name, type(t).__name__))
         if t.dim() != 4:
-            raise ValueError("flashladder: ring_attention: %s must have 4 dimensions [batch, shard_len, heads, "
-                             "head_dim], got shape %s" % (name, tuple(t.shape)))
-    for name, t in named[1:]:
-        if t.device != q.device:
-            raise ValueError("flashladder: ring_attention: %s is on %s but q is on %s; q, k and v must be on "
-                             "one device" % (name, t.device, q.device))
-        if t.dtype != q.dtype:
-            raise TypeError("flashladder: ring_attention: %s is %s but q is %s; q, k and v must have one dtype"
-                            % (name, t.dtype, q.dtype))
-    batch, _, heads_q, head_dim = q.shape
-    if tuple(v.shape) != tuple(k.shape):
-        raise ValueError("flashladder: ring_attention: v must have k's shape %s, got %s"
-                         % (tuple(k.shape), tuple(v.shape)))
-    if k.shape[0] != batch or k.shape[3] != head_dim:
-        raise ValueError("flashladder: ring_attention: k's batch and head_dim must be q's (%d, %d), got shape %s"
-                         % (batch, head_dim, tuple(k.shape)))
-    if k.shape[2] == 0 or heads_q % k.shape[2] != 0:
-        raise ValueError("flashladder: ring_attention: heads_q (%d) must be a multiple of heads_kv (%d)"
-                         % (heads_q, k.shape[2]))
+            raise ValueError("flashladder: %s%s must have 4 dimensions [batch, shard_len, heads, head_dim], "
+                             "got shape %s" % (w, name, tuple(t.shape)))
+    _core.check_structure(q, k, v, w)
+    if k.shape[2] == 0 or q.shape[2] % k.shape[2] != 0:
+        raise ValueError("flashladder: %sheads_q (%d) must be a multiple of heads_kv (%d)" % (w, q.shape[2], k.shape[2]))
     want = plan["shard_len"]
     for name, t in named:
         if t.shape[1] != want:
-            raise ValueError("flashladder: ring_attention: %s has %d rows but rank %d of %d holds %d of the %d "
-                             "tokens (%s: %s); pass ring_shard(x, seqlen)'s rows"
-                             % (name, t.shape[1], rank, ranks, want, seqlen, sharding, _describe_shard(plan)))
+            raise ValueError("flashladder: %s%s has %d rows but rank %d of %d holds %d of the %d tokens (%s: %s); "
+                             "pass ring_shard(x, seqlen)'s rows"
+                             % (w, name, t.shape[1], rank, ranks, want, seqlen, sharding, _describe_shard(plan)))
 
 
 def ring_attention(q, k, v, seqlen, group=None, causal=False, softmax_scale=None, sharding="zigzag",
@@ -514,13 +502,7 @@ def ring_attention(q, k, v, seqlen, group=None, causal=False, softmax_scale=None
     _check_seqlen(seqlen)
     plan, pieces = _schedule(sharding, bool(causal), seqlen, ranks, rank)
     _check_inputs(q, k, v, plan, sharding, seqlen, ranks, rank)
-    if softmax_scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    else:
-        scale = float(softmax_scale)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError("flashladder: softmax_scale must be a finite number > 0 (None means 1/sqrt(head_dim)), "
-                             "got %r" % (softmax_scale,))
+    scale = _core.check_scale(softmax_scale) or 1.0 / math.sqrt(q.shape[-1])
     backend = _backend if _backend is not None else RungBackend()
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     backend.check(q, k, v, bool(causal), scale, grad)

@@ -1,0 +1,319 @@
+"""FlashAttention 2's ``flash_attn_with_kvcache`` on the ladder's rungs (inference: no autograd):
+a decode step or a few queries on rung 08 (Flash-Decoding, pages included), a prefill into the
+cache on the prefill rung; new keys appended in place, rotary embedding, cache_batch_idx and
+left padding as FlashAttention 2 takes them.
+
+The cache's own rules (its layout, pages, lengths, rotary tables) are checked here, before
+anything is written; q's and the attention problem's checks are _core's, as every call's; the
+launch is _launch's.
+"""
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from . import _core, _launch
+
+
+@torch.library.custom_op("flashladder::attention_kvcache", mutates_args=())
+def attention_kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                         block_table: Optional[torch.Tensor], cache_leftpad: Optional[torch.Tensor],
+                         learnable_sink: Optional[torch.Tensor], alibi_slopes: Optional[torch.Tensor],
+                         softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+                         num_splits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(O, LSE) of flash_attn_with_kvcache on a cache already written (its new k, v appended by
+    the caller): what a graph compiled by torch.compile calls."""
+    return flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, cache_leftpad=cache_leftpad,
+                                   block_table=block_table, softmax_scale=softmax_scale or None, causal=causal,
+                                   window_size=(window_left, window_right), softcap=softcap,
+                                   alibi_slopes=alibi_slopes, num_splits=num_splits, return_softmax_lse=True,
+                                   learnable_sink=learnable_sink)
+
+
+@attention_kvcache_op.register_fake
+def _attention_kvcache_fake(q, k_cache, v_cache, cache_seqlens, block_table, cache_leftpad, learnable_sink,
+                            alibi_slopes, softmax_scale, causal, window_left, window_right, softcap, num_splits):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+def _cache_lengths(cache_seqlens, batch, slots, device):
+    """int32 [batch] of a cache's used slots (None: every slot, an int: the same for all)."""
+    if cache_seqlens is None:
+        return torch.full((batch,), slots, dtype=torch.int32, device=device)
+    if isinstance(cache_seqlens, int):
+        return torch.full((batch,), cache_seqlens, dtype=torch.int32, device=device)
+    if tuple(cache_seqlens.shape) != (batch,) or cache_seqlens.device != device:
+        raise ValueError("flashladder: cache_seqlens must be an int or an int32 [batch] = (%d,) tensor on %s, "
+                         "got %s on %s" % (batch, device, tuple(cache_seqlens.shape), cache_seqlens.device))
+    return cache_seqlens.to(torch.int32)
+
+
+def _pages_routable(key, mods, q):
+    """Whether a rung takes the paged problem as it is (the route's plan: rung 08, which reads pages,
+    takes a decode step and a few queries)."""
+    try:
+        _core.plan_forward(None, "", key, q.device.index, False, mods)
+    except ValueError:
+        return False
+    return True
+
+
+def _gather_pages(k_pool, v_pool, block_table, used, page):
+    """K and V as [batch, n * page, heads, head_dim]: each sequence's first n pages, in order, read
+    through its row of the block table, n the pages the longest sequence uses (``used``: int32
+    [batch] keys, read once on the host). A sequence's slots past its own pages come from pool
+    page 0 and are never attended: ``used`` bounds its keys."""
+    n = max(1, -(-int(used.max()) // page))
+    if n > block_table.shape[1]:
+        raise ValueError("flashladder: cache_seqlens (+ the new keys) need %d pages, the block_table has %d"
+                         % (n, block_table.shape[1]))
+    rows = block_table[:, :n].long()
+    need = (used.long() + page - 1) // page
+    rows = torch.where(torch.arange(n, device=rows.device)[None, :] < need[:, None], rows, torch.zeros_like(rows))
+    shape = (block_table.shape[0], n * page, k_pool.shape[2], k_pool.shape[3])
+    return k_pool[rows].reshape(shape), v_pool[rows].reshape(shape)
+
+
+def _apply_rotary(x, cos, sin, positions, interleaved):
+    """x [batch, seqlen, heads, head_dim] with its first rotary_dim = 2 cos.shape[1] channels
+    rotated (RoFormer, Su et al. 2021) by the angles of rows ``positions`` (int [batch, seqlen]) of
+    cos and sin [seqlen_ro, rotary_dim / 2]; the other channels pass through. The pairs are (2i,
+    2i + 1) with ``interleaved`` (GPT-J), else (i, i + rotary_dim / 2) (GPT-NeoX). In fp32 from
+    the 16-bit x, cos and sin, rounded once to x's dtype, as FlashAttention 2's kernel does
+    (csrc/flash_attn/src/rotary.h). Plain torch ops: torch.compile traces them."""
+    half = cos.shape[-1]
+    if half == 0:
+        return x
+    rows = positions.long()
+    c = cos[rows].float().unsqueeze(2)  # [batch, seqlen, 1, half]: one angle for every head
+    s = sin[rows].float().unsqueeze(2)
+    xr = x[..., :2 * half].float()
+    x0, x1 = (xr[..., 0::2], xr[..., 1::2]) if interleaved else (xr[..., :half], xr[..., half:])
+    r0, r1 = x0 * c - x1 * s, x0 * s + x1 * c
+    rotated = torch.stack((r0, r1), dim=-1).flatten(-2) if interleaved else torch.cat((r0, r1), dim=-1)
+    return torch.cat((rotated.to(x.dtype), x[..., 2 * half:]), dim=-1)
+
+
+def _check_rotary(rotary_cos, rotary_sin, q, k, slots):
+    """FlashAttention 2's checks of rotary_cos and rotary_sin (flash_api.cpp, mha_fwd_kvcache):
+    both or neither, only with new keys, [seqlen_ro >= the cache's slots, rotary_dim / 2] in q's
+    dtype on q's device, rotary_dim <= head_dim and a multiple of 16."""
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("flashladder: rotary_cos and rotary_sin come together")
+    if rotary_cos is None:
+        return
+    if k is None:
+        raise ValueError("flashladder: rotary_cos/rotary_sin rotate the new keys as they are appended: pass k and v "
+                         "too (FlashAttention 2 refuses rotary without them)")
+    head_dim = q.shape[-1]
+    if rotary_cos.dim() != 2 or tuple(rotary_sin.shape) != tuple(rotary_cos.shape):
+        raise ValueError("flashladder: rotary_cos and rotary_sin must be one shape [seqlen_ro, rotary_dim / 2], got "
+                         "%s and %s" % (tuple(rotary_cos.shape), tuple(rotary_sin.shape)))
+    for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError("flashladder: %s must have q's dtype and device (%s on %s), got %s on %s"
+                             % (name, q.dtype, q.device, t.dtype, t.device))
+    seqlen_ro, rotary_dim = rotary_cos.shape[0], 2 * rotary_cos.shape[1]
+    if rotary_dim > head_dim or rotary_dim % 16 != 0:
+        raise ValueError("flashladder: rotary_dim (2 x rotary_cos.shape[1] = %d) must be <= head_dim (%d) and a "
+                         "multiple of 16 (FlashAttention 2's rule)" % (rotary_dim, head_dim))
+    if seqlen_ro < slots:
+        raise ValueError("flashladder: rotary_cos/rotary_sin have %d positions, the cache has %d slots: "
+                         "seqlen_ro must cover them" % (seqlen_ro, slots))
+
+
+#: The smallest page through which flash_attn_with_kvcache reads cache_batch_idx's rows in place:
+#: rung 08's README measures 16-token pages at 0.95-0.98x the contiguous loader (its paged table,
+#: 16k to 128k keys); smaller pages are not measured, and their rows are copied instead.
+_ROW_PAGE_MIN = 16
+
+
+def _rows_as_pages(k_cache, v_cache, cache_batch_idx):
+    """(k pool, v pool, block table) that read a contiguous cache [batch_cache, seqlen_cache,
+    heads_kv, head_dim] as rung 08's page pool: pages of the largest power of two that divides
+    seqlen_cache (rung 08's pages are powers of two; seqlen_cache itself when it is one), and a
+    table that maps sequence b to row cache_batch_idx[b]'s pages in order. Views, no copy. None
+    where the cache is not contiguous or the page would be smaller than _ROW_PAGE_MIN."""
+    rows, slots, heads_kv, head_dim = (int(n) for n in k_cache.shape)
+    page = slots & -slots  # the lowest set bit
+    if page < _ROW_PAGE_MIN or not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+        return None
+    per_row = slots // page
+    if per_row == 1:
+        table = cache_batch_idx.view(-1, 1).contiguous()  # nothing launched: a decode step's host time
+    else:
+        table = cache_batch_idx.view(-1, 1) * per_row + torch.arange(per_row, dtype=torch.int32,
+                                                                     device=cache_batch_idx.device)
+    shape = (rows * per_row, page, heads_kv, head_dim)
+    return k_cache.view(shape), v_cache.view(shape), table
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            learnable_sink=None):
+    """FlashAttention 2's flash_attn_with_kvcache (inference: no autograd).
+
+    q [batch, seqlen_q, heads_q, head_dim]; k_cache and v_cache [batch, seqlen_cache, heads_kv,
+    head_dim], or with ``block_table`` (int32 [batch, pages per sequence]) a page pool [pages,
+    page_size, heads_kv, head_dim] (rung 08's paged cache; page_size a power of two). ``k`` and
+    ``v`` [batch, seqlen_new, heads_kv, head_dim], when given, are written into the cache in place
+    at each sequence's ``cache_seqlens`` (an int or int32 [batch], needed with k; None: the
+    cache is full), and the queries then attend to cache_seqlens + seqlen_new keys, ``causal``
+    bottom-right aligned to that end. ``num_splits``: the decode rung's split count (0: its heuristic; the result is the
+    same up to the order of the sums). The route: a decode step or a few queries (seqlen_q <= 16) on rung 08 where it takes
+    them and is no slower, else the prefill rung (rung 15; rung 16 for a window, softcap or ALiBi).
+    With a ``block_table``, rung 08 reads the pages; a problem it does not take (a prefill into
+    pages) runs on the prefill rung over a contiguous copy of the pages the batch uses.
+    Returns out, or (out, softmax_lse [batch, heads_q, seqlen_q]) with ``return_softmax_lse``.
+
+    ``cache_leftpad`` (int32 [batch]): each sequence's first slot, a left-padded cache (its keys
+    are slots cache_leftpad .. cache_seqlens + seqlen_new - 1; the causal diagonal at the end).
+    ``learnable_sink`` [heads_q]: sinks, as flash_attn_func's (no gradient here).
+
+    ``rotary_cos`` and ``rotary_sin`` [seqlen_ro >= the cache's slots, rotary_dim / 2] in q's
+    dtype, with ``k`` and ``v`` only: the new keys are rotated at slots cache_seqlens + i before
+    they are written (the cache holds the rotated keys; v is not rotated), and q at cache_seqlens
+    + i for query i when ``causal`` or a window, else every query at cache_seqlens. The positions
+    are slot numbers: a ``cache_leftpad`` does not shift them (FlashAttention 2's kernel and its
+    test). ``rotary_interleaved``: pairs (0, 1), (2, 3), ... (GPT-J), else (i, i + rotary_dim /
+    2) (GPT-NeoX); the channels past rotary_dim pass through; rotary_dim a multiple of 16. In plain
+    torch ops (_apply_rotary), fp32, rounded once to q's dtype.
+
+    ``cache_batch_idx`` (int32 [batch]): sequence b reads and appends to row cache_batch_idx[b] of
+    a contiguous cache [batch_cache, seqlen_cache, ...] (not with a ``block_table``; the indices
+    are not read back to be checked, as FlashAttention does not). A contiguous cache is read in
+    place as a page pool (_rows_as_pages); one that is not, or whose seqlen_cache has no power of
+    two >= 16 as a divisor, has the batch's rows copied after the append."""
+    if (k is None) != (v is None):
+        raise ValueError("flashladder: k and v come together (the new keys and values)")
+    if k is not None and cache_seqlens is None:
+        raise ValueError("flashladder: k and v are appended at cache_seqlens: pass it (FlashAttention 2 refuses new "
+                         "keys without it)")
+    if q.dim() != 4 or k_cache.dim() != 4 or tuple(v_cache.shape) != tuple(k_cache.shape):
+        raise ValueError("flashladder: q [batch, seqlen_q, heads, head_dim], k_cache and v_cache of one 4-D shape")
+    left, right = _core.check_window(window_size, causal)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    copy_rows = None  # cache_batch_idx's rows when they are copied for the attention
+    if cache_batch_idx is not None:
+        if block_table is not None:
+            raise ValueError("flashladder: cache_batch_idx picks rows of a contiguous cache; with a block_table the "
+                             "table maps each sequence to its pages (FlashAttention 2 refuses the pair too)")
+        if (str(cache_batch_idx.dtype) != "torch.int32" or tuple(cache_batch_idx.shape) != (batch,)
+                or cache_batch_idx.device != q.device):
+            raise ValueError("flashladder: cache_batch_idx must be int32 [batch] = (%d,) on %s, got %s %s on %s"
+                             % (batch, q.device, cache_batch_idx.dtype, tuple(cache_batch_idx.shape),
+                                cache_batch_idx.device))
+        pool = _rows_as_pages(k_cache, v_cache, cache_batch_idx)
+        if pool is not None:
+            # The rows as pages: the paged route below reads them in place (rung 08), or copies
+            # the pages the batch uses for the prefill rung, and the append goes through the table.
+            k_cache, v_cache, block_table = pool
+        else:
+            copy_rows = cache_batch_idx.long()
+    paged = block_table is not None
+    if paged:
+        page = k_cache.shape[1]
+        if (str(block_table.dtype) != "torch.int32" or block_table.dim() != 2 or block_table.shape[0] != batch
+                or block_table.device != q.device):
+            raise ValueError("flashladder: block_table must be int32 [batch, pages per sequence] on q's device")
+        if not block_table.is_contiguous():
+            # Rung 08 reads row b of the table at b x its width (AttnParams::block_table_stride):
+            # a view with other strides (a slice of a wider table's columns) is copied, never misread.
+            block_table = block_table.contiguous()
+        if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+            raise ValueError("flashladder: a paged cache's pools must be contiguous [pages, page_size, heads, head_dim]")
+        slots = block_table.shape[1] * page
+    else:
+        if copy_rows is None and k_cache.shape[0] != batch:
+            raise ValueError("flashladder: k_cache's batch (%d) must be q's (%d)" % (k_cache.shape[0], batch))
+        slots = k_cache.shape[1]
+    _check_rotary(rotary_cos, rotary_sin, q, k, slots)
+    used = _cache_lengths(cache_seqlens, batch, slots, q.device)
+    if k is not None:
+        new = k.shape[1]
+        if tuple(k.shape) != (batch, new, heads_kv, head_dim) or tuple(v.shape) != tuple(k.shape):
+            raise ValueError("flashladder: k and v must be [batch, seqlen_new, heads_kv, head_dim] = (%d, n, %d, %d), "
+                             "got %s and %s" % (batch, heads_kv, head_dim, tuple(k.shape), tuple(v.shape)))
+        # In place, at each sequence's end (FlashAttention's append); positions past the cache
+        # would be out of bounds: the caller sizes the cache.
+        pos = used.long()[:, None] + torch.arange(new, device=q.device)[None, :]
+        if rotary_cos is not None:
+            # Before the append (the cache holds rotated keys) and before the torch.compile
+            # branch below, so that both paths attend with the rotated q. Positions are slots:
+            # FlashAttention 2's kernel subtracts cache_leftpad from the length and adds it back
+            # to the cos/sin row, and its test rotates at seqlen_offsets=cache_seqlens.
+            k = _apply_rotary(k, rotary_cos, rotary_sin, pos, rotary_interleaved)
+            # q: one position per query where a mask makes the order matter (causal, or a window
+            # side shorter than the cache: FlashAttention 2's Is_causal || Is_local), else all at
+            # cache_seqlens.
+            per_query = causal or 0 <= left < slots or 0 <= right < slots
+            steps = torch.arange(seqlen_q, device=q.device) if per_query else q.new_zeros(seqlen_q, dtype=torch.long)
+            q = _apply_rotary(q, rotary_cos, rotary_sin, used.long()[:, None] + steps[None, :], rotary_interleaved)
+        if paged:
+            pages = torch.gather(block_table.long(), 1, torch.div(pos, page, rounding_mode="floor"))
+            k_cache[pages, pos % page] = k
+            v_cache[pages, pos % page] = v
+        else:
+            rows = (torch.arange(batch, device=q.device) if copy_rows is None else copy_rows)[:, None]
+            k_cache[rows, pos] = k
+            v_cache[rows, pos] = v
+        used = used + new
+    if copy_rows is not None:
+        # A cache that is not one contiguous pool, or rows without a page of 16 or more: the
+        # batch's rows, copied after the append, are the contiguous cache the rungs read.
+        k_cache, v_cache = k_cache[copy_rows], v_cache[copy_rows]
+    if torch.compiler.is_compiling():
+        # torch.compile: the append above is traced; the attention is one opaque op whose body
+        # (this function again, eager) runs the checks and the launch, so a compiled decode step
+        # stays one graph (its CUDA graph replayed) instead of breaking at every layer.
+        out, lse = attention_kvcache_op(q, k_cache, v_cache, used, block_table, cache_leftpad, learnable_sink,
+                                        alibi_slopes, 0.0 if softmax_scale is None else float(softmax_scale),
+                                        bool(causal), int(window_size[0]), int(window_size[1]), float(softcap),
+                                        num_splits)
+        return (out, lse) if return_softmax_lse else out
+    alibi = _core.check_slopes(alibi_slopes, q, batch)
+    slopes = None if alibi_slopes is None else alibi_slopes.detach().float().contiguous()
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError("flashladder: num_splits must be an int >= 0 (0: the decode rung's heuristic)")
+    start = None
+    if cache_leftpad is not None:
+        if tuple(cache_leftpad.shape) != (batch,) or cache_leftpad.device != q.device:
+            raise ValueError("flashladder: cache_leftpad must be int32 [batch] = (%d,) on %s" % (batch, q.device))
+        start = cache_leftpad.to(torch.int32)
+    sinks = None
+    if learnable_sink is not None:
+        _core.check_sinks(learnable_sink, q)
+        sinks = learnable_sink.detach().float().contiguous()
+    mods = _core.Mods(left, right, float(softcap), alibi, sinks is not None, None, True, page if paged else 0,
+                      num_splits, start is not None)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if paged:
+        # The checks of q against a [batch, slots] cache; the pools are read through the table.
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.dtype != q.dtype or t.device != q.device or t.shape[3] != head_dim:
+                raise ValueError("flashladder: %s must have q's dtype, device and head_dim" % name)
+        _core.check_layout_of("q", q)
+        # check_qkv's shape checks against a stand-in of the cache's [batch, slots, heads_kv,
+        # head_dim] shape (a broadcast view of q: nothing is allocated or read).
+        shape = q[:, :1, :1].expand(batch, slots, heads_kv, head_dim)
+        key = _core.check_qkv(q, shape, shape, causal, scale, tensor_type=torch.Tensor, check_layout=False)
+        kc, vc = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
+        pool_rows = k_cache.shape[0] * k_cache.shape[1]
+        if not _pages_routable(key, mods, q):
+            # No rung reads this problem through pages (rung 08 takes a decode step and a few
+            # queries): the prefill rungs run on a contiguous copy of the pages the batch uses.
+            kc, vc = _gather_pages(k_cache, v_cache, block_table, used, page)
+            mods = dataclasses.replace(mods, page_size=0)
+            key = _core.check_qkv_cached(q, kc, vc, causal, scale, tensor_type=torch.Tensor)
+            block_table, pool_rows = None, 0
+    else:
+        key = _core.check_qkv_cached(q, k_cache, v_cache, causal, scale, tensor_type=torch.Tensor)
+        kc, vc, pool_rows = k_cache, v_cache, 0
+    with torch.no_grad():
+        out, lse, _ = _launch.forward(q, kc, vc, key, mods=mods,
+                                      extras=(None, None, sinks, slopes, used, block_table, start, pool_rows))
+    return (out, lse) if return_softmax_lse else out

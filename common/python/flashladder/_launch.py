@@ -1,0 +1,219 @@
+"""The launch layer: every call of a rung from PyTorch goes through here (``forward``,
+``backward`` and the prepared fast path), from ``_ops``, ``_flash``, ``_kvcache`` and ``_ring``
+alike.
+
+It takes inputs already checked (the key of ``_core.check_qkv``, which carries causal, the scale
+and the shape), plans them (``_core.plan_forward`` / ``plan_backward``, cached per key), allocates
+the outputs and the rung's workspace with PyTorch on the tensors' device (its stream-ordered
+caching allocator), and launches on ``torch.cuda.current_stream()`` through the extension, which
+never sees a tensor: pointers, strides and the stream as integers.
+"""
+
+import atexit
+
+import torch
+
+from . import _core, _ext
+
+# The current stream's handle of a device index. torch.cuda.current_stream() builds a Stream object
+# on every call; the raw getter (what Triton and torch.compile's generated code launch with) does
+# not. Either gives the same handle.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def stream(t):
+    """The current CUDA stream of ``t``'s device, as the integer the extension takes."""
+    index = t.device.index
+    if _raw_stream is not None and index is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _workspace(plan, like):
+    """(pointer, bytes, tensor) of the plan's scratch; the tensor keeps it alive until the
+    launch is queued, and the allocator's stream order keeps it from reuse until it has run."""
+    if plan.workspace_bytes == 0:
+        return 0, 0, None
+    ws = like.new_empty((plan.workspace_bytes,), dtype=torch.uint8)
+    return ws.data_ptr(), plan.workspace_bytes, ws
+
+
+def _strides4(t):
+    """A tensor's strides as the extension reads them: [batch, seqlen, heads, head_dim], or for a
+    packed [tokens, heads, head_dim] tensor those of its [1, tokens, heads, head_dim] view."""
+    st = t.stride()
+    return st if t.dim() == 4 else (t.numel(),) + tuple(st)
+
+
+#: The order of forward's extras: each a tensor or None (a shorter tuple: the rest None), then for
+#: a paged cache its pool's rows (an int) as an eighth element.
+EXTRAS = ("cu_seqlens_q", "cu_seqlens_k", "sinks", "alibi_slopes", "seqused_k", "block_table", "seqstart_k")
+
+
+def _extras(extras):
+    """(pointers, ints) of the extension's extras from a tuple in EXTRAS' order (and the pool's
+    rows): pointers in that order, ints (alibi batch stride, block_table's pages per sequence,
+    the pool's rows)."""
+    if extras is None:
+        return (0,) * 7, (0, 0, 0)
+    tensors = tuple(extras[:7]) + (None,) * (7 - min(len(extras), 7))
+    pool_rows = extras[7] if len(extras) > 7 else 0
+    ptrs = tuple(0 if t is None else t.data_ptr() for t in tensors)
+    slopes, table = tensors[3], tensors[5]
+    return ptrs, (slopes.shape[-1] if slopes is not None and slopes.dim() == 2 else 0,
+                  table.shape[1] if table is not None else 0, int(pool_rows or 0))
+
+
+def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
+    """O and LSE of entry ``rung`` (None: the route, _core.route_forward) on q, k, v, checked into
+    ``key`` (_core.check_qkv's), and with ``o_fp32`` (a backward pass follows) also O in fp32,
+    dense like O: the rung's own fp32 copy when it writes one (Rung.writes_o_fp32), else the
+    16-bit O widened. The backward's D = rowsum(dO * O) reads it (rung 11's README: D from the
+    16-bit O costs dQ its precision on long rows). ``mods`` (a _core.Mods) and ``extras`` (its
+    tensors in EXTRAS' order) for masks, modifiers, packed batches and caches; a packed q is
+    [total_q, heads, head_dim] and its LSE [heads, total_q]. Returns (out, lse, o_fp32 or None)."""
+    plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods)
+    # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
+    # breakdown measures it against torch.empty(shape, dtype=, device=)).
+    shape = q.shape
+    out = q.new_empty(shape)
+    if q.dim() == 4:
+        lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
+    else:
+        lse = q.new_empty((shape[1], shape[0]), dtype=torch.float32)
+    o32 = None
+    if o_fp32 and plan.writes_o_fp32:
+        o32 = q.new_empty(shape, dtype=torch.float32)
+    ws_ptr, ws_bytes, ws = _workspace(plan, q)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
+    o32_ptr = 0 if o32 is None else o32.data_ptr()
+    # planned: the plan checked the problem against the rung (supports) and sized the workspace;
+    # the binding skips both and keeps its layout and pointer checks (and, with mods, the extras'
+    # pointers against them: set_extras).
+    if mods is None:
+        _ext.forward(plan.number, plan.variant, plan.problem, ptrs, (q.stride(), k.stride(), v.stride(), out.stride()),
+                     ws_ptr, ws_bytes, stream(q), q.device.index, o_fp32=o32_ptr, planned=True)
+    else:
+        xptrs, ints = _extras(extras)
+        _ext.forward(plan.number, plan.variant, plan.problem, ptrs,
+                     (_strides4(q), _strides4(k), _strides4(v), _strides4(out)), ws_ptr, ws_bytes, stream(q),
+                     q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints, planned=True)
+    del ws
+    if o_fp32 and o32 is None:
+        o32 = out.float()
+    return out, lse, o32
+
+
+def _grad_like(t):
+    """(t, its gradient buffer) with equal strides: ``empty_like`` keeps a dense tensor's strides
+    (a transposed [b, h, s, d] view stays as it is); a sparse view (a slice of a packed QKV) is
+    copied to a contiguous one, as the gradient buffer then is."""
+    g = torch.empty_like(t)
+    if g.stride() != t.stride():
+        t = t.contiguous()
+    return t, g
+
+
+def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
+             extras=None):
+    """dQ, dK, dV of backward entry ``rung`` (None: default_backward's) from the forward's O and
+    LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O); q, k, v checked
+    into ``key``, the rest checked here (_core.check_grads). With ``mods`` and ``extras`` (as
+    forward's) also the sinks' gradient: (dq, dk, dv, dsinks or None)."""
+    o32_ptr = 0
+    if _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor):
+        out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim]
+        o32_ptr = out_fp32.data_ptr()
+    plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index, mods)
+    q, dq = _grad_like(q)
+    k, dk = _grad_like(k)
+    v, dv = _grad_like(v)
+    # dO is indexed with O's strides (backward.h): both dense, [batch, seqlen, heads, head_dim].
+    out = out.contiguous()
+    dout = dout.contiguous()
+    lse = lse.contiguous()
+    ws_ptr, ws_bytes, ws = _workspace(plan, q)
+    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
+            dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
+    if mods is None:
+        _ext.backward(plan.number, plan.variant, plan.problem, ptrs,
+                      tuple(t.stride() for t in (q, k, v, out, dout, dq, dk, dv)),
+                      ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr)
+        del ws
+        return dq, dk, dv
+    xptrs, ints = _extras(extras)
+    dsinks = None
+    if mods.sinks:
+        dsinks = torch.empty((q.shape[-2],), dtype=torch.float32, device=q.device)
+    _ext.backward(plan.number, plan.variant, plan.problem, ptrs,
+                  tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv)),
+                  ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr,
+                  extras=xptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr())
+    del ws
+    return dq, dk, dv, dsinks
+
+
+# ---- the fast path: a call without autograd, a mask, a modifier or packing ---------------------
+
+#: Input signatures (fast_signature) of calls that passed every check and planned, to what their
+#: next call needs: the prepared launch (_ext.PreparedForward: supports, the parameters and the
+#: strides checked once), O's and the LSE's shapes, the workspace's bytes and the device index.
+#: A model calls attention with a few signatures, every step.
+FAST = {}
+_FAST_MAX = 4096
+# Emptied at exit, before nanobind's own teardown: prepared launches still held by the module's
+# dict at that point are reported by nanobind as leaked instances (seen at the end of
+# bench/pytorch/torch_overhead.py's run).
+atexit.register(FAST.clear)
+
+
+def fast_signature(q, k, v, causal, softmax_scale, rung, variant):
+    """What a prepared launch depends on: each input's type, shape, strides, dtype and device, and
+    the arguments (the data pointers' alignment, the rest of the layout rule, is checked by the
+    launch itself). None when an input is not a tensor."""
+    try:
+        return (type(q), q.shape, q.stride(), q.dtype, q.device,
+                type(k), k.shape, k.stride(), k.dtype, k.device,
+                type(v), v.shape, v.stride(), v.dtype, v.device, bool(causal), softmax_scale, rung, variant)
+    except Exception:  # noqa: BLE001  not a strided tensor (no shape, stride(), ...): no fast path
+        return None
+
+
+def fast_forward(fast, q, k, v, return_lse):
+    """(O, LSE) through a prepared launch: the allocations, the pointers, one launch. The LSE is
+    None, neither allocated nor stored, when the caller does not ask for it and the rung stores
+    none on a null pointer (Rung::lse_optional). None when a pointer fails the alignment rule
+    (nothing launched: the checked path says why)."""
+    launch, o_shape, o_like_q, lse_shape, lse_like, ws_bytes, index, lse_optional = fast
+    # empty_like(q) skips new_empty's shape argument; it gives O q's strides, which the entry
+    # allows only where they are O's prepared ones (o_like_q). The LSE comes from an fp32 tensor
+    # of the device, so that no dtype argument is parsed per call.
+    out = torch.empty_like(q) if o_like_q else q.new_empty(o_shape)
+    lse = lse_like.new_empty(lse_shape) if return_lse or not lse_optional else None
+    ws = q.new_empty((ws_bytes,), dtype=torch.uint8) if ws_bytes else None
+    s = _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
+    if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
+                     0 if ws is None else ws.data_ptr(), s):
+        return out, lse
+    return None
+
+
+def prepare_fast(sig, q, k, v, out, key, number, variant):
+    """Keeps the prepared launch of a call that just passed the checked path (no autograd, no
+    mods): the plan it ran, with q, k, v's and O's strides."""
+    if sig is None:
+        return
+    plan = _core.plan_forward(number, variant, key, q.device.index, False, None)
+    launch = _ext.PreparedForward(plan.number, plan.variant, plan.problem,
+                                  (q.stride(), k.stride(), v.stride(), out.stride()), q.device.index,
+                                  plan.workspace_bytes)
+    if len(FAST) >= _FAST_MAX:
+        FAST.clear()
+    lse_shape = (key[0], key[3], key[1])
+    # q's strides are in the signature, so every call of this entry gets from empty_like(q) what
+    # this q gives: the prepared O's strides when q is dense like O (torch.empty_like keeps a
+    # dense tensor's strides).
+    o_like_q = out.shape == q.shape and out.stride() == q.stride() and q.is_contiguous()
+    lse_like = q.new_empty((0,), dtype=torch.float32)
+    FAST[sig] = (launch, tuple(out.shape), o_like_q, lse_shape, lse_like, plan.workspace_bytes, q.device.index,
+                 launch.lse_optional)
