@@ -6,6 +6,8 @@
 //   - sequences with no key at all, and a batch with only empty sequences;
 //   - more work items than SMs (every block takes several, the ring running on across them);
 //   - a bitwise repeat: the same batch twice gives the same O and LSE.
+// Every section lists its cases, then asserts that as many ran as supports() accepted, and that
+// supports() refused none (expected_runs.h); on a GPU other than sm_90 the test is skipped.
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -13,10 +15,12 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "expected_runs.h"
 #include "flashladder/runner.h"
 #include "problem_shape.h"
 
 using namespace fl;
+using fl_test::Section;
 using fl_test::shape;
 
 namespace {
@@ -35,21 +39,10 @@ Problem packed(const std::vector<int>& lq, const std::vector<int>& lk, int hq, i
   return p;
 }
 
-/// Runs one case and requires a pass (or skips the whole test where rung 15 cannot run).
-bool passes(const Rung& r, const Problem& p, unsigned long long seed = 1) {
-  const CaseResult c = run_case(r, p, InputKind::random, CheckMode::full, seed);
-  if (!c.ran) {
-    WARN(r.label() << " not run: " << c.skipped);
-    return true;
-  }
-  INFO(r.label() << " " << p.describe() << ": " << c.check.reason);
-  CHECK(c.check.pass);
-  return c.check.pass;
-}
-
 }  // namespace
 
 TEST_CASE("packed batches: lengths of 1, empty sequences, tails, seqlen_q != seqlen_k, GQA", "[rung15]") {
+  Section s("rung 15 packed batches");  // 3 head_dims x 2 masks x 2 dtypes x 3 batches = 36
   const std::vector<std::pair<std::vector<int>, std::vector<int>>> batches = {
       {{1, 0, 130, 77, 256, 3}, {}},                     // self-attention lengths, an empty one
       {{5, 200, 1, 64, 0, 129}, {300, 100, 1, 0, 7, 129}},  // q != k both ways, a sequence with no key
@@ -60,17 +53,21 @@ TEST_CASE("packed batches: lengths of 1, empty sequences, tails, seqlen_q != seq
       for (DType t : {DType::fp16, DType::bf16})
         for (const auto& [lq, lk] : batches) {
           const int hkv = d == 256 ? 1 : 2;
-          passes(rung15(), packed(lq, lk, 4 * hkv, hkv, d, causal, t));
+          s.add(rung15(), packed(lq, lk, 4 * hkv, hkv, d, causal, t));
         }
+  s.run();
+  CHECK(s.cases().size() == 36);
 }
 
 TEST_CASE("every variant takes a packed batch", "[rung15]") {
+  Section s("rung 15 variants, packed");  // 2 masks per variant
   for (const Rung& r : registry().all()) {
     if (r.number != 15 || r.variant.empty()) continue;
     const int d = r.head_dims.size() == 1 ? r.head_dims[0] : 128;
     for (bool causal : {false, true})
-      passes(r, packed({1, 0, 130, 77, 256, 3, 500}, {2, 9, 130, 60, 256, 0, 700}, 8, 2, d, causal));
+      s.add(r, packed({1, 0, 130, 77, 256, 3, 500}, {2, 9, 130, 60, 256, 0, 700}, 8, 2, d, causal));
   }
+  s.run();
 }
 
 TEST_CASE("many work items per block: a mixed batch longer than one wave", "[rung15]") {
@@ -79,44 +76,50 @@ TEST_CASE("many work items per block: a mixed batch longer than one wave", "[run
   std::mt19937 rng(7);
   std::vector<int> lens(48);
   for (int& n : lens) n = 1 + static_cast<int>(rng() % 1200);
+  Section s("rung 15 many work items");  // 10 cases
   for (bool causal : {false, true}) {
-    passes(rung15(), packed(lens, {}, 8, 2, 128, causal, DType::bf16));
-    passes(rung15("fifo"), packed(lens, {}, 8, 2, 128, causal, DType::bf16));
-    passes(rung15("no-epilogue-overlap"), packed(lens, {}, 8, 2, 64, causal));
+    s.add(rung15(), packed(lens, {}, 8, 2, 128, causal, DType::bf16));
+    s.add(rung15("fifo"), packed(lens, {}, 8, 2, 128, causal, DType::bf16));
+    s.add(rung15("no-epilogue-overlap"), packed(lens, {}, 8, 2, 64, causal));
   }
   // Dense, far more tiles than SMs, and a small one of fewer tiles than SMs.
   for (bool causal : {false, true}) {
-    passes(rung15(), shape(8, 1000, 1000, 16, 4, 128, causal));
-    passes(rung15(), shape(1, 77, 300, 2, 1, 64, causal));
+    s.add(rung15(), shape(8, 1000, 1000, 16, 4, 128, causal));
+    s.add(rung15(), shape(1, 77, 300, 2, 1, 64, causal));
   }
+  s.run();
 }
 
 TEST_CASE("no key anywhere, and no query anywhere", "[rung15]") {
-  // Every row sees no key: O = 0, LSE = -inf everywhere.
-  passes(rung15(), packed({3, 130}, {0, 0}, 4, 2, 64, false));
-  // Only empty sequences: nothing to write, and nothing is read.
-  Problem p = packed({0, 0, 0}, {5, 0, 9}, 4, 2, 64, true);
-  const CaseResult c = run_case(rung15(), p, InputKind::random, CheckMode::full, 1);
-  if (c.ran) CHECK(c.check.unwritten == 0);
+  // Every row sees no key: O = 0, LSE = -inf everywhere. Only empty sequences: nothing to write,
+  // and nothing is read (Section::run checks every output written and the pass).
+  Section s("rung 15 no key, no query");  // 2 cases
+  s.add(rung15(), packed({3, 130}, {0, 0}, 4, 2, 64, false));
+  s.add(rung15(), packed({0, 0, 0}, {5, 0, 9}, 4, 2, 64, true));
+  s.run();
 }
 
 TEST_CASE("a packed batch is bitwise repeatable", "[rung15]") {
-  const Problem p = packed({100, 1, 700, 0, 250}, {}, 8, 2, 128, true, DType::bf16);
-  const Rung& r = rung15();
-  if (!supports(r, p, query_device()).empty()) return;
-  const HostInputs in = make_inputs(p, InputKind::random, 3);
-  DeviceProblem dp(p, in, forward_workspace_bytes(r, p), 3);
-  std::vector<uint16_t> o[2];
-  std::vector<float> lse[2];
-  for (int k = 0; k < 2; ++k) {
-    dp.poison_outputs();
-    r.launch(dp.params(), nullptr);
-    FL_CUDA_CHECK(cudaDeviceSynchronize());
-    o[k] = dp.download_o();
-    lse[k] = dp.download_lse();
-  }
-  REQUIRE(o[0] == o[1]);
-  REQUIRE(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
+  Section s("rung 15 bitwise repeat");  // 1 case
+  s.add(rung15(), packed({100, 1, 700, 0, 250}, {}, 8, 2, 128, true, DType::bf16));
+  s.each([](const fl_test::Case& c) {
+    const Problem& p = c.p;
+    const Rung& r = *c.rung;
+    const HostInputs in = make_inputs(p, InputKind::random, 3);
+    DeviceProblem dp(p, in, forward_workspace_bytes(r, p), 3);
+    std::vector<uint16_t> o[2];
+    std::vector<float> lse[2];
+    for (int k = 0; k < 2; ++k) {
+      dp.poison_outputs();
+      r.launch(dp.params(), nullptr);
+      FL_CUDA_CHECK(cudaDeviceSynchronize());
+      o[k] = dp.download_o();
+      lse[k] = dp.download_lse();
+    }
+    REQUIRE(o[0] == o[1]);
+    REQUIRE(std::memcmp(lse[0].data(), lse[1].data(), lse[0].size() * sizeof(float)) == 0);
+    return true;
+  });
 }
 
 TEST_CASE("a KV cache of per-sequence lengths (seqused_k) and starts (seqstart_k): dense and packed, on rungs 15 and 16",
@@ -125,15 +128,16 @@ TEST_CASE("a KV cache of per-sequence lengths (seqused_k) and starts (seqstart_k
   // causal diagonal at seqused_k[b] - len_q; a sequence that uses no key: O = 0, LSE = -inf.
   std::vector<const Rung*> rungs{&rung15()};
   if (const Rung* r16 = registry().find(16)) rungs.push_back(r16);
+  Section s("rungs 15 and 16 on a KV cache");  // 10 per rung, and rung 16's window
   for (const Rung* r : rungs)
     for (bool causal : {false, true})
       for (DType t : {DType::fp16, DType::bf16}) {
         Problem dense = shape(4, 200, 1500, 8, 2, 128, causal, t);
         dense.seqused_k = {1500, 1, 700, 0};
-        passes(*r, dense);
+        s.add(*r, dense);
         Problem pk = packed({3, 130, 1}, {500, 300, 64}, 8, 2, 64, causal, t);
         pk.seqused_k = {400, 300, 1};
-        passes(*r, pk);
+        s.add(*r, pk);
       }
   // A left-padded cache (seqstart_k): each sequence's keys from its first slot.
   for (const Rung* r : rungs)
@@ -141,13 +145,15 @@ TEST_CASE("a KV cache of per-sequence lengths (seqused_k) and starts (seqstart_k
       Problem lp = shape(3, 100, 1200, 8, 2, 128, causal, DType::fp16);
       lp.seqstart_k = {0, 500, 1100};
       lp.seqused_k = {1200, 1000, 1200};
-      passes(*r, lp);
+      s.add(*r, lp);
     }
   // Rung 16 with a window on such a cache.
   if (const Rung* r16 = registry().find(16)) {
     Problem w = shape(2, 64, 2000, 8, 2, 128, true, DType::bf16);
     w.seqused_k = {2000, 333};
     w.window_left = 100;
-    passes(*r16, w);
+    s.add(*r16, w);
   }
+  s.run();
+  CHECK(s.cases().size() == 10 * rungs.size() + (rungs.size() > 1 ? 1 : 0));
 }

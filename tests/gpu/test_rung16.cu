@@ -8,14 +8,18 @@
 //   - head_dims 64, 128, 256, fp16 and bf16, GQA, tails, seqlen_q != seqlen_k, packed batches with
 //     lengths of 1 and empty sequences, rows that see no key (O = 0, LSE = -inf or the sink);
 //   - the two classification ablations on the same cases.
+// Every section lists its cases, then asserts that as many ran as supports() accepted, and that
+// supports() refused none (expected_runs.h); on a GPU other than sm_90 the test is skipped.
 #include <string>
 #include <vector>
 
 #include "catch_compat.h"
+#include "expected_runs.h"
 #include "flashladder/runner.h"
 #include "problem_shape.h"
 
 using namespace fl;
+using fl_test::Section;
 using fl_test::shape;
 
 namespace {
@@ -24,17 +28,6 @@ const Rung& rung16(const std::string& variant = "") {
   const Rung* r = registry().find(16, variant);
   REQUIRE(r != nullptr);
   return *r;
-}
-
-bool passes(const Rung& r, const Problem& p, unsigned long long seed = 1) {
-  const CaseResult c = run_case(r, p, InputKind::random, CheckMode::full, seed);
-  if (!c.ran) {
-    WARN(r.label() << " not run: " << c.skipped);
-    return true;
-  }
-  INFO(r.label() << " " << p.describe() << ": " << c.check.reason);
-  CHECK(c.check.pass);
-  return c.check.pass;
 }
 
 Problem window(Problem p, int left, int right) {
@@ -103,52 +96,62 @@ std::vector<Problem> cases(int d, DType t) {
 }  // namespace
 
 TEST_CASE("every mask and modifier, alone and as models combine them", "[rung16]") {
+  Section s("rung 16: every mask and modifier, alone and as models combine them");
   for (int d : {64, 128, 256})
     for (DType t : {DType::fp16, DType::bf16})
-      for (const Problem& p : cases(d, t)) passes(rung16(), p);
+      for (const Problem& p : cases(d, t)) s.add(rung16(), p);
+  s.run();
 }
 
 TEST_CASE("head_dims between the tiles: 80 and 96 (and 16, 48, 160) on the next tile up", "[rung16]") {
+  Section s("rung 16: head_dims 80 and 96 (and 16, 48, 160, 240)");
   for (int d : {80, 96})
     for (DType t : {DType::fp16, DType::bf16})
-      for (const Problem& p : cases(d, t)) passes(rung16(), p);
+      for (const Problem& p : cases(d, t)) s.add(rung16(), p);
   for (int d : {16, 48, 160, 240}) {
-    passes(rung16(), shape(2, 300, 300, 8, 2, d, true));
-    passes(rung16(), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
+    s.add(rung16(), shape(2, 300, 300, 8, 2, d, true));
+    s.add(rung16(), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
   }
   // A packed batch at d = 80 (the TMA maps of the packed tokens read zeros past the head too).
   Problem p = shape(1, 1, 1, 8, 2, 80, true, DType::bf16);
   set_varlen(&p, {1, 0, 130, 77, 300}, {5, 9, 130, 60, 256});
-  passes(rung16(), window(p, 64, 0));
+  s.add(rung16(), window(p, 64, 0));
+  s.run();
 }
 
 TEST_CASE("packed batches with masks and modifiers: lengths of 1, empty sequences, q != k", "[rung16]") {
+  Section s("rung 16: packed batches with masks and modifiers");
   for (int d : {64, 128}) {
     Problem p = shape(1, 1, 1, 8, 2, d, true, DType::bf16);
     set_varlen(&p, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
-    passes(rung16(), window(p, 64, 0));
+    s.add(rung16(), window(p, 64, 0));
     Problem capped = window(p, 100, 0);
     capped.softcap = 30.f;
     capped.sinks = sinks_for(p.heads_q);
-    passes(rung16(), capped);
+    s.add(rung16(), capped);
     Problem alibi = p;
     alibi.alibi = true;
     alibi.causal = false;
-    passes(rung16(), alibi);
+    s.add(rung16(), alibi);
   }
+  s.run();
 }
 
 TEST_CASE("the classification ablations compute the same attention", "[rung16]") {
+  Section s("rung 16: the classification ablations compute the same attention");
   for (const char* v : {"no-full-blocks", "no-skip"})
-    for (const Problem& p : cases(128, DType::fp16)) passes(rung16(v), p);
+    for (const Problem& p : cases(128, DType::fp16)) s.add(rung16(v), p);
+  s.run();
 }
 
 TEST_CASE("a window far shorter than the sequence, and more tiles than SMs", "[rung16]") {
+  Section s("rung 16: a window far shorter than the sequence, and more tiles than SMs");
   // 8k keys, a window of 512: each tile lists 5 of 64 blocks; 4 x 64 tiles x 8 heads.
-  passes(rung16(), window(shape(4, 8192, 8192, 8, 2, 128, true, DType::bf16), 512, 0));
+  s.add(rung16(), window(shape(4, 8192, 8192, 8, 2, 128, true, DType::bf16), 512, 0));
   Problem g = window(shape(1, 4096, 4096, 16, 2, 64, true), 1024, 0);
   g.softcap = 50.f;
-  passes(rung16(), g);
+  s.add(rung16(), g);
+  s.run();
 }
 
 // ---- the backward pass (16_masks[backward]: rung 14's kernel with the masks by key) ------------
@@ -157,44 +160,52 @@ TEST_CASE("a window far shorter than the sequence, and more tiles than SMs", "[r
 // ctest gpu_rung16_backward_matrix (no mask and causal, tails, GQA, the deterministic mode).
 
 TEST_CASE("backward: every mask and modifier, their gradients (the sinks' too)", "[rung16_backward]") {
+  Section s("rung 16 backward: every mask and modifier");
   for (int d : {64, 128, 256})
     for (DType t : {DType::fp16, DType::bf16})
-      for (const Problem& p : cases(d, t)) passes(rung16("backward"), p);
+      for (const Problem& p : cases(d, t)) s.add(rung16("backward"), p);
+  s.run();
 }
 
 TEST_CASE("backward: head_dims 80 and 96 (and 48, 160) on the next tile up, GQA unsplit", "[rung16_backward]") {
+  Section s("rung 16 backward: head_dims 80 and 96 (and 48, 160)");
   for (int d : {80, 96})
-    for (const Problem& p : cases(d, DType::bf16)) passes(rung16("backward"), p);
+    for (const Problem& p : cases(d, DType::bf16)) s.add(rung16("backward"), p);
   for (int d : {48, 160}) {
-    passes(rung16("backward"), shape(2, 300, 300, 8, 2, d, true));
-    passes(rung16("backward"), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
+    s.add(rung16("backward"), shape(2, 300, 300, 8, 2, d, true));
+    s.add(rung16("backward"), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
   }
+  s.run();
 }
 
 TEST_CASE("backward: packed batches with masks and modifiers: lengths of 1, empty sequences, q != k",
           "[rung16_backward]") {
+  Section s("rung 16 backward: packed batches");
   for (int d : {64, 128, 96}) {
     Problem p = shape(1, 1, 1, 8, 2, d, true, DType::bf16);
     set_varlen(&p, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
-    passes(rung16("backward"), window(p, 64, 0));
+    s.add(rung16("backward"), window(p, 64, 0));
     Problem capped = window(p, 100, 0);
     capped.softcap = 30.f;
     capped.sinks = sinks_for(p.heads_q);
-    passes(rung16("backward"), capped);
+    s.add(rung16("backward"), capped);
     Problem alibi = p;
     alibi.alibi = true;
     alibi.causal = false;
-    passes(rung16("backward"), alibi);
+    s.add(rung16("backward"), alibi);
   }
+  s.run();
 }
 
 TEST_CASE("backward: a window far shorter than the sequence (most K/V blocks visit few query blocks)",
           "[rung16_backward]") {
-  passes(rung16("backward"), window(shape(2, 4096, 4096, 8, 2, 128, true, DType::bf16), 512, 0));
+  Section s("rung 16 backward: a short window");
+  s.add(rung16("backward"), window(shape(2, 4096, 4096, 8, 2, 128, true, DType::bf16), 512, 0));
   Problem g = window(shape(1, 2048, 2048, 16, 2, 64, true), 256, 0);
   g.softcap = 50.f;
   g.sinks = sinks_for(g.heads_q);
-  passes(rung16("backward"), g);
+  s.add(rung16("backward"), g);
+  s.run();
 }
 
 TEST_CASE("backward: the deterministic mode takes no mask or the causal one, and refuses the rest in one line",
@@ -205,15 +216,13 @@ TEST_CASE("backward: the deterministic mode takes no mask or the causal one, and
   none.causal = false;
   Problem capped = causal;  // a modifier is no mask: it runs
   capped.softcap = 20.f;
+  Section s("rung 16 backward: the deterministic mode");  // 3 cases, none refused
   for (const Problem& p : {causal, none, capped}) {
-    const CaseResult c = run_bwd_case(r, p, InputKind::random, CheckMode::full, 5, true);
-    if (!c.ran) {
-      WARN(r.label() << " not run: " << c.skipped);
-      continue;
-    }
-    INFO(p.describe() << ": " << c.check.reason);
-    CHECK(c.check.pass);
+    fl_test::Case& c = s.add(r, p);
+    c.deterministic = true;
+    c.seed = 5;
   }
+  s.run();
   const CaseResult w = run_bwd_case(r, window(causal, 64, 0), InputKind::random, CheckMode::full, 5, true);
   CHECK_FALSE(w.ran);
   CHECK(w.skipped.find("deterministic") != std::string::npos);
