@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "expected_runs.h"
 #include "flashladder/runner.h"
 #include "problem_shape.h"
 
@@ -27,11 +28,19 @@ const Rung& rung13(const std::string& variant = "") {
   return *r;
 }
 
-/// Skips (returns false) where rung 13 cannot run (not an sm_90 GPU, not built for it).
+/// False where this GPU (or build) cannot run rung 13 at all (not an sm_90 GPU, no sm_90a code):
+/// the whole test is then skipped (exit 77, expected_runs.h). Any other refusal of @p p fails.
 bool runs_here(const Problem& p) {
-  const std::string why = supports(rung13(), p, query_device());
-  if (!why.empty()) WARN("rung 13 not run: " << why);
-  return why.empty();
+  const DeviceInfo dev = query_device();
+  const std::string gate = fl_test::device_gate(rung13(), dev);
+  const std::string why = supports(rung13(), p, dev);
+  if (!gate.empty() || why == hopper_supports(dev, false)) {
+    fl_test::skip_whole_test(gate.empty() ? "rung 13 " + why : gate);
+    return false;
+  }
+  INFO(p.describe() << ": " << why);
+  REQUIRE(why.empty());
+  return true;
 }
 
 }  // namespace
@@ -88,7 +97,7 @@ TEST_CASE("every quantization mode through the kernel: causal, GQA, tails, each 
   if (!runs_here(shape(1, 128, 128, 2, 2, 128, false, DType::bf16))) return;
   const Fp8Options modes[] = {{Fp8Scaling::head, false}, {Fp8Scaling::tensor, false}, {Fp8Scaling::head, true},
                               {Fp8Scaling::tensor, true}};
-  int k = 0;
+  int k = 0, ran = 0;
   for (const Fp8Options& o : modes)
     for (int d : {64, 128, 256})
       for (bool causal : {false, true}) {
@@ -101,10 +110,12 @@ TEST_CASE("every quantization mode through the kernel: causal, GQA, tails, each 
                                  << res.check.reason << " (rel_fro " << res.check.err.rel_fro << ", max_abs "
                                  << res.check.err.max_abs << "; end to end rel_fro " << res.fp8_e2e.rel_fro << ")");
           REQUIRE(res.ran);
+          ++ran;
           REQUIRE(res.fp8);
           REQUIRE(res.check.pass);
         }
       }
+  REQUIRE(ran == 4 * 3 * 2 * 2);  // modes x head_dims x causal x inputs, every one accepted
 }
 
 TEST_CASE("outlier channels: the Hadamard rotation lowers the end-to-end error", "[rung13]") {
@@ -114,6 +125,8 @@ TEST_CASE("outlier channels: the Hadamard rotation lowers the end-to-end error",
     const CaseResult plain = run_fp8_case(rung13(), p, InputKind::outlier, CheckMode::full, 3, {Fp8Scaling::head, false});
     const CaseResult rot = run_fp8_case(rung13(), p, InputKind::outlier, CheckMode::full, 3, {Fp8Scaling::head, true});
     INFO("d=" << d << ": end to end rel_fro per-head " << plain.fp8_e2e.rel_fro << ", +hadamard " << rot.fp8_e2e.rel_fro);
+    REQUIRE(plain.ran);
+    REQUIRE(rot.ran);
     REQUIRE(plain.check.pass);
     REQUIRE(rot.check.pass);
     CHECK(rot.fp8_e2e.rel_fro < plain.fp8_e2e.rel_fro);
@@ -130,6 +143,8 @@ TEST_CASE("each block's P V summed in fp32 against the tensor cores' accumulator
     const CaseResult fast = run_case(rung13("fast-accum"), p, InputKind::random, CheckMode::sample, 6);
     INFO("d=" << d << " kernel rel_fro: fp32 sums " << promoted.check.err.rel_fro << ", fast-accum "
               << fast.check.err.rel_fro);
+    REQUIRE(promoted.ran);
+    REQUIRE(fast.ran);
     REQUIRE(promoted.check.pass);
     CHECK(promoted.check.err.rel_fro < fast.check.err.rel_fro);
   }
@@ -145,6 +160,8 @@ TEST_CASE("P cast as it is (p-unscaled) still passes: the scaling is measured, n
     const CaseResult unscaled = run_case(rung13("p-unscaled"), p, input, CheckMode::full, 4);
     INFO(input_kind_name(input) << " kernel rel_fro: P x 2^8 " << scaled.check.err.rel_fro << ", P as it is "
                                 << unscaled.check.err.rel_fro << ": " << unscaled.check.reason);
+    REQUIRE(scaled.ran);
+    REQUIRE(unscaled.ran);
     REQUIRE(scaled.check.pass);
     REQUIRE(unscaled.check.pass);
   }

@@ -3,6 +3,9 @@
 // A backward rung (Rung::launch_bwd: 11) goes through the same cases: run_case checks its
 // dQ, dK, dV against the fp64 backward reference (run_bwd_case; the identity input is skipped
 // there, see runner.h), so nothing here runs its `launch` (another rung's forward) as its own.
+// The matrix spans shapes a rung may refuse (decode rungs, head_dims): those are counted; every
+// case supports() accepts must run, and at least one per rung (expected_runs.h). A rung this GPU
+// cannot run at all (rungs 09, 10, 13-16 off sm_90) skips the test.
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "expected_runs.h"
 #include "flashladder/runner.h"
 
 using namespace fl;
@@ -40,24 +44,12 @@ std::vector<int> head_dims_of(const Rung& r) {
   return dims;
 }
 
-struct Counts {
-  int ran = 0, skipped = 0;
-};
-
-/// Runs one case and REQUIREs a pass; unsupported shapes are counted, not failed.
-void expect_pass(const Rung& r, const Problem& p, InputKind input, CheckMode mode, unsigned long long seed,
-                 Counts* n) {
+/// Adds one case of the shared matrix to @p s: a shape the rung may refuse (counted, not failed).
+void add_case(fl_test::Section& s, const Rung& r, const Problem& p, InputKind input, unsigned long long seed) {
   if (!r.not_implemented.empty()) FAIL(r.label() << ": not implemented: " << r.not_implemented);
-  const CaseResult res = run_case(r, p, input, mode, seed);
-  if (!res.ran) {
-    ++n->skipped;
-    return;
-  }
-  ++n->ran;
-  INFO(r.label() << " " << p.describe() << " input=" << input_kind_name(input) << ": " << res.check.reason
-                 << " (rel_fro " << res.check.err.rel_fro << ", max_abs " << res.check.err.max_abs << ")");
-  REQUIRE(res.check.pass);
-  REQUIRE(res.check.unwritten == 0);  // outputs were NaN-poisoned before the launch
+  fl_test::Case& c = s.add(r, p, true);
+  c.input = input;
+  c.seed = seed;
 }
 
 }  // namespace
@@ -74,7 +66,7 @@ TEST_CASE("matrix: dtypes x causal x seqlens x GQA/MQA x head_dims", "[gpu][matr
   const auto rungs = rungs_under_test(false);
   REQUIRE(!rungs.empty());
   for (const Rung* r : rungs) {
-    Counts n;
+    fl_test::Section s(r->label() + (r->launch_bwd ? " backward" : "") + " matrix");
     int k = 0;
     for (DType t : {DType::fp16, DType::bf16})
       for (bool causal : {false, true})
@@ -91,18 +83,17 @@ TEST_CASE("matrix: dtypes x causal x seqlens x GQA/MQA x head_dims", "[gpu][matr
               p.dtype = t;
               p.causal = causal;
               ++k;
-              expect_pass(*r, p, InputKind::random, CheckMode::full, 100 + k, &n);
+              add_case(s, *r, p, InputKind::random, 100 + k);
             }
-    INFO(r->label() << ": " << n.ran << " cases ran, " << n.skipped << " unsupported");
-    WARN(r->label() << ": " << n.ran << (r->launch_bwd ? " backward" : "") << " matrix cases passed, " << n.skipped
-                    << " unsupported by the rung");
-    REQUIRE(n.ran > 0);
+    s.run();
   }
 }
 
 TEST_CASE("diagnostic inputs: ones, identity-like Q/K, V ramp", "[gpu][diagnostic]") {
-  for (const Rung* r : rungs_under_test(false)) {
-    Counts n;
+  const auto rungs = rungs_under_test(false);
+  REQUIRE(!rungs.empty());
+  for (const Rung* r : rungs) {
+    fl_test::Section s(r->label() + " diagnostic inputs");
     for (InputKind in : {InputKind::ones, InputKind::identity, InputKind::ramp})
       for (DType t : {DType::fp16, DType::bf16})
         for (int d : head_dims_of(*r)) {
@@ -115,16 +106,16 @@ TEST_CASE("diagnostic inputs: ones, identity-like Q/K, V ramp", "[gpu][diagnosti
           p.head_dim = d;
           p.dtype = t;
           p.causal = (d == 64);
-          expect_pass(*r, p, in, CheckMode::full, 7, &n);
+          add_case(s, *r, p, in, 7);
         }
-    REQUIRE(n.ran > 0);
+    s.run();
   }
 }
 
 TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][matrix]") {
   const auto variants = rungs_under_test(true);
   for (const Rung* r : variants) {
-    Counts n;
+    fl_test::Section s(r->label() + " small matrix");
     for (DType t : {DType::fp16, DType::bf16})
       for (bool causal : {false, true})
         for (int d : head_dims_of(*r)) {
@@ -137,10 +128,9 @@ TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][matri
           p.head_dim = d;
           p.dtype = t;
           p.causal = causal;
-          expect_pass(*r, p, InputKind::random, CheckMode::full, 3, &n);
+          add_case(s, *r, p, InputKind::random, 3);
         }
-    INFO(r->label());
-    REQUIRE(n.ran > 0);
+    s.run();
   }
   WARN(variants.size() << " variants tested");
 }
@@ -149,47 +139,50 @@ TEST_CASE("the fp32 O: a forward that writes it writes all of it, and it rounds 
   // Rung::writes_o_fp32 forwards fill AttnParams::o_fp32 (O before its rounding, for a backward
   // pass's D). Every element is written (poisoned first), and rounding it gives the 16-bit O bit
   // for bit; rows that see no key (causal, seqlen_q > seqlen_k) are 0 in both.
-  const DeviceInfo dev = query_device();
-  int ran = 0;
+  // The rungs under test that write no fp32 O list no case here (rung 01, say): may_be_empty.
+  fl_test::Section s("the fp32 O", true);
   for (const Rung* r : rungs_under_test(false)) {
     if (!r->writes_o_fp32 || r->launch_bwd) continue;  // a backward rung's launch is another rung's
     for (DType t : {DType::fp16, DType::bf16})
       for (int d : head_dims_of(*r))
         for (bool causal : {false, true}) {
-          const Problem p = [&] {
-            Problem s;
-            s.batch = 2;
-            s.seqlen_q = causal ? 203 : 113;
-            s.seqlen_k = causal ? 77 : 203;
-            s.heads_q = 8;
-            s.heads_kv = 2;
-            s.head_dim = d;
-            s.dtype = t;
-            s.causal = causal;
-            return s;
-          }();
-          if (!supports(*r, p, dev).empty()) continue;
-          ++ran;
-          INFO(r->label() << " " << p.describe());
-          const HostInputs in = make_inputs(p, InputKind::random, 19);
-          DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0, 19);
-          dp.want_o_fp32();
-          dp.poison_outputs();
-          launch_once(*r, dp);
-          const std::vector<uint16_t> o = dp.download_o();
-          const std::vector<float> o32 = dp.download_o_fp32();
-          REQUIRE(o32.size() == o.size());
-          size_t nan = 0, differ = 0;
-          for (size_t i = 0; i < o.size(); ++i) {
-            nan += std::isnan(o32[i]) ? 1 : 0;
-            differ += to_bits(o32[i], t) != o[i] ? 1 : 0;
-          }
-          REQUIRE(nan == 0);
-          REQUIRE(differ == 0);
-          REQUIRE(check_output(p, in, o, dp.download_lse(), CheckMode::full, 19).pass);
+          s.add(*r, [&] {
+            Problem q;
+            q.batch = 2;
+            q.seqlen_q = causal ? 203 : 113;
+            q.seqlen_k = causal ? 77 : 203;
+            q.heads_q = 8;
+            q.heads_kv = 2;
+            q.head_dim = d;
+            q.dtype = t;
+            q.causal = causal;
+            return q;
+          }(), true);
         }
   }
-  WARN(ran << " forward cases wrote an fp32 O that rounds to their 16-bit O");
+  s.each([](const fl_test::Case& c) {
+    const Rung* r = c.rung;
+    const Problem& p = c.p;
+    const DType t = p.dtype;
+    INFO(r->label() << " " << p.describe());
+    const HostInputs in = make_inputs(p, InputKind::random, 19);
+    DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0, 19);
+    dp.want_o_fp32();
+    dp.poison_outputs();
+    launch_once(*r, dp);
+    const std::vector<uint16_t> o = dp.download_o();
+    const std::vector<float> o32 = dp.download_o_fp32();
+    REQUIRE(o32.size() == o.size());
+    size_t nan = 0, differ = 0;
+    for (size_t i = 0; i < o.size(); ++i) {
+      nan += std::isnan(o32[i]) ? 1 : 0;
+      differ += to_bits(o32[i], t) != o[i] ? 1 : 0;
+    }
+    REQUIRE(nan == 0);
+    REQUIRE(differ == 0);
+    REQUIRE(check_output(p, in, o, dp.download_lse(), CheckMode::full, 19).pass);
+    return true;
+  });
 }
 
 TEST_CASE("harness: poison is detected, memory refusal, exit paths", "[gpu][harness]") {
