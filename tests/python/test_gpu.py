@@ -73,6 +73,7 @@ from flashladder import _core, _ext
 from refs import rope_reference  # noqa: E402  tests/python/refs.py
 
 FAILURES = []
+COMPARED = [0]  # judge() and expect() calls: a part that compared nothing fails (main)
 
 
 def fail(msg):
@@ -126,6 +127,7 @@ def errors(got, ref):
 def judge(what, got, ref, dtype_name, gradients=False, floor=None):
     """Passes iff max abs <= floor max_abs x max(1, max |ref|) and rel_fro <= floor rel_fro;
     the floor is the ladder's for dtype_name unless given."""
+    COMPARED[0] += 1
     floor = floor or _ext.tolerance_floor(dtype_name, gradients)
     if not torch.isfinite(got).all():
         fail("%s: %d non-finite values" % (what, (~torch.isfinite(got)).sum().item()))
@@ -154,6 +156,27 @@ def judge_lse(what, lse, ref, dtype_name):
 
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def device_gate(r):
+    """Why this GPU cannot run rung r at all, from its registration alone ('' when it can): its
+    min_cc; min_cc 90 is an sm_90a rung, which runs on compute capability 9.0 only. Never from
+    supports(), so a supports() that refuses everything fails on the GPU it is meant for."""
+    major, minor = torch.cuda.get_device_capability()
+    if r.min_cc >= 90 and (major, minor) != (9, 0):
+        return "%s needs an sm_90 GPU" % r.label
+    if r.min_cc > major * 10 + minor:
+        return "%s needs compute capability >= %d.%d" % (r.label, r.min_cc // 10, r.min_cc % 10)
+    return ""
+
+
+def expect_runs(what, ran, expected):
+    """A section's count: as many cases ran as supports() accepted up front, and at least one."""
+    print("%s: %d of %d expected cases ran" % (what, ran, expected))
+    if ran != expected:
+        fail("%s: %d cases ran, %d expected (accepted by supports())" % (what, ran, expected))
+    elif expected == 0:
+        fail("%s: no case ran" % what)
 
 
 def randn(*shape, dtype=torch.float16, offset=0.0):
@@ -222,6 +245,7 @@ def part_forward_layouts():
     key = _core.check_qkv(*transposed, True, None)
     default = _core.plan_forward(None, "", key, torch.cuda.current_device()).label
     print("default forward rung on %s: %s" % (flashladder.device_info().arch, default))
+    ran = 0
     for r in [None] + flashladder.rungs():
         if r is not None and (r.backward or r.decode):
             continue
@@ -244,6 +268,11 @@ def part_forward_layouts():
                         judge_lse("%s %s causal=%d, %s" % (label, name, causal, call), result[1], ref_lse, "fp16")
                     if out.stride() != out.contiguous().stride():
                         fail("%s %s: O is not dense [b, s, h, d] (strides %s)" % (name, call, out.stride()))
+                ran += r is not None
+    if ran == 0:  # the default rung always runs; at least one named rung must take these layouts
+        fail("strided layouts: no rung took them")
+    else:
+        print("strided layouts: %d rung cases ran" % ran)
 
 
 # ---- backward -------------------------------------------------------------------------------------
@@ -278,8 +307,6 @@ def grads_case(shape, d, dtype_name, causal, layout="dense", rung=None):
 
 def variant_grads_case(r, shape, d, dtype_name):
     b, sq, sk, hq, hkv = shape
-    if flashladder.supports(r, b, sq, sk, hq, hkv, d, dtype=dtype_name, causal=True):
-        return
     dt = DTYPES[dtype_name]
     q, k, v = randn(b, sq, hq, d, dtype=dt, offset=0.5), randn(b, sk, hkv, d, dtype=dt), \
         randn(b, sk, hkv, d, dtype=dt, offset=0.5)
@@ -310,11 +337,31 @@ def part_backward():
                     grads_case(shape, d, dtype_name, causal)
     grads_case(PREFILL[1], 128, "bf16", True, layout="transposed")
     grads_case(PREFILL[0], 64, "fp16", True, rung=6)  # rung 06's forward, as rung 11 measures
-    # Every backward variant through attention_backward(rung=...), on one causal GQA shape.
+    # Every backward variant through attention_backward(rung=...), on one causal GQA shape, at
+    # each of 64 and 128 it declares: every one accepted up front (a refusal fails), and all run;
+    # a variant this GPU cannot run at all (rung 14's off sm_90) is left out.
+    planned = []
+    b, sq, sk, hq, hkv = PREFILL[1]
     for r in flashladder.rungs(variants=True):
-        if r.backward and r.variant:
-            for d in (64, 128):
-                variant_grads_case(r, PREFILL[1], d, "bf16")
+        if not (r.backward and r.variant):
+            continue
+        if device_gate(r):
+            print("left out: %s" % device_gate(r))
+            continue
+        for d in (64, 128):
+            if r.head_dims and d not in r.head_dims:
+                continue
+            why = flashladder.supports(r, b, sq, sk, hq, hkv, d, dtype="bf16", causal=True)
+            if why:
+                fail("%s refused d=%d: %s" % (r.label, d, why))
+            else:
+                planned.append((r, d))
+    ran = 0
+    for r, d in planned:
+        variant_grads_case(r, PREFILL[1], d, "bf16")
+        ran += 1
+    if any(r.backward and r.variant and not device_gate(r) for r in flashladder.rungs(variants=True)):
+        expect_runs("backward variants", ran, len(planned))
     # torch.use_deterministic_algorithms(True) selects the deterministic dQ: two autograd passes
     # give identical bits, and attention_backward(deterministic=True), the op autograd runs,
     # gives the same bits again. (Without it dQ is summed by atomics, in no fixed order.)
@@ -381,6 +428,7 @@ def part_compile():
 # ---- bad input ------------------------------------------------------------------------------------
 
 def expect(exc, text, fn):
+    COMPARED[0] += 1
     try:
         fn()
     except exc as e:
@@ -740,6 +788,8 @@ def part_models():
         else:
             fail(line)
     print("models: %d ran and matched, %d refused naming the argument" % (ran, refused))
+    if ran == 0:
+        fail("models: no model ran")
 
 
 # ---- flash: FlashAttention's interface (flashladder._flash) --------------------------------------
@@ -1189,9 +1239,11 @@ def main():
     try:
         PARTS[sys.argv[1]]()
         torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001  a failure, reported with its traceback (never swallowed)
         traceback.print_exc()
         fail("unexpected exception")
+    if COMPARED[0] == 0:
+        fail("%s: nothing was compared" % sys.argv[1])
     print("%d failure(s)" % len(FAILURES))
     return 1 if FAILURES else 0
 

@@ -370,11 +370,18 @@ def main():
         except Exception as e:  # noqa: BLE001  a rank raised or died: its traceback is above
             fail("P=%d: a rank failed: %s" % (ranks, str(e).strip().splitlines()[-1] if str(e).strip() else e))
             continue
+        reported = set()
         while not results.empty():
             rank, failures = results.get()
+            reported.add(rank)
             FAILURES.extend("rank %d: %s" % (rank, f) for f in failures)
+        if reported != set(range(ranks)):  # a rank that reported nothing ran nothing we saw
+            fail("P=%d: ranks %s reported no result" % (ranks, sorted(set(range(ranks)) - reported)))
+            continue
         ran += len(cases)
     print("%d ring case(s) ran over P = %s; %d failure(s)" % (ran, ", ".join(map(str, counts)), len(FAILURES)))
+    if ran == 0:
+        fail("no ring case ran")
     return 1 if FAILURES else 0
 
 
