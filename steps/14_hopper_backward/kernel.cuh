@@ -2,55 +2,11 @@
 /// @brief Rung 14: FlashAttention-3's backward pass (Shah et al., 2024, §3 and its code's
 /// `hopper/` backward) on wgmma and TMA: rung 11's algorithm, rung 10's machinery.
 ///
-/// One block per (K/V block j of 128 keys (64 at d = 256), KV head or a slice of its GQA group,
-/// batch), K/V blocks fastest in the grid and longest first under a causal mask (the deterministic
-/// mode there: last first, BlockWork). K_j and V_j are loaded once; dK_j and dV_j stay in
-/// registers; the block walks the query blocks i (of every query head of its slice) that see j:
-/// @code
-///   // clang-format off
-///   warpgroup 0, warp 0   producer  setmaxnreg.dec 24. Q_i + LSE_i and dO_i + D_i into stage s of
-///                                   the ring (TMA boxes and two bulk copies), when every math
-///                                   thread has released what the stage held
-///   warpgroup 0, warp 1   dQ writer waits for the math warps' dQ_i share in shared memory, adds it
-///                                   to the fp32 accumulator with one bulk reduce-add (TMA), frees
-///                                   the tile once the copy engine has read it
-///   warpgroups 1, 2       math      setmaxnreg.inc 240. 64 keys each (wgmma's M), per query block:
-///       S^T  = K_j Q_i^T            SS   keys x queries: P^T ends up in registers, as an A operand
-///       dP^T = V_j dO_i^T           SS
-///       P^T  = exp2(S^T scale log2e - LSE_i log2e)      masked: key past len_k or the diagonal
-///       dS^T = P^T ∘ (dP^T - D_i)
-///       dV_j += P^T dO_i            RS   A = P^T from registers
-///       dS^T -> shared memory       16-bit, [key][query]; both warpgroups meet at a named barrier
-///       dK_j += dS^T Q_i            RS   A = dS^T from registers
-///       dQ_i  = dS K_j              SS   A = dS read MN-major from the tile just written
-///       dQ_i share -> shared memory (fp32) -> the writer warp
-///   // clang-format on
-/// @endcode
-/// Why keys are wgmma's M (FA3's "SdP_swapAB"): dV += P^T dO and dK += dS^T Q need P^T and dS^T as
-/// A operands, 64 keys x 16 queries per k-step. Computing S^T = K Q^T instead of S = Q K^T leaves
-/// P^T in exactly the accumulator layout an A fragment is packed from (hopper.cuh), so neither P
-/// nor dS goes through shared memory for dV and dK; only dQ = dS K_j, whose M is the queries,
-/// reads dS^T back, transposed by the descriptor (trans-a).
-///
-/// Why dQ needs a writer: dQ_i collects a share from every K/V block, which run in different
-/// blocks at once. Rung 11 adds it with fp32 atomics from the math warps, one instruction per
-/// pair of floats, in the middle of the GEMM chain. Here the math warps store the share to shared
-/// memory (a few wide stores) and go on; one warp hands the whole tile to the copy engine
-/// (cp.reduce.async.bulk .add.f32, hopper.cuh). In the deterministic mode that warp first waits
-/// for a counter per query block to say the K/V blocks before j have added theirs, so the adds
-/// happen in the order j = 0, 1, 2, ... run after run.
-///
-/// Head_dim 256 (traits.h): dK_j and dV_j of 64 keys would need 256 registers per thread, so the
-/// block has 64 keys and computes dK_j^T = Q_i^T dS and dV_j^T = dO_i^T P instead, head_dim as
-/// wgmma's M (FA3's "dKV_swapAB"): each math warpgroup owns 128 of the dims (two m64 accumulators
-/// each) and half the queries of S^T and dP^T. P^T and dS^T go through shared memory (dK^T and
-/// dV^T read them as K-major B), Q_i and dO_i are read MN-major as A. One stage of Q, dO fits
-/// beside the fp32 dQ tile; it is released in two halves (Q after dK^T, dO after dV^T), so the
-/// producer's next loads overlap dV^T and dQ.
-///
-/// The ablations (launch.cu): no warp specialization (the math warps' first thread issues the
-/// loads and the bulk adds itself), dQ by atomics from the math warps, P^T and dS^T through shared
-/// memory for dV and dK (SS instead of RS), one stage.
+/// One block per (K/V block j, KV head or a slice of its GQA group, batch): K_j, V_j loaded once,
+/// dK_j, dV_j in registers, the query blocks that see j walked in turn. Warpgroup 0 is the
+/// producer (warp 0 loads Q_i, dO_i, LSE_i, D_i; warp 1 adds dQ_i by bulk reduce-add), warpgroups
+/// 1 and 2 the math. README.md: the GEMM chain with keys as wgmma's M, why dQ needs a writer,
+/// head_dim 256's transposed dK, dV, the ablations (launch.cu).
 #pragma once
 
 #include <cuda.h>
@@ -59,6 +15,7 @@
 
 #include <string>
 
+#include "../11_backward/kernel.cuh"  // bwd::row_delta: D = rowsum(dO ∘ O), rung 11's
 #include "flashladder/backward.h"
 #include "flashladder/cuda_check.h"
 #include "flashladder/dtype.cuh"
@@ -68,7 +25,6 @@
 #include "flashladder/ptx.cuh"
 #include "flashladder/tma.h"
 #include "flashladder/varlen.h"
-#include "../11_backward/kernel.cuh"  // bwd::row_delta: D = rowsum(dO ∘ O), as rung 11 computes it
 #include "traits.h"
 #include "workspace.h"
 
@@ -87,12 +43,12 @@ constexpr uint32_t kMathThreads = 256, kDqHandoff = kMathThreads + 32;
 struct BwdBuffers {
   const float* lse_log2;  ///< padded rows (workspace.h): LSE·log2(e), +inf where no key is seen
   const float* delta;     ///< padded rows: D
-  float* dq_acc;          ///< a [BLOCK_M x d] tile per query block of the padded rows, register order
-  int* counters;          ///< one per 64 padded rows (deterministic only)
-  float* dkv_acc;         ///< rung 11's [2][kv_split][key_rows, heads_kv, d] (kv_split > 1)
-  int kv_split;           ///< slices of a GQA group (workspace.h's kv_splits)
-  int64_t head_rows;      ///< padded rows of a head (workspace.h's head_rows)
-  int64_t key_rows;       ///< batch x seqlen_k, or total_k packed (workspace.h's key_rows)
+  float* dq_acc;      ///< a [BLOCK_M x d] tile per query block of the padded rows, register order
+  int* counters;      ///< one per 64 padded rows (deterministic only)
+  float* dkv_acc;     ///< rung 11's [2][kv_split][key_rows, heads_kv, d] (kv_split > 1)
+  int kv_split;       ///< slices of a GQA group (workspace.h's kv_splits)
+  int64_t head_rows;  ///< padded rows of a head (workspace.h's head_rows)
+  int64_t key_rows;   ///< batch x seqlen_k, or total_k packed (workspace.h's key_rows)
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
@@ -100,8 +56,9 @@ struct BwdBuffers {
 /// forward's fp32 O when it left one, else from the 16-bit O, or (@p exact_d non-null, dense
 /// only) rung 11's exact pass.
 template <class T, int D>
-__global__ void __launch_bounds__(128) bwd_stats_kernel(const AttnBwdParams P, float* lse_log2, float* delta,
-                                                        int64_t head_rows, int64_t rows, const float* exact_d) {
+__global__ void __launch_bounds__(128)
+    bwd_stats_kernel(const AttnBwdParams P, float* lse_log2, float* delta, int64_t head_rows,
+                     int64_t rows, const float* exact_d) {
   const AttnParams& p = P.fwd;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (row >= rows) return;
@@ -115,8 +72,11 @@ __global__ void __launch_bounds__(128) bwd_stats_kernel(const AttnBwdParams P, f
     return;
   }
   const SeqSpan seq = seq_span(p, at.b);
-  const int64_t stat = lse_offset(p, seq, at.b, at.h) + at.q;  // the forward's LSE (and the exact pass's D)
-  const float sum = exact_d ? exact_d[stat] : bwd::row_delta<T, D>(P, seq.batch, seq.q0 + at.q, at.h, lane);  // rung 11's D
+  const int64_t stat =
+      lse_offset(p, seq, at.b, at.h) + at.q;  // the forward's LSE (and the exact pass's D)
+  const float sum =
+      exact_d ? exact_d[stat]
+              : bwd::row_delta<T, D>(P, seq.batch, seq.q0 + at.q, at.h, lane);  // rung 11's D
   if (lane == 0) {
     const float lse = p.lse[stat];
     lse_log2[row] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
@@ -128,21 +88,34 @@ __global__ void __launch_bounds__(128) bwd_stats_kernel(const AttnBwdParams P, f
 template <class Cfg>
 struct BwdSmem {
   uint32_t base;
-  __device__ __forceinline__ explicit BwdSmem(const uint8_t* raw) : base((smem_addr(raw) + 1023u) & ~1023u) {}
+  __device__ __forceinline__ explicit BwdSmem(const uint8_t* raw)
+      : base((smem_addr(raw) + 1023u) & ~1023u) {}
   __device__ __forceinline__ uint32_t K() const { return base + Cfg::kK; }
   __device__ __forceinline__ uint32_t V() const { return base + Cfg::kV; }
   __device__ __forceinline__ uint32_t Q(int s) const { return base + Cfg::kQ + s * Cfg::kQBytes; }
   __device__ __forceinline__ uint32_t dO(int s) const { return base + Cfg::kDO + s * Cfg::kQBytes; }
-  __device__ __forceinline__ uint32_t dS(int b) const { return base + Cfg::kDS + b * Cfg::kDsBytes; }
+  __device__ __forceinline__ uint32_t dS(int b) const {
+    return base + Cfg::kDS + b * Cfg::kDsBytes;
+  }
   __device__ __forceinline__ uint32_t Pt() const { return base + Cfg::kP; }
   __device__ __forceinline__ uint32_t dQ() const { return base + Cfg::kDQ; }
-  __device__ __forceinline__ uint32_t lse(int s) const { return base + Cfg::kLse + s * Cfg::kRowStatBytes; }
-  __device__ __forceinline__ uint32_t delta(int s) const { return base + Cfg::kDelta + s * Cfg::kRowStatBytes; }
+  __device__ __forceinline__ uint32_t lse(int s) const {
+    return base + Cfg::kLse + s * Cfg::kRowStatBytes;
+  }
+  __device__ __forceinline__ uint32_t delta(int s) const {
+    return base + Cfg::kDelta + s * Cfg::kRowStatBytes;
+  }
   __device__ __forceinline__ uint32_t kv_full() const { return base + Cfg::kBars; }
-  __device__ __forceinline__ uint32_t q_full(int s) const { return base + Cfg::kBars + 8u * (1 + s); }
-  __device__ __forceinline__ uint32_t do_full(int s) const { return base + Cfg::kBars + 8u * (1 + Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t q_full(int s) const {
+    return base + Cfg::kBars + 8u * (1 + s);
+  }
+  __device__ __forceinline__ uint32_t do_full(int s) const {
+    return base + Cfg::kBars + 8u * (1 + Cfg::kStages + s);
+  }
   /// The stage's release: one barrier for Q and dO, or (Cfg::kSplitRelease) Q's and dO's apart.
-  __device__ __forceinline__ uint32_t q_empty(int s) const { return base + Cfg::kBars + 8u * (1 + 2 * Cfg::kStages + s); }
+  __device__ __forceinline__ uint32_t q_empty(int s) const {
+    return base + Cfg::kBars + 8u * (1 + 2 * Cfg::kStages + s);
+  }
   __device__ __forceinline__ uint32_t do_empty(int s) const {
     return Cfg::kSplitRelease ? base + Cfg::kBars + 8u * (1 + 3 * Cfg::kStages + s) : q_empty(s);
   }
@@ -158,11 +131,12 @@ struct BlockWork {
   bool active;         ///< the K/V block exists in this sequence
   bool reverse_order;  ///< deterministic under a causal mask: dQ adds from the last K/V block down
   int block_n;         ///< keys per K/V block
-  int len_q, len_k, causal_offset;  ///< the sequence's lengths; causal: query q sees key k <= q + causal_offset
+  int len_q, len_k,
+      causal_offset;   ///< the sequence's lengths; causal: query q sees key k <= q + causal_offset
   int q_tok0, k_tok0;  ///< its first query / key token in the [tokens, heads, d] view (0 dense)
   int64_t stat0;       ///< its padded row of query 0, head 0 (workspace.h's stat_row0)
-  __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split, int block_m, int block_n_,
-                                       bool deterministic)
+  __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split,
+                                       int block_m, int block_n_, bool deterministic)
       : block_n(block_n_) {
     // The K/V block varies fastest: the blocks running at once share their query heads, so they
     // read the same Q_i, dO_i and add into the same dQ tiles while those are in L2. Block 0 first:
@@ -179,7 +153,8 @@ struct BlockWork {
     n_kv_blocks = (len_k + block_n - 1) / block_n;
     active = static_cast<int>(blockIdx.x) < n_kv_blocks;
     reverse_order = deterministic && p.causal;
-    j = reverse_order ? n_kv_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+    j = reverse_order ? n_kv_blocks - 1 - static_cast<int>(blockIdx.x)
+                      : static_cast<int>(blockIdx.x);
     const int head_slice = blockIdx.y;
     kv_head = head_slice / kv_split;
     slice = head_slice % kv_split;
@@ -218,14 +193,62 @@ struct BlockWork {
   }
 };
 
-/// The kernel's mask and scores, a template parameter: rung 14's own, none or the bottom-right
-/// causal mask (p.causal) with the scale fused into the exponent. Rung 16 passes its masks and
-/// score modifiers with the same members (steps/16_masks/backward.cuh). Each thread keeps a copy:
-/// set_block once, set_keys once with its two keys of S^T (key0 + 16 warp + g + 8 hh), set_head
-/// per step (a modifier that depends on the query head).
+/// What the score steps of a step read besides S^T and dP^T.
+struct StepRows {
+  const float* lse;    ///< LSE_i log2(e) of the warpgroup's queries (the stage, shared memory)
+  const float* delta;  ///< D_i of the same queries
+  int q0;              ///< the warpgroup's first query
+  int q;               ///< lane % 4: the thread's queries q0 + 8c + 2q, + 1
+  float scale_log2;    ///< softmax_scale log2(e)
+};
+
+/// P^T = exp2(S^T scale log2e - LSE_i log2e) in place, zero where the mask hides the key: thread
+/// element 4c + e is key key0 + s_key0 + 16 warp + g + 8 (e / 2), query r.q0 + 8c + 2q + e % 2.
+/// A tile whose queries all see all of the warpgroup's keys (MODS::full) skips the test.
+template <int SN, class MODS>
+__device__ __forceinline__ void probs(float (&S)[SN / 2], const MODS& mods, const StepRows& r) {
+  const bool masked = !mods.full(r.q0, r.q0 + SN - 1);  // some element of this tile is not seen
+#pragma unroll
+  for (int c = 0; c < SN / 8; ++c) {
+    const float2 l = *reinterpret_cast<const float2*>(r.lse + 8 * c + 2 * r.q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float lse = e % 2 ? l.y : l.x;
+      S[4 * c + e] = ptx::ex2_approx(
+          MODS::exponent(mods, S[4 * c + e], lse, r.scale_log2, e / 2, 8 * c + e % 2));
+    }
+  }
+  if (masked) {
+#pragma unroll
+    for (int c = 0; c < SN / 8; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (!mods.sees(e / 2, r.q0 + 8 * c + 2 * r.q + e % 2)) S[4 * c + e] = 0.f;
+  }
+}
+
+/// dS^T = P^T ∘ (dP^T - D_i) in place of dP^T, for k-step kk's 16 queries (elements of c = 2 kk,
+/// 2 kk + 1), just before they are packed.
+template <int SN>
+__device__ __forceinline__ void ds_of(const float (&S)[SN / 2], float (&dP)[SN / 2],
+                                      const StepRows& r, int kk) {
+#pragma unroll
+  for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
+    const float2 dd = *reinterpret_cast<const float2*>(r.delta + 8 * c + 2 * r.q);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dP[4 * c + e] = S[4 * c + e] * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x));
+  }
+}
+
+/// The kernel's MODS parameter, a policy: which keys a query sees (the query blocks a K/V block
+/// visits, the tiles that need no mask test, each element's test) and how a score becomes P^T and
+/// dS^T. Rung 14's own is CausalOrNone: no mask or the bottom-right causal mask (p.causal), the
+/// scale fused into the exponent, P^T by probs() while dP^T runs and dS^T by ds_of() as it is
+/// packed. Another policy has the same members (rung 16's masks and score modifiers:
+/// steps/16_masks/backward.cuh). Each math thread keeps a copy: set_block once, set_keys once
+/// with its two keys of S^T (key0 + 16 warp + g + 8 hh), set_head per step.
 struct CausalOrNone {
-  static constexpr bool kScore = false;    ///< scores through score_of() (else the fused scale)
-  static constexpr bool kSoftcap = false;  ///< dS times the modifier's derivative (score_grad())
   bool causal;
   int len_q, len_k, offset;
   int key0;  ///< the thread's first key (the second is 8 rows below)
@@ -235,7 +258,8 @@ struct CausalOrNone {
     len_k = w.len_k;
     offset = w.causal_offset;
   }
-  /// The rows that see some key of [first, last]: query q sees key k when k <= q + offset.
+  /// The rows that see some key of [first, last]: query q sees key k when k <= q + offset. The
+  /// query blocks outside are skipped.
   __device__ __forceinline__ KeySpan query_rows(int first, int last) const {
     (void)last;
     return {causal ? max(0, first - offset) : 0, len_q - 1};
@@ -255,14 +279,31 @@ struct CausalOrNone {
     const int key = key0 + 8 * hh;
     return !(key >= len_k || (causal && key > qr + offset));
   }
+  /// The step's query head (scores that depend on it).
   __device__ __forceinline__ void set_head(int) {}
-  /// The thread's first row of the step (and a score of S^T that the rows' values may depend on:
-  /// rung 16's ALiBi); score_of, score_grad take a row as the offset from it.
-  __device__ __forceinline__ void set_rows(int, float) {}
-  __device__ __forceinline__ float score_of(float s, int, int) const { return s; }
-  __device__ __forceinline__ float score_grad(float s, int, int, float& grad) const {
-    grad = 1.f;
-    return s;
+  // The score hooks are static and get the policy as an argument (MODS::exponent(mods, ...)).
+  // This one ignores it and takes it by value: by reference, or as a member call, nvcc emits the
+  // mask tests below it in another form than with the FFMA written in the loop (SASS compared).
+  /// The exponent of P^T's element (the thread's key @p hh, query @p dr after its first) in log2
+  /// units: the score times scale log2(e), minus LSE log2(e), in one FFMA.
+  static __device__ __forceinline__ float exponent(CausalOrNone, float s, float lse,
+                                                   float scale_log2, int, int) {
+    return fmaf(s, scale_log2, -lse);
+  }
+  /// The score steps around dP^T's wait: P^T while dP^T runs (probs), nothing once dP^T is in,
+  /// and dS^T of k-step kk's 16 queries just before they are packed (ds_of).
+  template <int SN>
+  static __device__ __forceinline__ void p_while_dp(const CausalOrNone& m, float (&S)[SN / 2],
+                                                    const StepRows& r) {
+    probs<SN>(S, m, r);
+  }
+  template <int SN>
+  static __device__ __forceinline__ void after_dp(CausalOrNone, float (&)[SN / 2],
+                                                  float (&)[SN / 2], const StepRows&) {}
+  template <int SN>
+  static __device__ __forceinline__ void ds_at_pack(const float (&S)[SN / 2], float (&dP)[SN / 2],
+                                                    const StepRows& r, int kk) {
+    ds_of<SN>(S, dP, r, kk);
   }
 };
 
@@ -280,14 +321,18 @@ struct Loads {
   int64_t head_rows;
   bool packed;  ///< a packed batch: one sequence of all the tokens to TMA (batch coordinate 0)
 
-  __device__ __forceinline__ int tma_batch(const BlockWork& w) const { return packed ? 0 : w.batch; }
+  __device__ __forceinline__ int tma_batch(const BlockWork& w) const {
+    return packed ? 0 : w.batch;
+  }
 
   __device__ __forceinline__ void kv(const BwdSmem<Cfg>& sm, const BlockWork& w) const {
     mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Cfg::kKBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb) {
-      tma_load_4d(sm.K() + cb * Cfg::kBlockN * 128, map_k, sm.kv_full(), 64 * cb, w.kv_head, w.k_tok0 + w.key0, tma_batch(w));
-      tma_load_4d(sm.V() + cb * Cfg::kBlockN * 128, map_v, sm.kv_full(), 64 * cb, w.kv_head, w.k_tok0 + w.key0, tma_batch(w));
+      tma_load_4d(sm.K() + cb * Cfg::kBlockN * 128, map_k, sm.kv_full(), 64 * cb, w.kv_head,
+                  w.k_tok0 + w.key0, tma_batch(w));
+      tma_load_4d(sm.V() + cb * Cfg::kBlockN * 128, map_v, sm.kv_full(), 64 * cb, w.kv_head,
+                  w.k_tok0 + w.key0, tma_batch(w));
     }
   }
   __device__ __forceinline__ void step(const BwdSmem<Cfg>& sm, const BlockWork& w, int it) const {
@@ -299,13 +344,16 @@ struct Loads {
     mbarrier_arrive_expect_tx(sm.q_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-      tma_load_4d(sm.Q(s) + cb * Cfg::kBlockM * 128, map_q, sm.q_full(s), 64 * cb, h, w.q_tok0 + q0, tma_batch(w));
+      tma_load_4d(sm.Q(s) + cb * Cfg::kBlockM * 128, map_q, sm.q_full(s), 64 * cb, h, w.q_tok0 + q0,
+                  tma_batch(w));
     bulk_load(sm.lse(s), lse_log2 + stat, Cfg::kRowStatBytes, sm.q_full(s));
-    if constexpr (Cfg::kSplitRelease) mbarrier_wait_parity(sm.do_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
+    if constexpr (Cfg::kSplitRelease)
+      mbarrier_wait_parity(sm.do_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(sm.do_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-      tma_load_4d(sm.dO(s) + cb * Cfg::kBlockM * 128, map_do, sm.do_full(s), 64 * cb, h, w.q_tok0 + q0, tma_batch(w));
+      tma_load_4d(sm.dO(s) + cb * Cfg::kBlockM * 128, map_do, sm.do_full(s), 64 * cb, h,
+                  w.q_tok0 + q0, tma_batch(w));
     bulk_load(sm.delta(s), delta + stat, Cfg::kRowStatBytes, sm.do_full(s));
   }
 };
@@ -325,8 +373,9 @@ __device__ __forceinline__ float* dq_tile(const BwdBuffers& buf, const BlockWork
 /// blocks before this one have added theirs, then the counter moves on. Returns when the copy
 /// engine has read the tile (it may then be overwritten).
 template <class Cfg>
-__device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf, const AttnParams& p,
-                                            const BlockWork& w, int it, bool deterministic) {
+__device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf,
+                                            const AttnParams& p, const BlockWork& w, int it,
+                                            bool deterministic) {
   // LAB-BEGIN(14-dq-writer): one bulk reduce-add per dQ tile; in order when deterministic
   float* dst = dq_tile<Cfg>(buf, w, it);
   int* counter = nullptr;
@@ -350,7 +399,8 @@ __device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
   if (deterministic) {
     bulk_wait_group<0>();  // our adds are done in global memory ...
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");  // ... then the next
+    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+                 : "memory");  // ... then the next
   } else {
     bulk_wait_group_read<0>();  // the tile is read: the math warps may write the next one
   }
@@ -362,22 +412,26 @@ __device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
 /// 64-query column blocks: the layout dQ = dS K reads as an MN-major A, the ss-dkv ablation's dV,
 /// dK read as a K-major A, and d = 256's dK^T, dV^T read as a K-major B.
 template <class T, class Cfg>
-__device__ __forceinline__ void store_keys_by_queries(uint32_t tile, const uint32_t (&a)[Cfg::kSN / 16][4], int w,
+__device__ __forceinline__ void store_keys_by_queries(uint32_t tile,
+                                                      const uint32_t (&a)[Cfg::kSN / 16][4], int w,
                                                       int warp, int g, int q) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::kSN / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int key = Cfg::kSKey0(w) + 16 * warp + g + 8 * (i % 2);
-      const int col = Cfg::kSCol0(w) + 16 * kk + 8 * (i / 2) + 2 * q;  // a[kk][i]: columns 16 kk + 8 (i / 2) + 2q, +1
+      const int col = Cfg::kSCol0(w) + 16 * kk + 8 * (i / 2) +
+                      2 * q;  // a[kk][i]: columns 16 kk + 8 (i / 2) + 2q, +1
       const uint32_t off = (col / 64) * Cfg::kBlockN * 128 + key * 128 + (col % 64) * 2;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)), "r"(a[kk][i]) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)), "r"(a[kk][i])
+                   : "memory");
     }
 }
 
 /// Row @p key of dK (@p which = 0) or dV (1) of the block's KV head, 16-bit.
 template <class T>
-__device__ __forceinline__ T* grad_row(void* base, const AttnParams& p, const BlockWork& work, int key, int which) {
+__device__ __forceinline__ T* grad_row(void* base, const AttnParams& p, const BlockWork& work,
+                                       int key, int which) {
   const int64_t batch_stride = which ? p.v_batch_stride : p.k_batch_stride;
   const int64_t head_stride = which ? p.v_head_stride : p.k_head_stride;
   const int64_t row_stride = which ? p.v_row_stride : p.k_row_stride;
@@ -387,8 +441,8 @@ __device__ __forceinline__ T* grad_row(void* base, const AttnParams& p, const Bl
 
 /// Row @p key of a split group's fp32 partial dK (@p which = 0) or dV (1): rung 11's
 /// [2][kv_split][key_rows, heads_kv, d], slice work.slice.
-__device__ __forceinline__ float* dkv_partial(const AttnBwdParams& P, const BwdBuffers& buf, const BlockWork& work,
-                                              int key, int which) {
+__device__ __forceinline__ float* dkv_partial(const AttnBwdParams& P, const BwdBuffers& buf,
+                                              const BlockWork& work, int key, int which) {
   const AttnParams& p = P.fwd;
   const int64_t part = buf.key_rows * p.heads_kv * p.head_dim;
   return buf.dkv_acc + (which * buf.kv_split + work.slice) * part +
@@ -406,7 +460,8 @@ using DkvRegs = float[Cfg::kDkvTiles][Cfg::kDkvN / 2];
 template <class T, class Cfg>
 __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, const BwdBuffers& buf,
                                                      const BlockWork& work, const DkvRegs<Cfg>& dK,
-                                                     const DkvRegs<Cfg>& dV, int w, int warp, int g, int q) {
+                                                     const DkvRegs<Cfg>& dV, int w, int warp, int g,
+                                                     int q) {
   const AttnParams& p = P.fwd;
 #pragma unroll
   for (int c = 0; c < Cfg::kDkvN / 8; ++c)
@@ -415,7 +470,7 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
       const int key = work.key0 + 8 * c + 2 * q + e2;
       if (key >= work.len_k) continue;
       if (buf.kv_split > 1) {
-        float* dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
+        float *dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
 #pragma unroll
         for (int t = 0; t < Cfg::kDkvTiles; ++t)
 #pragma unroll
@@ -427,7 +482,7 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
           }
         continue;
       }
-      T* dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
+      T *dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
 #pragma unroll
       for (int t = 0; t < Cfg::kDkvTiles; ++t)
 #pragma unroll
@@ -445,9 +500,11 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
 /// the math warps: the `atomic-dq` ablation). MODS: the mask and scores (CausalOrNone: rung 14's).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
-    bwd_hopper_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                      const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                      const AttnBwdParams P, const BwdBuffers buf, const MODS mods_arg) {
+    bwd_hopper_kernel(const __grid_constant__ CUtensorMap map_q,
+                      const __grid_constant__ CUtensorMap map_k,
+                      const __grid_constant__ CUtensorMap map_v,
+                      const __grid_constant__ CUtensorMap map_do, const AttnBwdParams P,
+                      const BwdBuffers buf, const MODS mods_arg) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_M = Cfg::kBlockM;
   constexpr int BLOCK_N = Cfg::kBlockN;
@@ -464,8 +521,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   work.walk(mods.query_rows(work.key0, min(work.key0 + BLOCK_N, work.len_k) - 1), BLOCK_M);
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const BwdSmem<Cfg> sm(smem_raw);
-  const Loads<Cfg> loads{&map_q, &map_k, &map_v, &map_do, buf.lse_log2, buf.delta, buf.head_rows,
-                          p.cu_seqlens_q != nullptr};
+  const Loads<Cfg> loads{&map_q,       &map_k,    &map_v,        &map_do,
+                         buf.lse_log2, buf.delta, buf.head_rows, p.cu_seqlens_q != nullptr};
   const int tid = threadIdx.x;
 
   if (tid == 0) {
@@ -490,7 +547,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int wg_idx = warpgroup_index();
   if constexpr (WS) {
     if (wg_idx == 0) {
-      // ---- producer warpgroup: warp 0 loads, warp 1 writes dQ, warps 2 and 3 idle ----------------
+      // ---- producer warpgroup: warp 0 loads, warp 1 writes dQ, warps 2 and 3 idle
+      // ----------------
       setmaxnreg_dec<kProducerRegs>();
       const int warp = tid / 32;
       if (warp == 0 && tid == 0 && work.steps > 0) {
@@ -515,11 +573,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     setmaxnreg_inc<kMathRegs>();
   }
 
-  // ---- math warpgroups: 64 keys each (d = 256: 128 dims each) ---------------------------------------
-  const int w = WS ? wg_idx - 1 : wg_idx;  // keys key0 + 64 w .. (d = 256: queries q0 + 32 w .., dims 128 w ..)
-  const int mtid = tid % 128;              // thread of the warpgroup
+  // ---- math warpgroups: 64 keys each (d = 256: 128 dims each)
+  // ---------------------------------------
+  const int w = WS ? wg_idx - 1
+                   : wg_idx;   // keys key0 + 64 w .. (d = 256: queries q0 + 32 w .., dims 128 w ..)
+  const int mtid = tid % 128;  // thread of the warpgroup
   const int warp = mtid / 32, lane = tid % 32, g = lane / 4, q = lane % 4;
-  const bool loader = !WS && tid == 0;  // the no-ws ablation: this thread issues the loads and dQ adds
+  const bool loader =
+      !WS && tid == 0;  // the no-ws ablation: this thread issues the loads and dQ adds
   const float scale_log2 = p.scale_log2;
   {  // the thread's two keys of S^T (rows 16 warp + g and + 8 of its warpgroup's 64)
     const int wg_key0 = work.key0 + Cfg::kSKey0(w);
@@ -548,8 +609,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const uint32_t phase = (it / STAGES) & 1;
     if (loader && STAGES > 1 && it + STAGES - 1 < work.steps) loads.step(sm, work, it + STAGES - 1);
     const int q0 = work.q_block(it) * BLOCK_M;
-    const int s_key0 = Cfg::kSKey0(w), s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
-    if constexpr (MODS::kScore) mods.set_head(work.head(it));
+    const int s_key0 = Cfg::kSKey0(w),
+              s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
+    mods.set_head(work.head(it));
 
     // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight.
     float S[SN / 2], dP[SN / 2];
@@ -558,86 +620,37 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, SN>(S, wg::desc_kmajor_sw128(sm.K() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
-                      wg::desc_kmajor_sw128(sm.Q(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
+      wgmma_ss<T, SN>(
+          S, wg::desc_kmajor_sw128(sm.K() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
+          wg::desc_kmajor_sw128(sm.Q(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
     wgmma_commit();
     mbarrier_wait_parity(sm.do_full(s), phase);
     wgmma_fence_operand(dP);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, SN>(dP, wg::desc_kmajor_sw128(sm.V() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
-                      wg::desc_kmajor_sw128(sm.dO(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
+      wgmma_ss<T, SN>(
+          dP, wg::desc_kmajor_sw128(sm.V() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
+          wg::desc_kmajor_sw128(sm.dO(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
     wgmma_commit();
 
-    // P^T = exp2(S^T scale log2e - LSE log2e) while dP^T runs: thread element 4c + e is key
-    // key0 + s_key0 + 16 warp + g + 8 (e / 2), query q0 + s_col0 + 8c + 2q + e % 2. A score
-    // modifier turns S^T into log2 units itself (MODS::score); softcapping also needs its
-    // derivative for dS^T, so it waits for dP^T and does both in one pass (below).
-    const float* lse_s = reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw))) + s_col0;
-    const float* d_s = reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw))) + s_col0;
-    const int wg_q0 = q0 + s_col0;
-    bool masked;  // some element of this tile is not seen
-    if constexpr (!MODS::kSoftcap) {
-      wgmma_wait<1>();
-      wgmma_fence_operand(S);
-      masked = !mods.full(wg_q0, wg_q0 + SN - 1);
-      if constexpr (MODS::kScore) mods.set_rows(wg_q0 + 2 * q, S[0]);
-#pragma unroll
-      for (int c = 0; c < SN / 8; ++c) {
-        const float2 l = *reinterpret_cast<const float2*>(lse_s + 8 * c + 2 * q);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float lse = e % 2 ? l.y : l.x;
-          if constexpr (MODS::kScore)
-            S[4 * c + e] = ptx::ex2_approx(mods.score_of(S[4 * c + e], e / 2, 8 * c + e % 2) - lse);
-          else
-            S[4 * c + e] = ptx::ex2_approx(fmaf(S[4 * c + e], scale_log2, -lse));
-        }
-      }
-      if (masked) {
-#pragma unroll
-        for (int c = 0; c < SN / 8; ++c)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (!mods.sees(e / 2, wg_q0 + 8 * c + 2 * q + e % 2)) S[4 * c + e] = 0.f;
-      }
-    }
-    // dS^T = P^T ∘ (dP^T - D), and both packed to 16-bit A fragments 16 queries at a time (so that
-    // each fp32 P^T register dies as soon as it is packed: at d = 64 the whole S^T and dP^T at once
-    // leave the math warps a register short).
+    // P^T = exp2(S^T scale log2e - LSE log2e) while dP^T runs, then dS^T = P^T ∘ (dP^T - D), both
+    // packed to 16-bit A fragments 16 queries at a time (so that each fp32 P^T register dies as
+    // soon as it is packed: at d = 64 the whole S^T and dP^T at once leave the math warps a
+    // register short). MODS places the two (CausalOrNone: probs, then ds_of at the packing).
+    const StepRows rows{
+        reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw))) + s_col0,
+        reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw))) + s_col0,
+        q0 + s_col0, q, scale_log2};
+    wgmma_wait<1>();  // S^T is in (groups complete in order); dP^T may still run
+    wgmma_fence_operand(S);
+    MODS::template p_while_dp<SN>(mods, S, rows);
     wgmma_wait<0>();
-    if constexpr (MODS::kSoftcap) wgmma_fence_operand(S);
     wgmma_fence_operand(dP);
-    if constexpr (MODS::kSoftcap) {  // P^T and dS^T = P^T ∘ (dP^T - D) ∘ score', in one pass
-      masked = !mods.full(wg_q0, wg_q0 + SN - 1);
-      mods.set_rows(wg_q0 + 2 * q, S[0]);
-#pragma unroll
-      for (int c = 0; c < SN / 8; ++c) {
-        const float2 l = *reinterpret_cast<const float2*>(lse_s + 8 * c + 2 * q);
-        const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int qr = wg_q0 + 8 * c + 2 * q + e % 2;
-          float grad;
-          const float t = mods.score_grad(S[4 * c + e], e / 2, 8 * c + e % 2, grad);
-          float pr = ptx::ex2_approx(t - (e % 2 ? l.y : l.x));
-          if (masked && !mods.sees(e / 2, qr)) pr = 0.f;
-          dP[4 * c + e] = pr * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x)) * grad;
-          S[4 * c + e] = pr;
-        }
-      }
-    }
+    MODS::template after_dp<SN>(mods, S, dP, rows);
     uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < SN / 16; ++kk) {
-      if constexpr (!MODS::kSoftcap) {
-#pragma unroll
-        for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
-          const float2 dd = *reinterpret_cast<const float2*>(d_s + 8 * c + 2 * q);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dP[4 * c + e] = S[4 * c + e] * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x));
-        }
-      }
+      MODS::template ds_at_pack<SN>(S, dP, rows, kk);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
@@ -646,7 +659,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
 
     const uint32_t dS_tile = sm.dS(it % Cfg::kDsBufs);
-    if (Cfg::kDsBufs == 1 && it > 0) named_barrier_sync(kDsReady, kMathThreads);  // the last dQ read it
+    if (Cfg::kDsBufs == 1 && it > 0)
+      named_barrier_sync(kDsReady, kMathThreads);  // the last dQ read it
     if constexpr (!Cfg::kPSmem) {
       // dV_j += P^T dO_i (RS): P^T straight from the registers.
 #pragma unroll
@@ -655,7 +669,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_rs<T, D, 1>(dV[0], Pa[kk], wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        wgmma_rs<T, D, 1>(
+            dV[0], Pa[kk],
+            wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
+            1);
       wgmma_commit();
     } else {
       store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
@@ -684,36 +701,45 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
           for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
             const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
-            wgmma_ss<T, BLOCK_N, 0, 1>(acc[t], wg::desc_mnmajor_sw128(a_tile + dims, BLOCK_M),
-                                       wg::desc_kmajor_sw128(b_tile + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
+            wgmma_ss<T, BLOCK_N, 0, 1>(
+                acc[t], wg::desc_mnmajor_sw128(a_tile + dims, BLOCK_M),
+                wg::desc_kmajor_sw128(b_tile + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
           }
         wgmma_commit();
       };
       transposed_gemm(dK, sm.Q(s), dS_tile);
       transposed_gemm(dV, sm.dO(s), sm.Pt());
-    } else if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from shared memory
+    } else if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from
+                                         // shared memory
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_ss<T, D, 1>(dV[0], wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-                          wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        wgmma_ss<T, D, 1>(
+            dV[0], wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+            wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
+            1);
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_ss<T, D, 1>(dK[0], wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-                          wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        wgmma_ss<T, D, 1>(
+            dK[0], wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+            wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
     } else {
       // dK_j += dS^T Q_i (RS).
 #pragma unroll
       for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_rs<T, D, 1>(dK[0], dSa[kk], wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        wgmma_rs<T, D, 1>(
+            dK[0], dSa[kk],
+            wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
     }
     // dQ_i's share = dS K_j (SS): A = dS read MN-major (trans-a) from the [key][query] tile; this
-    // warpgroup's 64 x kDqN of it: rows 64 w (a 128-query block) or columns kDqN w (a 64-query block).
+    // warpgroup's 64 x kDqN of it: rows 64 w (a 128-query block) or columns kDqN w (a 64-query
+    // block).
     const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqN * w;
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-      wgmma_ss<T, Cfg::kDqN, 1, 1>(dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
-                                   wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
-                                   kk > 0);
+      wgmma_ss<T, Cfg::kDqN, 1, 1>(
+          dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
+          wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
+          kk > 0);
     wgmma_commit();
     // Q_i, dO_i (and LSE_i, D_i, read by this thread) go back to the producer once the GEMMs that
     // read them are done: at d = 256 Q after dK^T, dO after dV^T, while dQ still runs.
@@ -730,7 +756,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence_operand(dV[t]);
     }
     wgmma_fence_operand(dQ);
-    if constexpr (!Cfg::kSplitRelease) mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
+    if constexpr (!Cfg::kSplitRelease)
+      mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
     if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);
 
     // dQ_i's share out: through shared memory to the writer, or by atomics.
@@ -745,7 +772,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
 #pragma unroll
       for (int r = 0; r < Cfg::kDqRegs; r += 4)
-        *reinterpret_cast<float4*>(dq_s + dq_slot<Cfg>(w, mtid, r)) = make_float4(dQ[r], dQ[r + 1], dQ[r + 2], dQ[r + 3]);
+        *reinterpret_cast<float4*>(dq_s + dq_slot<Cfg>(w, mtid, r)) =
+            make_float4(dQ[r], dQ[r + 1], dQ[r + 2], dQ[r + 3]);
       fence_proxy_async_smem();
       if constexpr (WS) {
         named_barrier_arrive(kDqFull, kDqHandoff);
@@ -759,12 +787,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       float* tile = dq_tile<Cfg>(buf, work, it);
 #pragma unroll
       for (int r = 0; r < Cfg::kDqRegs; r += 2)
-        atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)), make_float2(dQ[r], dQ[r + 1]));
+        atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)),
+                  make_float2(dQ[r], dQ[r + 1]));
     }
   }
   if (loader && WRITER) bulk_wait_group<0>();
 
-  // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums -------------------
+  // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums
+  // -------------------
   if constexpr (Cfg::kDkvT) {
     store_dkv_transposed<T, Cfg>(P, buf, work, dK, dV, w, warp, g, q);
   } else {
@@ -773,23 +803,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int key = work.key0 + 64 * w + 16 * warp + g + 8 * hh;
       if (key >= work.len_k) continue;
       if (buf.kv_split > 1) {
-        float* dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
+        float *dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {
           if (8 * c < p.head_dim) {  // a head_dim below the tile's: zero columns past it
-            *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) = make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
-            *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) = make_float2(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+            *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) =
+                make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
+            *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) =
+                make_float2(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
           }
         }
         continue;
       }
-      T* dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
+      T *dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) {
         if (8 * c < p.head_dim) {
-          *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) =
-              pack2<T>(dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
-          *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) = pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+          *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) = pack2<T>(
+              dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
+          *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) =
+              pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
         }
       }
     }
@@ -801,20 +834,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 /// of fp32 slots (two adjacent columns of one row) of the @p rows padded rows (padded_row_at).
 template <class T, class Cfg>
 __global__ void __launch_bounds__(256)
-    bwd_dq_convert_kernel(const AttnBwdParams P, const float* dq_acc, int64_t head_rows, int64_t rows) {
+    bwd_dq_convert_kernel(const AttnBwdParams P, const float* dq_acc, int64_t head_rows,
+                          int64_t rows) {
   constexpr int D = Cfg::kHeadDim, TILE = Cfg::kBlockM * D;
   const AttnParams& p = P.fwd;
   const int64_t pairs = rows * D / 2;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < pairs;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t e = 2 * i;
     int row, col;
     dq_slot_coord<Cfg>(static_cast<int>(e % TILE), row, col);
-    const PaddedRow at = padded_row_at(p, head_rows, e / TILE * Cfg::kBlockM + row);  // tiles are whole query blocks
+    const PaddedRow at =
+        padded_row_at(p, head_rows, e / TILE * Cfg::kBlockM + row);  // tiles are whole query blocks
     if (!at.real || col >= p.head_dim) continue;  // padding rows; a head_dim below the tile's
     const SeqSpan seq = seq_span(p, at.b);
     const float2 v = *reinterpret_cast<const float2*>(dq_acc + e);
-    T* dq = static_cast<T*>(P.dq) + seq.batch * p.q_batch_stride + int64_t(seq.q0 + at.q) * p.q_row_stride +
-            at.h * p.q_head_stride + col;
+    T* dq = static_cast<T*>(P.dq) + seq.batch * p.q_batch_stride +
+            int64_t(seq.q0 + at.q) * p.q_row_stride + at.h * p.q_head_stride + col;
     *reinterpret_cast<uint32_t*>(dq) = pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
   }
 }

@@ -19,8 +19,10 @@
 /// partial), evaluated from two spans per warpgroup when the block starts.
 ///
 /// Score modifiers: P = exp2(t - LSE log2 e) with t = score_mod(s) in log2 units (mods.h).
-/// ALiBi's bias is a constant, so dS = P (dP - D) as before; softcapping multiplies dS by its
-/// derivative 1 - tanh^2 (kernel.cuh computes P and dS in one pass once dP^T is in).
+/// ALiBi's bias is a constant, so dS = P (dP - D) as before: rung 14's steps (probs, ds_of) with
+/// the modified exponent. Softcapping multiplies dS by its derivative 1 - tanh^2, which needs
+/// the raw score: P and dS are computed in one pass once dP^T is in (after_dp), so the
+/// derivative is never held beside dP^T's accumulators.
 ///
 /// Sinks: the forward's LSE includes each head's sink, so P is right as it stands. The sink's own
 /// gradient is d L / d sink_h = -sum_i exp(sink_h - LSE_i) D_i over the head's rows (the sink's
@@ -39,8 +41,6 @@ namespace fl::masks16 {
 /// ScoreMod SCORE.
 template <class SCORE>
 struct BwdMods {
-  static constexpr bool kScore = SCORE::kAny;
-  static constexpr bool kSoftcap = SCORE::kSoftcap;
   SpanMask mask;
   SCORE score;
   int heads_q;
@@ -48,7 +48,7 @@ struct BwdMods {
   int slope_stride;     ///< their batch stride
   int batch;
   int len_q, len_k, offset;
-  int diag[2];      ///< ALiBi: the thread's two keys minus the diagonal's offset (distance = row - diag)
+  int diag[2];      ///< ALiBi: the thread's two keys minus the diagonal's offset (row - diag)
   float dist0[2];   ///< ALiBi: per step, the distance of the thread's first row (set_rows)
   KeySpan rows[2];  ///< the rows that see the thread's two keys
   int full_lo;      ///< every row of [full_lo, full_hi] sees every key of the warpgroup
@@ -75,10 +75,15 @@ struct BwdMods {
     full_lo = all.lo;
     full_hi = all.hi;
   }
-  __device__ __forceinline__ bool full(int q0, int q1) const { return full_lo <= q0 && full_hi >= q1; }
-  __device__ __forceinline__ bool sees(int hh, int qr) const { return rows[hh].lo <= qr && qr <= rows[hh].hi; }
+  __device__ __forceinline__ bool full(int q0, int q1) const {
+    return full_lo <= q0 && full_hi >= q1;
+  }
+  __device__ __forceinline__ bool sees(int hh, int qr) const {
+    return rows[hh].lo <= qr && qr <= rows[hh].hi;
+  }
   __device__ __forceinline__ void set_head(int h) {
-    if constexpr (SCORE::kAlibi) score.slope = alibi_slope_of(slopes, slope_stride, batch, h, heads_q);
+    if constexpr (SCORE::kAlibi)
+      score.slope = alibi_slope_of(slopes, slope_stride, batch, h, heads_q);
   }
   /// The step's first row of the thread, @p row0, once S^T is in: ALiBi's distances are then
   /// dist0 + a constant of the element. @p anchor is a score of S^T: dist0 is made to depend on it
@@ -91,10 +96,64 @@ struct BwdMods {
     }
   }
   /// ALiBi's |i + len_k - len_q - j| for the thread's key @p hh and the row @p dr after row0.
-  __device__ __forceinline__ float dist(int hh, int dr) const { return dist0[hh] + static_cast<float>(dr); }
-  __device__ __forceinline__ float score_of(float s, int hh, int dr) const { return score(s, dist(hh, dr)); }
+  __device__ __forceinline__ float dist(int hh, int dr) const {
+    return dist0[hh] + static_cast<float>(dr);
+  }
+  __device__ __forceinline__ float score_of(float s, int hh, int dr) const {
+    return score(s, dist(hh, dr));
+  }
   __device__ __forceinline__ float score_grad(float s, int hh, int dr, float& grad) const {
     return score.with_grad(s, dist(hh, dr), grad);
+  }
+  // Rung 14's score hooks (kernel.cuh's CausalOrNone): static, the policy as an argument.
+  /// P^T's exponent in log2 units: the modified score minus LSE log2(e), or rung 14's fused scale
+  /// without a modifier.
+  static __device__ __forceinline__ float exponent(const BwdMods& m, float s, float lse,
+                                                   float scale_log2, int hh, int dr) {
+    if constexpr (SCORE::kAny)
+      return m.score_of(s, hh, dr) - lse;
+    else
+      return fmaf(s, scale_log2, -lse);
+  }
+  /// P^T while dP^T runs: rung 14's probs(), ALiBi's distances set first. Softcapping waits.
+  template <int SN>
+  static __device__ __forceinline__ void p_while_dp(BwdMods& m, float (&S)[SN / 2],
+                                                    const hopper14::StepRows& r) {
+    if constexpr (!SCORE::kSoftcap) {
+      m.set_rows(r.q0 + 2 * r.q, S[0]);
+      hopper14::probs<SN>(S, m, r);
+    }
+  }
+  /// Softcapping, once dP^T is in: P^T and dS^T = P^T ∘ (dP^T - D) ∘ score' in one pass.
+  template <int SN>
+  static __device__ __forceinline__ void after_dp(BwdMods& m, float (&S)[SN / 2],
+                                                  float (&dP)[SN / 2],
+                                                  const hopper14::StepRows& r) {
+    if constexpr (SCORE::kSoftcap) {
+      const bool masked = !m.full(r.q0, r.q0 + SN - 1);
+      m.set_rows(r.q0 + 2 * r.q, S[0]);
+#pragma unroll
+      for (int c = 0; c < SN / 8; ++c) {
+        const float2 l = *reinterpret_cast<const float2*>(r.lse + 8 * c + 2 * r.q);
+        const float2 dd = *reinterpret_cast<const float2*>(r.delta + 8 * c + 2 * r.q);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int qr = r.q0 + 8 * c + 2 * r.q + e % 2;
+          float grad;
+          const float t = m.score_grad(S[4 * c + e], e / 2, 8 * c + e % 2, grad);
+          float pr = ptx::ex2_approx(t - (e % 2 ? l.y : l.x));
+          if (masked && !m.sees(e / 2, qr)) pr = 0.f;
+          dP[4 * c + e] = pr * (dP[4 * c + e] - (e % 2 ? dd.y : dd.x)) * grad;
+          S[4 * c + e] = pr;
+        }
+      }
+    }
+  }
+  /// dS^T of k-step kk's 16 queries as they are packed: rung 14's ds_of (softcapping: done).
+  template <int SN>
+  static __device__ __forceinline__ void ds_at_pack(const float (&S)[SN / 2], float (&dP)[SN / 2],
+                                                    const hopper14::StepRows& r, int kk) {
+    if constexpr (!SCORE::kSoftcap) hopper14::ds_of<SN>(S, dP, r, kk);
   }
 };
 
@@ -102,9 +161,11 @@ struct BwdMods {
 /// rung 14's padded statistics (padding rows: LSE log2 e = +inf, D = 0, so they add nothing).
 /// One block per query head, its rows in a fixed order: the same sum run after run.
 static __global__ void __launch_bounds__(256)
-    sink_grad_kernel(const AttnParams p, const float* lse_log2, const float* delta, int64_t head_rows, float* dsinks) {
+    sink_grad_kernel(const AttnParams p, const float* lse_log2, const float* delta,
+                     int64_t head_rows, float* dsinks) {
   const int h = blockIdx.x;
-  const int groups = p.cu_seqlens_q ? 1 : p.batch;  // dense: [batch, heads_q, head_rows]; packed: [heads_q, head_rows]
+  // dense: [batch, heads_q, head_rows]; packed: [heads_q, head_rows]
+  const int groups = p.cu_seqlens_q ? 1 : p.batch;
   const float sink = p.sinks[h] * 1.4426950408889634f;
   float sum = 0.f;
   for (int b = 0; b < groups; ++b) {
