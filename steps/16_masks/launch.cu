@@ -13,7 +13,7 @@
 #include "mods.h"
 #include "../14_hopper_backward/traits.h"
 #if FL_HOPPER_SM90A
-#include "launch_impl.cuh"
+#include "launch_template.cuh"
 #endif
 
 namespace fl {

@@ -1,7 +1,7 @@
-/// @file steps/16_masks/launch_impl.cuh
+/// @file steps/16_masks/launch_template.cuh
 /// @brief Rung 16's launches and kernel lists for one head_dim, compiled once per head_dim
-/// (d64.cu, d128.cu, d256.cu: 16 forward and 8 backward kernels each, in parallel translation
-/// units).
+/// (masks_hdim64.cu, masks_hdim128.cu, masks_hdim256.cu: 16 forward and 8 backward kernels each,
+/// in parallel translation units).
 #pragma once
 
 #include <string>
