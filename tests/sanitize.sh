@@ -5,6 +5,10 @@
 tool=$1
 exe=$2
 shift 2
+if [ ! -x "$exe" ]; then
+  echo "sanitize.sh: no executable $exe (a test of nothing fails)"
+  exit 1
+fi
 "$exe" --device-info >/dev/null 2>&1
 if [ $? -eq 77 ]; then
   echo "no usable CUDA device: sanitizer test skipped"
