@@ -40,6 +40,12 @@ print("notebooks: %d stripped (no outputs, no execution counts)" % len(sys.argv[
 EOF
 [ "${1:-}" = "--check" ] && exit 0
 
+# What this script and the tools it runs leave in the temp folder (the executed copies, the staging
+# folder that `ipykernel install` does not remove) goes in one folder, removed on exit.
+SCRATCH=$(mktemp -d "${TMPDIR:-/tmp}/fl-notebooks.XXXXXX")
+trap 'rm -rf "$SCRATCH"' EXIT
+export TMPDIR=$SCRATCH
+
 # ---- (2) pinned requirements in a venv ---------------------------------------------------------
 VENV=${FL_NOTEBOOK_VENV:-$ROOT/build/notebooks-venv}
 STAMP="$VENV/.requirements.sha256"
@@ -56,12 +62,7 @@ VPY="$VENV/bin/python"
 
 # ---- (3) execute ---------------------------------------------------------------------------------
 KEEP_OUT=${FL_NOTEBOOK_OUT:-}
-if [ -n "$KEEP_OUT" ]; then
-  OUT=$KEEP_OUT
-else
-  OUT=$(mktemp -d "${TMPDIR:-/tmp}/fl-notebooks.XXXXXX")
-  trap 'rm -rf "$OUT"' EXIT
-fi
+OUT=${KEEP_OUT:-$SCRATCH/out}
 mkdir -p "$OUT"
 export FL_NOTEBOOK_OUT="$OUT" MPLBACKEND=Agg JUPYTER_PATH="$VENV/share/jupyter"
 USER_RESULTS=${FL_RESULTS:-}
