@@ -104,7 +104,7 @@ def post():
             passed += 1
     n_skipped = sum(skipped.values())
     names = {"gpu": "GPU and sanitizer tests", "torch": "CPU tests that need PyTorch",
-             "cpu": "CPU tests"}
+             "cpu": "CPU tests (disabled at configure or exit 77: ctest's list above)"}
     if state.get("gpu") is False:
         names["gpu"] += " (no usable CUDA GPU here)"
     parts = [f"{n} {names[g]}" for g, n in sorted(skipped.items(), key=lambda x: -x[1])]
