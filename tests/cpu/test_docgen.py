@@ -345,6 +345,7 @@ class Fp8Test(unittest.TestCase):
     def test_report_groups_fp8_like_prefill(self):
         sys.path.insert(0, os.path.join(ROOT, "bench"))
         import report
+        import report_tables
         import results_io
 
         fp8_sweep(self.tmp)
@@ -389,7 +390,6 @@ class Fp8Test(unittest.TestCase):
         self.assertIn("| outlier | per-tensor | 2.00e-02 (fail) | 8.00e-02 (fail) |", "\n".join(rows))
         self.assertIn("| outlier | per-head+hadamard | 2.50e-03 | 1.00e-02 |", "\n".join(rows))
         self.assertIn("with the Hadamard rotation / without (per-head scales): d=64 0.25, d=128 0.25, d=256 0.25 "
-        import report_tables
                       "(target ≤ 0.5: met at every head_dim)", written)
         self.assertIn("Fake H100, 2026-12-02, commit `acc1234`", written)
         # P scaling: the rung against p-unscaled, kernel and end to end, with the ratio.
