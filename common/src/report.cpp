@@ -31,17 +31,22 @@ double run_gbps(const RunReport& r) {
   return r.backward ? bwd_gbps_of(r.problem, r.timing.median_ms) : gbps_of(r.problem, r.timing.median_ms, r.peak);
 }
 
-double percent_of_peak(const RunReport& r) {
+double percent_of_peak(const RunReport& r) { return percent_of_peak(r, r.peak); }
+
+double percent_of_peak(const RunReport& r, Peak ceiling) {
   if (!r.timing.timed) return 0;
-  switch (r.peak) {
+  switch (ceiling) {
     case Peak::fp32_fma:
       return r.device.peak_fp32_tflops > 0 ? 100 * run_tflops(r) / r.device.peak_fp32_tflops : 0;
     case Peak::tensor_16bit:
       return r.device.peak_tensor_tflops > 0 ? 100 * run_tflops(r) / r.device.peak_tensor_tflops : 0;
     case Peak::tensor_fp8:
       return r.device.peak_tensor_tflops > 0 ? 100 * run_tflops(r) / (2 * r.device.peak_tensor_tflops) : 0;
-    case Peak::memory:
-      return r.device.peak_gbps > 0 ? 100 * run_gbps(r) / r.device.peak_gbps : 0;
+    case Peak::memory: {  // K and V read once (kv_bytes) forward, attention_bwd_bytes backward
+      const double ms = r.timing.median_ms;
+      const double gbps = r.backward ? bwd_gbps_of(r.problem, ms) : gbps_of(r.problem, ms, Peak::memory);
+      return r.device.peak_gbps > 0 ? 100 * gbps / r.device.peak_gbps : 0;
+    }
   }
   return 0;
 }

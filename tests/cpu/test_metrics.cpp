@@ -37,6 +37,29 @@ TEST_CASE("bytes: Q, K, V read once and O written once", "[cpu][metrics]") {
   REQUIRE(std::fabs(gbps_of(p, 1.0, Peak::memory) - kv_bytes(p) / 1e6) < 1e-9);
 }
 
+TEST_CASE("a decode row's percent of peak is its share of the DRAM bandwidth", "[cpu][metrics]") {
+  RunReport r;  // a CUDA-core rung (its own ceiling: fp32 FMA) on the tour's decode problem
+  r.problem.batch = 1;
+  r.problem.heads_q = 32;
+  r.problem.heads_kv = 8;
+  r.problem.head_dim = 128;
+  r.problem.seqlen_q = 1;
+  r.problem.seqlen_k = 16384;
+  r.peak = Peak::fp32_fma;
+  r.device.peak_fp32_tflops = 50;
+  r.device.peak_gbps = 3000;
+  r.timing.timed = true;
+  r.timing.median_ms = 0.05;
+  const double gbps = gbps_of(r.problem, 0.05, Peak::memory);  // K and V read once
+  REQUIRE(gbps > 100);
+  REQUIRE(std::fabs(percent_of_peak(r, Peak::memory) - 100 * gbps / 3000) < 1e-9);
+  REQUIRE(std::fabs(percent_of_peak(r) - 100 * tflops_of(r.problem, 0.05) / 50) < 1e-9);  // its own
+  r.peak = Peak::memory;  // rung 08: the same definition either way
+  REQUIRE(percent_of_peak(r) == percent_of_peak(r, Peak::memory));
+  r.timing.timed = false;
+  REQUIRE(percent_of_peak(r, Peak::memory) == 0);
+}
+
 TEST_CASE("peak rates from clocks and units", "[cpu][metrics]") {
   DeviceInfo h100;
   h100.cc_major = 9;

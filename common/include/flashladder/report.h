@@ -86,8 +86,11 @@ double bwd_gbps_of(const Problem& p, double ms);
 double run_tflops(const RunReport& r);
 /// GB/s of a run: gbps_of, or bwd_gbps_of for a backward run.
 double run_gbps(const RunReport& r);
-/// Percent of the ceiling the rung is measured against.
+/// Percent of the ceiling the rung is measured against (its Rung::peak).
 double percent_of_peak(const RunReport& r);
+/// Percent of @p ceiling: a decode row's is Peak::memory, the DRAM bandwidth (GB/s of gbps_of),
+/// whichever peak its rung declares for prefill.
+double percent_of_peak(const RunReport& r, Peak ceiling);
 /// Human-readable bytes ("256.0 MiB").
 std::string format_bytes(double bytes);
 /// The text report.
