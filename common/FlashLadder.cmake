@@ -90,14 +90,21 @@ function(fl_hopper_target target)
   target_compile_definitions(${target} PRIVATE FL_HOPPER_SM90A=1)
 endfunction()
 
-# fl_add_rung(NUMBER <n> NAME <folder-name> SOURCES <files...> [HOPPER])
+# fl_add_rung(NUMBER <n> NAME <folder-name> SOURCES <files...> LESSON <files...> [HOPPER])
 # Registers a rung: its sources become the library fl_rung_<NN>, its main.cu
 # becomes the executable bin/<NN_name> (created in fl_finish_rungs, once every
 # rung is known, because a rung's report compares with the previous rung).
 # The rung's sources must define  void fl::register_rung_<NN>(fl::Registry&).
 # HOPPER: a Hopper-only rung (09, 10, 13), its library built by fl_hopper_target.
+# LESSON: the rung's teaching text in reading order (tile constants, kernel, the other files a
+# student reads as the lesson), the one list docs/lesson_diff.py reads for docs/lessons.md.
 function(fl_add_rung)
-  cmake_parse_arguments(ARG "HOPPER" "NUMBER;NAME" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "HOPPER" "NUMBER;NAME" "SOURCES;LESSON" ${ARGN})
+  foreach(f IN LISTS ARG_LESSON)
+    if(NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${f})
+      message(FATAL_ERROR "fl_add_rung(${ARG_NAME}): LESSON file ${f} does not exist")
+    endif()
+  endforeach()
   set(lib fl_rung_${ARG_NUMBER})
   add_library(${lib} STATIC ${ARG_SOURCES})
   target_link_libraries(${lib} PUBLIC fl_cuda)

@@ -13,15 +13,14 @@ removed, changed (added + removed) and the size of each side. A rung whose regis
 is a new design against its base (Rung::new_design: another algorithm or another engine) is
 labelled with what is new, not counted as one lesson.
 
-The teaching text of a rung (the rule, also stated on the page), compared file against file:
-  - its tile-constant header, where its folder has one: tile_config.h (rung 05), traits.h;
-  - its kernel: its own steps/NN_name/kernel.cuh when that file defines a kernel (__global__),
-    else the kernel it instantiates, an earlier rung's kernel.cuh that it #includes
-    ("../NN_name/kernel.cuh"), followed by its own kernel.cuh: rung 06 instantiates rung 05's kernel
-    unchanged, so its kernel text is rung 05's kernel plus the instantiation, while rung 10 and 13
-    each define their own kernel, which is compared with their base's kernel.cuh, line for line;
-  - nothing else: launchers, registration, variants and rung 04's ablations.cuh are not teaching
-    text (they exist to run and measure the lesson, not to teach it).
+The teaching text of a rung is what its CMakeLists.txt declares: fl_add_rung(... LESSON <files>),
+in reading order (its tile constants, its kernel, the other files a student reads as the lesson;
+launchers, registration and variants are not teaching text). A declared file that #includes a
+declared file of an earlier rung ("../NN_name/file") reuses that rung's code: the included file
+(its own reused files first) is read before it, on this rung's side too, so reused code counts
+as unchanged (the diff runs over the files that are not on both sides), never as removed. Rung 06 instantiates rung 05's kernel unchanged,
+so its text is rung 05's tile constants and kernel plus its own traits and instantiation; rungs
+13 and 15 call rung 10's named steps, so rung 10's kernel is on both sides of their rows.
 
 Code lines: `//` and `/* */` comments (so Doxygen `///` blocks too) and blank lines removed,
 whitespace runs collapsed to one space, each line stripped. String and character literals are
@@ -48,11 +47,12 @@ import sys
 BEGIN_MARK = "<!-- gen:lesson-diff -->"
 END_MARK = "<!-- /gen:lesson-diff -->"
 STEP_DIR_RE = re.compile(r"^(?P<num>[0-9]{2})_\w+$")
-# `#include "../05_tensor_cores/kernel.cuh"`: teaching text borrowed from an earlier rung.
-BORROW_RE = re.compile(r'^\s*#\s*include\s+"\.\./(?P<dir>[0-9]{2}_\w+)/[^"]+"', re.M)
-KERNEL = "kernel.cuh"
-# Tile-constant headers that are part of a rung's lesson when its own folder has them.
-LESSON_HEADERS = ("traits.h", "tile_config.h")
+# `#include "../10_warp_specialized/kernel.cuh"` (code reused from an earlier rung) or
+# `#include "scheduler.h"` (a file of the same rung).
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"(?:\.\./(?P<dir>[0-9]{2}_\w+)/)?(?P<file>[^"/]+)"', re.M)
+# fl_add_rung(...) in a rung's CMakeLists.txt, and the keywords of its arguments.
+ADD_RUNG_RE = re.compile(r"fl_add_rung\(([^)]*)\)")
+KEYWORDS = ("NUMBER", "NAME", "SOURCES", "LESSON", "HOPPER")
 
 
 def strip_comments(text):
@@ -95,41 +95,63 @@ def code_lines(text):
     return lines
 
 
+def declared_lesson(root, step_dir):
+    """The files fl_add_rung(... LESSON ...) of the rung's CMakeLists.txt declares, in order, or
+    None for a folder without fl_add_rung (rung 12) or without LESSON."""
+    path = os.path.join(root, "steps", step_dir, "CMakeLists.txt")
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        m = ADD_RUNG_RE.search(strip_cmake_comments(fh.read()))
+    if not m:
+        return None
+    files, key = [], None
+    for tok in m.group(1).split():
+        if tok in KEYWORDS:
+            key = tok
+        elif key == "LESSON":
+            files.append(tok)
+    return files or None
+
+
+def strip_cmake_comments(text):
+    return "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+
+
 def rungs(root):
-    """[(number, folder name)] of the rungs under ROOT/steps that have a kernel.cuh, in order."""
+    """[(number, folder name)] of the rungs under ROOT/steps that declare a lesson, in order."""
     steps = os.path.join(root, "steps")
     found = []
     for name in sorted(os.listdir(steps)):
         m = STEP_DIR_RE.match(name)
-        if m and os.path.isfile(os.path.join(steps, name, KERNEL)):
+        if m and declared_lesson(root, name):
             found.append((m.group("num"), name))
     return found
 
 
-def lesson_headers(root, step_dir):
-    """The rung's tile-constant header, where its folder has one (repository-relative)."""
-    return [f"steps/{step_dir}/{h}" for h in LESSON_HEADERS if os.path.isfile(os.path.join(root, "steps", step_dir, h))]
-
-
-def kernel_files(root, step_dir, _seen=()):
-    """The rung's kernel text: its own kernel.cuh where it defines a kernel, else the kernel it
-    #includes (recursively) followed by its own kernel.cuh (see the module docstring)."""
-    own = f"steps/{step_dir}/{KERNEL}"
-    with open(os.path.join(root, own), encoding="utf-8") as fh:
+def with_reused(root, path, _seen=()):
+    """@p path (repository-relative) preceded by the declared files it #includes: an earlier
+    rung's (reused code) or its own rung's, each with its own includes first (see the module
+    docstring)."""
+    with open(os.path.join(root, path), encoding="utf-8") as fh:
         text = fh.read()
-    if "__global__" in strip_comments(text):
-        return [own]
+    own_dir = path.split("/")[1]
     files = []
-    for m in BORROW_RE.finditer(text):
-        d = m.group("dir")
-        if d != step_dir and d not in _seen and os.path.isfile(os.path.join(root, "steps", d, KERNEL)):
-            files += [f for f in kernel_files(root, d, _seen + (step_dir,)) if f not in files]
-    return files + [own]
+    for m in INCLUDE_RE.finditer(strip_comments(text)):
+        d, f = m.group("dir") or own_dir, m.group("file")
+        inc = f"steps/{d}/{f}"
+        if inc != path and inc not in _seen and f in (declared_lesson(root, d) or ()):
+            files += [x for x in with_reused(root, inc, _seen + (path,)) if x not in files]
+    return files + [path]
 
 
 def teaching_files(root, step_dir):
-    """Repository-relative paths of a rung's teaching text: its header, then its kernel text."""
-    return lesson_headers(root, step_dir) + kernel_files(root, step_dir)
+    """Repository-relative paths of a rung's teaching text: its declared files in order, each
+    preceded by the earlier rungs' declared files it reuses, each file once."""
+    files = []
+    for f in declared_lesson(root, step_dir) or ():
+        files += [x for x in with_reused(root, f"steps/{step_dir}/{f}") if x not in files]
+    return files
 
 
 def load_registry(root, registry=None, bin_dir=None):
@@ -194,7 +216,9 @@ def lesson_table(root, registry):
         d_old = found[base]
         f_old, f_new = teaching_files(root, d_old), teaching_files(root, d_new)
         old, new = teaching_lines(root, f_old), teaching_lines(root, f_new)
-        added, removed = diff_counts(old, new)
+        # A file on both sides (reused through #include) is unchanged: the diff is of the others.
+        added, removed = diff_counts(teaching_lines(root, [f for f in f_old if f not in f_new]),
+                                     teaching_lines(root, [f for f in f_new if f not in f_old]))
         what = ("new design: " + entry["new_design"]) if entry.get("new_design") else "one lesson"
         rows.append(
             f"| {base:02d} → {n_new:02d} | {short(f_old)} → {short(f_new)} | {what} | {len(old)} | {len(new)} "
