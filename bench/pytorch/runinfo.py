@@ -18,6 +18,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))  # bench/pytorch/ -> the repository
 
 
+def cuda_torch(script):
+    """PyTorch, with a CUDA device visible to it, for the script named @p script; None after
+    printing why nothing is measured (no PyTorch, or no CUDA device), so the script exits 0."""
+    try:
+        import torch
+    except ImportError:
+        print("%s: PyTorch is not installed: nothing measured" % script)
+        return None
+    if not torch.cuda.is_available():
+        print("%s: no CUDA device visible to PyTorch: nothing measured" % script)
+        return None
+    return torch
+
+
 def import_flashladder(package_dir=None):
     """Imports flashladder from @p package_dir when given, else from PYTHONPATH, else from the
     newest build/*/python; None (with the reason printed) when none works."""

@@ -81,16 +81,12 @@ def flops(s):
 
 
 def run(args):
-    try:
-        import torch
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-    except ImportError:
-        print("PyTorch is not installed: nothing measured")
+    torch = runinfo.cuda_torch("torch_decode.py")
+    if torch is None:
         return 0
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing measured")
-        return 0
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     fl = runinfo.import_flashladder(args.package)
     if fl is None:
         return 0

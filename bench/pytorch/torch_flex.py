@@ -42,6 +42,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runinfo  # noqa: E402
 import torch_sdpa  # noqa: E402  (imports no PyTorch at module level)
 
 FAMILIES = ("masks", "masks-backward")
@@ -304,13 +305,8 @@ def main():
             print(shape_name(s) + docs)
         return 0
 
-    try:
-        import torch
-    except ImportError:
-        print("torch_flex.py: PyTorch is not installed; nothing measured.")
-        return 0
-    if not torch.cuda.is_available():
-        print("torch_flex.py: no CUDA GPU visible to PyTorch; nothing measured.")
+    torch = runinfo.cuda_torch("torch_flex.py")
+    if torch is None:
         return 0
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention

@@ -43,13 +43,8 @@ TARGET = 1.0  # tokens/s on the ladder against SDPA's (bench goal)
 
 
 def run(args):
-    try:
-        import torch
-    except ImportError:
-        print("PyTorch is not installed: nothing measured")
-        return 0
-    if not torch.cuda.is_available():
-        print("no CUDA device: nothing measured")
+    torch = runinfo.cuda_torch("torch_generate.py")
+    if torch is None:
         return 0
     try:
         import transformers

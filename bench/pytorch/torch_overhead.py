@@ -195,13 +195,8 @@ def main(argv=None):
 
 
 def run(args):
-    try:
-        import torch
-    except ImportError:
-        print("torch_overhead.py: PyTorch is not installed: nothing measured")
-        return 0
-    if not torch.cuda.is_available():
-        print("torch_overhead.py: no CUDA device: nothing measured")
+    torch = runinfo.cuda_torch("torch_overhead.py")
+    if torch is None:
         return 0
     fl = runinfo.import_flashladder(args.package)
     if fl is None:

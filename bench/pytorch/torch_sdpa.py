@@ -53,6 +53,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py: PyTorch with a CUDA device, or why nothing is measured
 import timing  # noqa: E402  bench/pytorch/timing.py: the events, the L2 flush, the median (imports no PyTorch)
 
 HIDDEN = 2048
@@ -415,13 +416,8 @@ def main():
     except ValueError as e:
         ap.error("--family: %s" % e)
 
-    try:
-        import torch
-    except ImportError:
-        print("torch_sdpa.py: PyTorch is not installed; nothing to measure.")
-        return 0
-    if not torch.cuda.is_available():
-        print("torch_sdpa.py: no CUDA GPU visible to PyTorch; nothing to measure.")
+    torch = runinfo.cuda_torch("torch_sdpa.py")
+    if torch is None:
         return 0
     try:
         from torch.nn.attention import SDPBackend
