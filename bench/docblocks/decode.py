@@ -187,6 +187,56 @@ def gen_rung08_paged_ab_text(ctx, gpu=None):
                move("16q 64k causal", 16), min(rest), max(rest), r[("16q 64k causal", "page256")][1]))
 
 
+def _copy_budget(ctx, gpu):
+    """(device, copy GB/s, SMs, clock MHz) from the GPU's ceilings.json (bench/ceilings.cu)."""
+    res = ctx.results(gpu)
+    if not res.has("ceilings.json"):
+        raise Missing("ceilings.json on %s" % res.gpu, "bench/run_all.sh (step 0: build/release/bin/ceilings)")
+    c = results_io.load_ceilings(res.path("ceilings.json"))
+    copy = [v for what, v, unit, note in c.values() if what == "device copy" and v]
+    if not copy:
+        raise Missing("the device copy ceiling in ceilings.json on %s" % res.gpu, "build/release/bin/ceilings")
+    dev = res.json("ceilings.json")["device"]
+    return dev, copy[0], dev["sms"], dev["clock_mhz"]
+
+
+def _about(x, digits=-2):
+    """x rounded to 10^-digits, with a thousands separator: 2857 -> '2,900', (360.7, -1) -> '360'."""
+    return "{:,}".format(int(round(x, digits)))
+
+
+WORDS = {1: "about as much as", 2: "about twice", 3: "about three times", 4: "about four times"}
+
+
+@generator("decode-littles-law")
+def gen_decode_littles_law(ctx, gpu=None, latency_us="1", inflight_kib="64"):
+    """Little's law for rung 08 from the GPU's measured device-copy bandwidth (ceilings.json): the bytes
+    that must be in flight at an assumed loaded DRAM latency, per GPU and per SM, against a CTA's
+    @p inflight_kib KiB."""
+    dev, gbps, sms, _ = _copy_budget(ctx, gpu)
+    flight = gbps * 1e9 * float(latency_us) * 1e-6
+    need = flight / sms
+    times = int(inflight_kib) * 1024 / need
+    return ("Take the %s's measured copy bandwidth, ~%.3g TB/s (the `ceilings` block under \"Measured\"; the "
+            "datasheet peak is %.3g TB/s), and, as an assumption, ~%s µs of loaded DRAM latency: then ~%.2g MB "
+            "must be requested and not yet arrived at any moment, ~%.0f KB per SM. A CTA of rung 08 keeps 2 "
+            "chunks of 8 KiB in flight per warp, 4 warps: **%s KiB per CTA**, %s that need."
+            % (dev["name"].replace("NVIDIA ", "").split(" ")[0], gbps / 1000, dev["peak_gbps"] / 1000, latency_us,
+               flight / 1e6, need / 1e3, inflight_kib, WORDS.get(round(times), "about %.0f times" % times)))
+
+
+@generator("decode-chunk-budget")
+def gen_decode_chunk_budget(ctx, gpu=None, chunk_kib="8"):
+    """The time an SM has per chunk of @p chunk_kib KiB at the GPU's measured device-copy bandwidth
+    (ceilings.json), in ns, cycles at its clock and issue slots of its 4 schedulers."""
+    dev, gbps, sms, mhz = _copy_budget(ctx, gpu)
+    ns = int(chunk_kib) * 1024 / (gbps / sms)
+    return ("The other half of the budget is time: at the same ~%.3g TB/s an SM must consume an %s KiB chunk "
+            "every %s KiB / (%.3g TB/s / %d) ≈ %s ns, ≈ %s cycles at %.3g GHz, ≈ %s issue slots of its 4 "
+            "schedulers." % (gbps / 1000, chunk_kib, chunk_kib, gbps / 1000, sms, _about(ns, -1),
+                             _about(ns * mhz / 1000), mhz / 1000, _about(ns * mhz / 1000 * 4)))
+
+
 def _paged_ab_ratios(run):
     """{(shape, layout): (before, after)}: the paged cache's speed over the contiguous cache's in one
     run of bench/studies/rung08_paged_ab.py (medians over its rounds)."""
