@@ -130,3 +130,28 @@ def gen_torch_decode_paged_bandwidth(ctx, gpus):
                 " and ".join("%s TB/s on the %s" % (rng(p), n) for n, p, _ in big),
                 " and ".join("%s TB/s on the %s" % (rng(c), n) for n, _, c in big),
                 rng([x for p, _ in small for x in p]), rng([x for _, c in small for x in c])))
+
+
+@generator("torch-train-attention")
+def gen_torch_train_attention(ctx, gpu, earlier=None):
+    """One layer's attention alone in the training demo (torch_train.json's attention_alone): the ladder's
+    forward and backward beside SDPA cuDNN's; with @p earlier (an older run's folder), the ladder's step
+    against SDPA flash's there."""
+    res = ctx.results(gpu)
+    if not res.has("torch_train.json"):
+        raise Missing(res.rel("torch_train.json"), "python3 bench/pytorch/torch_train.py")
+    d = res.json("torch_train.json")
+    a, lad = d["attention_alone"], d["ladder"]
+    out = ("One layer's attention alone (`attention_alone` in `torch_train.json`): the ladder's forward (`%s`) "
+           "takes %.2f ms and cuDNN's %.2f, its backward (`%s`) %.2f ms and cuDNN's %.2f." % (
+               lad["forward_rung"], a["ladder"]["forward"], a["sdpa_cudnn"]["forward"], lad["backward_rung"],
+               a["ladder"]["backward"], a["sdpa_cudnn"]["backward"]))
+    if earlier:
+        old = ctx.results(earlier)
+        if not old.has("torch_train.json"):
+            raise Missing(old.rel("torch_train.json"), "python3 bench/pytorch/torch_train.py")
+        e = old.json("torch_train.json")
+        out += " In the earlier run with `%s`'s backward (`%s`, %s) the ladder's step was %s SDPA flash's." % (
+            e["ladder"]["backward_rung"], str(e["git_sha"])[:7], link(old, "torch_train.json"),
+            results_io.fmt_ratio(e["summary"]["speedup_vs_sdpa_flash"]))
+    return out
