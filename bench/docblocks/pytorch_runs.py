@@ -290,3 +290,25 @@ def gen_torch_overhead_early(ctx, gpu):
         us_range([j["host"]["per_call_us"][att] for j in js]), us_range([j["host"]["per_call_us"][sf] for j in js]),
         " and ".join("%s µs for rung %s" % (us_range([e["diff_us"] for j in js for e in j["rungs"]
                                                        if e["label"] == lab], "+"), lab[:2]) for lab in labels)))
+
+
+@generator("torch-generate-runs")
+def gen_torch_generate_runs(ctx, runs):
+    """Text generation runs (torch_generate.json in each folder of @p runs, comma-separated), one bullet each:
+    per cache the ladder's and SDPA's tokens/s and their ratio; then the spread of SDPA's dynamic cache."""
+    out, sdpa = [], []
+    for folder in runs.split(","):
+        res = ctx.results(folder)
+        if not res.has("torch_generate.json"):
+            raise Missing(res.rel("torch_generate.json"), "python3 bench/pytorch/torch_generate.py")
+        c = res.json("torch_generate.json")["caches"]
+        sha = res.json("meta.json").get("git_sha", "") if res.has("meta.json") else ""
+        sdpa.append(c["dynamic"]["tokens_per_s"]["sdpa"])
+        out.append("- `%s` (%s): dynamic cache %.0f against %.0f tokens/s, **%s**; static cache %.0f against %.0f, "
+                   "**%s**" % (str(sha)[:7], link(res, "torch_generate.json", "`%s`" % os.path.basename(folder)),
+                               c["dynamic"]["tokens_per_s"]["ladder"], sdpa[-1],
+                               results_io.fmt_ratio(c["dynamic"]["ladder_vs_sdpa"]),
+                               c["static"]["tokens_per_s"]["ladder"], c["static"]["tokens_per_s"]["sdpa"],
+                               results_io.fmt_ratio(c["static"]["ladder_vs_sdpa"])))
+    return "\n".join(out) + "\n\nTokens/s move between runs on this host: SDPA's dynamic cache gave %.0f to %.0f " \
+        "tokens/s across these runs." % (min(sdpa), max(sdpa))
