@@ -558,6 +558,22 @@ class TransformersArguments(unittest.TestCase):
             self.reaches_launch(**kwargs)
 
 
+class ScaleUnderAutograd(unittest.TestCase):
+    """attention() with inputs that require grad refuses softmax_scale 0 (or < 0) before anything
+    else, as without autograd: the op it calls takes 0.0 for None, so an unchecked 0 would run with
+    1/sqrt(head_dim). PyTorch needed (skipped without); CPU tensors, so nothing reaches a launch."""
+
+    def test_refused(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed")
+        q, k, v = (torch.zeros(1, 8, 2, 64, dtype=torch.float16, requires_grad=True) for _ in range(3))
+        for scale in (0, 0.0, -1.0):
+            with self.assertRaisesRegex(ValueError, "softmax_scale must be a finite number > 0"):
+                flashladder.attention(q, k, v, causal=True, softmax_scale=scale)
+
+
 class KVCacheRotary(unittest.TestCase):
     """flash_attn_with_kvcache's rotary embedding and cache_batch_idx on CPU tensors (PyTorch
     needed; skipped without): _kvcache._apply_rotary against the rotation written out in fp64, the

@@ -222,7 +222,8 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         # problem the backward rung cannot run before the forward pass.
         if grad and not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
             _core.check_qkv(q, k, v, tensor_type=torch.Tensor)  # its TypeError, not the dispatcher's
-        scale = 0.0 if softmax_scale is None else float(softmax_scale)
+        # Checked here: the op's 0.0 means None, so softmax_scale=0 would pass as the default.
+        scale = _core.check_scale(softmax_scale)
         out, lse, _ = attention_op(q, k, v, bool(causal), scale, number or 0, variant, grad)
         return (out, lse) if return_lse else out
     sig = _fast_signature(q, k, v, causal, softmax_scale, number, variant)
