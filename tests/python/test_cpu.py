@@ -573,6 +573,19 @@ class ScaleUnderAutograd(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "softmax_scale must be a finite number > 0"):
                 flashladder.attention(q, k, v, causal=True, softmax_scale=scale)
 
+    def test_refused_with_mods(self):
+        # flash_attn_func's route with a window or softcap passes the scale to the mods op, which
+        # also reads 0.0 as None: 0 is refused there too, with or without autograd.
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed")
+        for grad in (False, True):
+            q, k, v = (torch.zeros(1, 8, 2, 64, dtype=torch.float16, requires_grad=grad) for _ in range(3))
+            for kwargs in ({"window_size": (3, 0)}, {"softcap": 30.0}):
+                with self.assertRaisesRegex(ValueError, "softmax_scale must be a finite number > 0"):
+                    flashladder.flash_attn_func(q, k, v, causal=True, softmax_scale=0.0, **kwargs)
+
 
 class KVCacheRotary(unittest.TestCase):
     """flash_attn_with_kvcache's rotary embedding and cache_batch_idx on CPU tensors (PyTorch

@@ -44,7 +44,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
                              return_lse=return_attn_probs)
         return (out[0], out[1], None) if return_attn_probs else out
-    scale = 0.0 if softmax_scale is None else float(softmax_scale)
+    scale = _core.check_scale(softmax_scale)  # 0.0 for None; 0 itself is refused, never read as None
     grad = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, learnable_sink))
     if not torch.compiler.is_compiling():

@@ -271,7 +271,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         # (this function again, eager) runs the checks and the launch, so a compiled decode step
         # stays one graph (its CUDA graph replayed) instead of breaking at every layer.
         out, lse = attention_kvcache_op(q, k_cache, v_cache, used, block_table, cache_leftpad, learnable_sink,
-                                        alibi_slopes, 0.0 if softmax_scale is None else float(softmax_scale),
+                                        alibi_slopes, _core.check_scale(softmax_scale),
                                         bool(causal), int(window_size[0]), int(window_size[1]), float(softcap),
                                         num_splits)
         return (out, lse) if return_softmax_lse else out
