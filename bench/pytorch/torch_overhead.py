@@ -65,6 +65,9 @@ alone (_ext.PreparedForward, what a call without autograd runs once its inputs' 
 and F.scaled_dot_product_attention (flash, and its default backend), the same per rung measured
 above, and a breakdown of
 the Python layer (input checks, plan lookup, output allocation, stream, the fast path's signature).
+Last, the host's cost of one forward + backward step under autograd per entry point (SDPA, the
+package's attention, flash_attn_func plain, causal, with softcap and a window, the varlen form) on
+batch 1, 2 heads, 128 tokens, d=64 (host_steps.py; "host_steps" in the JSON).
 
 Writes <out>/torch_overhead.json and <out>/torch_overhead.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
@@ -85,6 +88,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import host_steps  # noqa: E402  bench/pytorch/host_steps.py: a forward + backward step per entry point
 import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 import timing  # noqa: E402  bench/pytorch/timing.py: events, flush, median, paired rounds, host time
 from gpu_monitor import GpuMonitor  # noqa: E402  bench/pytorch/gpu_monitor.py: nvidia-smi's clock and power
@@ -489,6 +493,13 @@ def run(args):
         host["python_layer_us"][name] = timing.host_us(torch, fn, args.host_calls * 5, sync=False)
         print("  %-42s %6.2f us" % (name, host["python_layer_us"][name]))
     result["host"] = host
+
+    # ---- the host's cost of a forward + backward step under autograd, per entry point -----------
+    st = host_steps.STEP_SHAPE
+    print("\n== host time per forward + backward step under autograd: batch %d, seqlen %d, %d heads, d=%d, "
+          "fp16 (%d steps)" % (st["batch"], st["seqlen"], st["heads"], st["head_dim"], args.host_calls))
+    result["host_steps"] = host_steps.measure(torch, F, fl, device, args.host_calls,
+                                              lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION))
 
     # ---- the device time of each call's kernels, from the profiler (last: see profile_later) -----
     print("\n== the call's kernels on the GPU (PyTorch profiler, CUPTI), each call after the flush")

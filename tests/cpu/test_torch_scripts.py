@@ -259,6 +259,48 @@ class Timing(unittest.TestCase):
         self.assertEqual(own, [], "CUDA events outside bench/pytorch/timing.py")
 
 
+class HostSteps(unittest.TestCase):
+    """bench/pytorch/host_steps.py on the CPU (PyTorch needed): every entry point's forward +
+    backward step runs and is timed, with a stand-in package whose functions are SDPA (the GPU's
+    package takes the same arguments), and an entry that raises is reported as not run."""
+
+    @unittest.skipUnless(have("torch"), "PyTorch is not installed")
+    def test_every_entry_point_runs(self):
+        import contextlib
+
+        import torch
+        import torch.nn.functional as F
+
+        import host_steps
+
+        def attn(q, k, v, causal=False, **_):
+            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  is_causal=causal).transpose(1, 2)
+
+        def varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+            b = cu_q.numel() - 1
+            return attn(*(t.reshape(b, max_q, t.shape[1], t.shape[2]) for t in (q, k, v)), causal=causal)
+
+        def refuse(*_, **kw):
+            raise ValueError("flashladder: stand-in refusal")
+
+        fl = types.SimpleNamespace(attention=attn, flash_attn_func=attn, flash_attn_varlen_func=varlen)
+        sync = torch.cuda.synchronize
+        torch.cuda.synchronize = lambda *a: None  # CPU tensors: nothing to wait for
+        try:
+            rec = host_steps.measure(torch, F, fl, "cpu", 3, contextlib.nullcontext)
+            names = [n for n, _ in host_steps.entry_points(F, fl, contextlib.nullcontext, None, 0)]
+            self.assertEqual(sorted(rec["step_us"]), sorted(names))
+            self.assertTrue(all(v > 0 for v in rec["step_us"].values()))
+            self.assertEqual(sorted(rec["step_alone_us"]), sorted(names))
+            fl.flash_attn_varlen_func = refuse
+            rec = host_steps.measure(torch, F, fl, "cpu", 2, contextlib.nullcontext)
+            self.assertEqual(list(rec["not_run"]), ["flash_attn_varlen_func, causal"])
+            self.assertNotIn("flash_attn_varlen_func, causal", rec["step_us"])
+        finally:
+            torch.cuda.synchronize = sync
+
+
 class Scripts(unittest.TestCase):
     @unittest.skipIf(gpu_visible(), "a CUDA device is visible: the scripts would measure")
     def test_without_a_gpu(self):

@@ -1,0 +1,79 @@
+"""The host's cost of one forward + backward step under autograd, per entry point, beside SDPA's.
+
+On a problem whose kernels take microseconds (STEP_SHAPE: batch 1, 2 heads, 128 tokens, d = 64),
+a step's wall time is the host's: the Python layers, the checks, the plans, the allocations, the
+custom op's dispatch and autograd's bookkeeping, forward and backward. torch_overhead.py runs this
+after its per-call series and writes the result under "host_steps" in torch_overhead.json:
+
+    {"shape": {...}, "calls": N, "step_us": {name: µs per step in a loop},
+     "step_alone_us": {name: median µs of one step timed alone}, "not_run": {name: why}}
+
+A step is `out = f(q, k, v); out.backward(dout)` with q, k, v requiring grad (their .grad reset to
+None each step, as an optimizer's zero_grad(set_to_none=True) does). The entry points are the ones
+users train through: SDPA (its default backend and flash), flashladder.attention, flash_attn_func
+plain, causal, with a window and with softcap, and flash_attn_varlen_func on the same tokens.
+PyTorch comes in as an argument (timing.py's rule: importing this module imports no PyTorch).
+"""
+
+import timing
+
+STEP_SHAPE = dict(batch=1, seqlen=128, heads=2, head_dim=64)
+WINDOW = (63, 0)  # a window that cuts the 128-token row: the masked route, not the plain one
+SOFTCAP = 30.0
+
+
+def entry_points(F, fl, sdpa_flash, cu, n):
+    """(name, f(q, k, v) -> out) of every step's forward, q, k, v as [batch, seqlen, heads, d]. SDPA's
+    flash entry picks its backend in the forward; autograd's graph keeps that kernel's backward."""
+
+    def sdpa(a, b, c):
+        return F.scaled_dot_product_attention(a.transpose(1, 2), b.transpose(1, 2), c.transpose(1, 2),
+                                              is_causal=True).transpose(1, 2)
+
+    def sdpa_flash_only(a, b, c):
+        with sdpa_flash():
+            return sdpa(a, b, c)
+
+    def varlen(a, b, c):
+        flat = [t.reshape(-1, t.shape[2], t.shape[3]) for t in (a, b, c)]
+        return fl.flash_attn_varlen_func(*flat, cu, cu, n, n, causal=True)
+
+    return [("F.scaled_dot_product_attention, causal (default backend)", sdpa),
+            ("F.scaled_dot_product_attention, causal (flash)", sdpa_flash_only),
+            ("flashladder.attention, causal", lambda a, b, c: fl.attention(a, b, c, causal=True)),
+            ("flash_attn_func", lambda a, b, c: fl.flash_attn_func(a, b, c)),
+            ("flash_attn_func, causal", lambda a, b, c: fl.flash_attn_func(a, b, c, causal=True)),
+            ("flash_attn_func, causal, softcap %g" % SOFTCAP,
+             lambda a, b, c: fl.flash_attn_func(a, b, c, causal=True, softcap=SOFTCAP)),
+            ("flash_attn_func, window %s" % (WINDOW,),
+             lambda a, b, c: fl.flash_attn_func(a, b, c, causal=True, window_size=WINDOW)),
+            ("flash_attn_varlen_func, causal", varlen)]
+
+
+def measure(torch, F, fl, device, calls, sdpa_flash):
+    """The "host_steps" record (module docstring); @p sdpa_flash: a context manager that restricts
+    SDPA to its flash backend (lambda: torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION))."""
+    s = STEP_SHAPE
+    shape = (s["batch"], s["seqlen"], s["heads"], s["head_dim"])
+    q, k, v = (torch.randn(shape, device=device, dtype=torch.float16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(shape, device=device, dtype=torch.float16)
+    n = s["seqlen"]
+    cu = torch.arange(0, (s["batch"] + 1) * n, n, device=device, dtype=torch.int32)
+    out = {"shape": dict(s, dtype="fp16"), "calls": calls, "step_us": {}, "step_alone_us": {}}
+    for name, f in entry_points(F, fl, sdpa_flash, cu, n):
+        def step(f=f):
+            for t in (q, k, v):
+                t.grad = None
+            f(q, k, v).backward(dout)
+
+        try:
+            step()
+        except (ValueError, RuntimeError) as e:  # an entry this build or GPU cannot run: say so
+            out.setdefault("not_run", {})[name] = str(e).split("\n")[0]
+            print("  %-58s not run: %s" % (name, out["not_run"][name]))
+            continue
+        out["step_us"][name] = timing.host_us(torch, step, calls)
+        out["step_alone_us"][name] = timing.host_call_us(torch, step, calls)
+        print("  %-58s %7.1f us per step in a loop, %7.1f us each step timed alone" % (
+            name, out["step_us"][name], out["step_alone_us"][name]))
+    return out
