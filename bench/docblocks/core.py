@@ -437,6 +437,8 @@ def main(argv=None):
     if args.list:
         for name, f in sorted(GENERATORS.items()):
             print("%-16s %s" % (name, " ".join((f.__doc__ or "").split())))
+        for name, path, _, params in sorted(FIGURES, key=lambda f: f[1]):
+            print("%-16s figure %s (%s)" % (name, path, ", ".join("%s=%s" % kv for kv in sorted(params.items()))))
         return 0
     try:
         ctx = load_registry(args)
