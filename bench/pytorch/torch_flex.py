@@ -267,19 +267,6 @@ def entry(rung, s, iters):
     return e
 
 
-def parse_families(text):
-    out = []
-    for f in (x.strip() for x in text.split(",")):
-        if f == "all":
-            out += [x for x in FAMILIES if x not in out]
-        elif f in FAMILIES:
-            if f not in out:
-                out.append(f)
-        elif f:
-            raise ValueError("unknown family '%s' (%s or all)" % (f, ", ".join(FAMILIES)))
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="torch_flex.json", help="JSON output file")
@@ -295,7 +282,7 @@ def main():
     args = ap.parse_args()
     torch_sdpa.DTYPE = args.dtype  # run_backend / run_backward read it
     try:
-        families = parse_families(args.family)
+        families = torch_sdpa.parse_families(args.family, FAMILIES)
     except ValueError as e:
         ap.error("--family: %s" % e)
     shapes = [s for f in families for s in mask_shapes(f)]

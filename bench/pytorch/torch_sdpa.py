@@ -197,17 +197,19 @@ def bytes_of(s):
     return 2 * q_like + 2 * kv_like  # Q, O + K, V
 
 
-def parse_families(text):
-    """ "prefill,backward" or "all" -> the families in order; ValueError on an unknown one."""
+def parse_families(text, known=None):
+    """ "prefill,backward" or "all" -> the families in order, of @p known (default this script's
+    FAMILIES; torch_flex.py passes its own); ValueError on an unknown one."""
+    known = known or FAMILIES
     out = []
     for f in (x.strip() for x in text.split(",")):
         if f == "all":
-            out += [x for x in FAMILIES if x not in out]
-        elif f in FAMILIES:
+            out += [x for x in known if x not in out]
+        elif f in known:
             if f not in out:
                 out.append(f)
         elif f:
-            raise ValueError("unknown family '%s' (%s or all)" % (f, ", ".join(FAMILIES)))
+            raise ValueError("unknown family '%s' (%s or all)" % (f, ", ".join(known)))
     return out
 
 
