@@ -52,7 +52,6 @@ Without CUDA (or without the flashladder package) the ladder's parts are skipped
 
 import argparse
 import contextlib
-import math
 import os
 import statistics
 import sys
@@ -64,7 +63,7 @@ import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 import timing  # noqa: E402  bench/pytorch/timing.py: the events
 from train_model import (  # noqa: E402  bench/pytorch/train_model.py: the corpus, the model, the optimizer
     FULL, QUICK, VOCAB, Batches, attention_context, build_model, diff, initial_state, load_corpus, lr_at,
-    make_optimizer, sync)
+    make_optimizer, record_step, sync)
 
 # The logits check: the ladder's relative error against the fp32 model at most this times SDPA
 # flash's (the margin every rung's check gives a reference implementation's error).
@@ -171,16 +170,8 @@ def train(torch, args, name, impl, state, data, device, dtype, backend="flash"):
         model.zero_grad(set_to_none=True)
         sync(torch, device)
         ms = (time.perf_counter() - t0) * 1e3
-        rec["loss"].append(loss.item())
-        rec["grad_norm"].append(gnorm.item())
-        rec["step_ms"].append(ms)
-        if not math.isfinite(rec["loss"][-1]):
-            rec["diverged_at"] = step
-            print("  step %d: loss %s: stopped" % (step, rec["loss"][-1]))
+        if not record_step(rec, step, args.steps, loss.item(), gnorm.item(), ms, tokens):
             break
-        if step % max(1, args.steps // 15) == 0 or step == args.steps - 1:
-            print("  step %4d  loss %.4f  grad norm %.3f  %.1f ms  %.0f tokens/s" % (
-                step, rec["loss"][-1], rec["grad_norm"][-1], ms, tokens / ms * 1e3))
     if "diverged_at" not in rec:
         rec["heldout"].append([args.steps, evaluate(torch, F, model, heldout, ctx)])
     timed = rec["step_ms"][args.timing_skip:]

@@ -69,7 +69,6 @@ math; fp32 unless --dtype says otherwise) with --quick; on CUDA the package's ru
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -301,16 +300,9 @@ def train_cp(torch, dist, fl, args, ring, state, data, device, dtype, ranks):
         model.zero_grad(set_to_none=True)
         tm.sync(torch, device)
         ms = (time.perf_counter() - t0) * 1e3
-        rec["loss"].append(total.item())
-        rec["grad_norm"].append(gnorm.item())
-        rec["step_ms"].append(ms)
-        if not math.isfinite(rec["loss"][-1]):  # the same summed loss on every rank: all stop
-            rec["diverged_at"] = step
-            print("  step %d: loss %s: stopped" % (step, rec["loss"][-1]))
+        # The same summed loss on every rank: a loss that is not finite stops them all.
+        if not tm.record_step(rec, step, args.steps, total.item(), gnorm.item(), ms, tokens):
             break
-        if step % max(1, args.steps // 15) == 0 or step == args.steps - 1:
-            print("  step %4d  loss %.4f  grad norm %.3f  %.1f ms  %.0f tokens/s" % (
-                step, rec["loss"][-1], rec["grad_norm"][-1], ms, tokens / ms * 1e3))
     if "diverged_at" not in rec:
         rec["heldout"].append([args.steps, evaluate_cp(torch, F, dist, model, heldout, positions, tokens)])
     # Step times: the slowest rank's (the all_reduce holds the others there, but not the optimizer).

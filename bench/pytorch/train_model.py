@@ -163,3 +163,19 @@ def make_optimizer(torch, args, params, device):
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
                             **({"fused": True} if device.type == "cuda" else {}))
     return master, opt
+
+
+def record_step(rec, step, steps, loss, gnorm, ms, tokens):
+    """Appends step @p step's loss, gradient norm and time to @p rec and prints every fifteenth of
+    @p steps; False (with rec["diverged_at"]) when the loss is not finite: the run stops there."""
+    rec["loss"].append(loss)
+    rec["grad_norm"].append(gnorm)
+    rec["step_ms"].append(ms)
+    if not math.isfinite(loss):
+        rec["diverged_at"] = step
+        print("  step %d: loss %s: stopped" % (step, loss))
+        return False
+    if step % max(1, steps // 15) == 0 or step == steps - 1:
+        print("  step %4d  loss %.4f  grad norm %.3f  %.1f ms  %.0f tokens/s" % (
+            step, loss, gnorm, ms, tokens / ms * 1e3))
+    return True
