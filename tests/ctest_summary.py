@@ -84,6 +84,21 @@ def pre(binary):
         print(f"Whether a CUDA GPU is usable here is unknown ({why}).")
 
 
+def not_run_reason(case):
+    """Why ctest did not run a test it counts as failed ("" for a skip or a test that ran).
+
+    JUnit "notrun" covers both: a skip (exit 77 under SKIP_RETURN_CODE, whose message is
+    "SKIP_RETURN_CODE=77", or SKIP_REGULAR_EXPRESSION_MATCHED) and a test that could not start
+    ("Unable to find executable", "Required Files Missing", "Fixture dependency failed", ...)."""
+    if case.get("status") != "notrun":
+        return ""
+    node = case.find("skipped")
+    message = (node.get("message") if node is not None else "") or ""
+    if not message or message.startswith("SKIP_") or message.lower() in ("skipped", "disabled"):
+        return ""
+    return message
+
+
 def post():
     try:
         with open(STATE) as f:
@@ -93,26 +108,35 @@ def post():
         suite = ET.parse(JUNIT).getroot()
     except (OSError, ValueError, KeyError, ET.ParseError):
         return
-    passed, failed, skipped = 0, 0, {}
+    passed, failed, not_run, skipped = 0, 0, {}, {}
     for case in suite.iter("testcase"):
+        why = not_run_reason(case)
         if case.find("failure") is not None or case.get("status") == "fail":
             failed += 1
+        elif why:
+            not_run[why] = not_run.get(why, 0) + 1
         elif case.find("skipped") is not None or case.get("status") in ("notrun", "disabled"):
             g = group(state["labels"].get(case.get("name"), []))
             skipped[g] = skipped.get(g, 0) + 1
         else:
             passed += 1
+    # A test ctest could not start (its executable was not built, a required file is missing) is
+    # a failure, as ctest counts it, never a skip: ctest's JUnit file marks both "notrun".
+    n_not_run = sum(not_run.values())
     n_skipped = sum(skipped.values())
     names = {"gpu": "GPU and sanitizer tests", "torch": "CPU tests that need PyTorch",
              "cpu": "CPU tests (disabled at configure or exit 77: ctest's list above)"}
     if state.get("gpu") is False:
         names["gpu"] += " (no usable CUDA GPU here)"
     parts = [f"{n} {names[g]}" for g, n in sorted(skipped.items(), key=lambda x: -x[1])]
-    line = f"Ran {passed + failed} of {passed + failed + n_skipped} tests"
+    line = f"Ran {passed + failed} of {passed + failed + n_not_run + n_skipped} tests"
+    if n_not_run:
+        line += f"; could not start {n_not_run} (failed): " + ", ".join(
+            f"{n} {why}" for why, n in sorted(not_run.items()))
     if n_skipped:
         line += f"; skipped {n_skipped}: " + ", ".join(parts)
     print(line + ".")
-    print(f"{passed} passed, {failed} failed, {n_skipped} skipped")
+    print(f"{passed} passed, {failed + n_not_run} failed, {n_skipped} skipped")
 
 
 def main():
