@@ -73,7 +73,7 @@ from flashladder import _core, _ext
 from refs import rope_reference  # noqa: E402  tests/python/refs.py
 
 FAILURES = []
-COMPARED = [0]  # judge() and expect() calls: a part that compared nothing fails (main)
+COMPARED = [0]  # judge(), expect() and part_models' own checks: a part that compared nothing fails (main)
 
 
 def fail(msg):
@@ -717,6 +717,7 @@ def part_models():
             else:
                 print("ok   %s: refused: %s" % (name, message))
                 refused += 1
+                COMPARED[0] += 1
             continue
         if refusal is not None:
             fail("%s: ran, but the rungs cannot do it (%s): never compute something else"
@@ -734,6 +735,7 @@ def part_models():
         ok = True
         for what, e, base in (("output", rel(got, want), rel(sdpa_out, want)),
                               ("gradients", rel(got_g, want_g), rel(sdpa_g, want_g))):
+            COMPARED[0] += 1
             line = "%s: %s' error against fp32 eager %.2e, bf16 %s's %.2e (pass at <= 2x + 1e-3)" % (
                 name, what, e, baseline, base)
             if e <= 2 * base + 1e-3:
@@ -759,6 +761,7 @@ def part_models():
         want = ref(gen.sequences).logits.float()[:, 39:39 + n]
         base = sdpa(gen.sequences).logits.float()[:, 39:39 + n]
     err, sdpa_err = rel(scores, want), rel(base, want)
+    COMPARED[0] += 1
     line = ("generate() with the dynamic cache, %d greedy steps: scores' error against fp32 eager "
             "%.2e, bf16 SDPA's %.2e" % (n, err, sdpa_err))
     if err <= 2 * sdpa_err + 1e-3:
@@ -781,6 +784,7 @@ def part_models():
             want = ref(gen.sequences, attention_mask=full).logits.float()[:, 39:39 + n]
             base = sdpa(gen.sequences, attention_mask=full).logits.float()[:, 39:39 + n]
         err, sdpa_err = rel(scores, want), rel(base, want)
+        COMPARED[0] += 1
         line = ("generate() of a left-padded batch with the %s cache, %d greedy steps: scores' error "
                 "against fp32 eager %.2e, bf16 SDPA's %.2e" % (cache, n, err, sdpa_err))
         if err <= 2 * sdpa_err + 1e-3:
