@@ -156,7 +156,7 @@ TEST_CASE("a window far shorter than the sequence, and more tiles than SMs", "[r
 
 // ---- the backward pass (16_masks[backward]: rung 14's kernel with the masks by key) ------------
 // dQ, dK, dV and, with sinks, d loss / d sink against the fp64 backward reference on the same
-// description. Rung 14's own backward matrix (tests/gpu/test_rung11.cu) runs on this entry too:
+// description. Rung 14's own backward matrix (tests/gpu/test_rung11.cpp) runs on this entry too:
 // ctest gpu_rung16_backward_matrix (no mask and causal, tails, GQA, the deterministic mode).
 
 TEST_CASE("backward: every mask and modifier, their gradients (the sinks' too)", "[rung16_backward]") {

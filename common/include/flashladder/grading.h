@@ -1,7 +1,7 @@
 /// @file grading.h
 /// @brief The graded cases of a rung, in named parts from small to large, and the
 /// score table. One definition, used by the `grade` executable (bin/grade) and by
-/// ctest (tests/gpu/test_grading.cu: gpu_grade_rungNN).
+/// ctest (tests/gpu/test_grading.cpp: gpu_grade_rungNN).
 ///
 /// A part is one thing a student's kernel must get right (tails, causal masking,
 /// GQA, bf16, ...); its cases go from the smallest problem that shows a bug to
