@@ -52,7 +52,8 @@ struct BwdBuffers {
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
-/// P = 0 and dS = 0): one warp per padded row of the @p rows. D is rowsum(dO ∘ O) from the
+/// P = 0 and dS = 0): one warp per padded row of the @p rows, 4-byte loads (the rung's; its
+/// fused-prep variant runs bwd_prep_kernel below). D is rowsum(dO ∘ O) from the
 /// forward's fp32 O when it left one, else from the 16-bit O, or (@p exact_d non-null, dense
 /// only) rung 11's exact pass.
 template <class T, int D>
@@ -82,6 +83,94 @@ __global__ void __launch_bounds__(128)
     lse_log2[row] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
     delta[row] = sum;
   }
+}
+
+/// Threads of the fused pre-pass (bwd_prep_kernel) per block; a row of the statistics takes
+/// kPrepLanes<D> of them, one 16-byte chunk (8 elements) of O and of dO each.
+constexpr int kPrepThreads = 128;
+template <int D>
+constexpr int kPrepLanes = D / 8;
+template <int D>
+constexpr int kPrepRows = kPrepThreads / kPrepLanes<D>;  ///< padded rows per block: 16, 8 or 4
+
+/// rowsum over the 8 elements of one 16-byte chunk of O (16-bit, or fp32 @p o32 non-null) and dO.
+template <class T>
+__device__ __forceinline__ float chunk_dot(const T* o, const float* o32, const T* dout) {
+  const uint4 g = *reinterpret_cast<const uint4*>(dout);
+  const uint32_t gw[4] = {g.x, g.y, g.z, g.w};
+  float a[8];
+  if (o32) {
+    const float4 a0 = *reinterpret_cast<const float4*>(o32), a1 = *reinterpret_cast<const float4*>(o32 + 4);
+    a[0] = a0.x, a[1] = a0.y, a[2] = a0.z, a[3] = a0.w, a[4] = a1.x, a[5] = a1.y, a[6] = a1.z, a[7] = a1.w;
+  } else {
+    const uint4 v = *reinterpret_cast<const uint4*>(o);
+    const uint32_t vw[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = unpack2<T>(vw[k]);
+      a[2 * k] = f.x, a[2 * k + 1] = f.y;
+    }
+  }
+  float sum = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = unpack2<T>(gw[k]);
+    sum += a[2 * k] * f.x + a[2 * k + 1] * f.y;
+  }
+  return sum;
+}
+
+/// The pre-pass in one launch (FlashAttention-3's backward preprocess): LSE·log2(e) and D per
+/// padded row, as bwd_stats_kernel, with 16-byte loads of O and dO (kPrepLanes<D> threads per
+/// row, their sums joined by shuffles), and the dQ accumulator and the deterministic counters
+/// zeroed while it reads: @p zero_vecs 16-byte stores from @p zero, shared between the blocks.
+/// @p vec: O, dO (and the fp32 O) rows are 16-byte aligned and head_dim a multiple of 8 (else
+/// each thread reads its chunk element by element). Grid: rows / kPrepRows<D> blocks.
+template <class T, int D>
+__global__ void __launch_bounds__(kPrepThreads)
+    bwd_prep_kernel(const AttnBwdParams P, float* lse_log2, float* delta, int64_t head_rows, int64_t rows,
+                    const float* exact_d, float4* zero, int64_t zero_vecs, bool vec) {
+  constexpr int L = kPrepLanes<D>, R = kPrepRows<D>;
+  const AttnParams& p = P.fwd;
+  const int64_t per_block = (zero_vecs + gridDim.x - 1) / gridDim.x;
+  const int64_t z0 = int64_t(blockIdx.x) * per_block, z1 = min(z0 + per_block, zero_vecs);
+  for (int64_t i = z0 + threadIdx.x; i < z1; i += kPrepThreads) zero[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  const int64_t row = int64_t(blockIdx.x) * R + threadIdx.x / L;
+  const int c = (threadIdx.x % L) * 8;  // this thread's chunk of the row
+  // Every lane reaches the shuffles: padding rows and rows past the end sum nothing.
+  const PaddedRow at = row < rows ? padded_row_at(p, head_rows, row) : PaddedRow{0, 0, 0, false};
+  int64_t stat = 0;
+  float sum = 0.f;
+  if (at.real) {
+    const SeqSpan seq = seq_span(p, at.b);
+    stat = lse_offset(p, seq, at.b, at.h) + at.q;  // the forward's LSE (and the exact pass's D)
+    if (!exact_d && c < p.head_dim) {
+      const int b = seq.batch, q = seq.q0 + at.q;
+      const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + at.h * p.o_head_stride + c;
+      const T* o = static_cast<const T*>(p.o) + off;
+      const T* dout = static_cast<const T*>(P.dout) + off;
+      const float* o32 =
+          p.o_fp32 ? p.o_fp32 + ((int64_t(b) * p.seqlen_q + q) * p.heads_q + at.h) * p.head_dim + c : nullptr;
+      if (vec) {
+        sum = chunk_dot<T>(o, o32, dout);
+      } else {
+        for (int k = 0; k < 8 && c + k < p.head_dim; ++k)
+          sum += (o32 ? o32[k] : to_float(o[k])) * to_float(dout[k]);
+      }
+    }
+  }
+#pragma unroll
+  for (int s = L / 2; s > 0; s >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, s);
+  if (row >= rows || threadIdx.x % L != 0) return;
+  if (!at.real) {
+    lse_log2[row] = INFINITY;
+    delta[row] = 0.f;
+    return;
+  }
+  const float lse = p.lse[stat];
+  lse_log2[row] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+  delta[row] = exact_d ? exact_d[stat] : sum;
 }
 
 /// One block's shared memory (traits.h's offsets) from the first 1024-byte boundary.
@@ -831,7 +920,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 /// dQ = scale · accumulator, from the accumulator's register order (dq_slot) to Q's layout
 /// ([batch, seqlen_q, heads_q, d], or packed [total_q, heads_q, d]), 16-bit: one thread per pair
-/// of fp32 slots (two adjacent columns of one row) of the @p rows padded rows (padded_row_at).
+/// of fp32 slots (two adjacent columns of one row) of the @p rows padded rows (padded_row_at),
+/// 8-byte loads and 4-byte stores (the rung's; its fused-prep variant runs
+/// bwd_dq_convert_tile_kernel below).
 template <class T, class Cfg>
 __global__ void __launch_bounds__(256)
     bwd_dq_convert_kernel(const AttnBwdParams P, const float* dq_acc, int64_t head_rows,
@@ -852,6 +943,68 @@ __global__ void __launch_bounds__(256)
     T* dq = static_cast<T*>(P.dq) + seq.batch * p.q_batch_stride +
             int64_t(seq.q0 + at.q) * p.q_row_stride + at.h * p.q_head_stride + col;
     *reinterpret_cast<uint32_t*>(dq) = pack2<T>(v.x * p.softmax_scale, v.y * p.softmax_scale);
+  }
+}
+
+/// Threads of bwd_dq_convert_tile_kernel, and the padding of its shared tile's rows (8 elements:
+/// rows 16 bytes apart modulo 128, so the 4-byte writes of a warp fall in 32 banks).
+constexpr int kConvertThreads = 256;
+constexpr int kConvertPad = 8;
+
+/// Bytes of bwd_dq_convert_tile_kernel's shared memory: one dQ tile in 16-bit, rows padded.
+template <class T, class Cfg>
+constexpr int convert_tile_bytes() {
+  return Cfg::kBlockM * (Cfg::kHeadDim + kConvertPad) * int(sizeof(T)) + Cfg::kBlockM * int(sizeof(int64_t));
+}
+
+/// The dQ convert with 16-byte accesses: one block per dQ tile (a query block's BLOCK_M x d fp32
+/// slots, contiguous). The block reads the tile with 16-byte loads in the accumulator's order,
+/// four slots (two columns of rows r and r + 8: dq_slot_coord) per load, scales them and writes
+/// them as 16-bit pairs into a shared row-major tile; then writes the tile's rows to dQ in 16-byte
+/// chunks (8 columns). @p vec: dQ's rows are 16-byte aligned and head_dim a multiple of 8 (else a
+/// chunk is written element by element). Rows past a sequence and columns past head_dim are not
+/// written.
+template <class T, class Cfg>
+__global__ void __launch_bounds__(kConvertThreads)
+    bwd_dq_convert_tile_kernel(const AttnBwdParams P, const float* dq_acc, int64_t head_rows, bool vec) {
+  constexpr int D = Cfg::kHeadDim, M = Cfg::kBlockM, TILE = M * D, LD = D + kConvertPad;
+  static_assert(convert_tile_bytes<T, Cfg>() <= 48 * 1024, "the tile fits the default shared memory");
+  static_assert((LD * sizeof(T)) % 16 == 0, "16-byte rows in shared memory");
+  extern __shared__ __align__(16) uint8_t convert_smem[];
+  T* tile = reinterpret_cast<T*>(convert_smem);
+  int64_t* row_at = reinterpret_cast<int64_t*>(convert_smem + M * LD * sizeof(T));  // dQ offset, -1: padding
+  const AttnParams& p = P.fwd;
+  const float scale = p.softmax_scale;
+  const float4* src = reinterpret_cast<const float4*>(dq_acc + int64_t(blockIdx.x) * TILE);
+  for (int i = threadIdx.x; i < TILE / 4; i += kConvertThreads) {
+    const float4 v = src[i];
+    int row, col;
+    dq_slot_coord<Cfg>(4 * i, row, col);  // slots 4i..4i+3: (row, col), (row, col+1), (row+8, col), (row+8, col+1)
+    *reinterpret_cast<uint32_t*>(tile + row * LD + col) = pack2<T>(v.x * scale, v.y * scale);
+    *reinterpret_cast<uint32_t*>(tile + (row + 8) * LD + col) = pack2<T>(v.z * scale, v.w * scale);
+  }
+  for (int r = threadIdx.x; r < M; r += kConvertThreads) {
+    const PaddedRow at = padded_row_at(p, head_rows, int64_t(blockIdx.x) * M + r);
+    int64_t off = -1;
+    if (at.real) {
+      const SeqSpan seq = seq_span(p, at.b);
+      off = seq.batch * p.q_batch_stride + int64_t(seq.q0 + at.q) * p.q_row_stride + at.h * p.q_head_stride;
+    }
+    row_at[r] = off;
+  }
+  __syncthreads();
+  constexpr int CHUNKS = D / 8;
+  for (int i = threadIdx.x; i < M * CHUNKS; i += kConvertThreads) {
+    const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+    const int64_t off = row_at[r];
+    if (off < 0 || c >= p.head_dim) continue;
+    T* dq = static_cast<T*>(P.dq) + off + c;
+    const T* from = tile + r * LD + c;
+    if (vec) {
+      *reinterpret_cast<uint4*>(dq) = *reinterpret_cast<const uint4*>(from);
+    } else {
+      for (int k = 0; k < 8 && c + k < p.head_dim; ++k) dq[k] = from[k];
+    }
   }
 }
 

@@ -30,12 +30,13 @@ constexpr int kForwardRung = 15;
 
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
-enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta };
+enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, fused_prep };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
-constexpr bool kRungKernel = M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta;
+constexpr bool kRungKernel =
+    M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::fused_prep;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
 /// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
@@ -46,6 +47,14 @@ constexpr bwd::DeltaPolicy delta_policy(Mode m) {
   return m == Mode::o32_delta ? bwd::DeltaPolicy::o32 : bwd::DeltaPolicy::rung;
 }
 
+/// The pre- and post-passes (launch_bwd.cuh): the rung's memset, warp-per-row statistics and
+/// narrow convert, or fused-prep's one pre-pass and 16-byte convert (the candidate: README,
+/// "Before and after the kernel").
+#if FL_HOPPER_SM90A
+constexpr hopper14::Prep prep_of(Mode m) {
+  return m == Mode::fused_prep ? hopper14::Prep::fused : hopper14::Prep::unfused;
+}
+#endif
 constexpr bwd::GroupSplit group_split(Mode m) {
   return m == Mode::nosplit ? bwd::GroupSplit::none
                             : m == Mode::fullsplit ? bwd::GroupSplit::full : bwd::GroupSplit::balanced;
@@ -93,7 +102,8 @@ const Rung& forward_rung() {
 template <Mode M, class T, class Cfg>
 void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
-  hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream);
+  hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream,
+                                                         prep_of(M));
 }
 
 template <Mode M, class T, class Cfg>
@@ -106,12 +116,10 @@ std::vector<KernelInfo> kernel_list() {
                            (Cfg::kDkvT ? ", dK^T and dV^T (head_dim as M)" : "") +
                            (Cfg::kPSmem ? ", P and dS from shared memory" : "");
   constexpr bool kWriter = M != Mode::atomic_dq;
-  return {{"bwd_stats<d=" + std::to_string(D) + ">",
-           reinterpret_cast<const void*>(&hopper14::bwd_stats_kernel<T, D>), 128, 0},
+  return {hopper14::prep_kernel_info<T, D>(prep_of(M)),
           {"bwd_hopper<" + tile + (kWriter ? ", dQ by bulk reduce-add>" : ", dQ by atomics>"),
            hopper14::prepared_kernel<T, Cfg, kWriter>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)},
-          {"bwd_dq_convert<d=" + std::to_string(D) + ">",
-           reinterpret_cast<const void*>(&hopper14::bwd_dq_convert_kernel<T, Cfg>), 256, 0}};
+          hopper14::convert_kernel_info<T, Cfg>(prep_of(M))};
 }
 #endif
 
@@ -208,6 +216,9 @@ void register_rung_14(Registry& reg) {
                                               "its query heads; dK, dV written directly)"));
   reg.add(make_rung<Mode::fullsplit>("fullsplit", "ablation: a GQA group split into one block per query head "
                                                   "(fp32 partial dK, dV added by rung 11's convert kernel)"));
+  reg.add(make_rung<Mode::fused_prep>("fused-prep", "candidate: D computed and the dQ accumulator zeroed in one "
+                                                    "pre-pass with 16-byte loads and stores, and the dQ convert "
+                                                    "through a shared tile with 16-byte accesses"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "flashladder/cuda_check.h"
+#include "flashladder/registry.h"
 #include "flashladder/tma.h"
 #include "../11_backward/exact_delta.cuh"
 #include "kernel.cuh"
@@ -32,15 +34,56 @@ const void* prepared_kernel() {
   return reinterpret_cast<const void*>(&bwd_hopper_kernel<T, Cfg, WRITER, MODS>);
 }
 
+/// The pre- and post-passes around the kernel: `unfused` (the rung's, and rung 16's) is a memset of
+/// the dQ accumulator, one warp per row with 4-byte loads for the statistics, and a convert of
+/// 8-byte loads and 4-byte stores; `fused` (rung 14's fused-prep variant) zeroes the accumulator
+/// in the statistics pass and reads and writes 16 bytes at a time (bwd_prep_kernel,
+/// bwd_dq_convert_tile_kernel).
+enum class Prep { unfused, fused };
+
+/// Whether @p ptr and the row, head and batch strides (in elements of @p bytes each) keep every
+/// row 16-byte aligned, with head_dim a multiple of 8: the 16-byte paths' condition.
+inline bool rows_aligned16(const void* ptr, int64_t row, int64_t head, int64_t batch, int head_dim, int bytes) {
+  const auto vec = [&](int64_t stride) { return (stride * bytes) % 16 == 0; };
+  return ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && vec(row) && vec(head) && vec(batch) &&
+         (head_dim * bytes) % 16 == 0;
+}
+
+/// The pre-pass's and the convert's entries in a rung's kernel list (Rung::kernels), for @p prep.
+template <class T, int D>
+KernelInfo prep_kernel_info(Prep prep) {
+  const std::string d = "<d=" + std::to_string(D) + ">";
+  if (prep == Prep::fused)
+    return {"bwd_prep" + d, reinterpret_cast<const void*>(&bwd_prep_kernel<T, D>), kPrepThreads, 0};
+  return {"bwd_stats" + d, reinterpret_cast<const void*>(&bwd_stats_kernel<T, D>), 128, 0};
+}
+template <class T, class Cfg>
+KernelInfo convert_kernel_info(Prep prep) {
+  const std::string d = "<d=" + std::to_string(Cfg::kHeadDim) + ">";
+  if (prep == Prep::fused)
+    return {"bwd_dq_convert_tile" + d, reinterpret_cast<const void*>(&bwd_dq_convert_tile_kernel<T, Cfg>),
+            kConvertThreads, static_cast<size_t>(convert_tile_bytes<T, Cfg>())};
+  return {"bwd_dq_convert" + d, reinterpret_cast<const void*>(&bwd_dq_convert_kernel<T, Cfg>), 256, 0};
+}
+
 /// dQ from its accumulator and, for a split group, dK and dV from their partial sums.
 template <class T, class Cfg>
-void convert_gradients(const AttnBwdParams& P, const BwdBuffers& buf, int64_t stat_rows, cudaStream_t stream) {
+void convert_gradients(const AttnBwdParams& P, const BwdBuffers& buf, int64_t stat_rows, Prep prep,
+                       cudaStream_t stream) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = P.fwd;
-  const int64_t pairs = stat_rows * D / 2;
-  bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
-                                            0, stream>>>(P, buf.dq_acc, buf.head_rows, stat_rows);
-  FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
+  if (prep == Prep::fused) {
+    const bool vec = rows_aligned16(P.dq, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.head_dim, sizeof(T));
+    constexpr int smem = convert_tile_bytes<T, Cfg>();
+    bwd_dq_convert_tile_kernel<T, Cfg><<<static_cast<unsigned>(stat_rows / Cfg::kBlockM), kConvertThreads, smem,
+                                         stream>>>(P, buf.dq_acc, buf.head_rows, vec);
+    FL_LAUNCH_CHECK("bwd_dq_convert_tile_kernel");
+  } else {
+    const int64_t pairs = stat_rows * D / 2;
+    bwd_dq_convert_kernel<T, Cfg><<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535)), 256,
+                                    0, stream>>>(P, buf.dq_acc, buf.head_rows, stat_rows);
+    FL_LAUNCH_CHECK("bwd_dq_convert_kernel");
+  }
   if (buf.kv_split > 1 && buf.key_rows > 0) {  // a packed batch of no key has no dK, dV row
     // Rung 11's convert walks [batch, seqlen_k, heads_kv, d]: a packed batch's keys are one
     // sequence of key_rows tokens to it.
@@ -88,7 +131,7 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// (a packed batch of empty sequences).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, Prep prep = Prep::unfused) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
   // A packed batch's token counts included. The dQ tiles are the kernel's (D columns): a head_dim
@@ -119,14 +162,28 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
 
   float* exact_d = exact_delta<T, D>(P, shape, ws, deterministic, policy, how, stream);
 
-  // The dQ accumulator and the counters start at zero; the statistics are padded.
+  // The dQ accumulator and the counters start at zero; the statistics are padded. stat_rows is a
+  // multiple of 128 (workspace.h), so of every block's rows; the zeroed floats of 32.
   const size_t zero_floats = dkv_acc_offset(shape, deterministic) - dq_acc_offset(shape);
-  FL_CUDA_CHECK(cudaMemsetAsync(buf.dq_acc, 0, zero_floats * sizeof(float), stream));
   const int64_t stat_rows = static_cast<int64_t>(hopper14::stat_rows(shape));
-  if (stat_rows > 0) {
-    bwd_stats_kernel<T, D><<<static_cast<unsigned>((stat_rows + 3) / 4), 128, 0, stream>>>(
-        P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.head_rows, stat_rows, exact_d);
-    FL_LAUNCH_CHECK("bwd_stats_kernel");
+  if (prep == Prep::fused) {
+    if (stat_rows > 0) {
+      const bool vec = rows_aligned16(p.o, p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.head_dim, sizeof(T)) &&
+                       rows_aligned16(P.dout, p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.head_dim,
+                                      sizeof(T)) &&
+                       (P.fwd.o_fp32 == nullptr || (reinterpret_cast<uintptr_t>(P.fwd.o_fp32) % 16 == 0));
+      bwd_prep_kernel<T, D><<<static_cast<unsigned>(stat_rows / kPrepRows<D>), kPrepThreads, 0, stream>>>(
+          P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.head_rows, stat_rows, exact_d,
+          reinterpret_cast<float4*>(buf.dq_acc), static_cast<int64_t>(zero_floats / 4), vec);
+      FL_LAUNCH_CHECK("bwd_prep_kernel");
+    }
+  } else {
+    FL_CUDA_CHECK(cudaMemsetAsync(buf.dq_acc, 0, zero_floats * sizeof(float), stream));
+    if (stat_rows > 0) {
+      bwd_stats_kernel<T, D><<<static_cast<unsigned>((stat_rows + 3) / 4), 128, 0, stream>>>(
+          P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.head_rows, stat_rows, exact_d);
+      FL_LAUNCH_CHECK("bwd_stats_kernel");
+    }
   }
 
   // A packed batch is one sequence of all its tokens to TMA; a side with no token maps one row of
@@ -156,7 +213,7 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
         <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf, mods);
   }
   FL_LAUNCH_CHECK("bwd_hopper_kernel");
-  convert_gradients<T, Cfg>(P, buf, stat_rows, stream);
+  convert_gradients<T, Cfg>(P, buf, stat_rows, prep, stream);
   return buf;
 }
 

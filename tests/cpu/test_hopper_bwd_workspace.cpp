@@ -59,12 +59,42 @@ void check_slots() {
   CHECK(hopper14::dq_slot<Cfg>(1, 5, 7) == hopper14::dq_slot<Cfg>(1, 5, 4) + 3);
 }
 
+/// The 16-byte convert (kernel.cuh: bwd_dq_convert_tile_kernel) reads slots 4i..4i+3 as one
+/// float4 and writes them as two column pairs: (row, col), (row, col + 1), (row + 8, col),
+/// (row + 8, col + 1), with (row, col) = dq_slot_coord(4i) and col even. Over all i those pairs
+/// cover the tile once.
+template <class Cfg>
+void check_convert_quads() {
+  constexpr int M = Cfg::kBlockM, D = Cfg::kHeadDim;
+  std::set<std::pair<int, int>> seen;
+  for (int i = 0; i < M * D / 4; ++i) {
+    int row = -1, col = -1;
+    hopper14::dq_slot_coord<Cfg>(4 * i, row, col);
+    REQUIRE(col % 2 == 0);
+    REQUIRE(row + 8 < M);
+    for (int k = 0; k < 4; ++k) {
+      int r = -1, c = -1;
+      hopper14::dq_slot_coord<Cfg>(4 * i + k, r, c);
+      CHECK(r == row + 8 * (k / 2));
+      CHECK(c == col + k % 2);
+      seen.insert({r, c});
+    }
+  }
+  CHECK(seen.size() == size_t(M * D));
+}
+
 }  // namespace
 
 TEST_CASE("rung 14's dQ tile order: a bijection onto the tile, the accumulator's layout", "[cpu][hopper_bwd]") {
   check_slots<hopper14::RungTiles<64>>();
   check_slots<hopper14::RungTiles<128>>();
   check_slots<hopper14::RungTiles<256>>();
+}
+
+TEST_CASE("rung 14's dQ convert: each 16-byte read is two column pairs of rows r and r + 8", "[cpu][hopper_bwd]") {
+  check_convert_quads<hopper14::RungTiles<64>>();
+  check_convert_quads<hopper14::RungTiles<128>>();
+  check_convert_quads<hopper14::RungTiles<256>>();
 }
 
 TEST_CASE("rung 14's tiles: d = 256 transposes dK, dV (head_dim as M) and fits one stage", "[cpu][hopper_bwd]") {

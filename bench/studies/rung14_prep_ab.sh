@@ -1,0 +1,37 @@
+#!/bin/bash
+# Rung 14's pre- and post-passes, the rung against its fused-prep variant (README, "Before and
+# after the kernel"): the shapes where they weigh most (short rows, d = 64) and the training
+# shapes of the backward's issue, each checked in full once and then timed in turn, ROUNDS rounds
+# (the order alternating), one JSON and one log per run. The runner's time is the whole backward:
+# pre-pass, kernel and convert.
+# usage: bench/studies/rung14_prep_ab.sh BIN_DIR OUT_DIR [ROUNDS]
+set -u
+B=$1/14_hopper_backward
+R=$2
+ROUNDS=${3:-3}
+mkdir -p "$R"
+# dtype d seqlen batch heads kv_heads causal
+SHAPES="fp16 64 1024 16 16 16 1
+fp16 64 2048 8 32 32 1
+fp16 128 512 32 16 16 0
+bf16 128 4096 4 16 16 1
+bf16 128 8192 1 32 8 1
+bf16 128 16384 1 32 8 0
+bf16 256 4096 2 16 16 1"
+while read -r t d n b h kv c; do
+  shape=${t}_d${d}_N${n}_B${b}_H${h}_KV${kv}_c${c}
+  args=(--dtype "$t" --dim "$d" --seqlen "$n" --batch "$b" --heads "$h" --kv-heads "$kv" --causal "$c" --no-compare)
+  for v in "" fused-prep; do  # the check, once per entry
+    timeout 120 "$B" ${v:+--variant $v} "${args[@]}" --check full --iters 3 > "$R/${shape}_${v:-rung}_check.log" 2>&1
+    echo "$shape ${v:-rung} check: $(grep -o 'PASS\|FAIL' "$R/${shape}_${v:-rung}_check.log" | head -1)"
+  done
+  for ((i = 0; i < ROUNDS; i++)); do
+    order=("" fused-prep)
+    [ $((i % 2)) = 1 ] && order=(fused-prep "")
+    for v in "${order[@]}"; do
+      tag=${shape}_${v:-rung}_r$i
+      timeout 60 "$B" ${v:+--variant $v} "${args[@]}" --check none --iters 50 --json "$R/$tag.json" > "$R/$tag.log" 2>&1
+      echo "$tag $(grep -o 'rate *[0-9.]* TFLOP/s' "$R/$tag.log")"
+    done
+  done
+done <<< "$SHAPES"
