@@ -37,7 +37,6 @@ PyTorch. Exits 0 with a message when PyTorch, a CUDA GPU or FlexAttention is mis
 
 import argparse
 import datetime
-import json
 import os
 import sys
 
@@ -356,18 +355,9 @@ def main():
                 e["skipped"] = (reason[0] if reason else type(err).__name__)[:200]
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
-            if e["skipped"]:
-                e["error_occurred"] = True
-                e["error_message"] = "skipped: " + e["skipped"]
-                print("%-52s skipped: %s" % (e["name"], e["skipped"]), flush=True)
-            else:
-                print("%-52s %9.4f ms %8.1f TFLOP/s %8.1f GB/s" % (e["name"], e["real_time"], e["TFLOPS"], e["GB/s"]),
-                      flush=True)
-            results.append(e)
+            torch_sdpa.finish_entry(e, results, 52)
 
-    with open(args.out, "w") as f:
-        json.dump({"context": context, "benchmarks": results}, f, indent=1)
-    print("wrote %s (%d entries)" % (args.out, len(results)))
+    torch_sdpa.write_benchmarks(args.out, context, results)
     return 0
 
 

@@ -255,6 +255,27 @@ class Bench(timing.EventTimer):
         return super().time_ms(fn, self.iters, self.warmup)
 
 
+def finish_entry(entry, results, width):
+    """Appends a timed or skipped entry to @p results and prints its line (name in @p width
+    columns); a skipped one is marked as Google Benchmark marks an error (error_occurred,
+    error_message), which report.py reads as "skip"."""
+    if entry["skipped"]:
+        entry["error_occurred"] = True
+        entry["error_message"] = "skipped: " + entry["skipped"]
+        print("%-*s skipped: %s" % (width, entry["name"], entry["skipped"]), flush=True)
+    else:
+        print("%-*s %9.4f ms %8.1f TFLOP/s %8.1f GB/s" %
+              (width, entry["name"], entry["real_time"], entry["TFLOPS"], entry["GB/s"]), flush=True)
+    results.append(entry)
+
+
+def write_benchmarks(path, context, results):
+    """The JSON file of a run in Google Benchmark's shape: {"context", "benchmarks"}."""
+    with open(path, "w") as f:
+        json.dump({"context": context, "benchmarks": results}, f, indent=1)
+    print("wrote %s (%d entries)" % (path, len(results)))
+
+
 def run_backend(torch, bench, backend, s, layout):
     """Returns (median_ms, note); raises RuntimeError with the reason if refused. The backward
     family times the backward pass alone (run_backward)."""
@@ -507,19 +528,9 @@ def main():
                     entry["skipped"] = (reason[0] if reason else type(e).__name__)[:200]
                     torch.cuda.synchronize()
                     torch.cuda.empty_cache()
-            if entry["skipped"]:
-                entry["error_occurred"] = True
-                entry["error_message"] = "skipped: " + entry["skipped"]
-                print("%-48s skipped: %s" % (entry["name"], entry["skipped"]), flush=True)
-            else:
-                print("%-48s %9.4f ms %8.1f TFLOP/s %8.1f GB/s" %
-                      (entry["name"], entry["real_time"], entry["TFLOPS"], entry["GB/s"]),
-                      flush=True)
-            results.append(entry)
+            finish_entry(entry, results, 48)
 
-    with open(args.out, "w") as f:
-        json.dump({"context": context, "benchmarks": results}, f, indent=1)
-    print("wrote %s (%d entries)" % (args.out, len(results)))
+    write_benchmarks(args.out, context, results)
     return 0
 
 

@@ -126,6 +126,32 @@ class MixedLengths(unittest.TestCase):
         self.assertEqual(torch_sdpa.shape_name(shapes[1]), "varlen/d128/S64/causal1")
 
 
+class Entries(unittest.TestCase):
+    def test_skipped_entry_is_an_error_and_the_file_is_benchmark_json(self):
+        import contextlib
+        import io
+        import json
+        import tempfile
+
+        import torch_sdpa
+
+        results = []
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            torch_sdpa.finish_entry({"name": "a", "skipped": "refused"}, results, 10)
+            torch_sdpa.finish_entry({"name": "b", "skipped": "", "real_time": 1.5, "TFLOPS": 2.0, "GB/s": 3.0},
+                                    results, 10)
+        self.assertEqual(results[0]["error_message"], "skipped: refused")
+        self.assertTrue(results[0]["error_occurred"])
+        self.assertNotIn("error_occurred", results[1])
+        self.assertEqual(out.getvalue().splitlines()[0], "a          skipped: refused")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "x.json")
+            with contextlib.redirect_stdout(io.StringIO()):
+                torch_sdpa.write_benchmarks(path, {"device": "Fake"}, results)
+            with open(path) as f:
+                self.assertEqual(json.load(f), {"context": {"device": "Fake"}, "benchmarks": results})
+
+
 def ladder_bench():
     """A built ladder_bench (FL_LADDER_BENCH, else the newest build/*/bin/ladder_bench), or None."""
     path = os.environ.get("FL_LADDER_BENCH")
