@@ -63,7 +63,7 @@ import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 import timing  # noqa: E402  bench/pytorch/timing.py: the events
 from train_model import (  # noqa: E402  bench/pytorch/train_model.py: the corpus, the model, the optimizer
     FULL, QUICK, VOCAB, Batches, attention_context, build_model, diff, initial_state, load_corpus, lr_at,
-    make_optimizer, record_step, sync)
+    make_optimizer, record_step, record_step_times, sync)
 
 # The logits check: the ladder's relative error against the fp32 model at most this times SDPA
 # flash's (the margin every rung's check gives a reference implementation's error).
@@ -174,12 +174,7 @@ def train(torch, args, name, impl, state, data, device, dtype, backend="flash"):
             break
     if "diverged_at" not in rec:
         rec["heldout"].append([args.steps, evaluate(torch, F, model, heldout, ctx)])
-    timed = rec["step_ms"][args.timing_skip:]
-    if timed:
-        rec["timed_steps"] = len(timed)
-        rec["step_ms_mean"] = statistics.fmean(timed)
-        rec["step_ms_median"] = statistics.median(timed)
-        rec["tokens_per_s"] = tokens * len(timed) / (sum(timed) / 1e3)
+    record_step_times(rec, args.timing_skip, tokens)
     if device.type == "cuda":
         rec["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     rec["final_heldout"] = rec["heldout"][-1][1] if rec["heldout"] else None

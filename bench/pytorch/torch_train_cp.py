@@ -70,7 +70,6 @@ math; fp32 unless --dtype says otherwise) with --quick; on CUDA the package's ru
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -310,12 +309,7 @@ def train_cp(torch, dist, fl, args, ring, state, data, device, dtype, ranks):
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     rec["step_ms"] = slowest.tolist()
     rec["step_ms_rule"] = "per step, the slowest rank's (synchronised before and after the step)"
-    timed = rec["step_ms"][args.timing_skip:]
-    if timed:
-        rec["timed_steps"] = len(timed)
-        rec["step_ms_mean"] = statistics.fmean(timed)
-        rec["step_ms_median"] = statistics.median(timed)
-        rec["tokens_per_s"] = tokens * len(timed) / (sum(timed) / 1e3)
+    if tm.record_step_times(rec, args.timing_skip, tokens):
         rec["tokens_per_s_per_rank"] = rec["tokens_per_s"] / ranks
     if device.type == "cuda":
         peak = torch.tensor([torch.cuda.max_memory_allocated(device) / 2**30], device=device)

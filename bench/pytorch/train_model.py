@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import math
 import os
+import statistics
 import sys
 import sysconfig
 
@@ -163,6 +164,20 @@ def make_optimizer(torch, args, params, device):
     opt = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
                             **({"fused": True} if device.type == "cuda" else {}))
     return master, opt
+
+
+def record_step_times(rec, skip, tokens):
+    """The step times' summary in @p rec past the first @p skip steps (warm-up, compilation):
+    their count, mean and median, and @p tokens per step over their sum as tokens/s. False when no
+    step is left to time."""
+    timed = rec["step_ms"][skip:]
+    if not timed:
+        return False
+    rec["timed_steps"] = len(timed)
+    rec["step_ms_mean"] = statistics.fmean(timed)
+    rec["step_ms_median"] = statistics.median(timed)
+    rec["tokens_per_s"] = tokens * len(timed) / (sum(timed) / 1e3)
+    return True
 
 
 def record_step(rec, step, steps, loss, gnorm, ms, tokens):
