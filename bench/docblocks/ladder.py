@@ -342,6 +342,81 @@ def gen_kernels(ctx, file, gpu=None):
                                                         p["dtype"], link(res, file))
 
 
+# The register-spill note's model of rung 07 (docs/sources.md, "The register-spill / DV-tiling
+# note"): its head_dim and DV_TILE, and its worked example's load, compute and spill times (ms).
+NOTE07 = dict(head_dim=128, dv_tile=32, load_ms=100, compute_ms=50, spill_ms=2000)
+
+
+@generator("rung07-note-table")
+def gen_rung07_note_table(ctx):
+    """The note's trade-off table from its own model (NOTE07): o's fp32 registers at DV = head_dim
+    and at DV_TILE, the passes over K/V, and its worked example's time (untiled: loads + compute +
+    spill; tiled: loads x passes + compute)."""
+    n = NOTE07
+    d, t = n["head_dim"], n["dv_tile"]
+    passes = d // t
+    untiled = n["load_ms"] + n["compute_ms"] + n["spill_ms"]
+    tiled = n["load_ms"] * passes + n["compute_ms"]
+    return "\n".join([
+        "| item | untiled | DV tiling (%d tiles) | change |" % passes,
+        "|---|---|---|---|",
+        "| registers (o_acc) | %d B | %d B | \u2212%d %% |" % (4 * d, 4 * t, round(100 * (1 - t / d))),
+        "| spill | yes | none | removed |",
+        "| K/V loads | 1\u00d7 | %d\u00d7 | %d\u00d7 more |" % (passes, passes),
+        "| compute | N | N | same |",
+        "| example time | %d ms | %d ms | %.1f\u00d7 faster |" % (untiled, tiled, untiled / tiled)])
+
+
+def rung07_passes(d):
+    """(name, passes over K/V) of rung 07's kernels at head_dim @p d: d / DV_TILE; split-d is one
+    pass. A pass executes QK^T (2d FLOPs per pair) and PV over its DV_TILE columns: 2d (p + 1) per
+    pair in all."""
+    return [("untiled", 1), ("dv64", d // 64), ("dv32", d // 32), ("dv16", d // 16), ("split-d", 1)]
+
+
+@generator("rung07-floors")
+def gen_rung07_floors(ctx, d="128", gpu=None):
+    """The FFMA floor of each of rung 07's kernels on its sweep's problem (sweep07_d<d>.json: the
+    pairs B·H·Sq·Sk) at the GPU's datasheet fp32 peak: executed FLOPs (2d (passes + 1) per pair)
+    over the peak."""
+    res = ctx.results(gpu)
+    name = "sweep07_d%s.json" % d
+    if not res.has(name):
+        raise Missing(name, "bench/run_all.sh --family prefill")
+    doc = res.json(name)
+    prob = dict(kv.split("=", 1) for kv in doc["problem"].split() if "=" in kv)
+    pairs = int(prob["B"]) * int(prob["H"].split("/")[0]) * int(prob["Sq"]) * int(prob["Sk"])
+    peak = doc["device"]["peak_fp32_tflops"]
+    hd = int(doc["head_dim"])
+    rows = []
+    for kernel, p in rung07_passes(hd):
+        flop = 2 * hd * (p + 1)
+        rows.append("| %s | %d | %.1f | %.2f ms |" % (kernel, flop, pairs * flop / 1e9, pairs * flop / (peak * 1e9)))
+    return "\n".join(["| | executed FLOP/pair | executed GFLOP | FFMA floor at %.1f TFLOP/s |" % peak,
+                      "|---|---|---|---|"] + rows)
+
+
+@generator("rung07-variant-cost")
+def gen_rung07_variant_cost(ctx, d="128", main="32"):
+    """Rung 07's variants by formula at head_dim @p d: passes over K/V (d / DV_TILE), K read into
+    shared memory once per pass, V once in all, and FLOPs per (query, key) pair: QK^T (2d) on every
+    pass, PV (2d) once. split-d is one pass. @p main: the main entry's DV_TILE."""
+    d = int(d)
+    cols = rung07_passes(d)
+    heads = ["%s%s" % (name, " (main)" if name == "dv" + main else "") for name, _ in cols]
+    passes = [p for _, p in cols]
+
+    def row(item, cells):
+        return "| %s | " % item + " | ".join(cells) + " |"
+
+    return "\n".join([
+        row("item", heads), "|---|" + "---|" * len(cols),
+        row("passes over K/V", ["%d" % p for p in passes]),
+        row("K read from L2/HBM into shared", ["%d\u00d7" % p for p in passes]),
+        row("V bytes read", ["1\u00d7"] * len(cols)),
+        row("FLOPs executed per pair", ["%dd = %d" % (2 * (p + 1), 2 * (p + 1) * d) for p in passes])])
+
+
 @generator("sweep07")
 def gen_sweep07(ctx, d="128", variants="", gpu=None):
     """Rung 07's --sweep (sweep07_d<d>.json): per variant the passes over K/V, block shape, registers,
