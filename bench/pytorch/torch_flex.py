@@ -36,7 +36,6 @@ PyTorch. Exits 0 with a message when PyTorch, a CUDA GPU or FlexAttention is mis
 """
 
 import argparse
-import datetime
 import os
 import sys
 
@@ -318,22 +317,8 @@ def main():
     iters = max(20, args.iters) if args.iters else (20 if args.quick else 30)
     bench = torch_sdpa.Bench(torch, iters=iters, warmup=3 if args.quick else 5)
 
-    props = torch.cuda.get_device_properties(0)
-    context = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "executable": "bench/pytorch/torch_flex.py",
-        "device": props.name,
-        "sms": props.multi_processor_count,
-        "cuda_version": torch.version.cuda or "unknown",
-        "torch": torch.__version__,
-        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else "",
-        "git_sha": torch_sdpa.git_sha(),
-        "layout": "bhsd",
-        "iterations": iters,
-        "l2_flush_bytes": bench.flush_buf.numel(),
-        "block_size": BLOCK_SIZE,
-        "library_build_type": "release",
-    }
+    context = torch_sdpa.run_context(torch, "bench/pytorch/torch_flex.py", "bhsd", bench)
+    context["block_size"] = BLOCK_SIZE
     results = []
     for s in shapes:
         runs = [("torch_flex", None)]

@@ -255,6 +255,26 @@ class Bench(timing.EventTimer):
         return super().time_ms(fn, self.iters, self.warmup)
 
 
+def run_context(torch, executable, layout, bench):
+    """The "context" of a run's JSON (report.py and docgen read it): date, script, GPU, CUDA,
+    PyTorch and cuDNN versions, commit, layout, iterations and the L2 flush's bytes."""
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "executable": executable,
+        "device": props.name,
+        "sms": props.multi_processor_count,
+        "cuda_version": torch.version.cuda or "unknown",
+        "torch": torch.__version__,
+        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else "",
+        "git_sha": git_sha(),
+        "layout": layout,
+        "iterations": bench.iters,
+        "l2_flush_bytes": bench.flush_buf.numel(),
+        "library_build_type": "release",
+    }
+
+
 def finish_entry(entry, results, width):
     """Appends a timed or skipped entry to @p results and prints its line (name in @p width
     columns); a skipped one is marked as Google Benchmark marks an error (error_occurred,
@@ -479,21 +499,7 @@ def main():
         if family in families:
             shapes += varlen_shapes(family)
 
-    props = torch.cuda.get_device_properties(0)
-    context = {
-        "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "executable": "bench/pytorch/torch_sdpa.py",
-        "device": props.name,
-        "sms": props.multi_processor_count,
-        "cuda_version": torch.version.cuda or "unknown",
-        "torch": torch.__version__,
-        "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else "",
-        "git_sha": git_sha(),
-        "layout": args.layout,
-        "iterations": iters,
-        "l2_flush_bytes": bench.flush_buf.numel(),
-        "library_build_type": "release",
-    }
+    context = run_context(torch, "bench/pytorch/torch_sdpa.py", args.layout, bench)
     results = []
     for s in shapes:
         b, sq, sk, hq = s["batch"], s["seqlen_q"], s["seqlen_k"], s["heads_q"]
