@@ -124,12 +124,12 @@ __device__ __forceinline__ float chunk_dot(const T* o, const float* o32, const T
 /// padded row, as bwd_stats_kernel, with 16-byte loads of O and dO (kPrepLanes<D> threads per
 /// row, their sums joined by shuffles), and the dQ accumulator and the deterministic counters
 /// zeroed while it reads: @p zero_vecs 16-byte stores from @p zero, shared between the blocks.
-/// @p vec: O, dO (and the fp32 O) rows are 16-byte aligned and head_dim a multiple of 8 (else
-/// each thread reads its chunk element by element). Grid: rows / kPrepRows<D> blocks.
+/// O, dO (and the fp32 O) rows are 16-byte aligned and head_dim a multiple of 8 (the layout rule:
+/// launch_backward checks it). Grid: rows / kPrepRows<D> blocks.
 template <class T, int D>
 __global__ void __launch_bounds__(kPrepThreads)
     bwd_prep_kernel(const AttnBwdParams P, float* lse_log2, float* delta, int64_t head_rows, int64_t rows,
-                    const float* exact_d, float4* zero, int64_t zero_vecs, bool vec) {
+                    const float* exact_d, float4* zero, int64_t zero_vecs) {
   constexpr int L = kPrepLanes<D>, R = kPrepRows<D>;
   const AttnParams& p = P.fwd;
   const int64_t per_block = (zero_vecs + gridDim.x - 1) / gridDim.x;
@@ -152,12 +152,7 @@ __global__ void __launch_bounds__(kPrepThreads)
       const T* dout = static_cast<const T*>(P.dout) + off;
       const float* o32 =
           p.o_fp32 ? p.o_fp32 + ((int64_t(b) * p.seqlen_q + q) * p.heads_q + at.h) * p.head_dim + c : nullptr;
-      if (vec) {
-        sum = chunk_dot<T>(o, o32, dout);
-      } else {
-        for (int k = 0; k < 8 && c + k < p.head_dim; ++k)
-          sum += (o32 ? o32[k] : to_float(o[k])) * to_float(dout[k]);
-      }
+      sum = chunk_dot<T>(o, o32, dout);
     }
   }
 #pragma unroll
@@ -961,12 +956,11 @@ constexpr int convert_tile_bytes() {
 /// slots, contiguous). The block reads the tile with 16-byte loads in the accumulator's order,
 /// four slots (two columns of rows r and r + 8: dq_slot_coord) per load, scales them and writes
 /// them as 16-bit pairs into a shared row-major tile; then writes the tile's rows to dQ in 16-byte
-/// chunks (8 columns). @p vec: dQ's rows are 16-byte aligned and head_dim a multiple of 8 (else a
-/// chunk is written element by element). Rows past a sequence and columns past head_dim are not
-/// written.
+/// chunks (8 columns); dQ's rows are 16-byte aligned and head_dim a multiple of 8 (launch_backward
+/// checks it). Rows past a sequence and columns past head_dim are not written.
 template <class T, class Cfg>
 __global__ void __launch_bounds__(kConvertThreads)
-    bwd_dq_convert_tile_kernel(const AttnBwdParams P, const float* dq_acc, int64_t head_rows, bool vec) {
+    bwd_dq_convert_tile_kernel(const AttnBwdParams P, const float* dq_acc, int64_t head_rows) {
   constexpr int D = Cfg::kHeadDim, M = Cfg::kBlockM, TILE = M * D, LD = D + kConvertPad;
   static_assert(convert_tile_bytes<T, Cfg>() <= 48 * 1024, "the tile fits the default shared memory");
   static_assert((LD * sizeof(T)) % 16 == 0, "16-byte rows in shared memory");
@@ -998,13 +992,7 @@ __global__ void __launch_bounds__(kConvertThreads)
     const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
     const int64_t off = row_at[r];
     if (off < 0 || c >= p.head_dim) continue;
-    T* dq = static_cast<T*>(P.dq) + off + c;
-    const T* from = tile + r * LD + c;
-    if (vec) {
-      *reinterpret_cast<uint4*>(dq) = *reinterpret_cast<const uint4*>(from);
-    } else {
-      for (int k = 0; k < 8 && c + k < p.head_dim; ++k) dq[k] = from[k];
-    }
+    *reinterpret_cast<uint4*>(static_cast<T*>(P.dq) + off + c) = *reinterpret_cast<const uint4*>(tile + r * LD + c);
   }
 }
 

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "flashladder/cuda_check.h"
 #include "flashladder/registry.h"
@@ -41,12 +40,20 @@ const void* prepared_kernel() {
 /// bwd_dq_convert_tile_kernel).
 enum class Prep { unfused, fused };
 
-/// Whether @p ptr and the row, head and batch strides (in elements of @p bytes each) keep every
-/// row 16-byte aligned, with head_dim a multiple of 8: the 16-byte paths' condition.
-inline bool rows_aligned16(const void* ptr, int64_t row, int64_t head, int64_t batch, int head_dim, int bytes) {
-  const auto vec = [&](int64_t stride) { return (stride * bytes) % 16 == 0; };
-  return ptr != nullptr && reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && vec(row) && vec(head) && vec(batch) &&
-         (head_dim * bytes) % 16 == 0;
+/// The fused passes' 16-byte accesses need O's, dO's and dQ's rows 16-byte aligned and head_dim a
+/// multiple of 8, which the layout rule every entry checks gives (fl::tensor_layout_reason: strides
+/// multiples of 8 elements, 16-byte aligned data); a launch that breaks it is refused, not run.
+inline void require_rows_aligned16(const AttnBwdParams& P) {
+  const AttnParams& p = P.fwd;
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  const auto strides = [](int64_t row, int64_t head, int64_t batch) {
+    return row % 8 == 0 && head % 8 == 0 && batch % 8 == 0;
+  };
+  if (p.head_dim % 8 != 0 || !aligned(p.o) || !aligned(P.dout) || !aligned(P.dq) ||
+      (p.o_fp32 != nullptr && !aligned(p.o_fp32)) || !strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride) ||
+      !strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride))
+    throw std::runtime_error("rung 14 fused-prep: O, dO and dQ need 16-byte aligned rows (head_dim and strides "
+                             "multiples of 8 elements)");
 }
 
 /// The pre-pass's and the convert's entries in a rung's kernel list (Rung::kernels), for @p prep.
@@ -73,10 +80,8 @@ void convert_gradients(const AttnBwdParams& P, const BwdBuffers& buf, int64_t st
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = P.fwd;
   if (prep == Prep::fused) {
-    const bool vec = rows_aligned16(P.dq, p.q_row_stride, p.q_head_stride, p.q_batch_stride, p.head_dim, sizeof(T));
-    constexpr int smem = convert_tile_bytes<T, Cfg>();
-    bwd_dq_convert_tile_kernel<T, Cfg><<<static_cast<unsigned>(stat_rows / Cfg::kBlockM), kConvertThreads, smem,
-                                         stream>>>(P, buf.dq_acc, buf.head_rows, vec);
+    bwd_dq_convert_tile_kernel<T, Cfg><<<static_cast<unsigned>(stat_rows / Cfg::kBlockM), kConvertThreads,
+                                         convert_tile_bytes<T, Cfg>(), stream>>>(P, buf.dq_acc, buf.head_rows);
     FL_LAUNCH_CHECK("bwd_dq_convert_tile_kernel");
   } else {
     const int64_t pairs = stat_rows * D / 2;
@@ -167,16 +172,11 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   const size_t zero_floats = dkv_acc_offset(shape, deterministic) - dq_acc_offset(shape);
   const int64_t stat_rows = static_cast<int64_t>(hopper14::stat_rows(shape));
   if (prep == Prep::fused) {
-    if (stat_rows > 0) {
-      const bool vec = rows_aligned16(p.o, p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.head_dim, sizeof(T)) &&
-                       rows_aligned16(P.dout, p.o_row_stride, p.o_head_stride, p.o_batch_stride, p.head_dim,
-                                      sizeof(T)) &&
-                       (P.fwd.o_fp32 == nullptr || (reinterpret_cast<uintptr_t>(P.fwd.o_fp32) % 16 == 0));
-      bwd_prep_kernel<T, D><<<static_cast<unsigned>(stat_rows / kPrepRows<D>), kPrepThreads, 0, stream>>>(
-          P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.head_rows, stat_rows, exact_d,
-          reinterpret_cast<float4*>(buf.dq_acc), static_cast<int64_t>(zero_floats / 4), vec);
-      FL_LAUNCH_CHECK("bwd_prep_kernel");
-    }
+    require_rows_aligned16(P);
+    bwd_prep_kernel<T, D><<<static_cast<unsigned>(stat_rows / kPrepRows<D>), kPrepThreads, 0, stream>>>(
+        P, const_cast<float*>(buf.lse_log2), const_cast<float*>(buf.delta), buf.head_rows, stat_rows, exact_d,
+        reinterpret_cast<float4*>(buf.dq_acc), static_cast<int64_t>(zero_floats / 4));
+    FL_LAUNCH_CHECK("bwd_prep_kernel");
   } else {
     FL_CUDA_CHECK(cudaMemsetAsync(buf.dq_acc, 0, zero_floats * sizeof(float), stream));
     if (stat_rows > 0) {
