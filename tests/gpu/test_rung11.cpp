@@ -10,7 +10,8 @@
 //   - a larger problem checked on sampled (batch, KV head) groups;
 //   - a few queries against many keys (seqlen_q << seqlen_k: the GQA group split over a small grid,
 //     and rows of 100k keys, where D must come from the exact pass: delta_policy.h).
-// ctest: gpu_rung11 (tests/CMakeLists.txt); exits 77 without a GPU (gpu_main.cpp). Every section
+// ctest: gpu_rung11_<part>, one entry per TEST_CASE by its last tag (tests/CMakeLists.txt, which
+// reads the tags from this file); exits 77 without a GPU (gpu_main.cpp). Every section
 // lists its cases first and asserts that as many ran as supports() accepted (expected_runs.h):
 // the matrices span shapes a rung may refuse (counted); the packed sections expect no refusal
 // from a rung that takes packed batches. Rung 14 (sm_90 only) skips the test on another GPU.
@@ -128,7 +129,7 @@ bool is_nan16(uint16_t x, DType t) {
 
 }  // namespace
 
-TEST_CASE("backward matrix: dtypes x head_dims x causal x seqlens x MHA/GQA 4:1/MQA", "[gpu][rung11]") {
+TEST_CASE("backward matrix: dtypes x head_dims x causal x seqlens x MHA/GQA 4:1/MQA", "[gpu][rung11][bwd_matrix]") {
   // Every length appears as seqlen_q and as seqlen_k, paired with a different length both ways,
   // plus once equal; the head layouts rotate over MHA, GQA 4:1 and MQA.
   const int lens[] = {1, 17, 113, 203};
@@ -154,7 +155,7 @@ TEST_CASE("backward matrix: dtypes x head_dims x causal x seqlens x MHA/GQA 4:1/
   }
 }
 
-TEST_CASE("backward: the deterministic mode passes the matrix's corners", "[gpu][rung11]") {
+TEST_CASE("backward: the deterministic mode passes the matrix's corners", "[gpu][rung11][bwd_corners]") {
   for (const Rung* r : backward_rungs()) {
     Section s(r->label() + " deterministic corners");
     for (DType t : {DType::fp16, DType::bf16})
@@ -169,7 +170,7 @@ TEST_CASE("backward: the deterministic mode passes the matrix's corners", "[gpu]
   }
 }
 
-TEST_CASE("backward: rows that see no key get zero dQ and no NaN", "[gpu][rung11]") {
+TEST_CASE("backward: rows that see no key get zero dQ and no NaN", "[gpu][rung11][bwd_nokey]") {
   // Causal with seqlen_q > seqlen_k: query i sees keys 0 .. i - (Sq - Sk), so the first Sq - Sk
   // rows see none. Their P is 0: dQ is exactly zero there, and they add nothing to dK, dV.
   for (const Rung* r : backward_rungs()) {
@@ -217,7 +218,7 @@ TEST_CASE("backward: rows that see no key get zero dQ and no NaN", "[gpu][rung11
   }
 }
 
-TEST_CASE("backward: deterministic=1 gives bitwise identical dQ, dK, dV run to run", "[gpu][rung11]") {
+TEST_CASE("backward: deterministic=1 gives bitwise identical dQ, dK, dV run to run", "[gpu][rung11][bwd_repeat]") {
   // GQA 4:1 and long enough that many K/V blocks add into each dQ row (and four query heads into
   // each dK, dV row): the sums whose order atomics would change.
   for (const Rung* r : backward_rungs()) {
@@ -269,7 +270,7 @@ TEST_CASE("backward: deterministic=1 gives bitwise identical dQ, dK, dV run to r
 }
 
 TEST_CASE("backward: a few queries against many keys (seqlen_q << seqlen_k), GQA groups split over blocks",
-          "[gpu][rung11]") {
+          "[gpu][rung11][bwd_fewq]") {
   // The shape class of a decode-time or prefix-tuning gradient: one to 16 queries against a long
   // context. Two things go wrong there if nothing guards them: the grid is small, so the GQA
   // group is split over blocks (fp32 partial dK, dV added by bwd_convert_kv), and a row sees so
@@ -327,7 +328,7 @@ TEST_CASE("backward: a few queries against many keys (seqlen_q << seqlen_k), GQA
   }
 }
 
-TEST_CASE("backward: a larger problem, checked on sampled (batch, KV head) groups", "[gpu][rung11]") {
+TEST_CASE("backward: a larger problem, checked on sampled (batch, KV head) groups", "[gpu][rung11][bwd_large]") {
   // B x Hq x Sq x Sk x d = 1.7e10 is above kBwdCheckWork: --check auto compares the first and the
   // last (batch, KV head) group (each group's gradients are exact on their own), and looks for
   // NaN in all of dQ, dK, dV.
@@ -357,10 +358,20 @@ Problem packed_bwd(const std::vector<int>& lq, const std::vector<int>& lk, int h
   return p;
 }
 
+/// The backward entries that take packed batches (Rung::varlen); none: the test is skipped (exit
+/// 77, the reason printed), not passed with nothing run.
+std::vector<const Rung*> varlen_backward_rungs(bool main_only) {
+  std::vector<const Rung*> out;
+  for (const Rung* r : backward_rungs())
+    if (r->varlen && (!main_only || r->variant.empty())) out.push_back(r);
+  if (out.empty()) fl_test::skip_whole_test("no backward entry here takes packed batches (Rung::varlen)");
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("backward: packed batches (lengths of 1, empty sequences, tails, seqlen_q != seqlen_k, GQA)",
-          "[gpu][rung11]") {
+          "[gpu][rung11][bwd_packed]") {
   // Every backward entry that takes packed batches (each of rung 14's variants), against the fp64
   // backward reference on the same packed description; the others refuse with one line.
   const std::vector<std::pair<std::vector<int>, std::vector<int>>> batches = {
@@ -391,11 +402,11 @@ TEST_CASE("backward: packed batches (lengths of 1, empty sequences, tails, seqle
   }
 }
 
-TEST_CASE("backward: a packed batch in the deterministic mode repeats bit for bit and passes", "[gpu][rung11]") {
+TEST_CASE("backward: a packed batch in the deterministic mode repeats bit for bit and passes",
+          "[gpu][rung11][bwd_packed_repeat]") {
   // Sequences of different K/V block counts: the per-sequence counters, from the last block down
   // under the mask; MQA and GQA 4:1 (a split group's partial sums).
-  for (const Rung* r : backward_rungs()) {
-    if (!r->varlen) continue;
+  for (const Rung* r : varlen_backward_rungs(false)) {
     Section s(r->label() + " packed, deterministic bitwise repeat");  // 4 cases, none refused
     for (int hkv : {1, 2})
       for (bool causal : {false, true})
@@ -422,9 +433,8 @@ TEST_CASE("backward: a packed batch in the deterministic mode repeats bit for bi
 }
 
 TEST_CASE("backward: a mixed packed batch longer than one wave, sampled check; no key or no query anywhere",
-          "[gpu][rung11]") {
-  for (const Rung* r : backward_rungs()) {
-    if (!r->varlen || !r->variant.empty()) continue;  // the rung itself (its variants ran above)
+          "[gpu][rung11][bwd_wave]") {
+  for (const Rung* r : varlen_backward_rungs(true)) {  // the rung itself (its variants ran above)
     Section s(r->label() + " a mixed packed batch; no key or no query anywhere");  // 5 cases, none refused
     // 24 sequences of 1 to 3000 tokens, Llama-style GQA 32/8, causal: many K/V blocks per sequence.
     const std::vector<int> lens = mixed_lengths(24, 1, 3000, 5);
