@@ -8,6 +8,11 @@ tensors (bench/run_all.sh --family varlen,varlen-backward).
 Every block names its folder(s) under bench/results/ with gpu=; several folders are separated by
 commas. The sweep's dtype is the one its ladder run's context records."""
 
+import collections
+import glob
+import os
+import re
+
 from .core import Missing, bench_module, generator, varlen_lengths
 
 SEQLENS = [1024, 2048, 4096, 8192, 16384]
@@ -132,7 +137,7 @@ def gen_rung14_ablation(ctx, gpu):
     keys, causal or not, fp16; and the rung in bf16."""
     res = ctx.results(gpu)
     names = [("rung", "rung 14"), ("no-ws", "no-ws"), ("atomic-dq", "atomic-dq"), ("ss-dkv", "ss-dkv"),
-             ("one-stage", "one-stage"), ("fused-prep", "fused-prep")]
+             ("one-stage", "one-stage"), ("unfused-prep", "unfused-prep")]
     cols = [(d, n, c) for d in (64, 128) for c in (0, 1) for n in (4096, 16384)]
 
     def cell(name):
@@ -143,7 +148,7 @@ def gen_rung14_ablation(ctx, gpu):
     for key, label in names:
         cells = [cell("fp16_d%d_N%d_c%d_%s.json" % (d, n, c, key)) for d, n, c in cols]
         if key != "rung" and all(x == "–" for x in cells):
-            continue  # a variant this run predates (fused-prep: added after the H100's ablation run)
+            continue  # a variant this run predates (unfused-prep: added after the H100's ablation run)
         out.append("| %s | " % label + " | ".join(cells) + " |")
     out.append("| rung 14, bf16 | " + " | ".join(cell("bf16_d%d_N%d_c%d_rung.json" % (d, n, c)) for d, n, c in cols) + " |")
     return "\n".join(out)
@@ -368,7 +373,7 @@ def gen_rung14_ablation_ratios(ctx, gpu):
     most): what turning that idea off costs."""
     res = ctx.results(gpu)
     parts = []
-    for v in ("atomic-dq", "no-ws", "ss-dkv", "one-stage", "fused-prep"):
+    for v in ("atomic-dq", "no-ws", "ss-dkv", "one-stage", "unfused-prep"):
         rs = []
         for d in (64, 128):
             for n in (4096, 16384):
@@ -377,8 +382,7 @@ def gen_rung14_ablation_ratios(ctx, gpu):
                     if res.has(a) and res.has(b):
                         rs.append(res.json(a)["timing"]["tflops"] / res.json(b)["timing"]["tflops"])
         if rs:
-            parts.append("`%s`%s %s" % (v, " (a candidate, the idea turned on)" if v == "fused-prep" else "",
-                                         span_text(rs)))
+            parts.append("`%s` %s" % (v, span_text(rs)))
     if not parts:
         raise Missing("rung 14's ablation runs in %s" % gpu, "bench/studies/rung14_ablation.sh")
     return "Each variant's rate / the rung's (fp16, the table's shapes): " + ", ".join(parts) + "."
@@ -395,3 +399,86 @@ def gen_rung14_grid_order(ctx, gpu, d="128", causal="0"):
         vals = [r.get(("14", "backward", "d" + d, "N%d" % n, "causal" + causal)) for n in SEQLENS]
         rows.append("| %s | " % label + " | ".join("%.0f" % v if v else "–" for v in vals) + " |")
     return "\n".join(rows) + "\n\nRung 14, MHA, d = %s%s, fp16, TFLOP/s." % (d, ", causal" if causal == "1" else "")
+
+
+# ---- the passes around the kernel (bench/studies/rung14_prep_ab.sh) -----------------------------
+
+
+def prep_of(run):
+    """"fused" or "unfused": the passes a run report's kernel list shows (bwd_prep: the one pre-pass)."""
+    names = [k["name"] for k in run.get("kernels", [])]
+    if any(n.startswith("bwd_prep") for n in names):
+        return "fused"
+    if any(n.startswith("bwd_stats") for n in names):
+        return "unfused"
+    raise ValueError("a rung 14 run report without its pre-pass in the kernel list")
+
+
+def pass_bytes(prob, o32):
+    """Compulsory bytes of the two passes per query row and head: the pre-pass reads O (fp32 when
+    D comes from the fp32 O) and dO, reads LSE, writes the fp32 accumulator's zeros, LSE·log2(e)
+    and D; the convert reads the accumulator and writes dQ (16-bit)."""
+    d = prob["head_dim"]
+    rows = prob["batch"] * prob["seqlen_q"] * prob["heads_q"]
+    pre = (4 * d if o32 else 2 * d) + 2 * d + 4 + 4 * d + 8
+    return rows * (pre + 4 * d + 2 * d)
+
+
+@generator("rung14-prep-ab")
+def gen_rung14_prep_ab(ctx, gpu):
+    """The whole backward (pre-pass, kernel, convert) with the unfused and the fused passes, per
+    shape of rung14_prep_ab.sh's folder: median over the rounds of each run's median time, the
+    difference, and the two passes' compulsory bytes over the device's DRAM peak (their floor)."""
+    res = ctx.results(gpu)
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))
+    meta = None
+    for path in sorted(glob.glob(res.path("*_r[0-9]*.json"))):
+        m = re.match(r"(.+_c[01])_(.+)_r\d+\.json$", os.path.basename(path))
+        if not m:
+            continue
+        run = res.json(os.path.basename(path))
+        runs[m.group(1)][prep_of(run)].append(run)
+        meta = meta or run
+    if not runs:
+        raise Missing("rung 14's pre- and post-pass A/B in %s" % gpu, "bench/studies/rung14_prep_ab.sh")
+
+    def median(xs):
+        xs = sorted(xs)
+        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+    def checked(shape):
+        out = []
+        for log in sorted(glob.glob(res.path(shape + "_*_check.log"))):
+            text = open(log, encoding="utf-8").read()
+            m = re.search(r"check +(PASS|FAIL)[^\n]*\((full|sample)\)", text)
+            out.append("%s (%s)" % m.groups() if m else "?")
+        return " ".join(out) if out else "–"
+
+    rows = ["| dtype, d, seqlen, batch, heads (q/kv), causal | unfused passes (ms) | fused passes (ms) | "
+            "fused / unfused | saved (µs) | the two passes' bytes (MB) | their floor at DRAM peak (µs) | "
+            "rounds | checks |", "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    def order(shape):
+        p = runs[shape][next(iter(runs[shape]))][0]["problem"]
+        return p["head_dim"], p["seqlen_k"], p["dtype"], p["causal"]
+
+    for shape in sorted(runs, key=order):
+        by = runs[shape]
+        if "fused" not in by or "unfused" not in by:
+            continue
+        u = median([r["timing"]["median_ms"] for r in by["unfused"]])
+        f = median([r["timing"]["median_ms"] for r in by["fused"]])
+        run = by["fused"][0]
+        prob = run["problem"]
+        o32 = any("fp32 O" in n for n in run.get("notes", []))
+        b = pass_bytes(prob, o32)
+        floor_us = b / (run["device"]["peak_gbps"] * 1e9) * 1e6
+        rows.append("| %s, %d, %d, %d, %d/%d, %s | %.3f | %.3f | %.2f× | %.0f | %.0f | %.0f | %d | %s |" % (
+            prob["dtype"], prob["head_dim"], prob["seqlen_k"], prob["batch"], prob["heads_q"], prob["heads_kv"],
+            "yes" if prob["causal"] else "no", u, f, f / u, (u - f) * 1e3, b / 1e6, floor_us,
+            min(len(by["fused"]), len(by["unfused"])), checked(shape)))
+    sha = meta.get("git_sha", "")[:7]
+    rows.append("")
+    rows.append("%s, %s, commit `%s`; time of the whole backward (median of 50 launches, L2 flushed), median "
+                "over the rounds; checks: the study's check run of each entry against the fp64 backward reference "
+                "(full: every (batch, KV head) group; – where it did not finish)." % (meta["device"]["name"], meta["date"][:10], sha))
+    return "\n".join(rows)

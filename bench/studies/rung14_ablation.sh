@@ -9,7 +9,7 @@ R=$2
 mkdir -p "$R"
 for t in fp16 bf16; do for d in 128 64; do for c in 0 1; do for n in 4096 16384; do
   [ $t = bf16 ] && [ $d = 64 ] && continue
-  for v in "" no-ws atomic-dq ss-dkv one-stage fused-prep; do
+  for v in "" no-ws atomic-dq ss-dkv one-stage unfused-prep; do
     [ $t = bf16 ] && [ -n "$v" ] && continue
     tag=${t}_d${d}_N${n}_c${c}_${v:-rung}
     timeout 60 "$B" ${v:+--variant $v} --dtype $t --dim $d --seqlen $n --batch $((16384 / n)) --heads $((2048 / d)) \

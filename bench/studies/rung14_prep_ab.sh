@@ -1,14 +1,21 @@
 #!/bin/bash
-# Rung 14's pre- and post-passes, the rung against its fused-prep variant (README, "Before and
+# Rung 14's pre- and post-passes, the rung (one pre-pass, the 16-byte convert) against its
+# unfused-prep ablation (a memset, warp-per-row statistics, the narrow convert; README, "Before and
 # after the kernel"): the shapes where they weigh most (short rows, d = 64) and the training
 # shapes of the backward's issue, each checked in full once and then timed in turn, ROUNDS rounds
 # (the order alternating), one JSON and one log per run. The runner's time is the whole backward:
-# pre-pass, kernel and convert.
-# usage: bench/studies/rung14_prep_ab.sh BIN_DIR OUT_DIR [ROUNDS]
+# pre-pass, kernel and convert. The check is --check auto: every (batch, KV head) group up to the
+# reference's work limit, two sampled groups above it (the 8k and 16k shapes).
+# usage: bench/studies/rung14_prep_ab.sh BIN_DIR OUT_DIR [ROUNDS] [ONLY]
+#   ONLY: an extended regex on the shape names (e.g. 'N8192|d256'): run those shapes alone.
+#   OTHER=<variant>: time the rung against another entry (default unfused-prep; fused-prep before
+#   the rung took the fused passes).
 set -u
 B=$1/14_hopper_backward
 R=$2
 ROUNDS=${3:-3}
+ONLY=${4:-}
+OTHER=${OTHER:-unfused-prep}
 mkdir -p "$R"
 # dtype d seqlen batch heads kv_heads causal
 SHAPES="fp16 64 1024 16 16 16 1
@@ -20,14 +27,15 @@ bf16 128 16384 1 32 8 0
 bf16 256 4096 2 16 16 1"
 while read -r t d n b h kv c; do
   shape=${t}_d${d}_N${n}_B${b}_H${h}_KV${kv}_c${c}
+  [ -n "$ONLY" ] && ! grep -qE "$ONLY" <<< "$shape" && continue
   args=(--dtype "$t" --dim "$d" --seqlen "$n" --batch "$b" --heads "$h" --kv-heads "$kv" --causal "$c" --no-compare)
-  for v in "" fused-prep; do  # the check, once per entry
-    timeout 120 "$B" ${v:+--variant $v} "${args[@]}" --check full --iters 3 > "$R/${shape}_${v:-rung}_check.log" 2>&1
+  for v in "" "$OTHER"; do  # the check, once per entry
+    timeout 300 "$B" ${v:+--variant $v} "${args[@]}" --check auto --iters 3 > "$R/${shape}_${v:-rung}_check.log" 2>&1
     echo "$shape ${v:-rung} check: $(grep -o 'PASS\|FAIL' "$R/${shape}_${v:-rung}_check.log" | head -1)"
   done
   for ((i = 0; i < ROUNDS; i++)); do
-    order=("" fused-prep)
-    [ $((i % 2)) = 1 ] && order=(fused-prep "")
+    order=("" "$OTHER")
+    [ $((i % 2)) = 1 ] && order=("$OTHER" "")
     for v in "${order[@]}"; do
       tag=${shape}_${v:-rung}_r$i
       timeout 60 "$B" ${v:+--variant $v} "${args[@]}" --check none --iters 50 --json "$R/$tag.json" > "$R/$tag.log" 2>&1

@@ -52,8 +52,8 @@ struct BwdBuffers {
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
-/// P = 0 and dS = 0): one warp per padded row of the @p rows, 4-byte loads (the rung's; its
-/// fused-prep variant runs bwd_prep_kernel below). D is rowsum(dO ∘ O) from the
+/// P = 0 and dS = 0): one warp per padded row of the @p rows, 4-byte loads (the unfused-prep
+/// ablation's; the rung runs bwd_prep_kernel below). D is rowsum(dO ∘ O) from the
 /// forward's fp32 O when it left one, else from the 16-bit O, or (@p exact_d non-null, dense
 /// only) rung 11's exact pass.
 template <class T, int D>
@@ -916,7 +916,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 /// dQ = scale · accumulator, from the accumulator's register order (dq_slot) to Q's layout
 /// ([batch, seqlen_q, heads_q, d], or packed [total_q, heads_q, d]), 16-bit: one thread per pair
 /// of fp32 slots (two adjacent columns of one row) of the @p rows padded rows (padded_row_at),
-/// 8-byte loads and 4-byte stores (the rung's; its fused-prep variant runs
+/// 8-byte loads and 4-byte stores (the unfused-prep ablation's; the rung runs
 /// bwd_dq_convert_tile_kernel below).
 template <class T, class Cfg>
 __global__ void __launch_bounds__(256)

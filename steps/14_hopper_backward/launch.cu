@@ -30,13 +30,13 @@ constexpr int kForwardRung = 15;
 
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
-enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, fused_prep };
+enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
 constexpr bool kRungKernel =
-    M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::fused_prep;
+    M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
 /// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
@@ -47,12 +47,12 @@ constexpr bwd::DeltaPolicy delta_policy(Mode m) {
   return m == Mode::o32_delta ? bwd::DeltaPolicy::o32 : bwd::DeltaPolicy::rung;
 }
 
-/// The pre- and post-passes (launch_bwd.cuh): the rung's memset, warp-per-row statistics and
-/// narrow convert, or fused-prep's one pre-pass and 16-byte convert (the candidate: README,
-/// "Before and after the kernel").
+/// The pre- and post-passes (launch_bwd.cuh): the rung's one pre-pass and 16-byte convert, or
+/// unfused-prep's memset, warp-per-row statistics and narrow convert (README, "Before and after
+/// the kernel").
 #if FL_HOPPER_SM90A
 constexpr hopper14::Prep prep_of(Mode m) {
-  return m == Mode::fused_prep ? hopper14::Prep::fused : hopper14::Prep::unfused;
+  return m == Mode::unfused_prep ? hopper14::Prep::unfused : hopper14::kRungPrep;
 }
 #endif
 constexpr bwd::GroupSplit group_split(Mode m) {
@@ -216,9 +216,9 @@ void register_rung_14(Registry& reg) {
                                               "its query heads; dK, dV written directly)"));
   reg.add(make_rung<Mode::fullsplit>("fullsplit", "ablation: a GQA group split into one block per query head "
                                                   "(fp32 partial dK, dV added by rung 11's convert kernel)"));
-  reg.add(make_rung<Mode::fused_prep>("fused-prep", "candidate: D computed and the dQ accumulator zeroed in one "
-                                                    "pre-pass with 16-byte loads and stores, and the dQ convert "
-                                                    "through a shared tile with 16-byte accesses"));
+  reg.add(make_rung<Mode::unfused_prep>("unfused-prep", "ablation: the passes around the kernel unfused (a memset of "
+                                                        "the dQ accumulator, one warp per row for D with 4-byte loads, "
+                                                        "a dQ convert of 8-byte loads and 4-byte stores)"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

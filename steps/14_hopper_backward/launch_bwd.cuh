@@ -33,12 +33,15 @@ const void* prepared_kernel() {
   return reinterpret_cast<const void*>(&bwd_hopper_kernel<T, Cfg, WRITER, MODS>);
 }
 
-/// The pre- and post-passes around the kernel: `unfused` (the rung's, and rung 16's) is a memset of
-/// the dQ accumulator, one warp per row with 4-byte loads for the statistics, and a convert of
-/// 8-byte loads and 4-byte stores; `fused` (rung 14's fused-prep variant) zeroes the accumulator
-/// in the statistics pass and reads and writes 16 bytes at a time (bwd_prep_kernel,
-/// bwd_dq_convert_tile_kernel).
+/// The pre- and post-passes around the kernel: `fused` (the rung's, and rung 16's) zeroes the dQ
+/// accumulator in the statistics pass and reads and writes 16 bytes at a time (bwd_prep_kernel,
+/// bwd_dq_convert_tile_kernel); `unfused` (rung 14's unfused-prep ablation, the passes before) is
+/// a memset of the accumulator, one warp per row with 4-byte loads for the statistics, and a
+/// convert of 8-byte loads and 4-byte stores (README, "Before and after the kernel").
 enum class Prep { unfused, fused };
+
+/// The passes the rungs run (rung 14's entries but unfused-prep, rung 16's backward).
+constexpr Prep kRungPrep = Prep::fused;
 
 /// The fused passes' 16-byte accesses need O's, dO's and dQ's rows 16-byte aligned and head_dim a
 /// multiple of 8, which the layout rule every entry checks gives (fl::tensor_layout_reason: strides
@@ -52,7 +55,7 @@ inline void require_rows_aligned16(const AttnBwdParams& P) {
   if (p.head_dim % 8 != 0 || !aligned(p.o) || !aligned(P.dout) || !aligned(P.dq) ||
       (p.o_fp32 != nullptr && !aligned(p.o_fp32)) || !strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride) ||
       !strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride))
-    throw std::runtime_error("rung 14 fused-prep: O, dO and dQ need 16-byte aligned rows (head_dim and strides "
+    throw std::runtime_error("rung 14's backward: O, dO and dQ need 16-byte aligned rows (head_dim and strides "
                              "multiples of 8 elements)");
 }
 
@@ -136,7 +139,7 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// (a packed batch of empty sequences).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
-                     cudaStream_t stream, Prep prep = Prep::unfused) {
+                     cudaStream_t stream, Prep prep = kRungPrep) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
   // A packed batch's token counts included. The dQ tiles are the kernel's (D columns): a head_dim

@@ -139,13 +139,13 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr) {
     with_bwd_mods(p, [&](auto mods) {
       using S = decltype(mods.score);
       const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
-      out.push_back(hopper14::prep_kernel_info<T, D>(hopper14::Prep::unfused));
+      out.push_back(hopper14::prep_kernel_info<T, D>(hopper14::kRungPrep));
       out.push_back({"masked_bwd<d=" + dims + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
                          std::to_string(Cfg::kBlockM) + " queries, span mask by key" + (S::kSoftcap ? ", softcap" : "") +
                          (S::kAlibi ? ", ALiBi" : "") + ", rung 14's kernel>",
                      hopper14::prepared_kernel<T, Cfg, true, decltype(mods)>(), Cfg::kThreads,
                      static_cast<size_t>(Cfg::kSmemBytes)});
-      out.push_back(hopper14::convert_kernel_info<T, Cfg>(hopper14::Prep::unfused));
+      out.push_back(hopper14::convert_kernel_info<T, Cfg>(hopper14::kRungPrep));
       if (!pr.sinks.empty())
         out.push_back({"sink_grad", reinterpret_cast<const void*>(&sink_grad_kernel), 256, 0});
     });
