@@ -394,6 +394,52 @@ def part_backward():
         print("ok   deterministic backward: autograd twice and attention_backward() bitwise identical")
     if lse.requires_grad:
         fail("the LSE must be non-differentiable (rung 11 has no gradient through it)")
+    autograd_step_kernels()
+
+
+def step_kernels(step):
+    """Names of the GPU kernels and memsets one call of @p step launches (torch.profiler), after a
+    first call (plans, the allocator's blocks)."""
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
+
+
+def autograd_step_kernels():
+    """A forward + backward step under autograd launches no PyTorch fill: nothing fills a zero
+    gradient for the LSE (or the fp32 O), and dQ's accumulator is zeroed by the rung's pre-pass.
+    With rung 14 as the default backward (sm_90), no memset either; and the step runs the rungs'
+    kernels (a profile that saw nothing proves nothing)."""
+    b, s_, h, d = 2, 256, 4, 64
+    q, k, v = (randn(b, s_, h, d).requires_grad_() for _ in range(3))
+    dout = randn(b, s_, h, d)
+    rung14 = (torch.cuda.get_device_capability()[0] == 9
+              and any(r.number == 14 and not r.variant for r in flashladder.rungs()))
+    steps = [("flashladder.attention, causal", lambda: flashladder.attention(q, k, v, causal=True))]
+    if built(16):
+        steps.append(("flash_attn_func, window (63, 0)",
+                      lambda: flashladder.flash_attn_func(q, k, v, causal=True, window_size=(63, 0))))
+    for what, fwd in steps:
+        def step(fwd=fwd):
+            q.grad = k.grad = v.grad = None
+            fwd().backward(dout)
+        names = step_kernels(step)
+        fills = [n for n in names if "Fill" in n or "fill" in n]
+        memsets = [n for n in names if "emset" in n]
+        COMPARED[0] += 1
+        if not names:
+            fail("%s: the profiler saw no GPU work in a forward + backward step" % what)
+        elif fills:
+            fail("%s: a forward + backward step launches PyTorch fills: %s" % (what, fills))
+        elif rung14 and what.startswith("flashladder.attention") and memsets:
+            fail("%s: rung 14's backward step launches a memset: %s" % (what, memsets))
+        else:
+            print("ok   %s: one forward + backward step, %d GPU launches, no fill%s" % (
+                what, len(names), ", no memset" if rung14 and not memsets else ""))
 
 
 # ---- torch.compile --------------------------------------------------------------------------------

@@ -50,11 +50,16 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
     if not torch.compiler.is_compiling():
         key, mods = _ops.mods_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, slopes,
                                   causal, scale, left, right, softcap)
+        extras = (cu_seqlens_q, cu_seqlens_k, sinks, slopes)
         if not grad:
             # No autograd: the op's own body, without the dispatcher's cost per call (as attention() does).
-            out, lse, _ = _launch.forward(q, k, v, key, mods=mods, extras=(cu_seqlens_q, cu_seqlens_k, sinks, slopes))
-            return (out, lse, None) if return_attn_probs else out
-    # The op checks again (it is public), and with grad refuses a problem the backward cannot run.
+            out, lse, _ = _launch.forward(q, k, v, key, mods=mods, extras=extras)
+        else:
+            # Eager autograd: the two launches as one autograd.Function (_ops.attention_mods_autograd).
+            out, lse = _ops.attention_mods_autograd(q, k, v, key, mods, extras, deterministic)
+        return (out, lse, None) if return_attn_probs else out
+    # Compiling: the op (torch.compile traces it); it checks again, and with grad refuses a problem
+    # the backward cannot run.
     out, lse, _ = _ops.attention_mods_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                          sinks, slopes, bool(causal), scale, left, right, float(softcap), 0, "",
                                          grad, bool(deterministic))

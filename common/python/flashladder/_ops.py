@@ -6,7 +6,9 @@ packed batches: rung 16, rung 15); fake implementations for torch.compile. And `
 
 Each op's body checks its inputs once (_core) and launches through _launch; a call without
 autograd skips the dispatcher (the op's own body), and a plain one with a signature seen before
-takes the prepared launch (_launch's fast path). Imported on first use, so ``import flashladder``
+takes the prepared launch (_launch's fast path). Under autograd in eager mode the two launches run
+as a plain autograd.Function (_EagerAttention, _EagerAttentionMods); the ops are what
+torch.compile traces. Imported on first use, so ``import flashladder``
 works without PyTorch.
 """
 
@@ -78,12 +80,15 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, out, lse, o32)
     ctx.causal = causal
     ctx.softmax_scale = softmax_scale
+    ctx.set_materialize_grads(False)  # no zero fills for the LSE's and the fp32 O's gradients
     # The LSE is returned for inspection; the backward computes no gradient through it, so autograd
     # must not pretend to (a loss that uses it would otherwise get a silently wrong gradient).
     ctx.mark_non_differentiable(lse, o32)
 
 
 def _attention_grad(ctx, dout, _dlse, _do32):
+    if dout is None:  # only the LSE was used (set_materialize_grads(False))
+        return None, None, None, None, None, None, None, None
     q, k, v, out, lse, o32 = ctx.saved_tensors
     # torch.use_deterministic_algorithms(True) selects the backward's deterministic dQ (fixed
     # order). Rung 0: default_backward's pick (rung 14 on sm_90, else rung 11).
@@ -93,6 +98,77 @@ def _attention_grad(ctx, dout, _dlse, _do32):
 
 
 attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
+
+
+# ---- autograd without the dispatcher (eager mode) -----------------------------------------------
+# The custom ops above are what torch.compile traces. Called eagerly under autograd, each step paid
+# their dispatch twice (the op and its backward op, each through torch.library's Python layers and
+# register_autograd's wrapper) and checked and planned again inside each; the classes below are
+# the same two launches as a plain autograd.Function, with the key and the plans of the checks
+# made once per input signature (_core.check_qkv_cached, the lru_cache of plan_backward).
+# set_materialize_grads(False): the LSE is not differentiable, and autograd would otherwise fill a
+# zero gradient for it (and for the custom op's fp32 O: a tensor the size of O in fp32) every step.
+
+class _EagerAttention(torch.autograd.Function):
+    """attention_op and its backward for one eager call: (O, LSE) of q, k, v checked into ``key``."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, key, number, variant):
+        out, lse, o32 = _launch.forward(q, k, v, key, number, variant, o_fp32=True)
+        ctx.save_for_backward(q, k, v, out, lse, o32)
+        ctx.key = key
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        if dout is None:  # only the LSE was used: no gradient reaches q, k, v
+            return None, None, None, None, None, None
+        q, k, v, out, lse, o32 = ctx.saved_tensors
+        dq, dk, dv = _launch.backward(dout, q, k, v, out, lse, ctx.key, torch.are_deterministic_algorithms_enabled(),
+                                      None, "", o32)
+        return dq, dk, dv, None, None, None
+
+
+class _EagerAttentionMods(torch.autograd.Function):
+    """attention_mods_op and its backward for one eager call; ``sinks`` (or None) is an input for
+    its gradient, the other extras ride along."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, sinks, key, mods, cu_q, cu_k, slopes, deterministic):
+        extras = (cu_q, cu_k, sinks, slopes)
+        out, lse, o32 = _launch.forward(q, k, v, key, o_fp32=True, mods=mods, extras=extras)
+        ctx.save_for_backward(q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes)
+        ctx.key, ctx.mods, ctx.deterministic = key, mods, deterministic
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        if dout is None:
+            return (None,) * 10
+        q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes = ctx.saved_tensors
+        deterministic = ctx.deterministic or torch.are_deterministic_algorithms_enabled()
+        dq, dk, dv, dsinks = _launch.backward(dout, q, k, v, out, lse, ctx.key, deterministic, None, "", o32,
+                                              mods=ctx.mods, extras=(cu_q, cu_k, sinks, slopes))
+        return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
+
+
+def attention_autograd(q, k, v, key, number, variant):
+    """(O, LSE) under autograd in eager mode: the backward's plan first (a problem it cannot run is
+    refused before the forward, as attention_op does), then _EagerAttention."""
+    _core.plan_backward(None, "", key, False, q.device.index, None)
+    return _EagerAttention.apply(q, k, v, key, number, variant)
+
+
+def attention_mods_autograd(q, k, v, key, mods, extras, deterministic):
+    """attention_autograd for masks, modifiers and packed batches: ``extras`` (cu_seqlens_q,
+    cu_seqlens_k, sinks, alibi_slopes) as _launch.forward takes them."""
+    cu_q, cu_k, sinks, slopes = extras
+    _core.plan_backward(None, "", key, bool(deterministic), q.device.index, mods)
+    return _EagerAttentionMods.apply(q, k, v, sinks, key, mods, cu_q, cu_k, slopes, bool(deterministic))
 
 
 # ---- masks, modifiers, packed batches ------------------------------------------------------------
@@ -180,10 +256,13 @@ def _mods_setup_context(ctx, inputs, output):
                           named["alibi_slopes"])
     ctx.args = {n: named[n] for n in ("max_seqlen_q", "max_seqlen_k", "causal", "softmax_scale", "window_left",
                                       "window_right", "softcap", "deterministic")}
+    ctx.set_materialize_grads(False)  # no zero fills for the LSE's and the fp32 O's gradients
     ctx.mark_non_differentiable(lse, o32)
 
 
 def _mods_grad(ctx, dout, _dlse, _do32):
+    if dout is None:  # only the LSE was used (set_materialize_grads(False))
+        return (None,) * 18
     q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes = ctx.saved_tensors
     a = ctx.args
     # flash_attn_func(deterministic=True), or torch.use_deterministic_algorithms(True): dQ summed
@@ -217,6 +296,12 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         grad = (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled()
     except AttributeError:  # not tensors: the checks below say so
         grad = False
+    if grad and not _is_compiling():
+        # Eager autograd: the two launches as one autograd.Function, checked and planned once per
+        # signature (attention_autograd); softmax_scale as the call without grad takes it.
+        key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+        out, lse = attention_autograd(q, k, v, key, number, variant)
+        return (out, lse) if return_lse else out
     if grad or _is_compiling():
         # The op checks (the fake implementation shapes while tracing), and with grad refuses a
         # problem the backward rung cannot run before the forward pass.
