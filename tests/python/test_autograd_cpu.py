@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""The package's autograd plumbing on the CPU: eager autograd without the custom ops.
+
+    PYTHONPATH=build/ci/python python3 tests/python/test_autograd_cpu.py
+
+Under autograd in eager mode, ``attention()`` and ``flash_attn_func`` run the forward and the
+backward launch as one plain autograd.Function (_ops._EagerAttention, _EagerAttentionMods), not as
+the two custom ops (which torch.compile traces). The package's control flow runs as it does on a
+GPU; only the rungs' launches (_launch.forward, _launch.backward), the CUDA checks
+(_core.check_qkv_cached) and the backward's plan (_core.plan_backward) are replaced, by a float64
+reference on the CPU and a recorder. The checks:
+
+1. attention(causal=True) under autograd: O and dQ, dK, dV equal the reference's through torch's own
+   autograd (float64), GQA 4:1, seqlen_q != seqlen_k; the custom ops are not called; the backward
+   launch gets the forward's fp32 O and the key the forward was checked into.
+2. return_lse=True: the LSE is not differentiable, and the gradients are those of O's loss alone.
+3. flash_attn_func with a window, softcap and a learnable sink requiring grad: dQ, dK, dV and the
+   sink's gradient (through learnable_sink.float()) equal the reference's.
+4. The backward's plan is made before the forward launches: a refused problem raises and nothing
+   launches; ``deterministic`` reaches the backward launch (flash_attn_func(deterministic=True),
+   torch.use_deterministic_algorithms(True)).
+5. No gradient for the LSE is materialized: the backward launch gets dO alone, and a step whose loss
+   reads O launches exactly one forward and one backward.
+6. The custom ops themselves (what torch.compile traces), called under autograd on the same
+   stand-ins: flashladder::attention and flashladder::attention_mods give the reference's
+   gradients (the sink's included) through their registered autograd.
+
+Exits 77 (ctest: skipped) without PyTorch.
+"""
+
+import concurrent.futures
+import math
+import sys
+
+SKIP = 77
+
+try:
+    import torch
+except ImportError:
+    print("PyTorch is not installed: skipped (exit 77)")
+    sys.exit(SKIP)
+
+import flashladder  # noqa: E402
+from flashladder import _core, _launch, _ops  # noqa: E402
+
+FAILURES = []
+
+
+def check(ok, what):
+    print("%s  %s" % ("ok  " if ok else "FAIL", what))
+    if not ok:
+        FAILURES.append(what)
+
+
+# ---- the rungs, replaced by a float64 reference ---------------------------------------------------
+
+def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None):
+    """(O, LSE [b, hq, sq]) of q [b, sq, hq, d], k and v [b, sk, hk, d], differentiable in every
+    input: bottom-right causal, FlashAttention's window, softcap, one sink logit per query head."""
+    b, sq, hq, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    kk = k.repeat_interleave(hq // hk, dim=2)
+    vv = v.repeat_interleave(hq // hk, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, kk) * (scale or d ** -0.5)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(sq)[:, None] + sk - sq
+    j = torch.arange(sk)[None, :]
+    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if causal:
+        keep &= j <= i
+    if window[0] >= 0:
+        keep &= j >= i - window[0]
+    if window[1] >= 0:
+        keep &= j <= i + window[1]
+    s = s.masked_fill(~keep, float("-inf"))
+    if sinks is not None:
+        s = torch.cat([s, sinks.reshape(1, hq, 1, 1).expand(b, hq, sq, 1)], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None])[..., :sk]
+    return torch.einsum("bhqk,bkhd->bqhd", p, vv), lse
+
+
+def mods_args(key, mods, extras):
+    causal, scale = key[7], key[8]
+    if mods is None:
+        return dict(causal=causal, scale=scale)
+    sinks = extras[2] if extras else None
+    return dict(causal=causal, scale=scale, window=(mods.window_left, mods.window_right), softcap=mods.softcap,
+                sinks=sinks)
+
+
+LOG = []  # ("forward" | "backward" | "plan", details)
+
+
+def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
+    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods)))
+    a = mods_args(key, mods, extras)
+    with torch.no_grad():
+        out, lse = reference(q, k, v, a["causal"], a["scale"], a.get("window", (-1, -1)), a.get("softcap", 0.0),
+                             a.get("sinks"))
+    o32 = out.clone() if o_fp32 else None  # the rung's fp32 O (here: the same values)
+    return out.to(q.dtype), lse, o32
+
+
+def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
+                 extras=None):
+    LOG.append(("backward", dict(deterministic=deterministic, o32=out_fp32 is not None, key=key, dout=dout)))
+    a = mods_args(key, mods, extras)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    sinks = a.get("sinks")
+    if sinks is not None:
+        sinks = sinks.detach().clone().requires_grad_()
+        leaves.append(sinks)
+
+    def grads_of():
+        with torch.enable_grad():
+            o, _ = reference(*leaves[:3], a["causal"], a["scale"], a.get("window", (-1, -1)),
+                             a.get("softcap", 0.0), sinks)
+            return torch.autograd.grad(o, leaves, dout)
+
+    # In a thread of its own: inside a custom op's body the dispatcher has turned autograd off for
+    # this thread (a thread-local setting), and the reference's gradients need it.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        grads = pool.submit(grads_of).result()
+    if mods is None:
+        return grads[0], grads[1], grads[2]
+    return grads[0], grads[1], grads[2], (grads[3] if sinks is not None else None)
+
+
+def cpu_key(q, k, v, causal=False, softmax_scale=None, *args, **kwargs):
+    """check_qkv's key without its CUDA and 16-bit checks."""
+    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], str(q.dtype), bool(causal),
+            softmax_scale or 0.0)
+
+
+REFUSE = [None]  # a ValueError message plan_backward raises, or None
+
+
+def cpu_plan_backward(rung, variant, key, deterministic, device, mods=None):
+    LOG.append(("plan", dict(deterministic=deterministic)))
+    if REFUSE[0]:
+        raise ValueError(REFUSE[0])
+    return None
+
+
+def custom_op_called(*args, **kwargs):
+    raise AssertionError("a custom op was called in eager mode")
+
+
+_launch.forward, _launch.backward = cpu_forward, cpu_backward
+_core.check_qkv = _core.check_qkv_cached = cpu_key
+_core.plan_backward = cpu_plan_backward
+OPS = (_ops.attention_op, _ops.attention_mods_op)  # the real ops, for test 6
+_ops.attention_op = _ops.attention_mods_op = custom_op_called
+
+
+def leaves(*shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+
+
+def close(a, b):
+    return a is not None and b is not None and torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+# ---- 1, 2 -------------------------------------------------------------------------------------------
+
+def test_attention():
+    b, sq, sk, hq, hk, d = 2, 5, 9, 8, 2, 16
+    q, k, v = leaves((b, sq, hq, d), (b, sk, hk, d), (b, sk, hk, d))
+    dout = torch.randn(b, sq, hq, d, dtype=torch.float64)
+    LOG.clear()
+    out = flashladder.attention(q, k, v, causal=True)
+    out.backward(dout)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ref_out, _ = reference(*ref_leaves, True, 0.0)
+    ref_out.backward(dout)
+    kinds = [e[0] for e in LOG]
+    check(kinds == ["plan", "forward", "backward"],
+          "attention() under autograd: the plan, one forward, one backward (got %s)" % kinds)
+    check(close(out.detach(), ref_out.detach()), "attention(): O equals the reference's")
+    check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
+          "attention(): dQ, dK, dV equal the reference's through torch's autograd (GQA 4:1, sq != sk)")
+    bwd = LOG[-1][1]
+    check(LOG[1][1]["o_fp32"] and bwd["o32"], "the forward writes the fp32 O and the backward gets it")
+    check(bwd["key"] == cpu_key(q, k, v, True), "the backward launches on the key the forward was checked into")
+
+    for t in (q, k, v):
+        t.grad = None
+    out, lse = flashladder.attention(q, k, v, causal=True, return_lse=True)
+    check(not lse.requires_grad and out.requires_grad, "return_lse=True: O differentiable, the LSE not")
+    (out * dout).sum().backward()
+    check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
+          "return_lse=True: the gradients are O's loss's alone")
+    check(torch.equal(LOG[-1][1]["dout"], dout), "the backward launch gets dO itself")
+
+    with torch.no_grad():
+        LOG.clear()
+        try:
+            flashladder.attention(q, k, v, causal=True)
+        except Exception as e:  # noqa: BLE001  the no-grad path's own launch: not what this test stubs
+            print("     (no grad: %s)" % type(e).__name__)
+        check("backward" not in [e[0] for e in LOG] and "plan" not in [e[0] for e in LOG],
+              "without grad: no backward plan, no backward")
+
+
+# ---- 3 ----------------------------------------------------------------------------------------------
+
+def test_flash_mods():
+    b, sq, sk, hq, hk, d = 1, 7, 7, 4, 4, 8
+    q, k, v = leaves((b, sq, hq, d), (b, sk, hk, d), (b, sk, hk, d), seed=1)
+    sink = torch.randn(hq, dtype=torch.float32, requires_grad=True)
+    dout = torch.randn(b, sq, hq, d, dtype=torch.float64)
+    LOG.clear()
+    out = flashladder.flash_attn_func(q, k, v, causal=True, window_size=(3, 0), softcap=5.0, learnable_sink=sink)
+    out.backward(dout)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ref_sink = sink.detach().double().clone().requires_grad_()
+    ref_out, _ = reference(*ref_leaves, True, 0.0, (3, -1), 5.0, ref_sink)
+    ref_out.backward(dout)
+    kinds = [e[0] for e in LOG]
+    check(kinds == ["plan", "forward", "backward"], "flash_attn_func, window, softcap, sink: plan, forward, "
+          "backward (got %s)" % kinds)
+    check(close(out.detach(), ref_out.detach()), "flash_attn_func with masks and modifiers: O equals the reference's")
+    check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
+          "flash_attn_func with masks and modifiers: dQ, dK, dV equal the reference's")
+    check(sink.grad is not None and torch.allclose(sink.grad.double(), ref_sink.grad, rtol=1e-5, atol=1e-6),
+          "the learnable sink's gradient flows back through learnable_sink.float()")
+
+
+# ---- 4, 5 -------------------------------------------------------------------------------------------
+
+def test_refusal_and_determinism():
+    b, s, h, d = 1, 4, 2, 8
+    q, k, v = leaves((b, s, h, d), (b, s, h, d), (b, s, h, d), seed=2)
+    LOG.clear()
+    REFUSE[0] = "flashladder: refused for the test"
+    try:
+        flashladder.attention(q, k, v, causal=True)
+        check(False, "a problem the backward refuses raises before the forward")
+    except ValueError as e:
+        check("refused for the test" in str(e) and "forward" not in [x[0] for x in LOG],
+              "a problem the backward refuses raises before the forward launches")
+    finally:
+        REFUSE[0] = None
+
+    LOG.clear()
+    flashladder.flash_attn_func(q, k, v, causal=True, deterministic=True).sum().backward()
+    check(LOG[0][1]["deterministic"] and LOG[-1][1]["deterministic"],
+          "flash_attn_func(deterministic=True): planned and launched deterministic")
+    torch.use_deterministic_algorithms(True)
+    try:
+        LOG.clear()
+        flashladder.attention(q, k, v, causal=True).sum().backward()
+        check(LOG[-1][0] == "backward" and LOG[-1][1]["deterministic"],
+              "torch.use_deterministic_algorithms(True): the backward launches deterministic")
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+    LOG.clear()
+    out = flashladder.attention(q, k, v, causal=True)
+    (out[:, :1] * 2).sum().backward()  # a loss on part of O: dO has zeros, and still one backward
+    kinds = [e[0] for e in LOG]
+    check(kinds.count("forward") == 1 and kinds.count("backward") == 1,
+          "a loss on part of O: one forward, one backward launch (got %s)" % kinds)
+    dout = LOG[-1][1]["dout"]
+    check(dout is not None and dout.shape == out.shape and math.isclose(float(dout.abs().sum()), 2.0 * h * d),
+          "the backward's dO is O's gradient (no materialized gradient for the LSE beside it)")
+
+
+# ---- 6 ----------------------------------------------------------------------------------------------
+
+def test_custom_ops():
+    attention_op, attention_mods_op = OPS
+    b, sq, sk, hq, hk, d = 1, 6, 10, 4, 2, 8
+    q, k, v = leaves((b, sq, hq, d), (b, sk, hk, d), (b, sk, hk, d), seed=3)
+    dout = torch.randn(b, sq, hq, d, dtype=torch.float64)
+    out, lse, o32 = attention_op(q, k, v, True, 0.0, 0, "", True)
+    out.backward(dout)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    reference(*ref_leaves, True, 0.0)[0].backward(dout)
+    check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)) and not lse.requires_grad,
+          "flashladder::attention under autograd: the reference's gradients, the LSE not differentiable")
+
+    for t in (q, k, v):
+        t.grad = None
+    sink = torch.randn(hq, dtype=torch.float64, requires_grad=True)
+    out, lse, o32 = attention_mods_op(q, k, v, None, None, 0, 0, sink, None, True, 0.0, 4, -1, 3.0, 0, "", True,
+                                      False)
+    out.backward(dout)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ref_sink = sink.detach().clone().requires_grad_()
+    reference(*ref_leaves, True, 0.0, (4, -1), 3.0, ref_sink)[0].backward(dout)
+    check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)) and close(sink.grad, ref_sink.grad),
+          "flashladder::attention_mods under autograd (window, softcap, sink): the reference's gradients")
+
+
+def main():
+    test_attention()
+    test_flash_mods()
+    test_refusal_and_determinism()
+    test_custom_ops()
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
