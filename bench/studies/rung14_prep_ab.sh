@@ -2,7 +2,7 @@
 # Rung 14's pre- and post-passes, the rung (one pre-pass, the 16-byte convert) against its
 # unfused-prep ablation (a memset, warp-per-row statistics, the narrow convert; README, "Before and
 # after the kernel"): the shapes where they weigh most (short rows, d = 64) and the training
-# shapes of the backward's issue, each checked in full once and then timed in turn, ROUNDS rounds
+# shapes of the backward's issue, each checked once and then timed in turn, ROUNDS rounds
 # (the order alternating), one JSON and one log per run. The runner's time is the whole backward:
 # pre-pass, kernel and convert. The check is --check auto: every (batch, KV head) group up to the
 # reference's work limit, two sampled groups above it (the 8k and 16k shapes).
@@ -10,6 +10,11 @@
 #   ONLY: an extended regex on the shape names (e.g. 'N8192|d256'): run those shapes alone.
 #   OTHER=<variant>: time the rung against another entry (default unfused-prep; fused-prep before
 #   the rung took the fused passes).
+#   SHAPES=<lines of "dtype d seqlen batch heads kv_heads causal">: other shapes, e.g. the group
+#   split's candidate on causal GQA shapes: OTHER=split-model SHAPES="$(cat <<'X'
+#   bf16 128 4096 2 16 4 1 ...
+#   X
+#   )" bench/studies/rung14_prep_ab.sh BIN OUT 3
 set -u
 B=$1/14_hopper_backward
 R=$2
@@ -18,13 +23,13 @@ ONLY=${4:-}
 OTHER=${OTHER:-unfused-prep}
 mkdir -p "$R"
 # dtype d seqlen batch heads kv_heads causal
-SHAPES="fp16 64 1024 16 16 16 1
+SHAPES=${SHAPES:-"fp16 64 1024 16 16 16 1
 fp16 64 2048 8 32 32 1
 fp16 128 512 32 16 16 0
 bf16 128 4096 4 16 16 1
 bf16 128 8192 1 32 8 1
 bf16 128 16384 1 32 8 0
-bf16 256 4096 2 16 16 1"
+bf16 256 4096 2 16 16 1"}
 while read -r t d n b h kv c; do
   shape=${t}_d${d}_N${n}_B${b}_H${h}_KV${kv}_c${c}
   [ -n "$ONLY" ] && ! grep -qE "$ONLY" <<< "$shape" && continue

@@ -49,8 +49,9 @@ inline size_t dq_acc_offset(const Problem& p) {
 
 /// How the query heads of a GQA group are dealt to blocks: the rung's choice (kv_splits), never
 /// split (`nosplit`: one block per KV head, the group's heads in turn), or one query head per
-/// block (`fullsplit`, FlashAttention-2's `dk_expanded`).
-enum class GroupSplit { balanced, none, full };
+/// block (`fullsplit`, FlashAttention-2's `dk_expanded`); `modeled` is rung 14's choice by a model
+/// of its causal grid's schedule (its workspace.h), which rung 11 takes as `balanced`.
+enum class GroupSplit { balanced, none, full, modeled };
 
 /// Blocks the main kernel should have before the rung stops splitting a group: about two waves of
 /// one block per SM on an H100 (132 SMs). A constant, not the device's SM count, so the workspace

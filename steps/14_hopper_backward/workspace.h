@@ -28,8 +28,15 @@
 /// (stat_row0).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <queue>
+#include <tuple>
+#include <vector>
 
 #include "flashladder/problem.h"
 #include "flashladder/types.h"  // FL_HD
@@ -115,13 +122,99 @@ inline size_t dkv_acc_offset(const WsShape& s, bool deterministic) {
 /// Key rows of dK, dV: batch x seqlen_k, or total_k packed.
 inline int64_t key_rows(const WsShape& s) { return s.packed ? s.total_k : int64_t(s.p.batch) * s.p.seqlen_k; }
 
+/// The schedule model of a causal grid (bench/studies/rung14_split_model.py, the same model):
+/// K/V block j of a (batch, KV head, slice) group walks the query blocks from its diagonal on, for
+/// each query head of its slice; the blocks go, in launch order (K/V block fastest), to the first of
+/// kSms SMs to be free. A split into s slices costs the work's FLOPs over the schedule's efficiency
+/// plus the fp32 partial dK, dV's bytes (written, then read by the convert) at kFlopsPerByte; the
+/// model takes the cheapest split, and only if it is kMinGain cheaper than no split. Constants, not
+/// the device's: the split sizes the workspace, which depends on the problem alone.
+namespace split_model {
+constexpr int kSms = 132;
+constexpr double kFlopsPerByte = 167.0;  // about 500 TFLOP/s of backward over a 3.0 TB/s copy (H100)
+constexpr double kMinGain = 0.05;
+
+/// Query blocks each K/V block walks for one query head (the kernel's BlockWork).
+inline std::vector<int> block_steps(int seqlen_q, int seqlen_k, int d, bool causal) {
+  const int bm = query_block_rows(d), bn = kv_block_keys(d);
+  const int n_q = (seqlen_q + bm - 1) / bm, offset = seqlen_k - seqlen_q;
+  std::vector<int> steps;
+  for (int key0 = 0; key0 < seqlen_k; key0 += bn)
+    steps.push_back(causal ? n_q - std::min(n_q, std::max(0, key0 - offset) / bm) : n_q);
+  return steps;
+}
+
+/// All the blocks' steps over kSms SMs against the list schedule's end: 1 is a perfect schedule.
+inline double efficiency(const Problem& p, int split) {
+  const std::vector<int> steps = block_steps(p.seqlen_q, p.seqlen_k, p.head_dim, p.causal);
+  const int64_t per_slice = p.heads_q / p.heads_kv / split;
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> free_at;
+  for (int i = 0; i < kSms; ++i) free_at.push(0);
+  int64_t total = 0, end = 0;
+  for (int64_t g = 0; g < int64_t(p.batch) * p.heads_kv * split; ++g)
+    for (int st : steps) {
+      const int64_t t = free_at.top() + st * per_slice;
+      free_at.pop();
+      free_at.push(t);
+      end = std::max(end, t);
+      total += st * per_slice;
+    }
+  return end > 0 ? double(total) / (double(kSms) * double(end)) : 1.0;
+}
+
+/// The model's cost of a split into @p split slices, in FLOP-equivalents.
+inline double cost(const Problem& p, int split) {
+  const int bm = query_block_rows(p.head_dim), bn = kv_block_keys(p.head_dim);
+  int64_t steps = 0;
+  for (int st : block_steps(p.seqlen_q, p.seqlen_k, p.head_dim, p.causal)) steps += st;
+  const double work = double(steps) * p.heads_q * p.batch * 10.0 * bm * bn * p.head_dim / efficiency(p, split);
+  const double partial = split > 1 ? 16.0 * split * p.batch * double(p.seqlen_k) * p.heads_kv * p.head_dim : 0.0;
+  return work + kFlopsPerByte * partial;
+}
+
+/// The model's split: a divisor of the group, 1 unless one is kMinGain cheaper.
+inline int predicted(const Problem& p) {
+  const int group = p.heads_q / p.heads_kv;
+  const double base = cost(p, 1);
+  int best = 1;
+  double best_cost = base;
+  for (int s = 2; s <= group; ++s)
+    if (group % s == 0) {
+      const double c = cost(p, s);
+      if (c < best_cost) best = s, best_cost = c;
+    }
+  return best_cost <= (1.0 - kMinGain) * base ? best : 1;
+}
+}  // namespace split_model
+
+/// `modeled`'s split of a dense causal problem: the larger of rung 11's rule and the schedule
+/// model's, computed once per shape and cached (the launch, the workspace size and the notes ask
+/// for it; the model walks every block, so not on every call). Not causal, or packed: rung 11's
+/// rule (equal blocks: the model has nothing to balance; a packed batch's lengths are on the device).
+inline int modeled_split(const WsShape& s) {
+  const int rule = bwd::kv_splits(s.p, kv_block_keys(s.p.head_dim), false, bwd::GroupSplit::balanced);
+  if (s.packed || !s.p.causal || s.p.heads_q == s.p.heads_kv) return rule;
+  using Key = std::tuple<int, int, int, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, int> cache;
+  const Key key{s.p.batch, s.p.seqlen_q, s.p.seqlen_k, s.p.heads_q, s.p.heads_kv, s.p.head_dim};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cache.size() >= 4096) cache.clear();
+    it = cache.emplace(key, split_model::predicted(s.p)).first;
+  }
+  return std::max(rule, it->second);
+}
+
 /// Slices of a GQA group: `balanced` (the rung) is rung 11's rule for this head_dim's K/V blocks
 /// (kv_block_keys: the smallest divisor of the group that gives the grid 256 blocks); `none` and
 /// `full` are the ablations' extremes (README, "The group split": under a causal mask a full split
 /// is 7-11% faster at 4k-8k keys and d = 128, and 21% on the training demo's shape, slower on short
-/// rows; the rung does not choose by the mask yet). The deterministic mode keeps the grid, so the
-/// same rule.
+/// rows); `modeled` (the split-model candidate) is the schedule model's choice under a causal mask
+/// (modeled_split). The deterministic mode keeps the grid, so the same rule.
 inline int kv_splits(const WsShape& s, bwd::GroupSplit how = bwd::GroupSplit::balanced) {
+  if (how == bwd::GroupSplit::modeled) return modeled_split(s);
   return bwd::kv_splits(s.p, kv_block_keys(s.p.head_dim), false, how);
 }
 

@@ -3,6 +3,8 @@
 // counters, a split group's partial dK and dV, the exact D pass's sums), the group split, the
 // register order of a dQ tile (dq_slot), which the convert kernel must invert exactly, the
 // Problem a launch recomputes them from (problem_of), and a packed batch's padded rows.
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <set>
 #include <utility>
@@ -177,6 +179,43 @@ TEST_CASE("rung 14's group split: rung 11's rule for the head_dim's K/V blocks, 
     for (int s = 1; s < split; ++s)
       if (group % s == 0) CHECK(blocks * s < bwd::kSplitTargetBlocks);
   }
+}
+
+TEST_CASE("rung 14's modeled group split: the schedule model of bench/studies/rung14_split_model.py, cached",
+          "[cpu][hopper_bwd]") {
+  // (batch, seqlen, heads_q, heads_kv, d, the study's predicted split, its unsplit efficiency): the
+  // group split table's shapes in rung 14's README and the issue's GQA 32/8 shapes, all causal,
+  // as `python3 bench/studies/rung14_split_model.py` computes them.
+  struct Row {
+    int b, n, hq, hkv, d, split;
+    double eff;
+  };
+  const Row rows[] = {{16, 1024, 32, 8, 64, 1, 0.873},  {8, 2048, 32, 8, 64, 1, 0.868},   {4, 4096, 32, 8, 64, 1, 0.877},
+                      {2, 8192, 32, 8, 64, 1, 0.894},   {1, 16384, 32, 8, 64, 1, 0.987},  {16, 1024, 16, 4, 128, 1, 0.793},
+                      {8, 2048, 16, 4, 128, 1, 0.767},  {4, 4096, 16, 4, 128, 4, 0.780},  {2, 8192, 16, 4, 128, 4, 0.808},
+                      {1, 16384, 16, 4, 128, 1, 0.981}, {16, 1024, 8, 2, 256, 1, 0.767},  {4, 4096, 8, 2, 256, 1, 0.808},
+                      {2, 8192, 8, 2, 256, 1, 0.981},   {2, 4096, 16, 4, 128, 4, 0.627},  {1, 8192, 32, 8, 128, 4, 0.808},
+                      {1, 4096, 32, 8, 128, 4, 0.627},  {8, 1024, 32, 8, 128, 1, 0.793}};
+  for (const Row& r : rows) {
+    const Problem p = shape(r.b, r.n, r.n, r.hq, r.hkv, r.d, true);
+    INFO(p.describe());
+    CHECK(std::abs(hopper14::split_model::efficiency(p, 1) - r.eff) < 5e-4);
+    CHECK(hopper14::split_model::predicted(p) == r.split);
+    const int rule = hopper14::kv_splits(p, bwd::GroupSplit::balanced);
+    const int modeled = hopper14::kv_splits(p, bwd::GroupSplit::modeled);
+    CHECK(modeled == std::max(rule, r.split));
+    CHECK(hopper14::kv_splits(p, bwd::GroupSplit::modeled) == modeled);  // the cached answer, the same
+    // The workspace holds the modeled split's partial sums.
+    CHECK(hopper14::workspace_bytes(p, false, bwd::DeltaPolicy::rung, bwd::GroupSplit::modeled) >=
+          hopper14::workspace_bytes(p, false, bwd::DeltaPolicy::rung, bwd::GroupSplit::none));
+    // Without the mask every block is as long: rung 11's rule.
+    const Problem full = shape(r.b, r.n, r.n, r.hq, r.hkv, r.d, false);
+    CHECK(hopper14::kv_splits(full, bwd::GroupSplit::modeled) == hopper14::kv_splits(full, bwd::GroupSplit::balanced));
+  }
+  // A packed batch: rung 11's rule (its lengths are on the device).
+  Problem packed = shape(1, 1, 1, 16, 4, 128, true);
+  set_varlen(&packed, {4096, 4096}, {});
+  CHECK(hopper14::kv_splits(packed, bwd::GroupSplit::modeled) == hopper14::kv_splits(packed, bwd::GroupSplit::balanced));
 }
 
 TEST_CASE("problem_of: the Problem a launch's AttnParams describe, causal and scale included", "[cpu][hopper_bwd]") {
