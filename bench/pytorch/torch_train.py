@@ -45,6 +45,8 @@ the folder a run that bench/docgen.py and the notebooks find.
 
     PYTHONPATH=build/release/python python3 bench/pytorch/torch_train.py --out DIR
     python3 bench/pytorch/torch_train.py --quick --out DIR      # a tiny model, 20 steps: runs on CPU too
+    PYTHONPATH=build/release/python python3 bench/pytorch/torch_train.py --model gqa8-8k --out DIR
+                     # the second model: GQA 8:1 (16/2 heads of 128), one sequence of 8192 tokens
 
 Without CUDA (or without the flashladder package) the ladder's parts are skipped with a message;
 --quick then runs the SDPA part alone on the CPU (default backend: no flash kernel there).
@@ -62,8 +64,8 @@ sys.path.insert(0, HERE)
 import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 import timing  # noqa: E402  bench/pytorch/timing.py: the events
 from train_model import (  # noqa: E402  bench/pytorch/train_model.py: the corpus, the model, the optimizer
-    FULL, QUICK, VOCAB, Batches, attention_context, build_model, diff, initial_state, load_corpus, lr_at,
-    make_optimizer, record_step, record_step_times, sync)
+    MODELS, VOCAB, Batches, apply_defaults, attention_context, build_model, diff, initial_state, load_corpus,
+    lr_at, make_optimizer, record_step, record_step_times, sync)
 
 # The logits check: the ladder's relative error against the fp32 model at most this times SDPA
 # flash's (the margin every rung's check gives a reference implementation's error).
@@ -174,14 +176,14 @@ def train(torch, args, name, impl, state, data, device, dtype, backend="flash"):
             break
     if "diverged_at" not in rec:
         rec["heldout"].append([args.steps, evaluate(torch, F, model, heldout, ctx)])
-    record_step_times(rec, args.timing_skip, tokens)
+    timed = record_step_times(rec, args.timing_skip, tokens)
     if device.type == "cuda":
         rec["peak_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
     rec["final_heldout"] = rec["heldout"][-1][1] if rec["heldout"] else None
     print("  held-out loss: %s" % ", ".join("%d: %.4f" % (s, l) for s, l in rec["heldout"]))
     if timed:
         print("  steady state (steps %d-%d): %.2f ms/step, %.0f tokens/s" % (
-            args.timing_skip, args.timing_skip + len(timed) - 1, rec["step_ms_mean"], rec["tokens_per_s"]))
+            args.timing_skip, args.timing_skip + rec["timed_steps"] - 1, rec["step_ms_mean"], rec["tokens_per_s"]))
     del model, opt, master, params
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -267,6 +269,8 @@ def add_training_args(ap, out_files, seqlen_help=None):
     steps, the optimizer, the seed): one definition, one set of defaults. --dtype is each script's."""
     ap.add_argument("--out", required=True, help="folder for %s" % out_files)
     ap.add_argument("--quick", action="store_true", help="a tiny model and 20 steps (runs on a CPU)")
+    ap.add_argument("--model", choices=sorted(MODELS), default="demo",
+                    help="the model's preset (train_model.MODELS; the flags below override its values)")
     ap.add_argument("--seqlen", type=int, help=seqlen_help)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--layers", type=int)
@@ -292,9 +296,7 @@ def main(argv=None):
     ap.add_argument("--no-cudnn", action="store_true", help="skip the SDPA cuDNN run")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU even if CUDA is there (with --quick)")
     args = ap.parse_args(argv)
-    for k, v in (QUICK if args.quick else FULL).items():
-        if getattr(args, k, None) is None:
-            setattr(args, k, v)
+    apply_defaults(args)
     os.makedirs(args.out, exist_ok=True)
     with runinfo.Log(os.path.join(args.out, "torch_train.log")):
         return run(args)
@@ -382,7 +384,7 @@ def run(args):
 def config_record(args, n_params):
     """The "config" object of the JSON: the model, precision, batch, optimizer and schedule."""
     return {
-        "model": {"arch": "LlamaForCausalLM", "parameters": n_params, "vocab": VOCAB, "hidden": args.hidden,
+        "model": {"arch": "LlamaForCausalLM", "preset": "quick" if args.quick else args.model, "parameters": n_params, "vocab": VOCAB, "hidden": args.hidden,
                   "intermediate": args.intermediate, "layers": args.layers, "heads_q": args.heads,
                   "heads_kv": args.kv_heads, "head_dim": args.head_dim, "rope": True, "causal": True},
         "precision": "%s weights, activations and gradients; fp32 master weights and AdamW state" % args.dtype,

@@ -309,7 +309,8 @@ def train_cp(torch, dist, fl, args, ring, state, data, device, dtype, ranks):
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     rec["step_ms"] = slowest.tolist()
     rec["step_ms_rule"] = "per step, the slowest rank's (synchronised before and after the step)"
-    if tm.record_step_times(rec, args.timing_skip, tokens):
+    timed = tm.record_step_times(rec, args.timing_skip, tokens)
+    if timed:
         rec["tokens_per_s_per_rank"] = rec["tokens_per_s"] / ranks
     if device.type == "cuda":
         peak = torch.tensor([torch.cuda.max_memory_allocated(device) / 2**30], device=device)
@@ -319,7 +320,7 @@ def train_cp(torch, dist, fl, args, ring, state, data, device, dtype, ranks):
     print("  held-out loss: %s" % ", ".join("%d: %.4f" % (s, l) for s, l in rec["heldout"]))
     if timed:
         print("  steady state (steps %d-%d): %.2f ms/step, %.0f tokens/s (%.0f per rank)" % (
-            args.timing_skip, args.timing_skip + len(timed) - 1, rec["step_ms_mean"], rec["tokens_per_s"],
+            args.timing_skip, args.timing_skip + rec["timed_steps"] - 1, rec["step_ms_mean"], rec["tokens_per_s"],
             rec["tokens_per_s_per_rank"]))
     weights = weights_check(torch, dist, master)
     print("  weights: %s (%d tensors; max |w - rank 0's| %.3g; checksum spread %.3g)" % (
@@ -406,9 +407,7 @@ def main(argv=None):
     ap.add_argument("--cpu", action="store_true",
                     help="run on the CPU with gloo and the reference backend (with --quick)")
     args = ap.parse_args(argv)
-    for k, v in (tm.QUICK if args.quick else tm.FULL).items():
-        if getattr(args, k, None) is None:
-            setattr(args, k, v)
+    tm.apply_defaults(args)
     args.dtype = args.dtype or ("fp32" if args.cpu else "bf16")
     args.backend = args.backend or ("reference" if args.cpu else "rungs")
     try:

@@ -21,6 +21,18 @@ FULL = dict(hidden=2048, intermediate=5632, layers=6, heads=16, kv_heads=4, head
             batch=2, steps=300, eval_every=25, eval_batches=4, timing_skip=10, warmup=30)
 QUICK = dict(hidden=128, intermediate=344, layers=2, heads=2, kv_heads=1, head_dim=64, seqlen=128,
              batch=2, steps=20, eval_every=5, eval_batches=2, timing_skip=3, warmup=5)
+# The models --model names (FULL is "demo"): "gqa8-8k" is the demo's model with GQA 8:1 (16 query
+# heads, 2 KV heads of 128) on one sequence of 8192 tokens per step, the backward issue's second
+# training shape.
+MODELS = {"demo": FULL, "gqa8-8k": dict(FULL, kv_heads=2, seqlen=8192, batch=1)}
+
+
+def apply_defaults(args):
+    """Each size flag left unset takes the preset's value: QUICK with --quick, else --model's."""
+    preset = QUICK if args.quick else MODELS[getattr(args, "model", None) or "demo"]
+    for k, v in preset.items():
+        if getattr(args, k, None) is None:
+            setattr(args, k, v)
 
 
 # ---- data -----------------------------------------------------------------------------------------
