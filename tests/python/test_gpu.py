@@ -397,23 +397,28 @@ def part_backward():
     autograd_step_kernels()
 
 
-def step_kernels(step):
-    """Names of the GPU kernels and memsets one call of @p step launches (torch.profiler), after a
-    first call (plans, the allocator's blocks)."""
+def gpu_events(fn):
+    """Names of the GPU kernels and memsets one call of @p fn launches (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
-    step()
-    torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        step()
+        fn()
         torch.cuda.synchronize()
     return [e.name for e in prof.events() if str(e.device_type).endswith("CUDA")]
 
 
+def step_kernels(step):
+    """gpu_events of @p step after a first call (plans, the allocator's blocks)."""
+    step()
+    torch.cuda.synchronize()
+    return gpu_events(step)
+
+
 def autograd_step_kernels():
     """A forward + backward step under autograd launches no PyTorch fill: nothing fills a zero
-    gradient for the LSE (or the fp32 O), and dQ's accumulator is zeroed by the rung's pre-pass.
-    With rung 14 as the default backward (sm_90), no memset either; and the step runs the rungs'
-    kernels (a profile that saw nothing proves nothing)."""
+    gradient for the LSE (or the fp32 O). With rung 14 as the default backward (sm_90), its backward
+    pass launches no memset either (the pre-pass zeroes dQ's accumulator; rung 15's forward zeroes
+    its own tile counter with one). And each profile saw the rungs' kernels (a profile that saw
+    nothing proves nothing)."""
     b, s_, h, d = 2, 256, 4, 64
     q, k, v = (randn(b, s_, h, d).requires_grad_() for _ in range(3))
     dout = randn(b, s_, h, d)
@@ -427,19 +432,33 @@ def autograd_step_kernels():
         def step(fwd=fwd):
             q.grad = k.grad = v.grad = None
             fwd().backward(dout)
+
+        held = {}
+
+        def forward_only(fwd=fwd):
+            held["out"] = fwd()
+
+        def backward_only():
+            q.grad = k.grad = v.grad = None
+            held.pop("out").backward(dout)
+
         names = step_kernels(step)
+        forward_only()  # the backward pass alone: its graph made outside the profile
+        torch.cuda.synchronize()
+        bwd_names = gpu_events(backward_only)
         fills = [n for n in names if "Fill" in n or "fill" in n]
-        memsets = [n for n in names if "emset" in n]
+        memsets = [n for n in bwd_names if "emset" in n]
         COMPARED[0] += 1
-        if not names:
-            fail("%s: the profiler saw no GPU work in a forward + backward step" % what)
+        if not names or not bwd_names:
+            fail("%s: the profiler saw no GPU work in a step (%d launches) or a backward pass (%d)"
+                 % (what, len(names), len(bwd_names)))
         elif fills:
             fail("%s: a forward + backward step launches PyTorch fills: %s" % (what, fills))
         elif rung14 and what.startswith("flashladder.attention") and memsets:
-            fail("%s: rung 14's backward step launches a memset: %s" % (what, memsets))
+            fail("%s: rung 14's backward pass launches a memset: %s" % (what, memsets))
         else:
-            print("ok   %s: one forward + backward step, %d GPU launches, no fill%s" % (
-                what, len(names), ", no memset" if rung14 and not memsets else ""))
+            print("ok   %s: one forward + backward step, %d GPU launches (backward %d), no fill%s" % (
+                what, len(names), len(bwd_names), ", no memset in the backward" if rung14 else ""))
 
 
 # ---- torch.compile --------------------------------------------------------------------------------
