@@ -482,3 +482,46 @@ def gen_rung14_prep_ab(ctx, gpu):
                 "over the rounds; checks: the study's check run of each entry against the fp64 backward reference "
                 "(full: every (batch, KV head) group; – where it did not finish)." % (meta["device"]["name"], meta["date"][:10], sha))
     return "\n".join(rows)
+
+
+# ---- the backward kernel by kernel, beside cuDNN's (bench/pytorch/torch_bwd_profile.py) ----------
+
+def short_kernel(name, width=48):
+    """A kernel's name without its template arguments and return type, cut to @p width."""
+    base = name.split("(")[0].split("<")[0].replace("void ", "").strip() or name
+    return base if len(base) <= width else base[:width - 1] + "…"
+
+
+@generator("bwd-profile")
+def gen_bwd_profile(ctx, gpu):
+    """Per shape of torch_bwd_profile.py's folder and per backend (the package's autograd, SDPA cuDNN,
+    SDPA flash): the device time per backward pass of the kernels before the main one, the main one
+    and those after it, the total, and the kernels before and after by name (launches per pass)."""
+    res = ctx.results(gpu)
+    if not res.has("torch_bwd_profile.json"):
+        raise Missing("the backward's kernels beside cuDNN's in %s" % gpu,
+                      "PYTHONPATH=build/release/python python3 bench/pytorch/torch_bwd_profile.py --out DIR")
+    run = res.json("torch_bwd_profile.json")
+    rows = ["| shape | backend | pre (ms) | main (ms) | post (ms) | total (ms) | pre and post kernels |",
+            "|---|---|--:|--:|--:|--:|---|"]
+    for shp in run["shapes"]:
+        for backend in ("ladder", "cudnn", "flash"):
+            r = shp["backends"].get(backend)
+            if r is None:
+                continue
+            label = {"ladder": "flashladder", "cudnn": "SDPA cuDNN", "flash": "SDPA flash"}[backend]
+            if "skipped" in r:
+                rows.append("| %s | %s | – | – | – | – | skipped: %s |" % (shp["name"], label, r["skipped"]))
+                continue
+            side = ["%s%s (%s)" % (short_kernel(k["name"]), " ×%g" % k["launches"] if k["launches"] != 1 else "",
+                                   k["role"]) for k in r["kernels"] if k["role"] != "main"]
+            rows.append("| %s | %s | %.3f | %.3f | %.3f | %.3f | %s |" % (
+                shp["name"], label, r["pre_ms"], r["main_ms"], r["post_ms"], r["total_ms"],
+                "; ".join(side) if side else "none"))
+    c = run["context"]
+    rows.append("")
+    rows.append("%s, %s, commit `%s`, PyTorch %s, cuDNN %s; device time per backward pass, the median of %d "
+                "profiled passes (kernels and memsets only, not the gaps between them)." % (
+                    c["device"], c["date"][:10], c["git_sha"][:7], c["versions"].get("torch", "?"), c["cudnn"],
+                    c["passes"]))
+    return "\n".join(rows)

@@ -18,6 +18,9 @@
 6. bench/pytorch/timing.py, the one timing module: its rounds in turn (each series once per round,
    the order rotated), the paired differences and the medians; and no script in bench/pytorch/
    makes its own CUDA events.
+7. bench/pytorch/torch_bwd_profile.py: a pass's kernels get their roles (the longest is the main
+   kernel, those before it pre, after it post) and the passes' medians per kernel and per role;
+   --list needs no PyTorch; without a GPU it measures nothing.
 """
 
 import glob
@@ -32,6 +35,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "pytorch"))
 import timing  # noqa: E402  bench/pytorch/timing.py (imports no PyTorch)
+import torch_bwd_profile  # noqa: E402  (imports no PyTorch at module level)
 import torch_train  # noqa: E402  (imports no PyTorch at module level)
 import train_model  # noqa: E402  bench/pytorch/train_model.py: torch_train.py's data, model, schedule
 
@@ -325,6 +329,42 @@ class HostSteps(unittest.TestCase):
             self.assertNotIn("flash_attn_varlen_func, causal", rec["step_us"])
         finally:
             torch.cuda.synchronize = sync
+
+
+class BwdProfile(unittest.TestCase):
+    def test_roles(self):
+        # (start, name, ms), out of order: the longest is main, the others by launch order.
+        events = [(30, "convert", 0.05), (10, "prep", 0.1), (20, "main kernel", 1.5), (5, "memset", 0.001)]
+        self.assertEqual(torch_bwd_profile.roles(events), [
+            ("memset", "pre", 0.001), ("prep", "pre", 0.1), ("main kernel", "main", 1.5), ("convert", "post", 0.05)])
+        self.assertEqual(torch_bwd_profile.roles([]), [])
+
+    def test_summarize(self):
+        p1 = [("prep", "pre", 0.1), ("main", "main", 1.0), ("fill", "post", 0.02), ("fill", "post", 0.02)]
+        p2 = [("prep", "pre", 0.3), ("main", "main", 1.2)]
+        p3 = [("prep", "pre", 0.2), ("main", "main", 1.1), ("fill", "post", 0.04)]
+        r = torch_bwd_profile.summarize([p1, p2, p3])
+        by = {(k["name"], k["role"]): k for k in r["kernels"]}
+        self.assertEqual([k["name"] for k in r["kernels"]], ["prep", "main", "fill"])
+        self.assertAlmostEqual(by["prep", "pre"]["ms"], 0.2)
+        self.assertAlmostEqual(by["fill", "post"]["ms"], 0.04)  # median of 0.04, 0 (absent), 0.04
+        self.assertEqual(by["fill", "post"]["launches"], 1)  # median of 2, 0, 1
+        self.assertAlmostEqual(r["pre_ms"], 0.2)
+        self.assertAlmostEqual(r["main_ms"], 1.1)
+        self.assertAlmostEqual(r["post_ms"], 0.04)
+        self.assertAlmostEqual(r["total_ms"], 1.34)  # medians of 1.14, 1.5, 1.34
+        self.assertEqual(r["passes"], 3)
+
+    def test_list_and_no_gpu(self):
+        rc, text = run_script("bench/pytorch/torch_bwd_profile.py", "--list")
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(len(text.strip().splitlines()), len(torch_bwd_profile.SHAPES))
+        if not gpu_visible():
+            with tempfile.TemporaryDirectory() as out:
+                rc, text = run_script("bench/pytorch/torch_bwd_profile.py", "--out", out)
+                self.assertEqual(rc, 0, text)
+                self.assertIn("nothing measured", text)
+                self.assertFalse(os.path.exists(os.path.join(out, "torch_bwd_profile.json")))
 
 
 class Scripts(unittest.TestCase):
