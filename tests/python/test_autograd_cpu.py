@@ -24,6 +24,10 @@ reference on the CPU and a recorder. The checks:
 6. The custom ops themselves (what torch.compile traces), called under autograd on the same
    stand-ins: flashladder::attention and flashladder::attention_mods give the reference's
    gradients (the sink's included) through their registered autograd.
+7. A layout the rungs cannot read (a strided head_dim, data off the 16-byte grid; the real layout
+   rule, fl::tensor_layout_reason) is copied (_core.realigned) and run, as FlashAttention takes it:
+   attention() and flash_attn_func give the contiguous copy's O, and the gradient reaches the
+   original tensor; a readable tensor is not copied.
 
 Exits 77 (ctest: skipped) without PyTorch.
 """
@@ -296,7 +300,47 @@ def test_custom_ops():
           "flashladder::attention_mods under autograd (window, softcap, sink): the reference's gradients")
 
 
+# ---- 7 ----------------------------------------------------------------------------------------------
+
+def test_realigned():
+    b, s_, h, d = 1, 6, 2, 8
+    wide = torch.randn(b, s_, h, 2 * d, dtype=torch.float64, requires_grad=True)
+    flat = torch.randn(b * s_ * h * d + 1, dtype=torch.float16)
+    misaligned = flat[1:].view(b, s_, h, d)  # 2 bytes past a 16-byte boundary
+    plain = torch.randn(b, s_, h, d, dtype=torch.float64)
+    check(_core.realigned(plain) is plain, "a tensor the rungs can read is not copied")
+    for what, x in (("a strided head_dim", wide[..., ::2]), ("data off the 16-byte grid", misaligned)):
+        c = _core.realigned(x)
+        check(c is not x and c.is_contiguous() and c.data_ptr() % 16 == 0 and torch.equal(c, x),
+              "%s: realigned gives a contiguous, aligned copy of the same values" % what)
+
+    def layout_checked_key(q, k, v, causal=False, softmax_scale=None, *args, **kwargs):
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            _core.check_layout_of(name, t)  # the real rule: LayoutError for what it cannot read
+        return cpu_key(q, k, v, causal, softmax_scale)
+
+    real = _core.check_qkv_cached
+    _core.check_qkv_cached = layout_checked_key
+    try:
+        k, v = (torch.randn(b, s_, h, d, dtype=torch.float64) for _ in range(2))
+        dout = torch.randn(b, s_, h, d, dtype=torch.float64)
+        out = flashladder.attention(wide[..., ::2], k, v, causal=True)
+        want, _ = reference(wide[..., ::2].detach().contiguous(), k, v, True, 0.0)
+        check(torch.equal(out.detach(), want), "attention() on a strided head_dim: the copy's O")
+        out.backward(dout)
+        g = wide.grad
+        check(g is not None and g[..., ::2].abs().sum() > 0 and g[..., 1::2].abs().sum() == 0,
+              "attention() on a strided head_dim under autograd: the gradient reaches the original's columns")
+        fa = flashladder.flash_attn_func(wide[..., ::2].detach(), k, v, causal=True, window_size=(2, 0))
+        fa_want = flashladder.flash_attn_func(wide[..., ::2].detach().contiguous(), k, v, causal=True,
+                                              window_size=(2, 0))
+        check(torch.equal(fa, fa_want), "flash_attn_func with a window on a strided head_dim: the copy's O")
+    finally:
+        _core.check_qkv_cached = real
+
+
 def main():
+    test_realigned()
     test_attention()
     test_flash_mods()
     test_refusal_and_determinism()

@@ -518,10 +518,32 @@ def part_errors():
     expect(TypeError, "torch.float16 or torch.bfloat16", lambda: att(q.float(), k.float(), v.float()))
     expect(TypeError, "v is torch.bfloat16 but q is torch.float16", lambda: att(q, k, v.bfloat16()))
     expect(TypeError, "must be a torch.Tensor", lambda: att(q, k.tolist(), v))
-    expect(ValueError, "last dimension (head_dim) must be contiguous",
-           lambda: att(randn(b, s, h, 2 * d)[..., ::2], k, v))
+    # A layout the rungs cannot read (a strided head_dim, data off the 16-byte grid) is copied and
+    # run, as FlashAttention takes it: the contiguous copy's result, and under autograd the
+    # gradient reaches the original; the op itself (what torch.compile runs) refuses it.
     flat = torch.empty(b * s * h * d + 8, device="cuda", dtype=torch.float16)
-    expect(ValueError, "16-byte aligned", lambda: att(flat[1:1 + b * s * h * d].view(b, s, h, d), k, v))
+    misaligned = flat[1:1 + b * s * h * d].view(b, s, h, d)
+    misaligned.copy_(q)
+    wide = randn(b, s, h, 2 * d)
+    rung16 = any(r.number == 16 for r in flashladder.rungs()) and flashladder.device_info().arch == "sm_90"
+    for what, x in (("a strided head_dim", wide[..., ::2]), ("data off the 16-byte grid", misaligned)):
+        COMPARED[0] += 1
+        want = att(x.contiguous().clone(), k, v, causal=True)
+        got = att(x, k, v, causal=True)
+        fa = flashladder.flash_attn_func(x, k, v, causal=True, window_size=(15, 0)) if rung16 else None
+        fa_want = flashladder.flash_attn_func(x.contiguous().clone(), k, v, causal=True, window_size=(15, 0)) \
+            if fa is not None else None
+        base = wide.clone().requires_grad_() if x is not misaligned else None
+        if base is not None:
+            att(base[..., ::2], k, v, causal=True).backward(randn(b, s, h, d))
+        if not torch.equal(got, want) or (fa is not None and not torch.equal(fa, fa_want)):
+            fail("%s: the copied input's result differs from the contiguous input's" % what)
+        elif base is not None and not (torch.isfinite(base.grad).all() and base.grad[..., ::2].abs().sum() > 0
+                                       and base.grad[..., 1::2].abs().sum() == 0):
+            fail("%s under autograd: the gradient does not reach the original's columns" % what)
+        else:
+            print("ok   %s: copied and run (attention%s), as its contiguous copy" % (
+                what, ", flash_attn_func with a window" if fa is not None else ""))
     expect(ValueError, "heads_q (3) must be a multiple of heads_kv (2)",
            lambda: att(randn(b, s, 3, 64), randn(b, s, 2, 64), randn(b, s, 2, 64)))
     expect(ValueError, "4 dimensions", lambda: att(q[0], k, v))
@@ -550,6 +572,8 @@ def part_errors():
     flashladder.load_ops()
     expect(Exception, "q is on cpu",
            lambda: torch.ops.flashladder.attention(q.cpu(), k, v, False, 0.0, 0, "", False))
+    expect(Exception, "16-byte aligned",
+           lambda: torch.ops.flashladder.attention(misaligned, k, v, False, 0.0, 0, "", False))
     # The transformers function refuses what it cannot honour.
     from flashladder import transformers_attention as hf
 

@@ -352,12 +352,37 @@ def check_qkv_cached(q, k, v, causal=False, softmax_scale=None, tensor_type=None
     return key
 
 
+class LayoutError(ValueError):
+    """check_layout_of's refusal: a layout the rungs cannot read, which a copy can (realigned)."""
+
+
 def check_layout_of(name, t):
-    """ValueError unless every rung can read ``t``: head_dim contiguous, the other strides
-    positive multiples of 8 elements, the data 16-byte aligned (fl::tensor_layout_reason)."""
+    """LayoutError (a ValueError) unless every rung can read ``t``: head_dim contiguous, the other
+    strides positive multiples of 8 elements, the data 16-byte aligned (fl::tensor_layout_reason)."""
     why = _ext.layout_reason(name, t.data_ptr(), tuple(t.shape), tuple(t.stride()))
     if why:
-        raise ValueError("flashladder: " + why)
+        raise LayoutError("flashladder: " + why)
+
+
+def realigned(t):
+    """``t`` when every rung can read it, else a copy that they can: contiguous, in a new
+    allocation (16-byte aligned). Differentiable, as contiguous() and clone() are."""
+    if not _ext.layout_reason("t", t.data_ptr(), tuple(t.shape), tuple(t.stride())):
+        return t
+    c = t.contiguous()
+    return c.clone() if c is t else c  # contiguous but misaligned: contiguous() returns it as it is
+
+
+def check_qkv_realigned(q, k, v, causal=False, softmax_scale=None, tensor_type=None):
+    """(check_qkv_cached's key, (q, k, v)), where a tensor whose strides or data break the 16-byte
+    rule is copied (realigned) and checked again rather than refused: FlashAttention takes such
+    inputs. Every other refusal stands; the copies are new tensors (an O "like q" is then like the
+    copy: contiguous)."""
+    try:
+        return check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=tensor_type), (q, k, v)
+    except LayoutError:
+        qkv = tuple(realigned(t) for t in (q, k, v))
+        return check_qkv_cached(*qkv, causal, softmax_scale, tensor_type=tensor_type), qkv
 
 
 def check_like(name, t, like_name, like, dtype=None):

@@ -48,8 +48,13 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
     grad = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, learnable_sink))
     if not torch.compiler.is_compiling():
-        key, mods = _ops.mods_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, slopes,
-                                  causal, scale, left, right, softcap)
+        args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, slopes, causal, scale, left, right,
+                softcap)
+        try:
+            key, mods = _ops.mods_key(q, k, v, *args)
+        except _core.LayoutError:  # strides or data the rungs cannot read: a copy they can, as FlashAttention takes them
+            q, k, v = (_core.realigned(t) for t in (q, k, v))
+            key, mods = _ops.mods_key(q, k, v, *args)
         extras = (cu_seqlens_q, cu_seqlens_k, sinks, slopes)
         if not grad:
             # No autograd: the op's own body, without the dispatcher's cost per call (as attention() does).

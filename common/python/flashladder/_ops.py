@@ -299,7 +299,7 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
     if grad and not _is_compiling():
         # Eager autograd: the two launches as one autograd.Function, checked and planned once per
         # signature (attention_autograd); softmax_scale as the call without grad takes it.
-        key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+        key, (q, k, v) = _core.check_qkv_realigned(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
         out, lse = attention_autograd(q, k, v, key, number, variant)
         return (out, lse) if return_lse else out
     if grad or _is_compiling():
@@ -321,10 +321,12 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         if result is not None:
             return result if return_lse else result[0]
     # No autograd: the op's own implementation, without the dispatcher's cost per call; the next
-    # call with these inputs' signature takes the fast path above.
-    key = _core.check_qkv_cached(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
-    out, lse, _ = _launch.forward(q, k, v, key, number, variant)
-    _launch.prepare_fast(sig, q, k, v, out, key, number, variant)
+    # call with these inputs' signature takes the fast path above (not when they had to be copied:
+    # the fast path launches on the inputs themselves).
+    key, qkv = _core.check_qkv_realigned(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+    out, lse, _ = _launch.forward(*qkv, key, number, variant)
+    if qkv[0] is q and qkv[1] is k and qkv[2] is v:
+        _launch.prepare_fast(sig, q, k, v, out, key, number, variant)
     return (out, lse) if return_lse else out
 
 
