@@ -19,8 +19,9 @@ backward      the default backward (rung 14 on sm_90, else rung 11) through auto
               torch.use_deterministic_algorithms(True) gives bitwise-identical gradients.
 compile       torch.compile(fullgraph=True) of a function calling flashladder.attention, forward
               and backward, against eager; torch.library.opcheck of the custom op.
-errors        bad input raises TypeError/ValueError with a one-line reason, before any launch:
-              wrong device, dtype, a non-contiguous last dim, a misaligned view, head_dim 40 for
+errors        a non-contiguous last dim and a misaligned view are copied and run (the op itself
+              refuses them); bad input raises TypeError/ValueError with a one-line reason, before
+              any launch: wrong device, dtype, head_dim 40 for
               rung 10 (06 off sm_90), GQA 3:2, an unknown rung, rung 11's head_dims under
               autograd, a mask or dropout through the transformers function. Each message is
               printed.
