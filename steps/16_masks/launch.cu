@@ -41,8 +41,9 @@ decltype(auto) with_head_dim(int d, F&& f) {
 std::string check_limits(const Problem& p, const DeviceInfo& d) {
   const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
   if (!hopper.empty()) return hopper;
-  if (p.head_dim % 16 != 0 || p.head_dim > 256)
-    return "head_dim must be a multiple of 16 up to 256 (the d = 64, 128 or 256 tiles, zero columns past it)";
+  if (p.head_dim % 8 != 0 || p.head_dim > 256)
+    return "head_dim must be a multiple of 8 up to 256 (16-byte rows; the d = 64, 128 or 256 tiles, zero columns "
+           "past it)";
   const std::string tiles = tile_limits(p, d, hopper15::Tiles<256>::kSmemBytes);
   if (!tiles.empty()) return tiles;
   if (std::string why = persistent_size_limits(p, 128); !why.empty()) return why;
@@ -64,10 +65,12 @@ Rung base_entry(const char* variant, const char* summary) {
   r.mods = true;
   r.seqused_k = true;  // a KV cache's lengths: seq_span (varlen.h) reads them
   r.min_cc = 90;
-  // Every multiple of 16 up to 256 (with_head_dim): the tiles' own 64, 128 and 256, and between
-  // them the open models' 80 and 96 (Phi-3, GPT-NeoX-style) on the next tile up.
+  // Every multiple of 8 up to 256 (with_head_dim): the tiles' own 64, 128 and 256, and between
+  // them the open models' 80 and 96 (Phi-3, GPT-NeoX-style) and FlashAttention's test file's 40,
+  // 72, 104 on the next tile up. Every store past the head is guarded in 8-column (16-byte)
+  // chunks, and TMA takes rows of any multiple of 8 elements (tma.h).
   r.head_dims.clear();
-  for (int d = 16; d <= 256; d += 16) r.head_dims.push_back(d);
+  for (int d = 8; d <= 256; d += 8) r.head_dims.push_back(d);
   return r;
 }
 

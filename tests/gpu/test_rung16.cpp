@@ -103,12 +103,12 @@ TEST_CASE("every mask and modifier, alone and as models combine them", "[rung16]
   s.run();
 }
 
-TEST_CASE("head_dims between the tiles: 80 and 96 (and 16, 48, 160) on the next tile up", "[rung16]") {
-  Section s("rung 16: head_dims 80 and 96 (and 16, 48, 160, 240)");
+TEST_CASE("head_dims between the tiles: 80 and 96 (and 8 to 248, multiples of 8) on the next tile up", "[rung16]") {
+  Section s("rung 16: head_dims 80 and 96 (and 8, 16, 24, 40, 48, 72, 104, 136, 160, 200, 240, 248)");
   for (int d : {80, 96})
     for (DType t : {DType::fp16, DType::bf16})
       for (const Problem& p : cases(d, t)) s.add(rung16(), p);
-  for (int d : {16, 48, 160, 240}) {
+  for (int d : {8, 16, 24, 40, 48, 72, 104, 136, 160, 200, 240, 248}) {
     s.add(rung16(), shape(2, 300, 300, 8, 2, d, true));
     s.add(rung16(), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
   }
@@ -167,11 +167,12 @@ TEST_CASE("backward: every mask and modifier, their gradients (the sinks' too)",
   s.run();
 }
 
-TEST_CASE("backward: head_dims 80 and 96 (and 48, 160) on the next tile up, GQA unsplit", "[rung16_backward]") {
-  Section s("rung 16 backward: head_dims 80 and 96 (and 48, 160)");
+TEST_CASE("backward: head_dims 80 and 96 (and 8 to 248, multiples of 8) on the next tile up, GQA unsplit",
+          "[rung16_backward]") {
+  Section s("rung 16 backward: head_dims 80 and 96 (and 8, 40, 48, 72, 104, 160, 200, 248)");
   for (int d : {80, 96})
     for (const Problem& p : cases(d, DType::bf16)) s.add(rung16("backward"), p);
-  for (int d : {48, 160}) {
+  for (int d : {8, 40, 48, 72, 104, 160, 200, 248}) {
     s.add(rung16("backward"), shape(2, 300, 300, 8, 2, d, true));
     s.add(rung16("backward"), window(shape(1, 257, 700, 4, 1, d, false, DType::bf16), 64, 64));
   }

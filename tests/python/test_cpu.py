@@ -398,7 +398,9 @@ class DefaultRung(unittest.TestCase):
         if built(6):
             self.assertEqual(_core.default_forward(problem, A100).number, 6)
         with self.assertRaisesRegex(ValueError, "no default rung runs .* pass rung="):
-            _core.default_forward(_core.make_problem(2, 512, 512, 8, 8, 40), H100)
+            _core.default_forward(_core.make_problem(2, 512, 512, 8, 8, 36), H100)
+        if built(16):  # rung 16 takes every multiple of 8 on the next tile up
+            self.assertEqual(_core.default_forward(_core.make_problem(2, 512, 512, 8, 8, 40), H100).number, 16)
 
     def test_route(self):
         # rung=None: the decode rung for decode steps and a few queries it supports, unless a
