@@ -28,6 +28,9 @@ reference on the CPU and a recorder. The checks:
    rule, fl::tensor_layout_reason) is copied (_core.realigned) and run, as FlashAttention takes it:
    attention() and flash_attn_func give the contiguous copy's O, and the gradient reaches the
    original tensor; a readable tensor is not copied.
+8. A head_dim that is not a multiple of 8 (12) is zero-padded to the next one (16), as FlashAttention
+   does, with the scale of 12: attention() and flash_attn_func (a window) give the reference's O
+   at head_dim 12 (O cut back to 12 columns) and its gradients.
 
 Exits 77 (ctest: skipped) without PyTorch.
 """
@@ -98,7 +101,7 @@ LOG = []  # ("forward" | "backward" | "plan", details)
 
 
 def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
-    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods)))
+    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1])))
     a = mods_args(key, mods, extras)
     with torch.no_grad():
         out, lse = reference(q, k, v, a["causal"], a["scale"], a.get("window", (-1, -1)), a.get("softcap", 0.0),
@@ -339,8 +342,33 @@ def test_realigned():
         _core.check_qkv_cached = real
 
 
+# ---- 8 ----------------------------------------------------------------------------------------------
+
+def test_padded_head_dim():
+    b, s_, hq, hk, d = 1, 7, 4, 2, 12
+    q, k, v = leaves((b, s_, hq, d), (b, s_, hk, d), (b, s_, hk, d), seed=4)
+    dout = torch.randn(b, s_, hq, d, dtype=torch.float64)
+    for what, call, window in (("attention()", lambda *x: flashladder.attention(*x, causal=True), (-1, -1)),
+                               ("flash_attn_func, window (3, 0)",
+                                lambda *x: flashladder.flash_attn_func(*x, causal=True, window_size=(3, 0)), (3, -1))):
+        for t in (q, k, v):
+            t.grad = None
+        LOG.clear()
+        out = call(q, k, v)
+        out.backward(dout)
+        ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        ref_out, _ = reference(*ref_leaves, True, 0.0, window)  # scale 1/sqrt(12)
+        ref_out.backward(dout)
+        seen = [e[1]["head_dim"] for e in LOG if e[0] == "forward"]
+        check(seen == [16] and out.shape[-1] == d, "%s, head_dim 12: run at 16, O cut back to 12 (got %s)" % (what, seen))
+        check(close(out.detach(), ref_out.detach()), "%s, head_dim 12: the reference's O (the scale of 12)" % what)
+        check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
+              "%s, head_dim 12: the reference's dQ, dK, dV" % what)
+
+
 def main():
     test_realigned()
+    test_padded_head_dim()
     test_attention()
     test_flash_mods()
     test_refusal_and_determinism()

@@ -556,7 +556,22 @@ def part_errors():
         expect(ValueError, "needs", lambda: att(*d40, rung=10))
     expect(ValueError, "head_dim 40 not supported (supported: 32, 64, 128, 256)",
            lambda: att(*d40, rung=6))
-    expect(ValueError, "no default rung runs", lambda: att(*d40))
+    if rung16:
+        # Rung 16 takes every multiple of 8 (the next tile up): the route runs head_dim 40, and
+        # its backward (rung 16's) too.
+        what = "head_dim 40 through the route (rung 16 on the d = 64 tiles)"
+        leaves = [x.clone().requires_grad_() for x in d40]
+        refs = [x.float().requires_grad_() for x in d40]
+        dout = randn(b, s, h, 40)
+        out = att(*leaves, causal=True)
+        ref_out = reference(*refs, True)[0]
+        judge(what, out.float(), ref_out.detach(), "fp16")
+        out.backward(dout)
+        ref_out.backward(dout.float())
+        for name, x, r in zip("qkv", leaves, refs):
+            judge("%s: d%s" % (what, name), x.grad.float(), r.grad, "fp16", gradients=True)
+    else:
+        expect(ValueError, "no default rung runs", lambda: att(*d40))
     expect(ValueError, "no rung 99 in this build", lambda: att(q, k, v, rung=99))
     expect(ValueError, "variant 'nope'", lambda: att(q, k, v, rung=6, variant="nope"))
     expect(TypeError, "rung must be a rung number", lambda: att(q, k, v, rung="06"))

@@ -29,6 +29,12 @@ from . import _core, _launch, _ops
 def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_attn_probs, learnable_sink, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
                max_seqlen_k=0):
+    padded = _ops.padded_head_dim(q, k, v, softmax_scale)
+    if padded is not None:  # a head_dim that is not a multiple of 8: zero-padded, as FlashAttention does
+        qp, kp, vp, scale, d = padded
+        res = _attention(qp, kp, vp, scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                         return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        return (res[0][..., :d],) + tuple(res[1:]) if return_attn_probs else res[..., :d]
     left, right = _core.check_window(window_size, causal)
     _core.check_softcap(softcap)
     batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1

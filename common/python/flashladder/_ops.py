@@ -280,6 +280,35 @@ attention_mods_op.register_autograd(_mods_grad, setup_context=_mods_setup_contex
 
 # ---- the public functions -------------------------------------------------------------------------
 
+def padded_head_dim(q, k, v, softmax_scale):
+    """FlashAttention's rule for a head_dim that is not a multiple of 8: (q, k, v zero-padded to the
+    next multiple of 8, the scale of the head_dim itself, the head_dim) for the caller to run and
+    keep O's first head_dim columns (the zero columns add nothing to Q K^T, and V's give O zero
+    columns). None when there is nothing to pad: a multiple of 8, above the rungs' largest, or
+    inputs the checks will refuse anyway (they say why). Differentiable, as F.pad is."""
+    try:
+        d = q.shape[-1]
+        if d % 8 == 0 or d > _core._ext.MAX_HEAD_DIM or k.shape[-1] != d or v.shape[-1] != d:
+            return None
+    except (AttributeError, IndexError, TypeError):
+        return None
+    pad = (0, -d % 8)
+    F = torch.nn.functional
+    scale = d ** -0.5 if softmax_scale is None else softmax_scale
+    return F.pad(q, pad), F.pad(k, pad), F.pad(v, pad), scale, d
+
+
+def _attention_padded(q, k, v, rung, variant, causal, softmax_scale, return_lse):
+    """attention() on padded_head_dim's inputs, O cut back to the head_dim (a view, as FlashAttention
+    returns it); None when nothing is padded."""
+    padded = padded_head_dim(q, k, v, softmax_scale)
+    if padded is None:
+        return None
+    qp, kp, vp, scale, d = padded
+    res = attention(qp, kp, vp, rung, variant, causal, scale, return_lse)
+    return (res[0][..., :d], res[1]) if return_lse else res[..., :d]
+
+
 def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, return_lse=False):
     """Attention of q [batch, seqlen_q, heads_q, head_dim] over k, v [batch, seqlen_k, heads_kv,
     head_dim] (fp16 or bf16 CUDA tensors, heads_kv dividing heads_q) with one rung of the ladder.
@@ -296,6 +325,10 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         grad = (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled()
     except AttributeError:  # not tensors: the checks below say so
         grad = False
+    if grad or _is_compiling():
+        padded = _attention_padded(q, k, v, rung, variant, causal, softmax_scale, return_lse)
+        if padded is not None:  # a head_dim that is not a multiple of 8: padded, as FlashAttention does
+            return padded
     if grad and not _is_compiling():
         # Eager autograd: the two launches as one autograd.Function, checked and planned once per
         # signature (attention_autograd); softmax_scale as the call without grad takes it.
@@ -320,6 +353,9 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         result = _fast_forward(fast, q, k, v, return_lse)
         if result is not None:
             return result if return_lse else result[0]
+    padded = _attention_padded(q, k, v, rung, variant, causal, softmax_scale, return_lse)
+    if padded is not None:  # a head_dim that is not a multiple of 8: padded, as FlashAttention does
+        return padded
     # No autograd: the op's own implementation, without the dispatcher's cost per call; the next
     # call with these inputs' signature takes the fast path above (not when they had to be copied:
     # the fast path launches on the inputs themselves).
