@@ -50,13 +50,7 @@ except ImportError:
 import flashladder  # noqa: E402
 from flashladder import _core, _launch, _ops  # noqa: E402
 
-FAILURES = []
-
-
-def check(ok, what):
-    print("%s  %s" % ("ok  " if ok else "FAIL", what))
-    if not ok:
-        FAILURES.append(what)
+from cpu_stubs import check, cpu_key, exit_status  # noqa: E402  tests/python/cpu_stubs.py
 
 
 # ---- the rungs, replaced by a float64 reference ---------------------------------------------------
@@ -133,12 +127,6 @@ def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant
     if mods is None:
         return grads[0], grads[1], grads[2]
     return grads[0], grads[1], grads[2], (grads[3] if sinks is not None else None)
-
-
-def cpu_key(q, k, v, causal=False, softmax_scale=None, *args, **kwargs):
-    """check_qkv's key without its CUDA and 16-bit checks."""
-    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], str(q.dtype), bool(causal),
-            softmax_scale or 0.0)
 
 
 REFUSE = [None]  # a ValueError message plan_backward raises, or None
@@ -373,11 +361,7 @@ def main():
     test_flash_mods()
     test_refusal_and_determinism()
     test_custom_ops()
-    if FAILURES:
-        print("%d failure(s)" % len(FAILURES))
-        return 1
-    print("all passed")
-    return 0
+    return exit_status()
 
 
 if __name__ == "__main__":

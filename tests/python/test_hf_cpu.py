@@ -47,13 +47,7 @@ except ImportError:
 
 from flashladder import _core, _hf, _kvcache, _launch, register_transformers  # noqa: E402
 
-FAILURES = []
-
-
-def check(ok, what):
-    print("%s  %s" % ("ok  " if ok else "FAIL", what))
-    if not ok:
-        FAILURES.append(what)
+from cpu_stubs import check, cpu_key, exit_status  # noqa: E402  tests/python/cpu_stubs.py
 
 
 # ---- the rung, replaced by a reference on the CPU -------------------------------------------------
@@ -101,12 +95,6 @@ def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, ex
         e = int(used[b]) if used is not None else k.shape[1]
         out[b], lse[b] = _attend(q[b], k[b, s:e], v[b, s:e], causal, scale)
     return out, lse, None
-
-
-def cpu_key(q, k, v, causal=False, softmax_scale=None, *args, **kwargs):
-    """check_qkv's key without its CUDA and 16-bit checks."""
-    return (q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], str(q.dtype), bool(causal),
-            softmax_scale or 0.0)
 
 
 _launch.forward = cpu_forward
@@ -311,8 +299,7 @@ def main():
     sdpa, ladder = tiny_models()
     test_mask_shapes(ladder)
     test_generate(sdpa, ladder)
-    print("%d failure(s)" % len(FAILURES))
-    return 1 if FAILURES else 0
+    return exit_status()
 
 
 if __name__ == "__main__":
