@@ -15,7 +15,10 @@
 ///     ([cpu][hopper_rung09]);
 ///  4. rungs 10, 13 and 14 likewise ([cpu][hopper_rung10], [cpu][hopper_rung13],
 ///     [cpu][hopper_rung14]: the backward's five GEMMs, RS for dV and dK, trans-a for dQ, the
-///     bulk reduce-add of the dQ writer).
+///     bulk reduce-add of the dQ writer);
+///  5. rung 16's backward ([cpu][hopper_rung16]): rung 14's five GEMMs whatever the mask and
+///     modifiers, and softcap's price in special functions: one MUFU.TANH beside each
+///     exponential of P (MUFU.EX2; ALiBi adds one EX2 for its slope), none without softcap.
 /// Built and run when CMAKE_CUDA_ARCHITECTURES includes 90 (FL_HOPPER) and cuobjdump is found
 /// (3: and rung 09 is built, see FL_RUNGS).
 #include <stdlib.h>  // atoi
@@ -635,6 +638,51 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
   }
 }
 #endif  // FL_RUNG14_BINARY
+
+#ifdef FL_RUNG16_BINARY
+TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, one tanh per exponential with softcap",
+          "[cpu][hopper_rung16]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+  }
+  std::string text;
+  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG16_BINARY, &text);
+  INFO("cuobjdump -sass " << FL_RUNG16_BINARY << " exited " << status);
+  REQUIRE(status == 0);
+  int kernels = 0, softcapped = 0;
+  for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
+    INFO(name);
+    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, ...>, true, BwdMods<ScoreMod<SOFTCAP, ALIBI>>>.
+    if (name.find("bwd_hopper_kernel") == std::string::npos) continue;
+    const size_t mod = name.find("8ScoreModILb");
+    REQUIRE(mod != std::string::npos);
+    const bool softcap = name[mod + 12] == '1', alibi = name[mod + 16] == '1';
+    const size_t at = name.find("BwdTilesILi");
+    REQUIRE(at != std::string::npos);
+    const int d = std::atoi(name.c_str() + at + 11);
+    const int block_m = std::atoi(name.c_str() + name.find("ELi", at + 11) + 3);
+    const int block_n = d == 256 ? 64 : 128, dkv_tiles = d == 256 ? 2 : 1;
+    ++kernels;
+    softcapped += softcap;
+    // The kernel is compiled in more than one of the rung's translation units (launch_template.cuh,
+    // once per head_dim file): the archive holds `copies` identical bodies under one name.
+    const int gemms = 2 * (d / 16) + 2 * dkv_tiles * (block_m / 16) + block_n / 16;
+    const int hgmma = count_opcode(code, "HGMMA"), copies = hgmma / gemms;
+    CHECK(copies >= 1);
+    CHECK(hgmma == copies * gemms);
+    const int tanh = count_opcode(code, "MUFU.TANH"), ex2 = count_opcode(code, "MUFU.EX2");
+    CHECK(ex2 > 0);
+    // The backward recomputes P = 2^(t - LSE) from the scores, and with softcap t = cap tanh(s / cap):
+    // each score's tanh once, its 1 - tanh^2 (dS's factor) from the same value. ALiBi's slope is one
+    // more exponential per body.
+    CHECK(tanh == (softcap ? ex2 - (alibi ? copies : 0) : 0));
+  }
+  const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
+  CHECK(kernels == 3 * 4 * dtypes);  // head_dims 64, 128, 256 x ScoreMod<softcap, alibi>
+  CHECK(softcapped == 3 * 2 * dtypes);
+}
+#endif  // FL_RUNG16_BINARY
 
 #ifdef FL_RUNG15_BINARY
 TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, the counter (sm_90a)",
