@@ -18,6 +18,10 @@
 #                the conversions to e4m3) that its softmax runs on
 #   rung08_128k  08_flash_decoding, decode B=1 32/8 heads d=128 Sk=131072: DRAM throughput,
 #                issue activity, instructions (split kernel and combine kernel)
+#   rung16_{causal,softcap}_d64, rung16_bwd_{causal,softcap}_d64
+#                16_masks (if built), prefill B=4 N=4096 H=16 d=64 fp16 causal, with and without
+#                softcap 50, forward and backward's main kernel: the XU pipe (ex2, tanh) against
+#                the tensor pipe, softcap's price (rung 16's README, "Where it is not...")
 #
 # TARGETS_REGEX (bash regex): profile only the targets whose name matches, e.g. 'rung1[03]_d128'.
 # Exit: 0 written; 77 no ncu or no GPU; otherwise ncu's exit code.
@@ -98,3 +102,10 @@ profile rung06_d128 "flash_fwd_tc" 1 "$BIN/06_headdim_tiles" "${prefill[@]}"
 [ -x "$BIN/13_fp8" ] && profile rung13_d128 "fp8_fwd" 1 "$BIN/13_fp8" "${prefill[@]}"
 profile rung08_128k "split_kv_attention|combine_splits" 2 "$BIN/08_flash_decoding" --batch 1 --seqlen-q 1 \
   --seqlen-k 131072 --heads 32 --kv-heads 8 --dim 128 --iters 1 --warmup 0 --check none --no-compare
+if [ -x "$BIN/16_masks" ]; then
+  masked=(--batch 4 --seqlen 4096 --heads 16 --dim 64 --causal 1 --iters 1 --warmup 0 --check none --no-compare)
+  profile rung16_causal_d64 "masked_fwd_kernel" 1 "$BIN/16_masks" "${masked[@]}"
+  profile rung16_softcap_d64 "masked_fwd_kernel" 1 "$BIN/16_masks" "${masked[@]}" --softcap 50
+  profile rung16_bwd_causal_d64 "bwd_hopper_kernel" 1 "$BIN/16_masks" --variant backward "${masked[@]}"
+  profile rung16_bwd_softcap_d64 "bwd_hopper_kernel" 1 "$BIN/16_masks" --variant backward "${masked[@]}" --softcap 50
+fi
