@@ -424,63 +424,106 @@ def pass_bytes(prob, o32):
     return rows * (pre + 4 * d + 2 * d)
 
 
-@generator("rung14-prep-ab")
-def gen_rung14_prep_ab(ctx, gpu):
-    """The whole backward (pre-pass, kernel, convert) with the unfused and the fused passes, per
-    shape of rung14_prep_ab.sh's folder: median over the rounds of each run's median time, the
-    difference, and the two passes' compulsory bytes over the device's DRAM peak (their floor)."""
-    res = ctx.results(gpu)
+def ab_runs(res):
+    """{shape: {entry: [run report, ...]}} of a rung14_prep_ab.sh folder (<shape>_<entry>_r<i>.json;
+    entry "rung" or the variant), and one of the reports (its device, date and commit)."""
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
     meta = None
     for path in sorted(glob.glob(res.path("*_r[0-9]*.json"))):
         m = re.match(r"(.+_c[01])_(.+)_r\d+\.json$", os.path.basename(path))
-        if not m:
-            continue
-        run = res.json(os.path.basename(path))
-        runs[m.group(1)][prep_of(run)].append(run)
-        meta = meta or run
+        if m:
+            run = res.json(os.path.basename(path))
+            runs[m.group(1)][m.group(2)].append(run)
+            meta = meta or run
+    return runs, meta
+
+
+def median_ms(runs):
+    """The median over the rounds of each run's median time."""
+    xs = sorted(r["timing"]["median_ms"] for r in runs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+
+def ab_checks(res, shape):
+    """Each entry's check run of @p shape, as its log says: "PASS (full)", "FAIL (sample)"; – none."""
+    out = []
+    for log in sorted(glob.glob(res.path(shape + "_*_check.log"))):
+        with open(log, encoding="utf-8") as f:
+            m = re.search(r"check +(PASS|FAIL)[^\n]*\((full|sample)\)", f.read())
+        out.append("%s (%s)" % m.groups() if m else "?")
+    return " ".join(out) if out else "–"
+
+
+def ab_shapes(runs):
+    """The shapes by head_dim, keys, dtype and mask."""
+    def order(shape):
+        p = next(iter(runs[shape].values()))[0]["problem"]
+        return p["head_dim"], p["seqlen_k"], p["dtype"], p["causal"]
+
+    return sorted(runs, key=order)
+
+
+def shape_cell(prob):
+    return "%s, %d, %d, %d, %d/%d, %s" % (prob["dtype"], prob["head_dim"], prob["seqlen_k"], prob["batch"],
+                                        prob["heads_q"], prob["heads_kv"], "yes" if prob["causal"] else "no")
+
+
+def ab_caption(meta, what):
+    return ("%s, %s, commit `%s`; time of the whole backward (median of 50 launches, L2 flushed), median over the "
+            "rounds; %s; checks: the study's check run of each entry against the fp64 backward reference (full: every "
+            "(batch, KV head) group; sample: two; – where it did not finish)." % (
+                meta["device"]["name"], meta["date"][:10], meta.get("git_sha", "")[:7], what))
+
+
+@generator("rung14-prep-ab")
+def gen_rung14_prep_ab(ctx, gpu):
+    """The whole backward (pre-pass, kernel, convert) with the unfused and the fused passes, per
+    shape of rung14_prep_ab.sh's folder (which entry ran which passes: its kernel list): median over
+    the rounds of each run's median time, the difference, and the two passes' compulsory bytes over
+    the device's DRAM peak (their floor)."""
+    res = ctx.results(gpu)
+    runs, meta = ab_runs(res)
     if not runs:
         raise Missing("rung 14's pre- and post-pass A/B in %s" % gpu, "bench/studies/rung14_prep_ab.sh")
-
-    def median(xs):
-        xs = sorted(xs)
-        return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
-
-    def checked(shape):
-        out = []
-        for log in sorted(glob.glob(res.path(shape + "_*_check.log"))):
-            text = open(log, encoding="utf-8").read()
-            m = re.search(r"check +(PASS|FAIL)[^\n]*\((full|sample)\)", text)
-            out.append("%s (%s)" % m.groups() if m else "?")
-        return " ".join(out) if out else "–"
-
     rows = ["| dtype, d, seqlen, batch, heads (q/kv), causal | unfused passes (ms) | fused passes (ms) | "
             "fused / unfused | saved (µs) | the two passes' bytes (MB) | their floor at DRAM peak (µs) | "
             "rounds | checks |", "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
-    def order(shape):
-        p = runs[shape][next(iter(runs[shape]))][0]["problem"]
-        return p["head_dim"], p["seqlen_k"], p["dtype"], p["causal"]
-
-    for shape in sorted(runs, key=order):
-        by = runs[shape]
+    for shape in ab_shapes(runs):
+        by = collections.defaultdict(list)
+        for entry_runs in runs[shape].values():
+            for run in entry_runs:
+                by[prep_of(run)].append(run)
         if "fused" not in by or "unfused" not in by:
             continue
-        u = median([r["timing"]["median_ms"] for r in by["unfused"]])
-        f = median([r["timing"]["median_ms"] for r in by["fused"]])
+        u, f = median_ms(by["unfused"]), median_ms(by["fused"])
         run = by["fused"][0]
-        prob = run["problem"]
         o32 = any("fp32 O" in n for n in run.get("notes", []))
-        b = pass_bytes(prob, o32)
+        b = pass_bytes(run["problem"], o32)
         floor_us = b / (run["device"]["peak_gbps"] * 1e9) * 1e6
-        rows.append("| %s, %d, %d, %d, %d/%d, %s | %.3f | %.3f | %.2f× | %.0f | %.0f | %.0f | %d | %s |" % (
-            prob["dtype"], prob["head_dim"], prob["seqlen_k"], prob["batch"], prob["heads_q"], prob["heads_kv"],
-            "yes" if prob["causal"] else "no", u, f, f / u, (u - f) * 1e3, b / 1e6, floor_us,
-            min(len(by["fused"]), len(by["unfused"])), checked(shape)))
-    sha = meta.get("git_sha", "")[:7]
-    rows.append("")
-    rows.append("%s, %s, commit `%s`; time of the whole backward (median of 50 launches, L2 flushed), median "
-                "over the rounds; checks: the study's check run of each entry against the fp64 backward reference "
-                "(full: every (batch, KV head) group; – where it did not finish)." % (meta["device"]["name"], meta["date"][:10], sha))
+        rows.append("| %s | %.3f | %.3f | %.2f× | %.0f | %.0f | %.0f | %d | %s |" % (
+            shape_cell(run["problem"]), u, f, f / u, (u - f) * 1e3, b / 1e6, floor_us,
+            min(len(by["fused"]), len(by["unfused"])), ab_checks(res, shape)))
+    rows += ["", ab_caption(meta, "the passes each entry ran, from its kernel list")]
+    return "\n".join(rows)
+
+
+@generator("rung14-ab")
+def gen_rung14_ab(ctx, gpu, other):
+    """The rung against one of its variants (@p other), per shape of a rung14_prep_ab.sh folder run
+    with OTHER=@p other: median over the rounds of each entry's median time and their ratio."""
+    res = ctx.results(gpu)
+    runs, meta = ab_runs(res)
+    shapes = [s for s in ab_shapes(runs) if "rung" in runs[s] and other in runs[s]]
+    if not shapes:
+        raise Missing("rung 14 against %s in %s" % (other, gpu), "OTHER=%s bench/studies/rung14_prep_ab.sh" % other)
+    rows = ["| dtype, d, seqlen, batch, heads (q/kv), causal | rung 14 (ms) | `%s` (ms) | `%s` / rung | rounds | "
+            "checks |" % (other, other), "|---|--:|--:|--:|--:|---|"]
+    for shape in shapes:
+        r, o = runs[shape]["rung"], runs[shape][other]
+        rows.append("| %s | %.3f | %.3f | %.2f× | %d | %s |" % (
+            shape_cell(r[0]["problem"]), median_ms(r), median_ms(o), median_ms(o) / median_ms(r), min(len(r), len(o)),
+            ab_checks(res, shape)))
+    rows += ["", ab_caption(meta, "`%s` / rung below 1.0× is the variant faster" % other)]
     return "\n".join(rows)
 
 
