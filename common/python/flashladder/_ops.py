@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from . import _core, _launch
+from . import _core, _ext, _launch
 
 
 # torch.compiler.is_compiling without the two attribute lookups per call (torch.compile knows the
@@ -288,7 +288,7 @@ def padded_head_dim(q, k, v, softmax_scale):
     inputs the checks will refuse anyway (they say why). Differentiable, as F.pad is."""
     try:
         d = q.shape[-1]
-        if d % 8 == 0 or d > _core._ext.MAX_HEAD_DIM or k.shape[-1] != d or v.shape[-1] != d:
+        if d % 8 == 0 or d > _ext.MAX_HEAD_DIM or k.shape[-1] != d or v.shape[-1] != d:
             return None
     except (AttributeError, IndexError, TypeError):
         return None
