@@ -338,8 +338,8 @@ bool runs_in(const Config& c, const Shape& s, const Rung& r) {
   if (f == "masks-backward")  // the backward entries with masks, and rung 14 on the plain causal cells
     return r.launch_bwd && (r.mods || (s.mask_case == "causal" && r.number == kMasksBackwardBaselineRung &&
                                        r.variant.empty()));
-  if (is_backward(f))
-    return r.launch_bwd && (f != "varlen-backward" || r.varlen) && (r.variant.empty() || c.variants);
+  if (is_backward(f))  // a forward rung's backward entry (16_masks[backward]) runs with the main entries
+    return r.launch_bwd && (f != "varlen-backward" || r.varlen) && (r.variant.empty() || c.variants || r.mods);
   if (r.launch_bwd) return false;
   if (f == "masks")  // the rungs with masks, and rung 15 on the plain causal cells
     return r.mods ? r.variant.empty() || c.variants

@@ -6,8 +6,9 @@
 #   bench/run_sweep.sh BIN PARTS a    rungs 01-04 and 07 (CUDA cores), prefill and decode, no PyTorch
 #   bench/run_sweep.sh BIN PARTS b    rungs 05, 06, 08-10, 15 and 16, prefill and decode, PyTorch SDPA's
 #                                     flash and cuDNN backends, the measured ceilings and the tour
-#   bench/run_sweep.sh BIN PARTS c    the backward and fp8 families: rungs 10, 11, 13 and 14 beside
-#                                     PyTorch's flash and cuDNN (backward pass alone; 16-bit for fp8)
+#   bench/run_sweep.sh BIN PARTS c    the backward and fp8 families: rungs 10, 11, 13, 14 and rung 16's
+#                                     backward entry beside PyTorch's flash and cuDNN (backward pass
+#                                     alone; 16-bit for fp8)
 #   bench/run_sweep.sh --merge OUT PARTS [--git-sha SHA]
 #                                     PARTS/a, PARTS/b and PARTS/c joined into OUT (bench/merge_results.py)
 #
@@ -36,7 +37,7 @@ case "$part" in
   b) args=(--family prefill,decode --torch-backends "$backends" --skip sweep07,splits
            -- --fl_rungs=5,6,8,9,10,15,16 "$prefill_dims") ;;
   c) args=(--family backward,fp8 --torch-backends "$backends" --skip ceilings,fp8,tour
-           -- --fl_rungs=10,11,13,14) ;;
+           -- --fl_rungs=10,11,13,14,16) ;;
   *) usage ;;
 esac
 mkdir -p "$parts"

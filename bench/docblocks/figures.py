@@ -20,7 +20,7 @@ import results_io
 from . import svg
 from .core import FIGURES, PRIMARY, Missing, results_folder
 
-SWEEP = PRIMARY + "/sweep"  # the one-commit sweep the README's summary reads
+SWEEP = "nvidia-h200/sweep"  # the one-commit sweep of every rung that the README's summary reads
 SWEEP_COMMAND = "bench/run_all.sh"
 TORCH_LINES = (("torch_cudnn", "PyTorch SDPA cuDNN", svg.BLUE), ("torch_flash", "PyTorch SDPA flash", svg.VERMILLION))
 # The colour of a rung by the peak it is measured against (the registry's "peak").

@@ -249,6 +249,41 @@ def gen_torch_overhead(ctx, gpu=None):
     return out + "\n\n" + "\n\n".join(notes)
 
 
+@generator("torch-host-steps")
+def gen_torch_host_steps(ctx, gpu=None):
+    """The host's cost of one forward + backward step under autograd per entry point (torch_overhead.json's
+    host_steps, bench/pytorch/host_steps.py) beside SDPA's default backend, in a loop and timed alone."""
+    res, d = torch_run(ctx, gpu, "torch_overhead.json")
+    h = d.get("host_steps")
+    if not h:
+        raise Missing("host_steps in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
+    loop, alone = h["step_us"], h["step_alone_us"]
+    sdpa = next((n for n in loop if n.startswith("F.scaled_dot_product_attention") and "default" in n), None)
+    rows = []
+    for name in loop:
+        rows.append(["`%s`" % name, "%.1f" % loop[name], "%.1f" % alone[name],
+                     results_io.fmt_ratio(loop[name] / loop[sdpa]) if sdpa else "—",
+                     results_io.fmt_ratio(alone[name] / alone[sdpa]) if sdpa else "—"])
+    for name, why in h.get("not_run", {}).items():
+        rows.append(["`%s`" % name, "not run: %s" % why, "", "", ""])
+    out = results_io.markdown_table(["entry point", "µs per step, in a loop", "µs per step, timed alone",
+                                     "over SDPA's, in a loop", "over SDPA's, alone"], rows,
+                                    ["---", "--:", "--:", "--:", "--:"])
+    t = h["shape"]
+    how = ("%d rounds, each entry point in turn for %d steps in a loop and %d timed alone per round, the "
+           "order rotated per round; medians over the rounds" % (h["rounds"], h["calls"] // h["rounds"],
+                                                                 h["calls"] // h["rounds"])
+           if "rounds" in h else "each entry point for %d steps in a loop, then %d timed alone, one entry point "
+           "after the other (one series each: a figure carries whatever changed between the series)" % (
+               h["calls"], h["calls"]))
+    notes = ["A step: `out = f(q, k, v); out.backward(dout)`, q, k, v requiring grad, batch %d, seqlen %d, %d heads, "
+             "head_dim %d, %s: the GPU's work takes microseconds, so the step's time is the host's (Python, checks, "
+             "plans, allocations, autograd, forward and backward). %s." % (
+                 t["batch"], t["seqlen"], t["heads"], t["head_dim"], t["dtype"], how[0].upper() + how[1:]),
+             "Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json"))]
+    return out + "\n\n" + "\n\n".join(notes)
+
+
 @generator("torch-decode")
 def gen_torch_decode(ctx, gpu=None):
     """Decode through the package (bench/pytorch/torch_decode.py, torch_decode.json): per shape the rung the

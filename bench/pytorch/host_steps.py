@@ -5,8 +5,14 @@ a step's wall time is the host's: the Python layers, the checks, the plans, the 
 custom op's dispatch and autograd's bookkeeping, forward and backward. torch_overhead.py runs this
 after its per-call series and writes the result under "host_steps" in torch_overhead.json:
 
-    {"shape": {...}, "calls": N, "step_us": {name: µs per step in a loop},
+    {"shape": {...}, "calls": N, "rounds": R, "step_us": {name: µs per step in a loop},
      "step_alone_us": {name: median µs of one step timed alone}, "not_run": {name: why}}
+
+The entry points take turns: R rounds, in each every entry point runs N / R steps in a loop and
+N / R steps timed alone, the order rotated per round; each figure is the median over the rounds
+(a single series per entry point, one after the other, carried whatever changed between the
+series: the loop and the alone figures of one entry point disagreed by more than the entry points
+differed).
 
 A step is `out = f(q, k, v); out.backward(dout)` with q, k, v requiring grad (their .grad reset to
 None each step, as an optimizer's zero_grad(set_to_none=True) does). The entry points are the ones
@@ -36,7 +42,7 @@ def entry_points(F, fl, sdpa_flash, cu, n):
 
     def varlen(a, b, c):
         flat = [t.reshape(-1, t.shape[2], t.shape[3]) for t in (a, b, c)]
-        return fl.flash_attn_varlen_func(*flat, cu, cu, n, n, causal=True)
+        return fl.flash_attn_varlen_func(*flat, cu, cu, n, n, causal=True).view(a.shape)
 
     return [("F.scaled_dot_product_attention, causal (default backend)", sdpa),
             ("F.scaled_dot_product_attention, causal (flash)", sdpa_flash_only),
@@ -50,7 +56,7 @@ def entry_points(F, fl, sdpa_flash, cu, n):
             ("flash_attn_varlen_func, causal", varlen)]
 
 
-def measure(torch, F, fl, device, calls, sdpa_flash):
+def measure(torch, F, fl, device, calls, sdpa_flash, rounds=10):
     """The "host_steps" record (module docstring); @p sdpa_flash: a context manager that restricts
     SDPA to its flash backend (lambda: torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION))."""
     s = STEP_SHAPE
@@ -59,7 +65,8 @@ def measure(torch, F, fl, device, calls, sdpa_flash):
     dout = torch.randn(shape, device=device, dtype=torch.float16)
     n = s["seqlen"]
     cu = torch.arange(0, (s["batch"] + 1) * n, n, device=device, dtype=torch.int32)
-    out = {"shape": dict(s, dtype="fp16"), "calls": calls, "step_us": {}, "step_alone_us": {}}
+    out = {"shape": dict(s, dtype="fp16"), "calls": calls, "rounds": rounds, "step_us": {}, "step_alone_us": {}}
+    steps = []
     for name, f in entry_points(F, fl, sdpa_flash, cu, n):
         def step(f=f):
             for t in (q, k, v):
@@ -72,8 +79,16 @@ def measure(torch, F, fl, device, calls, sdpa_flash):
             out.setdefault("not_run", {})[name] = str(e).split("\n")[0]
             print("  %-58s not run: %s" % (name, out["not_run"][name]))
             continue
-        out["step_us"][name] = timing.host_us(torch, step, calls)
-        out["step_alone_us"][name] = timing.host_call_us(torch, step, calls)
-        print("  %-58s %7.1f us per step in a loop, %7.1f us each step timed alone" % (
-            name, out["step_us"][name], out["step_alone_us"][name]))
+        steps.append((name, step))
+    per = max(1, calls // rounds)
+    loop, alone = {n: [] for n, _ in steps}, {n: [] for n, _ in steps}
+    for r in range(rounds):
+        for name, step in steps[r % len(steps):] + steps[:r % len(steps)]:
+            loop[name].append(timing.host_us(torch, step, per))
+            alone[name].append(timing.host_call_us(torch, step, per))
+    for name, _ in steps:
+        out["step_us"][name] = timing.median(loop[name])
+        out["step_alone_us"][name] = timing.median(alone[name])
+        print("  %-58s %7.1f us per step in a loop, %7.1f us each step timed alone (medians of %d rounds)" % (
+            name, out["step_us"][name], out["step_alone_us"][name], rounds))
     return out
