@@ -9,9 +9,9 @@
 # usage: bench/studies/rung14_prep_ab.sh BIN_DIR OUT_DIR [ROUNDS] [ONLY]
 #   ONLY: an extended regex on the shape names (e.g. 'N8192|d256'): run those shapes alone.
 #   OTHER=<variant>: time the rung against another entry (default unfused-prep; fused-prep before
-#   the rung took the fused passes).
+#   the rung took the fused passes, split-model before it took the modeled group split).
 #   SHAPES=<lines of "dtype d seqlen batch heads kv_heads causal">: other shapes, e.g. the group
-#   split's candidate on causal GQA shapes: OTHER=split-model SHAPES="$(cat <<'X'
+#   split against rung 11's rule on causal GQA shapes: OTHER=rule-split SHAPES="$(cat <<'X'
 #   bf16 128 4096 2 16 4 1 ...
 #   X
 #   )" bench/studies/rung14_prep_ab.sh BIN OUT 3

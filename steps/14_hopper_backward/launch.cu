@@ -30,14 +30,14 @@ constexpr int kForwardRung = 15;
 
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
-enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, split_model };
+enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
-    M == Mode::split_model;
+    M == Mode::rule_split;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
 /// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
@@ -56,11 +56,16 @@ constexpr hopper14::Prep prep_of(Mode m) {
   return m == Mode::unfused_prep ? hopper14::Prep::unfused : hopper14::kRungPrep;
 }
 #endif
+/// The GQA group split (workspace.h, kv_splits): the rung's is `modeled` (a causal group split as the
+/// schedule model finds cheapest, at least rung 11's rule; README, "The group split"), and so is
+/// every ablation of one other idea; nosplit and fullsplit are the extremes, rule-split rung 11's
+/// rule alone (the rung's split up to commit `6bcb0cd`). o32-delta, the ring's (rung 12), keeps
+/// rung 11's rule: its steps' chunks are not measured with the model.
 constexpr bwd::GroupSplit group_split(Mode m) {
-  return m == Mode::nosplit     ? bwd::GroupSplit::none
-         : m == Mode::fullsplit   ? bwd::GroupSplit::full
-         : m == Mode::split_model ? bwd::GroupSplit::modeled
-                                  : bwd::GroupSplit::balanced;
+  return m == Mode::nosplit                                  ? bwd::GroupSplit::none
+         : m == Mode::fullsplit                              ? bwd::GroupSplit::full
+         : m == Mode::rule_split || m == Mode::o32_delta     ? bwd::GroupSplit::balanced
+                                                             : bwd::GroupSplit::modeled;
 }
 
 /// The tiles of @p M at head_dim @p D (traits.h). ss-dkv at d = 64 keeps one dS^T tile: P^T's
@@ -222,9 +227,9 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::unfused_prep>("unfused-prep", "ablation: the passes around the kernel unfused (a memset of "
                                                         "the dQ accumulator, one warp per row for D with 4-byte loads, "
                                                         "a dQ convert of 8-byte loads and 4-byte stores)"));
-  reg.add(make_rung<Mode::split_model>("split-model", "candidate: a causal GQA group split as a model of the grid's "
-                                                      "schedule finds cheapest (workspace.h: modeled_split, cached "
-                                                      "per shape), else rung 11's rule"));
+  reg.add(make_rung<Mode::rule_split>("rule-split", "ablation: rung 11's rule for the GQA group split (slices only "
+                                                    "when the grid would have fewer than 256 blocks), without the "
+                                                    "schedule model's causal split"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));
