@@ -470,6 +470,8 @@ NCU_METRICS = {
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput, % of peak",
     "sm__inst_executed.sum": "warp instructions executed",
     "smsp__issue_active.avg.pct_of_peak_sustained_active": "issue slots used, % of active cycles",
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": "XU pipe (special functions), % of its peak",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe active, % of active cycles",
     "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active, % of active cycles",
     "sm__inst_executed_pipe_tensor_op_hmma.sum": "tensor (HMMA) instructions",
     "smsp__inst_executed_op_ldsm.sum": "`ldmatrix` instructions",
@@ -531,40 +533,49 @@ def ncu_kernel(name):
 
 @generator("ncu")
 def gen_ncu(ctx, target, metrics, gpu=None):
-    """Selected metrics of one Nsight Compute export (ncu_<target>.csv from bench/ncu_summary.sh:
+    """Selected metrics of Nsight Compute exports (ncu_<target>.csv from bench/ncu_summary.sh:
     `ncu --csv --page raw`: a header row, a units row, then one row per profiled kernel), one row
-    per metric and one column per kernel."""
+    per metric and one column per kernel; @p target may name several exports (comma-separated),
+    side by side, each column headed by its target."""
     res = ctx.results(gpu)
-    name = "ncu_%s.csv" % target
-    if not res.has(name):
-        raise Missing(name, "bench/run_all.sh --ncu")
     import csv
 
-    with open(res.path(name), encoding="utf-8", newline="") as f:
-        rows_in = list(csv.reader(f))
-    if len(rows_in) < 3 or "Kernel Name" not in rows_in[0]:
-        raise ValueError("%s: expected a header row with \"Kernel Name\", a units row and one row per "
-                         "kernel (ncu --csv --page raw)" % res.rel(name))
-    head_in, units, data = rows_in[0], rows_in[1], [r for r in rows_in[2:] if len(r) == len(rows_in[0])]
-    kcol = head_in.index("Kernel Name")
+    targets = target.split(",")
     want = metrics.split(",")
-    absent = [m for m in want if m not in head_in]
+    columns, names, dev = [], [], ""  # columns: (header, {metric: value})
+    for t in targets:
+        name = "ncu_%s.csv" % t
+        if not res.has(name):
+            raise Missing(name, "bench/run_all.sh --ncu")
+        names.append(name)
+        with open(res.path(name), encoding="utf-8", newline="") as f:
+            rows_in = list(csv.reader(f))
+        if len(rows_in) < 3 or "Kernel Name" not in rows_in[0]:
+            raise ValueError("%s: expected a header row with \"Kernel Name\", a units row and one row per "
+                             "kernel (ncu --csv --page raw)" % res.rel(name))
+        head_in, units = rows_in[0], rows_in[1]
+        data = [r for r in rows_in[2:] if len(r) == len(head_in)]
+        kcol = head_in.index("Kernel Name")
+        if "device__attribute_display_name" in head_in and not dev:
+            dev = " on %s" % data[0][head_in.index("device__attribute_display_name")]
+        for r in data:
+            header = "`%s`" % ncu_kernel(r[kcol])
+            if len(targets) > 1:
+                header = "%s: %s" % (t, header)
+            columns.append((header, {m: ncu_value(r[head_in.index(m)], units[head_in.index(m)])
+                                     for m in want if m in head_in}))
+    present = [m for m in want if any(m in c for _, c in columns)]
+    absent = [m for m in want if m not in present]
+    if not present:
+        raise ValueError("%s has none of the metrics %s" % (", ".join(names), metrics))
     rows = []
-    for m in want:
-        if m in absent:
-            continue
-        i = head_in.index(m)
+    for m in present:
         label = NCU_METRICS.get(m)
-        rows.append(["%s (`%s`)" % (label, m) if label else "`%s`" % m] + [ncu_value(r[i], units[i]) for r in data])
-    if not rows:
-        raise ValueError("%s has none of the metrics %s" % (res.rel(name), metrics))
-    head = ["metric"] + ["`%s`" % ncu_kernel(r[kcol]) for r in data]
-    dev = ""
-    if "device__attribute_display_name" in head_in:
-        dev = " on %s" % data[0][head_in.index("device__attribute_display_name")]
-    out = results_io.markdown_table(head, rows, ["---"] + ["--:"] * len(data))
+        rows.append(["%s (`%s`)" % (label, m) if label else "`%s`" % m] + [c.get(m, "–") for _, c in columns])
+    out = results_io.markdown_table(["metric"] + [h for h, _ in columns], rows, ["---"] + ["--:"] * len(columns))
     out += "\n\nNsight Compute, one launch per kernel at ncu's default (base) clocks%s (`bench/ncu_summary.sh`, " \
-           "target %s); %s." % (dev, target, link(res, name))
+           "target%s %s); %s." % (dev, "s" if len(targets) > 1 else "", ", ".join(targets),
+                                  ", ".join(link(res, n) for n in names))
     if absent:
         out += " Not in this export (dropped by ncu on that GPU): %s." % ", ".join("`%s`" % m for m in absent)
     return out
