@@ -6,7 +6,12 @@ custom op's dispatch and autograd's bookkeeping, forward and backward. torch_ove
 after its per-call series and writes the result under "host_steps" in torch_overhead.json:
 
     {"shape": {...}, "calls": N, "rounds": R, "step_us": {name: µs per step in a loop},
-     "step_alone_us": {name: median µs of one step timed alone}, "not_run": {name: why}}
+     "step_alone_us": {name: median µs of one step timed alone}, "not_run": {name: why},
+     "cpu_profile": {name: {"steps": n, "ops": [[op, self µs per step, calls per step], ...]}}}
+
+cpu_profile says where a step's host time goes: the PyTorch profiler's host events (aten ops,
+autograd nodes, the CUDA runtime calls CUPTI records: launches, memsets, attribute calls) over
+PROFILE_STEPS steps, the TOP_OPS largest by their own (self) host time per step.
 
 The entry points take turns: R rounds, in each every entry point runs N / R steps in a loop and
 N / R steps timed alone, the order rotated per round; each figure is the median over the rounds
@@ -26,6 +31,8 @@ import timing
 STEP_SHAPE = dict(batch=1, seqlen=128, heads=2, head_dim=64)
 WINDOW = (63, 0)  # a window that cuts the 128-token row: the masked route, not the plain one
 SOFTCAP = 30.0
+PROFILE_STEPS = 50
+TOP_OPS = 15
 
 
 def entry_points(F, fl, sdpa_flash, cu, n):
@@ -86,9 +93,37 @@ def measure(torch, F, fl, device, calls, sdpa_flash, rounds=10):
         for name, step in steps[r % len(steps):] + steps[:r % len(steps)]:
             loop[name].append(timing.host_us(torch, step, per))
             alone[name].append(timing.host_call_us(torch, step, per))
+    for name, step in steps:
+        try:
+            prof = out.setdefault("cpu_profile", {})[name] = cpu_profile(torch, step, PROFILE_STEPS)
+            print("  %-58s profiled: %.1f us of own host time per step; largest: %s" % (
+                name, prof["self_us_total"], "; ".join("%s %.1f" % (k, us) for k, us, _ in prof["ops"][:5])))
+        except Exception as e:  # noqa: BLE001  a profiler that cannot run here: say so, keep the timings
+            out.setdefault("cpu_profile", {})[name] = {"error": "%s: %s" % (type(e).__name__, e)}
     for name, _ in steps:
         out["step_us"][name] = timing.median(loop[name])
         out["step_alone_us"][name] = timing.median(alone[name])
         print("  %-58s %7.1f us per step in a loop, %7.1f us each step timed alone (medians of %d rounds)" % (
             name, out["step_us"][name], out["step_alone_us"][name], rounds))
     return out
+
+
+def cpu_profile(torch, step, steps):
+    """{"steps": n, "ops": [[name, self µs per step, calls per step], ...]} of @p step under the PyTorch
+    profiler (host events, CUDA runtime calls included where CUDA is there), the TOP_OPS largest by
+    self host time; the profiler's own cost inflates every figure alike, so read them as shares."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    for _ in range(5):
+        step()
+    with profile(activities=acts) as prof:
+        for _ in range(steps):
+            step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    rows = [(e.key, e.self_cpu_time_total / steps, e.count / steps) for e in prof.key_averages()
+            if e.self_cpu_time_total > 0]
+    rows.sort(key=lambda r: -r[1])
+    return {"steps": steps, "ops": [[k, round(us, 2), round(c, 2)] for k, us, c in rows[:TOP_OPS]],
+            "self_us_total": round(sum(r[1] for r in rows), 1)}

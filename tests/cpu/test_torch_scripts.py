@@ -324,6 +324,10 @@ class HostSteps(unittest.TestCase):
             self.assertEqual(sorted(rec["step_us"]), sorted(names))
             self.assertTrue(all(v > 0 for v in rec["step_us"].values()))
             self.assertEqual(sorted(rec["step_alone_us"]), sorted(names))
+            self.assertEqual(sorted(rec["cpu_profile"]), sorted(names))
+            prof = rec["cpu_profile"]["flashladder.attention, causal"]
+            self.assertNotIn("error", prof)
+            self.assertTrue(prof["ops"] and all(us >= 0 and calls > 0 for _, us, calls in prof["ops"]))
             fl.flash_attn_varlen_func = refuse
             rec = host_steps.measure(torch, F, fl, "cpu", 2, contextlib.nullcontext)
             self.assertEqual(list(rec["not_run"]), ["flash_attn_varlen_func, causal"])
