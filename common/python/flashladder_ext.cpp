@@ -535,11 +535,14 @@ NB_MODULE(_ext, m) {
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 9>& ptr,
          const std::array<Strides4, 8>& strides, uintptr_t workspace, size_t workspace_bytes,
          bool deterministic, uintptr_t stream, int device, uintptr_t o_fp32,
-         const std::array<uintptr_t, 7>& extras, const std::array<int64_t, 3>& extra_ints, uintptr_t dsinks) {
+         const std::array<uintptr_t, 7>& extras, const std::array<int64_t, 3>& extra_ints, uintptr_t dsinks,
+         bool planned) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
-        refuse_if(supports_reason(r, p, device_info(device)));
-        if (r.bwd_supports) refuse_if(r.bwd_supports(p, deterministic));
+        // planned: as forward's (flashladder._core.plan_backward asked supports, bwd_supports and
+        // bwd_workspace_bytes for this Problem, this device and this deterministic flag).
+        if (!planned) refuse_if(supports_reason(r, p, device_info(device)));
+        if (!planned && r.bwd_supports) refuse_if(r.bwd_supports(p, deterministic));
         AttnBwdParams b{};
         b.fwd = params_for(p, {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]},
                            {strides[0], strides[1], strides[2], strides[3]},
@@ -565,8 +568,9 @@ NB_MODULE(_ext, m) {
         b.dk = reinterpret_cast<void*>(ptr[7]);
         b.dv = reinterpret_cast<void*>(ptr[8]);
         DeviceGuard guard(device);
-        check_workspace(workspace, workspace_bytes,
-                        r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0);
+        if (!planned) check_workspace(workspace, workspace_bytes,
+                                      r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0);
+        else if (workspace_bytes > 0 && workspace == 0) refuse_if("workspace: null");
         b.workspace = reinterpret_cast<void*>(workspace);
         b.workspace_bytes = workspace_bytes;
         b.deterministic = deterministic ? 1 : 0;
@@ -576,9 +580,10 @@ NB_MODULE(_ext, m) {
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
       "extras"_a = std::array<uintptr_t, 7>{0, 0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
-      "dsinks"_a = 0,
+      "dsinks"_a = 0, "planned"_a = false,
       "Launches the entry's backward pass (asynchronous); extras as forward's, dsinks: the sinks' "
       "gradient (fp32 [heads_q]) when the problem has sinks. ptrs: q, k, v, out, lse, dout, dq, dk, "
       "dv; strides: q, k, v, out, dout, dq, dk, dv (dout like out, dq like q, dk like k, dv like v); "
-      "o_fp32: 0, or the forward's fp32 O (dense like out), which D = rowsum(dO * O) then reads");
+      "o_fp32: 0, or the forward's fp32 O (dense like out), which D = rowsum(dO * O) then reads; "
+      "planned: as forward's (supports, bwd_supports and bwd_workspace_bytes asked by the caller's plan)");
 }

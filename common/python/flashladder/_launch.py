@@ -129,6 +129,8 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     k, dk = _grad_like(k)
     v, dv = _grad_like(v)
     # dO is indexed with O's strides (backward.h): both dense, [batch, seqlen, heads, head_dim].
+    # planned=True below: the plan asked supports, bwd_supports and the workspace's size once per
+    # signature; the binding keeps its layout, pointer and stride checks.
     out = out.contiguous()
     dout = dout.contiguous()
     lse = lse.contiguous()
@@ -138,7 +140,8 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     if mods is None:
         _ext.backward(plan.number, plan.variant, plan.problem, ptrs,
                       tuple(t.stride() for t in (q, k, v, out, dout, dq, dk, dv)),
-                      ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr)
+                      ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr,
+                      planned=True)
         del ws
         return dq, dk, dv
     xptrs, ints = _extras(extras)
@@ -148,7 +151,7 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     _ext.backward(plan.number, plan.variant, plan.problem, ptrs,
                   tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv)),
                   ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr,
-                  extras=xptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr())
+                  extras=xptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr(), planned=True)
     del ws
     return dq, dk, dv, dsinks
 

@@ -331,7 +331,8 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
             return padded
     if grad and not _is_compiling():
         # Eager autograd: the two launches as one autograd.Function, checked and planned once per
-        # signature (attention_autograd); softmax_scale as the call without grad takes it.
+        # signature (attention_autograd); softmax_scale checked first, as the call without grad does.
+        _core.check_scale(softmax_scale)
         key, (q, k, v) = _core.check_qkv_realigned(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
         out, lse = attention_autograd(q, k, v, key, number, variant)
         return (out, lse) if return_lse else out
