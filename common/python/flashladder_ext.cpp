@@ -26,6 +26,7 @@
 #include "ext_params.h"
 #include "flashladder/check.h"
 #include "flashladder/device.h"
+#include "flashladder/metadata.h"
 #include "flashladder/reference_bwd.h"
 #include "flashladder/registry.h"
 #include "flashladder/runner.h"
@@ -508,6 +509,73 @@ NB_MODULE(_ext, m) {
       "(int32), seqstart_k (int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows; "
       "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
       "workspace_bytes), so neither is asked again");
+
+  // ---- metadata read on the device (metadata.h): checked and clamped without a synchronization --
+  m.def(
+      "sanitize_varlen",
+      [](uintptr_t cu_q, uintptr_t cu_k, int batch, int64_t total_q, int64_t total_k, int max_q, int max_k,
+         uintptr_t out_q, uintptr_t out_k, uintptr_t stream, int device) {
+        if (!cu_q || !cu_k || !out_q || !out_k) refuse_if("sanitize_varlen: a null pointer");
+        DeviceGuard guard(device);
+        const MetadataSink sink = metadata_sink(device);
+        nb::gil_scoped_release release;
+        sanitize_cu_seqlens(reinterpret_cast<const int*>(cu_q), reinterpret_cast<const int*>(cu_k), batch, total_q,
+                            total_k, max_q, max_k, reinterpret_cast<int*>(out_q), reinterpret_cast<int*>(out_k), sink,
+                            reinterpret_cast<cudaStream_t>(stream));
+      },
+      "cu_q"_a, "cu_k"_a, "batch"_a, "total_q"_a, "total_k"_a, "max_q"_a, "max_k"_a, "out_q"_a, "out_k"_a,
+      "stream"_a, "device"_a,
+      "cu_seqlens_q and cu_seqlens_k (int32 [batch + 1]) checked on the device against the tokens and "
+      "max_seqlen, their clamped copies written to out_q and out_k (metadata.h)");
+  m.def(
+      "sanitize_cache",
+      [](uintptr_t seqlens, int new_keys, int batch, int64_t slots, uintptr_t leftpad, uintptr_t table, int columns,
+         int64_t table_stride, int page, int64_t pool_pages, uintptr_t rows, int64_t row_count,
+         uintptr_t out_seqlens, uintptr_t out_used, uintptr_t out_leftpad, uintptr_t out_table, uintptr_t stream,
+         int device) {
+        if (!seqlens || !out_seqlens || !out_used || (leftpad && !out_leftpad) || (table && !out_table))
+          refuse_if("sanitize_cache: a null pointer");
+        if (new_keys < 0 || new_keys > slots) refuse_if("sanitize_cache: the new keys do not fit the cache's slots");
+        DeviceGuard guard(device);
+        const MetadataSink sink = metadata_sink(device);
+        nb::gil_scoped_release release;
+        fl::sanitize_cache(reinterpret_cast<const int*>(seqlens), new_keys, batch, slots,
+                           reinterpret_cast<const int*>(leftpad), reinterpret_cast<const int*>(table), columns,
+                           table_stride, page, pool_pages, reinterpret_cast<const int*>(rows), row_count,
+                           reinterpret_cast<int*>(out_seqlens),
+                           reinterpret_cast<int*>(out_used), reinterpret_cast<int*>(out_leftpad),
+                           reinterpret_cast<int*>(out_table), sink, reinterpret_cast<cudaStream_t>(stream));
+      },
+      "seqlens"_a, "new_keys"_a, "batch"_a, "slots"_a, "leftpad"_a, "table"_a, "columns"_a, "table_stride"_a,
+      "page"_a, "pool_pages"_a, "rows"_a, "row_count"_a, "out_seqlens"_a, "out_used"_a, "out_leftpad"_a,
+      "out_table"_a, "stream"_a, "device"_a,
+      "A cache's lengths (before the append), left padding, block table and cache_batch_idx rows checked on "
+      "the device, their clamped copies written (metadata.h)");
+  m.def(
+      "append_cache",
+      [](uintptr_t src, const std::array<int64_t, 4>& src_strides, uintptr_t dst,
+         const std::array<int64_t, 4>& dst_strides, int batch, int new_keys, int heads, int head_dim,
+         uintptr_t seqlens, int64_t slots, uintptr_t table, int64_t table_stride, int page, int64_t pool_pages,
+         uintptr_t rows, uintptr_t stream, int device) {
+        if (!src || !dst || !seqlens) refuse_if("append_cache: a null pointer");
+        DeviceGuard guard(device);
+        const MetadataSink sink = metadata_sink(device);
+        nb::gil_scoped_release release;
+        fl::append_cache(reinterpret_cast<const void*>(src), src_strides.data(), reinterpret_cast<void*>(dst),
+                         dst_strides.data(), batch, new_keys, heads, head_dim, reinterpret_cast<const int*>(seqlens),
+                         slots, reinterpret_cast<const int*>(table), table_stride, page, pool_pages,
+                         reinterpret_cast<const int*>(rows), sink, reinterpret_cast<cudaStream_t>(stream));
+      },
+      "src"_a, "src_strides"_a, "dst"_a, "dst_strides"_a, "batch"_a, "new_keys"_a, "heads"_a, "head_dim"_a,
+      "seqlens"_a, "slots"_a, "table"_a, "table_stride"_a, "page"_a, "pool_pages"_a, "rows"_a, "stream"_a,
+      "device"_a,
+      "New keys or values (16-bit [batch, new, heads, head_dim]) written into a cache at each sequence's "
+      "checked length, paged (table) or contiguous (rows or row b); out-of-bounds writes skipped and recorded");
+  m.def(
+      "metadata_errors",
+      [](int device, bool clear) { return metadata_error_text(device, clear); }, "device"_a, "clear"_a = true,
+      "The first metadata violation the device's check kernels recorded since the last clear, in words "
+      "('' when none reached the host yet); clear: reset the record (synchronizes the device when set)");
 
   bind_ring_plan(m);  // ext_ring.cpp
 

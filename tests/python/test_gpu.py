@@ -1329,9 +1329,147 @@ def part_kvcache():
     kvcache_batch_idx()
 
 
+def expect_recorded(what, text, call):
+    """``call`` runs without a device-side fault, and the violation is reported in one line naming
+    ``text``: by flashladder.check_errors() after it, or by a later step of the call itself (a
+    backward pass reads the same metadata); after the report the device is clean."""
+    COMPARED[0] += 1
+    try:
+        call()
+        torch.cuda.synchronize()
+    except RuntimeError as e:
+        if text in str(e) and "\n" not in str(e).strip():
+            print("ok   reported by the call's next step: %s" % e)
+        else:
+            fail("%s: the call raised RuntimeError: %s" % (what, e))
+    except Exception as e:  # noqa: BLE001  a fault, or another error: both fail the case
+        fail("%s: the call raised %s: %s" % (what, type(e).__name__, e))
+        return
+    else:
+        expect(RuntimeError, text, flashladder.check_errors)
+    try:
+        flashladder.check_errors()
+    except RuntimeError as e:
+        fail("%s: the record was not cleared: %s" % (what, e))
+
+
+def part_metadata():
+    """Metadata read on the device (metadata.h): cu_seqlens that decrease or pass the tokens,
+    lengths past max_seqlen, cache_seqlens past the slots (with and without new keys),
+    cache_leftpad past the keys, block_table entries outside the pool, cache_batch_idx past the
+    rows. Each call reads and writes only inside its tensors (no device-side fault; the CUDA
+    context survives to the next case), nothing outside the cache is written, and the violation
+    is reported by check_errors() and by the next call that takes metadata; good metadata after
+    it gives the reference's answer. Also what one call of each checked form costs on the host
+    (printed, not asserted)."""
+    from flashladder import flash_attn_varlen_func, flash_attn_with_kvcache
+
+    hq, hkv, d = 8, 2, 128
+    lens = [37, 200, 5]
+    total = sum(lens)
+    q, k, v = (randn(total, h, d) for h in (hq, hkv, hkv))
+    cu = torch.tensor([0, 37, 237, 242], dtype=torch.int32, device="cuda")
+    good = flash_attn_varlen_func(q, k, v, cu, cu, 200, 200, causal=True)
+    start = 0
+    for n in lens:
+        ref, _ = reference_mods(q[None, start:start + n], k[None, start:start + n], v[None, start:start + n], True)
+        judge("varlen, good metadata, a sequence of %d" % n, good[None, start:start + n].float(), ref, "fp16")
+        start += n
+    for what, bad, text in (("decreasing", [0, 37, 20, 242], "cu_seqlens_q decreases"),
+                            ("past the tokens", [0, 37, 237, 300], "past q's 242 tokens"),
+                            ("a negative start", [-5, 37, 237, 242], "cu_seqlens_q[0] is -5")):
+        t = torch.tensor(bad, dtype=torch.int32, device="cuda")
+        expect_recorded("varlen, cu_seqlens_q %s" % what, text,
+                        lambda t=t: flash_attn_varlen_func(q, k, v, t, cu, 200, 200, causal=True))
+    expect_recorded("varlen, a sequence longer than max_seqlen_k", "more than max_seqlen_k = 100",
+                    lambda: flash_attn_varlen_func(q, k, v, cu, cu, 200, 100, causal=True))
+    # The backward reads the same checks: a training step with bad metadata is reported too.
+    ql, kl, vl = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    bad = torch.tensor([0, 37, 237, 400], dtype=torch.int32, device="cuda")
+    expect_recorded("varlen forward + backward, cu_seqlens_k past the tokens", "past k's 242 tokens",
+                    lambda: flash_attn_varlen_func(ql, kl, vl, cu, bad, 200, 200, causal=True).sum().backward())
+    # The next call raises what an earlier one recorded.
+    t = torch.tensor([0, 37, 20, 242], dtype=torch.int32, device="cuda")
+    flash_attn_varlen_func(q, k, v, t, cu, 200, 200, causal=True)
+    torch.cuda.synchronize()
+    expect(RuntimeError, "cu_seqlens_q decreases", lambda: flash_attn_varlen_func(q, k, v, cu, cu, 200, 200))
+    again = flash_attn_varlen_func(q, k, v, cu, cu, 200, 200, causal=True)
+    judge("varlen after a report, good metadata", again.float(), good.float(), "fp16")
+
+    # A cache: contiguous and paged, with and without new keys.
+    b, slots, page = 2, 256, 64
+    kc, vc = randn(b, slots, hkv, d), randn(b, slots, hkv, d, offset=0.5)
+    qd = randn(b, 1, hq, d)
+    k1, v1 = randn(b, 1, hkv, d), randn(b, 1, hkv, d)
+    pool_k, pool_v, table = paged_twin(kc, vc, page)
+    pool_before = pool_k.clone()
+    for what, seqlens, extra, text in (
+            ("cache_seqlens past the slots", [10, 300], {}, "cache_seqlens[1] plus the new keys is 300"),
+            ("cache_seqlens negative", [-3, 10], {}, "cache_seqlens[0] is -3"),
+            ("cache_seqlens + a new key past the slots", [10, 256], {"k": k1, "v": v1},
+             "cache_seqlens[1] plus the new keys is 257"),
+            ("cache_leftpad past the keys", [10, 20], {"cache_leftpad": torch.tensor([0, 50], dtype=torch.int32,
+                                                                                     device="cuda")},
+             "cache_leftpad[1] is 50")):
+        used = torch.tensor(seqlens, dtype=torch.int32, device="cuda")
+        before = kc.clone()
+        expect_recorded("kvcache, contiguous, %s" % what, text,
+                        lambda used=used, extra=extra: flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=used,
+                                                                               causal=True, **extra))
+        if "k" in extra and not (torch.equal(kc[0, :10], before[0, :10]) and torch.equal(kc[1], before[1])):
+            fail("kvcache, %s: the append wrote outside sequence 0's end (sequence 1's append is skipped)" % what)
+        kc.copy_(before)
+    for what, bad_table, extra, text in (
+            ("a block_table entry past the pool", 99, {}, "outside the pool's 8 pages"),
+            ("a negative block_table entry, with a new key", -1, {"k": k1, "v": v1}, "is -1, outside the pool")):
+        t = table.clone()
+        t[1, 0] = bad_table
+        used = torch.tensor([10, 20], dtype=torch.int32, device="cuda")
+        expect_recorded("kvcache, paged, %s" % what, text,
+                        lambda t=t, used=used, extra=extra: flash_attn_with_kvcache(
+                            qd, pool_k, pool_v, cache_seqlens=used, block_table=t, causal=True, **extra))
+    if not torch.equal(pool_k[table[1:, :].flatten().long()], pool_before[table[1:, :].flatten().long()]):
+        fail("kvcache, paged: an append through a bad table entry wrote into the pool")
+    # cache_seqlens past the table's capacity (columns x page): FlashAttention's test expects an error naming it.
+    short = table[:, :2].contiguous()
+    expect_recorded("kvcache, paged, cache_seqlens past the table's columns x page",
+                    "past the block_table's capacity of 128 slots",
+                    lambda: flash_attn_with_kvcache(qd, pool_k, pool_v, cache_seqlens=torch.tensor(
+                        [10, 200], dtype=torch.int32, device="cuda"), block_table=short, causal=True))
+    # cache_batch_idx past the rows: the append skips it and records it.
+    rows = torch.tensor([0, 7], dtype=torch.int32, device="cuda")
+    expect_recorded("kvcache, cache_batch_idx past the rows", "cache_batch_idx[1] is 7",
+                    lambda: flash_attn_with_kvcache(qd, kc, vc, k1, v1, cache_seqlens=torch.tensor(
+                        [10, 20], dtype=torch.int32, device="cuda"), cache_batch_idx=rows, causal=True))
+    # Good metadata after the reports: the reference's answer.
+    used = torch.tensor([10, 200], dtype=torch.int32, device="cuda")
+    out = flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=used, causal=True)
+    for n in range(b):
+        ref, _ = reference_mods(qd[n:n + 1], kc[n:n + 1, :int(used[n])], vc[n:n + 1, :int(used[n])], True)
+        judge("kvcache after the reports, sequence %d" % n, out[n:n + 1].float(), ref, "fp16")
+    # The host's cost of one checked call (printed): the check kernel's launch is in it.
+    import time
+    for what, call in (("varlen forward", lambda: flash_attn_varlen_func(q, k, v, cu, cu, 200, 200, causal=True)),
+                       ("with_kvcache decode, contiguous", lambda: flash_attn_with_kvcache(qd, kc, vc,
+                                                                                          cache_seqlens=used)),
+                       ("with_kvcache decode, paged, appending", lambda: flash_attn_with_kvcache(
+                           qd, pool_k, pool_v, k1, v1, cache_seqlens=torch.tensor([10, 20], dtype=torch.int32,
+                                                                                  device="cuda"),
+                           block_table=table))):
+        for _ in range(20):
+            call()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(200):
+            call()
+        torch.cuda.synchronize()
+        print("host   %s: %.1f us per call (200 calls, one synchronization)" % (
+            what, (time.perf_counter() - t0) / 200 * 1e6))
+
+
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
-         "flash": part_flash, "kvcache": part_kvcache}
+         "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata}
 
 
 def main():

@@ -100,6 +100,28 @@ FLASH_API = ("flash_attn_func", "flash_attn_qkvpacked_func", "flash_attn_kvpacke
              "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "flash_attn_with_kvcache")
 
 
+def check_errors(device=None):
+    """Synchronizes CUDA device ``device`` (an index or torch.device; None: the current one) and
+    raises RuntimeError naming the first metadata violation its calls recorded since the last
+    report: cu_seqlens, cache_seqlens, cache_leftpad, cache_batch_idx or block_table past its bound.
+    Those are checked on the GPU without a synchronization (each call reads and writes only inside
+    its tensors, its metadata clamped); the next call that takes metadata raises the same error, and
+    this reports it at once (a CUDA graph's replays too)."""
+    import torch
+
+    from . import _launch
+
+    if device is None:
+        index = torch.cuda.current_device()
+    elif isinstance(device, int):
+        index = device
+    else:
+        index = torch.device(device).index
+        index = torch.cuda.current_device() if index is None else index
+    torch.cuda.synchronize(index)
+    _launch.raise_metadata_errors(index)
+
+
 #: Ring attention over a process group (flashladder._ring), imported with PyTorch on first use.
 RING_API = ("ring_attention", "ring_shard", "ring_unshard")
 
@@ -122,6 +144,6 @@ def __getattr__(name):
 
 __all__ = list(FLASH_API) + list(RING_API) + [
     "BACKWARD_RUNG", "DEFAULT_BACKWARD", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
-    "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
+    "check_errors", "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
     "register_transformers", "rungs", "supports", "transformers_attention",
 ]

@@ -296,8 +296,8 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     [total_k, heads_kv, head_dim], cu_seqlens_q/k int32 [batch + 1] on q's device, the longest
     sequences max_seqlen_q/k) and returns (key, varlen): check_qkv's key with (batch,
     max_seqlen_q, max_seqlen_k) for its batch and lengths, and Mods.varlen's tuple. The lengths
-    stay on the device (not read here); sequences longer than max_seqlen are the caller's error,
-    as in FlashAttention."""
+    stay on the device (not read here): the launch checks them there against the tokens and
+    max_seqlen and clamps them (_launch.sanitized_varlen, metadata.h)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if len(getattr(t, "shape", ())) != 3:
             raise ValueError("flashladder: a packed batch's %s must have 3 dimensions [total_tokens, "

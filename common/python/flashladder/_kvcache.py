@@ -149,6 +149,43 @@ def _rows_as_pages(k_cache, v_cache, cache_batch_idx):
     return k_cache.view(shape), v_cache.view(shape), table
 
 
+def _sanitized_cache(cache_seqlens, new, batch, slots, cache_leftpad, block_table, page, pool_pages, rows, row_count,
+                     q):
+    """(the caller's lengths before the append, the checked ones, those after the append, left
+    padding or None, block table or None), each checked on the device against its bound and
+    clamped (_ext.sanitize_cache, metadata.h): cache_seqlens plus the new keys within the slots,
+    cache_leftpad within a sequence's keys, the used columns of the table inside the pool (an
+    entry outside it read as page 0), cache_batch_idx's ``rows`` (int32 or None) inside the
+    cache's ``row_count`` rows."""
+    seqlens = _cache_lengths(cache_seqlens, batch, slots, q.device).contiguous()
+    leftpad = None if cache_leftpad is None else cache_leftpad.to(torch.int32).contiguous()
+    columns = 0 if block_table is None else block_table.shape[1]
+    buf = torch.empty((3 * batch + batch * columns,), dtype=torch.int32, device=q.device)
+    out_seqlens, out_used, out_leftpad = buf[:batch], buf[batch:2 * batch], buf[2 * batch:3 * batch]
+    out_table = buf[3 * batch:].view(batch, columns) if block_table is not None else None
+    _ext.sanitize_cache(seqlens.data_ptr(), new, batch, slots, 0 if leftpad is None else leftpad.data_ptr(),
+                        0 if block_table is None else block_table.data_ptr(), columns,
+                        0 if block_table is None else block_table.stride(0), page, pool_pages,
+                        0 if rows is None else rows.data_ptr(), row_count, out_seqlens.data_ptr(),
+                        out_used.data_ptr(), out_leftpad.data_ptr(), 0 if out_table is None else out_table.data_ptr(),
+                        _launch.stream(q), q.device.index)
+    return seqlens, out_seqlens, out_used, None if leftpad is None else out_leftpad, out_table
+
+
+def _append(x, cache, seqlens, slots, raw_table, page, rows, q):
+    """The new keys (or values) ``x`` [batch, new, heads_kv, head_dim] into ``cache`` in place at each
+    sequence's length ``seqlens`` (the caller's: a sequence whose keys would not fit is skipped whole,
+    sanitize_cache recorded it; one launch, _ext.append_cache): through the caller's block table
+    (an entry outside the pool skipped, sanitize_cache recorded it), or into row b (``rows[b]``
+    with cache_batch_idx; a row outside the cache skipped and recorded) of a contiguous cache."""
+    batch, new, heads, head_dim = x.shape
+    pool = cache.shape[0]
+    _ext.append_cache(x.data_ptr(), x.stride(), cache.data_ptr(), cache.stride(), batch, new, heads, head_dim,
+                      seqlens.data_ptr(), slots, 0 if raw_table is None else raw_table.data_ptr(),
+                      0 if raw_table is None else raw_table.stride(0), page, pool,
+                      0 if rows is None else rows.data_ptr(), _launch.stream(q), q.device.index)
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -183,10 +220,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     torch ops (_apply_rotary), fp32, rounded once to q's dtype.
 
     ``cache_batch_idx`` (int32 [batch]): sequence b reads and appends to row cache_batch_idx[b] of
-    a contiguous cache [batch_cache, seqlen_cache, ...] (not with a ``block_table``; the indices
-    are not read back to be checked, as FlashAttention does not). A contiguous cache is read in
-    place as a page pool (_rows_as_pages); one that is not, or whose seqlen_cache has no power of
-    two >= 16 as a divisor, has the batch's rows copied after the append."""
+    a contiguous cache [batch_cache, seqlen_cache, ...] (not with a ``block_table``). A contiguous
+    cache is read in place as a page pool (_rows_as_pages); one that is not, or whose seqlen_cache
+    has no power of two >= 16 as a divisor, has the batch's rows copied after the append.
+
+    The metadata on the GPU (``cache_seqlens``, ``cache_leftpad``, ``block_table``,
+    ``cache_batch_idx``) is checked there without a synchronization (metadata.h, one launch): the
+    append and the rung read clamped copies, so no call reads or writes outside its tensors, a
+    sequence whose new keys would not fit is not appended, and the violation is raised, naming the
+    argument and its bound, by the next call that takes metadata or by flashladder.check_errors().
+    An int ``cache_seqlens`` and the new keys' count are checked on the host, before anything runs."""
     if (k is None) != (v is None):
         raise ValueError("flashladder: k and v come together (the new keys and values)")
     if k is not None and cache_seqlens is None:
@@ -198,6 +241,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     batch, seqlen_q, heads_q, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     copy_rows = None  # cache_batch_idx's rows when they are copied for the attention
+    batch_rows, cache_rows = None, k_cache.shape[0]  # cache_batch_idx (int32) and the cache's rows, checked
     if cache_batch_idx is not None:
         if block_table is not None:
             raise ValueError("flashladder: cache_batch_idx picks rows of a contiguous cache; with a block_table the "
@@ -207,6 +251,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise ValueError("flashladder: cache_batch_idx must be int32 [batch] = (%d,) on %s, got %s %s on %s"
                              % (batch, q.device, cache_batch_idx.dtype, tuple(cache_batch_idx.shape),
                                 cache_batch_idx.device))
+        batch_rows = cache_batch_idx.contiguous()
         pool = _rows_as_pages(k_cache, v_cache, cache_batch_idx)
         if pool is not None:
             # The rows as pages: the paged route below reads them in place (rung 08), or copies
@@ -215,6 +260,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         else:
             copy_rows = cache_batch_idx.long()
     paged = block_table is not None
+    raw_table = None
     if paged:
         page = k_cache.shape[1]
         if (str(block_table.dtype) != "torch.int32" or block_table.dim() != 2 or block_table.shape[0] != batch
@@ -224,6 +270,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             # Rung 08 reads row b of the table at b x its width (AttnParams::block_table_stride):
             # a view with other strides (a slice of a wider table's columns) is copied, never misread.
             block_table = block_table.contiguous()
+        raw_table = block_table
         if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
             raise ValueError("flashladder: a paged cache's pools must be contiguous [pages, page_size, heads, head_dim]")
         slots = block_table.shape[1] * page
@@ -232,15 +279,43 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise ValueError("flashladder: k_cache's batch (%d) must be q's (%d)" % (k_cache.shape[0], batch))
         slots = k_cache.shape[1]
     _check_rotary(rotary_cos, rotary_sin, q, k, slots)
-    used = _cache_lengths(cache_seqlens, batch, slots, q.device)
+    # torch_ops: under torch.compile (traced) and off CUDA (the package's CPU tests, whose launch
+    # is a reference), the lengths are read and the append written by torch ops, unchecked.
+    torch_ops = torch.compiler.is_compiling() or q.device.type != "cuda"
+    new = 0
     if k is not None:
         new = k.shape[1]
         if tuple(k.shape) != (batch, new, heads_kv, head_dim) or tuple(v.shape) != tuple(k.shape):
             raise ValueError("flashladder: k and v must be [batch, seqlen_new, heads_kv, head_dim] = (%d, n, %d, %d), "
                              "got %s and %s" % (batch, heads_kv, head_dim, tuple(k.shape), tuple(v.shape)))
-        # In place, at each sequence's end (FlashAttention's append); positions past the cache
-        # would be out of bounds: the caller sizes the cache.
-        pos = used.long()[:, None] + torch.arange(new, device=q.device)[None, :]
+        if k.dtype != k_cache.dtype or v.dtype != v_cache.dtype or k.device != q.device or v.device != q.device:
+            raise ValueError("flashladder: k and v must have the cache's dtype and q's device")
+        if not torch_ops and k_cache.dtype not in (torch.float16, torch.bfloat16):
+            raise ValueError("flashladder: the cache must be fp16 or bf16, got %s" % k_cache.dtype)
+        if new > slots:
+            raise ValueError("flashladder: %d new keys do not fit the cache's %d slots" % (new, slots))
+    if isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= slots - new:
+        raise ValueError("flashladder: cache_seqlens (%d) plus the new keys (%d) must fit the cache's %d slots"
+                         % (cache_seqlens, new, slots))
+    if cache_leftpad is not None and (tuple(cache_leftpad.shape) != (batch,) or cache_leftpad.device != q.device):
+        raise ValueError("flashladder: cache_leftpad must be int32 [batch] = (%d,) on %s" % (batch, q.device))
+    if copy_rows is not None and k_cache.shape[0] < 1:
+        raise ValueError("flashladder: cache_batch_idx picks rows of an empty cache")
+    if torch_ops:
+        used = _cache_lengths(cache_seqlens, batch, slots, q.device)
+        start = None if cache_leftpad is None else cache_leftpad.to(torch.int32)
+    else:
+        # The lengths, the left padding and the table checked on the device and clamped (one
+        # launch, no synchronization; metadata.h): the append and the rung read the clamped copies,
+        # a violation is raised by the next call (raise_metadata_errors).
+        _launch.raise_metadata_errors(q.device.index)
+        raw_used, used, used_after, start, block_table = _sanitized_cache(
+            cache_seqlens, new, batch, slots, cache_leftpad, block_table, page if paged else 0,
+            k_cache.shape[0] if paged else 0, batch_rows, cache_rows, q)
+    if k is not None:
+        # In place, at each sequence's end (FlashAttention's append).
+        if rotary_cos is not None or torch_ops:
+            pos = used.long()[:, None] + torch.arange(new, device=q.device)[None, :]
         if rotary_cos is not None:
             # Before the append (the cache holds rotated keys) and before the torch.compile
             # branch below, so that both paths attend with the rotated q. Positions are slots:
@@ -253,19 +328,30 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             per_query = causal or 0 <= left < slots or 0 <= right < slots
             steps = torch.arange(seqlen_q, device=q.device) if per_query else q.new_zeros(seqlen_q, dtype=torch.long)
             q = _apply_rotary(q, rotary_cos, rotary_sin, used.long()[:, None] + steps[None, :], rotary_interleaved)
-        if paged:
-            pages = torch.gather(block_table.long(), 1, torch.div(pos, page, rounding_mode="floor"))
-            k_cache[pages, pos % page] = k
-            v_cache[pages, pos % page] = v
+        if torch_ops:
+            # Traced as torch ops (the lengths and the table are not checked under torch.compile:
+            # docs/pytorch.md, "What is left").
+            if paged:
+                pages = torch.gather(block_table.long(), 1, torch.div(pos, page, rounding_mode="floor"))
+                k_cache[pages, pos % page] = k
+                v_cache[pages, pos % page] = v
+            else:
+                rows = (torch.arange(batch, device=q.device) if copy_rows is None else copy_rows)[:, None]
+                k_cache[rows, pos] = k
+                v_cache[rows, pos] = v
+            used = used + new
         else:
-            rows = (torch.arange(batch, device=q.device) if copy_rows is None else copy_rows)[:, None]
-            k_cache[rows, pos] = k
-            v_cache[rows, pos] = v
-        used = used + new
+            rows32 = None if copy_rows is None else batch_rows  # int32, as the kernel reads it
+            _append(k, k_cache, raw_used, slots, raw_table, page if paged else 0, rows32, q)
+            _append(v, v_cache, raw_used, slots, raw_table, page if paged else 0, rows32, q)
+    if not torch_ops:
+        used = used_after
     if copy_rows is not None:
         # A cache that is not one contiguous pool, or rows without a page of 16 or more: the
-        # batch's rows, copied after the append, are the contiguous cache the rungs read.
-        k_cache, v_cache = k_cache[copy_rows], v_cache[copy_rows]
+        # batch's rows, copied after the append, are the contiguous cache the rungs read (a row
+        # outside the cache, recorded by the append, clamped so that the copy stays inside it).
+        rows = copy_rows if torch_ops else copy_rows.clamp(0, k_cache.shape[0] - 1)
+        k_cache, v_cache = k_cache[rows], v_cache[rows]
     if torch.compiler.is_compiling():
         # torch.compile: the append above is traced; the attention is one opaque op whose body
         # (this function again, eager) runs the checks and the launch, so a compiled decode step
@@ -279,11 +365,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     slopes = None if alibi_slopes is None else alibi_slopes.detach().float().contiguous()
     if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError("flashladder: num_splits must be an int >= 0 (0: the decode rung's heuristic)")
-    start = None
-    if cache_leftpad is not None:
-        if tuple(cache_leftpad.shape) != (batch,) or cache_leftpad.device != q.device:
-            raise ValueError("flashladder: cache_leftpad must be int32 [batch] = (%d,) on %s" % (batch, q.device))
-        start = cache_leftpad.to(torch.int32)
     sinks = None
     if learnable_sink is not None:
         _core.check_sinks(learnable_sink, q)

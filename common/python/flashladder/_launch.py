@@ -50,6 +50,44 @@ def _strides4(t):
 EXTRAS = ("cu_seqlens_q", "cu_seqlens_k", "sinks", "alibi_slopes", "seqused_k", "block_table", "seqstart_k")
 
 
+# ---- metadata read on the device: checked and clamped without a synchronization -----------------
+
+def raise_metadata_errors(device):
+    """RuntimeError naming the first metadata violation a check kernel recorded on device index
+    ``device`` since the last report (metadata.h): an earlier call's cu_seqlens, cache_seqlens,
+    cache_leftpad, cache_batch_idx or block_table past its bound. That call read and wrote only
+    inside its tensors (its metadata clamped, its out-of-bounds appends skipped), but its output
+    is not attention of what was passed. Reading the record costs no synchronization: the kernels
+    write it to page-locked host memory, so a violation is reported by the first call (or
+    flashladder.check_errors()) after the record reached the host."""
+    text = _ext.metadata_errors(device, True)
+    if text:
+        raise RuntimeError("flashladder: %s (found by the metadata checks of an earlier call on cuda:%d, which "
+                           "read and wrote only inside its tensors; its output is not attention of what was "
+                           "passed)" % (text, device))
+
+
+def sanitized_varlen(cu_q, cu_k, varlen, q):
+    """(cu_seqlens_q, cu_seqlens_k) clamped on the device (one launch, no synchronization): non-
+    decreasing from 0, each length at most max_seqlen, ending at most at the packed tensors'
+    tokens; a violation is recorded for raise_metadata_errors. ``varlen``: Mods.varlen."""
+    batch, total_q, total_k, max_q, max_k = varlen
+    out = torch.empty((2, batch + 1), dtype=torch.int32, device=q.device)
+    _ext.sanitize_varlen(cu_q.data_ptr(), cu_k.data_ptr(), batch, total_q, total_k, max_q, max_k,
+                         out[0].data_ptr(), out[1].data_ptr(), stream(q), q.device.index)
+    return out[0], out[1]
+
+
+def _checked_extras(extras, mods, q):
+    """``extras`` with a packed batch's cu_seqlens replaced by their clamped copies (after any
+    violation an earlier call recorded is raised)."""
+    if extras is None or mods is None or mods.varlen is None or extras[0] is None:
+        return extras
+    raise_metadata_errors(q.device.index)
+    cu_q, cu_k = sanitized_varlen(extras[0], extras[1], mods.varlen, q)
+    return (cu_q, cu_k) + tuple(extras[2:])
+
+
 def _extras(extras):
     """(pointers, ints) of the extension's extras from a tuple in EXTRAS' order (and the pool's
     rows): pointers in that order, ints (alibi batch stride, block_table's pages per sequence,
@@ -94,6 +132,7 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         _ext.forward(plan.number, plan.variant, plan.problem, ptrs, (q.stride(), k.stride(), v.stride(), out.stride()),
                      ws_ptr, ws_bytes, stream(q), q.device.index, o_fp32=o32_ptr, planned=True)
     else:
+        extras = _checked_extras(extras, mods, q)
         xptrs, ints = _extras(extras)
         _ext.forward(plan.number, plan.variant, plan.problem, ptrs,
                      (_strides4(q), _strides4(k), _strides4(v), _strides4(out)), ws_ptr, ws_bytes, stream(q),
@@ -144,6 +183,7 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
                       planned=True)
         del ws
         return dq, dk, dv
+    extras = _checked_extras(extras, mods, q)
     xptrs, ints = _extras(extras)
     dsinks = None
     if mods.sinks:

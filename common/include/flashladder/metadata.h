@@ -1,0 +1,146 @@
+/// @file metadata.h
+/// @brief Metadata read on the device, made safe without a synchronization: cu_seqlens of a packed
+/// batch, a cache's lengths, its left padding and its block table, each checked against its bound
+/// by a small kernel that writes clamped copies (the rung then reads those, never past a tensor)
+/// and records the first violation in page-locked host memory, which the host reads at its next
+/// call (flashladder's check_errors()). The append of new keys into a cache goes through the same
+/// checks: a write whose slot or page is out of bounds is skipped and recorded.
+///
+/// Why not check on the host: the lengths live on the GPU, and reading them costs a
+/// synchronization per call; a serving loop that updates cache_seqlens in place every step (and a
+/// CUDA graph, which cannot synchronize) would pay it every time. The cost here is one launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "flashladder/types.h"
+
+namespace fl {
+
+/// What went wrong first (MetadataError::code); 0: nothing.
+enum MetadataCode : int {
+  kMetaOk = 0,
+  kCuSeqlensStart = 1,     ///< cu_seqlens_{q,k}[0] < 0
+  kCuSeqlensDecrease = 2,  ///< cu_seqlens[b] < cu_seqlens[b - 1]
+  kCuSeqlensTotal = 3,     ///< cu_seqlens[b] past the packed tensor's tokens
+  kCuSeqlensMax = 4,       ///< a sequence longer than max_seqlen
+  kCacheSeqlensNegative = 5,
+  kCacheSeqlensCapacity = 6,  ///< cache_seqlens[b] + the new keys past the cache's slots
+  kBlockTableEntry = 7,       ///< a used block_table entry outside the page pool
+  kLeftpad = 8,               ///< cache_leftpad[b] outside [0, the sequence's keys]
+  kCacheBatchIdx = 9,         ///< cache_batch_idx[b] outside the cache's rows
+  kBlockTableCapacity = 10,   ///< a paged cache's kCacheSeqlensCapacity: past the table's columns x page
+};
+
+/// The first violation a check kernel saw: code, which side (0: q, 1: k, for cu_seqlens), the
+/// batch index (and for the block table the column), the value and its bound.
+struct MetadataError {
+  int code;
+  int side;
+  int index;
+  int column;
+  long long value;
+  long long bound;
+};
+
+/// Where the kernels record it: a device copy, whose code they claim with an atomic (the first
+/// violation wins), and a page-locked, mapped host copy the winner then writes with plain stores,
+/// which the host reads without a copy or a synchronization.
+struct MetadataSink {
+  MetadataError* dev;   ///< device memory
+  MetadataError* host;  ///< the mapped host record's device address
+};
+
+/// The sink of device @p device (allocated once per device, kept for the process).
+MetadataSink metadata_sink(int device);
+
+/// The first violation recorded on device @p device since the last clear, in words ("" when
+/// none reached the host yet), and with @p clear both records reset.
+std::string metadata_error_text(int device, bool clear);
+
+/// One side of a packed batch's cu_seqlens (@p cu, [batch + 1]) clamped into @p out: from >= 0,
+/// non-decreasing, each length at most @p max_len, ending at most at @p total. @p record(code,
+/// index, value, bound) is called for each violation (the kernels keep the first). Host and
+/// device: the CPU test checks it on the host.
+template <class Record>
+FL_HD void clamp_cu_seqlens(const int* cu, int batch, long long total, long long max_len, int* out, Record&& record) {
+  long long prev = cu[0];
+  if (prev < 0) {
+    record(kCuSeqlensStart, 0, prev, 0LL);
+    prev = 0;
+  }
+  if (prev > total) {
+    record(kCuSeqlensTotal, 0, prev, total);
+    prev = total;
+  }
+  out[0] = static_cast<int>(prev);
+  for (int b = 1; b <= batch; ++b) {
+    long long x = cu[b];
+    if (x < prev) {
+      record(kCuSeqlensDecrease, b, x, prev);
+      x = prev;
+    }
+    if (x - prev > max_len) {
+      record(kCuSeqlensMax, b - 1, x - prev, max_len);
+      x = prev + max_len;
+    }
+    if (x > total) {
+      record(kCuSeqlensTotal, b, x, total);
+      x = total;
+    }
+    out[b] = static_cast<int>(x);
+    prev = x;
+  }
+}
+
+/// A cache sequence's length before the append (@p len, the caller's) clamped so that it and
+/// @p new_keys fit @p slots (new_keys <= slots); @p record(code, value, bound) on a violation.
+template <class Record>
+FL_HD long long clamp_cache_length(long long len, int new_keys, long long slots, Record&& record) {
+  if (len < 0) {
+    record(kCacheSeqlensNegative, len, 0LL);
+    return 0;
+  }
+  if (len + new_keys > slots) {
+    record(kCacheSeqlensCapacity, len + new_keys, slots);
+    return slots - new_keys;
+  }
+  return len;
+}
+
+/// cu_seqlens_q and cu_seqlens_k ([batch + 1] int32 each) checked against total_q / total_k
+/// and max_seqlen_q / max_seqlen_k; clamped copies (non-decreasing, from >= 0, each length at
+/// most max_seqlen, ending at most at the total) in @p out_q, @p out_k.
+void sanitize_cu_seqlens(const int* cu_q, const int* cu_k, int batch, int64_t total_q, int64_t total_k, int max_q,
+                         int max_k, int* out_q, int* out_k, MetadataSink err, cudaStream_t stream);
+
+/// A cache's metadata: @p seqlens (int32 [batch], the keys before the append) with @p new_keys
+/// appended must fit @p slots; @p leftpad (int32 [batch] or null) within [0, the keys];
+/// @p table (int32 [batch, columns] or null, row stride @p table_stride) entries of the used
+/// columns inside [0, @p pool_pages). Writes the clamped lengths before the append
+/// (@p out_seqlens), after it (@p out_used), the clamped left padding (@p out_leftpad, when
+/// given) and the table with every entry outside the pool replaced by page 0 (@p out_table).
+/// @p rows (int32 [batch] or null): cache_batch_idx, each inside [0, @p row_count); with it, the
+/// table is the one made from those rows, and a violation is recorded as the row's, not the table's.
+void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, const int* leftpad,
+                    const int* table, int columns, int64_t table_stride, int page, int64_t pool_pages,
+                    const int* rows, int64_t row_count, int* out_seqlens, int* out_used, int* out_leftpad,
+                    int* out_table, MetadataSink err, cudaStream_t stream);
+
+/// The append: new keys or values @p src [batch, new_keys, heads, head_dim] (16-bit, strides in
+/// elements) into @p dst at each sequence's @p seqlens (the caller's lengths before the append; a
+/// sequence whose keys would not fit the slots is skipped whole, sanitize_cache recorded it):
+/// paged (@p table, pages of @p page slots: dst [pages, page, heads, head_dim]) or contiguous
+/// (dst [rows, slots, heads, head_dim], sequence b in row @p rows[b], or row b when null). A
+/// page outside the pool (the original @p raw_table's entry) is skipped (sanitize_cache recorded
+/// it); so is a row outside [0, @p pool_pages) (recorded here:
+/// for a contiguous cache @p pool_pages is its rows).
+void append_cache(const void* src, const int64_t src_strides[4], void* dst, const int64_t dst_strides[4], int batch,
+                  int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots, const int* raw_table,
+                  int64_t table_stride, int page, int64_t pool_pages, const int* rows, MetadataSink err,
+                  cudaStream_t stream);
+
+}  // namespace fl

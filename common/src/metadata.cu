@@ -1,0 +1,257 @@
+/// @file metadata.cu
+/// @brief metadata.h: the check kernels (cu_seqlens, a cache's lengths, left padding and block
+/// table), their clamped copies, the cache append, and the error record. Plain CUDA, any
+/// architecture: a few integers per sequence, and the append's copies.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "flashladder/cuda_check.h"
+#include "flashladder/metadata.h"
+
+namespace fl {
+namespace {
+
+struct Records {
+  MetadataError* dev = nullptr;
+  MetadataError* host = nullptr;      ///< page-locked, mapped
+  MetadataError* host_dev = nullptr;  ///< its device address
+};
+
+std::mutex g_mutex;
+std::unordered_map<int, Records> g_records;
+
+Records& records_of(int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Records& r = g_records[device];
+  if (r.dev == nullptr) {
+    int current = 0;
+    FL_CUDA_CHECK(cudaGetDevice(&current));
+    FL_CUDA_CHECK(cudaSetDevice(device));
+    FL_CUDA_CHECK(cudaMalloc(&r.dev, sizeof(MetadataError)));
+    FL_CUDA_CHECK(cudaMemset(r.dev, 0, sizeof(MetadataError)));
+    FL_CUDA_CHECK(cudaHostAlloc(&r.host, sizeof(MetadataError), cudaHostAllocMapped | cudaHostAllocPortable));
+    *r.host = MetadataError{};
+    FL_CUDA_CHECK(cudaHostGetDevicePointer(&r.host_dev, r.host, 0));
+    FL_CUDA_CHECK(cudaSetDevice(current));
+  }
+  return r;
+}
+
+/// The first violation wins the device record's code; it then writes both records, the host's
+/// code last, after a system fence, so that a host that sees the code sees the rest.
+__device__ void record(MetadataSink s, int code, int side, int index, int column, long long value,
+                       long long bound) {
+  if (atomicCAS(&s.dev->code, 0, code) != 0) return;
+  s.dev->side = side;
+  s.dev->index = index;
+  s.dev->column = column;
+  s.dev->value = value;
+  s.dev->bound = bound;
+  volatile MetadataError* h = s.host;
+  h->side = side;
+  h->index = index;
+  h->column = column;
+  h->value = value;
+  h->bound = bound;
+  __threadfence_system();
+  h->code = code;
+}
+
+/// One thread per side (q, k): clamp_cu_seqlens (metadata.h).
+__global__ void sanitize_cu_seqlens_kernel(const int* cu_q, const int* cu_k, int batch, long long total_q,
+                                           long long total_k, int max_q, int max_k, int* out_q, int* out_k,
+                                           MetadataSink err) {
+  const int side = threadIdx.x;
+  if (side > 1) return;
+  clamp_cu_seqlens(side == 0 ? cu_q : cu_k, batch, side == 0 ? total_q : total_k, side == 0 ? max_q : max_k,
+                   side == 0 ? out_q : out_k, [&](int code, int index, long long value, long long bound) {
+                     record(err, code, side, index, 0, value, bound);
+                   });
+}
+
+/// One block per sequence: its length (thread 0) and its row of the table (every thread).
+__global__ void sanitize_cache_kernel(const int* seqlens, int new_keys, long long slots, const int* leftpad,
+                                      const int* table, int columns, long long table_stride, int page,
+                                      long long pool_pages, const int* rows, long long row_count, int* out_seqlens,
+                                      int* out_used, int* out_leftpad, int* out_table, MetadataSink err) {
+  const int b = blockIdx.x;
+  // new_keys <= slots: the host checks it. Every thread computes the length; thread 0 records.
+  auto rec = [&](int code, long long value, long long bound) {
+    if (threadIdx.x != 0) return;
+    if (code == kCacheSeqlensCapacity && table != nullptr)  // the table's capacity: name it
+      record(err, kBlockTableCapacity, 0, b, columns, value, bound);
+    else
+      record(err, code, 0, b, 0, value, bound);
+  };
+  const long long len = clamp_cache_length(seqlens[b], new_keys, slots, rec);
+  const long long used = len + new_keys;
+  if (threadIdx.x == 0) {
+    if (rows != nullptr && (rows[b] < 0 || rows[b] >= row_count))
+      record(err, kCacheBatchIdx, 0, b, 0, rows[b], row_count);
+    out_seqlens[b] = static_cast<int>(len);
+    out_used[b] = static_cast<int>(used);
+    if (leftpad != nullptr) {
+      long long pad = leftpad[b];
+      if (pad < 0 || pad > used) {
+        record(err, kLeftpad, 0, b, 0, pad, used);
+        pad = pad < 0 ? 0 : used;
+      }
+      out_leftpad[b] = static_cast<int>(pad);
+    }
+  }
+  if (table == nullptr) return;
+  const long long used_columns = (used + page - 1) / page;
+  for (int j = threadIdx.x; j < columns; j += blockDim.x) {
+    const int e = table[b * table_stride + j];
+    const bool inside = e >= 0 && e < pool_pages;
+    if (!inside && j < used_columns && rows == nullptr) record(err, kBlockTableEntry, 0, b, j, e, pool_pages);
+    out_table[static_cast<long long>(b) * columns + j] = inside ? e : 0;
+  }
+}
+
+/// One block per (new key, sequence); its threads copy the heads' rows, 2 bytes at a time
+/// (the strides are the tensors' own, in elements). @p seqlens: the caller's lengths before the
+/// append, unclamped, so that a sequence that would not fit is skipped whole.
+__global__ void append_cache_kernel(const uint16_t* src, long long s0, long long s1, long long s2, long long s3,
+                                    uint16_t* dst, long long d0, long long d1, long long d2, long long d3,
+                                    int heads, int head_dim, const int* seqlens, long long slots, const int* table,
+                                    long long table_stride, int page, long long pool_pages, const int* rows,
+                                    MetadataSink err) {
+  const int i = blockIdx.x;
+  const int b = blockIdx.y;
+  const long long len = seqlens[b];
+  // A sequence whose keys would not fit is not appended at all (sanitize_cache recorded it).
+  if (len < 0 || len + static_cast<long long>(gridDim.x) > slots) return;
+  const long long pos = len + i;
+  long long row, slot;
+  if (table != nullptr) {
+    const int e = table[b * table_stride + pos / page];
+    if (e < 0 || e >= pool_pages) return;  // recorded by sanitize_cache
+    row = e;
+    slot = pos % page;
+  } else {
+    row = rows != nullptr ? rows[b] : b;
+    if (row < 0 || row >= pool_pages) {
+      if (i == 0 && threadIdx.x == 0) record(err, kCacheBatchIdx, 0, b, 0, row, pool_pages);
+      return;
+    }
+    slot = pos;
+  }
+  const long long n = static_cast<long long>(heads) * head_dim;
+  for (long long t = threadIdx.x; t < n; t += blockDim.x) {
+    const long long h = t / head_dim, c = t % head_dim;
+    dst[row * d0 + slot * d1 + h * d2 + c * d3] = src[b * s0 + i * s1 + h * s2 + c * s3];
+  }
+}
+
+const char* side_name(int side) { return side == 0 ? "q" : "k"; }
+
+}  // namespace
+
+MetadataSink metadata_sink(int device) {
+  Records& r = records_of(device);
+  return {r.dev, r.host_dev};
+}
+
+std::string metadata_error_text(int device, bool clear) {
+  Records& r = records_of(device);
+  volatile MetadataError* h = r.host;
+  const int code = h->code;
+  std::ostringstream out;
+  const long long value = h->value, bound = h->bound;
+  const int index = h->index, side = h->side, column = h->column;
+  switch (code) {
+    case kMetaOk:
+      break;
+    case kCuSeqlensStart:
+      out << "cu_seqlens_" << side_name(side) << "[0] is " << value << ", below 0";
+      break;
+    case kCuSeqlensDecrease:
+      out << "cu_seqlens_" << side_name(side) << " decreases: entry " << index << " is " << value
+          << ", below the entry before it (" << bound << ")";
+      break;
+    case kCuSeqlensTotal:
+      out << "cu_seqlens_" << side_name(side) << "[" << index << "] is " << value << ", past " << side_name(side)
+          << "'s " << bound << " tokens";
+      break;
+    case kCuSeqlensMax:
+      out << "sequence " << index << " has " << value << " " << (side == 0 ? "queries" : "keys")
+          << ", more than max_seqlen_" << side_name(side) << " = " << bound;
+      break;
+    case kCacheSeqlensNegative:
+      out << "cache_seqlens[" << index << "] is " << value << ", below 0";
+      break;
+    case kCacheSeqlensCapacity:
+      out << "cache_seqlens[" << index << "] plus the new keys is " << value << ", past the cache's " << bound
+          << " slots";
+      break;
+    case kBlockTableEntry:
+      out << "block_table[" << index << ", " << column << "] is " << value << ", outside the pool's " << bound
+          << " pages";
+      break;
+    case kLeftpad:
+      out << "cache_leftpad[" << index << "] is " << value << ", outside [0, " << bound << "]";
+      break;
+    case kBlockTableCapacity:
+      out << "cache_seqlens[" << index << "] plus the new keys is " << value << ", past the block_table's capacity of "
+          << bound << " slots (" << column << " columns x " << (column > 0 ? bound / column : 0) << " per page)";
+      break;
+    case kCacheBatchIdx:
+      out << "cache_batch_idx[" << index << "] is " << value << ", outside the cache's " << bound << " rows";
+      break;
+    default:
+      out << "metadata error " << code;
+  }
+  if (clear && code != kMetaOk) {
+    int current = 0;
+    FL_CUDA_CHECK(cudaGetDevice(&current));
+    FL_CUDA_CHECK(cudaSetDevice(device));
+    FL_CUDA_CHECK(cudaDeviceSynchronize());  // no kernel of the erring call still writing
+    FL_CUDA_CHECK(cudaMemset(r.dev, 0, sizeof(MetadataError)));
+    h->code = 0;
+    FL_CUDA_CHECK(cudaSetDevice(current));
+  }
+  return out.str();
+}
+
+void sanitize_cu_seqlens(const int* cu_q, const int* cu_k, int batch, int64_t total_q, int64_t total_k, int max_q,
+                         int max_k, int* out_q, int* out_k, MetadataSink err, cudaStream_t stream) {
+  sanitize_cu_seqlens_kernel<<<1, 32, 0, stream>>>(cu_q, cu_k, batch, total_q, total_k, max_q, max_k, out_q, out_k,
+                                                   err);
+  FL_LAUNCH_CHECK("sanitize_cu_seqlens_kernel");
+}
+
+void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, const int* leftpad, const int* table,
+                    int columns, int64_t table_stride, int page, int64_t pool_pages, const int* rows,
+                    int64_t row_count, int* out_seqlens, int* out_used, int* out_leftpad, int* out_table,
+                    MetadataSink err, cudaStream_t stream) {
+  if (batch <= 0) return;
+  if (new_keys < 0 || new_keys > slots) throw std::invalid_argument("sanitize_cache: new keys past the cache's slots");
+  if (table != nullptr && page <= 0) throw std::invalid_argument("sanitize_cache: a block table needs a page size");
+  sanitize_cache_kernel<<<batch, 128, 0, stream>>>(seqlens, new_keys, slots, leftpad, table, columns, table_stride,
+                                                   page, pool_pages, rows, row_count, out_seqlens, out_used,
+                                                   out_leftpad, out_table, err);
+  FL_LAUNCH_CHECK("sanitize_cache_kernel");
+}
+
+void append_cache(const void* src, const int64_t src_strides[4], void* dst, const int64_t dst_strides[4], int batch,
+                  int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots, const int* raw_table,
+                  int64_t table_stride, int page, int64_t pool_pages, const int* rows, MetadataSink err,
+                  cudaStream_t stream) {
+  if (batch <= 0 || new_keys <= 0) return;
+  if (batch > 65535) throw std::invalid_argument("append_cache: more than 65535 sequences in one call");
+  const dim3 grid(static_cast<unsigned>(new_keys), static_cast<unsigned>(batch));
+  append_cache_kernel<<<grid, 128, 0, stream>>>(
+      static_cast<const uint16_t*>(src), src_strides[0], src_strides[1], src_strides[2], src_strides[3],
+      static_cast<uint16_t*>(dst), dst_strides[0], dst_strides[1], dst_strides[2], dst_strides[3], heads, head_dim,
+      seqlens, slots, raw_table, table_stride, page, pool_pages, rows, err);
+  FL_LAUNCH_CHECK("append_cache_kernel");
+}
+
+}  // namespace fl
