@@ -284,6 +284,34 @@ def gen_torch_host_steps(ctx, gpu=None):
     return out + "\n\n" + "\n\n".join(notes)
 
 
+@generator("torch-host-serving")
+def gen_torch_host_serving(ctx, gpu=None):
+    """The host's cost of one serving call per entry point (torch_overhead.json's host_serving,
+    bench/pytorch/host_serving.py) beside SDPA's decode step, in a loop and timed alone."""
+    res, d = torch_run(ctx, gpu, "torch_overhead.json")
+    h = d.get("host_serving")
+    if not h:
+        raise Missing("host_serving in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
+    loop, alone = h["call_us"], h["call_alone_us"]
+    sdpa = next((n for n in loop if n.startswith("F.scaled_dot_product_attention")), None)
+    rows = [["`%s`" % n, "%.1f" % loop[n], "%.1f" % alone[n],
+             results_io.fmt_ratio(loop[n] / loop[sdpa]) if sdpa else "—",
+             results_io.fmt_ratio(alone[n] / alone[sdpa]) if sdpa else "—"] for n in loop]
+    for name, why in h.get("not_run", {}).items():
+        rows.append(["`%s`" % name, "not run: %s" % why, "", "", ""])
+    out = results_io.markdown_table(["call", "µs per call, in a loop", "µs per call, timed alone",
+                                     "over SDPA's decode, in a loop", "over SDPA's decode, alone"], rows,
+                                    ["---", "--:", "--:", "--:", "--:"])
+    t = h["shape"]
+    notes = ["Batch %d, %d query heads on %d KV heads, head_dim %d, %s; a cache of %d slots holding %d keys "
+             "(pages of %d when paged); no autograd. %d rounds, each call in turn for %d calls in a loop and %d "
+             "timed alone per round, the order rotated per round; medians over the rounds." % (
+                 t["batch"], t["heads_q"], t["heads_kv"], t["head_dim"], t["dtype"], t["slots"], t["used"],
+                 t["page"], h["rounds"], h["calls"] // h["rounds"], h["calls"] // h["rounds"]),
+             "Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json"))]
+    return out + "\n\n" + "\n\n".join(notes)
+
+
 @generator("torch-decode")
 def gen_torch_decode(ctx, gpu=None):
     """Decode through the package (bench/pytorch/torch_decode.py, torch_decode.json): per shape the rung the

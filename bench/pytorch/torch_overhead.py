@@ -67,7 +67,9 @@ above, and a breakdown of
 the Python layer (input checks, plan lookup, output allocation, stream, the fast path's signature).
 Last, the host's cost of one forward + backward step under autograd per entry point (SDPA, the
 package's attention, flash_attn_func plain, causal, with softcap and a window, the varlen form) on
-batch 1, 2 heads, 128 tokens, d=64 (host_steps.py; "host_steps" in the JSON).
+batch 1, 2 heads, 128 tokens, d=64 (host_steps.py; "host_steps" in the JSON), and of one serving
+call per entry point (SDPA's decode, flash_attn_func's, flash_attn_with_kvcache contiguous, paged
+and appending, flash_attn_varlen_func; host_serving.py; "host_serving" in the JSON).
 
 Writes <out>/torch_overhead.json and <out>/torch_overhead.log, and adds its command line to
 <out>/meta.json (made when absent: device, date, commit).
@@ -88,6 +90,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import host_serving  # noqa: E402  bench/pytorch/host_serving.py: a serving call per entry point
 import host_steps  # noqa: E402  bench/pytorch/host_steps.py: a forward + backward step per entry point
 import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 import timing  # noqa: E402  bench/pytorch/timing.py: events, flush, median, paired rounds, host time
@@ -500,6 +503,10 @@ def run(args):
           "fp16 (%d steps)" % (st["batch"], st["seqlen"], st["heads"], st["head_dim"], args.host_calls))
     result["host_steps"] = host_steps.measure(torch, F, fl, device, args.host_calls,
                                               lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION))
+
+    # ---- the host's cost of a serving call (decode, a KV cache, its append, varlen) -------------
+    print("\n== host time per serving call: %s (%d calls)" % (host_serving.SERVING_SHAPE, args.host_calls))
+    result["host_serving"] = host_serving.measure(torch, F, fl, device, args.host_calls)
 
     # ---- the device time of each call's kernels, from the profiler (last: see profile_later) -----
     print("\n== the call's kernels on the GPU (PyTorch profiler, CUPTI), each call after the flush")

@@ -336,6 +336,53 @@ class HostSteps(unittest.TestCase):
             torch.cuda.synchronize = sync
 
 
+class HostServing(unittest.TestCase):
+    """bench/pytorch/host_serving.py on the CPU (PyTorch needed): every serving entry point runs and
+    is timed, with a stand-in package whose functions are SDPA on the same tensors."""
+
+    @unittest.skipUnless(have("torch"), "PyTorch is not installed")
+    def test_every_entry_point_runs(self):
+        import torch
+        import torch.nn.functional as F
+
+        import host_serving
+
+        def attn(q, k, v, causal=False, **_):
+            g = q.shape[2] // k.shape[2]
+            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(g, 1),
+                                                  v.transpose(1, 2).repeat_interleave(g, 1),
+                                                  is_causal=causal).transpose(1, 2)
+
+        def kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None, **_):
+            if block_table is not None:  # the pool read through the table, as the package reads it
+                k_cache = k_cache[block_table.long()].flatten(1, 2)
+                v_cache = v_cache[block_table.long()].flatten(1, 2)
+            n = int(cache_seqlens.max())
+            return attn(q, k_cache[:, :n].float(), v_cache[:, :n].float())
+
+        def varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False):
+            b = cu_q.numel() - 1
+            out = attn(*(t.reshape(b, max_q, t.shape[1], t.shape[2]).float() for t in (q, k, v)), causal=causal)
+            return out.reshape(-1, out.shape[2], out.shape[3])
+
+        fl = types.SimpleNamespace(flash_attn_func=lambda q, k, v: attn(q.float(), k.float(), v.float()),
+                                   flash_attn_with_kvcache=kvcache, flash_attn_varlen_func=varlen)
+        sync = torch.cuda.synchronize
+        torch.cuda.synchronize = lambda *a: None  # CPU tensors: nothing to wait for
+        try:
+            real_sdpa = F.scaled_dot_product_attention
+            F.scaled_dot_product_attention = lambda q, k, v, **kw: real_sdpa(q.float(), k.float(), v.float(), **kw)
+            rec = host_serving.measure(torch, F, fl, "cpu", 4, rounds=2)
+        finally:
+            torch.cuda.synchronize = sync
+            F.scaled_dot_product_attention = real_sdpa
+        names = [n for n, _ in host_serving.entry_points(torch, F, fl, "cpu")]
+        self.assertEqual(rec.get("not_run", {}), {})
+        self.assertEqual(sorted(rec["call_us"]), sorted(names))
+        self.assertTrue(all(v > 0 for v in rec["call_us"].values()))
+        self.assertEqual(sorted(rec["call_alone_us"]), sorted(names))
+
+
 class BwdProfile(unittest.TestCase):
     def test_roles(self):
         # (start, name, ms), out of order: the longest is main, the others by launch order.
