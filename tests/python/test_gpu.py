@@ -1447,6 +1447,43 @@ def part_metadata():
     for n in range(b):
         ref, _ = reference_mods(qd[n:n + 1], kc[n:n + 1, :int(used[n])], vc[n:n + 1, :int(used[n])], True)
         judge("kvcache after the reports, sequence %d" % n, out[n:n + 1].float(), ref, "fp16")
+    # A decode step with its append captured in a CUDA graph (how serving engines call it): replayed
+    # with new cache_seqlens and new keys written in place, it matches the same step run eagerly on
+    # a twin of the pool, output and pool, step after step.
+    lens = torch.tensor([10, 20], dtype=torch.int32, device="cuda")
+    kg, vg = pool_k.clone(), pool_v.clone()
+    kt, vt = pool_k.clone(), pool_v.clone()
+    qg, kn, vn = randn(b, 1, hq, d), randn(b, 1, hkv, d), randn(b, 1, hkv, d)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capture (plans, the error record, allocations)
+        for _ in range(2):
+            flash_attn_with_kvcache(qg, kg, vg, kn, vn, cache_seqlens=lens, block_table=table, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    kg.copy_(kt)
+    vg.copy_(vt)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            out_g = flash_attn_with_kvcache(qg, kg, vg, kn, vn, cache_seqlens=lens, block_table=table, causal=True)
+    except Exception as e:  # noqa: BLE001
+        fail("a decode step with its append could not be captured in a CUDA graph: %s: %s" % (type(e).__name__, e))
+    else:
+        for step in range(3):
+            lens.copy_(torch.tensor([10 + step, 20 + 2 * step], dtype=torch.int32, device="cuda"))
+            qg.copy_(randn(b, 1, hq, d))
+            kn.copy_(randn(b, 1, hkv, d))
+            vn.copy_(randn(b, 1, hkv, d))
+            graph.replay()
+            ref = flash_attn_with_kvcache(qg, kt, vt, kn, vn, cache_seqlens=lens, block_table=table, causal=True)
+            torch.cuda.synchronize()
+            COMPARED[0] += 1
+            if not (torch.equal(out_g, ref) and torch.equal(kg, kt) and torch.equal(vg, vt)):
+                fail("CUDA graph replay %d: output or pool differs from the eager step (max |diff| %.3g)" % (
+                    step, (out_g.float() - ref.float()).abs().max().item()))
+            else:
+                print("ok   CUDA graph replay %d (cache_seqlens %s): output and pool equal to the eager step" % (
+                    step, lens.tolist()))
     # The host's cost of one checked call (printed): the check kernel's launch is in it.
     import time
     for what, call in (("varlen forward", lambda: flash_attn_varlen_func(q, k, v, cu, cu, 200, 200, causal=True)),
