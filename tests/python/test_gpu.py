@@ -1447,6 +1447,27 @@ def part_metadata():
     for n in range(b):
         ref, _ = reference_mods(qd[n:n + 1], kc[n:n + 1, :int(used[n])], vc[n:n + 1, :int(used[n])], True)
         judge("kvcache after the reports, sequence %d" % n, out[n:n + 1].float(), ref, "fp16")
+    # The fast path (a signature that passed the checked path: _kvcache.KV_FAST) against the checked
+    # path on twins of the cache, paged and contiguous, with an append: the same output and cache.
+    from flashladder import _kvcache
+    for layout in ("paged", "contiguous"):
+        twins = [(pool_k.clone(), pool_v.clone()) if layout == "paged" else (kc.clone(), vc.clone()) for _ in range(2)]
+        extra = {"block_table": table} if layout == "paged" else {}
+        outs = []
+        for n, (kx, vx) in enumerate(twins):
+            got = []
+            for step in range(3):
+                if n == 1:
+                    _kvcache.KV_FAST.clear()  # the second twin: the checked path every step
+                lens2 = torch.tensor([30 + step, 40 + step], dtype=torch.int32, device="cuda")
+                got.append(flash_attn_with_kvcache(qd, kx, vx, k1, v1, cache_seqlens=lens2, causal=True, **extra))
+            outs.append(got)
+        COMPARED[0] += 1
+        if not (all(torch.equal(a, c) for a, c in zip(*outs)) and torch.equal(twins[0][0], twins[1][0])
+                and torch.equal(twins[0][1], twins[1][1])):
+            fail("kvcache %s: the fast path's steps differ from the checked path's" % layout)
+        else:
+            print("ok   kvcache %s: 3 steps on the fast path equal to the checked path (output and cache)" % layout)
     # A decode step with its append captured in a CUDA graph (how serving engines call it): replayed
     # with new cache_seqlens and new keys written in place, it matches the same step run eagerly on
     # a twin of the pool, output and pool, step after step.

@@ -186,6 +186,69 @@ def _append(x, cache, seqlens, slots, raw_table, page, rows, q):
                       0 if rows is None else rows.data_ptr(), _launch.stream(q), q.device.index)
 
 
+#: Signatures of serving calls (kv_signature) that passed the checked path, to what their next call
+#: needs (_KvFast): a serving loop calls with the same few signatures every step, once per layer,
+#: so that the next call runs the metadata checks, the append and the launch only.
+KV_FAST = {}
+_KV_FAST_MAX = 4096
+
+
+def kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale, causal,
+                 window_size, softcap, alibi_slopes, num_splits, learnable_sink, return_softmax_lse):
+    """What the checks of a call depend on: each tensor's shape, strides, dtype and device (the
+    metadata's values are checked on the device every call), an int cache_seqlens' value, and the
+    arguments. None when an argument is not what a tensor or a number should be."""
+
+    def t(x):
+        return None if x is None else (x.shape, x.stride(), x.dtype, x.device)
+
+    try:
+        return (t(q), t(k_cache), t(v_cache), t(k), t(v),
+                cache_seqlens if cache_seqlens is None or isinstance(cache_seqlens, int) else t(cache_seqlens),
+                t(cache_leftpad), t(block_table), softmax_scale, bool(causal), tuple(window_size), float(softcap),
+                t(alibi_slopes), num_splits if isinstance(num_splits, int) else None, t(learnable_sink),
+                bool(return_softmax_lse))
+    except Exception:  # noqa: BLE001  not tensors or numbers: the checked path says why
+        return None
+
+
+class _KvFast:
+    """A checked call's plan for the next ones: the problem's key and Mods, the cache's slots, page
+    (0: contiguous), pages and rows in the pool, and the new keys' count."""
+
+    __slots__ = ("key", "mods", "slots", "page", "pool_pages", "pool_rows", "new")
+
+    def __init__(self, key, mods, slots, page, pool_pages, pool_rows, new):
+        self.key, self.mods, self.slots, self.page = key, mods, slots, page
+        self.pool_pages, self.pool_rows, self.new = pool_pages, pool_rows, new
+
+
+def _kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes, learnable_sink,
+             return_softmax_lse):
+    """A call whose signature passed the checked path: the metadata checked on the device (and the
+    append), then the launch, as the checked path does them."""
+    batch, _, _, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    if block_table is not None and not block_table.is_contiguous():
+        block_table = block_table.contiguous()
+    _launch.raise_metadata_errors(q.device.index)
+    raw_used, _, used_after, start, table = _sanitized_cache(cache_seqlens, f.new, batch, f.slots, cache_leftpad,
+                                                             block_table, f.page, f.pool_pages, None, 0, q)
+    if k is not None:
+        _append(k, k_cache, raw_used, f.slots, block_table, f.page, None, q)
+        _append(v, v_cache, raw_used, f.slots, block_table, f.page, None, q)
+    slopes = None if alibi_slopes is None else alibi_slopes.detach().float().contiguous()
+    sinks = None if learnable_sink is None else learnable_sink.detach().float().contiguous()
+    if f.page:
+        kc, vc = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
+    else:
+        kc, vc = k_cache, v_cache
+    with torch.no_grad():
+        out, lse, _ = _launch.forward(q, kc, vc, f.key, mods=f.mods,
+                                      extras=(None, None, sinks, slopes, used_after, table, start, f.pool_rows))
+    return (out, lse) if return_softmax_lse else out
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -232,6 +295,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     An int ``cache_seqlens`` and the new keys' count are checked on the host, before anything runs."""
     if (k is None) != (v is None):
         raise ValueError("flashladder: k and v come together (the new keys and values)")
+    sig = None
+    if rotary_cos is None and rotary_sin is None and cache_batch_idx is None and not torch.compiler.is_compiling():
+        sig = kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
+                           causal, window_size, softcap, alibi_slopes, num_splits, learnable_sink, return_softmax_lse)
+        fast = KV_FAST.get(sig) if sig is not None else None
+        if fast is not None:
+            return _kv_fast(fast, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table,
+                            alibi_slopes, learnable_sink, return_softmax_lse)
     if k is not None and cache_seqlens is None:
         raise ValueError("flashladder: k and v are appended at cache_seqlens: pass it (FlashAttention 2 refuses new "
                          "keys without it)")
@@ -397,4 +468,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     with torch.no_grad():
         out, lse, _ = _launch.forward(q, kc, vc, key, mods=mods,
                                       extras=(None, None, sinks, slopes, used, block_table, start, pool_rows))
+    if sig is not None and not torch_ops and (not paged or mods.page_size):
+        # Checked and launched: the signature's next call takes the fast path (not a paged
+        # prefill, whose pages are gathered with a read of the lengths on the host).
+        if len(KV_FAST) >= _KV_FAST_MAX:
+            KV_FAST.clear()
+        KV_FAST[sig] = _KvFast(key, mods, slots, page if paged else 0, k_cache.shape[0] if paged else 0, pool_rows,
+                               new)
     return (out, lse) if return_softmax_lse else out
