@@ -553,24 +553,28 @@ NB_MODULE(_ext, m) {
       "the device, their clamped copies written (metadata.h)");
   m.def(
       "append_cache",
-      [](uintptr_t src, const std::array<int64_t, 4>& src_strides, uintptr_t dst,
-         const std::array<int64_t, 4>& dst_strides, int batch, int new_keys, int heads, int head_dim,
-         uintptr_t seqlens, int64_t slots, uintptr_t table, int64_t table_stride, int page, int64_t pool_pages,
-         uintptr_t rows, uintptr_t stream, int device) {
-        if (!src || !dst || !seqlens) refuse_if("append_cache: a null pointer");
+      [](uintptr_t k, const std::array<int64_t, 4>& k_strides, uintptr_t k_cache,
+         const std::array<int64_t, 4>& k_cache_strides, uintptr_t v, const std::array<int64_t, 4>& v_strides,
+         uintptr_t v_cache, const std::array<int64_t, 4>& v_cache_strides, int batch, int new_keys, int heads,
+         int head_dim, uintptr_t seqlens, int64_t slots, uintptr_t table, int64_t table_stride, int page,
+         int64_t pool_pages, uintptr_t rows, uintptr_t stream, int device) {
+        if (!k || !k_cache || !v || !v_cache || !seqlens) refuse_if("append_cache: a null pointer");
         DeviceGuard guard(device);
         const MetadataSink sink = metadata_sink(device);
         nb::gil_scoped_release release;
-        fl::append_cache(reinterpret_cast<const void*>(src), src_strides.data(), reinterpret_cast<void*>(dst),
-                         dst_strides.data(), batch, new_keys, heads, head_dim, reinterpret_cast<const int*>(seqlens),
-                         slots, reinterpret_cast<const int*>(table), table_stride, page, pool_pages,
-                         reinterpret_cast<const int*>(rows), sink, reinterpret_cast<cudaStream_t>(stream));
+        fl::append_cache(reinterpret_cast<const void*>(k), k_strides.data(), reinterpret_cast<void*>(k_cache),
+                         k_cache_strides.data(), reinterpret_cast<const void*>(v), v_strides.data(),
+                         reinterpret_cast<void*>(v_cache), v_cache_strides.data(), batch, new_keys, heads, head_dim,
+                         reinterpret_cast<const int*>(seqlens), slots, reinterpret_cast<const int*>(table),
+                         table_stride, page, pool_pages, reinterpret_cast<const int*>(rows), sink,
+                         reinterpret_cast<cudaStream_t>(stream));
       },
-      "src"_a, "src_strides"_a, "dst"_a, "dst_strides"_a, "batch"_a, "new_keys"_a, "heads"_a, "head_dim"_a,
-      "seqlens"_a, "slots"_a, "table"_a, "table_stride"_a, "page"_a, "pool_pages"_a, "rows"_a, "stream"_a,
-      "device"_a,
-      "New keys or values (16-bit [batch, new, heads, head_dim]) written into a cache at each sequence's "
-      "checked length, paged (table) or contiguous (rows or row b); out-of-bounds writes skipped and recorded");
+      "k"_a, "k_strides"_a, "k_cache"_a, "k_cache_strides"_a, "v"_a, "v_strides"_a, "v_cache"_a,
+      "v_cache_strides"_a, "batch"_a, "new_keys"_a, "heads"_a, "head_dim"_a, "seqlens"_a, "slots"_a, "table"_a,
+      "table_stride"_a, "page"_a, "pool_pages"_a, "rows"_a, "stream"_a, "device"_a,
+      "New keys and values (16-bit [batch, new, heads, head_dim]) written into their caches at each "
+      "sequence's length in one launch, paged (table) or contiguous (rows or row b); out-of-bounds writes "
+      "skipped and recorded");
   m.def(
       "metadata_errors",
       [](int device, bool clear) { return metadata_error_text(device, clear); }, "device"_a, "clear"_a = true,

@@ -115,14 +115,21 @@ __global__ void sanitize_cache_kernel(const int* seqlens, int new_keys, long lon
   }
 }
 
-/// One block per (new key, sequence); its threads copy the heads' rows, 2 bytes at a time
-/// (the strides are the tensors' own, in elements). @p seqlens: the caller's lengths before the
-/// append, unclamped, so that a sequence that would not fit is skipped whole.
-__global__ void append_cache_kernel(const uint16_t* src, long long s0, long long s1, long long s2, long long s3,
-                                    uint16_t* dst, long long d0, long long d1, long long d2, long long d3,
-                                    int heads, int head_dim, const int* seqlens, long long slots, const int* table,
-                                    long long table_stride, int page, long long pool_pages, const int* rows,
-                                    MetadataSink err) {
+/// One side of the append: the new rows and the cache they go into (strides in elements).
+struct AppendSide {
+  const uint16_t* src;
+  long long s0, s1, s2, s3;
+  uint16_t* dst;
+  long long d0, d1, d2, d3;
+};
+
+/// One block per (new key, sequence, side: keys or values); its threads copy the heads' rows, 2
+/// bytes at a time. @p seqlens: the caller's lengths before the append, unclamped, so that a
+/// sequence that would not fit is skipped whole.
+__global__ void append_cache_kernel(AppendSide keys, AppendSide values, int heads, int head_dim, const int* seqlens,
+                                    long long slots, const int* table, long long table_stride, int page,
+                                    long long pool_pages, const int* rows, MetadataSink err) {
+  const AppendSide& a = blockIdx.z == 0 ? keys : values;
   const int i = blockIdx.x;
   const int b = blockIdx.y;
   const long long len = seqlens[b];
@@ -138,7 +145,7 @@ __global__ void append_cache_kernel(const uint16_t* src, long long s0, long long
   } else {
     row = rows != nullptr ? rows[b] : b;
     if (row < 0 || row >= pool_pages) {
-      if (i == 0 && threadIdx.x == 0) record(err, kCacheBatchIdx, 0, b, 0, row, pool_pages);
+      if (i == 0 && blockIdx.z == 0 && threadIdx.x == 0) record(err, kCacheBatchIdx, 0, b, 0, row, pool_pages);
       return;
     }
     slot = pos;
@@ -146,8 +153,12 @@ __global__ void append_cache_kernel(const uint16_t* src, long long s0, long long
   const long long n = static_cast<long long>(heads) * head_dim;
   for (long long t = threadIdx.x; t < n; t += blockDim.x) {
     const long long h = t / head_dim, c = t % head_dim;
-    dst[row * d0 + slot * d1 + h * d2 + c * d3] = src[b * s0 + i * s1 + h * s2 + c * s3];
+    a.dst[row * a.d0 + slot * a.d1 + h * a.d2 + c * a.d3] = a.src[b * a.s0 + i * a.s1 + h * a.s2 + c * a.s3];
   }
+}
+
+AppendSide side_of(const void* src, const int64_t s[4], void* dst, const int64_t d[4]) {
+  return {static_cast<const uint16_t*>(src), s[0], s[1], s[2], s[3], static_cast<uint16_t*>(dst), d[0], d[1], d[2], d[3]};
 }
 
 const char* side_name(int side) { return side == 0 ? "q" : "k"; }
@@ -240,17 +251,17 @@ void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, 
   FL_LAUNCH_CHECK("sanitize_cache_kernel");
 }
 
-void append_cache(const void* src, const int64_t src_strides[4], void* dst, const int64_t dst_strides[4], int batch,
-                  int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots, const int* raw_table,
-                  int64_t table_stride, int page, int64_t pool_pages, const int* rows, MetadataSink err,
-                  cudaStream_t stream) {
+void append_cache(const void* k, const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4],
+                  const void* v, const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4],
+                  int batch, int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots,
+                  const int* raw_table, int64_t table_stride, int page, int64_t pool_pages, const int* rows,
+                  MetadataSink err, cudaStream_t stream) {
   if (batch <= 0 || new_keys <= 0) return;
   if (batch > 65535) throw std::invalid_argument("append_cache: more than 65535 sequences in one call");
-  const dim3 grid(static_cast<unsigned>(new_keys), static_cast<unsigned>(batch));
-  append_cache_kernel<<<grid, 128, 0, stream>>>(
-      static_cast<const uint16_t*>(src), src_strides[0], src_strides[1], src_strides[2], src_strides[3],
-      static_cast<uint16_t*>(dst), dst_strides[0], dst_strides[1], dst_strides[2], dst_strides[3], heads, head_dim,
-      seqlens, slots, raw_table, table_stride, page, pool_pages, rows, err);
+  const dim3 grid(static_cast<unsigned>(new_keys), static_cast<unsigned>(batch), 2);
+  append_cache_kernel<<<grid, 128, 0, stream>>>(side_of(k, k_strides, k_cache, k_cache_strides),
+                                                side_of(v, v_strides, v_cache, v_cache_strides), heads, head_dim,
+                                                seqlens, slots, raw_table, table_stride, page, pool_pages, rows, err);
   FL_LAUNCH_CHECK("append_cache_kernel");
 }
 

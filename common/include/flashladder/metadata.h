@@ -130,17 +130,18 @@ void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, 
                     const int* rows, int64_t row_count, int* out_seqlens, int* out_used, int* out_leftpad,
                     int* out_table, MetadataSink err, cudaStream_t stream);
 
-/// The append: new keys or values @p src [batch, new_keys, heads, head_dim] (16-bit, strides in
-/// elements) into @p dst at each sequence's @p seqlens (the caller's lengths before the append; a
-/// sequence whose keys would not fit the slots is skipped whole, sanitize_cache recorded it):
-/// paged (@p table, pages of @p page slots: dst [pages, page, heads, head_dim]) or contiguous
-/// (dst [rows, slots, heads, head_dim], sequence b in row @p rows[b], or row b when null). A
-/// page outside the pool (the original @p raw_table's entry) is skipped (sanitize_cache recorded
-/// it); so is a row outside [0, @p pool_pages) (recorded here:
+/// The append, one launch: the new keys @p k and values @p v [batch, new_keys, heads, head_dim]
+/// (16-bit, strides in elements) into @p k_cache and @p v_cache at each sequence's @p seqlens (the
+/// caller's lengths before the append; a sequence whose keys would not fit the slots is skipped
+/// whole, sanitize_cache recorded it): paged (@p raw_table, the caller's, pages of @p page slots:
+/// caches [pages, page, heads, head_dim]; a page outside the pool is skipped, sanitize_cache
+/// recorded it) or contiguous (caches [rows, slots, heads, head_dim], sequence b in row
+/// @p rows[b], or row b when null; a row outside [0, @p pool_pages) is skipped and recorded here:
 /// for a contiguous cache @p pool_pages is its rows).
-void append_cache(const void* src, const int64_t src_strides[4], void* dst, const int64_t dst_strides[4], int batch,
-                  int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots, const int* raw_table,
-                  int64_t table_stride, int page, int64_t pool_pages, const int* rows, MetadataSink err,
-                  cudaStream_t stream);
+void append_cache(const void* k, const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4],
+                  const void* v, const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4],
+                  int batch, int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots,
+                  const int* raw_table, int64_t table_stride, int page, int64_t pool_pages, const int* rows,
+                  MetadataSink err, cudaStream_t stream);
 
 }  // namespace fl

@@ -172,17 +172,18 @@ def _sanitized_cache(cache_seqlens, new, batch, slots, cache_leftpad, block_tabl
     return seqlens, out_seqlens, out_used, None if leftpad is None else out_leftpad, out_table
 
 
-def _append(x, cache, seqlens, slots, raw_table, page, rows, q):
-    """The new keys (or values) ``x`` [batch, new, heads_kv, head_dim] into ``cache`` in place at each
-    sequence's length ``seqlens`` (the caller's: a sequence whose keys would not fit is skipped whole,
-    sanitize_cache recorded it; one launch, _ext.append_cache): through the caller's block table
-    (an entry outside the pool skipped, sanitize_cache recorded it), or into row b (``rows[b]``
-    with cache_batch_idx; a row outside the cache skipped and recorded) of a contiguous cache."""
-    batch, new, heads, head_dim = x.shape
-    pool = cache.shape[0]
-    _ext.append_cache(x.data_ptr(), x.stride(), cache.data_ptr(), cache.stride(), batch, new, heads, head_dim,
-                      seqlens.data_ptr(), slots, 0 if raw_table is None else raw_table.data_ptr(),
-                      0 if raw_table is None else raw_table.stride(0), page, pool,
+def _append(k, v, k_cache, v_cache, seqlens, slots, raw_table, page, rows, q):
+    """The new keys ``k`` and values ``v`` [batch, new, heads_kv, head_dim] into their caches in place
+    at each sequence's length ``seqlens`` (the caller's: a sequence whose keys would not fit is
+    skipped whole, sanitize_cache recorded it), one launch (_ext.append_cache): through the caller's
+    block table (an entry outside the pool skipped, sanitize_cache recorded it), or into row b
+    (``rows[b]`` with cache_batch_idx; a row outside the cache skipped and recorded) of a
+    contiguous cache."""
+    batch, new, heads, head_dim = k.shape
+    _ext.append_cache(k.data_ptr(), k.stride(), k_cache.data_ptr(), k_cache.stride(), v.data_ptr(), v.stride(),
+                      v_cache.data_ptr(), v_cache.stride(), batch, new, heads, head_dim, seqlens.data_ptr(), slots,
+                      0 if raw_table is None else raw_table.data_ptr(),
+                      0 if raw_table is None else raw_table.stride(0), page, k_cache.shape[0],
                       0 if rows is None else rows.data_ptr(), _launch.stream(q), q.device.index)
 
 
@@ -235,8 +236,7 @@ def _kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_t
     raw_used, _, used_after, start, table = _sanitized_cache(cache_seqlens, f.new, batch, f.slots, cache_leftpad,
                                                              block_table, f.page, f.pool_pages, None, 0, q)
     if k is not None:
-        _append(k, k_cache, raw_used, f.slots, block_table, f.page, None, q)
-        _append(v, v_cache, raw_used, f.slots, block_table, f.page, None, q)
+        _append(k, v, k_cache, v_cache, raw_used, f.slots, block_table, f.page, None, q)
     slopes = None if alibi_slopes is None else alibi_slopes.detach().float().contiguous()
     sinks = None if learnable_sink is None else learnable_sink.detach().float().contiguous()
     if f.page:
@@ -413,8 +413,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             used = used + new
         else:
             rows32 = None if copy_rows is None else batch_rows  # int32, as the kernel reads it
-            _append(k, k_cache, raw_used, slots, raw_table, page if paged else 0, rows32, q)
-            _append(v, v_cache, raw_used, slots, raw_table, page if paged else 0, rows32, q)
+            _append(k, v, k_cache, v_cache, raw_used, slots, raw_table, page if paged else 0, rows32, q)
     if not torch_ops:
         used = used_after
     if copy_rows is not None:
