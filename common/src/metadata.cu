@@ -158,7 +158,8 @@ __global__ void append_cache_kernel(AppendSide keys, AppendSide values, int head
 }
 
 AppendSide side_of(const void* src, const int64_t s[4], void* dst, const int64_t d[4]) {
-  return {static_cast<const uint16_t*>(src), s[0], s[1], s[2], s[3], static_cast<uint16_t*>(dst), d[0], d[1], d[2], d[3]};
+  return {static_cast<const uint16_t*>(src), s[0], s[1], s[2], s[3],
+          static_cast<uint16_t*>(dst),       d[0], d[1], d[2], d[3]};
 }
 
 const char* side_name(int side) { return side == 0 ? "q" : "k"; }
