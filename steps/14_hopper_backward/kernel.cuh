@@ -49,6 +49,10 @@ struct BwdBuffers {
   int kv_split;       ///< slices of a GQA group (workspace.h's kv_splits)
   int64_t head_rows;  ///< padded rows of a head (workspace.h's head_rows)
   int64_t key_rows;   ///< batch x seqlen_k, or total_k packed (workspace.h's key_rows)
+  /// Deterministic, with the writer warp: the dQ tile freed for the math warps once the copy
+  /// engine has read it, the next block's turn given once the add has landed (the rung); false:
+  /// both once it has landed (the late-free ablation), the math warps waiting for the add.
+  bool early_free;
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
@@ -455,11 +459,13 @@ __device__ __forceinline__ float* dq_tile(const BwdBuffers& buf, const BlockWork
 /// The dQ writer's add of step @p it, by one thread: the tile in shared memory to the accumulator
 /// in one bulk reduce-add; deterministic: only once the counter of the query block says the K/V
 /// blocks before this one have added theirs, then the counter moves on. Returns when the copy
-/// engine has read the tile (it may then be overwritten).
+/// engine has read the tile (it may then be overwritten). With @p defer_release (deterministic
+/// only), returns the counter before the add has landed: the caller frees the tile for the math
+/// warps first and then calls release_dq_turn, so that the math warps do not wait for the add.
 template <class Cfg>
-__device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf,
+__device__ __forceinline__ int* add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf,
                                             const AttnParams& p, const BlockWork& w, int it,
-                                            bool deterministic) {
+                                            bool deterministic, bool defer_release = false) {
   // LAB-BEGIN(14-dq-writer): one bulk reduce-add per dQ tile; in order when deterministic
   float* dst = dq_tile<Cfg>(buf, w, it);
   int* counter = nullptr;
@@ -480,15 +486,24 @@ __device__ __forceinline__ void add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
   }
   bulk_reduce_add_f32(dst, sm.dQ(), Cfg::kDqBytes);
   bulk_commit_group();
-  if (deterministic) {
+  if (deterministic && !defer_release) {
     bulk_wait_group<0>();  // our adds are done in global memory ...
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
                  : "memory");  // ... then the next
-  } else {
-    bulk_wait_group_read<0>();  // the tile is read: the math warps may write the next one
+    return nullptr;
   }
+  bulk_wait_group_read<0>();  // the tile is read: the math warps may write the next one
+  return deterministic ? counter : nullptr;
   // LAB-END(14-dq-writer)
+}
+
+/// The next block's turn at a query block's dQ, given once this block's add has landed (the
+/// deferred half of add_dq_tile).
+__device__ __forceinline__ void release_dq_turn(int* counter) {
+  bulk_wait_group<0>();
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
 }
 
 /// Stores a warpgroup's 64 x kSN accumulator tile (keys x queries, 16-bit, packed as A fragments)
@@ -645,9 +660,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
         for (int it = 0; it < work.steps; ++it) {
           named_barrier_sync(kDqFull, kDqHandoff);  // the math warps' share is in shared memory
-          if (tid == 32) add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic);
+          int* turn = nullptr;  // deterministic, early_free: the counter to move once the add lands
+          if (tid == 32) turn = add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic, buf.early_free);
           __syncwarp();
           if (it + 1 < work.steps) named_barrier_arrive(kDqEmpty, kDqHandoff);
+          if (tid == 32 && turn != nullptr) release_dq_turn(turn);  // the math warps already go on
+          __syncwarp();
         }
         if (tid == 32) bulk_wait_group<0>();
         // LAB-END(14-writer-loop)

@@ -30,14 +30,15 @@ constexpr int kForwardRung = 15;
 
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
-enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split };
+enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
+                  late_free };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
-    M == Mode::rule_split;
+    M == Mode::rule_split || M == Mode::late_free;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
 /// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
@@ -111,7 +112,7 @@ template <Mode M, class T, class Cfg>
 void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
   hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream,
-                                                         prep_of(M));
+                                                         prep_of(M), M != Mode::late_free);
 }
 
 template <Mode M, class T, class Cfg>
@@ -230,6 +231,8 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::rule_split>("rule-split", "ablation: rung 11's rule for the GQA group split (slices only "
                                                     "when the grid would have fewer than 256 blocks), without the "
                                                     "schedule model's causal split"));
+  reg.add(make_rung<Mode::late_free>("late-free", "ablation: deterministic, the dQ tile freed for the math warps only "
+                                                  "once its add has landed (not once the copy engine has read it)"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

@@ -139,7 +139,7 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// (a packed batch of empty sequences).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
-                     cudaStream_t stream, Prep prep = kRungPrep) {
+                     cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
   // A packed batch's token counts included. The dQ tiles are the kernel's (D columns): a head_dim
@@ -165,6 +165,7 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.counters = deterministic ? reinterpret_cast<int*>(ws + counter_offset(shape)) : nullptr;
   buf.dkv_acc = ws + dkv_acc_offset(shape, deterministic);
   buf.kv_split = kv_splits(shape, how);
+  buf.early_free = early_free;
   if (buf.kv_split > 1 && p.head_dim != D)  // the partial sums and rung 11's convert are d wide
     throw std::runtime_error("the backward launch: a split GQA group needs head_dim " + std::to_string(D));
 
