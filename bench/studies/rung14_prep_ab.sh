@@ -15,6 +15,8 @@
 #   bf16 128 4096 2 16 4 1 ...
 #   X
 #   )" bench/studies/rung14_prep_ab.sh BIN OUT 3
+#   EXTRA_ARGS=<runner flags for every run>, e.g. the deterministic mode against late-free:
+#   OTHER=late-free EXTRA_ARGS="--deterministic 1" SHAPES=... bench/studies/rung14_prep_ab.sh BIN OUT 3
 set -u
 B=$1/14_hopper_backward
 R=$2
@@ -33,7 +35,8 @@ bf16 256 4096 2 16 16 1"}
 while read -r t d n b h kv c; do
   shape=${t}_d${d}_N${n}_B${b}_H${h}_KV${kv}_c${c}
   [ -n "$ONLY" ] && ! grep -qE "$ONLY" <<< "$shape" && continue
-  args=(--dtype "$t" --dim "$d" --seqlen "$n" --batch "$b" --heads "$h" --kv-heads "$kv" --causal "$c" --no-compare)
+  args=(--dtype "$t" --dim "$d" --seqlen "$n" --batch "$b" --heads "$h" --kv-heads "$kv" --causal "$c" --no-compare
+        ${EXTRA_ARGS:-})
   for v in "" "$OTHER"; do  # the check, once per entry
     timeout 300 "$B" ${v:+--variant $v} "${args[@]}" --check auto --iters 3 > "$R/${shape}_${v:-rung}_check.log" 2>&1
     echo "$shape ${v:-rung} check: $(grep -o 'PASS\|FAIL' "$R/${shape}_${v:-rung}_check.log" | head -1)"
