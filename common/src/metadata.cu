@@ -175,6 +175,7 @@ std::string metadata_error_text(int device, bool clear) {
   Records& r = records_of(device);
   volatile MetadataError* h = r.host;
   const int code = h->code;
+  if (code == kMetaOk) return std::string();  // every call asks: no stream built for nothing
   std::ostringstream out;
   const long long value = h->value, bound = h->bound;
   const int index = h->index, side = h->side, column = h->column;
