@@ -284,6 +284,42 @@ def gen_torch_host_steps(ctx, gpu=None):
     return out + "\n\n" + "\n\n".join(notes)
 
 
+@generator("torch-host-steps-profile")
+def gen_torch_host_steps_profile(ctx, gpu=None, entries="F.scaled_dot_product_attention, causal (default backend);"
+                                 "flashladder.attention, causal", top="8"):
+    """Where a forward + backward step's host time goes (torch_overhead.json's host_steps.cpu_profile,
+    bench/pytorch/host_steps.py): for each of @p entries (';'-separated names), its @p top host events
+    by own time per step under the PyTorch profiler, side by side."""
+    res, d = torch_run(ctx, gpu, "torch_overhead.json")
+    prof = (d.get("host_steps") or {}).get("cpu_profile")
+    if not prof:
+        raise Missing("host_steps.cpu_profile in %s" % res.rel("torch_overhead.json"),
+                      TORCH_RUN_COMMANDS["torch_overhead.json"])
+    names = [n for n in entries.split(";") if n in prof and "ops" in prof[n]]
+    if not names:
+        raise Missing("the profiles of %s in %s" % (entries, res.rel("torch_overhead.json")),
+                      TORCH_RUN_COMMANDS["torch_overhead.json"])
+    n_top = int(top)
+    head, align, cols = ["rank"], ["--:"], []
+    for n in names:
+        head += ["`%s`: host event" % n, "µs per step", "calls per step"]
+        align += ["---", "--:", "--:"]
+        cols.append(prof[n]["ops"][:n_top])
+    rows = []
+    for k in range(max(len(c) for c in cols)):
+        row = ["%d" % (k + 1)]
+        for c in cols:
+            row += ["`%s`" % c[k][0], "%.1f" % c[k][1], "%g" % c[k][2]] if k < len(c) else ["", "", ""]
+        rows.append(row)
+    rows.append(["all"] + sum((["(own time, every event)", "%.1f" % prof[n]["self_us_total"], ""] for n in names), []))
+    out = results_io.markdown_table(head, rows, align)
+    steps = prof[names[0]]["steps"]
+    return out + "\n\n" + ("The PyTorch profiler's host events (aten ops, autograd nodes, CUDA runtime calls) over %d "
+                            "steps per entry point, by own time; the profiler's own cost inflates every figure alike, "
+                            "so read them as shares. Measured on %s; %s." % (steps, torch_provenance(d),
+                                                                            link(res, "torch_overhead.json")))
+
+
 @generator("torch-host-serving")
 def gen_torch_host_serving(ctx, gpu=None):
     """The host's cost of one serving call per entry point (torch_overhead.json's host_serving,
