@@ -302,8 +302,9 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         if len(getattr(t, "shape", ())) != 3:
             raise ValueError("flashladder: a packed batch's %s must have 3 dimensions [total_tokens, "
                              "heads, head_dim], got shape %s" % (name, tuple(getattr(t, "shape", ()))))
-    key = check_qkv(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), causal, softmax_scale,
-                    tensor_type=tensor_type)
+    # The [1, tokens, heads, head_dim] views, checked once per signature (check_qkv_cached).
+    key = check_qkv_cached(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), causal, softmax_scale,
+                           tensor_type=tensor_type)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if tensor_type is not None and not isinstance(t, tensor_type):
             raise TypeError("flashladder: %s must be a tensor, got %s" % (name, _type_name(t)))
