@@ -281,7 +281,7 @@ def summary_table(ladder_path, torch_path=None, registry=None, link=None, seqlen
         % (seqlen_text(seqlen), seqlen_text(decode_sk))
     )
     if g_bwd:
-        shape += (" Backward: the prefill shape, not causal, dQ by atomics, the backward pass alone (TFLOP/s"
+        shape += (" Backward: the prefill shape, not causal, not deterministic (dQ summed in any order), the backward pass alone (TFLOP/s"
                   " count 2.5 x the forward's FLOPs), against PyTorch SDPA's backward in the same run.")
     if g_fp8:
         shape += (" FP8: the prefill shape on e4m3 Q, K, V (per-head scales, the quantization outside the"

@@ -194,7 +194,7 @@ def fig_climb(ctx, gpu=SWEEP, d="128", n="4096"):
     svg.legend(s, box[2] - lw - 10, box[3] - lh - 10, entries)
     measured = {r["rung"] for r in recs if r["source"] == "ladder" and results_io.is_main(r["rung"])}
     missing = sorted(measured - set(labels), key=lambda l: (number_of(l), l))
-    note = ("Batch x seqlen = 16k tokens, hidden 2048; the backward pass alone, dQ by atomics. Lines: PyTorch SDPA on "
+    note = ("Batch x seqlen = 16k tokens, hidden 2048; the backward pass alone, not deterministic (dQ summed in any order). Lines: PyTorch SDPA on "
             "the same shapes in the same run.")
     caption(s, H - 44, note)
     if missing:
@@ -314,7 +314,7 @@ def ratio_colour(v, span=0.5):
 def fig_rung14(ctx, gpu=PRIMARY + "/rung14-sweep-fp16", rung="14_hopper_backward", against="torch_cudnn"):
     """Rung 14's backward over cuDNN's on one grid (time of cuDNN / time of the rung: above 1 the
     rung is faster): rows head_dim x causal, columns seqlen, one panel per family (MHA: backward,
-    GQA: backward-gqa); dQ by atomics."""
+    GQA: backward-gqa); not deterministic (dQ summed in any order)."""
     res = results_folder(ctx, gpu, "rung 14's backward sweep", "bench/run_all.sh --family backward,backward-gqa")
     panels = []
     for fam, name in (("backward", "MHA"), ("backward-gqa", "GQA")):
@@ -346,7 +346,7 @@ def fig_rung14(ctx, gpu=PRIMARY + "/rung14-sweep-fp16", rung="14_hopper_backward
     s = svg.Svg(W, H, title, "Heatmap of cuDNN's backward time over rung 14's, by head_dim, causal mask and "
                 "seqlen, for MHA and GQA; above 1 rung 14 is faster.")
     s.text(16, 30, title, 16, bold=True)
-    s.text(16, 50, "above 1 (blue): rung 14 faster; below 1 (orange): cuDNN faster; dQ by atomics", 12,
+    s.text(16, 50, "above 1 (blue): rung 14 faster; below 1 (orange): cuDNN faster; dQ summed in any order", 12,
            colour="#444444")
     for k, (name, rows, cols, cells) in enumerate(panels):
         x0 = left + k * (pw + 70)
