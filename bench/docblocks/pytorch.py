@@ -249,6 +249,18 @@ def gen_torch_overhead(ctx, gpu=None):
     return out + "\n\n" + "\n\n".join(notes)
 
 
+def host_time_table(loop, alone, not_run, base, first, unit, base_name):
+    """A host-time table (host_steps', host_serving's): per entry, µs per @p unit in a loop and timed
+    alone, each over entry @p base's (None: "—"), and a row per entry that did not run."""
+    rows = [["`%s`" % n, "%.1f" % loop[n], "%.1f" % alone[n],
+             results_io.fmt_ratio(loop[n] / loop[base]) if base else "—",
+             results_io.fmt_ratio(alone[n] / alone[base]) if base else "—"] for n in loop]
+    rows += [["`%s`" % n, "not run: %s" % why, "", "", ""] for n, why in not_run.items()]
+    return results_io.markdown_table([first, "µs per %s, in a loop" % unit, "µs per %s, timed alone" % unit,
+                                      "over %s, in a loop" % base_name, "over %s, alone" % base_name], rows,
+                                     ["---", "--:", "--:", "--:", "--:"])
+
+
 @generator("torch-host-steps")
 def gen_torch_host_steps(ctx, gpu=None):
     """The host's cost of one forward + backward step under autograd per entry point (torch_overhead.json's
@@ -257,18 +269,9 @@ def gen_torch_host_steps(ctx, gpu=None):
     h = d.get("host_steps")
     if not h:
         raise Missing("host_steps in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
-    loop, alone = h["step_us"], h["step_alone_us"]
-    sdpa = next((n for n in loop if n.startswith("F.scaled_dot_product_attention") and "default" in n), None)
-    rows = []
-    for name in loop:
-        rows.append(["`%s`" % name, "%.1f" % loop[name], "%.1f" % alone[name],
-                     results_io.fmt_ratio(loop[name] / loop[sdpa]) if sdpa else "—",
-                     results_io.fmt_ratio(alone[name] / alone[sdpa]) if sdpa else "—"])
-    for name, why in h.get("not_run", {}).items():
-        rows.append(["`%s`" % name, "not run: %s" % why, "", "", ""])
-    out = results_io.markdown_table(["entry point", "µs per step, in a loop", "µs per step, timed alone",
-                                     "over SDPA's, in a loop", "over SDPA's, alone"], rows,
-                                    ["---", "--:", "--:", "--:", "--:"])
+    sdpa = next((n for n in h["step_us"] if n.startswith("F.scaled_dot_product_attention") and "default" in n), None)
+    out = host_time_table(h["step_us"], h["step_alone_us"], h.get("not_run", {}), sdpa, "entry point", "step",
+                          "SDPA's")
     t = h["shape"]
     how = ("%d rounds, each entry point in turn for %d steps in a loop and %d timed alone per round, the "
            "order rotated per round; medians over the rounds" % (h["rounds"], h["calls"] // h["rounds"],
@@ -328,16 +331,9 @@ def gen_torch_host_serving(ctx, gpu=None):
     h = d.get("host_serving")
     if not h:
         raise Missing("host_serving in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
-    loop, alone = h["call_us"], h["call_alone_us"]
-    sdpa = next((n for n in loop if n.startswith("F.scaled_dot_product_attention")), None)
-    rows = [["`%s`" % n, "%.1f" % loop[n], "%.1f" % alone[n],
-             results_io.fmt_ratio(loop[n] / loop[sdpa]) if sdpa else "—",
-             results_io.fmt_ratio(alone[n] / alone[sdpa]) if sdpa else "—"] for n in loop]
-    for name, why in h.get("not_run", {}).items():
-        rows.append(["`%s`" % name, "not run: %s" % why, "", "", ""])
-    out = results_io.markdown_table(["call", "µs per call, in a loop", "µs per call, timed alone",
-                                     "over SDPA's decode, in a loop", "over SDPA's decode, alone"], rows,
-                                    ["---", "--:", "--:", "--:", "--:"])
+    sdpa = next((n for n in h["call_us"] if n.startswith("F.scaled_dot_product_attention")), None)
+    out = host_time_table(h["call_us"], h["call_alone_us"], h.get("not_run", {}), sdpa, "call", "call",
+                          "SDPA's decode")
     t = h["shape"]
     notes = ["Batch %d, %d query heads on %d KV heads, head_dim %d, %s; a cache of %d slots holding %d keys "
              "(pages of %d when paged); no autograd. %d rounds, each call in turn for %d calls in a loop and %d "

@@ -73,16 +73,9 @@ def measure(torch, F, fl, device, calls, rounds=10):
                 print("  %-48s not run: %s" % (name, out["not_run"][name]))
                 continue
             calls_ok.append((name, call))
-        per = max(1, calls // rounds)
-        loop, alone = {n: [] for n, _ in calls_ok}, {n: [] for n, _ in calls_ok}
-        for r in range(rounds):
-            k = r % max(1, len(calls_ok))
-            for name, call in calls_ok[k:] + calls_ok[:k]:
-                loop[name].append(timing.host_us(torch, call, per))
-                alone[name].append(timing.host_call_us(torch, call, per))
+        times = timing.host_rounds(torch, calls_ok, calls, rounds)
     for name, _ in calls_ok:
-        out["call_us"][name] = timing.median(loop[name])
-        out["call_alone_us"][name] = timing.median(alone[name])
+        out["call_us"][name], out["call_alone_us"][name] = times[name]
         print("  %-48s %7.1f us per call in a loop, %7.1f us each call timed alone (medians of %d rounds)" % (
             name, out["call_us"][name], out["call_alone_us"][name], rounds))
     return out

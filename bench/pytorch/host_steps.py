@@ -87,12 +87,7 @@ def measure(torch, F, fl, device, calls, sdpa_flash, rounds=10):
             print("  %-58s not run: %s" % (name, out["not_run"][name]))
             continue
         steps.append((name, step))
-    per = max(1, calls // rounds)
-    loop, alone = {n: [] for n, _ in steps}, {n: [] for n, _ in steps}
-    for r in range(rounds):
-        for name, step in steps[r % len(steps):] + steps[:r % len(steps)]:
-            loop[name].append(timing.host_us(torch, step, per))
-            alone[name].append(timing.host_call_us(torch, step, per))
+    times = timing.host_rounds(torch, steps, calls, rounds)
     for name, step in steps:
         try:
             prof = out.setdefault("cpu_profile", {})[name] = cpu_profile(torch, step, PROFILE_STEPS)
@@ -101,8 +96,7 @@ def measure(torch, F, fl, device, calls, sdpa_flash, rounds=10):
         except Exception as e:  # noqa: BLE001  a profiler that cannot run here: say so, keep the timings
             out.setdefault("cpu_profile", {})[name] = {"error": "%s: %s" % (type(e).__name__, e)}
     for name, _ in steps:
-        out["step_us"][name] = timing.median(loop[name])
-        out["step_alone_us"][name] = timing.median(alone[name])
+        out["step_us"][name], out["step_alone_us"][name] = times[name]
         print("  %-58s %7.1f us per step in a loop, %7.1f us each step timed alone (medians of %d rounds)" % (
             name, out["step_us"][name], out["step_alone_us"][name], rounds))
     return out

@@ -188,6 +188,16 @@ def paired_rounds(measure, rounds):
     return out
 
 
+def host_rounds(torch, named, calls, rounds):
+    """{name: (median µs per call in a loop, median µs of one call timed alone)} for each (name, fn)
+    of @p named: paired_rounds of @p rounds rounds, in each @p calls // rounds calls of every fn in
+    a loop (host_us) and as many timed alone (host_call_us)."""
+    per = max(1, calls // rounds)
+    got = paired_rounds({n: (lambda fn=fn: (host_us(torch, fn, per), host_call_us(torch, fn, per)))
+                         for n, fn in named}, rounds)
+    return {n: (median([x[0] for x in v]), median([x[1] for x in v])) for n, v in got.items()}
+
+
 def paired_diff(per_round, a, b):
     """Median, 10th and 90th percentiles over the rounds of series @p a minus series @p b."""
     d = sorted(x - y for x, y in zip(per_round[a], per_round[b]))
