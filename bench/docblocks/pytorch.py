@@ -269,7 +269,8 @@ def gen_torch_host_steps(ctx, gpu=None):
     h = d.get("host_steps")
     if not h:
         raise Missing("host_steps in %s" % res.rel("torch_overhead.json"), TORCH_RUN_COMMANDS["torch_overhead.json"])
-    sdpa = next((n for n in h["step_us"] if n.startswith("F.scaled_dot_product_attention") and "default" in n), None)
+    sdpa = next((n for n in h["step_us"] if n.startswith("F.scaled_dot_product_attention") and "default" in n),
+                None)
     out = host_time_table(h["step_us"], h["step_alone_us"], h.get("not_run", {}), sdpa, "entry point", "step",
                           "SDPA's")
     t = h["shape"]
