@@ -466,6 +466,7 @@ template <class Cfg>
 __device__ __forceinline__ int* add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf,
                                             const AttnParams& p, const BlockWork& w, int it,
                                             bool deterministic, bool defer_release = false) {
+  int* pending = nullptr;  // deterministic, defer_release: the counter to move once the add lands
   // LAB-BEGIN(14-dq-writer): one bulk reduce-add per dQ tile; in order when deterministic
   float* dst = dq_tile<Cfg>(buf, w, it);
   int* counter = nullptr;
@@ -491,11 +492,12 @@ __device__ __forceinline__ int* add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
     asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
                  : "memory");  // ... then the next
-    return nullptr;
+  } else {
+    bulk_wait_group_read<0>();  // the tile is read: the math warps may write the next one
+    if (deterministic) pending = counter;  // the next block's turn: release_dq_turn, once it lands
   }
-  bulk_wait_group_read<0>();  // the tile is read: the math warps may write the next one
-  return deterministic ? counter : nullptr;
   // LAB-END(14-dq-writer)
+  return pending;
 }
 
 /// The next block's turn at a query block's dQ, given once this block's add has landed (the

@@ -149,7 +149,7 @@ class ReportBackwardTest(unittest.TestCase):
         self.assertIn("| `06_headdim_tiles` |  | 300 | — | — | — |", table)
         self.assertIn("| `11_backward` | PyTorch's backward | — | — | — | 100 | — | 1.50× | 0.50× |", table)
         self.assertIn("| `torch_cudnn` |  | — | — | — | 200 |", table)
-        self.assertIn("Backward: the prefill shape, not causal, dQ by atomics", table)
+        self.assertIn("Backward: the prefill shape, not causal, not deterministic (dQ summed in any order)", table)
 
     def test_summary_fp8_row(self):
         # An FP8 rung (measured in the fp8 family alone) gets a row on the fp8 shape, its speedup
