@@ -1436,6 +1436,12 @@ def part_metadata():
                     "past the block_table's capacity of 128 slots",
                     lambda: flash_attn_with_kvcache(qd, pool_k, pool_v, cache_seqlens=torch.tensor(
                         [10, 200], dtype=torch.int32, device="cuda"), block_table=short, causal=True))
+    # Host values past the capacity raise before anything runs, naming the table, as FlashAttention's
+    # RuntimeError does (flashladder's MetadataError is a RuntimeError and a ValueError).
+    expect(RuntimeError, "the block_table's capacity of 128 slots",
+           lambda: flash_attn_with_kvcache(qd, pool_k, pool_v, k1, v1, cache_seqlens=128, block_table=short))
+    expect(ValueError, "the block_table's capacity of 128 slots",
+           lambda: flash_attn_with_kvcache(qd, pool_k, pool_v, k1, v1, cache_seqlens=128, block_table=short))
     # cache_batch_idx past the rows: the append skips it and records it.
     rows = torch.tensor([0, 7], dtype=torch.int32, device="cuda")
     expect_recorded("kvcache, cache_batch_idx past the rows", "cache_batch_idx[1] is 7",

@@ -357,6 +357,13 @@ class LayoutError(ValueError):
     """check_layout_of's refusal: a layout the rungs cannot read, which a copy can (realigned)."""
 
 
+class MetadataError(ValueError, RuntimeError):
+    """Metadata past its bound (cu_seqlens, cache_seqlens, cache_leftpad, block_table,
+    cache_batch_idx): a ValueError as every bad input here, and a RuntimeError as FlashAttention
+    raises it (its tests expect that class), whether found on the host before anything runs or
+    reported from the device by a later call (metadata.h)."""
+
+
 def check_layout_of(name, t):
     """LayoutError (a ValueError) unless every rung can read ``t``: head_dim contiguous, the other
     strides positive multiples of 8 elements, the data 16-byte aligned (fl::tensor_layout_reason)."""

@@ -363,11 +363,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             raise ValueError("flashladder: k and v must have the cache's dtype and q's device")
         if not torch_ops and k_cache.dtype not in (torch.float16, torch.bfloat16):
             raise ValueError("flashladder: the cache must be fp16 or bf16, got %s" % k_cache.dtype)
-        if new > slots:
-            raise ValueError("flashladder: %d new keys do not fit the cache's %d slots" % (new, slots))
+    def room():
+        if paged:
+            return "the block_table's capacity of %d slots (%d columns x %d per page)" % (
+                slots, block_table.shape[1], page)
+        return "the cache's %d slots" % slots
+
+    if new > slots:
+        raise _core.MetadataError("flashladder: %d new keys do not fit %s" % (new, room()))
     if isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= slots - new:
-        raise ValueError("flashladder: cache_seqlens (%d) plus the new keys (%d) must fit the cache's %d slots"
-                         % (cache_seqlens, new, slots))
+        raise _core.MetadataError("flashladder: cache_seqlens (%d) plus the new keys (%d) must fit %s"
+                                  % (cache_seqlens, new, room()))
     if cache_leftpad is not None and (tuple(cache_leftpad.shape) != (batch,) or cache_leftpad.device != q.device):
         raise ValueError("flashladder: cache_leftpad must be int32 [batch] = (%d,) on %s" % (batch, q.device))
     if copy_rows is not None and k_cache.shape[0] < 1:

@@ -53,7 +53,8 @@ EXTRAS = ("cu_seqlens_q", "cu_seqlens_k", "sinks", "alibi_slopes", "seqused_k", 
 # ---- metadata read on the device: checked and clamped without a synchronization -----------------
 
 def raise_metadata_errors(device):
-    """RuntimeError naming the first metadata violation a check kernel recorded on device index
+    """_core.MetadataError (a RuntimeError and a ValueError) naming the first metadata violation a
+    check kernel recorded on device index
     ``device`` since the last report (metadata.h): an earlier call's cu_seqlens, cache_seqlens,
     cache_leftpad, cache_batch_idx or block_table past its bound. That call read and wrote only
     inside its tensors (its metadata clamped, its out-of-bounds appends skipped), but its output
@@ -62,7 +63,7 @@ def raise_metadata_errors(device):
     flashladder.check_errors()) after the record reached the host."""
     text = _ext.metadata_errors(device, True)
     if text:
-        raise RuntimeError("flashladder: %s (found by the metadata checks of an earlier call on cuda:%d, which "
+        raise _core.MetadataError("flashladder: %s (found by the metadata checks of an earlier call on cuda:%d, which "
                            "read and wrote only inside its tensors; its output is not attention of what was "
                            "passed)" % (text, device))
 
