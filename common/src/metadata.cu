@@ -132,24 +132,18 @@ __global__ void append_cache_kernel(AppendSide keys, AppendSide values, int head
   const AppendSide& a = blockIdx.z == 0 ? keys : values;
   const int i = blockIdx.x;
   const int b = blockIdx.y;
-  const long long len = seqlens[b];
-  // A sequence whose keys would not fit is not appended at all (sanitize_cache recorded it).
-  if (len < 0 || len + static_cast<long long>(gridDim.x) > slots) return;
-  const long long pos = len + i;
-  long long row, slot;
-  if (table != nullptr) {
-    const int e = table[b * table_stride + pos / page];
-    if (e < 0 || e >= pool_pages) return;  // recorded by sanitize_cache
-    row = e;
-    slot = pos % page;
-  } else {
-    row = rows != nullptr ? rows[b] : b;
-    if (row < 0 || row >= pool_pages) {
-      if (i == 0 && blockIdx.z == 0 && threadIdx.x == 0) record(err, kCacheBatchIdx, 0, b, 0, row, pool_pages);
-      return;
-    }
-    slot = pos;
+  const long long cache_row = rows != nullptr ? rows[b] : b;
+  const AppendTarget to = append_target(seqlens[b], i, static_cast<int>(gridDim.x), slots,
+                                        table != nullptr ? table + b * table_stride : nullptr, page, pool_pages,
+                                        cache_row);
+  if (to.row < 0) {
+    // A contiguous cache's row outside it is recorded here; the rest sanitize_cache recorded.
+    if (table == nullptr && (cache_row < 0 || cache_row >= pool_pages) && i == 0 && blockIdx.z == 0 &&
+        threadIdx.x == 0)
+      record(err, kCacheBatchIdx, 0, b, 0, cache_row, pool_pages);
+    return;
   }
+  const long long row = to.row, slot = to.slot;
   const long long n = static_cast<long long>(heads) * head_dim;
   for (long long t = threadIdx.x; t < n; t += blockDim.x) {
     const long long h = t / head_dim, c = t % head_dim;

@@ -102,3 +102,25 @@ TEST_CASE("metadata: a cache's length clamped to fit its slots with the new keys
   CHECK(seen[1].code == kCacheSeqlensNegative);
   CHECK(clamp_cache_length(300, 0, 256, rec) == 256);  // no new keys: every slot
 }
+
+TEST_CASE("metadata: the append's target, skipped where it would leave the cache", "[cpu][metadata]") {
+  const int table[4] = {5, 2, -1, 9};  // pages of 16 slots; the pool holds 8 pages
+  // Paged: key i of a sequence of 20 keys goes to slot 20 + i, page table[(20 + i) / 16].
+  AppendTarget t = append_target(20, 1, 2, 64, table, 16, 8, 0);
+  CHECK(t.row == 2);
+  CHECK(t.slot == 5);
+  CHECK(append_target(15, 0, 1, 64, table, 16, 8, 0).row == 5);  // the last slot of page 0
+  CHECK(append_target(32, 0, 1, 64, table, 16, 8, 0).row == -1);  // table entry -1: skipped
+  CHECK(append_target(48, 0, 1, 64, table, 16, 8, 0).row == -1);  // entry 9: past the pool
+  CHECK(append_target(63, 0, 2, 64, table, 16, 8, 0).row == -1);  // would not fit: skipped whole
+  CHECK(append_target(62, 0, 2, 64, table, 16, 8, 0).row == -1);  // slot 62 is in page 3 (entry 9)
+  CHECK(append_target(-1, 0, 1, 64, table, 16, 8, 0).row == -1);  // a negative length
+  // Contiguous: row `row` of a cache of 4 rows, slot len + i.
+  t = append_target(100, 3, 4, 256, nullptr, 0, 4, 2);
+  CHECK(t.row == 2);
+  CHECK(t.slot == 103);
+  CHECK(append_target(253, 0, 4, 256, nullptr, 0, 4, 2).row == -1);  // 253 + 4 > 256
+  CHECK(append_target(252, 3, 4, 256, nullptr, 0, 4, 2).slot == 255);  // the last slot
+  CHECK(append_target(10, 0, 1, 256, nullptr, 0, 4, 4).row == -1);  // cache_batch_idx past the rows
+  CHECK(append_target(10, 0, 1, 256, nullptr, 0, 4, -1).row == -1);
+}

@@ -111,6 +111,27 @@ FL_HD long long clamp_cache_length(long long len, int new_keys, long long slots,
   return len;
 }
 
+/// Where new key @p i of a sequence goes in the append: row (a page of the pool, or the cache's
+/// row) and slot, or row -1 when the key is skipped: the sequence's caller length @p len with its
+/// @p new_keys does not fit @p slots (skipped whole), or, paged (@p table_row: the sequence's row
+/// of the caller's table, pages of @p page slots), its page is outside [0, @p pool_pages); or,
+/// contiguous (@p table_row null), its cache row @p row is outside [0, @p pool_pages).
+struct AppendTarget {
+  long long row, slot;
+};
+FL_HD AppendTarget append_target(long long len, int i, int new_keys, long long slots, const int* table_row, int page,
+                                 long long pool_pages, long long row) {
+  if (len < 0 || len + new_keys > slots) return {-1, 0};
+  const long long pos = len + i;
+  if (table_row != nullptr) {
+    const int e = table_row[pos / page];
+    if (e < 0 || e >= pool_pages) return {-1, 0};
+    return {e, pos % page};
+  }
+  if (row < 0 || row >= pool_pages) return {-1, 0};
+  return {row, pos};
+}
+
 /// cu_seqlens_q and cu_seqlens_k ([batch + 1] int32 each) checked against total_q / total_k
 /// and max_seqlen_q / max_seqlen_k; clamped copies (non-decreasing, from >= 0, each length at
 /// most max_seqlen, ending at most at the total) in @p out_q, @p out_k.
