@@ -63,16 +63,8 @@ def measure(torch, F, fl, device, calls, rounds=10):
     """The "host_serving" record (module docstring)."""
     out = {"shape": dict(SERVING_SHAPE, dtype="fp16"), "calls": calls, "rounds": rounds, "call_us": {},
            "call_alone_us": {}}
-    calls_ok = []
     with torch.no_grad():
-        for name, call in entry_points(torch, F, fl, device):
-            try:
-                call()
-            except (ValueError, RuntimeError) as e:  # an entry this build or GPU cannot run: say so
-                out.setdefault("not_run", {})[name] = str(e).split("\n")[0]
-                print("  %-48s not run: %s" % (name, out["not_run"][name]))
-                continue
-            calls_ok.append((name, call))
+        calls_ok = timing.runnable(entry_points(torch, F, fl, device), out)
         times = timing.host_rounds(torch, calls_ok, calls, rounds)
     for name, _ in calls_ok:
         out["call_us"][name], out["call_alone_us"][name] = times[name]

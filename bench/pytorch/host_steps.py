@@ -73,20 +73,14 @@ def measure(torch, F, fl, device, calls, sdpa_flash, rounds=10):
     n = s["seqlen"]
     cu = torch.arange(0, (s["batch"] + 1) * n, n, device=device, dtype=torch.int32)
     out = {"shape": dict(s, dtype="fp16"), "calls": calls, "rounds": rounds, "step_us": {}, "step_alone_us": {}}
-    steps = []
-    for name, f in entry_points(F, fl, sdpa_flash, cu, n):
-        def step(f=f):
+    def step_of(f):
+        def step():
             for t in (q, k, v):
                 t.grad = None
             f(q, k, v).backward(dout)
+        return step
 
-        try:
-            step()
-        except (ValueError, RuntimeError) as e:  # an entry this build or GPU cannot run: say so
-            out.setdefault("not_run", {})[name] = str(e).split("\n")[0]
-            print("  %-58s not run: %s" % (name, out["not_run"][name]))
-            continue
-        steps.append((name, step))
+    steps = timing.runnable([(name, step_of(f)) for name, f in entry_points(F, fl, sdpa_flash, cu, n)], out, 58)
     times = timing.host_rounds(torch, steps, calls, rounds)
     for name, step in steps:
         try:

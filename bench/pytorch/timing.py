@@ -188,6 +188,22 @@ def paired_rounds(measure, rounds):
     return out
 
 
+def runnable(named, out, width=48):
+    """The (name, fn) of @p named that run once without a ValueError or RuntimeError (an entry this
+    build or GPU cannot run); each that does not is recorded in out["not_run"] with its first line,
+    and said."""
+    ok = []
+    for name, fn in named:
+        try:
+            fn()
+        except (ValueError, RuntimeError) as e:
+            out.setdefault("not_run", {})[name] = str(e).split("\n")[0]
+            print("  %-*s not run: %s" % (width, name, out["not_run"][name]))
+            continue
+        ok.append((name, fn))
+    return ok
+
+
 def host_rounds(torch, named, calls, rounds):
     """{name: (median µs per call in a loop, median µs of one call timed alone)} for each (name, fn)
     of @p named: paired_rounds of @p rounds rounds, in each @p calls // rounds calls of every fn in
