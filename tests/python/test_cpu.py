@@ -25,11 +25,17 @@
    head_dim, positions per sequence; each refusal before the cache is written; and with the launch
    stood in, the rotated keys appended in rows cache_batch_idx, q's positions (causal or not) and
    the route (the cache read as pages, or its rows copied).
+10. Every name a package module's functions read as a global is defined in that module or is a
+   builtin (symtable, no import of the module): a path the CPU tests do not run (a GPU-only
+   branch) cannot fail on a missing import.
 """
 
 import argparse
+import builtins
 import json
 import math
+import os
+import symtable
 import subprocess
 import sys
 import unittest
@@ -761,6 +767,30 @@ class KVCacheRotary(unittest.TestCase):
         finally:
             (flash._launch.forward, flash._core.check_qkv, flash._core.check_qkv_cached, flash._core.check_layout_of,
              flash._core.plan_forward) = saved
+
+
+class GlobalNames(unittest.TestCase):
+    """10. The globals each function of the package reads are bound at module level or builtins."""
+
+    def test_globals_are_defined(self):
+        folder = os.path.dirname(flashladder.__file__)
+        names = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
+        self.assertIn("_kvcache.py", names)
+        for name in names:
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                top = symtable.symtable(f.read(), name, "exec")
+            bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()
+                     or s.is_namespace()} | set(dir(builtins)) | {"__file__", "__name__", "__doc__", "__spec__"}
+            missing = set()
+            todo = list(top.get_children())
+            while todo:
+                t = todo.pop()
+                todo.extend(t.get_children())
+                for s in t.get_symbols():
+                    if s.is_referenced() and s.is_global() and s.get_name() not in bound:
+                        missing.add("%s (in %s)" % (s.get_name(), t.get_name()))
+            self.assertEqual(sorted(missing), [], name)
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

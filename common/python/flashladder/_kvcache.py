@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from . import _core, _launch
+from . import _core, _ext, _launch
 
 
 @torch.library.custom_op("flashladder::attention_kvcache", mutates_args=())
