@@ -528,7 +528,10 @@ def gen_rung14_ab(ctx, gpu, other):
         rows.append("| %s | %.3f | %.3f | %.2f× | %d | %s |" % (
             shape_cell(r[0]["problem"]), median_ms(r), median_ms(o), median_ms(o) / median_ms(r), min(len(r), len(o)),
             ab_checks(res, shape)))
-    rows += ["", ab_caption(meta, "`%s` / rung below 1.0× is the variant faster" % other)]
+    modes = {bool(run.get("deterministic")) for s in shapes for e in ("rung", other) for run in runs[s][e]}
+    mode = {(True,): "deterministic mode (dQ summed in key order)",
+            (False,): "not deterministic (dQ summed in any order)"}.get(tuple(modes), "deterministic on some runs")
+    rows += ["", ab_caption(meta, "%s; `%s` / rung below 1.0× is the variant faster" % (mode, other))]
     return "\n".join(rows)
 
 
