@@ -31,6 +31,10 @@ reference on the CPU and a recorder. The checks:
 8. A head_dim that is not a multiple of 8 (12) is zero-padded to the next one (16), as FlashAttention
    does, with the scale of 12: attention() and flash_attn_func (a window) give the reference's O
    at head_dim 12 (O cut back to 12 columns) and its gradients.
+9. flash_attn_varlen_func under autograd checks its cu_seqlens on the device once per step: one
+   clamping launch (_launch.sanitized_varlen) before the forward, whose clamped copies the forward
+   and the backward launches both take (``checked``); a second call with the same signature does
+   not run check_varlen's host checks again (check_varlen_cached).
 
 Exits 77 (ctest: skipped) without PyTorch.
 """
@@ -94,7 +98,7 @@ def mods_args(key, mods, extras):
 LOG = []  # ("forward" | "backward" | "plan", details)
 
 
-def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
+def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
     LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1])))
     a = mods_args(key, mods, extras)
     with torch.no_grad():
@@ -105,7 +109,7 @@ def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, ex
 
 
 def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-                 extras=None):
+                 extras=None, checked=False):
     LOG.append(("backward", dict(deterministic=deterministic, o32=out_fp32 is not None, key=key, dout=dout)))
     a = mods_args(key, mods, extras)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
@@ -354,7 +358,58 @@ def test_padded_head_dim():
               "%s, head_dim 12: the reference's dQ, dK, dV" % what)
 
 
+def test_varlen_checked_once():
+    seen = []
+
+    def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
+        seen.append(("forward", extras[0].data_ptr(), extras[1].data_ptr(), checked))
+        out = torch.zeros_like(q)
+        return out, torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32), (out.clone() if o_fp32 else None)
+
+    def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
+                 extras=None, checked=False):
+        seen.append(("backward", extras[0].data_ptr(), extras[1].data_ptr(), checked))
+        return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None
+
+    def sanitized(cu_q, cu_k, varlen, q):
+        seen.append(("sanitize",))
+        return cu_q.clone(), cu_k.clone()
+
+    host_checks = []
+    real_check = _core.check_varlen
+
+    def counted_check(*args, **kwargs):
+        host_checks.append(1)
+        return real_check(*args, **kwargs)
+
+    saved = (_launch.forward, _launch.backward, _launch.sanitized_varlen, _launch.raise_metadata_errors,
+             _core.check_varlen)
+    _launch.forward, _launch.backward, _launch.sanitized_varlen = forward, backward, sanitized
+    _launch.raise_metadata_errors = lambda device: None
+    _core.check_varlen = counted_check
+    try:
+        cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+        q, k, v = leaves((12, 4, 16), (12, 2, 16), (12, 2, 16), seed=5)
+        for step in range(2):
+            seen.clear()
+            out = flashladder.flash_attn_varlen_func(q, k, v, cu, cu, 7, 7, causal=True)
+            out.sum().backward()
+            kinds = [e[0] for e in seen]
+            check(kinds == ["sanitize", "forward", "backward"],
+                  "varlen under autograd, step %d: one clamping launch, then the forward and the backward (%s)"
+                  % (step, kinds))
+            if kinds == ["sanitize", "forward", "backward"]:
+                check(seen[1][1:3] == seen[2][1:3] and seen[1][1] != cu.data_ptr() and seen[1][3] and seen[2][3],
+                      "varlen, step %d: both launches read the clamped cu_seqlens, marked checked" % step)
+        check(len(host_checks) == 1, "varlen: check_varlen's host checks ran once for two calls of one signature "
+              "(%d)" % len(host_checks))
+    finally:
+        (_launch.forward, _launch.backward, _launch.sanitized_varlen, _launch.raise_metadata_errors,
+         _core.check_varlen) = saved
+
+
 def main():
+    test_varlen_checked_once()
     test_realigned()
     test_padded_head_dim()
     test_attention()

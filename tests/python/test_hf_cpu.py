@@ -73,7 +73,7 @@ def _attend(q, k, v, causal, scale):
 CALLS = [0]  # cpu_forward's calls: the ladder's runs must reach it
 
 
-def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
+def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
     """_launch.forward on the CPU: a KV cache's runs (extras: used, start), a packed batch (cu_seqlens),
     or a dense batch; causal and the scale from the key (cpu_key's)."""
     CALLS[0] += 1

@@ -324,6 +324,36 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     return (batch, max_seqlen_q, max_seqlen_k) + key[3:], varlen
 
 
+#: Signatures of packed batches that passed check_varlen, to its (key, varlen).
+_PASSED_VARLEN = {}
+
+
+def check_varlen_cached(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+                        softmax_scale=None, tensor_type=None):
+    """check_varlen's (key, varlen), without repeating its checks (and its three views) for a
+    packed batch whose signature already passed them: q, k and v as check_qkv_cached signs them,
+    the cu_seqlens' type, dtype, shape, stride and device, max_seqlen_q/k and the arguments. The
+    lengths inside cu_seqlens are not part of it: they are checked on the device at every launch
+    (_launch.sanitized_varlen). A new signature, and every failure, goes through check_varlen."""
+    try:
+        sig = (tensor_type, causal, softmax_scale, type(max_seqlen_q), max_seqlen_q, type(max_seqlen_k),
+               max_seqlen_k) + tuple((type(t), t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
+                                     for t in (q, k, v)) + tuple(
+            (type(t), t.shape, t.stride(), t.dtype, t.device) for t in (cu_seqlens_q, cu_seqlens_k))
+        hit = _PASSED_VARLEN.get(sig)
+    except Exception:  # noqa: BLE001  not a tensor, or unhashable: the full check says why
+        sig, hit = None, None
+    if hit is not None:
+        return hit
+    hit = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
+                       tensor_type=tensor_type)
+    if sig is not None:
+        if len(_PASSED_VARLEN) >= _PASSED_MAX:
+            _PASSED_VARLEN.clear()
+        _PASSED_VARLEN[sig] = hit
+    return hit
+
+
 #: Input signatures that passed check_qkv, to the key it returned: what a call costs in Python
 #: is mostly these checks, and a model calls attention with the same few signatures every step.
 _PASSED = {}

@@ -79,9 +79,10 @@ def sanitized_varlen(cu_q, cu_k, varlen, q):
     return out[0], out[1]
 
 
-def _checked_extras(extras, mods, q):
+def checked_extras(extras, mods, q):
     """``extras`` with a packed batch's cu_seqlens replaced by their clamped copies (after any
-    violation an earlier call recorded is raised)."""
+    violation an earlier call recorded is raised). forward and backward call it unless told the
+    extras are already checked (``checked``: the eager autograd path checks once per step)."""
     if extras is None or mods is None or mods.varlen is None or extras[0] is None:
         return extras
     raise_metadata_errors(q.device.index)
@@ -103,14 +104,15 @@ def _extras(extras):
                   table.shape[1] if table is not None else 0, int(pool_rows or 0))
 
 
-def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None):
+def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
     """O and LSE of entry ``rung`` (None: the route, _core.route_forward) on q, k, v, checked into
     ``key`` (_core.check_qkv's), and with ``o_fp32`` (a backward pass follows) also O in fp32,
     dense like O: the rung's own fp32 copy when it writes one (Rung.writes_o_fp32), else the
     16-bit O widened. The backward's D = rowsum(dO * O) reads it (rung 11's README: D from the
     16-bit O costs dQ its precision on long rows). ``mods`` (a _core.Mods) and ``extras`` (its
     tensors in EXTRAS' order) for masks, modifiers, packed batches and caches; a packed q is
-    [total_q, heads, head_dim] and its LSE [heads, total_q]. Returns (out, lse, o_fp32 or None)."""
+    [total_q, heads, head_dim] and its LSE [heads, total_q]; ``checked``: the extras came through
+    checked_extras already. Returns (out, lse, o_fp32 or None)."""
     plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods)
     # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
     # breakdown measures it against torch.empty(shape, dtype=, device=)).
@@ -133,7 +135,8 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         _ext.forward(plan.number, plan.variant, plan.problem, ptrs, (q.stride(), k.stride(), v.stride(), out.stride()),
                      ws_ptr, ws_bytes, stream(q), q.device.index, o_fp32=o32_ptr, planned=True)
     else:
-        extras = _checked_extras(extras, mods, q)
+        if not checked:
+            extras = checked_extras(extras, mods, q)
         xptrs, ints = _extras(extras)
         _ext.forward(plan.number, plan.variant, plan.problem, ptrs,
                      (_strides4(q), _strides4(k), _strides4(v), _strides4(out)), ws_ptr, ws_bytes, stream(q),
@@ -155,11 +158,11 @@ def _grad_like(t):
 
 
 def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-             extras=None):
+             extras=None, checked=False):
     """dQ, dK, dV of backward entry ``rung`` (None: default_backward's) from the forward's O and
     LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O); q, k, v checked
     into ``key``, the rest checked here (_core.check_grads). With ``mods`` and ``extras`` (as
-    forward's) also the sinks' gradient: (dq, dk, dv, dsinks or None)."""
+    forward's, ``checked`` too) also the sinks' gradient: (dq, dk, dv, dsinks or None)."""
     o32_ptr = 0
     if _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor):
         out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim]
@@ -184,7 +187,8 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
                       planned=True)
         del ws
         return dq, dk, dv
-    extras = _checked_extras(extras, mods, q)
+    if not checked:
+        extras = checked_extras(extras, mods, q)
     xptrs, ints = _extras(extras)
     dsinks = None
     if mods.sinks:

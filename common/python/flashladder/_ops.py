@@ -137,9 +137,12 @@ class _EagerAttentionMods(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, sinks, key, mods, cu_q, cu_k, slopes, deterministic):
-        extras = (cu_q, cu_k, sinks, slopes)
-        out, lse, o32 = _launch.forward(q, k, v, key, o_fp32=True, mods=mods, extras=extras)
-        ctx.save_for_backward(q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes)
+        # A packed batch's cu_seqlens are checked and clamped once, here (one launch); the backward
+        # reads the same clamped copies (a change of the caller's in place since is autograd's
+        # saved-tensor error, as for any input it keeps).
+        extras = _launch.checked_extras((cu_q, cu_k, sinks, slopes), mods, q)
+        out, lse, o32 = _launch.forward(q, k, v, key, o_fp32=True, mods=mods, extras=extras, checked=True)
+        ctx.save_for_backward(q, k, v, out, lse, o32, extras[0], extras[1], sinks, slopes)
         ctx.key, ctx.mods, ctx.deterministic = key, mods, deterministic
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(lse)
@@ -150,9 +153,11 @@ class _EagerAttentionMods(torch.autograd.Function):
         if dout is None:
             return (None,) * 10
         q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes = ctx.saved_tensors
+        if cu_q is not None:  # the forward's check may have found a violation by now: the step fails
+            _launch.raise_metadata_errors(q.device.index)
         deterministic = ctx.deterministic or torch.are_deterministic_algorithms_enabled()
         dq, dk, dv, dsinks = _launch.backward(dout, q, k, v, out, lse, ctx.key, deterministic, None, "", o32,
-                                              mods=ctx.mods, extras=(cu_q, cu_k, sinks, slopes))
+                                              mods=ctx.mods, extras=(cu_q, cu_k, sinks, slopes), checked=True)
         return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
 
 
@@ -180,8 +185,8 @@ def mods_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, si
     if cu_seqlens_q is None:
         key, varlen = _core.check_qkv_cached(q, k, v, causal, scale or None, tensor_type=torch.Tensor), None
     else:
-        key, varlen = _core.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
-                                         scale or None, tensor_type=torch.Tensor)
+        key, varlen = _core.check_varlen_cached(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                causal, scale or None, tensor_type=torch.Tensor)
     alibi = 0 if alibi_slopes is None else (3 if alibi_slopes.dim() == 2 else 2)
     return key, _core.Mods(window_left, window_right, float(softcap), alibi, sinks is not None, varlen)
 
