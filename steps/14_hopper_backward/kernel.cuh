@@ -255,10 +255,9 @@ struct BlockWork {
   /// some key of the block (MODS::query_rows). Rows past len_q are padding (P = 0), so the last
   /// block is the one holding len_q - 1.
   __device__ __forceinline__ void walk(KeySpan rows, int block_m) {
-    const int n_q_blocks = (len_q + block_m - 1) / block_m;
-    i_first = rows.lo / block_m;
-    const int i_end = rows.hi < 0 ? 0 : min(n_q_blocks, rows.hi / block_m + 1);
-    n_i = max(0, i_end - i_first);
+    const QueryBlocks v = query_blocks(rows.lo, rows.hi, block_m, (len_q + block_m - 1) / block_m);
+    i_first = v.first;
+    n_i = max(0, v.end - v.first);
     steps = active ? slice_heads * n_i : 0;
   }
   __device__ __forceinline__ int head(int it) const { return head0 + it / n_i; }
@@ -267,17 +266,21 @@ struct BlockWork {
     return p.cu_seqlens_q ? int64_t(k_tok0) : int64_t(batch) * p.seqlen_k;
   }
   __device__ __forceinline__ int q_block(int it) const { return i_first + it % n_i; }
-  /// The deterministic mode: how many K/V blocks add into query block @p i before this one. In
-  /// order (no mask): blocks 0 .. j - 1, all of which see every query block. From the last down
-  /// (causal): the blocks after j that visit block i, j + 1 .. j_last(i). Block j' visits the query
-  /// blocks from i_first(j') on, which only grows with j', so j_last(i) is the last block whose
-  /// first key the block's last row sees, by the constructor's rule (padded rows included: the
-  /// count must match the visits exactly).
-  __device__ __forceinline__ int adds_before(int i, int block_m) const {
-    if (!reverse_order) return j;
-    const int last_row = (i + 1) * block_m - 1;
-    const int j_last = min(n_kv_blocks - 1, (last_row + causal_offset) / block_n);
-    return j_last - j;
+  /// The deterministic mode's turn at query block @p i: the token of the K/V block that adds into
+  /// it just before this one, or 0 (traits.h's dq_prev_token, over the blocks' walks as
+  /// MODS::query_rows gives them: rung 14's causal mask or none, or rung 16's masks).
+  template <class MODS>
+  __device__ __forceinline__ int prev_token(const MODS& mods, int i, int block_m) const {
+    if constexpr (!MODS::kSpans)
+      return dq_prev_token_causal(j, i, n_kv_blocks, block_m, block_n, causal_offset,
+                                  reverse_order);
+    const int n_q_blocks = (len_q + block_m - 1) / block_m;
+    const auto visits = [&](int jp) {
+      const int k0 = jp * block_n;
+      const KeySpan rows = mods.query_rows(k0, min(k0 + block_n, len_k) - 1);
+      return query_blocks(rows.lo, rows.hi, block_m, n_q_blocks);
+    };
+    return dq_prev_token(visits, n_kv_blocks, j, i, reverse_order);
   }
 };
 
@@ -337,6 +340,7 @@ __device__ __forceinline__ void ds_of(const float (&S)[SN / 2], float (&dP)[SN /
 /// steps/16_masks/backward.cuh). Each math thread keeps a copy: set_block once, set_keys once
 /// with its two keys of S^T (key0 + 16 warp + g + 8 hh), set_head per step.
 struct CausalOrNone {
+  static constexpr bool kSpans = false;  ///< no mask or causal: BlockWork::prev_token's closed form
   bool causal;
   int len_q, len_k, offset;
   int key0;  ///< the thread's first key (the second is 8 rows below)
@@ -457,32 +461,36 @@ __device__ __forceinline__ float* dq_tile(const BwdBuffers& buf, const BlockWork
 }
 
 /// The dQ writer's add of step @p it, by one thread: the tile in shared memory to the accumulator
-/// in one bulk reduce-add; deterministic: only once the counter of the query block says the K/V
-/// blocks before this one have added theirs, then the counter moves on. Returns when the copy
-/// engine has read the tile (it may then be overwritten). With @p defer_release (deterministic
-/// only), returns the counter before the add has landed: the caller frees the tile for the math
-/// warps first and then calls release_dq_turn, so that the math warps do not wait for the add.
-template <class Cfg>
+/// in one bulk reduce-add; deterministic: only once the counter of the query block holds the
+/// token of the K/V block that adds just before this one (BlockWork::prev_token: its index + 1,
+/// 0 for the first), then the counter takes this block's token. Returns when the copy engine has
+/// read the tile (it may then be overwritten). With @p defer_release (deterministic only), returns
+/// the counter before the add has landed: the caller frees the tile for the math warps first and
+/// then calls release_dq_turn, so that the math warps do not wait for the add.
+template <class Cfg, class MODS>
 __device__ __forceinline__ int* add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuffers& buf,
-                                            const AttnParams& p, const BlockWork& w, int it,
-                                            bool deterministic, bool defer_release = false) {
+                                            const AttnParams& p, const BlockWork& w,
+                                            const MODS& mods, int it, bool deterministic,
+                                            bool defer_release = false) {
   int* pending = nullptr;  // deterministic, defer_release: the counter to move once the add lands
   // LAB-BEGIN(14-dq-writer): one bulk reduce-add per dQ tile; in order when deterministic
   float* dst = dq_tile<Cfg>(buf, w, it);
   int* counter = nullptr;
   if (deterministic) {
     counter = buf.counters + dq_row<Cfg>(buf, w, it) / 64;
-    // The blocks that add before this one were launched before it (BlockWork's order), so they run
-    // or have run: no wait is for a block that cannot start. Without a mask the order is j = 0, 1,
+    // The block that adds before this one was launched before it (BlockWork's order), so it runs
+    // or has run: no wait is for a block that cannot start. Without a mask the order is j = 0, 1,
     // ...; under a causal mask it is from the last K/V block down: block j's first query block is
     // on its diagonal, which the blocks after j do not see, so each block's first adds wait for
     // nobody and the blocks running side by side add in a wavefront. In the ascending order, block
     // j would wait at its diagonal for block 0 to get there: every block as long as the longest.
-    const int before = w.adds_before(w.q_block(it), Cfg::kBlockM);
+    // A token, not a count of adds: under rung 16's masks a block's neighbours need not visit
+    // every query block it visits, and the neighbour is all that must be known.
+    const int token = w.prev_token(mods, w.q_block(it), Cfg::kBlockM);
     int seen;
     do {
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-    } while (seen != before);
+    } while (seen != token);
     asm volatile("fence.proxy.async.global;\n" ::: "memory");  // the earlier adds, before ours
   }
   bulk_reduce_add_f32(dst, sm.dQ(), Cfg::kDqBytes);
@@ -490,7 +498,7 @@ __device__ __forceinline__ int* add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
   if (deterministic && !defer_release) {
     bulk_wait_group<0>();  // our adds are done in global memory ...
     asm volatile("fence.proxy.async.global;\n" ::: "memory");
-    asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter)
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(w.j + 1)
                  : "memory");  // ... then the next
   } else {
     bulk_wait_group_read<0>();  // the tile is read: the math warps may write the next one
@@ -500,12 +508,12 @@ __device__ __forceinline__ int* add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
   return pending;
 }
 
-/// The next block's turn at a query block's dQ, given once this block's add has landed (the
-/// deferred half of add_dq_tile).
-__device__ __forceinline__ void release_dq_turn(int* counter) {
+/// The next block's turn at a query block's dQ (this block's token, @p token = its index + 1),
+/// given once this block's add has landed (the deferred half of add_dq_tile).
+__device__ __forceinline__ void release_dq_turn(int* counter, int token) {
   bulk_wait_group<0>();
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(token) : "memory");
 }
 
 /// Stores a warpgroup's 64 x kSN accumulator tile (keys x queries, 16-bit, packed as A fragments)
@@ -663,10 +671,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int it = 0; it < work.steps; ++it) {
           named_barrier_sync(kDqFull, kDqHandoff);  // the math warps' share is in shared memory
           int* turn = nullptr;  // deterministic, early_free: the counter to move once the add lands
-          if (tid == 32) turn = add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic, buf.early_free);
+          if (tid == 32)
+            turn = add_dq_tile<Cfg>(sm, buf, p, work, mods, it, deterministic, buf.early_free);
           __syncwarp();
           if (it + 1 < work.steps) named_barrier_arrive(kDqEmpty, kDqHandoff);
-          if (tid == 32 && turn != nullptr) release_dq_turn(turn);  // the math warps already go on
+          if (tid == 32 && turn != nullptr)
+            release_dq_turn(turn, work.j + 1);  // the math warps go on
           __syncwarp();
         }
         if (tid == 32) bulk_wait_group<0>();
@@ -883,7 +893,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         named_barrier_arrive(kDqFull, kDqHandoff);
       } else {
         named_barrier_sync(kDqFull, kMathThreads);
-        if (loader) add_dq_tile<Cfg>(sm, buf, p, work, it, deterministic);
+        if (loader) add_dq_tile<Cfg>(sm, buf, p, work, mods, it, deterministic);
         __syncwarp();  // the warp whole again before its next wgmma (else ptxas serializes them)
       }
       // LAB-END(14-dq-handoff)

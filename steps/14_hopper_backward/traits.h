@@ -147,4 +147,51 @@ FL_HD void dq_slot_coord(int f, int& row, int& col) {
   col = Cfg::kDqSplitRows ? c : Cfg::kDqN * w + c;
 }
 
+/// The query blocks [first, end) a K/V block visits (empty when end <= first).
+struct QueryBlocks {
+  int first, end;
+};
+
+/// The query blocks holding rows [rows_lo, rows_hi] (the rows the mask says see some key of a K/V
+/// block), of @p n_q_blocks blocks of @p block_m rows: the walk of the backward (BlockWork::walk).
+FL_HD QueryBlocks query_blocks(int rows_lo, int rows_hi, int block_m, int n_q_blocks) {
+  const int first = rows_lo / block_m;
+  const int end =
+      rows_hi < 0 ? 0 : (rows_hi / block_m + 1 < n_q_blocks ? rows_hi / block_m + 1 : n_q_blocks);
+  return {first, end};
+}
+
+/// The deterministic mode's turn of K/V block @p j at query block @p i: the token of the block
+/// that adds into i just before j (that block's index + 1), or 0 when j adds first. The blocks
+/// add in launch order, from block 0 up, or (@p reverse) from the last down; @p visits(j') gives
+/// block j''s QueryBlocks. The nearest neighbour in that order that visits any query block
+/// decides: every mask here moves a block's visits only forward with its keys (both ends; the
+/// CPU test checks it on every mask case), so if that neighbour does not visit i, no block before
+/// it does. Empty blocks between are skipped: they add nothing.
+template <class VISITS>
+FL_HD int dq_prev_token(const VISITS& visits, int n_blocks, int j, int i, bool reverse) {
+  const int step = reverse ? 1 : -1;
+  for (int jp = j + step; jp >= 0 && jp < n_blocks; jp += step) {
+    const QueryBlocks v = visits(jp);
+    if (v.end > v.first) return v.first <= i && i < v.end ? jp + 1 : 0;
+  }
+  return 0;
+}
+
+/// dq_prev_token for rung 14's own masks, no mask or causal, in closed form (the kernel's
+/// producer warps run with few registers: the walk over neighbours spilled there). No mask: every
+/// block visits every query block and the order is 0, 1, ...: block j - 1 adds just before j.
+/// Causal, from the last block down: block j + 1 visits query block i when j + 1 <= j_last(i), the
+/// last block whose first key the block's last row sees (padded rows included, as the walk
+/// counts them).
+FL_HD int dq_prev_token_causal(int j, int i, int n_blocks, int block_m, int block_n,
+                               int causal_offset, bool reverse) {
+  if (!reverse) return j;
+  const int last_row = (i + 1) * block_m - 1;
+  const int j_last = (last_row + causal_offset) / block_n < n_blocks - 1
+                         ? (last_row + causal_offset) / block_n
+                         : n_blocks - 1;
+  return j < j_last ? j + 2 : 0;
+}
+
 }  // namespace fl::hopper14

@@ -41,6 +41,7 @@ namespace fl::masks16 {
 /// ScoreMod SCORE.
 template <class SCORE>
 struct BwdMods {
+  static constexpr bool kSpans = true;  ///< any mask: BlockWork::prev_token walks the neighbours
   SpanMask mask;
   SCORE score;
   int heads_q;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "14_hopper_backward/traits.h"
 #include "16_masks/bwd_delta.h"
 #include "16_masks/mods.h"
 #include "mask_cases.h"
@@ -184,7 +185,58 @@ TEST_CASE("backward by key: the visited query blocks hold every seen element, an
   CHECK(skipped_tiles > 0);  // ... and skips some
 }
 
-TEST_CASE("ALiBi's slope in float, as the kernels compute it, against the fp64 definition", "[cpu][block_lists]") {
+TEST_CASE(
+    "deterministic backward: each block's turn at a query block is its nearest visiting "
+    "neighbour's, on "
+    "every mask",
+    "[cpu][block_lists]") {
+  // The kernel's rule (traits.h's dq_prev_token over the walks BlockWork::walk takes from
+  // rows_of_keys) against the brute force: the K/V block that adds into query block i just before
+  // block j, in order (from block 0 up) and from the last block down, is the nearest block in that
+  // order that visits i, and each visiting block's token is seen by exactly one successor.
+  long long turns = 0, firsts = 0;
+  for (const Case& c : cases(kDocs)) {
+    const SpanMask m{c.m};
+    for (int bn : {64, 128})
+      for (int bm : {64, 128}) {
+        const int n_kv = (c.len_k + bn - 1) / bn, n_q = (c.len_q + bm - 1) / bm;
+        auto visits = [&](int j) {
+          const KeySpan rows =
+              rows_of_keys(m, c.len_q, c.len_k, j * bn, std::min(j * bn + bn, c.len_k) - 1);
+          return fl::hopper14::query_blocks(rows.lo, rows.hi, bm, n_q);
+        };
+        auto visits_i = [&](int j, int i) {
+          const fl::hopper14::QueryBlocks v = visits(j);
+          return v.first <= i && i < v.end;
+        };
+        for (bool reverse : {false, true})
+          for (int i = 0; i < n_q; ++i) {
+            int prev = 0;  // the brute force's token: the last visitor so far in the order, + 1
+            for (int s = 0; s < n_kv; ++s) {
+              const int j = reverse ? n_kv - 1 - s : s;
+              if (!visits_i(j, i)) continue;
+              INFO(c.name << " len_q=" << c.len_q << " len_k=" << c.len_k << " bm=" << bm
+                          << " bn=" << bn << (reverse ? " from the last down" : " in order")
+                          << " query block " << i << " K/V block " << j);
+              REQUIRE(fl::hopper14::dq_prev_token(visits, n_kv, j, i, reverse) == prev);
+              // Rung 14's own masks take the closed form (causal: from the last block down).
+              if (c.name == "none" && !reverse)
+                REQUIRE(fl::hopper14::dq_prev_token_causal(j, i, n_kv, bm, bn, 0, false) == prev);
+              if (c.name == "causal" && reverse)
+                REQUIRE(fl::hopper14::dq_prev_token_causal(j, i, n_kv, bm, bn, c.len_k - c.len_q,
+                                                           true) == prev);
+              (prev == 0 ? firsts : turns) += 1;
+              prev = j + 1;
+            }
+          }
+      }
+  }
+  CHECK(turns > 0);
+  CHECK(firsts > 0);
+}
+
+TEST_CASE("ALiBi's slope in float, as the kernels compute it, against the fp64 definition",
+          "[cpu][block_lists]") {
   for (int heads : {1, 2, 3, 8, 12, 16, 20, 32, 40, 64, 128})
     for (int h = 0; h < heads; ++h) {
       const double want = alibi_slope(h, heads) * 1.4426950408889634;
