@@ -38,14 +38,27 @@
 namespace fl::masks16 {
 
 /// Rung 14's kernel's MODS (kernel.cuh's CausalOrNone has the same members): SpanMask by key,
-/// ScoreMod SCORE.
-template <class SCORE>
+/// ScoreMod SCORE, and dropout (DROP = PDropout<true>, without score modifiers).
+///
+/// Dropout regenerates the forward's mask (dropout.h) where rung 14's layout holds the elements:
+/// a thread's keys k and k + 8 (k mod 16 < 8) of the queries q0 + 8c + 2q and + 1. Both keys are
+/// one Philox group of a row, words (k mod 2) and 2 + (k mod 2); the neighbour thread (lane ^ 4,
+/// key k ^ 1) needs the other two words of the same group and rows. So each thread of the pair
+/// makes one call, for one of the two rows, and they swap the four keep bits by one shuffle: one
+/// call per four elements, as in the forward. P^T keeps the mask in its sign while dP^T runs
+/// (FlashAttention 2's encoding: dropped elements negative); at the packing, P_drop = P M / (1 -
+/// p) goes to dV's GEMM and dS = |P| (dP M / (1 - p) - D) to dK's and dQ's.
+template <class SCORE, class DROP = PDropout<false>>
 struct BwdMods {
   SpanMask mask;
   SCORE score;
   int heads_q;
   const float* slopes;  ///< ALiBi's given slopes (AttnParams::alibi_slopes), null: the paper's
   int slope_stride;     ///< their batch stride
+  DROP drop;            ///< dropout's parameters (PDropout<true>); unread without it
+  DropoutKey drop_key;  ///< the call's Philox key (set_block)
+  uint32_t drop_bh;     ///< batch x heads_q + the step's head (set_head)
+  int drop_key_a;       ///< the thread's first key (its second is + 8)
   int batch;
   int len_q, len_k, offset;
   int diag[2];      ///< ALiBi: the thread's two keys minus the diagonal's offset (row - diag)
@@ -59,6 +72,7 @@ struct BwdMods {
     len_q = w.len_q;
     len_k = w.len_k;
     offset = w.len_k - w.len_q;
+    if constexpr (DROP::kOn) drop_key = dropout_key(drop.params);
   }
   __device__ __forceinline__ KeySpan query_rows(int key0, int key1) const {
     return rows_of_keys(mask, len_q, len_k, key0, key1);
@@ -67,6 +81,7 @@ struct BwdMods {
     return j < len_k ? mask.col(len_q, len_k, j) : KeySpan{INT_MAX, -1};
   }
   __device__ __forceinline__ void set_keys(int wg_key0, int key_a, int key_b) {
+    if constexpr (DROP::kOn) drop_key_a = key_a;
     diag[0] = key_a - offset;
     diag[1] = key_b - offset;
     rows[0] = col_of(key_a);
@@ -84,6 +99,26 @@ struct BwdMods {
   __device__ __forceinline__ void set_head(int h) {
     if constexpr (SCORE::kAlibi)
       score.slope = alibi_slope_of(slopes, slope_stride, batch, h, heads_q);
+    if constexpr (DROP::kOn) drop_bh = static_cast<uint32_t>(batch) * heads_q + h;
+  }
+  /// Dropout's mask in P^T's sign: element 4c + e (key drop_key_a + 8 (e / 2), query
+  /// r.q0 + 8c + 2 r.q + e % 2) negated where dropped. The thread of the even key computes the
+  /// group's bits of the first query, its neighbour those of the second; one shuffle swaps them.
+  /// (The calls one at a time, `unroll 1` into a word of keep bits, spilled more at d = 64.)
+  template <int SN>
+  __device__ __forceinline__ void drop_signs(float (&S)[SN / 2], const hopper14::StepRows& r) const {
+    const uint32_t group = dropout_group(drop_key_a);
+    const int odd = drop_key_a & 1;  // = g & 1: the pair's threads are lanes l and l ^ 4
+#pragma unroll
+    for (int c = 0; c < SN / 8; ++c) {
+      const int qr0 = r.q0 + 8 * c + 2 * r.q;
+      const uint32_t mine = dropout_keep4(drop_key, drop_bh, qr0 + odd, group);
+      const uint32_t theirs = __shfl_xor_sync(0xffffffffu, mine, 4);
+      const uint32_t rows[2] = {odd ? theirs : mine, odd ? mine : theirs};  // queries qr0, qr0 + 1
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (!((rows[e % 2] >> (2 * (e / 2) + odd)) & 1u)) S[4 * c + e] = -S[4 * c + e];
+    }
   }
   /// The step's first row of the thread, @p row0, once S^T is in: ALiBi's distances are then
   /// dist0 + a constant of the element. @p anchor is a score of S^T: dist0 is made to depend on it
@@ -122,6 +157,7 @@ struct BwdMods {
     if constexpr (!SCORE::kSoftcap) {
       m.set_rows(r.q0 + 2 * r.q, S[0]);
       hopper14::probs<SN>(S, m, r);
+      if constexpr (DROP::kOn) m.template drop_signs<SN>(S, r);
     }
   }
   /// Softcapping, once dP^T is in: P^T and dS^T = P^T ∘ (dP^T - D) ∘ score' in one pass.
@@ -129,6 +165,7 @@ struct BwdMods {
   static __device__ __forceinline__ void after_dp(BwdMods& m, float (&S)[SN / 2],
                                                   float (&dP)[SN / 2],
                                                   const hopper14::StepRows& r) {
+    if constexpr (DROP::kOn) m.template drop_ds<SN>(S, dP, r);
     if constexpr (SCORE::kSoftcap) {
       const bool masked = !m.full(r.q0, r.q0 + SN - 1);
       m.set_rows(r.q0 + 2 * r.q, S[0]);
@@ -149,11 +186,31 @@ struct BwdMods {
       }
     }
   }
-  /// dS^T of k-step kk's 16 queries as they are packed: rung 14's ds_of (softcapping: done).
+  /// Dropout, once dP^T is in: S holds P^T with the mask in its sign (drop_signs); in place,
+  /// dS^T = |P| (dP^T M / (1 - p) - D) and P_drop = P M / (1 - p), which the kernel packs for
+  /// dV. The whole tile at once, as softcapping's after_dp: S^T and dP^T are both live here anyway.
+  template <int SN>
+  __device__ __forceinline__ void drop_ds(float (&S)[SN / 2], float (&dP)[SN / 2],
+                                          const hopper14::StepRows& r) const {
+    static_assert(!SCORE::kAny, "dropout is built without score modifiers");
+#pragma unroll
+    for (int c = 0; c < SN / 8; ++c) {
+      const float2 dd = *reinterpret_cast<const float2*>(r.delta + 8 * c + 2 * r.q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float s = S[4 * c + e];
+        const float z = signbit(s) ? 0.f : drop.params.rp;  // -0: a masked element, P = 0 either way
+        dP[4 * c + e] = fabsf(s) * (dP[4 * c + e] * z - (e % 2 ? dd.y : dd.x));
+        S[4 * c + e] = s * z;
+      }
+    }
+  }
+  /// dS^T of k-step kk's 16 queries as they are packed: rung 14's ds_of (softcapping and dropout:
+  /// done in after_dp).
   template <int SN>
   static __device__ __forceinline__ void ds_at_pack(const float (&S)[SN / 2], float (&dP)[SN / 2],
                                                     const hopper14::StepRows& r, int kk) {
-    if constexpr (!SCORE::kSoftcap) hopper14::ds_of<SN>(S, dP, r, kk);
+    if constexpr (!SCORE::kSoftcap && !DROP::kOn) hopper14::ds_of<SN>(S, dP, r, kk);
   }
 };
 

@@ -140,13 +140,36 @@ __device__ __forceinline__ Tile get_item(uint32_t slot, int* n_blocks) {
   return {v.x, v.y, v.z};
 }
 
+/// Dropout on one S block after the softmax (FlashAttention §3.1: the mask regenerated, never
+/// stored): the thread's elements of row @p row are keys key0 + 8n + 2 t4 + e, so the keys of
+/// n = 2u, 2u + 1 are one Philox group (dropout.h), 4u + t4 of the block's first 16-key chunk,
+/// and one call gives the thread's four keys of the chunk. A dropped element's P becomes 0; l
+/// keeps it (the LSE is the undropped one's).
+template <int BLOCK_N>
+__device__ __forceinline__ void dropout_block(float (&S)[BLOCK_N / 2], const DropoutKey& key, uint32_t bh,
+                                              const int (&row)[2], int key0, int t4) {
+  static_assert(BLOCK_N % 16 == 0, "whole 16-key chunks: four Philox groups each");
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int u = 0; u < BLOCK_N / 16; ++u) {
+      const uint32_t bits = dropout_keep4(key, bh, row[h], static_cast<uint32_t>(key0 / 16 + u) * 4u + t4);
+#pragma unroll
+      for (int a = 0; a < 2; ++a)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (!((bits >> (2 * a + e)) & 1u)) S[4 * (2 * u + a) + 2 * h + e] = 0.f;
+    }
+}
+
 /// Rung 16's forward: rung 15's persistent kernel on the block lists. MASK gives each row's span,
-/// SCORE the score modifiers (mods.h); a sink, when p.sinks is set, joins the epilogue's l.
-template <class T, class Cfg, class MASK, class SCORE>
+/// SCORE the score modifiers (mods.h); a sink, when p.sinks is set, joins the epilogue's l. DROP
+/// (PDropout<true>) zeroes the dropped elements of P after each block's softmax and scales O.
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     masked_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v, const AttnParams p, const TileScheduler sched,
-                      const BlockMaskLayout L, const MASK mask, const SCORE score_in) {
+                      const BlockMaskLayout L, const MASK mask, const SCORE score_in, const DROP drop) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int STAGES = Cfg::kStages;
@@ -230,6 +253,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Without a score modifier, rung 15's fused scale; with one, S is in log2 units before the softmax.
   const float scale_log2 = SCORE::kAny ? 1.f : p.scale_log2;
   hopper15::Turns<true> turn(c);
+  DropoutKey drop_key{};  // the call's Philox key (the generator state read once, on the device)
+  if constexpr (DROP::kOn) drop_key = dropout_key(drop.params);
 
   float O_acc[D / 2];
   float m_i[2], l_i[2], alpha[2];
@@ -268,6 +293,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (SCORE::kAlibi)
       score.slope = alibi_slope_of(p.alibi_slopes, p.alibi_batch_stride, it.batch, it.head, p.heads_q);
     // LAB-END(16-rows)
+    // Dropout's coordinates: (sequence, head) and the thread's two rows within the sequence.
+    const uint32_t drop_bh = static_cast<uint32_t>(it.batch) * p.heads_q + it.head;
+    const int drop_rows[2] = {it.row0 + 64 * c + 16 * warp + g, it.row0 + 64 * c + 16 * warp + g + 8};
 
     auto mask_and_softmax = [&](float (&S)[BLOCK_N / 2], int entry) {
       // LAB-BEGIN(16-mask): score_mod on every block, the span on partial ones, then the softmax
@@ -296,6 +324,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       // LAB-END(16-mask)
       hopper10::softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, false, 0, no_mask);
+      if constexpr (DROP::kOn)
+        dropout_block<BLOCK_N>(S, drop_key, drop_bh, drop_rows, BlockMaskLayout::block_of(entry) * BLOCK_N, t4);
     };
 
 #pragma unroll
@@ -371,7 +401,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         l = l * o_scale + ptx::ex2_approx(sink - mx);
         m2 = mx;
       }
-      const float inv_l = (l > 0.f) ? o_scale / l : 0.f;
+      // Dropout's 1 / (1 - p) joins 1 / l: O = (P ∘ M) V / (l (1 - p)).
+      const float inv_l = (l > 0.f) ? (DROP::kOn ? drop.params.rp : 1.f) * o_scale / l : 0.f;
       const int row = it.row0 + 64 * c + 16 * warp + g + 8 * h;
       const bool in_seq = row < it.seq.len_q;
       const int token = it.seq.q0 + row;
@@ -400,15 +431,15 @@ inline MaskSpec mask_spec_of(const AttnParams& p) {
 /// True when the spec bounds some row's keys from the right (a longer tile sees more keys: LPT).
 inline bool grows_with_rows(const MaskSpec& m) { return m.window_right >= 0 || m.prefix > 0 || m.doc_starts != nullptr; }
 
-template <class T, class Cfg, class MASK, class SCORE>
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
 const void* prepared_masked_kernel() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(masked_fwd_kernel<T, Cfg, MASK, SCORE>,
+    FL_CUDA_CHECK(cudaFuncSetAttribute(masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(&masked_fwd_kernel<T, Cfg, MASK, SCORE>);
+  return reinterpret_cast<const void*>(&masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>);
 }
 
 template <class Cfg>
@@ -416,9 +447,10 @@ BlockMaskLayout layout_of(const AttnParams& p) {
   return block_mask_layout(p.cu_seqlens_q != nullptr || p.seqused_k != nullptr, p.batch, p.seqlen_q, p.seqlen_k, Cfg::kBlockM, Cfg::kBlockN);
 }
 
-template <class T, class Cfg, class MASK, class SCORE>
-void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& score, Classify mode, cudaStream_t stream) {
-  prepared_masked_kernel<T, Cfg, MASK, SCORE>();
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
+void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& score, Classify mode, cudaStream_t stream,
+                        const DROP& drop = DROP{}) {
+  prepared_masked_kernel<T, Cfg, MASK, SCORE, DROP>();
   const bool packed = p.cu_seqlens_q != nullptr;
   if (packed && p.total_q == 0) return;
   const BlockMaskLayout L = layout_of<Cfg>(p);
@@ -440,8 +472,8 @@ void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& scor
   sched.lpt = grows_with_rows(spec);
   sched.dynamic = true;  // items of unequal cost under every mask but none; the counter is cheap
   const int blocks = std::min(sched.dense_total(), hopper15::sm_count_cached());
-  masked_fwd_kernel<T, Cfg, MASK, SCORE>
-      <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched, L, mask, score);
+  masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>
+      <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched, L, mask, score, drop);
   FL_LAUNCH_CHECK("masked_fwd_kernel");
 }
 
@@ -459,6 +491,28 @@ void with_mods(const AttnParams& p, F&& f) {
   else if (cap > 0) with_mask(ScoreMod<true, false>{p.softmax_scale / cap, cap * kLog2e, 0.f});
   else if (p.alibi) with_mask(ScoreMod<false, true>{p.scale_log2, 0.f, 0.f});
   else with_mask(ScoreMod<false, false>{p.scale_log2, 0.f, 0.f});
+}
+
+/// Calls f(mask functor, score functor, PDropout) for a launch on the tiles Cfg (CAUSAL_TILES:
+/// rung 15's causal tiles): with_mods' without dropout; with it, no score modifier (softcap and
+/// ALiBi with dropout are refused: rung 16's supports) and only the masks those tiles run
+/// (with_tiles_of: the dense tiles take no mask), so dropout adds three kernels per head_dim and
+/// dtype, not sixteen.
+template <bool CAUSAL_TILES, class F>
+void with_mods_and_dropout(const AttnParams& p, F&& f) {
+  if (p.dropout.p <= 0.f) {
+    with_mods(p, [&](auto mask, auto score) { f(mask, score, PDropout<false>{}); });
+    return;
+  }
+  const ScoreMod<false, false> score{p.scale_log2, 0.f, 0.f};
+  const PDropout<true> drop{p.dropout};
+  const MaskSpec spec = mask_spec_of(p);
+  if constexpr (CAUSAL_TILES) {
+    if (is_plain_causal(spec)) f(CausalMask{}, score, drop);
+    else f(SpanMask{spec}, score, drop);
+  } else {
+    f(SpanMask{spec}, score, drop);
+  }
 }
 
 }  // namespace fl::masks16
