@@ -141,25 +141,20 @@ __device__ __forceinline__ Tile get_item(uint32_t slot, int* n_blocks) {
 }
 
 /// Dropout on one S block after the softmax (FlashAttention §3.1: the mask regenerated, never
-/// stored): the thread's elements of row @p row are keys key0 + 8n + 2 t4 + e, so the keys of
-/// n = 2u, 2u + 1 are one Philox group (dropout.h), 4u + t4 of the block's first 16-key chunk,
-/// and one call gives the thread's four keys of the chunk. A dropped element's P becomes 0; l
-/// keeps it (the LSE is the undropped one's).
+/// stored): the thread's elements of a 32-key block are exactly one Philox cell (dropout.h), so
+/// one call per 16 elements. Blocks of 80 or 176 keys start at 16 mod 32 every other block: the
+/// walk is compiled for both starts and picked once per block (warp-uniform). A dropped element's
+/// P becomes 0; l keeps it (the LSE is the undropped one's).
 template <int BLOCK_N>
 __device__ __forceinline__ void dropout_block(float (&S)[BLOCK_N / 2], const DropoutKey& key, uint32_t bh,
-                                              const int (&row)[2], int key0, int t4) {
-  static_assert(BLOCK_N % 16 == 0, "whole 16-key chunks: four Philox groups each");
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int u = 0; u < BLOCK_N / 16; ++u) {
-      const uint32_t bits = dropout_keep4(key, bh, row[h], static_cast<uint32_t>(key0 / 16 + u) * 4u + t4);
-#pragma unroll
-      for (int a = 0; a < 2; ++a)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (!((bits >> (2 * a + e)) & 1u)) S[4 * (2 * u + a) + 2 * h + e] = 0.f;
-    }
+                                              uint32_t row_cell, int key0, int t4) {
+  static_assert(BLOCK_N % 16 == 0, "whole 16-key halves of a cell");
+  if constexpr (BLOCK_N % 32 == 0) {
+    dropout_fwd_fragment<BLOCK_N, 0>(S, key, bh, row_cell, key0, t4);
+  } else {
+    if (key0 & 16) dropout_fwd_fragment<BLOCK_N, 1>(S, key, bh, row_cell, key0, t4);
+    else dropout_fwd_fragment<BLOCK_N, 0>(S, key, bh, row_cell, key0, t4);
+  }
 }
 
 /// Rung 16's forward: rung 15's persistent kernel on the block lists. MASK gives each row's span,
@@ -253,8 +248,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // Without a score modifier, rung 15's fused scale; with one, S is in log2 units before the softmax.
   const float scale_log2 = SCORE::kAny ? 1.f : p.scale_log2;
   hopper15::Turns<true> turn(c);
-  DropoutKey drop_key{};  // the call's Philox key (the generator state read once, on the device)
-  if constexpr (DROP::kOn) drop_key = dropout_key(drop.params);
 
   float O_acc[D / 2];
   float m_i[2], l_i[2], alpha[2];
@@ -293,9 +286,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (SCORE::kAlibi)
       score.slope = alibi_slope_of(p.alibi_slopes, p.alibi_batch_stride, it.batch, it.head, p.heads_q);
     // LAB-END(16-rows)
-    // Dropout's coordinates: (sequence, head) and the thread's two rows within the sequence.
+    // Dropout's coordinates: (sequence, head) and the row cell of the thread's two rows (g, g + 8
+    // of its warp's 16: one cell row) within the sequence.
     const uint32_t drop_bh = static_cast<uint32_t>(it.batch) * p.heads_q + it.head;
-    const int drop_rows[2] = {it.row0 + 64 * c + 16 * warp + g, it.row0 + 64 * c + 16 * warp + g + 8};
+    const uint32_t drop_row_cell = dropout_row_cell(it.row0 + 64 * c + 16 * warp + g);
 
     auto mask_and_softmax = [&](float (&S)[BLOCK_N / 2], int entry) {
       // LAB-BEGIN(16-mask): score_mod on every block, the span on partial ones, then the softmax
@@ -324,8 +318,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       // LAB-END(16-mask)
       hopper10::softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, false, 0, no_mask);
+      // The key is read from the device state per block (16 bytes in L1): held over the loop it
+      // took registers that O and S need at d = 256.
       if constexpr (DROP::kOn)
-        dropout_block<BLOCK_N>(S, drop_key, drop_bh, drop_rows, BlockMaskLayout::block_of(entry) * BLOCK_N, t4);
+        dropout_block<BLOCK_N>(S, dropout_key(drop.params), drop_bh, drop_row_cell,
+                               BlockMaskLayout::block_of(entry) * BLOCK_N, t4);
     };
 
 #pragma unroll

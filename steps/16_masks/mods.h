@@ -123,8 +123,8 @@ struct ScoreMod {
 
 /// Attention dropout as a P-modifier (dropout.h, FlashAttention's): compiled in or not, like the
 /// score modifiers. Off, the kernels are the ones without it; on, each element of P is kept or
-/// zeroed by dropout_keep4 after the softmax (the LSE stays the undropped one's) and O, or dV, is
-/// scaled by 1 / (1 - p).
+/// zeroed after the softmax by its byte of a Philox cell (dropout.h; the LSE stays the undropped
+/// one's) and O, or dV, is scaled by 1 / (1 - p).
 template <bool DROPOUT>
 struct PDropout {
   static constexpr bool kOn = DROPOUT;

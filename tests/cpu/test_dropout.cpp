@@ -1,13 +1,16 @@
 // Attention dropout on the CPU (dropout.h, the references' dropout): Philox4x32-10 against the
-// published known-answer vectors (Random123's kat_vectors, Salmon et al. 2011); the key groups'
-// layout; the mask's keep fraction over many seeds within 5 sigma of a binomial; the fp64
+// published known-answer vectors (Random123's kat_vectors, Salmon et al. 2011); the cells'
+// layout, and the forward's and the backward's walks over their fragments against the mask
+// function; the mask's keep fraction over many seeds within 5 sigma of a binomial; the fp64
 // references with dropout against their textbook loops and against the formula; the gradients
 // against central finite differences (the mask fixed by the seed); the CLI flag; and every rung
 // without Rung::dropout refusing it in one line.
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -46,48 +49,148 @@ TEST_CASE("Philox4x32-10 gives the published known answers", "[cpu][dropout]") {
   }
 }
 
-TEST_CASE("the key groups: every key of a row has its own (group, word), four keys per call",
+TEST_CASE("the cells: every element of a row block has its own (cell, word, byte), 16 per call",
           "[cpu][dropout]") {
-  std::set<std::pair<uint32_t, int>> seen;
-  for (int j = 0; j < 4096; ++j) {
-    const uint32_t g = dropout_group(j);
-    const int w = dropout_word(j);
-    REQUIRE(w >= 0);
-    REQUIRE(w < 4);
-    CHECK(seen.insert({g, w}).second);
-    CHECK(g < 4096 / 4);  // dense: 4096 keys use groups 0 .. 1023
-  }
-  // The forward thread t of a 16-key chunk u holds keys 16u + 2t, +1, +8, +9: one group, words 0-3.
-  for (int u = 0; u < 4; ++u)
-    for (int t = 0; t < 4; ++t) {
-      const int keys[4] = {16 * u + 2 * t, 16 * u + 2 * t + 1, 16 * u + 2 * t + 8,
-                           16 * u + 2 * t + 9};
-      for (int w = 0; w < 4; ++w) {
-        CHECK(dropout_group(keys[w]) == static_cast<uint32_t>(4 * u + t));
-        CHECK(dropout_word(keys[w]) == w);
-      }
+  std::map<std::pair<uint32_t, uint32_t>, std::set<std::pair<int, int>>> cells;
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 256; ++j) {
+      const int w = dropout_word(j), b = dropout_byte(i, j);
+      REQUIRE(w >= 0);
+      REQUIRE(w < 4);
+      REQUIRE(b >= 0);
+      REQUIRE(b < 4);
+      CHECK(cells[{dropout_row_cell(i), dropout_key_cell(j)}].insert({w, b}).second);
     }
-  // dropout_keep reads its element's bit of the group's call.
-  const DropoutKey k = dropout_key(12345, 678, keep_threshold(0.4));
-  for (int j = 0; j < 64; ++j)
-    CHECK(dropout_keep(k, 1, 2, 3, 5, j) ==
-          (((dropout_keep4(k, 1u * 3u + 2u, 5, dropout_group(j)) >> dropout_word(j)) & 1u) != 0));
+  CHECK(cells.size() == 64u * 256u / 16u);  // dense: every call's 16 bytes used
+  for (const auto& kv : cells) CHECK(kv.second.size() == 16u);
+  // A forward thread (g, t) holds rows g, g + 8 and keys 8n + 2t, + 1: of a 32-key block, one
+  // cell, element 4n + 2h + e at word n, byte 2h + e.
+  for (int g = 0; g < 8; ++g)
+    for (int t = 0; t < 4; ++t)
+      for (int n = 0; n < 4; ++n)
+        for (int h = 0; h < 2; ++h)
+          for (int e = 0; e < 2; ++e) {
+            const int i = 16 + g + 8 * h, j = 32 + 8 * n + 2 * t + e;
+            CHECK(dropout_row_cell(i) == dropout_row_cell(16 + g));
+            CHECK(dropout_key_cell(j) == dropout_key_cell(32 + 2 * t));
+            CHECK(4 * dropout_word(j) + dropout_byte(i, j) == 4 * n + 2 * h + e);
+          }
+  // dropout_keep reads its element's byte of its cell's call, against keep_threshold.
+  const DropoutKey k = dropout_key(12345, 678, keep_threshold(0.4f));
+  for (int j = 0; j < 64; ++j) {
+    uint32_t w[4];
+    dropout_cell(k, 1u * 3u + 2u, dropout_row_cell(5), dropout_key_cell(j), w);
+    const uint32_t byte = (w[dropout_word(j)] >> (8 * dropout_byte(5, j))) & 0xffu;
+    CHECK(dropout_keep(k, 1, 2, 3, 5, j) == (byte <= k.threshold));
+  }
 }
 
-TEST_CASE("keep_threshold: floor((1 - p) 2^32), saturating", "[cpu][dropout]") {
-  CHECK(keep_threshold(0.0) == 0xffffffffu);
-  CHECK(keep_threshold(0.5) == 0x80000000u);
-  CHECK(keep_threshold(0.75) == 0x40000000u);
-  CHECK(keep_threshold(1.0) == 0u);
+TEST_CASE("byte_perm: the host's PRMT", "[cpu][dropout]") {
+  CHECK(byte_perm(0x33221100u, 0x77665544u, 0x3210u) == 0x33221100u);
+  CHECK(byte_perm(0x33221100u, 0x77665544u, 0x7654u) == 0x77665544u);
+  CHECK(byte_perm(0x33221100u, 0x77665544u, 0x6420u) == 0x66442200u);
+  CHECK(byte_perm(0x33221100u, 0x77665544u, 0x7531u) == 0x77553311u);
+}
+
+TEST_CASE("the forward's fragment walk equals dropout_keep, blocks at 0 or 16 mod 32",
+          "[cpu][dropout]") {
+  // Every thread of a warp, its two rows of a 16-row slice, on S blocks of 64, 80, 128, 176 keys
+  // (rung 15's tiles) at several block starts: an element is zeroed iff dropout_keep drops it.
+  const DropoutKey k = dropout_key(0xfeedbeefcafeull, 77, keep_threshold(0.45f));
+  const int heads_q = 5, b = 1, h = 3;
+  const uint32_t bh = static_cast<uint32_t>(b * heads_q + h);
+  int dropped = 0, seen = 0;
+  auto check = [&](auto block) {
+    constexpr int BLOCK_N = decltype(block)::value;
+    for (int blk = 0; blk < 4; ++blk) {
+      const int key0 = blk * BLOCK_N;
+      for (int row0 : {0, 48})
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, t = lane % 4;
+          float S[BLOCK_N / 2];
+          for (float& x : S) x = 1.f;
+          if (BLOCK_N % 32 != 0 && (key0 & 16))
+            dropout_fwd_fragment<BLOCK_N, 1>(S, k, bh, dropout_row_cell(row0 + g), key0, t);
+          else
+            dropout_fwd_fragment<BLOCK_N, 0>(S, k, bh, dropout_row_cell(row0 + g), key0, t);
+          for (int n = 0; n < BLOCK_N / 8; ++n)
+            for (int hh = 0; hh < 2; ++hh)
+              for (int e = 0; e < 2; ++e) {
+                const int i = row0 + g + 8 * hh, j = key0 + 8 * n + 2 * t + e;
+                INFO("BLOCK_N " << BLOCK_N << " row " << i << " key " << j);
+                CHECK((S[4 * n + 2 * hh + e] != 0.f) == dropout_keep(k, b, h, heads_q, i, j));
+                dropped += S[4 * n + 2 * hh + e] == 0.f;
+                ++seen;
+              }
+        }
+    }
+  };
+  check(std::integral_constant<int, 64>{});
+  check(std::integral_constant<int, 80>{});
+  check(std::integral_constant<int, 128>{});
+  check(std::integral_constant<int, 176>{});
+  CHECK(dropped > seen / 4);  // the walk drops something: about 45% of it
+  CHECK(dropped < seen * 2 / 3);
+}
+
+TEST_CASE("the backward's pair exchange equals dropout_keep (rung 16's drop_keep_bits, host copy)",
+          "[cpu][dropout]") {
+  // Rung 14's S^T fragment: warp `warp` of a 64-key warpgroup, lane (g, q) holds keys
+  // key0 + 16 warp + g, + 8 of queries q0 + 8c + 2q, + 1. Each lane makes the call of its key
+  // parity; the lane ^ 4 shuffle is the array read below. Byte h + 2hk of the query parity's word.
+  const DropoutKey k = dropout_key(0x0123456789ull, (uint64_t(5) << 32) + 3, keep_threshold(0.3f));
+  const int heads_q = 4, b = 2, h = 1;
+  const uint32_t bh = static_cast<uint32_t>(b * heads_q + h);
+  for (int key0 : {0, 128, 64})
+    for (int warp = 0; warp < 4; ++warp)
+      for (int q0 : {0, 64, 32}) {
+        uint32_t mine[32], send[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, q = lane % 4, key_a = key0 + 16 * warp + g;
+          const int odd = key_a & 1, upper = (key_a >> 4) & 1;
+          uint32_t w[4];
+          dropout_cell(k, bh, dropout_row_cell(q0 + 2 * q + odd), dropout_key_cell(key_a), w);
+          dropout_bwd_pack(w, upper, odd, mine[lane], send[lane]);
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const int g = lane / 4, q = lane % 4, key_a = key0 + 16 * warp + g;
+          uint32_t words[2];
+          dropout_bwd_rows(mine[lane], send[lane ^ 4], key_a & 1, words[0], words[1]);
+          for (int hh = 0; hh < 2; ++hh)
+            for (int hk = 0; hk < 2; ++hk)
+              for (int e = 0; e < 2; ++e) {
+                const int i = q0 + 8 * hh + 2 * q + e, j = key_a + 8 * hk;
+                INFO("query " << i << " key " << j);
+                CHECK(dropout_kept_byte(words[e], hh + 2 * hk, k.threshold) ==
+                      dropout_keep(k, b, h, heads_q, i, j));
+              }
+        }
+      }
+}
+
+TEST_CASE(
+    "keep_threshold: floor((1 - p) 255) as FlashAttention 2's; keep probability (t + 1) / 256",
+    "[cpu][dropout]") {
+  CHECK(keep_threshold(0.f) == 255u);
+  CHECK(keep_threshold(0.5f) == 127u);
+  CHECK(keep_threshold(0.1f) == 229u);
+  CHECK(keep_threshold(0.75f) == 63u);
+  CHECK(keep_threshold(0.999f) == 0u);
+  CHECK(keep_threshold(1.f) == 0u);
+  CHECK(keep_probability(255u) == 1.0);
+  CHECK(keep_probability(229u) == Approx(230.0 / 256.0));
   const DropoutParams d = make_dropout(0.2f, 7, 9);
   CHECK(d.rp == Approx(1.0 / (1.0 - 0.2f)));
+  CHECK(d.threshold == keep_threshold(0.2f));
   CHECK(d.state == nullptr);
 }
 
-TEST_CASE("the mask keeps 1 - p of the elements, within 5 sigma, seed by seed and over all",
+TEST_CASE("the mask keeps (t + 1) / 256 of the elements, within 5 sigma, seed by seed and over all",
           "[cpu][dropout]") {
-  for (double p : {0.1, 0.17, 0.5, 0.9}) {
+  for (float p : {0.1f, 0.17f, 0.5f, 0.9f}) {
     INFO("p = " << p);
+    const double keep = keep_probability(keep_threshold(p));
+    CHECK(std::fabs(keep - (1.0 - p)) < 1.0 / 256);  // the 8-bit rule's bias: below one step
     long long kept_all = 0, n_all = 0;
     for (uint64_t seed = 1; seed <= 64; ++seed) {
       const DropoutKey k = dropout_key(seed * 0x9E3779B97F4A7C15ull, seed * 3, keep_threshold(p));
@@ -95,18 +198,18 @@ TEST_CASE("the mask keeps 1 - p of the elements, within 5 sigma, seed by seed an
       for (int bh = 0; bh < 2; ++bh)
         for (int i = 0; i < 32; ++i)
           for (int j = 0; j < 96; ++j, ++n) kept += dropout_keep(k, bh, 1, 3, i, j);
-      const double sigma = std::sqrt(p * (1 - p) / n);
-      CHECK(std::fabs(static_cast<double>(kept) / n - (1 - p)) <= 5 * sigma);
+      const double sigma = std::sqrt(keep * (1 - keep) / n);
+      CHECK(std::fabs(static_cast<double>(kept) / n - keep) <= 5 * sigma);
       kept_all += kept;
       n_all += n;
     }
-    const double sigma = std::sqrt(p * (1 - p) / n_all);
-    CHECK(std::fabs(static_cast<double>(kept_all) / n_all - (1 - p)) <= 5 * sigma);
+    const double sigma = std::sqrt(keep * (1 - keep) / n_all);
+    CHECK(std::fabs(static_cast<double>(kept_all) / n_all - keep) <= 5 * sigma);
   }
 }
 
 TEST_CASE("the mask changes with the seed, the offset and each coordinate", "[cpu][dropout]") {
-  const uint32_t t = keep_threshold(0.5);
+  const uint32_t t = keep_threshold(0.5f);
   auto mask = [&](uint64_t seed, uint64_t offset, int b, int h, int i) {
     std::vector<bool> m;
     const DropoutKey k = dropout_key(seed, offset, t);
