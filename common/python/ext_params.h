@@ -168,6 +168,16 @@ inline AttnParams params_for(const Problem& p, const std::array<uintptr_t, 5>& p
   return a;
 }
 
+/// AttnParams::dropout of @p p with the generator state at @p state (the device {seed, offset},
+/// int64, drawn by the package from PyTorch's generator): required with dropout, refused without.
+inline void set_dropout(AttnParams* a, const Problem& p, uintptr_t state) {
+  if (p.dropout() && state == 0)
+    refuse_if("dropout_state: the problem has dropout but no generator state (a device int64 {seed, offset}) was given");
+  if (!p.dropout() && state != 0) refuse_if("dropout_state: given, but the problem has no dropout");
+  if (state % 8 != 0) refuse_if("dropout_state: needs an 8-byte aligned int64 buffer");
+  a->dropout = make_dropout(p.dropout_p, 0, 0, reinterpret_cast<const int64_t*>(state));
+}
+
 /// AttnParams::o_fp32 from a data pointer (0: none); refuses one that is not 8-byte aligned (the
 /// kernels move it in float2 pairs).
 inline float* fp32_o_pointer(uintptr_t ptr) {

@@ -26,6 +26,7 @@
 #include "ext_params.h"
 #include "flashladder/check.h"
 #include "flashladder/device.h"
+#include "flashladder/dropout_mask.h"
 #include "flashladder/metadata.h"
 #include "flashladder/reference_bwd.h"
 #include "flashladder/registry.h"
@@ -327,6 +328,7 @@ NB_MODULE(_ext, m) {
       .def_rw("prefix", &Problem::prefix)
       .def_rw("softcap", &Problem::softcap)
       .def_rw("alibi", &Problem::alibi)
+      .def_rw("dropout_p", &Problem::dropout_p)
       .def_prop_rw(
           "sinks", [](const Problem& p) { return !p.sinks.empty(); },
           [](Problem& p, bool on) { p.sinks.assign(on ? p.heads_q : 0, 0.f); },
@@ -480,7 +482,7 @@ NB_MODULE(_ext, m) {
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,
          uintptr_t stream, int device, uintptr_t o_fp32, const std::array<uintptr_t, 7>& extras,
-         const std::array<int64_t, 3>& extra_ints, bool planned) {
+         const std::array<int64_t, 3>& extra_ints, uintptr_t dropout_state, bool planned) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch) refuse_if(r.label() + " has no forward launch");
         // planned: the caller's plan (flashladder._core.plan_forward) already asked supports and
@@ -488,6 +490,7 @@ NB_MODULE(_ext, m) {
         if (!planned) refuse_if(supports_reason(r, p, device_info(device)));
         if (o_fp32 != 0 && !r.writes_o_fp32) refuse_if(r.label() + " writes no fp32 copy of O");
         AttnParams a = params_for(p, ptr, strides, extras_of(extras, extra_ints));
+        set_dropout(&a, p, dropout_state);
         a.o_fp32 = fp32_o_pointer(o_fp32);
         DeviceGuard guard(device);
         if (!planned) check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
@@ -500,13 +503,14 @@ NB_MODULE(_ext, m) {
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
       "extras"_a = std::array<uintptr_t, 7>{0, 0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
-      "planned"_a = false,
+      "dropout_state"_a = 0, "planned"_a = false,
       "Launches the entry's forward pass (asynchronous, on the stream). ptrs: q, k, v, out, lse "
       "(fp32 [batch, heads_q, seqlen_q], contiguous; packed: [heads_q, total_q]); strides: q, k, "
       "v, out (4 each, elements; packed: of the [1, tokens, heads, head_dim] view); o_fp32: 0, or "
       "a dense fp32 buffer like out for O before its rounding (entries with writes_o_fp32); "
       "extras: cu_seqlens_q, cu_seqlens_k (int32), sinks, alibi_slopes (fp32), seqused_k, block_table "
       "(int32), seqstart_k (int32) or 0 each; extra_ints: alibi_batch_stride, block_table_stride, the page pool's rows; "
+      "dropout_state: with dropout (Problem.dropout_p > 0), the device int64 {seed, offset} the kernels read; "
       "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
       "workspace_bytes), so neither is asked again");
 
@@ -581,6 +585,27 @@ NB_MODULE(_ext, m) {
       "The first metadata violation the device's check kernels recorded since the last clear, in words "
       "('' when none reached the host yet); clear: reset the record (synchronizes the device when set)");
 
+  m.def(
+      "dropout_mask",
+      [](uintptr_t out, int batch, int heads_q, int rows, int cols, uintptr_t cu_q, uintptr_t cu_k, float p,
+         uintptr_t state, uintptr_t stream, int device) {
+        if (!out || !state || state % 8 != 0) refuse_if("dropout_mask: an output and an 8-byte aligned state");
+        if ((cu_q == 0) != (cu_k == 0)) refuse_if("dropout_mask: both cu_seqlens or neither");
+        if (!(p > 0.f && p < 1.f)) refuse_if("dropout_mask: p in (0, 1)");
+        if (static_cast<int64_t>(batch) * heads_q > 65535 || rows > 65535)
+          refuse_if("dropout_mask: batch x heads_q and the rows must each be at most 65535");
+        DeviceGuard guard(device);
+        nb::gil_scoped_release release;
+        fl::dropout_mask(reinterpret_cast<uint8_t*>(out), batch, heads_q, rows, cols,
+                         reinterpret_cast<const int*>(cu_q), reinterpret_cast<const int*>(cu_k), p,
+                         reinterpret_cast<const int64_t*>(state), reinterpret_cast<cudaStream_t>(stream));
+      },
+      "out"_a, "batch"_a, "heads_q"_a, "rows"_a, "cols"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "p"_a, "state"_a,
+      "stream"_a, "device"_a,
+      "The dropout mask (uint8 [batch, heads_q, rows, cols], 1 kept) of probability p under the device "
+      "{seed, offset} at state, by the kernels' own function (dropout.h); packed sequences (cu_seqlens, int32) "
+      "count rows and keys within each, and their padding reads 1");
+
   bind_ring_plan(m);  // ext_ring.cpp
 
   nb::class_<PreparedForward>(m, "PreparedForward",
@@ -608,7 +633,7 @@ NB_MODULE(_ext, m) {
          const std::array<Strides4, 8>& strides, uintptr_t workspace, size_t workspace_bytes,
          bool deterministic, uintptr_t stream, int device, uintptr_t o_fp32,
          const std::array<uintptr_t, 7>& extras, const std::array<int64_t, 3>& extra_ints, uintptr_t dsinks,
-         bool planned) {
+         uintptr_t dropout_state, bool planned) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
         // planned: as forward's (flashladder._core.plan_backward asked supports, bwd_supports and
@@ -619,6 +644,7 @@ NB_MODULE(_ext, m) {
         b.fwd = params_for(p, {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4]},
                            {strides[0], strides[1], strides[2], strides[3]},
                            extras_of(extras, extra_ints));
+        set_dropout(&b.fwd, p, dropout_state);  // the forward's state: the same mask regenerated
         if (!p.sinks.empty() && (dsinks == 0 || dsinks % 4 != 0))
           refuse_if("dsinks: the problem has sinks: a 4-byte aligned fp32 [heads_q] buffer for their gradient");
         b.dsinks = p.sinks.empty() ? nullptr : reinterpret_cast<float*>(dsinks);
@@ -652,10 +678,11 @@ NB_MODULE(_ext, m) {
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "workspace"_a,
       "workspace_bytes"_a, "deterministic"_a, "stream"_a, "device"_a, "o_fp32"_a = 0,
       "extras"_a = std::array<uintptr_t, 7>{0, 0, 0, 0, 0, 0, 0}, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
-      "dsinks"_a = 0, "planned"_a = false,
+      "dsinks"_a = 0, "dropout_state"_a = 0, "planned"_a = false,
       "Launches the entry's backward pass (asynchronous); extras as forward's, dsinks: the sinks' "
       "gradient (fp32 [heads_q]) when the problem has sinks. ptrs: q, k, v, out, lse, dout, dq, dk, "
       "dv; strides: q, k, v, out, dout, dq, dk, dv (dout like out, dq like q, dk like k, dv like v); "
       "o_fp32: 0, or the forward's fp32 O (dense like out), which D = rowsum(dO * O) then reads; "
+      "dropout_state: the forward's (the same device {seed, offset}: the mask is regenerated); "
       "planned: as forward's (supports, bwd_supports and bwd_workspace_bytes asked by the caller's plan)");
 }

@@ -165,6 +165,7 @@ void summarize(BwdCheck* c) {
 std::string rows_check_reason(const Problem& p) {
   if (p.varlen()) return "a packed batch";
   if (p.has_mods()) return "a mask or modifier beyond the causal mask";
+  if (p.dropout()) return "attention dropout";
   if (p.page_size > 0 || !p.seqused_k.empty() || !p.seqstart_k.empty()) return "a KV cache's layout";
   return "";
 }

@@ -130,7 +130,7 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
                                               "--seqlen-k", "--seqlens-q", "--seqlens-k", "--heads",
                                               "--kv-heads", "--dim",       "--causal",  "--scale",
                                               "--window",   "--prefix",    "--docs",    "--softcap",
-                                              "--alibi",    "--sinks"};
+                                              "--alibi",    "--sinks",     "--dropout"};
     for (const char* s : kShapeFlags) o->shape_set = o->shape_set || flag == s;
     if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
     else if (flag == "--seqlen" || flag == "-n") {
@@ -195,6 +195,17 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
           r.error = "--softcap: expected a number >= 0 (0: off), got '" + value + "'";
         } else {
           p.softcap = static_cast<float>(v);
+        }
+      }
+    }
+    else if (flag == "--dropout") {
+      if (need()) {
+        double v = 0;
+        if (!parse_double_value(value, &v) || !(v >= 0 && v < 1)) {
+          r.ok = false;
+          r.error = "--dropout: expected a probability in [0, 1) (0: off), got '" + value + "'";
+        } else {
+          p.dropout_p = static_cast<float>(v);
         }
       }
     }
@@ -300,6 +311,8 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
     r.error = "--seqlens-k: needs --seqlens-q (the packed batch's query lengths)";
   }
   if (r.ok && !lens_q.empty()) set_varlen(&o->problem, lens_q, lens_k);
+  // The dropout mask's seed is the inputs' (--seed, wherever it came on the line), offset 0.
+  if (r.ok) o->problem.dropout_seed = o->seed;
   return r;
 }
 
@@ -332,6 +345,9 @@ std::string usage(const std::string& program) {
     << "                     softmax denominator with no value (--window, --prefix, --docs,\n"
     << "                     --softcap, --alibi and --sinks: rung 16 and its backward; the\n"
     << "                     other rungs refuse them in one line)\n"
+    << "  --dropout P        attention dropout: each P element kept when its Philox4x32-10 byte\n"
+    << "                     is <= floor((1 - P) 255) (probability within 1/256 of 1 - P),\n"
+    << "                     scaled by 1 / (1 - P), seeded by --seed (rung 16 and its backward)\n"
     << "  --splits N         split-KV count for decode rungs (default 0 = heuristic)\n"
     << "  --page-size N      paged KV cache with N-token pages (default 0 = contiguous)\n"
     << "run:\n"

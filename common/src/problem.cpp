@@ -68,6 +68,7 @@ std::string Problem::describe() const {
   if (softcap > 0) s << " softcap=" << softcap;
   if (alibi) s << " alibi";
   if (!sinks.empty()) s << " sinks";
+  if (dropout()) s << " dropout=" << dropout_p;
   if (!seqused_k.empty()) s << " seqused_k";
   if (!seqstart_k.empty()) s << " seqstart_k";
   return s.str();
@@ -113,6 +114,8 @@ std::string validate(const Problem& p) {
            std::to_string(p.window_right) + ")";
   if (p.prefix < 0) return bad("--prefix", "must be >= 0 (0: off)", p.prefix);
   if (!(p.softcap >= 0) || !std::isfinite(p.softcap)) return "--softcap must be a finite number >= 0 (0: off)";
+  if (!(p.dropout_p >= 0 && p.dropout_p < 1))
+    return "--dropout must be a probability in [0, 1) (0: off)";
   if (!p.seqused_k.empty()) {
     if (p.seqused_k.size() != static_cast<size_t>(p.batch)) return "seqused_k: one key count per sequence";
     for (int b = 0; b < p.batch; ++b) {
@@ -171,6 +174,9 @@ Problem problem_of(const AttnParams& a) {
   p.prefix = a.prefix;
   p.softcap = a.softcap;
   p.alibi = a.alibi != 0;
+  p.dropout_p = a.dropout.p;  // the seed and offset may live on the device (DropoutParams::state)
+  p.dropout_seed = a.dropout.seed;
+  p.dropout_offset = a.dropout.offset;
   // doc_starts and sinks stay on the device: a host policy needs only whether they are set.
   return p;
 }
@@ -205,6 +211,7 @@ AttnParams make_attn_params(const Problem& p) {
   a.n_docs = p.doc_starts.empty() ? 0 : static_cast<int>(p.doc_starts.size()) - 1;
   a.softcap = p.softcap;
   a.alibi = p.alibi ? 1 : 0;
+  a.dropout = make_dropout(p.dropout_p, p.dropout_seed, p.dropout_offset);
   if (p.varlen()) {  // packed: the tokens of every sequence one after another
     a.q_batch_stride = a.o_batch_stride = a.k_batch_stride = a.v_batch_stride = 0;
     a.causal_offset = 0;  // per sequence: len_k - len_q

@@ -123,6 +123,7 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
   }
 
   const Scalar scale = static_cast<Scalar>(p.scale());
+  const Scalar dropout_scale = static_cast<Scalar>(1.0 / (1.0 - static_cast<double>(p.dropout_p)));
 #pragma omp parallel for schedule(dynamic)
   for (long long t = 0; t < static_cast<long long>(tasks.size()); ++t) {
     const Task& task = tasks[t];
@@ -161,6 +162,10 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
       }
       S.row(r) /= l;
       res.lse[out_row] = static_cast<double>(m + std::log(l));
+      // Dropout after the softmax (the LSE is the undropped one's): P_ij M_ij / (1 - p).
+      if (p.dropout())
+        for (int j = span.lo; j <= span.hi; ++j)
+          S(r, j) *= p.dropout_kept(row.b, row.h, row.i, j) ? dropout_scale : Scalar(0);
     }
     const Mat<Scalar> O = S * V;
     for (int r = 0; r < n; ++r)
@@ -220,9 +225,13 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
     if (sinks) m = std::max(m, sink);
     double l = sinks ? std::exp(sink - m) : 0.0;
     for (double& x : s) l += (x = std::exp(x - m));
-    for (size_t j = 0; j < s.size(); ++j)
-      for (int c = 0; c < D; ++c)
-        res.out[n * D + c] += s[j] / l * kv_at(true, r.b, span.lo + static_cast<int>(j), hk, c);
+    // Dropout: O_i = sum_j P_ij M_ij / (1 - p) V_j, the mask from dropout.h's function.
+    const double keep_scale = 1.0 / (1.0 - static_cast<double>(p.dropout_p));
+    for (size_t j = 0; j < s.size(); ++j) {
+      const int key = span.lo + static_cast<int>(j);
+      const double z = p.dropout() ? (p.dropout_kept(r.b, r.h, r.i, key) ? keep_scale : 0.0) : 1.0;
+      for (int c = 0; c < D; ++c) res.out[n * D + c] += s[j] / l * z * kv_at(true, r.b, key, hk, c);
+    }
     res.lse[n] = m + std::log(l);
   }
   return res;

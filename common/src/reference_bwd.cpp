@@ -72,6 +72,8 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
   constexpr int kChunk = 64;
   const Scalar scale = static_cast<Scalar>(p.scale());
   const bool mods = p.has_mods(), softcapped = p.softcap > 0, sinks = !p.sinks.empty();
+  const bool dropout = p.dropout();
+  const Scalar dropout_scale = static_cast<Scalar>(1.0 / (1.0 - static_cast<double>(p.dropout_p)));
   // dsink_h of each (batch, KV head) task, for its G query heads: tasks of different batches
   // share a head, so they are added after the parallel loop, in task order.
   std::vector<double> dsink_part(sinks ? static_cast<size_t>(B) * Hkv * G : 0, 0.0);
@@ -112,10 +114,22 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
           P.row(r) /= l;
           res.lse[stat + r] = static_cast<double>(m + std::log(l));
         }
-        const Mat<Scalar> O = P * V;
+        // Dropout (FlashAttention 2's): Z = M / (1 - p) elementwise, P_drop = P ∘ Z takes P's
+        // place in O and dV, and dP = (dO V^T) ∘ Z; dS = P ∘ (dP - D), D from the dropped O.
+        Mat<Scalar> Z;
+        if (dropout) {
+          Z = Mat<Scalar>::Zero(n, Sk);
+          for (int r = 0; r < n; ++r)
+            for (int j = 0; j < Sk; ++j)
+              if (p.dropout_kept(b, h, i0 + r, j)) Z(r, j) = dropout_scale;
+        }
+        const Mat<Scalar> Pd = dropout ? Mat<Scalar>(P.array() * Z.array()) : Mat<Scalar>();
+        const Mat<Scalar>& P_drop = dropout ? Pd : P;
+        const Mat<Scalar> O = P_drop * V;
         const Col<Scalar> Di = (dO.array() * O.array()).rowwise().sum();
-        dV.noalias() += P.transpose() * dO;
-        const Mat<Scalar> dP = dO * V.transpose();
+        dV.noalias() += P_drop.transpose() * dO;
+        Mat<Scalar> dP = dO * V.transpose();
+        if (dropout) dP = (dP.array() * Z.array()).matrix();
         Mat<Scalar> dS = (P.array() * (dP.colwise() - Di).array()).matrix();  // d loss / d modified score
         if (softcapped)  // back through the cap: d / d S = dS · (1 - tanh²(S / cap))
           for (int r = 0; r < n; ++r)
@@ -211,10 +225,18 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
         std::vector<double> prob(s.size());
         for (size_t j = 0; j < s.size(); ++j) prob[j] = std::exp(s[j] - m) / l;
         res.lse[stat] = m + std::log(l);
-        // O_i = sum_j P_ij V_j, then D_i = dO_i . O_i.
+        // Dropout: z_j = M_ij / (1 - p) (1 without dropout); P_ij z_j is what O and dV see.
+        std::vector<double> z(s.size(), 1.0);
+        if (p.dropout())
+          for (size_t j = 0; j < s.size(); ++j)
+            z[j] = p.dropout_kept(b, h, i, span.lo + static_cast<int>(j))
+                       ? 1.0 / (1.0 - static_cast<double>(p.dropout_p))
+                       : 0.0;
+        // O_i = sum_j P_ij z_j V_j, then D_i = dO_i . O_i.
         for (size_t j = 0; j < s.size(); ++j)
           for (int c = 0; c < D; ++c)
-            res.out[qi + c] += prob[j] * x.v[at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D) + c];
+            res.out[qi + c] += prob[j] * z[j] *
+                               x.v[at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D) + c];
         double delta = 0;
         for (int c = 0; c < D; ++c) delta += x.dout[qi + c] * res.out[qi + c];
         res.delta[stat] = delta;
@@ -222,11 +244,12 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
         if (sinks) res.dsinks[h] -= std::exp(sink - m) / l * delta;
         for (size_t j = 0; j < s.size(); ++j) {
           const size_t kj = at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D);
-          double dp = 0;  // dP_ij = dO_i . V_j
+          double dp = 0;  // dP_ij = (dO_i . V_j) z_j
           for (int c = 0; c < D; ++c) dp += x.dout[qi + c] * x.v[kj + c];
+          dp *= z[j];
           const double ds = prob[j] * (dp - delta) * p.modified_score_grad(raw[j]);
           for (int c = 0; c < D; ++c) {
-            res.dv[kj + c] += prob[j] * x.dout[qi + c];
+            res.dv[kj + c] += prob[j] * z[j] * x.dout[qi + c];
             res.dq[qi + c] += scale * ds * x.k[kj + c];
             res.dk[kj + c] += scale * ds * x.q[qi + c];
           }

@@ -151,6 +151,8 @@ std::string feature_support(const Rung& r, const Problem& p) {
   if (p.has_mods() && !r.mods)
     return "sliding windows, prefix-LM, document masks, softcapping, ALiBi and attention sinks "
            "(--window, --prefix, --docs, --softcap, --alibi, --sinks) are not supported by this rung";
+  if (p.dropout() && !r.dropout)
+    return "attention dropout (--dropout) is not supported by this rung (rung 16 takes it)";
   return "";
 }
 

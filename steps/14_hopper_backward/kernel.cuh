@@ -338,7 +338,7 @@ __device__ __forceinline__ void ds_of(const float (&S)[SN / 2], float (&dP)[SN /
 /// scale fused into the exponent, P^T by probs() while dP^T runs and dS^T by ds_of() as it is
 /// packed. Another policy has the same members (rung 16's masks and score modifiers:
 /// steps/16_masks/backward.cuh). Each math thread keeps a copy: set_block once, set_keys once
-/// with its two keys of S^T (key0 + 16 warp + g + 8 hh), set_head per step.
+/// with its two keys of S^T (key0 + 16 warp + g + 8 hh), set_step per step.
 struct CausalOrNone {
   static constexpr bool kSpans = false;  ///< no mask or causal: BlockWork::prev_token's closed form
   bool causal;
@@ -371,8 +371,10 @@ struct CausalOrNone {
     const int key = key0 + 8 * hh;
     return !(key >= len_k || (causal && key > qr + offset));
   }
-  /// The step's query head (scores that depend on it).
-  __device__ __forceinline__ void set_head(int) {}
+  /// The step's query head and the first of the warpgroup's SN queries (for what depends on
+  /// them), before the step's GEMMs are issued.
+  template <int SN>
+  __device__ __forceinline__ void set_step(int, int) {}
   // The score hooks are static and get the policy as an argument (MODS::exponent(mods, ...)).
   // This one ignores it and takes it by value: by reference, or as a member call, nvcc emits the
   // mask tests below it in another form than with the FFMA written in the loop (SASS compared).
@@ -393,7 +395,7 @@ struct CausalOrNone {
   static __device__ __forceinline__ void after_dp(CausalOrNone, float (&)[SN / 2],
                                                   float (&)[SN / 2], const StepRows&) {}
   template <int SN>
-  static __device__ __forceinline__ void ds_at_pack(const float (&S)[SN / 2], float (&dP)[SN / 2],
+  static __device__ __forceinline__ void ds_at_pack(CausalOrNone, float (&S)[SN / 2], float (&dP)[SN / 2],
                                                     const StepRows& r, int kk) {
     ds_of<SN>(S, dP, r, kk);
   }
@@ -725,7 +727,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     const int q0 = work.q_block(it) * BLOCK_M;
     const int s_key0 = Cfg::kSKey0(w),
               s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
-    mods.set_head(work.head(it));
+    mods.template set_step<SN>(work.head(it), q0 + s_col0);
 
     // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight.
     float S[SN / 2], dP[SN / 2];
@@ -764,7 +766,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < SN / 16; ++kk) {
-      MODS::template ds_at_pack<SN>(S, dP, rows, kk);
+      MODS::template ds_at_pack<SN>(mods, S, dP, rows, kk);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);

@@ -38,8 +38,18 @@
 namespace fl::masks16 {
 
 /// Rung 14's kernel's MODS (kernel.cuh's CausalOrNone has the same members): SpanMask by key,
-/// ScoreMod SCORE.
-template <class SCORE>
+/// ScoreMod SCORE, and dropout (DROP = PDropout<true>, without score modifiers).
+///
+/// Dropout regenerates the forward's mask (dropout.h) where rung 14's layout holds the elements:
+/// a thread's keys k and k + 8 (k mod 16 < 8) of the queries q0 + 8c + 2q and + 1. Of each 16
+/// queries, those elements lie in two Philox cells (query parities 0 and 1), which the neighbour
+/// thread (lane ^ 4, keys k ^ 1) needs too. So each thread of the pair makes the call of its own
+/// key parity, keeps its 4 bytes and sends the other 4 by one shuffle: one call per 8 elements
+/// (the forward's layout gets 16 from one call; the other 8 bytes of each call are another warp's
+/// keys). P^T keeps the mask in its sign while dP^T runs (FlashAttention 2's encoding: dropped
+/// elements negative); at the packing, P_drop = P M / (1 - p) goes to dV's GEMM and
+/// dS = |P| (dP M / (1 - p) - D) to dK's and dQ's.
+template <class SCORE, class DROP = PDropout<false>>
 struct BwdMods {
   static constexpr bool kSpans = true;  ///< any mask: BlockWork::prev_token walks the neighbours
   SpanMask mask;
@@ -47,6 +57,9 @@ struct BwdMods {
   int heads_q;
   const float* slopes;  ///< ALiBi's given slopes (AttnParams::alibi_slopes), null: the paper's
   int slope_stride;     ///< their batch stride
+  DROP drop;            ///< dropout's parameters (PDropout<true>); unread without it
+  int drop_key_a;       ///< the thread's first key (its second is + 8)
+  uint64_t drop_bits;   ///< the step's keep bits: bit x = element x of S^T (drop_keep_bits)
   int batch;
   int len_q, len_k, offset;
   int diag[2];      ///< ALiBi: the thread's two keys minus the diagonal's offset (row - diag)
@@ -68,6 +81,7 @@ struct BwdMods {
     return j < len_k ? mask.col(len_q, len_k, j) : KeySpan{INT_MAX, -1};
   }
   __device__ __forceinline__ void set_keys(int wg_key0, int key_a, int key_b) {
+    if constexpr (DROP::kOn) drop_key_a = key_a;
     diag[0] = key_a - offset;
     diag[1] = key_b - offset;
     rows[0] = col_of(key_a);
@@ -82,9 +96,46 @@ struct BwdMods {
   __device__ __forceinline__ bool sees(int hh, int qr) const {
     return rows[hh].lo <= qr && qr <= rows[hh].hi;
   }
-  __device__ __forceinline__ void set_head(int h) {
+  template <int SN>
+  __device__ __forceinline__ void set_step(int h, int q0) {
     if constexpr (SCORE::kAlibi)
       score.slope = alibi_slope_of(slopes, slope_stride, batch, h, heads_q);
+    if constexpr (DROP::kOn)
+      drop_keep_bits<SN>(static_cast<uint32_t>(batch) * heads_q + h, q0, static_cast<int>(threadIdx.x) % 4);
+  }
+  /// Dropout's keep bits of the step, before its GEMMs: bit x set iff element x of S^T is kept
+  /// (x = 4c + 2 hk + e: key drop_key_a + 8 hk, query q0 + 8c + 2q + e). Per 16 queries one
+  /// call, the cell of query parity = this thread's key parity, and one shuffle with lane ^ 4 for
+  /// the other's bytes. Here, with S^T and dP^T not yet allocated, and `unroll 1` into 64 bits:
+  /// made while dP^T's GEMM ran, or at the packing, the calls spilled at d = 64 (README, §7).
+  template <int SN>
+  __device__ __forceinline__ void drop_keep_bits(uint32_t bh, int q0, int q) {
+    // The key read again each step (the state is 16 bytes in L1): held over the step it is
+    // registers that S^T and dP^T need at d = 64.
+    const DropoutKey key = dropout_key(drop.params);
+    static_assert(SN % 16 == 0 && SN / 2 <= 64, "whole 16-query cells, 64 bits");
+    const int odd = drop_key_a & 1;           // = g & 1: the pair's threads are lanes l and l ^ 4
+    const int upper = (drop_key_a >> 4) & 1;  // keys 16..23 of their 32: words 2, 3 of the cell
+    const uint32_t key_cell = dropout_key_cell(drop_key_a);
+    uint64_t bits = 0;
+#pragma unroll 1
+    for (int kk = 0; kk < SN / 16; ++kk) {
+      uint32_t w[4], mine, send, words[2];
+      dropout_cell(key, bh, dropout_row_cell(q0 + 16 * kk + 2 * q + odd), key_cell, w);
+      dropout_bwd_pack(w, upper, odd, mine, send);
+      const uint32_t theirs = __shfl_xor_sync(0xffffffffu, send, 4);
+      dropout_bwd_rows(mine, theirs, odd, words[0], words[1]);
+      uint32_t b8 = 0;  // bit 4h + 2hk + e: query + 8h (+ e), key + 8 hk
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int hk = 0; hk < 2; ++hk)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            b8 |= static_cast<uint32_t>(dropout_kept_byte(words[e], h + 2 * hk, key.threshold)) << (4 * h + 2 * hk + e);
+      bits |= static_cast<uint64_t>(b8) << (8 * kk);
+    }
+    drop_bits = bits;
   }
   /// The step's first row of the thread, @p row0, once S^T is in: ALiBi's distances are then
   /// dist0 + a constant of the element. @p anchor is a score of S^T: dist0 is made to depend on it
@@ -150,11 +201,31 @@ struct BwdMods {
       }
     }
   }
-  /// dS^T of k-step kk's 16 queries as they are packed: rung 14's ds_of (softcapping: done).
+  /// Dropout, as k-step kk's 16 queries are packed: in place, dS^T = P^T ∘ (dP^T ∘ Z - D) and
+  /// P_drop = P^T ∘ Z with Z = M / (1 - p) (drop_bits), which the kernel packs for dV.
   template <int SN>
-  static __device__ __forceinline__ void ds_at_pack(const float (&S)[SN / 2], float (&dP)[SN / 2],
+  __device__ __forceinline__ void drop_ds(float (&S)[SN / 2], float (&dP)[SN / 2],
+                                          const hopper14::StepRows& r, int kk) const {
+    static_assert(!SCORE::kAny, "dropout is built without score modifiers");
+#pragma unroll
+    for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
+      const float2 dd = *reinterpret_cast<const float2*>(r.delta + 8 * c + 2 * r.q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int x = 4 * c + e;
+        const float z = (drop_bits >> x) & 1u ? drop.params.rp : 0.f;
+        dP[x] = S[x] * (dP[x] * z - (e % 2 ? dd.y : dd.x));
+        S[x] *= z;
+      }
+    }
+  }
+  /// dS^T of k-step kk's 16 queries as they are packed: rung 14's ds_of, or dropout's (softcapping:
+  /// done in after_dp).
+  template <int SN>
+  static __device__ __forceinline__ void ds_at_pack(const BwdMods& m, float (&S)[SN / 2], float (&dP)[SN / 2],
                                                     const hopper14::StepRows& r, int kk) {
-    if constexpr (!SCORE::kSoftcap) hopper14::ds_of<SN>(S, dP, r, kk);
+    if constexpr (DROP::kOn) m.template drop_ds<SN>(S, dP, r, kk);
+    else if constexpr (!SCORE::kSoftcap) hopper14::ds_of<SN>(S, dP, r, kk);
   }
 };
 

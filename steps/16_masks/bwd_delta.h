@@ -43,12 +43,14 @@ inline int64_t max_row_keys(const Problem& p) {
 }
 
 /// True where rung 11's exact pass computes the D rung 16's kernel needs: no mask beyond causal,
-/// no score modifier or sinks (@p modifiers), a dense batch, a head_dim with its own tile.
+/// no score modifier, sinks or dropout (@p modifiers: the pass recomputes the undropped P), a dense
+/// batch, a head_dim with its own tile.
 inline bool exact_pass_applies(const MaskSpec& m, bool modifiers, bool packed, int head_dim) {
   return (is_no_mask(m) || is_plain_causal(m)) && !modifiers && !packed && (head_dim == 64 || head_dim == 128);
 }
 inline bool exact_pass_applies(const Problem& p) {
-  return exact_pass_applies(p.mask_spec(), p.softcap > 0 || p.alibi || !p.sinks.empty(), p.varlen(), p.head_dim);
+  return exact_pass_applies(p.mask_spec(), p.softcap > 0 || p.alibi || !p.sinks.empty() || p.dropout(), p.varlen(),
+                            p.head_dim);
 }
 
 /// The source of D: rung 11's rule (its exact pass on rows of more than 16384 keys) where that
@@ -61,8 +63,8 @@ constexpr bwd::DeltaPolicy delta_policy(bool exact_applies) {
 inline std::string long_row_refusal(const Problem& p) {
   if (max_row_keys(p) <= bwd::kExactDeltaKeys || exact_pass_applies(p)) return "";
   return "rows that see more than " + std::to_string(bwd::kExactDeltaKeys) +
-         " keys need rung 11's exact D pass, which takes no mask but causal, no softcap, ALiBi or sinks, dense "
-         "batches and head_dim 64 or 128 only";
+         " keys need rung 11's exact D pass, which takes no mask but causal, no softcap, ALiBi, sinks or dropout, "
+         "dense batches and head_dim 64 or 128 only";
 }
 
 }  // namespace fl::masks16

@@ -140,13 +140,31 @@ __device__ __forceinline__ Tile get_item(uint32_t slot, int* n_blocks) {
   return {v.x, v.y, v.z};
 }
 
+/// Dropout on one S block after the softmax (FlashAttention §3.1: the mask regenerated, never
+/// stored): the thread's elements of a 32-key block are exactly one Philox cell (dropout.h), so
+/// one call per 16 elements. Blocks of 80 or 176 keys start at 16 mod 32 every other block: the
+/// walk is compiled for both starts and picked once per block (warp-uniform). A dropped element's
+/// P becomes 0; l keeps it (the LSE is the undropped one's).
+template <int BLOCK_N>
+__device__ __forceinline__ void dropout_block(float (&S)[BLOCK_N / 2], const DropoutKey& key, uint32_t bh,
+                                              uint32_t row_cell, int key0, int t4) {
+  static_assert(BLOCK_N % 16 == 0, "whole 16-key halves of a cell");
+  if constexpr (BLOCK_N % 32 == 0) {
+    dropout_fwd_fragment<BLOCK_N, 0>(S, key, bh, row_cell, key0, t4);
+  } else {
+    if (key0 & 16) dropout_fwd_fragment<BLOCK_N, 1>(S, key, bh, row_cell, key0, t4);
+    else dropout_fwd_fragment<BLOCK_N, 0>(S, key, bh, row_cell, key0, t4);
+  }
+}
+
 /// Rung 16's forward: rung 15's persistent kernel on the block lists. MASK gives each row's span,
-/// SCORE the score modifiers (mods.h); a sink, when p.sinks is set, joins the epilogue's l.
-template <class T, class Cfg, class MASK, class SCORE>
+/// SCORE the score modifiers (mods.h); a sink, when p.sinks is set, joins the epilogue's l. DROP
+/// (PDropout<true>) zeroes the dropped elements of P after each block's softmax and scales O.
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     masked_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v, const AttnParams p, const TileScheduler sched,
-                      const BlockMaskLayout L, const MASK mask, const SCORE score_in) {
+                      const BlockMaskLayout L, const MASK mask, const SCORE score_in, const DROP drop) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int STAGES = Cfg::kStages;
@@ -268,6 +286,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     if constexpr (SCORE::kAlibi)
       score.slope = alibi_slope_of(p.alibi_slopes, p.alibi_batch_stride, it.batch, it.head, p.heads_q);
     // LAB-END(16-rows)
+    // Dropout's coordinates: (sequence, head) and the row cell of the thread's two rows (g, g + 8
+    // of its warp's 16: one cell row) within the sequence.
+    const uint32_t drop_bh = static_cast<uint32_t>(it.batch) * p.heads_q + it.head;
+    const uint32_t drop_row_cell = dropout_row_cell(it.row0 + 64 * c + 16 * warp + g);
 
     auto mask_and_softmax = [&](float (&S)[BLOCK_N / 2], int entry) {
       // LAB-BEGIN(16-mask): score_mod on every block, the span on partial ones, then the softmax
@@ -296,6 +318,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
       // LAB-END(16-mask)
       hopper10::softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, false, 0, no_mask);
+      // The key is read from the device state per block (16 bytes in L1): held over the loop it
+      // took registers that O and S need at d = 256.
+      if constexpr (DROP::kOn)
+        dropout_block<BLOCK_N>(S, dropout_key(drop.params), drop_bh, drop_row_cell,
+                               BlockMaskLayout::block_of(entry) * BLOCK_N, t4);
     };
 
 #pragma unroll
@@ -371,7 +398,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         l = l * o_scale + ptx::ex2_approx(sink - mx);
         m2 = mx;
       }
-      const float inv_l = (l > 0.f) ? o_scale / l : 0.f;
+      // Dropout's 1 / (1 - p) joins 1 / l: O = (P ∘ M) V / (l (1 - p)).
+      const float inv_l = (l > 0.f) ? (DROP::kOn ? drop.params.rp : 1.f) * o_scale / l : 0.f;
       const int row = it.row0 + 64 * c + 16 * warp + g + 8 * h;
       const bool in_seq = row < it.seq.len_q;
       const int token = it.seq.q0 + row;
@@ -400,15 +428,15 @@ inline MaskSpec mask_spec_of(const AttnParams& p) {
 /// True when the spec bounds some row's keys from the right (a longer tile sees more keys: LPT).
 inline bool grows_with_rows(const MaskSpec& m) { return m.window_right >= 0 || m.prefix > 0 || m.doc_starts != nullptr; }
 
-template <class T, class Cfg, class MASK, class SCORE>
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
 const void* prepared_masked_kernel() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(masked_fwd_kernel<T, Cfg, MASK, SCORE>,
+    FL_CUDA_CHECK(cudaFuncSetAttribute(masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(&masked_fwd_kernel<T, Cfg, MASK, SCORE>);
+  return reinterpret_cast<const void*>(&masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>);
 }
 
 template <class Cfg>
@@ -416,9 +444,10 @@ BlockMaskLayout layout_of(const AttnParams& p) {
   return block_mask_layout(p.cu_seqlens_q != nullptr || p.seqused_k != nullptr, p.batch, p.seqlen_q, p.seqlen_k, Cfg::kBlockM, Cfg::kBlockN);
 }
 
-template <class T, class Cfg, class MASK, class SCORE>
-void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& score, Classify mode, cudaStream_t stream) {
-  prepared_masked_kernel<T, Cfg, MASK, SCORE>();
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
+void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& score, Classify mode, cudaStream_t stream,
+                        const DROP& drop = DROP{}) {
+  prepared_masked_kernel<T, Cfg, MASK, SCORE, DROP>();
   const bool packed = p.cu_seqlens_q != nullptr;
   if (packed && p.total_q == 0) return;
   const BlockMaskLayout L = layout_of<Cfg>(p);
@@ -440,8 +469,8 @@ void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& scor
   sched.lpt = grows_with_rows(spec);
   sched.dynamic = true;  // items of unequal cost under every mask but none; the counter is cheap
   const int blocks = std::min(sched.dense_total(), hopper15::sm_count_cached());
-  masked_fwd_kernel<T, Cfg, MASK, SCORE>
-      <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched, L, mask, score);
+  masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>
+      <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched, L, mask, score, drop);
   FL_LAUNCH_CHECK("masked_fwd_kernel");
 }
 
@@ -459,6 +488,28 @@ void with_mods(const AttnParams& p, F&& f) {
   else if (cap > 0) with_mask(ScoreMod<true, false>{p.softmax_scale / cap, cap * kLog2e, 0.f});
   else if (p.alibi) with_mask(ScoreMod<false, true>{p.scale_log2, 0.f, 0.f});
   else with_mask(ScoreMod<false, false>{p.scale_log2, 0.f, 0.f});
+}
+
+/// Calls f(mask functor, score functor, PDropout) for a launch on the tiles Cfg (CAUSAL_TILES:
+/// rung 15's causal tiles): with_mods' without dropout; with it, no score modifier (softcap and
+/// ALiBi with dropout are refused: rung 16's supports) and only the masks those tiles run
+/// (with_tiles_of: the dense tiles take no mask), so dropout adds three kernels per head_dim and
+/// dtype, not sixteen.
+template <bool CAUSAL_TILES, class F>
+void with_mods_and_dropout(const AttnParams& p, F&& f) {
+  if (p.dropout.p <= 0.f) {
+    with_mods(p, [&](auto mask, auto score) { f(mask, score, PDropout<false>{}); });
+    return;
+  }
+  const ScoreMod<false, false> score{p.scale_log2, 0.f, 0.f};
+  const PDropout<true> drop{p.dropout};
+  const MaskSpec spec = mask_spec_of(p);
+  if constexpr (CAUSAL_TILES) {
+    if (is_plain_causal(spec)) f(CausalMask{}, score, drop);
+    else f(SpanMask{spec}, score, drop);
+  } else {
+    f(SpanMask{spec}, score, drop);
+  }
 }
 
 }  // namespace fl::masks16

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "flashladder/registry.h"
@@ -23,12 +24,20 @@ decltype(auto) with_tiles_of(const MaskSpec& spec, F&& f) {
   return f(TypeTag<hopper15::Tiles<D, true>>{});
 }
 
+/// True for rung 15's causal tiles of head_dim D (with_tiles_of's choice for every mask).
+template <int D, class Cfg>
+constexpr bool causal_tiles() {
+  return std::is_same<Cfg, hopper15::Tiles<D, true>>::value;
+}
+
 template <int D>
 void launch_masks16(const AttnParams& p, Classify mode, cudaStream_t s) {
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     with_tiles_of<D>(mask_spec_of(p), [&](auto tiles) {
       using Cfg = typename decltype(tiles)::type;
-      with_mods(p, [&](auto mask, auto score) { launch_masked_with<T, Cfg>(p, mask, score, mode, s); });
+      with_mods_and_dropout<causal_tiles<D, Cfg>()>(p, [&](auto mask, auto score, auto drop) {
+        launch_masked_with<T, Cfg>(p, mask, score, mode, s, drop);
+      });
     });
   });
 }
@@ -43,16 +52,17 @@ std::vector<KernelInfo> kernels_masks16(const Problem& pr) {
       std::vector<KernelInfo> out;
       AttnParams q = p;
       q.doc_starts = pr.doc_starts.empty() ? nullptr : pr.doc_starts.data();  // only its presence is read
-      with_mods(q, [&](auto mask, auto score) {
+      with_mods_and_dropout<causal_tiles<D, Cfg>()>(q, [&](auto mask, auto score, auto drop) {
         using M = decltype(mask);
         using S = decltype(score);
+        using P = decltype(drop);
  const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
         const std::string label = "masked_fwd<d=" + dims + ", 128x" + std::to_string(Cfg::kBlockN) + ", " +
                                   (M::kLower ? "span mask" : "causal mask") + (S::kSoftcap ? ", softcap" : "") +
-                                  (S::kAlibi ? ", ALiBi" : "") + ", block lists>";
+                                  (S::kAlibi ? ", ALiBi" : "") + (P::kOn ? ", dropout" : "") + ", block lists>";
         out.push_back({"classify_blocks", reinterpret_cast<const void*>(&classify_kernel<M, Cfg::kBlockM, Cfg::kBlockN>),
                        Cfg::kBlockM, 0});
-        out.push_back({label, prepared_masked_kernel<T, Cfg, M, S>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)});
+        out.push_back({label, prepared_masked_kernel<T, Cfg, M, S, P>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)});
       });
       return out;
     });
@@ -70,14 +80,19 @@ size_t workspace_masks16(const Problem& pr) {
 
 // ---- the backward pass (backward.cuh) ----------------------------------------------------------
 
-/// Calls f(BwdMods<ScoreMod<softcap?, ALiBi?>>) for a launch's mask and modifiers.
+/// Calls f(BwdMods<ScoreMod<softcap?, ALiBi?>>) for a launch's mask and modifiers, or
+/// f(BwdMods<ScoreMod<false, false>, PDropout<true>>) with dropout.
 template <class F>
 void with_bwd_mods(const AttnParams& p, F&& f) {
   const SpanMask mask{mask_spec_of(p)};
   const float cap = p.softcap;
   const float* sl = p.alibi_slopes;
   const int ss = p.alibi_batch_stride;
-  if (cap > 0 && p.alibi)
+  if (p.dropout.p > 0.f) {  // built without score modifiers (rung 16's supports refuses the rest)
+    BwdMods<ScoreMod<false, false>, PDropout<true>> mods{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss};
+    mods.drop.params = p.dropout;
+    f(mods);
+  } else if (cap > 0 && p.alibi)
     f(BwdMods<ScoreMod<true, true>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q, sl, ss});
   else if (cap > 0) f(BwdMods<ScoreMod<true, false>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q, sl, ss});
   else if (p.alibi) f(BwdMods<ScoreMod<false, true>>{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss});
@@ -99,7 +114,7 @@ inline bwd::GroupSplit bwd_split(int head_dim, int D) {
 
 /// Where D comes from (bwd_delta.h): rung 11's rule where its exact pass applies, else the fp32 O.
 inline bwd::DeltaPolicy bwd_policy(const AttnParams& p) {
-  return delta_policy(exact_pass_applies(mask_spec_of(p), p.softcap > 0 || p.alibi || p.sinks != nullptr,
+  return delta_policy(exact_pass_applies(mask_spec_of(p), p.softcap > 0 || p.alibi || p.sinks != nullptr || p.dropout.p > 0,
                                          p.cu_seqlens_q != nullptr, p.head_dim));
 }
 
@@ -138,11 +153,12 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr) {
   FL_DTYPE_SWITCH(pr.dtype, T, [&] {
     with_bwd_mods(p, [&](auto mods) {
       using S = decltype(mods.score);
+      using Drop = decltype(mods.drop);
       const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
       out.push_back(hopper14::prep_kernel_info<T, D>(hopper14::kRungPrep));
       out.push_back({"masked_bwd<d=" + dims + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
                          std::to_string(Cfg::kBlockM) + " queries, span mask by key" + (S::kSoftcap ? ", softcap" : "") +
-                         (S::kAlibi ? ", ALiBi" : "") + ", rung 14's kernel>",
+                         (S::kAlibi ? ", ALiBi" : "") + (Drop::kOn ? ", dropout" : "") + ", rung 14's kernel>",
                      hopper14::prepared_kernel<T, Cfg, true, decltype(mods)>(), Cfg::kThreads,
                      static_cast<size_t>(Cfg::kSmemBytes)});
       out.push_back(hopper14::convert_kernel_info<T, Cfg>(hopper14::kRungPrep));

@@ -25,6 +25,7 @@
 
 #include <stddef.h>
 
+#include "flashladder/dropout.h"
 #include "flashladder/masks.h"
 #include "flashladder/types.h"
 
@@ -118,6 +119,16 @@ struct ScoreMod {
     return tanhf(x);
 #endif
   }
+};
+
+/// Attention dropout as a P-modifier (dropout.h, FlashAttention's): compiled in or not, like the
+/// score modifiers. Off, the kernels are the ones without it; on, each element of P is kept or
+/// zeroed after the softmax by its byte of a Philox cell (dropout.h; the LSE stays the undropped
+/// one's) and O, or dV, is scaled by 1 / (1 - p).
+template <bool DROPOUT>
+struct PDropout {
+  static constexpr bool kOn = DROPOUT;
+  DropoutParams params;  ///< AttnParams::dropout (read only when kOn)
 };
 
 /// Where the block mask lives in a launch's workspace (after the schedule's 16-byte counter):

@@ -327,6 +327,7 @@ TEST_CASE("backward's D: rung 11's exact pass on the long rows it can take, a re
   CHECK(refused([](Problem& q) { q.softcap = 30; }));
   CHECK(refused([](Problem& q) { q.alibi = true; }));
   CHECK(refused([](Problem& q) { q.sinks.assign(32, 0.f); }));
+  CHECK(refused([](Problem& q) { q.dropout_p = 0.1f; }));  // the exact pass recomputes the undropped P
   CHECK(refused([](Problem& q) { q.prefix = 100; }));
   CHECK(refused([](Problem& q) { q.window_left = 20000; }));
   CHECK(refused([](Problem& q) { q.head_dim = 96; }));

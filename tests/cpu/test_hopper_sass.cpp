@@ -650,10 +650,10 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
   const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG16_BINARY, &text);
   INFO("cuobjdump -sass " << FL_RUNG16_BINARY << " exited " << status);
   REQUIRE(status == 0);
-  int kernels = 0, softcapped = 0;
+  int kernels = 0, softcapped = 0, dropped = 0;
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     INFO(name);
-    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, ...>, true, BwdMods<ScoreMod<SOFTCAP, ALIBI>>>.
+    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, ...>, true, BwdMods<ScoreMod<SOFTCAP, ALIBI>, PDropout<DROPOUT>>>.
     if (name.find("bwd_hopper_kernel") == std::string::npos) continue;
     const size_t mod = name.find("8ScoreModILb");
     REQUIRE(mod != std::string::npos);
@@ -665,6 +665,7 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
     const int block_n = d == 256 ? 64 : 128, dkv_tiles = d == 256 ? 2 : 1;
     ++kernels;
     softcapped += softcap;
+    dropped += name.find("8PDropoutILb1E") != std::string::npos;
     // The kernel is compiled in more than one of the rung's translation units (launch_template.cuh,
     // once per head_dim file): the archive holds `copies` identical bodies under one name.
     const int gemms = 2 * (d / 16) + 2 * dkv_tiles * (block_m / 16) + block_n / 16;
@@ -679,8 +680,10 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
     CHECK(tanh == (softcap ? ex2 - (alibi ? copies : 0) : 0));
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
-  CHECK(kernels == 3 * 4 * dtypes);  // head_dims 64, 128, 256 x ScoreMod<softcap, alibi>
+  // head_dims 64, 128, 256 x (ScoreMod<softcap, alibi>, and dropout without modifiers)
+  CHECK(kernels == 3 * 5 * dtypes);
   CHECK(softcapped == 3 * 2 * dtypes);
+  CHECK(dropped == 3 * dtypes);
 }
 #endif  // FL_RUNG16_BINARY
 

@@ -233,3 +233,87 @@ TEST_CASE(
   }
   s.run();
 }
+
+// ---- attention dropout (dropout.h): the forward and the backward against the fp64 reference that
+// applies the same mask (Problem::dropout_kept). A kernel whose mask differed from the reference's
+// in any element would miss by that element's P V / (1 - p): far outside the tolerance.
+
+namespace {
+
+Problem dropped(Problem p, float prob, uint64_t seed, uint64_t offset = 0) {
+  p.dropout_p = prob;
+  p.dropout_seed = seed;
+  p.dropout_offset = offset;
+  return p;
+}
+
+/// Dropout's cases at one head_dim and dtype: no mask (the dense tiles), causal, a window, sinks,
+/// GQA, tails, seqlen_q != seqlen_k, rows with no key, two probabilities and offsets.
+std::vector<Problem> dropout_cases(int d, DType t) {
+  const int hkv = d == 256 ? 1 : 2;
+  std::vector<Problem> out;
+  Problem none = shape(2, 333, 333, 4 * hkv, hkv, d, false, t);
+  out.push_back(dropped(none, 0.17f, 11));
+  out.push_back(dropped(shape(2, 700, 700, 4 * hkv, hkv, d, true, t), 0.1f, 12, 1u << 20));
+  out.push_back(dropped(shape(1, 300, 1100, 4 * hkv, hkv, d, true, t), 0.5f, 13, 4));
+  out.push_back(dropped(shape(1, 900, 260, 4 * hkv, hkv, d, true, t), 0.3f, 14));  // rows with no key
+  out.push_back(dropped(window(shape(1, 700, 700, 4 * hkv, hkv, d, true, t), 128, 0), 0.2f, 15));
+  Problem sinks = shape(1, 400, 400, 4 * hkv, hkv, d, true, t);
+  sinks.sinks = sinks_for(sinks.heads_q);
+  out.push_back(dropped(sinks, 0.25f, 16, (uint64_t(3) << 32) + 8));  // the offset's high word too
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("dropout: the forward against the fp64 reference with the same mask", "[rung16_dropout]") {
+  Section s("rung 16: dropout, forward");
+  for (int d : {64, 96, 128, 256})
+    for (DType t : {DType::fp16, DType::bf16})
+      for (const Problem& p : dropout_cases(d, t)) s.add(rung16(), p);
+  Problem packed = shape(1, 1, 1, 8, 2, 128, true, DType::bf16);
+  set_varlen(&packed, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
+  s.add(rung16(), dropped(packed, 0.15f, 21));
+  s.add(rung16(), dropped(window(packed, 64, 0), 0.4f, 22));
+  s.run();
+}
+
+TEST_CASE("dropout: the backward regenerates the forward's mask (dQ, dK, dV, dsinks against fp64)",
+          "[rung16_dropout]") {
+  Section s("rung 16 backward: dropout");
+  for (int d : {64, 96, 128, 256})
+    for (DType t : {DType::fp16, DType::bf16})
+      for (const Problem& p : dropout_cases(d, t)) s.add(rung16("backward"), p);
+  Problem packed = shape(1, 1, 1, 8, 2, 64, true, DType::bf16);
+  set_varlen(&packed, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
+  s.add(rung16("backward"), dropped(packed, 0.15f, 31));
+  for (const Problem& p : {dropped(shape(1, 300, 530, 8, 2, 128, true), 0.2f, 32),
+                           dropped(shape(1, 256, 256, 4, 4, 64, false, DType::bf16), 0.6f, 33)}) {
+    fl_test::Case& c = s.add(rung16("backward"), p);  // the mask does not depend on the order of dQ's adds
+    c.deterministic = true;
+  }
+  s.run();
+}
+
+TEST_CASE("dropout: refused with softcap, ALiBi or a KV cache's lengths, in one line", "[rung16_dropout]") {
+  DeviceInfo dev;  // an H100-like description: the refusals read the problem, not the device
+  dev.cc_major = 9;
+  dev.cc_minor = 0;
+  dev.sm_count = 132;
+  Problem cap = dropped(shape(1, 128, 128, 4, 2, 64, true), 0.1f, 1);
+  cap.softcap = 30.f;
+  Problem alibi = dropped(shape(1, 128, 128, 4, 2, 64, true), 0.1f, 1);
+  alibi.alibi = true;
+  for (const Problem& p : {cap, alibi}) {
+    const std::string why = supports(rung16(), p, dev);
+    CHECK(why.find("dropout") != std::string::npos);
+    CHECK(why.find('\n') == std::string::npos);
+  }
+  // Every other rung refuses dropout (Rung::dropout): it would be ignored, never a wrong answer.
+  const Problem plain = dropped(shape(1, 128, 128, 4, 4, 64, true), 0.1f, 1);
+  for (const Rung& r : registry().all()) {
+    INFO(r.label());
+    if (r.number == 16) continue;
+    CHECK(supports(r, plain, dev).find("dropout") != std::string::npos);
+  }
+}

@@ -35,6 +35,13 @@ reference on the CPU and a recorder. The checks:
    clamping launch (_launch.sanitized_varlen) before the forward, whose clamped copies the forward
    and the backward launches both take (``checked``); a second call with the same signature does
    not run check_varlen's host checks again (check_varlen_cached).
+10. Dropout's wiring (the launches stood in, their mask a function of the generator state):
+    flash_attn_func(dropout_p) plans, launches with Mods.dropout and an int64 [2] state drawn from
+    torch's generator, and the backward gets that very tensor; O and dQ, dK, dV equal the
+    reference's under the mask; torch.manual_seed reproduces, another seed or call draws anew; the
+    packed forms route it; return_attn_probs gives S_dmask (its sign the mask, its magnitude P);
+    dropout_p = 0 draws nothing; softcap, alibi_slopes and a p outside [0, 1) are refused in one
+    line naming the argument before any launch; the custom op carries the state to its backward.
 
 Exits 77 (ctest: skipped) without PyTorch.
 """
@@ -59,9 +66,10 @@ from cpu_stubs import check, cpu_key, exit_status  # noqa: E402  tests/python/cp
 
 # ---- the rungs, replaced by a float64 reference ---------------------------------------------------
 
-def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None):
+def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None, keep=None, dropout_p=0.0):
     """(O, LSE [b, hq, sq]) of q [b, sq, hq, d], k and v [b, sk, hk, d], differentiable in every
-    input: bottom-right causal, FlashAttention's window, softcap, one sink logit per query head."""
+    input: bottom-right causal, FlashAttention's window, softcap, one sink logit per query head,
+    dropout (``keep`` [b, hq, sq, sk] bool, kept elements scaled by 1 / (1 - dropout_p))."""
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     kk = k.repeat_interleave(hq // hk, dim=2)
@@ -83,35 +91,50 @@ def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None):
         s = torch.cat([s, sinks.reshape(1, hq, 1, 1).expand(b, hq, sq, 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
     p = torch.exp(s - lse[..., None])[..., :sk]
+    if keep is not None:
+        p = p * keep / (1.0 - dropout_p)
     return torch.einsum("bhqk,bkhd->bqhd", p, vv), lse
 
 
-def mods_args(key, mods, extras):
+def stand_in_mask(state, p, b, hq, sq, sk):
+    """The dropout mask the stand-in launches use: a function of the generator state tensor's two
+    values (as the kernels' is), drawn from a CPU generator seeded by them."""
+    g = torch.Generator().manual_seed((int(state[0]) * 1000003 + int(state[1])) % (1 << 63))
+    return torch.rand(b, hq, sq, sk, generator=g) >= p
+
+
+def mods_args(key, mods, extras, dropout_state=None):
     causal, scale = key[7], key[8]
     if mods is None:
         return dict(causal=causal, scale=scale)
     sinks = extras[2] if extras else None
+    keep = None
+    if mods.dropout:
+        assert dropout_state is not None, "a dropout launch without its generator state"
+        keep = stand_in_mask(dropout_state, mods.dropout, key[0], key[3], key[1], key[2])
     return dict(causal=causal, scale=scale, window=(mods.window_left, mods.window_right), softcap=mods.softcap,
-                sinks=sinks)
+                sinks=sinks, keep=keep, dropout_p=mods.dropout)
 
 
 LOG = []  # ("forward" | "backward" | "plan", details)
 
 
-def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
-    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1])))
-    a = mods_args(key, mods, extras)
+def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
+                dropout_state=None):
+    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1], state=dropout_state)))
+    a = mods_args(key, mods, extras, dropout_state)
     with torch.no_grad():
         out, lse = reference(q, k, v, a["causal"], a["scale"], a.get("window", (-1, -1)), a.get("softcap", 0.0),
-                             a.get("sinks"))
+                             a.get("sinks"), a.get("keep"), a.get("dropout_p", 0.0))
     o32 = out.clone() if o_fp32 else None  # the rung's fp32 O (here: the same values)
     return out.to(q.dtype), lse, o32
 
 
 def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-                 extras=None, checked=False):
-    LOG.append(("backward", dict(deterministic=deterministic, o32=out_fp32 is not None, key=key, dout=dout)))
-    a = mods_args(key, mods, extras)
+                 extras=None, checked=False, dropout_state=None):
+    LOG.append(("backward", dict(deterministic=deterministic, o32=out_fp32 is not None, key=key, dout=dout,
+                                 state=dropout_state)))
+    a = mods_args(key, mods, extras, dropout_state)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     sinks = a.get("sinks")
     if sinks is not None:
@@ -121,7 +144,7 @@ def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant
     def grads_of():
         with torch.enable_grad():
             o, _ = reference(*leaves[:3], a["causal"], a["scale"], a.get("window", (-1, -1)),
-                             a.get("softcap", 0.0), sinks)
+                             a.get("softcap", 0.0), sinks, a.get("keep"), a.get("dropout_p", 0.0))
             return torch.autograd.grad(o, leaves, dout)
 
     # In a thread of its own: inside a custom op's body the dispatcher has turned autograd off for
@@ -147,7 +170,12 @@ def custom_op_called(*args, **kwargs):
     raise AssertionError("a custom op was called in eager mode")
 
 
-_launch.forward, _launch.backward = cpu_forward, cpu_backward
+def cpu_dropout_mask(state, p, batch, heads_q, rows, cols, cu_seqlens_q=None, cu_seqlens_k=None):
+    LOG.append(("mask", dict(state=state)))
+    return stand_in_mask(state, p, batch, heads_q, rows, cols)
+
+
+_launch.forward, _launch.backward, _launch.dropout_mask = cpu_forward, cpu_backward, cpu_dropout_mask
 _core.check_qkv = _core.check_qkv_cached = cpu_key
 _core.plan_backward = cpu_plan_backward
 OPS = (_ops.attention_op, _ops.attention_mods_op)  # the real ops, for test 6
@@ -361,13 +389,14 @@ def test_padded_head_dim():
 def test_varlen_checked_once():
     seen = []
 
-    def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
+    def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
+                dropout_state=None):
         seen.append(("forward", extras[0].data_ptr(), extras[1].data_ptr(), checked))
         out = torch.zeros_like(q)
         return out, torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32), (out.clone() if o_fp32 else None)
 
     def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-                 extras=None, checked=False):
+                 extras=None, checked=False, dropout_state=None):
         seen.append(("backward", extras[0].data_ptr(), extras[1].data_ptr(), checked))
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None
 
@@ -408,8 +437,133 @@ def test_varlen_checked_once():
          _core.check_varlen) = saved
 
 
+# ---- 10 ---------------------------------------------------------------------------------------------
+
+def test_dropout():
+    b, sq, sk, hq, hk, d = 1, 6, 9, 4, 2, 8
+    p = 0.3
+    q, k, v = leaves((b, sq, hq, d), (b, sk, hk, d), (b, sk, hk, d), seed=9)
+    dout = torch.randn(b, sq, hq, d, dtype=torch.float64)
+
+    def run(fn, seed):
+        for t in (q, k, v):
+            t.grad = None
+        torch.manual_seed(seed)
+        LOG.clear()
+        out = fn()
+        out.backward(dout)
+        return out.detach(), [t.grad.clone() for t in (q, k, v)], list(LOG)
+
+    out, grads, log = run(lambda: flashladder.flash_attn_func(q, k, v, dropout_p=p, causal=True), 5)
+    kinds = [e[0] for e in log]
+    check(kinds == ["plan", "forward", "backward"], "flash_attn_func(dropout_p=0.3): plan, forward, backward "
+          "(got %s)" % kinds)
+    fwd, bwd = log[1][1], log[2][1]
+    state = fwd["state"]
+    check(fwd["mods"] is not None and fwd["mods"].dropout == p,
+          "dropout_p reaches the launch as Mods.dropout (rung 16's route)")
+    check(state is not None and state.dtype == torch.int64 and tuple(state.shape) == (2,)
+          and state.device == q.device, "the generator state is an int64 [2] tensor on q's device")
+    check(bwd["state"] is state, "autograd saves the forward's state tensor and the backward gets that very tensor")
+    keep = stand_in_mask(state, p, b, hq, sq, sk)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ref_out, _ = reference(*ref_leaves, True, 0.0, keep=keep, dropout_p=p)
+    ref_out.backward(dout)
+    check(close(out, ref_out.detach()) and all(close(g, r.grad) for g, r in zip(grads, ref_leaves)),
+          "with dropout: O and dQ, dK, dV equal the reference's under the launch's mask and 1 / (1 - p)")
+    check(not close(out, reference(q.detach(), k.detach(), v.detach(), True, 0.0)[0]),
+          "the mask changes O (the stand-in mask drops something)")
+
+    out2, grads2, log2 = run(lambda: flashladder.flash_attn_func(q, k, v, dropout_p=p, causal=True), 5)
+    check(torch.equal(log2[1][1]["state"], state) and torch.equal(out2, out)
+          and all(torch.equal(a, c) for a, c in zip(grads, grads2)),
+          "torch.manual_seed reproduces the state, O and the gradients")
+    out3, _, log3 = run(lambda: flashladder.flash_attn_func(q, k, v, dropout_p=p, causal=True), 6)
+    check(not torch.equal(log3[1][1]["state"], state), "another seed draws another state")
+    torch.manual_seed(5)
+    LOG.clear()
+    flashladder.flash_attn_func(q, k, v, dropout_p=p, causal=True)
+    flashladder.flash_attn_func(q, k, v, dropout_p=p, causal=True)
+    states = [e[1]["state"] for e in LOG if e[0] == "forward"]
+    check(len(states) == 2 and not torch.equal(states[0], states[1]), "each call draws its own state")
+
+    qkv = torch.stack([q.detach(), torch.cat([k.detach()] * 2, dim=2)[:, :sq], torch.cat([v.detach()] * 2, dim=2)[:, :sq]],
+                      dim=2)
+    kv = torch.stack([k.detach(), v.detach()], dim=2)
+    for name, fn in (("flash_attn_qkvpacked_func", lambda: flashladder.flash_attn_qkvpacked_func(qkv, 0.2)),
+                     ("flash_attn_kvpacked_func", lambda: flashladder.flash_attn_kvpacked_func(q.detach(), kv, 0.2))):
+        LOG.clear()
+        fn()
+        fw = [e[1] for e in LOG if e[0] == "forward"]
+        check(len(fw) == 1 and fw[0]["mods"] is not None and fw[0]["mods"].dropout == 0.2
+              and fw[0]["state"] is not None, name + ": dropout_p reaches the launch with a state")
+
+    LOG.clear()
+    _, lse, s_dmask = flashladder.flash_attn_func(q.detach(), k.detach(), v.detach(), dropout_p=p, causal=True,
+                                                  return_attn_probs=True)
+    state = [e[1]["state"] for e in LOG if e[0] == "forward"][0]
+    masks = [e[1]["state"] for e in LOG if e[0] == "mask"]
+    keep = stand_in_mask(state, p, b, hq, sq, sk)
+    seen = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + sk - sq
+    check(len(masks) == 1 and masks[0] is state and tuple(s_dmask.shape) == (b, hq, 128, 128),
+          "return_attn_probs: S_dmask [batch, heads, seqlens rounded to 128] from the forward's state")
+    _, ref_lse = reference(q.detach(), k.detach(), v.detach(), True, 0.0)
+    check(bool(((s_dmask[..., :sq, :sk] >= 0) == (keep | ~seen)).all()) and
+          bool((s_dmask[..., sq:, :] == 0).all()) and bool((s_dmask[..., :, sk:] == 0).all()),
+          "S_dmask >= 0 is the keep mask where a key is seen; the padding is 0")
+    probs = torch.exp(torch.einsum("bqhd,bkhd->bhqk", q.detach(), k.detach().repeat_interleave(hq // hk, 2))
+                      * d ** -0.5 - ref_lse[..., None]).masked_fill(~seen, 0)
+    check(torch.allclose(s_dmask[..., :sq, :sk].abs(), probs), "|S_dmask| is P = exp(s - LSE), 0 where unseen")
+
+    counted = [0]
+    real_state = _core.dropout_state
+
+    def counting_state(*args, **kwargs):
+        counted[0] += 1
+        return real_state(*args, **kwargs)
+
+    _core.dropout_state = counting_state
+    try:
+        flashladder.flash_attn_func(q, k, v, causal=True, window_size=(2, 0))
+        flashladder.flash_attn_func(q, k, v, dropout_p=0.0, causal=True)
+        check(counted[0] == 0, "dropout_p = 0: no generator state drawn (the calls without dropout are unchanged)")
+    finally:
+        _core.dropout_state = real_state
+
+    for what, kwargs, error in (("softcap", dict(softcap=5.0), NotImplementedError),
+                                ("alibi_slopes", dict(alibi_slopes=torch.ones(hq, dtype=torch.float32)),
+                                 NotImplementedError),
+                                ("dropout_p", dict(dropout_p=1.0), ValueError),
+                                ("dropout_p", dict(dropout_p=-0.1), ValueError)):
+        LOG.clear()
+        kwargs.setdefault("dropout_p", 0.1)
+        try:
+            flashladder.flash_attn_func(q, k, v, **kwargs)
+            check(False, "dropout with %s refused" % what)
+        except error as e:
+            check(what in str(e) and "\n" not in str(e) and not LOG,
+                  "dropout refusal names %s in one line before any launch: %s" % (what, e))
+
+    # The custom op (torch.compile's path) with dropout: the state rides along to the backward.
+    attention_op, attention_mods_op = OPS
+    for t in (q, k, v):
+        t.grad = None
+    state = _core.dropout_state(q.device)
+    LOG.clear()
+    out, _, _ = attention_mods_op(q, k, v, None, None, 0, 0, None, None, True, 0.0, -1, -1, 0.0, 0, "", True, False,
+                                  p, state)
+    out.backward(dout)
+    keep = stand_in_mask(state, p, b, hq, sq, sk)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    reference(*ref_leaves, True, 0.0, keep=keep, dropout_p=p)[0].backward(dout)
+    bw = [e[1] for e in LOG if e[0] == "backward"]
+    check(len(bw) == 1 and bw[0]["state"] is state and all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
+          "flashladder::attention_mods with dropout: the state reaches the backward, the reference's gradients")
+
+
 def main():
     test_varlen_checked_once()
+    test_dropout()
     test_realigned()
     test_padded_head_dim()
     test_attention()

@@ -17,8 +17,9 @@
 7. The route of rung=None (route_forward): the decode rung for decode steps and a few queries,
    the prefill rung otherwise and under autograd, on a hand-built H100 and A100.
 8. The transformers function's allow-list on stand-in tensors: T5's position_bias, Gemma 2's
-   softcap, gpt-oss's sinks, packed-sequence metadata, a sliding window that masks, dropout, a
-   mask, attention weights and unknown arguments are refused naming the argument.
+   softcap, gpt-oss's sinks, packed-sequence metadata, a sliding window that masks, a dropout
+   outside [0, 1), a mask, attention weights and unknown arguments are refused naming the
+   argument; a dropout in train mode (0.1) passes the checks to the launch.
 9. flash_attn_with_kvcache's rotary embedding and cache_batch_idx, where PyTorch is installed
    (skipped otherwise): _apply_rotary against the rotation in fp64 (interleaved pairs as complex
    products, GPT-NeoX halves by rotate_half), fp16 and bf16 within one rounding, rotary_dim <
@@ -528,7 +529,7 @@ class TransformersArguments(unittest.TestCase):
     def test_refused(self):
         self.refused("position_bias", position_bias=Tensor((1, 8, 64, 64)))  # T5, mT5, UMT5, LongT5
         self.refused("seq_idx", seq_idx=Tensor((1, 64)))
-        self.refused("dropout", dropout=0.1)
+        self.refused("dropout must be a probability", dropout=1.5)
         self.refused("2D padding mask", mask=Tensor((1, 1, 64, 64)))       # a custom 4D mask
         self.refused("sliding_window must be an int", sliding_window=1.5)
         self.refused("output_attentions", output_attentions=True)
@@ -564,6 +565,12 @@ class TransformersArguments(unittest.TestCase):
                        {"mask": Tensor((1, 64), dtype=DType("torch.int64"))},  # padding: varlen
                        {"max_length_q": 64, "max_length_k": 64, "deterministic": True},
                        {"output_attentions": False, "is_causal": False}):
+            self.reaches_launch(**kwargs)
+
+    def test_dropout_accepted(self):
+        # The model's attention_dropout in train mode: flash_attn_func's dropout_p (rung 16).
+        for kwargs in ({"dropout": 0.1}, {"dropout": 0.1, "mask": Tensor((1, 64), dtype=DType("torch.int64"))},
+                       {"dropout": 0.0}):
             self.reaches_launch(**kwargs)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -23,8 +23,8 @@ errors        a non-contiguous last dim and a misaligned view are copied and run
               refuses them); bad input raises TypeError/ValueError with a one-line reason, before
               any launch: wrong device, dtype, head_dim 40 for
               rung 10 (06 off sm_90), GQA 3:2, an unknown rung, rung 11's head_dims under
-              autograd, a mask or dropout through the transformers function. Each message is
-              printed.
+              autograd, a mask or a dropout outside [0, 1) through the transformers function. Each
+              message is printed.
 models        transformers models built from configs: each runs and matches the fp32 eager model
               within twice bf16 SDPA's error, output and every parameter's gradient (Llama,
               Qwen2, Qwen3, Mistral's window, Gemma 2's window and softcap, gpt-oss's sinks and
@@ -37,7 +37,7 @@ flash         FlashAttention's interface (flash_attn_func, the packed and varlen
               causal, windows, softcap, ALiBi slopes per head and per sequence, sinks and their
               combination, head_dims 64 to 256 (80, 96), GQA, seqlen_q != seqlen_k; packed
               batches with empty and one-token sequences; the packed forms bit for bit;
-              deterministic=True; dropout, a block table and bad arguments refused.
+              deterministic=True; dropout with softcap, a block table and bad arguments refused.
 kvcache       flash_attn_with_kvcache against the fp32 reference per sequence: the new keys written
               in place at cache_seqlens (an empty, a half-full and a nearly full sequence),
               decode, speculative (4 queries) and prefill routes, a window; the paged cache
@@ -46,6 +46,15 @@ kvcache       flash_attn_with_kvcache against the fp32 reference per sequence: t
               rotary_dim 64 of 128, causal, windowed and not, left-padded, contiguous and paged)
               with the cache holding the rotated keys; cache_batch_idx on a permuted subset of a
               larger cache (read as pages, or its rows copied), the other rows untouched; refusals.
+dropout       attention dropout (rung 16): the dropped fraction read from S_dmask (return_attn_probs)
+              within 5 binomial sigma of the 8-bit rule's (t + 1) / 256, seed by seed and over all,
+              at p = 0.1, 0.17, 0.5; O, dQ, dK, dV against a float64 reference that applies S_dmask's
+              mask with 1 / (1 - p): fp16 and bf16, head_dim 64 and 128, causal and not, GQA 4:1,
+              tails, a window; the same torch.manual_seed gives bitwise-equal O and gradients,
+              another seed another O; the packed forms equal flash_attn_func bit for bit under one
+              seed; a packed batch (empty and one-token sequences) against the reference per
+              sequence; CUDA-graph capture of the forward, and of forward + backward, replayed
+              after torch.manual_seed equals eager after the same seed; softcap and ALiBi refused.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
               attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
@@ -599,7 +608,7 @@ def part_errors():
     t = (randn(b, h, s, 64), randn(b, h, s, 64), randn(b, h, s, 64))
     mask = torch.ones(b, 1, s, s, dtype=torch.bool, device="cuda")
     expect(ValueError, "2D padding mask", lambda: hf(Module(), *t, mask))
-    expect(ValueError, "no attention dropout", lambda: hf(Module(), *t, None, dropout=0.1))
+    expect(ValueError, "dropout must be a probability", lambda: hf(Module(), *t, None, dropout=1.5))
     expect(ValueError, "position_bias", lambda: hf(Module(), *t, None, position_bias=t[0]))
     expect(ValueError, "head_mask", lambda: hf(Module(), *t, None, head_mask=None))
     # A window as wide as the sequence masks nothing: it runs (transformers' own rule). A narrower
@@ -1079,7 +1088,7 @@ def part_flash():
 
     # deterministic=True: bitwise-identical gradients, with no mask, causal, and (rung 16) a causal
     # window and a two-sided one; each within the rounding of the default mode's gradients.
-    # Dropout and a block table raise NotImplementedError.
+    # Dropout with softcap and a block table raise NotImplementedError.
     q, k, v = (randn(1, 1000, 8, 128, dtype=dt).requires_grad_() for _ in range(3))
     masks = [("causal", dict(causal=True))]
     if hopper and built(16):
@@ -1098,7 +1107,7 @@ def part_flash():
             fail("deterministic=True, %s: gradients far from the default mode's" % what)
         else:
             print("ok   deterministic=True, %s: identical gradients, within rounding of the default's" % what)
-    expect(NotImplementedError, "dropout", lambda: flash_attn_func(q, k, v, dropout_p=0.1))
+    expect(NotImplementedError, "softcap", lambda: flash_attn_func(q, k, v, dropout_p=0.1, softcap=5.0))
     expect(NotImplementedError, "block_table", lambda: flash_attn_varlen_func(
         q[0], k[0], v[0], cu, cu, 200, 200, block_table=cu))
     expect(ValueError, "alibi_slopes", lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(3, device="cuda")))
@@ -1536,9 +1545,250 @@ def part_metadata():
             what, (time.perf_counter() - t0) / 200 * 1e6))
 
 
+# ---- dropout ----------------------------------------------------------------------------------------
+
+def keep_probability(p):
+    """The 8-bit rule's keep probability (dropout.h): (floor((1 - p) 255) + 1) / 256, 1 - p in fp32."""
+    keep = float(torch.tensor(1.0, dtype=torch.float32) - torch.tensor(p, dtype=torch.float32))
+    return (math.floor(keep * 255.0) + 1) / 256.0
+
+
+def seen_mask(sq, sk, causal, window, device):
+    """[sq, sk] bool: FlashAttention's causal (bottom-right) and window."""
+    i = torch.arange(sq, device=device)[:, None] + (sk - sq)
+    j = torch.arange(sk, device=device)[None, :]
+    left, right = window
+    if causal:
+        right = 0
+    seen = torch.ones(sq, sk, dtype=torch.bool, device=device)
+    if left >= 0:
+        seen &= j >= i - left
+    if right >= 0:
+        seen &= j <= i + right
+    return seen
+
+
+def reference_dropout(q, k, v, causal, window, keep, p):
+    """O [b, sq, hq, d] in float64 of dropout attention, differentiable: P = softmax of the seen
+    scores (the LSE undropped), P ∘ keep / (1 - p), times V. Rows that see no key: O = 0."""
+    b, sq, hq, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    qf = q.transpose(1, 2)
+    kf = k.repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    vf = v.repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
+    seen = seen_mask(sq, sk, causal, window, q.device)
+    s = ((qf @ kf.transpose(-1, -2)) / math.sqrt(d)).masked_fill(~seen, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    probs = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
+    return ((probs * keep / (1.0 - p)) @ vf).transpose(1, 2)
+
+
+def dropout_case(what, dtype_name, shape, d, causal, window, p):
+    """flash_attn_func with dropout against reference_dropout under the S_dmask it returns."""
+    from flashladder import flash_attn_func
+
+    b, sq, sk, hq, hkv = shape
+    dt = DTYPES[dtype_name]
+    q, k, v = randn(b, sq, hq, d, dtype=dt), randn(b, sk, hkv, d, dtype=dt), randn(b, sk, hkv, d, dtype=dt, offset=0.5)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=p, causal=causal, window_size=window,
+                                        return_attn_probs=True)
+    rows_r, cols_r = -(-sq // 128) * 128, -(-sk // 128) * 128
+    if tuple(s_dmask.shape) != (b, hq, rows_r, cols_r) or s_dmask.dtype != dt:
+        fail("%s: S_dmask %s %s, expected %s %s" % (what, tuple(s_dmask.shape), s_dmask.dtype,
+                                                    (b, hq, rows_r, cols_r), dt))
+        return
+    keep = s_dmask[..., :sq, :sk] >= 0
+    seen = seen_mask(sq, sk, causal, window, q.device)
+    dropped = (~keep & seen).sum().item()
+    if dropped == 0:
+        fail("%s: nothing dropped" % what)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = reference_dropout(*ref_in, causal, window, keep, p)
+    judge("%s O" % what, out.float(), ref.detach(), dtype_name)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref.backward(dout.double())
+    for name, leaf, r in zip(("dQ", "dK", "dV"), (q, k, v), ref_in):
+        judge("%s %s" % (what, name), leaf.grad.float(), r.grad, dtype_name, True)
+
+
+def run_seeded(seed, fn, leaves, dout):
+    """(O, dQ, dK, dV) of fn() after torch.manual_seed(seed)."""
+    for t in leaves:
+        t.grad = None
+    torch.manual_seed(seed)
+    out = fn()
+    grads = torch.autograd.grad(out, leaves, dout)
+    return [out.detach()] + list(grads)
+
+
+def part_dropout():
+    from flashladder import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func,
+                             flash_attn_varlen_func)
+
+    if not built(16) or torch.cuda.get_device_capability() != (9, 0):
+        # The dropout kernels are rung 16's (sm_90a): anywhere else dropout is refused, in one line.
+        q = randn(1, 64, 2, 64)
+        expect(ValueError, "dropout", lambda: flash_attn_func(q, q, q, dropout_p=0.1))
+        return
+
+    # 1. The dropped fraction, from S_dmask: 5 sigma of a binomial, per seed and over all seeds.
+    b, s_, h, d = 2, 256, 4, 64
+    q, k, v = randn(b, s_, h, d), randn(b, s_, h, d), randn(b, s_, h, d)
+    for p in (0.1, 0.17, 0.5):
+        keep_p = keep_probability(p)
+        kept_all = n_all = 0
+        ok = True
+        for seed in range(20):
+            torch.manual_seed(100 + seed)
+            _, _, s_dmask = flash_attn_func(q, k, v, dropout_p=p, return_attn_probs=True)
+            kept = (s_dmask[..., :s_, :s_] >= 0).sum().item()
+            n = b * h * s_ * s_
+            sigma = math.sqrt(keep_p * (1 - keep_p) / n)
+            ok &= abs(kept / n - keep_p) <= 5 * sigma
+            kept_all += kept
+            n_all += n
+        sigma = math.sqrt(keep_p * (1 - keep_p) / n_all)
+        COMPARED[0] += 1
+        line = "p = %.2f: kept %.5f of %d elements, expected %.5f (the 8-bit rule; 1 - p = %.2f), 5 sigma %.5f" % (
+            p, kept_all / n_all, n_all, keep_p, 1 - p, 5 * sigma)
+        if ok and abs(kept_all / n_all - keep_p) <= 5 * sigma:
+            print("ok   " + line)
+        else:
+            fail(line + " (or a seed outside its own 5 sigma)")
+
+    # 2. O and the gradients against float64 under the returned mask.
+    for dtype_name in ("fp16", "bf16"):
+        for d in (64, 128):
+            for causal in (False, True):
+                dropout_case("dropout p=0.17 %s d=%d causal=%d GQA 4:1" % (dtype_name, d, causal), dtype_name,
+                             (2, 200, 333, 8, 2), d, causal, (-1, -1), 0.17)
+            dropout_case("dropout p=0.3 %s d=%d window (64, 0)" % (dtype_name, d), dtype_name,
+                         (1, 300, 300, 4, 4), d, True, (64, 0), 0.3)
+    dropout_case("dropout p=0.5 bf16 d=128 seqlen_q > seqlen_k (rows with no key)", "bf16", (1, 257, 130, 4, 1),
+                 128, True, (-1, -1), 0.5)
+
+    # 3. Reproducible by torch.manual_seed; another seed, another mask; the packed forms agree.
+    b, sq, h, d = 2, 190, 4, 128
+    q, k, v = (randn(b, sq, h, d, dtype=torch.bfloat16).requires_grad_() for _ in range(3))
+    dout = torch.randn_like(q)
+    call = lambda: flash_attn_func(q, k, v, dropout_p=0.2, causal=True)  # noqa: E731
+    a, a2, c = run_seeded(7, call, (q, k, v), dout), run_seeded(7, call, (q, k, v), dout), run_seeded(8, call, (q, k, v), dout)
+    COMPARED[0] += 1
+    if all(torch.equal(x, y) for x, y in zip(a, a2)) and not torch.equal(a[0], c[0]):
+        print("ok   one seed: bitwise-equal O, dQ, dK, dV; another seed: another O")
+    else:
+        fail("torch.manual_seed does not reproduce dropout (or another seed gives the same O)")
+    qkv = torch.stack([q.detach(), k.detach(), v.detach()], dim=2).requires_grad_()
+    kv = torch.stack([k.detach(), v.detach()], dim=2)
+    for name, fn in (("flash_attn_qkvpacked_func", lambda: flash_attn_qkvpacked_func(qkv, 0.2, causal=True)),
+                     ("flash_attn_kvpacked_func", lambda: flash_attn_kvpacked_func(q, kv, 0.2, causal=True))):
+        torch.manual_seed(7)
+        COMPARED[0] += 1
+        if torch.equal(fn().detach(), a[0]):
+            print("ok   %s: flash_attn_func's O bit for bit under one seed" % name)
+        else:
+            fail("%s differs from flash_attn_func under one seed" % name)
+
+    # 4. A packed batch: per sequence against the reference under S_dmask's mask.
+    lens_q, lens_k = [1, 0, 130, 77, 300], [5, 9, 130, 60, 256]
+    cu_q = torch.tensor([0] + list(itertools_accumulate(lens_q)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(itertools_accumulate(lens_k)), dtype=torch.int32, device="cuda")
+    hq, hkv, d, p = 8, 2, 64, 0.25
+    qp = randn(sum(lens_q), hq, d, dtype=torch.bfloat16).requires_grad_()
+    kp = randn(sum(lens_k), hkv, d, dtype=torch.bfloat16).requires_grad_()
+    vp = randn(sum(lens_k), hkv, d, dtype=torch.bfloat16).requires_grad_()
+    out, lse, s_dmask = flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, max(lens_q), max(lens_k), dropout_p=p,
+                                               causal=True, return_attn_probs=True)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    ref_in = [t.detach().double().requires_grad_() for t in (qp, kp, vp)]
+    refs = []
+    for n in range(len(lens_q)):
+        q0, q1, k0, k1 = int(cu_q[n]), int(cu_q[n + 1]), int(cu_k[n]), int(cu_k[n + 1])
+        if q1 == q0:
+            continue
+        keep = s_dmask[n, :, :q1 - q0, :k1 - k0] >= 0
+        refs.append(reference_dropout(ref_in[0][None, q0:q1], ref_in[1][None, k0:k1], ref_in[2][None, k0:k1], True,
+                                      (-1, -1), keep, p)[0])
+    ref = torch.cat(refs)
+    judge("dropout packed batch O", out.float(), ref.detach(), "bf16")
+    ref.backward(dout.double())
+    for name, leaf, r in zip(("dQ", "dK", "dV"), (qp, kp, vp), ref_in):
+        judge("dropout packed batch %s" % name, leaf.grad.float(), r.grad, "bf16", True)
+
+    # 5. CUDA graphs: the state is drawn inside the graph from the registered generator, so a
+    # replay after torch.manual_seed(s) draws what an eager call after the same seed draws.
+    b, sq, h, d = 1, 256, 4, 64
+    q, k, v = (randn(b, sq, h, d) for _ in range(3))
+    fwd = lambda: flash_attn_func(q, k, v, dropout_p=0.1, causal=True)  # noqa: E731
+    torch.manual_seed(11)
+    eager = fwd()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fwd()  # warm-up outside the graph (plans, kernel attributes)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = fwd()
+    for seed in (11, 12):
+        torch.manual_seed(seed)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.manual_seed(seed)
+        want = fwd()
+        COMPARED[0] += 1
+        if torch.equal(static_out, want) and (seed != 11 or torch.equal(static_out, eager)):
+            print("ok   CUDA graph, forward: the replay after manual_seed(%d) equals eager after it" % seed)
+        else:
+            fail("CUDA graph, forward: the replay after manual_seed(%d) differs from eager" % seed)
+
+    ql, kl, vl = (t.clone().requires_grad_() for t in (q, k, v))
+    g_out = torch.randn_like(q)
+
+    def step():
+        o = flash_attn_func(ql, kl, vl, dropout_p=0.1, causal=True)
+        return (o,) + torch.autograd.grad(o, (ql, kl, vl), g_out)
+
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph2):
+        static = step()
+    torch.manual_seed(13)
+    graph2.replay()
+    torch.cuda.synchronize()
+    torch.manual_seed(13)
+    want = step()
+    COMPARED[0] += 1
+    if all(torch.equal(x, y) for x, y in zip(static, want)):
+        print("ok   CUDA graph, forward + backward: O, dQ, dK, dV of the replay equal eager's under one seed")
+    else:
+        fail("CUDA graph, forward + backward: the replay differs from eager under one seed")
+
+    # 6. What is not compiled with dropout: refused in one line, naming the argument.
+    expect(NotImplementedError, "softcap", lambda: flash_attn_func(q, k, v, dropout_p=0.1, softcap=30.0))
+    expect(NotImplementedError, "alibi_slopes", lambda: flash_attn_func(
+        q, k, v, dropout_p=0.1, alibi_slopes=torch.ones(h, device="cuda")))
+    expect(ValueError, "dropout_p", lambda: flash_attn_func(q, k, v, dropout_p=1.0))
+
+
+def itertools_accumulate(xs):
+    total = 0
+    for x in xs:
+        total += x
+        yield total
+
+
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
-         "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata}
+         "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata, "dropout": part_dropout}
 
 
 def main():

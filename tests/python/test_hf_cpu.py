@@ -20,6 +20,8 @@ packed batch's sequences, bottom-right causal. The checks:
    SDPA's (fp32 on both) eagerly, and with the decode step compiled by torch.compile
    (fullgraph=True: a graph break fails; the attention is the opaque op
    flashladder::attention_kvcache), compiled once for all decode steps of one generation.
+0. The model's attention_dropout in train mode reaches the launch as dropout_p with its generator
+   state (no padding, and a padded batch); 0 draws none.
 5. flash_attn_with_kvcache with a block_table and more queries than rung 08 takes (the route's
    refusal stood in by a plan that refuses pages past 16 queries): the pages the batch uses are
    gathered into a contiguous copy, and the result, with new keys appended through the table and
@@ -71,12 +73,16 @@ def _attend(q, k, v, causal, scale):
 
 
 CALLS = [0]  # cpu_forward's calls: the ladder's runs must reach it
+DROPOUT = []  # (Mods.dropout, the generator state) of each call with mods
 
 
-def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
+def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
+                dropout_state=None):
     """_launch.forward on the CPU: a KV cache's runs (extras: used, start), a packed batch (cu_seqlens),
-    or a dense batch; causal and the scale from the key (cpu_key's)."""
+    or a dense batch; causal and the scale from the key (cpu_key's). Dropout is recorded, not applied."""
     CALLS[0] += 1
+    if mods is not None:
+        DROPOUT.append((mods.dropout, dropout_state))
     causal, scale = key[7], key[8] or q.shape[-1] ** -0.5
     extras = extras or ()
     out = torch.empty_like(q)
@@ -109,6 +115,26 @@ def mask(rows, length):
     for r, (s, e) in enumerate(rows):
         m[r, s:e] = 1
     return m
+
+
+def test_dropout_reaches_launch():
+    """The model's attention_dropout in train mode (transformers passes it as dropout) reaches the
+    launch as flash_attn_func's dropout_p with a generator state; 0 (eval) draws none."""
+
+    class Module:
+        is_causal = True
+
+    q = torch.randn(2, 4, 8, 16)  # [batch, heads, seqlen, head_dim], as transformers passes it
+    k = torch.randn(2, 2, 8, 16)
+    for what, m in (("no padding", None), ("a padded batch", mask([(0, 8), (2, 8)], 8))):
+        DROPOUT.clear()
+        _hf.transformers_attention(Module(), q, k, k, m, dropout=0.1)
+        check(len(DROPOUT) == 1 and DROPOUT[0][0] == 0.1 and DROPOUT[0][1] is not None
+              and tuple(DROPOUT[0][1].shape) == (2,), "%s, dropout=0.1: dropout_p 0.1 and a state reach the launch"
+              % what)
+    DROPOUT.clear()
+    _hf.transformers_attention(Module(), q, k, k, mask([(0, 8), (2, 8)], 8), dropout=0.0)
+    check(len(DROPOUT) == 1 and DROPOUT[0] == (0.0, None), "a padded batch, dropout=0.0 (eval): no dropout, no state")
 
 
 def test_spans():
@@ -293,6 +319,7 @@ def test_paged_prefill():
 
 def main():
     print("PyTorch %s, transformers %s, on the CPU" % (torch.__version__, transformers.__version__))
+    test_dropout_reaches_launch()
     test_spans()
     test_static_direct()
     test_paged_prefill()

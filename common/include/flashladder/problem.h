@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "flashladder/dropout.h"
 #include "flashladder/masks.h"
 #include "flashladder/types.h"
 
@@ -61,6 +62,25 @@ struct Problem {
   /// value: O_i = sum_j e^{s_ij} v_j / (e^{sink_h} + sum_j e^{s_ij}); the LSE includes it.
   /// Empty: off; else heads_q values.
   std::vector<float> sinks;
+  /// Attention dropout (FlashAttention's dropout_p; dropout.h has the rule): each element of P is
+  /// kept with probability 1 - dropout_p and scaled by 1 / (1 - dropout_p), the mask drawn from
+  /// Philox4x32-10 under (dropout_seed, dropout_offset) and the element's coordinates. 0: off.
+  /// Rungs with Rung::dropout only.
+  float dropout_p = 0;
+  uint64_t dropout_seed = 0;
+  uint64_t dropout_offset = 0;
+
+  /// True when dropout is on.
+  bool dropout() const { return dropout_p > 0; }
+  /// The mask's key (dropout.h) of this problem's seed, offset and probability.
+  DropoutKey dropout_key() const {
+    return fl::dropout_key(dropout_seed, dropout_offset, keep_threshold(dropout_p));
+  }
+  /// Is element (query i, key j) of sequence b, head h kept? (dropout.h's dropout_keep; true when
+  /// off)
+  bool dropout_kept(int b, int h, int i, int j) const {
+    return !dropout() || dropout_keep(dropout_key(), b, h, heads_q, i, j);
+  }
 
   /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0.
   float scale() const;
@@ -205,6 +225,8 @@ struct AttnParams {
   const float* sinks;             ///< device copy of Problem::sinks ([heads_q]), null: off
   const int* seqused_k;           ///< device copy of Problem::seqused_k ([batch]), null: off
   const int* seqstart_k;          ///< device copy of Problem::seqstart_k ([batch]), null: off
+  /// Attention dropout (rungs with Rung::dropout; Problem::dropout_p): p = 0 off.
+  DropoutParams dropout;
 };
 
 /// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,

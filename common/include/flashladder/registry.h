@@ -53,6 +53,7 @@ struct Rung {
   bool paged_kv = false;       ///< accepts Problem::page_size > 0
   bool varlen = false;         ///< accepts a variable-length batch (Problem::cu_seqlens_q/k)
   bool mods = false;           ///< accepts masks and score modifiers beyond causal (Problem::has_mods)
+  bool dropout = false;        ///< accepts attention dropout (Problem::dropout_p)
   bool seqused_k = false;      ///< accepts a KV cache's lengths and starts per sequence (Problem::seqused_k, seqstart_k)
   int min_cc = 0;              ///< minimum compute capability x10 (e.g. 80), 0 = any
 

@@ -140,8 +140,8 @@ class Mods:
     paper's slopes, 2 one given slope per head, 3 per sequence and head), attention ``sinks``,
     a packed batch (``varlen``: (batch, total_q, total_k, max_seqlen_q, max_seqlen_k), the
     lengths themselves on the device), a KV cache's lengths per sequence (``seqused_k``) and
-    pages (``page_size``). Rung 16 runs the masks and modifiers, rung 15 the packing, rungs 08,
-    15 and 16 the cache's lengths, rung 08 its pages."""
+    pages (``page_size``), attention ``dropout``'s probability. Rung 16 runs the masks, modifiers
+    and dropout, rung 15 the packing, rungs 08, 15 and 16 the cache's lengths, rung 08 its pages."""
 
     window_left: int = -1
     window_right: int = -1
@@ -153,6 +153,7 @@ class Mods:
     page_size: int = 0  # a paged KV cache's page (rung 08)
     num_splits: int = 0  # the decode rung's split count (0: its heuristic)
     seqstart_k: bool = False  # a left-padded KV cache's first slots per sequence (on the device)
+    dropout: float = 0.0  # attention dropout's probability (rung 16; its seed and offset on the device)
 
     def apply(self, p):
         p.window_left, p.window_right = self.window_left, self.window_right
@@ -165,6 +166,8 @@ class Mods:
             p.set_varlen(*self.varlen)
         p.seqused_k = self.seqused_k
         p.seqstart_k = self.seqstart_k
+        if self.dropout:
+            p.dropout_p = float(self.dropout)
 
 
 #: No mask, modifier or packing: the plain key's plans.
@@ -459,9 +462,36 @@ def check_grads(dout, q, out, lse, out_fp32, tensor_type):
 # ---- FlashAttention's arguments (flashladder._flash, _kvcache) -----------------------------------
 
 def check_dropout(dropout_p):
-    if dropout_p:
-        raise NotImplementedError("flashladder: dropout_p=%r: the rungs have no attention dropout "
-                                  "(pass dropout_p=0.0, or call model.eval())" % (dropout_p,))
+    """dropout_p as a float in [0, 1) (0: off); ValueError naming it otherwise."""
+    try:
+        p = float(dropout_p)
+    except (TypeError, ValueError):
+        p = float("nan")
+    if not (0.0 <= p < 1.0):
+        raise ValueError("flashladder: dropout_p must be a probability in [0, 1) (0: off), got %r" % (dropout_p,))
+    return p
+
+
+def check_dropout_with(dropout_p, softcap, alibi_slopes, learnable_sink=None):
+    """NotImplementedError naming the argument that rung 16's dropout kernels are not compiled
+    with (steps/16_masks/launch.cu: dropout without score modifiers)."""
+    if dropout_p and softcap:
+        raise NotImplementedError("flashladder: dropout_p > 0 with softcap is not implemented (rung 16 compiles "
+                                  "dropout without score modifiers)")
+    if dropout_p and alibi_slopes is not None:
+        raise NotImplementedError("flashladder: dropout_p > 0 with alibi_slopes is not implemented (rung 16 "
+                                  "compiles dropout without score modifiers)")
+
+
+def dropout_state(device, generator=None):
+    """The generator state of one dropout call: an int64 [2] tensor {seed, offset} on ``device``,
+    drawn there from PyTorch's generator of that device (``generator`` None: its default one), so
+    torch.manual_seed reproduces it and a CUDA graph replays a new draw each time (the generator
+    is registered with the graph). The kernels read it on the device (DropoutParams::state); the
+    backward gets the same tensor and regenerates the same mask."""
+    import torch  # the torch-free checks above stay importable without it
+
+    return torch.empty((2,), dtype=torch.int64, device=device).random_(generator=generator)
 
 
 def check_window(window_size, causal=False):

@@ -7,7 +7,8 @@ variable-length forms, with FlashAttention 2's signatures and conventions.
 Layouts are FlashAttention's: q [batch, seqlen_q, heads_q, head_dim], k and v [batch, seqlen_k,
 heads_kv, head_dim]; packed batches q [total_q, heads_q, head_dim] with int32 ``cu_seqlens``;
 ``return_attn_probs=True`` returns ``(out, softmax_lse, None)`` (the LSE [batch, heads_q,
-seqlen_q], or [heads_q, total_q] packed), as FlashAttention does without dropout.
+seqlen_q], or [heads_q, total_q] packed), as FlashAttention does without dropout; with dropout
+``(out, softmax_lse, S_dmask)`` (dropout_s_dmask).
 
 What each argument runs on:
 - no window, softcap, ALiBi or sink, dense batch: ``flashladder.attention``'s route (rung 15 on
@@ -17,8 +18,12 @@ What each argument runs on:
   packed batch: rung 16 (masks and score modifiers; packed batches without them: rung 15), and
   rung 16's backward (rung 14 for a packed batch without them).
 
-``dropout_p`` > 0 raises NotImplementedError: the rungs have no attention dropout. A problem no
-rung takes raises ValueError with each rung's one-line reason. Nothing is ignored.
+``dropout_p`` > 0 runs rung 16's forward and backward with attention dropout (FlashAttention 2's:
+P ∘ M / (1 - p), the LSE the undropped one's). Its seed and offset are drawn on the device from
+PyTorch's CUDA generator (_core.dropout_state: torch.manual_seed reproduces a call, a CUDA graph
+replays a new draw), and the backward regenerates the mask from the same tensor. Not taken with
+dropout (NotImplementedError naming the argument): ``softcap``, ``alibi_slopes``. A problem no rung
+takes raises ValueError with each rung's one-line reason. Nothing is ignored.
 """
 
 import torch
@@ -28,15 +33,17 @@ from . import _core, _launch, _ops
 
 def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_attn_probs, learnable_sink, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
-               max_seqlen_k=0):
+               max_seqlen_k=0, dropout_p=0.0):
     padded = _ops.padded_head_dim(q, k, v, softmax_scale)
     if padded is not None:  # a head_dim that is not a multiple of 8: zero-padded, as FlashAttention does
         qp, kp, vp, scale, d = padded
         res = _attention(qp, kp, vp, scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                         return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                         return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         dropout_p)
         return (res[0][..., :d],) + tuple(res[1:]) if return_attn_probs else res[..., :d]
     left, right = _core.check_window(window_size, causal)
     _core.check_softcap(softcap)
+    _core.check_dropout_with(dropout_p, softcap, alibi_slopes)
     batch = q.shape[0] if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1
     slopes = None
     if _core.check_slopes(alibi_slopes, q, batch):
@@ -45,7 +52,8 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
     if learnable_sink is not None:
         _core.check_sinks(learnable_sink, q)
         sinks = learnable_sink.float().contiguous()  # differentiable: its gradient flows back
-    plain = cu_seqlens_q is None and left < 0 and right < 0 and not softcap and slopes is None and sinks is None
+    plain = (cu_seqlens_q is None and left < 0 and right < 0 and not softcap and slopes is None and sinks is None
+             and not dropout_p)
     if plain and not deterministic:
         out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
                              return_lse=return_attn_probs)
@@ -53,9 +61,11 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
     scale = _core.check_scale(softmax_scale)  # 0.0 for None; 0 itself is refused, never read as None
     grad = torch.is_grad_enabled() and any(
         getattr(t, "requires_grad", False) for t in (q, k, v, learnable_sink))
+    # Dropout's seed and offset, drawn on the device from PyTorch's generator (one per call).
+    state = _core.dropout_state(q.device) if dropout_p else None
     if not torch.compiler.is_compiling():
         args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, slopes, causal, scale, left, right,
-                softcap)
+                softcap, dropout_p)
         try:
             key, mods = _ops.mods_key(q, k, v, *args)
         except _core.LayoutError:  # strides or data the rungs cannot read: a copy they can, as FlashAttention takes them
@@ -64,17 +74,86 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         extras = (cu_seqlens_q, cu_seqlens_k, sinks, slopes)
         if not grad:
             # No autograd: the op's own body, without the dispatcher's cost per call (as attention() does).
-            out, lse, _ = _launch.forward(q, k, v, key, mods=mods, extras=extras)
+            out, lse, _ = _launch.forward(q, k, v, key, mods=mods, extras=extras, dropout_state=state)
         else:
             # Eager autograd: the two launches as one autograd.Function (_ops.attention_mods_autograd).
-            out, lse = _ops.attention_mods_autograd(q, k, v, key, mods, extras, deterministic)
-        return (out, lse, None) if return_attn_probs else out
+            out, lse = _ops.attention_mods_autograd(q, k, v, key, mods, extras, deterministic, state)
+        if not return_attn_probs:
+            return out
+        return out, lse, _probs(q, k, lse, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
+                                max_seqlen_q, max_seqlen_k, sinks)
     # Compiling: the op (torch.compile traces it); it checks again, and with grad refuses a problem
     # the backward cannot run.
     out, lse, _ = _ops.attention_mods_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                          sinks, slopes, bool(causal), scale, left, right, float(softcap), 0, "",
-                                         grad, bool(deterministic))
-    return (out, lse, None) if return_attn_probs else out
+                                         grad, bool(deterministic), float(dropout_p), state)
+    if not return_attn_probs:
+        return out
+    return out, lse, _probs(q, k, lse, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
+                            max_seqlen_q, max_seqlen_k, sinks)
+
+
+#: S_dmask's largest size in elements (batch x heads x rows x keys, rounded to 128): its P is
+#: recomputed in fp32 with torch, a debugging aid, not a path to run at scale.
+S_DMASK_MAX = 1 << 26
+
+
+def _probs(q, k, lse, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k, sinks):
+    """return_attn_probs' third value: None without dropout, else dropout_s_dmask's."""
+    if not dropout_p:
+        return None
+    return dropout_s_dmask(q, k, lse, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k)
+
+
+@torch.no_grad()
+def dropout_s_dmask(q, k, lse, state, dropout_p, causal=False, softmax_scale=0.0, window_left=-1, window_right=-1,
+                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
+    """FlashAttention 2's S_dmask of a dropout call: [batch, heads_q, seqlen_q rounded up to 128,
+    seqlen_k rounded up to 128] in q's dtype (packed: per sequence, from row and key 0, max_seqlen
+    rounded), each seen element P_ij = exp(s_ij - LSE_i) (the undropped probability, normalized:
+    FlashAttention's normalize_flash_attn_S is then not needed) negated where dropout dropped it,
+    0 where the mask hides it and in the padding. ``S_dmask >= 0`` is the keep mask, as
+    FlashAttention's tests read it (a dropped P that is exactly 0 reads as kept, as there). The mask
+    comes from the kernels' own function on the device (_launch.dropout_mask), P from q, k and the
+    LSE in fp32 here; larger than S_DMASK_MAX elements is refused."""
+    packed = cu_seqlens_q is not None
+    heads_q, d = q.shape[-2], q.shape[-1]
+    batch = cu_seqlens_q.shape[0] - 1 if packed else q.shape[0]
+    rows = max_seqlen_q if packed else q.shape[1]
+    cols = max_seqlen_k if packed else k.shape[1]
+    rows_r, cols_r = -(-rows // 128) * 128, -(-cols // 128) * 128
+    if batch * heads_q * rows_r * cols_r > S_DMASK_MAX:
+        raise ValueError("flashladder: return_attn_probs with dropout_p > 0 recomputes P in fp32 and is bounded to "
+                         "%d elements (batch x heads x seqlens rounded to 128), got %d"
+                         % (S_DMASK_MAX, batch * heads_q * rows_r * cols_r))
+    keep = _launch.dropout_mask(state, dropout_p, batch, heads_q, rows, cols, cu_seqlens_q, cu_seqlens_k)
+    scale = softmax_scale or d ** -0.5
+    out = torch.zeros((batch, heads_q, rows_r, cols_r), dtype=q.dtype, device=q.device)
+    for b in range(batch):
+        if packed:
+            q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+            k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
+            qb, kb, lb = q[q0:q1], k[k0:k1], lse[:, q0:q1]
+        else:
+            qb, kb, lb = q[b], k[b], lse[b]
+        sq, sk = qb.shape[0], kb.shape[0]
+        if sq == 0 or sk == 0:
+            continue
+        kk = kb.float().repeat_interleave(heads_q // kb.shape[1], dim=1)
+        s = torch.einsum("qhd,khd->hqk", qb.float(), kk) * scale
+        i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+        j = torch.arange(sk, device=q.device)[None, :]
+        seen = torch.ones((sq, sk), dtype=torch.bool, device=q.device)
+        if causal:
+            seen &= j <= i
+        if window_left >= 0:
+            seen &= j >= i - window_left
+        if window_right >= 0:
+            seen &= j <= i + window_right
+        p = torch.exp(s - lb.float()[:, :, None]).masked_fill(~seen, 0.0)
+        p = torch.where(keep[b, :, :sq, :sk], p, -p)
+        out[b, :, :sq, :sk] = p.to(q.dtype)
+    return out
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
@@ -86,7 +165,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     applies cap * tanh(s / cap) to the scaled scores; ``alibi_slopes`` [heads_q] or [batch,
     heads_q] fp32 adds -slope * |i + seqlen_k - seqlen_q - j|; ``learnable_sink`` [heads_q] adds one
     logit per head to the softmax's denominator (FlashAttention 3's name; differentiable).
-    Returns out, or (out, softmax_lse, None) with ``return_attn_probs``."""
+    ``dropout_p`` in [0, 1): attention dropout (rung 16; not with softcap or alibi_slopes).
+    Returns out, or (out, softmax_lse, S_dmask) with ``return_attn_probs`` (S_dmask None without
+    dropout; dropout_s_dmask's with it)."""
     if (dropout_p == 0.0 and softcap == 0.0 and window_size == _OPEN and alibi_slopes is None
             and learnable_sink is None and not deterministic):
         # The plain call, what _attention would route to attention() after parsing every
@@ -94,9 +175,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
         out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
                              return_lse=return_attn_probs)
         return (out[0], out[1], None) if return_attn_probs else out
-    _core.check_dropout(dropout_p)
+    p = _core.check_dropout(dropout_p)
     return _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                      return_attn_probs, learnable_sink)
+                      return_attn_probs, learnable_sink, dropout_p=p)
 
 
 _OPEN = (-1, -1)  # window_size's default: both sides open
@@ -106,20 +187,20 @@ def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=Fal
                               softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
                               *, learnable_sink=None):
     """flash_attn_func on qkv [batch, seqlen, 3, heads, head_dim] (views, no copy)."""
-    _core.check_dropout(dropout_p)
+    p = _core.check_dropout(dropout_p)
     _core.check_packed("qkv", qkv, "[batch, seqlen, 3, heads, head_dim]", 2, 3)
     return _attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], softmax_scale, causal, window_size, softcap,
-                      alibi_slopes, deterministic, return_attn_probs, learnable_sink)
+                      alibi_slopes, deterministic, return_attn_probs, learnable_sink, dropout_p=p)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
                              learnable_sink=None):
     """flash_attn_func on q and kv [batch, seqlen_k, 2, heads_kv, head_dim] (views, no copy)."""
-    _core.check_dropout(dropout_p)
+    p = _core.check_dropout(dropout_p)
     _core.check_packed("kv", kv, "[batch, seqlen_k, 2, heads_kv, head_dim]", 2, 2)
     return _attention(q, kv[:, :, 0], kv[:, :, 1], softmax_scale, causal, window_size, softcap, alibi_slopes,
-                      deterministic, return_attn_probs, learnable_sink)
+                      deterministic, return_attn_probs, learnable_sink, dropout_p=p)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -131,21 +212,21 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     [batch + 1], the longest sequences max_seqlen_q/k. The masks and modifiers are per sequence, as
     flash_attn_func's. Returns out [total_q, heads_q, head_dim], or (out, softmax_lse [heads_q,
     total_q], None). ``block_table`` (a paged K/V) is flash_attn_with_kvcache's, not taken here."""
-    _core.check_dropout(dropout_p)
+    p = _core.check_dropout(dropout_p)
     _core.check_not_implemented("flash_attn_varlen_func with a block_table (paged K/V)", block_table is not None)
     return _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-                      return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+                      return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p)
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,
                                      causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                                      deterministic=False, return_attn_probs=False, *, learnable_sink=None):
     """flash_attn_varlen_func on qkv [total, 3, heads, head_dim] with one cu_seqlens."""
-    _core.check_dropout(dropout_p)
+    p = _core.check_dropout(dropout_p)
     _core.check_packed("qkv", qkv, "[total, 3, heads, head_dim]", 1, 3)
     return _attention(qkv[:, 0], qkv[:, 1], qkv[:, 2], softmax_scale, causal, window_size, softcap, alibi_slopes,
                       deterministic, return_attn_probs, learnable_sink, cu_seqlens, cu_seqlens, max_seqlen,
-                      max_seqlen)
+                      max_seqlen, p)
 
 
 def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -153,8 +234,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False,
                                     *, learnable_sink=None):
     """flash_attn_varlen_func on q and kv [total_k, 2, heads_kv, head_dim]."""
-    _core.check_dropout(dropout_p)
+    p = _core.check_dropout(dropout_p)
     _core.check_packed("kv", kv, "[total_k, 2, heads_kv, head_dim]", 1, 2)
     return _attention(q, kv[:, 0], kv[:, 1], softmax_scale, causal, window_size, softcap, alibi_slopes,
                       deterministic, return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                      max_seqlen_k)
+                      max_seqlen_k, p)

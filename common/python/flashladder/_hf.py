@@ -21,8 +21,10 @@ What it runs, as transformers' FlashAttention path does:
 The function takes only the keyword arguments it implements (ACCEPTED) and those that cannot
 change the result (IGNORED). Everything else raises a ``flashladder:`` ValueError naming the
 argument, and so does an accepted one with a value the rungs cannot honour: a mask of another
-shape than transformers' 2D padding mask, a dropout above 0, a position bias (T5's relative
-attention), attention weights, sparse indices, ``seq_idx``. Nothing is ever silently dropped.
+shape than transformers' 2D padding mask, a position bias (T5's relative attention), attention
+weights, sparse indices, ``seq_idx``. ``dropout`` (the model's attention_dropout in train mode) is
+flash_attn_func's ``dropout_p``: rung 16 (with softcap: refused, as flash_attn_func refuses it).
+Nothing is ever silently dropped.
 
 The default name is "ladder", not "flashladder": transformers (5.x) takes every implementation
 whose name contains "flash" for a FlashAttention package (``is_flash_attention_requested``) and
@@ -262,9 +264,9 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     mask [batch, seqlen_k]. Returns (attn_output [batch, seqlen_q, heads_q, head_dim], None): no
     attention weights. Raises a ``flashladder:`` ValueError for any argument it cannot honour
     (the module's docstring lists them)."""
-    if dropout:
-        _refuse("the rungs have no attention dropout, got dropout=%s (set the model's "
-                "attention_dropout to 0, or call model.eval())" % (dropout,))
+    dropout = float(dropout or 0.0)  # the model's attention_dropout in train mode, else 0
+    if not 0.0 <= dropout < 1.0:
+        _refuse("dropout must be a probability in [0, 1), got %r" % (dropout,))
     _check_kwargs(query, key, kwargs)
     is_causal = kwargs.get("is_causal")
     if is_causal is None:
@@ -281,7 +283,7 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
     packed = cu_q is not None or cu_k is not None
     restart = not packed and attention_mask is None and packed_rows(kwargs.get("position_ids"))
-    plain = window == (-1, -1) and not softcap and sinks is None
+    plain = window == (-1, -1) and not softcap and sinks is None and not dropout
     rung, variant = kwargs.get("rung"), kwargs.get("variant", "")
     from . import _flash, _kvcache, _ops  # PyTorch, once the arguments passed (the checks above need none)
 
@@ -292,10 +294,11 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
         return _ops.attention(q, k, v, rung=rung, variant=variant, causal=is_causal,
                               softmax_scale=scaling), None
     if rung is not None:
-        _refuse("rung=%r runs plain batches only; a padded or packed batch, a window, softcap or sinks "
-                "take the route (rung 15, rung 16)" % (rung,))
+        _refuse("rung=%r runs plain batches only; a padded or packed batch, a window, softcap, sinks or "
+                "dropout take the route (rung 15, rung 16)" % (rung,))
+    # dropout: flash_attn_func's dropout_p (rung 16; its seed and offset from PyTorch's generator).
     args = dict(softmax_scale=scaling, causal=is_causal, window_size=window, softcap=float(softcap),
-                learnable_sink=sinks)
+                learnable_sink=sinks, dropout_p=dropout)
     if attention_mask is None and not packed and not restart:
         return _flash.flash_attn_func(q, k, v, **args), None
     heads_q, heads_kv = q.shape[2], k.shape[2]
@@ -322,7 +325,7 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     # A padded batch. A static cache's K/V hold more slots than the tokens so far: column j of
     # the mask is slot j, and the slots past the mask (or, with ladder_mask, under its trailing
     # zeros) are not written yet.
-    if seqlen_q <= 16 and seqlen_q < seqlen_k and not _grad_wanted(q, k, v):
+    if seqlen_q <= 16 and seqlen_q < seqlen_k and not _grad_wanted(q, k, v) and not dropout:
         # A decode step or a few queries (generate()'s batches): the cache is read in place,
         # each row's keys its valid run [start, end) (flash_attn_with_kvcache's cache_leftpad
         # and cache_seqlens), nothing gathered. Under torch.compile this is one opaque op and the

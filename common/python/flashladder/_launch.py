@@ -104,7 +104,8 @@ def _extras(extras):
                   table.shape[1] if table is not None else 0, int(pool_rows or 0))
 
 
-def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False):
+def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
+            dropout_state=None):
     """O and LSE of entry ``rung`` (None: the route, _core.route_forward) on q, k, v, checked into
     ``key`` (_core.check_qkv's), and with ``o_fp32`` (a backward pass follows) also O in fp32,
     dense like O: the rung's own fp32 copy when it writes one (Rung.writes_o_fp32), else the
@@ -112,7 +113,8 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
     16-bit O costs dQ its precision on long rows). ``mods`` (a _core.Mods) and ``extras`` (its
     tensors in EXTRAS' order) for masks, modifiers, packed batches and caches; a packed q is
     [total_q, heads, head_dim] and its LSE [heads, total_q]; ``checked``: the extras came through
-    checked_extras already. Returns (out, lse, o_fp32 or None)."""
+    checked_extras already. ``dropout_state``: with mods.dropout, the int64 {seed, offset} on the
+    device (_core.dropout_state). Returns (out, lse, o_fp32 or None)."""
     plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods)
     # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
     # breakdown measures it against torch.empty(shape, dtype=, device=)).
@@ -140,11 +142,24 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         xptrs, ints = _extras(extras)
         _ext.forward(plan.number, plan.variant, plan.problem, ptrs,
                      (_strides4(q), _strides4(k), _strides4(v), _strides4(out)), ws_ptr, ws_bytes, stream(q),
-                     q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints, planned=True)
+                     q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints,
+                     dropout_state=0 if dropout_state is None else dropout_state.data_ptr(), planned=True)
     del ws
     if o_fp32 and o32 is None:
         o32 = out.float()
     return out, lse, o32
+
+
+def dropout_mask(state, p, batch, heads_q, rows, cols, cu_seqlens_q=None, cu_seqlens_k=None):
+    """The keep mask (bool [batch, heads_q, rows, cols]) of dropout probability ``p`` under
+    ``state`` (the forward's device {seed, offset}), by the kernels' own function on the device;
+    a packed batch's rows and keys count within each sequence (its padding: True)."""
+    out = torch.empty((batch, heads_q, rows, cols), dtype=torch.uint8, device=state.device)
+    _ext.dropout_mask(out.data_ptr(), batch, heads_q, rows, cols,
+                      0 if cu_seqlens_q is None else cu_seqlens_q.data_ptr(),
+                      0 if cu_seqlens_k is None else cu_seqlens_k.data_ptr(), float(p), state.data_ptr(), stream(state),
+                      state.device.index)
+    return out.bool()
 
 
 def _grad_like(t):
@@ -158,11 +173,12 @@ def _grad_like(t):
 
 
 def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-             extras=None, checked=False):
+             extras=None, checked=False, dropout_state=None):
     """dQ, dK, dV of backward entry ``rung`` (None: default_backward's) from the forward's O and
     LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O); q, k, v checked
     into ``key``, the rest checked here (_core.check_grads). With ``mods`` and ``extras`` (as
-    forward's, ``checked`` too) also the sinks' gradient: (dq, dk, dv, dsinks or None)."""
+    forward's, ``checked`` too) also the sinks' gradient: (dq, dk, dv, dsinks or None);
+    ``dropout_state``: the forward's (the mask is regenerated from it)."""
     o32_ptr = 0
     if _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor):
         out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim]
@@ -196,7 +212,8 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     _ext.backward(plan.number, plan.variant, plan.problem, ptrs,
                   tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv)),
                   ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr,
-                  extras=xptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr(), planned=True)
+                  extras=xptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr(),
+                  dropout_state=0 if dropout_state is None else dropout_state.data_ptr(), planned=True)
     del ws
     return dq, dk, dv, dsinks
 

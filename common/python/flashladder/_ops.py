@@ -1,7 +1,7 @@
 """The custom ops and their autograd: ``flashladder::attention`` and ``attention_backward``
 (plain attention: autograd through rung 14's backward on sm_90, rung 11's elsewhere), and
 ``flashladder::attention_mods`` and ``attention_mods_backward`` (windows, softcap, ALiBi, sinks,
-packed batches: rung 16, rung 15); fake implementations for torch.compile. And ``attention()``,
+packed batches, dropout: rung 16, rung 15); fake implementations for torch.compile. And ``attention()``,
 ``attention_backward()``.
 
 Each op's body checks its inputs once (_core) and launches through _launch; a call without
@@ -136,13 +136,15 @@ class _EagerAttentionMods(torch.autograd.Function):
     its gradient, the other extras ride along."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, key, mods, cu_q, cu_k, slopes, deterministic):
+    def forward(ctx, q, k, v, sinks, key, mods, cu_q, cu_k, slopes, deterministic, dropout_state):
         # A packed batch's cu_seqlens are checked and clamped once, here (one launch); the backward
         # reads the same clamped copies (a change of the caller's in place since is autograd's
         # saved-tensor error, as for any input it keeps).
         extras = _launch.checked_extras((cu_q, cu_k, sinks, slopes), mods, q)
-        out, lse, o32 = _launch.forward(q, k, v, key, o_fp32=True, mods=mods, extras=extras, checked=True)
-        ctx.save_for_backward(q, k, v, out, lse, o32, extras[0], extras[1], sinks, slopes)
+        out, lse, o32 = _launch.forward(q, k, v, key, o_fp32=True, mods=mods, extras=extras, checked=True,
+                                        dropout_state=dropout_state)
+        # The dropout state is saved with the rest: the backward regenerates the forward's mask.
+        ctx.save_for_backward(q, k, v, out, lse, o32, extras[0], extras[1], sinks, slopes, dropout_state)
         ctx.key, ctx.mods, ctx.deterministic = key, mods, deterministic
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(lse)
@@ -151,14 +153,15 @@ class _EagerAttentionMods(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         if dout is None:
-            return (None,) * 10
-        q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes = ctx.saved_tensors
+            return (None,) * 11
+        q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes, dropout_state = ctx.saved_tensors
         if cu_q is not None:  # the forward's check may have found a violation by now: the step fails
             _launch.raise_metadata_errors(q.device.index)
         deterministic = ctx.deterministic or torch.are_deterministic_algorithms_enabled()
         dq, dk, dv, dsinks = _launch.backward(dout, q, k, v, out, lse, ctx.key, deterministic, None, "", o32,
-                                              mods=ctx.mods, extras=(cu_q, cu_k, sinks, slopes), checked=True)
-        return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
+                                              mods=ctx.mods, extras=(cu_q, cu_k, sinks, slopes), checked=True,
+                                              dropout_state=dropout_state)
+        return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 7
 
 
 def attention_autograd(q, k, v, key, number, variant):
@@ -168,18 +171,20 @@ def attention_autograd(q, k, v, key, number, variant):
     return _EagerAttention.apply(q, k, v, key, number, variant)
 
 
-def attention_mods_autograd(q, k, v, key, mods, extras, deterministic):
-    """attention_autograd for masks, modifiers and packed batches: ``extras`` (cu_seqlens_q,
-    cu_seqlens_k, sinks, alibi_slopes) as _launch.forward takes them."""
+def attention_mods_autograd(q, k, v, key, mods, extras, deterministic, dropout_state=None):
+    """attention_autograd for masks, modifiers, packed batches and dropout: ``extras``
+    (cu_seqlens_q, cu_seqlens_k, sinks, alibi_slopes) as _launch.forward takes them,
+    ``dropout_state`` the device {seed, offset} with mods.dropout."""
     cu_q, cu_k, sinks, slopes = extras
     _core.plan_backward(None, "", key, bool(deterministic), q.device.index, mods)
-    return _EagerAttentionMods.apply(q, k, v, sinks, key, mods, cu_q, cu_k, slopes, bool(deterministic))
+    return _EagerAttentionMods.apply(q, k, v, sinks, key, mods, cu_q, cu_k, slopes, bool(deterministic),
+                                     dropout_state)
 
 
 # ---- masks, modifiers, packed batches ------------------------------------------------------------
 
 def mods_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, alibi_slopes, causal,
-             scale, window_left, window_right, softcap):
+             scale, window_left, window_right, softcap, dropout_p=0.0):
     """(key, Mods) of attention_mods' arguments, checked: check_qkv's key (check_varlen's for a
     packed batch) and what the call adds to plain attention."""
     if cu_seqlens_q is None:
@@ -188,7 +193,8 @@ def mods_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, si
         key, varlen = _core.check_varlen_cached(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                 causal, scale or None, tensor_type=torch.Tensor)
     alibi = 0 if alibi_slopes is None else (3 if alibi_slopes.dim() == 2 else 2)
-    return key, _core.Mods(window_left, window_right, float(softcap), alibi, sinks is not None, varlen)
+    return key, _core.Mods(window_left, window_right, float(softcap), alibi, sinks is not None, varlen,
+                           dropout=float(dropout_p))
 
 
 @torch.library.custom_op("flashladder::attention_mods", mutates_args=())
@@ -197,25 +203,28 @@ def attention_mods_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       max_seqlen_q: int, max_seqlen_k: int, sinks: Optional[torch.Tensor],
                       alibi_slopes: Optional[torch.Tensor], causal: bool, softmax_scale: float,
                       window_left: int, window_right: int, softcap: float, rung: int, variant: str,
-                      with_o_fp32: bool, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      with_o_fp32: bool, deterministic: bool, dropout_p: float = 0.0,
+                      dropout_state: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                            torch.Tensor]:
     """(O, LSE, O in fp32 or an empty tensor) of attention with a window, softcap, ALiBi slopes,
-    sinks or a packed batch (cu_seqlens: q [total_q, heads, head_dim], LSE [heads, total_q]).
-    ``with_o_fp32``: a backward pass follows (refused now when it cannot run); ``deterministic``:
-    what it will be asked for (the forward is deterministic)."""
+    sinks, a packed batch (cu_seqlens: q [total_q, heads, head_dim], LSE [heads, total_q]) or
+    dropout (``dropout_p`` > 0 with ``dropout_state``, the device {seed, offset} drawn by the
+    caller: _core.dropout_state). ``with_o_fp32``: a backward pass follows (refused now when it
+    cannot run); ``deterministic``: what it will be asked for (the forward is deterministic)."""
     extras = (cu_seqlens_q, cu_seqlens_k, sinks, alibi_slopes)
     key, mods = mods_key(q, k, v, *extras[:2], max_seqlen_q, max_seqlen_k, *extras[2:], causal, softmax_scale,
-                         window_left, window_right, softcap)
+                         window_left, window_right, softcap, dropout_p)
     if with_o_fp32:
         _core.plan_backward(None, "", key, bool(deterministic), q.device.index, mods)
     out, lse, o32 = _launch.forward(q, k, v, key, rung or None, variant, o_fp32=with_o_fp32, mods=mods,
-                                    extras=extras)
+                                    extras=extras, dropout_state=dropout_state)
     return out, lse, o32 if o32 is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_mods_op.register_fake
 def _attention_mods_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks,
                          alibi_slopes, causal, softmax_scale, window_left, window_right, softcap, rung,
-                         variant, with_o_fp32, deterministic):
+                         variant, with_o_fp32, deterministic, dropout_p=0.0, dropout_state=None):
     lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
     return (q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32),
             q.new_empty(q.shape if with_o_fp32 else (0,), dtype=torch.float32))
@@ -228,56 +237,63 @@ def attention_mods_backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Ten
                                max_seqlen_q: int, max_seqlen_k: int, sinks: Optional[torch.Tensor],
                                alibi_slopes: Optional[torch.Tensor], causal: bool, softmax_scale: float,
                                window_left: int, window_right: int, softcap: float,
-                               deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
-                                                             torch.Tensor]:
+                               deterministic: bool, dropout_p: float = 0.0,
+                               dropout_state: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                     torch.Tensor, torch.Tensor]:
     """(dQ, dK, dV, d sinks or an empty tensor) of attention_mods_op's problem, by the default
-    backward entry (rung 16's backward, or rung 14 for a packed batch without modifiers)."""
+    backward entry (rung 16's backward, or rung 14 for a packed batch without modifiers); with
+    dropout, the forward's ``dropout_state`` regenerates its mask."""
     extras = (cu_seqlens_q, cu_seqlens_k, sinks, alibi_slopes)
     key, mods = mods_key(q, k, v, *extras[:2], max_seqlen_q, max_seqlen_k, *extras[2:], causal, softmax_scale,
-                         window_left, window_right, softcap)
+                         window_left, window_right, softcap, dropout_p)
     dq, dk, dv, dsinks = _launch.backward(dout, q, k, v, out, lse, key, deterministic, None, "", out_fp32,
-                                          mods=mods, extras=extras)
+                                          mods=mods, extras=extras, dropout_state=dropout_state)
     return dq, dk, dv, dsinks if dsinks is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_mods_backward_op.register_fake
 def _attention_mods_backward_fake(dout, q, k, v, out, lse, out_fp32, cu_seqlens_q, cu_seqlens_k,
                                   max_seqlen_q, max_seqlen_k, sinks, alibi_slopes, causal, softmax_scale,
-                                  window_left, window_right, softcap, deterministic):
+                                  window_left, window_right, softcap, deterministic, dropout_p=0.0,
+                                  dropout_state=None):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
             q.new_empty((q.shape[-2],) if sinks is not None else (0,), dtype=torch.float32))
 
 
 _MODS_ARGS = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k", "sinks", "alibi_slopes", "causal",
               "softmax_scale", "window_left", "window_right", "softcap", "rung", "variant", "with_o_fp32",
-              "deterministic")
+              "deterministic", "dropout_p", "dropout_state")
 
 
 def _mods_setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     named = dict(zip(_MODS_ARGS, inputs[3:]))
+    named.setdefault("dropout_p", 0.0)
+    named.setdefault("dropout_state", None)
     out, lse, o32 = output
+    # The dropout state is saved: the backward regenerates the forward's mask from it.
     ctx.save_for_backward(q, k, v, out, lse, o32, named["cu_seqlens_q"], named["cu_seqlens_k"], named["sinks"],
-                          named["alibi_slopes"])
+                          named["alibi_slopes"], named["dropout_state"])
     ctx.args = {n: named[n] for n in ("max_seqlen_q", "max_seqlen_k", "causal", "softmax_scale", "window_left",
-                                      "window_right", "softcap", "deterministic")}
+                                      "window_right", "softcap", "deterministic", "dropout_p")}
     ctx.set_materialize_grads(False)  # no zero fills for the LSE's and the fp32 O's gradients
     ctx.mark_non_differentiable(lse, o32)
 
 
 def _mods_grad(ctx, dout, _dlse, _do32):
     if dout is None:  # only the LSE was used (set_materialize_grads(False))
-        return (None,) * 18
-    q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes = ctx.saved_tensors
+        return (None,) * 20
+    q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes, dropout_state = ctx.saved_tensors
     a = ctx.args
     # flash_attn_func(deterministic=True), or torch.use_deterministic_algorithms(True): dQ summed
     # in a fixed order.
     deterministic = a["deterministic"] or torch.are_deterministic_algorithms_enabled()
     dq, dk, dv, dsinks = attention_mods_backward_op(
         dout, q, k, v, out, lse, o32, cu_q, cu_k, a["max_seqlen_q"], a["max_seqlen_k"], sinks, slopes,
-        a["causal"], a["softmax_scale"], a["window_left"], a["window_right"], a["softcap"], deterministic)
-    # One gradient per input: q, k, v, the two cu_seqlens and maxima, the sinks, then 10 more.
-    return (dq, dk, dv, None, None, None, None, dsinks if sinks is not None else None) + (None,) * 10
+        a["causal"], a["softmax_scale"], a["window_left"], a["window_right"], a["softcap"], deterministic,
+        a["dropout_p"], dropout_state)
+    # One gradient per input: q, k, v, the two cu_seqlens and maxima, the sinks, then 12 more.
+    return (dq, dk, dv, None, None, None, None, dsinks if sinks is not None else None) + (None,) * 12
 
 
 attention_mods_op.register_autograd(_mods_grad, setup_context=_mods_setup_context)
