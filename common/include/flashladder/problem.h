@@ -63,8 +63,9 @@ struct Problem {
   /// Empty: off; else heads_q values.
   std::vector<float> sinks;
   /// Attention dropout (FlashAttention's dropout_p; dropout.h has the rule): each element of P is
-  /// kept with probability 1 - dropout_p and scaled by 1 / (1 - dropout_p), the mask drawn from
-  /// Philox4x32-10 under (dropout_seed, dropout_offset) and the element's coordinates. 0: off.
+  /// kept when its byte of Philox4x32-10 (under dropout_seed, dropout_offset and the element's
+  /// coordinates) is at most floor((1 - dropout_p) 255), so with probability (t + 1) / 256 as in
+  /// FlashAttention 2, and the kept ones are scaled by 1 / (1 - dropout_p). 0: off.
   /// Rungs with Rung::dropout only.
   float dropout_p = 0;
   uint64_t dropout_seed = 0;
