@@ -39,7 +39,7 @@ reference on the CPU and a recorder. The checks:
     flash_attn_func(dropout_p) plans, launches with Mods.dropout and an int64 [2] state drawn from
     torch's generator, and the backward gets that very tensor; O and dQ, dK, dV equal the
     reference's under the mask; torch.manual_seed reproduces, another seed or call draws anew; the
-    packed forms route it; return_attn_probs gives S_dmask (its sign the mask, its magnitude P);
+    packed forms route it; return_attn_probs gives S_dmask (its sign the mask, its magnitude exp(s - m));
     dropout_p = 0 draws nothing; softcap, alibi_slopes and a p outside [0, 1) are refused in one
     line naming the argument before any launch; the custom op carries the state to its backward.
 
@@ -511,9 +511,15 @@ def test_dropout():
     check(bool(((s_dmask[..., :sq, :sk] >= 0) == (keep | ~seen)).all()) and
           bool((s_dmask[..., sq:, :] == 0).all()) and bool((s_dmask[..., :, sk:] == 0).all()),
           "S_dmask >= 0 is the keep mask where a key is seen; the padding is 0")
-    probs = torch.exp(torch.einsum("bqhd,bkhd->bhqk", q.detach(), k.detach().repeat_interleave(hq // hk, 2))
-                      * d ** -0.5 - ref_lse[..., None]).masked_fill(~seen, 0)
-    check(torch.allclose(s_dmask[..., :sq, :sk].abs(), probs), "|S_dmask| is P = exp(s - LSE), 0 where unseen")
+    scores = (torch.einsum("bqhd,bkhd->bhqk", q.detach(), k.detach().repeat_interleave(hq // hk, 2))
+              * d ** -0.5).masked_fill(~seen, float("-inf"))
+    unnorm = torch.exp(scores - scores.amax(-1, keepdim=True))
+    check(torch.allclose(s_dmask[..., :sq, :sk].abs(), unnorm),
+          "|S_dmask| is exp(s - m), m the row's largest seen score (FlashAttention's unnormalized P, one block), "
+          "0 where unseen")
+    check(torch.allclose(s_dmask[..., :sq, :sk].abs() * torch.exp(scores.amax(-1, keepdim=True) - ref_lse[..., None]),
+                         torch.exp(scores - ref_lse[..., None])),
+          "normalized by exp(m - LSE) (FlashAttention's normalize_flash_attn_S with one block), |S_dmask| is P")
 
     counted = [0]
     real_state = _core.dropout_state

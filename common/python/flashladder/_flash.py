@@ -80,7 +80,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
             out, lse = _ops.attention_mods_autograd(q, k, v, key, mods, extras, deterministic, state)
         if not return_attn_probs:
             return out
-        return out, lse, _probs(q, k, lse, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
+        return out, lse, _probs(q, k, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
                                 max_seqlen_q, max_seqlen_k, sinks)
     # Compiling: the op (torch.compile traces it); it checks again, and with grad refuses a problem
     # the backward cannot run.
@@ -89,7 +89,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
                                          grad, bool(deterministic), float(dropout_p), state)
     if not return_attn_probs:
         return out
-    return out, lse, _probs(q, k, lse, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
+    return out, lse, _probs(q, k, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, sinks)
 
 
@@ -98,24 +98,26 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
 S_DMASK_MAX = 1 << 26
 
 
-def _probs(q, k, lse, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k, sinks):
+def _probs(q, k, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k, sinks):
     """return_attn_probs' third value: None without dropout, else dropout_s_dmask's."""
     if not dropout_p:
         return None
-    return dropout_s_dmask(q, k, lse, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k)
+    return dropout_s_dmask(q, k, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k)
 
 
 @torch.no_grad()
-def dropout_s_dmask(q, k, lse, state, dropout_p, causal=False, softmax_scale=0.0, window_left=-1, window_right=-1,
+def dropout_s_dmask(q, k, state, dropout_p, causal=False, softmax_scale=0.0, window_left=-1, window_right=-1,
                     cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
     """FlashAttention 2's S_dmask of a dropout call: [batch, heads_q, seqlen_q rounded up to 128,
     seqlen_k rounded up to 128] in q's dtype (packed: per sequence, from row and key 0, max_seqlen
-    rounded), each seen element P_ij = exp(s_ij - LSE_i) (the undropped probability, normalized:
-    FlashAttention's normalize_flash_attn_S is then not needed) negated where dropout dropped it,
-    0 where the mask hides it and in the padding. ``S_dmask >= 0`` is the keep mask, as
-    FlashAttention's tests read it (a dropped P that is exactly 0 reads as kept, as there). The mask
-    comes from the kernels' own function on the device (_launch.dropout_mask), P from q, k and the
-    LSE in fp32 here; larger than S_DMASK_MAX elements is refused."""
+    rounded), each seen element exp(s_ij - m_i), m_i the largest score row i sees: FlashAttention
+    2's unnormalized probabilities with all of a row's keys as one block (its tests'
+    normalize_flash_attn_S, given a block at least seqlen_k wide, multiplies by exp(m_i - LSE_i)
+    and gets P), negated where dropout dropped it, 0 where the mask hides it and in the padding.
+    ``S_dmask >= 0`` is the keep mask, as FlashAttention's tests read it (a dropped value that is
+    exactly 0 reads as kept, as there). The mask comes from the kernels' own function on the device
+    (_launch.dropout_mask), the scores from q and k in fp32 here; larger than S_DMASK_MAX elements
+    is refused."""
     packed = cu_seqlens_q is not None
     heads_q, d = q.shape[-2], q.shape[-1]
     batch = cu_seqlens_q.shape[0] - 1 if packed else q.shape[0]
@@ -133,9 +135,9 @@ def dropout_s_dmask(q, k, lse, state, dropout_p, causal=False, softmax_scale=0.0
         if packed:
             q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
             k0, k1 = int(cu_seqlens_k[b]), int(cu_seqlens_k[b + 1])
-            qb, kb, lb = q[q0:q1], k[k0:k1], lse[:, q0:q1]
+            qb, kb = q[q0:q1], k[k0:k1]
         else:
-            qb, kb, lb = q[b], k[b], lse[b]
+            qb, kb = q[b], k[b]
         sq, sk = qb.shape[0], kb.shape[0]
         if sq == 0 or sk == 0:
             continue
@@ -150,7 +152,9 @@ def dropout_s_dmask(q, k, lse, state, dropout_p, causal=False, softmax_scale=0.0
             seen &= j >= i - window_left
         if window_right >= 0:
             seen &= j <= i + window_right
-        p = torch.exp(s - lb.float()[:, :, None]).masked_fill(~seen, 0.0)
+        s = s.masked_fill(~seen, float("-inf"))
+        m = s.amax(dim=-1, keepdim=True)
+        p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # unseen: exp(-inf) = 0
         p = torch.where(keep[b, :, :sq, :sk], p, -p)
         out[b, :, :sq, :sk] = p.to(q.dtype)
     return out
