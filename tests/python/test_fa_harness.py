@@ -2,7 +2,8 @@
 """bench/studies/fa_tests/run.py on tests/python/fa_harness/test_cases.py (no GPU): every outcome
 it tells apart counted as the cases say (passed 4, failed 1, refused 1, skipped 1, internal 1), the
 share that ran (passed + failed over the cases not skipped), a sample of 1/2 keeping fewer cases,
-a budget leaving cases unrun (not counted), and a file that cannot be collected failing the run. Exit 77 (skipped) without PyTorch or pytest.
+a budget leaving cases unrun (not counted), and a file that cannot be collected failing the run.
+Exit 77 (skipped) without PyTorch or pytest.
 
     PYTHONPATH=build/ci/python python3 tests/python/test_fa_harness.py
 """
