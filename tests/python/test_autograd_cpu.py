@@ -35,6 +35,7 @@ reference on the CPU and a recorder. The checks:
    clamping launch (_launch.sanitized_varlen) before the forward, whose clamped copies the forward
    and the backward launches both take (``checked``); a second call with the same signature does
    not run check_varlen's host checks again (check_varlen_cached).
+   A window_size given as a tensor of two ints (FlashAttention's tests draw one) runs the window.
 10. Dropout's wiring (the launches stood in, their mask a function of the generator state):
     flash_attn_func(dropout_p) plans, launches with Mods.dropout and an int64 [2] state drawn from
     torch's generator, and the backward gets that very tensor; O and dQ, dK, dV equal the
@@ -567,7 +568,19 @@ def test_dropout():
           "flashladder::attention_mods with dropout: the state reaches the backward, the reference's gradients")
 
 
+def test_window_as_tensor():
+    """FlashAttention's own tests draw window_size with torch.randint: a tensor of two ints."""
+    b, s_, h, d = 1, 9, 2, 16
+    q, k, v = leaves((b, s_, h, d), (b, s_, h, d), (b, s_, h, d), seed=6)
+    LOG.clear()
+    out = flashladder.flash_attn_func(q, k, v, causal=True, window_size=torch.tensor([3, 0]))
+    ref, _ = reference(*(t.detach() for t in (q, k, v)), True, 0.0, (3, -1))
+    check(close(out.detach(), ref), "window_size as a tensor of two ints: the window's O (%s)"
+          % [e[0] for e in LOG])
+
+
 def main():
+    test_window_as_tensor()
     test_varlen_checked_once()
     test_dropout()
     test_realigned()
