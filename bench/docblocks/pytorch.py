@@ -12,6 +12,8 @@ TORCH_RUN_COMMANDS = {
     "torch_overhead.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_overhead.py --bin build/release/bin "
                            "--out bench/results/<gpu>/pytorch",
     "torch_decode.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_decode.py --out bench/results/<gpu>/pytorch-decode",
+    "fa_tests.json": "PYTHONPATH=build/release/python python3 bench/studies/fa_tests/run.py --tests "
+                     "PATH/flash-attention/tests/test_flash_attn.py --out bench/results/<gpu>/fa-tests --sample 1/64",
 }
 
 
@@ -412,3 +414,38 @@ def gen_torch_decode(ctx, gpu=None):
                      d["head_dim"], d.get("repeats", 1), d["iters"], binary_bytes(d.get("flush_bytes", 0)),
                      torch_provenance(d), link(res, "torch_decode.json")))
     return out + "\n\n" + "\n\n".join(notes)
+
+
+FA_KINDS = ("passed", "failed", "refused", "internal", "skipped")
+
+
+@generator("fa-tests")
+def gen_fa_tests(ctx, gpu=None):
+    """FlashAttention 2's own test file on the package (bench/studies/fa_tests/run.py, fa_tests.json):
+    per test function its sampled cases by outcome, the share of the cases not skipped that ran
+    and of those that passed, and the most frequent refusals."""
+    res, d = torch_run(ctx, gpu, "fa_tests.json")
+    rows = ["| test | cases | %s |" % " | ".join(FA_KINDS), "|---|--:|%s" % "".join("--:|" for _ in FA_KINDS)]
+    for name, counts in sorted(d["per_test"].items()):
+        n = sum(v for k, v in counts.items() if k != "not_reached")
+        rows.append("| `%s` | %d | %s |" % (name, n, " | ".join("%d" % counts.get(k, 0) for k in FA_KINDS)))
+    t = d["total"]
+    rows.append("| all | %d | %s |" % (d["cases"], " | ".join("**%d**" % t.get(k, 0) for k in FA_KINDS)))
+    share = "%.1f%%" % (100 * d["ran_share"]) if d["ran_share"] is not None else "—"
+    passed = "%.1f%%" % (100 * d["passed_share_of_ran"]) if d["passed_share_of_ran"] is not None else "—"
+    notes = ["Of the %d sampled cases FlashAttention does not skip, %d ran on the ladder (**%s**; the issue's target "
+             "is 95%%), and %s of those passed. Refused: flashladder's one-line refusal of an argument or shape; "
+             "internal: the test calls FlashAttention's C++ extension itself. Sample %s of the file's cases (the "
+             "same on every run: a hash of each case's id)%s." % (
+                 d["not_skipped"], d["ran"], share, passed, d["sample"],
+                 ", %d left unrun by the time budget" % d["not_reached"] if d.get("not_reached") else "")]
+    if d["refusals"]:
+        notes.append("The refusals, most frequent first: " + "; ".join(
+            "%d × %s" % (n, text.replace("|", "\\|")) for text, n in d["refusals"][:6]) + ".")
+    if d["failures_total"]:
+        notes.append("%d failed; the first: `%s` (%s)." % (d["failures_total"], d["failures"][0]["case"],
+                                                          d["failures"][0]["error"].replace("|", "\\|")))
+    notes.append("Test file: `%s`%s. Measured on %s; %s." % (
+        d["tests_file"], " (%s)" % d["tests_source"] if d.get("tests_source") else "", torch_provenance(d),
+        link(res, "fa_tests.json")))
+    return "\n".join(rows) + "\n\n" + "\n\n".join(notes)

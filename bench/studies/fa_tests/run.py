@@ -36,6 +36,8 @@ def main():
     ap.add_argument("--package", help="the folder holding flashladder (default: PYTHONPATH)")
     ap.add_argument("--sample", default="1/1", help="k/n: run the cases whose id hashes below k modulo n")
     ap.add_argument("-k", dest="expr", help="pytest's -k expression")
+    ap.add_argument("--source", default="", help="where the test file comes from, kept in the report "
+                    "(e.g. 'flash-attention 0251105a')")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per case (pytest-timeout)")
     ap.add_argument("--budget", type=float, default=0,
                     help="seconds after which the remaining cases are left unrun (counted as not_reached)")
@@ -68,14 +70,15 @@ def main():
                  "ran_share": ran / not_skipped if not_skipped else None,
                  "passed_share_of_ran": t.get("passed", 0) / ran if ran else None,
                  "pytest_exit": rc, "seconds": round(time.time() - t0, 1),
-                 "not_reached": t.get("not_reached", 0), "tests_file": os.path.basename(args.tests)})
+                 "not_reached": t.get("not_reached", 0), "tests_file": os.path.basename(args.tests),
+                 "tests_source": args.source})
     try:
         import torch
         device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         data["versions"] = {"torch": torch.__version__}
     except ImportError:
         device = "unknown"
-    data["device"] = device
+    data["device"] = {"name": device}
     data.update(runinfo.git_info())
     data["date"] = runinfo.now()
     runinfo.write_json(out_json, data)
