@@ -271,16 +271,18 @@ struct BlockWork {
   /// MODS::query_rows gives them: rung 14's causal mask or none, or rung 16's masks).
   template <class MODS>
   __device__ __forceinline__ int prev_token(const MODS& mods, int i, int block_m) const {
-    if constexpr (!MODS::kSpans)
+    if constexpr (!MODS::kSpans) {
       return dq_prev_token_causal(j, i, n_kv_blocks, block_m, block_n, causal_offset,
                                   reverse_order);
-    const int n_q_blocks = (len_q + block_m - 1) / block_m;
-    const auto visits = [&](int jp) {
-      const int k0 = jp * block_n;
-      const KeySpan rows = mods.query_rows(k0, min(k0 + block_n, len_k) - 1);
-      return query_blocks(rows.lo, rows.hi, block_m, n_q_blocks);
-    };
-    return dq_prev_token(visits, n_kv_blocks, j, i, reverse_order);
+    } else {
+      const int n_q_blocks = (len_q + block_m - 1) / block_m;
+      const auto visits = [&](int jp) {
+        const int k0 = jp * block_n;
+        const KeySpan rows = mods.query_rows(k0, min(k0 + block_n, len_k) - 1);
+        return query_blocks(rows.lo, rows.hi, block_m, n_q_blocks);
+      };
+      return dq_prev_token(visits, n_kv_blocks, j, i, reverse_order);
+    }
   }
 };
 
