@@ -5,6 +5,7 @@
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_all.hpp>
 #define FL_CATCH_MAJOR 3
+using Catch::Approx;  // v2 puts Approx in the global namespace, v3 in Catch
 #else
 #include <catch2/catch.hpp>
 #define FL_CATCH_MAJOR 2

@@ -98,6 +98,15 @@ Problem group_problem(const Problem& p, const std::vector<BwdGroup>& groups) {
   s.softmax_scale = p.scale();
   s.page_size = 0;
   // ALiBi and sinks depend on the original query head: plan_bwd_check never samples with them.
+  // Dropout's mask does too: each picked group keeps its (sequence, first query head)'s numbers.
+  if (p.dropout()) {
+    s.dropout_bh0.clear();
+    for (const BwdGroup& g : groups)
+      s.dropout_bh0.push_back(
+          (p.dropout_bh0.empty() ? static_cast<uint32_t>(g.b) * static_cast<uint32_t>(p.heads_q)
+                                 : p.dropout_bh0[static_cast<size_t>(g.b)]) +
+          static_cast<uint32_t>(g.hk * p.group()));
+  }
   if (p.varlen()) {  // the picked groups' sequences, packed in the order picked
     std::vector<int> lq, lk;
     for (const BwdGroup& g : groups) {

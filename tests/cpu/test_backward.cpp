@@ -189,7 +189,16 @@ TEST_CASE("which part of a backward run is checked", "[cpu][backward]") {
 }
 
 TEST_CASE("a group's gradients are exact on their own (gathered sub-problem)", "[cpu][backward]") {
-  const Problem p = shape(3, 70, 90, 8, 2, 32, true);
+  // With dropout the sub-problem keeps each group's mask (Problem::dropout_bh0): a sampled check of
+  // a dropout backward compares the same mask as the kernel drew (it did not, and a correct kernel
+  // failed its sampled check at 4k).
+  const bool drop = GENERATE(false, true);
+  Problem p = shape(3, 70, 90, 8, 2, 32, true);
+  if (drop) {
+    p.dropout_p = 0.3f;
+    p.dropout_seed = 99;
+  }
+  INFO("dropout " << drop);
   const HostInputs in = make_inputs(p, InputKind::random, 4);
   const std::vector<uint16_t> dout = make_grad_output(p, 4);
   const BwdResults full = reference_bwd_fp64(p, in, dout);
@@ -197,6 +206,12 @@ TEST_CASE("a group's gradients are exact on their own (gathered sub-problem)", "
   const Problem sub = group_problem(p, groups);
   REQUIRE((sub.batch == 2 && sub.heads_kv == 1 && sub.heads_q == 4 && sub.seqlen_q == 70 && sub.seqlen_k == 90));
   REQUIRE((sub.causal && sub.scale() == p.scale() && sub.dtype == p.dtype));
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (int h = 0; h < p.group(); ++h)
+      for (int i = 0; i < p.seqlen_q; i += 7)
+        for (int j = 0; j < p.seqlen_k; ++j)
+          REQUIRE(sub.dropout_kept(static_cast<int>(g), h, i, j) ==
+                  p.dropout_kept(groups[g].b, groups[g].hk * p.group() + h, i, j));
   HostInputs sin;
   sin.q = gather_q_like(p, in.q, groups);
   sin.k = gather_kv_like(p, in.k, groups);

@@ -189,14 +189,16 @@ FL_HD bool dropout_kept_byte(uint32_t word, int b, uint32_t threshold) {
   return ((word >> (8 * b)) & 0xffu) <= threshold;
 }
 
-/// The mask itself: is element (query @p i, key @p j) of (sequence @p b, head @p h) of a problem
-/// with @p heads_q heads kept? The definition the kernels' cell walks must agree with.
-FL_HD bool dropout_keep(const DropoutKey& k, int b, int h, int heads_q, int i, int j) {
-  const uint32_t bh =
-      static_cast<uint32_t>(b) * static_cast<uint32_t>(heads_q) + static_cast<uint32_t>(h);
+/// The mask itself: is element (query @p i, key @p j) of (sequence, head) @p bh = b x heads_q + h
+/// kept? The definition the kernels' cell walks must agree with; dropout_keep numbers bh.
+FL_HD bool dropout_keep_bh(const DropoutKey& k, uint32_t bh, int i, int j) {
   uint32_t w[4];
   dropout_cell(k, bh, dropout_row_cell(i), dropout_key_cell(j), w);
   return dropout_kept_byte(w[dropout_word(j)], dropout_byte(i, j), k.threshold);
+}
+FL_HD bool dropout_keep(const DropoutKey& k, int b, int h, int heads_q, int i, int j) {
+  return dropout_keep_bh(
+      k, static_cast<uint32_t>(b) * static_cast<uint32_t>(heads_q) + static_cast<uint32_t>(h), i, j);
 }
 
 /// The forward's walk (rung 16): zero the dropped elements of a thread's accumulator fragment

@@ -70,6 +70,10 @@ struct Problem {
   float dropout_p = 0;
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
+  /// The mask's (sequence, head) numbers of a sub-problem cut out of a larger one (check_bwd.h's
+  /// group_problem: a sampled (batch, KV head) group renumbers its sequences and heads): sequence
+  /// b's head h draws the mask of dropout_bh0[b] + h. Empty: b x heads_q + h, its own numbering.
+  std::vector<uint32_t> dropout_bh0;
 
   /// True when dropout is on.
   bool dropout() const { return dropout_p > 0; }
@@ -80,7 +84,10 @@ struct Problem {
   /// Is element (query i, key j) of sequence b, head h kept? (dropout.h's dropout_keep; true when
   /// off)
   bool dropout_kept(int b, int h, int i, int j) const {
-    return !dropout() || dropout_keep(dropout_key(), b, h, heads_q, i, j);
+    if (!dropout()) return true;
+    const uint32_t bh0 = dropout_bh0.empty() ? static_cast<uint32_t>(b) * static_cast<uint32_t>(heads_q)
+                                             : dropout_bh0[static_cast<size_t>(b)];
+    return dropout_keep_bh(dropout_key(), bh0 + static_cast<uint32_t>(h), i, j);
   }
 
   /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0.
