@@ -17,7 +17,11 @@
 Every block names its folder under bench/results/ with gpu= and opens with the folder's device,
 date and commit (its meta.json)."""
 
+import collections
+import glob
 import os
+import re
+import statistics
 
 from .core import Missing, generator
 
@@ -281,3 +285,93 @@ def gen_rung16_ablation_span(ctx, gpu):
     if not parts:
         raise Missing("the ablations in %s" % gpu, "bench/run_all.sh --family masks -- --fl_variants")
     return "In `%s` (time ratios over its cases): %s." % (gpu.split("/")[-1], ", ".join(parts))
+
+
+# ---- dropout's cost (bench/studies/rung16_dropout_ab.sh) -----------------------------------------
+
+DROPOUT_AB_COMMAND = "bench/studies/rung16_dropout_ab.sh build/release/bin bench/results/<gpu>/rung16/dropout-ab 3"
+
+
+def dropout_ab_runs(res):
+    """{shape: {(pass, p): [run report, ...]}} of a rung16_dropout_ab.sh folder
+    (<shape>_<forward|backward>_p<p>_r<i>.json)."""
+    runs = collections.defaultdict(lambda: collections.defaultdict(list))
+    for path in sorted(glob.glob(res.path("*_p*_r[0-9]*.json"))):
+        m = re.match(r"(.+_c[01])_(forward|backward)_p([0-9.]+)_r\d+\.json$", os.path.basename(path))
+        if m:
+            runs[m.group(1)][m.group(2), float(m.group(3))].append(res.json(os.path.basename(path)))
+    return runs
+
+
+def dropout_check(res, shape, which):
+    """The study's check run of one pass with dropout, as its log says: "PASS (sample)", "FAIL (full)",
+    "PASS (coverage)" (every element written, not compared), "?" when the log says neither."""
+    name = "%s_%s_dropout_check.log" % (shape, which)
+    if not res.has(name):
+        return "–"
+    with open(res.path(name), encoding="utf-8") as f:
+        text = f.read()
+    m = re.search(r"check +(PASS|FAIL)[^\n]*\((full|sample)\)", text)
+    if m:
+        return "%s (%s)" % m.groups()
+    cover = re.search(r"check +(PASS|FAIL): every element of dQ, dK, dV written", text)
+    return "%s (coverage)" % cover.group(1) if cover else "?"
+
+
+@generator("rung16-dropout-ab")
+def gen_rung16_dropout_ab(ctx, gpu):
+    """Rung 16 with dropout against the same call without it, forward and backward, per shape of a
+    rung16_dropout_ab.sh folder: the median over the rounds of each run's median time, the ratios,
+    and the time dropout adds per visible element in SM clocks (the device's clock from the run
+    report; the README's count predicts it), beside each pass's check with dropout."""
+    res = ctx.results(gpu)
+    runs = dropout_ab_runs(res)
+    if not runs:
+        raise Missing("rung 16's dropout A/B in %s" % gpu, DROPOUT_AB_COMMAND)
+
+    def med(xs):
+        return statistics.median(r["timing"]["median_ms"] for r in xs)
+
+    def order(shape):
+        p = next(iter(runs[shape].values()))[0]["problem"]
+        return p["head_dim"], p["seqlen_k"], p["dtype"], not p["causal"]
+
+    rows = ["| dtype, d, keys, batch, heads (q/kv), causal | p | forward (ms), without / with | forward × | "
+            "backward (ms), without / with | backward × | forward + backward × | added SM clocks per element, "
+            "forward / backward | check with dropout, forward / backward | rounds |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
+    meta = None
+    for shape in sorted(runs, key=order):
+        by = runs[shape]
+        ps = sorted({p for (_, p) in by if p > 0})
+        if not ps or ("forward", 0.0) not in by or ("backward", 0.0) not in by:
+            continue
+        p = ps[0]
+        if ("forward", p) not in by or ("backward", p) not in by:
+            continue
+        f0, f1 = med(by["forward", 0.0]), med(by["forward", p])
+        b0, b1 = med(by["backward", 0.0]), med(by["backward", p])
+        run = by["forward", p][0]
+        meta = meta or run
+        prob, dev = run["problem"], run["device"]
+        pairs = prob["flops"] / (4.0 * prob["head_dim"])  # visible (query, key) pairs of every head
+        per_elem = dev["clock_mhz"] * 1e3 * dev["sms"] / pairs  # SM clocks per element per ms
+        rows.append(row([
+            "%s, %d, %d, %d, %d/%d, %s" % (prob["dtype"], prob["head_dim"], prob["seqlen_k"], prob["batch"],
+                                          prob["heads_q"], prob["heads_kv"], "yes" if prob["causal"] else "no"),
+            "%g" % p, "%.3f / %.3f" % (f0, f1), "%.2f×" % (f1 / f0), "%.3f / %.3f" % (b0, b1), "%.2f×" % (b1 / b0),
+            "%.2f×" % ((f1 + b1) / (f0 + b0)),
+            "%.3f / %.3f" % ((f1 - f0) * per_elem, (b1 - b0) * per_elem),
+            "%s / %s" % (dropout_check(res, shape, "forward"), dropout_check(res, shape, "backward")),
+            "%d" % min(len(by["forward", p]), len(by["forward", 0.0]), len(by["backward", p]), len(by["backward", 0.0]))]))
+    if meta is None:
+        raise Missing("both passes with and without dropout in %s" % gpu, DROPOUT_AB_COMMAND)
+    rows += ["", "%s, %s, commit `%s`; each entry's time the median of 50 launches (L2 flushed), median over the "
+             "rounds, the order alternating; the backward's time is its passes' (pre-pass, kernel, convert) after "
+             "the forward; added clocks: the time dropout adds over the visible (query, key) pairs of every head, "
+             "at the device's %d MHz on %d SMs (an upper bound where the clock ran lower); checks: the study's "
+             "run of each pass with dropout against the fp64 reference with the same mask (`--check auto`: sample "
+             "or full; coverage: every element written, not compared)." % (
+                 meta["device"]["name"], meta["date"][:10], meta.get("git_sha", "")[:7],
+                 meta["device"]["clock_mhz"], meta["device"]["sms"])]
+    return "\n".join(rows)
