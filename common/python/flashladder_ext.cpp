@@ -536,7 +536,7 @@ NB_MODULE(_ext, m) {
       [](uintptr_t seqlens, int new_keys, int batch, int64_t slots, uintptr_t leftpad, uintptr_t table, int columns,
          int64_t table_stride, int page, int64_t pool_pages, uintptr_t rows, int64_t row_count,
          uintptr_t out_seqlens, uintptr_t out_used, uintptr_t out_leftpad, uintptr_t out_table, uintptr_t stream,
-         int device) {
+         int device, bool cu_lengths) {
         if (!seqlens || !out_seqlens || !out_used || (leftpad && !out_leftpad) || (table && !out_table))
           refuse_if("sanitize_cache: a null pointer");
         if (new_keys < 0 || new_keys > slots) refuse_if("sanitize_cache: the new keys do not fit the cache's slots");
@@ -548,11 +548,12 @@ NB_MODULE(_ext, m) {
                            table_stride, page, pool_pages, reinterpret_cast<const int*>(rows), row_count,
                            reinterpret_cast<int*>(out_seqlens),
                            reinterpret_cast<int*>(out_used), reinterpret_cast<int*>(out_leftpad),
-                           reinterpret_cast<int*>(out_table), sink, reinterpret_cast<cudaStream_t>(stream));
+                           reinterpret_cast<int*>(out_table), sink, reinterpret_cast<cudaStream_t>(stream),
+                           cu_lengths);
       },
       "seqlens"_a, "new_keys"_a, "batch"_a, "slots"_a, "leftpad"_a, "table"_a, "columns"_a, "table_stride"_a,
       "page"_a, "pool_pages"_a, "rows"_a, "row_count"_a, "out_seqlens"_a, "out_used"_a, "out_leftpad"_a,
-      "out_table"_a, "stream"_a, "device"_a,
+      "out_table"_a, "stream"_a, "device"_a, "cu_lengths"_a = false,
       "A cache's lengths (before the append), left padding, block table and cache_batch_idx rows checked on "
       "the device, their clamped copies written (metadata.h)");
   m.def(

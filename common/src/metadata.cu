@@ -79,15 +79,17 @@ __global__ void sanitize_cu_seqlens_kernel(const int* cu_q, const int* cu_k, int
 __global__ void sanitize_cache_kernel(const int* seqlens, int new_keys, long long slots, const int* leftpad,
                                       const int* table, int columns, long long table_stride, int page,
                                       long long pool_pages, const int* rows, long long row_count, int* out_seqlens,
-                                      int* out_used, int* out_leftpad, int* out_table, MetadataSink err) {
+                                      int* out_used, int* out_leftpad, int* out_table, MetadataSink err,
+                                      int lengths_side) {
   const int b = blockIdx.x;
-  // new_keys <= slots: the host checks it. Every thread computes the length; thread 0 records.
+  // new_keys <= slots: the host checks it. Every thread computes the length; thread 0 records
+  // (side 1: the lengths are cu_seqlens_k's, a paged flash_attn_varlen_func's).
   auto rec = [&](int code, long long value, long long bound) {
     if (threadIdx.x != 0) return;
     if (code == kCacheSeqlensCapacity && table != nullptr)  // the table's capacity: name it
-      record(err, kBlockTableCapacity, 0, b, columns, value, bound);
+      record(err, kBlockTableCapacity, lengths_side, b, columns, value, bound);
     else
-      record(err, code, 0, b, 0, value, bound);
+      record(err, code, lengths_side, b, 0, value, bound);
   };
   const long long len = clamp_cache_length(seqlens[b], new_keys, slots, rec);
   const long long used = len + new_keys;
@@ -206,8 +208,11 @@ std::string metadata_error_text(int device, bool clear) {
       out << "cache_leftpad[" << index << "] is " << value << ", outside [0, " << bound << "]";
       break;
     case kBlockTableCapacity:
-      out << "cache_seqlens[" << index << "] plus the new keys is " << value << ", past the block_table's capacity of "
-          << bound << " slots (" << column << " columns x " << (column > 0 ? bound / column : 0) << " per page)";
+      if (side == 1)
+        out << "sequence " << index << " has " << value << " keys (cu_seqlens_k), past the block_table's capacity of ";
+      else
+        out << "cache_seqlens[" << index << "] plus the new keys is " << value << ", past the block_table's capacity of ";
+      out << bound << " slots (" << column << " columns x " << (column > 0 ? bound / column : 0) << " per page)";
       break;
     case kCacheBatchIdx:
       out << "cache_batch_idx[" << index << "] is " << value << ", outside the cache's " << bound << " rows";
@@ -237,13 +242,13 @@ void sanitize_cu_seqlens(const int* cu_q, const int* cu_k, int batch, int64_t to
 void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, const int* leftpad, const int* table,
                     int columns, int64_t table_stride, int page, int64_t pool_pages, const int* rows,
                     int64_t row_count, int* out_seqlens, int* out_used, int* out_leftpad, int* out_table,
-                    MetadataSink err, cudaStream_t stream) {
+                    MetadataSink err, cudaStream_t stream, bool cu_lengths) {
   if (batch <= 0) return;
   if (new_keys < 0 || new_keys > slots) throw std::invalid_argument("sanitize_cache: new keys past the cache's slots");
   if (table != nullptr && page <= 0) throw std::invalid_argument("sanitize_cache: a block table needs a page size");
   sanitize_cache_kernel<<<batch, 128, 0, stream>>>(seqlens, new_keys, slots, leftpad, table, columns, table_stride,
                                                    page, pool_pages, rows, row_count, out_seqlens, out_used,
-                                                   out_leftpad, out_table, err);
+                                                   out_leftpad, out_table, err, cu_lengths ? 1 : 0);
   FL_LAUNCH_CHECK("sanitize_cache_kernel");
 }
 

@@ -36,6 +36,8 @@ reference on the CPU and a recorder. The checks:
    and the backward launches both take (``checked``); a second call with the same signature does
    not run check_varlen's host checks again (check_varlen_cached).
    A window_size given as a tensor of two ints (FlashAttention's tests draw one) runs the window.
+   With a block_table, the pools' pages are gathered into packed keys at cu_seqlens_k's places
+   (one table check with each sequence's key count), and the gradient reaches the used slots.
 10. Dropout's wiring (the launches stood in, their mask a function of the generator state):
     flash_attn_func(dropout_p) plans, launches with Mods.dropout and an int64 [2] state drawn from
     torch's generator, and the backward gets that very tensor; O and dQ, dK, dV equal the
@@ -60,7 +62,7 @@ except ImportError:
     sys.exit(SKIP)
 
 import flashladder  # noqa: E402
-from flashladder import _core, _launch, _ops  # noqa: E402
+from flashladder import _core, _flash, _launch, _ops  # noqa: E402
 
 from cpu_stubs import check, cpu_key, exit_status  # noqa: E402  tests/python/cpu_stubs.py
 
@@ -579,7 +581,66 @@ def test_window_as_tensor():
           % [e[0] for e in LOG])
 
 
+def test_paged_varlen():
+    """flash_attn_varlen_func with a block_table: the pools' pages gathered into packed keys at
+    cu_seqlens_k's places (the table checked by one clamping launch, stood in here), then the
+    packed call: O and the pools' gradients equal those of the packed keys themselves."""
+    b, hq, hk, d, page = 3, 4, 2, 16, 4
+    lens_k = [5, 0, 11]
+    cu_k = torch.tensor([0, 5, 5, 16], dtype=torch.int32)
+    cu_q = torch.tensor([0, 3, 4, 9], dtype=torch.int32)
+    max_k, columns, pool_pages = 11, 3, 12
+    g = torch.Generator().manual_seed(8)
+    table = torch.randperm(pool_pages, generator=g)[:b * columns].view(b, columns).to(torch.int32)
+    k_pool = torch.randn(pool_pages, page, hk, d, dtype=torch.float64, generator=g).requires_grad_()
+    v_pool = torch.randn(pool_pages, page, hk, d, dtype=torch.float64, generator=g).requires_grad_()
+    q = torch.randn(9, hq, d, dtype=torch.float64, generator=g).requires_grad_()
+    calls = []
+
+    def sanitized_table(lengths, block_table, page_, pool_pages_, q_):
+        calls.append((lengths.tolist(), page_, pool_pages_))
+        return block_table.clone()
+
+    saved = (_launch.sanitized_table, _launch.raise_metadata_errors)
+    _launch.sanitized_table, _launch.raise_metadata_errors = sanitized_table, (lambda device: None)
+    try:
+        kp, vp = _flash._paged_keys(q, k_pool, v_pool, cu_k, max_k, table)
+    finally:
+        _launch.sanitized_table, _launch.raise_metadata_errors = saved
+    check(calls == [(lens_k, page, pool_pages)], "paged varlen: one table check with each sequence's key count (%s)"
+          % calls)
+    check(tuple(kp.shape) == (b * max_k, hk, d), "paged varlen: batch x max_seqlen_k packed rows (%s)"
+          % (tuple(kp.shape),))
+    ok = True
+    for n in range(b):
+        for j in range(lens_k[n]):
+            src = k_pool[int(table[n, j // page]), j % page]
+            ok &= torch.equal(kp[int(cu_k[n]) + j], src) and torch.equal(vp[int(cu_k[n]) + j],
+                                                                            v_pool[int(table[n, j // page]), j % page])
+    check(ok, "paged varlen: key j of sequence b is slot j % page of page block_table[b, j // page], at "
+          "cu_seqlens_k[b] + j")
+    (kp[:16].sum() + 2 * vp[:16].sum()).backward()
+    used = torch.zeros(pool_pages, page, dtype=torch.bool)
+    for n in range(b):
+        for j in range(lens_k[n]):
+            used[int(table[n, j // page]), j % page] = True
+    check(bool((k_pool.grad[used] == 1).all()) and bool((v_pool.grad[used] == 2).all()),
+          "paged varlen: the gradient reaches each used slot of the pools")
+    bad = torch.tensor([0, 5, 5, 16], dtype=torch.int64)
+    try:
+        _flash._paged_keys(q, k_pool, v_pool, bad, max_k, table)
+        check(False, "paged varlen: an int64 cu_seqlens_k refused")
+    except ValueError as e:
+        check("cu_seqlens_k" in str(e), "paged varlen: an int64 cu_seqlens_k refused naming it (%s)" % e)
+    try:
+        _flash._paged_keys(q, k_pool, v_pool, cu_k, max_k, table[0])
+        check(False, "paged varlen: a 1-D block_table refused")
+    except ValueError as e:
+        check("block_table" in str(e), "paged varlen: a 1-D block_table refused naming it (%s)" % e)
+
+
 def main():
+    test_paged_varlen()
     test_window_as_tensor()
     test_varlen_checked_once()
     test_dropout()

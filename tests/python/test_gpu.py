@@ -1066,6 +1066,31 @@ def part_flash():
                 flash_case("flash_attn_varlen_func %s %s lens_q=%s lens_k=%s" % (
                     name, dtype_name, lens_q, lens_k), dtype_name, fn, ref_fn, leaves)
 
+    # A paged K/V (block_table, FlashAttention 2's paged varlen): the same packed batch's keys in a
+    # shuffled pool of pages of 16, the last page of each sequence part-used; O equals the packed
+    # keys' bit for bit (the pages are gathered into that very layout first).
+    lens_q, lens_k, page = [1, 40, 7], [33, 0, 70], 16
+    cu_q = torch.tensor([0] + lens_q, device="cuda").cumsum(0).to(torch.int32)
+    cu_k = torch.tensor([0] + lens_k, device="cuda").cumsum(0).to(torch.int32)
+    columns = 6
+    pool_pages = 3 * columns
+    perm = torch.randperm(pool_pages, device="cuda").to(torch.int32).view(3, columns)
+    qp_, kk, vv = randn(sum(lens_q), 8, 128), randn(sum(lens_k), 2, 128), randn(sum(lens_k), 2, 128, offset=0.5)
+    k_pool = randn(pool_pages, page, 2, 128)
+    v_pool = randn(pool_pages, page, 2, 128)
+    for n in range(3):
+        for j in range(lens_k[n]):
+            k_pool[perm[n, j // page], j % page] = kk[int(cu_k[n]) + j]
+            v_pool[perm[n, j // page], j % page] = vv[int(cu_k[n]) + j]
+    dense = flash_attn_varlen_func(qp_, kk, vv, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)
+    paged = flash_attn_varlen_func(qp_, k_pool, v_pool, cu_q, cu_k, max(lens_q), max(lens_k), causal=True,
+                                   block_table=perm)
+    if torch.equal(dense, paged):
+        print("ok   flash_attn_varlen_func with a block_table: the packed keys' O, bit for bit")
+    else:
+        fail("flash_attn_varlen_func with a block_table: O differs from the packed keys' (max %.3g)"
+             % (dense.float() - paged.float()).abs().max())
+
     # The packed forms give flash_attn_func's and flash_attn_varlen_func's results, bit for bit.
     dt = torch.bfloat16
     qkv = randn(2, 150, 3, 4, 64, dtype=dt)
@@ -1108,7 +1133,7 @@ def part_flash():
         else:
             print("ok   deterministic=True, %s: identical gradients, within rounding of the default's" % what)
     expect(NotImplementedError, "softcap", lambda: flash_attn_func(q, k, v, dropout_p=0.1, softcap=5.0))
-    expect(NotImplementedError, "block_table", lambda: flash_attn_varlen_func(
+    expect(ValueError, "block_table", lambda: flash_attn_varlen_func(
         q[0], k[0], v[0], cu, cu, 200, 200, block_table=cu))
     expect(ValueError, "alibi_slopes", lambda: flash_attn_func(q, k, v, alibi_slopes=torch.ones(3, device="cuda")))
     expect(ValueError, "window_size", lambda: flash_attn_func(q, k, v, window_size=(-2, 0)))
@@ -1302,6 +1327,30 @@ def part_kvcache():
                     last = int(end[n]) - 1
                     if new and not torch.equal(k_pool[table[n, last // page].long(), last % page], k_cache[n, last]):
                         fail("%s: the new keys were not written into the pages" % what)
+    # A head_dim that is not a multiple of 8 (FlashAttention's test file draws 59): the caches padded
+    # for the call, the append written into the caller's caches, O of the head_dim itself.
+    for sq in (1, 4):
+        b, slots, hq, hkv, d, new = 2, 512, 6, 2, 59, sq
+        k_cache, v_cache = randn(b, slots, hkv, d), randn(b, slots, hkv, d, offset=0.5)
+        kp, vp, table = paged_twin(k_cache, v_cache, 64)
+        q, k_new, v_new = randn(b, sq, hq, d, offset=0.5), randn(b, new, hkv, d), randn(b, new, hkv, d)
+        used = torch.tensor([3, 400], dtype=torch.int32, device="cuda")
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=used, causal=True)
+        out_p = flash_attn_with_kvcache(q, kp, vp, k_new, v_new, cache_seqlens=used, causal=True, block_table=table)
+        what = "flash_attn_with_kvcache, head_dim 59, sq=%d" % sq
+        if out.shape[-1] != d or out_p.shape[-1] != d:
+            fail("%s: O has head_dim %d, not %d" % (what, out.shape[-1], d))
+        for n in range(b):
+            e = int(used[n]) + new
+            if not (torch.equal(k_cache[n, int(used[n]):e], k_new[n]) and torch.equal(v_cache[n, int(used[n]):e],
+                                                                                     v_new[n])):
+                fail("%s: the new keys were not written into the caller's cache" % what)
+            last = e - 1
+            if not torch.equal(kp[table[n, last // 64].long(), last % 64], k_new[n, -1]):
+                fail("%s: the new keys were not written into the caller's pages" % what)
+            ref, _ = reference_mods(q[n:n + 1], k_cache[n:n + 1, :e], v_cache[n:n + 1, :e], True)
+            judge("%s sequence %d O" % (what, n), out[n:n + 1].float(), ref, "fp16")
+            judge("%s, paged, sequence %d O" % (what, n), out_p[n:n + 1].float(), ref, "fp16")
     q, kc = randn(2, 1, 8, 128), randn(2, 256, 2, 128)
     full = flash_attn_with_kvcache(q, kc, kc)  # cache_seqlens None: every slot
     ref, _ = reference_mods(q, kc, kc, False)
@@ -1409,6 +1458,19 @@ def part_metadata():
     expect(RuntimeError, "cu_seqlens_q decreases", lambda: flash_attn_varlen_func(q, k, v, cu, cu, 200, 200))
     again = flash_attn_varlen_func(q, k, v, cu, cu, 200, 200, causal=True)
     judge("varlen after a report, good metadata", again.float(), good.float(), "fp16")
+
+    # A paged varlen call (block_table): a used entry outside the pool, a sequence past the table's
+    # capacity, each named; the gather reads only inside the pools.
+    pool = randn(39, 16, hkv, d)
+    table = torch.randperm(39, device="cuda").to(torch.int32).view(3, 13)  # 208 slots per sequence
+    bad_table = table.clone()
+    bad_table[1, 2] = 99
+    expect_recorded("varlen with a block_table, an entry outside the pool", "block_table[1, 2] is 99",
+                    lambda: flash_attn_varlen_func(q, pool, pool, cu, cu, 200, 200, causal=True, block_table=bad_table))
+    expect_recorded("varlen with a block_table, a sequence past its capacity",
+                    "sequence 1 has 200 keys (cu_seqlens_k), past the block_table's capacity of 48",
+                    lambda: flash_attn_varlen_func(q, pool, pool, cu, cu, 200, 200, causal=True,
+                                                   block_table=table[:, :3]))
 
     # A cache: contiguous and paged, with and without new keys.
     b, slots, page = 2, 256, 64

@@ -146,10 +146,12 @@ void sanitize_cu_seqlens(const int* cu_q, const int* cu_k, int batch, int64_t to
 /// given) and the table with every entry outside the pool replaced by page 0 (@p out_table).
 /// @p rows (int32 [batch] or null): cache_batch_idx, each inside [0, @p row_count); with it, the
 /// table is the one made from those rows, and a violation is recorded as the row's, not the table's.
+/// @p cu_lengths: the lengths are a paged flash_attn_varlen_func's (from cu_seqlens_k), and a
+/// violation names them so.
 void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, const int* leftpad,
                     const int* table, int columns, int64_t table_stride, int page, int64_t pool_pages,
                     const int* rows, int64_t row_count, int* out_seqlens, int* out_used, int* out_leftpad,
-                    int* out_table, MetadataSink err, cudaStream_t stream);
+                    int* out_table, MetadataSink err, cudaStream_t stream, bool cu_lengths = false);
 
 /// The append, one launch: the new keys @p k and values @p v [batch, new_keys, heads, head_dim]
 /// (16-bit, strides in elements) into @p k_cache and @p v_cache at each sequence's @p seqlens (the

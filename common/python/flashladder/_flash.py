@@ -215,11 +215,67 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     [total_q, heads_q, head_dim], k and v [total_k, heads_kv, head_dim], int32 cu_seqlens_q/k
     [batch + 1], the longest sequences max_seqlen_q/k. The masks and modifiers are per sequence, as
     flash_attn_func's. Returns out [total_q, heads_q, head_dim], or (out, softmax_lse [heads_q,
-    total_q], None). ``block_table`` (a paged K/V) is flash_attn_with_kvcache's, not taken here."""
+    total_q], None).
+
+    ``block_table`` (int32 [batch, pages per sequence]): k and v are page pools [pages, page_size,
+    heads_kv, head_dim], and sequence b's keys are its cu_seqlens_k length's first slots of its
+    pages in table order (FlashAttention 2's paged varlen). The prefill rungs read dense keys, so
+    the keys are gathered into a packed copy first (_paged_keys: batch x max_seqlen_k rows, no
+    synchronization), its cost that of copying them."""
     p = _core.check_dropout(dropout_p)
-    _core.check_not_implemented("flash_attn_varlen_func with a block_table (paged K/V)", block_table is not None)
+    if block_table is not None:
+        k, v = _paged_keys(q, k, v, cu_seqlens_k, max_seqlen_k, block_table)
     return _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                       return_attn_probs, learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, p)
+
+
+def _paged_keys(q, k_pool, v_pool, cu_seqlens_k, max_seqlen_k, block_table):
+    """(k, v) packed [batch x max_seqlen_k, heads_kv, head_dim] from page pools and a block table,
+    token t of the packed keys at its cu_seqlens_k place: sequence b = the last with cu_seqlens_k[b]
+    <= t, key j = t - cu_seqlens_k[b], in page block_table[b, j // page_size], slot j % page_size.
+    The rows past the last sequence's end are never read (cu_seqlens_k bounds every sequence).
+    cu_seqlens_k and the table are checked and clamped on the device first (no synchronization):
+    each length within max_seqlen_k and the table's capacity, each used entry inside the pool; a
+    violation is raised by the next call that takes metadata (_launch.raise_metadata_errors).
+    Differentiable in the pools (an index)."""
+    if (not isinstance(block_table, torch.Tensor) or block_table.dtype != torch.int32 or block_table.dim() != 2
+            or block_table.device != q.device):
+        raise ValueError("flashladder: block_table must be an int32 [batch, pages per sequence] tensor on %s, got %s"
+                         % (q.device, block_table if not isinstance(block_table, torch.Tensor) else
+                            "%s %s on %s" % (block_table.dtype, tuple(block_table.shape), block_table.device)))
+    if (k_pool.dim() != 4 or tuple(v_pool.shape) != tuple(k_pool.shape) or k_pool.device != q.device
+            or k_pool.shape[-1] != q.shape[-1]):
+        raise ValueError("flashladder: with a block_table, k and v are page pools [pages, page_size, heads_kv, "
+                         "head_dim] of one shape on q's device, got %s and %s" % (tuple(k_pool.shape),
+                                                                                  tuple(v_pool.shape)))
+    if (not isinstance(cu_seqlens_k, torch.Tensor) or cu_seqlens_k.dtype != torch.int32 or cu_seqlens_k.dim() != 1
+            or cu_seqlens_k.device != q.device):
+        raise ValueError("flashladder: cu_seqlens_k must be an int32 [batch + 1] tensor on %s" % (q.device,))
+    batch, columns = block_table.shape
+    pool_pages, page = k_pool.shape[0], k_pool.shape[1]
+    max_k = int(max_seqlen_k)
+    if cu_seqlens_k.shape[0] != batch + 1:
+        raise ValueError("flashladder: cu_seqlens_k has %d entries, block_table %d rows: it must have batch + 1 = %d"
+                         % (cu_seqlens_k.shape[0], batch, batch + 1))
+    if page <= 0 or max_k < 0 or batch == 0 or columns == 0:
+        raise ValueError("flashladder: a paged call needs pages of at least one slot, a block_table with a column "
+                         "and max_seqlen_k >= 0")
+    total = batch * max_k
+    _launch.raise_metadata_errors(q.device.index)
+    # The lengths (negative ones as 0: the varlen check of the call names cu_seqlens_k's order)
+    # against the table's capacity, its used entries against the pool (an entry outside it read
+    # as page 0). Every index below stays inside its tensor whatever cu_seqlens_k holds; the
+    # call's own check (sanitized_varlen) then clamps cu_seqlens_k against these rows.
+    cu_k = cu_seqlens_k.contiguous()
+    lengths = (cu_k[1:] - cu_k[:-1]).clamp_(min=0).contiguous()
+    table = _launch.sanitized_table(lengths, block_table, page, pool_pages, q)
+    t = torch.arange(total, device=q.device, dtype=torch.int32)
+    b = torch.searchsorted(cu_k[1:].contiguous(), t, right=True).clamp_(max=batch - 1)
+    j = (t - cu_k[b]).clamp_(min=0)
+    col = torch.div(j, page, rounding_mode="floor").clamp_(max=columns - 1).long()
+    pages = table[b.long(), col].long()
+    slots = (j % page).long()
+    return k_pool[pages, slots], v_pool[pages, slots]
 
 
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None,

@@ -249,6 +249,37 @@ def _kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_t
     return (out, lse) if return_softmax_lse else out
 
 
+def _padded_cache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                       cache_leftpad, block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved,
+                       alibi_slopes, num_splits, return_softmax_lse, learnable_sink):
+    """flash_attn_with_kvcache for a head_dim that is not a multiple of 8, as FlashAttention 2's
+    mha_fwd_kvcache does it: q, the caches and the new keys zero-padded to the next multiple of 8
+    (copies: the whole cache each call), the call made on them with the head_dim's own scale, O
+    cut back, and with new keys the padded caches' first head_dim columns copied back into the
+    caller's (the append in place, as without padding). The rotary tables act on the first
+    rotary_dim channels, never on the padding. None when there is nothing to pad (padded_head_dim's
+    rule)."""
+    d = q.shape[-1] if hasattr(q, "shape") and len(q.shape) == 4 else 0
+    if not d or d % 8 == 0 or d > _ext.MAX_HEAD_DIM:
+        return None
+    tensors = (k_cache, v_cache) + ((k, v) if k is not None else ())
+    if any(not hasattr(t, "shape") or len(t.shape) != 4 or t.shape[-1] != d for t in tensors):
+        return None  # the checks below say what is wrong
+    F = torch.nn.functional
+    pad = (0, -d % 8)
+    kc, vc = F.pad(k_cache, pad), F.pad(v_cache, pad)
+    kp, vp = (F.pad(k, pad), F.pad(v, pad)) if k is not None else (None, None)
+    res = flash_attn_with_kvcache(F.pad(q, pad), kc, vc, kp, vp, rotary_cos, rotary_sin, cache_seqlens,
+                                  cache_batch_idx, cache_leftpad, block_table,
+                                  d ** -0.5 if softmax_scale is None else softmax_scale, causal, window_size, softcap,
+                                  rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
+                                  learnable_sink=learnable_sink)
+    if k is not None:  # the new keys were written into the padded copies: into the caller's caches too
+        k_cache.copy_(kc[..., :d])
+        v_cache.copy_(vc[..., :d])
+    return (res[0][..., :d], res[1]) if return_softmax_lse else res[..., :d]
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -295,6 +326,11 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     An int ``cache_seqlens`` and the new keys' count are checked on the host, before anything runs."""
     if (k is None) != (v is None):
         raise ValueError("flashladder: k and v come together (the new keys and values)")
+    padded = _padded_cache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+                                rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, learnable_sink)
+    if padded is not None:
+        return padded
     sig = None
     if rotary_cos is None and rotary_sin is None and cache_batch_idx is None and not torch.compiler.is_compiling():
         sig = kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,

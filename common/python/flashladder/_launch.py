@@ -79,6 +79,22 @@ def sanitized_varlen(cu_q, cu_k, varlen, q):
     return out[0], out[1]
 
 
+def sanitized_table(lengths, block_table, page, pool_pages, q):
+    """A paged flash_attn_varlen_func's block table clamped on the device (one launch, no
+    synchronization; _ext.sanitize_cache with cu_lengths): each sequence's key count ``lengths``
+    (int32 [batch], from cu_seqlens_k) within the table's capacity, each used entry inside the
+    pool's ``pool_pages`` (an entry outside it becomes page 0); a violation is recorded for
+    raise_metadata_errors, naming cu_seqlens_k or block_table and the bound."""
+    batch, columns = block_table.shape
+    buf = torch.empty((2 * batch + batch * columns,), dtype=torch.int32, device=q.device)
+    table = buf[2 * batch:].view(batch, columns)
+    src = block_table if block_table.stride(1) == 1 else block_table.contiguous()
+    _ext.sanitize_cache(lengths.data_ptr(), 0, batch, columns * page, 0, src.data_ptr(), columns, src.stride(0), page,
+                        pool_pages, 0, 0, buf[:batch].data_ptr(), buf[batch:2 * batch].data_ptr(), 0, table.data_ptr(),
+                        stream(q), q.device.index, cu_lengths=True)
+    return table
+
+
 def checked_extras(extras, mods, q):
     """``extras`` with a packed batch's cu_seqlens replaced by their clamped copies (after any
     violation an earlier call recorded is raised). forward and backward call it unless told the
