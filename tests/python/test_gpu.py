@@ -1841,6 +1841,112 @@ def part_dropout():
     expect(ValueError, "dropout_p", lambda: flash_attn_func(q, k, v, dropout_p=1.0))
 
 
+def part_bert_dropout():
+    """A BERT-style classifier fine-tuned in train mode with attention dropout
+    (attention_probs_dropout_prob = 0.1) through attn_implementation="ladder": every layer's
+    attention runs on the ladder with dropout_p = 0.1 in train mode and 0 in eval mode; the same
+    seed gives the same logits in train mode, another seed others; and the model learns a task that
+    needs attention (is token 7 anywhere in the sequence?) as it does on SDPA: the held-out loss
+    after training within the gap of two SDPA runs (different dropout draws) of SDPA's, and below
+    the starting loss."""
+    transformers = import_transformers()
+    import flashladder._hf as hf
+
+    if not built(16) or torch.cuda.get_device_capability() != (9, 0):
+        print("attention dropout runs on rung 16 (sm_90a): skipped (exit 77)")
+        sys.exit(SKIP)
+    flashladder.register_transformers()
+    registered = hf.transformers_attention
+    drops = []
+
+    def counting(*args, **kwargs):  # the dropout the model passes to the ladder's attention
+        drops.append(float(kwargs.get("dropout", 0.0) or 0.0))
+        return registered(*args, **kwargs)
+
+    config = dict(vocab_size=64, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                  num_attention_heads=4, attention_probs_dropout_prob=0.1, hidden_dropout_prob=0.0,
+                  max_position_embeddings=256, num_labels=2)
+    g = torch.Generator(device="cuda").manual_seed(3)
+
+    def batch(n):
+        ids = torch.randint(8, 64, (n, 128), device="cuda", generator=g)
+        labels = torch.randint(0, 2, (n,), device="cuda", generator=g)
+        where = torch.randint(1, 128, (n,), device="cuda", generator=g)
+        ids[labels == 1, where[labels == 1]] = 7  # the label: token 7 somewhere after [CLS]
+        return ids, labels
+
+    train = [batch(32) for _ in range(8)]
+    held_ids, held_labels = batch(256)
+    torch.manual_seed(0)
+    init = transformers.BertForSequenceClassification(transformers.BertConfig(**config)).state_dict()
+
+    def run(impl, seed, steps=120):
+        model = transformers.BertForSequenceClassification(
+            transformers.BertConfig(**config, attn_implementation=impl)).to("cuda")
+        model.load_state_dict(init)
+        model = model.to(torch.bfloat16)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            start = model.eval()(held_ids, labels=held_labels).loss.item()
+        model.train()
+        for step in range(steps):
+            ids, labels = train[step % len(train)]
+            loss = model(ids, labels=labels).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            model.eval()
+            out = model(held_ids, labels=held_labels)
+            acc = (out.logits.argmax(-1) == held_labels).float().mean().item()
+        return model, start, out.loss.item(), acc
+
+    hf.transformers_attention = counting
+    try:
+        model, start, ladder_loss, ladder_acc = run("ladder", 1)
+        train_drops = [x for x in drops]
+        drops.clear()
+        model.train()
+        ids = held_ids[:8]
+        torch.manual_seed(5)
+        a = model(ids).logits.float()
+        torch.manual_seed(5)
+        b = model(ids).logits.float()
+        torch.manual_seed(6)
+        c = model(ids).logits.float()
+        model.eval()
+        with torch.no_grad():
+            model(ids)
+    finally:
+        hf.transformers_attention = registered
+    layers = config["num_hidden_layers"]
+    if len(train_drops) == 120 * layers and all(x == 0.1 for x in train_drops):
+        print("ok   every layer's attention ran on the ladder with dropout 0.1 in train mode (%d calls)"
+              % len(train_drops))
+    else:
+        fail("train mode: %d calls to the ladder's attention (expected %d), dropouts %s"
+             % (len(train_drops), 120 * layers, sorted(set(train_drops))))
+    if drops[-layers:] == [0.0] * layers:
+        print("ok   eval mode: the ladder's attention ran without dropout")
+    else:
+        fail("eval mode: dropouts %s" % drops[-layers:])
+    if torch.equal(a, b) and not torch.equal(a, c):
+        print("ok   train mode: the same seed gives the same logits, another seed others")
+    else:
+        fail("train mode: same seed equal %s, other seed different %s" % (torch.equal(a, b), not torch.equal(a, c)))
+    _, _, sdpa_loss, sdpa_acc = run("sdpa", 1)
+    _, _, sdpa2_loss, sdpa2_acc = run("sdpa", 2)
+    noise = abs(sdpa_loss - sdpa2_loss)
+    line = ("BERT fine-tune with attention dropout 0.1: held-out loss %.4f -> ladder %.4f (accuracy %.3f), "
+            "SDPA %.4f (%.3f), SDPA again %.4f (%.3f)" % (start, ladder_loss, ladder_acc, sdpa_loss, sdpa_acc,
+                                                          sdpa2_loss, sdpa2_acc))
+    if ladder_loss < start and abs(ladder_loss - sdpa_loss) <= 3 * noise + 0.05:
+        print("ok   " + line)
+    else:
+        fail(line + ": not within 3 x the two SDPA runs' gap (+ 0.05) of SDPA's, or not below the start")
+
+
 def itertools_accumulate(xs):
     total = 0
     for x in xs:
@@ -1850,7 +1956,8 @@ def itertools_accumulate(xs):
 
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
-         "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata, "dropout": part_dropout}
+         "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata, "dropout": part_dropout,
+         "bert_dropout": part_bert_dropout}
 
 
 def main():
