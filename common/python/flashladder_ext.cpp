@@ -264,6 +264,126 @@ class PreparedForward {
   AttnParams params_{};
 };
 
+/// A serving call prepared once for one signature (flashladder._kvcache's fast path): a
+/// flash_attn_with_kvcache step as one binding call, its three launches queued back to back with
+/// no Python between them: the metadata check (sanitize_cache: the lengths, left padding and
+/// block table clamped into a scratch buffer, a violation recorded), the append of the new keys
+/// (append_cache) and the rung's forward on the clamped copies. The constructor does what every
+/// call would repeat, as PreparedForward's: supports() on the device, the AttnParams, the strides'
+/// checks; a launch sets the pointers and checks their alignment, and returns false (nothing
+/// launched) when one fails it, so the caller's checked path says why.
+class PreparedCacheCall {
+ public:
+  /// @p strides: q, the rung's k and v (a paged pool as its [1, rows, heads, head_dim] view), out;
+  /// @p ints: alibi_batch_stride, the sanitized table's columns, the pool's rows; @p cache:
+  /// batch, new keys, slots, page (0: contiguous), pool pages (a contiguous cache's rows), table
+  /// columns (0: none), heads_kv, head_dim; @p append: the new keys', the key cache's, the new
+  /// values' and the value cache's strides (each 4, elements).
+  PreparedCacheCall(int number, const std::string& variant, const Problem& p, const std::array<Strides4, 4>& strides,
+                    const std::array<int64_t, 3>& ints, const std::array<int64_t, 8>& cache,
+                    const std::array<Strides4, 4>& append, int device, size_t workspace_bytes)
+      : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes), append_(append) {
+    if (!rung_->launch) refuse_if(rung_->label() + " has no forward launch");
+    if (p.varlen() || p.dropout() || p.seqused_k.empty())
+      refuse_if("a prepared cache call takes a cache's lengths, no packing or dropout (call forward)");
+    refuse_if(supports_reason(*rung_, p, device_info(device)));
+    batch_ = static_cast<int>(cache[0]);
+    new_keys_ = static_cast<int>(cache[1]);
+    slots_ = cache[2];
+    page_ = static_cast<int>(cache[3]);
+    pool_pages_ = cache[4];
+    columns_ = static_cast<int>(cache[5]);
+    heads_kv_ = static_cast<int>(cache[6]);
+    head_dim_ = static_cast<int>(cache[7]);
+    if (batch_ != p.batch || new_keys_ < 0 || new_keys_ > slots_ || (page_ > 0) != (columns_ > 0) ||
+        (p.page_size > 0 && page_ == 0))
+      refuse_if("a prepared cache call: the cache's geometry does not match the problem");
+    leftpad_ = !p.seqstart_k.empty();
+    sinks_ = !p.sinks.empty();
+    slopes_ = p.alibi;
+    paged_read_ = p.page_size > 0;
+    // Stand-ins for the pointers (only the strides are checked here): 256 is aligned for all.
+    constexpr uintptr_t kAligned = 256;
+    Extras e;
+    e.sinks = sinks_ ? kAligned : 0;
+    e.alibi_slopes = slopes_ ? kAligned : 0;
+    e.seqused_k = kAligned;
+    e.block_table = paged_read_ ? kAligned : 0;
+    e.seqstart_k = leftpad_ ? kAligned : 0;
+    e.alibi_batch_stride = static_cast<int>(ints[0]);
+    e.block_table_stride = static_cast<int>(ints[1]);
+    e.pool_rows = ints[2];
+    params_ = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned}, strides, e);
+  }
+
+  /// Ints of scratch (int32) a launch needs: the clamped lengths before and after the append, the
+  /// left padding and the table.
+  int64_t scratch_ints() const { return 3 * int64_t(batch_) + int64_t(batch_) * columns_; }
+
+  /// The step on @p stream: q, the caches as the rung reads them (@p k_read, @p v_read) and as the
+  /// append writes them (@p k_cache, @p v_cache: the same memory), out, lse, the workspace, the
+  /// caller's lengths (int32 [batch]), left padding and block table (0 each when unused; the
+  /// table's row stride @p table_stride), the new keys and values (0 without), sinks, slopes and
+  /// the int32 scratch (scratch_ints()). False (nothing launched) on a null or misaligned pointer.
+  bool launch(uintptr_t q, uintptr_t k_read, uintptr_t v_read, uintptr_t o, uintptr_t lse, uintptr_t workspace,
+              uintptr_t seqlens, uintptr_t leftpad, uintptr_t table, int64_t table_stride, uintptr_t k_new,
+              uintptr_t v_new, uintptr_t sinks, uintptr_t slopes, uintptr_t scratch, uintptr_t stream) const {
+    auto aligned4 = [](uintptr_t x) { return x % 4 == 0; };
+    if (q == 0 || k_read == 0 || v_read == 0 || o == 0 || lse == 0 || seqlens == 0 || scratch == 0 ||
+        ((q | k_read | v_read | o) % 16) != 0 || !aligned4(lse | seqlens | leftpad | table | sinks | slopes | scratch) ||
+        (leftpad != 0) != leftpad_ || (table != 0) != (columns_ > 0) || (sinks != 0) != sinks_ ||
+        (slopes != 0) != slopes_ || ((k_new != 0) != (new_keys_ > 0)) || ((v_new != 0) != (new_keys_ > 0)) ||
+        (workspace_bytes_ > 0 && workspace == 0))
+      return false;
+    int* out_seqlens = reinterpret_cast<int*>(scratch);
+    int* out_used = out_seqlens + batch_;
+    int* out_leftpad = out_used + batch_;
+    int* out_table = out_leftpad + batch_;
+    AttnParams a = params_;
+    a.q = reinterpret_cast<const void*>(q);
+    a.k = reinterpret_cast<const void*>(k_read);
+    a.v = reinterpret_cast<const void*>(v_read);
+    a.o = reinterpret_cast<void*>(o);
+    a.lse = reinterpret_cast<float*>(lse);
+    a.workspace = reinterpret_cast<void*>(workspace);
+    a.workspace_bytes = workspace_bytes_;
+    a.seqused_k = out_used;
+    a.seqstart_k = leftpad_ ? out_leftpad : nullptr;
+    a.block_table = paged_read_ ? out_table : nullptr;
+    a.sinks = reinterpret_cast<const float*>(sinks);
+    a.alibi_slopes = reinterpret_cast<const float*>(slopes);
+    DeviceGuard guard(device_);
+    const MetadataSink sink = metadata_sink(device_);
+    const auto st = reinterpret_cast<cudaStream_t>(stream);
+    const int* raw_lengths = reinterpret_cast<const int*>(seqlens);
+    const int* raw_table = reinterpret_cast<const int*>(table);
+    nb::gil_scoped_release release;
+    fl::sanitize_cache(raw_lengths, new_keys_, batch_, slots_, reinterpret_cast<const int*>(leftpad), raw_table,
+                       columns_, table_stride, page_, pool_pages_, nullptr, 0, out_seqlens, out_used,
+                       leftpad_ ? out_leftpad : nullptr, columns_ > 0 ? out_table : nullptr, sink, st);
+    if (new_keys_ > 0)
+      fl::append_cache(reinterpret_cast<const void*>(k_new), append_[0].data(), reinterpret_cast<void*>(k_read),
+                       append_[1].data(), reinterpret_cast<const void*>(v_new), append_[2].data(),
+                       reinterpret_cast<void*>(v_read), append_[3].data(), batch_, new_keys_, heads_kv_, head_dim_,
+                       raw_lengths, slots_, raw_table, table_stride, page_, pool_pages_, nullptr, sink, st);
+    rung_->launch(a, st);
+    return true;
+  }
+
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  std::string label() const { return rung_->label(); }
+
+ private:
+  const Rung* rung_;
+  int device_;
+  size_t workspace_bytes_;
+  std::array<Strides4, 4> append_;
+  int batch_ = 0, new_keys_ = 0, page_ = 0, columns_ = 0, heads_kv_ = 0, head_dim_ = 0;
+  int64_t slots_ = 0, pool_pages_ = 0;
+  bool leftpad_ = false, sinks_ = false, slopes_ = false, paged_read_ = false;
+  AttnParams params_{};
+};
+
 }  // namespace
 }  // namespace fl
 
@@ -608,6 +728,23 @@ NB_MODULE(_ext, m) {
       "count rows and keys within each, and their padding reads 1");
 
   bind_ring_plan(m);  // ext_ring.cpp
+
+  nb::class_<PreparedCacheCall>(m, "PreparedCacheCall",
+                                "A flash_attn_with_kvcache step prepared for one signature: the metadata "
+                                "check, the append and the rung's forward queued by one call")
+      .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 4>&,
+                    const std::array<int64_t, 3>&, const std::array<int64_t, 8>&, const std::array<Strides4, 4>&,
+                    int, size_t>(),
+           "number"_a, "variant"_a, "problem"_a, "strides"_a, "extra_ints"_a, "cache"_a, "append_strides"_a,
+           "device"_a, "workspace_bytes"_a)
+      .def("launch", &PreparedCacheCall::launch, "q"_a, "k_read"_a, "v_read"_a, "out"_a, "lse"_a, "workspace"_a,
+           "seqlens"_a, "leftpad"_a, "table"_a, "table_stride"_a, "k_new"_a, "v_new"_a, "sinks"_a, "slopes"_a,
+           "scratch"_a, "stream"_a,
+           "Queues the check, the append and the forward; False (nothing launched) on a null or misaligned "
+           "pointer")
+      .def_prop_ro("scratch_ints", &PreparedCacheCall::scratch_ints)
+      .def_prop_ro("workspace_bytes", &PreparedCacheCall::workspace_bytes)
+      .def_prop_ro("label", &PreparedCacheCall::label);
 
   nb::class_<PreparedForward>(m, "PreparedForward",
                               "A forward launch prepared for one input signature: supports(), the "

@@ -1544,6 +1544,12 @@ def part_metadata():
                 lens2 = torch.tensor([30 + step, 40 + step], dtype=torch.int32, device="cuda")
                 got.append(flash_attn_with_kvcache(qd, kx, vx, k1, v1, cache_seqlens=lens2, causal=True, **extra))
             outs.append(got)
+            if n == 0:  # the fast twin's steps went through one prepared call each (check, append, forward)
+                prepared = [f.prepared for f in _kvcache.KV_FAST.values()]
+                if any(isinstance(x, _ext.PreparedCacheCall) for x in prepared):
+                    print("ok   kvcache %s: the fast path runs the step as one prepared call" % layout)
+                else:
+                    fail("kvcache %s: no prepared call made for the fast path (%s)" % (layout, prepared))
         COMPARED[0] += 1
         if not (all(torch.equal(a, c) for a, c in zip(*outs)) and torch.equal(twins[0][0], twins[1][0])
                 and torch.equal(twins[0][1], twins[1][1])):

@@ -217,17 +217,89 @@ class _KvFast:
     """A checked call's plan for the next ones: the problem's key and Mods, the cache's slots, page
     (0: contiguous), pages and rows in the pool, and the new keys' count."""
 
-    __slots__ = ("key", "mods", "slots", "page", "pool_pages", "pool_rows", "new")
+    __slots__ = ("key", "mods", "slots", "page", "pool_pages", "pool_rows", "new", "prepared")
 
     def __init__(self, key, mods, slots, page, pool_pages, pool_rows, new):
         self.key, self.mods, self.slots, self.page = key, mods, slots, page
         self.pool_pages, self.pool_rows, self.new = pool_pages, pool_rows, new
+        self.prepared = None  # _ext.PreparedCacheCall, False where it does not apply, None: not tried
+
+
+def _prepare_cache_call(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
+                        learnable_sink):
+    """The signature's step as one binding call (_ext.PreparedCacheCall: the metadata check, the
+    append and the rung's forward queued together), or False where its inputs are not already
+    what the launches read: int32 contiguous lengths and left padding, a table with contiguous
+    rows, fp32 contiguous slopes and sinks (the signature fixes each, so the answer holds for every
+    call of it)."""
+    def int32_rows(t):
+        return t is None or (t.dtype == torch.int32 and t.stride(-1) == 1 and (t.dim() == 1 or t.is_contiguous()))
+
+    if (not isinstance(cache_seqlens, torch.Tensor) or not int32_rows(cache_seqlens) or not int32_rows(cache_leftpad)
+            or (block_table is not None and (block_table.dtype != torch.int32 or block_table.stride(1) != 1))):
+        return False
+    for t in (alibi_slopes, learnable_sink):
+        if t is not None and (t.dtype != torch.float32 or not t.is_contiguous()):
+            return False
+    batch, _, _, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    plan = _core.plan_forward(None, "", f.key, q.device.index, False, f.mods)
+    if f.page:
+        kr, vr = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
+    else:
+        kr, vr = k_cache, v_cache
+    zero = (0, 0, 0, 0)
+    append = (k.stride(), k_cache.stride(), v.stride(), v_cache.stride()) if k is not None else (zero,) * 4
+    columns = block_table.shape[1] if block_table is not None else 0
+    ints = (alibi_slopes.shape[-1] if alibi_slopes is not None and alibi_slopes.dim() == 2 else 0,
+            columns if f.mods.page_size else 0, int(f.pool_rows or 0))
+    cache = (batch, f.new, f.slots, f.page, k_cache.shape[0], columns, heads_kv, head_dim)
+    dense = q.shape[1] * q.shape[2] * head_dim, q.shape[2] * head_dim, head_dim, 1
+    try:
+        return _ext.PreparedCacheCall(plan.number, plan.variant, plan.problem,
+                                      (q.stride(), _launch._strides4(kr), _launch._strides4(vr), dense), ints, cache,
+                                      append, q.device.index, plan.workspace_bytes)
+    except ValueError:  # the checked path launches it the long way, and says why if it must
+        return False
+
+
+def _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
+                 learnable_sink, return_softmax_lse):
+    """The step through f.prepared: out and the LSE allocated, one binding call; None when a pointer
+    is misaligned (nothing launched: the caller takes the long way)."""
+    prep = f.prepared
+    _launch.raise_metadata_errors(q.device.index)
+    shape = q.shape
+    out = q.new_empty(shape)
+    lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
+    scratch = q.new_empty((prep.scratch_ints,), dtype=torch.int32)
+    ws = q.new_empty((prep.workspace_bytes,), dtype=torch.uint8) if prep.workspace_bytes else None
+    ok = prep.launch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                     0 if ws is None else ws.data_ptr(), cache_seqlens.data_ptr(),
+                     0 if cache_leftpad is None else cache_leftpad.data_ptr(),
+                     0 if block_table is None else block_table.data_ptr(),
+                     0 if block_table is None else block_table.stride(0),
+                     0 if k is None else k.data_ptr(), 0 if v is None else v.data_ptr(),
+                     0 if learnable_sink is None else learnable_sink.data_ptr(),
+                     0 if alibi_slopes is None else alibi_slopes.data_ptr(), scratch.data_ptr(), _launch.stream(q))
+    if not ok:
+        return None
+    return (out, lse) if return_softmax_lse else out
 
 
 def _kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes, learnable_sink,
              return_softmax_lse):
     """A call whose signature passed the checked path: the metadata checked on the device (and the
-    append), then the launch, as the checked path does them."""
+    append), then the launch, as the checked path does them: through the signature's prepared
+    call (_prepare_cache_call) where it applies, else launch by launch."""
+    if f.prepared is None:
+        f.prepared = _prepare_cache_call(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table,
+                                         alibi_slopes, learnable_sink)
+    if f.prepared:
+        res = _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
+                           learnable_sink, return_softmax_lse)
+        if res is not None:
+            return res
     batch, _, _, head_dim = q.shape
     heads_kv = k_cache.shape[2]
     if block_table is not None and not block_table.is_contiguous():
