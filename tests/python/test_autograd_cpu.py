@@ -30,7 +30,8 @@ reference on the CPU and a recorder. The checks:
    original tensor; a readable tensor is not copied.
 8. A head_dim that is not a multiple of 8 (12) is zero-padded to the next one (16), as FlashAttention
    does, with the scale of 12: attention() and flash_attn_func (a window) give the reference's O
-   at head_dim 12 (O cut back to 12 columns) and its gradients.
+   at head_dim 12 (O cut back to 12 columns) and its gradients; so is a v with its own head_dim
+   (24/16 and 16/20: q, k and v padded to 24, O cut back to v's), with the scale of q's.
 9. flash_attn_varlen_func under autograd checks its cu_seqlens on the device once per step: one
    clamping launch (_launch.sanitized_varlen) before the forward, whose clamped copies the forward
    and the backward launches both take (``checked``); a second call with the same signature does
@@ -368,25 +369,32 @@ def test_realigned():
 # ---- 8 ----------------------------------------------------------------------------------------------
 
 def test_padded_head_dim():
-    b, s_, hq, hk, d = 1, 7, 4, 2, 12
-    q, k, v = leaves((b, s_, hq, d), (b, s_, hk, d), (b, s_, hk, d), seed=4)
-    dout = torch.randn(b, s_, hq, d, dtype=torch.float64)
-    for what, call, window in (("attention()", lambda *x: flashladder.attention(*x, causal=True), (-1, -1)),
-                               ("flash_attn_func, window (3, 0)",
-                                lambda *x: flashladder.flash_attn_func(*x, causal=True, window_size=(3, 0)), (3, -1))):
-        for t in (q, k, v):
-            t.grad = None
-        LOG.clear()
-        out = call(q, k, v)
-        out.backward(dout)
-        ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-        ref_out, _ = reference(*ref_leaves, True, 0.0, window)  # scale 1/sqrt(12)
-        ref_out.backward(dout)
-        seen = [e[1]["head_dim"] for e in LOG if e[0] == "forward"]
-        check(seen == [16] and out.shape[-1] == d, "%s, head_dim 12: run at 16, O cut back to 12 (got %s)" % (what, seen))
-        check(close(out.detach(), ref_out.detach()), "%s, head_dim 12: the reference's O (the scale of 12)" % what)
-        check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
-              "%s, head_dim 12: the reference's dQ, dK, dV" % what)
+    # (q's and k's head_dim, v's, the head_dim the launch runs at): one not a multiple of 8, and v
+    # with its own head_dim below and above q's (MLA's prefill has 192 against 128).
+    for d, dv, runs in ((12, 12, 16), (24, 16, 24), (16, 20, 24)):
+        b, s_, hq, hk = 1, 7, 4, 2
+        q, k, v = leaves((b, s_, hq, d), (b, s_, hk, d), (b, s_, hk, dv), seed=4)
+        dout = torch.randn(b, s_, hq, dv, dtype=torch.float64)
+        dims = "head_dims %d/%d" % (d, dv)
+        for what, call, window in (("attention()", lambda *x: flashladder.attention(*x, causal=True), (-1, -1)),
+                                   ("flash_attn_func, window (3, 0)",
+                                    lambda *x: flashladder.flash_attn_func(*x, causal=True, window_size=(3, 0)),
+                                    (3, -1))):
+            for t in (q, k, v):
+                t.grad = None
+            LOG.clear()
+            out = call(q, k, v)
+            out.backward(dout)
+            ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            ref_out, _ = reference(*ref_leaves, True, 0.0, window)  # scale 1/sqrt(d)
+            ref_out.backward(dout)
+            seen = [e[1]["head_dim"] for e in LOG if e[0] == "forward"]
+            check(seen == [runs] and out.shape[-1] == dv,
+                  "%s, %s: run at %d, O cut back to %d (got %s, %d)" % (what, dims, runs, dv, seen, out.shape[-1]))
+            check(close(out.detach(), ref_out.detach()), "%s, %s: the reference's O (the scale of %d)"
+                  % (what, dims, d))
+            check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
+                  "%s, %s: the reference's dQ, dK, dV" % (what, dims))
 
 
 def test_varlen_checked_once():

@@ -722,6 +722,10 @@ def part_models():
                  num_attention_heads=8, num_key_value_heads=2)
     t5 = dict(vocab_size=1000, d_model=256, d_kv=64, d_ff=512, num_layers=2, num_heads=4)
     tokens = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    mla = dict(vocab_size=1000, hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=4, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=32,
+               qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
+               n_group=1, topk_group=1, first_k_dense_replace=1)
     # (name, model class, config class, config, inputs, what a refusal must name or None: runs)
     cases = [
         ("Llama", "LlamaForCausalLM", "LlamaConfig", llama, dict(input_ids=ids), None),
@@ -730,6 +734,12 @@ def part_models():
         ("Llama, two documents packed by position_ids", "LlamaForCausalLM", "LlamaConfig", llama,
          dict(input_ids=ids[:1], position_ids=restart), None),
         ("Qwen2", "Qwen2ForCausalLM", "Qwen2Config", llama, dict(input_ids=ids), None),
+        # MLA in prefill and training: q and k of 64 + 32 = 96 dims, v of 64 (v with its own head_dim,
+        # not padded by transformers as for flash_attention_2), and a left-padded batch.
+        ("DeepSeek-V3 (MLA: head_dims 96/64)", "DeepseekV3ForCausalLM", "DeepseekV3Config", mla,
+         dict(input_ids=ids), None),
+        ("DeepSeek-V3, left-padded batch", "DeepseekV3ForCausalLM", "DeepseekV3Config", mla,
+         dict(input_ids=ids, attention_mask=pad), None),
         ("Qwen3", "Qwen3ForCausalLM", "Qwen3Config", dict(llama, head_dim=64), dict(input_ids=ids),
          None),
         ("Mistral, window 32 < 96 tokens", "MistralForCausalLM", "MistralConfig",
@@ -1065,6 +1075,35 @@ def part_flash():
 
                 flash_case("flash_attn_varlen_func %s %s lens_q=%s lens_k=%s" % (
                     name, dtype_name, lens_q, lens_k), dtype_name, fn, ref_fn, leaves)
+
+    # v with its own head_dim (MLA's prefill: 192 for q and k, 128 for v; and 64 against 96): dense
+    # causal GQA and a packed batch, forward and backward (q, k, v zero-padded to one head_dim).
+    for d, dv in ((192, 128), (64, 96)):
+        for dtype_name in ("bf16", "fp16"):
+            dt = DTYPES[dtype_name]
+            leaves = [randn(2, 300, 8, d, dtype=dt, offset=0.5), randn(2, 300, 2, d, dtype=dt),
+                      randn(2, 300, 2, dv, dtype=dt, offset=0.5)]
+
+            def fn(q, k, v, s):
+                return flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+
+            def ref_fn(q, k, v, s):
+                return reference_mods(q, k, v, True)
+
+            flash_case("flash_attn_func head_dims %d/%d %s causal GQA 4:1" % (d, dv, dtype_name), dtype_name, fn,
+                       ref_fn, leaves)
+        lens = [1, 130, 257]
+        cu = torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+        leaves = [randn(sum(lens), 8, d, dtype=torch.bfloat16, offset=0.5), randn(sum(lens), 2, d, dtype=torch.bfloat16),
+                  randn(sum(lens), 2, dv, dtype=torch.bfloat16, offset=0.5)]
+
+        def fn_v(q, k, v, s):
+            return flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True, return_attn_probs=True)
+
+        def ref_v(q, k, v, s):
+            return reference_varlen(q, k, v, cu, cu, True)
+
+        flash_case("flash_attn_varlen_func head_dims %d/%d bf16 causal" % (d, dv), "bf16", fn_v, ref_v, leaves)
 
     # A paged K/V (block_table, FlashAttention 2's paged varlen): the same packed batch's keys in a
     # shuffled pool of pages of 16, the last page of each sequence part-used; O equals the packed

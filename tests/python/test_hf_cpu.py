@@ -22,6 +22,8 @@ packed batch's sequences, bottom-right causal. The checks:
    flashladder::attention_kvcache), compiled once for all decode steps of one generation.
 0. The model's attention_dropout in train mode reaches the launch as dropout_p with its generator
    state (no padding, and a padded batch); 0 draws none.
+6. DeepSeek-V3 (MLA in prefill: v with its own head_dim, 64 against q's and k's 96) runs through
+   attn_implementation="ladder" on a left-padded batch, its logits SDPA's.
 5. flash_attn_with_kvcache with a block_table and more queries than rung 08 takes (the route's
    refusal stood in by a plan that refuses pages past 16 queries): the pages the batch uses are
    gathered into a contiguous copy, and the result, with new keys appended through the table and
@@ -317,8 +319,37 @@ def test_paged_prefill():
         _core.plan_forward, _kvcache._gather_pages = real_plan, real_gather
 
 
+def test_mla_model():
+    """DeepSeek-V3's attention (MLA in prefill: q and k of 64 + 32 dims, v of 64) through
+    attn_implementation="ladder": v reaches the package with its own head_dim (transformers pads it
+    only for flash_attention_2), and on a left-padded batch (its packed path, which runs here on the
+    stand-in) the logits of the valid tokens equal SDPA's."""
+    config = dict(vocab_size=1000, hidden_size=256, intermediate_size=512, moe_intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, q_lora_rank=96, kv_lora_rank=64,
+                  qk_rope_head_dim=32, qk_nope_head_dim=64, v_head_dim=64, n_routed_experts=4, num_experts_per_tok=2,
+                  n_shared_experts=1, n_group=1, topk_group=1, first_k_dense_replace=1)
+    register_transformers()
+    models = {}
+    for impl in ("sdpa", "ladder"):
+        torch.manual_seed(0)
+        models[impl] = transformers.DeepseekV3ForCausalLM(
+            transformers.DeepseekV3Config(**config, attn_implementation=impl)).eval()
+    models["ladder"].load_state_dict(models["sdpa"].state_dict())
+    ids = torch.randint(3, 1000, (2, 40))
+    pad = torch.ones(2, 40, dtype=torch.long)
+    pad[0, :5] = 0
+    CALLS[0] = 0
+    with torch.no_grad():
+        ref = models["sdpa"](ids, attention_mask=pad).logits
+        got = models["ladder"](ids, attention_mask=pad).logits
+    err = (got[pad.bool()] - ref[pad.bool()]).abs().max().item()
+    check(CALLS[0] == 2 and err < 1e-4, "DeepSeek-V3 (MLA, head_dims 96/64), a left-padded batch: the ladder's "
+          "logits equal SDPA's (max |diff| %.2e, %d launches)" % (err, CALLS[0]))
+
+
 def main():
     print("PyTorch %s, transformers %s, on the CPU" % (torch.__version__, transformers.__version__))
+    test_mla_model()
     test_dropout_reaches_launch()
     test_spans()
     test_static_direct()

@@ -276,7 +276,7 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
         _refuse("the rungs take transformers' 2D padding mask [batch, seqlen_k] (its FlashAttention "
                 "mask function), got a mask of shape %s (a custom mask)" % (tuple(attention_mask.shape),))
     batch, _, seqlen_q, head_dim = query.shape
-    seqlen_k = key.shape[2]
+    seqlen_k, head_dim_v = key.shape[2], value.shape[-1]  # MLA's prefill: v with its own head_dim
     window = _window(kwargs, seqlen_k, is_causal)
     softcap = kwargs.get("softcap") or 0.0
     sinks = kwargs.get("s_aux")
@@ -320,8 +320,8 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
             cu_k, max_k = cu_q, max_q
         out = _flash.flash_attn_varlen_func(
             q.reshape(batch * seqlen_q, heads_q, head_dim), k.reshape(batch * seqlen_k, heads_kv, head_dim),
-            v.reshape(batch * seqlen_k, heads_kv, head_dim), cu_q, cu_k, max_q, max_k, **args)
-        return out.view(batch, seqlen_q, heads_q, head_dim), None
+            v.reshape(batch * seqlen_k, heads_kv, head_dim_v), cu_q, cu_k, max_q, max_k, **args)
+        return out.view(batch, seqlen_q, heads_q, head_dim_v), None
     # A padded batch. A static cache's K/V hold more slots than the tokens so far: column j of
     # the mask is slot j, and the slots past the mask (or, with ladder_mask, under its trailing
     # zeros) are not written yet.
@@ -345,10 +345,10 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     out_unpad = _flash.flash_attn_varlen_func(
         q.reshape(batch * seqlen_q, heads_q, head_dim).index_select(0, idx_q),
         k.reshape(batch * seqlen_k, heads_kv, head_dim).index_select(0, idx_k),
-        v.reshape(batch * seqlen_k, heads_kv, head_dim).index_select(0, idx_k),
+        v.reshape(batch * seqlen_k, heads_kv, head_dim_v).index_select(0, idx_k),
         cu_q, cu_k, max_q, max_k, **args)
-    out = out_unpad.new_zeros((batch * seqlen_q, heads_q, head_dim)).index_copy(0, idx_q, out_unpad)
-    return out.view(batch, seqlen_q, heads_q, head_dim), None
+    out = out_unpad.new_zeros((batch * seqlen_q, heads_q, head_dim_v)).index_copy(0, idx_q, out_unpad)
+    return out.view(batch, seqlen_q, heads_q, head_dim_v), None
 
 
 def register_transformers(name="ladder", rung=None, variant=""):

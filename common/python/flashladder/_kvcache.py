@@ -325,22 +325,25 @@ def _padded_cache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
                        cache_leftpad, block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved,
                        alibi_slopes, num_splits, return_softmax_lse, learnable_sink):
     """flash_attn_with_kvcache for a head_dim that is not a multiple of 8, as FlashAttention 2's
-    mha_fwd_kvcache does it: q, the caches and the new keys zero-padded to the next multiple of 8
-    (copies: the whole cache each call), the call made on them with the head_dim's own scale, O
-    cut back, and with new keys the padded caches' first head_dim columns copied back into the
-    caller's (the append in place, as without padding). The rotary tables act on the first
-    rotary_dim channels, never on the padding. None when there is nothing to pad (padded_head_dim's
-    rule)."""
-    d = q.shape[-1] if hasattr(q, "shape") and len(q.shape) == 4 else 0
-    if not d or d % 8 == 0 or d > _ext.MAX_HEAD_DIM:
+    mha_fwd_kvcache does it, or a v_cache with its own head_dim (_ops.padded_head_dim's rule): q,
+    the caches and the new keys zero-padded to one multiple of 8 (copies: the whole cache each
+    call), the call made on them with q's head_dim's own scale, O cut back to v's head_dim, and
+    with new keys the padded caches' first columns copied back into the caller's (the append in
+    place, as without padding). The rotary tables act on the first rotary_dim channels, never on
+    the padding. None when there is nothing to pad."""
+    shaped = all(hasattr(t, "shape") and len(t.shape) == 4 for t in (q, k_cache, v_cache))
+    d = q.shape[-1] if shaped else 0
+    dv = v_cache.shape[-1] if shaped else 0
+    if not d or (d % 8 == 0 and dv == d):
         return None
-    tensors = (k_cache, v_cache) + ((k, v) if k is not None else ())
-    if any(not hasattr(t, "shape") or len(t.shape) != 4 or t.shape[-1] != d for t in tensors):
+    size = -(-max(d, dv) // 8) * 8
+    if size > _ext.MAX_HEAD_DIM or k_cache.shape[-1] != d or (k is not None and (
+            not hasattr(k, "shape") or not hasattr(v, "shape") or k.shape[-1] != d or v.shape[-1] != dv)):
         return None  # the checks below say what is wrong
     F = torch.nn.functional
-    pad = (0, -d % 8)
-    kc, vc = F.pad(k_cache, pad), F.pad(v_cache, pad)
-    kp, vp = (F.pad(k, pad), F.pad(v, pad)) if k is not None else (None, None)
+    pad, pad_v = (0, size - d), (0, size - dv)
+    kc, vc = F.pad(k_cache, pad), F.pad(v_cache, pad_v)
+    kp, vp = (F.pad(k, pad), F.pad(v, pad_v)) if k is not None else (None, None)
     res = flash_attn_with_kvcache(F.pad(q, pad), kc, vc, kp, vp, rotary_cos, rotary_sin, cache_seqlens,
                                   cache_batch_idx, cache_leftpad, block_table,
                                   d ** -0.5 if softmax_scale is None else softmax_scale, causal, window_size, softcap,
@@ -348,8 +351,8 @@ def _padded_cache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
                                   learnable_sink=learnable_sink)
     if k is not None:  # the new keys were written into the padded copies: into the caller's caches too
         k_cache.copy_(kc[..., :d])
-        v_cache.copy_(vc[..., :d])
-    return (res[0][..., :d], res[1]) if return_softmax_lse else res[..., :d]
+        v_cache.copy_(vc[..., :dv])
+    return (res[0][..., :dv], res[1]) if return_softmax_lse else res[..., :dv]
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

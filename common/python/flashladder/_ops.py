@@ -302,25 +302,32 @@ attention_mods_op.register_autograd(_mods_grad, setup_context=_mods_setup_contex
 # ---- the public functions -------------------------------------------------------------------------
 
 def padded_head_dim(q, k, v, softmax_scale):
-    """FlashAttention's rule for a head_dim that is not a multiple of 8: (q, k, v zero-padded to the
-    next multiple of 8, the scale of the head_dim itself, the head_dim) for the caller to run and
-    keep O's first head_dim columns (the zero columns add nothing to Q K^T, and V's give O zero
-    columns). None when there is nothing to pad: a multiple of 8, above the rungs' largest, or
-    inputs the checks will refuse anyway (they say why). Differentiable, as F.pad is."""
+    """Head dims the rungs do not read as they are, zero-padded: (q, k, v padded to one head_dim D,
+    the scale of q's head_dim itself, v's head_dim) for the caller to run and keep O's first
+    head_dim_v columns. D is the larger of q's and v's head_dims rounded up to a multiple of 8:
+    FlashAttention's rule for a head_dim that is not a multiple of 8, and a v with its own head_dim
+    (MLA's prefill, 192 for q and k against 128 for v; any pair up to MAX_HEAD_DIM): the zero
+    columns of q and k add nothing to Q K^T, and V's give O zero columns, so the result is exact;
+    the cost is the padded columns' work and one copy of each padded input. None when there is
+    nothing to pad, D is above the rungs' largest, or the inputs are ones the checks refuse anyway
+    (they say why). Differentiable, as F.pad is."""
     try:
-        d = q.shape[-1]
-        if d % 8 == 0 or d > _ext.MAX_HEAD_DIM or k.shape[-1] != d or v.shape[-1] != d:
+        d, dv = q.shape[-1], v.shape[-1]
+        if k.shape[-1] != d or (d % 8 == 0 and dv == d):
+            return None
+        size = -(-max(d, dv) // 8) * 8
+        if size > _ext.MAX_HEAD_DIM or dv < 1:
             return None
     except (AttributeError, IndexError, TypeError):
         return None
-    pad = (0, -d % 8)
     F = torch.nn.functional
     scale = d ** -0.5 if softmax_scale is None else softmax_scale
-    return F.pad(q, pad), F.pad(k, pad), F.pad(v, pad), scale, d
+    qk = (0, size - d)
+    return F.pad(q, qk), F.pad(k, qk), F.pad(v, (0, size - dv)), scale, dv
 
 
 def _attention_padded(q, k, v, rung, variant, causal, softmax_scale, return_lse):
-    """attention() on padded_head_dim's inputs, O cut back to the head_dim (a view, as FlashAttention
+    """attention() on padded_head_dim's inputs, O cut back to v's head_dim (a view, as FlashAttention
     returns it); None when nothing is padded."""
     padded = padded_head_dim(q, k, v, softmax_scale)
     if padded is None:
