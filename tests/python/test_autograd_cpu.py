@@ -80,14 +80,14 @@ def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None, 
         s = softcap * torch.tanh(s / softcap)
     i = torch.arange(sq)[:, None] + sk - sq
     j = torch.arange(sk)[None, :]
-    keep = torch.ones(sq, sk, dtype=torch.bool)
+    seen = torch.ones(sq, sk, dtype=torch.bool)
     if causal:
-        keep &= j <= i
+        seen &= j <= i
     if window[0] >= 0:
-        keep &= j >= i - window[0]
+        seen &= j >= i - window[0]
     if window[1] >= 0:
-        keep &= j <= i + window[1]
-    s = s.masked_fill(~keep, float("-inf"))
+        seen &= j <= i + window[1]
+    s = s.masked_fill(~seen, float("-inf"))
     if sinks is not None:
         s = torch.cat([s, sinks.reshape(1, hq, 1, 1).expand(b, hq, sq, 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
