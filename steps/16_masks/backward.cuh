@@ -38,7 +38,7 @@
 namespace fl::masks16 {
 
 /// Rung 14's kernel's MODS (kernel.cuh's CausalOrNone has the same members): SpanMask by key,
-/// ScoreMod SCORE, and dropout (DROP = PDropout<true>, without score modifiers).
+/// ScoreMod SCORE, and dropout (DROP = PDropout<true>, with ALiBi or no modifier, not softcap).
 ///
 /// Dropout regenerates the forward's mask (dropout.h) where rung 14's layout holds the elements:
 /// a thread's keys k and k + 8 (k mod 16 < 8) of the queries q0 + 8c + 2q and + 1. Of each 16
@@ -46,9 +46,14 @@ namespace fl::masks16 {
 /// thread (lane ^ 4, keys k ^ 1) needs too. So each thread of the pair makes the call of its own
 /// key parity, keeps its 4 bytes and sends the other 4 by one shuffle: one call per 8 elements
 /// (the forward's layout gets 16 from one call; the other 8 bytes of each call are another warp's
-/// keys). P^T keeps the mask in its sign while dP^T runs (FlashAttention 2's encoding: dropped
-/// elements negative); at the packing, P_drop = P M / (1 - p) goes to dV's GEMM and
-/// dS = |P| (dP M / (1 - p) - D) to dK's and dQ's.
+/// keys). The step's keep bits are made before its GEMMs (set_step: drop_keep_bits); at the
+/// packing, P_drop = P M / (1 - p) goes to dV's GEMM and dS = P (dP M / (1 - p) - D) to dK's
+/// and dQ's (drop_ds).
+///
+/// Dropout with ALiBi: the bias is added to the score, so dS by the raw score is dS by the
+/// modified one and drop_ds stays as it is; P comes from p_while_dp with ALiBi's distances, and
+/// set_step sets the step's slope and its keep bits, neither reading the other. Softcapping makes
+/// its dS whole in after_dp, before the packing where drop_ds enters: not built with dropout.
 template <class SCORE, class DROP = PDropout<false>>
 struct BwdMods {
   static constexpr bool kSpans = true;  ///< any mask: BlockWork::prev_token walks the neighbours
@@ -202,11 +207,13 @@ struct BwdMods {
     }
   }
   /// Dropout, as k-step kk's 16 queries are packed: in place, dS^T = P^T ∘ (dP^T ∘ Z - D) and
-  /// P_drop = P^T ∘ Z with Z = M / (1 - p) (drop_bits), which the kernel packs for dV.
+  /// P_drop = P^T ∘ Z with Z = M / (1 - p) (drop_bits), which the kernel packs for dV. P^T is
+  /// probs()' (ALiBi's bias in it, if any): an additive bias leaves dS as it is.
   template <int SN>
   __device__ __forceinline__ void drop_ds(float (&S)[SN / 2], float (&dP)[SN / 2],
                                           const hopper14::StepRows& r, int kk) const {
-    static_assert(!SCORE::kAny, "dropout is built without score modifiers");
+    static_assert(!SCORE::kSoftcap,
+                  "dropout is built without softcap (its dS factor is after_dp's)");
 #pragma unroll
     for (int c = 2 * kk; c < 2 * kk + 2; ++c) {
       const float2 dd = *reinterpret_cast<const float2*>(r.delta + 8 * c + 2 * r.q);

@@ -491,19 +491,27 @@ void with_mods(const AttnParams& p, F&& f) {
 }
 
 /// Calls f(mask functor, score functor, PDropout) for a launch on the tiles Cfg (CAUSAL_TILES:
-/// rung 15's causal tiles): with_mods' without dropout; with it, no score modifier (softcap and
-/// ALiBi with dropout are refused: rung 16's supports) and only the masks those tiles run
-/// (with_tiles_of: the dense tiles take no mask), so dropout adds three kernels per head_dim and
-/// dtype, not sixteen.
+/// rung 15's causal tiles): with_mods' without dropout. With it, softcap is not built (rung 16's
+/// supports refuses it, as FlashAttention 2 does): no score modifier with only the masks those
+/// tiles run (with_tiles_of: the dense tiles take no mask), or ALiBi with the span mask alone (the
+/// plain causal mask is one of its specs; CausalMask would save one comparison per element of the
+/// partial blocks, the diagonal's, for one more kernel). So dropout adds five kernels per head_dim
+/// and dtype, not with_mods' sixteen: three without a modifier, two with ALiBi (the span mask on
+/// each tile set).
 template <bool CAUSAL_TILES, class F>
 void with_mods_and_dropout(const AttnParams& p, F&& f) {
   if (p.dropout.p <= 0.f) {
     with_mods(p, [&](auto mask, auto score) { f(mask, score, PDropout<false>{}); });
     return;
   }
-  const ScoreMod<false, false> score{p.scale_log2, 0.f, 0.f};
+  if (p.softcap > 0) throw std::runtime_error("rung 16: dropout with softcap is not built");
   const PDropout<true> drop{p.dropout};
   const MaskSpec spec = mask_spec_of(p);
+  if (p.alibi) {
+    f(SpanMask{spec}, ScoreMod<false, true>{p.scale_log2, 0.f, 0.f}, drop);
+    return;
+  }
+  const ScoreMod<false, false> score{p.scale_log2, 0.f, 0.f};
   if constexpr (CAUSAL_TILES) {
     if (is_plain_causal(spec)) f(CausalMask{}, score, drop);
     else f(SpanMask{spec}, score, drop);

@@ -41,8 +41,9 @@ decltype(auto) with_head_dim(int d, F&& f) {
 std::string check_limits(const Problem& p, const DeviceInfo& d) {
   const std::string hopper = hopper_supports(d, FL_HOPPER_SM90A != 0);
   if (!hopper.empty()) return hopper;
-  if (p.dropout() && (p.softcap > 0 || p.alibi))
-    return "dropout with softcap or ALiBi is not built (rung 16 compiles dropout without score modifiers)";
+  if (p.dropout() && p.softcap > 0)
+    return "dropout with softcap is not built (rung 16 compiles dropout with ALiBi or no score "
+           "modifier, as FlashAttention 2 does)";
   if (p.dropout() && (!p.seqused_k.empty() || !p.seqstart_k.empty()))
     return "dropout with a KV cache's lengths or starts (seqused_k, seqstart_k) is not taken";
   if (p.head_dim % 8 != 0 || p.head_dim > 256)
@@ -67,7 +68,7 @@ Rung base_entry(const char* variant, const char* summary) {
   r.writes_o_fp32 = true;
   r.varlen = true;
   r.mods = true;
-  r.dropout = true;  // PDropout<true> (mods.h): no softcap or ALiBi with it (check_limits)
+  r.dropout = true;  // PDropout<true> (mods.h): ALiBi with it, not softcap (check_limits)
   r.seqused_k = true;  // a KV cache's lengths: seq_span (varlen.h) reads them
   r.min_cc = 90;
   // Every multiple of 8 up to 256 (with_head_dim): the tiles' own 64, 128 and 256, and between

@@ -1,7 +1,9 @@
 /// @file steps/16_masks/launch_template.cuh
 /// @brief Rung 16's launches and kernel lists for one head_dim, compiled once per head_dim
-/// (masks_hdim64.cu, masks_hdim128.cu, masks_hdim256.cu: 16 forward and 8 backward kernels each,
-/// in parallel translation units).
+/// (masks_hdim64.cu, masks_hdim128.cu, masks_hdim256.cu, in parallel translation units). Per
+/// head_dim and dtype: 16 forward kernels without dropout and 5 with it (with_mods_and_dropout),
+/// 4 backward kernels without dropout and 2 with it (with_bwd_mods), beside the classifier and
+/// the backward's pre- and post-passes.
 #pragma once
 
 #include <string>
@@ -81,17 +83,26 @@ size_t workspace_masks16(const Problem& pr) {
 // ---- the backward pass (backward.cuh) ----------------------------------------------------------
 
 /// Calls f(BwdMods<ScoreMod<softcap?, ALiBi?>>) for a launch's mask and modifiers, or
-/// f(BwdMods<ScoreMod<false, false>, PDropout<true>>) with dropout.
+/// f(BwdMods<ScoreMod<false, ALiBi?>, PDropout<true>>) with dropout (one kernel more per head_dim
+/// and dtype for ALiBi; softcap with dropout is not built: rung 16's supports refuses it).
 template <class F>
 void with_bwd_mods(const AttnParams& p, F&& f) {
   const SpanMask mask{mask_spec_of(p)};
   const float cap = p.softcap;
   const float* sl = p.alibi_slopes;
   const int ss = p.alibi_batch_stride;
-  if (p.dropout.p > 0.f) {  // built without score modifiers (rung 16's supports refuses the rest)
-    BwdMods<ScoreMod<false, false>, PDropout<true>> mods{mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss};
-    mods.drop.params = p.dropout;
-    f(mods);
+  if (p.dropout.p > 0.f) {
+    if (cap > 0) throw std::runtime_error("rung 16: dropout with softcap is not built");
+    auto dropped = [&](auto mods) {
+      mods.drop.params = p.dropout;
+      f(mods);
+    };
+    if (p.alibi)
+      dropped(BwdMods<ScoreMod<false, true>, PDropout<true>>{
+          mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss});
+    else
+      dropped(BwdMods<ScoreMod<false, false>, PDropout<true>>{
+          mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss});
   } else if (cap > 0 && p.alibi)
     f(BwdMods<ScoreMod<true, true>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q, sl, ss});
   else if (cap > 0) f(BwdMods<ScoreMod<true, false>>{mask, {p.softmax_scale / cap, cap * kLog2e, 0.f}, p.heads_q, sl, ss});

@@ -249,6 +249,17 @@ std::vector<std::pair<std::string, Problem>> dropout_cases() {
   set_varlen(&packed, {40, 1, 0, 45}, {50, 9, 3, 45});
   packed.causal = true;
   add("packed, causal, p = 0.4", packed, 0.4f);
+  // ALiBi with dropout: the bias before the softmax, the mask after it (rung 16 compiles the two).
+  Problem alibi = shape(1, 33, 70, 4, 2, 32, true);
+  alibi.alibi = true;
+  add("ALiBi, causal, Sq < Sk, p = 0.3", alibi, 0.3f);
+  Problem alibi_dense = shape(2, 40, 30, 4, 2, 32, false);
+  alibi_dense.alibi = true;
+  add("ALiBi, dense, Sq > Sk, p = 0.2", alibi_dense, 0.2f);
+  Problem alibi_packed = packed;
+  alibi_packed.alibi = true;
+  alibi_packed.window_left = 12;
+  add("ALiBi, packed, causal window (12, 0), p = 0.25", alibi_packed, 0.25f);
   return out;
 }
 
@@ -328,7 +339,7 @@ TEST_CASE("the forward reference with dropout is the formula O = (P ∘ M / (1 -
 
 TEST_CASE(
     "dropout: central finite differences of L = sum(O * dO) match dQ, dK, dV (the mask fixed by "
-    "the seed)",
+    "the seed; with sinks, with ALiBi)",
     "[cpu][dropout]") {
   Problem p = shape(1, 9, 13, 2, 1, 8, true);
   p.dropout_p = 0.3f;
@@ -339,6 +350,11 @@ TEST_CASE(
   q.dropout_seed = 6;
   q.sinks = {0.5f, -1.0f};
   fl_test::require_finite_differences(q, 37);
+  Problem a = shape(1, 9, 13, 4, 2, 8, true);  // ALiBi's bias and the mask together
+  a.alibi = true;
+  a.dropout_p = 0.3f;
+  a.dropout_seed = 7;
+  fl_test::require_finite_differences(a, 41);
 }
 
 TEST_CASE("--dropout parses to Problem::dropout_p, seeded by --seed; bad values refused",

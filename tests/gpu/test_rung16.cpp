@@ -247,8 +247,15 @@ Problem dropped(Problem p, float prob, uint64_t seed, uint64_t offset = 0) {
   return p;
 }
 
+Problem with_alibi(Problem p) {
+  p.alibi = true;
+  return p;
+}
+
 /// Dropout's cases at one head_dim and dtype: no mask (the dense tiles), causal, a window, sinks,
-/// GQA, tails, seqlen_q != seqlen_k, rows with no key, two probabilities and offsets.
+/// GQA, tails, seqlen_q != seqlen_k, rows with no key, two probabilities and offsets; and with
+/// ALiBi (its own kernels: the span mask on the causal tiles and on the dense ones): causal with
+/// seqlen_q < seqlen_k, a causal window, no mask with seqlen_q > seqlen_k.
 std::vector<Problem> dropout_cases(int d, DType t) {
   const int hkv = d == 256 ? 1 : 2;
   std::vector<Problem> out;
@@ -261,6 +268,10 @@ std::vector<Problem> dropout_cases(int d, DType t) {
   Problem sinks = shape(1, 400, 400, 4 * hkv, hkv, d, true, t);
   sinks.sinks = sinks_for(sinks.heads_q);
   out.push_back(dropped(sinks, 0.25f, 16, (uint64_t(3) << 32) + 8));  // the offset's high word too
+  out.push_back(dropped(with_alibi(shape(1, 300, 1100, 4 * hkv, hkv, d, true, t)), 0.2f, 17, 5));
+  out.push_back(
+      dropped(with_alibi(window(shape(1, 700, 700, 4 * hkv, hkv, d, true, t), 128, 0)), 0.3f, 18));
+  out.push_back(dropped(with_alibi(shape(2, 500, 333, 4 * hkv, hkv, d, false, t)), 0.1f, 19));
   return out;
 }
 
@@ -275,6 +286,10 @@ TEST_CASE("dropout: the forward against the fp64 reference with the same mask", 
   set_varlen(&packed, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
   s.add(rung16(), dropped(packed, 0.15f, 21));
   s.add(rung16(), dropped(window(packed, 64, 0), 0.4f, 22));
+  s.add(rung16(), dropped(with_alibi(packed), 0.25f, 23));
+  Problem packed_dense = with_alibi(packed);  // no mask: the dense tiles' ALiBi kernel
+  packed_dense.causal = false;
+  s.add(rung16(), dropped(packed_dense, 0.2f, 24));
   s.run();
 }
 
@@ -287,27 +302,44 @@ TEST_CASE("dropout: the backward regenerates the forward's mask (dQ, dK, dV, dsi
   Problem packed = shape(1, 1, 1, 8, 2, 64, true, DType::bf16);
   set_varlen(&packed, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
   s.add(rung16("backward"), dropped(packed, 0.15f, 31));
+  s.add(rung16("backward"), dropped(window(with_alibi(packed), 64, 0), 0.25f, 34));
   for (const Problem& p : {dropped(shape(1, 300, 530, 8, 2, 128, true), 0.2f, 32),
-                           dropped(shape(1, 256, 256, 4, 4, 64, false, DType::bf16), 0.6f, 33)}) {
+                           dropped(shape(1, 256, 256, 4, 4, 64, false, DType::bf16), 0.6f, 33),
+                           dropped(with_alibi(shape(1, 300, 530, 8, 2, 64, true)), 0.2f, 35)}) {
     fl_test::Case& c = s.add(rung16("backward"), p);  // the mask does not depend on the order of dQ's adds
     c.deterministic = true;
   }
   s.run();
 }
 
-TEST_CASE("dropout: refused with softcap, ALiBi or a KV cache's lengths, in one line", "[rung16_dropout]") {
+TEST_CASE("dropout: taken with ALiBi; refused with softcap or a KV cache's lengths, in one line",
+          "[rung16_dropout]") {
   DeviceInfo dev;  // an H100-like description: the refusals read the problem, not the device
   dev.cc_major = 9;
   dev.cc_minor = 0;
   dev.sm_count = 132;
   Problem cap = dropped(shape(1, 128, 128, 4, 2, 64, true), 0.1f, 1);
   cap.softcap = 30.f;
-  Problem alibi = dropped(shape(1, 128, 128, 4, 2, 64, true), 0.1f, 1);
-  alibi.alibi = true;
-  for (const Problem& p : {cap, alibi}) {
+  Problem cap_alibi = with_alibi(cap);
+  Problem cache = dropped(shape(2, 128, 256, 4, 2, 64, true), 0.1f, 1);
+  cache.seqused_k = {200, 17};
+  for (const Problem& p : {cap, cap_alibi, cache}) {
+    INFO(p.describe());
     const std::string why = supports(rung16(), p, dev);
     CHECK(why.find("dropout") != std::string::npos);
+    CHECK(why.find(p.softcap > 0 ? "softcap" : "KV cache") != std::string::npos);
     CHECK(why.find('\n') == std::string::npos);
+  }
+  // ALiBi with dropout is compiled (forward and backward): nothing refuses it but a build without
+  // sm_90a, which refuses every problem.
+  for (const Problem& p :
+       {with_alibi(dropped(shape(1, 128, 128, 4, 2, 64, true), 0.1f, 1)),
+        with_alibi(dropped(shape(1, 128, 200, 4, 2, 96, false, DType::bf16), 0.3f, 2))}) {
+    for (const char* variant : {"", "backward"}) {
+      INFO(p.describe() << " " << variant);
+      const std::string why = supports(rung16(variant), p, dev);
+      if (why != hopper_supports(dev, false)) CHECK(why.empty());
+    }
   }
   // Every other rung refuses dropout (Rung::dropout): it would be ignored, never a wrong answer.
   const Problem plain = dropped(shape(1, 128, 128, 4, 4, 64, true), 0.1f, 1);

@@ -44,8 +44,10 @@ reference on the CPU and a recorder. The checks:
     torch's generator, and the backward gets that very tensor; O and dQ, dK, dV equal the
     reference's under the mask; torch.manual_seed reproduces, another seed or call draws anew; the
     packed forms route it; return_attn_probs gives S_dmask (its sign the mask, its magnitude exp(s - m));
-    dropout_p = 0 draws nothing; softcap, alibi_slopes and a p outside [0, 1) are refused in one
-    line naming the argument before any launch; the custom op carries the state to its backward.
+    dropout_p = 0 draws nothing; alibi_slopes with dropout reaches the launch (the slopes with it;
+    O, the gradients and S_dmask's magnitudes carry ALiBi's bias); softcap and a p outside [0, 1)
+    are refused in one line naming the argument before any launch; the custom op carries the state
+    to its backward.
 
 Exits 77 (ctest: skipped) without PyTorch.
 """
@@ -70,10 +72,12 @@ from cpu_stubs import check, cpu_key, exit_status  # noqa: E402  tests/python/cp
 
 # ---- the rungs, replaced by a float64 reference ---------------------------------------------------
 
-def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None, keep=None, dropout_p=0.0):
+def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None, keep=None, dropout_p=0.0,
+              slopes=None):
     """(O, LSE [b, hq, sq]) of q [b, sq, hq, d], k and v [b, sk, hk, d], differentiable in every
     input: bottom-right causal, FlashAttention's window, softcap, one sink logit per query head,
-    dropout (``keep`` [b, hq, sq, sk] bool, kept elements scaled by 1 / (1 - dropout_p))."""
+    dropout (``keep`` [b, hq, sq, sk] bool, kept elements scaled by 1 / (1 - dropout_p)), ALiBi
+    (``slopes`` [hq] or [b, hq]: -slope |i + sk - sq - j| added to the scaled, capped score)."""
     b, sq, hq, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     kk = k.repeat_interleave(hq // hk, dim=2)
@@ -83,14 +87,16 @@ def reference(q, k, v, causal, scale, window=(-1, -1), softcap=0.0, sinks=None, 
         s = softcap * torch.tanh(s / softcap)
     i = torch.arange(sq)[:, None] + sk - sq
     j = torch.arange(sk)[None, :]
-    keep = torch.ones(sq, sk, dtype=torch.bool)
+    if slopes is not None:
+        s = s - slopes.double().reshape(-1, hq, 1, 1) * (i - j).abs()
+    seen = torch.ones(sq, sk, dtype=torch.bool)
     if causal:
-        keep &= j <= i
+        seen &= j <= i
     if window[0] >= 0:
-        keep &= j >= i - window[0]
+        seen &= j >= i - window[0]
     if window[1] >= 0:
-        keep &= j <= i + window[1]
-    s = s.masked_fill(~keep, float("-inf"))
+        seen &= j <= i + window[1]
+    s = s.masked_fill(~seen, float("-inf"))
     if sinks is not None:
         s = torch.cat([s, sinks.reshape(1, hq, 1, 1).expand(b, hq, sq, 1)], dim=-1)
     lse = torch.logsumexp(s, dim=-1)
@@ -116,8 +122,9 @@ def mods_args(key, mods, extras, dropout_state=None):
     if mods.dropout:
         assert dropout_state is not None, "a dropout launch without its generator state"
         keep = stand_in_mask(dropout_state, mods.dropout, key[0], key[3], key[1], key[2])
+    slopes = extras[3] if extras and mods.alibi else None
     return dict(causal=causal, scale=scale, window=(mods.window_left, mods.window_right), softcap=mods.softcap,
-                sinks=sinks, keep=keep, dropout_p=mods.dropout)
+                sinks=sinks, keep=keep, dropout_p=mods.dropout, slopes=slopes)
 
 
 LOG = []  # ("forward" | "backward" | "plan", details)
@@ -125,11 +132,12 @@ LOG = []  # ("forward" | "backward" | "plan", details)
 
 def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
                 dropout_state=None):
-    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1], state=dropout_state)))
+    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1], state=dropout_state,
+                                slopes=extras[3] if extras else None)))
     a = mods_args(key, mods, extras, dropout_state)
     with torch.no_grad():
         out, lse = reference(q, k, v, a["causal"], a["scale"], a.get("window", (-1, -1)), a.get("softcap", 0.0),
-                             a.get("sinks"), a.get("keep"), a.get("dropout_p", 0.0))
+                             a.get("sinks"), a.get("keep"), a.get("dropout_p", 0.0), a.get("slopes"))
     o32 = out.clone() if o_fp32 else None  # the rung's fp32 O (here: the same values)
     return out.to(q.dtype), lse, o32
 
@@ -137,7 +145,7 @@ def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, ex
 def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
                  extras=None, checked=False, dropout_state=None):
     LOG.append(("backward", dict(deterministic=deterministic, o32=out_fp32 is not None, key=key, dout=dout,
-                                 state=dropout_state)))
+                                 state=dropout_state, slopes=extras[3] if extras else None)))
     a = mods_args(key, mods, extras, dropout_state)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     sinks = a.get("sinks")
@@ -148,7 +156,7 @@ def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant
     def grads_of():
         with torch.enable_grad():
             o, _ = reference(*leaves[:3], a["causal"], a["scale"], a.get("window", (-1, -1)),
-                             a.get("softcap", 0.0), sinks, a.get("keep"), a.get("dropout_p", 0.0))
+                             a.get("softcap", 0.0), sinks, a.get("keep"), a.get("dropout_p", 0.0), a.get("slopes"))
             return torch.autograd.grad(o, leaves, dout)
 
     # In a thread of its own: inside a custom op's body the dispatcher has turned autograd off for
@@ -547,9 +555,46 @@ def test_dropout():
     finally:
         _core.dropout_state = real_state
 
+    # ALiBi with dropout (rung 16 compiles the two together): the call reaches the launches with the
+    # slopes and one state, O and the gradients are the reference's under ALiBi's bias and the
+    # mask, and S_dmask's magnitudes are exp(s - m) of the biased scores.
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float32)  # [heads_q]
+    out, grads, log = run(lambda: flashladder.flash_attn_func(q, k, v, dropout_p=p, causal=True,
+                                                              alibi_slopes=slopes), 5)
+    kinds = [e[0] for e in log]
+    fwd = [e[1] for e in log if e[0] == "forward"]
+    bwd = [e[1] for e in log if e[0] == "backward"]
+    check(kinds == ["plan", "forward", "backward"] and fwd[0]["mods"].alibi == 2 and fwd[0]["mods"].dropout == p
+          and torch.equal(fwd[0]["slopes"], slopes) and torch.equal(bwd[0]["slopes"], slopes)
+          and fwd[0]["state"] is not None and bwd[0]["state"] is fwd[0]["state"],
+          "dropout_p with alibi_slopes: plan, forward, backward, the slopes and one state in both launches "
+          "(got %s)" % kinds)
+    keep = stand_in_mask(fwd[0]["state"], p, b, hq, sq, sk)
+    ref_leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    ref_out, _ = reference(*ref_leaves, True, 0.0, keep=keep, dropout_p=p, slopes=slopes)
+    ref_out.backward(dout)
+    check(close(out, ref_out.detach()) and all(close(g, r.grad) for g, r in zip(grads, ref_leaves))
+          and not close(out, reference(*(t.detach() for t in (q, k, v)), True, 0.0, keep=keep, dropout_p=p)[0]),
+          "with dropout and ALiBi: O and dQ, dK, dV equal the reference's under the bias and the mask (and the "
+          "bias changes O)")
+    LOG.clear()
+    _, lse, s_dmask = flashladder.flash_attn_func(q.detach(), k.detach(), v.detach(), dropout_p=p, causal=True,
+                                                  alibi_slopes=slopes, return_attn_probs=True)
+    state = [e[1]["state"] for e in LOG if e[0] == "forward"][0]
+    keep = stand_in_mask(state, p, b, hq, sq, sk)
+    i = torch.arange(sq)[:, None] + sk - sq
+    j = torch.arange(sk)[None, :]
+    biased = (torch.einsum("bqhd,bkhd->bhqk", q.detach(), k.detach().repeat_interleave(hq // hk, 2)) * d ** -0.5
+              - slopes.double().reshape(1, hq, 1, 1) * (i - j).abs()).masked_fill(~seen, float("-inf"))
+    m = biased.amax(-1, keepdim=True)
+    check(bool(((s_dmask[..., :sq, :sk] >= 0) == (keep | ~seen)).all())
+          and torch.allclose(s_dmask[..., :sq, :sk].abs(), torch.exp(biased - m))
+          and torch.allclose(s_dmask[..., :sq, :sk].abs() * torch.exp(m - lse[..., None]),
+                             torch.exp(biased - lse[..., None])),
+          "return_attn_probs with ALiBi: S_dmask's sign the mask, its magnitude exp(s - m) of the biased scores, "
+          "normalized by exp(m - LSE) the biased P")
+
     for what, kwargs, error in (("softcap", dict(softcap=5.0), NotImplementedError),
-                                ("alibi_slopes", dict(alibi_slopes=torch.ones(hq, dtype=torch.float32)),
-                                 NotImplementedError),
                                 ("dropout_p", dict(dropout_p=1.0), ValueError),
                                 ("dropout_p", dict(dropout_p=-0.1), ValueError)):
         LOG.clear()

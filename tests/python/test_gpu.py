@@ -54,7 +54,8 @@ dropout       attention dropout (rung 16): the dropped fraction read from S_dmas
               another seed another O; the packed forms equal flash_attn_func bit for bit under one
               seed; a packed batch (empty and one-token sequences) against the reference per
               sequence; CUDA-graph capture of the forward, and of forward + backward, replayed
-              after torch.manual_seed equals eager after the same seed; softcap and ALiBi refused.
+              after torch.manual_seed equals eager after the same seed; with ALiBi (slopes per
+              head, and per sequence and head) against the reference with the bias; softcap refused.
 transformers  a small Llama-style model (GQA, RoPE; random init, nothing downloaded) with
               attn_implementation="ladder" against "sdpa": logits, gradients after one
               backward, and the logits of new tokens against a KV cache (seqlen_q < seqlen_k).
@@ -1675,23 +1676,30 @@ def seen_mask(sq, sk, causal, window, device):
     return seen
 
 
-def reference_dropout(q, k, v, causal, window, keep, p):
+def reference_dropout(q, k, v, causal, window, keep, p, slopes=None):
     """O [b, sq, hq, d] in float64 of dropout attention, differentiable: P = softmax of the seen
-    scores (the LSE undropped), P ∘ keep / (1 - p), times V. Rows that see no key: O = 0."""
+    scores (the LSE undropped; ALiBi's -slope |i + sk - sq - j| added when ``slopes``, [hq] or
+    [b, hq], are given), P ∘ keep / (1 - p), times V. Rows that see no key: O = 0."""
     b, sq, hq, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
     qf = q.transpose(1, 2)
     kf = k.repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
     vf = v.repeat_interleave(hq // hkv, dim=2).transpose(1, 2)
     seen = seen_mask(sq, sk, causal, window, q.device)
-    s = ((qf @ kf.transpose(-1, -2)) / math.sqrt(d)).masked_fill(~seen, float("-inf"))
+    s = (qf @ kf.transpose(-1, -2)) / math.sqrt(d)
+    if slopes is not None:
+        i = torch.arange(sq, device=q.device)[:, None] + sk - sq
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s - slopes.double().reshape(-1, hq, 1, 1) * (i - j).abs()
+    s = s.masked_fill(~seen, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     probs = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
     return ((probs * keep / (1.0 - p)) @ vf).transpose(1, 2)
 
 
-def dropout_case(what, dtype_name, shape, d, causal, window, p):
-    """flash_attn_func with dropout against reference_dropout under the S_dmask it returns."""
+def dropout_case(what, dtype_name, shape, d, causal, window, p, slopes=None):
+    """flash_attn_func with dropout (and ALiBi's ``slopes``, if given) against reference_dropout
+    under the S_dmask it returns."""
     from flashladder import flash_attn_func
 
     b, sq, sk, hq, hkv = shape
@@ -1700,7 +1708,7 @@ def dropout_case(what, dtype_name, shape, d, causal, window, p):
     for t in (q, k, v):
         t.requires_grad_()
     out, lse, s_dmask = flash_attn_func(q, k, v, dropout_p=p, causal=causal, window_size=window,
-                                        return_attn_probs=True)
+                                        alibi_slopes=slopes, return_attn_probs=True)
     rows_r, cols_r = -(-sq // 128) * 128, -(-sk // 128) * 128
     if tuple(s_dmask.shape) != (b, hq, rows_r, cols_r) or s_dmask.dtype != dt:
         fail("%s: S_dmask %s %s, expected %s %s" % (what, tuple(s_dmask.shape), s_dmask.dtype,
@@ -1712,7 +1720,7 @@ def dropout_case(what, dtype_name, shape, d, causal, window, p):
     if dropped == 0:
         fail("%s: nothing dropped" % what)
     ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    ref = reference_dropout(*ref_in, causal, window, keep, p)
+    ref = reference_dropout(*ref_in, causal, window, keep, p, slopes)
     judge("%s O" % what, out.float(), ref.detach(), dtype_name)
     dout = torch.randn_like(out)
     out.backward(dout)
@@ -1776,6 +1784,16 @@ def part_dropout():
                          (1, 300, 300, 4, 4), d, True, (64, 0), 0.3)
     dropout_case("dropout p=0.5 bf16 d=128 seqlen_q > seqlen_k (rows with no key)", "bf16", (1, 257, 130, 4, 1),
                  128, True, (-1, -1), 0.5)
+    # With ALiBi (FlashAttention's tests draw slopes as rand(batch, heads) x 0.3): per sequence and
+    # head, causal and not, GQA 4:1; per head with a window.
+    for dtype_name in ("fp16", "bf16"):
+        for d in (64, 128):
+            for causal in (False, True):
+                dropout_case("dropout p=0.17 + ALiBi [b, hq] %s d=%d causal=%d GQA 4:1" % (dtype_name, d, causal),
+                             dtype_name, (2, 200, 333, 8, 2), d, causal, (-1, -1), 0.17,
+                             torch.rand(2, 8, device="cuda") * 0.3)
+    dropout_case("dropout p=0.3 + ALiBi [hq] bf16 d=128 window (64, 0)", "bf16", (1, 300, 300, 4, 4), 128, True,
+                 (64, 0), 0.3, torch.rand(4, device="cuda") * 0.3)
 
     # 3. Reproducible by torch.manual_seed; another seed, another mask; the packed forms agree.
     b, sq, h, d = 2, 190, 4, 128
@@ -1879,10 +1897,9 @@ def part_dropout():
     else:
         fail("CUDA graph, forward + backward: the replay differs from eager under one seed")
 
-    # 6. What is not compiled with dropout: refused in one line, naming the argument.
+    # 6. What is not compiled with dropout (softcap, as FlashAttention 2): refused in one line,
+    # naming the argument.
     expect(NotImplementedError, "softcap", lambda: flash_attn_func(q, k, v, dropout_p=0.1, softcap=30.0))
-    expect(NotImplementedError, "alibi_slopes", lambda: flash_attn_func(
-        q, k, v, dropout_p=0.1, alibi_slopes=torch.ones(h, device="cuda")))
     expect(ValueError, "dropout_p", lambda: flash_attn_func(q, k, v, dropout_p=1.0))
 
 

@@ -473,14 +473,12 @@ def check_dropout(dropout_p):
 
 
 def check_dropout_with(dropout_p, softcap, alibi_slopes, learnable_sink=None):
-    """NotImplementedError naming the argument that rung 16's dropout kernels are not compiled
-    with (steps/16_masks/launch.cu: dropout without score modifiers)."""
+    """NotImplementedError naming softcap, the one argument rung 16's dropout kernels are not
+    compiled with (steps/16_masks/launch.cu: dropout with ALiBi or no score modifier, as
+    FlashAttention 2 takes it); alibi_slopes and learnable_sink are taken with dropout."""
     if dropout_p and softcap:
         raise NotImplementedError("flashladder: dropout_p > 0 with softcap is not implemented (rung 16 compiles "
-                                  "dropout without score modifiers)")
-    if dropout_p and alibi_slopes is not None:
-        raise NotImplementedError("flashladder: dropout_p > 0 with alibi_slopes is not implemented (rung 16 "
-                                  "compiles dropout without score modifiers)")
+                                  "dropout with ALiBi or no score modifier, as FlashAttention 2 does)")
 
 
 def dropout_state(device, generator=None):

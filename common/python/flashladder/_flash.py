@@ -21,9 +21,10 @@ What each argument runs on:
 ``dropout_p`` > 0 runs rung 16's forward and backward with attention dropout (FlashAttention 2's:
 P ∘ M / (1 - p), the LSE the undropped one's). Its seed and offset are drawn on the device from
 PyTorch's CUDA generator (_core.dropout_state: torch.manual_seed reproduces a call, a CUDA graph
-replays a new draw), and the backward regenerates the mask from the same tensor. Not taken with
-dropout (NotImplementedError naming the argument): ``softcap``, ``alibi_slopes``. A problem no rung
-takes raises ValueError with each rung's one-line reason. Nothing is ignored.
+replays a new draw), and the backward regenerates the mask from the same tensor. ``alibi_slopes``
+is taken with dropout; ``softcap`` is not (NotImplementedError naming it, as FlashAttention 2
+refuses it). A problem no rung takes raises ValueError with each rung's one-line reason. Nothing
+is ignored.
 """
 
 import torch
@@ -81,7 +82,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         if not return_attn_probs:
             return out
         return out, lse, _probs(q, k, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
-                                max_seqlen_q, max_seqlen_k, sinks)
+                                max_seqlen_q, max_seqlen_k, slopes)
     # Compiling: the op (torch.compile traces it); it checks again, and with grad refuses a problem
     # the backward cannot run.
     out, lse, _ = _ops.attention_mods_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
@@ -90,7 +91,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
     if not return_attn_probs:
         return out
     return out, lse, _probs(q, k, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
-                            max_seqlen_q, max_seqlen_k, sinks)
+                            max_seqlen_q, max_seqlen_k, slopes)
 
 
 #: S_dmask's largest size in elements (batch x heads x rows x keys, rounded to 128): its P is
@@ -98,19 +99,22 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
 S_DMASK_MAX = 1 << 26
 
 
-def _probs(q, k, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k, sinks):
-    """return_attn_probs' third value: None without dropout, else dropout_s_dmask's."""
+def _probs(q, k, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k, slopes):
+    """return_attn_probs' third value: None without dropout, else dropout_s_dmask's (ALiBi's bias
+    in its scores; the sinks, not scores of a key, do not enter it)."""
     if not dropout_p:
         return None
-    return dropout_s_dmask(q, k, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k)
+    return dropout_s_dmask(q, k, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k, slopes)
 
 
 @torch.no_grad()
 def dropout_s_dmask(q, k, state, dropout_p, causal=False, softmax_scale=0.0, window_left=-1, window_right=-1,
-                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0):
+                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None):
     """FlashAttention 2's S_dmask of a dropout call: [batch, heads_q, seqlen_q rounded up to 128,
     seqlen_k rounded up to 128] in q's dtype (packed: per sequence, from row and key 0, max_seqlen
-    rounded), each seen element exp(s_ij - m_i), m_i the largest score row i sees: FlashAttention
+    rounded), each seen element exp(s_ij - m_i), s_ij the scaled score with ALiBi's bias
+    -slope |i + seqlen_k - seqlen_q - j| when ``alibi_slopes`` ([heads_q] or [batch, heads_q],
+    float32) is given, m_i the largest such score row i sees: FlashAttention
     2's unnormalized probabilities with all of a row's keys as one block (its tests'
     normalize_flash_attn_S, given a block at least seqlen_k wide, multiplies by exp(m_i - LSE_i)
     and gets P), negated where dropout dropped it, 0 where the mask hides it and in the padding.
@@ -145,6 +149,9 @@ def dropout_s_dmask(q, k, state, dropout_p, causal=False, softmax_scale=0.0, win
         s = torch.einsum("qhd,khd->hqk", qb.float(), kk) * scale
         i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
         j = torch.arange(sk, device=q.device)[None, :]
+        if alibi_slopes is not None:  # the kernels' bias (the DESIGN's): -slope_h |i + sk - sq - j|
+            slope = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b]
+            s = s - slope.float()[:, None, None] * (i - j).abs()
         seen = torch.ones((sq, sk), dtype=torch.bool, device=q.device)
         if causal:
             seen &= j <= i
@@ -169,7 +176,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     applies cap * tanh(s / cap) to the scaled scores; ``alibi_slopes`` [heads_q] or [batch,
     heads_q] fp32 adds -slope * |i + seqlen_k - seqlen_q - j|; ``learnable_sink`` [heads_q] adds one
     logit per head to the softmax's denominator (FlashAttention 3's name; differentiable).
-    ``dropout_p`` in [0, 1): attention dropout (rung 16; not with softcap or alibi_slopes).
+    ``dropout_p`` in [0, 1): attention dropout (rung 16; with alibi_slopes, not with softcap).
     Returns out, or (out, softmax_lse, S_dmask) with ``return_attn_probs`` (S_dmask None without
     dropout; dropout_s_dmask's with it)."""
     if (dropout_p == 0.0 and softcap == 0.0 and window_size == _OPEN and alibi_slopes is None
