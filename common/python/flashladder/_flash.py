@@ -96,7 +96,9 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
 
 #: S_dmask's largest size in elements (batch x heads x rows x keys, rounded to 128): its P is
 #: recomputed in fp32 with torch, a debugging aid, not a path to run at scale.
-S_DMASK_MAX = 1 << 26
+S_DMASK_MAX = 1 << 28
+#: The fp32 scores S_dmask recomputes at once (heads of one sequence at a time): its working set.
+S_DMASK_CHUNK = 1 << 26
 
 
 def _probs(q, k, state, dropout_p, causal, scale, left, right, cu_q, cu_k, max_q, max_k, slopes):
@@ -120,8 +122,8 @@ def dropout_s_dmask(q, k, state, dropout_p, causal=False, softmax_scale=0.0, win
     and gets P), negated where dropout dropped it, 0 where the mask hides it and in the padding.
     ``S_dmask >= 0`` is the keep mask, as FlashAttention's tests read it (a dropped value that is
     exactly 0 reads as kept, as there). The mask comes from the kernels' own function on the device
-    (_launch.dropout_mask), the scores from q and k in fp32 here; larger than S_DMASK_MAX elements
-    is refused."""
+    (_launch.dropout_mask), the scores from q and k in fp32 here, a few heads at a time (at most
+    S_DMASK_CHUNK scores at once); larger than S_DMASK_MAX elements is refused."""
     packed = cu_seqlens_q is not None
     heads_q, d = q.shape[-2], q.shape[-1]
     batch = cu_seqlens_q.shape[0] - 1 if packed else q.shape[0]
@@ -145,13 +147,9 @@ def dropout_s_dmask(q, k, state, dropout_p, causal=False, softmax_scale=0.0, win
         sq, sk = qb.shape[0], kb.shape[0]
         if sq == 0 or sk == 0:
             continue
-        kk = kb.float().repeat_interleave(heads_q // kb.shape[1], dim=1)
-        s = torch.einsum("qhd,khd->hqk", qb.float(), kk) * scale
+        group = heads_q // kb.shape[1]
         i = torch.arange(sq, device=q.device)[:, None] + (sk - sq)
         j = torch.arange(sk, device=q.device)[None, :]
-        if alibi_slopes is not None:  # the kernels' bias (the DESIGN's): -slope_h |i + sk - sq - j|
-            slope = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b]
-            s = s - slope.float()[:, None, None] * (i - j).abs()
         seen = torch.ones((sq, sk), dtype=torch.bool, device=q.device)
         if causal:
             seen &= j <= i
@@ -159,11 +157,20 @@ def dropout_s_dmask(q, k, state, dropout_p, causal=False, softmax_scale=0.0, win
             seen &= j >= i - window_left
         if window_right >= 0:
             seen &= j <= i + window_right
-        s = s.masked_fill(~seen, float("-inf"))
-        m = s.amax(dim=-1, keepdim=True)
-        p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # unseen: exp(-inf) = 0
-        p = torch.where(keep[b, :, :sq, :sk], p, -p)
-        out[b, :, :sq, :sk] = p.to(q.dtype)
+        step = max(1, S_DMASK_CHUNK // (sq * sk))
+        for h0 in range(0, heads_q, step):
+            h1 = min(heads_q, h0 + step)
+            heads = torch.arange(h0, h1, device=q.device)
+            kk = kb.float().index_select(1, torch.div(heads, group, rounding_mode="floor"))
+            s = torch.einsum("qhd,khd->hqk", qb[:, h0:h1].float(), kk) * scale
+            if alibi_slopes is not None:  # the kernels' bias (the DESIGN's): -slope_h |i + sk - sq - j|
+                slope = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b]
+                s = s - slope[h0:h1].float()[:, None, None] * (i - j).abs()
+            s = s.masked_fill(~seen, float("-inf"))
+            m = s.amax(dim=-1, keepdim=True)
+            p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))  # unseen: exp(-inf) = 0
+            p = torch.where(keep[b, h0:h1, :sq, :sk], p, -p)
+            out[b, h0:h1, :sq, :sk] = p.to(q.dtype)
     return out
 
 
