@@ -18,6 +18,11 @@
 #                the conversions to e4m3) that its softmax runs on
 #   rung08_128k  08_flash_decoding, decode B=1 32/8 heads d=128 Sk=131072: DRAM throughput,
 #                issue activity, instructions (split kernel and combine kernel)
+#   rung14_bwd_{demo,gqa8k}, cudnn_bwd_{demo,gqa8k}
+#                14_hopper_backward's main kernel (if built) and PyTorch SDPA cuDNN's backward kernels
+#                (bench/studies/sdpa_bwd_shape.py, if PyTorch is there) on the training demo's
+#                attention (bf16 B=2 N=4096 H=16/4 d=128 causal) and GQA 32/8 at 8k keys, causal:
+#                where rung 14 still trails cuDNN (its README, "Where it is not at cuDNN's speed")
 #   rung16_{causal,softcap}_d64, rung16_bwd_{causal,softcap}_d64
 #                16_masks (if built), prefill B=4 N=4096 H=16 d=64 fp16 causal, with and without
 #                softcap 50, forward and backward's main kernel: the XU pipe (ex2, tanh) against
@@ -102,6 +107,21 @@ profile rung06_d128 "flash_fwd_tc" 1 "$BIN/06_headdim_tiles" "${prefill[@]}"
 [ -x "$BIN/13_fp8" ] && profile rung13_d128 "fp8_fwd" 1 "$BIN/13_fp8" "${prefill[@]}"
 profile rung08_128k "split_kv_attention|combine_splits" 2 "$BIN/08_flash_decoding" --batch 1 --seqlen-q 1 \
   --seqlen-k 131072 --heads 32 --kv-heads 8 --dim 128 --iters 1 --warmup 0 --check none --no-compare
+demo=(--dtype bf16 --batch 2 --seqlen 4096 --heads 16 --kv-heads 4 --dim 128 --causal 1)
+gqa8k=(--dtype bf16 --batch 1 --seqlen 8192 --heads 32 --kv-heads 8 --dim 128 --causal 1)
+if [ -x "$BIN/14_hopper_backward" ]; then
+  one=(--iters 1 --warmup 0 --check none --no-compare)
+  profile rung14_bwd_demo "bwd_hopper_kernel" 1 "$BIN/14_hopper_backward" "${demo[@]}" "${one[@]}"
+  profile rung14_bwd_gqa8k "bwd_hopper_kernel" 1 "$BIN/14_hopper_backward" "${gqa8k[@]}" "${one[@]}"
+fi
+here=$(cd "$(dirname "$0")" && pwd)
+if python3 -c "import torch" 2>/dev/null; then
+  # cuDNN's backward: its kernels after the forward's (the regex skips the forward's fprop kernel).
+  profile cudnn_bwd_demo "bprop|dgrad|bwd|dq|dkdv|convert" 4 python3 "$here/studies/sdpa_bwd_shape.py" \
+    --backend cudnn "${demo[@]}"
+  profile cudnn_bwd_gqa8k "bprop|dgrad|bwd|dq|dkdv|convert" 4 python3 "$here/studies/sdpa_bwd_shape.py" \
+    --backend cudnn "${gqa8k[@]}"
+fi
 if [ -x "$BIN/16_masks" ]; then
   masked=(--batch 4 --seqlen 4096 --heads 16 --dim 64 --causal 1 --iters 1 --warmup 0 --check none --no-compare)
   profile rung16_causal_d64 "masked_fwd_kernel" 1 "$BIN/16_masks" "${masked[@]}"
