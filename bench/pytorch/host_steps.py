@@ -7,11 +7,13 @@ after its per-call series and writes the result under "host_steps" in torch_over
 
     {"shape": {...}, "calls": N, "rounds": R, "step_us": {name: µs per step in a loop},
      "step_alone_us": {name: median µs of one step timed alone}, "not_run": {name: why},
-     "cpu_profile": {name: {"steps": n, "ops": [[op, self µs per step, calls per step], ...]}}}
+     "cpu_profile": {name: {"steps": n, "ops": [[op, self µs per step, calls per step], ...],
+                            "python": [[file:line(function), own µs per step, calls per step], ...]}}}
 
 cpu_profile says where a step's host time goes: the PyTorch profiler's host events (aten ops,
 autograd nodes, the CUDA runtime calls CUPTI records: launches, memsets, attribute calls) over
-PROFILE_STEPS steps, the TOP_OPS largest by their own (self) host time per step.
+PROFILE_STEPS steps, the TOP_OPS largest by their own (self) host time per step; "python" is
+cProfile's view of the same steps, the package's own functions among them.
 
 The entry points take turns: R rounds, in each every entry point runs N / R steps in a loop and
 N / R steps timed alone, the order rotated per round; each figure is the median over the rounds
@@ -114,4 +116,26 @@ def cpu_profile(torch, step, steps):
             if e.self_cpu_time_total > 0]
     rows.sort(key=lambda r: -r[1])
     return {"steps": steps, "ops": [[k, round(us, 2), round(c, 2)] for k, us, c in rows[:TOP_OPS]],
-            "self_us_total": round(sum(r[1] for r in rows), 1)}
+            "self_us_total": round(sum(r[1] for r in rows), 1), "python": python_profile(step, steps)}
+
+
+def python_profile(step, steps):
+    """[[function, own µs per step, calls per step], ...]: Python's own profiler (cProfile) over
+    @p steps steps, the TOP_OPS functions by own time, each named file:line(function) with the
+    file's last two path parts: where the package's Python spends a step (the PyTorch profiler
+    sees its autograd functions as one event each). cProfile's cost inflates every figure alike."""
+    import cProfile
+    import os
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step()
+    prof.disable()
+    rows = []
+    for (path, line, func), (_, calls, own, _, _) in pstats.Stats(prof).stats.items():
+        where = "/".join(path.split(os.sep)[-2:]) if path != "~" else ""
+        rows.append(["%s:%d(%s)" % (where, line, func) if where else func, own * 1e6 / steps, calls / steps])
+    rows.sort(key=lambda r: -r[1])
+    return [[name, round(us, 2), round(c, 2)] for name, us, c in rows[:TOP_OPS]]

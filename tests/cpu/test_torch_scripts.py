@@ -328,6 +328,9 @@ class HostSteps(unittest.TestCase):
             prof = rec["cpu_profile"]["flashladder.attention, causal"]
             self.assertNotIn("error", prof)
             self.assertTrue(prof["ops"] and all(us >= 0 and calls > 0 for _, us, calls in prof["ops"]))
+            # cProfile's view: the stand-in's own function (attn, above) among a step's Python calls
+            self.assertTrue(prof["python"] and all(us >= 0 and calls > 0 for _, us, calls in prof["python"]))
+            self.assertTrue(any("(attn)" in name for name, _, _ in prof["python"]), prof["python"])
             fl.flash_attn_varlen_func = refuse
             rec = host_steps.measure(torch, F, fl, "cpu", 2, contextlib.nullcontext)
             self.assertEqual(list(rec["not_run"]), ["flash_attn_varlen_func, causal"])
