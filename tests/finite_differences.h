@@ -23,12 +23,11 @@ inline fl::BwdResults require_finite_differences(const fl::Problem& p, unsigned 
     t->resize(n);
     for (size_t i = 0; i < n; ++i) (*t)[i] = fl::normal_at(s, i) + offset;
   };
-  const size_t nq = static_cast<size_t>(p.total_q()) * p.heads_q * p.head_dim;
-  const size_t nk = static_cast<size_t>(p.total_k()) * p.heads_kv * p.head_dim;
-  fill(&x.q, nq, seed, 0.25);
-  fill(&x.k, nk, seed + 1, 0.25);
-  fill(&x.v, nk, seed + 2, 0.5);
-  fill(&x.dout, nq, seed + 3, 0.25);
+  // Q and K have head_dim columns, V and dO (like O) Problem::dv().
+  fill(&x.q, p.q_elements(), seed, 0.25);
+  fill(&x.k, p.kv_elements(), seed + 1, 0.25);
+  fill(&x.v, p.v_elements(), seed + 2, 0.5);
+  fill(&x.dout, p.o_elements(), seed + 3, 0.25);
   auto loss = [&](const fl::BwdInputs& y, const fl::Problem& q) {
     const fl::BwdResults r = fl::reference_bwd_fp64(q, y);
     double l = 0;

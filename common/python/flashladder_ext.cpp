@@ -434,6 +434,8 @@ NB_MODULE(_ext, m) {
       .def_rw("heads_q", &Problem::heads_q)
       .def_rw("heads_kv", &Problem::heads_kv)
       .def_rw("head_dim", &Problem::head_dim)
+      .def_rw("head_dim_v", &Problem::head_dim_v, "V's and O's head_dim (0: head_dim; --dim-v)")
+      .def_prop_ro("dv", &Problem::dv, "V's and O's head_dim: head_dim_v, or head_dim when 0")
       .def_prop_rw(
           "dtype", [](const Problem& p) { return std::string(dtype_name(p.dtype)); },
           [](Problem& p, const std::string& s) {

@@ -21,7 +21,7 @@ size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic) {
   if (r.fp8_inputs) need += DeviceFp8::device_bytes(p);
   if (r.launch_bwd)
     need += DeviceGrads::device_bytes(p, r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0) +
-            (r.writes_o_fp32 ? p.q_elements() * sizeof(float) : 0);  // the fp32 O for D
+            (r.writes_o_fp32 ? p.o_elements() * sizeof(float) : 0);  // the fp32 O for D
   return need;
 }
 

@@ -65,7 +65,7 @@ struct Accumulator {
 
 ErrorStats compare_rows(const Problem& p, const std::vector<uint16_t>& out, const std::vector<float>& lse,
                         const std::vector<RowId>& rows, const RowResults& ref) {
-  const int D = p.head_dim;
+  const int D = p.dv();  // O's columns
   Accumulator acc;
   for (size_t n = 0; n < rows.size(); ++n) {
     const RowId& r = rows[n];

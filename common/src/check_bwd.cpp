@@ -13,7 +13,7 @@ namespace fl {
 double bwd_check_work(const Problem& p) {
   double qk = 0;  // query-key pairs of every sequence (a packed batch's each of its own lengths)
   for (int b = 0; b < p.batch; ++b) qk += static_cast<double>(p.len_q(b)) * p.len_k(b);
-  return qk * p.heads_q * p.head_dim;
+  return qk * p.heads_q * (p.head_dim + p.dv()) / 2;  // d when dv = d: QK^T's and PV's columns
 }
 
 namespace {
@@ -41,7 +41,8 @@ BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long
   // A packed batch's groups differ: the cap and the budget are judged on the longest one.
   double longest = 0;
   for (int b = 0; b < p.batch; ++b) longest = std::max(longest, static_cast<double>(p.len_q(b)) * p.len_k(b));
-  const double group_work = p.varlen() ? longest * p.group() * p.head_dim : work / static_cast<double>(total);
+  const double group_work =
+      p.varlen() ? longest * p.group() * (p.head_dim + p.dv()) / 2 : work / static_cast<double>(total);
   if (mode == CheckMode::none) {
     plan.mode = "none";
     plan.note = "--check none: only unwritten (NaN) elements are looked for";
@@ -119,8 +120,8 @@ Problem group_problem(const Problem& p, const std::vector<BwdGroup>& groups) {
 }
 
 std::vector<uint16_t> gather_q_like(const Problem& p, const std::vector<uint16_t>& t,
-                                    const std::vector<BwdGroup>& groups) {
-  const int G = p.group(), D = p.head_dim, H = p.heads_q;
+                                    const std::vector<BwdGroup>& groups, int dim) {
+  const int G = p.group(), D = dim > 0 ? dim : p.head_dim, H = p.heads_q;
   std::vector<uint16_t> out;
   for (const BwdGroup& g : groups)
     for (int s = 0; s < p.len_q(g.b); ++s) {
@@ -131,8 +132,8 @@ std::vector<uint16_t> gather_q_like(const Problem& p, const std::vector<uint16_t
 }
 
 std::vector<uint16_t> gather_kv_like(const Problem& p, const std::vector<uint16_t>& t,
-                                     const std::vector<BwdGroup>& groups) {
-  const int D = p.head_dim, H = p.heads_kv;
+                                     const std::vector<BwdGroup>& groups, int dim) {
+  const int D = dim > 0 ? dim : p.head_dim, H = p.heads_kv;
   std::vector<uint16_t> out;
   for (const BwdGroup& g : groups)
     for (int s = 0; s < p.len_k(g.b); ++s) {
@@ -180,7 +181,8 @@ std::string rows_check_reason(const Problem& p) {
 }
 
 int rows_check_count(const Problem& p, double budget) {
-  const double per_row = static_cast<double>(p.heads_q) * std::max(p.seqlen_q, p.seqlen_k) * p.head_dim;
+  const double per_row =
+      static_cast<double>(p.heads_q) * std::max(p.seqlen_q, p.seqlen_k) * (p.head_dim + p.dv()) / 2;
   const double fit = kBwdGroupCapFactor * budget / std::max(per_row, 1.0);
   const int n = static_cast<int>(std::min(64.0, std::max(4.0, fit)));
   return std::min(n, std::min(p.seqlen_q, p.seqlen_k) * p.batch);
@@ -201,27 +203,30 @@ std::vector<std::pair<int, int>> pick_rows(int batch, int len, int count, unsign
 
 /// The sampled rows' gradients in precision F (double: the reference; float: its fp32 twin), from
 /// the inputs widened to double (exact) and the forward's LSE and D per (batch, head, query row).
-/// dq: [query rows][heads_q][d]; dk, dv: [key rows][heads_kv][d].
+/// dq: [query rows][heads_q][d]; dk: [key rows][heads_kv][d]; dv: [key rows][heads_kv][dv].
 template <class F>
 void rows_backward(const Problem& p, const BwdInputs& x, const std::vector<double>& lse, const std::vector<double>& delta,
                    const std::vector<std::pair<int, int>>& qrows, const std::vector<std::pair<int, int>>& krows,
                    std::vector<double>* dq, std::vector<double>* dk, std::vector<double>* dv) {
-  const int D = p.head_dim, Hq = p.heads_q, Hk = p.heads_kv, G = p.group(), Sq = p.seqlen_q, Sk = p.seqlen_k;
+  const int D = p.head_dim, Dv = p.dv(), Hq = p.heads_q, Hk = p.heads_kv, G = p.group(), Sq = p.seqlen_q,
+            Sk = p.seqlen_k;
   const F scale = static_cast<F>(p.scale());
   auto q_at = [&](int b, int i, int h) { return &x.q[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D]; };
-  auto do_at = [&](int b, int i, int h) { return &x.dout[((static_cast<size_t>(b) * Sq + i) * Hq + h) * D]; };
+  auto do_at = [&](int b, int i, int h) { return &x.dout[((static_cast<size_t>(b) * Sq + i) * Hq + h) * Dv]; };
   auto k_at = [&](int b, int j, int hk) { return &x.k[((static_cast<size_t>(b) * Sk + j) * Hk + hk) * D]; };
-  auto v_at = [&](int b, int j, int hk) { return &x.v[((static_cast<size_t>(b) * Sk + j) * Hk + hk) * D]; };
-  auto dot = [D](const double* a, const double* b) {
+  auto v_at = [&](int b, int j, int hk) { return &x.v[((static_cast<size_t>(b) * Sk + j) * Hk + hk) * Dv]; };
+  auto dot_n = [](const double* a, const double* b, int n) {
     F s = 0;
-    for (int c = 0; c < D; ++c) s += static_cast<F>(a[c]) * static_cast<F>(b[c]);
+    for (int c = 0; c < n; ++c) s += static_cast<F>(a[c]) * static_cast<F>(b[c]);
     return s;
   };
+  auto dot = [&](const double* a, const double* b) { return dot_n(a, b, D); };     // q . k
+  auto dot_v = [&](const double* a, const double* b) { return dot_n(a, b, Dv); };  // dO . v
   // Query i sees key j iff j <= i + seqlen_k - seqlen_q under the (bottom-right) causal mask.
   auto last_key = [&](int i) { return p.causal ? std::min(Sk - 1, i + p.causal_offset()) : Sk - 1; };
   dq->assign(qrows.size() * Hq * D, 0.0);
   dk->assign(krows.size() * Hk * D, 0.0);
-  dv->assign(krows.size() * Hk * D, 0.0);
+  dv->assign(krows.size() * Hk * Dv, 0.0);
 #pragma omp parallel for schedule(dynamic)
   for (long long t = 0; t < static_cast<long long>(qrows.size()) * Hq; ++t) {
     const auto [b, i] = qrows[t / Hq];
@@ -232,18 +237,18 @@ void rows_backward(const Problem& p, const BwdInputs& x, const std::vector<doubl
     for (int j = 0; j <= last; ++j) m = std::max(m, s[j] = scale * dot(q_at(b, i, h), k_at(b, j, hk)));
     F l = 0;
     for (int j = 0; j <= last; ++j) l += std::exp(s[j] - m);
-    std::vector<F> o(D, 0), g(D, 0);
+    std::vector<F> o(Dv, 0), g(D, 0);
     for (int j = 0; j <= last; ++j) {
       const F pj = std::exp(s[j] - m) / l;
       const double* vj = v_at(b, j, hk);
-      for (int c = 0; c < D; ++c) o[c] += pj * static_cast<F>(vj[c]);
+      for (int c = 0; c < Dv; ++c) o[c] += pj * static_cast<F>(vj[c]);
     }
     F delta_i = 0;
     const double* doi = do_at(b, i, h);
-    for (int c = 0; c < D; ++c) delta_i += static_cast<F>(doi[c]) * o[c];
+    for (int c = 0; c < Dv; ++c) delta_i += static_cast<F>(doi[c]) * o[c];
     for (int j = 0; j <= last; ++j) {
       const F pj = std::exp(s[j] - m) / l;
-      const F ds = pj * (dot(doi, v_at(b, j, hk)) - delta_i);
+      const F ds = pj * (dot_v(doi, v_at(b, j, hk)) - delta_i);
       const double* kj = k_at(b, j, hk);
       for (int c = 0; c < D; ++c) g[c] += ds * static_cast<F>(kj[c]);
     }
@@ -254,7 +259,7 @@ void rows_backward(const Problem& p, const BwdInputs& x, const std::vector<doubl
   for (long long t = 0; t < static_cast<long long>(krows.size()) * Hk; ++t) {
     const auto [b, j] = krows[t / Hk];
     const int hk = static_cast<int>(t % Hk);
-    std::vector<F> gk(D, 0), gv(D, 0);
+    std::vector<F> gk(D, 0), gv(Dv, 0);
     const double *kj = k_at(b, j, hk), *vj = v_at(b, j, hk);
     for (int h = hk * G; h < (hk + 1) * G; ++h)
       for (int i = 0; i < Sq; ++i) {
@@ -262,17 +267,13 @@ void rows_backward(const Problem& p, const BwdInputs& x, const std::vector<doubl
         const size_t row = (static_cast<size_t>(b) * Hq + h) * Sq + i;
         const F pij = std::exp(scale * dot(q_at(b, i, h), kj) - static_cast<F>(lse[row]));
         const double *qi = q_at(b, i, h), *doi = do_at(b, i, h);
-        const F ds = pij * (dot(doi, vj) - static_cast<F>(delta[row]));
-        for (int c = 0; c < D; ++c) {
-          gv[c] += pij * static_cast<F>(doi[c]);
-          gk[c] += ds * static_cast<F>(qi[c]);
-        }
+        const F ds = pij * (dot_v(doi, vj) - static_cast<F>(delta[row]));
+        for (int c = 0; c < Dv; ++c) gv[c] += pij * static_cast<F>(doi[c]);
+        for (int c = 0; c < D; ++c) gk[c] += ds * static_cast<F>(qi[c]);
       }
-    const size_t at = (static_cast<size_t>(t / Hk) * Hk + hk) * D;
-    for (int c = 0; c < D; ++c) {
-      (*dk)[at + c] = static_cast<double>(scale * gk[c]);
-      (*dv)[at + c] = static_cast<double>(gv[c]);
-    }
+    const size_t at = (static_cast<size_t>(t / Hk) * Hk + hk);
+    for (int c = 0; c < D; ++c) (*dk)[at * D + c] = static_cast<double>(scale * gk[c]);
+    for (int c = 0; c < Dv; ++c) (*dv)[at * Dv + c] = static_cast<double>(gv[c]);
   }
 }
 
@@ -284,18 +285,18 @@ BwdCheck check_backward_rows(const Problem& p, const HostInputs& in, const std::
                              unsigned long long seed) {
   const std::string why = rows_check_reason(p);
   if (!why.empty()) throw std::invalid_argument("check_backward_rows: " + why + " (" + p.describe() + ")");
-  if (!fwd.o || !fwd.lse || fwd.o->size() != p.q_elements() || fwd.lse->size() != p.lse_elements())
+  if (!fwd.o || !fwd.lse || fwd.o->size() != p.o_elements() || fwd.lse->size() != p.lse_elements())
     throw std::invalid_argument("check_backward_rows: the forward's O and LSE are needed (" + p.describe() + ")");
-  const int D = p.head_dim, Hq = p.heads_q, Hk = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k;
+  const int D = p.head_dim, Dv = p.dv(), Hq = p.heads_q, Hk = p.heads_kv, Sq = p.seqlen_q, Sk = p.seqlen_k;
   const BwdInputs x = widen_bwd_inputs(p, in, dout);
   // The forward's statistics per (batch, head, query row): its LSE, and D from its O.
   std::vector<double> lse(fwd.lse->begin(), fwd.lse->end()), delta(p.lse_elements(), 0.0);
   for (int b = 0; b < p.batch; ++b)
     for (int i = 0; i < Sq; ++i)
       for (int h = 0; h < Hq; ++h) {
-        const size_t at = ((static_cast<size_t>(b) * Sq + i) * Hq + h) * D;
+        const size_t at = ((static_cast<size_t>(b) * Sq + i) * Hq + h) * Dv;  // O and dO: dv columns
         double d = 0;
-        for (int c = 0; c < D; ++c) d += x.dout[at + c] * from_bits((*fwd.o)[at + c], p.dtype);
+        for (int c = 0; c < Dv; ++c) d += x.dout[at + c] * from_bits((*fwd.o)[at + c], p.dtype);
         delta[(static_cast<size_t>(b) * Hq + h) * Sq + i] = d;
       }
   const auto qrows = pick_rows(p.batch, Sq, rows, seed ^ 0x51d0ull);
@@ -304,19 +305,20 @@ BwdCheck check_backward_rows(const Problem& p, const HostInputs& in, const std::
   rows_backward<double>(p, x, lse, delta, qrows, krows, &ref.dq, &ref.dk, &ref.dv);
   rows_backward<float>(p, x, lse, delta, qrows, krows, &f32.dq, &f32.dk, &f32.dv);
   // The device's rows, in the same order.
-  auto gather = [D](const std::vector<uint16_t>& t, const std::vector<std::pair<int, int>>& rs, int S, int H) {
+  auto gather = [](const std::vector<uint16_t>& t, const std::vector<std::pair<int, int>>& rs, int S, int H,
+                   int cols) {
     std::vector<uint16_t> out;
     for (const auto& [b, s] : rs) {
-      const size_t at = (static_cast<size_t>(b) * S + s) * H * D;
-      out.insert(out.end(), t.begin() + at, t.begin() + at + static_cast<size_t>(H) * D);
+      const size_t at = (static_cast<size_t>(b) * S + s) * H * cols;
+      out.insert(out.end(), t.begin() + at, t.begin() + at + static_cast<size_t>(H) * cols);
     }
     return out;
   };
-  Problem sub = p;  // compare_gradients reads the dtype and head_dim only
+  Problem sub = p;  // compare_gradients reads the dtype, head_dim and dv only
   BwdCheck c;
   c.groups_total = p.batch * p.heads_kv;
-  c.grads = compare_gradients(sub, ref, f32, gather(dq, qrows, Sq, Hq), gather(dk, krows, Sk, Hk),
-                              gather(dv, krows, Sk, Hk));
+  c.grads = compare_gradients(sub, ref, f32, gather(dq, qrows, Sq, Hq, D), gather(dk, krows, Sk, Hk, D),
+                              gather(dv, krows, Sk, Hk, Dv));
   c.note = std::to_string(qrows.size()) + " query rows and " + std::to_string(krows.size()) +
            " key rows compared, every head (one (batch, KV head) group is too long for the whole reference): dQ "
            "exact in fp64; dK and dV summed in fp64 over every query with P and D from the forward's LSE and O";
@@ -338,9 +340,10 @@ BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vecto
                         const std::vector<uint16_t>& dq, const std::vector<uint16_t>& dk,
                         const std::vector<uint16_t>& dv, CheckMode mode, unsigned long long seed,
                         double budget, const std::vector<float>* dsinks, const BwdForward& fwd) {
-  const size_t q_elems = p.q_elements(), kv_elems = p.kv_elements();
-  if (dq.size() != q_elems || dout.size() != q_elems || in.q.size() != q_elems || dk.size() != kv_elems ||
-      dv.size() != kv_elems || in.k.size() != kv_elems || in.v.size() != kv_elems)
+  const size_t q_elems = p.q_elements(), kv_elems = p.kv_elements(), o_elems = p.o_elements(),
+               v_elems = p.v_elements();
+  if (dq.size() != q_elems || dout.size() != o_elems || in.q.size() != q_elems || dk.size() != kv_elems ||
+      dv.size() != v_elems || in.k.size() != kv_elems || in.v.size() != v_elems)
     throw std::invalid_argument("check_backward: tensor sizes do not match " + p.describe());
   const BwdCheckPlan plan = plan_bwd_check(p, mode, seed, budget);
   if (plan.mode == "none" && mode != CheckMode::none && fwd.o && fwd.lse && rows_check_reason(p).empty())
@@ -356,9 +359,10 @@ BwdCheck check_backward(const Problem& p, const HostInputs& in, const std::vecto
     HostInputs sub_in;
     sub_in.q = gather_q_like(p, in.q, plan.groups);
     sub_in.k = gather_kv_like(p, in.k, plan.groups);
-    sub_in.v = gather_kv_like(p, in.v, plan.groups);
-    c.grads = check_gradients(sub, sub_in, gather_q_like(p, dout, plan.groups), gather_q_like(p, dq, plan.groups),
-                              gather_kv_like(p, dk, plan.groups), gather_kv_like(p, dv, plan.groups));
+    sub_in.v = gather_kv_like(p, in.v, plan.groups, p.dv());
+    c.grads = check_gradients(sub, sub_in, gather_q_like(p, dout, plan.groups, p.dv()),
+                              gather_q_like(p, dq, plan.groups), gather_kv_like(p, dk, plan.groups),
+                              gather_kv_like(p, dv, plan.groups, p.dv()));
   } else {
     for (CheckResult* t : {&c.grads.dq, &c.grads.dk, &c.grads.dv}) {
       t->checked = false;

@@ -126,11 +126,11 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
       return true;
     };
     Problem& p = o->problem;
-    static const char* const kShapeFlags[] = {"--batch",    "--seqlen",     "-n",      "--seqlen-q",
+    static const char* const kShapeFlags[] = {"--batch",    "--seqlen",    "-n",          "--seqlen-q",
                                               "--seqlen-k", "--seqlens-q", "--seqlens-k", "--heads",
-                                              "--kv-heads", "--dim",       "--causal",  "--scale",
-                                              "--window",   "--prefix",    "--docs",    "--softcap",
-                                              "--alibi",    "--sinks",     "--dropout"};
+                                              "--kv-heads", "--dim",       "--dim-v",     "--causal",
+                                              "--scale",    "--window",    "--prefix",    "--docs",
+                                              "--softcap",  "--alibi",     "--sinks",     "--dropout"};
     for (const char* s : kShapeFlags) o->shape_set = o->shape_set || flag == s;
     if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
     else if (flag == "--seqlen" || flag == "-n") {
@@ -212,6 +212,7 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
     else if (flag == "--heads") { if (need()) parse_int(flag, value, &p.heads_q, &r); }
     else if (flag == "--kv-heads") { if (need() && parse_int(flag, value, &p.heads_kv, &r)) kv_heads_set = true; }
     else if (flag == "--dim") { if (need()) parse_int(flag, value, &p.head_dim, &r); }
+    else if (flag == "--dim-v") { if (need()) parse_int(flag, value, &p.head_dim_v, &r); }
     else if (flag == "--splits") { if (need()) parse_int(flag, value, &p.num_splits, &r); }
     else if (flag == "--page-size") { if (need()) parse_int(flag, value, &p.page_size, &r); }
     else if (flag == "--iters") {
@@ -333,6 +334,8 @@ std::string usage(const std::string& program) {
     << "  --heads N          query heads (default 16)\n"
     << "  --kv-heads N       key/value heads, divides --heads (default: --heads)\n"
     << "  --dim N            head_dim, multiple of 8, <= 256 (default 64)\n"
+    << "  --dim-v N          V's and O's head_dim, multiple of 8, <= 256, any pair with --dim\n"
+    << "                     (default: --dim; MLA's prefill: --dim 192 --dim-v 128)\n"
     << "  --dtype T          fp16 | bf16 (default fp16)\n"
     << "  --causal [0|1]     bottom-right aligned causal mask (default 0; alone: 1)\n"
     << "  --scale X          softmax scale (default 1/sqrt(dim))\n"

@@ -11,9 +11,10 @@ namespace fl {
 // ---- DeviceProblem ------------------------------------------------------------
 namespace {
 int pages_per_seq(const Problem& p) { return (p.seqlen_k + p.page_size - 1) / p.page_size; }
-size_t kv_elems(const Problem& p) {
-  return p.page_size > 0 ? static_cast<size_t>(p.batch) * pages_per_seq(p) * p.page_size * p.heads_kv * p.head_dim
-                         : p.kv_elements();
+/// Elements of K (@p dim = head_dim) or V (@p dim = dv) on the device: contiguous, or its pages.
+size_t kv_elems(const Problem& p, int dim) {
+  return p.page_size > 0 ? static_cast<size_t>(p.batch) * pages_per_seq(p) * p.page_size * p.heads_kv * dim
+                         : static_cast<size_t>(p.total_k()) * p.heads_kv * dim;
 }
 /// A 16-bit device tensor, whole, to the host.
 std::vector<uint16_t> download16(const DeviceBuffer& b) {
@@ -24,28 +25,31 @@ std::vector<uint16_t> download16(const DeviceBuffer& b) {
 }  // namespace
 
 size_t DeviceProblem::device_bytes(const Problem& p, size_t workspace_bytes) {
-  const size_t qo = p.q_elements() * 2;
+  const size_t qo = (p.q_elements() + p.o_elements()) * 2;
+  const size_t kv = (kv_elems(p, p.head_dim) + kv_elems(p, p.dv())) * 2;
   const size_t lse = p.lse_elements() * 4;
   const size_t cu = p.varlen() ? 2 * (static_cast<size_t>(p.batch) + 1) * sizeof(int) : 0;
-  return 2 * qo + 2 * kv_elems(p) * 2 + lse + cu + workspace_bytes;
+  return qo + kv + lse + cu + workspace_bytes;
 }
 
 DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t workspace_bytes,
                              unsigned long long seed)
     : p_(p) {
-  const int D = p.head_dim;
+  const int D = p.head_dim, Dv = p.dv();  // Q, K: D columns; V, O: Dv
   const size_t q_elems = p.q_elements();
+  if (in.q.size() != q_elems || in.k.size() != p.kv_elements() || in.v.size() != p.v_elements())
+    throw std::invalid_argument("DeviceProblem: Q, K, V do not have the sizes of " + p.describe());
   q_ = DeviceBuffer(q_elems * 2);
-  o_ = DeviceBuffer(q_elems * 2);
+  o_ = DeviceBuffer(p.o_elements() * 2);
   lse_ = DeviceBuffer(p.lse_elements() * sizeof(float));
-  k_ = DeviceBuffer(kv_elems(p) * 2);
-  v_ = DeviceBuffer(kv_elems(p) * 2);
+  k_ = DeviceBuffer(kv_elems(p, D) * 2);
+  v_ = DeviceBuffer(kv_elems(p, Dv) * 2);
   if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
   q_.upload(in.q.data(), q_elems * 2);
 
   AttnParams& a = params_;
   a = make_attn_params(p);  // shapes, scale, mask fields and dense strides
-  const int64_t hd = static_cast<int64_t>(p.heads_kv) * D;
+  const int64_t hd = static_cast<int64_t>(p.heads_kv) * D, hdv = static_cast<int64_t>(p.heads_kv) * Dv;
   if (p.page_size == 0) {
     k_.upload(in.k.data(), in.k.size() * 2);
     v_.upload(in.v.data(), in.v.size() * 2);
@@ -57,13 +61,13 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
     std::iota(table.begin(), table.end(), 0);
     std::mt19937_64 rng(seed ^ 0x9a9edull);
     std::shuffle(table.begin(), table.end(), rng);
-    std::vector<uint16_t> kp(kv_elems(p), 0), vp(kv_elems(p), 0);
+    std::vector<uint16_t> kp(kv_elems(p, D), 0), vp(kv_elems(p, Dv), 0);
     for (int b = 0; b < p.batch; ++b)
       for (int j = 0; j < p.seqlen_k; ++j) {
-        const size_t dst = (static_cast<size_t>(table[b * pps + j / page]) * page + j % page) * hd;
-        const size_t src = (static_cast<size_t>(b) * p.seqlen_k + j) * hd;
-        std::copy_n(in.k.begin() + src, hd, kp.begin() + dst);
-        std::copy_n(in.v.begin() + src, hd, vp.begin() + dst);
+        const size_t slot = static_cast<size_t>(table[b * pps + j / page]) * page + j % page;
+        const size_t token = static_cast<size_t>(b) * p.seqlen_k + j;
+        std::copy_n(in.k.begin() + token * hd, hd, kp.begin() + slot * hd);
+        std::copy_n(in.v.begin() + token * hdv, hdv, vp.begin() + slot * hdv);
       }
     k_.upload(kp.data(), kp.size() * 2);
     v_.upload(vp.data(), vp.size() * 2);
@@ -120,7 +124,7 @@ void DeviceProblem::to_fp8(const Fp8Options& o, unsigned long long seed) {
 }
 
 void DeviceProblem::want_o_fp32() {
-  if (o32_.bytes() == 0) o32_ = DeviceBuffer(p_.q_elements() * sizeof(float));
+  if (o32_.bytes() == 0) o32_ = DeviceBuffer(p_.o_elements() * sizeof(float));
   params_.o_fp32 = params16_.o_fp32 = o32_.as<float>();
 }
 
@@ -147,19 +151,20 @@ std::vector<float> DeviceProblem::download_lse() const {
 // ---- DeviceGrads ---------------------------------------------------------------
 
 size_t DeviceGrads::device_bytes(const Problem& p, size_t workspace_bytes) {
-  return 2 * (2 * p.q_elements() + 2 * p.kv_elements()) + workspace_bytes;  // dO, dQ + dK, dV
+  // dO (O's dv columns), dQ, dK, dV (V's dv columns), 16-bit.
+  return 2 * (p.o_elements() + p.q_elements() + p.kv_elements() + p.v_elements()) + workspace_bytes;
 }
 
 DeviceGrads::DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::vector<uint16_t>& dout,
                          size_t workspace_bytes, bool deterministic) {
   if (p.page_size > 0) throw std::invalid_argument("the backward pass takes a contiguous K/V (no --page-size)");
-  if (dout.size() != p.q_elements())
+  if (dout.size() != p.o_elements())
     throw std::invalid_argument("dO has " + std::to_string(dout.size()) + " elements, expected " +
-                                std::to_string(p.q_elements()));
-  dout_ = DeviceBuffer(p.q_elements() * 2);
+                                std::to_string(p.o_elements()));
+  dout_ = DeviceBuffer(p.o_elements() * 2);  // like O: dv columns
   dq_ = DeviceBuffer(p.q_elements() * 2);
   dk_ = DeviceBuffer(p.kv_elements() * 2);
-  dv_ = DeviceBuffer(p.kv_elements() * 2);
+  dv_ = DeviceBuffer(p.v_elements() * 2);  // like V: dv columns
   if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
   if (!p.sinks.empty()) dsinks_ = DeviceBuffer(p.sinks.size() * sizeof(float));
   dout_.upload(dout.data(), dout.size() * 2);

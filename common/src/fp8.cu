@@ -208,6 +208,7 @@ std::string DeviceFp8::supports(const Problem& p) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "the FP8 quantize path takes head_dim 64, 128 or 256";
   if (p.page_size > 0) return "the FP8 quantize path takes a contiguous K/V (no --page-size)";
+  if (p.dv() != p.head_dim) return "the FP8 quantize path takes one head_dim for Q, K and V (no --dim-v)";
   return "";
 }
 

@@ -45,7 +45,9 @@ float normal_at(unsigned long long seed, unsigned long long index) {
 
 HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed) {
   // A packed batch is filled as one sequence of all its tokens: [1, total, heads, head_dim].
-  const int B = p.varlen() ? 1 : p.batch, D = p.head_dim;
+  // V has dv columns: its values are drawn at V's own element numbers, so with dv = d nothing
+  // changes, and with dv != d the same formula fills the narrower or wider rows.
+  const int B = p.varlen() ? 1 : p.batch, D = p.head_dim, Dv = p.dv();
   const int Sq = static_cast<int>(p.varlen() ? p.total_q() : p.seqlen_q);
   const int Sk = static_cast<int>(p.varlen() ? p.total_k() : p.seqlen_k);
   const DType t = p.dtype;
@@ -60,7 +62,7 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       auto one = [](int, int, int, int, long long) { return 1.0f; };
       in.q = fill(B, Sq, p.heads_q, D, t, one);
       in.k = fill(B, Sk, p.heads_kv, D, t, one);
-      in.v = fill(B, Sk, p.heads_kv, D, t, one);
+      in.v = fill(B, Sk, p.heads_kv, Dv, t, one);
       break;
     }
     case InputKind::identity: {
@@ -69,7 +71,7 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       auto unit = [D](int, int s, int, int c, long long) { return c == s % D ? 8.0f : 0.0f; };
       in.q = fill(B, Sq, p.heads_q, D, t, unit);
       in.k = fill(B, Sk, p.heads_kv, D, t, unit);
-      in.v = fill(B, Sk, p.heads_kv, D, t, rnd(sv, 0.5f));
+      in.v = fill(B, Sk, p.heads_kv, Dv, t, rnd(sv, 0.5f));
       break;
     }
     case InputKind::ramp: {
@@ -79,7 +81,7 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       };
       in.q = fill(B, Sq, p.heads_q, D, t, rnd(sq, 0.25f));
       in.k = fill(B, Sk, p.heads_kv, D, t, rnd(sk, 0.25f));
-      in.v = fill(B, Sk, p.heads_kv, D, t, ramp);
+      in.v = fill(B, Sk, p.heads_kv, Dv, t, ramp);
       break;
     }
     case InputKind::outlier: {
@@ -91,13 +93,13 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       };
       in.q = fill(B, Sq, p.heads_q, D, t, out(sq));
       in.k = fill(B, Sk, p.heads_kv, D, t, out(sk));
-      in.v = fill(B, Sk, p.heads_kv, D, t, rnd(sv, 0.5f));
+      in.v = fill(B, Sk, p.heads_kv, Dv, t, rnd(sv, 0.5f));
       break;
     }
     default:
       in.q = fill(B, Sq, p.heads_q, D, t, rnd(sq, 0.25f));
       in.k = fill(B, Sk, p.heads_kv, D, t, rnd(sk, 0.25f));
-      in.v = fill(B, Sk, p.heads_kv, D, t, rnd(sv, 0.5f));
+      in.v = fill(B, Sk, p.heads_kv, Dv, t, rnd(sv, 0.5f));
   }
   return in;
 }
@@ -136,7 +138,7 @@ std::vector<uint16_t> make_grad_output(const Problem& p, unsigned long long seed
   // make_inputs uses the streams seed * 3 + {0, 1, 2}, which cover every small integer; a large
   // constant xor-ed in keeps dO's stream clear of them for any seed a run would pass.
   const unsigned long long s = seed ^ 0x6a09e667f3bcc909ull;
-  return fill(p.varlen() ? 1 : p.batch, static_cast<int>(p.varlen() ? p.total_q() : p.seqlen_q), p.heads_q, p.head_dim, p.dtype,
+  return fill(p.varlen() ? 1 : p.batch, static_cast<int>(p.varlen() ? p.total_q() : p.seqlen_q), p.heads_q, p.dv(), p.dtype,
               [s](int, int, int, int, long long n) { return normal_at(s, n) + 0.25f; });
 }
 

@@ -58,7 +58,9 @@ void set_varlen(Problem* p, const std::vector<int>& lens_q, const std::vector<in
 std::string Problem::describe() const {
   std::ostringstream s;
   s << "B=" << batch << " Sq=" << seqlen_q << " Sk=" << seqlen_k << " H=" << heads_q << "/"
-    << heads_kv << " d=" << head_dim << " " << dtype_name(dtype) << " causal=" << (causal ? 1 : 0);
+    << heads_kv << " d=" << head_dim;
+  if (dv() != head_dim) s << " dv=" << dv();
+  s << " " << dtype_name(dtype) << " causal=" << (causal ? 1 : 0);
   if (varlen()) s << " varlen tokens=" << total_q() << "/" << total_k();
   if (page_size > 0) s << " page=" << page_size;
   if (num_splits > 0) s << " splits=" << num_splits;
@@ -90,6 +92,12 @@ std::string validate(const Problem& p) {
     return bad("--dim", "must be between 1 and " + std::to_string(kMaxHeadDim), p.head_dim);
   if (p.head_dim % 8 != 0)
     return bad("--dim", "must be a multiple of 8 (16-byte rows)", p.head_dim);
+  // V's head_dim: any multiple of 8 up to kMaxHeadDim, above or below --dim (MLA's prefill: 192/128).
+  if (p.head_dim_v != 0 && (p.head_dim_v < 1 || p.head_dim_v > kMaxHeadDim || p.head_dim_v % 8 != 0))
+    return bad("--dim-v",
+               "(V's head_dim) must be a multiple of 8 between 8 and " + std::to_string(kMaxHeadDim) +
+                   ", with any --dim (0: the same as --dim)",
+               p.head_dim_v);
   if (!(p.softmax_scale >= 0) || !std::isfinite(p.softmax_scale))
     return "--scale must be a finite number > 0 (0 means 1/sqrt(dim))";
   if (p.num_splits < 0) return bad("--splits", "must be >= 0 (0 = heuristic)", p.num_splits);
@@ -151,7 +159,8 @@ std::string validate(const Problem& p) {
       if (d[n] <= d[n - 1]) return "document starts must increase (no empty document)";
   }
   // Element counts must fit the int64 strides with room to spare.
-  const double elems = static_cast<double>(std::max(p.total_q(), p.total_k())) * p.heads_q * p.head_dim;
+  const double elems =
+      static_cast<double>(std::max(p.total_q(), p.total_k())) * p.heads_q * std::max(p.head_dim, p.dv());
   if (elems > 4e12) return "problem too large: more than 4e12 elements per tensor";
   return "";
 }
@@ -164,6 +173,7 @@ Problem problem_of(const AttnParams& a) {
   p.heads_q = a.heads_q;
   p.heads_kv = a.heads_kv;
   p.head_dim = a.head_dim;
+  p.head_dim_v = a.head_dim_v;  // 0 or head_dim: dv() is head_dim
   p.dtype = static_cast<DType>(a.dtype);
   p.causal = a.causal != 0;
   p.softmax_scale = a.softmax_scale;
@@ -183,19 +193,26 @@ Problem problem_of(const AttnParams& a) {
 
 AttnParams make_attn_params(const Problem& p) {
   AttnParams a{};
-  const int64_t D = p.head_dim;
-  a.q_batch_stride = a.o_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * D;
-  a.q_row_stride = a.o_row_stride = static_cast<int64_t>(p.heads_q) * D;
-  a.q_head_stride = a.o_head_stride = D;
-  a.k_batch_stride = a.v_batch_stride = static_cast<int64_t>(p.seqlen_k) * p.heads_kv * D;
-  a.k_row_stride = a.v_row_stride = static_cast<int64_t>(p.heads_kv) * D;
-  a.k_head_stride = a.v_head_stride = D;
+  const int64_t D = p.head_dim, Dv = p.dv();  // Q and K's columns, V and O's
+  a.q_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * D;
+  a.q_row_stride = static_cast<int64_t>(p.heads_q) * D;
+  a.q_head_stride = D;
+  a.o_batch_stride = static_cast<int64_t>(p.seqlen_q) * p.heads_q * Dv;
+  a.o_row_stride = static_cast<int64_t>(p.heads_q) * Dv;
+  a.o_head_stride = Dv;
+  a.k_batch_stride = static_cast<int64_t>(p.seqlen_k) * p.heads_kv * D;
+  a.k_row_stride = static_cast<int64_t>(p.heads_kv) * D;
+  a.k_head_stride = D;
+  a.v_batch_stride = static_cast<int64_t>(p.seqlen_k) * p.heads_kv * Dv;
+  a.v_row_stride = static_cast<int64_t>(p.heads_kv) * Dv;
+  a.v_head_stride = Dv;
   a.batch = p.batch;
   a.seqlen_q = p.seqlen_q;
   a.seqlen_k = p.seqlen_k;
   a.heads_q = p.heads_q;
   a.heads_kv = p.heads_kv;
   a.head_dim = p.head_dim;
+  a.head_dim_v = p.dv();
   a.group = p.group();
   a.causal = p.causal ? 1 : 0;
   a.causal_offset = p.causal_offset();
@@ -277,24 +294,28 @@ double unmasked_pairs(const Problem& p) {
   return pairs * p.batch * p.heads_q;
 }
 
-double attention_flops(const Problem& p) { return 4.0 * unmasked_pairs(p) * p.head_dim; }
+double attention_flops(const Problem& p) {
+  // QK^T: 2 FLOPs per MAC over head_dim; PV: over dv. 4 pairs d when dv = d, as always.
+  return 2.0 * unmasked_pairs(p) * (p.head_dim + p.dv());
+}
 
 double attention_bytes(const Problem& p) {
-  const double qo = 2.0 * static_cast<double>(p.total_q()) * p.heads_q * p.head_dim;  // Q read + O write
-  return 2.0 * qo + kv_bytes(p);
+  const double q = static_cast<double>(p.total_q()) * p.heads_q;  // query rows x heads
+  return 2.0 * (q * p.head_dim + q * p.dv()) + kv_bytes(p);        // Q read + O written, 16-bit
 }
 
 double kv_bytes(const Problem& p) {
-  return 2.0 * 2.0 * static_cast<double>(p.total_k()) * p.heads_kv * p.head_dim;
+  return 2.0 * static_cast<double>(p.total_k()) * p.heads_kv * (p.head_dim + p.dv());  // K + V, 16-bit
 }
 
 double attention_bwd_bytes(const Problem& p) {
-  // Four tensors shaped like Q (Q, O, dO read; dQ written) and four like K (K, V read; dK, dV
-  // written), 16-bit each, plus the forward's LSE (fp32, one per query row and head) read.
-  const double q_like = 2.0 * static_cast<double>(p.total_q()) * p.heads_q * p.head_dim;
-  const double kv_like = 2.0 * static_cast<double>(p.total_k()) * p.heads_kv * p.head_dim;
+  // Q read and dQ written, O and dO read (O's dv columns); K read and dK written, V read and dV
+  // written (V's dv columns); 16-bit each, plus the forward's LSE (fp32, one per query row and
+  // head) read. Four tensors of each shape when dv = d.
+  const double q = 2.0 * static_cast<double>(p.total_q()) * p.heads_q;    // bytes per column
+  const double kv = 2.0 * static_cast<double>(p.total_k()) * p.heads_kv;  // bytes per column
   const double lse = 4.0 * static_cast<double>(p.lse_elements());
-  return 4.0 * q_like + 4.0 * kv_like + lse;
+  return 2.0 * q * (p.head_dim + p.dv()) + 2.0 * kv * (p.head_dim + p.dv()) + lse;
 }
 
 }  // namespace fl

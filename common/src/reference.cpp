@@ -66,7 +66,7 @@ std::vector<RowId> rows_for_check(const Problem& p, CheckMode mode, unsigned lon
   // auto: full while the fp64 work (B*H*Sq*Sk*d MACs) is small.
   double qk = 0;  // query-key products the reference computes (all of them: it masks after)
   for (int b = 0; b < p.batch; ++b) qk += static_cast<double>(p.len_q(b)) * p.len_k(b);
-  const double macs = qk * p.heads_q * p.head_dim;
+  const double macs = qk * p.heads_q * (p.head_dim + p.dv()) / 2;  // d when dv = d
   return macs <= 4.0e9 ? all_rows(p) : sample_rows(p, seed);
 }
 
@@ -75,11 +75,12 @@ namespace {
 template <class Scalar>
 using Mat = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-/// The keys of sequence b, kv head h, of K (@p is_v false) or V as a len_k(b) x dim matrix,
-/// read through HostInputs' accessors (16-bit bits, or the FP8 path's values).
+/// The keys of sequence b, kv head h, of K (@p is_v false: head_dim columns) or V (dv columns) as
+/// a len_k(b) x dim matrix, read through HostInputs' accessors (16-bit bits, or the FP8 path's
+/// values).
 template <class Scalar>
 Mat<Scalar> head_matrix(const Problem& p, const HostInputs& in, bool is_v, int b, int h) {
-  const int S = p.len_k(b), D = p.head_dim;
+  const int S = p.len_k(b), D = is_v ? p.dv() : p.head_dim;
   Mat<Scalar> m(S, D);
   for (int s = 0; s < S; ++s) {
     const size_t base = (static_cast<size_t>(p.k_token(b, s)) * p.heads_kv + h) * D;
@@ -93,9 +94,9 @@ Mat<Scalar> head_matrix(const Problem& p, const HostInputs& in, bool is_v, int b
 /// computed in Scalar with Eigen: S = scale Q K^T, masked, softmax, O = P V.
 template <class Scalar>
 RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows) {
-  const int D = p.head_dim;
+  const int D = p.head_dim, Dv = p.dv();  // Q and K's columns, V and O's
   RowResults res;
-  res.out.assign(rows.size() * D, 0.0);
+  res.out.assign(rows.size() * Dv, 0.0);
   res.lse.assign(rows.size(), -std::numeric_limits<double>::infinity());
 
   // Group rows by (batch, kv head), then cut each group into chunks of rows.
@@ -169,8 +170,8 @@ RowResults reference_impl(const Problem& p, const HostInputs& in, const std::vec
     }
     const Mat<Scalar> O = S * V;
     for (int r = 0; r < n; ++r)
-      for (int c = 0; c < D; ++c)
-        res.out[idx[task.begin + r] * D + c] = static_cast<double>(O(r, c));
+      for (int c = 0; c < Dv; ++c)
+        res.out[idx[task.begin + r] * Dv + c] = static_cast<double>(O(r, c));
   }
   return res;
 }
@@ -190,16 +191,16 @@ RowResults reference_fp32(const Problem& p, const HostInputs& in, const std::vec
 }
 
 RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector<RowId>& rows) {
-  const int D = p.head_dim;
+  const int D = p.head_dim, Dv = p.dv();  // q . k over D columns; O = P V over Dv
   const double scale = p.scale();
   RowResults res;
-  res.out.assign(rows.size() * D, 0.0);
+  res.out.assign(rows.size() * Dv, 0.0);
   res.lse.assign(rows.size(), -std::numeric_limits<double>::infinity());
   auto q_at = [&](const RowId& r, int c) {
     return in.q_at((static_cast<size_t>(p.q_token(r.b, r.i)) * p.heads_q + r.h) * D + c, p.dtype);
   };
   auto kv_at = [&](bool is_v, int b, int j, int hk, int c) {
-    const size_t i = (static_cast<size_t>(p.k_token(b, j)) * p.heads_kv + hk) * D + c;
+    const size_t i = (static_cast<size_t>(p.k_token(b, j)) * p.heads_kv + hk) * (is_v ? Dv : D) + c;
     return is_v ? in.v_at(i, p.dtype) : in.k_at(i, p.dtype);
   };
   for (size_t n = 0; n < rows.size(); ++n) {
@@ -230,7 +231,7 @@ RowResults naive_loops(const Problem& p, const HostInputs& in, const std::vector
     for (size_t j = 0; j < s.size(); ++j) {
       const int key = span.lo + static_cast<int>(j);
       const double z = p.dropout() ? (p.dropout_kept(r.b, r.h, r.i, key) ? keep_scale : 0.0) : 1.0;
-      for (int c = 0; c < D; ++c) res.out[n * D + c] += s[j] / l * z * kv_at(true, r.b, key, hk, c);
+      for (int c = 0; c < Dv; ++c) res.out[n * Dv + c] += s[j] / l * z * kv_at(true, r.b, key, hk, c);
     }
     res.lse[n] = m + std::log(l);
   }

@@ -46,7 +46,7 @@ void store_rows(const Mat<Scalar>& m, std::vector<double>* t, int64_t token0, in
 /// LSE of -inf (what a row that sees no key keeps).
 BwdResults empty_results(const Problem& p, const BwdInputs& x) {
   BwdResults res;
-  res.out.assign(x.q.size(), 0.0);
+  res.out.assign(x.dout.size(), 0.0);  // O is shaped like dO: dv columns
   res.dq.assign(x.q.size(), 0.0);
   res.dk.assign(x.k.size(), 0.0);
   res.dv.assign(x.v.size(), 0.0);
@@ -66,7 +66,7 @@ BwdResults empty_results(const Problem& p, const BwdInputs& x) {
 template <class Scalar>
 BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
   const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv;
-  const int D = p.head_dim, G = p.group();
+  const int D = p.head_dim, Dv = p.dv(), G = p.group();  // Q, K, dQ, dK: D columns; V, O, dO, dV: Dv
   BwdResults res = empty_results(p, x);
 
   constexpr int kChunk = 64;
@@ -82,13 +82,13 @@ BwdResults backward_impl(const Problem& p, const BwdInputs& x) {
     const int b = static_cast<int>(t / Hkv), hk = static_cast<int>(t % Hkv);
     const int Sq = p.len_q(b), Sk = p.len_k(b);
     const Mat<Scalar> K = rows_of<Scalar>(x.k, p.k_token(b, 0), hk, Sk, Hkv, D);
-    const Mat<Scalar> V = rows_of<Scalar>(x.v, p.k_token(b, 0), hk, Sk, Hkv, D);
-    Mat<Scalar> dK = Mat<Scalar>::Zero(Sk, D), dV = Mat<Scalar>::Zero(Sk, D);
+    const Mat<Scalar> V = rows_of<Scalar>(x.v, p.k_token(b, 0), hk, Sk, Hkv, Dv);
+    Mat<Scalar> dK = Mat<Scalar>::Zero(Sk, D), dV = Mat<Scalar>::Zero(Sk, Dv);
     for (int h = hk * G; h < (hk + 1) * G; ++h) {
       for (int i0 = 0; i0 < Sq; i0 += kChunk) {
         const int n = std::min(kChunk, Sq - i0);
         const Mat<Scalar> Q = rows_of<Scalar>(x.q, p.q_token(b, i0), h, n, Hq, D);
-        const Mat<Scalar> dO = rows_of<Scalar>(x.dout, p.q_token(b, i0), h, n, Hq, D);
+        const Mat<Scalar> dO = rows_of<Scalar>(x.dout, p.q_token(b, i0), h, n, Hq, Dv);
         Mat<Scalar> P = (Q * K.transpose()) * scale;  // S, turned into P in place
         const Mat<Scalar> S = softcapped ? P : Mat<Scalar>();  // softcapping's derivative reads S
         const size_t stat = p.lse_index(b, h, i0);  // (b, h, i0) of LSE and D; rows follow at stride 1
@@ -191,14 +191,14 @@ BwdResults naive_loops_bwd(const Problem& p, const HostInputs& in,
 
 BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
   const int B = p.batch, Hq = p.heads_q, Hkv = p.heads_kv;
-  const int D = p.head_dim;
+  const int D = p.head_dim, Dv = p.dv();  // Q, K: D columns; V, O, dO: Dv
   const double scale = p.scale();
   BwdResults res = empty_results(p, x);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < Hq; ++h) {
       const int hk = h / p.group();
       for (int i = 0; i < p.len_q(b); ++i) {
-        const size_t qi = at(p.q_token(b, i), h, Hq, D);
+        const size_t qi = at(p.q_token(b, i), h, Hq, D), oi = at(p.q_token(b, i), h, Hq, Dv);
         const size_t stat = p.lse_index(b, h, i);
         // Scores of the keys row i sees, j = span.lo + index (a causal row sees keys 0 .. i +
         // len_k - len_q), modified (softcapping, ALiBi); raw: before the modifiers.
@@ -234,22 +234,23 @@ BwdResults naive_loops_bwd(const Problem& p, const BwdInputs& x) {
                        : 0.0;
         // O_i = sum_j P_ij z_j V_j, then D_i = dO_i . O_i.
         for (size_t j = 0; j < s.size(); ++j)
-          for (int c = 0; c < D; ++c)
-            res.out[qi + c] += prob[j] * z[j] *
-                               x.v[at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D) + c];
+          for (int c = 0; c < Dv; ++c)
+            res.out[oi + c] += prob[j] * z[j] *
+                               x.v[at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, Dv) + c];
         double delta = 0;
-        for (int c = 0; c < D; ++c) delta += x.dout[qi + c] * res.out[qi + c];
+        for (int c = 0; c < Dv; ++c) delta += x.dout[oi + c] * res.out[oi + c];
         res.delta[stat] = delta;
         // d L / d sink = sum_c dO_ic (d O_ic / d sink) = -P_i,sink D_i, P_i,sink = e^{sink - m} / l.
         if (sinks) res.dsinks[h] -= std::exp(sink - m) / l * delta;
         for (size_t j = 0; j < s.size(); ++j) {
-          const size_t kj = at(p.k_token(b, span.lo + static_cast<int>(j)), hk, Hkv, D);
+          const int64_t tok = p.k_token(b, span.lo + static_cast<int>(j));
+          const size_t kj = at(tok, hk, Hkv, D), vj = at(tok, hk, Hkv, Dv);
           double dp = 0;  // dP_ij = (dO_i . V_j) z_j
-          for (int c = 0; c < D; ++c) dp += x.dout[qi + c] * x.v[kj + c];
+          for (int c = 0; c < Dv; ++c) dp += x.dout[oi + c] * x.v[vj + c];
           dp *= z[j];
           const double ds = prob[j] * (dp - delta) * p.modified_score_grad(raw[j]);
+          for (int c = 0; c < Dv; ++c) res.dv[vj + c] += prob[j] * z[j] * x.dout[oi + c];
           for (int c = 0; c < D; ++c) {
-            res.dv[kj + c] += prob[j] * z[j] * x.dout[qi + c];
             res.dq[qi + c] += scale * ds * x.k[kj + c];
             res.dk[kj + c] += scale * ds * x.q[qi + c];
           }
@@ -279,10 +280,10 @@ BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const 
   const Tolerance floor = gradient_tolerance_floor(p.dtype);
   auto judge = [&](const char* name, const std::vector<uint16_t>& got,
                    const std::vector<double>& want, const std::vector<double>& f32,
-                   CheckResult* c) {
+                   CheckResult* c, int cols) {
     c->checked = true;
     c->mode = "full";
-    c->rows = want.size() / static_cast<size_t>(p.head_dim);
+    c->rows = want.size() / static_cast<size_t>(cols);
     if (got.size() != want.size()) {
       c->reason = std::string(name) + " has " + std::to_string(got.size()) +
                   " elements, expected " + std::to_string(want.size());
@@ -295,9 +296,9 @@ BwdCheckResult compare_gradients(const Problem& p, const BwdResults& ref, const 
       decide(c);
     }
   };
-  judge("dQ", dq, ref.dq, fp32.dq, &r.dq);
-  judge("dK", dk, ref.dk, fp32.dk, &r.dk);
-  judge("dV", dv, ref.dv, fp32.dv, &r.dv);
+  judge("dQ", dq, ref.dq, fp32.dq, &r.dq, p.head_dim);
+  judge("dK", dk, ref.dk, fp32.dk, &r.dk, p.head_dim);
+  judge("dV", dv, ref.dv, fp32.dv, &r.dv, p.dv());
   if (!p.sinks.empty()) {  // one fp32 value per query head, summed over the head's rows
     CheckResult* c = &r.dsinks;
     c->checked = true;

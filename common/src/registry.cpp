@@ -142,6 +142,8 @@ std::string registry_json(const Registry& reg) {
 }
 
 std::string feature_support(const Rung& r, const Problem& p) {
+  if (p.dv() != p.head_dim && !r.head_dim_v)
+    return "a V head_dim of its own (--dim-v) is not supported by this rung";
   if (p.page_size > 0 && !r.paged_kv) return "paged KV cache (--page-size) not supported by this rung";
   if (p.varlen() && !r.varlen)
     return "variable-length batches (--seqlens-q) not supported by this rung (rungs 14 and 15 take them)";

@@ -296,6 +296,7 @@ std::string problem_json(const Problem& p, bool backward) {
       .kv("heads_q", p.heads_q)
       .kv("heads_kv", p.heads_kv)
       .kv("head_dim", p.head_dim)
+      .kv("head_dim_v", p.dv())  // V's and O's head_dim: head_dim unless --dim-v gave V its own
       .kv("dtype", dtype_name(p.dtype))
       .kv("causal", p.causal)
       .kv("softmax_scale", static_cast<double>(p.scale()))

@@ -516,6 +516,9 @@ int ring_main(int argc, char** argv) {
         "--seqlen)";
   if (bad.empty() && opt.problem.page_size != 0)
     bad = "rung 12 takes a contiguous K/V (no --page-size)";
+  if (bad.empty() && opt.problem.dv() != opt.problem.head_dim)
+    bad = "a V head_dim of its own (--dim-v) is not supported by rung 12 (its ring moves K and V rows of one "
+          "head_dim)";
   if (bad.empty() && (opt.sweep || opt.deterministic || opt.list || opt.registry_json))
     bad =
         "rung 12 has no --sweep, --deterministic, --list or --registry-json (it is not in the "

@@ -192,13 +192,17 @@ TEST_CASE("a group's gradients are exact on their own (gathered sub-problem)", "
   // With dropout the sub-problem keeps each group's mask (Problem::dropout_bh0): a sampled check of
   // a dropout backward compares the same mask as the kernel drew (it did not, and a correct kernel
   // failed its sampled check at 4k).
+  // V's head_dim of its own (--dim-v, MLA): V, dO and dV are gathered at dv columns, Q, dQ, K, dK
+  // at head_dim (48 is wider than Q's 32, 16 narrower).
   const bool drop = GENERATE(false, true);
+  const int dv = GENERATE(0, 48, 16);
   Problem p = shape(3, 70, 90, 8, 2, 32, true);
+  p.head_dim_v = dv;
   if (drop) {
     p.dropout_p = 0.3f;
     p.dropout_seed = 99;
   }
-  INFO("dropout " << drop);
+  INFO("dropout " << drop << ", " << p.describe());
   const HostInputs in = make_inputs(p, InputKind::random, 4);
   const std::vector<uint16_t> dout = make_grad_output(p, 4);
   const BwdResults full = reference_bwd_fp64(p, in, dout);
@@ -206,6 +210,7 @@ TEST_CASE("a group's gradients are exact on their own (gathered sub-problem)", "
   const Problem sub = group_problem(p, groups);
   REQUIRE((sub.batch == 2 && sub.heads_kv == 1 && sub.heads_q == 4 && sub.seqlen_q == 70 && sub.seqlen_k == 90));
   REQUIRE((sub.causal && sub.scale() == p.scale() && sub.dtype == p.dtype));
+  REQUIRE((sub.head_dim == p.head_dim && sub.dv() == p.dv()));
   for (size_t g = 0; g < groups.size(); ++g)
     for (int h = 0; h < p.group(); ++h)
       for (int i = 0; i < p.seqlen_q; i += 7)
@@ -215,18 +220,22 @@ TEST_CASE("a group's gradients are exact on their own (gathered sub-problem)", "
   HostInputs sin;
   sin.q = gather_q_like(p, in.q, groups);
   sin.k = gather_kv_like(p, in.k, groups);
-  sin.v = gather_kv_like(p, in.v, groups);
-  const BwdResults part = reference_bwd_fp64(sub, sin, gather_q_like(p, dout, groups));
+  sin.v = gather_kv_like(p, in.v, groups, p.dv());
+  REQUIRE((sin.q.size() == sub.q_elements() && sin.k.size() == sub.kv_elements()));
+  REQUIRE(sin.v.size() == sub.v_elements());
+  const BwdResults part = reference_bwd_fp64(sub, sin, gather_q_like(p, dout, groups, p.dv()));
+  REQUIRE((part.dv.size() == sub.v_elements() && part.out.size() == sub.o_elements()));
   // The sub-problem's rows are the groups' rows of the full problem, in order.
   for (size_t g = 0; g < groups.size(); ++g) {
     const int b = groups[g].b, hk = groups[g].hk;
-    for (int s = 0; s < p.seqlen_k; ++s)
-      for (int c = 0; c < p.head_dim; ++c) {
+    for (int s = 0; s < p.seqlen_k; ++s) {
+      for (int c = 0; c < p.head_dim; ++c)
         REQUIRE(std::fabs(part.dk[at(static_cast<int>(g), s, 0, p.seqlen_k, 1, p.head_dim) + c] -
                           full.dk[at(b, s, hk, p.seqlen_k, p.heads_kv, p.head_dim) + c]) < 1e-12);
-        REQUIRE(std::fabs(part.dv[at(static_cast<int>(g), s, 0, p.seqlen_k, 1, p.head_dim) + c] -
-                          full.dv[at(b, s, hk, p.seqlen_k, p.heads_kv, p.head_dim) + c]) < 1e-12);
-      }
+      for (int c = 0; c < p.dv(); ++c)
+        REQUIRE(std::fabs(part.dv[at(static_cast<int>(g), s, 0, p.seqlen_k, 1, p.dv()) + c] -
+                          full.dv[at(b, s, hk, p.seqlen_k, p.heads_kv, p.dv()) + c]) < 1e-12);
+    }
     for (int s = 0; s < p.seqlen_q; ++s)
       for (int h = 0; h < p.group(); ++h)
         for (int c = 0; c < p.head_dim; ++c)

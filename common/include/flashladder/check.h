@@ -67,7 +67,7 @@ Tolerance tolerance_for(DType t, const ErrorStats& fp32_err);
 /// max(2 x fp32 error, floor), the absolute floor scaled by max(1, max |ref|).
 Tolerance tolerance_for(const Tolerance& floor, const ErrorStats& fp32_err);
 
-/// Compares rows of a 16-bit output [batch, seqlen_q, heads_q, head_dim]
+/// Compares rows of a 16-bit output [batch, seqlen_q, heads_q, dv]
 /// (dense) and fp32 LSE [batch, heads_q, seqlen_q] with a reference.
 ErrorStats compare_rows(const Problem& p, const std::vector<uint16_t>& out,
                         const std::vector<float>& lse, const std::vector<RowId>& rows,

@@ -29,8 +29,9 @@ struct BwdGroup {
   int hk;  ///< KV head (its query heads are hk * group ... hk * group + group - 1)
 };
 
-/// The reference's work on @p p in the forward's units, B x Hq x Sq x Sk x d (it does about five
-/// multiply-adds per unit, in fp64 and again in fp32 for the tolerance).
+/// The reference's work on @p p in the forward's units, B x Hq x Sq x Sk x d, d the mean of
+/// head_dim and dv (it does about five multiply-adds per unit, in fp64 and again in fp32 for the
+/// tolerance).
 double bwd_check_work(const Problem& p);
 
 /// The default budget: `--check auto` compares the whole problem up to this much work
@@ -57,18 +58,18 @@ BwdCheckPlan plan_bwd_check(const Problem& p, CheckMode mode, unsigned long long
 
 /// The problem made of @p groups of @p p, one after another as its batches: one KV head,
 /// group() query heads, the same lengths (a packed batch: the groups' sequences, packed),
-/// head_dim, dtype, mask and scale.
+/// head_dim, dv, dtype, mask and scale.
 Problem group_problem(const Problem& p, const std::vector<BwdGroup>& groups);
 
-/// The rows of @p groups in a [tokens, heads_q, head_dim] tensor of @p p (Q, O, dO, dQ; dense or
-/// packed), in group_problem()'s layout.
+/// The rows of @p groups in a [tokens, heads_q, dim] tensor of @p p (dense or packed), in
+/// group_problem()'s layout; @p dim 0 means head_dim (Q, dQ), p.dv() is O's and dO's.
 std::vector<uint16_t> gather_q_like(const Problem& p, const std::vector<uint16_t>& t,
-                                    const std::vector<BwdGroup>& groups);
+                                    const std::vector<BwdGroup>& groups, int dim = 0);
 
-/// The rows of @p groups in a [tokens, heads_kv, head_dim] tensor of @p p (K, V, dK, dV; dense or
-/// packed), in group_problem()'s layout.
+/// The rows of @p groups in a [tokens, heads_kv, dim] tensor of @p p (dense or packed), in
+/// group_problem()'s layout; @p dim 0 means head_dim (K, dK), p.dv() is V's and dV's.
 std::vector<uint16_t> gather_kv_like(const Problem& p, const std::vector<uint16_t>& t,
-                                     const std::vector<BwdGroup>& groups);
+                                     const std::vector<BwdGroup>& groups, int dim = 0);
 
 /// What the check of one backward run found.
 struct BwdCheck {
@@ -85,7 +86,8 @@ struct BwdCheck {
 };
 
 /// The forward pass's outputs, for the row-sampled check (check_backward_rows): O (16-bit, dense
-/// like Q) and the LSE ([batch, heads_q, seqlen_q], natural log), as the backward read them.
+/// [batch, seqlen_q, heads_q, dv]) and the LSE ([batch, heads_q, seqlen_q], natural log), as the
+/// backward read them.
 struct BwdForward {
   const std::vector<uint16_t>* o = nullptr;
   const std::vector<float>* lse = nullptr;
@@ -96,8 +98,9 @@ struct BwdForward {
 std::string rows_check_reason(const Problem& p);
 
 /// Rows compared by the row-sampled check, each of query rows and key rows: as many as fit
-/// kBwdGroupCapFactor x @p budget of work (a query row costs heads_q x seqlen_k x head_dim, a key
-/// row heads_q x seqlen_q x head_dim), at least 4 and at most 64 (or the length).
+/// kBwdGroupCapFactor x @p budget of work (a query row costs heads_q x seqlen_k x d, a key row
+/// heads_q x seqlen_q x d, d the mean of head_dim and dv), at least 4 and at most 64 (or the
+/// length).
 int rows_check_count(const Problem& p, double budget = kBwdCheckWork);
 
 /// The backward's check on sampled rows, for problems whose (batch, KV head) groups are each too

@@ -19,7 +19,7 @@ enum class InputKind { random, ones, identity, ramp, outlier };
 /// Everything the command line can set.
 struct Options {
   Problem problem;              ///< the shape
-  bool shape_set = false;       ///< a shape flag was given (--batch, --seqlen*, --heads, --kv-heads, --dim, --causal, --scale, a mask or modifier)
+  bool shape_set = false;       ///< a shape flag was given (--batch, --seqlen*, --heads, --kv-heads, --dim, --dim-v, --causal, --scale, a mask or modifier)
   InputKind input = InputKind::random;  ///< --input
   CheckMode check = CheckMode::auto_;   ///< --check
   int iters = 50;               ///< --iters: timed launches (median is reported)

@@ -31,7 +31,7 @@ class DeviceProblem {
   void want_o_fp32();
   /// Fills O, LSE and the fp32 O (when wanted) with NaN (so unwritten elements are caught).
   void poison_outputs();
-  /// Dense O [batch, seqlen_q, heads_q, head_dim] (packed [total_q, ...]) as 16-bit bits.
+  /// Dense O [batch, seqlen_q, heads_q, dv] (packed [total_q, ...]) as 16-bit bits.
   std::vector<uint16_t> download_o() const;
   /// The fp32 copy of O (empty unless want_o_fp32 was called).
   std::vector<float> download_o_fp32() const;

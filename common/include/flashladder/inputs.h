@@ -11,8 +11,9 @@
 
 namespace fl {
 
-/// Q, K, V in dense [batch, seqlen, heads, head_dim] layout (packed [total, heads, head_dim] for
-/// a variable-length batch: Problem::q_token and k_token index both), 16-bit bits.
+/// Q, K, V in dense [batch, seqlen, heads, head_dim] layout, V with Problem::dv() columns (packed
+/// [total, heads, head_dim] for a variable-length batch: Problem::q_token and k_token index
+/// both), 16-bit bits.
 struct HostInputs {
   std::vector<uint16_t> q, k, v;
   /// The FP8 path's inputs (fp8_device.h): the values an FP8 rung computes with, e4m3 times
@@ -33,7 +34,7 @@ struct HostInputs {
 HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed);
 
 /// Makes dO, the gradient of the loss with respect to O, for a backward pass: laid out like O
-/// ([batch, seqlen_q, heads_q, head_dim], 16-bit bits), N(0,1) + 0.25 like Q and K, on a stream
+/// ([batch, seqlen_q, heads_q, dv], 16-bit bits), N(0,1) + 0.25 like Q and K, on a stream
 /// of its own (make_inputs with any seed never draws the same values).
 std::vector<uint16_t> make_grad_output(const Problem& p, unsigned long long seed);
 

@@ -18,14 +18,19 @@ namespace fl {
 constexpr int kMaxHeadDim = 256;
 
 /// One attention problem, laid out as flash_attn_func:
-/// Q [batch, seqlen_q, heads_q, head_dim], K/V [batch, seqlen_k, heads_kv, head_dim].
+/// Q [batch, seqlen_q, heads_q, head_dim], K [batch, seqlen_k, heads_kv, head_dim],
+/// V [batch, seqlen_k, heads_kv, dv()], O [batch, seqlen_q, heads_q, dv()].
 struct Problem {
   int batch = 4;           ///< batch size
   int seqlen_q = 1024;     ///< query length
   int seqlen_k = 1024;     ///< key/value length
   int heads_q = 16;        ///< query heads
   int heads_kv = 16;       ///< key/value heads (divides heads_q: GQA/MQA)
-  int head_dim = 64;       ///< head dimension
+  int head_dim = 64;       ///< head dimension of Q and K (QK^T's inner dimension)
+  /// Head dimension of V, O, dO and dV when it differs from head_dim (MLA's prefill and training:
+  /// 192/128; FlashAttention 3 takes any dv <= d, the harness any pair). 0: the same as head_dim.
+  /// Read it through dv(). Only rungs with Rung::head_dim_v take dv != head_dim.
+  int head_dim_v = 0;
   DType dtype = DType::fp16;  ///< storage type
   bool causal = false;     ///< bottom-right aligned causal mask
   float softmax_scale = 0; ///< 0 means 1/sqrt(head_dim)
@@ -90,8 +95,10 @@ struct Problem {
     return dropout_keep_bh(dropout_key(), bh0 + static_cast<uint32_t>(h), i, j);
   }
 
-  /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0.
+  /// The scale actually used: softmax_scale, or 1/sqrt(head_dim) when 0 (Q and K's head_dim).
   float scale() const;
+  /// Head dimension of V, O, dO and dV: head_dim_v, or head_dim when 0.
+  int dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   /// heads_q / heads_kv.
   int group() const { return heads_q / heads_kv; }
   /// seqlen_k - seqlen_q: query i sees key j iff j <= i + causal_offset().
@@ -149,11 +156,16 @@ struct Problem {
   /// Elements of the LSE: batch x heads_q x seqlen_q dense, heads_q x total_q packed.
   size_t lse_elements() const { return static_cast<size_t>(heads_q) * total_q(); }
 
-  /// Elements of Q (and of O, dO, dQ): total_q x heads_q x head_dim.
+  /// Elements of Q (and of dQ): total_q x heads_q x head_dim.
   size_t q_elements() const { return static_cast<size_t>(total_q()) * heads_q * head_dim; }
-  /// Elements of a contiguous K (and of V, dK, dV): total_k x heads_kv x head_dim.
+  /// Elements of O (and of dO, the fp32 O): total_q x heads_q x dv(); q_elements() when dv = d.
+  size_t o_elements() const { return static_cast<size_t>(total_q()) * heads_q * dv(); }
+  /// Elements of a contiguous K (and of dK): total_k x heads_kv x head_dim.
   size_t kv_elements() const { return static_cast<size_t>(total_k()) * heads_kv * head_dim; }
-  /// One-line description, e.g. "B=4 Sq=1024 Sk=1024 H=16/16 d=64 fp16 causal=0".
+  /// Elements of a contiguous V (and of dV): total_k x heads_kv x dv(); kv_elements() when dv = d.
+  size_t v_elements() const { return static_cast<size_t>(total_k()) * heads_kv * dv(); }
+  /// One-line description, e.g. "B=4 Sq=1024 Sk=1024 H=16/16 d=64 fp16 causal=0" (" dv=N" after
+  /// d when V's head_dim differs).
   std::string describe() const;
 };
 
@@ -162,7 +174,8 @@ struct Problem {
 void set_varlen(Problem* p, const std::vector<int>& lens_q, const std::vector<int>& lens_k = {});
 
 /// Checks a problem against the contract; "" if valid, else a message naming
-/// the offending flag (e.g. "--dim must be between 1 and 256, got 0").
+/// the offending flag (e.g. "--dim must be between 1 and 256, got 0"). head_dim_v: 0, or
+/// 1 ... kMaxHeadDim and a multiple of 8, with any head_dim (dv > d as well as dv < d).
 std::string validate(const Problem& p);
 
 /// Parameters every kernel receives (plain data, passed by value).
@@ -170,11 +183,11 @@ std::string validate(const Problem& p);
 struct AttnParams {
   const void* q;  ///< [batch, seqlen_q, heads_q, head_dim]
   const void* k;  ///< [batch, seqlen_k, heads_kv, head_dim], or a page pool when paged
-  const void* v;  ///< like k
-  void* o;        ///< like q
+  const void* v;  ///< like k, with head_dim_v columns
+  void* o;        ///< like q, with head_dim_v columns
   float* lse;     ///< [batch, heads_q, seqlen_q], natural log; -inf for rows that see no key
   /// Optional (null: not written): O in fp32 before its 16-bit rounding, dense [batch, seqlen_q,
-  /// heads_q, head_dim], written by the forward rungs that declare Rung::writes_o_fp32. The
+  /// heads_q, head_dim_v], written by the forward rungs that declare Rung::writes_o_fp32. The
   /// backward pass's D = rowsum(dO * O) reads it: from the 16-bit O, D carries O's rounding,
   /// which no row of dS cancels, and dQ's error grows with the keys a row sees (rung 11's README).
   float* o_fp32;
@@ -185,6 +198,10 @@ struct AttnParams {
   int64_t o_batch_stride, o_row_stride, o_head_stride;
 
   int batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim;
+  /// V's and O's head_dim (Problem::dv(): head_dim unless the problem gives V its own). Only rungs
+  /// with Rung::head_dim_v are launched with head_dim_v != head_dim; the v_ and o_ strides count
+  /// its columns.
+  int head_dim_v;
   int group;          ///< heads_q / heads_kv
   int causal;         ///< 0 or 1
   int causal_offset;  ///< seqlen_k - seqlen_q
@@ -238,10 +255,10 @@ struct AttnParams {
 };
 
 /// AttnParams for @p p with the shape, mask and scale fields filled (group, causal_offset,
-/// softmax_scale and its log2(e) multiple, dtype, num_splits) and the strides of dense
-/// [batch, seqlen, heads, head_dim] tensors; pointers, workspace and paging null. The runner's
-/// DeviceProblem and the Python bindings both start from it, then set their pointers (and the
-/// bindings their tensors' strides).
+/// softmax_scale and its log2(e) multiple, dtype, num_splits, head_dim_v) and the strides of dense
+/// [batch, seqlen, heads, head_dim] tensors (V and O: head_dim_v columns); pointers, workspace and
+/// paging null. The runner's DeviceProblem and the Python bindings both start from it, then set
+/// their pointers (and the bindings their tensors' strides).
 AttnParams make_attn_params(const Problem& p);
 
 /// The Problem a launch's @p a describes (its shape, dtype, mask, scale, splits and paging): what a
@@ -296,11 +313,12 @@ enum class Peak {
 
 /// Number of (query, key) pairs that are not masked, over all batches and heads.
 double unmasked_pairs(const Problem& p);
-/// FLOPs = 4 * unmasked pairs * head_dim (QK^T and PV, 2 FLOPs per MAC).
+/// FLOPs = 2 * unmasked pairs * (head_dim + dv): QK^T (head_dim) and PV (dv), 2 FLOPs per MAC;
+/// 4 * pairs * head_dim when dv = head_dim.
 double attention_flops(const Problem& p);
-/// Bytes = Q, K, V read once + O written once (16-bit storage).
+/// Bytes = Q, K, V read once + O written once (16-bit storage; V and O at dv).
 double attention_bytes(const Problem& p);
-/// Bytes of K and V read once (the decode metric).
+/// Bytes of K and V read once (the decode metric; V at dv).
 double kv_bytes(const Problem& p);
 
 }  // namespace fl

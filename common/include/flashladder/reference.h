@@ -17,7 +17,7 @@ struct RowId {
   int b, h, i;
 };
 
-/// Reference output for a list of rows: out[r * head_dim + c], lse[r].
+/// Reference output for a list of rows: out[r * dv + c] (Problem::dv(): V's head_dim), lse[r].
 struct RowResults {
   std::vector<double> out;
   std::vector<double> lse;  ///< -inf for rows that see no key (with sinks: the head's sink)

@@ -7,9 +7,10 @@
 ///   S = s Q K^T, P = softmax(S) (masked entries 0), O = P V, LSE = log sum exp(S),
 ///   D = rowsum(dO * O), dV = P^T dO, dP = dO V^T, dS = P * (dP - D),
 ///   dQ = s dS K, dK = s dS^T Q
-/// (FlashAttention-2, Dao, 2023, Algorithm 2). A KV head's dK and dV sum over the query heads
-/// that read it (GQA/MQA). A query row that sees no key has P = 0: O = 0, LSE = -inf, D = 0,
-/// zero dQ, and it adds nothing to dK or dV.
+/// (FlashAttention-2, Dao, 2023, Algorithm 2). Q, K, dQ and dK have head_dim columns, V, O, dO
+/// and dV Problem::dv() (MLA's 192/128; any pair, the scale from head_dim). A KV head's dK and dV
+/// sum over the query heads that read it (GQA/MQA). A query row that sees no key has P = 0:
+/// O = 0, LSE = -inf, D = 0, zero dQ, and it adds nothing to dK or dV.
 ///
 /// With attention sinks (Problem::sinks), head h's sink logit joins every row's denominator:
 /// LSE_i = log(e^{sink_h} + sum_j e^{S_ij}) includes it, P_ij = exp(S_ij - LSE_i) as above (so
@@ -37,13 +38,13 @@ namespace fl {
 struct BwdInputs {
   std::vector<double> q;     ///< [batch, seqlen_q, heads_q, head_dim]
   std::vector<double> k;     ///< [batch, seqlen_k, heads_kv, head_dim]
-  std::vector<double> v;     ///< like k
-  std::vector<double> dout;  ///< dO, like q
+  std::vector<double> v;     ///< [batch, seqlen_k, heads_kv, dv]
+  std::vector<double> dout;  ///< dO, like O: [batch, seqlen_q, heads_q, dv]
 };
 
 /// Everything the backward reference computes, full tensors, as double.
 struct BwdResults {
-  std::vector<double> out;  ///< O [batch, seqlen_q, heads_q, head_dim]
+  std::vector<double> out;  ///< O [batch, seqlen_q, heads_q, dv]
   std::vector<double> lse;  ///< [batch, heads_q, seqlen_q], natural log, the sink included; -inf
                             ///< where no key is seen (the sink with sinks on)
   std::vector<double> delta;  ///< D = rowsum(dO * O) [batch, heads_q, seqlen_q]; 0 where no key

@@ -55,6 +55,7 @@ struct Rung {
   bool mods = false;           ///< accepts masks and score modifiers beyond causal (Problem::has_mods)
   bool dropout = false;        ///< accepts attention dropout (Problem::dropout_p)
   bool seqused_k = false;      ///< accepts a KV cache's lengths and starts per sequence (Problem::seqused_k, seqstart_k)
+  bool head_dim_v = false;     ///< takes a V head_dim of its own (Problem::head_dim_v, dv != head_dim)
   int min_cc = 0;              ///< minimum compute capability x10 (e.g. 80), 0 = any
 
   /// "" if the rung can run @p p on @p d, else a one-line reason. Generic
@@ -159,7 +160,8 @@ const Registry& registry();
 /// head_dim list, paged KV, compute capability. "" if fine.
 std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& d);
 /// The part of generic_supports that needs no device: the problem's features the rung does not
-/// take (a paged cache, a packed batch, masks and score modifiers), "" if none. The runner asks it
+/// take (a V head_dim of its own, a paged cache, a packed batch, masks and score modifiers), ""
+/// if none. The runner asks it
 /// before it looks for a GPU, so such a refusal is one line on any machine.
 std::string feature_support(const Rung& r, const Problem& p);
 
