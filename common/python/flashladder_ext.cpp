@@ -135,6 +135,7 @@ nb::dict rung_dict(const Rung& r) {
   d["backward"] = static_cast<bool>(r.launch_bwd);
   d["forward_rung"] = r.forward_rung;
   d["writes_o_fp32"] = r.writes_o_fp32;
+  d["head_dim_v"] = r.head_dim_v;
   d["paged_kv"] = r.paged_kv;
   d["in_tour"] = r.in_tour;
   d["not_implemented"] = r.not_implemented;

@@ -126,17 +126,17 @@ CUtensorMap make_tma_map_bshd(DType dtype, const void* base, int batch, int seql
 
 CUtensorMap make_tma_map_tokens(DType dtype, const AttnParams& p, bool keys, const void* base,
                                 int64_t batch_stride, int64_t row_stride, int64_t head_stride,
-                                int box_rows, const void* fallback) {
+                                int box_rows, const void* fallback, int cols) {
   const int heads = keys ? p.heads_kv : p.heads_q;
+  const int d = cols > 0 ? cols : p.head_dim;
   if (p.cu_seqlens_q == nullptr)
-    return make_tma_map_bshd(dtype, base, p.batch, keys ? p.seqlen_k : p.seqlen_q, heads, p.head_dim,
-                             batch_stride, row_stride, head_stride, box_rows);
+    return make_tma_map_bshd(dtype, base, p.batch, keys ? p.seqlen_k : p.seqlen_q, heads, d, batch_stride,
+                             row_stride, head_stride, box_rows);
   const int tokens = keys ? p.total_k : p.total_q;
   if (tokens == 0)  // one row of valid memory, which no copy reads
-    return make_tma_map_bshd(dtype, fallback, 1, 1, 1, p.head_dim, p.head_dim, p.head_dim, p.head_dim,
-                             box_rows);
-  return make_tma_map_bshd(dtype, base, 1, tokens, heads, p.head_dim, row_stride * tokens, row_stride,
-                           head_stride, box_rows);
+    return make_tma_map_bshd(dtype, fallback, 1, 1, 1, d, d, d, d, box_rows);
+  return make_tma_map_bshd(dtype, base, 1, tokens, heads, d, row_stride * tokens, row_stride, head_stride,
+                           box_rows);
 }
 #endif
 

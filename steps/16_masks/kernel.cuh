@@ -403,12 +403,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const int row = it.row0 + 64 * c + 16 * warp + g + 8 * h;
       const bool in_seq = row < it.seq.len_q;
       const int token = it.seq.q0 + row;
-      store_o_row16<T, D>(O_gmem + token * p.o_row_stride, O_acc, h, inv_l, t4, in_seq, p.head_dim);
+      store_o_row16<T, D>(O_gmem + token * p.o_row_stride, O_acc, h, inv_l, t4, in_seq, p.dv());
       if (!in_seq) continue;
       if (float* o32_row = o_fp32_row(p, it.seq.batch, token, it.head)) {
 #pragma unroll
         for (int j = 0; j < D / 8; ++j)
-          if (8 * j < p.head_dim)
+          if (8 * j < p.dv())
             *reinterpret_cast<float2*>(o32_row + 8 * j + 2 * t4) =
                 make_float2(O_acc[4 * j + 2 * h] * inv_l, O_acc[4 * j + 2 * h + 1] * inv_l);
       }
@@ -462,8 +462,10 @@ void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& scor
                                                 Cfg::kBlockM, p.q);
   const CUtensorMap map_k = make_tma_map_tokens(dt, p, true, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
                                                 Cfg::kBlockN, p.q);
+  // V at its own head_dim (MLA's 192/128): the columns of the tile past it come in as zeros, and O's
+  // columns past it, zero, are not stored (the epilogue's cols).
   const CUtensorMap map_v = make_tma_map_tokens(dt, p, true, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
-                                                Cfg::kBlockN, p.q);
+                                                Cfg::kBlockN, p.q, p.dv());
   const MaskSpec spec = mask_spec_of(p);
   TileScheduler sched = hopper15::make_scheduler<Cfg>(p, true, true);
   sched.lpt = grows_with_rows(spec);

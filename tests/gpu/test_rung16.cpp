@@ -119,6 +119,39 @@ TEST_CASE("head_dims between the tiles: 80 and 96 (and 8 to 248, multiples of 8)
   s.run();
 }
 
+static Problem with_dv(Problem p, int dv) {
+  p.head_dim_v = dv;
+  return p;
+}
+
+TEST_CASE("V and O with a head_dim of their own (--dim-v): MLA's 192/128 and others, dense and packed", "[rung16]") {
+  Section s("rung 16: V's head_dim its own (192/128, 128/64, 64/96, 40/256, 256/8)");
+  for (DType t : {DType::fp16, DType::bf16}) {
+    s.add(rung16(), with_dv(shape(2, 700, 700, 8, 2, 192, true, t), 128));           // MLA's prefill, causal GQA
+    s.add(rung16(), with_dv(shape(1, 300, 1100, 16, 16, 192, true, t), 128));        // seqlen_q < seqlen_k
+    s.add(rung16(), with_dv(window(shape(1, 900, 260, 8, 2, 128, true, t), 50, 0), 64));  // rows with no key
+    s.add(rung16(), with_dv(shape(2, 257, 257, 4, 4, 64, false, t), 96));            // dv above d
+  }
+  s.add(rung16(), with_dv(shape(1, 130, 130, 4, 1, 40, true, DType::bf16), 256));
+  s.add(rung16(), with_dv(shape(1, 130, 130, 4, 1, 256, false, DType::bf16), 8));
+  Problem packed = shape(1, 1, 1, 8, 2, 192, true, DType::bf16);
+  set_varlen(&packed, {1, 0, 130, 77, 300}, {5, 9, 130, 60, 256});
+  s.add(rung16(), with_dv(packed, 128));
+  Problem capped = with_dv(window(shape(1, 500, 500, 8, 2, 192, true), 100, 0), 128);
+  capped.softcap = 30.f;
+  capped.sinks = sinks_for(capped.heads_q);
+  s.add(rung16(), capped);
+  s.run();
+  // The backward does not take it yet: refused in one line naming --dim-v.
+  DeviceInfo dev;
+  dev.cc_major = 9;
+  dev.cc_minor = 0;
+  dev.sm_count = 132;
+  const std::string why = supports(rung16("backward"), with_dv(shape(1, 128, 128, 4, 4, 192, true), 128), dev);
+  CHECK(why.find("--dim-v") != std::string::npos);
+  CHECK(why.find('\n') == std::string::npos);
+}
+
 TEST_CASE("packed batches with masks and modifiers: lengths of 1, empty sequences, q != k", "[rung16]") {
   Section s("rung 16: packed batches with masks and modifiers");
   for (int d : {64, 128}) {

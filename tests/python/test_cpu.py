@@ -9,7 +9,8 @@
 3. The device query reports "no usable CUDA device" cleanly on a machine without one.
 4. supports(): each rung's one-line reason on hand-built devices (an H100, an A100, a GPU with
    little shared memory): head_dim 40 for rung 10, GQA 3:2, rung 11's head_dims, the arch, and a
-   V head_dim of its own (Problem.head_dim_v, --dim-v), which every entry refuses.
+   V head_dim of its own (Problem.head_dim_v, --dim-v), which every entry but rung 16's forward ones
+   refuses.
 5. The layout rule (fl::tensor_layout_reason through the extension): head_dim contiguous, strides
    multiples of 8 elements, 16-byte aligned data; a dimension of size 1 may have any stride.
 6. Every input check of flashladder.attention on small stand-in tensors (shape, stride(), dtype,
@@ -279,11 +280,11 @@ class Supports(unittest.TestCase):
         self.assertIn("needs compute capability >= 8.0", self.ask(6, old, d=64))
 
     def test_dim_v(self):
-        """A V head_dim of its own (Problem.head_dim_v, the runner's --dim-v): no rung takes one
-        yet, so every entry refuses it in one line naming --dim-v, on a head_dim it takes
-        otherwise."""
+        """A V head_dim of its own (Problem.head_dim_v, the runner's --dim-v): every entry that does
+        not declare it (Rung.head_dim_v: rung 16's forward entries do) refuses it in one line naming
+        --dim-v, on a head_dim it takes otherwise."""
         for r in flashladder.rungs(variants=True):
-            if r.not_implemented:
+            if r.not_implemented or r.head_dim_v:
                 continue
             d = 64 if not r.head_dims or 64 in r.head_dims else r.head_dims[0]
             p = _core.make_problem(1, 16, 16, 2, 2, d)
@@ -297,6 +298,16 @@ class Supports(unittest.TestCase):
             p.head_dim_v = 12  # not a multiple of 8: validate()'s rule, one line
             self.assertIn("--dim-v (V's head_dim) must be a multiple of 8",
                           _ext.supports(r.number, r.variant, p, H100), r.label)
+        # Rung 16's forward entries take it (V's tensor map and O's stores at dv, on the tile of the
+        # wider), its backward not yet.
+        for r in flashladder.rungs(variants=True):
+            if r.number != 16 or r.not_implemented:
+                continue
+            self.assertEqual(r.head_dim_v, r.variant != "backward", r.label)
+            p = _core.make_problem(1, 128, 128, 4, 4, 192)
+            p.head_dim_v = 128
+            why = _ext.supports(r.number, r.variant, p, H100)
+            self.assertEqual("--dim-v" in why, r.variant == "backward", (r.label, why))
 
     def test_device_info_fields(self):
         self.assertEqual(H100.arch, "sm_90")

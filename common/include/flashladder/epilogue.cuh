@@ -14,7 +14,7 @@ namespace fl {
 /// Row @p row of head @p head of batch @p batch in AttnParams::o_fp32 (dense [batch, seqlen_q,
 /// heads_q, head_dim]), or null when the caller asked for no fp32 copy of O.
 __device__ __forceinline__ float* o_fp32_row(const AttnParams& p, int batch, int row, int head) {
-  return p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(batch) * p.seqlen_q + row) * p.heads_q + head) * p.head_dim
+  return p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(batch) * p.seqlen_q + row) * p.heads_q + head) * p.dv()
                   : nullptr;
 }
 

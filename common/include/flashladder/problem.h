@@ -202,6 +202,8 @@ struct AttnParams {
   /// with Rung::head_dim_v are launched with head_dim_v != head_dim; the v_ and o_ strides count
   /// its columns.
   int head_dim_v;
+  /// head_dim_v, or head_dim where a launch's parameters were made without it (0).
+  FL_HD int dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int group;          ///< heads_q / heads_kv
   int causal;         ///< 0 or 1
   int causal_offset;  ///< seqlen_k - seqlen_q

@@ -163,10 +163,11 @@ CUtensorMap make_tma_map_bshd(DType dtype, const void* base, int batch, int seql
 /// with its strides: a dense batch's [batch, seqlen, heads, d], or a packed batch's
 /// [total, heads, d] (AttnParams::cu_seqlens_q set) seen as one sequence of all its tokens, batch
 /// coordinate 0 (varlen.h's SeqSpan). A packed tensor of no token maps one row of @p fallback
-/// instead (valid memory, which nothing reads), so that the map is still legal.
+/// instead (valid memory, which nothing reads), so that the map is still legal. @p cols: the
+/// tensor's head_dim (0: AttnParams::head_dim; V and O pass AttnParams::dv()).
 CUtensorMap make_tma_map_tokens(DType dtype, const AttnParams& p, bool keys, const void* base,
                                 int64_t batch_stride, int64_t row_stride, int64_t head_stride,
-                                int box_rows, const void* fallback);
+                                int box_rows, const void* fallback, int cols = 0);
 #endif
 
 /// The shared `supports` line of the Hopper rungs: "" when they can run on @p d, else why not.
