@@ -8,12 +8,14 @@ after its per-call series and writes the result under "host_steps" in torch_over
     {"shape": {...}, "calls": N, "rounds": R, "step_us": {name: µs per step in a loop},
      "step_alone_us": {name: median µs of one step timed alone}, "not_run": {name: why},
      "cpu_profile": {name: {"steps": n, "ops": [[op, self µs per step, calls per step], ...],
-                            "python": [[file:line(function), own µs per step, calls per step], ...]}}}
+                            "python": [[file:line(function), own µs per step, calls per step], ...],
+                            "device": [[kernel or copy, GPU µs per step, calls per step], ...]}}}
 
 cpu_profile says where a step's host time goes: the PyTorch profiler's host events (aten ops,
 autograd nodes, the CUDA runtime calls CUPTI records: launches, memsets, attribute calls) over
 PROFILE_STEPS steps, the TOP_OPS largest by their own (self) host time per step; "python" is
-cProfile's view of the same steps, the package's own functions among them.
+cProfile's view of the same steps, the package's own functions among them; "device" the GPU's time
+per step by kernel (a step slower than its host time is the GPU's).
 
 The entry points take turns: R rounds, in each every entry point runs N / R steps in a loop and
 N / R steps timed alone, the order rotated per round; each figure is the median over the rounds
@@ -115,8 +117,14 @@ def cpu_profile(torch, step, steps):
     rows = [(e.key, e.self_cpu_time_total / steps, e.count / steps) for e in prof.key_averages()
             if e.self_cpu_time_total > 0]
     rows.sort(key=lambda r: -r[1])
+    # The GPU's side of the same steps (CUDA activities: kernels, memsets, copies), so that a step
+    # whose time is the GPU's, not the host's, says so.
+    dev = [(e.key, getattr(e, "self_device_time_total", 0.0) / steps, e.count / steps) for e in prof.key_averages()]
+    dev = sorted((r for r in dev if r[1] > 0), key=lambda r: -r[1])
     return {"steps": steps, "ops": [[k, round(us, 2), round(c, 2)] for k, us, c in rows[:TOP_OPS]],
-            "self_us_total": round(sum(r[1] for r in rows), 1), "python": python_profile(step, steps)}
+            "self_us_total": round(sum(r[1] for r in rows), 1), "python": python_profile(step, steps),
+            "device": [[k, round(us, 2), round(c, 2)] for k, us, c in dev[:TOP_OPS]],
+            "device_us_total": round(sum(r[1] for r in dev), 1)}
 
 
 def python_profile(step, steps):
