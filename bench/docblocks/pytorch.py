@@ -275,6 +275,11 @@ def gen_torch_host_steps(ctx, gpu=None):
                 None)
     out = host_time_table(h["step_us"], h["step_alone_us"], h.get("not_run", {}), sdpa, "entry point", "step",
                           "SDPA's")
+    prof = h.get("cpu_profile") or {}
+    gpu_us = {n: p["device_us_total"] for n, p in prof.items() if isinstance(p, dict) and "device_us_total" in p}
+    if gpu_us:  # the GPU's own time per step (runs since the profile records it): host- or GPU-bound
+        out += "\n\nThe GPU's time per step under the profiler (its kernels, memsets and copies): " + "; ".join(
+            "`%s` %.1f µs" % (n, us) for n, us in gpu_us.items()) + "."
     t = h["shape"]
     how = ("%d rounds, each entry point in turn for %d steps in a loop and %d timed alone per round, the "
            "order rotated per round; medians over the rounds" % (h["rounds"], h["calls"] // h["rounds"],
