@@ -28,7 +28,9 @@
    head_dim, positions per sequence; each refusal before the cache is written; and with the launch
    stood in, the rotated keys appended in rows cache_batch_idx, q's positions (causal or not) and
    the route (the cache read as pages, or its rows copied).
-10. Every name a package module's functions read as a global is defined in that module or is a
+10. The serving fast path's one binding call (PreparedCacheCall stood in): prepared once per
+   signature, each step's pointers in order, the long way when a launch says False.
+11. Every name a package module's functions read as a global is defined in that module or is a
    builtin (symtable, no import of the module): a path the CPU tests do not run (a GPU-only
    branch) cannot fail on a missing import.
 """
@@ -807,6 +809,94 @@ class KVCacheRotary(unittest.TestCase):
         finally:
             (flash._launch.forward, flash._core.check_qkv, flash._core.check_qkv_cached, flash._core.check_layout_of,
              flash._core.plan_forward) = saved
+
+
+class KVCachePrepared(unittest.TestCase):
+    """The serving fast path's one binding call (_kvcache._prepare_cache_call, _kv_prepared) with the
+    extension's PreparedCacheCall stood in (it records what it is given; PyTorch needed, skipped
+    without): prepared once per signature with the launch's strides, extras and cache geometry; each
+    step's pointers in the binding's order and an int32 scratch of its size; a launch that says
+    False (a misaligned pointer) falls back to the launch-by-launch path; lengths that are not int32
+    take that path from the start."""
+
+    def setUp(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed")
+        from flashladder import _kvcache
+        self.torch, self.kv = torch, _kvcache
+
+    def test_one_call_per_step(self):
+        torch, kv = self.torch, self.kv
+        made, launched, long_way = [], [], []
+
+        class Prepared:
+            scratch_ints = 3 * 2 + 2 * 4  # batch 2, a table of 4 columns
+            workspace_bytes = 0
+            ok = True
+
+            def __init__(self, *args):
+                made.append(args)
+
+            def launch(self, *ptrs):
+                launched.append(ptrs)
+                return Prepared.ok
+
+        class Plan:
+            number, variant, problem, workspace_bytes = 8, "", "problem", 0
+
+        def sanitized(*a):
+            long_way.append("sanitize")
+            z = torch.zeros(2, dtype=torch.int32)
+            return z, z, z, None, None
+
+        saved = (kv._ext.PreparedCacheCall, kv._core.plan_forward, kv._launch.raise_metadata_errors,
+                 kv._launch.stream, kv._sanitized_cache, kv._append, kv._launch.forward)
+        kv._ext.PreparedCacheCall = Prepared
+        kv._core.plan_forward = lambda *a, **kw: Plan
+        kv._launch.raise_metadata_errors = lambda device: None
+        kv._launch.stream = lambda t: 7
+        kv._sanitized_cache = sanitized
+        kv._append = lambda *a: long_way.append("append")
+        kv._launch.forward = lambda q, *a, **kw: (long_way.append("forward"), (torch.zeros_like(q), None, None))[1]
+        try:
+            f16 = torch.float16
+            q = torch.randn(2, 1, 8, 64).to(f16)
+            pool_k, pool_v = torch.randn(10, 64, 2, 64).to(f16), torch.randn(10, 64, 2, 64).to(f16)
+            table = torch.arange(8, dtype=torch.int32).view(2, 4)
+            lens = torch.tensor([5, 70], dtype=torch.int32)
+            k1, v1 = torch.randn(2, 1, 2, 64).to(f16), torch.randn(2, 1, 2, 64).to(f16)
+            mods = kv._core.Mods(seqused_k=True, page_size=64)
+            f = kv._KvFast("key", mods, 256, 64, 10, 640, 1)
+            for step in range(2):
+                kv._kv_fast(f, q, pool_k, pool_v, k1, v1, lens, None, table, None, None, False)
+            self.assertEqual(len(made), 1)  # prepared once for the signature
+            args = made[0]
+            self.assertEqual(args[:3], (8, "", "problem"))
+            self.assertEqual(args[3][0], q.stride())
+            self.assertEqual(args[3][1], pool_k.view(1, -1, 2, 64).stride())  # the pool as the rung reads it
+            self.assertEqual(tuple(args[3][3]), (8 * 64, 8 * 64, 64, 1))  # out: dense like q
+            self.assertEqual(args[4], (0, 4, 640))  # alibi batch stride, the table's columns, the pool's rows
+            self.assertEqual(args[5], (2, 1, 256, 64, 10, 4, 2, 64))  # batch, new, slots, page, pages, ...
+            self.assertEqual(args[6], (k1.stride(), pool_k.stride(), v1.stride(), pool_v.stride()))
+            self.assertEqual(len(launched), 2)
+            p = launched[0]
+            self.assertEqual(p[1:3], (pool_k.data_ptr(), pool_v.data_ptr()))
+            self.assertEqual(p[6:12], (lens.data_ptr(), 0, table.data_ptr(), 4, k1.data_ptr(), v1.data_ptr()))
+            self.assertEqual((p[12], p[13], p[15]), (0, 0, 7))  # no sinks, no slopes; the stream
+            self.assertEqual(long_way, [])
+            Prepared.ok = False  # a misaligned pointer: the long way, the same step
+            kv._kv_fast(f, q, pool_k, pool_v, k1, v1, lens, None, table, None, None, False)
+            self.assertEqual(long_way, ["sanitize", "append", "forward"])
+            long_way.clear()
+            g = kv._KvFast("key", mods, 256, 64, 10, 640, 1)  # int64 lengths: never prepared
+            kv._kv_fast(g, q, pool_k, pool_v, k1, v1, lens.long(), None, table, None, None, False)
+            self.assertIs(g.prepared, False)
+            self.assertEqual(long_way, ["sanitize", "append", "forward"])
+        finally:
+            (kv._ext.PreparedCacheCall, kv._core.plan_forward, kv._launch.raise_metadata_errors, kv._launch.stream,
+             kv._sanitized_cache, kv._append, kv._launch.forward) = saved
 
 
 class GlobalNames(unittest.TestCase):
