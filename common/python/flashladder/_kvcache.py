@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from . import _core, _ext, _launch
+from . import _core, _ext, _launch, _ops
 
 
 @torch.library.custom_op("flashladder::attention_kvcache", mutates_args=())
@@ -332,21 +332,16 @@ def _padded_cache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_
     place, as without padding). The rotary tables act on the first rotary_dim channels, never on
     the padding. None when there is nothing to pad."""
     shaped = all(hasattr(t, "shape") and len(t.shape) == 4 for t in (q, k_cache, v_cache))
-    d = q.shape[-1] if shaped else 0
-    dv = v_cache.shape[-1] if shaped else 0
-    if not d or (d % 8 == 0 and dv == d):
-        return None
-    size = -(-max(d, dv) // 8) * 8
-    if size > _ext.MAX_HEAD_DIM or k_cache.shape[-1] != d or (k is not None and (
-            not hasattr(k, "shape") or not hasattr(v, "shape") or k.shape[-1] != d or v.shape[-1] != dv)):
-        return None  # the checks below say what is wrong
+    padded = _ops.padded_head_dim(q, k_cache, v_cache, softmax_scale) if shaped else None
+    if padded is None or (k is not None and (not hasattr(k, "shape") or not hasattr(v, "shape")
+                                             or k.shape[-1] != k_cache.shape[-1] or v.shape[-1] != v_cache.shape[-1])):
+        return None  # nothing to pad, or the checks below say what is wrong
+    qp, kc, vc, scale, dv = padded
+    d, size = q.shape[-1], qp.shape[-1]
     F = torch.nn.functional
-    pad, pad_v = (0, size - d), (0, size - dv)
-    kc, vc = F.pad(k_cache, pad), F.pad(v_cache, pad_v)
-    kp, vp = (F.pad(k, pad), F.pad(v, pad_v)) if k is not None else (None, None)
-    res = flash_attn_with_kvcache(F.pad(q, pad), kc, vc, kp, vp, rotary_cos, rotary_sin, cache_seqlens,
-                                  cache_batch_idx, cache_leftpad, block_table,
-                                  d ** -0.5 if softmax_scale is None else softmax_scale, causal, window_size, softcap,
+    kp, vp = (F.pad(k, (0, size - d)), F.pad(v, (0, size - dv))) if k is not None else (None, None)
+    res = flash_attn_with_kvcache(qp, kc, vc, kp, vp, rotary_cos, rotary_sin, cache_seqlens,
+                                  cache_batch_idx, cache_leftpad, block_table, scale, causal, window_size, softcap,
                                   rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse,
                                   learnable_sink=learnable_sink)
     if k is not None:  # the new keys were written into the padded copies: into the caller's caches too
