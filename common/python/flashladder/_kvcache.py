@@ -8,6 +8,7 @@ anything is written; q's and the attention problem's checks are _core's, as ever
 launch is _launch's.
 """
 
+import atexit
 import dataclasses
 from typing import Optional
 
@@ -192,6 +193,10 @@ def _append(k, v, k_cache, v_cache, seqlens, slots, raw_table, page, rows, q):
 #: so that the next call runs the metadata checks, the append and the launch only.
 KV_FAST = {}
 _KV_FAST_MAX = 4096
+# Emptied at exit, as _launch.FAST, before nanobind's own teardown: the prepared calls
+# (_ext.PreparedCacheCall) still held here would be reported by nanobind as leaked instances (seen at
+# the end of bench/pytorch/torch_overhead.py's run at 5a02820).
+atexit.register(KV_FAST.clear)
 
 
 def kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale, causal,
