@@ -130,7 +130,8 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
                                               "--seqlen-k", "--seqlens-q", "--seqlens-k", "--heads",
                                               "--kv-heads", "--dim",       "--dim-v",     "--causal",
                                               "--scale",    "--window",    "--prefix",    "--docs",
-                                              "--softcap",  "--alibi",     "--sinks",     "--dropout"};
+                                              "--softcap",  "--alibi",     "--sinks",     "--dropout",
+                                              "--v-in-k"};
     for (const char* s : kShapeFlags) o->shape_set = o->shape_set || flag == s;
     if (flag == "--batch") { if (need()) parse_int(flag, value, &p.batch, &r); }
     else if (flag == "--seqlen" || flag == "-n") {
@@ -234,7 +235,7 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
       }
     }
     else if (flag == "--causal" || flag == "--deterministic" || flag == "--hadamard" ||
-             flag == "--alibi" || flag == "--sinks") {
+             flag == "--alibi" || flag == "--sinks" || flag == "--v-in-k") {
       // A boolean flag: alone it means 1; "--causal 0|1|true|false" and "--causal=0" still work.
       if (!has_eq) {
         value = "1";
@@ -244,6 +245,7 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
       bool* target = flag == "--causal"     ? &p.causal
                      : flag == "--alibi"    ? &p.alibi
                      : flag == "--sinks"    ? &sinks
+                     : flag == "--v-in-k"   ? &p.v_in_k
                      : flag == "--hadamard" ? &o->fp8.hadamard
                                             : &o->deterministic;
       sinks_set = sinks_set || flag == "--sinks";
@@ -336,6 +338,8 @@ std::string usage(const std::string& program) {
     << "  --dim N            head_dim, multiple of 8, <= 256 (default 64)\n"
     << "  --dim-v N          V's and O's head_dim, multiple of 8, <= 256, any pair with --dim\n"
     << "                     (default: --dim; MLA's prefill: --dim 192 --dim-v 128)\n"
+    << "  --v-in-k [0|1]     V is K's first --dim-v columns, one tensor (MLA's latent cache:\n"
+    << "                     --dim 576 --dim-v 512 --kv-heads 1, rung 17)\n"
     << "  --dtype T          fp16 | bf16 (default fp16)\n"
     << "  --causal [0|1]     bottom-right aligned causal mask (default 0; alone: 1)\n"
     << "  --scale X          softmax scale (default 1/sqrt(dim))\n"

@@ -26,7 +26,7 @@ std::vector<uint16_t> download16(const DeviceBuffer& b) {
 
 size_t DeviceProblem::device_bytes(const Problem& p, size_t workspace_bytes) {
   const size_t qo = (p.q_elements() + p.o_elements()) * 2;
-  const size_t kv = (kv_elems(p, p.head_dim) + kv_elems(p, p.dv())) * 2;
+  const size_t kv = (kv_elems(p, p.head_dim) + (p.v_in_k ? 0 : kv_elems(p, p.dv()))) * 2;
   const size_t lse = p.lse_elements() * 4;
   const size_t cu = p.varlen() ? 2 * (static_cast<size_t>(p.batch) + 1) * sizeof(int) : 0;
   return qo + kv + lse + cu + workspace_bytes;
@@ -43,7 +43,7 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   o_ = DeviceBuffer(p.o_elements() * 2);
   lse_ = DeviceBuffer(p.lse_elements() * sizeof(float));
   k_ = DeviceBuffer(kv_elems(p, D) * 2);
-  v_ = DeviceBuffer(kv_elems(p, Dv) * 2);
+  if (!p.v_in_k) v_ = DeviceBuffer(kv_elems(p, Dv) * 2);
   if (workspace_bytes > 0) ws_ = DeviceBuffer(workspace_bytes);
   q_.upload(in.q.data(), q_elems * 2);
 
@@ -52,7 +52,7 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   const int64_t hd = static_cast<int64_t>(p.heads_kv) * D, hdv = static_cast<int64_t>(p.heads_kv) * Dv;
   if (p.page_size == 0) {
     k_.upload(in.k.data(), in.k.size() * 2);
-    v_.upload(in.v.data(), in.v.size() * 2);
+    if (!p.v_in_k) v_.upload(in.v.data(), in.v.size() * 2);
   } else {
     // Paged KV cache: token j of sequence b lives in page table[b][j / page] at
     // row j % page. Pages are shuffled so a kernel that ignores the table fails.
@@ -70,12 +70,13 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
         std::copy_n(in.v.begin() + token * hdv, hdv, vp.begin() + slot * hdv);
       }
     k_.upload(kp.data(), kp.size() * 2);
-    v_.upload(vp.data(), vp.size() * 2);
+    if (!p.v_in_k) v_.upload(vp.data(), vp.size() * 2);
     table_ = DeviceBuffer(table.size() * sizeof(int));
     table_.upload(table.data(), table.size() * sizeof(int));
     a.k_batch_stride = a.v_batch_stride = 0;  // unused: the block table locates pages
     a.block_table = table_.as<int>();
     a.block_table_stride = pps;
+    a.num_pages = p.batch * pps;
     a.page_size = page;
   }
   if (p.varlen()) {
@@ -109,6 +110,12 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   a.q = q_.get();
   a.k = k_.get();
   a.v = v_.get();
+  if (p.v_in_k) {  // V is K's first dv columns: K's buffer and strides (rung 17 reads K alone)
+    a.v = k_.get();
+    a.v_batch_stride = a.k_batch_stride;
+    a.v_row_stride = a.k_row_stride;
+    a.v_head_stride = a.k_head_stride;
+  }
   a.o = o_.get();
   a.lse = lse_.as<float>();
   a.workspace = ws_.get();
@@ -158,6 +165,7 @@ size_t DeviceGrads::device_bytes(const Problem& p, size_t workspace_bytes) {
 DeviceGrads::DeviceGrads(const Problem& p, const DeviceProblem& fwd, const std::vector<uint16_t>& dout,
                          size_t workspace_bytes, bool deterministic) {
   if (p.page_size > 0) throw std::invalid_argument("the backward pass takes a contiguous K/V (no --page-size)");
+  if (p.v_in_k) throw std::invalid_argument("the backward pass takes V of its own (no --v-in-k)");
   if (dout.size() != p.o_elements())
     throw std::invalid_argument("dO has " + std::to_string(dout.size()) + " elements, expected " +
                                 std::to_string(p.o_elements()));

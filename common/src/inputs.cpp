@@ -101,6 +101,10 @@ HostInputs make_inputs(const Problem& p, InputKind kind, unsigned long long seed
       in.k = fill(B, Sk, p.heads_kv, D, t, rnd(sk, 0.25f));
       in.v = fill(B, Sk, p.heads_kv, Dv, t, rnd(sv, 0.5f));
   }
+  if (p.v_in_k) {  // MLA's cache: V is K's first dv columns, element for element
+    for (size_t row = 0; row < in.v.size() / Dv; ++row)
+      std::copy_n(in.k.begin() + row * D, Dv, in.v.begin() + row * Dv);
+  }
   return in;
 }
 

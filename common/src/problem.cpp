@@ -60,6 +60,7 @@ std::string Problem::describe() const {
   s << "B=" << batch << " Sq=" << seqlen_q << " Sk=" << seqlen_k << " H=" << heads_q << "/"
     << heads_kv << " d=" << head_dim;
   if (dv() != head_dim) s << " dv=" << dv();
+  if (v_in_k) s << " v=k[:dv]";
   s << " " << dtype_name(dtype) << " causal=" << (causal ? 1 : 0);
   if (varlen()) s << " varlen tokens=" << total_q() << "/" << total_k();
   if (page_size > 0) s << " page=" << page_size;
@@ -88,16 +89,22 @@ std::string validate(const Problem& p) {
   if (p.heads_q % p.heads_kv != 0)
     return "--kv-heads must divide --heads (GQA/MQA), got heads " + std::to_string(p.heads_q) +
            " and kv-heads " + std::to_string(p.heads_kv);
-  if (p.head_dim < 1 || p.head_dim > kMaxHeadDim)
-    return bad("--dim", "must be between 1 and " + std::to_string(kMaxHeadDim), p.head_dim);
+  const bool mla = p.head_dim == kMlaHeadDim && p.dv() == kMlaHeadDimV;  // rung 17's latent cache
+  if (p.head_dim < 1 || (p.head_dim > kMaxHeadDim && !mla))
+    return bad("--dim",
+               "must be between 1 and " + std::to_string(kMaxHeadDim) + " (or " + std::to_string(kMlaHeadDim) +
+                   " with --dim-v " + std::to_string(kMlaHeadDimV) + ": MLA's latent cache)",
+               p.head_dim);
   if (p.head_dim % 8 != 0)
     return bad("--dim", "must be a multiple of 8 (16-byte rows)", p.head_dim);
   // V's head_dim: any multiple of 8 up to kMaxHeadDim, above or below --dim (MLA's prefill: 192/128).
-  if (p.head_dim_v != 0 && (p.head_dim_v < 1 || p.head_dim_v > kMaxHeadDim || p.head_dim_v % 8 != 0))
+  if (p.head_dim_v != 0 && (p.head_dim_v < 1 || (p.head_dim_v > kMaxHeadDim && !mla) || p.head_dim_v % 8 != 0))
     return bad("--dim-v",
                "(V's head_dim) must be a multiple of 8 between 8 and " + std::to_string(kMaxHeadDim) +
                    ", with any --dim (0: the same as --dim)",
                p.head_dim_v);
+  if (p.v_in_k && p.dv() > p.head_dim)
+    return bad("--v-in-k", "needs V's head_dim (--dim-v) at most --dim (V is K's first columns)", p.dv());
   if (!(p.softmax_scale >= 0) || !std::isfinite(p.softmax_scale))
     return "--scale must be a finite number > 0 (0 means 1/sqrt(dim))";
   if (p.num_splits < 0) return bad("--splits", "must be >= 0 (0 = heuristic)", p.num_splits);
@@ -305,7 +312,8 @@ double attention_bytes(const Problem& p) {
 }
 
 double kv_bytes(const Problem& p) {
-  return 2.0 * static_cast<double>(p.total_k()) * p.heads_kv * (p.head_dim + p.dv());  // K + V, 16-bit
+  // K + V, 16-bit; one tensor when V is K's first columns (MLA's cache is read once).
+  return 2.0 * static_cast<double>(p.total_k()) * p.heads_kv * (p.head_dim + (p.v_in_k ? 0 : p.dv()));
 }
 
 double attention_bwd_bytes(const Problem& p) {

@@ -159,6 +159,9 @@ std::string feature_support(const Rung& r, const Problem& p) {
 }
 
 std::string generic_supports(const Rung& r, const Problem& p, const DeviceInfo& d) {
+  if (r.head_dims.empty() && (p.head_dim > kMaxHeadDim || p.dv() > kMaxHeadDim))
+    return "head_dim " + std::to_string(p.head_dim) + " not supported (at most " + std::to_string(kMaxHeadDim) +
+           "; MLA's latent cache is rung 17's)";
   if (!r.head_dims.empty() &&
       std::find(r.head_dims.begin(), r.head_dims.end(), p.head_dim) == r.head_dims.end()) {
     std::string list;

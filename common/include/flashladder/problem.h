@@ -14,8 +14,14 @@
 
 namespace fl {
 
-/// Largest head_dim any rung accepts (rung 01 handles every value up to it).
+/// Largest head_dim any rung accepts (rung 01 handles every value up to it), MLA's latent
+/// cache aside.
 constexpr int kMaxHeadDim = 256;
+/// MLA's decode shape (DeepSeek-V2/V3, rung 17): every head attends over one compressed cache
+/// row of 512 latent dims plus 64 RoPE dims (head_dim 576), and the values are that row's first
+/// 512 dims (head_dim_v 512, Problem::v_in_k). The one head_dim above kMaxHeadDim the harness takes.
+constexpr int kMlaHeadDim = 576;
+constexpr int kMlaHeadDimV = 512;
 
 /// One attention problem, laid out as flash_attn_func:
 /// Q [batch, seqlen_q, heads_q, head_dim], K [batch, seqlen_k, heads_kv, head_dim],
@@ -31,6 +37,11 @@ struct Problem {
   /// 192/128; FlashAttention 3 takes any dv <= d, the harness any pair). 0: the same as head_dim.
   /// Read it through dv(). Only rungs with Rung::head_dim_v take dv != head_dim.
   int head_dim_v = 0;
+  /// V is K's first dv() columns (MLA's compressed cache: one tensor holds keys and values; rung
+  /// 17). The harness fills V from K and hands every rung K's buffer and strides as V's, so a
+  /// rung that reads V through AttnParams::v reads K's columns; bytes count the cache once.
+  /// Needs dv() <= head_dim; forward only.
+  bool v_in_k = false;
   DType dtype = DType::fp16;  ///< storage type
   bool causal = false;     ///< bottom-right aligned causal mask
   float softmax_scale = 0; ///< 0 means 1/sqrt(head_dim)
@@ -218,6 +229,9 @@ struct AttnParams {
   int page_size;            ///< paged KV: tokens per page (0 = contiguous)
   const int* block_table;   ///< paged KV: [batch, pages_per_seq] page ids
   int block_table_stride;   ///< paged KV: pages_per_seq
+  /// paged KV: pages in the pool (k's first dimension; the harness's pool has batch x
+  /// block_table_stride). A kernel that maps the pool for TMA (rung 17) bounds it with this.
+  int num_pages;
 
   // FP8 rungs (13) only, set by the harness's FP8 path (fp8_device.h); null and 0 elsewhere. q
   // and k then point to e4m3 copies (dense [batch, seqlen, heads, head_dim], one byte per
