@@ -58,6 +58,16 @@ class PartBuilder {
 
   void set_head_dim(int d) { head_dim_ = d; }
 
+  /// Adds MLA's decode shape (rung 17): @p hq heads over one latent cache of 576 dims whose first
+  /// 512 are V (head_dim 576, dv 512, one KV head, V in K).
+  GradeCase& add_mla(int batch, int sq, int sk, int hq, bool causal = false, DType t = kMainDType) {
+    GradeCase& c = add(batch, sq, sk, hq, 1, causal, t);
+    c.problem.head_dim = kMlaHeadDim;
+    c.problem.head_dim_v = kMlaHeadDimV;
+    c.problem.v_in_k = true;
+    return c;
+  }
+
   /// The part, its cases sorted by work (stable: equal work keeps the written order).
   GradePart done() {
     std::stable_sort(part_.cases.begin(), part_.cases.end(),
@@ -275,6 +285,72 @@ std::vector<GradePart> decode_parts(const Rung& r, const std::vector<const Rung*
   return parts;
 }
 
+/// MLA decode (rung 17): heads as rows over one latent cache, its tails, the causal rows of a
+/// speculative step, splits, pages, bf16 and one long cache.
+std::vector<GradePart> mla_parts() {
+  std::vector<GradePart> parts;
+  const DType bf16 = DType::bf16;
+  {
+    PartBuilder b("plain", "MLA decode: 16 to 128 heads over one latent cache row per key, one query per sequence",
+                  20, kMlaHeadDim, 100);
+    b.add_mla(1, 1, 256, 16);
+    b.add_mla(2, 1, 1024, 32);
+    b.add_mla(1, 1, 2048, 64);
+    b.add_mla(1, 1, 1024, 128);
+    parts.push_back(b.done());
+  }
+  {
+    PartBuilder b("tails", "one key, caches that end mid-block, row tiles that end mid-tile (24 heads)", 15,
+                  kMlaHeadDim, 200);
+    b.add_mla(1, 1, 1, 16);
+    b.add_mla(1, 1, 17, 24);
+    b.add_mla(2, 3, 777, 24);
+    b.add_mla(1, 1, 4099, 128);
+    parts.push_back(b.done());
+  }
+  {
+    PartBuilder b("causal", "speculative steps: seqlen_q 2 to 4 under the bottom-right causal mask", 15,
+                  kMlaHeadDim, 300);
+    b.add_mla(1, 2, 2, 16, true);
+    b.add_mla(2, 2, 777, 64, true);
+    b.add_mla(1, 4, 1000, 32, true);
+    b.add_mla(1, 3, 3, 128, true);
+    parts.push_back(b.done());
+  }
+  {
+    PartBuilder b("splits", "the split count forced: one split (no combine), a few, one per block", 15,
+                  kMlaHeadDim, 400);
+    b.add_mla(1, 1, 1000, 64).problem.num_splits = 1;
+    b.add_mla(1, 2, 777, 32, true).problem.num_splits = 5;
+    b.add_mla(1, 1, 4099, 16).problem.num_splits = 300;
+    parts.push_back(b.done());
+  }
+  {
+    PartBuilder b("paged", "a paged latent cache: blocks of 64 keys found through a shuffled block table", 15,
+                  kMlaHeadDim, 500);
+    b.add_mla(2, 1, 777, 64).problem.page_size = 64;
+    b.add_mla(1, 2, 4099, 128, true).problem.page_size = 64;
+    GradeCase& c = b.add_mla(1, 1, 3000, 32);
+    c.problem.page_size = 256;
+    c.problem.num_splits = 7;  // pieces of 448 keys: splits that start inside a page
+    parts.push_back(b.done());
+  }
+  {
+    PartBuilder b("bf16", "bfloat16 storage (DeepSeek's): plain, causal, paged", 10, kMlaHeadDim, 600);
+    b.add_mla(1, 1, 1024, 128, false, bf16);
+    b.add_mla(1, 2, 777, 64, true, bf16);
+    b.add_mla(2, 1, 2000, 16, false, bf16).problem.page_size = 64;
+    parts.push_back(b.done());
+  }
+  {
+    PartBuilder b("large", "one long latent cache (64k keys), sampled rows against the reference", 10, kMlaHeadDim,
+                  700);
+    b.add_mla(1, 1, 65536, 128).check = CheckMode::sample;
+    parts.push_back(b.done());
+  }
+  return parts;
+}
+
 std::string pad(const std::string& s, size_t width) {
   return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
 }
@@ -308,6 +384,7 @@ std::vector<const Rung*> grade_variants(const Registry& reg, const Rung& r) {
 
 std::vector<GradePart> grade_parts(const Rung& r, const std::vector<const Rung*>& variants) {
   const int d = grade_head_dim(r);
+  if (r.head_dims.size() == 1 && r.head_dims[0] == kMlaHeadDim) return mla_parts();
   return r.decode ? decode_parts(r, variants, d) : prefill_parts(r, variants, d);
 }
 

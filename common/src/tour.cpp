@@ -45,6 +45,23 @@ Problem tour_decode_problem(DType dtype) {
   return p;
 }
 
+/// The tour's MLA problem (rung 17): a decode step of 16 sequences, 128 query heads each, over a
+/// paged latent cache of 4k tokens (576 dims, V its first 512), in the tour's dtype.
+Problem tour_mla_problem(DType dtype) {
+  Problem p;
+  p.batch = 16;
+  p.seqlen_q = 1;
+  p.seqlen_k = 4096;
+  p.heads_q = 128;
+  p.heads_kv = 1;
+  p.head_dim = kMlaHeadDim;
+  p.head_dim_v = kMlaHeadDimV;
+  p.v_in_k = true;
+  p.page_size = 64;
+  p.dtype = dtype;
+  return p;
+}
+
 /// The tour's sections, each lesson on a problem where it holds (or all on the command line's
 /// problem when a shape flag was given): the CUDA-core rungs on a small problem (rung 01 writes S
 /// to HBM, and the fp32 rungs take seconds on a large one); the tensor-core and Hopper rungs where
@@ -70,9 +87,12 @@ std::vector<TourSection> tour_sections(const Registry& reg, const Options& opt) 
                   "compared with PyTorch in the bench's backward family)" + which,
                   large, {}, false};
   TourSection dec{"decode: one new token against a KV cache, after every earlier rung that runs it", decode, {}, true};
+  TourSection mla{"MLA decode: 128 heads over one paged latent cache (no earlier rung takes head_dim 576)",
+                  opt.shape_set ? opt.problem : tour_mla_problem(t), {}, true};
   for (const Rung* r : reg.mains()) {
     if (r->launch_bwd) bwd.rungs.push_back(r);  // in_tour is about forward rows: its launch is another rung's
     else if (!r->in_tour) continue;
+    else if (r->decode && r->head_dims.size() == 1 && r->head_dims[0] == kMlaHeadDim) mla.rungs.push_back(r);
     else if (r->decode) dec.rungs.push_back(r);
     else (r->peak == Peak::fp32_fma ? cuda : tensor).rungs.push_back(r);
   }
@@ -83,7 +103,7 @@ std::vector<TourSection> tour_sections(const Registry& reg, const Options& opt) 
     dec.rungs = rows;
   }
   std::vector<TourSection> out;
-  for (TourSection* s : {&cuda, &tensor, &bwd, &dec})
+  for (TourSection* s : {&cuda, &tensor, &bwd, &dec, &mla})
     if (!s->rungs.empty()) out.push_back(*s);
   return out;
 }

@@ -19,6 +19,9 @@
 ///  5. rung 16's backward ([cpu][hopper_rung16]): rung 14's five GEMMs whatever the mask and
 ///     modifiers, and softcap's price in special functions: one MUFU.TANH beside each
 ///     exponential of P (MUFU.EX2; ALiBi adds one EX2 for its slope), none without softcap.
+///  6. rung 17's MLA decode ([cpu][hopper_rung17]): S = Q K^T in 36 SS wgmma k-steps over 576
+///     dims, O += P V in 4 SS wgmma k-steps per warpgroup (P from shared memory, V transposed),
+///     nine 4D TMA boxes per K block, nothing in local memory.
 /// Built and run when CMAKE_CUDA_ARCHITECTURES includes 90 (FL_HOPPER) and cuobjdump is found
 /// (3: and rung 09 is built, see FL_RUNGS).
 #include <stdlib.h>  // atoi
@@ -687,6 +690,33 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
   CHECK(dropped == 3 * 2 * dtypes);
 }
 #endif  // FL_RUNG16_BINARY
+
+#ifdef FL_RUNG17_BINARY
+TEST_CASE("rung 17: MLA decode's GEMMs are wgmma, its K blocks TMA boxes, nothing spills (sm_90a)",
+          "[cpu][hopper_rung17]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+  }
+  std::string text;
+  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG17_BINARY, &text);
+  INFO("cuobjdump -sass " << FL_RUNG17_BINARY << " exited " << status);
+  REQUIRE(status == 0);
+  int kernels = 0;
+  for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
+    if (name.find("mla_decode_kernel") == std::string::npos) continue;
+    INFO(name);
+    ++kernels;
+    // 576 / 16 = 36 k-steps of S (one instruction each, unrolled) and 64 / 16 = 4 of O += P V.
+    CHECK(count_opcode(code, "HGMMA") == 36 + 4);
+    // The first two blocks and every refill: nine boxes of 64 columns each, two call sites.
+    CHECK(count_opcode(code, "UTMALDG.4D") == 2 * 9);
+    CHECK(count_opcode(code, "LDL") == 0);
+    CHECK(count_opcode(code, "STL") == 0);
+  }
+  CHECK(kernels == (fl::dtype_built(fl::DType::fp16) ? 1 : 0) + (fl::dtype_built(fl::DType::bf16) ? 1 : 0));
+}
+#endif  // FL_RUNG17_BINARY
 
 #ifdef FL_RUNG15_BINARY
 TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, the counter (sm_90a)",

@@ -36,6 +36,25 @@ std::vector<const Rung*> rungs_under_test(bool with_variants) {
 /// Decode rungs (Rung::decode: 08) take at most 16 query rows, so their shapes differ.
 bool is_decode_rung(const Rung& r) { return r.decode; }
 
+/// MLA's rung (17) takes one shape family only: heads over one latent cache (head_dim 576, V its
+/// first 512 columns); the matrix and the diagnostic inputs give it that family.
+bool is_mla_rung(const Rung& r) { return r.head_dims.size() == 1 && r.head_dims[0] == kMlaHeadDim; }
+
+Problem mla_problem(int batch, int seqlen_q, int seqlen_k, int heads, DType t, bool causal) {
+  Problem p;
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.heads_q = heads;
+  p.heads_kv = 1;
+  p.head_dim = kMlaHeadDim;
+  p.head_dim_v = kMlaHeadDimV;
+  p.v_in_k = true;
+  p.dtype = t;
+  p.causal = causal;
+  return p;
+}
+
 std::vector<int> head_dims_of(const Rung& r) {
   std::vector<int> dims;
   for (int d : {32, 64, 128, 256})
@@ -68,6 +87,19 @@ TEST_CASE("matrix: dtypes x causal x seqlens x GQA/MQA x head_dims", "[gpu][matr
   for (const Rung* r : rungs) {
     fl_test::Section s(r->label() + (r->launch_bwd ? " backward" : "") + " matrix");
     int k = 0;
+    if (is_mla_rung(*r)) {  // every length as seqlen_k, heads 16-128, seqlen_q 1-4, paged or not
+      const int mla_heads[] = {16, 32, 64, 128, 24};
+      for (DType t : {DType::fp16, DType::bf16})
+        for (bool causal : {false, true})
+          for (int a = 0; a < L; ++a) {
+            Problem p = mla_problem(k % 3 == 0 ? 2 : 1, 1 + k % 4, lens[a], mla_heads[k % 5], t, causal);
+            p.page_size = (k % 2 == 1) ? 64 : 0;
+            ++k;
+            add_case(s, *r, p, InputKind::random, 100 + k);
+          }
+      s.run();
+      continue;
+    }
     for (DType t : {DType::fp16, DType::bf16})
       for (bool causal : {false, true})
         for (int d : head_dims_of(*r))
@@ -94,6 +126,12 @@ TEST_CASE("diagnostic inputs: ones, identity-like Q/K, V ramp", "[gpu][diagnosti
   REQUIRE(!rungs.empty());
   for (const Rung* r : rungs) {
     fl_test::Section s(r->label() + " diagnostic inputs");
+    if (is_mla_rung(*r)) {
+      for (InputKind in : {InputKind::ones, InputKind::identity, InputKind::ramp})
+        for (DType t : {DType::fp16, DType::bf16}) add_case(s, *r, mla_problem(1, 2, 200, 16, t, t == DType::bf16), in, 7);
+      s.run();
+      continue;
+    }
     for (InputKind in : {InputKind::ones, InputKind::identity, InputKind::ramp})
       for (DType t : {DType::fp16, DType::bf16})
         for (int d : head_dims_of(*r)) {
