@@ -37,6 +37,16 @@
 //   masks-backward: the same shapes, the backward pass alone (as the backward family), for the
 //             backward entries with Rung::mods (16_masks[backward], whatever its variant name);
 //             rung 14 runs the plain causal cells beside it
+//   mla-decode: MLA's decode step on the latent cache (rung 17; Rung::decode entries, rung 08
+//             refusing head_dim 576 in one line): batch 1, 8, 32, 128 x seqlen_k 1k, 4k, 16k, 64k
+//             (batch x seqlen_k <= 512k keys: the cache within 600 MB, its host copy seconds),
+//             heads 16, 64, 128 on one latent head, head_dim 576 (V = its first 512 columns),
+//             seqlen_q 1 and 2 (causal, bottom-right: MTP's second token), pages of 64 tokens;
+//             GB/s of the cache read once (kv_bytes), TFLOP/s of 2 x pairs x (576 + 512).
+//             Names "mla-decode/d576/B<b>/H<h>/Sq<sq>/Sk<sk>/P64"
+//   mla-prefill: MLA's prefill (rung 16's forward, Rung::head_dim_v): head_dim 192, V and O 128,
+//             16 heads (DeepSeek-V3's 128 over 8 GPUs), batch x seqlen = 16k tokens, seqlen
+//             1k..16k, causal 0/1; forward only (rung 16's backward refuses dv != d)
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
 //             e4m3 inputs are made once (per-head scales) outside the time, and the counters
@@ -49,7 +59,7 @@
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
 // Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|
-// hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|all
+// hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 // --fl_dtype=fp16|bf16 (the 16-bit type of every family but fp8's; fp16 by default)
@@ -78,7 +88,7 @@ namespace {
 struct Config {
   std::set<std::string> families{"prefill", "decode",        "ablation",       "paged", "backward",
                                  "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen",
-                                 "varlen-backward", "masks", "masks-backward"};
+                                 "varlen-backward", "masks", "masks-backward", "mla-decode", "mla-prefill"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -100,6 +110,9 @@ bool is_masks(const std::string& family) {
   return family == "masks" || family == "masks-backward";
 }
 
+/// The families of MLA (rung 17's decode on the latent cache, rung 16's 192/128 prefill).
+bool is_mla(const std::string& family) { return family == "mla-decode" || family == "mla-prefill"; }
+
 /// The entry that runs the masks family's plain causal cells beside the rungs with Rung::mods:
 /// rung 16 is rung 15's forward pass with masks and modifiers, so the same cells on both price
 /// the machinery (span bounds, block classes, the modifier hooks) where it has nothing to do.
@@ -117,14 +130,16 @@ struct Shape {
     s << family << "/d" << p.head_dim;
     if (is_masks(family))
       s << "/" << mask_case << "/N" << p.seqlen_q;
+    else if (family == "mla-decode")
+      s << "/B" << p.batch << "/H" << p.heads_q << "/Sq" << p.seqlen_q << "/Sk" << p.seqlen_k;
     else if (family == "varlen" || family == "varlen-backward")
       s << "/S" << p.batch << "/causal" << (p.causal ? 1 : 0);
     else if (family == "prefill" || family == "ablation" || family == "fp8" || family == "hopper-prefill" ||
-             family == "llama" || is_backward(family))
+             family == "llama" || family == "mla-prefill" || is_backward(family))
       s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
     else
       s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
-    if (family == "paged") s << "/P" << p.page_size;
+    if (family == "paged" || family == "mla-decode") s << "/P" << p.page_size;
     if (deterministic) s << "/det";
     return s.str();
   }
@@ -219,6 +234,37 @@ Shape decode_shape(const char* family, int b, int hkv, int sk, int page) {
   return s;
 }
 
+/// MLA's decode step (bench/README.md, the mla-decode family): @p heads query heads over one latent
+/// cache row of 576 dims per key (V its first 512), in pages of 64 keys; two queries are causal.
+Shape mla_decode_shape(int b, int heads, int sq, int sk) {
+  Shape s{"mla-decode", {}};
+  s.p.batch = b;
+  s.p.seqlen_q = sq;
+  s.p.seqlen_k = sk;
+  s.p.heads_q = heads;
+  s.p.heads_kv = 1;
+  s.p.head_dim = kMlaHeadDim;
+  s.p.head_dim_v = kMlaHeadDimV;
+  s.p.v_in_k = true;
+  s.p.page_size = 64;
+  s.p.causal = sq > 1;
+  return s;
+}
+
+/// The mla-decode family's grid, bench/pytorch/torch_mla.py's too (its --list prints the same names):
+/// batch x seqlen_k bounded by kMlaKeys keys, so no cell's cache (and its host copy) is large.
+constexpr long long kMlaKeys = 512 * 1024;
+std::vector<Shape> mla_decode_shapes(bool quick) {
+  std::vector<Shape> out;
+  for (int b : {1, 8, 32, 128})
+    for (int sk : {1024, 4096, 16384, 65536}) {
+      if (static_cast<long long>(b) * sk > kMlaKeys || (quick && (sk == 1024 || sk == 16384))) continue;
+      for (int heads : {16, 64, 128})
+        for (int sq : {1, 2}) out.push_back(mla_decode_shape(b, heads, sq, sk));
+    }
+  return out;
+}
+
 std::vector<Shape> sweep(const Config& c) {
   std::vector<Shape> out;
   auto dim_ok = [&](int d) { return c.head_dims.empty() || c.head_dims.count(d) > 0; };
@@ -285,6 +331,17 @@ std::vector<Shape> sweep(const Config& c) {
   for (const char* family : {"masks", "masks-backward"})
     if (c.wants(family) && dim_ok(128))
       for (Shape& s : mask_shapes(family)) out.push_back(s);
+  if (c.wants("mla-decode") && dim_ok(kMlaHeadDim))
+    for (Shape& s : mla_decode_shapes(c.quick)) out.push_back(s);
+  if (c.wants("mla-prefill") && dim_ok(192))  // DeepSeek-V3's 192/128 heads, 16 of its 128 per GPU
+    for (int causal : {0, 1})
+      for (int n : {1024, 2048, 4096, 8192, 16384}) {
+        if (c.quick && (n == 2048 || n == 8192)) continue;
+        Shape s = prefill_shape("mla-prefill", n, 192, causal);
+        s.p.heads_q = s.p.heads_kv = 16;
+        s.p.head_dim_v = 128;
+        out.push_back(s);
+      }
   if (c.wants("paged"))
     for (int sk : {16384, 65536, 131072})
       for (int page : {0, 16, 64, 256}) {
@@ -353,6 +410,10 @@ bool runs_in(const Config& c, const Shape& s, const Rung& r) {
     return false;
   }
   if (f == "paged") return r.paged_kv && r.variant.empty();
+  // MLA: the decode rungs on the latent cache (rung 17; rung 08 is listed with its refusal), the
+  // forward rungs that take V's own head_dim on the prefill (rung 16).
+  if (f == "mla-decode") return r.decode && (r.variant.empty() || c.variants);
+  if (f == "mla-prefill") return r.head_dim_v && !r.decode && (r.variant.empty() || c.variants);
   if (f == "hopper-prefill" || f == "llama")  // the 16-bit Hopper forward rungs
     return r.min_cc >= 90 && !r.fp8_inputs && (r.variant.empty() || c.variants);
   if (f == "varlen") return r.varlen && (r.variant.empty() || c.variants);
@@ -420,6 +481,10 @@ void set_counters(benchmark::State& state, const Rung* r, const Shape& s, double
   state.counters["head_dim"] = p.head_dim;
   state.counters["causal"] = p.causal ? 1 : 0;
   state.counters["page_size"] = p.page_size;
+  if (is_mla(s.family)) {  // V's own head_dim; 1 where V is the latent cache's first columns
+    state.counters["head_dim_v"] = p.dv();
+    state.counters["v_in_k"] = p.v_in_k ? 1 : 0;
+  }
   if (is_backward(s.family)) state.counters["deterministic"] = s.deterministic ? 1 : 0;
   if (is_masks(s.family)) {  // the case (also in the name), as bench/pytorch/torch_flex.py records it
     state.counters["window_left"] = p.window_left;
@@ -481,7 +546,9 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   int launches = 0;
   const double med = median_launch_ms([&] { r->launch(dp.params(), nullptr); }, dev, &launches);
   set_counters(state, r, s, med, launches, tflops_of(p, med),
-               gbps_of(p, med, s.family == "decode" || s.family == "paged" ? Peak::memory : r->peak));
+               gbps_of(p, med, s.family == "decode" || s.family == "paged" || s.family == "mla-decode"
+                                   ? Peak::memory  // the cache's bytes (MLA's latent cache once)
+                                   : r->peak));
   if (r->fp8_inputs) {  // what the FP8 path costs once per Q/K/V, and its end-to-end error
     int qlaunches = 0;
     state.counters["quantize_ms"] = median_launch_ms([&] { dp.fp8()->quantize(); }, dev, &qlaunches);
@@ -556,7 +623,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, all)\n",
                        f.c_str());
           return 2;
         }
