@@ -6,7 +6,7 @@
 Each PART is a folder written by `bench/run_all.sh --family prefill|decode --results PART` (or a
 whole run). OUT gets:
   ladder_bench.json, torch_sdpa.json  the parts' benchmarks one after another; the context of the
-  torch_flex.json                     first part, plus "parts" (each part's device, date, sha)
+  torch_flex.json, torch_mla.json     first part, plus "parts" (each part's device, date, sha)
   meta.json                           {"device", "date" (the latest), "git_sha", "parts": [...]}
   every other file of each part       logs, and any name already taken, get the part's family
                                       (or "partN" when two parts share one) before the extension
@@ -24,8 +24,8 @@ import shutil
 import subprocess
 import sys
 
-# report.py reads torch_flex.json from the folder of ladder_bench.json.
-JOINED = ("ladder_bench.json", "torch_sdpa.json", "torch_flex.json")
+# report.py reads torch_flex.json and torch_mla.json from the folder of ladder_bench.json.
+JOINED = ("ladder_bench.json", "torch_sdpa.json", "torch_flex.json", "torch_mla.json")
 
 
 def load(path):

@@ -11,6 +11,8 @@
 #      alone for the backward families, the 16-bit backends for fp8)
 #      bench/pytorch/torch_flex.py on the masks families (FlexAttention, and    -> torch_flex.json
 #      SDPA flash / cuDNN on their causal cells)
+#      bench/pytorch/torch_mla.py on the MLA families (SDPA on the decompressed -> torch_mla.json
+#      cache, and on the 192/128 prefill)
 #   3. rung 07's --sweep at head_dim 64 and 128 (family prefill)       -> sweep07_d64.json, sweep07_d128.json
 #   4. rung 08 with --splits 1..64 and the heuristic (family decode)   -> decode_splits/*.json
 #   5. rung 13's accuracy runs, bench/run_fp8.sh (family fp8)          -> fp8_accuracy/*.json
@@ -21,8 +23,8 @@
 #      written relative to the repository root
 #
 # Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8,
-# hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward; "all" (the default) is all
-# thirteen.
+# hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill;
+# "all" (the default) is all fifteen. bench/studies/mla_decode.sh runs the MLA families (bf16).
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
     --skip) skip=$2; shift ;;
     --results) results=$2; shift ;;
     --) shift; ladder_args=("$@"); break ;;
-    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) bin=$1 ;;
   esac
   shift
@@ -67,10 +69,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -146,7 +148,11 @@ else
   for f in masks masks-backward; do
     has_family $f && ffam=${ffam:+$ffam,}$f
   done
-  if [ -z "$tfam" ] && [ -z "$ffam" ]; then
+  mfam=""
+  for f in mla-decode mla-prefill; do
+    has_family $f && mfam=${mfam:+$mfam,}$f
+  done
+  if [ -z "$tfam" ] && [ -z "$ffam" ] && [ -z "$mfam" ]; then
     echo "run_all.sh: [torch] skipped (PyTorch runs every family but paged)"
   elif [ -n "$tfam" ]; then
   step torch torch_sdpa.log "$PY" "$ROOT/bench/pytorch/torch_sdpa.py" --family "$tfam" --dtype "$dtype" --backends "$backends" --out "$STAGE/torch_sdpa.json" "${tq[@]}" ||
@@ -162,6 +168,12 @@ else
     done
     step torch torch_flex.log "$PY" "$ROOT/bench/pytorch/torch_flex.py" --family "$ffam" --dtype "$dtype" --backends "${fb:-none}" --out "$STAGE/torch_flex.json" "${tq[@]}" ||
       echo "run_all.sh: [torch] torch_flex.py failed (see torch_flex.log); the report goes on without it"
+  fi
+  # SDPA on the MLA families (the decompressed cache; the 192/128 prefill), into torch_mla.json
+  # beside ladder_bench.json, where bench/report.py finds it.
+  if [ -n "$mfam" ]; then
+    step torch torch_mla.log "$PY" "$ROOT/bench/pytorch/torch_mla.py" --family "$mfam" --dtype "$dtype" --backends "$backends" --out "$STAGE/torch_mla.json" "${tq[@]}" ||
+      echo "run_all.sh: [torch] torch_mla.py failed (see torch_mla.log); the report goes on without it"
   fi
 fi
 
