@@ -1,20 +1,24 @@
 """The report's tables, one family group at a time: the groups (family_groups) and their titles,
 the grid of times (Grid: series x shape, ratios, each entry's declared baselines resolved per
 shape), and the rows and sections that bench/report.py puts in report.md (family_section,
-backward_section, masks_section). Records come from bench/results_io.py.
+backward_section, masks_section, mla_decode_section; mla_decode_table is also the docs' gen:mla-decode
+block). Records come from bench/results_io.py.
 """
 
 from results_io import (  # bench/results_io.py: the records' families and the shared formatting
     BACKWARD_FAMILIES, FAMILIES, LABEL_RE, MASK_FAMILIES, SEQLEN_FAMILIES, TORCH_ORDER, fmt_ratio,
     fmt_value, is_main, markdown_table, number_of, rung_order, seqlen_text, short, x_of)
 
+MLA_PREFILL_NOTE = ("forward only: rung 16's backward refuses a V head_dim of its own (dv != d), so MLA's "
+                    "training backward is not measured yet")
+
 
 # ---- groups and grids ----------------------------------------------------------------------------
 
 
 def family_groups(records):
-    """{(family, key): [records]}: key (head_dim, causal) for prefill, fp8 and backward, (batch,
-    heads_kv, head_dim) for decode and paged, causal for ablation."""
+    """{(family, key): [records]}: key (head_dim, causal) for prefill, fp8, backward and mla-prefill,
+    (batch, heads_kv, head_dim) for decode and paged, causal for ablation, heads for mla-decode."""
     groups = {}
     for r in records:
         if r["family"] in SEQLEN_FAMILIES:
@@ -23,6 +27,8 @@ def family_groups(records):
             key = (r["head_dim"],)
         elif r["family"] == "ablation":
             key = (r["causal"],)
+        elif r["family"] == "mla-decode":  # one table per heads count, a row per shape
+            key = (r["heads_q"],)
         else:
             key = (r["batch"], r["heads_kv"], r["head_dim"])
         groups.setdefault((r["family"], key), []).append(r)
@@ -51,6 +57,24 @@ def group_title(family, key, records):
         return (
             "Llama-3-8B prefill, head_dim %d, causal" % d,
             "batch 1, %d query heads on %d KV heads; TFLOP/s (unmasked pairs only)" % (r["heads_q"], r["heads_kv"]),
+        )
+    if family == "mla-prefill":
+        d, causal = key
+        return (
+            "MLA prefill, head_dim %d (V and O %d), %s" % (d, r.get("head_dim_v") or d,
+                                                          "causal" if causal else "not causal"),
+            "batch x seqlen = %d tokens, %d heads (DeepSeek-V3's 128 over 8 GPUs); the forward rungs that take "
+            "V's own head_dim beside PyTorch SDPA on the same q, k, v (`bench/pytorch/torch_mla.py`; flash takes no "
+            "V head_dim of its own); TFLOP/s = 2 x pairs x (%d + %d), unmasked pairs only; %s"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"], d, r.get("head_dim_v") or d, MLA_PREFILL_NOTE),
+        )
+    if family == "mla-decode":
+        return (
+            "MLA decode, %d heads" % key[0],
+            "rung 17 on the latent cache (one 576-dim row per key, V its first 512 columns, pages of 64 keys), "
+            "bf16 as run; SDPA on the decompressed cache of the same step (per head K = [c W_uk | k_rope] 192, "
+            "V = c W_uv 128: `bench/pytorch/torch_mla.py`), its fastest backend that ran. Sq 2 is causal "
+            "(bottom-right)",
         )
     if family == "fp8":
         d, causal = key
@@ -305,11 +329,120 @@ def masks_section(family, key, records, include_variants, registry=None):
     return "\n".join(out)
 
 
-def family_section(family, key, records, include_variants, registry=None):
+def best_torch(records, want):
+    """The fastest PyTorch record (no error) of the shape @p want (field: value), or None."""
+    recs = [r for r in records if r["source"] == "torch" and not r["error"] and r["ms"]
+            and all(r.get(k) == v for k, v in want.items())]
+    return min(recs, key=lambda r: r["ms"]) if recs else None
+
+
+def backend_of(label):
+    """ "torch_cudnn" -> "cuDNN" (a PyTorch record's backend, as the tables name it)."""
+    name = label[len("torch_"):] if label.startswith("torch_") else label
+    return {"cudnn": "cuDNN", "flash": "flash", "efficient": "efficient", "math": "math"}.get(name, name)
+
+
+def mla_decode_table(records, floors, heads=None, seqlens_q=None, batches=None, seqlens_k=None):
+    """The MLA decode table (report.md's mla-decode sections and the docs' gen:mla-decode): one row
+    per (heads, seqlen_q, batch, seqlen_k) a ladder entry ran (filtered by the optional lists), with
+    its time, TFLOP/s and GB/s beside the two floors' rates (@p floors: results_io.rate_ceilings;
+    % of each), the floor's time (FLOPs / tensor rate or bytes / HBM rate, the larger: the bound it
+    names), and SDPA on the decompressed cache: its fastest backend's time and the rung's speedup.
+    Returns (header, rows) for markdown_table; rows [] when nothing matches."""
+    tf, bw = floors.get("tflops"), floors.get("gbps")
+    ladder = [r for r in records if r["family"] == "mla-decode" and r["source"] == "ladder" and not r["error"]
+              and is_main(r["rung"])]
+    keep = lambda v, allowed: not allowed or v in allowed  # noqa: E731
+    ladder = [r for r in ladder if keep(r["heads_q"], heads) and keep(r["seqlen_q"], seqlens_q)
+              and keep(r["batch"], batches) and keep(r["seqlen_k"], seqlens_k)]
+    ladder.sort(key=lambda r: (r["heads_q"], r["seqlen_q"], r["batch"], r["seqlen_k"], rung_order([r["rung"]])))
+    several = len({r["rung"] for r in ladder}) > 1
+    rows = []
+    for r in ladder:
+        ms = r["ms"]
+        # The record's rates times its time give its FLOPs and bytes (ladder_bench's definitions).
+        c_ms = r["tflops"] * ms / tf if tf and r["tflops"] else None
+        m_ms = r["gbps"] * ms / bw if bw and r["gbps"] else None
+        bound = "—"
+        if c_ms is not None and m_ms is not None:
+            bound = "%.4f (%s)" % (max(c_ms, m_ms), "compute" if c_ms >= m_ms else "memory")
+        want = dict(family="mla-decode", batch=r["batch"], heads_q=r["heads_q"], seqlen_q=r["seqlen_q"],
+                    seqlen_k=r["seqlen_k"])
+        t = best_torch(records, want)
+        cells = [str(r["heads_q"]), str(r["seqlen_q"]), str(r["batch"]), seqlen_text(r["seqlen_k"])]
+        if several:
+            cells.append(rung_cell(r["rung"]))
+        floor = max(c_ms, m_ms) if c_ms is not None and m_ms is not None else None
+        cells += ["%.4f" % ms, fmt_value(r["tflops"]), "%.0f %%" % (100 * r["tflops"] / tf) if tf else "—",
+                  fmt_value(r["gbps"]), "%.0f %%" % (100 * r["gbps"] / bw) if bw else "—", bound,
+                  fmt_ratio(floor / ms) if floor else "—",
+                  "%.4f %s" % (t["ms"], backend_of(t["rung"])) if t else "—",
+                  fmt_ratio(t["ms"] / ms) if t else "—"]
+        rows.append(cells)
+    header = ["heads", "Sq", "B", "Sk"] + (["rung"] if several else []) + [
+        "ms", "TFLOP/s", "of tensor", "GB/s", "of HBM", "floor ms (bound)", "floor / time",
+        "SDPA decompressed ms", "speedup"]
+    return header, rows
+
+
+def mla_decode_floor_note(floors):
+    """The sentence under an MLA decode table: what the floors are and where their rates come from."""
+    tf, bw = floors.get("tflops"), floors.get("gbps")
+    return ("Floors: FLOPs = 2 x (query, key) pairs of every row and head x (576 + 512) at %s; bytes = the "
+            "latent cache read once (576 x 2 per key) at %s. \"floor ms\" is the larger of the two times, named "
+            "by its bound; \"floor / time\" is how close the rung comes to it. SDPA: q [B, H, Sq, 192] on K "
+            "[B, H, N, 192] and V [B, H, N, 128], the decompressed cache (H x 320 x 2 bytes per key: 71x the "
+            "latent row at 128 heads), its fastest backend that ran; speedup = its time / the rung's."
+            % ("%s TFLOP/s, %s" % (fmt_value(tf), floors.get("tflops_what")) if tf else "no tensor rate",
+               "%s GB/s, %s" % (fmt_value(bw), floors.get("gbps_what")) if bw else "no HBM rate"))
+
+
+def torch_refusals(records, family):
+    """ "flash: <first reason> (12 shapes); ..." of the PyTorch records of @p family that did not run."""
+    out = {}
+    for r in records:
+        if r["family"] == family and r["source"] == "torch" and r["error"]:
+            out.setdefault((r["rung"], r["error"]), []).append(r)
+    return "; ".join("%s: %s (%d shape%s)" % (backend_of(l), why, len(v), "s" if len(v) > 1 else "")
+                     for (l, why), v in sorted(out.items()))
+
+
+def mla_decode_section(key, records, floors=None):
+    """The mla-decode family at one heads count: mla_decode_table and its note, and the SDPA backends
+    that refused."""
+    title, sub = group_title("mla-decode", key, records)
+    header, rows = mla_decode_table(records, floors or {}, heads=[key[0]])
+    out = ["## %s" % title, "", sub + ".", ""]
+    if rows:
+        out += [markdown_table(header, rows), "", mla_decode_floor_note(floors or {}), ""]
+    refused = torch_refusals([r for r in records if r["heads_q"] == key[0]], "mla-decode")
+    if refused:
+        out += ["SDPA backends that did not run: %s." % refused, ""]
+    return "\n".join(out)
+
+
+def best_torch_rows(g, labels, records):
+    """One row per ladder entry: time of the fastest PyTorch backend that ran each shape / time of the
+    entry, with the backend named (the MLA prefill, where SDPA's backends differ by shape)."""
+    rows = []
+    for l in labels:
+        cells = []
+        for x in g.xs:
+            ms = g.ms.get((l, x))
+            t = min(((g.ms[(t, x)], t) for t in g.labels if t.startswith("torch_") and (t, x) in g.ms), default=None)
+            cells.append("%s vs %s" % (fmt_ratio(t[0] / ms), backend_of(t[1])) if ms and t else "—")
+        if any(c != "—" for c in cells):
+            rows.append([rung_cell(l)] + cells)
+    return rows
+
+
+def family_section(family, key, records, include_variants, registry=None, floors=None):
     if family in BACKWARD_FAMILIES:
         return backward_section(key, records, include_variants, family)
     if family in MASK_FAMILIES:
         return masks_section(family, key, records, include_variants, registry)
+    if family == "mla-decode":
+        return mla_decode_section(key, records, floors)
     g = Grid(records, registry)
     labels = [l for l in g.labels if include_variants or not LABEL_RE.match(l) or is_main(l)]
     if family in ("prefill", "decode", "fp8"):  # a variant that is a main's baseline is shown with it
@@ -318,7 +451,7 @@ def family_section(family, key, records, include_variants, registry=None):
     title, sub = group_title(family, key, records)
     out = ["## %s" % title, "", sub + ".", ""]
     header = ["rung"] + [x_text(family, x) for x in g.xs]
-    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8", "hopper-prefill", "llama") else "GB/s"
+    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8", "hopper-prefill", "llama", "mla-prefill") else "GB/s"
     out += ["**%s**" % unit, "", markdown_table(header, [[rung_cell(l)] + value_cells(g, l) for l in labels]), ""]
     ladder = [l for l in labels if LABEL_RE.match(l)]
     if family == "paged":
@@ -349,4 +482,12 @@ def family_section(family, key, records, include_variants, registry=None):
             markdown_table(header, rows),
             "",
         ]
+    if family == "mla-prefill":
+        rows = best_torch_rows(g, ladder, records)
+        if rows:
+            out += ["**Ratio to the fastest PyTorch SDPA backend that ran** (its time / time of the rung: above 1 = "
+                    "the rung is faster)", "", markdown_table(header, rows), ""]
+        refused = torch_refusals(records, family)
+        if refused:
+            out += ["SDPA backends that did not run: %s." % refused, ""]
     return "\n".join(out)

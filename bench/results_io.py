@@ -16,7 +16,9 @@ Users: bench/report.py (the report writer), bench/docblocks/ (the generated docs
 (notebooks/flresults.py) and the CPU tests. Record names look like
 "04_fa2/prefill/d128/N4096/causal1", "08_flash_decoding/decode/d128/B1/Hkv8/Sk65536",
 "08_flash_decoding/paged/d128/B1/Hkv8/Sk65536/P16", "11_backward/backward/d128/N4096/causal1/det",
-"torch_flash/prefill/d128/N4096/causal0", "torch_flex/masks/d128/window4096/N32768".
+"torch_flash/prefill/d128/N4096/causal0", "torch_flex/masks/d128/window4096/N32768",
+"17_mla/mla-decode/d576/B32/H128/Sq1/Sk16384/P64" (and bench/pytorch/torch_mla.py's
+"torch_cudnn/mla-decode/...": SDPA on the decompressed cache of the same shape).
 """
 
 import glob
@@ -31,14 +33,17 @@ TORCH_ORDER = ["torch_flex", "torch_flash", "torch_cudnn", "torch_efficient", "t
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
 FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8", "hopper-prefill", "llama",
-            "masks", "masks-backward")
+            "masks", "masks-backward", "mla-decode", "mla-prefill")
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
 # Rung 16's masks and score modifiers: one table per family, a column per (case, seqlen) of
 # "masks/d128/<case>/N<n>", in ladder_bench's order (mask_shapes); an unknown case after them.
 MASK_FAMILIES = ("masks", "masks-backward")
 MASK_CASES = ("causal", "window4096", "docs", "prefix2048", "softcap50", "alibi", "sinks")
+# MLA (rung 17's decode on the latent cache, beside SDPA on the decompressed one; rung 16's 192/128
+# prefill): bench/pytorch/torch_mla.py writes PyTorch's records (torch_mla.json).
+MLA_FAMILIES = ("mla-decode", "mla-prefill")
 # Families swept over seqlen at each (head_dim, causal), in TFLOP/s: the prefill shapes.
-SEQLEN_FAMILIES = ("prefill", "fp8", "hopper-prefill", "llama") + BACKWARD_FAMILIES
+SEQLEN_FAMILIES = ("prefill", "fp8", "hopper-prefill", "llama", "mla-prefill") + BACKWARD_FAMILIES
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -69,7 +74,8 @@ def load_records(path):
     (backward family: 1 for a deterministic-dQ run, else 0), ms (median), tflops, gbps, error ("" if
     it ran), and for the FP8 rungs' entries quantize_ms (the e4m3 conversion of Q, K, V, not in ms)
     and e2e_rel_fro (the error against fp64 on the 16-bit inputs); None where absent. case: the
-    masks families' case ("window4096", from the name), None in the other families."""
+    masks families' case ("window4096", from the name), None in the other families. head_dim_v: V's
+    head_dim (the MLA families record it; else head_dim)."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or "benchmarks" not in doc:
@@ -95,6 +101,8 @@ def load_records(path):
             rec.update(_shape_from_name(b.get("name", "")))
         if rec["page_size"] is None:  # runs before the paged family recorded no page size
             rec["page_size"] = 0
+        dv = finite_or(b.get("head_dim_v"))  # the MLA families' V head_dim (else V's is head_dim)
+        rec["head_dim_v"] = int(dv) if dv is not None else rec["head_dim"]
         det = finite_or(b.get("deterministic"))
         rec["deterministic"] = int(det) if det is not None else int("det" in b.get("name", "").split("/"))
         ms = finite_or(b.get("median_ms"))
@@ -134,6 +142,8 @@ def _shape_from_name(name):
         ("causal", r"/causal(\d)"),
         ("batch", r"/B(\d+)"),
         ("heads_kv", r"/Hkv(\d+)"),
+        ("heads_q", r"/H(\d+)"),
+        ("seqlen_q", r"/Sq(\d+)"),
         ("seqlen_k", r"/Sk(\d+)"),
         ("page_size", r"/P(\d+)"),
     ):
@@ -230,6 +240,28 @@ def peak_tflops(context, peak):
     return factor * v if v else None
 
 
+def rate_ceilings(context, ceilings=None):
+    """The two rates a memory- or compute-bound kernel is held against (the MLA decode table's
+    floors: FLOPs / tensor rate, bytes / HBM rate), as {"tflops", "tflops_what", "gbps", "gbps_what"}:
+    the measured ceilings where @p ceilings (load_ceilings) has them (cuBLAS's GEMM in the run's
+    16-bit type, the device copy), else the datasheet peaks of the bench @p context; None where
+    neither says."""
+    ceilings = ceilings or {}
+    dtype = context.get("dtype", "fp16")
+    out = {"tflops": None, "tflops_what": "", "gbps": None, "gbps_what": ""}
+    gemm = ceilings.get("cublas_%s_tflops" % ("bf16" if dtype == "bf16" else "fp16"))
+    if gemm and gemm[1]:
+        out.update(tflops=gemm[1], tflops_what="%s (measured)" % gemm[0])
+    elif finite_or(context.get("peak_tensor_tflops")):
+        out.update(tflops=finite_or(context.get("peak_tensor_tflops")), tflops_what="16-bit tensor peak (datasheet)")
+    copy = ceilings.get("copy_gbps")
+    if copy and copy[1]:
+        out.update(gbps=copy[1], gbps_what="%s (measured)" % copy[0])
+    elif finite_or(context.get("peak_gbps")):
+        out.update(gbps=finite_or(context.get("peak_gbps")), gbps_what="DRAM peak (datasheet)")
+    return out
+
+
 # ---- the run reports of rungs 12 and 13 (bench/run_ring.sh, bench/run_fp8.sh) -----------------
 
 
@@ -306,6 +338,8 @@ def fp8_accuracy_runs(folder):
 def x_of(r):
     if r["family"] == "ablation":
         return r["head_dim"]
+    if r["family"] == "mla-decode":  # (seqlen_q, batch, seqlen_k): the rows of one heads count's table
+        return (r["seqlen_q"], r["batch"], r["seqlen_k"])
     if r["family"] in MASK_FAMILIES:  # (order, seqlen, case): the columns in ladder_bench's order
         case = r.get("case") or ""
         return (MASK_CASES.index(case) if case in MASK_CASES else len(MASK_CASES), r["seqlen_q"], case)
