@@ -5,10 +5,10 @@ every family shares and --check/--write/--list; each other module registers the 
 family. Importing the package imports every family, so GENERATORS is complete."""
 
 # each registers its generators
-from . import (backward, core, decode, fp8, hopper_backward, ladder, masks, persistent, pytorch, pytorch_runs,
+from . import (backward, core, decode, fp8, hopper_backward, ladder, masks, mla, persistent, pytorch, pytorch_runs,
                ring)
 from . import figures  # registers the SVG figures (core.FIGURES), after the families
 from .core import GENERATORS, main
 
 __all__ = ["GENERATORS", "main", "core", "ladder", "decode", "backward", "fp8", "ring", "pytorch",
-           "hopper_backward", "persistent", "masks", "pytorch_runs"]
+           "hopper_backward", "persistent", "masks", "mla", "pytorch_runs"]
