@@ -87,10 +87,10 @@ __device__ __forceinline__ float row_delta(const AttnBwdParams& P, int b, int q,
   const AttnParams& p = P.fwd;
   const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + h * p.o_head_stride;
   const T* dout = static_cast<const T*>(P.dout) + off;
-  const float* o32 = p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * p.head_dim : nullptr;
+  const float* o32 = p.o_fp32 ? p.o_fp32 + ((static_cast<int64_t>(b) * p.seqlen_q + q) * p.heads_q + h) * p.dv() : nullptr;
   const T* o = static_cast<const T*>(p.o) + off;
   float sum = 0.f;
-  for (int c = 2 * lane; c < D && c < p.head_dim; c += 64) {  // rung 16: a head_dim below the tile's D
+  for (int c = 2 * lane; c < D && c < p.dv(); c += 64) {  // rung 16: O's head_dim (V's) below the tile's D
     const float2 a = o32 ? *reinterpret_cast<const float2*>(o32 + c)
                          : unpack2<T>(*reinterpret_cast<const uint32_t*>(o + c));
     const float2 g = unpack2<T>(*reinterpret_cast<const uint32_t*>(dout + c));

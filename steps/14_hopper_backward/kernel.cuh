@@ -149,13 +149,16 @@ __global__ void __launch_bounds__(kPrepThreads)
   if (at.real) {
     const SeqSpan seq = seq_span(p, at.b);
     stat = lse_offset(p, seq, at.b, at.h) + at.q;  // the forward's LSE (and the exact pass's D)
-    if (!exact_d && c < p.head_dim) {
+    // O and dO have V's head_dim (AttnParams::dv(): MLA's 128 beside Q's 192), which may be below
+    // Q's and the tile's: the chunks past it sum nothing.
+    const int dv = p.dv();
+    if (!exact_d && c < dv) {
       const int b = seq.batch, q = seq.q0 + at.q;
       const int64_t off = b * p.o_batch_stride + q * p.o_row_stride + at.h * p.o_head_stride + c;
       const T* o = static_cast<const T*>(p.o) + off;
       const T* dout = static_cast<const T*>(P.dout) + off;
       const float* o32 =
-          p.o_fp32 ? p.o_fp32 + ((int64_t(b) * p.seqlen_q + q) * p.heads_q + at.h) * p.head_dim + c : nullptr;
+          p.o_fp32 ? p.o_fp32 + ((int64_t(b) * p.seqlen_q + q) * p.heads_q + at.h) * dv + c : nullptr;
       sum = chunk_dot<T>(o, o32, dout);
     }
   }
@@ -553,7 +556,8 @@ __device__ __forceinline__ T* grad_row(void* base, const AttnParams& p, const Bl
 }
 
 /// Row @p key of a split group's fp32 partial dK (@p which = 0) or dV (1): rung 11's
-/// [2][kv_split][key_rows, heads_kv, d], slice work.slice.
+/// [2][kv_split][key_rows, heads_kv, d], slice work.slice. Only with V's head_dim equal to Q's
+/// (launch_backward refuses a split group otherwise: rung 11's convert writes d columns of dV).
 __device__ __forceinline__ float* dkv_partial(const AttnBwdParams& P, const BwdBuffers& buf,
                                               const BlockWork& work, int key, int which) {
   const AttnParams& p = P.fwd;
@@ -576,6 +580,7 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
                                                      const DkvRegs<Cfg>& dV, int w, int warp, int g,
                                                      int q) {
   const AttnParams& p = P.fwd;
+  const int dv_cols = p.dv();  // dV's columns: V's head_dim, at most head_dim (MLA's 128 of 192)
 #pragma unroll
   for (int c = 0; c < Cfg::kDkvN / 8; ++c)
 #pragma unroll
@@ -603,7 +608,7 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
           const int dim = 128 * w + 64 * t + 16 * warp + g + 8 * hh;
           if (dim >= p.head_dim) continue;
           dk[dim] = from_float<T>(dK[t][4 * c + 2 * hh + e2] * p.softmax_scale);
-          dv[dim] = from_float<T>(dV[t][4 * c + 2 * hh + e2]);
+          if (dim < dv_cols) dv[dim] = from_float<T>(dV[t][4 * c + 2 * hh + e2]);  // zeros past it
         }
     }
 }
@@ -731,7 +736,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
     mods.template set_step<SN>(work.head(it), q0 + s_col0);
 
-    // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight.
+    // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight. V and dO narrower than
+    // the tile (V's head_dim below Q's: MLA's 128 of 192) come in as zeros past their columns (the
+    // maps' own width), so dP^T sums zeros there and dV_j's columns past them stay zero.
     float S[SN / 2], dP[SN / 2];
     mbarrier_wait_parity(sm.q_full(s), phase);
     wgmma_fence_operand(S);
@@ -934,14 +941,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         continue;
       }
       T *dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
+      const int dv_cols = p.dv();  // dV's columns: V's head_dim, at most head_dim (MLA's 128 of 192)
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) {
-        if (8 * c < p.head_dim) {
+        if (8 * c < p.head_dim)
           *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) = pack2<T>(
               dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
+        if (8 * c < dv_cols)  // past it dV's columns are zeros (V and dO read as zeros there)
           *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) =
               pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
-        }
       }
     }
   }

@@ -52,11 +52,11 @@ inline void require_rows_aligned16(const AttnBwdParams& P) {
   const auto strides = [](int64_t row, int64_t head, int64_t batch) {
     return row % 8 == 0 && head % 8 == 0 && batch % 8 == 0;
   };
-  if (p.head_dim % 8 != 0 || !aligned(p.o) || !aligned(P.dout) || !aligned(P.dq) ||
+  if (p.head_dim % 8 != 0 || p.dv() % 8 != 0 || !aligned(p.o) || !aligned(P.dout) || !aligned(P.dq) ||
       (p.o_fp32 != nullptr && !aligned(p.o_fp32)) || !strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride) ||
       !strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride))
-    throw std::runtime_error("rung 14's backward: O, dO and dQ need 16-byte aligned rows (head_dim and strides "
-                             "multiples of 8 elements)");
+    throw std::runtime_error("rung 14's backward: O, dO and dQ need 16-byte aligned rows (head_dim, V's head_dim "
+                             "and strides multiples of 8 elements)");
 }
 
 /// The pre-pass's and the convert's entries in a rung's kernel list (Rung::kernels), for @p prep.
@@ -114,6 +114,8 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
                    bwd::GroupSplit how, cudaStream_t stream) {
   const int n_delta = exact_delta_splits(shape, deterministic, policy);
   if (n_delta == 0) return nullptr;
+  if (P.fwd.dv() != P.fwd.head_dim)  // rung 11's pass reads V at Q's head_dim
+    throw std::runtime_error("rung 14: no exact D pass with V's head_dim of its own (--dim-v)");
   if constexpr (D > 128) {
     throw std::runtime_error("rung 14: no exact D pass at head_dim " + std::to_string(D));
   } else {
@@ -146,6 +148,8 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   // below D (rung 16's 80 and 96 on the d = 128 tiles) lays out the workspace as D's.
   WsShape shape(p);
   shape.p.head_dim = D;
+  if (p.dv() > p.head_dim)  // the tile is Q's: V's columns past it would not be read
+    throw std::runtime_error("rung 14's backward: V's head_dim (--dim-v) above Q's and K's is not taken");
   if (shape.packed && p.total_q == 0 && p.total_k == 0) return {};  // only empty sequences: nothing to write
   const bool deterministic = given.deterministic != 0;
   const bwd::DeltaSource source = bwd::delta_source(policy, p.seqlen_k, p.o_fp32 != nullptr);
@@ -166,8 +170,10 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.dkv_acc = ws + dkv_acc_offset(shape, deterministic);
   buf.kv_split = kv_splits(shape, how);
   buf.early_free = early_free;
-  if (buf.kv_split > 1 && p.head_dim != D)  // the partial sums and rung 11's convert are d wide
-    throw std::runtime_error("the backward launch: a split GQA group needs head_dim " + std::to_string(D));
+  // The partial sums and rung 11's convert are d wide, for dV as for dK.
+  if (buf.kv_split > 1 && (p.head_dim != D || p.dv() != D))
+    throw std::runtime_error("the backward launch: a split GQA group needs head_dim " + std::to_string(D) +
+                             " for Q, K and V");
 
   float* exact_d = exact_delta<T, D>(P, shape, ws, deterministic, policy, how, stream);
 
@@ -195,12 +201,14 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   const DType dt = static_cast<DType>(p.dtype);
   const CUtensorMap map_q = make_tma_map_tokens(dt, p, false, p.q, p.q_batch_stride, p.q_row_stride, p.q_head_stride,
                                                 Cfg::kBlockM, p.k);
+  // dO and V at V's head_dim (AttnParams::dv(), at most head_dim: MLA's 128 beside 192): the tile's
+  // columns past it come in as zeros, which dP^T sums and dV's GEMM multiplies (kernel.cuh).
   const CUtensorMap map_do = make_tma_map_tokens(dt, p, false, P.dout, p.o_batch_stride, p.o_row_stride,
-                                                 p.o_head_stride, Cfg::kBlockM, p.k);
+                                                 p.o_head_stride, Cfg::kBlockM, p.k, p.dv());
   const CUtensorMap map_k = make_tma_map_tokens(dt, p, true, p.k, p.k_batch_stride, p.k_row_stride, p.k_head_stride,
                                                 Cfg::kBlockN, p.q);
   const CUtensorMap map_v = make_tma_map_tokens(dt, p, true, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
-                                                Cfg::kBlockN, p.q);
+                                                Cfg::kBlockN, p.q, p.dv());
   const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv * buf.kv_split, p.batch);
   bool writer = true;
   if constexpr (!WRITER) {
