@@ -9,7 +9,8 @@
 /// @code
 ///   rows see <= 16384 keys                            the fp32 O (any mask, any modifier)
 ///   longer rows, no mask or causal, no softcap,       rung 11's rule (its exact pass), as rung 14
-///     ALiBi or sinks, a dense batch, d = 64 or 128
+///     ALiBi or sinks, a dense batch, d = 64 or 128,
+///     V's head_dim the same
 ///   longer rows otherwise                             refused, in one line
 /// @endcode
 /// A window bounds every row (left + right + 1 keys), documents by the longest one: a 4k window
@@ -44,13 +45,14 @@ inline int64_t max_row_keys(const Problem& p) {
 
 /// True where rung 11's exact pass computes the D rung 16's kernel needs: no mask beyond causal,
 /// no score modifier, sinks or dropout (@p modifiers: the pass recomputes the undropped P), a dense
-/// batch, a head_dim with its own tile.
-inline bool exact_pass_applies(const MaskSpec& m, bool modifiers, bool packed, int head_dim) {
-  return (is_no_mask(m) || is_plain_causal(m)) && !modifiers && !packed && (head_dim == 64 || head_dim == 128);
+/// batch, a head_dim with its own tile, V's the same (the pass reads V at Q's head_dim).
+inline bool exact_pass_applies(const MaskSpec& m, bool modifiers, bool packed, int head_dim, int head_dim_v) {
+  return (is_no_mask(m) || is_plain_causal(m)) && !modifiers && !packed && (head_dim == 64 || head_dim == 128) &&
+         head_dim_v == head_dim;
 }
 inline bool exact_pass_applies(const Problem& p) {
   return exact_pass_applies(p.mask_spec(), p.softcap > 0 || p.alibi || !p.sinks.empty() || p.dropout(), p.varlen(),
-                            p.head_dim);
+                            p.head_dim, p.dv());
 }
 
 /// The source of D: rung 11's rule (its exact pass on rows of more than 16384 keys) where that
@@ -64,7 +66,7 @@ inline std::string long_row_refusal(const Problem& p) {
   if (max_row_keys(p) <= bwd::kExactDeltaKeys || exact_pass_applies(p)) return "";
   return "rows that see more than " + std::to_string(bwd::kExactDeltaKeys) +
          " keys need rung 11's exact D pass, which takes no mask but causal, no softcap, ALiBi, sinks or dropout, "
-         "dense batches and head_dim 64 or 128 only";
+         "dense batches and head_dim 64 or 128 only (V's the same)";
 }
 
 }  // namespace fl::masks16

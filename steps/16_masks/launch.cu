@@ -92,8 +92,8 @@ Rung make(Classify mode, const char* variant, const char* summary) {
   if (mode == Classify::exact)
     r.baselines = {Baseline::on(15, "the rung it builds on: the same kernel with the causal mask as special code")};
   // V and O with a head_dim of their own (--dim-v; MLA's prefill 192/128): V's tensor map at its
-  // own columns, O stored at them, on the tile of the wider (with_head_dims). The backward does not
-  // take it yet.
+  // own columns, O stored at them, on the tile of the wider (with_head_dims). The backward takes
+  // V's head_dim up to Q's (make_backward).
   r.head_dim_v = true;
   r.supports = [](const Problem& p, const DeviceInfo& d) { return check_limits(p, d); };
   r.workspace_bytes = [](const Problem& p) -> size_t {
@@ -132,7 +132,9 @@ Rung make(Classify mode, const char* variant, const char* summary) {
 
 /// The backward pass after the rung's forward: rung 14's kernel and tiles (d = 64, 128, 256; the
 /// head_dims between on the next tile up, as the forward's), the masks by key, the modifiers, the
-/// sinks' gradient.
+/// sinks' gradient. V with a head_dim of its own up to Q's (MLA's training, 192/128): V's and dO's
+/// maps at its columns, zeros past them on Q's tile; D over O's and dO's columns, dV stored at
+/// them (launch_bwd.cuh, kernel.cuh).
 Rung make_backward() {
   Rung r = base_entry("backward", "backward: rung 14's kernel with the masks read by key (the query blocks that see a "
                                   "K/V block, full or partial per warpgroup), softcap's derivative, ALiBi, the sinks' "
@@ -142,7 +144,11 @@ Rung make_backward() {
   r.seqused_k = false;  // a KV cache has no backward pass; rung 11's exact D pass ignores seqused_k
   r.in_tour = false;
   r.baselines = {Baseline::on(14, "the backward it builds on: the same kernel with the causal mask as special code")};
+  r.head_dim_v = true;  // up to head_dim (supports): the tile is Q's and K's
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
+    if (p.dv() > p.head_dim)
+      return "the backward takes V's head_dim (--dim-v) up to --dim only (its tiles are Q's and K's; MLA's 192/128 "
+             "runs)";
     if (std::string why = check_limits(p, d); !why.empty()) return why;  // the forward's
     return tile_limits(p, d, with_head_dim(p.head_dim, [](auto t) {
                          return hopper14::RungTiles<decltype(t)::value>::kSmemBytes;  // the backward tile's
@@ -190,8 +196,10 @@ Rung make_backward() {
             bwd::delta_source_name(bwd::delta_source(masks16::delta_policy(masks16::exact_pass_applies(p)),
                                                      p.seqlen_k, true)) +
             " (bwd_delta.h: rung 11's exact pass on long rows where it applies, the fp32 O elsewhere)"};
-    if (p.head_dim % 64 != 0 && p.heads_q > p.heads_kv)
-      notes.push_back("head_dim below its tile's: each block walks its whole GQA group (no split)");
+    if ((p.head_dim % 64 != 0 || p.dv() != p.head_dim) && p.heads_q > p.heads_kv)
+      notes.push_back(p.dv() != p.head_dim
+                          ? "V's head_dim not Q's: each block walks its whole GQA group (no split)"
+                          : "head_dim below its tile's: each block walks its whole GQA group (no split)");
     return notes;
   };
   return r;

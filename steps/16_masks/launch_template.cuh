@@ -111,22 +111,23 @@ void with_bwd_mods(const AttnParams& p, F&& f) {
 }
 
 /// The backward's workspace shape: the problem with the tile's head_dim D (its dQ tiles are D
-/// wide); a head_dim below D (80, 96) never splits a GQA group (the partial dK, dV and rung 11's
-/// convert are head_dim wide): each block walks its whole group.
+/// wide); a head_dim below D (80, 96), or V's head_dim below Q's (MLA's 192/128), never splits a
+/// GQA group (the partial dK, dV and rung 11's convert are head_dim wide, dV's as dK's): each
+/// block walks its whole group.
 template <int D>
 hopper14::WsShape bwd_shape(const Problem& pr) {
   hopper14::WsShape s(pr);
   s.p.head_dim = D;
   return s;
 }
-inline bwd::GroupSplit bwd_split(int head_dim, int D) {
-  return head_dim == D ? bwd::GroupSplit::balanced : bwd::GroupSplit::none;
+inline bwd::GroupSplit bwd_split(int head_dim, int head_dim_v, int D) {
+  return head_dim == D && head_dim_v == D ? bwd::GroupSplit::balanced : bwd::GroupSplit::none;
 }
 
 /// Where D comes from (bwd_delta.h): rung 11's rule where its exact pass applies, else the fp32 O.
 inline bwd::DeltaPolicy bwd_policy(const AttnParams& p) {
   return delta_policy(exact_pass_applies(mask_spec_of(p), p.softcap > 0 || p.alibi || p.sinks != nullptr || p.dropout.p > 0,
-                                         p.cu_seqlens_q != nullptr, p.head_dim));
+                                         p.cu_seqlens_q != nullptr, p.head_dim, p.dv()));
 }
 
 template <int D>
@@ -138,7 +139,7 @@ void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
   hopper14::BwdBuffers buf{};
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     with_bwd_mods(p, [&](auto mods) {
-      buf = hopper14::launch_backward<T, Cfg, true>(P, bwd_policy(p), bwd_split(p.head_dim, D), mods, s);
+      buf = hopper14::launch_backward<T, Cfg, true>(P, bwd_policy(p), bwd_split(p.head_dim, p.dv(), D), mods, s);
     });
   });
   if (p.sinks == nullptr) return;
@@ -153,7 +154,7 @@ void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
 template <int D>
 size_t bwd_workspace_masks16(const Problem& pr, bool deterministic) {
   return hopper14::workspace_bytes(bwd_shape<D>(pr), deterministic, delta_policy(exact_pass_applies(pr)),
-                                   bwd_split(pr.head_dim, D));
+                                   bwd_split(pr.head_dim, pr.dv(), D));
 }
 
 template <int D>
@@ -165,7 +166,8 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr) {
     with_bwd_mods(p, [&](auto mods) {
       using S = decltype(mods.score);
       using Drop = decltype(mods.drop);
-      const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
+      const std::string dims = (pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles") +
+                               (pr.dv() != pr.head_dim ? ", V's " + std::to_string(pr.dv()) : std::string());
       out.push_back(hopper14::prep_kernel_info<T, D>(hopper14::kRungPrep));
       out.push_back({"masked_bwd<d=" + dims + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
                          std::to_string(Cfg::kBlockM) + " queries, span mask by key" + (S::kSoftcap ? ", softcap" : "") +

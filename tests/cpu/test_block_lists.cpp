@@ -332,6 +332,8 @@ TEST_CASE("backward's D: rung 11's exact pass on the long rows it can take, a re
   CHECK(refused([](Problem& q) { q.window_left = 20000; }));
   CHECK(refused([](Problem& q) { q.head_dim = 96; }));
   CHECK(refused([](Problem& q) { q.head_dim = 256; }));
+  CHECK(refused([](Problem& q) { q.head_dim_v = 64; }));  // V's own head_dim: the pass reads V at d
+  CHECK(!refused([](Problem& q) { q.head_dim_v = 128; }));  // d said explicitly
   CHECK(refused([](Problem& q) { set_varlen(&q, {1, 1}, {32768, 100}); }));
   CHECK(!refused([](Problem& q) { q.head_dim = 64; }));
 }
