@@ -142,12 +142,13 @@ TEST_CASE("V and O with a head_dim of their own (--dim-v): MLA's 192/128 and oth
   capped.sinks = sinks_for(capped.heads_q);
   s.add(rung16(), capped);
   s.run();
-  // The backward does not take it yet: refused in one line naming --dim-v.
+  // The backward takes V's head_dim up to Q's only ("backward: V's head_dim ..." below): dv above
+  // d is refused in one line naming --dim-v.
   DeviceInfo dev;
   dev.cc_major = 9;
   dev.cc_minor = 0;
   dev.sm_count = 132;
-  const std::string why = supports(rung16("backward"), with_dv(shape(1, 128, 128, 4, 4, 192, true), 128), dev);
+  const std::string why = supports(rung16("backward"), with_dv(shape(1, 128, 128, 4, 4, 64, true), 96), dev);
   CHECK(why.find("--dim-v") != std::string::npos);
   CHECK(why.find('\n') == std::string::npos);
 }
@@ -388,4 +389,51 @@ TEST_CASE("dropout: taken with ALiBi; refused with softcap or a KV cache's lengt
     if (supports(r, off, dev).empty()) CHECK(why.find("dropout") != std::string::npos);
     CHECK(feature_support(r, plain).find("dropout") != std::string::npos);
   }
+}
+
+// ---- the backward with V's head_dim its own (MLA's training: 192/128) -------------------------
+// V and dO read at dv columns on Q's tile (zeros past them), D = rowsum(dO ∘ O) over dv columns,
+// dV stored at dv columns; dQ, dK, dV against the fp64 backward reference at dv.
+
+TEST_CASE("backward: V's head_dim its own (--dim-v, dv <= d): MLA's 192/128, dense, causal, GQA, packed, masks",
+          "[rung16_backward]") {
+  const Rung& r = rung16("backward");
+  Section s("rung 16 backward: V's head_dim its own (192/128 on the d=256 tiles, 256/128, 128/64, 64/32)");
+  for (DType t : {DType::fp16, DType::bf16}) {
+    s.add(r, with_dv(shape(2, 700, 700, 8, 2, 192, true, t), 128));      // MLA's training shape: causal GQA
+    s.add(r, with_dv(shape(2, 257, 257, 4, 4, 192, false, t), 128));     // no mask, tails
+    s.add(r, with_dv(shape(1, 300, 1100, 16, 16, 192, true, t), 128));   // seqlen_q < seqlen_k
+    s.add(r, with_dv(window(shape(1, 900, 260, 8, 2, 192, true, t), 50, 0), 128));  // rows with no key
+    s.add(r, with_dv(window(shape(1, 900, 260, 8, 2, 128, true, t), 50, 0), 64));   // the d=128 tiles
+  }
+  // Q's head_dim the tile's, V's below it: a GQA group that would split is walked whole.
+  s.add(r, with_dv(shape(1, 257, 257, 8, 2, 256, true, DType::bf16), 128));
+  s.add(r, with_dv(shape(2, 300, 300, 8, 2, 64, true, DType::bf16), 32));
+  s.add(r, with_dv(shape(1, 333, 333, 4, 1, 128, false, DType::fp16), 8));
+  Problem packed = shape(1, 1, 1, 8, 2, 192, true, DType::bf16);
+  set_varlen(&packed, {1, 0, 130, 77, 300, 5, 600}, {5, 9, 130, 60, 256, 0, 900});
+  s.add(r, with_dv(packed, 128));
+  s.add(r, with_dv(window(packed, 64, 0), 128));
+  Problem capped = with_dv(window(shape(1, 500, 500, 8, 2, 192, true), 100, 0), 128);
+  capped.softcap = 30.f;
+  capped.sinks = sinks_for(capped.heads_q);
+  s.add(r, capped);  // softcap's derivative and the sinks' gradient from D at dv
+  s.add(r, with_dv(with_alibi(shape(1, 300, 530, 8, 2, 192, true, DType::bf16)), 128));
+  s.add(r, with_dv(dropped(shape(1, 300, 530, 8, 2, 192, true, DType::bf16), 0.2f, 41), 128));
+  for (const Problem& p : {with_dv(shape(1, 700, 700, 8, 2, 192, true, DType::bf16), 128),
+                           with_dv(window(packed, 30, 40), 128)}) {
+    fl_test::Case& c = s.add(r, p);
+    c.deterministic = true;
+    c.seed = 5;
+  }
+  s.run();
+  // dv above d: refused in one line; dv = d said explicitly: taken as before.
+  DeviceInfo dev;
+  dev.cc_major = 9;
+  dev.cc_minor = 0;
+  dev.sm_count = 132;
+  const std::string why = supports(r, with_dv(shape(1, 128, 128, 4, 4, 128, true), 256), dev);
+  CHECK(why.find("--dim-v") != std::string::npos);
+  CHECK(why.find('\n') == std::string::npos);
+  CHECK(feature_support(r, with_dv(shape(1, 128, 128, 4, 4, 192, true), 128)).empty());
 }
