@@ -59,15 +59,18 @@ inline std::array<int64_t, 3> checked_strides(const char* name, uintptr_t ptr,
 
 /// The shapes the checks read a tensor as: [batch, seqlen, heads, head_dim], or for a packed
 /// batch (Problem::varlen) [1, tokens, heads, head_dim], the view of its [tokens, heads,
-/// head_dim] tensor that the Python layer passes.
-inline std::array<int64_t, 4> q_shape_of(const Problem& p) {
-  return p.varlen() ? std::array<int64_t, 4>{1, p.total_q(), p.heads_q, p.head_dim}
-                    : std::array<int64_t, 4>{p.batch, p.seqlen_q, p.heads_q, p.head_dim};
+/// head_dim] tensor that the Python layer passes. @p cols: the last dimension, 0 for head_dim
+/// (V and O pass Problem::dv()).
+inline std::array<int64_t, 4> q_shape_of(const Problem& p, int cols = 0) {
+  const int64_t d = cols > 0 ? cols : p.head_dim;
+  return p.varlen() ? std::array<int64_t, 4>{1, p.total_q(), p.heads_q, d}
+                    : std::array<int64_t, 4>{p.batch, p.seqlen_q, p.heads_q, d};
 }
-inline std::array<int64_t, 4> kv_shape_of(const Problem& p, int64_t pool_rows = 0) {
-  if (p.page_size > 0) return {1, pool_rows, p.heads_kv, p.head_dim};  // a page pool's rows
-  return p.varlen() ? std::array<int64_t, 4>{1, p.total_k(), p.heads_kv, p.head_dim}
-                    : std::array<int64_t, 4>{p.batch, p.seqlen_k, p.heads_kv, p.head_dim};
+inline std::array<int64_t, 4> kv_shape_of(const Problem& p, int64_t pool_rows = 0, int cols = 0) {
+  const int64_t d = cols > 0 ? cols : p.head_dim;
+  if (p.page_size > 0) return {1, pool_rows, p.heads_kv, d};  // a page pool's rows
+  return p.varlen() ? std::array<int64_t, 4>{1, p.total_k(), p.heads_kv, d}
+                    : std::array<int64_t, 4>{p.batch, p.seqlen_k, p.heads_kv, d};
 }
 
 /// The device buffers beside Q, K, V, O and the LSE that a problem's mask, modifiers, packing
@@ -138,20 +141,34 @@ inline void set_extras(AttnParams* a, const Problem& p, const Extras& e) {
   if (p.page_size > 0) {  // the block table locates pages: no batch stride
     a->page_size = p.page_size;
     a->k_batch_stride = a->v_batch_stride = 0;
+    a->num_pages = static_cast<int>(e.pool_rows / p.page_size);  // k's first dimension (rung 17's TMA map)
   }
+}
+
+/// The rule of Problem::v_in_k (MLA's latent cache): v is a view of k's first dv columns, the
+/// same data pointer and the same (batch, row, head) strides, both read as k's shape (a dimension
+/// of size 1 then gets one dense stride for both). "" when it holds, else why not.
+inline std::string v_in_k_reason(uintptr_t k_ptr, const std::array<int64_t, 3>& k_strides, uintptr_t v_ptr,
+                                 const std::array<int64_t, 3>& v_strides) {
+  if (v_ptr != k_ptr || v_strides != k_strides)
+    return "v: the problem has v_in_k (V is K's first dv columns) but v is not a view of k's first columns "
+           "(the same data pointer and strides)";
+  return "";
 }
 
 /// AttnParams for @p p (make_attn_params) with the tensors' pointers and strides: @p ptr holds
 /// q, k, v, o, lse; @p strides q, k, v, o; @p e the buffers of the mask, modifiers and packing.
-/// Every stride and pointer is checked first.
+/// Every stride and pointer is checked first. V and O have dv() columns; with Problem::v_in_k
+/// v must be k's first dv columns (v_in_k_reason), and gets k's strides, as the harness gives them.
 inline AttnParams params_for(const Problem& p, const std::array<uintptr_t, 5>& ptr,
                              const std::array<Strides4, 4>& strides, const Extras& e) {
   const std::array<int64_t, 4> q_shape = q_shape_of(p);
   const std::array<int64_t, 4> kv_shape = kv_shape_of(p, e.pool_rows);
   const auto q = checked_strides("q", ptr[0], q_shape, strides[0]);
   const auto k = checked_strides("k", ptr[1], kv_shape, strides[1]);
-  const auto v = checked_strides("v", ptr[2], kv_shape, strides[2]);
-  const auto o = checked_strides("out", ptr[3], q_shape, strides[3]);
+  const auto v = checked_strides("v", ptr[2], p.v_in_k ? kv_shape : kv_shape_of(p, e.pool_rows, p.dv()), strides[2]);
+  if (p.v_in_k) refuse_if(v_in_k_reason(ptr[1], k, ptr[2], v));
+  const auto o = checked_strides("out", ptr[3], q_shape_of(p, p.dv()), strides[3]);
   if (ptr[4] == 0 || ptr[4] % 4 != 0) refuse_if("lse: needs a 4-byte aligned fp32 buffer");
   AttnParams a = make_attn_params(p);
   a.q = reinterpret_cast<const void*>(ptr[0]);

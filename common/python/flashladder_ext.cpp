@@ -198,8 +198,8 @@ class PreparedForward {
                   int device, size_t workspace_bytes)
       : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes) {
     if (!rung_->launch) refuse_if(rung_->label() + " has no forward launch");
-    if (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0)
-      refuse_if("a prepared launch takes no mask, modifier, packing or cache lengths (call forward)");
+    if (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 || p.v_in_k)
+      refuse_if("a prepared launch takes no mask, modifier, packing, cache lengths or V inside K (call forward)");
     refuse_if(supports_reason(*rung_, p, device_info(device)));
     constexpr uintptr_t kAligned = 256;  // stands in for the pointers: only the strides are checked here
     params_ = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned}, strides, Extras{});
@@ -285,8 +285,8 @@ class PreparedCacheCall {
                     const std::array<Strides4, 4>& append, int device, size_t workspace_bytes)
       : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes), append_(append) {
     if (!rung_->launch) refuse_if(rung_->label() + " has no forward launch");
-    if (p.varlen() || p.dropout() || p.seqused_k.empty())
-      refuse_if("a prepared cache call takes a cache's lengths, no packing or dropout (call forward)");
+    if (p.varlen() || p.dropout() || p.seqused_k.empty() || p.v_in_k)
+      refuse_if("a prepared cache call takes a cache's lengths, no packing, dropout or V inside K (call forward)");
     refuse_if(supports_reason(*rung_, p, device_info(device)));
     batch_ = static_cast<int>(cache[0]);
     new_keys_ = static_cast<int>(cache[1]);
@@ -392,6 +392,8 @@ NB_MODULE(_ext, m) {
   using namespace fl;
   m.doc() = "FlashLadder's rungs on raw CUDA pointers (the flashladder package wraps it for PyTorch)";
   m.attr("MAX_HEAD_DIM") = kMaxHeadDim;
+  m.attr("MLA_HEAD_DIM") = kMlaHeadDim;      // MLA's latent cache: Q and K (problem.h)
+  m.attr("MLA_HEAD_DIM_V") = kMlaHeadDimV;   // its values, the cache rows' first columns
 
   nb::class_<DeviceInfo>(m, "DeviceInfo",
                          "What a rung's supports() reads about a GPU; build one by hand to ask "
@@ -437,6 +439,9 @@ NB_MODULE(_ext, m) {
       .def_rw("head_dim", &Problem::head_dim)
       .def_rw("head_dim_v", &Problem::head_dim_v, "V's and O's head_dim (0: head_dim; --dim-v)")
       .def_prop_ro("dv", &Problem::dv, "V's and O's head_dim: head_dim_v, or head_dim when 0")
+      .def_rw("v_in_k", &Problem::v_in_k,
+              "V is K's first dv columns (MLA's latent cache, --v-in-k): a launch's v must be a view of k's "
+              "first columns, the same pointer and strides")
       .def_prop_rw(
           "dtype", [](const Problem& p) { return std::string(dtype_name(p.dtype)); },
           [](Problem& p, const std::string& s) {
@@ -777,6 +782,7 @@ NB_MODULE(_ext, m) {
          uintptr_t dropout_state, bool planned) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch_bwd) refuse_if(r.label() + " has no backward pass");
+        if (p.v_in_k) refuse_if("v_in_k: the backward pass takes V of its own (MLA's latent cache is forward only)");
         // planned: as forward's (flashladder._core.plan_backward asked supports, bwd_supports and
         // bwd_workspace_bytes for this Problem, this device and this deterministic flag).
         if (!planned) refuse_if(supports_reason(r, p, device_info(device)));
@@ -793,8 +799,10 @@ NB_MODULE(_ext, m) {
         const char* names[4] = {"dout", "dq", "dk", "dv"};
         const char* like[4] = {"out", "q", "k", "v"};
         const int same[4] = {3, 0, 1, 2};
+        const std::array<int64_t, 4> shapes[4] = {q_shape_of(p, p.dv()), q_shape_of(p), kv_shape_of(p),
+                                                  kv_shape_of(p, 0, p.dv())};
         for (int i = 0; i < 4; ++i) {
-          const std::array<int64_t, 4> shape = same[i] == 1 || same[i] == 2 ? kv_shape_of(p) : q_shape_of(p);
+          const std::array<int64_t, 4>& shape = shapes[i];
           const auto s = checked_strides(names[i], ptr[5 + i], shape, strides[4 + i]);
           const auto t = checked_strides(like[i], ptr[same[i]], shape, strides[same[i]]);
           if (s != t)
