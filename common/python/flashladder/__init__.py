@@ -17,7 +17,9 @@ FlashAttention's interface (``flash_attn_func``, ``flash_attn_qkvpacked_func``,
 ``flash_attn_kvpacked_func``, ``flash_attn_varlen_func`` and its packed forms: FlashAttention 2's
 signatures, with windows, softcapping, ALiBi slopes, sinks and packed batches on rung 16 and
 rung 15) is in ``flashladder._flash``, ``flash_attn_with_kvcache`` in ``flashladder._kvcache``,
-both imported on first use.
+both imported on first use. DeepSeek FlashMLA's interface (``flash_mla_with_kvcache``,
+``get_mla_metadata``: MLA decode on the latent cache, rung 17) is in ``flashladder._mla``, also
+imported on first use.
 
 The layers, one way down: the public functions (here, ``_flash``, ``_kvcache``, ``_ring``,
 ``_hf``) -> the custom ops and their autograd (``_ops``) -> one launch layer (``_launch``) ->
@@ -122,6 +124,9 @@ def check_errors(device=None):
     _launch.raise_metadata_errors(index)
 
 
+#: FlashMLA's functions (flashladder._mla: rung 17), imported with PyTorch on first use.
+MLA_API = ("flash_mla_with_kvcache", "get_mla_metadata")
+
 #: Ring attention over a process group (flashladder._ring), imported with PyTorch on first use.
 RING_API = ("ring_attention", "ring_shard", "ring_unshard")
 
@@ -135,6 +140,10 @@ def __getattr__(name):
         from . import _flash
 
         return getattr(_flash, name)
+    if name in MLA_API:
+        from . import _mla
+
+        return getattr(_mla, name)
     if name in RING_API:
         from . import _ring
 
@@ -142,7 +151,7 @@ def __getattr__(name):
     raise AttributeError("module 'flashladder' has no attribute %r" % (name,))
 
 
-__all__ = list(FLASH_API) + list(RING_API) + [
+__all__ = list(FLASH_API) + list(MLA_API) + list(RING_API) + [
     "BACKWARD_RUNG", "DEFAULT_BACKWARD", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
     "check_errors", "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
     "register_transformers", "rungs", "supports", "transformers_attention",

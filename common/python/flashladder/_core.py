@@ -24,6 +24,10 @@ DEFAULT_FORWARD = (15, 16, 10, 6)
 #: route_forward finds it no slower than the prefill rung (its supports() holds the limits:
 #: seqlen_q <= 16, head_dim 64 or 128).
 DECODE_RUNG = 8
+#: MLA's decode rung (multi-head latent attention on the compressed cache, head_dim 576 with V the
+#: cache rows' first 512 columns: flash_mla_with_kvcache): the one rung that takes head_dim 576, so
+#: route_forward sends every such problem to it, or refuses in one line (not built, not sm_90).
+MLA_RUNG = 17
 #: The backward rung the autograd formula falls back on (FlashAttention-2's backward pass, sm_80
 #: and newer).
 BACKWARD_RUNG = 11
@@ -67,6 +71,9 @@ def _route_text(entry):
             return ("autograd (else of DEFAULT_BACKWARD %s): the backward of every call with a "
                     "mask, a modifier or sinks that it supports" % (DEFAULT_BACKWARD,))
         return ""
+    if n == MLA_RUNG:
+        return ("rung=None: MLA's latent cache (head_dim %d, V its first %d columns: flash_mla_with_kvcache), "
+                "which no other rung takes (route_forward)" % (_ext.MLA_HEAD_DIM, _ext.MLA_HEAD_DIM_V))
     if n == DECODE_RUNG:
         return ("rung=None: decode steps and a few queries (what its supports() takes: seqlen_q <= "
                 "16), without autograd, when its split grid streams K/V at least as fast as the "
@@ -141,8 +148,11 @@ class Mods:
     paper's slopes, 2 one given slope per head, 3 per sequence and head), attention ``sinks``,
     a packed batch (``varlen``: (batch, total_q, total_k, max_seqlen_q, max_seqlen_k), the
     lengths themselves on the device), a KV cache's lengths per sequence (``seqused_k``) and
-    pages (``page_size``), attention ``dropout``'s probability. Rung 16 runs the masks, modifiers
-    and dropout, rung 15 the packing, rungs 08, 15 and 16 the cache's lengths, rung 08 its pages."""
+    pages (``page_size``), attention ``dropout``'s probability, V's and O's own head_dim
+    (``head_dim_v``, 0: head_dim) and V as K's first head_dim_v columns (``v_in_k``: MLA's latent
+    cache; the launch's v must then be that view of k). Rung 16 runs the masks, modifiers and
+    dropout, rung 15 the packing, rungs 08, 15 and 16 the cache's lengths, rung 08 its pages, rung
+    17 MLA's latent cache (its lengths and pages too)."""
 
     window_left: int = -1
     window_right: int = -1
@@ -155,6 +165,8 @@ class Mods:
     num_splits: int = 0  # the decode rung's split count (0: its heuristic)
     seqstart_k: bool = False  # a left-padded KV cache's first slots per sequence (on the device)
     dropout: float = 0.0  # attention dropout's probability (rung 16; its seed and offset on the device)
+    head_dim_v: int = 0  # V's and O's head_dim when it is not head_dim (0: head_dim)
+    v_in_k: bool = False  # V is K's first head_dim_v columns (MLA's latent cache, rung 17)
 
     def apply(self, p):
         p.window_left, p.window_right = self.window_left, self.window_right
@@ -169,6 +181,8 @@ class Mods:
         p.seqstart_k = self.seqstart_k
         if self.dropout:
             p.dropout_p = float(self.dropout)
+        p.head_dim_v = self.head_dim_v
+        p.v_in_k = self.v_in_k
 
 
 #: No mask, modifier or packing: the plain key's plans.
@@ -285,8 +299,9 @@ def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check
         raise ValueError("flashladder: heads_q (%d) must be a multiple of heads_kv (%d) (GQA/MQA: "
                          "each K/V head serves heads_q / heads_kv query heads)" % (heads_q, heads_kv))
     if head_dim % 8 != 0 or head_dim > _ext.MAX_HEAD_DIM:
+        mla = " (MLA's latent cache: flashladder.flash_mla_with_kvcache)" if head_dim == _ext.MLA_HEAD_DIM else ""
         raise ValueError("flashladder: head_dim must be a multiple of 8 (16-byte rows) up to %d, "
-                         "got %d" % (_ext.MAX_HEAD_DIM, head_dim))
+                         "got %d%s" % (_ext.MAX_HEAD_DIM, head_dim, mla))
     scale = check_scale(softmax_scale)
     if check_layout:
         for name, t in named:
@@ -627,12 +642,30 @@ def kv_stream_estimate(problem, device):
     return (kv / min(sms, max(1, decode_ctas)), kv * group / min(sms, prefill_ctas))
 
 
+def route_mla(problem, device):
+    """MLA_RUNG for ``problem`` (head_dim 576: MLA's latent cache) on ``device``, or a ValueError in
+    one line: the build has no rung 17, or its supports() refuses (not sm_90, the cache's shape).
+    No other rung takes head_dim 576, so there is nothing to fall back on."""
+    if not any(r.number == MLA_RUNG and not r.variant for r in _registry()):
+        raise ValueError("flashladder: MLA's latent cache (head_dim %d) runs on rung %d only, which this build does "
+                         "not have (built: %s)" % (problem.head_dim, MLA_RUNG,
+                                                   ", ".join(r.label for r in rungs())))
+    r = find_rung(MLA_RUNG)
+    why = _ext.supports(r.number, "", problem, device)
+    if why:
+        raise _cannot(r.label + " (the one rung for MLA's latent cache)", problem, why)
+    return r
+
+
 def route_forward(problem, device, backward=False):
     """(entry, why): the forward rung=None runs for ``problem`` on ``device`` (an index or a
-    DeviceInfo). The decode rung when it supports the problem (a decode step or a few queries),
+    DeviceInfo). MLA's latent cache (head_dim 576) on MLA_RUNG or a one-line refusal (route_mla).
+    Else the decode rung when it supports the problem (a decode step or a few queries),
     no backward pass follows (it writes no fp32 O for the backward's D), and kv_stream_estimate
     finds it no slower; else DEFAULT_FORWARD's first rung that supports the problem
     (default_forward). The one place the route is decided; rungs() shows it in words."""
+    if problem.head_dim == _ext.MLA_HEAD_DIM:
+        return route_mla(problem, device), "MLA's latent cache: the one rung that takes head_dim %d" % problem.head_dim
     decode_built = any(r.number == DECODE_RUNG and not r.variant for r in _registry())
     why = "not built" if not decode_built else _ext.supports(DECODE_RUNG, "", problem, device)
     if not why and backward:
@@ -684,3 +717,94 @@ def plan_backward(rung, variant, key, deterministic, device, mods=NO_MODS):
     return Plan(r.number, r.variant, r.label, problem,
                 _ext.bwd_workspace_bytes(r.number, r.variant, problem, bool(deterministic), device),
                 r.writes_o_fp32)
+
+
+# ---- FlashMLA's arguments (flashladder._mla) -----------------------------------------------------
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def check_mla(q, k_cache, block_table, cache_seqlens, head_dim_v, causal=False, softmax_scale=None, num_splits=0,
+              tensor_type=None):
+    """Checks flash_mla_with_kvcache's arguments (FlashMLA's: q [batch, seqlen_q, heads_q, 576]; the
+    latent cache k_cache [pages, page_size, 1, 576] read through ``block_table`` (int32 [batch,
+    pages per sequence]), or with ``block_table`` None [batch, seqlen_k, 1, 576]; ``cache_seqlens``
+    int32 [batch]; ``head_dim_v`` 512, V being the cache rows' first 512 columns) and returns (key,
+    mods, page, pool_pages): check_qkv's key of the problem (seqlen_k: the cache's slots per
+    sequence, the table's columns x page_size when paged), its Mods (the lengths on the device, the
+    page, ``num_splits``, head_dim_v, v_in_k), the page size (0: contiguous) and the pool's pages.
+    Each refusal is one line naming the argument: TypeError for a type or dtype, ValueError
+    otherwise; LayoutError (a ValueError) for q's strides or alignment alone, which a copy of q
+    fixes (the caller's choice). The lengths and the table's entries stay on the device: the launch
+    checks them there (metadata.h)."""
+    mla_d, mla_dv = _ext.MLA_HEAD_DIM, _ext.MLA_HEAD_DIM_V
+    named = (("q", q), ("k_cache", k_cache), ("cache_seqlens", cache_seqlens)) + (
+        (("block_table", block_table),) if block_table is not None else ())
+    for name, t in named:
+        if tensor_type is not None and not isinstance(t, tensor_type):
+            raise TypeError("flashladder: %s must be a %s, got %s" % (
+                name, tensor_type.__module__ + "." + tensor_type.__qualname__, _type_name(t)))
+    if getattr(q.device, "type", None) != "cuda":
+        raise ValueError("flashladder: q is on %s; the rungs run on CUDA tensors (move it with .cuda())" % (q.device,))
+    for name, t in named[1:]:
+        if t.device != q.device:
+            raise ValueError("flashladder: %s is on %s but q is on %s; every tensor must be on q's device"
+                             % (name, t.device, q.device))
+    dtype = DTYPES.get(str(q.dtype))
+    if dtype is None:
+        raise TypeError("flashladder: q is %s; rung %d takes torch.float16 or torch.bfloat16" % (q.dtype, MLA_RUNG))
+    if k_cache.dtype != q.dtype:
+        raise TypeError("flashladder: k_cache is %s but q is %s; they must have one dtype" % (k_cache.dtype, q.dtype))
+    if len(q.shape) != 4 or q.shape[3] != mla_d:
+        raise ValueError("flashladder: q must be [batch, seqlen_q, heads_q, %d] (MLA's latent dims: %d + %d RoPE), "
+                         "got shape %s" % (mla_d, mla_dv, mla_d - mla_dv, tuple(q.shape)))
+    if len(k_cache.shape) != 4 or k_cache.shape[3] != mla_d:
+        raise ValueError("flashladder: k_cache must be [pages, page_size, 1, %d] (or [batch, seqlen_k, 1, %d] "
+                         "without a block_table), got shape %s" % (mla_d, mla_d, tuple(k_cache.shape)))
+    if k_cache.shape[2] != 1:
+        raise ValueError("flashladder: k_cache must have one head (heads_k = 1: every query head reads the one "
+                         "latent cache), got %d" % k_cache.shape[2])
+    for name, t in (("q", q), ("k_cache", k_cache)):
+        if any(n == 0 for n in t.shape):
+            raise ValueError("flashladder: %s is empty (shape %s); every dimension must be >= 1"
+                             % (name, tuple(t.shape)))
+    if not _is_int(head_dim_v) or head_dim_v != mla_dv:
+        raise ValueError("flashladder: head_dim_v must be %d (V is the cache rows' first %d columns), got %r"
+                         % (mla_dv, mla_dv, head_dim_v))
+    batch, seqlen_q, heads_q, _ = q.shape
+    if str(cache_seqlens.dtype) != "torch.int32" or tuple(cache_seqlens.shape) != (batch,):
+        raise ValueError("flashladder: cache_seqlens must be int32 [batch] = (%d,), got %s %s"
+                         % (batch, cache_seqlens.dtype, tuple(cache_seqlens.shape)))
+    if block_table is None:
+        if k_cache.shape[0] != batch:
+            raise ValueError("flashladder: k_cache without a block_table is [batch, seqlen_k, 1, %d]: its batch (%d) "
+                             "must be q's (%d)" % (mla_d, k_cache.shape[0], batch))
+        page, pool_pages, slots = 0, 0, k_cache.shape[1]
+        why = _ext.layout_reason("k_cache", k_cache.data_ptr(), tuple(k_cache.shape), tuple(k_cache.stride()))
+    else:
+        if str(block_table.dtype) != "torch.int32" or len(block_table.shape) != 2 or block_table.shape[0] != batch:
+            raise ValueError("flashladder: block_table must be int32 [batch, pages per sequence] with batch %d, got "
+                             "%s %s" % (batch, block_table.dtype, tuple(block_table.shape)))
+        page, pool_pages = k_cache.shape[1], k_cache.shape[0]
+        if page % 64 != 0 or page & (page - 1):
+            raise ValueError("flashladder: k_cache's page_size (dim 1) must be a power of two and a multiple of 64 "
+                             "(rung %d loads 64 keys of a page per TMA box), got %d" % (MLA_RUNG, page))
+        slots = block_table.shape[1] * page
+        st = k_cache.stride()
+        if pool_pages > 1 and st[0] != page * st[1]:
+            raise ValueError("flashladder: k_cache's pages must follow one another (stride(0) = page_size x "
+                             "stride(1) = %d), got strides %s" % (page * st[1], tuple(st)))
+        # The pool as the rung reads it: [1, pages x page_size, 1, 576].
+        why = _ext.layout_reason("k_cache", k_cache.data_ptr(), (1, pool_pages * page, 1, mla_d),
+                                 (pool_pages * page * st[1], st[1], st[2], st[3]))
+    if why:
+        raise ValueError("flashladder: " + why)
+    if not _is_int(num_splits) or num_splits < 0:
+        raise ValueError("flashladder: num_splits must be an int >= 0 (rung %d's split count; 0 or None: its "
+                         "heuristic), got %r" % (MLA_RUNG, num_splits))
+    scale = check_scale(softmax_scale)
+    check_layout_of("q", q)  # LayoutError: a copy of q reads (the caller's choice)
+    key = (batch, seqlen_q, slots, heads_q, 1, mla_d, dtype, bool(causal), scale)
+    mods = Mods(seqused_k=True, page_size=page, num_splits=num_splits, head_dim_v=mla_dv, v_in_k=True)
+    return key, mods, page, pool_pages

@@ -135,11 +135,13 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
     # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
     # breakdown measures it against torch.empty(shape, dtype=, device=)).
     shape = q.shape
-    out = q.new_empty(shape)
     if q.dim() == 4:
         lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
     else:
         lse = q.new_empty((shape[1], shape[0]), dtype=torch.float32)
+    if mods is not None and mods.head_dim_v:  # O has V's head_dim (MLA's latent cache: 512 of 576)
+        shape = shape[:-1] + (mods.head_dim_v,)
+    out = q.new_empty(shape)
     o32 = None
     if o_fp32 and plan.writes_o_fp32:
         o32 = q.new_empty(shape, dtype=torch.float32)
