@@ -33,6 +33,11 @@
 11. Every name a package module's functions read as a global is defined in that module or is a
    builtin (symtable, no import of the module): a path the CPU tests do not run (a GPU-only
    branch) cannot fail on a missing import.
+12. flash_mla_with_kvcache (rung 17, MLA's latent cache): the Problem's v_in_k and head_dim_v, the
+   route to rung 17 or its one-line refusal, every argument check on stand-in tensors, the
+   extension's refusal of a v that is not k's first columns; where PyTorch is installed, the call
+   with the extension stood in (v handed over as the cache's memory, O of 512 columns, the lengths
+   and table through the metadata check, FlashMLA's scheduling arguments in both forms).
 """
 
 import argparse
@@ -912,8 +917,272 @@ class KVCachePrepared(unittest.TestCase):
         self.assertNotIn("leaked", out.stderr)
 
 
+INT32, INT64 = DType("torch.int32"), DType("torch.int64")
+
+
+def mla_args(b=2, sq=1, hq=16, pages=8, page=64, columns=4, paged=True, dtype=FP16):
+    """Stand-ins of flash_mla_with_kvcache's tensors: q [b, sq, hq, 576], the latent cache (a pool
+    of pages of 576-dim rows, or [b, columns x page, 1, 576]), int32 lengths and block table."""
+    q = Tensor((b, sq, hq, 576), dtype=dtype)
+    k = Tensor((pages, page, 1, 576) if paged else (b, columns * page, 1, 576), dtype=dtype, ptr=1 << 24)
+    table = Tensor((b, columns), dtype=INT32) if paged else None
+    return q, k, table, Tensor((b,), dtype=INT32)
+
+
+class FlashMLA(unittest.TestCase):
+    """12. flash_mla_with_kvcache's contract on rung 17 (MLA's latent cache: head_dim 576, V its first
+    512 columns): the Problem's v_in_k and head_dim_v and the route (rung 17 or one line), every
+    argument check on stand-in tensors (each a one-line refusal naming the argument), the
+    extension's rule that v is a view of k's first columns; and, where PyTorch is installed, the
+    call with the extension stood in: v handed over as the cache's own memory with its strides, O
+    of 512 columns, the lengths and the table through the metadata check, FlashMLA's scheduling
+    arguments in both of its forms."""
+
+    def problem(self, v_in_k=True, page=64, splits=0, batch=2, seqlen_q=1, slots=256, heads=16):
+        mods = _core.Mods(seqused_k=True, page_size=page, num_splits=splits, head_dim_v=512, v_in_k=v_in_k)
+        return _core.make_problem(batch, seqlen_q, slots, heads, 1, 576, "bf16", True, mods=mods)
+
+    def one_line(self, exc, text, fn, *args, **kwargs):
+        with self.assertRaises(exc) as cm:
+            fn(*args, **kwargs)
+        msg = str(cm.exception)
+        self.assertTrue(msg.startswith("flashladder: "), msg)
+        self.assertNotIn("\n", msg)
+        self.assertIn(text, msg)
+        return msg
+
+    def test_problem_and_route(self):
+        p = self.problem()
+        self.assertEqual((p.v_in_k, p.head_dim_v, p.dv, p.page_size, p.seqused_k), (True, 512, 512, 64, True))
+        self.assertIn("v=k[:dv]", p.describe())
+        self.assertEqual((_ext.MLA_HEAD_DIM, _ext.MLA_HEAD_DIM_V), (576, 512))
+        if not built(17):  # the route says so in one line
+            self.one_line(ValueError, "which this build does not have", _core.route_forward, p, H100)
+            self.skipTest("rung 17 not built")
+        sm90a = _ext.supports(17, "", p, H100) == ""
+        if sm90a:
+            entry, why = _core.route_forward(p, H100)
+            self.assertEqual(entry.number, 17, why)
+            self.assertEqual(_core.route_forward(self.problem(page=0, seqlen_q=2, heads=128), H100)[0].number, 17)
+        else:  # built without sm_90a: rung 17 refuses everywhere, in one line
+            self.one_line(ValueError, "17_mla", _core.route_forward, p, H100)
+        # Off sm_90 nothing else takes head_dim 576: one line naming rung 17 and why.
+        msg = self.one_line(ValueError, "the one rung for MLA's latent cache", _core.route_forward, p, A100)
+        self.assertIn("17_mla", msg)
+        # Rung 17 needs V inside K: without v_in_k its own reason, one line.
+        why = _ext.supports(17, "", self.problem(v_in_k=False), H100)
+        self.assertTrue(why and "\n" not in why, why)
+        if sm90a:
+            self.assertIn("--v-in-k", why)
+        self.assertIn("flash_mla_with_kvcache", flashladder.find_rung(17).route)
+        # attention() and the other FlashAttention calls refuse 576 and name the function that takes it.
+        q, k, v = qkv(d=576)
+        self.one_line(ValueError, "flash_mla_with_kvcache", _core.check_qkv, q, k, v)
+
+    def test_checks(self):
+        check = _core.check_mla
+        q, k, table, lens = mla_args()
+        key, mods, page, pool = check(q, k, table, lens, 512, True, None, 0, tensor_type=Tensor)
+        self.assertEqual(key, (2, 1, 256, 16, 1, 576, "fp16", True, 0.0))
+        self.assertEqual((mods.seqused_k, mods.page_size, mods.head_dim_v, mods.v_in_k), (True, 64, 512, True))
+        self.assertEqual((page, pool), (64, 8))
+        qc, kc, _, _ = mla_args(paged=False, columns=3)
+        key, mods, page, pool = check(qc, kc, None, lens, 512, False, 0.1, 3, tensor_type=Tensor)
+        self.assertEqual((key[2], key[8], mods.page_size, mods.num_splits, page, pool), (192, 0.1, 0, 3, 0, 0))
+        cpu = Device("cpu")
+        for args, exc, text in (
+                ((q, k, table, [1, 2], 512), TypeError, "cache_seqlens must be a"),
+                ((Tensor(q.shape, device=cpu), k, table, lens, 512), ValueError, "q is on cpu"),
+                ((q, Tensor(k.shape, device=Device("cuda", 1)), table, lens, 512), ValueError, "k_cache is on cuda:1"),
+                ((Tensor(q.shape, dtype=FP32), k, table, lens, 512), TypeError, "torch.float16 or torch.bfloat16"),
+                ((q, Tensor(k.shape, dtype=BF16), table, lens, 512), TypeError, "k_cache is torch.bfloat16"),
+                ((Tensor((2, 1, 16, 512)), k, table, lens, 512), ValueError,
+                 "q must be [batch, seqlen_q, heads_q, 576]"),
+                ((q, Tensor((8, 64, 1, 512)), table, lens, 512), ValueError,
+                 "k_cache must be [pages, page_size, 1, 576]"),
+                ((q, Tensor((8, 64, 2, 576)), table, lens, 512), ValueError, "k_cache must have one head"),
+                ((Tensor((2, 0, 16, 576)), k, table, lens, 512), ValueError, "q is empty"),
+                ((q, k, table, lens, 576), ValueError, "head_dim_v must be 512"),
+                ((q, k, table, lens, 512.0), ValueError, "head_dim_v must be 512"),
+                ((q, k, table, Tensor((2,), dtype=INT64), 512), ValueError, "cache_seqlens must be int32 [batch]"),
+                ((q, k, table, Tensor((3,), dtype=INT32), 512), ValueError,
+                 "cache_seqlens must be int32 [batch] = (2,)"),
+                ((q, k, table, Tensor((2,), dtype=INT32, device=cpu), 512), ValueError, "cache_seqlens is on cpu"),
+                ((q, k, Tensor((2, 4), dtype=INT64), lens, 512), ValueError, "block_table must be int32"),
+                ((q, k, Tensor((3, 4), dtype=INT32), lens, 512), ValueError, "block_table must be int32 [batch"),
+                ((q, Tensor((8, 32, 1, 576)), table, lens, 512), ValueError,
+                 "page_size (dim 1) must be a power of two"),
+                ((q, Tensor((8, 192, 1, 576)), table, lens, 512), ValueError, "multiple of 64"),
+                ((q, Tensor((8, 64, 1, 576), strides=(64 * 584, 576, 576, 1)), table, lens, 512), ValueError,
+                 "pages must follow one another"),
+                ((q, Tensor((8, 64, 1, 576), ptr=(1 << 24) + 8), table, lens, 512), ValueError, "k_cache"),
+                ((q, Tensor((3, 128, 1, 576)), None, lens, 512), ValueError, "its batch (3) must be q's (2)"),
+                ((q, Tensor((2, 128, 1, 576), strides=(128 * 580, 580, 580, 1)), None, lens, 512), ValueError,
+                 "k_cache")):
+            self.one_line(exc, text, check, *args, tensor_type=Tensor)
+        # The cache's layout is refused, never copied: a plain ValueError, not the LayoutError a copy fixes.
+        with self.assertRaises(ValueError) as cm:
+            check(q, Tensor((8, 64, 1, 576), ptr=(1 << 24) + 8), table, lens, 512, tensor_type=Tensor)
+        self.assertNotIsInstance(cm.exception, _core.LayoutError)
+        # q's alignment: a LayoutError (the call copies q).
+        with self.assertRaises(_core.LayoutError):
+            check(Tensor(q.shape, ptr=(1 << 20) + 8), k, table, lens, 512, tensor_type=Tensor)
+        for splits in (-1, 1.5, True):
+            self.one_line(ValueError, "num_splits must be an int >= 0", check, q, k, table, lens, 512, False, None,
+                          splits, tensor_type=Tensor)
+        self.one_line(ValueError, "softmax_scale", check, q, k, table, lens, 512, False, 0.0, tensor_type=Tensor)
+
+    def test_extension_rule(self):
+        """The extension refuses a v_in_k launch whose v is not k's first columns (the same pointer
+        and strides), before anything is launched; the backward and the prepared launches refuse
+        v_in_k."""
+        if not built(17):
+            self.skipTest("rung 17 not built")
+        p = self.problem(page=0, slots=128)
+        q_st, k_st = (576 * 16, 576 * 16, 576, 1), (128 * 576, 576, 576, 1)
+        o_st = (512 * 16, 512 * 16, 512, 1)
+        k_ptr = 1 << 24
+        ws = 0
+
+        def launch(v_ptr, v_st):
+            _ext.forward(17, "", p, (1 << 20, k_ptr, v_ptr, 1 << 22, 1 << 23), (q_st, k_st, v_st, o_st), ws, 0, 0, 0,
+                         extras=(0, 0, 0, 0, 1 << 21, 0, 0), planned=True)
+
+        for v_ptr, v_st in ((k_ptr + 1024, k_st), (k_ptr, (128 * 512, 512, 512, 1))):
+            with self.assertRaisesRegex(ValueError, "v is not a view of k's first columns") as cm:
+                launch(v_ptr, v_st)
+            self.assertNotIn("\n", str(cm.exception))
+        if built(11):
+            with self.assertRaisesRegex(ValueError, "v_in_k: the backward pass takes V of its own"):
+                _ext.backward(11, "", p, (1 << 20,) * 9, (q_st,) * 8, 0, 0, False, 0, 0, planned=True)
+        with self.assertRaisesRegex(ValueError, "V inside K"):
+            _ext.PreparedForward(17, "", _core.make_problem(1, 1, 128, 16, 1, 576, mods=_core.Mods(
+                head_dim_v=512, v_in_k=True)), (q_st, k_st, k_st, o_st), 0, 0)
+
+    def test_call_reaches_the_extension(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed")
+        from flashladder import _launch, _mla
+
+        launched, sanitized = [], []
+
+        def forward(*args, **kwargs):
+            launched.append((args, kwargs))
+
+        def sanitize(*args, **kwargs):
+            sanitized.append(args)
+
+        def plan(rung, variant, key, device, backward=False, mods=None):
+            problem = _core.make_problem(*key, mods=mods)
+            number = 17
+            if built(17) and _ext.supports(17, "", problem, H100) == "":
+                number = _core.route_forward(problem, H100)[0].number  # the route on an H100
+            return _core.Plan(number, "", "17_mla", problem, 0, False)
+
+        def as_cuda(t):
+            return None if t is None else Tensor(tuple(t.shape), DType(str(t.dtype)), CUDA0, tuple(t.stride()),
+                                                 t.data_ptr())
+
+        real_check = _core.check_mla
+
+        def check_on_cuda(q, k, table, lens, *args, tensor_type=None):  # the real checks, on CUDA stand-ins
+            return real_check(as_cuda(q), as_cuda(k), as_cuda(table), as_cuda(lens), *args, tensor_type=Tensor)
+
+        saved = (_ext.forward, _ext.sanitize_cache, _core.plan_forward, _core.check_mla, _launch.raise_metadata_errors,
+                 _launch.stream)
+        _ext.forward, _ext.sanitize_cache, _core.plan_forward, _core.check_mla = forward, sanitize, plan, check_on_cuda
+        _launch.raise_metadata_errors = lambda device: None
+        _launch.stream = lambda t: 7
+        try:
+            torch.manual_seed(5)
+            b, sq, hq, pages, page = 2, 2, 16, 6, 64
+            for paged in (True, False):
+                for dtype in (torch.float16, torch.bfloat16):
+                    launched.clear()
+                    sanitized.clear()
+                    q = torch.randn(b, sq, hq, 576).to(dtype)
+                    lens = torch.tensor([1, 100], dtype=torch.int32)
+                    if paged:
+                        k = torch.randn(pages, page, 1, 576).to(dtype)
+                        wide = torch.tensor([[5, 0, 2, -1], [1, 3, 4, -1]], dtype=torch.int32)
+                        table = wide[:, :3]  # a view of a wider table: copied, never misread
+                    else:
+                        k, table = torch.randn(b, 3 * page, 1, 576).to(dtype), None
+                    meta, splits = _mla.get_mla_metadata(lens, sq * hq // 1, 1)
+                    self.assertIsNone(splits)
+                    out, lse = _mla.flash_mla_with_kvcache(q, k, table, lens, 512, meta, splits, causal=True)
+                    what = (paged, dtype)
+                    self.assertEqual((tuple(out.shape), out.dtype), ((b, sq, hq, 512), dtype), what)
+                    self.assertEqual((tuple(lse.shape), lse.dtype), ((b, hq, sq), torch.float32), what)
+                    self.assertEqual(len(launched), 1, what)
+                    args, kwargs = launched[0]
+                    number, variant, problem, ptrs, strides = args[:5]
+                    self.assertEqual((number, variant), (17, ""), what)
+                    self.assertEqual((problem.v_in_k, problem.head_dim, problem.dv, problem.causal, problem.seqused_k,
+                                      problem.page_size, problem.seqlen_k), (True, 576, 512, True, True,
+                                                                           page if paged else 0, 3 * page), what)
+                    # v is the cache itself: k's pointer and strides (the pool as rows when paged).
+                    self.assertEqual(ptrs[:3], (q.data_ptr(), k.data_ptr(), k.data_ptr()), what)
+                    rows = k.view(1, -1, 1, 576) if paged else k
+                    self.assertEqual(tuple(strides[1]), tuple(rows.stride()), what)
+                    self.assertEqual(tuple(strides[2]), tuple(strides[1]), what)
+                    self.assertEqual((ptrs[3], ptrs[4]), (out.data_ptr(), lse.data_ptr()), what)
+                    self.assertEqual(tuple(strides[3]), tuple(out.stride()), what)
+                    # The lengths and the table the rung reads are the metadata check's clamped copies.
+                    self.assertEqual(len(sanitized), 1, what)
+                    sa = sanitized[0]
+                    self.assertEqual((sa[0], sa[1], sa[2], sa[3]), (lens.data_ptr(), 0, b, 3 * page), what)
+                    self.assertEqual((sa[6], sa[8], sa[9]), ((3, page, pages) if paged else (0, 0, 0)), what)
+                    extras, ints = kwargs["extras"], kwargs["extra_ints"]
+                    self.assertEqual(extras[4], sa[13], what)  # seqused_k: the clamped lengths
+                    self.assertEqual(extras[5], sa[15], what)  # block_table: the clamped table (0: contiguous)
+                    self.assertEqual(ints, (0, 3, pages * page) if paged else (0, 0, 0), what)
+                    if paged:
+                        self.assertNotEqual(sa[5], wide.data_ptr())  # the view's contiguous copy was checked
+            # FlashMLA's later form: get_mla_metadata() with no arguments, num_splits None; an int split count.
+            meta, _ = _mla.get_mla_metadata()
+            launched.clear()
+            _mla.flash_mla_with_kvcache(q, k, None, lens, 512, meta, 3)
+            self.assertEqual(launched[0][0][2].num_splits, 3)
+            # q whose rows the rungs cannot read (a stride of 577): copied, the cache never.
+            wide_q = torch.randn(b, sq, hq, 577).to(torch.float16)
+            launched.clear()
+            _mla.flash_mla_with_kvcache(wide_q[..., :576], k.half(), None, lens, 512)
+            ptrs, strides = launched[0][0][3], launched[0][0][4]
+            self.assertNotEqual(ptrs[0], wide_q.data_ptr())
+            self.assertEqual(tuple(strides[0]), (sq * hq * 576, hq * 576, 576, 1))
+            # Refusals before anything runs, one line each, naming the argument.
+            launched.clear()
+            sanitized.clear()
+            kh = k.half()
+            for kwargs, exc, text in (
+                    ({"tile_scheduler_metadata": _mla.get_mla_metadata(lens, 7, 1)[0]}, ValueError,
+                     "num_heads_per_head_k 7"),
+                    ({"tile_scheduler_metadata": _mla.get_mla_metadata(lens[:1], sq * hq, 1)[0]}, ValueError,
+                     "cache_seqlens' batch 1"),
+                    ({"tile_scheduler_metadata": torch.zeros(132, 8, dtype=torch.int32)}, TypeError,
+                     "tile_scheduler_metadata must be None or flashladder.get_mla_metadata()'s"),
+                    ({"num_splits": torch.zeros(3, dtype=torch.int32)}, ValueError, "num_splits"),
+                    ({"indices": torch.zeros(1)}, NotImplementedError, "indices"),
+                    ({"is_fp8_kvcache": True}, NotImplementedError, "is_fp8_kvcache"),
+                    ({"attn_sink": torch.zeros(hq)}, NotImplementedError, "attn_sink"),
+                    ({"head_dim_v": 576}, ValueError, "head_dim_v")):
+                args = {"head_dim_v": 512}
+                args.update(kwargs)
+                self.one_line(exc, text, _mla.flash_mla_with_kvcache, q.half(), kh, None, lens, **args)
+            self.one_line(ValueError, "get_mla_metadata: num_heads_k", _mla.get_mla_metadata, lens, 16, 0)
+            self.one_line(ValueError, "get_mla_metadata: cache_seqlens must be int32", _mla.get_mla_metadata,
+                          lens.long(), 16, 1)
+            self.assertEqual((launched, sanitized), ([], []))
+        finally:
+            (_ext.forward, _ext.sanitize_cache, _core.plan_forward, _core.check_mla, _launch.raise_metadata_errors,
+             _launch.stream) = saved
+
+
 class GlobalNames(unittest.TestCase):
-    """10. The globals each function of the package reads are bound at module level or builtins."""
+    """11. The globals each function of the package reads are bound at module level or builtins."""
 
     def test_globals_are_defined(self):
         folder = os.path.dirname(flashladder.__file__)
