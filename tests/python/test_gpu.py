@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout|mla
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -64,6 +64,14 @@ bert_dropout  a BERT-style classifier fine-tuned with attention dropout 0.1 thro
               attn_implementation="ladder": dropout 0.1 in each training step's calls, none in eval
               mode, seeded; the held-out loss after 10, 20, 40 and 120 steps within 3 x two SDPA
               runs' gap (+ 0.05) of SDPA's, and below its start. Skipped without transformers.
+
+mla           flash_mla_with_kvcache (FlashMLA's interface, rung 17: MLA decode on the latent cache)
+              against an fp32 reference that decompresses nothing (softmax(q k^T) k[..., :512] per
+              sequence): heads 16, 64, 128; seqlen_q 1 and 2 (causal); paged (shuffled pages of 64)
+              and contiguous; fp16 and bf16; cache_seqlens 1, 777 and full; the LSE; num_splits
+              forced; a call captured in a CUDA graph and replayed with new q and lengths, bitwise
+              equal to eager; metadata past its bound reported; the refusals. Skipped without rung
+              17 or off sm_90.
 
 Tolerances are the ladder's per-dtype floors (fl::tolerance_floor, for gradients
 fl::gradient_tolerance_floor): relative Frobenius and max abs, the latter scaled by
@@ -2041,6 +2049,159 @@ def part_bert_dropout():
         fail("the ladder's held-out loss did not fall: %.4f -> %.4f" % (start, ladder[-1]))
 
 
+# ---- MLA (flash_mla_with_kvcache, rung 17) ----------------------------------------------------------
+
+def mla_reference(q, k_dense, lens, causal, scale=None):
+    """(O [b, sq, hq, 512], LSE [b, hq, sq]) in fp32 of MLA's decode on the latent cache, nothing
+    decompressed: per sequence b, softmax(q k^T x scale) @ k[..., :512] over its first lens[b] keys
+    of k_dense [b, slots, 1, 576], causal bottom-right aligned (query i sees key j iff j <= i +
+    lens[b] - sq); a row that sees no key: O = 0, LSE = -inf."""
+    b, sq, hq, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = torch.zeros(b, sq, hq, 512, device=q.device)
+    lse = torch.full((b, hq, sq), float("-inf"), device=q.device)
+    for n in range(b):
+        L = int(lens[n])
+        kf = k_dense[n, :L, 0].float()  # [L, 576]; V is its first 512 columns
+        s = torch.einsum("shd,ld->hsl", q[n].float(), kf) * scale  # [hq, sq, L]
+        if causal:
+            i = torch.arange(sq, device=q.device)[:, None]
+            j = torch.arange(L, device=q.device)[None, :]
+            s = s.masked_fill(~(j <= i + L - sq), float("-inf"))
+        row_lse = torch.logsumexp(s, dim=-1)  # [hq, sq]
+        sees = torch.isfinite(row_lse)
+        p = torch.where(sees[..., None], torch.exp(s - torch.where(sees, row_lse, 0)[..., None]), 0)
+        out[n] = torch.einsum("hsl,lv->shv", p, kf[:, :512])
+        lse[n] = row_lse
+    return out, lse
+
+
+def part_mla():
+    """flash_mla_with_kvcache (FlashMLA's interface, rung 17) against the fp32 reference of the
+    latent cache (mla_reference): heads 16, 64, 128; seqlen_q 1 and 2 (causal); a paged cache
+    (shuffled pages of 64, the table a view of a wider one) and a contiguous one; bf16 and fp16;
+    cache_seqlens 1, a non-multiple of 64 and a full cache; the LSE; FlashMLA's two call forms
+    (get_mla_metadata with and without arguments); num_splits forced to 1 and 3 against the
+    heuristic; a call captured in a CUDA graph, replayed with new q and cache_seqlens, bitwise equal
+    to the eager call; a length past the slots and a table entry outside the pool reported in one
+    line, nothing read outside the cache; the one-line refusals. Skipped (exit 77) where rung 17 is
+    not built or the GPU is not sm_90."""
+    from flashladder import flash_mla_with_kvcache, get_mla_metadata
+
+    if not built(17) or torch.cuda.get_device_capability() != (9, 0):
+        print("MLA decode runs on rung 17 (sm_90a): skipped (exit 77)")
+        sys.exit(SKIP)
+    b, slots, page = 3, 1024, 64
+    lens = torch.tensor([1, 777, slots], dtype=torch.int32, device="cuda")
+    ran = 0
+    for dtype_name in ("bf16", "fp16"):
+        dt = DTYPES[dtype_name]
+        k_dense = randn(b, slots, 1, 576, dtype=dt)
+        pool, _, table = paged_twin(k_dense, k_dense, page)
+        for heads in (16, 64, 128):
+            for sq, causal in ((1, False), (2, True)):
+                q = randn(b, sq, heads, 576, dtype=dt, offset=0.5)
+                ref, ref_lse = mla_reference(q, k_dense, lens, causal)
+                for layout in ("paged", "contiguous"):
+                    if layout == "paged":
+                        meta, splits = get_mla_metadata(lens, sq * heads, 1)  # FlashMLA's original form
+                        out, lse = flash_mla_with_kvcache(q, pool, table, lens, 512, meta, splits, causal=causal)
+                    else:
+                        meta, _ = get_mla_metadata()  # FlashMLA's later form
+                        out, lse = flash_mla_with_kvcache(q, k_dense, None, lens, 512, meta, None, causal=causal)
+                    what = "mla %s %s H=%d Sq=%d causal=%d lens=%s" % (layout, dtype_name, heads, sq, causal,
+                                                                       lens.tolist())
+                    if tuple(out.shape) != (b, sq, heads, 512) or tuple(lse.shape) != (b, heads, sq):
+                        fail("%s: out %s, lse %s" % (what, tuple(out.shape), tuple(lse.shape)))
+                        continue
+                    judge(what, out.float(), ref, dtype_name)
+                    judge_lse(what, lse, ref_lse, dtype_name)
+                    ran += 1
+    expect_runs("mla cases", ran, 2 * 3 * 2 * 2)
+
+    # The split count: forced to 1 and 3 against the reference (the heuristic's above).
+    q = randn(b, 2, 64, 576, offset=0.5)
+    k_dense = randn(b, slots, 1, 576)
+    ref, ref_lse = mla_reference(q, k_dense, lens, True)
+    for splits in (1, 3):
+        out, lse = flash_mla_with_kvcache(q, k_dense, None, lens, 512, None, splits, causal=True)
+        judge("mla num_splits=%d" % splits, out.float(), ref, "fp16")
+        judge_lse("mla num_splits=%d" % splits, lse, ref_lse, "fp16")
+
+    # A decode step captured in a CUDA graph (how serving engines call FlashMLA), replayed with new
+    # q and cache_seqlens: bitwise equal to the eager call each time.
+    pool, _, table = paged_twin(k_dense, k_dense, page)
+    table = table.contiguous()
+    qg = randn(b, 1, 128, 576)
+    lg = lens.clone()
+    meta, splits = get_mla_metadata(lg, 128, 1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up off the capture (the plan, the error record, allocations)
+        for _ in range(2):
+            flash_mla_with_kvcache(qg, pool, table, lg, 512, meta, splits)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            out_g, lse_g = flash_mla_with_kvcache(qg, pool, table, lg, 512, meta, splits)
+    except Exception as e:  # noqa: BLE001
+        fail("flash_mla_with_kvcache could not be captured in a CUDA graph: %s: %s" % (type(e).__name__, e))
+    else:
+        for step in range(3):
+            lg.copy_(torch.tensor([5 + step, 700 + 64 * step, slots - step], dtype=torch.int32, device="cuda"))
+            qg.copy_(randn(b, 1, 128, 576))
+            graph.replay()
+            ref_o, ref_l = flash_mla_with_kvcache(qg, pool, table, lg, 512, meta, splits)
+            torch.cuda.synchronize()
+            COMPARED[0] += 1
+            if not (torch.equal(out_g, ref_o) and torch.equal(lse_g, ref_l)):
+                fail("mla CUDA graph replay %d: output or LSE differs from the eager call (max |diff| %.3g)" % (
+                    step, (out_g.float() - ref_o.float()).abs().max().item()))
+            else:
+                print("ok   mla CUDA graph replay %d (cache_seqlens %s): output and LSE equal to the eager call" % (
+                    step, lg.tolist()))
+        ref, ref_lse = mla_reference(qg, k_dense, lg, False)
+        judge("mla CUDA graph replay against the reference", out_g.float(), ref, "fp16")
+        judge_lse("mla CUDA graph replay", lse_g, ref_lse, "fp16")
+
+    # Metadata past its bound: reported in one line naming it, nothing read outside the cache.
+    qd = randn(b, 1, 16, 576)
+    expect_recorded("mla, cache_seqlens past the slots", "cache_seqlens[1] plus the new keys is 2000",
+                    lambda: flash_mla_with_kvcache(qd, k_dense, None, torch.tensor(
+                        [10, 2000, 5], dtype=torch.int32, device="cuda"), 512))
+    bad = table.clone()
+    bad[2, 0] = 10 ** 6
+    expect_recorded("mla, a block_table entry outside the pool", "outside the pool's %d pages" % pool.shape[0],
+                    lambda: flash_mla_with_kvcache(qd, pool, bad, lens, 512))
+    out, _ = flash_mla_with_kvcache(qd, pool, table, lens, 512)  # good metadata after the reports
+    ref, _ = mla_reference(qd, k_dense, lens, False)
+    judge("mla after the reports, good metadata", out.float(), ref, "fp16")
+
+    # The one-line refusals, before anything runs.
+    pool32 = pool.view(-1, 32, 1, 576)
+    for exc, text, call in (
+            (ValueError, "head_dim_v must be 512", lambda: flash_mla_with_kvcache(qd, pool, table, lens, 576)),
+            (ValueError, "q must be [batch, seqlen_q, heads_q, 576]",
+             lambda: flash_mla_with_kvcache(qd[..., :512], pool, table, lens, 512)),
+            (TypeError, "k_cache is torch.bfloat16", lambda: flash_mla_with_kvcache(qd, pool.bfloat16(), table, lens,
+                                                                                    512)),
+            (ValueError, "k_cache must have one head",
+             lambda: flash_mla_with_kvcache(qd, pool.view(-1, 32, 2, 576), table, lens, 512)),
+            (ValueError, "multiple of 64", lambda: flash_mla_with_kvcache(qd, pool32, table, lens, 512)),
+            (ValueError, "cache_seqlens must be int32", lambda: flash_mla_with_kvcache(qd, pool, table, lens.long(),
+                                                                                       512)),
+            (ValueError, "cache_seqlens is on cpu", lambda: flash_mla_with_kvcache(qd, pool, table, lens.cpu(), 512)),
+            (ValueError, "block_table must be int32", lambda: flash_mla_with_kvcache(qd, pool, table.long(), lens,
+                                                                                     512)),
+            (ValueError, "num_heads_per_head_k 64", lambda: flash_mla_with_kvcache(
+                qd, pool, table, lens, 512, get_mla_metadata(lens, 64, 1)[0], None)),
+            (NotImplementedError, "is_fp8_kvcache", lambda: flash_mla_with_kvcache(qd, pool, table, lens, 512,
+                                                                                   is_fp8_kvcache=True)),
+            (ValueError, "flash_mla_with_kvcache", lambda: flashladder.attention(qd, k_dense, k_dense))):
+        expect(exc, text, call)
+
+
 def itertools_accumulate(xs):
     total = 0
     for x in xs:
@@ -2051,7 +2212,7 @@ def itertools_accumulate(xs):
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
          "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata, "dropout": part_dropout,
-         "bert_dropout": part_bert_dropout}
+         "bert_dropout": part_bert_dropout, "mla": part_mla}
 
 
 def main():
