@@ -9,8 +9,8 @@
 3. The device query reports "no usable CUDA device" cleanly on a machine without one.
 4. supports(): each rung's one-line reason on hand-built devices (an H100, an A100, a GPU with
    little shared memory): head_dim 40 for rung 10, GQA 3:2, rung 11's head_dims, the arch, and a
-   V head_dim of its own (Problem.head_dim_v, --dim-v), which every entry but rung 16's forward ones
-   refuses.
+   V head_dim of its own (Problem.head_dim_v, --dim-v), which every entry but rung 16's (its
+   backward up to Q's head_dim) and rung 17's refuses.
 5. The layout rule (fl::tensor_layout_reason through the extension): head_dim contiguous, strides
    multiples of 8 elements, 16-byte aligned data; a dimension of size 1 may have any stride.
 6. Every input check of flashladder.attention on small stand-in tensors (shape, stride(), dtype,
@@ -305,16 +305,22 @@ class Supports(unittest.TestCase):
             p.head_dim_v = 12  # not a multiple of 8: validate()'s rule, one line
             self.assertIn("--dim-v (V's head_dim) must be a multiple of 8",
                           _ext.supports(r.number, r.variant, p, H100), r.label)
-        # Rung 16's forward entries take it (V's tensor map and O's stores at dv, on the tile of the
-        # wider), its backward not yet.
+        # Rung 16's entries take it, forward and backward (V's and dO's tensor maps, O's and dV's
+        # stores at dv, on the tile of the wider; rung 14's kernel under the backward entry), the
+        # backward only up to Q's head_dim.
         for r in flashladder.rungs(variants=True):
             if r.number != 16 or r.not_implemented:
                 continue
-            self.assertEqual(r.head_dim_v, r.variant != "backward", r.label)
+            self.assertTrue(r.head_dim_v, r.label)
             p = _core.make_problem(1, 128, 128, 4, 4, 192)
             p.head_dim_v = 128
-            why = _ext.supports(r.number, r.variant, p, H100)
-            self.assertEqual("--dim-v" in why, r.variant == "backward", (r.label, why))
+            self.assertEqual(_ext.supports(r.number, r.variant, p, H100), "", r.label)
+            if r.variant == "backward":
+                wide = _core.make_problem(1, 128, 128, 4, 4, 64)
+                wide.head_dim_v = 96  # dv > d: the forward takes it, the backward not
+                why = _ext.supports(r.number, r.variant, wide, H100)
+                self.assertIn("--dim-v", why, r.label)
+                self.assertNotIn("\n", why, r.label)
 
     def test_device_info_fields(self):
         self.assertEqual(H100.arch, "sm_90")
