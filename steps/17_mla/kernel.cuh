@@ -51,11 +51,12 @@ namespace fl::mla {
 using namespace fl::hopper;
 namespace wg = fl::wgmma;
 
-/// Named barriers (0 is __syncthreads'): warpgroup 0 arrives on kPReady when P and alpha (at the
-/// end: l and m) are in shared memory, and warpgroups 1-2 wait; they arrive on kPFree when their
-/// O += P V of a block has read P and alpha, and warpgroup 0 waits before it overwrites them. All
-/// 384 threads count, so each phase needs both sides: warpgroup 0 never arrives twice on kPReady
-/// without a kPFree between.
+/// Named barriers (0 is __syncthreads'), each a full barrier of all 384 threads: kPReady when P
+/// and alpha (at the end: l and m) are in shared memory, kPFree when warpgroups 1-2's O += P V of
+/// a block has read them and warpgroup 0 may overwrite them. Both sides sync (no bar.arrive): the
+/// side that waits anyway loses nothing, since warpgroups 1-2 reach kPFree(n) and kPReady(n + 1)
+/// back to back, and warpgroup 0 reaches kPReady(n) right after kPFree(n - 1). compute-sanitizer's
+/// racecheck found the alpha hand-off racy with bar.arrive on the consumers' side.
 constexpr uint32_t kPReady = 1;
 constexpr uint32_t kPFree = 2;
 /// Per-warpgroup barrier of warpgroups 1 and 2 (ids 3 and 4, 128 threads): their tail rows of V
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (t == 0) sm.alpha[r] = alpha[h];
       }
       fence_proxy_async_smem();  // P's generic stores, before the other warpgroups' wgmma read it
-      named_barrier_arrive(kPReady, kThreads);
+      named_barrier_sync(kPReady, kThreads);
       // LAB-END(17-p-handoff)
     }
     // The rows' denominators and maxima for the epilogue, then the LSE (or the split's).
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         else p.lse[out] = lse;
       }
     }
-    named_barrier_arrive(kPReady, kThreads);
+    named_barrier_sync(kPReady, kThreads);
     return;
   }
 
@@ -319,15 +320,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     wgmma_fence_operand(O);
     // LAB-END(17-v-split)
-    named_barrier_arrive(kPFree, kThreads);
     if (leader) mbarrier_arrive(sm.k_empty(s));
     // The stage is free once both halves have read it: warpgroup 1's first thread refills it
-    // with the block two ahead (warpgroup 0 read its K for S long before).
+    // with the block two ahead (warpgroup 0 read its K for S long before), before the barrier.
     if (half == 0 && leader && n + kStages < kr.n_blocks) {
       mbarrier_wait_parity(sm.k_empty(s), parity);
       loads.issue(sm, s, key_base + kStages * kBlockN);
     }
-    __syncwarp();  // the leader rejoins its warp before the next named barrier (bar.sync is aligned)
+    __syncwarp();  // the leader rejoins its warp before the named barrier (bar.sync is aligned)
+    named_barrier_sync(kPFree, kThreads);
   }
 
   // ---- epilogue: O / l, 16-bit (one split) or the split's normalized fp32 partial ----------------
