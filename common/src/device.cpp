@@ -43,6 +43,21 @@ bool has_device(std::string* why) {
   return true;
 }
 
+int device_sm_count() {
+  static int counts[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();  // no device: not an error here
+    return 0;
+  }
+  if (dev < 0 || dev >= 64) dev = 0;
+  if (counts[dev] == 0 && cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    counts[dev] = 0;
+  }
+  return counts[dev];
+}
+
 DeviceInfo query_device() {
   std::string why;
   if (!has_device(&why)) throw NoDevice("no usable CUDA device (" + why + ")");

@@ -12,6 +12,7 @@
 
 #include "flashladder/cuda_check.h"
 #include "flashladder/problem.h"
+#include "flashladder/device.h"
 #include "flashladder/registry.h"
 #include "flashladder/static_switch.h"
 #include "kernel.cuh"
@@ -37,7 +38,7 @@ inline int device_attribute(cudaDeviceAttr attr, int fallback) {
 }
 /// Multiprocessors of the current device (kFallbackSmCount without one).
 inline int sm_count() {
-  const int n = device_attribute(cudaDevAttrMultiProcessorCount, kFallbackSmCount);
+  const int n = device_sm_count();
   return n > 0 ? n : kFallbackSmCount;
 }
 /// Compute capability as major * 10 + minor (0 without a device).

@@ -4,11 +4,13 @@
 /// turned off, and the tile variants of its sweep.
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "flashladder/device.h"
 #include "flashladder/registry.h"
 #include "flashladder/static_switch.h"
 #include "flashladder/tma.h"
@@ -22,13 +24,10 @@ namespace fl {
 
 #if FL_HOPPER_SM90A
 int hopper15::sm_count_cached() {
-  // One entry per device, filled on first use: the launch path asks only cudaGetDevice.
-  static int counts[64] = {};
-  int dev = 0;
-  FL_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) dev = 0;
-  if (counts[dev] == 0) FL_CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
-  return counts[dev];
+  // One entry per device, filled on first use (device.h): the launch path asks only cudaGetDevice.
+  const int n = device_sm_count();
+  if (n <= 0) throw std::runtime_error("rung 15: no CUDA device to plan the persistent grid on");
+  return n;
 }
 #endif
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "flashladder/cuda_check.h"
+#include "flashladder/device.h"
 #include "flashladder/registry.h"
 #include "flashladder/report.h"
 #include "flashladder/static_switch.h"
@@ -18,14 +19,11 @@
 namespace fl {
 namespace {
 
-/// Multiprocessors of the current device, asked once per device (the split plan's wave).
+/// Multiprocessors of the current device (device.h's table; an H100's 132 without a device, as
+/// rung 08 plans): the split plan's wave.
 int sms() {
-  static int counts[64] = {};
-  int dev = 0;
-  FL_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) dev = 0;
-  if (counts[dev] == 0) FL_CUDA_CHECK(cudaDeviceGetAttribute(&counts[dev], cudaDevAttrMultiProcessorCount, dev));
-  return counts[dev];
+  const int n = device_sm_count();
+  return n > 0 ? n : 132;
 }
 
 mla::MlaPlan plan_for(const Problem& p, int sm_count) {

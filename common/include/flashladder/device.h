@@ -26,6 +26,11 @@ DeviceInfo query_device();
 /// True if a usable CUDA device exists (never throws).
 bool has_device(std::string* why = nullptr);
 
+/// Multiprocessors of the current device, asked once per device and then read from a table (a
+/// launch's split or grid plan calls it on every call); 0 without a device (never throws). Rungs
+/// 08, 15 and 17 plan their grids with it.
+int device_sm_count();
+
 /// Owning device allocation (move-only).
 class DeviceBuffer {
  public:
