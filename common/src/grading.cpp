@@ -62,9 +62,7 @@ class PartBuilder {
   /// 512 are V (head_dim 576, dv 512, one KV head, V in K).
   GradeCase& add_mla(int batch, int sq, int sk, int hq, bool causal = false, DType t = kMainDType) {
     GradeCase& c = add(batch, sq, sk, hq, 1, causal, t);
-    c.problem.head_dim = kMlaHeadDim;
-    c.problem.head_dim_v = kMlaHeadDimV;
-    c.problem.v_in_k = true;
+    c.problem = mla_problem(batch, sq, sk, hq, t, causal);
     return c;
   }
 

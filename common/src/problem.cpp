@@ -55,6 +55,21 @@ void set_varlen(Problem* p, const std::vector<int>& lens_q, const std::vector<in
   prefix(lk, &p->cu_seqlens_k, &p->seqlen_k);
 }
 
+Problem mla_problem(int batch, int seqlen_q, int seqlen_k, int heads, DType dtype, bool causal) {
+  Problem p;
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.heads_q = heads;
+  p.heads_kv = 1;
+  p.head_dim = kMlaHeadDim;
+  p.head_dim_v = kMlaHeadDimV;
+  p.v_in_k = true;
+  p.dtype = dtype;
+  p.causal = causal;
+  return p;
+}
+
 std::string Problem::describe() const {
   std::ostringstream s;
   s << "B=" << batch << " Sq=" << seqlen_q << " Sk=" << seqlen_k << " H=" << heads_q << "/"

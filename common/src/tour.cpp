@@ -48,17 +48,8 @@ Problem tour_decode_problem(DType dtype) {
 /// The tour's MLA problem (rung 17): a decode step of 16 sequences, 128 query heads each, over a
 /// paged latent cache of 4k tokens (576 dims, V its first 512), in the tour's dtype.
 Problem tour_mla_problem(DType dtype) {
-  Problem p;
-  p.batch = 16;
-  p.seqlen_q = 1;
-  p.seqlen_k = 4096;
-  p.heads_q = 128;
-  p.heads_kv = 1;
-  p.head_dim = kMlaHeadDim;
-  p.head_dim_v = kMlaHeadDimV;
-  p.v_in_k = true;
+  Problem p = mla_problem(16, 1, 4096, 128, dtype, false);
   p.page_size = 64;
-  p.dtype = dtype;
   return p;
 }
 

@@ -17,12 +17,7 @@ using namespace fl;
 
 namespace {
 
-Problem mla_shape(int batch, int sq, int sk, int heads) {
-  Problem p = fl_test::shape(batch, sq, sk, heads, 1, kMlaHeadDim, false);
-  p.head_dim_v = kMlaHeadDimV;
-  p.v_in_k = true;
-  return p;
-}
+Problem mla_shape(int batch, int sq, int sk, int heads) { return mla_problem(batch, sq, sk, heads, DType::fp16, false); }
 
 }  // namespace
 

@@ -25,12 +25,7 @@ const Rung& rung17() {
 /// Skips the test (exit 77 through the harness's gate) where rung 17 cannot run at all.
 bool runs_here() {
   const DeviceInfo dev = query_device();
-  Problem p;
-  p.head_dim = kMlaHeadDim;
-  p.head_dim_v = kMlaHeadDimV;
-  p.v_in_k = true;
-  p.heads_kv = 1;
-  p.seqlen_q = 1;
+  const Problem p = mla_problem(1, 1, 64, 16, DType::bf16, false);
   const std::string why = supports(rung17(), p, dev);
   if (!why.empty()) {
     WARN("rung 17 does not run here: " << why);
@@ -40,17 +35,7 @@ bool runs_here() {
 }
 
 Problem mla(int batch, int heads, int seqlen_q, int seqlen_k, DType t, bool causal, int page = 0, int splits = 0) {
-  Problem p;
-  p.batch = batch;
-  p.heads_q = heads;
-  p.heads_kv = 1;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.head_dim = kMlaHeadDim;
-  p.head_dim_v = kMlaHeadDimV;
-  p.v_in_k = true;
-  p.dtype = t;
-  p.causal = causal;
+  Problem p = mla_problem(batch, seqlen_q, seqlen_k, heads, t, causal);
   p.page_size = page;
   p.num_splits = splits;
   return p;

@@ -40,21 +40,6 @@ bool is_decode_rung(const Rung& r) { return r.decode; }
 /// first 512 columns); the matrix and the diagnostic inputs give it that family.
 bool is_mla_rung(const Rung& r) { return r.head_dims.size() == 1 && r.head_dims[0] == kMlaHeadDim; }
 
-Problem mla_problem(int batch, int seqlen_q, int seqlen_k, int heads, DType t, bool causal) {
-  Problem p;
-  p.batch = batch;
-  p.seqlen_q = seqlen_q;
-  p.seqlen_k = seqlen_k;
-  p.heads_q = heads;
-  p.heads_kv = 1;
-  p.head_dim = kMlaHeadDim;
-  p.head_dim_v = kMlaHeadDimV;
-  p.v_in_k = true;
-  p.dtype = t;
-  p.causal = causal;
-  return p;
-}
-
 std::vector<int> head_dims_of(const Rung& r) {
   std::vector<int> dims;
   for (int d : {32, 64, 128, 256})

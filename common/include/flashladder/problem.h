@@ -180,6 +180,11 @@ struct Problem {
   std::string describe() const;
 };
 
+/// MLA's decode problem (rung 17): @p batch sequences of @p seqlen_q queries x @p heads heads over
+/// one latent cache of @p seqlen_k keys: head_dim kMlaHeadDim, V its first kMlaHeadDimV columns
+/// (v_in_k), one KV head. The one place the tour, the graded parts and the tests make it.
+Problem mla_problem(int batch, int seqlen_q, int seqlen_k, int heads, DType dtype, bool causal);
+
 /// Makes @p p a variable-length batch of these sequences (@p lens_k empty: the same as
 /// @p lens_q): batch, cu_seqlens_q/k and seqlen_q/k (the longest, at least 1) set.
 void set_varlen(Problem* p, const std::vector<int>& lens_q, const std::vector<int>& lens_k = {});
