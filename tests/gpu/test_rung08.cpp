@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rung_runs.h"
 #include "flashladder/runner.h"
 
 using namespace fl;
@@ -35,28 +36,14 @@ Problem decode_problem(int batch, int heads_q, int heads_kv, int seqlen_q, int s
   return p;
 }
 
-/// Runs @p p against the fp64 reference and requires a pass.
+/// Runs @p p on rung 08 against the fp64 reference and requires a pass (rung_runs.h).
 void expect_pass(const Problem& p, CheckMode mode = CheckMode::full, unsigned long long seed = 8) {
-  const CaseResult res = run_case(rung08(), p, InputKind::random, mode, seed);
-  INFO(p.describe() << ": " << (res.ran ? res.check.reason : "not run: " + res.skipped)
-                    << " (rel_fro " << res.check.err.rel_fro << ", max_abs "
-                    << res.check.err.max_abs << ")");
-  REQUIRE(res.ran);
-  REQUIRE(res.check.pass);
-  REQUIRE(res.check.unwritten == 0);  // O and LSE were NaN-poisoned before the launch
+  fl_test::expect_pass(rung08(), p, mode, seed);
 }
 
-/// O and LSE of one launch of rung 08 on @p p with inputs @p in.
-struct Outputs {
-  std::vector<uint16_t> o;
-  std::vector<float> lse;
-};
+using fl_test::Outputs;
 Outputs run_once(const Problem& p, const HostInputs& in, unsigned long long seed) {
-  const Rung& r = rung08();
-  DeviceProblem dp(p, in, r.workspace_bytes(p), seed);
-  dp.poison_outputs();
-  launch_once(r, dp);
-  return {dp.download_o(), dp.download_lse()};
+  return fl_test::run_once(rung08(), p, in, seed);
 }
 
 }  // namespace

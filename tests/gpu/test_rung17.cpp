@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "rung_runs.h"
 #include "flashladder/cases.h"
 #include "flashladder/runner.h"
 #include "flashladder/timing.h"
@@ -41,26 +42,14 @@ Problem mla(int batch, int heads, int seqlen_q, int seqlen_k, DType t, bool caus
   return p;
 }
 
+/// Runs @p p on rung 17 against the fp64 reference and requires a pass (rung_runs.h).
 void expect_pass(const Problem& p, CheckMode mode = CheckMode::full, unsigned long long seed = 17) {
-  const CaseResult res = run_case(rung17(), p, InputKind::random, mode, seed);
-  INFO(p.describe() << ": " << (res.ran ? res.check.reason : "not run: " + res.skipped) << " (rel_fro "
-                    << res.check.err.rel_fro << ", max_abs " << res.check.err.max_abs << ")");
-  REQUIRE(res.ran);
-  REQUIRE(res.check.pass);
-  REQUIRE(res.check.unwritten == 0);  // O and LSE were NaN-poisoned before the launch
+  fl_test::expect_pass(rung17(), p, mode, seed);
 }
 
-struct Outputs {
-  std::vector<uint16_t> o;
-  std::vector<float> lse;
-};
-
+using fl_test::Outputs;
 Outputs run_once(const Problem& p, const HostInputs& in, unsigned long long seed) {
-  const Rung& r = rung17();
-  DeviceProblem dp(p, in, r.workspace_bytes(p), seed);
-  dp.poison_outputs();
-  launch_once(r, dp);
-  return {dp.download_o(), dp.download_lse()};
+  return fl_test::run_once(rung17(), p, in, seed);
 }
 
 }  // namespace
