@@ -333,13 +333,9 @@ def main():
                     raise RuntimeError("backend not in this torch")
                 else:
                     ms, note = run_sdpa(torch, bench, backend, s)
-                e.update(real_time=ms, cpu_time=ms, TFLOPS=flops_of(s) / (ms * 1e-3) / 1e12, note=note)
-                e["GB/s"] = bytes_of(s) / (ms * 1e-3) / 1e9
+                torch_sdpa.record_time(e, ms, note, flops_of(s), bytes_of(s))
             except Exception as err:  # noqa: BLE001  refused, no counterpart, or a compile failure: one cell lost
-                reason = str(err).strip().splitlines()
-                e["skipped"] = (reason[0] if reason else type(err).__name__)[:200]
-                torch.cuda.synchronize()
-                torch.cuda.empty_cache()
+                torch_sdpa.record_refusal(torch, e, err)
             torch_sdpa.finish_entry(e, results, 52)
 
     torch_sdpa.write_benchmarks(args.out, context, results)

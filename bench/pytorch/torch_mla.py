@@ -236,13 +236,9 @@ def main():
             else:
                 try:
                     ms, note = run_sdpa(torch, bench, backends[name], tensors, s)
-                    e.update(real_time=ms, cpu_time=ms, TFLOPS=sdpa_flops(s) / (ms * 1e-3) / 1e12, note=note)
-                    e["GB/s"] = sdpa_bytes(s) / (ms * 1e-3) / 1e9
+                    torch_sdpa.record_time(e, ms, note, sdpa_flops(s), sdpa_bytes(s))
                 except (RuntimeError, ValueError) as err:  # refused (or out of memory): one cell lost
-                    reason = str(err).strip().splitlines()
-                    e["skipped"] = (reason[0] if reason else type(err).__name__)[:200]
-                    torch.cuda.synchronize()
-                    torch.cuda.empty_cache()
+                    torch_sdpa.record_refusal(torch, e, err)
             torch_sdpa.finish_entry(e, results, 60)
     torch_sdpa.write_benchmarks(args.out, context, results)
     return 0

@@ -275,6 +275,22 @@ def run_context(torch, executable, layout, bench):
     }
 
 
+def record_time(entry, ms, note, flops, nbytes):
+    """Fills @p entry with one timed cell: @p ms per call, its TFLOP/s and GB/s from @p flops and
+    @p nbytes, and the backend's @p note."""
+    entry.update(real_time=ms, cpu_time=ms, TFLOPS=flops / (ms * 1e-3) / 1e12, note=note)
+    entry["GB/s"] = nbytes / (ms * 1e-3) / 1e9
+
+
+def record_refusal(torch, entry, err):
+    """Marks @p entry skipped with the first line of @p err (a backend's refusal, or out of
+    memory: one cell lost) and frees what the failed call left on the device."""
+    reason = str(err).strip().splitlines()
+    entry["skipped"] = (reason[0] if reason else type(err).__name__)[:200]
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+
 def finish_entry(entry, results, width):
     """Appends a timed or skipped entry to @p results and prints its line (name in @p width
     columns); a skipped one is marked as Google Benchmark marks an error (error_occurred,
@@ -526,14 +542,9 @@ def main():
             else:
                 try:
                     ms, note = run_backend(torch, bench, backend, s, layout)
-                    entry.update(real_time=ms, cpu_time=ms, TFLOPS=flops / (ms * 1e-3) / 1e12,
-                                 note=note)
-                    entry["GB/s"] = nbytes / (ms * 1e-3) / 1e9
+                    record_time(entry, ms, note, flops, nbytes)
                 except (RuntimeError, ValueError) as e:  # the backend refused this shape
-                    reason = str(e).strip().splitlines()
-                    entry["skipped"] = (reason[0] if reason else type(e).__name__)[:200]
-                    torch.cuda.synchronize()
-                    torch.cuda.empty_cache()
+                    record_refusal(torch, entry, e)
             finish_entry(entry, results, 48)
 
     write_benchmarks(args.out, context, results)
