@@ -222,12 +222,13 @@ class _KvFast:
     """A checked call's plan for the next ones: the problem's key and Mods, the cache's slots, page
     (0: contiguous), pages and rows in the pool, and the new keys' count."""
 
-    __slots__ = ("key", "mods", "slots", "page", "pool_pages", "pool_rows", "new", "prepared")
+    __slots__ = ("key", "mods", "slots", "page", "pool_pages", "pool_rows", "new", "prepared", "layout")
 
     def __init__(self, key, mods, slots, page, pool_pages, pool_rows, new):
         self.key, self.mods, self.slots, self.page = key, mods, slots, page
         self.pool_pages, self.pool_rows, self.new = pool_pages, pool_rows, new
         self.prepared = None  # _ext.PreparedCacheCall, False where it does not apply, None: not tried
+        self.layout = None  # _kv_layout's offsets of the prepared call's one buffer
 
 
 def _prepare_cache_call(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
@@ -276,20 +277,44 @@ def _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, blo
     _launch.raise_metadata_errors(q.device.index)
     shape = q.shape
     out = q.new_empty(shape)
-    lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
-    scratch = q.new_empty((prep.scratch_ints,), dtype=torch.int32)
-    ws = q.new_empty((prep.workspace_bytes,), dtype=torch.uint8) if prep.workspace_bytes else None
-    ok = prep.launch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                     0 if ws is None else ws.data_ptr(), cache_seqlens.data_ptr(),
+    # One allocation for what the call reads back only on the device (the int32 scratch, the
+    # workspace and, unless returned, the LSE), each at a 256-byte offset: each allocation through
+    # PyTorch's caching allocator costs microseconds of host time per call (_kv_layout).
+    lse_bytes, scratch_at, ws_at, total = f.layout
+    if return_softmax_lse:
+        lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
+        buf = q.new_empty((total - lse_bytes,), dtype=torch.uint8)
+        base = buf.data_ptr() - lse_bytes
+        lse_ptr = lse.data_ptr()
+    else:
+        buf = q.new_empty((total,), dtype=torch.uint8)
+        base = lse_ptr = buf.data_ptr()
+    ok = prep.launch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse_ptr,
+                     base + ws_at if prep.workspace_bytes else 0, cache_seqlens.data_ptr(),
                      0 if cache_leftpad is None else cache_leftpad.data_ptr(),
                      0 if block_table is None else block_table.data_ptr(),
                      0 if block_table is None else block_table.stride(0),
                      0 if k is None else k.data_ptr(), 0 if v is None else v.data_ptr(),
                      0 if learnable_sink is None else learnable_sink.data_ptr(),
-                     0 if alibi_slopes is None else alibi_slopes.data_ptr(), scratch.data_ptr(), _launch.stream(q))
+                     0 if alibi_slopes is None else alibi_slopes.data_ptr(), base + scratch_at, _launch.stream(q))
+    del buf  # the allocator's stream order keeps it from reuse until the launches have run
     if not ok:
         return None
     return (out, lse) if return_softmax_lse else out
+
+
+def _kv_layout(q, prep):
+    """(LSE bytes, scratch offset, workspace offset, total bytes) of _kv_prepared's one buffer: the
+    LSE (fp32 [batch, heads_q, seqlen_q]) first, then the int32 scratch, then the workspace, each
+    at a multiple of 256 bytes (the LSE's bytes rounded too, so that a returned LSE, allocated on
+    its own, leaves the others' offsets as they are)."""
+    def up(n):
+        return -(-n // 256) * 256
+
+    lse_bytes = up(4 * q.shape[0] * q.shape[1] * q.shape[2])
+    scratch_at = lse_bytes
+    ws_at = scratch_at + up(4 * prep.scratch_ints)
+    return lse_bytes, scratch_at, ws_at, ws_at + up(prep.workspace_bytes)
 
 
 def _kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes, learnable_sink,
@@ -300,6 +325,8 @@ def _kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_t
     if f.prepared is None:
         f.prepared = _prepare_cache_call(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table,
                                          alibi_slopes, learnable_sink)
+        if f.prepared:
+            f.layout = _kv_layout(q, f.prepared)
     if f.prepared:
         res = _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
                            learnable_sink, return_softmax_lse)
@@ -399,6 +426,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     sequence whose new keys would not fit is not appended, and the violation is raised, naming the
     argument and its bound, by the next call that takes metadata or by flashladder.check_errors().
     An int ``cache_seqlens`` and the new keys' count are checked on the host, before anything runs."""
+    sig = None
+    if rotary_cos is None and rotary_sin is None and cache_batch_idx is None and not torch.compiler.is_compiling():
+        # A signature that passed the checked path before (never a padded one: the padded call
+        # signs its padded copies) takes the fast path first.
+        sig = kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
+                           causal, window_size, softcap, alibi_slopes, num_splits, learnable_sink, return_softmax_lse)
+        fast = KV_FAST.get(sig) if sig is not None else None
+        if fast is not None:
+            return _kv_fast(fast, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table,
+                            alibi_slopes, learnable_sink, return_softmax_lse)
     if (k is None) != (v is None):
         raise ValueError("flashladder: k and v come together (the new keys and values)")
     padded = _padded_cache_call(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
@@ -406,14 +443,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                                 rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse, learnable_sink)
     if padded is not None:
         return padded
-    sig = None
-    if rotary_cos is None and rotary_sin is None and cache_batch_idx is None and not torch.compiler.is_compiling():
-        sig = kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
-                           causal, window_size, softcap, alibi_slopes, num_splits, learnable_sink, return_softmax_lse)
-        fast = KV_FAST.get(sig) if sig is not None else None
-        if fast is not None:
-            return _kv_fast(fast, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table,
-                            alibi_slopes, learnable_sink, return_softmax_lse)
     if k is not None and cache_seqlens is None:
         raise ValueError("flashladder: k and v are appended at cache_seqlens: pass it (FlashAttention 2 refuses new "
                          "keys without it)")
