@@ -832,6 +832,36 @@ def part_models():
     def rel(a, b):
         return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
+    from flashladder import _ops
+
+    # DeepSeek-V3 (v of 64 against q and k of 96) runs with V's own head_dim where rung 16 takes it
+    # (sm_90): no call of the package pads it (padded_head_dim returning a padded copy is counted).
+    native_dv = torch.cuda.get_device_capability() >= (9, 0) and built(16)
+    pads = [0]
+    real_padded = _ops.padded_head_dim
+
+    def counting_padded(*args, **kwargs):
+        res = real_padded(*args, **kwargs)
+        pads[0] += res is not None
+        return res
+
+    def check_unpadded(what, before):
+        if native_dv and "DeepSeek" in what:
+            COMPARED[0] += 1
+            if pads[0] != before:
+                fail("%s: V padded %d time(s); rung 16 takes V's own head_dim on sm_90" % (what, pads[0] - before))
+            else:
+                print("ok   %s: V never padded (its own head_dim on rung 16)" % what)
+
+    _ops.padded_head_dim = counting_padded
+    try:
+        part_models_cases(transformers, cases, build, output, rel, ids, llama, mla, check_unpadded, pads)
+    finally:
+        _ops.padded_head_dim = real_padded
+
+
+def part_models_cases(transformers, cases, build, output, rel, ids, llama, mla, check_unpadded, pads):
+    """part_models' cases and generate() runs (check_unpadded: DeepSeek-V3 never padded)."""
     ran = refused = 0
     for name, model_cls, config_cls, config, inputs, refusal in cases:
         if not hasattr(transformers, model_cls):
@@ -841,8 +871,10 @@ def part_models():
         want = output(ref, inputs, separate=True)
         model = build(model_cls, config_cls, config, "ladder", torch.bfloat16)
         model.load_state_dict(ref.state_dict())
+        before = pads[0]
         try:
             got, got_g = output(model, inputs, grad=True)
+            check_unpadded(name, before)
         except ValueError as e:
             message = str(e)
             if not message.startswith("flashladder: "):
@@ -882,29 +914,39 @@ def part_models():
                 ok = False
         ran += ok
     # generate(): greedy decoding on a dynamic cache, each step's scores against the fp32 eager
-    # model's logits on the same tokens (the decode steps run the route: rung 08).
-    ref = build("LlamaForCausalLM", "LlamaConfig", llama, "eager", torch.float32)
+    # model's logits on the same tokens (Llama's decode steps run the route: rung 08; DeepSeek-V3's,
+    # v with its own head_dim, the packed path on rung 16).
+    for gname, gcls, gcfg, gconfig in (("Llama", "LlamaForCausalLM", "LlamaConfig", llama),
+                                       ("DeepSeek-V3", "DeepseekV3ForCausalLM", "DeepseekV3Config", mla)):
+        ref = build(gcls, gcfg, gconfig, "eager", torch.float32)
+        model = build(gcls, gcfg, gconfig, "ladder", torch.bfloat16)
+        model.load_state_dict(ref.state_dict())
+        sdpa = build(gcls, gcfg, gconfig, "sdpa", torch.bfloat16)
+        sdpa.load_state_dict(ref.state_dict())
+        prompt = ids[:, :40]
+        before = pads[0]
+        with torch.no_grad():
+            gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8,
+                                 do_sample=False, output_scores=True, return_dict_in_generate=True,
+                                 pad_token_id=0)
+            check_unpadded("%s generate()" % gname, before)
+            scores = torch.stack(gen.scores, 1).float()  # [batch, new tokens, vocab]
+            n = scores.shape[1]
+            want = ref(gen.sequences).logits.float()[:, 39:39 + n]
+            base = sdpa(gen.sequences).logits.float()[:, 39:39 + n]
+        err, sdpa_err = rel(scores, want), rel(base, want)
+        COMPARED[0] += 1
+        line = ("%s generate() with the dynamic cache, %d greedy steps: scores' error against fp32 eager "
+                "%.2e, bf16 SDPA's %.2e" % (gname, n, err, sdpa_err))
+        if err <= 2 * sdpa_err + 1e-3:
+            print("ok   " + line)
+        else:
+            fail(line)
     model = build("LlamaForCausalLM", "LlamaConfig", llama, "ladder", torch.bfloat16)
+    ref = build("LlamaForCausalLM", "LlamaConfig", llama, "eager", torch.float32)
     model.load_state_dict(ref.state_dict())
     sdpa = build("LlamaForCausalLM", "LlamaConfig", llama, "sdpa", torch.bfloat16)
     sdpa.load_state_dict(ref.state_dict())
-    prompt = ids[:, :40]
-    with torch.no_grad():
-        gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8,
-                             do_sample=False, output_scores=True, return_dict_in_generate=True,
-                             pad_token_id=0)
-        scores = torch.stack(gen.scores, 1).float()  # [batch, new tokens, vocab]
-        n = scores.shape[1]
-        want = ref(gen.sequences).logits.float()[:, 39:39 + n]
-        base = sdpa(gen.sequences).logits.float()[:, 39:39 + n]
-    err, sdpa_err = rel(scores, want), rel(base, want)
-    COMPARED[0] += 1
-    line = ("generate() with the dynamic cache, %d greedy steps: scores' error against fp32 eager "
-            "%.2e, bf16 SDPA's %.2e" % (n, err, sdpa_err))
-    if err <= 2 * sdpa_err + 1e-3:
-        print("ok   " + line)
-    else:
-        fail(line)
     # A left-padded batch of prompts of 33 and 40 tokens, on a dynamic and on a static cache.
     mask = torch.ones_like(prompt)
     mask[0, :7] = 0
@@ -1117,6 +1159,46 @@ def part_flash():
             return reference_varlen(q, k, v, cu, cu, True)
 
         flash_case("flash_attn_varlen_func head_dims %d/%d bf16 causal" % (d, dv), "bf16", fn_v, ref_v, leaves)
+
+    # V's own head_dim below q's runs as it is on sm_90 (rung 16 forward and backward with
+    # Mods.head_dim_v): nothing padded (F.pad made to fail for the call), O a tensor of V's
+    # head_dim of its own, not a view of a wider one; attention() and the packed form too.
+    if torch.cuda.get_device_capability() >= (9, 0) and built(16):
+        from flashladder import _ops
+
+        q, k, v = (randn(2, 300, 8, 192, dtype=torch.bfloat16), randn(2, 300, 2, 192, dtype=torch.bfloat16),
+                   randn(2, 300, 2, 128, dtype=torch.bfloat16))
+        if not _ops.own_head_dim_v(q, k, v):
+            fail("192/128 on sm_90: own_head_dim_v says it would be padded")
+        real_pad = torch.nn.functional.pad
+
+        def no_pad(*args, **kwargs):
+            raise AssertionError("F.pad called: V padded")
+
+        ref = reference_mods(q.float(), k.float(), v.float(), True)[0]
+        cu2 = torch.tensor([0, 300, 600], device="cuda", dtype=torch.int32)
+        for what, call in (("flash_attn_func", lambda a, b, c: flash_attn_func(a, b, c, causal=True)),
+                           ("flashladder.attention", lambda a, b, c: flashladder.attention(a, b, c, causal=True)),
+                           ("flash_attn_varlen_func", lambda a, b, c: flash_attn_varlen_func(
+                               a.reshape(-1, 8, 192), b.reshape(-1, 2, 192), c.reshape(-1, 2, 128), cu2, cu2, 300,
+                               300, causal=True).view(2, 300, 8, 128))):
+            leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+            torch.nn.functional.pad = no_pad
+            try:
+                out = call(*leaves)
+                out.backward(torch.ones_like(out))
+            except AssertionError as e:
+                fail("192/128 %s: %s" % (what, e))
+                continue
+            finally:
+                torch.nn.functional.pad = real_pad
+            COMPARED[0] += 1
+            if tuple(out.shape) != (2, 300, 8, 128) or not out.is_contiguous():
+                fail("192/128 %s: O %s contiguous=%s, expected its own [2, 300, 8, 128]"
+                     % (what, tuple(out.shape), out.is_contiguous()))
+            judge("192/128 %s without padding O" % what, out.float(), ref, "bf16")
+            if leaves[2].grad is None or tuple(leaves[2].grad.shape) != (2, 300, 2, 128):
+                fail("192/128 %s: dV not of V's shape" % what)
 
     # A paged K/V (block_table, FlashAttention 2's paged varlen): the same packed batch's keys in a
     # shuffled pool of pages of 16, the last page of each sequence part-used; O equals the packed

@@ -242,9 +242,15 @@ def _check_one_dtype(named, where=""):
                             % (where, name, t.dtype, q.dtype))
 
 
-def _check_kv_shape(q, k, v, where=""):
-    """v shaped as k, and k with q's batch and head_dim (4-D tensors)."""
-    if tuple(v.shape) != tuple(k.shape):
+def _check_kv_shape(q, k, v, where="", own_dv=False):
+    """v shaped as k (with ``own_dv``: but for its head_dim, a multiple of 8 up to MAX_HEAD_DIM),
+    and k with q's batch and head_dim (4-D tensors)."""
+    if own_dv and tuple(v.shape[:3]) == tuple(k.shape[:3]):
+        dv = v.shape[3]
+        if dv % 8 != 0 or not 0 < dv <= _ext.MAX_HEAD_DIM:
+            raise ValueError("flashladder: %sv's head_dim must be a multiple of 8 (16-byte rows) up to %d, got %d"
+                             % (where, _ext.MAX_HEAD_DIM, dv))
+    elif tuple(v.shape) != tuple(k.shape):
         raise ValueError("flashladder: %sv must have k's shape %s, got %s"
                          % (where, tuple(k.shape), tuple(v.shape)))
     if k.shape[0] != q.shape[0] or k.shape[3] != q.shape[3]:
@@ -263,12 +269,13 @@ def check_scale(softmax_scale):
     return scale
 
 
-def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check_layout=True):
+def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check_layout=True, own_dv=False):
     """Checks q, k, v ([batch, seqlen, heads, head_dim], 16-bit, one CUDA device) and returns the
     problem's key: (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, dtype name, causal,
     scale or 0). Raises TypeError (not a tensor, wrong dtype) or ValueError (device, shape, GQA,
     layout) with a one-line reason. ``tensor_type``: the class every input must be (torch.Tensor);
-    ``check_layout``: also check strides and pointers (off while tracing with fake tensors)."""
+    ``check_layout``: also check strides and pointers (off while tracing with fake tensors);
+    ``own_dv``: v may have a head_dim of its own (Mods.head_dim_v; the key keeps q's)."""
     named = (("q", q), ("k", k), ("v", v))
     for name, t in named:
         if tensor_type is not None and not isinstance(t, tensor_type):
@@ -288,7 +295,7 @@ def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check
         if len(t.shape) != 4:
             raise ValueError("flashladder: %s must have 4 dimensions [batch, seqlen, heads, "
                              "head_dim], got shape %s" % (name, tuple(t.shape)))
-    _check_kv_shape(q, k, v)
+    _check_kv_shape(q, k, v, own_dv=own_dv)
     batch, seqlen_q, heads_q, head_dim = q.shape
     _, seqlen_k, heads_kv, _ = k.shape
     for name, t in named:
@@ -310,7 +317,7 @@ def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, check
 
 
 def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                 softmax_scale=None, tensor_type=None):
+                 softmax_scale=None, tensor_type=None, own_dv=False):
     """Checks a packed batch (flash_attn_varlen_func's: q [total_q, heads_q, head_dim], k and v
     [total_k, heads_kv, head_dim], cu_seqlens_q/k int32 [batch + 1] on q's device, the longest
     sequences max_seqlen_q/k) and returns (key, varlen): check_qkv's key with (batch,
@@ -323,7 +330,7 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
                              "heads, head_dim], got shape %s" % (name, tuple(getattr(t, "shape", ()))))
     # The [1, tokens, heads, head_dim] views, checked once per signature (check_qkv_cached).
     key = check_qkv_cached(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), causal, softmax_scale,
-                           tensor_type=tensor_type)
+                           tensor_type=tensor_type, own_dv=own_dv)
     for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
         if tensor_type is not None and not isinstance(t, tensor_type):
             raise TypeError("flashladder: %s must be a tensor, got %s" % (name, _type_name(t)))
@@ -348,14 +355,14 @@ _PASSED_VARLEN = {}
 
 
 def check_varlen_cached(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-                        softmax_scale=None, tensor_type=None):
+                        softmax_scale=None, tensor_type=None, own_dv=False):
     """check_varlen's (key, varlen), without repeating its checks (and its three views) for a
     packed batch whose signature already passed them: q, k and v as check_qkv_cached signs them,
     the cu_seqlens' type, dtype, shape, stride and device, max_seqlen_q/k and the arguments. The
     lengths inside cu_seqlens are not part of it: they are checked on the device at every launch
     (_launch.sanitized_varlen). A new signature, and every failure, goes through check_varlen."""
     try:
-        sig = (tensor_type, causal, softmax_scale, type(max_seqlen_q), max_seqlen_q, type(max_seqlen_k),
+        sig = (tensor_type, causal, softmax_scale, own_dv, type(max_seqlen_q), max_seqlen_q, type(max_seqlen_k),
                max_seqlen_k) + tuple((type(t), t.shape, t.stride(), t.dtype, t.device, t.data_ptr() & 15)
                                      for t in (q, k, v)) + tuple(
             (type(t), t.shape, t.stride(), t.dtype, t.device) for t in (cu_seqlens_q, cu_seqlens_k))
@@ -365,7 +372,7 @@ def check_varlen_cached(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     if hit is not None:
         return hit
     hit = check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, softmax_scale,
-                       tensor_type=tensor_type)
+                       tensor_type=tensor_type, own_dv=own_dv)
     if sig is not None:
         if len(_PASSED_VARLEN) >= _PASSED_MAX:
             _PASSED_VARLEN.clear()
@@ -379,13 +386,13 @@ _PASSED = {}
 _PASSED_MAX = 4096
 
 
-def check_qkv_cached(q, k, v, causal=False, softmax_scale=None, tensor_type=None):
+def check_qkv_cached(q, k, v, causal=False, softmax_scale=None, tensor_type=None, own_dv=False):
     """check_qkv's key, without repeating its checks for inputs whose signature already passed
     them: each input's type, shape, strides, dtype, device and data pointer modulo 16 (the
     alignment rule), and the arguments. Inputs never seen, and every input that fails, go through
     check_qkv, so bad input raises exactly what check_qkv raises."""
     try:
-        sig = (tensor_type, causal, softmax_scale,
+        sig = (tensor_type, causal, softmax_scale, own_dv,
                type(q), q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
                type(k), k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
                type(v), v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15)
@@ -394,7 +401,7 @@ def check_qkv_cached(q, k, v, causal=False, softmax_scale=None, tensor_type=None
         sig, key = None, None
     if key is not None:
         return key
-    key = check_qkv(q, k, v, causal, softmax_scale, tensor_type=tensor_type)
+    key = check_qkv(q, k, v, causal, softmax_scale, tensor_type=tensor_type, own_dv=own_dv)
     if sig is not None:
         if len(_PASSED) >= _PASSED_MAX:
             _PASSED.clear()
@@ -442,12 +449,13 @@ def check_qkv_realigned(q, k, v, causal=False, softmax_scale=None, tensor_type=N
         return check_qkv_cached(*qkv, causal, softmax_scale, tensor_type=tensor_type), qkv
 
 
-def check_like(name, t, like_name, like, dtype=None):
-    """ValueError/TypeError unless ``t`` has ``like``'s shape, dtype (or the dtype named ``dtype``,
-    as str() of a torch dtype gives it) and device."""
-    if tuple(t.shape) != tuple(like.shape):
+def check_like(name, t, like_name, like, dtype=None, shape=None):
+    """ValueError/TypeError unless ``t`` has ``like``'s shape (or ``shape``), dtype (or the dtype
+    named ``dtype``, as str() of a torch dtype gives it) and device."""
+    shape = tuple(like.shape) if shape is None else tuple(shape)
+    if tuple(t.shape) != shape:
         raise ValueError("flashladder: %s must have %s's shape %s, got %s"
-                         % (name, like_name, tuple(like.shape), tuple(t.shape)))
+                         % (name, like_name, shape, tuple(t.shape)))
     if (t.dtype != like.dtype) if dtype is None else (str(t.dtype) != dtype):
         raise TypeError("flashladder: %s must be %s, got %s" % (name, like.dtype if dtype is None else dtype,
                                                                 t.dtype))
@@ -456,22 +464,24 @@ def check_like(name, t, like_name, like, dtype=None):
                          % (name, t.device, like_name, like.device))
 
 
-def check_grads(dout, q, out, lse, out_fp32, tensor_type):
-    """The backward's inputs beside q, k, v (checked already): dout and out like q, the LSE
-    float32 [batch, heads_q, seqlen_q] (packed: [heads_q, total_q]) on q's device, and out_fp32
-    (None or empty: D from out) like q in float32. Returns whether out_fp32 is given."""
+def check_grads(dout, q, out, lse, out_fp32, tensor_type, head_dim_v=None):
+    """The backward's inputs beside q, k, v (checked already): dout and out like q (with
+    ``head_dim_v`` columns: V's own head_dim), the LSE float32 [batch, heads_q, seqlen_q] (packed:
+    [heads_q, total_q]) on q's device, and out_fp32 (None or empty: D from out) like out in
+    float32. Returns whether out_fp32 is given."""
     for name, t in (("dout", dout), ("out", out), ("lse", lse)):
         if not isinstance(t, tensor_type):
             raise TypeError("flashladder: %s must be a torch.Tensor, got %s" % (name, type(t)))
-    check_like("out", out, "q", q)
-    check_like("dout", dout, "q", q)
+    o_shape = None if head_dim_v is None or head_dim_v == q.shape[-1] else tuple(q.shape[:-1]) + (head_dim_v,)
+    check_like("out", out, "q", q, shape=o_shape)
+    check_like("dout", dout, "q", q, shape=o_shape)
     lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if len(q.shape) == 4 else (q.shape[1], q.shape[0])
     if tuple(lse.shape) != lse_shape or str(lse.dtype) != "torch.float32" or lse.device != q.device:
         raise ValueError("flashladder: lse must be float32 %s on %s (the forward's), got %s %s on %s"
                          % (lse_shape, q.device, lse.dtype, tuple(lse.shape), lse.device))
     if out_fp32 is None or out_fp32.numel() == 0:
         return False
-    check_like("out_fp32", out_fp32, "q", q, dtype="torch.float32")
+    check_like("out_fp32", out_fp32, "q", q, dtype="torch.float32", shape=o_shape)
     return True
 
 

@@ -35,7 +35,8 @@ from . import _core, _launch, _ops
 def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_attn_probs, learnable_sink, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
                max_seqlen_k=0, dropout_p=0.0):
-    padded = _ops.padded_head_dim(q, k, v, softmax_scale)
+    own_dv = _ops.own_head_dim_v(q, k, v)  # V's head_dim below q's: rung 16 takes it, nothing padded
+    padded = None if own_dv else _ops.padded_head_dim(q, k, v, softmax_scale)
     if padded is not None:  # a head_dim that is not a multiple of 8: zero-padded, as FlashAttention does
         qp, kp, vp, scale, d = padded
         res = _attention(qp, kp, vp, scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -54,7 +55,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         _core.check_sinks(learnable_sink, q)
         sinks = learnable_sink.float().contiguous()  # differentiable: its gradient flows back
     plain = (cu_seqlens_q is None and left < 0 and right < 0 and not softcap and slopes is None and sinks is None
-             and not dropout_p)
+             and not dropout_p and not own_dv)
     if plain and not deterministic:
         out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
                              return_lse=return_attn_probs)

@@ -325,11 +325,14 @@ def transformers_attention(module, query, key, value, attention_mask, scaling=No
     # A padded batch. A static cache's K/V hold more slots than the tokens so far: column j of
     # the mask is slot j, and the slots past the mask (or, with ladder_mask, under its trailing
     # zeros) are not written yet.
-    if seqlen_q <= 16 and seqlen_q < seqlen_k and not _grad_wanted(q, k, v) and not dropout:
+    if (seqlen_q <= 16 and seqlen_q < seqlen_k and not _grad_wanted(q, k, v) and not dropout
+            and head_dim_v == head_dim):
         # A decode step or a few queries (generate()'s batches): the cache is read in place,
         # each row's keys its valid run [start, end) (flash_attn_with_kvcache's cache_leftpad
         # and cache_seqlens), nothing gathered. Under torch.compile this is one opaque op and the
         # mask's shape is the cache's, so a static cache's decode step is one graph, replayed.
+        # V with its own head_dim (MLA's 192/128) takes the packed path below instead: the
+        # decode rung reads one head_dim, and the cache call would pad V to q's.
         span = _padding_span(attention_mask, seqlen_q)
         if span is not None:
             return _kvcache.flash_attn_with_kvcache(q, k, v, cache_seqlens=span[1], cache_leftpad=span[0],

@@ -198,8 +198,8 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     forward's, ``checked`` too) also the sinks' gradient: (dq, dk, dv, dsinks or None);
     ``dropout_state``: the forward's (the mask is regenerated from it)."""
     o32_ptr = 0
-    if _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor):
-        out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim]
+    if _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor, v.shape[-1]):
+        out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim_v]
         o32_ptr = out_fp32.data_ptr()
     plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index, mods)
     q, dq = _grad_like(q)

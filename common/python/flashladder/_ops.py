@@ -12,6 +12,7 @@ torch.compile traces. Imported on first use, so ``import flashladder``
 works without PyTorch.
 """
 
+import functools
 from typing import Optional
 
 import torch
@@ -186,15 +187,21 @@ def attention_mods_autograd(q, k, v, key, mods, extras, deterministic, dropout_s
 def mods_key(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, alibi_slopes, causal,
              scale, window_left, window_right, softcap, dropout_p=0.0):
     """(key, Mods) of attention_mods' arguments, checked: check_qkv's key (check_varlen's for a
-    packed batch) and what the call adds to plain attention."""
+    packed batch) and what the call adds to plain attention; v may have a head_dim of its own
+    (Mods.head_dim_v: rung 16 takes it, own_head_dim_v)."""
+    try:
+        dv = v.shape[-1] if v.shape[-1] != q.shape[-1] else 0
+    except (AttributeError, IndexError):  # not tensors: the checks below say so
+        dv = 0
     if cu_seqlens_q is None:
-        key, varlen = _core.check_qkv_cached(q, k, v, causal, scale or None, tensor_type=torch.Tensor), None
+        key, varlen = _core.check_qkv_cached(q, k, v, causal, scale or None, tensor_type=torch.Tensor,
+                                             own_dv=bool(dv)), None
     else:
         key, varlen = _core.check_varlen_cached(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                                causal, scale or None, tensor_type=torch.Tensor)
+                                                causal, scale or None, tensor_type=torch.Tensor, own_dv=bool(dv))
     alibi = 0 if alibi_slopes is None else (3 if alibi_slopes.dim() == 2 else 2)
     return key, _core.Mods(window_left, window_right, float(softcap), alibi, sinks is not None, varlen,
-                           dropout=float(dropout_p))
+                           dropout=float(dropout_p), head_dim_v=dv)
 
 
 @torch.library.custom_op("flashladder::attention_mods", mutates_args=())
@@ -226,8 +233,9 @@ def _attention_mods_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_
                          alibi_slopes, causal, softmax_scale, window_left, window_right, softcap, rung,
                          variant, with_o_fp32, deterministic, dropout_p=0.0, dropout_state=None):
     lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
-    return (q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32),
-            q.new_empty(q.shape if with_o_fp32 else (0,), dtype=torch.float32))
+    o_shape = tuple(q.shape[:-1]) + (v.shape[-1],)  # O has V's head_dim (Mods.head_dim_v)
+    return (q.new_empty(o_shape), q.new_empty(lse_shape, dtype=torch.float32),
+            q.new_empty(o_shape if with_o_fp32 else (0,), dtype=torch.float32))
 
 
 @torch.library.custom_op("flashladder::attention_mods_backward", mutates_args=())
@@ -301,6 +309,34 @@ attention_mods_op.register_autograd(_mods_grad, setup_context=_mods_setup_contex
 
 # ---- the public functions -------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=None)
+def _own_head_dim_v_runs(device):
+    """Whether the route runs V with a head_dim of its own below q's on device index ``device``,
+    forward and backward (rung 16's forward and its backward, sm_90a: 192/128 asked of both)."""
+    mods = _core.Mods(head_dim_v=128)
+    key = (1, 128, 128, 1, 1, 192, "bf16", True, 0.0)
+    try:
+        _core.plan_forward(None, "", key, device, True, mods)
+        _core.plan_backward(None, "", key, False, device, mods)
+    except (ValueError, RuntimeError):
+        return False
+    return True
+
+
+def own_head_dim_v(q, k, v):
+    """Whether q, k, v run with V's own head_dim as it is, nothing padded (Mods.head_dim_v): v's
+    head_dim below q's, both multiples of 8, on a device whose route takes it (rung 16's forward
+    and backward: _own_head_dim_v_runs). Else padded_head_dim pads, as before."""
+    try:
+        d, dv = q.shape[-1], v.shape[-1]
+        if not (dv < d and d % 8 == 0 and dv % 8 == 0 and k.shape[-1] == d and d <= _ext.MAX_HEAD_DIM):
+            return False
+        index = q.device.index if q.device.type == "cuda" else None
+    except (AttributeError, IndexError, TypeError):
+        return False
+    return index is not None and _own_head_dim_v_runs(index)
+
+
 def padded_head_dim(q, k, v, softmax_scale):
     """Head dims the rungs do not read as they are, zero-padded: (q, k, v padded to one head_dim D,
     the scale of q's head_dim itself, v's head_dim) for the caller to run and keep O's first
@@ -328,7 +364,14 @@ def padded_head_dim(q, k, v, softmax_scale):
 
 def _attention_padded(q, k, v, rung, variant, causal, softmax_scale, return_lse):
     """attention() on padded_head_dim's inputs, O cut back to v's head_dim (a view, as FlashAttention
-    returns it); None when nothing is padded."""
+    returns it); None when nothing is padded. With the route (rung None) and V's own head_dim
+    below q's (own_head_dim_v), nothing is padded: flash_attn_func's path (_flash._attention),
+    rung 16 with Mods.head_dim_v, O at v's head_dim."""
+    if rung is None and own_head_dim_v(q, k, v):
+        from . import _flash
+
+        res = _flash._attention(q, k, v, softmax_scale, bool(causal), (-1, -1), 0.0, None, False, return_lse, None)
+        return res[:2] if return_lse else res
     padded = padded_head_dim(q, k, v, softmax_scale)
     if padded is None:
         return None
