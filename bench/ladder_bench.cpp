@@ -46,7 +46,9 @@
 //             Names "mla-decode/d576/B<b>/H<h>/Sq<sq>/Sk<sk>/P64"
 //   mla-prefill: MLA's prefill (rung 16's forward, Rung::head_dim_v): head_dim 192, V and O 128,
 //             16 heads (DeepSeek-V3's 128 over 8 GPUs), batch x seqlen = 16k tokens, seqlen
-//             1k..16k, causal 0/1; forward only (rung 16's backward refuses dv != d)
+//             1k..16k, causal 0/1
+//   mla-prefill-backward: the same shapes, the backward pass alone (rung 16's backward entry,
+//             Rung::head_dim_v: rung 14's kernel with V's and dO's maps at 128 columns)
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
 //             e4m3 inputs are made once (per-head scales) outside the time, and the counters
@@ -59,7 +61,7 @@
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
 // Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|
-// hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|all
+// hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 // --fl_dtype=fp16|bf16 (the 16-bit type of every family but fp8's; fp16 by default)
@@ -88,7 +90,8 @@ namespace {
 struct Config {
   std::set<std::string> families{"prefill", "decode",        "ablation",       "paged", "backward",
                                  "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen",
-                                 "varlen-backward", "masks", "masks-backward", "mla-decode", "mla-prefill"};
+                                 "varlen-backward", "masks", "masks-backward", "mla-decode", "mla-prefill",
+                                 "mla-prefill-backward"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -102,7 +105,7 @@ struct Config {
 /// The families that time a backward pass (launch_bwd).
 bool is_backward(const std::string& family) {
   return family == "backward" || family == "backward-gqa" || family == "varlen-backward" ||
-         family == "masks-backward";
+         family == "masks-backward" || family == "mla-prefill-backward";
 }
 
 /// The families of rung 16's masks and score modifiers (forward and backward).
@@ -111,7 +114,9 @@ bool is_masks(const std::string& family) {
 }
 
 /// The families of MLA (rung 17's decode on the latent cache, rung 16's 192/128 prefill).
-bool is_mla(const std::string& family) { return family == "mla-decode" || family == "mla-prefill"; }
+bool is_mla(const std::string& family) {
+  return family == "mla-decode" || family == "mla-prefill" || family == "mla-prefill-backward";
+}
 
 /// The entry that runs the masks family's plain causal cells beside the rungs with Rung::mods:
 /// rung 16 is rung 15's forward pass with masks and modifiers, so the same cells on both price
@@ -333,15 +338,16 @@ std::vector<Shape> sweep(const Config& c) {
       for (Shape& s : mask_shapes(family)) out.push_back(s);
   if (c.wants("mla-decode") && dim_ok(kMlaHeadDim))
     for (Shape& s : mla_decode_shapes(c.quick)) out.push_back(s);
-  if (c.wants("mla-prefill") && dim_ok(192))  // DeepSeek-V3's 192/128 heads, 16 of its 128 per GPU
-    for (int causal : {0, 1})
-      for (int n : {1024, 2048, 4096, 8192, 16384}) {
-        if (c.quick && (n == 2048 || n == 8192)) continue;
-        Shape s = prefill_shape("mla-prefill", n, 192, causal);
-        s.p.heads_q = s.p.heads_kv = 16;
-        s.p.head_dim_v = 128;
-        out.push_back(s);
-      }
+  for (const char* family : {"mla-prefill", "mla-prefill-backward"})  // DeepSeek-V3's 192/128, 16 heads per GPU
+    if (c.wants(family) && dim_ok(192))
+      for (int causal : {0, 1})
+        for (int n : {1024, 2048, 4096, 8192, 16384}) {
+          if (c.quick && (n == 2048 || n == 8192)) continue;
+          Shape s = prefill_shape(family, n, 192, causal);
+          s.p.heads_q = s.p.heads_kv = 16;
+          s.p.head_dim_v = 128;
+          out.push_back(s);
+        }
   if (c.wants("paged"))
     for (int sk : {16384, 65536, 131072})
       for (int page : {0, 16, 64, 256}) {
@@ -395,6 +401,8 @@ bool runs_in(const Config& c, const Shape& s, const Rung& r) {
   if (f == "masks-backward")  // the backward entries with masks, and rung 14 on the plain causal cells
     return r.launch_bwd && (r.mods || (s.mask_case == "causal" && r.number == kMasksBackwardBaselineRung &&
                                        r.variant.empty()));
+  if (f == "mla-prefill-backward")  // the backward entries that take V's own head_dim (rung 16's)
+    return r.launch_bwd && r.head_dim_v && (r.variant.empty() || c.variants || r.mods);
   if (is_backward(f))  // a forward rung's backward entry (16_masks[backward]) runs with the main entries
     return r.launch_bwd && (f != "varlen-backward" || r.varlen) && (r.variant.empty() || c.variants || r.mods);
   if (r.launch_bwd) return false;
@@ -623,7 +631,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, all)\n",
                        f.c_str());
           return 2;
         }

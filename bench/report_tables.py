@@ -9,9 +9,13 @@ from results_io import (  # bench/results_io.py: the records' families and the s
     BACKWARD_FAMILIES, FAMILIES, LABEL_RE, MASK_FAMILIES, SEQLEN_FAMILIES, TORCH_ORDER, fmt_ratio,
     fmt_value, is_main, markdown_table, number_of, rung_order, seqlen_text, short, x_of)
 
-MLA_PREFILL_NOTE = ("forward only: the family times the forward pass; rung 16's backward takes V's own "
-                    "head_dim up to Q's (192/128 on the d = 256 tiles) and is checked by the GPU tests, not "
-                    "timed here yet")
+MLA_PREFILL_NOTES = {
+    "mla-prefill": "the forward pass alone (the backward pass: the mla-prefill-backward family)",
+    "mla-prefill-backward": ("the backward pass alone (rung 16's backward entry: rung 14's kernel on the d = 256 "
+                             "tiles, V's and dO's maps at 128 columns; SDPA's torch.autograd.grad after one "
+                             "forward under the backend), TFLOP/s 2.5 x the forward's FLOPs (FlashAttention's "
+                             "convention)"),
+}
 
 
 # ---- groups and grids ----------------------------------------------------------------------------
@@ -59,15 +63,16 @@ def group_title(family, key, records):
             "Llama-3-8B prefill, head_dim %d, causal" % d,
             "batch 1, %d query heads on %d KV heads; TFLOP/s (unmasked pairs only)" % (r["heads_q"], r["heads_kv"]),
         )
-    if family == "mla-prefill":
+    if family in ("mla-prefill", "mla-prefill-backward"):
         d, causal = key
         return (
-            "MLA prefill, head_dim %d (V and O %d), %s" % (d, r.get("head_dim_v") or d,
-                                                          "causal" if causal else "not causal"),
+            "MLA prefill%s, head_dim %d (V and O %d), %s" % (", backward" if family.endswith("backward") else "", d,
+                                                            r.get("head_dim_v") or d,
+                                                            "causal" if causal else "not causal"),
             "batch x seqlen = %d tokens, %d heads (DeepSeek-V3's 128 over 8 GPUs); the forward rungs that take "
             "V's own head_dim beside PyTorch SDPA on the same q, k, v (`bench/pytorch/torch_mla.py`; flash takes no "
             "V head_dim of its own); TFLOP/s = 2 x pairs x (%d + %d), unmasked pairs only; %s"
-            % (r["batch"] * r["seqlen_q"], r["heads_q"], d, r.get("head_dim_v") or d, MLA_PREFILL_NOTE),
+            % (r["batch"] * r["seqlen_q"], r["heads_q"], d, r.get("head_dim_v") or d, MLA_PREFILL_NOTES[family]),
         )
     if family == "mla-decode":
         return (
@@ -452,7 +457,8 @@ def family_section(family, key, records, include_variants, registry=None, floors
     title, sub = group_title(family, key, records)
     out = ["## %s" % title, "", sub + ".", ""]
     header = ["rung"] + [x_text(family, x) for x in g.xs]
-    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8", "hopper-prefill", "llama", "mla-prefill") else "GB/s"
+    unit = "TFLOP/s" if family in ("prefill", "ablation", "fp8", "hopper-prefill", "llama", "mla-prefill",
+                                   "mla-prefill-backward") else "GB/s"
     out += ["**%s**" % unit, "", markdown_table(header, [[rung_cell(l)] + value_cells(g, l) for l in labels]), ""]
     ladder = [l for l in labels if LABEL_RE.match(l)]
     if family == "paged":
@@ -483,7 +489,7 @@ def family_section(family, key, records, include_variants, registry=None, floors
             markdown_table(header, rows),
             "",
         ]
-    if family == "mla-prefill":
+    if family in ("mla-prefill", "mla-prefill-backward"):
         rows = best_torch_rows(g, ladder, records)
         if rows:
             out += ["**Ratio to the fastest PyTorch SDPA backend that ran** (its time / time of the rung: above 1 = "

@@ -33,7 +33,7 @@ TORCH_ORDER = ["torch_flex", "torch_flash", "torch_cudnn", "torch_efficient", "t
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
 FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8", "hopper-prefill", "llama",
-            "masks", "masks-backward", "mla-decode", "mla-prefill")
+            "masks", "masks-backward", "mla-decode", "mla-prefill", "mla-prefill-backward")
 BACKWARD_FAMILIES = ("backward", "backward-gqa")
 # Rung 16's masks and score modifiers: one table per family, a column per (case, seqlen) of
 # "masks/d128/<case>/N<n>", in ladder_bench's order (mask_shapes); an unknown case after them.
@@ -41,9 +41,10 @@ MASK_FAMILIES = ("masks", "masks-backward")
 MASK_CASES = ("causal", "window4096", "docs", "prefix2048", "softcap50", "alibi", "sinks")
 # MLA (rung 17's decode on the latent cache, beside SDPA on the decompressed one; rung 16's 192/128
 # prefill): bench/pytorch/torch_mla.py writes PyTorch's records (torch_mla.json).
-MLA_FAMILIES = ("mla-decode", "mla-prefill")
+MLA_FAMILIES = ("mla-decode", "mla-prefill", "mla-prefill-backward")
 # Families swept over seqlen at each (head_dim, causal), in TFLOP/s: the prefill shapes.
-SEQLEN_FAMILIES = ("prefill", "fp8", "hopper-prefill", "llama", "mla-prefill") + BACKWARD_FAMILIES
+SEQLEN_FAMILIES = ("prefill", "fp8", "hopper-prefill", "llama", "mla-prefill", "mla-prefill-backward") + \
+    BACKWARD_FAMILIES
 
 
 # ---- loading -----------------------------------------------------------------------------------

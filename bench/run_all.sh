@@ -23,7 +23,7 @@
 #      written relative to the repository root
 #
 # Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8,
-# hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill;
+# hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward;
 # "all" (the default) is all fifteen. bench/studies/mla_decode.sh runs the MLA families (bf16).
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
@@ -69,10 +69,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill,mla-prefill-backward
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -149,7 +149,7 @@ else
     has_family $f && ffam=${ffam:+$ffam,}$f
   done
   mfam=""
-  for f in mla-decode mla-prefill; do
+  for f in mla-decode mla-prefill mla-prefill-backward; do
     has_family $f && mfam=${mfam:+$mfam,}$f
   done
   if [ -z "$tfam" ] && [ -z "$ffam" ] && [ -z "$mfam" ]; then

@@ -6,7 +6,8 @@ folder of bench/studies/mla_decode.sh (gpu=<gpu>/mla):
                the decompressed cache (torch_mla.json, its fastest backend); optional filters
                heads=, sq=, batch=, sk= (comma-separated);
   mla-prefill  the mla-prefill family: rung 16's TFLOP/s at head_dim 192 / 128 beside SDPA's fastest
-               backend that ran the shape; forward only;
+               backend that ran the shape, the forward pass;
+  mla-prefill-backward  the same for the backward pass (rung 16's backward entry);
   mla-layer    one DeepSeek-V3 decode layer end to end (torch_mla_layer.json): the ladder's way
                (absorbed query, rung 17 through flash_mla_with_kvcache) against SDPA's on the
                decompressed cache, per layer and attention alone, with each cache's size.
@@ -57,20 +58,21 @@ def gen_mla_decode(ctx, gpu=None, heads="", sq="", batch="", sk=""):
     return out + "\n\n" + measured_line(res, ", %s, pages of 64 keys" % res.ctx.get("dtype", "fp16"))
 
 
-@generator("mla-prefill")
-def gen_mla_prefill(ctx, gpu=None):
-    """The mla-prefill family of one run: per causal and seqlen, each ladder entry's TFLOP/s at head_dim
-    192 (V 128) beside SDPA's fastest backend that ran the shape, and the ratio; forward only."""
-    res, recs = mla_run(ctx, gpu, "the mla-prefill family")
-    recs = [r for r in recs if r["family"] == "mla-prefill"]
+def _prefill_block(ctx, gpu, family):
+    """The table of @p family (mla-prefill or mla-prefill-backward) of one run: per causal and
+    seqlen, each ladder entry's TFLOP/s at head_dim 192 (V 128) beside SDPA's fastest backend that
+    ran the shape, and the ratio."""
+    res, recs = mla_run(ctx, gpu, "the %s family" % family)
+    recs = [r for r in recs if r["family"] == family]
     ladder = sorted({r["rung"] for r in recs if r["source"] == "ladder" and not r["error"]
-                     and results_io.is_main(r["rung"])}, key=lambda l: results_io.rung_order([l]))
+                     and (results_io.is_main(r["rung"]) or family.endswith("backward"))},
+                    key=lambda l: results_io.rung_order([l]))
     if not ladder:
-        raise Missing("a rung in the mla-prefill family in bench/results/%s" % res.gpu, MLA_COMMAND)
+        raise Missing("a rung in the %s family in bench/results/%s" % (family, res.gpu), MLA_COMMAND)
     rows = []
     for r in sorted((r for r in recs if r["rung"] in ladder and not r["error"]),
                     key=lambda r: (r["causal"], r["seqlen_q"], r["rung"])):
-        t = report_tables.best_torch(recs, dict(family="mla-prefill", seqlen_q=r["seqlen_q"], causal=r["causal"]))
+        t = report_tables.best_torch(recs, dict(family=family, seqlen_q=r["seqlen_q"], causal=r["causal"]))
         rows.append(["yes" if r["causal"] else "no", results_io.seqlen_text(r["seqlen_q"])]
                     + (["`%s`" % r["rung"]] if len(ladder) > 1 else [])
                     + [results_io.fmt_value(r["tflops"]),
@@ -80,15 +82,29 @@ def gen_mla_prefill(ctx, gpu=None):
     header = ["causal", "N"] + (["rung"] if len(ladder) > 1 else []) + [
         "`%s` TFLOP/s" % ladder[0] if len(ladder) == 1 else "TFLOP/s",
         "SDPA TFLOP/s (fastest backend)", "speedup"]
-    note = ("Head_dim %d, V and O %d, %d heads, batch x seqlen = %d tokens; TFLOP/s = 2 x pairs x (%d + %d), "
+    what = report_tables.MLA_PREFILL_NOTES[family]
+    note = ("Head_dim %d, V and O %d, %d heads, batch x seqlen = %d tokens; TFLOP/s = 2 x pairs x (%d + %d)%s, "
             "unmasked pairs only; speedup = SDPA's time / the rung's. %s." % (
                 one["head_dim"], one["head_dim_v"], one["heads_q"], one["batch"] * one["seqlen_q"], one["head_dim"],
-                one["head_dim_v"], report_tables.MLA_PREFILL_NOTE[0].upper() + report_tables.MLA_PREFILL_NOTE[1:]))
-    refused = report_tables.torch_refusals(recs, "mla-prefill")
+                one["head_dim_v"], " x 2.5" if family.endswith("backward") else "", what[0].upper() + what[1:]))
+    refused = report_tables.torch_refusals(recs, family)
     if refused:
         note += " SDPA backends that did not run: %s." % refused
     return results_io.markdown_table(header, rows) + "\n\n" + note + "\n\n" + measured_line(
         res, ", %s" % res.ctx.get("dtype", "fp16"))
+
+
+@generator("mla-prefill")
+def gen_mla_prefill(ctx, gpu=None):
+    """The mla-prefill family of one run: per causal and seqlen, each ladder entry's TFLOP/s at head_dim
+    192 (V 128) beside SDPA's fastest backend that ran the shape, and the ratio; the forward pass."""
+    return _prefill_block(ctx, gpu, "mla-prefill")
+
+
+@generator("mla-prefill-backward")
+def gen_mla_prefill_backward(ctx, gpu=None):
+    """The mla-prefill-backward family of one run, as gen:mla-prefill: the backward pass alone."""
+    return _prefill_block(ctx, gpu, "mla-prefill-backward")
 
 
 LAYER_COMMAND = MLA_COMMAND  # its step 3: bench/pytorch/torch_mla_layer.py

@@ -6,7 +6,12 @@ of metadata.h, the allocations, the append, the launches). torch_overhead.py run
 per-call series and writes the result under "host_serving" in torch_overhead.json:
 
     {"shape": {...}, "calls": N, "rounds": R, "call_us": {name: µs per call in a loop},
-     "call_alone_us": {name: median µs of one call timed alone}, "not_run": {name: why}}
+     "call_alone_us": {name: median µs of one call timed alone}, "not_run": {name: why},
+     "cpu_profile": {name: host_steps.cpu_profile's record of PROFILE_CALLS calls}}
+
+cpu_profile says where a call's host time goes (the PyTorch profiler's host events, the CUDA
+runtime calls among them, and cProfile's view of the package's own functions), as host_steps.py
+does for a training step.
 
 The entry points (SERVING_SHAPE: batch 2, 8 query heads on 2 KV heads, head_dim 128, fp16, a
 cache of 1024 slots holding 500 keys): SDPA's decode step on the cache's keys, flash_attn_func's,
@@ -17,7 +22,10 @@ timed alone, the order rotated per round; each figure is the median over the rou
 the package come in as arguments (timing.py's rule).
 """
 
+import host_steps
 import timing
+
+PROFILE_CALLS = 100
 
 SERVING_SHAPE = dict(batch=2, heads_q=8, heads_kv=2, head_dim=128, slots=1024, used=500, page=64)
 
@@ -66,6 +74,13 @@ def measure(torch, F, fl, device, calls, rounds=10):
     with torch.no_grad():
         calls_ok = timing.runnable(entry_points(torch, F, fl, device), out)
         times = timing.host_rounds(torch, calls_ok, calls, rounds)
+        for name, call in calls_ok:
+            try:
+                prof = out.setdefault("cpu_profile", {})[name] = host_steps.cpu_profile(torch, call, PROFILE_CALLS)
+                print("  %-48s profiled: %.1f us of own host time per call; largest: %s" % (
+                    name, prof["self_us_total"], "; ".join("%s %.1f" % (k, us) for k, us, _ in prof["ops"][:5])))
+            except Exception as e:  # noqa: BLE001  a profiler that cannot run here: say so, keep the timings
+                out.setdefault("cpu_profile", {})[name] = {"error": "%s: %s" % (type(e).__name__, e)}
     for name, _ in calls_ok:
         out["call_us"][name], out["call_alone_us"][name] = times[name]
         print("  %-48s %7.1f us per call in a loop, %7.1f us each call timed alone (medians of %d rounds)" % (

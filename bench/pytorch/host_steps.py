@@ -26,7 +26,8 @@ differed).
 A step is `out = f(q, k, v); out.backward(dout)` with q, k, v requiring grad (their .grad reset to
 None each step, as an optimizer's zero_grad(set_to_none=True) does). The entry points are the ones
 users train through: SDPA (its default backend and flash), flashladder.attention, flash_attn_func
-plain, causal, with a window and with softcap, and flash_attn_varlen_func on the same tokens.
+plain, causal, with a window and with softcap, and flash_attn_varlen_func on the same tokens (the
+step's leaves [batch, seqlen, heads, d] viewed as packed, and leaves packed already).
 PyTorch comes in as an argument (timing.py's rule: importing this module imports no PyTorch).
 """
 
@@ -55,6 +56,9 @@ def entry_points(F, fl, sdpa_flash, cu, n):
         flat = [t.reshape(-1, t.shape[2], t.shape[3]) for t in (a, b, c)]
         return fl.flash_attn_varlen_func(*flat, cu, cu, n, n, causal=True).view(a.shape)
 
+    def varlen_packed(a, b, c):  # the leaves packed already, as a packing collator hands them
+        return fl.flash_attn_varlen_func(a, b, c, cu, cu, n, n, causal=True)
+
     return [("F.scaled_dot_product_attention, causal (default backend)", sdpa),
             ("F.scaled_dot_product_attention, causal (flash)", sdpa_flash_only),
             ("flashladder.attention, causal", lambda a, b, c: fl.attention(a, b, c, causal=True)),
@@ -64,7 +68,8 @@ def entry_points(F, fl, sdpa_flash, cu, n):
              lambda a, b, c: fl.flash_attn_func(a, b, c, causal=True, softcap=SOFTCAP)),
             ("flash_attn_func, window %s" % (WINDOW,),
              lambda a, b, c: fl.flash_attn_func(a, b, c, causal=True, window_size=WINDOW)),
-            ("flash_attn_varlen_func, causal", varlen)]
+            ("flash_attn_varlen_func, causal", varlen),
+            ("flash_attn_varlen_func, causal, packed leaves", varlen_packed)]
 
 
 def measure(torch, F, fl, device, calls, sdpa_flash, rounds=10):
@@ -74,17 +79,21 @@ def measure(torch, F, fl, device, calls, sdpa_flash, rounds=10):
     shape = (s["batch"], s["seqlen"], s["heads"], s["head_dim"])
     q, k, v = (torch.randn(shape, device=device, dtype=torch.float16, requires_grad=True) for _ in range(3))
     dout = torch.randn(shape, device=device, dtype=torch.float16)
+    # The packed leaves' own (varlen_packed: [tokens, heads, head_dim], no view in the step).
+    packed = [t.detach().reshape(-1, shape[2], shape[3]).clone().requires_grad_() for t in (q, k, v)]
+    dout_packed = dout.reshape(-1, shape[2], shape[3])
     n = s["seqlen"]
     cu = torch.arange(0, (s["batch"] + 1) * n, n, device=device, dtype=torch.int32)
     out = {"shape": dict(s, dtype="fp16"), "calls": calls, "rounds": rounds, "step_us": {}, "step_alone_us": {}}
-    def step_of(f):
+    def step_of(f, leaves=(q, k, v), grad=dout):
         def step():
-            for t in (q, k, v):
+            for t in leaves:
                 t.grad = None
-            f(q, k, v).backward(dout)
+            f(*leaves).backward(grad)
         return step
 
-    steps = timing.runnable([(name, step_of(f)) for name, f in entry_points(F, fl, sdpa_flash, cu, n)], out, 58)
+    steps = timing.runnable([(name, step_of(f, packed, dout_packed) if name.endswith("packed leaves") else step_of(f))
+                             for name, f in entry_points(F, fl, sdpa_flash, cu, n)], out, 58)
     times = timing.host_rounds(torch, steps, calls, rounds)
     for name, step in steps:
         try:

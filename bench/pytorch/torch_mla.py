@@ -14,6 +14,10 @@
                heads, batch x seqlen = 16k tokens, seqlen 1k ... 16k, causal 0 / 1): SDPA on the
                same q [B, H, N, 192], k [B, H, N, 192], v [B, H, N, 128] (square, so is_causal
                is the ladder's mask).
+  mla-prefill-backward: the same shapes, the backward pass alone: SDPA's forward once under the
+               backend (which picks its backward kernel), then torch.autograd.grad(out, (q, k, v),
+               dO, retain_graph=True) timed (torch_sdpa.py's run_backward), as ladder_bench times
+               rung 16's backward entry alone; TFLOP/s 2.5 x the forward's FLOPs.
 
 Each backend of --backends is forced with sdpa_kernel and timed where it runs; one that refuses
 the shape is recorded with its first line (flash takes no V head_dim of its own). The report
@@ -21,7 +25,8 @@ compares each rung with the fastest backend that ran (bench/report_tables.py).
 
 Names and fields are ladder_bench's, so bench/report.py joins them: "torch_cudnn/mla-decode/d576/
 B32/H128/Sq1/Sk16384/P64" (the shape fields of the ladder's problem: head_dim 576, one KV head,
-page 64; "sdpa" says what SDPA ran instead), "torch_cudnn/mla-prefill/d192/N4096/causal1".
+page 64; "sdpa" says what SDPA ran instead), "torch_cudnn/mla-prefill/d192/N4096/causal1",
+"torch_cudnn/mla-prefill-backward/d192/N4096/causal1".
 Counters: TFLOP/s and GB/s of the work SDPA does, which for mla-decode is not the rung's:
 FLOPs 2 x pairs x heads x (192 + 128) (the rung's are 2 x pairs x heads x (576 + 512)), bytes the
 decompressed cache read once, 128 x (192 + 128) x 2 per key at 128 heads (the rung reads
@@ -30,7 +35,7 @@ decompressed cache read once, 128 x (192 + 128) x 2 per key at 128 heads (the ru
 Timing: torch_sdpa.py's Bench (bench/pytorch/timing.py: CUDA events, the L2 flushed before each
 call, median of --iters after a warm-up).
 
-Usage: python3 bench/pytorch/torch_mla.py [--out torch_mla.json] [--family mla-decode,mla-prefill]
+Usage: python3 bench/pytorch/torch_mla.py [--out torch_mla.json] [--family mla-decode,mla-prefill,...]
            [--dtype bf16] [--backends flash,cudnn,efficient,math] [--iters N] [--quick] [--list]
 --list prints the names and needs no PyTorch. Exits 0 with a message without PyTorch or a GPU.
 """
@@ -43,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 import torch_sdpa  # noqa: E402  bench/pytorch/torch_sdpa.py: Bench, the JSON, the pairs (no PyTorch at import)
 
-FAMILIES = ("mla-decode", "mla-prefill")
+FAMILIES = ("mla-decode", "mla-prefill", "mla-prefill-backward")
 # DeepSeek-V3's attention (its config.json): kv_lora_rank 512, qk_rope_head_dim 64, qk_nope_head_dim
 # 128, v_head_dim 128, 128 heads.
 KV_LORA, ROPE, NOPE, V_HEAD = 512, 64, 128, 128
@@ -70,9 +75,9 @@ def mla_decode_shapes(quick):
     return out
 
 
-def mla_prefill_shapes(quick):
-    """ladder_bench.cpp's mla-prefill shapes."""
-    return [dict(family="mla-prefill", batch=PREFILL_TOKENS // n, seqlen_q=n, seqlen_k=n, heads_q=PREFILL_HEADS,
+def mla_prefill_shapes(quick, family="mla-prefill"):
+    """ladder_bench.cpp's mla-prefill shapes (and mla-prefill-backward's, the same)."""
+    return [dict(family=family, batch=PREFILL_TOKENS // n, seqlen_q=n, seqlen_k=n, heads_q=PREFILL_HEADS,
                  heads_kv=PREFILL_HEADS, head_dim=QK, head_dim_v=V_HEAD, causal=causal, page_size=0)
             for causal in (0, 1) for n in (1024, 2048, 4096, 8192, 16384)
             if not (quick and n in (2048, 8192))]
@@ -82,7 +87,7 @@ def shape_name(s):
     if s["family"] == "mla-decode":
         return "mla-decode/d%d/B%d/H%d/Sq%d/Sk%d/P%d" % (s["head_dim"], s["batch"], s["heads_q"], s["seqlen_q"],
                                                         s["seqlen_k"], s["page_size"])
-    return "mla-prefill/d%d/N%d/causal%d" % (s["head_dim"], s["seqlen_q"], s["causal"])
+    return "%s/d%d/N%d/causal%d" % (s["family"], s["head_dim"], s["seqlen_q"], s["causal"])
 
 
 def pairs(s):
@@ -91,8 +96,9 @@ def pairs(s):
 
 
 def sdpa_flops(s):
-    """FLOPs of SDPA's problem: q.k over 192 dims and p.v over 128 per pair."""
-    return 2.0 * pairs(s) * (QK + V_HEAD)
+    """FLOPs of SDPA's problem: q.k over 192 dims and p.v over 128 per pair (the backward pass: 2.5
+    x that, FlashAttention's convention, as ladder_bench counts it)."""
+    return 2.0 * pairs(s) * (QK + V_HEAD) * (2.5 if s["family"] == "mla-prefill-backward" else 1.0)
 
 
 def cache_bytes(s):
@@ -105,6 +111,8 @@ def sdpa_bytes(s):
     if s["family"] == "mla-decode":
         return cache_bytes(s)
     tokens, h = s["batch"] * s["seqlen_q"], s["heads_q"]
+    if s["family"] == "mla-prefill-backward":  # Q, dQ, K, dK (192) and O, dO, V, dV (128); the LSE in fp32
+        return 2.0 * tokens * h * 2 * (QK + V_HEAD) * 2 + 4.0 * tokens * h
     return 2.0 * tokens * h * (QK + QK + V_HEAD + V_HEAD)
 
 
@@ -166,6 +174,17 @@ def run_sdpa(torch, bench, backend, tensors, s):
         note = "bottom-right causal as causal_lower_right"
     elif s["causal"]:
         kwargs["is_causal"] = True
+    if s["family"] == "mla-prefill-backward":
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        with sdpa_kernel([backend]):
+            out = F.scaled_dot_product_attention(*leaves, **kwargs)  # raises when the backend refuses
+        dout = torch.empty_like(out).normal_(generator=torch.Generator(device="cuda").manual_seed(2026))
+        grad = lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)  # noqa: E731
+        grad()  # raises when the backend has no backward for this shape
+        torch.cuda.synchronize()
+        ms = bench.time_ms(grad)
+        del out, dout, leaves
+        return ms, note
     with sdpa_kernel([backend]):
         F.scaled_dot_product_attention(q, k, v, **kwargs)  # raises when the backend refuses
         torch.cuda.synchronize()
@@ -176,7 +195,8 @@ def run_sdpa(torch, bench, backend, tensors, s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="torch_mla.json", help="JSON output file")
-    ap.add_argument("--family", default="all", help="mla-decode, mla-prefill or all, comma-separated")
+    ap.add_argument("--family", default="all", help="mla-decode, mla-prefill, mla-prefill-backward or all, "
+                    "comma-separated")
     ap.add_argument("--quick", action="store_true", help="ladder_bench --fl_quick's shapes, 20 timed calls")
     ap.add_argument("--iters", type=int, default=0, help="timed calls per shape (>= 20)")
     ap.add_argument("--backends", default="flash,cudnn,efficient,math",
@@ -191,7 +211,7 @@ def main():
     except ValueError as e:
         ap.error("--family: %s" % e)
     shapes = (mla_decode_shapes(args.quick) if "mla-decode" in families else []) + \
-        (mla_prefill_shapes(args.quick) if "mla-prefill" in families else [])
+        [s for f in ("mla-prefill", "mla-prefill-backward") if f in families for s in mla_prefill_shapes(args.quick, f)]
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
     for name in wanted:
         if name not in ("flash", "cudnn", "efficient", "math"):

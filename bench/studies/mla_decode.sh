@@ -3,7 +3,7 @@
 #
 #   bench/studies/mla_decode.sh BIN_DIR OUT_DIR [--quick]
 #
-#   1. bench/run_all.sh BIN_DIR --family mla-decode,mla-prefill --dtype bf16 --skip tour
+#   1. bench/run_all.sh BIN_DIR --family mla-decode,mla-prefill,mla-prefill-backward --dtype bf16 --skip tour
 #      --results OUT_DIR: the ceilings (the floors' rates), ladder_bench on both families,
 #      bench/pytorch/torch_mla.py (SDPA on the decompressed cache; on the 192/128 prefill),
 #      report.md, meta.json
@@ -21,7 +21,7 @@
 # OUT_DIR/mla_decode.log. Exit: 0 when every step ran; 77 without a usable CUDA device (step 1);
 # 2 for bad arguments; else the first failing step's code.
 # The docs' blocks over OUT_DIR (once committed as bench/results/<gpu>/mla):
-#   <!-- gen:mla-decode gpu=<gpu>/mla -->, gen:mla-prefill, gen:mla-layer (bench/docblocks/mla.py).
+#   <!-- gen:mla-decode gpu=<gpu>/mla -->, gen:mla-prefill, gen:mla-prefill-backward, gen:mla-layer (bench/docblocks/mla.py).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-python3}
@@ -72,7 +72,7 @@ run_step() {  # run_step NAME CMD...: runs CMD (output to the terminal and the l
 }
 
 # ---- 1. the families, PyTorch's side and the report ------------------------------------------
-run_step families bash "$ROOT/bench/run_all.sh" "$BIN" --family mla-decode,mla-prefill --dtype bf16 --skip tour \
+run_step families bash "$ROOT/bench/run_all.sh" "$BIN" --family mla-decode,mla-prefill,mla-prefill-backward --dtype bf16 --skip tour \
   --results "$OUT" "${quick[@]}"
 if [ "$first_rc" = 77 ]; then
   echo "mla_decode.sh: no usable CUDA device; nothing measured" | tee -a "$LOG"
