@@ -69,10 +69,12 @@ def group_title(family, key, records):
             "MLA prefill%s, head_dim %d (V and O %d), %s" % (", backward" if family.endswith("backward") else "", d,
                                                             r.get("head_dim_v") or d,
                                                             "causal" if causal else "not causal"),
-            "batch x seqlen = %d tokens, %d heads (DeepSeek-V3's 128 over 8 GPUs); the forward rungs that take "
+            "batch x seqlen = %d tokens, %d heads (DeepSeek-V3's 128 over 8 GPUs); the %s that take "
             "V's own head_dim beside PyTorch SDPA on the same q, k, v (`bench/pytorch/torch_mla.py`; flash takes no "
-            "V head_dim of its own); TFLOP/s = 2 x pairs x (%d + %d), unmasked pairs only; %s"
-            % (r["batch"] * r["seqlen_q"], r["heads_q"], d, r.get("head_dim_v") or d, MLA_PREFILL_NOTES[family]),
+            "V head_dim of its own); TFLOP/s = 2 x pairs x (%d + %d)%s, unmasked pairs only; %s"
+            % (r["batch"] * r["seqlen_q"], r["heads_q"],
+               "backward entries" if family.endswith("backward") else "forward rungs", d, r.get("head_dim_v") or d,
+               " x 2.5" if family.endswith("backward") else "", MLA_PREFILL_NOTES[family]),
         )
     if family == "mla-decode":
         return (
