@@ -233,10 +233,7 @@ def run_flex(torch, bench, flex, create_block_mask, s):
     out = call()  # compiles (and autotunes) outside the time
     if backward:
         dout = torch.empty_like(out).normal_(generator=gen)
-        grad = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
-        grad()  # the backward graph compiles here
-        torch.cuda.synchronize()
-        ms = bench.time_ms(grad)
+        ms = torch_sdpa.time_backward(torch, bench, out, (q, k, v), dout)  # the backward graph compiles first
         del dout
     else:
         del out

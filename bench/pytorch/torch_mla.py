@@ -179,10 +179,7 @@ def run_sdpa(torch, bench, backend, tensors, s):
         with sdpa_kernel([backend]):
             out = F.scaled_dot_product_attention(*leaves, **kwargs)  # raises when the backend refuses
         dout = torch.empty_like(out).normal_(generator=torch.Generator(device="cuda").manual_seed(2026))
-        grad = lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True)  # noqa: E731
-        grad()  # raises when the backend has no backward for this shape
-        torch.cuda.synchronize()
-        ms = bench.time_ms(grad)
+        ms = torch_sdpa.time_backward(torch, bench, out, leaves, dout)  # raises if the backend has no backward
         del out, dout, leaves
         return ms, note
     with sdpa_kernel([backend]):

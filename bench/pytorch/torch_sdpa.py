@@ -275,6 +275,16 @@ def run_context(torch, executable, layout, bench):
     }
 
 
+def time_backward(torch, bench, out, inputs, dout):
+    """Median ms of the backward pass alone: torch.autograd.grad(out, inputs, dout,
+    retain_graph=True), called once first (it raises there when the backend has no backward for
+    the shape, and a compiled backward graph compiles there), then timed by @p bench."""
+    grad = lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)  # noqa: E731
+    grad()
+    torch.cuda.synchronize()
+    return bench.time_ms(grad)
+
+
 def record_time(entry, ms, note, flops, nbytes):
     """Fills @p entry with one timed cell: @p ms per call, its TFLOP/s and GB/s from @p flops and
     @p nbytes, and the backend's @p note."""
@@ -402,10 +412,7 @@ def run_varlen(torch, bench, backend, s, layout, backward=False):
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
         if backward:
             dout = make_dout(out)
-            grad = lambda: torch.autograd.grad(out, inputs, dout, retain_graph=True)  # noqa: E731
-            grad()  # raises if the backend has no backward for this layout
-            torch.cuda.synchronize()
-            ms = bench.time_ms(grad)
+            ms = time_backward(torch, bench, out, inputs, dout)  # raises if the backend has no backward here
             del dout
         else:
             del out
@@ -443,10 +450,7 @@ def run_backward(torch, bench, backend, s, layout):
     with sdpa_kernel([backend]):
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
     dout = torch.empty_like(out).normal_(generator=gen)  # out's strides: no copy in the backward
-    grad = lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)  # noqa: E731
-    grad()  # the first call raises if the backend has no backward for this shape
-    torch.cuda.synchronize()
-    ms = bench.time_ms(grad)
+    ms = time_backward(torch, bench, out, (q, k, v), dout)  # raises if the backend has no backward here
     del q, k, v, out, dout
     return ms, note
 
