@@ -266,10 +266,10 @@ class PreparedForward {
 };
 
 /// A serving call prepared once for one signature (flashladder._kvcache's fast path): a
-/// flash_attn_with_kvcache step as one binding call, its three launches queued back to back with
-/// no Python between them: the metadata check (sanitize_cache: the lengths, left padding and
-/// block table clamped into a scratch buffer, a violation recorded), the append of the new keys
-/// (append_cache) and the rung's forward on the clamped copies. The constructor does what every
+/// flash_attn_with_kvcache step as one binding call, its launches queued back to back with no
+/// Python between them: one kernel for the metadata check (the lengths, left padding and block
+/// table clamped into a scratch buffer, a violation recorded) and the append of the new keys
+/// (sanitize_and_append), then the rung's forward on the clamped copies. The constructor does what every
 /// call would repeat, as PreparedForward's: supports() on the device, the AttnParams, the strides'
 /// checks; a launch sets the pointers and checks their alignment, and returns false (nothing
 /// launched) when one fails it, so the caller's checked path says why.
@@ -359,14 +359,12 @@ class PreparedCacheCall {
     const int* raw_lengths = reinterpret_cast<const int*>(seqlens);
     const int* raw_table = reinterpret_cast<const int*>(table);
     nb::gil_scoped_release release;
-    fl::sanitize_cache(raw_lengths, new_keys_, batch_, slots_, reinterpret_cast<const int*>(leftpad), raw_table,
-                       columns_, table_stride, page_, pool_pages_, nullptr, 0, out_seqlens, out_used,
-                       leftpad_ ? out_leftpad : nullptr, columns_ > 0 ? out_table : nullptr, sink, st);
-    if (new_keys_ > 0)
-      fl::append_cache(reinterpret_cast<const void*>(k_new), append_[0].data(), reinterpret_cast<void*>(k_read),
-                       append_[1].data(), reinterpret_cast<const void*>(v_new), append_[2].data(),
-                       reinterpret_cast<void*>(v_read), append_[3].data(), batch_, new_keys_, heads_kv_, head_dim_,
-                       raw_lengths, slots_, raw_table, table_stride, page_, pool_pages_, nullptr, sink, st);
+    fl::sanitize_and_append(raw_lengths, new_keys_, batch_, slots_, reinterpret_cast<const int*>(leftpad), raw_table,
+                            columns_, table_stride, page_, pool_pages_, out_seqlens, out_used,
+                            leftpad_ ? out_leftpad : nullptr, columns_ > 0 ? out_table : nullptr,
+                            reinterpret_cast<const void*>(k_new), append_[0].data(), reinterpret_cast<void*>(k_read),
+                            append_[1].data(), reinterpret_cast<const void*>(v_new), append_[2].data(),
+                            reinterpret_cast<void*>(v_read), append_[3].data(), heads_kv_, head_dim_, sink, st);
     rung_->launch(a, st);
     return true;
   }

@@ -75,13 +75,33 @@ __global__ void sanitize_cu_seqlens_kernel(const int* cu_q, const int* cu_k, int
                    });
 }
 
-/// One block per sequence: its length (thread 0) and its row of the table (every thread).
-__global__ void sanitize_cache_kernel(const int* seqlens, int new_keys, long long slots, const int* leftpad,
-                                      const int* table, int columns, long long table_stride, int page,
-                                      long long pool_pages, const int* rows, long long row_count, int* out_seqlens,
-                                      int* out_used, int* out_leftpad, int* out_table, MetadataSink err,
-                                      int lengths_side) {
-  const int b = blockIdx.x;
+/// sanitize_cache's arguments, as its kernel and the fused one pass them.
+struct CacheCheck {
+  const int* seqlens;
+  int new_keys;
+  long long slots;
+  const int* leftpad;
+  const int* table;
+  int columns;
+  long long table_stride;
+  int page;
+  long long pool_pages;
+  const int* rows;
+  long long row_count;
+  int* out_seqlens;
+  int* out_used;
+  int* out_leftpad;
+  int* out_table;
+  int lengths_side;
+};
+
+/// Sequence @p b's check, by one block: its length (thread 0) and its row of the table (every thread).
+__device__ void check_cache_row(const CacheCheck& c, int b, MetadataSink err) {
+  const int* seqlens = c.seqlens;
+  const int new_keys = c.new_keys, columns = c.columns, page = c.page, lengths_side = c.lengths_side;
+  const long long slots = c.slots, table_stride = c.table_stride, pool_pages = c.pool_pages, row_count = c.row_count;
+  const int *leftpad = c.leftpad, *table = c.table, *rows = c.rows;
+  int *out_seqlens = c.out_seqlens, *out_used = c.out_used, *out_leftpad = c.out_leftpad, *out_table = c.out_table;
   // new_keys <= slots: the host checks it. Every thread computes the length; thread 0 records
   // (side 1: the lengths are cu_seqlens_k's, a paged flash_attn_varlen_func's).
   auto rec = [&](int code, long long value, long long bound) {
@@ -117,6 +137,9 @@ __global__ void sanitize_cache_kernel(const int* seqlens, int new_keys, long lon
   }
 }
 
+/// One block per sequence.
+__global__ void sanitize_cache_kernel(CacheCheck c, MetadataSink err) { check_cache_row(c, blockIdx.x, err); }
+
 /// One side of the append: the new rows and the cache they go into (strides in elements).
 struct AppendSide {
   const uint16_t* src;
@@ -125,32 +148,62 @@ struct AppendSide {
   long long d0, d1, d2, d3;
 };
 
-/// One block per (new key, sequence, side: keys or values); its threads copy the heads' rows, 2
-/// bytes at a time. @p seqlens: the caller's lengths before the append, unclamped, so that a
-/// sequence that would not fit is skipped whole.
-__global__ void append_cache_kernel(AppendSide keys, AppendSide values, int heads, int head_dim, const int* seqlens,
-                                    long long slots, const int* table, long long table_stride, int page,
-                                    long long pool_pages, const int* rows, MetadataSink err) {
-  const AppendSide& a = blockIdx.z == 0 ? keys : values;
-  const int i = blockIdx.x;
-  const int b = blockIdx.y;
-  const long long cache_row = rows != nullptr ? rows[b] : b;
-  const AppendTarget to = append_target(seqlens[b], i, static_cast<int>(gridDim.x), slots,
-                                        table != nullptr ? table + b * table_stride : nullptr, page, pool_pages,
+/// The append's arguments (append_cache). Its threads copy the heads' rows, 2 bytes at a time.
+/// @p seqlens: the caller's lengths before the append, unclamped, so that a sequence that would
+/// not fit is skipped whole.
+struct Append {
+  AppendSide keys, values;
+  int heads, head_dim, new_keys;
+  const int* seqlens;
+  long long slots;
+  const int* table;
+  long long table_stride;
+  int page;
+  long long pool_pages;
+  const int* rows;
+};
+
+/// New key @p i of sequence @p b, on side @p side (0 keys, 1 values), by one block.
+__device__ void append_row(const Append& p, int i, int b, int side, MetadataSink err) {
+  const AppendSide& a = side == 0 ? p.keys : p.values;
+  const int* table = p.table;
+  const long long pool_pages = p.pool_pages;
+  const long long cache_row = p.rows != nullptr ? p.rows[b] : b;
+  const AppendTarget to = append_target(p.seqlens[b], i, p.new_keys, p.slots,
+                                        table != nullptr ? table + b * p.table_stride : nullptr, p.page, pool_pages,
                                         cache_row);
   if (to.row < 0) {
     // A contiguous cache's row outside it is recorded here; the rest sanitize_cache recorded.
-    if (table == nullptr && (cache_row < 0 || cache_row >= pool_pages) && i == 0 && blockIdx.z == 0 &&
-        threadIdx.x == 0)
+    if (table == nullptr && (cache_row < 0 || cache_row >= pool_pages) && i == 0 && side == 0 && threadIdx.x == 0)
       record(err, kCacheBatchIdx, 0, b, 0, cache_row, pool_pages);
     return;
   }
   const long long row = to.row, slot = to.slot;
-  const long long n = static_cast<long long>(heads) * head_dim;
+  const int head_dim = p.head_dim;
+  const long long n = static_cast<long long>(p.heads) * head_dim;
   for (long long t = threadIdx.x; t < n; t += blockDim.x) {
     const long long h = t / head_dim, c = t % head_dim;
     a.dst[row * a.d0 + slot * a.d1 + h * a.d2 + c * a.d3] = a.src[b * a.s0 + i * a.s1 + h * a.s2 + c * a.s3];
   }
+}
+
+/// One block per (new key, sequence, side: keys or values); its threads copy the heads' rows.
+__global__ void append_cache_kernel(Append p, MetadataSink err) {
+  append_row(p, blockIdx.x, blockIdx.y, blockIdx.z, err);
+}
+
+/// The check and the append in one launch (a serving step's first kernel): blocks [0, batch)
+/// check one sequence each, the rest append one (new key, sequence, side) each. The two read
+/// only the caller's metadata, never each other's output, so they need no order between them.
+__global__ void check_and_append_kernel(CacheCheck c, Append p, int batch, MetadataSink err) {
+  const int blk = blockIdx.x;
+  if (blk < batch) {
+    check_cache_row(c, blk, err);
+    return;
+  }
+  const int j = blk - batch;  // (side, sequence, new key), the new key fastest
+  const int i = j % p.new_keys, rest = j / p.new_keys;
+  append_row(p, i, rest % batch, rest / batch, err);
 }
 
 AppendSide side_of(const void* src, const int64_t s[4], void* dst, const int64_t d[4]) {
@@ -159,6 +212,14 @@ AppendSide side_of(const void* src, const int64_t s[4], void* dst, const int64_t
 }
 
 const char* side_name(int side) { return side == 0 ? "q" : "k"; }
+
+CacheCheck cache_check(const int* seqlens, int new_keys, int64_t slots, const int* leftpad, const int* table,
+                       int columns, int64_t table_stride, int page, int64_t pool_pages, const int* rows,
+                       int64_t row_count, int* out_seqlens, int* out_used, int* out_leftpad, int* out_table,
+                       bool cu_lengths) {
+  return {seqlens,    new_keys, slots,       leftpad,  table,       columns,       table_stride, page,
+          pool_pages, rows,     row_count,   out_seqlens, out_used, out_leftpad, out_table,   cu_lengths ? 1 : 0};
+}
 
 }  // namespace
 
@@ -246,9 +307,10 @@ void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, 
   if (batch <= 0) return;
   if (new_keys < 0 || new_keys > slots) throw std::invalid_argument("sanitize_cache: new keys past the cache's slots");
   if (table != nullptr && page <= 0) throw std::invalid_argument("sanitize_cache: a block table needs a page size");
-  sanitize_cache_kernel<<<batch, 128, 0, stream>>>(seqlens, new_keys, slots, leftpad, table, columns, table_stride,
-                                                   page, pool_pages, rows, row_count, out_seqlens, out_used,
-                                                   out_leftpad, out_table, err, cu_lengths ? 1 : 0);
+  sanitize_cache_kernel<<<batch, 128, 0, stream>>>(
+      cache_check(seqlens, new_keys, slots, leftpad, table, columns, table_stride, page, pool_pages, rows, row_count,
+                  out_seqlens, out_used, out_leftpad, out_table, cu_lengths),
+      err);
   FL_LAUNCH_CHECK("sanitize_cache_kernel");
 }
 
@@ -260,10 +322,30 @@ void append_cache(const void* k, const int64_t k_strides[4], void* k_cache, cons
   if (batch <= 0 || new_keys <= 0) return;
   if (batch > 65535) throw std::invalid_argument("append_cache: more than 65535 sequences in one call");
   const dim3 grid(static_cast<unsigned>(new_keys), static_cast<unsigned>(batch), 2);
-  append_cache_kernel<<<grid, 128, 0, stream>>>(side_of(k, k_strides, k_cache, k_cache_strides),
-                                                side_of(v, v_strides, v_cache, v_cache_strides), heads, head_dim,
-                                                seqlens, slots, raw_table, table_stride, page, pool_pages, rows, err);
+  append_cache_kernel<<<grid, 128, 0, stream>>>(
+      Append{side_of(k, k_strides, k_cache, k_cache_strides), side_of(v, v_strides, v_cache, v_cache_strides), heads,
+             head_dim, new_keys, seqlens, slots, raw_table, table_stride, page, pool_pages, rows},
+      err);
   FL_LAUNCH_CHECK("append_cache_kernel");
+}
+
+void sanitize_and_append(const int* seqlens, int new_keys, int batch, int64_t slots, const int* leftpad,
+                         const int* table, int columns, int64_t table_stride, int page, int64_t pool_pages,
+                         int* out_seqlens, int* out_used, int* out_leftpad, int* out_table, const void* k,
+                         const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4], const void* v,
+                         const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4], int heads,
+                         int head_dim, MetadataSink err, cudaStream_t stream) {
+  if (batch <= 0) return;
+  if (new_keys < 0 || new_keys > slots) throw std::invalid_argument("sanitize_and_append: new keys past the cache's slots");
+  if (table != nullptr && page <= 0) throw std::invalid_argument("sanitize_and_append: a block table needs a page size");
+  const long long blocks = static_cast<long long>(batch) * (1 + 2LL * new_keys);
+  if (blocks > 0x7fffffffLL) throw std::invalid_argument("sanitize_and_append: more than 2^31 - 1 blocks in one call");
+  const CacheCheck c = cache_check(seqlens, new_keys, slots, leftpad, table, columns, table_stride, page, pool_pages,
+                                   nullptr, 0, out_seqlens, out_used, out_leftpad, out_table, false);
+  const Append a{side_of(k, k_strides, k_cache, k_cache_strides), side_of(v, v_strides, v_cache, v_cache_strides),
+                 heads, head_dim, new_keys, seqlens, slots, table, table_stride, page, pool_pages, nullptr};
+  check_and_append_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(c, a, batch, err);
+  FL_LAUNCH_CHECK("check_and_append_kernel");
 }
 
 }  // namespace fl
