@@ -12,6 +12,7 @@ TORCH_RUN_COMMANDS = {
     "torch_overhead.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_overhead.py --bin build/release/bin "
                            "--out bench/results/<gpu>/pytorch",
     "torch_decode.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_decode.py --out bench/results/<gpu>/pytorch-decode",
+    "torch_fp8.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_fp8.py --out bench/results/<gpu>/pytorch-fp8",
     "fa_tests.json": "PYTHONPATH=build/release/python python3 bench/studies/fa_tests/run.py --tests "
                      "PATH/flash-attention/tests/test_flash_attn.py --out bench/results/<gpu>/fa-tests --sample 1/64",
 }
@@ -350,6 +351,51 @@ def gen_torch_host_serving(ctx, gpu=None):
                  t["page"], h["rounds"], h["calls"] // h["rounds"], h["calls"] // h["rounds"]),
              "Measured on %s; %s." % (torch_provenance(d), link(res, "torch_overhead.json"))]
     return out + "\n\n" + "\n\n".join(notes)
+
+
+@generator("torch-fp8")
+def gen_torch_fp8(ctx, gpu=None):
+    """FP8 through the package (bench/pytorch/torch_fp8.py, torch_fp8.json): per shape flash_attn_func on
+    e4m3 tensors (rung 13, V's transpose included), rung 13's launch alone, fp8_quantize of q, k, v, the
+    same call on the bf16 originals and SDPA's cuDNN backend; the ratios (time of the other / the FP8
+    call's); the worst and best cell of each."""
+    res, d = torch_run(ctx, gpu, "torch_fp8.json")
+    rows, vs_bf16, vs_cudnn = [], [], []
+
+    def cell(r, name):
+        return "%.3f" % r["ms"][name] if name in r["ms"] else "refused"
+
+    for r in d["rows"]:
+        s = r["shape"]
+        what = "d=%d, N=%s%s" % (s["head_dim"], results_io.seqlen_text(s["seqlen"]), " causal" if s["causal"] else "")
+        if "bf16_over_fp8" in r:
+            vs_bf16.append((r["bf16_over_fp8"], what))
+        if "cudnn_over_fp8" in r:
+            vs_cudnn.append((r["cudnn_over_fp8"], what))
+        rows.append(["%d" % s["head_dim"], "%d × %s, %d heads" % (s["batch"], results_io.seqlen_text(s["seqlen"]),
+                                                                  s["heads"]),
+                     "yes" if s["causal"] else "no", cell(r, "fp8"),
+                     "%.0f" % r["tflops"]["fp8"] if "fp8" in r["tflops"] else "—", cell(r, "fp8_kernel"),
+                     cell(r, "quantize"), cell(r, "bf16"), cell(r, "cudnn"),
+                     results_io.fmt_ratio(r["bf16_over_fp8"]) if "bf16_over_fp8" in r else "—",
+                     results_io.fmt_ratio(r["cudnn_over_fp8"]) if "cudnn_over_fp8" in r else "—"])
+    head = ["head_dim", "batch × seqlen", "causal", "FP8 call, ms", "TFLOP/s", "rung 13 alone, ms",
+            "fp8_quantize q, k, v, ms", "bf16 call, ms", "SDPA cuDNN bf16, ms", "bf16 / FP8", "cuDNN / FP8"]
+    out = results_io.markdown_table(head, rows, ["---"] * 3 + ["--:"] * 8)
+    notes = []
+    for name, xs in (("the bf16 call", vs_bf16), ("SDPA's cuDNN (bf16)", vs_cudnn)):
+        if xs:
+            lo, hi = min(xs), max(xs)
+            notes.append("Against %s: worst %s (%s), best %s (%s)." % (name, results_io.fmt_ratio(lo[0]), lo[1],
+                                                                      results_io.fmt_ratio(hi[0]), hi[1]))
+    notes.append("The FP8 call is `flash_attn_func` on float8_e4m3fn q, k, v with their descales, as a user calls "
+                 "it (rung 13 and V's transpose into the layout it reads); *rung 13 alone* is its launch on a "
+                 "V^T made once; *fp8_quantize* makes the three e4m3 tensors and descales from bf16 (once per "
+                 "tensor, not part of the attention's time). TFLOP/s of the FP8 call, 4 × head_dim FLOPs per "
+                 "unmasked (query, key) pair. Median of %d calls after a warm-up, the L2 flushed before each, "
+                 "the columns in turn over %d rounds. Measured on %s; %s." % (
+                     d["iters"], d["repeats"], torch_provenance(d), link(res, "torch_fp8.json")))
+    return out + "\n\n" + " ".join(notes)
 
 
 @generator("torch-decode")

@@ -27,6 +27,7 @@
 #include "flashladder/check.h"
 #include "flashladder/device.h"
 #include "flashladder/dropout_mask.h"
+#include "flashladder/fp8_device.h"
 #include "flashladder/metadata.h"
 #include "flashladder/reference_bwd.h"
 #include "flashladder/registry.h"
@@ -110,14 +111,16 @@ DeviceInfo device_info(int index) {
 
 /// The reason @p r cannot run @p p on @p d: a lab stub, the problem's own contract
 /// (fl::validate), then the generic and the rung's checks (fl::supports). "" if it can.
-std::string supports_reason(const Rung& r, const Problem& p, const DeviceInfo& d) {
+/// @p fp8: the call passes e4m3 q, k, a transposed V and descales (fp8_forward); every other
+/// launch passes 16-bit tensors, which an FP8 rung would misread, so it refuses them and an FP8
+/// call refuses a 16-bit rung.
+std::string supports_reason(const Rung& r, const Problem& p, const DeviceInfo& d, bool fp8 = false) {
   if (!r.not_implemented.empty()) return "not implemented (lab starter): " + r.not_implemented;
   std::string why = validate(p);
   if (why.empty()) why = supports(r, p, d);
-  // An FP8 rung reads e4m3 copies and descales that the C++ runner makes (fp8_device.h); the
-  // package passes 16-bit tensors straight through, so it refuses rather than misread them.
-  if (why.empty() && r.fp8_inputs)
-    why = "takes e4m3 inputs made by the C++ harness's FP8 path (run steps/13_fp8), not 16-bit tensors";
+  if (why.empty() && r.fp8_inputs && !fp8)
+    why = "takes e4m3 q, k, v with their descales (flash_attn_func on float8_e4m3fn tensors), not 16-bit tensors";
+  if (why.empty() && !r.fp8_inputs && fp8) why = "takes 16-bit q, k, v, not e4m3";
   return why;
 }
 
@@ -486,20 +489,23 @@ NB_MODULE(_ext, m) {
 
   m.def(
       "tolerance_floor",
-      [](const std::string& dtype, bool gradients) {
+      [](const std::string& dtype, bool gradients, bool fp8) {
         DType t;
         if (!parse_dtype(dtype, &t))
           throw nb::value_error(("dtype must be fp16 or bf16, got '" + dtype + "'").c_str());
-        const Tolerance f = gradients ? gradient_tolerance_floor(t) : tolerance_floor(t);
+        if (gradients && fp8) throw nb::value_error("tolerance_floor: no FP8 backward, so no FP8 gradient floor");
+        const Tolerance f = fp8 ? tolerance_floor_fp8(t) : gradients ? gradient_tolerance_floor(t) : tolerance_floor(t);
         nb::dict d;
         d["rel_fro"] = f.rel_fro;
         d["max_abs"] = f.max_abs;
         d["lse_abs"] = f.lse_abs;
+        d["lse_rel"] = f.lse_rel;
         return d;
       },
-      "dtype"_a, "gradients"_a = false,
-      "The ladder's per-dtype tolerance floors (check.h; gradients: reference_bwd.h): relative "
-      "Frobenius, max abs (scaled by max(1, max |ref|)) and LSE max abs");
+      "dtype"_a, "gradients"_a = false, "fp8"_a = false,
+      "The ladder's per-dtype tolerance floors (check.h; gradients: reference_bwd.h; fp8: an FP8 rung's "
+      "output of that dtype, tolerance_floor_fp8): relative Frobenius, max abs (scaled by max(1, max |ref|)), "
+      "LSE max abs and LSE relative (of max |LSE|)");
 
   m.def("device_count", &device_count, "CUDA devices visible (0, never an error, without one)");
   m.def("no_device_reason", &no_device_reason,
@@ -639,6 +645,98 @@ NB_MODULE(_ext, m) {
       "dropout_state: with dropout (Problem.dropout_p > 0), the device int64 {seed, offset} the kernels read; "
       "planned: the problem was checked and the workspace sized by the caller's plan (supports, "
       "workspace_bytes), so neither is asked again");
+
+  // ---- FP8 from PyTorch (rung 13): the package's quantize, V's transpose and the launch ---------
+  m.def(
+      "fp8_quantize",
+      [](uintptr_t x, const std::string& dtype, const std::array<int, 4>& shape, const std::array<int64_t, 3>& strides,
+         int heads_kv, bool hadamard, unsigned long long seed, uintptr_t out, uintptr_t amax, uintptr_t descale,
+         uintptr_t stream, int device) {
+        DType t;
+        if (!parse_dtype(dtype, &t)) refuse_if("fp8_quantize: x must be fp16 or bf16, got '" + dtype + "'");
+        if (!x || !out || !amax || !descale) refuse_if("fp8_quantize: a null pointer");
+        if (shape[3] != 64 && shape[3] != 128 && shape[3] != 256)
+          refuse_if("fp8_quantize: head_dim must be 64, 128 or 256 (one warp per row), got " + std::to_string(shape[3]));
+        if (heads_kv < 1 || shape[2] % heads_kv != 0)
+          refuse_if("fp8_quantize: heads (" + std::to_string(shape[2]) + ") must be a multiple of num_heads_kv (" +
+                    std::to_string(heads_kv) + ")");
+        DeviceGuard guard(device);
+        nb::gil_scoped_release release;
+        quantize_e4m3(reinterpret_cast<const void*>(x), t, shape[0], shape[1], shape[2], shape[3], strides.data(),
+                      heads_kv, hadamard, seed, reinterpret_cast<uint8_t*>(out), reinterpret_cast<float*>(amax),
+                      reinterpret_cast<float*>(descale), reinterpret_cast<cudaStream_t>(stream));
+      },
+      "x"_a, "dtype"_a, "shape"_a, "strides"_a, "heads_kv"_a, "hadamard"_a, "seed"_a, "out"_a, "amax"_a, "descale"_a,
+      "stream"_a, "device"_a,
+      "x (16-bit [batch, seqlen, heads, head_dim], strides: batch, row, head in elements) to dense e4m3 at out, "
+      "one descale (amax / 448) per (batch, KV head) at descale (fp32 [batch, heads_kv]); amax: scratch of as "
+      "many floats; hadamard: rows rotated first (fp8_device.h, quantize_e4m3). Asynchronous");
+  m.def("fp8_vt_seqlen", &vt_row_length, "seqlen_k"_a,
+        "Row length of rung 13's transposed V: seqlen_k rounded up to 16 keys (fp8.h)");
+  m.def(
+      "fp8_transpose_v",
+      [](uintptr_t v, const std::array<int, 4>& shape, const std::array<int64_t, 3>& strides, uintptr_t vt,
+         uintptr_t stream, int device) {
+        if (!v || !vt) refuse_if("fp8_transpose_v: a null pointer");
+        DeviceGuard guard(device);
+        nb::gil_scoped_release release;
+        transpose_v_e4m3(reinterpret_cast<const uint8_t*>(v), shape[0], shape[1], shape[2], shape[3], strides.data(),
+                         vt_row_length(shape[1]), reinterpret_cast<uint8_t*>(vt),
+                         reinterpret_cast<cudaStream_t>(stream));
+      },
+      "v"_a, "shape"_a, "strides"_a, "vt"_a, "stream"_a, "device"_a,
+      "e4m3 v [batch, seqlen_k, heads_kv, head_dim] to rung 13's V^T [batch, heads_kv, head_dim, "
+      "fp8_vt_seqlen(seqlen_k)] at vt (fp8_device.h, transpose_v_e4m3). Asynchronous");
+  m.def(
+      "fp8_supports",
+      [](int number, const std::string& variant, const Problem& p, int device) {
+        return supports_reason(find_rung(number, variant), p, device_info(device), true);
+      },
+      "number"_a, "variant"_a, "problem"_a, "device"_a = 0,
+      "'' if the entry runs the problem on e4m3 q, k, v (its dtype: O's), else its one-line reason");
+  m.def(
+      "fp8_forward",
+      [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
+         const std::array<uintptr_t, 3>& descales, const std::array<int64_t, 3>& q_strides,
+         const std::array<int64_t, 3>& k_strides, uintptr_t stream, int device) {
+        const Rung& r = find_rung(number, variant);
+        if (!r.launch) refuse_if(r.label() + " has no forward launch");
+        refuse_if(supports_reason(r, p, device_info(device), true));
+        const char* names[5] = {"q", "k", "v (transposed)", "out", "lse"};
+        for (int i = 0; i < 5; ++i)
+          if (ptr[i] == 0 || ptr[i] % (i == 4 ? 4 : 16) != 0)
+            refuse_if(std::string("fp8_forward: ") + names[i] + " is null or not 16-byte aligned");
+        for (int i = 0; i < 3; ++i)
+          if (descales[i] == 0 || descales[i] % 4 != 0) refuse_if("fp8_forward: a descale is null or misaligned");
+        for (int i = 0; i < 3; ++i)
+          if (q_strides[i] % 16 != 0 || k_strides[i] % 16 != 0)
+            refuse_if("fp8_forward: q's and k's batch, row and head strides must be multiples of 16 bytes");
+        AttnParams a = make_attn_params(p);  // O and the LSE dense, as the caller allocates them
+        a.q = reinterpret_cast<const void*>(ptr[0]);
+        a.k = reinterpret_cast<const void*>(ptr[1]);
+        a.v = reinterpret_cast<const void*>(ptr[2]);
+        a.o = reinterpret_cast<void*>(ptr[3]);
+        a.lse = reinterpret_cast<float*>(ptr[4]);
+        a.q_batch_stride = q_strides[0];
+        a.q_row_stride = q_strides[1];
+        a.q_head_stride = q_strides[2];
+        a.k_batch_stride = k_strides[0];
+        a.k_row_stride = k_strides[1];
+        a.k_head_stride = k_strides[2];
+        a.q_descale = reinterpret_cast<const float*>(descales[0]);
+        a.k_descale = reinterpret_cast<const float*>(descales[1]);
+        a.v_descale = reinterpret_cast<const float*>(descales[2]);
+        a.vt_seqlen = vt_row_length(p.seqlen_k);
+        DeviceGuard guard(device);
+        nb::gil_scoped_release release;
+        r.launch(a, reinterpret_cast<cudaStream_t>(stream));
+      },
+      "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "descales"_a, "q_strides"_a, "k_strides"_a, "stream"_a,
+      "device"_a,
+      "Launches an FP8 entry (rung 13) on e4m3 tensors (asynchronous). ptrs: q [batch, seqlen_q, heads_q, d] "
+      "and k [batch, seqlen_k, heads_kv, d] (e4m3, strides batch, row, head in bytes, multiples of 16), V^T as "
+      "fp8_transpose_v writes it, out (problem.dtype, dense [batch, seqlen_q, heads_q, d]), lse (fp32 dense "
+      "[batch, heads_q, seqlen_q]); descales: q's, k's, v's (fp32 [batch, heads_kv], contiguous)");
 
   // ---- metadata read on the device (metadata.h): checked and clamped without a synchronization --
   m.def(

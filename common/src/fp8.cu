@@ -157,19 +157,30 @@ __global__ void quantize_rows_kernel(Src t, bool rotate_rows, unsigned long long
   }
 }
 
+/// One element of V as its e4m3 code: a 16-bit value scaled by @p inv and rounded, or (an e4m3
+/// V, the package's flash_attn_func: transpose_v_e4m3) its code as it is.
+template <class T>
+__device__ __forceinline__ uint8_t vt_code(const T* x, float inv) {
+  return to_e4m3(to_float(*x) * inv);
+}
+template <>
+__device__ __forceinline__ uint8_t vt_code<uint8_t>(const uint8_t* x, float) {
+  return *x;
+}
+
 /// V to e4m3 [batch, heads_kv, d, vt_seqlen]: 64 positions of one (batch, KV head) per block,
 /// staged in shared memory so both the reads (along d) and the writes (along keys) are coalesced.
+/// @p descale null: V is e4m3 already (T = uint8_t), only transposed.
 template <class T>
 __global__ void quantize_vt_kernel(Src t, int D, int vt_seqlen, const float* descale, uint8_t* dst) {
   extern __shared__ uint8_t tile[];  // [D][64]
   const int pos0 = blockIdx.x * 64, h = blockIdx.y, b = blockIdx.z;
-  const float inv = 1.f / descale[b * t.heads_kv + h];
+  const float inv = descale != nullptr ? 1.f / descale[b * t.heads_kv + h] : 1.f;
   const T* base = static_cast<const T*>(t.base) + b * t.batch_stride + h * t.head_stride;
   for (int idx = threadIdx.x; idx < 64 * D; idx += blockDim.x) {
     const int pos = idx / D, c = idx % D;
     const int key = vt_key_at(pos0 + pos);
-    const float v = key < t.seqlen ? to_float(base[key * t.row_stride + c]) : 0.f;
-    tile[c * 64 + pos] = to_e4m3(v * inv);
+    tile[c * 64 + pos] = key < t.seqlen ? vt_code(base + static_cast<int64_t>(key) * t.row_stride + c, inv) : 0;
   }
   __syncthreads();
   uint8_t* out = dst + (static_cast<int64_t>(b) * t.heads_kv + h) * D * vt_seqlen;
@@ -200,6 +211,18 @@ void quantize_rows(const Src& t, bool rot, unsigned long long seed, const float*
   const long long rows = static_cast<long long>(t.batch) * t.heads * t.seqlen;
   quantize_rows_kernel<T, E><<<grid_for(rows), kThreads, 0, s>>>(t, rot, seed, descale, dst);
   FL_LAUNCH_CHECK("quantize_rows_kernel");
+}
+
+/// Calls @p f with std::integral_constant<int, E>: the values per lane of a head_dim 64, 128 or
+/// 256 row (one warp per row).
+template <class F>
+void with_lane_values(int head_dim, F&& f) {
+  switch (head_dim) {
+    case 64: f(std::integral_constant<int, 2>{}); break;
+    case 128: f(std::integral_constant<int, 4>{}); break;
+    case 256: f(std::integral_constant<int, 8>{}); break;
+    default: throw std::invalid_argument("the FP8 quantize kernels take head_dim 64, 128 or 256");
+  }
 }
 
 }  // namespace
@@ -270,16 +293,43 @@ void DeviceFp8::quantize(cudaStream_t s) {
       quantize_rows<T, E>(q, o_.hadamard, seed_, descale, q8_.as<uint8_t>(), s);
       quantize_rows<T, E>(k, o_.hadamard, seed_, descale + n, k8_.as<uint8_t>(), s);
     };
-    switch (p.head_dim) {
-      case 64: run(std::integral_constant<int, 2>{}); break;
-      case 128: run(std::integral_constant<int, 4>{}); break;
-      default: run(std::integral_constant<int, 8>{}); break;
-    }
+    with_lane_values(p.head_dim, run);
     const dim3 grid(params_.vt_seqlen / 64 + (params_.vt_seqlen % 64 != 0), p.heads_kv, p.batch);
     quantize_vt_kernel<T><<<grid, kThreads, 64 * p.head_dim, s>>>(v, p.head_dim, params_.vt_seqlen,
                                                                   descale + 2 * n, vt8_.as<uint8_t>());
     FL_LAUNCH_CHECK("quantize_vt_kernel");
   });
+}
+
+void quantize_e4m3(const void* x, DType dtype, int batch, int seqlen, int heads, int head_dim,
+                   const int64_t strides[3], int heads_kv, bool hadamard, unsigned long long seed, uint8_t* out,
+                   float* amax, float* descale, cudaStream_t s) {
+  if (batch < 1 || seqlen < 1 || heads < 1 || heads_kv < 1 || heads % heads_kv != 0)
+    throw std::invalid_argument("quantize_e4m3: batch, seqlen, heads >= 1 and heads a multiple of heads_kv");
+  const int n = batch * heads_kv;
+  const Src t{x, batch, seqlen, heads, strides[0], strides[1], strides[2], heads / heads_kv, heads_kv};
+  FL_CUDA_CHECK(cudaMemsetAsync(amax, 0, n * sizeof(float), s));
+  FL_DTYPE_SWITCH(dtype, T, [&] {
+    with_lane_values(head_dim, [&](auto e_tag) {
+      constexpr int E = decltype(e_tag)::value;
+      amax_and_scales<T, E>(t, false, hadamard, seed, amax, s);
+      descale_kernel<<<(n + 255) / 256, 256, 0, s>>>(amax, descale, n, false);
+      FL_LAUNCH_CHECK("descale_kernel");
+      quantize_rows<T, E>(t, hadamard, seed, descale, out, s);
+    });
+  });
+}
+
+void transpose_v_e4m3(const uint8_t* v, int batch, int seqlen, int heads_kv, int head_dim, const int64_t strides[3],
+                      int vt_seqlen, uint8_t* vt, cudaStream_t s) {
+  if (batch < 1 || seqlen < 1 || heads_kv < 1 || vt_seqlen != vt_row_length(seqlen))
+    throw std::invalid_argument("transpose_v_e4m3: batch, seqlen, heads_kv >= 1 and vt_seqlen = vt_row_length(seqlen)");
+  if (head_dim != 64 && head_dim != 128 && head_dim != 256)
+    throw std::invalid_argument("transpose_v_e4m3: head_dim 64, 128 or 256");
+  const Src t{v, batch, seqlen, heads_kv, strides[0], strides[1], strides[2], 1, heads_kv};
+  const dim3 grid(vt_seqlen / 64 + (vt_seqlen % 64 != 0), heads_kv, batch);
+  quantize_vt_kernel<uint8_t><<<grid, kThreads, 64 * head_dim, s>>>(t, head_dim, vt_seqlen, nullptr, vt);
+  FL_LAUNCH_CHECK("quantize_vt_kernel (transpose)");
 }
 
 HostInputs DeviceFp8::dequantized() const {

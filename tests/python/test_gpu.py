@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout|mla
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout|mla|fp8
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -72,6 +72,13 @@ mla           flash_mla_with_kvcache (FlashMLA's interface, rung 17: MLA decode 
               forced; a call captured in a CUDA graph and replayed with new q and lengths, bitwise
               equal to eager; metadata past its bound reported; the refusals. Skipped without rung
               17 or off sm_90.
+fp8           FP8 from PyTorch (rung 13): fp8_quantize against its definition; flash_attn_func on
+              float8_e4m3fn q, k, v with q_descale, k_descale, v_descale against the reference on
+              the dequantized inputs (the FP8 floors, fl::tolerance_floor_fp8) and end to end on the
+              16-bit inputs: head_dim 64, 128, 256, bf16 and fp16 originals, GQA and MQA, tails,
+              causal with seqlen_q > seqlen_k, decode, the LSE; outlier channels with and without
+              the Hadamard rotation of q and k; descales left out; strided views; the refusals.
+              Skipped without rung 13 or off sm_90.
 
 Tolerances are the ladder's per-dtype floors (fl::tolerance_floor, for gradients
 fl::gradient_tolerance_floor): relative Frobenius and max abs, the latter scaled by
@@ -2284,6 +2291,144 @@ def part_mla():
         expect(exc, text, call)
 
 
+def part_fp8():
+    """FP8 from PyTorch (rung 13): fp8_quantize against its definition (descale = amax / 448 per
+    batch and KV head, each value within e4m3's rounding of x); flash_attn_func on float8_e4m3fn
+    q, k, v with FlashAttention 3's descales against the fp32 reference on the dequantized inputs,
+    within the FP8 floors (check.h, tolerance_floor_fp8), and end to end against the 16-bit inputs:
+    head_dim 64, 128, 256, bf16 and fp16 originals, GQA 4:1 and MQA, tails, seqlen_q > seqlen_k
+    causal, decode, the LSE; the Hadamard rotation on q and k; descales left out (1); strided views
+    run as they are; the one-line refusals (masks and modifiers, packed batches, head_dim, dtypes,
+    the descales' layout). Skipped (exit 77) where rung 13 is not built or the GPU is not sm_90."""
+    from flashladder import flash_attn_func, flash_attn_varlen_func, fp8_quantize
+
+    if not built(13) or torch.cuda.get_device_capability() != (9, 0):
+        print("the FP8 path runs on rung 13 (sm_90a): skipped (exit 77)")
+        sys.exit(SKIP)
+    e4m3 = torch.float8_e4m3fn
+
+    def dequant(x8, descale):
+        g = x8.shape[2] // descale.shape[1]
+        return x8.float() * descale.repeat_interleave(g, dim=1)[:, None, :, None]
+
+    def check_quantizer(what, x, x8, descale, hkv):
+        COMPARED[0] += 1
+        b, _, h, d = x.shape
+        xf = x.float()
+        amax = xf.view(b, x.shape[1], hkv, h // hkv, d).abs().amax(dim=(1, 3, 4))
+        want = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+        bad_scale = ((descale - want).abs() > 1e-6 * want).sum().item()
+        deq = dequant(x8, descale)
+        ds = descale.repeat_interleave(h // hkv, dim=1)[:, None, :, None]
+        bound = 1.001 * (xf.abs() * 2.0 ** -4 + ds * 2.0 ** -10)
+        over = ((deq - xf).abs() > bound).sum().item()
+        if x8.dtype != e4m3 or tuple(x8.shape) != tuple(x.shape) or tuple(descale.shape) != (b, hkv):
+            fail("%s: x8 %s %s, descale %s" % (what, x8.dtype, tuple(x8.shape), tuple(descale.shape)))
+        elif bad_scale or over:
+            fail("%s: %d descales differ from amax / 448, %d values outside e4m3's rounding" % (what, bad_scale, over))
+        else:
+            print("ok   %s: descale = amax / 448 per (batch, KV head), every value within e4m3's rounding" % what)
+
+    def judge_fp8(what, out, lse, q8, qd, k8, kd, v8, vd, causal, dt_name, originals=None):
+        floor = _ext.tolerance_floor(dt_name, fp8=True)
+        if out.dtype != torch.bfloat16 or tuple(out.shape) != tuple(q8.shape):
+            fail("%s: out %s %s, expected bf16 %s" % (what, out.dtype, tuple(out.shape), tuple(q8.shape)))
+            return
+        ref, ref_lse = reference(dequant(q8, qd), dequant(k8, kd), dequant(v8, vd), causal)
+        judge(what + " (kernel: on the dequantized inputs)", out.float(), ref, dt_name, floor=floor)
+        if lse is not None:
+            COMPARED[0] += 1
+            tol = max(floor["lse_abs"], floor["lse_rel"] * ref_lse.abs().max().item())
+            err = (lse.double() - ref_lse.double()).abs().max().item()
+            if err > tol:
+                fail("%s LSE max_abs %.2e / %.2e" % (what, err, tol))
+        if originals is not None:  # end to end: against the 16-bit inputs the tensors were made from
+            ref16, _ = reference(*originals, causal)
+            judge(what + " (end to end: on the 16-bit inputs)", out.float(), ref16, dt_name, floor=floor)
+
+    cases = ((2, 200, 333, 8, 2, False), (2, 200, 333, 8, 2, True), (1, 300, 129, 4, 4, True),
+             (3, 1, 517, 16, 2, False), (1, 1024, 1024, 2, 1, True))
+    ran = 0
+    for d in (64, 128, 256):
+        for dt_name in ("bf16", "fp16"):
+            for b, sq, sk, hq, hkv, causal in cases:
+                q, k, v = (randn(b, sq, hq, d, dtype=DTYPES[dt_name], offset=0.25),
+                           randn(b, sk, hkv, d, dtype=DTYPES[dt_name], offset=0.25),
+                           randn(b, sk, hkv, d, dtype=DTYPES[dt_name], offset=0.5))
+                q8, qd = fp8_quantize(q, num_heads_kv=hkv)
+                k8, kd = fp8_quantize(k)
+                v8, vd = fp8_quantize(v)
+                what = "fp8 %s d=%d B=%d Sq=%d Sk=%d H=%d/%d causal=%d" % (dt_name, d, b, sq, sk, hq, hkv, causal)
+                if ran < 3:
+                    check_quantizer(what + " quantize q", q, q8, qd, hkv)
+                out, lse, none = flash_attn_func(q8, k8, v8, causal=causal, q_descale=qd, k_descale=kd,
+                                                 v_descale=vd, return_attn_probs=True)
+                if none is not None:
+                    fail("%s: return_attn_probs' third value is not None" % what)
+                judge_fp8(what, out, lse, q8, qd, k8, kd, v8, vd, causal, dt_name, originals=(q, k, v))
+                ran += 1
+    expect_runs("fp8 cases", ran, 3 * 2 * len(cases))
+
+    # Outliers in a few channels, with and without the rotation of q and k (one seed for both).
+    b, s, h, d = 2, 512, 8, 128
+    q, k, v = randn(b, s, h, d, dtype=torch.bfloat16), randn(b, s, h, d, dtype=torch.bfloat16), \
+        randn(b, s, h, d, dtype=torch.bfloat16)
+    q[..., :4] *= 20
+    k[..., :4] *= 20
+    for rot in (False, True):
+        q8, qd = fp8_quantize(q, hadamard=rot)
+        k8, kd = fp8_quantize(k, hadamard=rot)
+        v8, vd = fp8_quantize(v)
+        out = flash_attn_func(q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)
+        what = "fp8 outlier channels, hadamard=%d" % rot
+        ref16, _ = reference(q, k, v, False)
+        _, rel, _ = errors(out.float(), ref16)
+        print("     %s: end-to-end rel_fro %.3e" % (what, rel))
+        if rot:
+            rel_rot = rel
+        else:
+            rel_plain = rel
+        judge_fp8(what, out, None, q8, qd, k8, kd, v8, vd, False, "bf16")
+    COMPARED[0] += 1
+    if not rel_rot < rel_plain:
+        fail("fp8 outliers: the rotation did not lower the end-to-end error (%.3e against %.3e)" % (rel_rot, rel_plain))
+    else:
+        print("ok   fp8 outliers: the rotation lowers the end-to-end error %.3e -> %.3e" % (rel_plain, rel_rot))
+
+    # Descales left out (1): e4m3 values made directly; strided views (a [b, h, s, d] tensor's
+    # transpose, V a slice of a wider tensor) run as they are.
+    b, s, hq, hkv, d = 2, 190, 4, 2, 64
+    q8 = randn(b, hq, s, d).to(e4m3).transpose(1, 2)
+    kv8 = randn(b, s, hkv, 2 * d).to(e4m3)
+    k8, v8 = kv8[..., :d], kv8[..., d:]
+    ones = torch.ones(b, hkv, device="cuda")
+    out, lse, _ = flash_attn_func(q8, k8, v8, causal=True, return_attn_probs=True)
+    judge_fp8("fp8 without descales, strided q, k and v", out, lse, q8, ones, k8, ones, v8, ones, True, "fp16")
+
+    # The refusals, one line each.
+    q8, qd = fp8_quantize(randn(1, 16, 4, 64), num_heads_kv=2)
+    k8, kd = fp8_quantize(randn(1, 16, 2, 64))
+    q16 = randn(1, 16, 4, 64)
+    cu = torch.tensor([0, 16], dtype=torch.int32, device="cuda")
+    for exc, text, call in (
+            (NotImplementedError, "window_size with float8_e4m3fn",
+             lambda: flash_attn_func(q8, k8, k8, window_size=(8, 0))),
+            (NotImplementedError, "softcap with float8_e4m3fn", lambda: flash_attn_func(q8, k8, k8, softcap=30.0)),
+            (NotImplementedError, "dropout_p with float8_e4m3fn", lambda: flash_attn_func(q8, k8, k8, dropout_p=0.1)),
+            (NotImplementedError, "packed batch", lambda: flash_attn_varlen_func(q8[0], k8[0], k8[0], cu, cu, 16, 16)),
+            (TypeError, "k is torch.bfloat16", lambda: flash_attn_func(q8, k8.bfloat16(), k8)),
+            (TypeError, "q is torch.float16", lambda: flash_attn_func(q16, k8, k8, q_descale=qd)),
+            (ValueError, "q_descale must be [batch, heads_kv] = [1, 2]",
+             lambda: flash_attn_func(q8, k8, k8, q_descale=qd.view(2, 1))),
+            (TypeError, "k_descale must be a float32", lambda: flash_attn_func(q8, k8, k8, k_descale=kd.half())),
+            (ValueError, "head_dim must be 64, 128 or 256",
+             lambda: flash_attn_func(q8[..., :32], k8[..., :32], k8[..., :32])),
+            (ValueError, "fp8_quantize: head_dim must be 64, 128 or 256", lambda: fp8_quantize(randn(1, 4, 2, 96))),
+            (ValueError, "num_heads_kv must divide", lambda: fp8_quantize(q16, num_heads_kv=3)),
+            (TypeError, "fp8_quantize: x must be fp16 or bf16", lambda: fp8_quantize(q16.float()))):
+        expect(exc, text, call)
+
+
 def itertools_accumulate(xs):
     total = 0
     for x in xs:
@@ -2294,7 +2439,7 @@ def itertools_accumulate(xs):
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
          "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata, "dropout": part_dropout,
-         "bert_dropout": part_bert_dropout, "mla": part_mla}
+         "bert_dropout": part_bert_dropout, "mla": part_mla, "fp8": part_fp8}
 
 
 def main():

@@ -27,6 +27,23 @@
 
 namespace fl {
 
+/// The package's FP8 path (flashladder.fp8_quantize, flash_attn_func on e4m3 tensors), on tensors
+/// it owns: @p x, a 16-bit [batch, seqlen, heads, head_dim] tensor (strides in elements: batch,
+/// row, head; the last dimension contiguous), to dense e4m3 @p out with one descale per (batch,
+/// KV head) in @p descale (amax / 448; @p amax is scratch of batch x heads_kv floats): Q's group of
+/// heads_q / heads_kv heads shares one, FlashAttention 3's q_descale layout. @p hadamard: rows
+/// rotated by D H / sqrt(head_dim) first (signs from @p seed), as the harness's --hadamard.
+/// head_dim 64, 128 or 256. Asynchronous on @p s.
+void quantize_e4m3(const void* x, DType dtype, int batch, int seqlen, int heads, int head_dim,
+                   const int64_t strides[3], int heads_kv, bool hadamard, unsigned long long seed, uint8_t* out,
+                   float* amax, float* descale, cudaStream_t s);
+
+/// An e4m3 V [batch, seqlen, heads_kv, head_dim] (strides in elements: batch, row, head) to the
+/// transposed layout rung 13 reads, [batch, heads_kv, head_dim, @p vt_seqlen] with its keys in
+/// vt_key_at() order and zero padding (@p vt_seqlen = vt_row_length(seqlen)). Asynchronous on @p s.
+void transpose_v_e4m3(const uint8_t* v, int batch, int seqlen, int heads_kv, int head_dim, const int64_t strides[3],
+                      int vt_seqlen, uint8_t* vt, cudaStream_t s);
+
 /// e4m3 Q, K, transposed V and their descales for one problem.
 class DeviceFp8 {
  public:

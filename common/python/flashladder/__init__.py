@@ -17,7 +17,10 @@ FlashAttention's interface (``flash_attn_func``, ``flash_attn_qkvpacked_func``,
 ``flash_attn_kvpacked_func``, ``flash_attn_varlen_func`` and its packed forms: FlashAttention 2's
 signatures, with windows, softcapping, ALiBi slopes, sinks and packed batches on rung 16 and
 rung 15) is in ``flashladder._flash``, ``flash_attn_with_kvcache`` in ``flashladder._kvcache``,
-both imported on first use. DeepSeek FlashMLA's interface (``flash_mla_with_kvcache``,
+both imported on first use. ``flash_attn_func`` on ``torch.float8_e4m3fn`` tensors, with
+FlashAttention 3's ``q_descale``, ``k_descale``, ``v_descale``, runs rung 13's FP8 forward;
+``fp8_quantize`` makes those tensors and descales on the device (``flashladder._fp8``). DeepSeek
+FlashMLA's interface (``flash_mla_with_kvcache``,
 ``get_mla_metadata``: MLA decode on the latent cache, rung 17) is in ``flashladder._mla``, also
 imported on first use.
 
@@ -124,6 +127,9 @@ def check_errors(device=None):
     _launch.raise_metadata_errors(index)
 
 
+#: The FP8 path's quantizer (flashladder._fp8: rung 13's inputs), imported with PyTorch on first use.
+FP8_API = ("fp8_quantize",)
+
 #: FlashMLA's functions (flashladder._mla: rung 17), imported with PyTorch on first use.
 MLA_API = ("flash_mla_with_kvcache", "get_mla_metadata")
 
@@ -140,6 +146,10 @@ def __getattr__(name):
         from . import _flash
 
         return getattr(_flash, name)
+    if name in FP8_API:
+        from . import _fp8
+
+        return getattr(_fp8, name)
     if name in MLA_API:
         from . import _mla
 
@@ -151,7 +161,7 @@ def __getattr__(name):
     raise AttributeError("module 'flashladder' has no attribute %r" % (name,))
 
 
-__all__ = list(FLASH_API) + list(MLA_API) + list(RING_API) + [
+__all__ = list(FLASH_API) + list(FP8_API) + list(MLA_API) + list(RING_API) + [
     "BACKWARD_RUNG", "DEFAULT_BACKWARD", "DEFAULT_FORWARD", "DeviceInfo", "Rung", "attention", "attention_backward",
     "check_errors", "device_count", "device_info", "find_rung", "load_ops", "no_device_reason",
     "register_transformers", "rungs", "supports", "transformers_attention",

@@ -29,12 +29,19 @@ is ignored.
 
 import torch
 
-from . import _core, _launch, _ops
+from . import _core, _fp8, _launch, _ops
 
 
 def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_attn_probs, learnable_sink, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
                max_seqlen_k=0, dropout_p=0.0):
+    if _fp8.is_fp8(q):
+        if cu_seqlens_q is not None:
+            raise NotImplementedError("flashladder: float8_e4m3fn inputs on a packed batch (cu_seqlens): rung 13, "
+                                      "the FP8 forward, runs dense batches only (flash_attn_func)")
+        _fp8.check_fp8_args(dropout_p, window_size, softcap, alibi_slopes, learnable_sink, deterministic)
+        res = _fp8.attention_fp8(q, k, v, None, None, None, softmax_scale, causal, return_lse=return_attn_probs)
+        return (res[0], res[1], None) if return_attn_probs else res
     own_dv = _ops.own_head_dim_v(q, k, v)  # V's head_dim below q's: rung 16 takes it, nothing padded
     padded = None if own_dv else _ops.padded_head_dim(q, k, v, softmax_scale)
     if padded is not None:  # a head_dim that is not a multiple of 8: zero-padded, as FlashAttention does
@@ -177,7 +184,7 @@ def dropout_s_dmask(q, k, state, dropout_p, causal=False, softmax_scale=0.0, win
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                     softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
-                    learnable_sink=None):
+                    learnable_sink=None, q_descale=None, k_descale=None, v_descale=None):
     """FlashAttention 2's flash_attn_func: q [batch, seqlen_q, heads_q, head_dim], k and v [batch,
     seqlen_k, heads_kv, head_dim], fp16 or bf16. ``causal`` is bottom-right aligned; ``window_size``
     (left, right) keeps keys i + seqlen_k - seqlen_q - left ... + right (-1: open); ``softcap``
@@ -186,7 +193,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     logit per head to the softmax's denominator (FlashAttention 3's name; differentiable).
     ``dropout_p`` in [0, 1): attention dropout (rung 16; with alibi_slopes, not with softcap).
     Returns out, or (out, softmax_lse, S_dmask) with ``return_attn_probs`` (S_dmask None without
-    dropout; dropout_s_dmask's with it)."""
+    dropout; dropout_s_dmask's with it).
+
+    float8_e4m3fn q, k, v run rung 13's FP8 forward (flashladder._fp8): ``q_descale``,
+    ``k_descale``, ``v_descale`` are FlashAttention 3's (fp32 [batch, heads_kv], 1 where left out),
+    O is bf16; causal or no mask, head_dim 64, 128 or 256, no autograd."""
+    if q_descale is not None or k_descale is not None or v_descale is not None or _fp8.is_fp8(q):
+        return _fp8_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                         deterministic, return_attn_probs, learnable_sink, q_descale, k_descale, v_descale)
     if (dropout_p == 0.0 and softcap == 0.0 and window_size == _OPEN and alibi_slopes is None
             and learnable_sink is None and not deterministic):
         # The plain call, what _attention would route to attention() after parsing every
@@ -200,6 +214,18 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
 
 _OPEN = (-1, -1)  # window_size's default: both sides open
+
+
+def _fp8_call(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+              return_attn_probs, learnable_sink, q_descale, k_descale, v_descale):
+    """flash_attn_func on e4m3 inputs (or given descales): rung 13 (_fp8.attention_fp8)."""
+    if not _fp8.is_fp8(q):
+        raise TypeError("flashladder: q_descale, k_descale and v_descale scale float8_e4m3fn inputs; q is %s"
+                        % (getattr(q, "dtype", type(q).__name__),))
+    _fp8.check_fp8_args(dropout_p, window_size, softcap, alibi_slopes, learnable_sink, deterministic)
+    res = _fp8.attention_fp8(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causal,
+                             return_lse=return_attn_probs)
+    return (res[0], res[1], None) if return_attn_probs else res
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
