@@ -157,30 +157,19 @@ __global__ void quantize_rows_kernel(Src t, bool rotate_rows, unsigned long long
   }
 }
 
-/// One element of V as its e4m3 code: a 16-bit value scaled by @p inv and rounded, or (an e4m3
-/// V, the package's flash_attn_func: transpose_v_e4m3) its code as it is.
-template <class T>
-__device__ __forceinline__ uint8_t vt_code(const T* x, float inv) {
-  return to_e4m3(to_float(*x) * inv);
-}
-template <>
-__device__ __forceinline__ uint8_t vt_code<uint8_t>(const uint8_t* x, float) {
-  return *x;
-}
-
 /// V to e4m3 [batch, heads_kv, d, vt_seqlen]: 64 positions of one (batch, KV head) per block,
 /// staged in shared memory so both the reads (along d) and the writes (along keys) are coalesced.
-/// @p descale null: V is e4m3 already (T = uint8_t), only transposed.
 template <class T>
 __global__ void quantize_vt_kernel(Src t, int D, int vt_seqlen, const float* descale, uint8_t* dst) {
   extern __shared__ uint8_t tile[];  // [D][64]
   const int pos0 = blockIdx.x * 64, h = blockIdx.y, b = blockIdx.z;
-  const float inv = descale != nullptr ? 1.f / descale[b * t.heads_kv + h] : 1.f;
+  const float inv = 1.f / descale[b * t.heads_kv + h];
   const T* base = static_cast<const T*>(t.base) + b * t.batch_stride + h * t.head_stride;
   for (int idx = threadIdx.x; idx < 64 * D; idx += blockDim.x) {
     const int pos = idx / D, c = idx % D;
     const int key = vt_key_at(pos0 + pos);
-    tile[c * 64 + pos] = key < t.seqlen ? vt_code(base + static_cast<int64_t>(key) * t.row_stride + c, inv) : 0;
+    const float v = key < t.seqlen ? to_float(base[key * t.row_stride + c]) : 0.f;
+    tile[c * 64 + pos] = to_e4m3(v * inv);
   }
   __syncthreads();
   uint8_t* out = dst + (static_cast<int64_t>(b) * t.heads_kv + h) * D * vt_seqlen;
@@ -320,16 +309,53 @@ void quantize_e4m3(const void* x, DType dtype, int batch, int seqlen, int heads,
   });
 }
 
+/// Positions of a V^T row per transpose_vt_kernel block: 128 bytes, a whole cache line per row.
+constexpr int kTransposePositions = 128;
+
+/// An e4m3 V to V^T (transpose_v_e4m3), 16 bytes per access both ways: the block's 128 positions
+/// of one (batch, KV head), each thread loading 16 bytes of one key's row (positions fastest
+/// across threads, so its byte writes into the staged [D][128] tile hit distinct banks) and then
+/// storing 16 consecutive positions of one V^T row. Rows need 16-byte aligned starts (the caller
+/// checks the strides); vt_seqlen is a multiple of 16.
+__global__ void transpose_vt_kernel(const uint8_t* v, int D, int seqlen, int64_t batch_stride, int64_t row_stride,
+                                    int64_t head_stride, int vt_seqlen, uint8_t* dst) {
+  extern __shared__ uint8_t tile[];  // [D][kTransposePositions]
+  constexpr int P = kTransposePositions;
+  const int pos0 = blockIdx.x * P, h = blockIdx.y, b = blockIdx.z;
+  const uint8_t* base = v + b * batch_stride + h * head_stride;
+  const int chunks = D / 16;
+  for (int idx = threadIdx.x; idx < P * chunks; idx += blockDim.x) {
+    const int pos = idx % P, c16 = idx / P;
+    const int key = vt_key_at(pos0 + pos);
+    uint4 x = make_uint4(0, 0, 0, 0);
+    if (key < seqlen) x = *reinterpret_cast<const uint4*>(base + static_cast<int64_t>(key) * row_stride + 16 * c16);
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&x);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) tile[(16 * c16 + e) * P + pos] = bytes[e];
+  }
+  __syncthreads();
+  uint8_t* out = dst + (static_cast<int64_t>(b) * gridDim.y + h) * D * vt_seqlen;
+  for (int idx = threadIdx.x; idx < D * (P / 16); idx += blockDim.x) {
+    const int c = idx / (P / 16), p16 = 16 * (idx % (P / 16));
+    if (pos0 + p16 < vt_seqlen)
+      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(c) * vt_seqlen + pos0 + p16) =
+          *reinterpret_cast<const uint4*>(tile + c * P + p16);
+  }
+}
+
 void transpose_v_e4m3(const uint8_t* v, int batch, int seqlen, int heads_kv, int head_dim, const int64_t strides[3],
                       int vt_seqlen, uint8_t* vt, cudaStream_t s) {
   if (batch < 1 || seqlen < 1 || heads_kv < 1 || vt_seqlen != vt_row_length(seqlen))
     throw std::invalid_argument("transpose_v_e4m3: batch, seqlen, heads_kv >= 1 and vt_seqlen = vt_row_length(seqlen)");
   if (head_dim != 64 && head_dim != 128 && head_dim != 256)
     throw std::invalid_argument("transpose_v_e4m3: head_dim 64, 128 or 256");
-  const Src t{v, batch, seqlen, heads_kv, strides[0], strides[1], strides[2], 1, heads_kv};
-  const dim3 grid(vt_seqlen / 64 + (vt_seqlen % 64 != 0), heads_kv, batch);
-  quantize_vt_kernel<uint8_t><<<grid, kThreads, 64 * head_dim, s>>>(t, head_dim, vt_seqlen, nullptr, vt);
-  FL_LAUNCH_CHECK("quantize_vt_kernel (transpose)");
+  if (reinterpret_cast<uintptr_t>(v) % 16 != 0 || reinterpret_cast<uintptr_t>(vt) % 16 != 0 || strides[0] % 16 != 0 ||
+      strides[1] % 16 != 0 || strides[2] % 16 != 0)
+    throw std::invalid_argument("transpose_v_e4m3: v, vt and v's strides must be 16-byte aligned");
+  const dim3 grid((vt_seqlen + kTransposePositions - 1) / kTransposePositions, heads_kv, batch);
+  transpose_vt_kernel<<<grid, kThreads, kTransposePositions * head_dim, s>>>(v, head_dim, seqlen, strides[0],
+                                                                             strides[1], strides[2], vt_seqlen, vt);
+  FL_LAUNCH_CHECK("transpose_vt_kernel");
 }
 
 HostInputs DeviceFp8::dequantized() const {

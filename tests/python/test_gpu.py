@@ -2404,6 +2404,10 @@ def part_fp8():
     ones = torch.ones(b, hkv, device="cuda")
     out, lse, _ = flash_attn_func(q8, k8, v8, causal=True, return_attn_probs=True)
     judge_fp8("fp8 without descales, strided q, k and v", out, lse, q8, ones, k8, ones, v8, ones, True, "fp16")
+    raw = randn(b * s * hkv * d + 8).to(e4m3)
+    k8m = raw[8:].view(b, s, hkv, d)  # 8 bytes into its storage: copied to an aligned layout, then run
+    out = flash_attn_func(q8, k8m, v8, causal=True)
+    judge_fp8("fp8, k 8 bytes off 16-byte alignment", out, None, q8, ones, k8m, ones, v8, ones, True, "fp16")
 
     # The refusals, one line each.
     q8, qd = fp8_quantize(randn(1, 16, 4, 64), num_heads_kv=2)

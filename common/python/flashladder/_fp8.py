@@ -16,7 +16,7 @@ FlashAttention 3 returns it), the LSE fp32 [batch, heads_q, seqlen_q].
 The V transpose rung 13 needs (the FP8 wgmma reads both operands K-major, so V^T: [batch, heads_kv,
 head_dim, seqlen_k rounded up to 16], its keys in the order P's registers hold them, fp8.h
 vt_key_at) is done here, one kernel per call (_ext.fp8_transpose_v: V's bytes read and written
-once, against the attention's seqlen_q / 128 reads of V). Rung 13 runs dense batches with causal
+once, 16 bytes per access, against the attention's seqlen_q / 128 reads of V). Rung 13 runs dense batches with causal
 (bottom-right) or no mask, GQA, head_dim 64, 128 or 256 on sm_90; anything else is refused in one
 line naming the argument: windows, softcap, ALiBi, sinks, dropout, packed batches, and the
 backward (FP8 has none here: nothing that requires grad is taken).
@@ -143,11 +143,10 @@ def attention_fp8(q, k, v, q_descale=None, k_descale=None, v_descale=None, softm
         raise ValueError("flashladder: no FP8 rung runs %s on this GPU: rung 13: %s" % (problem.describe(), why))
     out = torch.empty((b, sq, hq, d), dtype=OUT_DTYPE, device=dev)
     lse = torch.empty((b, hq, sq), dtype=torch.float32, device=dev)
-    # Rung 13's TMA reads q and k rows as they are: 16-byte aligned strides and a contiguous head_dim.
-    q, k = (t if t.stride(3) == 1 and all(x % 16 == 0 for x in t.stride()[:3]) and t.data_ptr() % 16 == 0
-            else t.contiguous() for t in (q, k))
-    if v.stride(3) != 1:
-        v = v.contiguous()
+    # Rung 13's TMA (q, k) and V's transpose read rows as they are: a contiguous head_dim and 16-byte
+    # aligned strides and start; anything else is copied to a layout that has them.
+    q, k, v = (t if t.stride(3) == 1 and all(x % 16 == 0 for x in t.stride()[:3]) and t.data_ptr() % 16 == 0
+               else t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
     st = _launch.stream(q)
     vt = torch.empty((b, hkv, d, _ext.fp8_vt_seqlen(sk)), dtype=E4M3, device=dev)
     _ext.fp8_transpose_v(v.data_ptr(), [b, sk, hkv, d], [v.stride(0), v.stride(1), v.stride(2)], vt.data_ptr(), st,
