@@ -698,10 +698,11 @@ NB_MODULE(_ext, m) {
       "fp8_forward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<uintptr_t, 3>& descales, const std::array<int64_t, 3>& q_strides,
-         const std::array<int64_t, 3>& k_strides, uintptr_t stream, int device) {
+         const std::array<int64_t, 3>& k_strides, uintptr_t stream, int device, bool planned) {
         const Rung& r = find_rung(number, variant);
         if (!r.launch) refuse_if(r.label() + " has no forward launch");
-        refuse_if(supports_reason(r, p, device_info(device), true));
+        // planned: the caller asked fp8_supports for this Problem on this device before (its plan)
+        if (!planned) refuse_if(supports_reason(r, p, device_info(device), true));
         const char* names[5] = {"q", "k", "v (transposed)", "out", "lse"};
         for (int i = 0; i < 5; ++i)
           if (ptr[i] == 0 || ptr[i] % (i == 4 ? 4 : 16) != 0)
@@ -732,11 +733,12 @@ NB_MODULE(_ext, m) {
         r.launch(a, reinterpret_cast<cudaStream_t>(stream));
       },
       "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "descales"_a, "q_strides"_a, "k_strides"_a, "stream"_a,
-      "device"_a,
+      "device"_a, "planned"_a = false,
       "Launches an FP8 entry (rung 13) on e4m3 tensors (asynchronous). ptrs: q [batch, seqlen_q, heads_q, d] "
       "and k [batch, seqlen_k, heads_kv, d] (e4m3, strides batch, row, head in bytes, multiples of 16), V^T as "
       "fp8_transpose_v writes it, out (problem.dtype, dense [batch, seqlen_q, heads_q, d]), lse (fp32 dense "
-      "[batch, heads_q, seqlen_q]); descales: q's, k's, v's (fp32 [batch, heads_kv], contiguous)");
+      "[batch, heads_q, seqlen_q]); descales: q's, k's, v's (fp32 [batch, heads_kv], contiguous); planned: "
+      "fp8_supports was asked for this problem and device before, so it is not asked again");
 
   // ---- metadata read on the device (metadata.h): checked and clamped without a synchronization --
   m.def(

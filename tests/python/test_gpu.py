@@ -2369,6 +2369,21 @@ def part_fp8():
                 ran += 1
     expect_runs("fp8 cases", ran, 3 * 2 * len(cases))
 
+    # A signature that passed the checks runs without them next time (_fp8.FP8_FAST): the same bits.
+    from flashladder import _fp8
+
+    _fp8.FP8_FAST.clear()
+    q8, qd = fp8_quantize(randn(2, 300, 8, 128), num_heads_kv=2)
+    k8, kd = fp8_quantize(randn(2, 300, 2, 128))
+    v8, vd = fp8_quantize(randn(2, 300, 2, 128))
+    outs = [flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd) for _ in range(3)]
+    COMPARED[0] += 1
+    if len(_fp8.FP8_FAST) != 1 or not all(torch.equal(outs[0], o) for o in outs[1:]):
+        fail("fp8 fast path: %d signatures kept (1 expected), outputs equal: %s" % (
+            len(_fp8.FP8_FAST), [torch.equal(outs[0], o) for o in outs[1:]]))
+    else:
+        print("ok   fp8 fast path: the signature kept once, its calls equal to the checked call bit for bit")
+
     # Outliers in a few channels, with and without the rotation of q and k (one seed for both).
     b, s, h, d = 2, 512, 8, 128
     q, k, v = randn(b, s, h, d, dtype=torch.bfloat16), randn(b, s, h, d, dtype=torch.bfloat16), \

@@ -113,10 +113,71 @@ def check_fp8_args(dropout_p, window_size, softcap, alibi_slopes, learnable_sink
     del deterministic  # the forward is deterministic: nothing to refuse
 
 
+#: The FP8 calls' signatures that passed the checked path (_fp8_checked): signature -> _Fp8Plan. A call
+#: with a known signature runs only its allocations and its two launches (as _launch.FAST does for the
+#: 16-bit call); bounded like _core's caches.
+FP8_FAST = {}
+FP8_FAST_MAX = 1024
+
+
+class _Fp8Plan:
+    """What a signature's calls share: the Problem (checked by rung 13's supports once), V^T's shape,
+    and the descale of 1 that an argument left out stands for."""
+
+    __slots__ = ("problem", "vt_shape", "ones")
+
+    def __init__(self, problem, vt_shape, ones):
+        self.problem, self.vt_shape, self.ones = problem, vt_shape, ones
+
+
+def _signature(q, k, v, causal, softmax_scale, descales):
+    """Everything the checked path reads of a call, or None when an argument is not a tensor. The
+    data pointers enter only as their 16-byte alignment (a copy is made where they are not)."""
+    try:
+        return (q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+                k.device, v.device, (q.data_ptr() | k.data_ptr() | v.data_ptr()) % 16 == 0,
+                torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad), bool(causal),
+                softmax_scale, tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in descales))
+    except AttributeError:
+        return None
+
+
 def attention_fp8(q, k, v, q_descale=None, k_descale=None, v_descale=None, softmax_scale=None, causal=False,
                   return_lse=False):
     """Rung 13 on e4m3 q [batch, seqlen_q, heads_q, d], k and v [batch, seqlen_k, heads_kv, d] with
-    their descales (module docstring). Returns O (bf16), or (O, LSE) with ``return_lse``."""
+    their descales (module docstring). Returns O (bf16), or (O, LSE) with ``return_lse``. A call whose
+    signature passed the checks before runs without them (FP8_FAST)."""
+    descales = (q_descale, k_descale, v_descale)
+    sig = _signature(q, k, v, causal, softmax_scale, descales)
+    plan = FP8_FAST.get(sig) if sig is not None else None
+    if plan is None:
+        return _fp8_checked(q, k, v, descales, softmax_scale, causal, return_lse, sig)
+    b, sq, hq, d = q.shape
+    dev = q.device
+    out = torch.empty((b, sq, hq, d), dtype=OUT_DTYPE, device=dev)
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=dev)
+    vt = torch.empty(plan.vt_shape, dtype=E4M3, device=dev)
+    _launch_fp8(plan, q, k, v, [plan.ones if t is None else t for t in descales], vt, out, lse, True)
+    return (out, lse) if return_lse else out
+
+
+def _launch_fp8(plan, q, k, v, descales, vt, out, lse, planned):
+    """V's transpose into @p vt, then rung 13, on q's current stream."""
+    st = _launch.stream(q)
+    index = q.device.index
+    b, sk, hkv, d = v.shape
+    _ext.fp8_transpose_v(v.data_ptr(), [b, sk, hkv, d], [v.stride(0), v.stride(1), v.stride(2)], vt.data_ptr(), st,
+                         index)
+    _ext.fp8_forward(FP8_RUNG[0], FP8_RUNG[1], plan.problem,
+                     [q.data_ptr(), k.data_ptr(), vt.data_ptr(), out.data_ptr(), lse.data_ptr()],
+                     [t.data_ptr() for t in descales], [q.stride(0), q.stride(1), q.stride(2)],
+                     [k.stride(0), k.stride(1), k.stride(2)], st, index, planned)
+
+
+def _fp8_checked(q, k, v, descales, softmax_scale, causal, return_lse, sig):
+    """attention_fp8 with every check; a signature that passes them, with nothing to copy, is kept
+    in FP8_FAST."""
+    q_descale, k_descale, v_descale = descales
     named = (("q", q), ("k", k), ("v", v))
     for name, t in named:
         _shape4(name, t)
@@ -135,24 +196,26 @@ def attention_fp8(q, k, v, q_descale=None, k_descale=None, v_descale=None, softm
         raise ValueError("flashladder: heads_q (%d) must be a multiple of heads_kv (%d)" % (hq, hkv))
     scale = _core.check_scale(softmax_scale)
     dev = q.device
-    descales = [_descale(n, t, b, hkv, dev) for n, t in
-                (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))]
+    given = [_descale(n, t, b, hkv, dev) for n, t in
+             (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))]
     problem = _ext.Problem(b, sq, sk, hq, hkv, d, _core.DTYPES[str(OUT_DTYPE)], bool(causal), scale)
     why = _ext.fp8_supports(FP8_RUNG[0], FP8_RUNG[1], problem, dev.index)
     if why:  # an empty batch or no keys included (the problem's own contract, as every rung's)
         raise ValueError("flashladder: no FP8 rung runs %s on this GPU: rung 13: %s" % (problem.describe(), why))
-    out = torch.empty((b, sq, hq, d), dtype=OUT_DTYPE, device=dev)
-    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=dev)
     # Rung 13's TMA (q, k) and V's transpose read rows as they are: a contiguous head_dim and 16-byte
     # aligned strides and start; anything else is copied to a layout that has them.
-    q, k, v = (t if t.stride(3) == 1 and all(x % 16 == 0 for x in t.stride()[:3]) and t.data_ptr() % 16 == 0
-               else t.clone(memory_format=torch.contiguous_format) for t in (q, k, v))
-    st = _launch.stream(q)
-    vt = torch.empty((b, hkv, d, _ext.fp8_vt_seqlen(sk)), dtype=E4M3, device=dev)
-    _ext.fp8_transpose_v(v.data_ptr(), [b, sk, hkv, d], [v.stride(0), v.stride(1), v.stride(2)], vt.data_ptr(), st,
-                         dev.index)
-    _ext.fp8_forward(FP8_RUNG[0], FP8_RUNG[1], problem,
-                     [q.data_ptr(), k.data_ptr(), vt.data_ptr(), out.data_ptr(), lse.data_ptr()],
-                     [t.data_ptr() for t in descales], [q.stride(0), q.stride(1), q.stride(2)],
-                     [k.stride(0), k.stride(1), k.stride(2)], st, dev.index)
+    readable = [t.stride(3) == 1 and all(x % 16 == 0 for x in t.stride()[:3]) and t.data_ptr() % 16 == 0
+                for t in (q, k, v)]
+    q, k, v = (t if ok else t.clone(memory_format=torch.contiguous_format) for t, ok in zip((q, k, v), readable))
+    plan = _Fp8Plan(problem, (b, hkv, d, _ext.fp8_vt_seqlen(sk)),
+                    torch.ones((b, hkv), dtype=torch.float32, device=dev))
+    out = torch.empty((b, sq, hq, d), dtype=OUT_DTYPE, device=dev)
+    lse = torch.empty((b, hq, sq), dtype=torch.float32, device=dev)
+    vt = torch.empty(plan.vt_shape, dtype=E4M3, device=dev)
+    _launch_fp8(plan, q, k, v, given, vt, out, lse, False)
+    contiguous = all(t is None or t.is_contiguous() for t in descales)
+    if sig is not None and all(readable) and contiguous and not torch.compiler.is_compiling():
+        if len(FP8_FAST) >= FP8_FAST_MAX:
+            FP8_FAST.clear()
+        FP8_FAST[sig] = plan
     return (out, lse) if return_lse else out
