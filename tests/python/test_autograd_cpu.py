@@ -35,7 +35,10 @@ reference on the CPU and a recorder. The checks:
 9. flash_attn_varlen_func under autograd checks its cu_seqlens on the device once per step: one
    clamping launch (_launch.sanitized_varlen) before the forward, whose clamped copies the forward
    and the backward launches both take (``checked``); a second call with the same signature does
-   not run check_varlen's host checks again (check_varlen_cached).
+   not run check_varlen's host checks again (check_varlen_cached). The clamped copies are kept per
+   caller's pair (_launch.VARLEN_CHECKED), as a model's layers pass one pair: the same unchanged
+   pair is clamped once; a change in place, another pair, other maxima, and a violation raised
+   in between each clamp again.
    A window_size given as a tensor of two ints (FlashAttention's tests draw one) runs the window.
    With a block_table, the pools' pages are gathered into packed keys at cu_seqlens_k's places
    (one table check with each sequence's key count), and the gradient reaches the used slots.
@@ -65,7 +68,7 @@ except ImportError:
     sys.exit(SKIP)
 
 import flashladder  # noqa: E402
-from flashladder import _core, _flash, _launch, _ops  # noqa: E402
+from flashladder import _core, _ext, _flash, _launch, _ops  # noqa: E402
 
 from cpu_stubs import check, cpu_key, exit_status  # noqa: E402  tests/python/cpu_stubs.py
 
@@ -456,6 +459,48 @@ def test_varlen_checked_once():
          _core.check_varlen) = saved
 
 
+def test_varlen_checked_kept():
+    launches = []
+
+    def fake_sanitize(cu_q, cu_k, batch, total_q, total_k, max_q, max_k, out_q, out_k, stream, device):
+        launches.append((cu_q, cu_k, max_q, max_k))
+
+    record = [""]
+    saved = (_ext.sanitize_varlen, _launch.stream, _ext.metadata_errors)
+    _ext.sanitize_varlen, _launch.stream = fake_sanitize, (lambda t: 0)
+    _ext.metadata_errors = lambda device, clear: record[0]
+    _launch.VARLEN_CHECKED.clear()
+    try:
+        cu = torch.tensor([0, 5, 12], dtype=torch.int32)
+        q = torch.zeros(12, 4, 16)
+        varlen = (2, 12, 12, 7, 7)
+        first = _launch.sanitized_varlen(cu, cu, varlen, q)
+        again = _launch.sanitized_varlen(cu, cu, varlen, q)
+        check(len(launches) == 1 and first[0] is again[0] and first[1] is again[1],
+              "varlen: the same unchanged cu_seqlens pair is clamped once, its copies reused (%d launches)"
+              % len(launches))
+        cu.add_(0)  # a change in place: a new version
+        _launch.sanitized_varlen(cu, cu, varlen, q)
+        check(len(launches) == 2, "varlen: cu_seqlens changed in place are clamped again")
+        other = cu.clone()
+        _launch.sanitized_varlen(other, other, varlen, q)
+        check(len(launches) == 3, "varlen: another pair of tensors is clamped")
+        _launch.sanitized_varlen(other, other, (2, 12, 12, 8, 7), q)
+        check(len(launches) == 4, "varlen: other maxima clamp again")
+        record[0] = "cu_seqlens_q decreases"
+        try:
+            _launch.raise_metadata_errors(0)
+            check(False, "varlen: a recorded violation is raised")
+        except _core.MetadataError:
+            pass
+        record[0] = ""
+        _launch.sanitized_varlen(other, other, varlen, q)
+        check(len(launches) == 5, "varlen: after a violation is raised, the same pair is clamped (and checked) again")
+    finally:
+        _ext.sanitize_varlen, _launch.stream, _ext.metadata_errors = saved
+        _launch.VARLEN_CHECKED.clear()
+
+
 # ---- 10 ---------------------------------------------------------------------------------------------
 
 def test_dropout():
@@ -696,6 +741,7 @@ def main():
     test_paged_varlen()
     test_window_as_tensor()
     test_varlen_checked_once()
+    test_varlen_checked_kept()
     test_dropout()
     test_realigned()
     test_padded_head_dim()

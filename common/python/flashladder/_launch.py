@@ -10,6 +10,7 @@ never sees a tensor: pointers, strides and the stream as integers.
 """
 
 import atexit
+import collections
 
 import torch
 
@@ -63,20 +64,50 @@ def raise_metadata_errors(device):
     flashladder.check_errors()) after the record reached the host."""
     text = _ext.metadata_errors(device, True)
     if text:
+        VARLEN_CHECKED.clear()  # the caller's next call with the same metadata is checked again
         raise _core.MetadataError("flashladder: %s (found by the metadata checks of an earlier call on cuda:%d, which "
                            "read and wrote only inside its tensors; its output is not attention of what was "
                            "passed)" % (text, device))
 
 
+#: The clamped copies of the cu_seqlens pairs checked last (sanitized_varlen): a model passes the
+#: same cu_seqlens to every layer of a step, so they are checked once per step, not once per layer.
+#: Keyed by the caller's tensors' identity and version counters (a change in place is a new
+#: version: checked again), the problem's totals and maxima, and the stream; an entry holds the
+#: caller's tensors, so no other tensor can take their identity while it is kept. Emptied when a
+#: violation is raised (raise_metadata_errors), so a call with the same bad cu_seqlens is checked,
+#: and reported, again. Not used while a CUDA graph captures: each replay checks its own values.
+VARLEN_CHECKED = collections.OrderedDict()
+VARLEN_CHECKED_MAX = 16
+
+
+def _capturing():
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 def sanitized_varlen(cu_q, cu_k, varlen, q):
     """(cu_seqlens_q, cu_seqlens_k) clamped on the device (one launch, no synchronization): non-
     decreasing from 0, each length at most max_seqlen, ending at most at the packed tensors'
-    tokens; a violation is recorded for raise_metadata_errors. ``varlen``: Mods.varlen."""
+    tokens; a violation is recorded for raise_metadata_errors. ``varlen``: Mods.varlen. The same
+    pair of tensors, unchanged, on the same stream, reuses its clamped copies (VARLEN_CHECKED)."""
+    st = stream(q)
+    key = None
+    if not _capturing():
+        key = (id(cu_q), cu_q._version, id(cu_k), cu_k._version, tuple(varlen), st)
+        hit = VARLEN_CHECKED.get(key)
+        if hit is not None and hit[0] is cu_q and hit[1] is cu_k:
+            VARLEN_CHECKED.move_to_end(key)
+            return hit[2], hit[3]
     batch, total_q, total_k, max_q, max_k = varlen
     out = torch.empty((2, batch + 1), dtype=torch.int32, device=q.device)
     _ext.sanitize_varlen(cu_q.data_ptr(), cu_k.data_ptr(), batch, total_q, total_k, max_q, max_k,
-                         out[0].data_ptr(), out[1].data_ptr(), stream(q), q.device.index)
-    return out[0], out[1]
+                         out[0].data_ptr(), out[1].data_ptr(), st, q.device.index)
+    clamped_q, clamped_k = out[0], out[1]
+    if key is not None:
+        VARLEN_CHECKED[key] = (cu_q, cu_k, clamped_q, clamped_k)
+        if len(VARLEN_CHECKED) > VARLEN_CHECKED_MAX:
+            VARLEN_CHECKED.popitem(last=False)
+    return clamped_q, clamped_k
 
 
 def sanitized_table(lengths, block_table, page, pool_pages, q):
