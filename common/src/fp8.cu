@@ -62,35 +62,7 @@ struct Src {
   int64_t batch_stride, row_stride, head_stride;
   int group;     ///< heads per scale index (Q: heads_q / heads_kv; K, V: 1)
   int heads_kv;  ///< scale indices per batch
-  bool vec = false;  ///< a lane's values load as one vector (vectorizable(): 16-byte aligned rows)
 };
-
-/// True when every row of @p t starts on 16 bytes (the base and the three strides): a lane's E
-/// 16-bit values are then one aligned load of 2 E bytes.
-bool vectorizable(const Src& t) {
-  return reinterpret_cast<uintptr_t>(t.base) % 16 == 0 && t.batch_stride % 8 == 0 && t.row_stride % 8 == 0 &&
-         t.head_stride % 8 == 0;
-}
-
-/// The vector type of @p BYTES bytes (a lane's E 16-bit values: 4, 8 or 16 bytes).
-template <int BYTES>
-struct VecOf;
-template <>
-struct VecOf<4> {
-  using type = uint32_t;
-};
-template <>
-struct VecOf<8> {
-  using type = uint2;
-};
-template <>
-struct VecOf<16> {
-  using type = uint4;
-};
-
-/// Rows a warp loads before it works on the first of them (the quantize kernels): four loads in
-/// flight per warp instead of one, for the memory system's sake.
-constexpr int kRowsInFlight = 4;
 
 /// Rows in (batch, head, seqlen) order, so a warp's contiguous chunk of rows shares one scale.
 struct RowIndex {
@@ -111,16 +83,8 @@ template <class T, int E>
 __device__ __forceinline__ Row<E> load_row(const Src& t, const RowIndex& i, int lane) {
   const T* row = static_cast<const T*>(t.base) + i.b * t.batch_stride + i.s * t.row_stride + i.h * t.head_stride;
   Row<E> r;
-  if (t.vec) {
-    using V = typename VecOf<E * static_cast<int>(sizeof(T))>::type;
-    const V v = *reinterpret_cast<const V*>(row + lane * E);
-    const T* x = reinterpret_cast<const T*>(&v);
 #pragma unroll
-    for (int e = 0; e < E; ++e) r.x[e] = to_float(x[e]);
-  } else {
-#pragma unroll
-    for (int e = 0; e < E; ++e) r.x[e] = to_float(row[lane * E + e]);
-  }
+  for (int e = 0; e < E; ++e) r.x[e] = to_float(row[lane * E + e]);
   return r;
 }
 
@@ -142,33 +106,22 @@ __global__ void amax_kernel(Src t, bool per_tensor, bool rotate_rows, unsigned l
   warp_chunk(static_cast<long long>(t.batch) * t.heads * t.seqlen, &r0, &r1);
   int cur = -1;
   float run = 0.f;
-  for (long long r = r0; r < r1; r += kRowsInFlight) {
-    RowIndex idx[kRowsInFlight];
-    Row<E> rows[kRowsInFlight];
-#pragma unroll
-    for (int j = 0; j < kRowsInFlight; ++j)
-      if (r + j < r1) {
-        idx[j] = row_index(t, r + j);
-        rows[j] = load_row<T, E>(t, idx[j], lane);
-      }
-#pragma unroll
-    for (int j = 0; j < kRowsInFlight; ++j) {
-      if (r + j >= r1) break;
-      const int si = scale_index(t, idx[j], per_tensor);
-      if (si != cur) {
-        if (cur >= 0 && lane == 0) atomicMax(reinterpret_cast<int*>(amax + cur), __float_as_int(run));
-        cur = si;
-        run = 0.f;
-      }
-      Row<E>& row = rows[j];
-      if (rotate_rows) rotate(row, lane, seed);
-      float m = 0.f;
-#pragma unroll
-      for (int e = 0; e < E; ++e) m = fmaxf(m, fabsf(row.x[e]));
-#pragma unroll
-      for (int s = 16; s > 0; s /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
-      run = fmaxf(run, m);
+  for (long long r = r0; r < r1; ++r) {
+    const RowIndex i = row_index(t, r);
+    const int idx = scale_index(t, i, per_tensor);
+    if (idx != cur) {
+      if (cur >= 0 && lane == 0) atomicMax(reinterpret_cast<int*>(amax + cur), __float_as_int(run));
+      cur = idx;
+      run = 0.f;
     }
+    Row<E> row = load_row<T, E>(t, i, lane);
+    if (rotate_rows) rotate(row, lane, seed);
+    float m = 0.f;
+#pragma unroll
+    for (int e = 0; e < E; ++e) m = fmaxf(m, fabsf(row.x[e]));
+#pragma unroll
+    for (int s = 16; s > 0; s /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+    run = fmaxf(run, m);
   }
   if (cur >= 0 && lane == 0) atomicMax(reinterpret_cast<int*>(amax + cur), __float_as_int(run));
 }
@@ -193,26 +146,14 @@ __global__ void quantize_rows_kernel(Src t, bool rotate_rows, unsigned long long
   const int lane = threadIdx.x % 32;
   long long r0, r1;
   warp_chunk(static_cast<long long>(t.batch) * t.heads * t.seqlen, &r0, &r1);
-  for (long long r = r0; r < r1; r += kRowsInFlight) {
-    RowIndex idx[kRowsInFlight];
-    Row<E> rows[kRowsInFlight];
+  for (long long r = r0; r < r1; ++r) {
+    const RowIndex i = row_index(t, r);
+    const float inv = 1.f / descale[scale_index(t, i, false)];
+    Row<E> row = load_row<T, E>(t, i, lane);
+    if (rotate_rows) rotate(row, lane, seed);
+    uint8_t* out = dst + ((static_cast<int64_t>(i.b) * t.seqlen + i.s) * t.heads + i.h) * (32 * E) + lane * E;
 #pragma unroll
-    for (int j = 0; j < kRowsInFlight; ++j)
-      if (r + j < r1) {
-        idx[j] = row_index(t, r + j);
-        rows[j] = load_row<T, E>(t, idx[j], lane);
-      }
-#pragma unroll
-    for (int j = 0; j < kRowsInFlight; ++j) {
-      if (r + j >= r1) break;
-      const RowIndex& i = idx[j];
-      const float inv = 1.f / descale[scale_index(t, i, false)];
-      Row<E>& row = rows[j];
-      if (rotate_rows) rotate(row, lane, seed);
-      uint8_t* out = dst + ((static_cast<int64_t>(i.b) * t.seqlen + i.s) * t.heads + i.h) * (32 * E) + lane * E;
-#pragma unroll
-      for (int e = 0; e < E; ++e) out[e] = to_e4m3(row.x[e] * inv);
-    }
+    for (int e = 0; e < E; ++e) out[e] = to_e4m3(row.x[e] * inv);
   }
 }
 
@@ -320,13 +261,12 @@ void DeviceFp8::quantize(cudaStream_t s) {
   const Problem& p = p_;
   const int n = p.batch * p.heads_kv;
   const bool per_tensor = o_.scaling == Fp8Scaling::tensor;
-  Src q{src_.q, p.batch, p.seqlen_q, p.heads_q, src_.q_batch_stride, src_.q_row_stride,
-        src_.q_head_stride, p.group(), p.heads_kv};
-  Src k{src_.k, p.batch, p.seqlen_k, p.heads_kv, src_.k_batch_stride, src_.k_row_stride,
-        src_.k_head_stride, 1, p.heads_kv};
-  Src v{src_.v, p.batch, p.seqlen_k, p.heads_kv, src_.v_batch_stride, src_.v_row_stride,
-        src_.v_head_stride, 1, p.heads_kv};
-  for (Src* x : {&q, &k, &v}) x->vec = vectorizable(*x);
+  const Src q{src_.q, p.batch, p.seqlen_q, p.heads_q, src_.q_batch_stride, src_.q_row_stride,
+              src_.q_head_stride, p.group(), p.heads_kv};
+  const Src k{src_.k, p.batch, p.seqlen_k, p.heads_kv, src_.k_batch_stride, src_.k_row_stride,
+              src_.k_head_stride, 1, p.heads_kv};
+  const Src v{src_.v, p.batch, p.seqlen_k, p.heads_kv, src_.v_batch_stride, src_.v_row_stride,
+              src_.v_head_stride, 1, p.heads_kv};
   float* amax = amax_.as<float>();
   float* descale = descale_.as<float>();
   FL_CUDA_CHECK(cudaMemsetAsync(amax, 0, amax_.bytes(), s));
@@ -356,8 +296,7 @@ void quantize_e4m3(const void* x, DType dtype, int batch, int seqlen, int heads,
   if (batch < 1 || seqlen < 1 || heads < 1 || heads_kv < 1 || heads % heads_kv != 0)
     throw std::invalid_argument("quantize_e4m3: batch, seqlen, heads >= 1 and heads a multiple of heads_kv");
   const int n = batch * heads_kv;
-  Src t{x, batch, seqlen, heads, strides[0], strides[1], strides[2], heads / heads_kv, heads_kv};
-  t.vec = vectorizable(t);
+  const Src t{x, batch, seqlen, heads, strides[0], strides[1], strides[2], heads / heads_kv, heads_kv};
   FL_CUDA_CHECK(cudaMemsetAsync(amax, 0, n * sizeof(float), s));
   FL_DTYPE_SWITCH(dtype, T, [&] {
     with_lane_values(head_dim, [&](auto e_tag) {
