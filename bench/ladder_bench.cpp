@@ -49,6 +49,11 @@
 //             1k..16k, causal 0/1
 //   mla-prefill-backward: the same shapes, the backward pass alone (rung 16's backward entry,
 //             Rung::head_dim_v: rung 14's kernel with V's and dO's maps at 128 columns)
+//   decode-fp8: an FP8 KV cache (Rung::fp8_kv_cache: rung 08's fp8-kv, e4m3 K and V made once,
+//             per (batch, KV head) scales, outside the time) beside the 16-bit decode rungs:
+//             batch 1 and 8, 32 query heads on 8 KV heads, head_dim 128, seqlen_k 4k..128k,
+//             contiguous and pages of 64; GB/s of the cache's bytes as each reads them (one byte
+//             per element for e4m3), quantize_ms and e2e_rel_fro as the fp8 family's
 //   fp8:      the FP8 rungs (Rung::fp8_inputs: 13) and the entries they name as baselines
 //             (rung 10) on the prefill shapes at head_dim 64, 128 and 256, causal 0/1; the
 //             e4m3 inputs are made once (per-head scales) outside the time, and the counters
@@ -61,7 +66,8 @@
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
 // Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|
-// hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward|all
+// hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward|
+// decode-fp8|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
 // and decode sweeps too) --fl_quick --fl_check=none|sample --fl_head_dims=64,128
 // --fl_dtype=fp16|bf16 (the 16-bit type of every family but fp8's; fp16 by default)
@@ -91,7 +97,7 @@ struct Config {
   std::set<std::string> families{"prefill", "decode",        "ablation",       "paged", "backward",
                                  "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen",
                                  "varlen-backward", "masks", "masks-backward", "mla-decode", "mla-prefill",
-                                 "mla-prefill-backward"};
+                                 "mla-prefill-backward", "decode-fp8"};
   std::set<int> rungs;  // empty: all
   std::set<int> head_dims;
   bool variants = false;
@@ -144,7 +150,7 @@ struct Shape {
       s << "/N" << p.seqlen_q << "/causal" << (p.causal ? 1 : 0);
     else
       s << "/B" << p.batch << "/Hkv" << p.heads_kv << "/Sk" << p.seqlen_k;
-    if (family == "paged" || family == "mla-decode") s << "/P" << p.page_size;
+    if (family == "paged" || family == "mla-decode" || family == "decode-fp8") s << "/P" << p.page_size;
     if (deterministic) s << "/det";
     return s.str();
   }
@@ -289,6 +295,13 @@ std::vector<Shape> sweep(const Config& c) {
           if (c.quick && (sk == 2048 || sk == 8192 || sk == 32768)) continue;
           out.push_back(decode_shape("decode", b, hkv, sk, 0));
         }
+  if (c.wants("decode-fp8"))  // the FP8 cache beside the 16-bit one: GQA 32/8, contiguous and pages of 64
+    for (int b : {1, 8})
+      for (int page : {0, 64})
+        for (int sk = 4096; sk <= 131072; sk *= 2) {
+          if (c.quick && (sk == 8192 || sk == 32768)) continue;
+          out.push_back(decode_shape("decode-fp8", b, 8, sk, page));
+        }
   if (c.wants("ablation"))
     for (int d : {32, 64, 128, 256})
       if (dim_ok(d))
@@ -426,7 +439,14 @@ bool runs_in(const Config& c, const Shape& s, const Rung& r) {
     return r.min_cc >= 90 && !r.fp8_inputs && (r.variant.empty() || c.variants);
   if (f == "varlen") return r.varlen && (r.variant.empty() || c.variants);
   if (f == "fp8")  // FP8 rungs, and the entries they declare as their baselines (rung 10)
-    return r.fp8_inputs ? r.variant.empty() || c.variants : is_a_main_baseline(r, true);
+    return r.fp8_inputs && !r.fp8_kv_cache ? r.variant.empty() || c.variants : is_a_main_baseline(r, true);
+  if (f == "decode-fp8") {  // the FP8 KV cache entries, and the 16-bit main entry of each one's rung
+    if (r.fp8_kv_cache) return true;
+    if (!r.variant.empty() || r.fp8_inputs || !r.decode) return false;
+    for (const Rung& o : registry().all())
+      if (o.number == r.number && o.fp8_kv_cache) return true;
+    return false;
+  }
   return r.variant.empty() || c.variants || is_a_main_baseline(r);
 }
 
@@ -542,7 +562,7 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   const Problem& p = s.p;
   const HostInputs& in = inputs_for(p);
   DeviceProblem dp(p, in, r->workspace_bytes ? r->workspace_bytes(p) : 0);
-  if (r->fp8_inputs) dp.to_fp8(Fp8Options{}, 1);  // per-head e4m3, made once outside the time
+  if (r->fp8_inputs) dp.to_fp8(Fp8Options{}, 1, r->fp8_kv_cache);  // per-head e4m3, made once outside the time
   dp.poison_outputs();
   launch_once(*r, dp);  // also the warm-up (module load)
   ErrorStats e2e;
@@ -554,9 +574,12 @@ void run_bench_or_throw(benchmark::State& state, const Rung* r, const Shape& s, 
   int launches = 0;
   const double med = median_launch_ms([&] { r->launch(dp.params(), nullptr); }, dev, &launches);
   set_counters(state, r, s, med, launches, tflops_of(p, med),
-               gbps_of(p, med, s.family == "decode" || s.family == "paged" || s.family == "mla-decode"
-                                   ? Peak::memory  // the cache's bytes (MLA's latent cache once)
-                                   : r->peak));
+               gbps_of(p, med,
+                       s.family == "decode" || s.family == "paged" || s.family == "mla-decode" ||
+                               s.family == "decode-fp8"
+                           ? Peak::memory  // the cache's bytes (MLA's latent cache once)
+                           : r->peak,
+                       r->fp8_kv_cache));
   if (r->fp8_inputs) {  // what the FP8 path costs once per Q/K/V, and its end-to-end error
     int qlaunches = 0;
     state.counters["quantize_ms"] = median_launch_ms([&] { dp.fp8()->quantize(); }, dev, &qlaunches);
@@ -631,7 +654,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, decode-fp8, all)\n",
                        f.c_str());
           return 2;
         }

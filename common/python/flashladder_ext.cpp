@@ -118,6 +118,9 @@ std::string supports_reason(const Rung& r, const Problem& p, const DeviceInfo& d
   if (!r.not_implemented.empty()) return "not implemented (lab starter): " + r.not_implemented;
   std::string why = validate(p);
   if (why.empty()) why = supports(r, p, d);
+  if (why.empty() && r.fp8_kv_cache)
+    why = "reads an e4m3 KV cache that the C++ harness makes (the runner's --variant fp8-kv); not callable from "
+          "PyTorch yet";
   if (why.empty() && r.fp8_inputs && !fp8)
     why = "takes e4m3 q, k, v with their descales (flash_attn_func on float8_e4m3fn tensors), not 16-bit tensors";
   if (why.empty() && !r.fp8_inputs && fp8) why = "takes 16-bit q, k, v, not e4m3";

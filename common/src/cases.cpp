@@ -18,7 +18,7 @@ size_t forward_workspace_bytes(const Rung& r, const Problem& p) {
 
 size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic) {
   size_t need = DeviceProblem::device_bytes(p, forward_workspace_bytes(r, p));
-  if (r.fp8_inputs) need += DeviceFp8::device_bytes(p);
+  if (r.fp8_inputs) need += DeviceFp8::device_bytes(p, r.fp8_kv_cache);
   if (r.launch_bwd)
     need += DeviceGrads::device_bytes(p, r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0) +
             (r.writes_o_fp32 ? p.o_elements() * sizeof(float) : 0);  // the fp32 O for D
@@ -134,7 +134,7 @@ FwdCase::FwdCase(const Rung& r, const Problem& p, const HostInputs& in, unsigned
 FwdCase::FwdCase(const Rung& r, const Problem& p, const HostInputs& in, unsigned long long seed,
                  const Fp8Options* fp8)
     : r_(r), p_(p), in_(in), seed_(seed), dp_(p, in, r.workspace_bytes ? r.workspace_bytes(p) : 0, seed) {
-  if (fp8) dp_.to_fp8(*fp8, seed);
+  if (fp8) dp_.to_fp8(*fp8, seed, r.fp8_kv_cache);
   dp_.poison_outputs();
 }
 

@@ -123,8 +123,8 @@ DeviceProblem::DeviceProblem(const Problem& p, const HostInputs& in, size_t work
   params16_ = a;
 }
 
-void DeviceProblem::to_fp8(const Fp8Options& o, unsigned long long seed) {
-  fp8_ = std::make_unique<DeviceFp8>(p_, params16_, o, seed);
+void DeviceProblem::to_fp8(const Fp8Options& o, unsigned long long seed, bool kv_cache) {
+  fp8_ = std::make_unique<DeviceFp8>(p_, params16_, o, seed, kv_cache);
   fp8_->quantize();
   FL_CUDA_CHECK(cudaDeviceSynchronize());
   params_ = fp8_->params();

@@ -214,26 +214,64 @@ void with_lane_values(int head_dim, F&& f) {
   }
 }
 
+/// A paged cache's pool rows: every sequence's pages (DeviceProblem's layout).
+size_t pool_rows(const Problem& p) {
+  return static_cast<size_t>(p.batch) * ((p.seqlen_k + p.page_size - 1) / p.page_size) * p.page_size;
+}
+
+/// Elements of the cache mode's e4m3 K (and V): the pool's rows when paged, else dense.
+size_t cache_elements(const Problem& p) {
+  return p.page_size > 0 ? pool_rows(p) * p.heads_kv * p.head_dim : p.kv_elements();
+}
+
+/// The descales of scale indices [0, heads_kv) repeated for every sequence: a paged pool's rows
+/// belong to no sequence in particular, so its scales are per KV head over the whole pool.
+__global__ void broadcast_descale_kernel(float* descale, int batch, int heads_kv) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < heads_kv || i >= batch * heads_kv) return;
+  descale[i] = descale[i % heads_kv];
+}
+
 }  // namespace
 
-std::string DeviceFp8::supports(const Problem& p) {
+std::string DeviceFp8::supports(const Problem& p, const Fp8Options& o, bool kv_cache) {
   if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
     return "the FP8 quantize path takes head_dim 64, 128 or 256";
-  if (p.page_size > 0) return "the FP8 quantize path takes a contiguous K/V (no --page-size)";
+  if (p.page_size > 0 && !kv_cache) return "the FP8 quantize path takes a contiguous K/V (no --page-size)";
   if (p.dv() != p.head_dim) return "the FP8 quantize path takes one head_dim for Q, K and V (no --dim-v)";
+  if (kv_cache && o.hadamard)
+    return "an FP8 KV cache quantizes K and V alone: no --hadamard (Q stays 16-bit, so K cannot be rotated alone)";
+  if (kv_cache && (p.varlen() || p.v_in_k)) return "an FP8 KV cache takes a dense batch and a V of its own";
   return "";
 }
 
-size_t DeviceFp8::device_bytes(const Problem& p) {
+size_t DeviceFp8::device_bytes(const Problem& p, bool kv_cache) {
   const size_t n = static_cast<size_t>(p.batch) * p.heads_kv;
+  if (kv_cache) return 2 * cache_elements(p) + 6 * n * sizeof(float);
   return p.q_elements() + p.kv_elements() +
          static_cast<size_t>(p.batch) * p.heads_kv * p.head_dim * vt_row_length(p.seqlen_k) + 6 * n * sizeof(float);
 }
 
-DeviceFp8::DeviceFp8(const Problem& p, const AttnParams& src, const Fp8Options& o, unsigned long long seed)
-    : p_(p), o_(o), seed_(seed), src_(src) {
-  if (const std::string why = supports(p); !why.empty()) throw std::invalid_argument(why);
+DeviceFp8::DeviceFp8(const Problem& p, const AttnParams& src, const Fp8Options& o, unsigned long long seed,
+                     bool kv_cache)
+    : p_(p), o_(o), seed_(seed), kv_cache_(kv_cache), src_(src) {
+  if (const std::string why = supports(p, o, kv_cache); !why.empty()) throw std::invalid_argument(why);
   const size_t n = static_cast<size_t>(p.batch) * p.heads_kv;
+  if (kv_cache) {
+    // K and V in e4m3 with the 16-bit cache's layout and element strides (dense, or the pool's
+    // rows read through the same block table); Q, O and the LSE as they are.
+    k8_ = DeviceBuffer(cache_elements(p));
+    v8_ = DeviceBuffer(cache_elements(p));
+    amax_ = DeviceBuffer(3 * n * sizeof(float));
+    descale_ = DeviceBuffer(3 * n * sizeof(float));
+    params_ = src;
+    params_.k = k8_.get();
+    params_.v = v8_.get();
+    params_.q_descale = nullptr;
+    params_.k_descale = descale_.as<float>() + n;
+    params_.v_descale = descale_.as<float>() + 2 * n;
+    return;
+  }
   const int vt = vt_row_length(p.seqlen_k);
   q8_ = DeviceBuffer(p.q_elements());
   k8_ = DeviceBuffer(p.kv_elements());
@@ -257,7 +295,48 @@ DeviceFp8::DeviceFp8(const Problem& p, const AttnParams& src, const Fp8Options& 
   params_.vt_seqlen = vt;
 }
 
+void DeviceFp8::quantize_cache(cudaStream_t s) {
+  const Problem& p = p_;
+  const int n = p.batch * p.heads_kv;
+  const bool per_tensor = o_.scaling == Fp8Scaling::tensor;
+  const bool paged = p.page_size > 0;
+  // A paged pool is walked as one sequence of all its rows (its scales then per KV head, repeated
+  // for every sequence below); a contiguous cache per (batch, KV head), as rung 13's K and V.
+  const int batch = paged ? 1 : p.batch;
+  const int rows = paged ? static_cast<int>(pool_rows(p)) : p.seqlen_k;
+  const Src k{src_.k, batch, rows, p.heads_kv, paged ? 0 : src_.k_batch_stride, src_.k_row_stride,
+              src_.k_head_stride, 1, p.heads_kv};
+  const Src v{src_.v, batch, rows, p.heads_kv, paged ? 0 : src_.v_batch_stride, src_.v_row_stride,
+              src_.v_head_stride, 1, p.heads_kv};
+  const int filled = batch * p.heads_kv;  // scale indices the walk fills
+  float* amax = amax_.as<float>();
+  float* descale = descale_.as<float>();
+  FL_CUDA_CHECK(cudaMemsetAsync(amax, 0, amax_.bytes(), s));
+  FL_DTYPE_SWITCH(p.dtype, T, [&] {
+    with_lane_values(p.head_dim, [&](auto e_tag) {
+      constexpr int E = decltype(e_tag)::value;
+      amax_and_scales<T, E>(k, per_tensor, false, seed_, amax + n, s);
+      amax_and_scales<T, E>(v, per_tensor, false, seed_, amax + 2 * n, s);
+      for (int i = 1; i < 3; ++i) {
+        descale_kernel<<<(filled + 255) / 256, 256, 0, s>>>(amax + i * n, descale + i * n, filled, per_tensor);
+        FL_LAUNCH_CHECK("descale_kernel");
+      }
+      quantize_rows<T, E>(k, false, seed_, descale + n, k8_.as<uint8_t>(), s);
+      quantize_rows<T, E>(v, false, seed_, descale + 2 * n, v8_.as<uint8_t>(), s);
+    });
+  });
+  if (paged)
+    for (int i = 1; i < 3; ++i) {
+      broadcast_descale_kernel<<<(n + 255) / 256, 256, 0, s>>>(descale + i * n, p.batch, p.heads_kv);
+      FL_LAUNCH_CHECK("broadcast_descale_kernel");
+    }
+}
+
 void DeviceFp8::quantize(cudaStream_t s) {
+  if (kv_cache_) {
+    quantize_cache(s);
+    return;
+  }
   const Problem& p = p_;
   const int n = p.batch * p.heads_kv;
   const bool per_tensor = o_.scaling == Fp8Scaling::tensor;
@@ -360,6 +439,44 @@ void transpose_v_e4m3(const uint8_t* v, int batch, int seqlen, int heads_kv, int
 
 HostInputs DeviceFp8::dequantized() const {
   const Problem& p = p_;
+  if (kv_cache_) {
+    // Q as it is (16-bit bits, dense); K and V e4m3 x descale per logical token, read through the
+    // block table when paged.
+    const int D = p.head_dim, n = p.batch * p.heads_kv;
+    std::vector<float> descale(3 * n);
+    descale_.download(descale.data(), descale.size() * sizeof(float));
+    std::vector<uint8_t> k8(k8_.bytes()), v8(v8_.bytes());
+    k8_.download(k8.data(), k8.size());
+    v8_.download(v8.data(), v8.size());
+    HostInputs in;
+    in.q.resize(p.q_elements());
+    FL_CUDA_CHECK(cudaMemcpy(in.q.data(), src_.q, in.q.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<int> table;
+    const int pps = p.page_size > 0 ? (p.seqlen_k + p.page_size - 1) / p.page_size : 0;
+    if (p.page_size > 0) {
+      table.resize(static_cast<size_t>(p.batch) * pps);
+      FL_CUDA_CHECK(cudaMemcpy(table.data(), src_.block_table, table.size() * sizeof(int), cudaMemcpyDeviceToHost));
+    }
+    in.kf.resize(p.kv_elements());
+    in.vf.resize(p.kv_elements());
+    for (int b = 0; b < p.batch; ++b)
+      for (int j = 0; j < p.seqlen_k; ++j) {
+        const size_t row = p.page_size > 0
+                               ? static_cast<size_t>(table[static_cast<size_t>(b) * pps + j / p.page_size]) * p.page_size +
+                                     j % p.page_size
+                               : static_cast<size_t>(b) * p.seqlen_k + j;
+        for (int h = 0; h < p.heads_kv; ++h) {
+          const size_t from = (row * p.heads_kv + h) * D;
+          const size_t to = ((static_cast<size_t>(b) * p.seqlen_k + j) * p.heads_kv + h) * D;
+          const float dk = descale[n + b * p.heads_kv + h], dv = descale[2 * n + b * p.heads_kv + h];
+          for (int c = 0; c < D; ++c) {
+            in.kf[to + c] = e4m3_to_float(k8[from + c]) * dk;
+            in.vf[to + c] = e4m3_to_float(v8[from + c]) * dv;
+          }
+        }
+      }
+    return in;
+  }
   const int D = p.head_dim, n = p.batch * p.heads_kv, vt = params_.vt_seqlen;
   std::vector<float> descale(3 * n);
   descale_.download(descale.data(), descale.size() * sizeof(float));

@@ -12,8 +12,9 @@ namespace fl {
 
 double tflops_of(const Problem& p, double ms) { return ms > 0 ? attention_flops(p) / (ms * 1e-3) / 1e12 : 0; }
 
-double gbps_of(const Problem& p, double ms, Peak peak) {
-  const double bytes = peak == Peak::memory ? kv_bytes(p) : attention_bytes(p);
+double gbps_of(const Problem& p, double ms, Peak peak, bool fp8_kv_cache) {
+  double bytes = peak == Peak::memory ? kv_bytes(p) : attention_bytes(p);
+  if (fp8_kv_cache) bytes -= kv_bytes(p) / 2;  // K and V at one byte per element, not two
   return ms > 0 ? bytes / (ms * 1e-3) / 1e9 : 0;
 }
 
@@ -28,7 +29,8 @@ double run_tflops(const RunReport& r) {
 }
 
 double run_gbps(const RunReport& r) {
-  return r.backward ? bwd_gbps_of(r.problem, r.timing.median_ms) : gbps_of(r.problem, r.timing.median_ms, r.peak);
+  return r.backward ? bwd_gbps_of(r.problem, r.timing.median_ms)
+                    : gbps_of(r.problem, r.timing.median_ms, r.peak, r.fp8_kv_cache);
 }
 
 double percent_of_peak(const RunReport& r) { return percent_of_peak(r, r.peak); }

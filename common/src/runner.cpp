@@ -111,6 +111,7 @@ void run_one_fp8(const Rung& r, const Options& opt, const DeviceInfo& dev, const
                  bool check, bool time) {
   Fp8Case c(r, opt.problem, in, opt.seed, opt.fp8);
   rep->fp8 = true;
+  rep->fp8_kv_cache = r.fp8_kv_cache;
   rep->fp8_mode = fp8_mode_label(opt.fp8);
   c.launch();
   if (check) rep->check = c.check(opt.check, &rep->fp8_e2e);

@@ -46,8 +46,11 @@
 ///    is a pointer step (README: how to count the loop's SASS instructions).
 #pragma once
 
+#include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "flashladder/dtype.cuh"
 #include "flashladder/problem.h"
@@ -60,7 +63,10 @@ namespace fl::decode {
 /// Tile constants of the split kernel for one head_dim. STAGES is the depth
 /// of each warp's cp.async ring: 3 (the default) leaves room for two CTAs per
 /// SM; the ablation variants (variants.cu) trade CTAs for deeper rings.
-template <int HEAD_DIM, int STAGES = 3>
+/// KV_BYTES is the bytes of one K or V element in HBM: 2 (16-bit, the rung), or
+/// 1 (an e4m3 cache, the `fp8-kv` variant): its ring holds the e4m3 bytes as
+/// they arrive, and a staging tile per warp the 16-bit values ldmatrix reads.
+template <int HEAD_DIM, int STAGES = 3, int KV_BYTES = 2>
 struct DecodeTraits {
   static constexpr int kHeadDim = HEAD_DIM;
   /// Shape of one mma.sync.m16n8k16 (16-bit inputs, fp32 accumulators).
@@ -70,15 +76,22 @@ struct DecodeTraits {
   static constexpr int kThreads = kWarps * kWarpSize;
   /// Query rows per CTA: one MMA tile (rows the problem does not have are zeros).
   static constexpr int kRows = kMaxRowsPerCta;
-  /// Bytes of one K or V row (16-bit) and the 16-byte pieces cp.async and
+  /// Bytes of one K or V element in HBM and in the ring (2, or 1 for e4m3).
+  static constexpr int kKvBytes = KV_BYTES;
+  static constexpr bool kFp8 = KV_BYTES == 1;
+  /// Bytes of one K or V row in the ring and the 16-byte pieces cp.async and
   /// ldmatrix move.
-  static constexpr int kRowBytes = HEAD_DIM * 2;
+  static constexpr int kRowBytes = HEAD_DIM * KV_BYTES;
   static constexpr int kChunkBytes = 16;
-  static constexpr int kChunkElems = kChunkBytes / 2;
+  static constexpr int kChunkElems = kChunkBytes / KV_BYTES;
   static constexpr int kChunksPerRow = kRowBytes / kChunkBytes;
+  /// Bytes of one 16-bit row as ldmatrix reads it: the ring's rows, or for an
+  /// e4m3 cache the staging tile's.
+  static constexpr int kStageRowBytes = HEAD_DIM * 2;
   /// K_j + V_j bytes of one warp's chunk. 8 KiB = 16 keys at d=128, 32 at
-  /// d=64: big enough that one cp.async group keeps the memory system busy,
-  /// small enough that 3 stages x 4 warps fit twice per SM.
+  /// d=64 (16-bit; twice the keys in e4m3): big enough that one cp.async group
+  /// keeps the memory system busy, small enough that 3 stages x 4 warps fit
+  /// twice per SM.
   static constexpr int kChunkKvBytes = 8 * 1024;
   /// Keys per warp chunk (BLOCK_N).
   static constexpr int kBlockN = kChunkKvBytes / (2 * kRowBytes);
@@ -95,11 +108,15 @@ struct DecodeTraits {
   static constexpr int kLoadPasses = kBlockN / kLoadRowsPerPass;
 
   /// Shared memory: per warp, kStages K_j tiles then kStages V_j tiles
-  /// (swizzled, no padding). After the loop the same bytes hold the warps'
-  /// m, l [kWarps][kRows] and O [kWarps][kRows][HEAD_DIM] (fp32) for the merge.
+  /// (swizzled, no padding); with an e4m3 cache, after the rings, per warp one
+  /// 16-bit K_j and one V_j tile (the staging). After the loop the same bytes
+  /// hold the warps' m, l [kWarps][kRows] and O [kWarps][kRows][HEAD_DIM]
+  /// (fp32) for the merge.
   static constexpr int kTileBytes = kBlockN * kRowBytes;
   static constexpr int kWarpRingBytes = 2 * kStages * kTileBytes;
-  static constexpr int kSmemBytes = kWarps * kWarpRingBytes;
+  static constexpr int kStageTileBytes = kBlockN * kStageRowBytes;
+  static constexpr int kStagingBytes = kFp8 ? kWarps * 2 * kStageTileBytes : 0;
+  static constexpr int kSmemBytes = kWarps * kWarpRingBytes + kStagingBytes;
   static constexpr int kMergeBytes = kWarps * kRows * (HEAD_DIM + 2) * 4;
 
   /// Shared memory of an H100/H200 SM and what the driver reserves per CTA.
@@ -108,6 +125,7 @@ struct DecodeTraits {
 
   static_assert(kRows == kMmaM, "a CTA's rows are one m16n8k16 tile");
   static_assert(HEAD_DIM % kMmaK == 0, "head_dim must be a multiple of the MMA k (16)");
+  static_assert(KV_BYTES == 1 || KV_BYTES == 2, "K/V elements of 16 bits, or e4m3");
   static_assert(kRowBytes >= 64 && (kRowBytes & (kRowBytes - 1)) == 0,
                 "ptx::swizzle needs rows of a power of two >= 64 bytes");
   static_assert(kBlockN % (2 * kMmaN) == 0,
@@ -193,6 +211,32 @@ __device__ __forceinline__ int warp_min(int x) {
   return x;
 }
 
+/// Sixteen e4m3 values (one 16-byte piece of an FP8 cache's row) as sixteen 16-bit values of T
+/// in two 16-byte pieces, @p lo the first eight. Every e4m3 value is exact in fp16 (and in bf16:
+/// 4 significant bits, exponents 2^-9 to 2^8), so nothing rounds: cvt e4m3x2 -> f16x2, then for
+/// bf16 through fp32.
+template <class T>
+__device__ __forceinline__ void e4m3x16_to(const uint4& q, uint4* lo, uint4* hi) {
+  const uint32_t in[4] = {q.x, q.y, q.z, q.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int w = 0; w < 4; ++w)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((in[w] >> (16 * half)) & 0xffffu), __NV_E4M3);
+      uint32_t bits = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&bits));
+        const __nv_bfloat162 bf = __float22bfloat162_rn(f);
+        bits = *reinterpret_cast<const uint32_t*>(&bf);
+      }
+      out[2 * w + half] = bits;
+    }
+  *lo = make_uint4(out[0], out[1], out[2], out[3]);
+  *hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 /// Kernel 1: CTA (split, kvh + heads_kv * row_tile, b) computes attention of
 /// the rows [row0, row0 + 16) of KV head kvh's group against the keys of its
 /// split. Row r of the group is query position i = r / group of query head
@@ -206,6 +250,10 @@ __global__ void __launch_bounds__(Tr::kThreads)
     split_kv_attention(const AttnParams p, const SplitArgs a) {
   constexpr int D = Tr::kHeadDim, ROWS = Tr::kRows, WARPS = Tr::kWarps;
   constexpr int BLOCK_N = Tr::kBlockN, STAGES = Tr::kStages, RB = Tr::kRowBytes;
+  // The rows ldmatrix reads (16-bit): the ring's, or an e4m3 cache's staging tiles.
+  constexpr int RBS = Tr::kStageRowBytes;
+  constexpr bool FP8 = Tr::kFp8;
+  using KV = std::conditional_t<FP8, uint8_t, T>;  // a K or V element in HBM and in the ring
   extern __shared__ __align__(128) unsigned char smem_raw[];
 
   // Let kernel 2 (launched with programmatic stream serialization) get its
@@ -238,14 +286,23 @@ __global__ void __launch_bounds__(Tr::kThreads)
   const int my_chunks = num_chunks > warp ? (num_chunks - warp + WARPS - 1) / WARPS : 0;
   auto chunk_key0 = [&](int c) { return n_begin + (c * WARPS + warp) * BLOCK_N; };
 
-  const T* K_gmem = static_cast<const T*>(p.k) + kvh * p.k_head_stride +
-                     (PAGED ? 0 : b * p.k_batch_stride + static_cast<int64_t>(k_first) * p.k_row_stride);
-  const T* V_gmem = static_cast<const T*>(p.v) + kvh * p.v_head_stride +
-                     (PAGED ? 0 : b * p.v_batch_stride + static_cast<int64_t>(k_first) * p.v_row_stride);
+  const KV* K_gmem = static_cast<const KV*>(p.k) + kvh * p.k_head_stride +
+                      (PAGED ? 0 : b * p.k_batch_stride + static_cast<int64_t>(k_first) * p.k_row_stride);
+  const KV* V_gmem = static_cast<const KV*>(p.v) + kvh * p.v_head_stride +
+                      (PAGED ? 0 : b * p.v_batch_stride + static_cast<int64_t>(k_first) * p.v_row_stride);
 
   // This warp's ring: STAGES tiles of K, then STAGES tiles of V.
   const uint32_t K_ring = ptx::smem_addr(smem_raw) + warp * Tr::kWarpRingBytes;
   const uint32_t V_ring = K_ring + STAGES * Tr::kTileBytes;
+  // An e4m3 cache: this warp's 16-bit staging tiles of K_j and V_j, after all the rings (the
+  // bytes ldmatrix reads), and the descales of this (batch, KV head): K's scales the scores,
+  // V's the output.
+  const int stage_at = WARPS * Tr::kWarpRingBytes + warp * 2 * Tr::kStageTileBytes;
+  float k_descale = 1.f, v_descale = 1.f;
+  if constexpr (FP8) {
+    k_descale = p.k_descale[b * p.heads_kv + kvh];
+    v_descale = p.v_descale[b * p.heads_kv + kvh];
+  }
 
   // Copies this warp's chunk c into ring stage st: lane copies 16-byte piece
   // lane % kChunksPerRow of keys j0 = lane / kChunksPerRow, j0 +
@@ -281,8 +338,8 @@ __global__ void __launch_bounds__(Tr::kThreads)
   auto page_of = [&](int c) { return table_row[(k_first + chunk_key0(c)) >> page_shift]; };
   auto load_chunk = [&](int c, int st, int page) {
     const int key0 = chunk_key0(c) + j0;
-    const T* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
-    const T* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
+    const KV* k_src = K_gmem + static_cast<int64_t>(key0) * p.k_row_stride + col;
+    const KV* v_src = V_gmem + static_cast<int64_t>(key0) * p.v_row_stride + col;
     if constexpr (PAGED) {
       // A chunk on one page (every chunk, when the page holds a whole number of
       // chunks and the cache has no left padding off that grid) is contiguous
@@ -352,16 +409,16 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // K as the B operand (not transposed): lanes 0-7 keys 0-7 at piece 0, 8-15
   // keys 0-7 at piece 1, 16-23 keys 8-15 at piece 0, 24-31 keys 8-15 at piece 1
   // -> (b0, b1) of 8-key tile 2nj, then of 8-key tile 2nj + 1.
-  const uint32_t k_lane = ptx::swizzle<RB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  const uint32_t k_lane = ptx::swizzle<RBS>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
   // V as the B operand (transposed): lanes 0-15 keys 0-15 at piece 0, lanes
   // 16-31 the same keys at piece 1 -> (b0, b1) of columns 0-7, then of 8-15.
-  const uint32_t v_lane = ptx::swizzle<RB>(lane % 16, lane / 16);
+  const uint32_t v_lane = ptx::swizzle<RBS>(lane % 16, lane / 16);
 
   // This warp's running state for rows g and g + 8, as in rung 05: m_i is the
   // row max of the raw scores Q K^T (-inf before any key), l_i this lane's
   // share of sum exp(scale (s - m_i)), O_i unnormalized. exp is exp2 of scores
   // pre-multiplied by scale_log2 = softmax_scale log2(e): one FFMA + one MUFU.
-  const float scale_log2 = p.softmax_scale * kLog2e;
+  const float scale_log2 = p.softmax_scale * k_descale * kLog2e;
   float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
   float O_acc[Tr::kDTiles][4];
 #pragma unroll
@@ -381,9 +438,35 @@ __global__ void __launch_bounds__(Tr::kThreads)
     // Paged: the next copy's page, read now and first used one chunk later.
     if (PAGED && c + STAGES < my_chunks) next_page = page_of(c + STAGES);
 
-    const uint32_t K_j = K_ring + st * Tr::kTileBytes;
-    const uint32_t V_j = V_ring + st * Tr::kTileBytes;
+    uint32_t K_j = K_ring + st * Tr::kTileBytes;
+    uint32_t V_j = V_ring + st * Tr::kTileBytes;
     const int key0 = chunk_key0(c);
+    if constexpr (FP8) {
+      // The e4m3 chunk to 16 bits: each 16-byte piece (16 values) of a ring row becomes the two
+      // pieces of the staging row that ldmatrix then reads as the 16-bit rung does. The warp
+      // barrier at the loop's top kept the staging tiles until every lane's ldmatrix of the
+      // chunk before was done; the one below publishes them.
+      const unsigned char* k8 = smem_raw + (K_j - ptx::smem_addr(smem_raw));
+      const unsigned char* v8 = smem_raw + (V_j - ptx::smem_addr(smem_raw));
+      unsigned char* k16 = smem_raw + stage_at;
+      unsigned char* v16 = k16 + Tr::kStageTileBytes;
+#pragma unroll
+      for (int idx = lane; idx < BLOCK_N * Tr::kChunksPerRow; idx += Tr::kWarpSize) {
+        const int row = idx / Tr::kChunksPerRow, piece8 = idx % Tr::kChunksPerRow;
+        const uint4 kq = *reinterpret_cast<const uint4*>(k8 + ptx::swizzle<RB>(row, piece8));
+        const uint4 vq = *reinterpret_cast<const uint4*>(v8 + ptx::swizzle<RB>(row, piece8));
+        uint4 lo, hi;
+        e4m3x16_to<T>(kq, &lo, &hi);
+        *reinterpret_cast<uint4*>(k16 + ptx::swizzle<RBS>(row, 2 * piece8)) = lo;
+        *reinterpret_cast<uint4*>(k16 + ptx::swizzle<RBS>(row, 2 * piece8 + 1)) = hi;
+        e4m3x16_to<T>(vq, &lo, &hi);
+        *reinterpret_cast<uint4*>(v16 + ptx::swizzle<RBS>(row, 2 * piece8)) = lo;
+        *reinterpret_cast<uint4*>(v16 + ptx::swizzle<RBS>(row, 2 * piece8 + 1)) = hi;
+      }
+      __syncwarp();
+      K_j = ptx::smem_addr(smem_raw) + stage_at;
+      V_j = K_j + Tr::kStageTileBytes;
+    }
 
     // LAB-BEGIN(08-split-chunk): scores, online softmax and P V for one chunk of the split
     // [same-code: 05-mma-qk 05-online-softmax 05-mma-pv]
@@ -398,7 +481,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
       for (int nj = 0; nj < BLOCK_N / 16; ++nj) {
         uint32_t k_frag[4];  // (b0, b1) of key tile 2nj, then of key tile 2nj + 1
-        ptx::ldmatrix_x4(k_frag, K_j + nj * 16 * RB + (k_lane ^ (kk * 32)));
+        ptx::ldmatrix_x4(k_frag, K_j + nj * 16 * RBS + (k_lane ^ (kk * 32)));
         ptx::mma_m16n8k16<T>(S_acc[2 * nj], Q_frag[kk], k_frag[0], k_frag[1]);
         ptx::mma_m16n8k16<T>(S_acc[2 * nj + 1], Q_frag[kk], k_frag[2], k_frag[3]);
       }
@@ -460,7 +543,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
       for (int dj = 0; dj < D / 16; ++dj) {
         uint32_t v_frag[4];  // (b0, b1) of columns 16dj..+7, then of 16dj+8..+15
-        ptx::ldmatrix_x4_trans(v_frag, V_j + kk * 16 * RB + (v_lane ^ (dj * 32)));
+        ptx::ldmatrix_x4_trans(v_frag, V_j + kk * 16 * RBS + (v_lane ^ (dj * 32)));
         ptx::mma_m16n8k16<T>(O_acc[2 * dj], P_frag, v_frag[0], v_frag[1]);
         ptx::mma_m16n8k16<T>(O_acc[2 * dj + 1], P_frag, v_frag[2], v_frag[3]);
       }
@@ -482,7 +565,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const int r = g + 8 * half;
     const float l = ptx::quad_sum(l_i[half]);  // the quad's 4 column shares of the row sum
     if (t == 0) {
-      m_smem[warp * ROWS + r] = m_i[half] * p.softmax_scale;  // -inf stays -inf
+      m_smem[warp * ROWS + r] = m_i[half] * p.softmax_scale * k_descale;  // -inf stays -inf
       l_smem[warp * ROWS + r] = l;
     }
 #pragma unroll
@@ -503,7 +586,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
           softmax_merge(merged, m_smem[w * ROWS + r], l_smem[w * ROWS + r], &alpha_old, &alpha_w);
       o = o * alpha_old + O_smem[(w * ROWS + r) * D + col] * alpha_w;
     }
-    o *= softmax_inv_l(merged);  // 0 when the row saw no key: O = 0
+    o *= softmax_inv_l(merged) * v_descale;  // 0 when the row saw no key: O = 0
     const int row = row0 + r, i = row / p.group, h = kvh * p.group + row % p.group;
     if (a.num_splits == 1) {
       T* o_gmem =

@@ -37,15 +37,29 @@ std::string supports_08(const Problem& p, const DeviceInfo& d) {
   });
 }
 
+/// The FP8 cache's traits at head_dim D: the default rings, e4m3 K and V.
+template <int D>
+using Fp8KvTraits = DecodeTraits<D, 3, 1>;
+
+std::string supports_08_fp8(const Problem& p, const DeviceInfo& d) {
+  if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
+  if (!head_dim_built(p.head_dim))
+    return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
+  return with_head_dim(p.head_dim, [&](auto dim) {
+    return check_decode_limits<Fp8KvTraits<decltype(dim)::value>>(p, d);
+  });
+}
+
+template <bool FP8_KV>
 std::vector<KernelInfo> kernels_08(const Problem& p) {
   const DecodePlan plan = plan_for(p);
   return FL_DTYPE_SWITCH(p.dtype, T, [&] {
     return with_head_dim(p.head_dim, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      using Tr = DecodeTraits<D>;
+      using Tr = std::conditional_t<FP8_KV, Fp8KvTraits<D>, DecodeTraits<D>>;
       std::vector<KernelInfo> k;
       const std::string name = std::string("split_kv_attention<d=") + std::to_string(D) +
-                               (p.page_size ? ", paged>" : ">");
+                               (FP8_KV ? ", e4m3 K/V" : "") + (p.page_size ? ", paged>" : ">");
       k.push_back({name,
                    p.page_size ? prepared_split_kernel<T, Tr, true>()
                                : prepared_split_kernel<T, Tr, false>(),
@@ -133,9 +147,42 @@ void register_rung_08(Registry& reg) {
       });
     });
   };
-  r.kernels = kernels_08;
+  r.kernels = kernels_08<false>;
   r.notes = notes_08;
+  // The FP8 KV cache: the same kernel reading e4m3 K and V (half the bytes per key) with a
+  // descale per (batch, KV head), widened to 16 bits in shared memory (kernel.cuh). Registered
+  // here, beside the 16-bit kernel, because the two launch the same combine kernel.
+  Rung f = r;
+  f.variant = "fp8-kv";
+  f.summary = "an e4m3 KV cache, a descale per (batch, KV head): half the bytes per key, widened to 16 bits in "
+              "shared memory before the same MMAs";
+  f.baselines.clear();
+  f.builds_on.clear();
+  f.new_design.clear();
+  f.in_tour = false;
+  f.min_cc = 89;  // cvt e4m3x2 -> f16x2 in hardware (Ada, Hopper)
+  f.fp8_inputs = true;
+  f.fp8_kv_cache = true;
+  f.supports = supports_08_fp8;
+  f.launch = [](const AttnParams& p, cudaStream_t s) {
+    check_alignment(p, 1);
+    if (p.k_descale == nullptr || p.v_descale == nullptr)
+      throw std::invalid_argument("rung 08 [fp8-kv]: an e4m3 cache needs its k_descale and v_descale");
+    FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
+      with_head_dim(p.head_dim, [&](auto dim) {
+        launch_decode<T, Fp8KvTraits<decltype(dim)::value>>(p, plan_for(p), s, /*pdl=*/true);
+      });
+    });
+  };
+  f.kernels = kernels_08<true>;
+  f.notes = [](const Problem& p) {
+    std::vector<std::string> out = notes_08(p);
+    out.push_back("K and V e4m3 (1 byte per element) with a descale per (batch, KV head), made by the harness "
+                  "(fp8_device.h, the cache mode); Q and O 16-bit");
+    return out;
+  };
   reg.add(std::move(r));
+  reg.add(std::move(f));
   // Ablations: kernel 2 without PDL (here: this file owns the default kernel),
   // and the ring depths (variants.cu).
   add_no_pdl_variant<128>(reg);

@@ -75,21 +75,23 @@ inline size_t decode_workspace_bytes(const Problem& p) {
 
 /// 16-byte loads need 16-byte aligned rows (8-byte stores of O in kernel 2):
 /// pointers and strides are checked here because supports() only sees the
-/// Problem, not the tensors.
-inline void check_alignment(const AttnParams& p) {
+/// Problem, not the tensors. @p kv_bytes: bytes of a K or V element (1: an
+/// e4m3 cache, whose strides must then be multiples of 16 elements).
+inline void check_alignment(const AttnParams& p, int kv_bytes = 2) {
   auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   // clang-format off
-  const int64_t strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
-                             p.k_batch_stride, p.k_row_stride, p.k_head_stride,
-                             p.v_batch_stride, p.v_row_stride, p.v_head_stride,
-                             p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  const int64_t qo_strides[] = {p.q_batch_stride, p.q_row_stride, p.q_head_stride,
+                                p.o_batch_stride, p.o_row_stride, p.o_head_stride};
+  const int64_t kv_strides[] = {p.k_batch_stride, p.k_row_stride, p.k_head_stride,
+                                p.v_batch_stride, p.v_row_stride, p.v_head_stride};
   // clang-format on
   bool ok = aligned(p.q) && aligned(p.k) && aligned(p.v) && aligned(p.o);
-  for (int64_t s : strides) ok = ok && s % 8 == 0;
+  for (int64_t s : qo_strides) ok = ok && s % 8 == 0;
+  for (int64_t s : kv_strides) ok = ok && s % (16 / kv_bytes) == 0;
   if (!ok)
     throw std::invalid_argument(
-        "rung 08: Q/K/V/O pointers must be 16-byte aligned and their strides multiples of 8 "
-        "elements (16-byte vector loads)");
+        "rung 08: Q/K/V/O pointers must be 16-byte aligned and their strides 16-byte multiples "
+        "(16-byte vector loads)");
 }
 
 /// Launches kernel 1 and, with more than one split, kernel 2. @p pdl: launch

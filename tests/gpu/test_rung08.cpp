@@ -1,12 +1,13 @@
 // Rung 08 (Flash-Decoding) on the GPU, beyond the shared matrix: explicit
 // split counts, long KV, GQA ratios with seqlen_q 1..16, rows that see no key,
-// and the paged KV cache against the contiguous layout.
+// the paged KV cache against the contiguous layout, and the FP8 cache (`fp8-kv`).
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "catch_compat.h"
+#include "expected_runs.h"
 #include "rung_runs.h"
 #include "flashladder/runner.h"
 
@@ -174,4 +175,36 @@ TEST_CASE("rung 08: a left-padded KV cache (seqstart_k), contiguous and paged", 
       p.seqstart_k = {0, 1000, 3000 - sq};
       expect_pass(p);
     }
+}
+
+TEST_CASE("rung 08 [fp8-kv]: an e4m3 cache against the reference on its values", "[gpu][rung08]") {
+  // K and V e4m3 with a descale per (batch, KV head) (the harness's cache mode: fp8_device.h),
+  // judged on the values the kernel reads with the FP8 floors (check.h), contiguous and paged:
+  // pages of 16 (smaller than a chunk: the cursor across pages) and 64, per-sequence lengths with
+  // rows that see no key, decode and speculative causal rows, GQA and MQA, split counts, 64k keys.
+  const Rung* f = registry().find(8, "fp8-kv");
+  REQUIRE(f != nullptr);
+  const std::string gate = fl_test::device_gate(*f, query_device());
+  if (!gate.empty()) {
+    WARN("not run: " << gate);  // the rest of this binary runs: no skip of the whole test
+    return;
+  }
+  for (int page : {0, 16, 64})
+    for (int sq : {1, 4})
+      for (DType t : {DType::fp16, DType::bf16}) {
+        Problem p = decode_problem(3, 16, 4, sq, 3000, 128, t, sq > 1, 0, page);
+        p.seqused_k = {3000, 1, 1777};
+        fl_test::expect_pass(*f, p, CheckMode::full, 8);
+      }
+  for (int splits : {1, 3, 300})
+    fl_test::expect_pass(*f, decode_problem(2, 8, 2, 1, 1000, 128, DType::fp16, false, splits), CheckMode::full, 8);
+  fl_test::expect_pass(*f, decode_problem(2, 8, 1, 4, 4097, 64, DType::bf16, true, 0, 64), CheckMode::full, 8);
+  fl_test::expect_pass(*f, decode_problem(1, 32, 8, 1, 65537, 128, DType::fp16, false, 0), CheckMode::sample, 8);
+  // End to end, against fp64 on the 16-bit inputs the cache was made from: within the FP8 floor.
+  const CaseResult r =
+      run_case(*f, decode_problem(2, 32, 8, 1, 8192, 128, DType::bf16, false, 0), InputKind::random, CheckMode::sample, 9);
+  REQUIRE(r.ran);
+  REQUIRE(r.fp8);
+  INFO("end-to-end rel_fro " << r.fp8_e2e.rel_fro);
+  CHECK(r.fp8_e2e.rel_fro < 0x1p-5);
 }

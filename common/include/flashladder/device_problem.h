@@ -41,8 +41,9 @@ class DeviceProblem {
   static size_t device_bytes(const Problem& p, size_t workspace_bytes);
 
   /// For an FP8 rung (Rung::fp8_inputs): makes e4m3 copies of Q, K, V (DeviceFp8, quantized
-  /// once here) and points params() at them; params16() keeps the 16-bit inputs.
-  void to_fp8(const Fp8Options& o, unsigned long long seed);
+  /// once here; with @p kv_cache, Rung::fp8_kv_cache, of K and V alone) and points params() at
+  /// them; params16() keeps the 16-bit inputs.
+  void to_fp8(const Fp8Options& o, unsigned long long seed, bool kv_cache = false);
   /// The FP8 copies (null before to_fp8).
   DeviceFp8* fp8() const { return fp8_.get(); }
   /// The 16-bit inputs' params, whatever to_fp8 did.

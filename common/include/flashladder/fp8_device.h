@@ -1,7 +1,8 @@
 /// @file fp8_device.h
 /// @brief The harness's FP8 input path on the GPU: e4m3 copies of a problem's 16-bit Q, K and V,
 /// made by the quantize kernels in common/src/fp8.cu, for the rungs that read FP8
-/// (Rung::fp8_inputs: rung 13). The 16-bit originals stay where they are: the rung's baselines
+/// (Rung::fp8_inputs: rung 13; K and V alone for an FP8 KV cache, Rung::fp8_kv_cache: rung 08's
+/// `fp8-kv`). The 16-bit originals stay where they are: the rung's baselines
 /// run on them, and the end-to-end error is taken against them.
 ///
 /// quantize() runs, on one stream:
@@ -44,13 +45,16 @@ void quantize_e4m3(const void* x, DType dtype, int batch, int seqlen, int heads,
 void transpose_v_e4m3(const uint8_t* v, int batch, int seqlen, int heads_kv, int head_dim, const int64_t strides[3],
                       int vt_seqlen, uint8_t* vt, cudaStream_t s);
 
-/// e4m3 Q, K, transposed V and their descales for one problem.
+/// e4m3 Q, K, transposed V and their descales for one problem; or, in the cache mode
+/// (Rung::fp8_kv_cache: rung 08's FP8 KV cache), e4m3 K and V alone in their own layout, Q left
+/// 16-bit.
 class DeviceFp8 {
  public:
-  /// Allocates for @p p; @p src holds the 16-bit Q, K, V (pointers and strides; contiguous K/V).
-  /// @p seed draws the Hadamard signs. Throws std::invalid_argument for a head_dim the quantize
-  /// kernels do not handle (64, 128 and 256: one warp per row, a power of two for the rotation).
-  DeviceFp8(const Problem& p, const AttnParams& src, const Fp8Options& o, unsigned long long seed);
+  /// Allocates for @p p; @p src holds the 16-bit Q, K, V (pointers and strides; contiguous K/V,
+  /// or in the cache mode a contiguous or paged cache). @p seed draws the Hadamard signs. Throws
+  /// std::invalid_argument for what supports() refuses.
+  DeviceFp8(const Problem& p, const AttnParams& src, const Fp8Options& o, unsigned long long seed,
+            bool kv_cache = false);
   /// Quantizes @p src's tensors into the e4m3 buffers (asynchronous on @p s).
   void quantize(cudaStream_t s = nullptr);
   /// @p src's params with q, k, v and the descales pointing at the FP8 buffers.
@@ -59,16 +63,24 @@ class DeviceFp8 {
   /// HostInputs::qf, kf, vf (V un-transposed): what the check's references read.
   HostInputs dequantized() const;
   /// Device bytes of the FP8 copies and scales.
-  static size_t device_bytes(const Problem& p);
-  /// "" if the quantize kernels handle @p p, else why not.
-  static std::string supports(const Problem& p);
+  static size_t device_bytes(const Problem& p, bool kv_cache = false);
+  /// "" if the quantize kernels handle @p p (with @p o), else why not: head_dim 64, 128 or 256
+  /// (one warp per row, a power of two for the rotation), one head_dim for Q, K and V; a
+  /// contiguous K/V, or in the cache mode a paged one too but no rotation (Q stays 16-bit, so K
+  /// cannot be rotated alone).
+  static std::string supports(const Problem& p, const Fp8Options& o = Fp8Options{}, bool kv_cache = false);
 
  private:
+  /// The cache mode's K and V: their 16-bit rows as the quantize kernels walk them (a paged pool
+  /// as one sequence of all its rows) and the scale indices per batch they fill.
+  void quantize_cache(cudaStream_t s);
+
   Problem p_;
   Fp8Options o_;
   unsigned long long seed_;
+  bool kv_cache_;
   AttnParams src_{}, params_{};
-  DeviceBuffer q8_, k8_, vt8_, amax_, descale_;
+  DeviceBuffer q8_, k8_, vt8_, v8_, amax_, descale_;
 };
 
 }  // namespace fl

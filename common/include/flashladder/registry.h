@@ -103,6 +103,10 @@ struct Rung {
   /// (AttnParams' FP8 fields), which the runner makes from the 16-bit inputs with DeviceFp8
   /// (fp8_device.h) before the launch; O and the LSE are as for every rung.
   bool fp8_inputs = false;
+  /// With fp8_inputs: only K and V are e4m3, in their own layout (not transposed), each with its
+  /// descale per (batch, KV head), Q and O 16-bit: an FP8 KV cache (rung 08's `fp8-kv`). DeviceFp8
+  /// makes them (its cache mode), paged or contiguous.
+  bool fp8_kv_cache = false;
   /// `launch` writes AttnParams::o_fp32 (O before its 16-bit rounding) when that pointer is set:
   /// the forward passes a backward pass can take its D from (rungs 05, 06, 09, 10; a backward
   /// rung copies its forward_rung's flag).

@@ -72,12 +72,14 @@ struct RunReport {
   std::string fp8_mode;        ///< fp8_mode_label(): "per-head", "per-tensor+hadamard", ...
   ErrorStats fp8_e2e;          ///< output vs fp64 on the 16-bit inputs: the error a user sees
   Timing fp8_quant;            ///< the quantize kernels' time (once per Q/K/V, not in `timing`)
+  bool fp8_kv_cache = false;   ///< Rung::fp8_kv_cache: K and V read at one byte per element
 };
 
 /// TFLOP/s from attention_flops() and the median time.
 double tflops_of(const Problem& p, double ms);
-/// GB/s from attention_bytes() (or kv_bytes() for Peak::memory rungs).
-double gbps_of(const Problem& p, double ms, Peak peak);
+/// GB/s from attention_bytes() (or kv_bytes() for Peak::memory rungs); @p fp8_kv_cache: K and V
+/// are e4m3 (Rung::fp8_kv_cache), one byte per element instead of two.
+double gbps_of(const Problem& p, double ms, Peak peak, bool fp8_kv_cache = false);
 /// Backward TFLOP/s from attention_bwd_flops() (2.5 x the forward's) and the median time.
 double bwd_tflops_of(const Problem& p, double ms);
 /// Backward GB/s from attention_bwd_bytes().
