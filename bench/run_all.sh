@@ -23,8 +23,9 @@
 #      written relative to the repository root
 #
 # Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8,
-# hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward;
-# "all" (the default) is all fifteen. bench/studies/mla_decode.sh runs the MLA families (bf16).
+# hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward,
+# decode-fp8;
+# "all" (the default) is all seventeen. bench/studies/mla_decode.sh runs the MLA families (bf16).
 # Everything goes to bench/results/<gpu-name-slug>/ (e.g. bench/results/nvidia-h100-80gb-hbm3/),
 # replacing that GPU's previous files; logs of each step sit next to them (*.log).
 # BUILD_OR_BIN_DIR defaults to build/release (then any build/*/bin with ladder_bench).
@@ -69,7 +70,7 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill,mla-prefill-backward
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill,mla-prefill-backward,decode-fp8
 for f in ${family//,/ }; do
   case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward) ;;
     *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
