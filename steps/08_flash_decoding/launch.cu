@@ -28,27 +28,20 @@ decltype(auto) with_head_dim(int d, F&& f) {
                               " not supported or not built (64, 128)");
 }
 
+/// The rung's supports (KV_BYTES 2), and its FP8 cache's (1: e4m3 K and V).
+template <int KV_BYTES>
 std::string supports_08(const Problem& p, const DeviceInfo& d) {
   if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
   if (!head_dim_built(p.head_dim))
     return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
   return with_head_dim(p.head_dim, [&](auto dim) {
-    return check_decode_limits<DecodeTraits<decltype(dim)::value>>(p, d);
+    return check_decode_limits<DecodeTraits<decltype(dim)::value, 3, KV_BYTES>>(p, d);
   });
 }
 
 /// The FP8 cache's traits at head_dim D: the default rings, e4m3 K and V.
 template <int D>
 using Fp8KvTraits = DecodeTraits<D, 3, 1>;
-
-std::string supports_08_fp8(const Problem& p, const DeviceInfo& d) {
-  if (p.head_dim != 64 && p.head_dim != 128) return "head_dim must be 64 or 128";
-  if (!head_dim_built(p.head_dim))
-    return "head_dim " + std::to_string(p.head_dim) + " not built (configured with FL_HEAD_DIM)";
-  return with_head_dim(p.head_dim, [&](auto dim) {
-    return check_decode_limits<Fp8KvTraits<decltype(dim)::value>>(p, d);
-  });
-}
 
 template <bool FP8_KV>
 std::vector<KernelInfo> kernels_08(const Problem& p) {
@@ -131,7 +124,7 @@ void register_rung_08(Registry& reg) {
   r.builds_on = {5};  // mma.sync m16n8k16, ldmatrix and cp.async, from rung 05
   r.new_design = "split-KV decode: a grid over the keys and a log-sum-exp combine";
   r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
-  r.supports = supports_08;
+  r.supports = supports_08<2>;
   r.workspace_bytes = decode_workspace_bytes;
   r.grid_ctas = [](const Problem& p, const DeviceInfo& d) {
     const DecodePlan plan = make_decode_plan(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k,
@@ -163,7 +156,7 @@ void register_rung_08(Registry& reg) {
   f.min_cc = 89;  // cvt e4m3x2 -> f16x2 in hardware (Ada, Hopper)
   f.fp8_inputs = true;
   f.fp8_kv_cache = true;
-  f.supports = supports_08_fp8;
+  f.supports = supports_08<1>;
   f.launch = [](const AttnParams& p, cudaStream_t s) {
     check_alignment(p, 1);
     if (p.k_descale == nullptr || p.v_descale == nullptr)
