@@ -72,8 +72,8 @@ find_bin() {
 }
 [ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill,mla-prefill-backward,decode-fp8
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward|decode-fp8) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, decode-fp8 or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
