@@ -106,8 +106,10 @@ std::string format_report(const RunReport& r) {
       << " GFLOP (2.5 x the forward's, unmasked pairs only), " << format_bytes(attention_bwd_bytes(r.problem))
       << " compulsory HBM traffic (Q,K,V,O,dO read + dQ,dK,dV written, LSE read)\n";
   } else {
+    const double bytes = attention_bytes(r.problem) - (r.fp8_kv_cache ? kv_bytes(r.problem) / 2 : 0.0);
     s << "  work      " << fixed(attention_flops(r.problem) / 1e9, 2) << " GFLOP (unmasked pairs only), "
-      << format_bytes(attention_bytes(r.problem)) << " compulsory HBM traffic (Q,K,V read + O written)\n";
+      << format_bytes(bytes) << " compulsory HBM traffic (Q,K,V read + O written"
+      << (r.fp8_kv_cache ? "; K and V e4m3" : "") << ")\n";
   }
   if (r.workspace_bytes > 0) s << "  workspace " << format_bytes(static_cast<double>(r.workspace_bytes)) << " in HBM\n";
   for (const auto& n : r.notes) s << "  note      " << n << "\n";

@@ -65,7 +65,8 @@ namespace fl::decode {
 /// SM; the ablation variants (variants.cu) trade CTAs for deeper rings.
 /// KV_BYTES is the bytes of one K or V element in HBM: 2 (16-bit, the rung), or
 /// 1 (an e4m3 cache, the `fp8-kv` variant): its ring holds the e4m3 bytes as
-/// they arrive, and a staging tile per warp the 16-bit values ldmatrix reads.
+/// they arrive, ldmatrix reads them as they are, and each register is widened
+/// to fp16 on its way into the MMA (fp8_qk, fp8_pv).
 template <int HEAD_DIM, int STAGES = 3, int KV_BYTES = 2>
 struct DecodeTraits {
   static constexpr int kHeadDim = HEAD_DIM;
@@ -85,9 +86,6 @@ struct DecodeTraits {
   static constexpr int kChunkBytes = 16;
   static constexpr int kChunkElems = kChunkBytes / KV_BYTES;
   static constexpr int kChunksPerRow = kRowBytes / kChunkBytes;
-  /// Bytes of one 16-bit row as ldmatrix reads it: the ring's rows, or for an
-  /// e4m3 cache the staging tile's.
-  static constexpr int kStageRowBytes = HEAD_DIM * 2;
   /// K_j + V_j bytes of one warp's chunk. 8 KiB = 16 keys at d=128, 32 at
   /// d=64 (16-bit; twice the keys in e4m3): big enough that one cp.async group
   /// keeps the memory system busy, small enough that 3 stages x 4 warps fit
@@ -108,15 +106,12 @@ struct DecodeTraits {
   static constexpr int kLoadPasses = kBlockN / kLoadRowsPerPass;
 
   /// Shared memory: per warp, kStages K_j tiles then kStages V_j tiles
-  /// (swizzled, no padding); with an e4m3 cache, after the rings, per warp one
-  /// 16-bit K_j and one V_j tile (the staging). After the loop the same bytes
+  /// (swizzled, no padding). After the loop the same bytes
   /// hold the warps' m, l [kWarps][kRows] and O [kWarps][kRows][HEAD_DIM]
   /// (fp32) for the merge.
   static constexpr int kTileBytes = kBlockN * kRowBytes;
   static constexpr int kWarpRingBytes = 2 * kStages * kTileBytes;
-  static constexpr int kStageTileBytes = kBlockN * kStageRowBytes;
-  static constexpr int kStagingBytes = kFp8 ? kWarps * 2 * kStageTileBytes : 0;
-  static constexpr int kSmemBytes = kWarps * kWarpRingBytes + kStagingBytes;
+  static constexpr int kSmemBytes = kWarps * kWarpRingBytes;
   static constexpr int kMergeBytes = kWarps * kRows * (HEAD_DIM + 2) * 4;
 
   /// Shared memory of an H100/H200 SM and what the driver reserves per CTA.
@@ -133,6 +128,7 @@ struct DecodeTraits {
   static_assert(kWarpSize % kChunksPerRow == 0 && kBlockN % kLoadRowsPerPass == 0,
                 "the loader copies whole rows per pass and whole passes per chunk");
   static_assert(kStages >= 2, "a pipeline needs at least two stages");
+  static_assert(!kFp8 || kBlockN % 32 == 0, "fp8_qk's ldmatrix.x4 takes 32 keys of one piece");
   static_assert(kMergeBytes <= kSmemBytes, "the merge reuses the K/V rings");
   static_assert(kSmemBytes + kSmemReservedPerCta <= kSmemPerSmSm90,
                 "one CTA's rings must fit in an SM's shared memory");
@@ -211,30 +207,91 @@ __device__ __forceinline__ int warp_min(int x) {
   return x;
 }
 
-/// Sixteen e4m3 values (one 16-byte piece of an FP8 cache's row) as sixteen 16-bit values of T
-/// in two 16-byte pieces, @p lo the first eight. Every e4m3 value is exact in fp16 (and in bf16:
-/// 4 significant bits, exponents 2^-9 to 2^8), so nothing rounds: cvt e4m3x2 -> f16x2, then for
-/// bf16 through fp32.
-template <class T>
-__device__ __forceinline__ void e4m3x16_to(const uint4& q, uint4* lo, uint4* hi) {
-  const uint32_t in[4] = {q.x, q.y, q.z, q.w};
-  uint32_t out[8];
+/// Four e4m3 values (the bytes of @p x, the first in the low byte) as two f16x2: @p lo the
+/// low two bytes, @p hi the high two. Exact: every e4m3 value is a normal fp16 (4 significant
+/// bits, exponents 2^-9 to 2^8). One cvt per half (F2FP.F16.E4M3.UNPACK_B, which reads either
+/// 16-bit half of its register, so the split costs nothing).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t x, uint32_t* lo, uint32_t* hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(*lo), "=r"(*hi)
+      : "r"(x));
+#else
+  __trap();  // the fp8-kv variant needs sm_89 (its min_cc); this keeps older targets building
+#endif
+}
+
+// An e4m3 cache (the fp8-kv variant) goes into the same m16n8k16 MMAs, in fp16, without a
+// 16-bit copy in shared memory: ldmatrix moves 16-bit cells, and a cell of the e4m3 ring is
+// two neighbouring values, so each register ldmatrix delivers holds four e4m3 values that
+// two cvt instructions widen into two MMA registers. Where they land decides two reorderings,
+// both free (PTX ISA, "Matrix Fragments for mma.m16n8k16"):
+//  - K (fp8_qk): ldmatrix gives lane (g, t) bytes 4t..4t+3 of key g's 16-byte piece kk, i.e.
+//    d = 16 kk + 4t .. 4t + 3, where the MMA's b0, b1 are k = 2t, 2t+1 and 2t+8, 2t+9. A dot
+//    product does not care about the order of its terms as long as Q uses the same one, so k
+//    is permuted: b0 = d 4t, 4t+1 and b1 = d 4t+2, 4t+3, and Q's a0/a2 (a1/a3) are loaded
+//    from those columns (fp8_q_col).
+//  - V (fp8_pv): ldmatrix.trans moves 16-bit cells, so lane (g, t) gets keys 2t and 2t+1 at
+//    d = 2g and 2g+1 (one cell of each key). One byte permute sorts them into (keys 2t, 2t+1)
+//    at d = 2g, the b0 of an "even" n-tile of columns 0, 2, .., 14 of the piece, and the same
+//    keys at d = 2g+1, the b0 of an "odd" tile. The keys are in the MMA's order, so P is
+//    unchanged; the output columns are permuted, and the lane's accumulators of a piece's
+//    even and odd tiles are its d = 4t .. 4t + 3 (fp8_o_col), written out as one float4.
+
+/// Column of Q (within its 16-column k-step) that an e4m3 cache's permuted k puts in A
+/// fragment register @p e2 (0: a0/a1, 1: a2/a3) of lane quad position @p t: 4t + 2 e2.
+__device__ __forceinline__ int fp8_q_col(int t, int e2) { return 4 * t + 2 * e2; }
+
+/// Output column of accumulator O[dt][e] of lane quad position @p t with an e4m3 cache: tile
+/// dt is the even (dt % 2 = 0) or odd tile of piece dt / 2.
+__device__ __forceinline__ int fp8_o_col(int dt, int t, int e) {
+  return 16 * (dt / 2) + 4 * t + 2 * (e % 2) + dt % 2;
+}
+
+/// S = Q K_j^T for one chunk of an e4m3 cache: per 16-byte piece kk (a k-step), one ldmatrix.x4
+/// of 32 keys (lanes 0-31 address keys 0-31: matrix m is keys 8m..8m+7, the B fragment of
+/// n-tile m), each register widened to (b0, b1). Q_frag holds Q in the permuted k order.
+template <class Tr>
+__device__ __forceinline__ void fp8_qk(float (&S_acc)[Tr::kNTiles][4],
+                                       const uint32_t (&Q_frag)[Tr::kDSteps][4], uint32_t K_j,
+                                       uint32_t k_lane) {
 #pragma unroll
-  for (int w = 0; w < 4; ++w)
+  for (int kk = 0; kk < Tr::kDSteps; ++kk)
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>((in[w] >> (16 * half)) & 0xffffu), __NV_E4M3);
-      uint32_t bits = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&bits));
-        const __nv_bfloat162 bf = __float22bfloat162_rn(f);
-        bits = *reinterpret_cast<const uint32_t*>(&bf);
+    for (int q = 0; q < Tr::kBlockN / 32; ++q) {
+      uint32_t k8[4];  // matrix m: key 32q + 8m + g, d = 16 kk + 4t .. 4t + 3
+      ptx::ldmatrix_x4(k8, K_j + q * 32 * Tr::kRowBytes + (k_lane ^ (kk * 16)));
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        uint32_t b0, b1;
+        e4m3x4_to_f16x2x2(k8[m], &b0, &b1);
+        ptx::mma_m16n8k16<__half>(S_acc[4 * q + m], Q_frag[kk], b0, b1);
       }
-      out[2 * w + half] = bits;
     }
-  *lo = make_uint4(out[0], out[1], out[2], out[3]);
-  *hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+/// O += P V for one 16-key k-step of an e4m3 cache (@p V_k: its first key's row in the ring).
+/// Per two pieces, one ldmatrix.x4.trans: matrices (keys 0-7 | 8-15) x (piece 2dj | 2dj+1);
+/// byte permute 0x3120 turns [key 2t: d 2g, 2g+1 | key 2t+1: d 2g, 2g+1] into
+/// [d 2g: keys 2t, 2t+1 | d 2g+1: keys 2t, 2t+1].
+template <class Tr>
+__device__ __forceinline__ void fp8_pv(float (&O_acc)[Tr::kDTiles][4], const uint32_t (&P_frag)[4],
+                                       uint32_t V_k, uint32_t v_lane) {
+#pragma unroll
+  for (int dj = 0; dj < Tr::kHeadDim / 32; ++dj) {
+    uint32_t v8[4];
+    ptx::ldmatrix_x4_trans(v8, V_k + (v_lane ^ (dj * 32)));
+#pragma unroll
+    for (int pc = 0; pc < 2; ++pc) {
+      uint32_t even_b0, odd_b0, even_b1, odd_b1;  // keys 2t, 2t+1, then 2t+8, 2t+9
+      e4m3x4_to_f16x2x2(__byte_perm(v8[2 * pc], 0, 0x3120), &even_b0, &odd_b0);
+      e4m3x4_to_f16x2x2(__byte_perm(v8[2 * pc + 1], 0, 0x3120), &even_b1, &odd_b1);
+      const int dt = 2 * (2 * dj + pc);  // the even tile of piece 2dj + pc; dt + 1 the odd one
+      ptx::mma_m16n8k16<__half>(O_acc[dt], P_frag, even_b0, even_b1);
+      ptx::mma_m16n8k16<__half>(O_acc[dt + 1], P_frag, odd_b0, odd_b1);
+    }
+  }
 }
 
 /// Kernel 1: CTA (split, kvh + heads_kv * row_tile, b) computes attention of
@@ -250,10 +307,11 @@ __global__ void __launch_bounds__(Tr::kThreads)
     split_kv_attention(const AttnParams p, const SplitArgs a) {
   constexpr int D = Tr::kHeadDim, ROWS = Tr::kRows, WARPS = Tr::kWarps;
   constexpr int BLOCK_N = Tr::kBlockN, STAGES = Tr::kStages, RB = Tr::kRowBytes;
-  // The rows ldmatrix reads (16-bit): the ring's, or an e4m3 cache's staging tiles.
-  constexpr int RBS = Tr::kStageRowBytes;
   constexpr bool FP8 = Tr::kFp8;
   using KV = std::conditional_t<FP8, uint8_t, T>;  // a K or V element in HBM and in the ring
+  // The MMAs' inputs: T, or fp16 with an e4m3 cache (its values are exact in fp16; a bf16 Q is
+  // scaled by a power of two into fp16's range, q_scale below).
+  using M = std::conditional_t<FP8, __half, T>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
 
   // Let kernel 2 (launched with programmatic stream serialization) get its
@@ -294,10 +352,7 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // This warp's ring: STAGES tiles of K, then STAGES tiles of V.
   const uint32_t K_ring = ptx::smem_addr(smem_raw) + warp * Tr::kWarpRingBytes;
   const uint32_t V_ring = K_ring + STAGES * Tr::kTileBytes;
-  // An e4m3 cache: this warp's 16-bit staging tiles of K_j and V_j, after all the rings (the
-  // bytes ldmatrix reads), and the descales of this (batch, KV head): K's scales the scores,
-  // V's the output.
-  const int stage_at = WARPS * Tr::kWarpRingBytes + warp * 2 * Tr::kStageTileBytes;
+  // An e4m3 cache: the descales of this (batch, KV head): K's scales the scores, V's the output.
   float k_descale = 1.f, v_descale = 1.f;
   if constexpr (FP8) {
     k_descale = p.k_descale[b * p.heads_kv + kvh];
@@ -380,8 +435,9 @@ __global__ void __launch_bounds__(Tr::kThreads)
 
   // Q as the A operand of S = Q K^T, straight from global memory into the
   // fragment layout (ptx.cuh): a0 = Q[g][2t..], a1 = Q[g+8][2t..],
-  // a2 = Q[g][2t+8..], a3 = Q[g+8][2t+8..] of each 16-wide k-step. Rows the
-  // tile does not have are zeros. key_end[half]: keys row g + 8 half sees.
+  // a2 = Q[g][2t+8..], a3 = Q[g+8][2t+8..] of each 16-wide k-step (an e4m3
+  // cache's permuted k: columns fp8_q_col). Rows the tile does not have are
+  // zeros. key_end[half]: keys row g + 8 half sees.
   uint32_t Q_frag[Tr::kDSteps][4];
   int key_end[2];
 #pragma unroll
@@ -396,9 +452,37 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
         Q_frag[kk][half + 2 * e] =
-            valid ? *reinterpret_cast<const uint32_t*>(q_gmem + kk * Tr::kMmaK + 2 * t + 8 * e)
+            valid ? *reinterpret_cast<const uint32_t*>(q_gmem + kk * Tr::kMmaK +
+                                                       (FP8 ? fp8_q_col(t, e) : 2 * t + 8 * e))
                   : 0u;
     key_end[half] = p.causal ? min(n_end, i + causal_offset + 1) : n_end;
+  }
+  // An e4m3 cache with a bf16 Q: the MMAs run in fp16, on Q times q_scale, the power of two that
+  // brings the tile's largest |Q| into [2^14, 2^15) (at most 2^100, so 1 / q_scale stays a
+  // normal float). Every bf16 value of the tile then fits fp16 exactly, except those below
+  // 2^-24 of the largest (fp16's subnormals), whose error is under 2^-39 of it; the scores are
+  // divided by q_scale again through scale_log2.
+  float q_scale = 1.f;
+  if constexpr (FP8 && std::is_same_v<T, __nv_bfloat16>) {
+    float amax = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < Tr::kDSteps; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = unpack2<T>(Q_frag[kk][e]);
+        amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+      }
+    amax = warp_max(amax);  // the whole tile: every warp holds all of Q
+    int exp2_amax = 0;      // amax < 2^exp2_amax
+    frexpf(amax, &exp2_amax);
+    if (amax > 0.f && amax < INFINITY) q_scale = ldexpf(1.f, min(15 - exp2_amax, 100));
+#pragma unroll
+    for (int kk = 0; kk < Tr::kDSteps; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = unpack2<T>(Q_frag[kk][e]);
+        Q_frag[kk][e] = pack2<__half>(f.x * q_scale, f.y * q_scale);
+      }
   }
   // A chunk needs the mask only if some row of the warp stops seeing keys
   // inside it (the split's last chunk, or the causal diagonal): one number
@@ -409,16 +493,21 @@ __global__ void __launch_bounds__(Tr::kThreads)
   // K as the B operand (not transposed): lanes 0-7 keys 0-7 at piece 0, 8-15
   // keys 0-7 at piece 1, 16-23 keys 8-15 at piece 0, 24-31 keys 8-15 at piece 1
   // -> (b0, b1) of 8-key tile 2nj, then of 8-key tile 2nj + 1.
-  const uint32_t k_lane = ptx::swizzle<RBS>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  // An e4m3 cache (fp8_qk): lane l addresses key l at piece 0.
+  const uint32_t k_lane = FP8 ? ptx::swizzle<RB>(lane, 0)
+                              : ptx::swizzle<RB>(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
   // V as the B operand (transposed): lanes 0-15 keys 0-15 at piece 0, lanes
   // 16-31 the same keys at piece 1 -> (b0, b1) of columns 0-7, then of 8-15.
-  const uint32_t v_lane = ptx::swizzle<RBS>(lane % 16, lane / 16);
+  // The same for an e4m3 cache (fp8_pv), whose pieces hold 16 columns instead of 8.
+  const uint32_t v_lane = ptx::swizzle<RB>(lane % 16, lane / 16);
 
   // This warp's running state for rows g and g + 8, as in rung 05: m_i is the
   // row max of the raw scores Q K^T (-inf before any key), l_i this lane's
   // share of sum exp(scale (s - m_i)), O_i unnormalized. exp is exp2 of scores
   // pre-multiplied by scale_log2 = softmax_scale log2(e): one FFMA + one MUFU.
-  const float scale_log2 = p.softmax_scale * k_descale * kLog2e;
+  // An e4m3 cache: the raw scores are (q_scale Q) K_e4m3^T, so K's descale and 1 / q_scale
+  // join the factor.
+  const float scale_log2 = p.softmax_scale * k_descale / q_scale * kLog2e;
   float m_i[2] = {-INFINITY, -INFINITY}, l_i[2] = {0.f, 0.f};
   float O_acc[Tr::kDTiles][4];
 #pragma unroll
@@ -438,36 +527,9 @@ __global__ void __launch_bounds__(Tr::kThreads)
     // Paged: the next copy's page, read now and first used one chunk later.
     if (PAGED && c + STAGES < my_chunks) next_page = page_of(c + STAGES);
 
-    uint32_t K_j = K_ring + st * Tr::kTileBytes;
-    uint32_t V_j = V_ring + st * Tr::kTileBytes;
+    const uint32_t K_j = K_ring + st * Tr::kTileBytes;
+    const uint32_t V_j = V_ring + st * Tr::kTileBytes;
     const int key0 = chunk_key0(c);
-    if constexpr (FP8) {
-      // The e4m3 chunk to 16 bits: each 16-byte piece (16 values) of a ring row becomes the two
-      // pieces of the staging row that ldmatrix then reads as the 16-bit rung does. The warp
-      // barrier at the loop's top kept the staging tiles until every lane's ldmatrix of the
-      // chunk before was done; the one below publishes them.
-      const unsigned char* k8 = smem_raw + (K_j - ptx::smem_addr(smem_raw));
-      const unsigned char* v8 = smem_raw + (V_j - ptx::smem_addr(smem_raw));
-      unsigned char* k16 = smem_raw + stage_at;
-      unsigned char* v16 = k16 + Tr::kStageTileBytes;
-#pragma unroll
-      for (int idx = lane; idx < BLOCK_N * Tr::kChunksPerRow; idx += Tr::kWarpSize) {
-        const int row = idx / Tr::kChunksPerRow, piece8 = idx % Tr::kChunksPerRow;
-        const uint4 kq = *reinterpret_cast<const uint4*>(k8 + ptx::swizzle<RB>(row, piece8));
-        const uint4 vq = *reinterpret_cast<const uint4*>(v8 + ptx::swizzle<RB>(row, piece8));
-        uint4 lo, hi;
-        e4m3x16_to<T>(kq, &lo, &hi);
-        *reinterpret_cast<uint4*>(k16 + ptx::swizzle<RBS>(row, 2 * piece8)) = lo;
-        *reinterpret_cast<uint4*>(k16 + ptx::swizzle<RBS>(row, 2 * piece8 + 1)) = hi;
-        e4m3x16_to<T>(vq, &lo, &hi);
-        *reinterpret_cast<uint4*>(v16 + ptx::swizzle<RBS>(row, 2 * piece8)) = lo;
-        *reinterpret_cast<uint4*>(v16 + ptx::swizzle<RBS>(row, 2 * piece8 + 1)) = hi;
-      }
-      __syncwarp();
-      K_j = ptx::smem_addr(smem_raw) + stage_at;
-      V_j = K_j + Tr::kStageTileBytes;
-    }
-
     // LAB-BEGIN(08-split-chunk): scores, online softmax and P V for one chunk of the split
     // [same-code: 05-mma-qk 05-online-softmax 05-mma-pv]
     // (1) S = Q K_j^T: 16 rows x BLOCK_N keys, fp32 accumulators.
@@ -476,14 +538,18 @@ __global__ void __launch_bounds__(Tr::kThreads)
     for (int nt = 0; nt < Tr::kNTiles; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) S_acc[nt][e] = 0.f;
+    if constexpr (FP8) {
+      fp8_qk<Tr>(S_acc, Q_frag, K_j, k_lane);  // an e4m3 cache, widened on the way
+    } else {
 #pragma unroll
-    for (int kk = 0; kk < Tr::kDSteps; ++kk) {
+      for (int kk = 0; kk < Tr::kDSteps; ++kk) {
 #pragma unroll
-      for (int nj = 0; nj < BLOCK_N / 16; ++nj) {
-        uint32_t k_frag[4];  // (b0, b1) of key tile 2nj, then of key tile 2nj + 1
-        ptx::ldmatrix_x4(k_frag, K_j + nj * 16 * RBS + (k_lane ^ (kk * 32)));
-        ptx::mma_m16n8k16<T>(S_acc[2 * nj], Q_frag[kk], k_frag[0], k_frag[1]);
-        ptx::mma_m16n8k16<T>(S_acc[2 * nj + 1], Q_frag[kk], k_frag[2], k_frag[3]);
+        for (int nj = 0; nj < BLOCK_N / 16; ++nj) {
+          uint32_t k_frag[4];  // (b0, b1) of key tile 2nj, then of key tile 2nj + 1
+          ptx::ldmatrix_x4(k_frag, K_j + nj * 16 * RB + (k_lane ^ (kk * 32)));
+          ptx::mma_m16n8k16<T>(S_acc[2 * nj], Q_frag[kk], k_frag[0], k_frag[1]);
+          ptx::mma_m16n8k16<T>(S_acc[2 * nj + 1], Q_frag[kk], k_frag[2], k_frag[3]);
+        }
       }
     }
 
@@ -536,16 +602,20 @@ __global__ void __launch_bounds__(Tr::kThreads)
 #pragma unroll
     for (int kk = 0; kk < Tr::kNSteps; ++kk) {
       uint32_t P_frag[4];
-      P_frag[0] = pack2<T>(S_acc[2 * kk][0], S_acc[2 * kk][1]);
-      P_frag[1] = pack2<T>(S_acc[2 * kk][2], S_acc[2 * kk][3]);
-      P_frag[2] = pack2<T>(S_acc[2 * kk + 1][0], S_acc[2 * kk + 1][1]);
-      P_frag[3] = pack2<T>(S_acc[2 * kk + 1][2], S_acc[2 * kk + 1][3]);
+      P_frag[0] = pack2<M>(S_acc[2 * kk][0], S_acc[2 * kk][1]);
+      P_frag[1] = pack2<M>(S_acc[2 * kk][2], S_acc[2 * kk][3]);
+      P_frag[2] = pack2<M>(S_acc[2 * kk + 1][0], S_acc[2 * kk + 1][1]);
+      P_frag[3] = pack2<M>(S_acc[2 * kk + 1][2], S_acc[2 * kk + 1][3]);
+      if constexpr (FP8) {
+        fp8_pv<Tr>(O_acc, P_frag, V_j + kk * 16 * RB, v_lane);  // an e4m3 cache
+      } else {
 #pragma unroll
-      for (int dj = 0; dj < D / 16; ++dj) {
-        uint32_t v_frag[4];  // (b0, b1) of columns 16dj..+7, then of 16dj+8..+15
-        ptx::ldmatrix_x4_trans(v_frag, V_j + kk * 16 * RBS + (v_lane ^ (dj * 32)));
-        ptx::mma_m16n8k16<T>(O_acc[2 * dj], P_frag, v_frag[0], v_frag[1]);
-        ptx::mma_m16n8k16<T>(O_acc[2 * dj + 1], P_frag, v_frag[2], v_frag[3]);
+        for (int dj = 0; dj < D / 16; ++dj) {
+          uint32_t v_frag[4];  // (b0, b1) of columns 16dj..+7, then of 16dj+8..+15
+          ptx::ldmatrix_x4_trans(v_frag, V_j + kk * 16 * RB + (v_lane ^ (dj * 32)));
+          ptx::mma_m16n8k16<T>(O_acc[2 * dj], P_frag, v_frag[0], v_frag[1]);
+          ptx::mma_m16n8k16<T>(O_acc[2 * dj + 1], P_frag, v_frag[2], v_frag[3]);
+        }
       }
     }
     // LAB-END(08-split-chunk)
@@ -565,13 +635,22 @@ __global__ void __launch_bounds__(Tr::kThreads)
     const int r = g + 8 * half;
     const float l = ptx::quad_sum(l_i[half]);  // the quad's 4 column shares of the row sum
     if (t == 0) {
-      m_smem[warp * ROWS + r] = m_i[half] * p.softmax_scale * k_descale;  // -inf stays -inf
+      m_smem[warp * ROWS + r] = m_i[half] * (p.softmax_scale * k_descale / q_scale);  // -inf stays -inf
       l_smem[warp * ROWS + r] = l;
     }
 #pragma unroll
-    for (int dt = 0; dt < Tr::kDTiles; ++dt)
-      *reinterpret_cast<float2*>(O_smem + (warp * ROWS + r) * D + dt * Tr::kMmaN + 2 * t) =
-          make_float2(O_acc[dt][2 * half], O_acc[dt][2 * half + 1]);
+    for (int dt = 0; dt < Tr::kDTiles; ++dt) {
+      float* o_row = O_smem + (warp * ROWS + r) * D;
+      if constexpr (FP8) {  // a piece's even and odd tiles hold columns 4t .. 4t + 3
+        if (dt % 2 == 0)
+          *reinterpret_cast<float4*>(o_row + fp8_o_col(dt, t, 0)) =
+              make_float4(O_acc[dt][2 * half], O_acc[dt + 1][2 * half], O_acc[dt][2 * half + 1],
+                          O_acc[dt + 1][2 * half + 1]);
+      } else {
+        *reinterpret_cast<float2*>(o_row + dt * Tr::kMmaN + 2 * t) =
+            make_float2(O_acc[dt][2 * half], O_acc[dt][2 * half + 1]);
+      }
+    }
   }
   __syncthreads();
 
