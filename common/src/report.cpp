@@ -46,7 +46,7 @@ double percent_of_peak(const RunReport& r, Peak ceiling) {
       return r.device.peak_tensor_tflops > 0 ? 100 * run_tflops(r) / (2 * r.device.peak_tensor_tflops) : 0;
     case Peak::memory: {  // K and V read once (kv_bytes) forward, attention_bwd_bytes backward
       const double ms = r.timing.median_ms;
-      const double gbps = r.backward ? bwd_gbps_of(r.problem, ms) : gbps_of(r.problem, ms, Peak::memory);
+      const double gbps = r.backward ? bwd_gbps_of(r.problem, ms) : gbps_of(r.problem, ms, Peak::memory, r.fp8_kv_cache);
       return r.device.peak_gbps > 0 ? 100 * gbps / r.device.peak_gbps : 0;
     }
   }

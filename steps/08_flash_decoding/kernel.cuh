@@ -459,8 +459,9 @@ __global__ void __launch_bounds__(Tr::kThreads)
   }
   // An e4m3 cache with a bf16 Q: the MMAs run in fp16, on Q times q_scale, the power of two that
   // brings the tile's largest |Q| into [2^14, 2^15) (at most 2^100, so 1 / q_scale stays a
-  // normal float). Every bf16 value of the tile then fits fp16 exactly, except those below
-  // 2^-24 of the largest (fp16's subnormals), whose error is under 2^-39 of it; the scores are
+  // normal float). A bf16 value (8 significant bits) of at least 2^-29 of the largest is then an
+  // fp16 normal (11 bits), exact; a smaller one lands in fp16's subnormals, off by at most 2^-39
+  // of the largest (a tile whose largest |Q| is under 2^-85 keeps fewer bits). The scores are
   // divided by q_scale again through scale_log2.
   float q_scale = 1.f;
   if constexpr (FP8 && std::is_same_v<T, __nv_bfloat16>) {

@@ -45,7 +45,7 @@ using Fp8KvTraits = DecodeTraits<D, 3, 1>;
 
 template <bool FP8_KV>
 std::vector<KernelInfo> kernels_08(const Problem& p) {
-  const DecodePlan plan = plan_for(p, FP8_KV);
+  const DecodePlan plan = plan_for(p);
   return FL_DTYPE_SWITCH(p.dtype, T, [&] {
     return with_head_dim(p.head_dim, [&](auto dim) {
       constexpr int D = decltype(dim)::value;
@@ -65,13 +65,11 @@ std::vector<KernelInfo> kernels_08(const Problem& p) {
   });
 }
 
-template <bool FP8_KV>
 std::vector<std::string> notes_08(const Problem& p) {
   const int sms = sm_count();
-  const DecodePlan plan = plan_for(p, FP8_KV);
+  const DecodePlan plan = plan_for(p);
   const long long ctas = plan.work_items * plan.num_splits;
-  const int per_sm = decode_split_policy(FP8_KV).ctas_per_sm;
-  const long long slots = static_cast<long long>(sms) * per_sm;
+  const long long slots = static_cast<long long>(sms) * SplitPolicy{}.ctas_per_sm;
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "split-KV: %d split(s) of %d keys (%s); %d rows per (batch, KV head) = group %d x "
@@ -81,15 +79,14 @@ std::vector<std::string> notes_08(const Problem& p) {
   std::vector<std::string> out{buf};
   std::snprintf(buf, sizeof buf,
                 "grid: %lld CTAs = %lld (batch x heads_kv x row tiles) x %d splits; %.2f waves "
-                "of %lld (%s per SM), wave efficiency %.2f",
+                "of %lld (one CTA per SM), wave efficiency %.2f",
                 ctas, plan.work_items, plan.num_splits,
                 static_cast<double>(ctas) / static_cast<double>(slots), slots,
-                per_sm == 1 ? "one CTA" : "two CTAs",
                 wave_efficiency(ctas, slots));
   out.push_back(buf);
   if (plan.num_splits > 1)
     out.push_back(
-        "partial O + LSE in HBM: " + format_bytes(static_cast<double>(decode_workspace_bytes(p, FP8_KV))) +
+        "partial O + LSE in HBM: " + format_bytes(static_cast<double>(decode_workspace_bytes(p))) +
         " (written by kernel 1, read by combine_splits)");
   if (plan.row_tiles > 1)
     out.push_back("more rows than one CTA holds: each of the " + std::to_string(plan.row_tiles) +
@@ -128,7 +125,7 @@ void register_rung_08(Registry& reg) {
   r.new_design = "split-KV decode: a grid over the keys and a log-sum-exp combine";
   r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
   r.supports = supports_08<2>;
-  r.workspace_bytes = [](const Problem& p) { return decode_workspace_bytes(p); };
+  r.workspace_bytes = decode_workspace_bytes;
   r.grid_ctas = [](const Problem& p, const DeviceInfo& d) {
     const DecodePlan plan = make_decode_plan(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k,
                                              p.num_splits, d.sm_count);
@@ -144,21 +141,15 @@ void register_rung_08(Registry& reg) {
     });
   };
   r.kernels = kernels_08<false>;
-  r.notes = notes_08<false>;
+  r.notes = notes_08;
   // The FP8 KV cache: the same kernel reading e4m3 K and V (half the bytes per key) with a
   // descale per (batch, KV head), each register ldmatrix delivers widened to fp16 on its way into
-  // the MMAs (kernel.cuh: fp8_qk, fp8_pv), two CTAs per SM in the split plan. Registered here,
-  // beside the 16-bit kernel, because the two launch the same combine kernel.
+  // the MMAs (kernel.cuh: fp8_qk, fp8_pv). Registered here, beside the 16-bit kernel, because
+  // the two launch the same combine kernel and split plan.
   Rung f = r;
   f.variant = "fp8-kv";
   f.summary = "an e4m3 KV cache, a descale per (batch, KV head): half the bytes per key, widened to fp16 in "
               "registers on the way into the same MMAs";
-  f.workspace_bytes = [](const Problem& p) { return decode_workspace_bytes(p, true); };
-  f.grid_ctas = [](const Problem& p, const DeviceInfo& d) {
-    const DecodePlan plan = make_decode_plan(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k,
-                                             p.num_splits, d.sm_count, decode_split_policy(true));
-    return plan.work_items * plan.num_splits;
-  };
   f.baselines.clear();
   f.builds_on.clear();
   f.new_design.clear();
@@ -173,13 +164,13 @@ void register_rung_08(Registry& reg) {
       throw std::invalid_argument("rung 08 [fp8-kv]: an e4m3 cache needs its k_descale and v_descale");
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
       with_head_dim(p.head_dim, [&](auto dim) {
-        launch_decode<T, Fp8KvTraits<decltype(dim)::value>>(p, plan_for(p, true), s, /*pdl=*/true);
+        launch_decode<T, Fp8KvTraits<decltype(dim)::value>>(p, plan_for(p), s, /*pdl=*/true);
       });
     });
   };
   f.kernels = kernels_08<true>;
   f.notes = [](const Problem& p) {
-    std::vector<std::string> out = notes_08<true>(p);
+    std::vector<std::string> out = notes_08(p);
     out.push_back("K and V e4m3 (1 byte per element) with a descale per (batch, KV head), made by the harness "
                   "(fp8_device.h, the cache mode); Q and O 16-bit");
     return out;

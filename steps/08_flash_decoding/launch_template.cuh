@@ -58,20 +58,19 @@ const void* prepared_split_kernel() {
   return reinterpret_cast<const void*>(&split_kv_attention<T, Tr, PAGED>);
 }
 
-/// The plan (split count, keys per split) on this GPU, for 16-bit K/V or an
-/// e4m3 cache (@p fp8_kv: decode_split_policy). The same call feeds
+/// The plan (split count, keys per split) on this GPU. The same call feeds
 /// workspace_bytes() and launch(), so both see the same plan.
-inline DecodePlan plan_for(const Problem& p, bool fp8_kv = false) {
+inline DecodePlan plan_for(const Problem& p) {
   return make_decode_plan(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k, p.num_splits,
-                          sm_count(), decode_split_policy(fp8_kv));
+                          sm_count());
 }
-inline DecodePlan plan_for(const AttnParams& p, bool fp8_kv = false) {
+inline DecodePlan plan_for(const AttnParams& p) {
   return make_decode_plan(p.batch, p.heads_kv, p.group, p.seqlen_q, p.seqlen_k, p.num_splits,
-                          sm_count(), decode_split_policy(fp8_kv));
+                          sm_count());
 }
 /// Workspace of that plan (the partial O and LSE; 0 for one split).
-inline size_t decode_workspace_bytes(const Problem& p, bool fp8_kv = false) {
-  return workspace_bytes(plan_for(p, fp8_kv), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
+inline size_t decode_workspace_bytes(const Problem& p) {
+  return workspace_bytes(plan_for(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
 }
 
 /// 16-byte loads need 16-byte aligned rows (8-byte stores of O in kernel 2):
@@ -184,7 +183,7 @@ Rung make_decode_variant(const char* name, const std::string& summary, bool pdl)
   r.in_tour = false;
   r.decode = true;
   r.supports = [](const Problem& p, const DeviceInfo& d) { return check_decode_limits<Tr>(p, d); };
-  r.workspace_bytes = [](const Problem& p) { return decode_workspace_bytes(p); };
+  r.workspace_bytes = decode_workspace_bytes;
   r.launch = [pdl](const AttnParams& p, cudaStream_t s) {
     check_alignment(p);
     FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T,

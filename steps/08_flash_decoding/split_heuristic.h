@@ -45,13 +45,6 @@ constexpr int kMaxRowsPerCta = 16;
 /// CTAs, two per SM). The second resident CTA still serves grids larger than
 /// one wave.
 constexpr int kWaveCtasPerSm = 1;
-/// The same for an e4m3 cache (the fp8-kv variant): two. Its chunk carries twice
-/// the keys for the same bytes, so a warp issues about twice the instructions
-/// per byte (the widening cvts, twice the MMAs); with one CTA per SM each
-/// scheduler has one warp, which cannot issue them as fast as HBM delivers the
-/// bytes. Two CTAs per SM give each scheduler two warps (README: "An FP8 KV
-/// cache" measures both).
-constexpr int kWaveCtasPerSmFp8Kv = 2;
 
 /// The knobs of the heuristic, with the values rung 08 uses.
 struct SplitPolicy {
@@ -70,13 +63,6 @@ struct SplitPolicy {
   /// Take the smallest split count within this fraction of the best efficiency.
   double efficiency_target = 0.95;
 };
-
-/// Rung 08's policy: the defaults, with the wave of an e4m3 cache when @p fp8_kv.
-inline SplitPolicy decode_split_policy(bool fp8_kv) {
-  SplitPolicy pol;
-  if (fp8_kv) pol.ctas_per_sm = kWaveCtasPerSmFp8Kv;
-  return pol;
-}
 
 /// Fraction of the CTA slots busy when @p ctas CTAs run in waves of @p slots
 /// (1.0 when the last wave is full).

@@ -60,6 +60,25 @@ TEST_CASE("a decode row's percent of peak is its share of the DRAM bandwidth", "
   REQUIRE(percent_of_peak(r, Peak::memory) == 0);
 }
 
+TEST_CASE("an e4m3 KV cache counts K and V at one byte per element", "[cpu][metrics]") {
+  RunReport r;  // rung 08's fp8-kv variant on the tour's decode problem
+  r.problem.batch = 1;
+  r.problem.heads_q = 32;
+  r.problem.heads_kv = 8;
+  r.problem.head_dim = 128;
+  r.problem.seqlen_q = 1;
+  r.problem.seqlen_k = 16384;
+  r.peak = Peak::memory;
+  r.fp8_kv_cache = true;
+  r.device.peak_gbps = 4000;
+  r.timing.timed = true;
+  r.timing.median_ms = 0.05;
+  const double half = gbps_of(r.problem, 0.05, Peak::memory) / 2;
+  REQUIRE(std::fabs(gbps_of(r.problem, 0.05, Peak::memory, true) - half) < 1e-9);
+  REQUIRE(std::fabs(run_gbps(r) - half) < 1e-9);
+  REQUIRE(std::fabs(percent_of_peak(r) - 100 * half / 4000) < 1e-9);  // the bytes it read
+}
+
 TEST_CASE("peak rates from clocks and units", "[cpu][metrics]") {
   DeviceInfo h100;
   h100.cc_major = 9;
