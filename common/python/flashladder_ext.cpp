@@ -111,20 +111,34 @@ DeviceInfo device_info(int index) {
 
 /// The reason @p r cannot run @p p on @p d: a lab stub, the problem's own contract
 /// (fl::validate), then the generic and the rung's checks (fl::supports). "" if it can.
-/// @p fp8: the call passes e4m3 q, k, a transposed V and descales (fp8_forward); every other
-/// launch passes 16-bit tensors, which an FP8 rung would misread, so it refuses them and an FP8
-/// call refuses a 16-bit rung.
-std::string supports_reason(const Rung& r, const Problem& p, const DeviceInfo& d, bool fp8 = false) {
+/// @p fp8: the call passes e4m3 q, k, a transposed V and descales (fp8_forward); @p fp8_kv: a
+/// 16-bit q against an e4m3 KV cache with its descales (fp8_kv_forward). Every other launch passes
+/// 16-bit tensors, which an FP8 entry would misread, so it refuses them, and each FP8 call refuses
+/// the entries that do not read its kind of tensors.
+std::string supports_reason(const Rung& r, const Problem& p, const DeviceInfo& d, bool fp8 = false,
+                            bool fp8_kv = false) {
   if (!r.not_implemented.empty()) return "not implemented (lab starter): " + r.not_implemented;
   std::string why = validate(p);
   if (why.empty()) why = supports(r, p, d);
-  if (why.empty() && r.fp8_kv_cache)
-    why = "reads an e4m3 KV cache that the C++ harness makes (the runner's --variant fp8-kv); not callable from "
-          "PyTorch yet";
+  if (why.empty() && r.fp8_kv_cache != fp8_kv)
+    why = r.fp8_kv_cache ? "reads an e4m3 KV cache with a 16-bit q (flash_attn_with_kvcache on float8_e4m3fn "
+                           "caches), not 16-bit tensors"
+                         : "reads no e4m3 KV cache";
+  if (why.empty() && fp8_kv) return why;  // the cache's entry: a 16-bit q, whatever fp8_inputs says
   if (why.empty() && r.fp8_inputs && !fp8)
     why = "takes e4m3 q, k, v with their descales (flash_attn_func on float8_e4m3fn tensors), not 16-bit tensors";
   if (why.empty() && !r.fp8_inputs && fp8) why = "takes 16-bit q, k, v, not e4m3";
   return why;
+}
+
+/// The append's element kind from its name (metadata.h, AppendElems).
+AppendElems append_elems_of(const std::string& name) {
+  if (name == "copy16") return AppendElems::copy16;
+  if (name == "copy8") return AppendElems::copy8;
+  if (name == "fp16_to_e4m3") return AppendElems::fp16_to_e4m3;
+  if (name == "bf16_to_e4m3") return AppendElems::bf16_to_e4m3;
+  refuse_if("append_cache: elems must be copy16, copy8, fp16_to_e4m3 or bf16_to_e4m3, got '" + name + "'");
+  return AppendElems::copy16;
 }
 
 /// One registry entry as a dict: what flashladder.rungs() shows.
@@ -743,6 +757,47 @@ NB_MODULE(_ext, m) {
       "[batch, heads_q, seqlen_q]); descales: q's, k's, v's (fp32 [batch, heads_kv], contiguous); planned: "
       "fp8_supports was asked for this problem and device before, so it is not asked again");
 
+  // ---- an e4m3 KV cache from PyTorch (rung 08's fp8-kv): its plan and its launch ---------------
+  m.def(
+      "fp8_kv_workspace_bytes",
+      [](int number, const std::string& variant, const Problem& p, int device) {
+        const Rung& r = find_rung(number, variant);
+        refuse_if(supports_reason(r, p, device_info(device), false, true));
+        DeviceGuard guard(device);  // rung 08 sizes its splits from the current device
+        return forward_workspace_bytes(r, p);
+      },
+      "number"_a, "variant"_a, "problem"_a, "device"_a = 0,
+      "Bytes of scratch an e4m3 KV cache's entry needs for the problem (ValueError with its reason if it cannot "
+      "run it: supports with a 16-bit q against an e4m3 cache)");
+  m.def(
+      "fp8_kv_forward",
+      [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
+         const std::array<Strides4, 4>& strides, const std::array<uintptr_t, 2>& descales, uintptr_t workspace,
+         size_t workspace_bytes, uintptr_t stream, int device, const std::array<uintptr_t, 7>& extras,
+         const std::array<int64_t, 3>& extra_ints) {
+        const Rung& r = find_rung(number, variant);
+        if (!r.launch) refuse_if(r.label() + " has no forward launch");
+        refuse_if(supports_reason(r, p, device_info(device), false, true));
+        for (uintptr_t d : descales)
+          if (d == 0 || d % 4 != 0) refuse_if("fp8_kv_forward: k_descale and v_descale: fp32 buffers, 4-byte aligned");
+        AttnParams a = params_for(p, ptr, strides, extras_of(extras, extra_ints));
+        a.k_descale = reinterpret_cast<const float*>(descales[0]);
+        a.v_descale = reinterpret_cast<const float*>(descales[1]);
+        DeviceGuard guard(device);
+        check_workspace(workspace, workspace_bytes, forward_workspace_bytes(r, p));
+        a.workspace = reinterpret_cast<void*>(workspace);
+        a.workspace_bytes = workspace_bytes;
+        nb::gil_scoped_release release;
+        r.launch(a, reinterpret_cast<cudaStream_t>(stream));
+      },
+      "number"_a, "variant"_a, "problem"_a, "ptrs"_a, "strides"_a, "descales"_a, "workspace"_a, "workspace_bytes"_a,
+      "stream"_a, "device"_a, "extras"_a, "extra_ints"_a,
+      "Launches an e4m3 KV cache's entry (rung 08's fp8-kv; asynchronous): ptrs q (16-bit), the e4m3 caches as "
+      "the entry reads them (a pool as its [1, rows, heads_kv, head_dim] view), out (q's dtype), lse (fp32 "
+      "[batch, heads_q, seqlen_q]); strides in elements (e4m3: bytes); descales: k's and v's (fp32 [batch, "
+      "heads_kv], contiguous); extras and extra_ints as forward's (the cache's seqused_k, block_table, "
+      "seqstart_k)");
+
   // ---- metadata read on the device (metadata.h): checked and clamped without a synchronization --
   m.def(
       "sanitize_varlen",
@@ -791,8 +846,11 @@ NB_MODULE(_ext, m) {
          const std::array<int64_t, 4>& k_cache_strides, uintptr_t v, const std::array<int64_t, 4>& v_strides,
          uintptr_t v_cache, const std::array<int64_t, 4>& v_cache_strides, int batch, int new_keys, int heads,
          int head_dim, uintptr_t seqlens, int64_t slots, uintptr_t table, int64_t table_stride, int page,
-         int64_t pool_pages, uintptr_t rows, uintptr_t stream, int device) {
+         int64_t pool_pages, uintptr_t rows, uintptr_t stream, int device, const std::string& elems,
+         uintptr_t k_descale, uintptr_t v_descale) {
         if (!k || !k_cache || !v || !v_cache || !seqlens) refuse_if("append_cache: a null pointer");
+        const AppendElems kind = append_elems_of(elems);
+        if ((k_descale | v_descale) % 4 != 0) refuse_if("append_cache: descales must be 4-byte aligned fp32");
         DeviceGuard guard(device);
         const MetadataSink sink = metadata_sink(device);
         nb::gil_scoped_release release;
@@ -801,14 +859,17 @@ NB_MODULE(_ext, m) {
                          reinterpret_cast<void*>(v_cache), v_cache_strides.data(), batch, new_keys, heads, head_dim,
                          reinterpret_cast<const int*>(seqlens), slots, reinterpret_cast<const int*>(table),
                          table_stride, page, pool_pages, reinterpret_cast<const int*>(rows), sink,
-                         reinterpret_cast<cudaStream_t>(stream));
+                         reinterpret_cast<cudaStream_t>(stream), kind, reinterpret_cast<const float*>(k_descale),
+                         reinterpret_cast<const float*>(v_descale));
       },
       "k"_a, "k_strides"_a, "k_cache"_a, "k_cache_strides"_a, "v"_a, "v_strides"_a, "v_cache"_a,
       "v_cache_strides"_a, "batch"_a, "new_keys"_a, "heads"_a, "head_dim"_a, "seqlens"_a, "slots"_a, "table"_a,
-      "table_stride"_a, "page"_a, "pool_pages"_a, "rows"_a, "stream"_a, "device"_a,
-      "New keys and values (16-bit [batch, new, heads, head_dim]) written into their caches at each "
-      "sequence's length in one launch, paged (table) or contiguous (rows or row b); out-of-bounds writes "
-      "skipped and recorded");
+      "table_stride"_a, "page"_a, "pool_pages"_a, "rows"_a, "stream"_a, "device"_a, "elems"_a = "copy16",
+      "k_descale"_a = 0, "v_descale"_a = 0,
+      "New keys and values ([batch, new, heads, head_dim]) written into their caches at each sequence's length "
+      "in one launch, paged (table) or contiguous (rows or row b); out-of-bounds writes skipped and recorded. "
+      "elems: copy16 (16-bit into 16-bit), copy8 (e4m3 into e4m3), fp16_to_e4m3 or bf16_to_e4m3 (16-bit "
+      "quantized into an e4m3 cache with its k_descale and v_descale, fp32 [batch, heads])");
   m.def(
       "metadata_errors",
       [](int device, bool clear) { return metadata_error_text(device, clear); }, "device"_a, "clear"_a = true,

@@ -135,10 +135,6 @@ __global__ void descale_kernel(const float* amax, float* descale, int n, bool pe
   descale[i] = a > 0.f ? a / kE4m3Max : 1.f;
 }
 
-__device__ __forceinline__ uint8_t to_e4m3(float x) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
-}
-
 /// Q or K to dense e4m3 [batch, seqlen, heads, d], rotated when @p rotate_rows.
 template <class T, int E>
 __global__ void quantize_rows_kernel(Src t, bool rotate_rows, unsigned long long seed, const float* descale,

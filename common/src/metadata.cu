@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "flashladder/cuda_check.h"
+#include "flashladder/dtype.cuh"
 #include "flashladder/metadata.h"
 
 namespace fl {
@@ -140,15 +141,18 @@ __device__ void check_cache_row(const CacheCheck& c, int b, MetadataSink err) {
 /// One block per sequence.
 __global__ void sanitize_cache_kernel(CacheCheck c, MetadataSink err) { check_cache_row(c, blockIdx.x, err); }
 
-/// One side of the append: the new rows and the cache they go into (strides in elements).
+/// One side of the append: the new rows and the cache they go into (strides in elements), and for
+/// a quantizing append the cache's descales (fp32 [batch, heads], one per sequence and head).
 struct AppendSide {
-  const uint16_t* src;
+  const void* src;
   long long s0, s1, s2, s3;
-  uint16_t* dst;
+  void* dst;
   long long d0, d1, d2, d3;
+  const float* descale;
 };
 
-/// The append's arguments (append_cache). Its threads copy the heads' rows, 2 bytes at a time.
+/// The append's arguments (append_cache). Its threads copy the heads' rows, one element at a time
+/// (AppendElems: 16-bit, e4m3, or 16-bit quantized into an e4m3 cache).
 /// @p seqlens: the caller's lengths before the append, unclamped, so that a sequence that would
 /// not fit is skipped whole.
 struct Append {
@@ -161,7 +165,31 @@ struct Append {
   int page;
   long long pool_pages;
   const int* rows;
+  AppendElems elems;
 };
+
+/// Element @p from of @p a's source written as element @p to of its cache, for sequence @p b and
+/// head @p h: a copy (16-bit, e4m3), or x / descale rounded to e4m3 (to_e4m3, the package's one
+/// quantizer: the product with 1 / descale, as fp8_quantize makes a cache).
+__device__ __forceinline__ void append_elem(const AppendSide& a, AppendElems elems, long long from, long long to,
+                                            int b, int heads, int h) {
+  switch (elems) {
+    case AppendElems::copy16:
+      static_cast<uint16_t*>(a.dst)[to] = static_cast<const uint16_t*>(a.src)[from];
+      return;
+    case AppendElems::copy8:
+      static_cast<uint8_t*>(a.dst)[to] = static_cast<const uint8_t*>(a.src)[from];
+      return;
+    case AppendElems::fp16_to_e4m3:
+    case AppendElems::bf16_to_e4m3: {
+      const float x = elems == AppendElems::fp16_to_e4m3
+                          ? to_float(static_cast<const __half*>(a.src)[from])
+                          : to_float(static_cast<const __nv_bfloat16*>(a.src)[from]);
+      static_cast<uint8_t*>(a.dst)[to] = to_e4m3(x * (1.f / a.descale[static_cast<long long>(b) * heads + h]));
+      return;
+    }
+  }
+}
 
 /// New key @p i of sequence @p b, on side @p side (0 keys, 1 values), by one block.
 __device__ void append_row(const Append& p, int i, int b, int side, MetadataSink err) {
@@ -183,7 +211,8 @@ __device__ void append_row(const Append& p, int i, int b, int side, MetadataSink
   const long long n = static_cast<long long>(p.heads) * head_dim;
   for (long long t = threadIdx.x; t < n; t += blockDim.x) {
     const long long h = t / head_dim, c = t % head_dim;
-    a.dst[row * a.d0 + slot * a.d1 + h * a.d2 + c * a.d3] = a.src[b * a.s0 + i * a.s1 + h * a.s2 + c * a.s3];
+    append_elem(a, p.elems, b * a.s0 + i * a.s1 + h * a.s2 + c * a.s3,
+                row * a.d0 + slot * a.d1 + h * a.d2 + c * a.d3, b, p.heads, static_cast<int>(h));
   }
 }
 
@@ -206,9 +235,15 @@ __global__ void check_and_append_kernel(CacheCheck c, Append p, int batch, Metad
   append_row(p, i, rest % batch, rest / batch, err);
 }
 
-AppendSide side_of(const void* src, const int64_t s[4], void* dst, const int64_t d[4]) {
-  return {static_cast<const uint16_t*>(src), s[0], s[1], s[2], s[3],
-          static_cast<uint16_t*>(dst),       d[0], d[1], d[2], d[3]};
+/// A quantizing append needs both descales.
+void check_elems(AppendElems elems, const float* k_descale, const float* v_descale) {
+  const bool quantizes = elems == AppendElems::fp16_to_e4m3 || elems == AppendElems::bf16_to_e4m3;
+  if (quantizes && (k_descale == nullptr || v_descale == nullptr))
+    throw std::invalid_argument("append into an e4m3 cache: the cache's k_descale and v_descale are needed");
+}
+
+AppendSide side_of(const void* src, const int64_t s[4], void* dst, const int64_t d[4], const float* descale) {
+  return {src, s[0], s[1], s[2], s[3], dst, d[0], d[1], d[2], d[3], descale};
 }
 
 const char* side_name(int side) { return side == 0 ? "q" : "k"; }
@@ -318,13 +353,16 @@ void append_cache(const void* k, const int64_t k_strides[4], void* k_cache, cons
                   const void* v, const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4],
                   int batch, int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots,
                   const int* raw_table, int64_t table_stride, int page, int64_t pool_pages, const int* rows,
-                  MetadataSink err, cudaStream_t stream) {
+                  MetadataSink err, cudaStream_t stream, AppendElems elems, const float* k_descale,
+                  const float* v_descale) {
   if (batch <= 0 || new_keys <= 0) return;
+  check_elems(elems, k_descale, v_descale);
   if (batch > 65535) throw std::invalid_argument("append_cache: more than 65535 sequences in one call");
   const dim3 grid(static_cast<unsigned>(new_keys), static_cast<unsigned>(batch), 2);
   append_cache_kernel<<<grid, 128, 0, stream>>>(
-      Append{side_of(k, k_strides, k_cache, k_cache_strides), side_of(v, v_strides, v_cache, v_cache_strides), heads,
-             head_dim, new_keys, seqlens, slots, raw_table, table_stride, page, pool_pages, rows},
+      Append{side_of(k, k_strides, k_cache, k_cache_strides, k_descale),
+             side_of(v, v_strides, v_cache, v_cache_strides, v_descale), heads, head_dim, new_keys, seqlens, slots,
+             raw_table, table_stride, page, pool_pages, rows, elems},
       err);
   FL_LAUNCH_CHECK("append_cache_kernel");
 }
@@ -334,16 +372,19 @@ void sanitize_and_append(const int* seqlens, int new_keys, int batch, int64_t sl
                          int* out_seqlens, int* out_used, int* out_leftpad, int* out_table, const void* k,
                          const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4], const void* v,
                          const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4], int heads,
-                         int head_dim, MetadataSink err, cudaStream_t stream) {
+                         int head_dim, MetadataSink err, cudaStream_t stream, AppendElems elems,
+                         const float* k_descale, const float* v_descale) {
   if (batch <= 0) return;
+  if (new_keys > 0) check_elems(elems, k_descale, v_descale);
   if (new_keys < 0 || new_keys > slots) throw std::invalid_argument("sanitize_and_append: new keys past the cache's slots");
   if (table != nullptr && page <= 0) throw std::invalid_argument("sanitize_and_append: a block table needs a page size");
   const long long blocks = static_cast<long long>(batch) * (1 + 2LL * new_keys);
   if (blocks > 0x7fffffffLL) throw std::invalid_argument("sanitize_and_append: more than 2^31 - 1 blocks in one call");
   const CacheCheck c = cache_check(seqlens, new_keys, slots, leftpad, table, columns, table_stride, page, pool_pages,
                                    nullptr, 0, out_seqlens, out_used, out_leftpad, out_table, false);
-  const Append a{side_of(k, k_strides, k_cache, k_cache_strides), side_of(v, v_strides, v_cache, v_cache_strides),
-                 heads, head_dim, new_keys, seqlens, slots, table, table_stride, page, pool_pages, nullptr};
+  const Append a{side_of(k, k_strides, k_cache, k_cache_strides, k_descale),
+                 side_of(v, v_strides, v_cache, v_cache_strides, v_descale),
+                 heads, head_dim, new_keys, seqlens, slots, table, table_stride, page, pool_pages, nullptr, elems};
   check_and_append_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(c, a, batch, err);
   FL_LAUNCH_CHECK("check_and_append_kernel");
 }

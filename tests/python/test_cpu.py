@@ -935,6 +935,62 @@ def mla_args(b=2, sq=1, hq=16, pages=8, page=64, columns=4, paged=True, dtype=FP
     return q, k, table, Tensor((b,), dtype=INT32)
 
 
+class KVCacheFp8(unittest.TestCase):
+    """flash_attn_with_kvcache on a float8_e4m3fn cache (rung 08's fp8-kv): the arguments it does
+    not take, refused in one line naming them before anything runs; descales without an e4m3 cache;
+    and the 16-bit calls' entries never reading an e4m3 cache, nor its entry 16-bit tensors
+    (PyTorch needed for the calls, skipped without)."""
+
+    def setUp(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed")
+        if not hasattr(torch, "float8_e4m3fn"):
+            self.skipTest("this PyTorch has no float8_e4m3fn")
+        from flashladder import _kvcache
+        self.torch, self.kv = torch, _kvcache
+
+    def one_line(self, exc, text, fn, *args, **kwargs):
+        with self.assertRaises(exc) as cm:
+            fn(*args, **kwargs)
+        msg = str(cm.exception)
+        self.assertTrue(msg.startswith("flashladder: "), msg)
+        self.assertNotIn("\n", msg)
+        self.assertIn(text, msg)
+
+    def test_refusals(self):
+        torch = self.torch
+        q = torch.zeros(2, 1, 8, 128, dtype=torch.bfloat16)
+        c8 = torch.zeros(2, 64, 2, 128, dtype=torch.float8_e4m3fn)
+        lens = torch.tensor([3, 4], dtype=torch.int32)
+        call = self.kv.flash_attn_with_kvcache
+        cos = torch.ones(64, 32, dtype=torch.bfloat16)
+        for kwargs, exc, text in (
+                ({"rotary_cos": cos, "rotary_sin": cos}, NotImplementedError, "rotary_cos with a float8_e4m3fn cache"),
+                ({"cache_batch_idx": lens}, NotImplementedError, "cache_batch_idx with a float8_e4m3fn cache"),
+                ({"window_size": (4, 0)}, NotImplementedError, "window_size with a float8_e4m3fn cache"),
+                ({"softcap": 30.0}, NotImplementedError, "softcap with a float8_e4m3fn cache"),
+                ({"alibi_slopes": torch.ones(8)}, NotImplementedError, "alibi_slopes with a float8_e4m3fn cache"),
+                ({"learnable_sink": torch.ones(8)}, NotImplementedError, "learnable_sink with a float8_e4m3fn cache"),
+                ({}, ValueError, "the FP8 path runs on a CUDA device")):
+            self.one_line(exc, text, call, q, c8, c8, cache_seqlens=lens, **kwargs)
+        c16 = torch.zeros(2, 64, 2, 128, dtype=torch.bfloat16)
+        for name in ("q_descale", "k_descale", "v_descale"):
+            self.one_line(ValueError, "go with a float8_e4m3fn cache", call, q, c16, c16, cache_seqlens=lens,
+                          **{name: torch.ones(2, 2)})
+
+    def test_entries_read_their_own_tensors(self):
+        r = [e for e in _core.rungs(variants=True) if e.number == 8 and e.variant == "fp8-kv"]
+        if not r:
+            self.skipTest("rung 08 is not built")
+        p = _core.make_problem(2, 1, 4096, 32, 8, 128, "bf16", False,
+                               mods=_core.Mods(seqused_k=True))
+        d = fake_device(90, 227 * 1024)
+        self.assertIn("e4m3 KV cache", _ext.supports(8, "fp8-kv", p, d))  # a 16-bit call
+        self.assertEqual(_ext.supports(8, "", p, d), "")
+
+
 class FlashMLA(unittest.TestCase):
     """12. flash_mla_with_kvcache's contract on rung 17 (MLA's latent cache: head_dim 576, V its first
     512 columns): the Problem's v_in_k and head_dim_v and the route (rung 17 or one line), every

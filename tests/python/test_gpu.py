@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout|mla|fp8
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout|mla|fp8|fp8_kvcache
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -2448,6 +2448,167 @@ def part_fp8():
         expect(exc, text, call)
 
 
+def part_fp8_kvcache():
+    """flash_attn_with_kvcache on float8_e4m3fn caches (rung 08's fp8-kv): contiguous and paged
+    (pages of 16 and 64, the table's columns a slice of a wider table), GQA and MHA, head_dim 64 and
+    128, a bf16 or fp16 q (O in q's dtype) and an e4m3 q with q_descale (O bf16), decode steps and
+    4 causal queries, left padding, the LSE. New keys appended in place: 16-bit ones quantized with
+    the cache's descales (byte for byte the fp32 product with 1 / descale rounded to e4m3), e4m3
+    ones copied. O against the fp32 reference on the dequantized cache after the append, within the
+    16-bit floors (the widening is exact: the kernel's error is the 16-bit rung's). A cache_seqlens
+    past the slots is reported by the next call, nothing written out of bounds. The refusals, one line
+    each. Skipped (exit 77) where rung 08 is not built or the GPU is older than sm_89."""
+    from flashladder import flash_attn_with_kvcache
+
+    major, minor = torch.cuda.get_device_capability()
+    if not built(8) or major * 10 + minor < 89:
+        print("an e4m3 cache runs on rung 08's fp8-kv (sm_89 or newer): skipped (exit 77)")
+        sys.exit(SKIP)
+    e4m3 = torch.float8_e4m3fn
+
+    def deq(c8, descale):  # [b, s, hkv, d] e4m3 x [b, hkv]
+        return c8.float() * descale[:, None, :, None]
+
+    def quantized(x, descale):  # what the append writes: x * (1 / descale) to e4m3 (in range here)
+        return (x.float() * (1.0 / descale)[:, None, :, None]).clamp(-448, 448).to(e4m3)
+
+    def make_cache(b, slots, hkv, d):
+        x = randn(b, slots, hkv, d, dtype=torch.float32) * 2
+        descale = x.abs().amax(dim=(1, 3)) / 448.0
+        return quantized(x, descale), descale
+
+    def as_pool(c8, page, table):  # the contiguous cache's pages placed at the table's entries
+        b, slots, hkv, d = c8.shape
+        pool = torch.zeros(b * slots // page, page, hkv, d, dtype=torch.uint8, device="cuda")
+        pool[table.long()] = c8.view(torch.uint8).view(b, slots // page, page, hkv, d)
+        return pool.view(e4m3)
+
+    def from_pool(pool, table, slots):
+        b = table.shape[0]
+        page = pool.shape[1]
+        return pool.view(torch.uint8)[table.long()].view(b, slots, *pool.shape[2:]).view(e4m3)
+
+    def judge_step(what, out, lse, q, kc, vc, kd, vd, lens, starts, causal, dt_name, q_scale=None):
+        b = q.shape[0]
+        qf = q.float() if q_scale is None else q.float() * q_scale.repeat_interleave(
+            q.shape[2] // kc.shape[2], dim=1)[:, None, :, None]
+        refs, ref_lses = [], []
+        for i in range(b):
+            lo, hi = int(starts[i]), int(lens[i])
+            o, l = reference(qf[i:i + 1], deq(kc[i:i + 1, lo:hi], kd[i:i + 1]), deq(vc[i:i + 1, lo:hi], vd[i:i + 1]),
+                             causal)
+            refs.append(o)
+            ref_lses.append(l)
+        judge(what, out.float(), torch.cat(refs), dt_name)
+        judge_lse(what, lse, torch.cat(ref_lses), dt_name)
+
+    ran = 0
+    cases = (  # (batch, seqlen_q, heads_q, heads_kv, d, slots, page, causal, leftpad, q kind, new k kind)
+        (3, 1, 8, 2, 128, 1024, 0, False, False, "bf16", "bf16"),
+        (3, 1, 8, 2, 128, 1024, 64, True, False, "fp16", "e4m3"),
+        (2, 4, 16, 2, 64, 768, 16, True, False, "bf16", "bf16"),
+        (2, 4, 4, 4, 128, 512, 0, True, True, "fp16", "fp16"),
+        (2, 1, 8, 1, 128, 256, 16, False, False, "e4m3", "e4m3"),
+        (1, 16, 4, 4, 64, 2048, 0, True, False, "e4m3", "bf16"))
+    for b, sq, hq, hkv, d, slots, page, causal, leftpad, qk, nk in cases:
+        what = "fp8 cache q=%s new=%s B=%d Sq=%d H=%d/%d d=%d slots=%d page=%d causal=%d leftpad=%d" % (
+            qk, nk, b, sq, hq, hkv, d, slots, page, causal, leftpad)
+        k8, kd = make_cache(b, slots, hkv, d)
+        v8, vd = make_cache(b, slots, hkv, d)
+        new = 2
+        lens = torch.randint(40, slots - new, (b,), device="cuda", dtype=torch.int32)
+        lens[0] = slots - new  # one sequence fills its cache
+        starts = torch.randint(0, 40, (b,), device="cuda", dtype=torch.int32) if leftpad else None
+        q_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "e4m3": torch.bfloat16}[qk]
+        q = randn(b, sq, hq, d, dtype=q_dtype)
+        qd = None
+        if qk == "e4m3":
+            qd = torch.rand(b, hkv, device="cuda") + 0.5
+            q = (q.float() / qd.repeat_interleave(hq // hkv, dim=1)[:, None, :, None]).clamp(-448, 448).to(e4m3)
+        kn16, vn16 = randn(b, new, hkv, d, dtype=torch.float32), randn(b, new, hkv, d, dtype=torch.float32)
+        if nk == "e4m3":
+            kn, vn = quantized(kn16, kd), quantized(vn16, vd)
+        else:
+            kn, vn = kn16.to(DTYPES[nk]), vn16.to(DTYPES[nk])
+        want_k, want_v = quantized(kn, kd) if nk != "e4m3" else kn, quantized(vn, vd) if nk != "e4m3" else vn
+        if page:
+            table = torch.randperm(b * slots // page, device="cuda").to(torch.int32).view(b, slots // page)
+            wide = torch.full((b, slots // page + 3), -1, dtype=torch.int32, device="cuda")
+            wide[:, :slots // page] = table
+            kc, vc, bt = as_pool(k8, page, table), as_pool(v8, page, table), wide[:, :slots // page]
+        else:
+            kc, vc, bt = k8.clone(), v8.clone(), None
+        out, lse = flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=lens, cache_leftpad=starts,
+                                           block_table=bt, causal=causal, return_softmax_lse=True, q_descale=qd,
+                                           k_descale=kd, v_descale=vd)
+        after_k = from_pool(kc, table, slots) if page else kc
+        after_v = from_pool(vc, table, slots) if page else vc
+        COMPARED[0] += 1
+        rows = lens.long()[:, None] + torch.arange(new, device="cuda")[None, :]
+        seq = torch.arange(b, device="cuda")[:, None]
+        got_k = after_k.view(torch.uint8)[seq, rows]  # bytes: indexing is for integer types
+        got_v = after_v.view(torch.uint8)[seq, rows]
+        untouched = torch.ones(b, slots, dtype=torch.bool, device="cuda")
+        untouched[seq, rows] = False
+        same_k = torch.equal(got_k, want_k.view(torch.uint8))
+        same_v = torch.equal(got_v, want_v.view(torch.uint8))
+        kept = torch.equal(after_k.view(torch.uint8)[untouched], k8.view(torch.uint8)[untouched])
+        if not (same_k and same_v and kept):
+            fail("%s: append k %s, v %s, the rest of the cache kept %s" % (what, same_k, same_v, kept))
+        else:
+            print("ok   %s: the new keys and values appended byte for byte, nothing else written" % what)
+        want_dtype = torch.bfloat16 if qk == "e4m3" else q_dtype
+        if out.dtype != want_dtype or tuple(out.shape) != (b, sq, hq, d):
+            fail("%s: out %s %s" % (what, out.dtype, tuple(out.shape)))
+            continue
+        st = torch.zeros(b, dtype=torch.int32, device="cuda") if starts is None else starts
+        judge_step(what, out, lse, q, after_k, after_v, kd, vd, lens + new, st, causal,
+                   "bf16" if want_dtype == torch.bfloat16 else "fp16", q_scale=qd)
+        ran += 1
+    expect_runs("fp8 cache cases", ran, len(cases))
+
+    # A cache_seqlens past the slots: reported by the next call, the cache untouched.
+    k8, kd = make_cache(2, 256, 2, 128)
+    v8, vd = make_cache(2, 256, 2, 128)
+    before = k8.clone()
+    q = randn(2, 1, 8, 128, dtype=torch.bfloat16)
+    kn = randn(2, 1, 2, 128, dtype=torch.bfloat16)
+    bad = torch.tensor([100, 256], dtype=torch.int32, device="cuda")
+    expect_recorded("fp8 cache: cache_seqlens past the slots", "cache_seqlens[1] plus the new keys is 257",
+                    lambda: flash_attn_with_kvcache(q, k8, v8, kn, kn, cache_seqlens=bad, k_descale=kd, v_descale=vd))
+    COMPARED[0] += 1
+    if not torch.equal(k8.view(torch.uint8)[1], before.view(torch.uint8)[1]):
+        fail("fp8 cache: the sequence that did not fit was written")
+
+    # The refusals, one line each.
+    ok_lens = torch.tensor([10, 20], dtype=torch.int32, device="cuda")
+    cos = torch.ones(256, 32, device="cuda", dtype=torch.bfloat16)
+    for exc, text, call in (
+            (NotImplementedError, "rotary_cos with a float8_e4m3fn cache",
+             lambda: flash_attn_with_kvcache(q, k8, v8, kn, kn, rotary_cos=cos, rotary_sin=cos, cache_seqlens=ok_lens)),
+            (NotImplementedError, "window_size with a float8_e4m3fn cache",
+             lambda: flash_attn_with_kvcache(q, k8, v8, cache_seqlens=ok_lens, window_size=(8, 0))),
+            (NotImplementedError, "softcap with a float8_e4m3fn cache",
+             lambda: flash_attn_with_kvcache(q, k8, v8, cache_seqlens=ok_lens, softcap=30.0)),
+            (NotImplementedError, "cache_batch_idx with a float8_e4m3fn cache",
+             lambda: flash_attn_with_kvcache(q, k8, v8, cache_seqlens=ok_lens, cache_batch_idx=ok_lens)),
+            (ValueError, "head_dim must be 64 or 128 for a float8_e4m3fn cache",
+             lambda: flash_attn_with_kvcache(randn(2, 1, 8, 256, dtype=torch.bfloat16),
+                                             torch.zeros(2, 64, 2, 256, dtype=e4m3, device="cuda"),
+                                             torch.zeros(2, 64, 2, 256, dtype=e4m3, device="cuda"))),
+            (ValueError, "no rung reads a float8_e4m3fn cache",
+             lambda: flash_attn_with_kvcache(randn(2, 64, 8, 128, dtype=torch.bfloat16), k8, v8, cache_seqlens=ok_lens)),
+            (ValueError, "q_descale with a torch.bfloat16 q",
+             lambda: flash_attn_with_kvcache(q, k8, v8, cache_seqlens=ok_lens, q_descale=kd)),
+            (ValueError, "go with a float8_e4m3fn cache",
+             lambda: flash_attn_with_kvcache(q, k8.bfloat16(), v8.bfloat16(), cache_seqlens=ok_lens, k_descale=kd)),
+            (ValueError, "k_descale must be [batch, heads_kv] = [2, 2]",
+             lambda: flash_attn_with_kvcache(q, k8, v8, cache_seqlens=ok_lens, k_descale=kd.view(4, 1))),
+            (TypeError, "k and v must be float8_e4m3fn (copied) or fp16/bf16",
+             lambda: flash_attn_with_kvcache(q, k8, v8, kn.float(), kn.float(), cache_seqlens=ok_lens))):
+        expect(exc, text, call)
+
+
 def itertools_accumulate(xs):
     total = 0
     for x in xs:
@@ -2458,7 +2619,8 @@ def itertools_accumulate(xs):
 PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_compile,
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
          "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata, "dropout": part_dropout,
-         "bert_dropout": part_bert_dropout, "mla": part_mla, "fp8": part_fp8}
+         "bert_dropout": part_bert_dropout, "mla": part_mla, "fp8": part_fp8,
+         "fp8_kvcache": part_fp8_kvcache}
 
 
 def main():

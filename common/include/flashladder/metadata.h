@@ -153,6 +153,11 @@ void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, 
                     const int* rows, int64_t row_count, int* out_seqlens, int* out_used, int* out_leftpad,
                     int* out_table, MetadataSink err, cudaStream_t stream, bool cu_lengths = false);
 
+/// What an append writes per element: a 16-bit copy into a 16-bit cache; an e4m3 copy into an e4m3
+/// cache; or 16-bit new keys quantized into an e4m3 cache, x / descale rounded to e4m3 with the
+/// cache's descales (fp32 [batch, heads], the ones its reader takes: rung 08's fp8-kv).
+enum class AppendElems { copy16, copy8, fp16_to_e4m3, bf16_to_e4m3 };
+
 /// The append, one launch: the new keys @p k and values @p v [batch, new_keys, heads, head_dim]
 /// (16-bit, strides in elements) into @p k_cache and @p v_cache at each sequence's @p seqlens (the
 /// caller's lengths before the append; a sequence whose keys would not fit the slots is skipped
@@ -160,12 +165,14 @@ void sanitize_cache(const int* seqlens, int new_keys, int batch, int64_t slots, 
 /// caches [pages, page, heads, head_dim]; a page outside the pool is skipped, sanitize_cache
 /// recorded it) or contiguous (caches [rows, slots, heads, head_dim], sequence b in row
 /// @p rows[b], or row b when null; a row outside [0, @p pool_pages) is skipped and recorded here:
-/// for a contiguous cache @p pool_pages is its rows).
+/// for a contiguous cache @p pool_pages is its rows). @p elems: the elements' kind (16-bit by
+/// default; @p k_descale and @p v_descale for a quantizing append).
 void append_cache(const void* k, const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4],
                   const void* v, const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4],
                   int batch, int new_keys, int heads, int head_dim, const int* seqlens, int64_t slots,
                   const int* raw_table, int64_t table_stride, int page, int64_t pool_pages, const int* rows,
-                  MetadataSink err, cudaStream_t stream);
+                  MetadataSink err, cudaStream_t stream, AppendElems elems = AppendElems::copy16,
+                  const float* k_descale = nullptr, const float* v_descale = nullptr);
 
 /// sanitize_cache and append_cache in one launch (a serving step's first kernel: one launch fewer
 /// on the host), for a cache without cache_batch_idx: the lengths, left padding and table checked
@@ -176,6 +183,7 @@ void sanitize_and_append(const int* seqlens, int new_keys, int batch, int64_t sl
                          int* out_seqlens, int* out_used, int* out_leftpad, int* out_table, const void* k,
                          const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4], const void* v,
                          const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4], int heads,
-                         int head_dim, MetadataSink err, cudaStream_t stream);
+                         int head_dim, MetadataSink err, cudaStream_t stream, AppendElems elems = AppendElems::copy16,
+                         const float* k_descale = nullptr, const float* v_descale = nullptr);
 
 }  // namespace fl

@@ -219,3 +219,169 @@ def _fp8_checked(q, k, v, descales, softmax_scale, causal, return_lse, sig):
             FP8_FAST.clear()
         FP8_FAST[sig] = plan
     return (out, lse) if return_lse else out
+
+
+# ---- an e4m3 KV cache (flash_attn_with_kvcache on float8_e4m3fn caches): rung 08's fp8-kv ---------
+
+#: The entry a step on an e4m3 cache runs: rung 08's fp8-kv, a 16-bit q against e4m3 K and V with a
+#: descale per (batch, KV head), decode steps of up to 16 query rows per KV head's tile.
+FP8_KV_RUNG = (8, "fp8-kv")
+#: head_dims rung 08 is built for.
+FP8_KV_HEAD_DIMS = (64, 128)
+
+
+def is_fp8_cache(k_cache):
+    """True where flash_attn_with_kvcache's cache is e4m3 (the FP8 cache path)."""
+    return isinstance(k_cache, torch.Tensor) and k_cache.dtype == E4M3
+
+
+def check_fp8_cache_args(rotary_cos, rotary_sin, cache_batch_idx, window_size, softcap, alibi_slopes, learnable_sink):
+    """The arguments a step on an e4m3 cache does not take, each refused in one line naming it."""
+    for name, given in (("rotary_cos", rotary_cos is not None), ("rotary_sin", rotary_sin is not None),
+                        ("cache_batch_idx", cache_batch_idx is not None),
+                        ("window_size", tuple(window_size) != (-1, -1)), ("softcap", softcap not in (0, 0.0)),
+                        ("alibi_slopes", alibi_slopes is not None), ("learnable_sink", learnable_sink is not None)):
+        if given:
+            raise NotImplementedError("flashladder: %s with a float8_e4m3fn cache: rung 08's fp8-kv reads the cache "
+                                      "with causal or no mask, its lengths, left padding and pages only" % name)
+
+
+def _readable_cache(name, t):
+    """An e4m3 cache the rung reads and the append writes in place: a contiguous head_dim and
+    16-byte strides (a copy would leave the caller's cache without the new keys)."""
+    if t.stride(3) != 1 or any(s % 16 for s in t.stride()[:3]) or t.data_ptr() % 16:
+        raise ValueError("flashladder: %s: an e4m3 cache must have a contiguous head_dim and 16-byte aligned "
+                         "strides and start (it is read and appended in place), got strides %s"
+                         % (name, tuple(t.stride())))
+
+
+def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
+                          causal, num_splits, return_lse, q_descale, k_descale, v_descale):
+    """flash_attn_with_kvcache on float8_e4m3fn ``k_cache`` and ``v_cache`` (contiguous [batch, slots,
+    heads_kv, head_dim], or a page pool with ``block_table``), rung 08's fp8-kv. The caches hold
+    K = k_cache x k_descale and V = v_cache x v_descale, each descale fp32 [batch, heads_kv] (1 when
+    left out), as FlashAttention 3 defines them.
+
+    ``q`` is fp16 or bf16, and O has its dtype; or q is float8_e4m3fn with ``q_descale`` (FlashAttention
+    3's form), read as bf16 (exact: every e4m3 value is a bf16) with q_descale joining k_descale (the
+    scores are their product), and O is bf16. New ``k`` and ``v`` are appended at cache_seqlens: e4m3
+    ones as they are, 16-bit ones quantized with the cache's descales (x / descale rounded to e4m3,
+    saturated at 448; a value beyond 448 x descale is clipped, as any FP8 cache's writer does). The
+    metadata is checked on the device as the 16-bit cache's is (metadata.h). A problem rung 08 does
+    not take (more than 16 query rows per KV head's tile, other head_dims) is refused in one line."""
+    _shape4("q", q)
+    _shape4("k_cache", k_cache)
+    _shape4("v_cache", v_cache)
+    if tuple(v_cache.shape) != tuple(k_cache.shape) or v_cache.dtype != E4M3:
+        raise ValueError("flashladder: k_cache and v_cache: one shape, both float8_e4m3fn")
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("flashladder: %s requires grad: a cache step is inference" % name)
+    _core._check_one_device((("q", q), ("k_cache", k_cache), ("v_cache", v_cache)))
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    dev = q.device
+    if k_cache.shape[3] != head_dim:
+        raise ValueError("flashladder: the cache's head_dim (%d) must be q's (%d)" % (k_cache.shape[3], head_dim))
+    if head_dim not in FP8_KV_HEAD_DIMS:
+        raise ValueError("flashladder: head_dim must be 64 or 128 for a float8_e4m3fn cache (rung 08's fp8-kv), "
+                         "got %d" % head_dim)
+    if heads_q % heads_kv != 0:
+        raise ValueError("flashladder: heads_q (%d) must be a multiple of the cache's heads (%d)" % (heads_q, heads_kv))
+    if q.dtype == E4M3:
+        qd = _descale("q_descale", q_descale, batch, heads_kv, dev)
+        q = q.to(OUT_DTYPE)  # exact
+    elif q.dtype in (torch.float16, torch.bfloat16):
+        if q_descale is not None:
+            raise ValueError("flashladder: q_descale with a %s q: q is not scaled (pass an e4m3 q with it)" % q.dtype)
+        qd = None
+    else:
+        raise TypeError("flashladder: q must be fp16, bf16 or float8_e4m3fn with a float8_e4m3fn cache, got %s"
+                        % q.dtype)
+    if q.stride(3) != 1 or any(s % 8 for s in q.stride()[:3]) or q.data_ptr() % 16:
+        q = q.contiguous()
+    kd = _descale("k_descale", k_descale, batch, heads_kv, dev)
+    vd = _descale("v_descale", v_descale, batch, heads_kv, dev)
+    if qd is not None:
+        kd = (kd * qd).contiguous()  # the scores' one factor: q_descale x k_descale
+    _readable_cache("k_cache", k_cache)
+    _readable_cache("v_cache", v_cache)
+    if (k is None) != (v is None):
+        raise ValueError("flashladder: k and v come together (the new keys and values)")
+    new, elems = 0, "copy8"
+    if k is not None:
+        if cache_seqlens is None:
+            raise ValueError("flashladder: k and v are appended at cache_seqlens: pass it")
+        new = k.shape[1] if k.dim() == 4 else -1
+        if tuple(k.shape) != (batch, new, heads_kv, head_dim) or tuple(v.shape) != tuple(k.shape):
+            raise ValueError("flashladder: k and v must be [batch, seqlen_new, heads_kv, head_dim] = (%d, n, %d, %d), "
+                             "got %s and %s" % (batch, heads_kv, head_dim, tuple(k.shape), tuple(v.shape)))
+        if k.dtype != v.dtype or k.device != dev or v.device != dev:
+            raise ValueError("flashladder: k and v: one dtype, on q's device")
+        if k.dtype == E4M3:
+            elems = "copy8"
+        elif k.dtype in (torch.float16, torch.bfloat16):
+            elems = "fp16_to_e4m3" if k.dtype == torch.float16 else "bf16_to_e4m3"
+        else:
+            raise TypeError("flashladder: k and v must be float8_e4m3fn (copied) or fp16/bf16 (quantized with the "
+                            "cache's descales) for a float8_e4m3fn cache, got %s" % k.dtype)
+    paged = block_table is not None
+    page = k_cache.shape[1] if paged else 0
+    if paged:
+        if (str(block_table.dtype) != "torch.int32" or block_table.dim() != 2 or block_table.shape[0] != batch
+                or block_table.device != dev):
+            raise ValueError("flashladder: block_table must be int32 [batch, pages per sequence] on q's device")
+        block_table = block_table.contiguous()
+        slots = block_table.shape[1] * page
+    else:
+        if k_cache.shape[0] != batch:
+            raise ValueError("flashladder: k_cache's batch (%d) must be q's (%d)" % (k_cache.shape[0], batch))
+        slots = k_cache.shape[1]
+    if new > slots:
+        raise _core.MetadataError("flashladder: %d new keys do not fit the cache's %d slots" % (new, slots))
+    if isinstance(cache_seqlens, int) and not 0 <= cache_seqlens <= slots - new:
+        raise _core.MetadataError("flashladder: cache_seqlens (%d) plus the new keys (%d) must fit the cache's %d "
+                                  "slots" % (cache_seqlens, new, slots))
+    if cache_leftpad is not None and (tuple(cache_leftpad.shape) != (batch,) or cache_leftpad.device != dev):
+        raise ValueError("flashladder: cache_leftpad must be int32 [batch] = (%d,) on %s" % (batch, dev))
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError("flashladder: num_splits must be an int >= 0 (0: the decode rung's heuristic)")
+    scale = _core.check_scale(softmax_scale)
+    # The problem, then the entry's verdict, before anything is written.
+    mods = _core.Mods(seqused_k=True, page_size=page, num_splits=num_splits, seqstart_k=cache_leftpad is not None)
+    problem = _core.make_problem(batch, seqlen_q, slots, heads_q, heads_kv, head_dim, _core.DTYPES[str(q.dtype)],
+                                 causal, scale, mods=mods)
+    try:
+        ws_bytes = _ext.fp8_kv_workspace_bytes(FP8_KV_RUNG[0], FP8_KV_RUNG[1], problem, dev.index)
+    except ValueError as e:
+        raise ValueError("flashladder: no rung reads a float8_e4m3fn cache for %s: rung 08[fp8-kv]: %s"
+                         % (problem.describe(), e)) from None
+    from . import _kvcache  # (the 16-bit cache's metadata path, shared)
+    _launch.raise_metadata_errors(dev.index)
+    raw_used, _, used_after, start, table = _kvcache._sanitized_cache(
+        cache_seqlens, new, batch, slots, cache_leftpad, block_table, page, k_cache.shape[0] if paged else 0, None,
+        k_cache.shape[0], q)
+    st = _launch.stream(q)
+    if new:
+        _ext.append_cache(k.data_ptr(), k.stride(), k_cache.data_ptr(), k_cache.stride(), v.data_ptr(), v.stride(),
+                          v_cache.data_ptr(), v_cache.stride(), batch, new, heads_kv, head_dim, raw_used.data_ptr(),
+                          slots, 0 if block_table is None else block_table.data_ptr(),
+                          0 if block_table is None else block_table.stride(0), page, k_cache.shape[0], 0, st,
+                          dev.index, elems=elems, k_descale=kd.data_ptr(), v_descale=vd.data_ptr())
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=dev)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=dev)
+    ws = torch.empty((ws_bytes,), dtype=torch.uint8, device=dev) if ws_bytes else None
+    if paged:
+        kc, vc = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
+        pool_rows = k_cache.shape[0] * page
+    else:
+        kc, vc, pool_rows = k_cache, v_cache, 0
+    strides = tuple(_launch._strides4(t) for t in (q, kc, vc, out))
+    extras = (0, 0, 0, 0, used_after.data_ptr(), 0 if table is None else table.data_ptr(),
+              0 if start is None else start.data_ptr())
+    _ext.fp8_kv_forward(FP8_KV_RUNG[0], FP8_KV_RUNG[1], problem,
+                        (q.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), lse.data_ptr()), strides,
+                        (kd.data_ptr(), vd.data_ptr()), 0 if ws is None else ws.data_ptr(), ws_bytes, st, dev.index,
+                        extras, (0, 0 if table is None else table.shape[1], pool_rows))
+    del ws
+    return (out, lse) if return_lse else out

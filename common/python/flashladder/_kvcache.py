@@ -14,7 +14,7 @@ from typing import Optional
 
 import torch
 
-from . import _core, _ext, _launch, _ops
+from . import _core, _ext, _fp8, _launch, _ops
 
 
 @torch.library.custom_op("flashladder::attention_kvcache", mutates_args=())
@@ -386,7 +386,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
-                            learnable_sink=None):
+                            learnable_sink=None, q_descale=None, k_descale=None, v_descale=None):
     """FlashAttention 2's flash_attn_with_kvcache (inference: no autograd).
 
     q [batch, seqlen_q, heads_q, head_dim]; k_cache and v_cache [batch, seqlen_cache, heads_kv,
@@ -425,7 +425,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     append and the rung read clamped copies, so no call reads or writes outside its tensors, a
     sequence whose new keys would not fit is not appended, and the violation is raised, naming the
     argument and its bound, by the next call that takes metadata or by flashladder.check_errors().
-    An int ``cache_seqlens`` and the new keys' count are checked on the host, before anything runs."""
+    An int ``cache_seqlens`` and the new keys' count are checked on the host, before anything runs.
+
+    A float8_e4m3fn ``k_cache`` and ``v_cache`` with ``k_descale`` and ``v_descale`` (fp32 [batch,
+    heads_kv], FlashAttention 3's), and a 16-bit q or an e4m3 one with ``q_descale``: rung 08's fp8-kv
+    (_fp8.attention_kvcache_fp8; new 16-bit keys are quantized into the cache with its descales).
+    Rotary, cache_batch_idx, windows, softcap, ALiBi and sinks are refused there in one line."""
+    if q_descale is not None or k_descale is not None or v_descale is not None or _fp8.is_fp8_cache(k_cache):
+        if not _fp8.is_fp8_cache(k_cache):
+            raise ValueError("flashladder: q_descale, k_descale and v_descale go with a float8_e4m3fn cache; k_cache "
+                             "is %s" % getattr(k_cache, "dtype", type(k_cache).__name__))
+        _fp8.check_fp8_cache_args(rotary_cos, rotary_sin, cache_batch_idx, window_size, softcap, alibi_slopes,
+                                  learnable_sink)
+        return _fp8.attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table,
+                                          softmax_scale, causal, num_splits, return_softmax_lse, q_descale, k_descale,
+                                          v_descale)
     sig = None
     if rotary_cos is None and rotary_sin is None and cache_batch_idx is None and not torch.compiler.is_compiling():
         # A signature that passed the checked path before (never a padded one: the padded call
