@@ -300,10 +300,10 @@ def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpa
                         % q.dtype)
     if q.stride(3) != 1 or any(s % 8 for s in q.stride()[:3]) or q.data_ptr() % 16:
         q = q.contiguous()
-    kd = _descale("k_descale", k_descale, batch, heads_kv, dev)
+    kd = _descale("k_descale", k_descale, batch, heads_kv, dev)  # the cache's: the append quantizes with it
     vd = _descale("v_descale", v_descale, batch, heads_kv, dev)
-    if qd is not None:
-        kd = (kd * qd).contiguous()  # the scores' one factor: q_descale x k_descale
+    # The scores' one factor: q_descale x k_descale (the kernel's k_descale), the cache's own otherwise.
+    scores_kd = kd if qd is None else (kd * qd).contiguous()
     _readable_cache("k_cache", k_cache)
     _readable_cache("v_cache", v_cache)
     if (k is None) != (v is None):
@@ -381,7 +381,8 @@ def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpa
               0 if start is None else start.data_ptr())
     _ext.fp8_kv_forward(FP8_KV_RUNG[0], FP8_KV_RUNG[1], problem,
                         (q.data_ptr(), kc.data_ptr(), vc.data_ptr(), out.data_ptr(), lse.data_ptr()), strides,
-                        (kd.data_ptr(), vd.data_ptr()), 0 if ws is None else ws.data_ptr(), ws_bytes, st, dev.index,
+                        (scores_kd.data_ptr(), vd.data_ptr()), 0 if ws is None else ws.data_ptr(), ws_bytes, st,
+                        dev.index,
                         extras, (0, 0 if table is None else table.shape[1], pool_rows))
     del ws
     return (out, lse) if return_lse else out
