@@ -121,6 +121,13 @@ def group_title(family, key, records):
             % (r["seqlen_q"], r["batch"] * r["seqlen_q"]),
         )
     b, hkv, d = key
+    if family == "decode-fp8":
+        return (
+            "FP8 KV cache, batch %d, %d KV heads" % (b, hkv),
+            "seqlen_q 1, %d query heads, head_dim %d; rung 08's e4m3 cache (`fp8-kv`, made once outside the "
+            "time) beside its 16-bit cache, contiguous (P=0) and in pages of P tokens; GB/s of K and V as "
+            "stored (one byte per element for e4m3)" % (r["heads_q"], d),
+        )
     if family == "paged":
         return (
             "Paged KV cache, batch %d, %d KV heads" % (b, hkv),
@@ -188,7 +195,7 @@ DET_SUFFIX = " deterministic"
 
 
 def series_of(r):
-    if r["family"] == "paged":
+    if r["family"] in ("paged", "decode-fp8"):
         return "%s P=%d" % (r["rung"], r["page_size"])
     if r["family"] in BACKWARD_FAMILIES and r.get("deterministic"):
         return r["rung"] + DET_SUFFIX
@@ -463,6 +470,18 @@ def family_section(family, key, records, include_variants, registry=None, floors
                                    "mla-prefill-backward") else "GB/s"
     out += ["**%s**" % unit, "", markdown_table(header, [[rung_cell(l)] + value_cells(g, l) for l in labels]), ""]
     ladder = [l for l in labels if LABEL_RE.match(l)]
+    if family == "decode-fp8":
+        rows = []
+        for l in labels:
+            rung, page = l.split(" P=")
+            if not rung.endswith("[fp8-kv]"):
+                continue
+            base = rung[:-len("[fp8-kv]")] + " P=" + page
+            rows.append([rung_cell(l)] + [fmt_ratio(g.ratio(base, l, x)) for x in g.xs])
+        if rows:
+            out += ["**e4m3 / 16-bit** (time of the 16-bit cache / time of the e4m3 cache, same pages: above 1 = "
+                    "the e4m3 cache is faster)", "", markdown_table(header, rows), ""]
+        return "\n".join(out)
     if family == "paged":
         rows = []
         for l in labels:

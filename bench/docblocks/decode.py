@@ -7,7 +7,7 @@ import re
 import statistics
 
 import results_io
-from .core import Missing, earlier_fastest, generator, labels_of, link, measured_line, ratio_text, results_folder
+from .core import Missing, earlier_fastest, generator, labels_of, link, measured_line, ms, ratio_text, results_folder
 
 
 @generator("decode-table")
@@ -59,6 +59,35 @@ def gen_decode_variants(ctx, rung="8", batch="1", kv="8", gpu=None):
                       "bench/run_all.sh --family decode -- --fl_variants")
     return results_io.markdown_table(["entry"] + ["Sk=" + results_io.seqlen_text(x) for x in sks], rows) + "\n\n" + \
         measured_line(res, ", batch %d, 32/%d heads, head_dim 128, GB/s" % (b, hkv))
+
+
+@generator("decode-fp8")
+def gen_decode_fp8(ctx, folders, rung="8"):
+    """Rung 08's e4m3 cache against its 16-bit cache (family decode-fp8): one row per (dtype,
+    batch, pages), one column per seqlen_k, each cell the 16-bit time over the e4m3 time and the
+    e4m3 time. @p folders: the results folders of the runs (one per dtype), comma-separated."""
+    label = labels_of(ctx, [int(rung)])[0]
+    fp8 = label + "[fp8-kv]"
+    rows, lines, sks = [], [], None
+    for folder in folders.split(","):
+        res = results_folder(ctx, folder, "the decode-fp8 family", "bench/run_all.sh --family decode-fp8")
+        recs = [r for r in res.records if r["family"] == "decode-fp8"]
+        if not recs:
+            raise Missing("the decode-fp8 family in bench/results/%s" % folder, "bench/run_all.sh --family decode-fp8")
+        sks = sorted({r["seqlen_k"] for r in recs})
+        dtype = res.ctx.get("dtype", "?")
+        for b, page in sorted({(r["batch"], r["page_size"]) for r in recs}):
+            cells = []
+            for sk in sks:
+                want = dict(family="decode-fp8", batch=b, page_size=page, seqlen_k=sk)
+                a, f = res.find(rung=label, **want), res.find(rung=fp8, **want)
+                cells.append("%.2f× (%s)" % (a["ms"] / f["ms"], ms(f["ms"])) if a and f else "—")
+            rows.append(["%s, %d, %s" % (dtype, b, "contiguous" if page == 0 else "pages of %d" % page)] + cells)
+        lines.append(measured_line(res, ", %s" % dtype))
+    head = ["dtype, batch, cache"] + ["Sk=" + results_io.seqlen_text(x) for x in sks]
+    return results_io.markdown_table(head, rows) + "\n\n" + \
+        "Each cell: the 16-bit cache's time over the e4m3 cache's (above 1: the e4m3 cache is faster), and the " \
+        "e4m3 cache's time; 32 query and 8 KV heads, head_dim 128, seqlen_q 1. " + " ".join(lines)
 
 
 @generator("splits")
