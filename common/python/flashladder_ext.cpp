@@ -299,15 +299,25 @@ class PreparedCacheCall {
   /// @p ints: alibi_batch_stride, the sanitized table's columns, the pool's rows; @p cache:
   /// batch, new keys, slots, page (0: contiguous), pool pages (a contiguous cache's rows), table
   /// columns (0: none), heads_kv, head_dim; @p append: the new keys', the key cache's, the new
-  /// values' and the value cache's strides (each 4, elements).
+  /// values' and the value cache's strides (each 4, elements). @p fp8_kv: an e4m3 cache (the
+  /// entry reads it with a 16-bit q, each launch passes the descales); @p elems: the append's
+  /// element kind (metadata.h, AppendElems).
   PreparedCacheCall(int number, const std::string& variant, const Problem& p, const std::array<Strides4, 4>& strides,
                     const std::array<int64_t, 3>& ints, const std::array<int64_t, 8>& cache,
-                    const std::array<Strides4, 4>& append, int device, size_t workspace_bytes)
-      : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes), append_(append) {
+                    const std::array<Strides4, 4>& append, int device, size_t workspace_bytes,
+                    const std::string& elems, bool fp8_kv)
+      : rung_(&find_rung(number, variant)),
+        device_(device),
+        workspace_bytes_(workspace_bytes),
+        append_(append),
+        elems_(append_elems_of(elems)),
+        fp8_kv_(fp8_kv) {
     if (!rung_->launch) refuse_if(rung_->label() + " has no forward launch");
     if (p.varlen() || p.dropout() || p.seqused_k.empty() || p.v_in_k)
       refuse_if("a prepared cache call takes a cache's lengths, no packing, dropout or V inside K (call forward)");
-    refuse_if(supports_reason(*rung_, p, device_info(device)));
+    if ((elems_ != AppendElems::copy16) != fp8_kv)
+      refuse_if("a prepared cache call: a 16-bit cache copies 16-bit keys, an e4m3 cache takes e4m3 or quantized ones");
+    refuse_if(supports_reason(*rung_, p, device_info(device), false, fp8_kv));
     batch_ = static_cast<int>(cache[0]);
     new_keys_ = static_cast<int>(cache[1]);
     slots_ = cache[2];
@@ -345,11 +355,17 @@ class PreparedCacheCall {
   /// append writes them (@p k_cache, @p v_cache: the same memory), out, lse, the workspace, the
   /// caller's lengths (int32 [batch]), left padding and block table (0 each when unused; the
   /// table's row stride @p table_stride), the new keys and values (0 without), sinks, slopes and
-  /// the int32 scratch (scratch_ints()). False (nothing launched) on a null or misaligned pointer.
+  /// the int32 scratch (scratch_ints()). An e4m3 cache's descales: @p k_descale and @p v_descale the
+  /// cache's (the append quantizes with them), @p scores_k_descale the one the scores take (k's, or
+  /// q_descale x k_descale for an e4m3 q). False (nothing launched) on a null or misaligned pointer.
   bool launch(uintptr_t q, uintptr_t k_read, uintptr_t v_read, uintptr_t o, uintptr_t lse, uintptr_t workspace,
               uintptr_t seqlens, uintptr_t leftpad, uintptr_t table, int64_t table_stride, uintptr_t k_new,
-              uintptr_t v_new, uintptr_t sinks, uintptr_t slopes, uintptr_t scratch, uintptr_t stream) const {
+              uintptr_t v_new, uintptr_t sinks, uintptr_t slopes, uintptr_t scratch, uintptr_t stream,
+              uintptr_t k_descale, uintptr_t v_descale, uintptr_t scores_k_descale) const {
     auto aligned4 = [](uintptr_t x) { return x % 4 == 0; };
+    const bool descales = k_descale != 0 && v_descale != 0 && scores_k_descale != 0 &&
+                          aligned4(k_descale | v_descale | scores_k_descale);
+    if (fp8_kv_ != descales || (!fp8_kv_ && (k_descale | v_descale | scores_k_descale) != 0)) return false;
     if (q == 0 || k_read == 0 || v_read == 0 || o == 0 || lse == 0 || seqlens == 0 || scratch == 0 ||
         ((q | k_read | v_read | o) % 16) != 0 || !aligned4(lse | seqlens | leftpad | table | sinks | slopes | scratch) ||
         (leftpad != 0) != leftpad_ || (table != 0) != (columns_ > 0) || (sinks != 0) != sinks_ ||
@@ -373,6 +389,8 @@ class PreparedCacheCall {
     a.block_table = paged_read_ ? out_table : nullptr;
     a.sinks = reinterpret_cast<const float*>(sinks);
     a.alibi_slopes = reinterpret_cast<const float*>(slopes);
+    a.k_descale = reinterpret_cast<const float*>(scores_k_descale);
+    a.v_descale = reinterpret_cast<const float*>(v_descale);
     DeviceGuard guard(device_);
     const MetadataSink sink = metadata_sink(device_);
     const auto st = reinterpret_cast<cudaStream_t>(stream);
@@ -384,7 +402,8 @@ class PreparedCacheCall {
                             leftpad_ ? out_leftpad : nullptr, columns_ > 0 ? out_table : nullptr,
                             reinterpret_cast<const void*>(k_new), append_[0].data(), reinterpret_cast<void*>(k_read),
                             append_[1].data(), reinterpret_cast<const void*>(v_new), append_[2].data(),
-                            reinterpret_cast<void*>(v_read), append_[3].data(), heads_kv_, head_dim_, sink, st);
+                            reinterpret_cast<void*>(v_read), append_[3].data(), heads_kv_, head_dim_, sink, st, elems_,
+                            reinterpret_cast<const float*>(k_descale), reinterpret_cast<const float*>(v_descale));
     rung_->launch(a, st);
     return true;
   }
@@ -397,6 +416,8 @@ class PreparedCacheCall {
   int device_;
   size_t workspace_bytes_;
   std::array<Strides4, 4> append_;
+  AppendElems elems_ = AppendElems::copy16;
+  bool fp8_kv_ = false;
   int batch_ = 0, new_keys_ = 0, page_ = 0, columns_ = 0, heads_kv_ = 0, head_dim_ = 0;
   int64_t slots_ = 0, pool_pages_ = 0;
   bool leftpad_ = false, sinks_ = false, slopes_ = false, paged_read_ = false;
@@ -904,14 +925,14 @@ NB_MODULE(_ext, m) {
                                 "check, the append and the rung's forward queued by one call")
       .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 4>&,
                     const std::array<int64_t, 3>&, const std::array<int64_t, 8>&, const std::array<Strides4, 4>&,
-                    int, size_t>(),
+                    int, size_t, const std::string&, bool>(),
            "number"_a, "variant"_a, "problem"_a, "strides"_a, "extra_ints"_a, "cache"_a, "append_strides"_a,
-           "device"_a, "workspace_bytes"_a)
+           "device"_a, "workspace_bytes"_a, "elems"_a = "copy16", "fp8_kv"_a = false)
       .def("launch", &PreparedCacheCall::launch, "q"_a, "k_read"_a, "v_read"_a, "out"_a, "lse"_a, "workspace"_a,
            "seqlens"_a, "leftpad"_a, "table"_a, "table_stride"_a, "k_new"_a, "v_new"_a, "sinks"_a, "slopes"_a,
-           "scratch"_a, "stream"_a,
+           "scratch"_a, "stream"_a, "k_descale"_a = 0, "v_descale"_a = 0, "scores_k_descale"_a = 0,
            "Queues the check, the append and the forward; False (nothing launched) on a null or misaligned "
-           "pointer")
+           "pointer, or descales that do not match the cache's kind (an e4m3 cache: all three)")
       .def_prop_ro("scratch_ints", &PreparedCacheCall::scratch_ints)
       .def_prop_ro("workspace_bytes", &PreparedCacheCall::workspace_bytes)
       .def_prop_ro("label", &PreparedCacheCall::label);

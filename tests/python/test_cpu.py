@@ -980,6 +980,54 @@ class KVCacheFp8(unittest.TestCase):
             self.one_line(ValueError, "go with a float8_e4m3fn cache", call, q, c16, c16, cache_seqlens=lens,
                           **{name: torch.ones(2, 2)})
 
+    def test_prepared_step(self):
+        """The fast path's plumbing with the extension's PreparedCacheCall stood in: prepared once for
+        an e4m3 cache (fp8_kv, the append's element kind), each step's descales passed as the
+        cache's k and v descales and the scores' one (q_descale x k_descale for an e4m3 q, read as
+        bf16), a descale left out read as ones."""
+        torch = self.torch
+        from flashladder import _fp8, _launch
+        made, launched = [], []
+
+        class Prepared:
+            scratch_ints, workspace_bytes = 8, 0
+
+            def __init__(self, *args, **kwargs):
+                made.append((args, kwargs))
+
+            def launch(self, *args):
+                launched.append(args)
+                return True
+
+        saved = (_ext.PreparedCacheCall, _launch.raise_metadata_errors, _launch.stream)
+        try:
+            _ext.PreparedCacheCall, _launch.raise_metadata_errors, _launch.stream = (
+                Prepared, lambda device: None, lambda t: 0)
+            e4m3 = torch.float8_e4m3fn
+            problem = _core.make_problem(2, 1, 256, 8, 2, 128, "bf16", False, mods=_core.Mods(seqused_k=True))
+            q = torch.zeros(2, 1, 8, 128, dtype=torch.bfloat16)
+            kc = torch.zeros(2, 256, 2, 128, dtype=e4m3)
+            kn = torch.zeros(2, 1, 2, 128, dtype=torch.bfloat16)
+            lens = torch.tensor([3, 4], dtype=torch.int32)
+            kd, vd = torch.full((2, 2), 0.5), torch.full((2, 2), 0.25)
+            f = _fp8._prepare_fp8_kv(problem, 0, q, kc, kc, kn, kn, "bf16_to_e4m3", 0, 0, 0, False)
+            args, kwargs = made[-1]
+            self.assertEqual((args[0], args[1], kwargs), (8, "fp8-kv", {"elems": "bf16_to_e4m3", "fp8_kv": True}))
+            self.assertEqual(args[5], (2, 1, 256, 0, 2, 0, 2, 128))  # batch, new, slots, page, rows, columns, ...
+            out = _fp8._fp8_kv_fast(f, q, kc, kc, kn, kn, lens, None, None, False, (None, kd, vd))
+            self.assertEqual(launched[-1][-3:], (kd.data_ptr(), vd.data_ptr(), kd.data_ptr()))
+            self.assertEqual((out.dtype, tuple(out.shape)), (torch.bfloat16, (2, 1, 8, 128)))
+            out = _fp8._fp8_kv_fast(f, q, kc, kc, kn, kn, lens, None, None, False, (None, None, None))
+            self.assertEqual(launched[-1][-3:], (f.ones.data_ptr(),) * 3)
+            f8 = _fp8._prepare_fp8_kv(problem, 0, q, kc, kc, None, None, "copy8", 0, 0, 0, True)
+            qd = torch.full((2, 2), 2.0)
+            out, lse = _fp8._fp8_kv_fast(f8, q.to(e4m3), kc, kc, None, None, lens, None, None, True, (qd, kd, vd))
+            self.assertEqual(launched[-1][-3:-1], (kd.data_ptr(), vd.data_ptr()))
+            self.assertNotIn(launched[-1][-1], (kd.data_ptr(), qd.data_ptr()))  # the product's own tensor
+            self.assertEqual((out.dtype, tuple(lse.shape)), (torch.bfloat16, (2, 8, 1)))
+        finally:
+            _ext.PreparedCacheCall, _launch.raise_metadata_errors, _launch.stream = saved
+
     def test_entries_read_their_own_tensors(self):
         r = [e for e in _core.rungs(variants=True) if e.number == 8 and e.variant == "fp8-kv"]
         if not r:

@@ -2455,7 +2455,8 @@ def part_fp8_kvcache():
     4 causal queries, left padding, the LSE. New keys appended in place: 16-bit ones quantized with
     the cache's descales (byte for byte the fp32 product with 1 / descale rounded to e4m3), e4m3
     ones copied. O against the fp32 reference on the dequantized cache after the append, within the
-    16-bit floors (the widening is exact: the kernel's error is the 16-bit rung's). A cache_seqlens
+    16-bit floors (the widening is exact: the kernel's error is the 16-bit rung's). The prepared step
+    of a signature seen before (_fp8.FP8_KV_FAST) bit for bit against the checked one. A cache_seqlens
     past the slots is reported by the next call, nothing written out of bounds. The refusals, one line
     each. Skipped (exit 77) where rung 08 is not built or the GPU is older than sm_89."""
     from flashladder import flash_attn_with_kvcache
@@ -2566,6 +2567,39 @@ def part_fp8_kvcache():
                    "bf16" if want_dtype == torch.bfloat16 else "fp16", q_scale=qd)
         ran += 1
     expect_runs("fp8 cache cases", ran, len(cases))
+
+    # A signature that passed the checks runs its prepared step next time (_fp8.FP8_KV_FAST: the check,
+    # the append and the launch from one binding call): the same output and cache bytes as the checked
+    # step on the same state, for a 16-bit q on pages with quantized new keys, and an e4m3 q.
+    from flashladder import _fp8
+
+    for what, q_kind, page in (("bf16 q, pages of 16, bf16 new keys", "bf16", 16), ("e4m3 q, contiguous", "e4m3", 0)):
+        _fp8.FP8_KV_FAST.clear()
+        b, hq, hkv, d, slots = 2, 8, 2, 128, 512
+        k8, kd = make_cache(b, slots, hkv, d)
+        v8, vd = make_cache(b, slots, hkv, d)
+        q = randn(b, 1, hq, d, dtype=torch.bfloat16)
+        qd = None
+        if q_kind == "e4m3":
+            qd = torch.rand(b, hkv, device="cuda") + 0.5
+            q = q.to(e4m3)
+        kn, vn = randn(b, 1, hkv, d, dtype=torch.bfloat16), randn(b, 1, hkv, d, dtype=torch.bfloat16)
+        lens = torch.tensor([100, 400], dtype=torch.int32, device="cuda")
+        table = torch.randperm(b * slots // page, device="cuda").to(torch.int32).view(b, -1) if page else None
+        results = []
+        for _ in range(2):
+            kc = as_pool(k8, page, table) if page else k8.clone()
+            vc = as_pool(v8, page, table) if page else v8.clone()
+            o, l = flash_attn_with_kvcache(q, kc, vc, kn, vn, cache_seqlens=lens, block_table=table,
+                                           return_softmax_lse=True, q_descale=qd, k_descale=kd, v_descale=vd)
+            results.append((o, l, kc.view(torch.uint8), vc.view(torch.uint8)))
+        COMPARED[0] += 1
+        same = [torch.equal(x, y) for x, y in zip(*results)]
+        if len(_fp8.FP8_KV_FAST) != 1 or not all(same):
+            fail("fp8 cache fast path, %s: %d signatures kept (1 expected), out, lse, k, v equal: %s"
+                 % (what, len(_fp8.FP8_KV_FAST), same))
+        else:
+            print("ok   fp8 cache fast path, %s: the prepared step equals the checked one bit for bit" % what)
 
     # A cache_seqlens past the slots: reported by the next call, the cache untouched.
     k8, kd = make_cache(2, 256, 2, 128)

@@ -22,6 +22,8 @@ line naming the argument: windows, softcap, ALiBi, sinks, dropout, packed batche
 backward (FP8 has none here: nothing that requires grad is taken).
 """
 
+import atexit
+
 import torch
 
 from . import _core, _ext, _launch
@@ -255,8 +257,102 @@ def _readable_cache(name, t):
                          % (name, tuple(t.stride())))
 
 
+#: Signatures of steps on an e4m3 cache that passed the checked path, to their prepared call
+#: (_Fp8KvFast): a serving loop's next step with the same signature runs the metadata check, the append
+#: and the launch from one binding call, as the 16-bit cache's (_kvcache.KV_FAST); bounded, and emptied
+#: at exit before nanobind's teardown (as KV_FAST).
+FP8_KV_FAST = {}
+FP8_KV_FAST_MAX = 4096
+atexit.register(FP8_KV_FAST.clear)
+
+
+class _Fp8KvFast:
+    """A signature's prepared step: the binding's call, its buffer's layout (_kvcache._kv_layout),
+    whether q is e4m3 (read as bf16, q_descale joining k_descale), and a descale of 1 for one left
+    out."""
+
+    __slots__ = ("prepared", "layout", "q_e4m3", "ones")
+
+    def __init__(self, prepared, layout, q_e4m3, ones):
+        self.prepared, self.layout, self.q_e4m3, self.ones = prepared, layout, q_e4m3, ones
+
+
+def _fp8_kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale, causal,
+                      num_splits, return_lse, descales):
+    from . import _kvcache
+
+    sig = _kvcache.kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
+                                causal, (-1, -1), 0.0, None, num_splits, None, return_lse)
+    if sig is None or torch.compiler.is_compiling():
+        return None
+    try:
+        return sig + tuple(None if t is None else (t.shape, t.stride(), t.dtype, t.device) for t in descales)
+    except AttributeError:
+        return None
+
+
 def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
                           causal, num_splits, return_lse, q_descale, k_descale, v_descale):
+    """flash_attn_with_kvcache on an e4m3 cache (_attention_kvcache_fp8, which says what it takes): a
+    signature that passed the checks before runs its prepared step (FP8_KV_FAST), else the checks."""
+    descales = (q_descale, k_descale, v_descale)
+    sig = _fp8_kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
+                            causal, num_splits, return_lse, descales)
+    fast = FP8_KV_FAST.get(sig) if sig is not None else None
+    if fast is not None:
+        res = _fp8_kv_fast(fast, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, return_lse,
+                           descales)
+        if res is not None:
+            return res
+    return _attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table,
+                                  softmax_scale, causal, num_splits, return_lse, q_descale, k_descale, v_descale, sig)
+
+
+def _fp8_kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, return_lse, descales):
+    """The prepared step (_kvcache._kv_prepared with the descales); None when a pointer is misaligned
+    (nothing launched: the checked path runs)."""
+    from . import _kvcache
+
+    q_descale, k_descale, v_descale = descales
+    kd = f.ones if k_descale is None else k_descale
+    vd = f.ones if v_descale is None else v_descale
+    scores_kd = kd
+    if f.q_e4m3:
+        scores_kd = kd * (f.ones if q_descale is None else q_descale)
+        q = q.to(OUT_DTYPE)
+    return _kvcache._kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, None, None,
+                                 return_lse, (kd.data_ptr(), vd.data_ptr(), scores_kd.data_ptr()))
+
+
+def _prepare_fp8_kv(problem, ws_bytes, q, k_cache, v_cache, k, v, elems, page, pool_rows, columns, q_e4m3):
+    """The signature's prepared step, or None where the binding refuses it (the checked path runs
+    every call then)."""
+    from . import _kvcache
+
+    batch, _, _, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    if page:
+        kr, vr = k_cache.view(1, -1, heads_kv, head_dim), v_cache.view(1, -1, heads_kv, head_dim)
+    else:
+        kr, vr = k_cache, v_cache
+    zero = (0, 0, 0, 0)
+    append = (k.stride(), k_cache.stride(), v.stride(), v_cache.stride()) if k is not None else (zero,) * 4
+    slots = problem.seqlen_k
+    cache = (batch, 0 if k is None else k.shape[1], slots, page, k_cache.shape[0], columns, heads_kv, head_dim)
+    dense = q.shape[1] * q.shape[2] * head_dim, q.shape[2] * head_dim, head_dim, 1
+    try:
+        prep = _ext.PreparedCacheCall(FP8_KV_RUNG[0], FP8_KV_RUNG[1], problem,
+                                      (q.stride(), _launch._strides4(kr), _launch._strides4(vr), dense),
+                                      (0, columns if page else 0, pool_rows), cache, append, q.device.index, ws_bytes,
+                                      elems=elems, fp8_kv=True)
+    except ValueError:
+        return None
+    ones = torch.ones((batch, heads_kv), dtype=torch.float32, device=q.device)
+    return _Fp8KvFast(prep, _kvcache._kv_layout(q, prep), q_e4m3, ones)
+
+
+def _attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
+                           causal, num_splits, return_lse, q_descale, k_descale, v_descale, sig=None):
     """flash_attn_with_kvcache on float8_e4m3fn ``k_cache`` and ``v_cache`` (contiguous [batch, slots,
     heads_kv, head_dim], or a page pool with ``block_table``), rung 08's fp8-kv. The caches hold
     K = k_cache x k_descale and V = v_cache x v_descale, each descale fp32 [batch, heads_kv] (1 when
@@ -288,7 +384,8 @@ def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpa
                          "got %d" % head_dim)
     if heads_q % heads_kv != 0:
         raise ValueError("flashladder: heads_q (%d) must be a multiple of the cache's heads (%d)" % (heads_q, heads_kv))
-    if q.dtype == E4M3:
+    q_e4m3 = q.dtype == E4M3
+    if q_e4m3:
         qd = _descale("q_descale", q_descale, batch, heads_kv, dev)
         q = q.to(OUT_DTYPE)  # exact
     elif q.dtype in (torch.float16, torch.bfloat16):
@@ -298,7 +395,8 @@ def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpa
     else:
         raise TypeError("flashladder: q must be fp16, bf16 or float8_e4m3fn with a float8_e4m3fn cache, got %s"
                         % q.dtype)
-    if q.stride(3) != 1 or any(s % 8 for s in q.stride()[:3]) or q.data_ptr() % 16:
+    q_readable = q.stride(3) == 1 and not any(s % 8 for s in q.stride()[:3]) and q.data_ptr() % 16 == 0
+    if not q_readable:
         q = q.contiguous()
     kd = _descale("k_descale", k_descale, batch, heads_kv, dev)  # the cache's: the append quantizes with it
     vd = _descale("v_descale", v_descale, batch, heads_kv, dev)
@@ -326,6 +424,7 @@ def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpa
             raise TypeError("flashladder: k and v must be float8_e4m3fn (copied) or fp16/bf16 (quantized with the "
                             "cache's descales) for a float8_e4m3fn cache, got %s" % k.dtype)
     paged = block_table is not None
+    caller_table = block_table  # as the prepared step would read it (its rows' stride)
     page = k_cache.shape[1] if paged else 0
     if paged:
         if (str(block_table.dtype) != "torch.int32" or block_table.dim() != 2 or block_table.shape[0] != batch
@@ -385,4 +484,16 @@ def attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpa
                         dev.index,
                         extras, (0, 0 if table is None else table.shape[1], pool_rows))
     del ws
+    # Checked and launched: the signature's next step runs prepared (not where q was copied, or the
+    # metadata is not what the prepared call reads as it is: int32 rows).
+    int32_rows = all(t is None or (t.dtype == torch.int32 and t.stride(-1) == 1) for t in
+                     (cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None, cache_leftpad))
+    if (sig is not None and isinstance(cache_seqlens, torch.Tensor) and int32_rows
+            and (q_readable or q_e4m3) and (caller_table is None or caller_table.stride(1) == 1)):
+        fast = _prepare_fp8_kv(problem, ws_bytes, q, k_cache, v_cache, k, v, elems, page,
+                               pool_rows, 0 if table is None else table.shape[1], q_e4m3)
+        if fast is not None:
+            if len(FP8_KV_FAST) >= FP8_KV_FAST_MAX:
+                FP8_KV_FAST.clear()
+            FP8_KV_FAST[sig] = fast
     return (out, lse) if return_lse else out

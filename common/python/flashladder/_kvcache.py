@@ -270,9 +270,10 @@ def _prepare_cache_call(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftp
 
 
 def _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
-                 learnable_sink, return_softmax_lse):
+                 learnable_sink, return_softmax_lse, descales=(0, 0, 0)):
     """The step through f.prepared: out and the LSE allocated, one binding call; None when a pointer
-    is misaligned (nothing launched: the caller takes the long way)."""
+    is misaligned (nothing launched: the caller takes the long way). ``descales``: an e4m3 cache's
+    k_descale, v_descale and the scores' k descale, as pointers (_fp8's fast path)."""
     prep = f.prepared
     _launch.raise_metadata_errors(q.device.index)
     shape = q.shape
@@ -296,7 +297,8 @@ def _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, blo
                      0 if block_table is None else block_table.stride(0),
                      0 if k is None else k.data_ptr(), 0 if v is None else v.data_ptr(),
                      0 if learnable_sink is None else learnable_sink.data_ptr(),
-                     0 if alibi_slopes is None else alibi_slopes.data_ptr(), base + scratch_at, _launch.stream(q))
+                     0 if alibi_slopes is None else alibi_slopes.data_ptr(), base + scratch_at, _launch.stream(q),
+                     *descales)
     del buf  # the allocator's stream order keeps it from reuse until the launches have run
     if not ok:
         return None
