@@ -16,8 +16,9 @@ does for a training step.
 The entry points (SERVING_SHAPE: batch 2, 8 query heads on 2 KV heads, head_dim 128, fp16, a
 cache of 1024 slots holding 500 keys): SDPA's decode step on the cache's keys, flash_attn_func's,
 flash_attn_with_kvcache on a contiguous cache with cache_seqlens, on a paged one (pages of 64),
-on the paged one appending one new token per sequence, and flash_attn_varlen_func's forward on
-the same tokens packed. They take turns: R rounds, each entry point N / R calls in a loop and N / R
+on the paged one appending one new token per sequence, the same on an e4m3 pool (the new fp16 token
+quantized by the append, rung 08's fp8-kv), and flash_attn_varlen_func's forward on the same tokens
+packed. They take turns: R rounds, each entry point N / R calls in a loop and N / R
 timed alone, the order rotated per round; each figure is the median over the rounds. PyTorch and
 the package come in as arguments (timing.py's rule).
 """
@@ -46,6 +47,11 @@ def entry_points(torch, F, fl, device):
     vp = vc.reshape(pages, page, hkv, d)
     k1 = torch.randn(b, 1, hkv, d, device=device, dtype=dt)
     v1 = torch.randn(b, 1, hkv, d, device=device, dtype=dt)
+    # The e4m3 pool of the same pages, a descale per (batch, KV head) (an FP8 KV cache's layout).
+    kd = kc.float().abs().amax(dim=(1, 3)) / 448.0
+    vd = vc.float().abs().amax(dim=(1, 3)) / 448.0
+    kp8 = (kc.float() / kd[:, None, :, None]).to(torch.float8_e4m3fn).reshape(pages, page, hkv, d)
+    vp8 = (vc.float() / vd[:, None, :, None]).to(torch.float8_e4m3fn).reshape(pages, page, hkv, d)
     # SDPA and flash_attn_func on the cache's first `used` keys (what a dynamic cache hands them).
     ks, vs = kc[:, :used], vc[:, :used]
     st = [t.transpose(1, 2) for t in (q, ks, vs)]
@@ -63,6 +69,9 @@ def entry_points(torch, F, fl, device):
              lambda: fl.flash_attn_with_kvcache(q, kp, vp, cache_seqlens=lens, block_table=table)),
             ("with_kvcache, paged, appending one token",
              lambda: fl.flash_attn_with_kvcache(q, kp, vp, k1, v1, cache_seqlens=lens, block_table=table)),
+            ("with_kvcache, e4m3 paged, appending one token",
+             lambda: fl.flash_attn_with_kvcache(q, kp8, vp8, k1, v1, cache_seqlens=lens, block_table=table,
+                                                k_descale=kd, v_descale=vd)),
             ("flash_attn_varlen_func, forward", lambda: fl.flash_attn_varlen_func(qv, kv, kv, cu, cu, used, used,
                                                                                  causal=True))]
 

@@ -358,8 +358,11 @@ class HostServing(unittest.TestCase):
 
         def kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None, **_):
             if block_table is not None:  # the pool read through the table, as the package reads it
-                k_cache = k_cache[block_table.long()].flatten(1, 2)
-                v_cache = v_cache[block_table.long()].flatten(1, 2)
+                def pages(pool):  # (an e4m3 pool through its bytes: PyTorch indexes no float8 on the CPU)
+                    raw = pool.view(torch.uint8) if pool.dtype == torch.float8_e4m3fn else pool
+                    return raw[block_table.long()].flatten(1, 2).view(pool.dtype)
+
+                k_cache, v_cache = pages(k_cache), pages(v_cache)
             n = int(cache_seqlens.max())
             return attn(q, k_cache[:, :n].float(), v_cache[:, :n].float())
 
