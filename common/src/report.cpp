@@ -145,12 +145,14 @@ std::string format_report(const RunReport& r) {
     if (!c.pass) s << "            reason: " << c.reason << "\n";
   }
   if (r.fp8) {
-    s << "  fp8       inputs quantized " << r.fp8_mode << " to e4m3; the check above is on the dequantized values\n";
+    s << "  fp8       " << (r.fp8_kv_cache ? "K and V" : "inputs") << " quantized " << r.fp8_mode
+      << " to e4m3; the check above is on the dequantized values\n";
     if (c.checked)
       s << "            end to end (vs fp64 on the 16-bit inputs): rel_fro " << sci(r.fp8_e2e.rel_fro) << ", max_abs "
         << sci(r.fp8_e2e.max_abs) << ", lse " << sci(r.fp8_e2e.lse_max_abs) << "\n";
     if (r.fp8_quant.timed)
-      s << "            quantize (amax, scales, e4m3 Q, K, transposed V): " << fixed(r.fp8_quant.median_ms, 4)
+      s << "            quantize (amax, scales, " << (r.fp8_kv_cache ? "e4m3 K and V" : "e4m3 Q, K, transposed V")
+        << "): " << fixed(r.fp8_quant.median_ms, 4)
         << " ms median, not in the time below\n";
   }
   if (r.timing.timed) {
