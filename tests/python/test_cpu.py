@@ -935,7 +935,21 @@ def mla_args(b=2, sq=1, hq=16, pages=8, page=64, columns=4, paged=True, dtype=FP
     return q, k, table, Tensor((b,), dtype=INT32)
 
 
-class KVCacheFp8(unittest.TestCase):
+class OneLine:
+    """assertRaises for the package's refusals: @p exc, one line starting "flashladder: " and naming
+    @p text; returns the message."""
+
+    def one_line(self, exc, text, fn, *args, **kwargs):
+        with self.assertRaises(exc) as cm:
+            fn(*args, **kwargs)
+        msg = str(cm.exception)
+        self.assertTrue(msg.startswith("flashladder: "), msg)
+        self.assertNotIn("\n", msg)
+        self.assertIn(text, msg)
+        return msg
+
+
+class KVCacheFp8(OneLine, unittest.TestCase):
     """flash_attn_with_kvcache on a float8_e4m3fn cache (rung 08's fp8-kv): the arguments it does
     not take, refused in one line naming them before anything runs; descales without an e4m3 cache;
     and the 16-bit calls' entries never reading an e4m3 cache, nor its entry 16-bit tensors
@@ -950,14 +964,6 @@ class KVCacheFp8(unittest.TestCase):
             self.skipTest("this PyTorch has no float8_e4m3fn")
         from flashladder import _kvcache
         self.torch, self.kv = torch, _kvcache
-
-    def one_line(self, exc, text, fn, *args, **kwargs):
-        with self.assertRaises(exc) as cm:
-            fn(*args, **kwargs)
-        msg = str(cm.exception)
-        self.assertTrue(msg.startswith("flashladder: "), msg)
-        self.assertNotIn("\n", msg)
-        self.assertIn(text, msg)
 
     def test_refusals(self):
         torch = self.torch
@@ -1039,7 +1045,7 @@ class KVCacheFp8(unittest.TestCase):
         self.assertEqual(_ext.supports(8, "", p, d), "")
 
 
-class FlashMLA(unittest.TestCase):
+class FlashMLA(OneLine, unittest.TestCase):
     """12. flash_mla_with_kvcache's contract on rung 17 (MLA's latent cache: head_dim 576, V its first
     512 columns): the Problem's v_in_k and head_dim_v and the route (rung 17 or one line), every
     argument check on stand-in tensors (each a one-line refusal naming the argument), the
@@ -1051,15 +1057,6 @@ class FlashMLA(unittest.TestCase):
     def problem(self, v_in_k=True, page=64, splits=0, batch=2, seqlen_q=1, slots=256, heads=16):
         mods = _core.Mods(seqused_k=True, page_size=page, num_splits=splits, head_dim_v=512, v_in_k=v_in_k)
         return _core.make_problem(batch, seqlen_q, slots, heads, 1, 576, "bf16", True, mods=mods)
-
-    def one_line(self, exc, text, fn, *args, **kwargs):
-        with self.assertRaises(exc) as cm:
-            fn(*args, **kwargs)
-        msg = str(cm.exception)
-        self.assertTrue(msg.startswith("flashladder: "), msg)
-        self.assertNotIn("\n", msg)
-        self.assertIn(text, msg)
-        return msg
 
     def test_problem_and_route(self):
         p = self.problem()
