@@ -485,10 +485,11 @@ def _attention_kvcache_fp8(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftp
                         extras, (0, 0 if table is None else table.shape[1], pool_rows))
     del ws
     # Checked and launched: the signature's next step runs prepared (not where q was copied, or the
-    # metadata is not what the prepared call reads as it is: int32 rows).
+    # metadata and descales are not what the prepared call reads as they are: int32 rows, dense fp32).
     int32_rows = all(t is None or (t.dtype == torch.int32 and t.stride(-1) == 1) for t in
                      (cache_seqlens if isinstance(cache_seqlens, torch.Tensor) else None, cache_leftpad))
-    if (sig is not None and isinstance(cache_seqlens, torch.Tensor) and int32_rows
+    dense_descales = all(t is None or t.is_contiguous() for t in (q_descale, k_descale, v_descale))
+    if (sig is not None and isinstance(cache_seqlens, torch.Tensor) and int32_rows and dense_descales
             and (q_readable or q_e4m3) and (caller_table is None or caller_table.stride(1) == 1)):
         fast = _prepare_fp8_kv(problem, ws_bytes, q, k_cache, v_cache, k, v, elems, page,
                                pool_rows, 0 if table is None else table.shape[1], q_e4m3)
