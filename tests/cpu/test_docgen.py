@@ -136,6 +136,25 @@ class DocgenTest(unittest.TestCase):
         self.assertNotIn(" ns", rows[1])
         self.assertRegex(rows[2], r"MiB|GiB|KiB")  # bytes in binary units
 
+    def test_decode_fp8_block(self):
+        # gen:decode-fp8 on the committed run of rung 08's e4m3 cache (one folder per dtype): a row
+        # per (dtype, batch, cache), each cell the 16-bit time over the e4m3 time and the e4m3 time.
+        run = "nvidia-h200/checks-2026-11-29i/inregister-9921bd4/decode-fp8-"
+        if not os.path.exists(os.path.join(ROOT, "bench", "results", run + "bf16", "ladder_bench.json")):
+            self.skipTest("no committed decode-fp8 run")
+        doc = "<!-- gen:decode-fp8 folders=%sbf16,%sfp16 -->\n<!-- /gen:decode-fp8 -->\n" % (run, run)
+        written = self.write_doc(doc)
+        rows = [l for l in written.splitlines() if l.startswith("| ")]
+        self.assertEqual(rows[0], "| dtype, batch, cache | Sk=4k | Sk=16k | Sk=64k | Sk=128k |")
+        self.assertIn("| bf16, 8, contiguous | 1.40× (0.034 ms) | 1.60× (0.084 ms) | 1.82× (0.264 ms) | "
+                      "1.87× (0.503 ms) |", rows)
+        self.assertEqual(len(rows), 1 + 8, written)  # 2 dtypes x 2 batches x (contiguous, pages of 64)
+        self.assertEqual(written.count("commit `9921bd4"), 2, written)  # each folder's provenance
+        doc = "<!-- gen:decode-fp8 folders=nvidia-h200/no-such-run -->\n<!-- /gen:decode-fp8 -->\n"
+        written = self.write_doc(doc)
+        self.assertIn("Not in a committed run yet", written)
+        self.assertIsNone(re.search(r"\d+\.\d+×", written), written)
+
     def test_torch_blocks(self):
         # torch-train and torch-overhead (bench/pytorch/torch_train.py, bench/pytorch/torch_overhead.py) from
         # synthetic runs in a temp folder, named relative to bench/results/ as gpu= names a run.
