@@ -389,6 +389,24 @@ class Fp8Test(unittest.TestCase):
         self.assertIn("Ratio to PyTorch SDPA cuDNN", section)
         self.assertIn("| `13_fp8` | 1.33× | 1.33× |", section)
 
+    def test_report_decode_fp8(self):
+        # The decode-fp8 family's sections (the committed run): pages as series beside each rung,
+        # and the e4m3 / 16-bit ratio per page size.
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import report
+
+        ladder = os.path.join(ROOT, "bench", "results", "nvidia-h200", "checks-2026-11-29i", "inregister-9921bd4",
+                              "decode-fp8-bf16", "ladder_bench.json")
+        if not os.path.exists(ladder):
+            self.skipTest("no committed decode-fp8 run")
+        text = report.full_report(ladder, None, True, {})
+        section = text.split("## FP8 KV cache, batch 8, 8 KV heads\n")[1].split("\n## ")[0]
+        self.assertIn("| `08_flash_decoding P=64` |", section)
+        self.assertIn("| `08_flash_decoding[fp8-kv] P=0` |", section)
+        ratios = section.split("**e4m3 / 16-bit**")[1]
+        self.assertIn("| `08_flash_decoding[fp8-kv] P=0` | 1.40× | 1.60× | 1.82× | 1.87× |", ratios)
+        self.assertNotIn("| `08_flash_decoding P=0` |", ratios)  # the 16-bit rows are the denominators
+
     def test_fp8_blocks(self):
         fp8_sweep(self.tmp)
         rc, out = run_fp8(stub_bin(os.path.join(self.tmp, "bin")), self.tmp)
