@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""bench/studies/ab_compare.py (the A/B table of bench/studies/ab_timing.sh) on synthetic runs: no GPU needed.
+"""bench/studies/ab_compare.py (the A/B table of bench/studies/ab_timing.sh) on synthetic runs, and
+bench/studies/sass_loop.py on a synthetic SASS listing: no GPU needed.
 
     python3 tests/cpu/test_ab_compare.py      (ctest: cpu_ab_compare)
 
@@ -16,6 +17,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "studies"))
 import ab_compare  # noqa: E402
+import sass_loop  # noqa: E402
 
 
 def run(times, unit="ms"):
@@ -55,6 +57,37 @@ class AbCompareTest(unittest.TestCase):
         self.assertIn("| `x` | 1.0000 | 1.0000 | 1.000 | 0.0 % | yes |", text)
         self.assertIn("1 benchmarks; geometric mean of after / before 1.000", text)
 
+
+
+class SassLoopTest(unittest.TestCase):
+    """bench/studies/sass_loop.py's reading of a cuobjdump -sass listing (rung 08's per-chunk counts):
+    the functions apart, the main loop as the widest backward branch, the opcodes without predicates."""
+
+    LISTING = """
+        Function : _Z5otherv
+        /*0000*/                   NOP ;
+        /*0010*/                   BRA 0x0 ;
+        Function : _Z6kernelv
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   HMMA.16816.F32 R4, R8, R12, R4 ;
+        /*0020*/              @!P0 BRA 0x40 ;
+        /*0030*/                   LDSM.16.M88.4 R8, [R2] ;
+        /*0040*/                   F2FP.F16.E4M3.UNPACK_B R9, R8 ;
+        /*0050*/               @P1 BRA 0x30 ;
+        /*0060*/                   HMMA.16816.F32 R4, R8, R12, R4 ;
+        /*0070*/                   BRA 0x10 ;
+        /*0080*/                   EXIT ;
+"""
+
+    def test_main_loop(self):
+        funcs = dict(sass_loop.kernels(self.LISTING))
+        self.assertEqual(sorted(funcs), ["_Z5otherv", "_Z6kernelv"])
+        body = funcs["_Z6kernelv"]
+        self.assertEqual(sass_loop.main_loop(body), (0x10, 0x70))  # the widest of the two back edges
+        loop = [i for a, i in body if 0x10 <= a <= 0x70]
+        self.assertEqual([sass_loop.opcode(i) for i in loop],
+                         ["HMMA", "BRA", "LDSM", "F2FP", "BRA", "HMMA", "BRA"])
+        self.assertIsNone(sass_loop.main_loop([(0, "NOP"), (0x10, "BRA 0x20")]))  # forward only
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
