@@ -21,6 +21,9 @@
 7. bench/pytorch/torch_bwd_profile.py: a pass's kernels get their roles (the longest is the main
    kernel, those before it pre, after it post) and the passes' medians per kernel and per role;
    --list needs no PyTorch; without a GPU it measures nothing.
+8. bench/studies/fp8_bwd_error.py's emulated backward (with PyTorch): its 16-bit arithmetic within
+   bf16's error of the fp64 backward, each FP8 GEMM's error in its own gradient only, and the
+   scales floored so that a vanishing slice cannot make 0 / 0.
 """
 
 import glob
@@ -460,6 +463,34 @@ class Scripts(unittest.TestCase):
         self.assertIn("skipped", d["ladder"])
         self.assertLess(d["logits_check"]["sdpa_flash_vs_fp32"]["rel_fro"], 0.05)
 
+
+
+class Fp8BwdError(unittest.TestCase):
+    """8. bench/studies/fp8_bwd_error.py on a small problem."""
+
+    @unittest.skipUnless(have("torch"), "PyTorch is not installed")
+    def test_emulation(self):
+        import torch
+
+        sys.path.insert(0, os.path.join(ROOT, "bench", "studies"))
+        import fp8_bwd_error as emu
+
+        q, k, v, do = emu.inputs(1, 2, 128, 64, False, 7)
+        o, lse, ref = emu.reference(q, k, v, do, True)
+
+        def errors(fp8):
+            cfg = {"fp8": set(fp8), "p": "pow2", "ds": "tile", "rotate": False}
+            return [emu.rel(g, r) for g, r in zip(emu.backward(q, k, v, do, o, lse, True, cfg), ref)]
+
+        base = errors(())
+        self.assertTrue(all(e < 1e-2 for e in base), base)  # P and dS in bf16: bf16's error
+        for gemm, which in (("dv", 2), ("dq", 0), ("dk", 1)):
+            errs = errors((gemm,))
+            self.assertGreater(errs[which], 5 * base[which], (gemm, errs))  # e4m3's 3 bits where it enters
+            self.assertEqual([e for i, e in enumerate(errs) if i != which],
+                             [e for i, e in enumerate(base) if i != which])  # nowhere else
+        tiny = torch.tensor([[[[1e-44, 0.0], [0.0, 0.0]]]], dtype=torch.float32)
+        self.assertTrue(bool(torch.isfinite(emu.e4m3(tiny, emu.per_tile(tiny))).all()))  # floored, no 0 / 0
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
