@@ -37,19 +37,25 @@ TEST_CASE("bytes: Q, K, V read once and O written once", "[cpu][metrics]") {
   REQUIRE(std::fabs(gbps_of(p, 1.0, Peak::memory) - kv_bytes(p) / 1e6) < 1e-9);
 }
 
-TEST_CASE("a decode row's percent of peak is its share of the DRAM bandwidth", "[cpu][metrics]") {
-  RunReport r;  // a CUDA-core rung (its own ceiling: fp32 FMA) on the tour's decode problem
+/// A timed run (0.05 ms) of the tour's decode problem: batch 1, 32/8 heads, d 128, 16k keys.
+static RunReport decode_report() {
+  RunReport r;
   r.problem.batch = 1;
   r.problem.heads_q = 32;
   r.problem.heads_kv = 8;
   r.problem.head_dim = 128;
   r.problem.seqlen_q = 1;
   r.problem.seqlen_k = 16384;
+  r.timing.timed = true;
+  r.timing.median_ms = 0.05;
+  return r;
+}
+
+TEST_CASE("a decode row's percent of peak is its share of the DRAM bandwidth", "[cpu][metrics]") {
+  RunReport r = decode_report();  // a CUDA-core rung (its own ceiling: fp32 FMA)
   r.peak = Peak::fp32_fma;
   r.device.peak_fp32_tflops = 50;
   r.device.peak_gbps = 3000;
-  r.timing.timed = true;
-  r.timing.median_ms = 0.05;
   const double gbps = gbps_of(r.problem, 0.05, Peak::memory);  // K and V read once
   REQUIRE(gbps > 100);
   REQUIRE(std::fabs(percent_of_peak(r, Peak::memory) - 100 * gbps / 3000) < 1e-9);
@@ -61,18 +67,10 @@ TEST_CASE("a decode row's percent of peak is its share of the DRAM bandwidth", "
 }
 
 TEST_CASE("an e4m3 KV cache counts K and V at one byte per element", "[cpu][metrics]") {
-  RunReport r;  // rung 08's fp8-kv variant on the tour's decode problem
-  r.problem.batch = 1;
-  r.problem.heads_q = 32;
-  r.problem.heads_kv = 8;
-  r.problem.head_dim = 128;
-  r.problem.seqlen_q = 1;
-  r.problem.seqlen_k = 16384;
+  RunReport r = decode_report();  // rung 08's fp8-kv variant
   r.peak = Peak::memory;
   r.fp8_kv_cache = true;
   r.device.peak_gbps = 4000;
-  r.timing.timed = true;
-  r.timing.median_ms = 0.05;
   const double half = gbps_of(r.problem, 0.05, Peak::memory) / 2;
   REQUIRE(std::fabs(gbps_of(r.problem, 0.05, Peak::memory, true) - half) < 1e-9);
   REQUIRE(std::fabs(run_gbps(r) - half) < 1e-9);
