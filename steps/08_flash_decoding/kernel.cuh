@@ -46,7 +46,6 @@
 ///    is a pointer step (README: how to count the loop's SASS instructions).
 #pragma once
 
-#include <cuda_fp8.h>
 #include <math.h>
 #include <stdint.h>
 
