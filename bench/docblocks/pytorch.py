@@ -491,8 +491,18 @@ def gen_fa_tests(ctx, gpu=None):
                  d["not_skipped"], d["ran"], share, passed, d["sample"],
                  ", %d left unrun by the time budget" % d["not_reached"] if d.get("not_reached") else "")]
     if d["refusals"]:
+        # A refusal names the shape, then each rung's reason in brackets: group by what comes
+        # before the reasons, and give the reasons once, for the most frequent group.
+        heads = {}
+        for text, n in d["refusals"]:
+            head = text.split(" (")[0]
+            heads.setdefault(head, [0, text])[0] += n
+        ranked = sorted(heads.items(), key=lambda kv: -kv[1][0])
         notes.append("The refusals, most frequent first: " + "; ".join(
-            "%d × %s" % (n, text.replace("|", "\\|")) for text, n in d["refusals"][:6]) + ".")
+            "%d × %s" % (n, head.replace("|", "\\|")) for head, (n, _) in ranked[:6]) + ".")
+        first_head, (_, first_text) = ranked[0]
+        if first_text != first_head:
+            notes.append("The first in full: %s." % first_text.replace("|", "\\|"))
     if d["failures_total"]:
         notes.append("%d failed; the first: `%s` (%s)." % (d["failures_total"], d["failures"][0]["case"],
                                                           d["failures"][0]["error"].replace("|", "\\|")))

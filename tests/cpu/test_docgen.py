@@ -155,6 +155,30 @@ class DocgenTest(unittest.TestCase):
         self.assertIn("Not in a committed run yet", written)
         self.assertIsNone(re.search(r"\d+\.\d+×", written), written)
 
+    def test_fa_tests_block(self):
+        # fa-tests (bench/studies/fa_tests/run.py): the per-test counts, the share that ran, and the
+        # refusals grouped by what precedes each rung's reason in brackets, the reasons given once.
+        d = {"device": {"name": "NVIDIA H200"}, "date": "2026-11-29T10:00:00+00:00", "git_sha": "abc1234",
+             "versions": {"torch": "2.11.0"}, "sample": "1/64", "cases": 12, "not_skipped": 10, "ran": 8,
+             "ran_share": 0.8, "passed_share_of_ran": 1.0, "failures_total": 0, "failures": [],
+             "tests_file": "test_flash_attn.py", "tests_source": "flash-attention 0251105a",
+             "per_test": {"test_a": {"passed": 8, "refused": 2, "skipped": 2}},
+             "total": {"passed": 8, "refused": 2, "skipped": 2},
+             "refusals": [["flashladder: no backward rung runs d=40 (14: head_dim 40 not supported (64, 128))", 1],
+                          ["flashladder: no backward rung runs d=40 (14: head_dim 40 not supported (64, 128))", 1],
+                          ["flashladder: dropout_p must be in [0, 1)", 1]]}
+        with tempfile.TemporaryDirectory() as run:
+            with open(os.path.join(run, "fa_tests.json"), "w", encoding="utf-8") as f:
+                json.dump(d, f)
+            gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
+            written = self.write_doc("<!-- gen:fa-tests gpu=%s -->\n<!-- /gen:fa-tests -->\n" % gpu)
+        self.assertIn("| `test_a` | 12 | 8 | 0 | 2 | 0 | 2 |", written)
+        self.assertIn("8 ran on the ladder (**80.0%**", written)
+        self.assertIn("The refusals, most frequent first: 2 × flashladder: no backward rung runs d=40; "
+                      "1 × flashladder: dropout_p must be in [0, 1).", written)
+        self.assertIn("The first in full: flashladder: no backward rung runs d=40 (14: head_dim 40 not supported "
+                      "(64, 128)).", written)
+
     def test_torch_blocks(self):
         # torch-train and torch-overhead (bench/pytorch/torch_train.py, bench/pytorch/torch_overhead.py) from
         # synthetic runs in a temp folder, named relative to bench/results/ as gpu= names a run.
