@@ -134,7 +134,7 @@ LOG = []  # ("forward" | "backward" | "plan", details)
 
 
 def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
-                dropout_state=None):
+                dropout_state=None, step=None, xextras=None):
     LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1], state=dropout_state,
                                 slopes=extras[3] if extras else None)))
     a = mods_args(key, mods, extras, dropout_state)
@@ -146,7 +146,7 @@ def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, ex
 
 
 def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-                 extras=None, checked=False, dropout_state=None):
+                 extras=None, checked=False, dropout_state=None, step=None, xextras=None):
     LOG.append(("backward", dict(deterministic=deterministic, o32=out_fp32 is not None, key=key, dout=dout,
                                  state=dropout_state, slopes=extras[3] if extras else None)))
     a = mods_args(key, mods, extras, dropout_state)
@@ -412,13 +412,13 @@ def test_varlen_checked_once():
     seen = []
 
     def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
-                dropout_state=None):
+                dropout_state=None, step=None, xextras=None):
         seen.append(("forward", extras[0].data_ptr(), extras[1].data_ptr(), checked))
         out = torch.zeros_like(q)
         return out, torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32), (out.clone() if o_fp32 else None)
 
     def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-                 extras=None, checked=False, dropout_state=None):
+                 extras=None, checked=False, dropout_state=None, step=None, xextras=None):
         seen.append(("backward", extras[0].data_ptr(), extras[1].data_ptr(), checked))
         return torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v), None
 

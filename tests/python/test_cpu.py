@@ -1288,6 +1288,104 @@ class FlashMLA(OneLine, unittest.TestCase):
              _launch.stream) = saved
 
 
+class MaskedSteps(unittest.TestCase):
+    """13. A masked, modified or packed call's checks run once per input signature (_flash.STEPS,
+    _ops.Step), with the extension and the device checks stood in (CPU tensors): the second call
+    checks nothing again and launches with the first's plans and strides; another window, an
+    input of other strides or a packed batch is a signature of its own; a bad argument is refused
+    on every call and never kept; the backward gets the strides it would compute. And the
+    Step's dense strides are PyTorch's (size-0 dimensions too)."""
+
+    def setUp(self):
+        try:
+            import torch
+        except ImportError:
+            self.skipTest("PyTorch is not installed")
+        from flashladder import _flash, _launch, _ops
+        self.torch, self.flash, self.launch, self.ops = torch, _flash, _launch, _ops
+
+    def test_dense_strides(self):
+        torch = self.torch
+        for shape in ((2, 3, 4, 8), (0, 3, 4, 8), (2, 1, 4, 8), (2, 3, 0, 8), (5, 4, 8), (0, 4, 8)):
+            t = torch.empty(shape)
+            self.assertEqual(self.ops._dense_strides4(shape), tuple(self.launch._strides4(t)), shape)
+
+    def test_checked_once_per_signature(self):
+        torch, fl, launch = self.torch, self.flash, self.launch
+        calls = {"check": 0, "mods_key": 0, "fwd": [], "bwd": [], "sanitize": 0}
+
+        class Plan:
+            number, variant, problem, workspace_bytes, writes_o_fp32 = 16, "", None, 0, True
+
+        def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, own_dv=False):
+            calls["check"] += 1
+            return (tuple(q.shape), tuple(k.shape), bool(causal), softmax_scale)
+
+        def check_varlen(q, k, v, cu_q, cu_k, max_q, max_k, causal=False, softmax_scale=None, tensor_type=None,
+                         own_dv=False):
+            calls["check"] += 1
+            return check_qkv(q, k, v, causal), (cu_q.shape[0] - 1, q.shape[0], k.shape[0], max_q, max_k)
+
+        mods_key = self.ops.mods_key
+
+        def counted_mods_key(*a, **kw):
+            calls["mods_key"] += 1
+            return mods_key(*a, **kw)
+
+        def sanitize(*a):
+            calls["sanitize"] += 1
+
+        names = ((_ext, "forward"), (_ext, "backward"), (_ext, "sanitize_varlen"), (_ext, "metadata_errors"),
+                 (_core, "check_qkv"), (_core, "check_varlen"), (_core, "plan_forward"), (_core, "plan_backward"),
+                 (launch, "stream"), (self.ops, "mods_key"))
+        saved = [getattr(m, n) for m, n in names]
+        stand_ins = (lambda *a, **kw: calls["fwd"].append(a[4]), lambda *a, **kw: calls["bwd"].append(a[4]),
+                     sanitize, lambda device, clear=True: "", check_qkv, check_varlen,
+                     lambda *a, **kw: Plan(), lambda *a, **kw: Plan(), lambda t: 0, counted_mods_key)
+        fl.STEPS.clear()
+        try:
+            for (m, n), f in zip(names, stand_ins):
+                setattr(m, n, f)
+            q, k, v = (torch.zeros(1, 64, 4, 64, dtype=torch.float16, requires_grad=True) for _ in range(3))
+            for _ in range(3):
+                fl.flash_attn_func(q, k, v, causal=True, window_size=(7, 0)).float().sum().backward()
+            self.assertEqual((len(fl.STEPS), calls["check"], calls["mods_key"]), (1, 1, 1))
+            self.assertEqual(len(calls["fwd"]), 3)
+            dense = (64 * 4 * 64, 4 * 64, 64, 1)
+            self.assertEqual(calls["fwd"][-1], (dense,) * 4)
+            self.assertEqual(calls["bwd"][-1], (dense,) * 8)
+            fl.flash_attn_func(q, k, v, causal=True, window_size=(8, 0))  # another window: another Step
+            self.assertEqual((len(fl.STEPS), calls["mods_key"]), (2, 2))
+            for _ in range(2):  # refused on every call, never kept
+                with self.assertRaises(ValueError):
+                    fl.flash_attn_func(q, k, v, causal=True, softcap=-1.0)
+            self.assertEqual(len(fl.STEPS), 2)
+            # [b, h, s, d] storage seen as [b, s, h, d]: its own signature, its own strides, and the
+            # gradients' (empty_like keeps them) reused by the backward
+            qt, kt, vt = (torch.zeros(1, 4, 64, 64, dtype=torch.float16).transpose(1, 2).requires_grad_()
+                          for _ in range(3))
+            for _ in range(2):
+                fl.flash_attn_func(qt, kt, vt, softcap=30.0).float().sum().backward()
+            self.assertEqual((len(fl.STEPS), calls["mods_key"]), (3, 3))
+            st = tuple(qt.stride())
+            self.assertEqual(calls["fwd"][-1], (st, st, st, dense))
+            self.assertEqual(calls["bwd"][-1], (st, st, st, dense, dense, st, st, st))
+            # a packed batch: the cu_seqlens checked on the device once (the same tensors), the call's
+            # checks once
+            cu = torch.tensor([0, 20, 64], dtype=torch.int32)
+            qp, kp, vp = (torch.zeros(64, 4, 64, dtype=torch.float16, requires_grad=True) for _ in range(3))
+            for _ in range(3):
+                fl.flash_attn_varlen_func(qp, kp, vp, cu, cu, 44, 44, causal=True).float().sum().backward()
+            self.assertEqual((len(fl.STEPS), calls["mods_key"], calls["sanitize"]), (4, 4, 1))
+            packed = (64 * 4 * 64, 4 * 64, 64, 1)
+            self.assertEqual(calls["bwd"][-1], (packed,) * 8)
+        finally:
+            for (m, n), f in zip(names, saved):
+                setattr(m, n, f)
+            fl.STEPS.clear()
+            launch.VARLEN_CHECKED.clear()
+
+
 class GlobalNames(unittest.TestCase):
     """11. The globals each function of the package reads are bound at module level or builtins."""
 

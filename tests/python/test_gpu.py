@@ -36,7 +36,8 @@ flash         FlashAttention's interface (flash_attn_func, the packed and varlen
               reference of FlashAttention's definitions, forward, LSE and backward (dsinks too):
               causal, windows, softcap, ALiBi slopes per head and per sequence, sinks and their
               combination, head_dims 64 to 256 (80, 96), GQA, seqlen_q != seqlen_k; packed
-              batches with empty and one-token sequences; the packed forms bit for bit;
+              batches with empty and one-token sequences; the packed forms bit for bit; each case
+              called twice (the second through its signature's Step: O and the LSE bit for bit);
               deterministic=True; dropout with softcap, a block table and bad arguments refused.
 kvcache       flash_attn_with_kvcache against the fp32 reference per sequence: the new keys written
               in place at cache_seqlens (an empty, a half-full and a nearly full sequence),
@@ -1040,7 +1041,8 @@ def reference_varlen(q, k, v, cu_q, cu_k, causal, **mods):
 
 def flash_case(what, dtype_name, fn, ref_fn, leaves, sinks=None, check_lse=True):
     """Runs fn (the ladder, returning (out, lse, None)) and ref_fn (fp32) on the same leaves,
-    forward and backward; judges O, the LSE, dQ, dK, dV and the sinks' gradient."""
+    forward and backward; judges O, the LSE, dQ, dK, dV and the sinks' gradient; then fn again
+    (the signature's Step), O and the LSE bit for bit and the gradients judged again."""
     for t in leaves + ([sinks] if sinks is not None else []):
         t.grad = None
         t.requires_grad_()
@@ -1060,6 +1062,22 @@ def flash_case(what, dtype_name, fn, ref_fn, leaves, sinks=None, check_lse=True)
         judge("%s %s" % (what, name), leaf.grad.float(), torch.nan_to_num(r.grad), dtype_name, True)
     if sinks is not None:
         judge("%s dsinks" % what, sinks.grad.float(), ref_sinks.grad, dtype_name, True)
+    # The same call again: a masked, modified or packed signature now runs the Step the call above
+    # made (_flash.STEPS: no checks, its plans and strides): O and the LSE bit for bit, the
+    # gradients against the reference again (dQ's atomics order may differ).
+    for t in leaves + ([sinks] if sinks is not None else []):
+        t.grad = None
+    again, again_lse, _ = fn(*leaves, sinks)
+    COMPARED[0] += 1
+    if torch.equal(again, out) and torch.equal(again_lse, lse):
+        print("ok   %s again: O and the LSE bit for bit" % what)
+    else:
+        fail("%s again: O or the LSE differs from the first call's" % what)
+    again.backward(dout)
+    for name, leaf, r in zip(("dQ", "dK", "dV"), leaves, ref_in):
+        judge("%s again %s" % (what, name), leaf.grad.float(), torch.nan_to_num(r.grad), dtype_name, True)
+    if sinks is not None:
+        judge("%s again dsinks" % what, sinks.grad.float(), ref_sinks.grad, dtype_name, True)
 
 
 def built(number):

@@ -138,27 +138,23 @@ RING_API = ("ring_attention", "ring_shard", "ring_unshard")
 
 
 def __getattr__(name):
+    """FlashAttention's, FlashMLA's, the FP8 and the ring functions, imported with PyTorch on first
+    use and then bound in the module (a call through ``flashladder.flash_attn_func`` pays this
+    lookup once, not per call)."""
     if name == "flash_attn_with_kvcache":
-        from . import _kvcache
-
-        return _kvcache.flash_attn_with_kvcache
-    if name in FLASH_API:
-        from . import _flash
-
-        return getattr(_flash, name)
-    if name in FP8_API:
-        from . import _fp8
-
-        return getattr(_fp8, name)
-    if name in MLA_API:
-        from . import _mla
-
-        return getattr(_mla, name)
-    if name in RING_API:
-        from . import _ring
-
-        return getattr(_ring, name)
-    raise AttributeError("module 'flashladder' has no attribute %r" % (name,))
+        from . import _kvcache as module
+    elif name in FLASH_API:
+        from . import _flash as module
+    elif name in FP8_API:
+        from . import _fp8 as module
+    elif name in MLA_API:
+        from . import _mla as module
+    elif name in RING_API:
+        from . import _ring as module
+    else:
+        raise AttributeError("module 'flashladder' has no attribute %r" % (name,))
+    value = globals()[name] = getattr(module, name)
+    return value
 
 
 __all__ = list(FLASH_API) + list(FP8_API) + list(MLA_API) + list(RING_API) + [

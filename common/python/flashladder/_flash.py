@@ -32,6 +32,41 @@ import torch
 from . import _core, _fp8, _launch, _ops
 
 
+#: Input signatures (_step_signature) of masked, modified and packed calls whose checks passed, to
+#: what their next call reuses (_ops.Step: the key, the Mods, the plans, the strides). A model
+#: calls attention with a few signatures, every layer of every step.
+STEPS = {}
+_STEPS_MAX = 4096
+_SCALARS = (type(None), bool, int, float)
+
+
+def _step_signature(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                    learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p):
+    """What the checks of a call depend on: each input's type, shape, strides, dtype, device and
+    data pointer modulo 16 (the alignment rule), the metadata's and the modifiers' tensors'
+    layouts (the lengths inside cu_seqlens are checked on the device at every launch), and the
+    arguments with their types. None when an argument is not a plain Python scalar (the window
+    and the lengths ints; the scale, softcap, causal and deterministic None, bool, int or float):
+    the checks then run every call, and say why where they refuse."""
+    try:
+        window = tuple(window_size)
+        if len(window) != 2 or not all(type(x) is int for x in window + (max_seqlen_q, max_seqlen_k)) or not all(
+                type(x) in _SCALARS for x in (softmax_scale, softcap, causal, deterministic)):
+            return None  # a tensor or another object kept in the key would never match again
+        sig = (type(q), q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
+               type(k), k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
+               type(v), v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
+               type(softmax_scale), softmax_scale, type(causal), causal, window, type(softcap), softcap,
+               type(deterministic), deterministic, dropout_p, type(max_seqlen_q), max_seqlen_q,
+               type(max_seqlen_k), max_seqlen_k) + tuple(
+            None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
+            for t in (cu_seqlens_q, cu_seqlens_k, alibi_slopes, learnable_sink))
+        hash(sig)
+        return sig
+    except Exception:  # noqa: BLE001  not tensors, or unhashable arguments: the checks say why
+        return None
+
+
 def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                return_attn_probs, learnable_sink, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0,
                max_seqlen_k=0, dropout_p=0.0):
@@ -42,6 +77,15 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         _fp8.check_fp8_args(dropout_p, window_size, softcap, alibi_slopes, learnable_sink, deterministic)
         res = _fp8.attention_fp8(q, k, v, None, None, None, softmax_scale, causal, return_lse=return_attn_probs)
         return (res[0], res[1], None) if return_attn_probs else res
+    compiling = torch.compiler.is_compiling()
+    sig = None
+    if not compiling:
+        sig = _step_signature(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                              learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
+        step = STEPS.get(sig) if sig is not None else None
+        if step is not None:  # this signature passed every check below: its Step
+            return _run_step(step, q, k, v, alibi_slopes, learnable_sink, deterministic, return_attn_probs, causal,
+                             cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
     own_dv = _ops.own_head_dim_v(q, k, v)  # V's head_dim below q's: rung 16 takes it, nothing padded
     padded = None if own_dv else _ops.padded_head_dim(q, k, v, softmax_scale)
     if padded is not None:  # a head_dim that is not a multiple of 8: zero-padded, as FlashAttention does
@@ -68,11 +112,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
                              return_lse=return_attn_probs)
         return (out[0], out[1], None) if return_attn_probs else out
     scale = _core.check_scale(softmax_scale)  # 0.0 for None; 0 itself is refused, never read as None
-    grad = torch.is_grad_enabled() and any(
-        getattr(t, "requires_grad", False) for t in (q, k, v, learnable_sink))
-    # Dropout's seed and offset, drawn on the device from PyTorch's generator (one per call).
-    state = _core.dropout_state(q.device) if dropout_p else None
-    if not torch.compiler.is_compiling():
+    if not compiling:
         args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, slopes, causal, scale, left, right,
                 softcap, dropout_p)
         try:
@@ -80,19 +120,21 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         except _core.LayoutError:  # strides or data the rungs cannot read: a copy they can, as FlashAttention takes them
             q, k, v = (_core.realigned(t) for t in (q, k, v))
             key, mods = _ops.mods_key(q, k, v, *args)
-        extras = (cu_seqlens_q, cu_seqlens_k, sinks, slopes)
-        if not grad:
-            # No autograd: the op's own body, without the dispatcher's cost per call (as attention() does).
-            out, lse, _ = _launch.forward(q, k, v, key, mods=mods, extras=extras, dropout_state=state)
-        else:
-            # Eager autograd: the two launches as one autograd.Function (_ops.attention_mods_autograd).
-            out, lse = _ops.attention_mods_autograd(q, k, v, key, mods, extras, deterministic, state)
-        if not return_attn_probs:
-            return out
-        return out, lse, _probs(q, k, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
-                                max_seqlen_q, max_seqlen_k, slopes)
+            sig = None  # the copies' signature is not the caller's: this call's inputs are copied every time
+        step = _ops.Step(key, mods, left, right, scale, q, k, v)
+        res = _run_step(step, q, k, v, alibi_slopes, learnable_sink, deterministic, return_attn_probs, causal,
+                        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, slopes, sinks)
+        if sig is not None:  # kept once it ran: a problem no rung takes raised above, and is checked again
+            if len(STEPS) >= _STEPS_MAX:
+                STEPS.clear()
+            STEPS[sig] = step
+        return res
     # Compiling: the op (torch.compile traces it); it checks again, and with grad refuses a problem
     # the backward cannot run.
+    grad = torch.is_grad_enabled() and any(
+        getattr(t, "requires_grad", False) for t in (q, k, v, learnable_sink))
+    # Dropout's seed and offset, drawn on the device from PyTorch's generator (one per call).
+    state = _core.dropout_state(q.device) if dropout_p else None
     out, lse, _ = _ops.attention_mods_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                                          sinks, slopes, bool(causal), scale, left, right, float(softcap), 0, "",
                                          grad, bool(deterministic), float(dropout_p), state)
@@ -100,6 +142,33 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         return out
     return out, lse, _probs(q, k, state, dropout_p, causal, scale, left, right, cu_seqlens_q, cu_seqlens_k,
                             max_seqlen_q, max_seqlen_k, slopes)
+
+
+def _run_step(step, q, k, v, alibi_slopes, learnable_sink, deterministic, return_attn_probs, causal, cu_seqlens_q,
+              cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, slopes=None, sinks=None):
+    """A masked, modified or packed call whose checks passed (``step``, an _ops.Step): the fp32
+    slopes and sinks the kernels read (given when the caller made them already), dropout's seed
+    and offset, then the forward, or under autograd the forward and its backward as one
+    autograd.Function (_ops.attention_mods_autograd)."""
+    if slopes is None and alibi_slopes is not None:
+        slopes = alibi_slopes.detach().float().contiguous()
+    if sinks is None and learnable_sink is not None:
+        sinks = learnable_sink.float().contiguous()  # differentiable: its gradient flows back
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or (
+        learnable_sink is not None and learnable_sink.requires_grad))
+    # Dropout's seed and offset, drawn on the device from PyTorch's generator (one per call).
+    state = _core.dropout_state(q.device) if dropout_p else None
+    extras = (cu_seqlens_q, cu_seqlens_k, sinks, slopes)
+    if not grad:
+        # No autograd: the op's own body, without the dispatcher's cost per call (as attention() does).
+        out, lse, _ = _launch.forward(q, k, v, step.key, mods=step.mods, extras=extras, dropout_state=state,
+                                      step=step)
+    else:
+        out, lse = _ops.attention_mods_autograd(q, k, v, step, extras, deterministic, state)
+    if not return_attn_probs:
+        return out
+    return out, lse, _probs(q, k, state, dropout_p, causal, step.scale, step.left, step.right, cu_seqlens_q,
+                            cu_seqlens_k, max_seqlen_q, max_seqlen_k, slopes)
 
 
 #: S_dmask's largest size in elements (batch x heads x rows x keys, rounded to 128): its P is

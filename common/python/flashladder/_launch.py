@@ -152,7 +152,7 @@ def _extras(extras):
 
 
 def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
-            dropout_state=None):
+            dropout_state=None, step=None, xextras=None):
     """O and LSE of entry ``rung`` (None: the route, _core.route_forward) on q, k, v, checked into
     ``key`` (_core.check_qkv's), and with ``o_fp32`` (a backward pass follows) also O in fp32,
     dense like O: the rung's own fp32 copy when it writes one (Rung.writes_o_fp32), else the
@@ -161,8 +161,11 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
     tensors in EXTRAS' order) for masks, modifiers, packed batches and caches; a packed q is
     [total_q, heads, head_dim] and its LSE [heads, total_q]; ``checked``: the extras came through
     checked_extras already. ``dropout_state``: with mods.dropout, the int64 {seed, offset} on the
-    device (_core.dropout_state). Returns (out, lse, o_fp32 or None)."""
-    plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods)
+    device (_core.dropout_state). ``step``: the Step of this signature (mods only: _ops.Step), its
+    plan and strides; ``xextras``: _extras(extras), computed already. Returns (out, lse, o_fp32 or
+    None)."""
+    plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods) if step is None else \
+        step.forward_plan(q.device.index, bool(o_fp32))
     # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
     # breakdown measures it against torch.empty(shape, dtype=, device=)).
     shape = q.shape
@@ -188,9 +191,9 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
     else:
         if not checked:
             extras = checked_extras(extras, mods, q)
-        xptrs, ints = _extras(extras)
-        _ext.forward(plan.number, plan.variant, plan.problem, ptrs,
-                     (_strides4(q), _strides4(k), _strides4(v), _strides4(out)), ws_ptr, ws_bytes, stream(q),
+        xptrs, ints = _extras(extras) if xextras is None else xextras
+        strides = (_strides4(q), _strides4(k), _strides4(v), _strides4(out)) if step is None else step.strides[:4]
+        _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream(q),
                      q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints,
                      dropout_state=0 if dropout_state is None else dropout_state.data_ptr(), planned=True)
     del ws
@@ -222,17 +225,25 @@ def _grad_like(t):
 
 
 def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-             extras=None, checked=False, dropout_state=None):
+             extras=None, checked=False, dropout_state=None, step=None, xextras=None):
     """dQ, dK, dV of backward entry ``rung`` (None: default_backward's) from the forward's O and
     LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O); q, k, v checked
     into ``key``, the rest checked here (_core.check_grads). With ``mods`` and ``extras`` (as
     forward's, ``checked`` too) also the sinks' gradient: (dq, dk, dv, dsinks or None);
-    ``dropout_state``: the forward's (the mask is regenerated from it)."""
+    ``dropout_state``: the forward's (the mask is regenerated from it). ``step``: the Step of the
+    forward's signature (autograd's own call: dout is checked by autograd against O, out, the LSE
+    and the fp32 O are the forward's), its plan and strides reused; ``xextras``: the forward's
+    _extras(extras) (the same saved tensors)."""
     o32_ptr = 0
-    if _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor, v.shape[-1]):
+    if step is not None:
+        if out_fp32 is not None and out_fp32.numel():
+            o32_ptr = out_fp32.data_ptr()  # the forward's, dense
+    elif _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor, v.shape[-1]):
         out_fp32 = out_fp32.contiguous()  # dense [batch, seqlen_q, heads_q, head_dim_v]
         o32_ptr = out_fp32.data_ptr()
-    plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index, mods)
+    plan = _core.plan_backward(rung, variant, key, bool(deterministic), q.device.index, mods) if step is None else \
+        step.backward_plan(q.device.index, bool(deterministic))
+    q0, k0, v0 = q, k, v
     q, dq = _grad_like(q)
     k, dk = _grad_like(k)
     v, dv = _grad_like(v)
@@ -254,12 +265,15 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
         return dq, dk, dv
     if not checked:
         extras = checked_extras(extras, mods, q)
-    xptrs, ints = _extras(extras)
+    xptrs, ints = _extras(extras) if xextras is None else xextras
     dsinks = None
     if mods.sinks:
         dsinks = torch.empty((q.shape[-2],), dtype=torch.float32, device=q.device)
-    _ext.backward(plan.number, plan.variant, plan.problem, ptrs,
-                  tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv)),
+    if step is not None and q is q0 and k is k0 and v is v0:
+        strides = step.strides  # no copy: dQ, dK and dV have q's, k's and v's strides, dO is dense as O
+    else:
+        strides = tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv))
+    _ext.backward(plan.number, plan.variant, plan.problem, ptrs, strides,
                   ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr,
                   extras=xptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr(),
                   dropout_state=0 if dropout_state is None else dropout_state.data_ptr(), planned=True)

@@ -134,19 +134,21 @@ class _EagerAttention(torch.autograd.Function):
 
 class _EagerAttentionMods(torch.autograd.Function):
     """attention_mods_op and its backward for one eager call; ``sinks`` (or None) is an input for
-    its gradient, the other extras ride along."""
+    its gradient, the other extras ride along. ``step``: the call's Step (its key, Mods, plans and
+    strides, made once per signature)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, key, mods, cu_q, cu_k, slopes, deterministic, dropout_state):
+    def forward(ctx, q, k, v, sinks, step, cu_q, cu_k, slopes, deterministic, dropout_state):
         # A packed batch's cu_seqlens are checked and clamped once, here (one launch); the backward
         # reads the same clamped copies (a change of the caller's in place since is autograd's
         # saved-tensor error, as for any input it keeps).
-        extras = _launch.checked_extras((cu_q, cu_k, sinks, slopes), mods, q)
-        out, lse, o32 = _launch.forward(q, k, v, key, o_fp32=True, mods=mods, extras=extras, checked=True,
-                                        dropout_state=dropout_state)
+        extras = _launch.checked_extras((cu_q, cu_k, sinks, slopes), step.mods, q)
+        xextras = _launch._extras(extras)  # the pointers, for the backward too: the same tensors
+        out, lse, o32 = _launch.forward(q, k, v, step.key, o_fp32=True, mods=step.mods, extras=extras, checked=True,
+                                        dropout_state=dropout_state, step=step, xextras=xextras)
         # The dropout state is saved with the rest: the backward regenerates the forward's mask.
         ctx.save_for_backward(q, k, v, out, lse, o32, extras[0], extras[1], sinks, slopes, dropout_state)
-        ctx.key, ctx.mods, ctx.deterministic = key, mods, deterministic
+        ctx.step, ctx.deterministic, ctx.xextras = step, deterministic, xextras
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -154,15 +156,16 @@ class _EagerAttentionMods(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         if dout is None:
-            return (None,) * 11
+            return (None,) * 10
         q, k, v, out, lse, o32, cu_q, cu_k, sinks, slopes, dropout_state = ctx.saved_tensors
         if cu_q is not None:  # the forward's check may have found a violation by now: the step fails
             _launch.raise_metadata_errors(q.device.index)
+        step = ctx.step
         deterministic = ctx.deterministic or torch.are_deterministic_algorithms_enabled()
-        dq, dk, dv, dsinks = _launch.backward(dout, q, k, v, out, lse, ctx.key, deterministic, None, "", o32,
-                                              mods=ctx.mods, extras=(cu_q, cu_k, sinks, slopes), checked=True,
-                                              dropout_state=dropout_state)
-        return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 7
+        dq, dk, dv, dsinks = _launch.backward(dout, q, k, v, out, lse, step.key, deterministic, None, "", o32,
+                                              mods=step.mods, extras=(cu_q, cu_k, sinks, slopes), checked=True,
+                                              dropout_state=dropout_state, step=step, xextras=ctx.xextras)
+        return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
 
 
 def attention_autograd(q, k, v, key, number, variant):
@@ -172,14 +175,59 @@ def attention_autograd(q, k, v, key, number, variant):
     return _EagerAttention.apply(q, k, v, key, number, variant)
 
 
-def attention_mods_autograd(q, k, v, key, mods, extras, deterministic, dropout_state=None):
-    """attention_autograd for masks, modifiers, packed batches and dropout: ``extras``
-    (cu_seqlens_q, cu_seqlens_k, sinks, alibi_slopes) as _launch.forward takes them,
-    ``dropout_state`` the device {seed, offset} with mods.dropout."""
+class Step:
+    """What a masked, modified or packed call repeats otherwise, made once per input signature
+    (_flash._attention's STEPS) after the call's checks passed: check_qkv's (or check_varlen's)
+    ``key``, the ``Mods``, the window's sides and the scale as the checks gave them, the plans
+    (per device, and the backward's per deterministic flag: _core.plan_forward / plan_backward),
+    and the strides the launches take (q, k, v, O, dO, dQ, dK, dV; 4 each, _launch._strides4:
+    O, dO dense, each gradient with its input's strides)."""
+
+    __slots__ = ("key", "mods", "left", "right", "scale", "strides", "_plans")
+
+    def __init__(self, key, mods, left, right, scale, q, k, v):
+        self.key, self.mods, self.left, self.right, self.scale = key, mods, left, right, scale
+        o_shape = tuple(q.shape[:-1]) + (mods.head_dim_v or q.shape[-1],)
+        o_strides = _dense_strides4(o_shape)
+        sq, sk, sv = (_launch._strides4(t) for t in (q, k, v))
+        self.strides = (sq, sk, sv, o_strides, o_strides, sq, sk, sv)
+        self._plans = {}
+
+    def forward_plan(self, device, o_fp32):
+        plan = self._plans.get((device, "fwd", o_fp32))
+        if plan is None:
+            plan = self._plans[(device, "fwd", o_fp32)] = _core.plan_forward(None, "", self.key, device, o_fp32,
+                                                                            self.mods)
+        return plan
+
+    def backward_plan(self, device, deterministic):
+        plan = self._plans.get((device, "bwd", deterministic))
+        if plan is None:
+            plan = self._plans[(device, "bwd", deterministic)] = _core.plan_backward(None, "", self.key,
+                                                                                    deterministic, device, self.mods)
+        return plan
+
+
+def _dense_strides4(shape):
+    """_launch._strides4 of a contiguous tensor of ``shape`` (4 dims, or a packed 3), as PyTorch
+    makes them (a dimension of size 0 counted as 1)."""
+    strides, acc, numel = [], 1, 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+        numel *= n
+    strides = tuple(reversed(strides))
+    return strides if len(shape) == 4 else (numel,) + strides
+
+
+def attention_mods_autograd(q, k, v, step, extras, deterministic, dropout_state=None):
+    """attention_autograd for masks, modifiers, packed batches and dropout: ``step`` (a Step),
+    ``extras`` (cu_seqlens_q, cu_seqlens_k, sinks, alibi_slopes) as _launch.forward takes them,
+    ``dropout_state`` the device {seed, offset} with mods.dropout. The backward's plan first, as
+    attention_autograd's."""
     cu_q, cu_k, sinks, slopes = extras
-    _core.plan_backward(None, "", key, bool(deterministic), q.device.index, mods)
-    return _EagerAttentionMods.apply(q, k, v, sinks, key, mods, cu_q, cu_k, slopes, bool(deterministic),
-                                     dropout_state)
+    step.backward_plan(q.device.index, bool(deterministic))
+    return _EagerAttentionMods.apply(q, k, v, sinks, step, cu_q, cu_k, slopes, bool(deterministic), dropout_state)
 
 
 # ---- masks, modifiers, packed batches ------------------------------------------------------------
