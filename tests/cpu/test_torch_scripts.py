@@ -445,6 +445,10 @@ class Scripts(unittest.TestCase):
             self.assertEqual(rc, 0, text)
             self.assertIn("nothing measured", text)
             self.assertFalse(os.path.exists(os.path.join(out, "torch_flex.json")))
+            rc, text = run_script("bench/pytorch/cudnn_fp8.py", "--out", out)
+            self.assertEqual(rc, 0, text)
+            self.assertIn("nothing measured", text)
+            self.assertFalse(os.path.exists(os.path.join(out, "cudnn_fp8.json")))
             if not have("torch"):
                 rc, text = run_script("bench/pytorch/torch_train.py", "--out", out)
                 self.assertEqual(rc, 0, text)
@@ -463,6 +467,25 @@ class Scripts(unittest.TestCase):
         self.assertIn("skipped", d["ladder"])
         self.assertLess(d["logits_check"]["sdpa_flash_vs_fp32"]["rel_fro"], 0.05)
 
+
+
+class CudnnFp8(unittest.TestCase):
+    """9. bench/pytorch/cudnn_fp8.py's scales and grid (no GPU needed)."""
+
+    def test_scales_and_shapes(self):
+        sys.path.insert(0, os.path.join(ROOT, "bench", "pytorch"))
+        import cudnn_fp8
+
+        self.assertEqual(cudnn_fp8.pow2_scale(1.0), 256.0)  # 448 / 1 -> 2^8
+        self.assertEqual(cudnn_fp8.pow2_scale(448.0), 1.0)
+        self.assertEqual(cudnn_fp8.pow2_scale(0.001), 2.0 ** 18)
+        for bad in (0.0, float("nan"), float("inf")):
+            self.assertEqual(cudnn_fp8.pow2_scale(bad), 1.0)
+        grid = cudnn_fp8.shapes(False)
+        self.assertEqual(len(grid), 12)
+        self.assertTrue(all(s["batch"] * s["seqlen"] == cudnn_fp8.TOKENS and s["heads"] * s["head_dim"] == 2048
+                            for s in grid))
+        self.assertEqual({s["seqlen"] for s in cudnn_fp8.shapes(True)}, {4096})
 
 
 class Fp8BwdError(unittest.TestCase):
