@@ -13,6 +13,9 @@ TORCH_RUN_COMMANDS = {
                            "--out bench/results/<gpu>/pytorch",
     "torch_decode.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_decode.py --out bench/results/<gpu>/pytorch-decode",
     "torch_fp8.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_fp8.py --out bench/results/<gpu>/pytorch-fp8",
+    "cudnn_fp8.json": "python3 -m pip install --target build/pip-cudnn -r bench/pytorch/requirements-cudnn.txt && "
+                      "PYTHONPATH=build/release/python:build/pip-cudnn python3 bench/pytorch/cudnn_fp8.py "
+                      "--out bench/results/<gpu>/cudnn-fp8",
     "fa_tests.json": "PYTHONPATH=build/release/python python3 bench/studies/fa_tests/run.py --tests "
                      "PATH/flash-attention/tests/test_flash_attn.py --out bench/results/<gpu>/fa-tests --sample 1/64",
 }
@@ -395,6 +398,64 @@ def gen_torch_fp8(ctx, gpu=None):
                  "unmasked (query, key) pair. Median of %d calls after a warm-up, the L2 flushed before each, "
                  "the columns in turn over %d rounds. Measured on %s; %s." % (
                      d["iters"], d["repeats"], torch_provenance(d), link(res, "torch_fp8.json")))
+    return out + "\n\n" + " ".join(notes)
+
+
+CUDNN_FP8_COLUMNS = (("cudnn_fp8_fwd", "cuDNN FP8 fwd"), ("ladder_fp8_fwd", "rung 13 fwd"),
+                     ("cudnn_fwd", "cuDNN bf16 fwd"), ("cudnn_fp8_bwd", "cuDNN FP8 bwd"),
+                     ("ladder_bwd", "rung 14 bwd (bf16)"), ("cudnn_bwd", "cuDNN bf16 bwd"))
+
+
+@generator("cudnn-fp8")
+def gen_cudnn_fp8(ctx, gpu=None):
+    """cuDNN's FP8 attention through its Python frontend beside the ladder (bench/pytorch/cudnn_fp8.py,
+    cudnn_fp8.json): per shape the six columns' ms ("—" where cuDNN does not take the graph, its
+    reason below), the backward ratios rung 18 is measured against (rung 14's bf16 backward over
+    cuDNN's FP8 one: what an FP8 backward gains there), and the error block."""
+    res, d = torch_run(ctx, gpu, "cudnn_fp8.json")
+    rows, gains, reasons = [], [], {}
+    for r in d["rows"]:
+        s = r["shape"]
+        ms = r["ms"]
+        for name, why in r.get("refused", {}).items():
+            reasons.setdefault(why, set()).add(s["head_dim"])
+        gain = ms["ladder_bwd"] / ms["cudnn_fp8_bwd"] if "ladder_bwd" in ms and "cudnn_fp8_bwd" in ms else None
+        what = "d=%d, N=%s%s" % (s["head_dim"], results_io.seqlen_text(s["seqlen"]), " causal" if s["causal"] else "")
+        if gain:
+            gains.append((gain, what))
+        rows.append(["%d" % s["head_dim"], "%d × %s, %d heads" % (s["batch"], results_io.seqlen_text(s["seqlen"]),
+                                                                  s["heads"]), "yes" if s["causal"] else "no"]
+                    + ["%.3f" % ms[c] if c in ms else "—" for c, _ in CUDNN_FP8_COLUMNS]
+                    + [results_io.fmt_ratio(gain) if gain else "—"])
+    head = ["head_dim", "batch × seqlen", "causal"] + ["%s, ms" % label for _, label in CUDNN_FP8_COLUMNS] + [
+        "rung 14 / cuDNN FP8 bwd"]
+    out = results_io.markdown_table(head, rows, ["---"] * 3 + ["--:"] * (len(CUDNN_FP8_COLUMNS) + 1))
+    notes = []
+    if gains:
+        lo, hi = min(gains), max(gains)
+        notes.append("cuDNN's FP8 backward against rung 14's bf16 one: %s (%s) to %s (%s)." % (
+            results_io.fmt_ratio(lo[0]), lo[1], results_io.fmt_ratio(hi[0]), hi[1]))
+    for why, dims in sorted(reasons.items()):
+        notes.append("Not taken by cuDNN at head_dim %s: \"%s\"." % (
+            ", ".join("%d" % x for x in sorted(dims)), why.replace("|", "\\|")))
+    errs = [e for e in d.get("errors", []) if "cudnn_fp8_held" in e]
+    for e in errs:
+        held, e2e, lad = e["cudnn_fp8_held"], e["cudnn_fp8_end_to_end"], e["ladder_bf16"]
+        notes.append("Error at d=%d (batch 1, %s tokens, %d heads, causal), relative Frobenius against fp64: cuDNN's "
+                     "FP8 dQ, dK, dV %.1e, %.1e, %.1e on the values its e4m3 inputs hold, %.1e, %.1e, %.1e against "
+                     "the bf16 originals; rung 14's bf16 gradients %.1e, %.1e, %.1e." % (
+                         e["head_dim"], results_io.seqlen_text(e["seqlen"]), e["heads"], held["dQ"], held["dK"],
+                         held["dV"], e2e["dQ"], e2e["dK"], e2e["dV"], lad["dQ"], lad["dK"], lad["dV"]))
+    kinds = sorted({"O %s, gradients %s" % (r["cudnn_notes"].get("o"), r["cudnn_notes"].get("grads"))
+                    for r in d["rows"] if r.get("cudnn_notes") and "cudnn_fp8_bwd" in r["ms"]})
+    notes.append("cuDNN %s through %s: e4m3 q, k, v (and dO) with one descale per tensor, P scaled by %g%s; the "
+                 "ladder's FP8 forward is `flash_attn_func` on `fp8_quantize`'s e4m3 tensors (per-head descales, bf16 "
+                 "O), its backward `flashladder.attention_backward` on the bf16 originals (rung 14); cuDNN bf16 is "
+                 "SDPA with the cuDNN backend forced, its backward alone by autograd.grad. Median of %d calls, the "
+                 "L2 flushed before each, the columns in turn over %d rounds. Measured on %s; %s." % (
+                     d["versions"].get("cudnn", "?"), d["versions"].get("cudnn_frontend", "its frontend"),
+                     d.get("p_scale", 256.0), "; cuDNN's graphs as taken: " + "; ".join(kinds) if kinds else "",
+                     d["iters"], d["repeats"], torch_provenance(d), link(res, "cudnn_fp8.json")))
     return out + "\n\n" + " ".join(notes)
 
 

@@ -179,6 +179,33 @@ class DocgenTest(unittest.TestCase):
         self.assertIn("The first in full: flashladder: no backward rung runs d=40 (14: head_dim 40 not supported "
                       "(64, 128)).", written)
 
+    def test_cudnn_fp8_block(self):
+        # cudnn-fp8 (bench/pytorch/cudnn_fp8.py): the six columns, "—" where cuDNN took no graph and its
+        # reason once, the backward ratio rung 18 is read against, the error block.
+        row = lambda d, bwd: {  # noqa: E731
+            "shape": {"batch": 4, "seqlen": 4096, "heads": 2048 // d, "head_dim": d, "causal": False},
+            "ms": dict({"cudnn_fp8_fwd": 0.5, "ladder_fp8_fwd": 0.6, "cudnn_fwd": 0.8, "ladder_bwd": 2.5,
+                        "cudnn_bwd": 2.9}, **({"cudnn_fp8_bwd": 2.0} if bwd else {})),
+            "refused": {} if bwd else {"cudnn_fp8_bwd": "hidden_dim should be 128"},
+            "cudnn_notes": {"o": "FP8_E4M3", "grads": "FP8_E4M3" if bwd else "None"}}
+        d = {"device": {"name": "NVIDIA H200"}, "date": "2026-11-29T10:00:00+00:00", "git_sha": "abc1234",
+             "versions": {"torch": "2.11.0", "cudnn": "9.19.0", "cudnn_frontend": "nvidia-cudnn-frontend==1.14.0"},
+             "iters": 20, "repeats": 3, "p_scale": 256.0, "rows": [row(64, False), row(128, True)],
+             "errors": [{"head_dim": 128, "heads": 16, "seqlen": 1024,
+                         "cudnn_fp8_held": {"dQ": 0.04, "dK": 0.04, "dV": 0.037},
+                         "cudnn_fp8_end_to_end": {"dQ": 0.07, "dK": 0.07, "dV": 0.056},
+                         "ladder_bf16": {"dQ": 0.0025, "dK": 0.0025, "dV": 0.0023}}]}
+        with tempfile.TemporaryDirectory() as run:
+            with open(os.path.join(run, "cudnn_fp8.json"), "w", encoding="utf-8") as f:
+                json.dump(d, f)
+            gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
+            written = self.write_doc("<!-- gen:cudnn-fp8 gpu=%s -->\n<!-- /gen:cudnn-fp8 -->\n" % gpu)
+        self.assertIn("| 64 | 4 × 4k, 32 heads | no | 0.500 | 0.600 | 0.800 | — | 2.500 | 2.900 | — |", written)
+        self.assertIn("| 128 | 4 × 4k, 16 heads | no | 0.500 | 0.600 | 0.800 | 2.000 | 2.500 | 2.900 | 1.25× |", written)
+        self.assertIn('Not taken by cuDNN at head_dim 64: "hidden_dim should be 128".', written)
+        self.assertIn("cuDNN's FP8 dQ, dK, dV 4.0e-02, 4.0e-02, 3.7e-02 on the values", written)
+        self.assertIn("cuDNN 9.19.0 through nvidia-cudnn-frontend==1.14.0", written)
+
     def test_torch_blocks(self):
         # torch-train and torch-overhead (bench/pytorch/torch_train.py, bench/pytorch/torch_overhead.py) from
         # synthetic runs in a temp folder, named relative to bench/results/ as gpu= names a run.
