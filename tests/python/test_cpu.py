@@ -1293,8 +1293,9 @@ class MaskedSteps(unittest.TestCase):
     _ops.Step), with the extension and the device checks stood in (CPU tensors): the second call
     checks nothing again and launches with the first's plans and strides; another window, an
     input of other strides or a packed batch is a signature of its own; a bad argument is refused
-    on every call and never kept; the backward gets the strides it would compute. And the
-    Step's dense strides are PyTorch's (size-0 dimensions too)."""
+    on every call and never kept; the backward gets the strides it would compute; a plain call's
+    signature is kept as PLAIN and goes straight to attention(). And the Step's dense strides are
+    PyTorch's (size-0 dimensions too)."""
 
     def setUp(self):
         try:
@@ -1356,6 +1357,16 @@ class MaskedSteps(unittest.TestCase):
             self.assertEqual(calls["bwd"][-1], (dense,) * 8)
             fl.flash_attn_func(q, k, v, causal=True, window_size=(8, 0))  # another window: another Step
             self.assertEqual((len(fl.STEPS), calls["mods_key"]), (2, 2))
+            # the plain route (the packed-KV form reaches _attention with it): kept as PLAIN, its next
+            # call straight to attention() (its own checks)
+            windows = calls["check"]
+            kv = torch.zeros(1, 64, 2, 4, 64, dtype=torch.float16, requires_grad=True)
+            for _ in range(2):
+                fl.flash_attn_kvpacked_func(q, kv, causal=True).float().sum().backward()
+            self.assertEqual(sum(1 for x in fl.STEPS.values() if x is fl.PLAIN), 1)
+            self.assertEqual(calls["mods_key"], 2)
+            self.assertEqual(calls["check"], windows + 1)  # check_qkv once, through attention()'s cache
+            del fl.STEPS[next(k_ for k_, x in fl.STEPS.items() if x is fl.PLAIN)]
             for _ in range(2):  # refused on every call, never kept
                 with self.assertRaises(ValueError):
                     fl.flash_attn_func(q, k, v, causal=True, softcap=-1.0)

@@ -32,12 +32,21 @@ import torch
 from . import _core, _fp8, _launch, _ops
 
 
-#: Input signatures (_step_signature) of masked, modified and packed calls whose checks passed, to
-#: what their next call reuses (_ops.Step: the key, the Mods, the plans, the strides). A model
-#: calls attention with a few signatures, every layer of every step.
+#: Input signatures (_step_signature) of calls whose checks passed, to what their next call reuses:
+#: a masked, modified or packed call's _ops.Step (the key, the Mods, the plans, the strides), or
+#: PLAIN. A model calls attention with a few signatures, every layer of every step.
 STEPS = {}
 _STEPS_MAX = 4096
 _SCALARS = (type(None), bool, int, float)
+#: STEPS' value for a signature that takes the plain route (no window, softcap, ALiBi, sink,
+#: packing or dropout): attention(), which keeps its own checks per signature and its fast path.
+PLAIN = object()
+
+
+def _keep(sig, step):
+    if len(STEPS) >= _STEPS_MAX:
+        STEPS.clear()
+    STEPS[sig] = step
 
 
 def _step_signature(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -83,6 +92,10 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         sig = _step_signature(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                               learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
         step = STEPS.get(sig) if sig is not None else None
+        if step is PLAIN:  # this signature took the plain route: attention()'s own checks and fast path
+            out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
+                                 return_lse=return_attn_probs)
+            return (out[0], out[1], None) if return_attn_probs else out
         if step is not None:  # this signature passed every check below: its Step
             return _run_step(step, q, k, v, alibi_slopes, learnable_sink, deterministic, return_attn_probs, causal,
                              cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
@@ -110,6 +123,8 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
     if plain and not deterministic:
         out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
                              return_lse=return_attn_probs)
+        if sig is not None:  # kept once it ran: the window, softcap and dropout arguments checked
+            _keep(sig, PLAIN)
         return (out[0], out[1], None) if return_attn_probs else out
     scale = _core.check_scale(softmax_scale)  # 0.0 for None; 0 itself is refused, never read as None
     if not compiling:
@@ -125,9 +140,7 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         res = _run_step(step, q, k, v, alibi_slopes, learnable_sink, deterministic, return_attn_probs, causal,
                         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, slopes, sinks)
         if sig is not None:  # kept once it ran: a problem no rung takes raised above, and is checked again
-            if len(STEPS) >= _STEPS_MAX:
-                STEPS.clear()
-            STEPS[sig] = step
+            _keep(sig, step)
         return res
     # Compiling: the op (torch.compile traces it); it checks again, and with grad refuses a problem
     # the backward cannot run.
