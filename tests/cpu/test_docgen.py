@@ -64,6 +64,17 @@ class DocgenTest(unittest.TestCase):
             with open(path, encoding="utf-8") as f:
                 return f.read()
 
+    def write_run_doc(self, files, block):
+        """What `docgen.py --write` makes of a ``block`` (gen:<name>) whose run is a temp folder
+        holding ``files`` ({name: JSON data}), named relative to bench/results/ as gpu= names one."""
+        with tempfile.TemporaryDirectory() as run:
+            for name, data in files.items():
+                with open(os.path.join(run, name), "w", encoding="utf-8") as f:
+                    json.dump(data, f)
+            gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
+            return self.write_doc("".join("<!-- gen:%s gpu=%s -->\n<!-- /gen:%s -->\n\n" % (b, gpu, b)
+                                          for b in block))
+
     def test_committed_tree_is_generated(self):
         rc, out = docgen("--check")
         self.assertEqual(rc, 0, out)
@@ -167,11 +178,7 @@ class DocgenTest(unittest.TestCase):
              "refusals": [["flashladder: no backward rung runs d=40 (14: head_dim 40 not supported (64, 128))", 1],
                           ["flashladder: no backward rung runs d=40 (14: head_dim 40 not supported (64, 128))", 1],
                           ["flashladder: dropout_p must be in [0, 1)", 1]]}
-        with tempfile.TemporaryDirectory() as run:
-            with open(os.path.join(run, "fa_tests.json"), "w", encoding="utf-8") as f:
-                json.dump(d, f)
-            gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
-            written = self.write_doc("<!-- gen:fa-tests gpu=%s -->\n<!-- /gen:fa-tests -->\n" % gpu)
+        written = self.write_run_doc({"fa_tests.json": d}, ["fa-tests"])
         self.assertIn("| `test_a` | 12 | 8 | 0 | 2 | 0 | 2 |", written)
         self.assertIn("8 ran on the ladder (**80.0%**", written)
         self.assertIn("The refusals, most frequent first: 2 × flashladder: no backward rung runs d=40; "
@@ -195,11 +202,7 @@ class DocgenTest(unittest.TestCase):
                          "cudnn_fp8_held": {"dQ": 0.04, "dK": 0.04, "dV": 0.037},
                          "cudnn_fp8_end_to_end": {"dQ": 0.07, "dK": 0.07, "dV": 0.056},
                          "ladder_bf16": {"dQ": 0.0025, "dK": 0.0025, "dV": 0.0023}}]}
-        with tempfile.TemporaryDirectory() as run:
-            with open(os.path.join(run, "cudnn_fp8.json"), "w", encoding="utf-8") as f:
-                json.dump(d, f)
-            gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
-            written = self.write_doc("<!-- gen:cudnn-fp8 gpu=%s -->\n<!-- /gen:cudnn-fp8 -->\n" % gpu)
+        written = self.write_run_doc({"cudnn_fp8.json": d}, ["cudnn-fp8"])
         self.assertIn("| 64 | 4 × 4k, 32 heads | no | 0.500 | 0.600 | 0.800 | — | 2.500 | 2.900 | — |", written)
         self.assertIn("| 128 | 4 × 4k, 16 heads | no | 0.500 | 0.600 | 0.800 | 2.000 | 2.500 | 2.900 | 1.25× |", written)
         self.assertIn('Not taken by cuDNN at head_dim 64: "hidden_dim should be 128".', written)
@@ -209,15 +212,9 @@ class DocgenTest(unittest.TestCase):
     def test_torch_blocks(self):
         # torch-train and torch-overhead (bench/pytorch/torch_train.py, bench/pytorch/torch_overhead.py) from
         # synthetic runs in a temp folder, named relative to bench/results/ as gpu= names a run.
-        with tempfile.TemporaryDirectory() as run:
-            for name, data in (("torch_train.json", synthetic_torch_train()),
-                               ("torch_overhead.json", synthetic_torch_overhead())):
-                with open(os.path.join(run, name), "w", encoding="utf-8") as f:
-                    json.dump(data, f)
-            gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
-            doc = ("<!-- gen:torch-train gpu=%s -->\n<!-- /gen:torch-train -->\n\n"
-                   "<!-- gen:torch-overhead gpu=%s -->\n<!-- /gen:torch-overhead -->\n" % (gpu, gpu))
-            written = self.write_doc(doc)
+        written = self.write_run_doc({"torch_train.json": synthetic_torch_train(),
+                                      "torch_overhead.json": synthetic_torch_overhead()},
+                                     ["torch-train", "torch-overhead"])
         rows = [l for l in written.splitlines() if l.startswith("| ")]
         self.assertIn("| the ladder | forward `10_warp_specialized`, backward `11_backward` (autograd) | 95.0 | 86k "
                       "| 1.520 | 1.05× | 0.95× |", rows)
