@@ -37,7 +37,6 @@ Exits 0 with a message, measuring nothing, without PyTorch, a CUDA device, the p
 the cudnn frontend.
 """
 
-import argparse
 import math
 import os
 import statistics
@@ -386,24 +385,15 @@ def run(args):
               "device": {"name": info.name, "arch": info.arch, "sm_count": info.sm_count},
               "package": runinfo.package_path(fl), "tokens": TOKENS, "iters": args.iters, "repeats": args.repeats,
               "p_scale": P_SCALE, "columns": list(COLUMNS), "rows": rows, "errors": err_rows}
-    runinfo.write_json(os.path.join(args.out, "cudnn_fp8.json"), result)
-    runinfo.update_meta(args.out, info.name, result, result["command"])
+    runinfo.write_result(args.out, "cudnn_fp8.json", result, info.name)
     return 0
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="results folder (bench/results/<gpu>/...)")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--quick", action="store_true", help="seqlen 4k only")
-    ap.add_argument("--error-seqlen", type=int, default=1024, help="the error block's seqlen (0: none)")
-    ap.add_argument("--package", help="the folder holding flashladder (default: PYTHONPATH, build/*/python)")
-    args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    with runinfo.Log(os.path.join(args.out, "cudnn_fp8.log")):
-        return run(args)
+    def add_args(ap):
+        ap.add_argument("--error-seqlen", type=int, default=1024, help="the error block's seqlen (0: none)")
+
+    return runinfo.shape_sweep_main(__doc__, argv, "cudnn_fp8.log", run, 3, add_args)
 
 
 if __name__ == "__main__":

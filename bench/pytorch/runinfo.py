@@ -5,6 +5,7 @@ The commit is FL_GIT_SHA when set (a run from a copy of the tree whose .git is s
 there), else what `git rev-parse` gives; both are kept when they differ.
 """
 
+import argparse
 import datetime
 import glob
 import json
@@ -159,3 +160,28 @@ def update_meta(out_dir, device_name, git, command):
     if command not in commands:
         commands.append(command)
     write_json(path, meta)
+
+
+def write_result(out_dir, name, result, device_name):
+    """<out_dir>/<name> (the script's JSON) and its command line in <out_dir>/meta.json."""
+    write_json(os.path.join(out_dir, name), result)
+    update_meta(out_dir, device_name, result, result["command"])
+
+
+def shape_sweep_main(doc, argv, log_name, run, warmup, add_args=None):
+    """The command line of a script timing a grid of shapes (torch_fp8.py, cudnn_fp8.py): --out,
+    --iters, --repeats, --warmup (default @p warmup), --quick, --package, and what @p add_args adds
+    to the parser; runs @p run(args) with its output copied to <out>/<log_name>."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", required=True, help="results folder (bench/results/<gpu>/...)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=warmup)
+    ap.add_argument("--quick", action="store_true", help="seqlen 4k only")
+    if add_args:
+        add_args(ap)
+    ap.add_argument("--package", help="the folder holding flashladder (default: PYTHONPATH, build/*/python)")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    with Log(os.path.join(args.out, log_name)):
+        return run(args)

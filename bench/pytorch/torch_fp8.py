@@ -29,7 +29,6 @@ Writes <out>/torch_fp8.json and <out>/torch_fp8.log, and adds its command line t
 Exits 0 with a message, measuring nothing, without PyTorch, a CUDA device, the package or rung 13.
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -149,23 +148,12 @@ def run(args):
               "device": {"name": info.name, "arch": info.arch, "sm_count": info.sm_count},
               "package": runinfo.package_path(fl), "tokens": TOKENS, "iters": args.iters, "repeats": args.repeats,
               "fp8_rung": fl.find_rung(13).label, "rows": rows}
-    runinfo.write_json(os.path.join(args.out, "torch_fp8.json"), result)
-    runinfo.update_meta(args.out, info.name, result, result["command"])
+    runinfo.write_result(args.out, "torch_fp8.json", result, info.name)
     return 0
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True, help="results folder (bench/results/<gpu>/...)")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="seqlen 4k only")
-    ap.add_argument("--package", help="the folder holding flashladder (default: PYTHONPATH, build/*/python)")
-    args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    with runinfo.Log(os.path.join(args.out, "torch_fp8.log")):
-        return run(args)
+    return runinfo.shape_sweep_main(__doc__, argv, "torch_fp8.log", run, 5)
 
 
 if __name__ == "__main__":
