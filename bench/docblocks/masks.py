@@ -294,12 +294,14 @@ DROPOUT_AB_COMMAND = "bench/studies/rung16_dropout_ab.sh build/release/bin bench
 
 def dropout_ab_runs(res):
     """{shape: {(pass, p): [run report, ...]}} of a rung16_dropout_ab.sh folder
-    (<shape>_<forward|backward>_p<p>_r<i>.json)."""
+    (<shape>_<forward|backward>_p<p>_r<i>.json); the runs with Philox4x32-10
+    (<shape>_<pass>_p<p>-philox10_r<i>.json) under (pass, p, 10)."""
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
     for path in sorted(glob.glob(res.path("*_p*_r[0-9]*.json"))):
-        m = re.match(r"(.+_c[01])_(forward|backward)_p([0-9.]+)_r\d+\.json$", os.path.basename(path))
+        m = re.match(r"(.+_c[01])_(forward|backward)_p([0-9.]+)(-philox10)?_r\d+\.json$", os.path.basename(path))
         if m:
-            runs[m.group(1)][m.group(2), float(m.group(3))].append(res.json(os.path.basename(path)))
+            key = (m.group(2), float(m.group(3))) + ((10,) if m.group(4) else ())
+            runs[m.group(1)][key].append(res.json(os.path.basename(path)))
     return runs
 
 
@@ -336,14 +338,16 @@ def gen_rung16_dropout_ab(ctx, gpu):
         p = next(iter(runs[shape].values()))[0]["problem"]
         return p["head_dim"], p["seqlen_k"], p["dtype"], not p["causal"]
 
+    ten = any(len(k) == 3 for by in runs.values() for k in by)  # the study timed Philox4x32-10 too
     rows = ["| dtype, d, keys, batch, heads (q/kv), causal | p | forward (ms), without / with | forward × | "
             "backward (ms), without / with | backward × | forward + backward × | added SM clocks per element, "
-            "forward / backward | check with dropout, forward / backward | rounds |",
-            "|---|--:|--:|--:|--:|--:|--:|--:|---|--:|"]
+            "forward / backward |" + (" with Philox4x32-10: forward / backward (ms), forward + backward × |" if ten
+                                      else "") + " check with dropout, forward / backward | rounds |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|" + ("--:|--:|" if ten else "") + "---|--:|"]
     meta = None
     for shape in sorted(runs, key=order):
         by = runs[shape]
-        ps = sorted({p for (_, p) in by if p > 0})
+        ps = sorted({k[1] for k in by if k[1] > 0})
         if not ps or ("forward", 0.0) not in by or ("backward", 0.0) not in by:
             continue
         p = ps[0]
@@ -361,17 +365,24 @@ def gen_rung16_dropout_ab(ctx, gpu):
                                           prob["heads_q"], prob["heads_kv"], "yes" if prob["causal"] else "no"),
             "%g" % p, "%.3f / %.3f" % (f0, f1), "%.2f×" % (f1 / f0), "%.3f / %.3f" % (b0, b1), "%.2f×" % (b1 / b0),
             "%.2f×" % ((f1 + b1) / (f0 + b0)),
-            "%.3f / %.3f" % ((f1 - f0) * per_elem, (b1 - b0) * per_elem),
+            "%.3f / %.3f" % ((f1 - f0) * per_elem, (b1 - b0) * per_elem)] +
+            ((["%.3f / %.3f" % (med(by["forward", p, 10]), med(by["backward", p, 10])),
+               "%.2f×" % ((med(by["forward", p, 10]) + med(by["backward", p, 10])) / (f0 + b0))]
+              if ("forward", p, 10) in by and ("backward", p, 10) in by else ["–", "–"]) if ten else []) + [
             "%s / %s" % (dropout_check(res, shape, "forward"), dropout_check(res, shape, "backward")),
             "%d" % min(len(by["forward", p]), len(by["forward", 0.0]), len(by["backward", p]), len(by["backward", 0.0]))]))
     if meta is None:
         raise Missing("both passes with and without dropout in %s" % gpu, DROPOUT_AB_COMMAND)
+    rounds = meta["problem"].get("dropout_rounds")  # recorded from the 7-round generator on
+    generator = "; with dropout: Philox4x32-%s%s" % (
+        rounds or 10, ", and in the Philox4x32-10 columns the same calls with `--dropout-rounds 10`, timed in the "
+        "same rounds" if ten else "")
     rows += ["", "%s, %s, commit `%s`; each entry's time the median of 50 launches (L2 flushed), median over the "
              "rounds, the order alternating; the backward's time is its passes' (pre-pass, kernel, convert) after "
              "the forward; added clocks: the time dropout adds over the visible (query, key) pairs of every head, "
              "at the device's %d MHz on %d SMs (an upper bound where the clock ran lower); checks: the study's "
              "run of each pass with dropout against the fp64 reference with the same mask (`--check auto`: sample "
-             "or full; coverage: every element written, not compared)." % (
+             "or full; coverage: every element written, not compared)%s." % (
                  meta["device"]["name"], meta["date"][:10], meta.get("git_sha", "")[:7],
-                 meta["device"]["clock_mhz"], meta["device"]["sms"])]
+                 meta["device"]["clock_mhz"], meta["device"]["sms"], generator)]
     return "\n".join(rows)

@@ -210,6 +210,7 @@ ParseResult parse_cli(int argc, const char* const* argv, Options* o) {
         }
       }
     }
+    else if (flag == "--dropout-rounds") { if (need()) parse_int(flag, value, &p.dropout_rounds, &r); }
     else if (flag == "--heads") { if (need()) parse_int(flag, value, &p.heads_q, &r); }
     else if (flag == "--kv-heads") { if (need() && parse_int(flag, value, &p.heads_kv, &r)) kv_heads_set = true; }
     else if (flag == "--dim") { if (need()) parse_int(flag, value, &p.head_dim, &r); }
@@ -352,9 +353,11 @@ std::string usage(const std::string& program) {
     << "                     softmax denominator with no value (--window, --prefix, --docs,\n"
     << "                     --softcap, --alibi and --sinks: rung 16 and its backward; the\n"
     << "                     other rungs refuse them in one line)\n"
-    << "  --dropout P        attention dropout: each P element kept when its Philox4x32-10 byte\n"
+    << "  --dropout P        attention dropout: each P element kept when its Philox4x32 byte\n"
     << "                     is <= floor((1 - P) 255) (probability within 1/256 of 1 - P),\n"
     << "                     scaled by 1 / (1 - P), seeded by --seed (rung 16 and its backward)\n"
+    << "  --dropout-rounds R Philox's rounds for --dropout: 7 (default, FlashAttention 2's) or\n"
+    << "                     10 (Philox4x32-10, the ablation)\n"
     << "  --splits N         split-KV count for decode rungs (default 0 = heuristic)\n"
     << "  --page-size N      paged KV cache with N-token pages (default 0 = contiguous)\n"
     << "run:\n"

@@ -87,6 +87,7 @@ std::string Problem::describe() const {
   if (alibi) s << " alibi";
   if (!sinks.empty()) s << " sinks";
   if (dropout()) s << " dropout=" << dropout_p;
+  if (dropout() && dropout_rounds != kDropoutRounds) s << " philox_rounds=" << dropout_rounds;
   if (!seqused_k.empty()) s << " seqused_k";
   if (!seqstart_k.empty()) s << " seqstart_k";
   return s.str();
@@ -146,6 +147,9 @@ std::string validate(const Problem& p) {
   if (!(p.softcap >= 0) || !std::isfinite(p.softcap)) return "--softcap must be a finite number >= 0 (0: off)";
   if (!(p.dropout_p >= 0 && p.dropout_p < 1))
     return "--dropout must be a probability in [0, 1) (0: off)";
+  if (p.dropout_rounds != kDropoutRounds && p.dropout_rounds != 10)
+    return "--dropout-rounds: Philox's rounds are " + std::to_string(kDropoutRounds) +
+           " (FlashAttention 2's) or 10 (Philox4x32-10), got " + std::to_string(p.dropout_rounds);
   if (!p.seqused_k.empty()) {
     if (p.seqused_k.size() != static_cast<size_t>(p.batch)) return "seqused_k: one key count per sequence";
     for (int b = 0; b < p.batch; ++b) {
@@ -209,6 +213,7 @@ Problem problem_of(const AttnParams& a) {
   p.dropout_p = a.dropout.p;  // the seed and offset may live on the device (DropoutParams::state)
   p.dropout_seed = a.dropout.seed;
   p.dropout_offset = a.dropout.offset;
+  p.dropout_rounds = a.dropout.rounds;
   // doc_starts and sinks stay on the device: a host policy needs only whether they are set.
   return p;
 }
@@ -250,7 +255,7 @@ AttnParams make_attn_params(const Problem& p) {
   a.n_docs = p.doc_starts.empty() ? 0 : static_cast<int>(p.doc_starts.size()) - 1;
   a.softcap = p.softcap;
   a.alibi = p.alibi ? 1 : 0;
-  a.dropout = make_dropout(p.dropout_p, p.dropout_seed, p.dropout_offset);
+  a.dropout = make_dropout(p.dropout_p, p.dropout_seed, p.dropout_offset, nullptr, p.dropout_rounds);
   if (p.varlen()) {  // packed: the tokens of every sequence one after another
     a.q_batch_stride = a.o_batch_stride = a.k_batch_stride = a.v_batch_stride = 0;
     a.causal_offset = 0;  // per sequence: len_k - len_q

@@ -311,6 +311,8 @@ std::string problem_json(const Problem& p, bool backward) {
       .kv("flops", attention_flops(p))
       .kv("bytes", attention_bytes(p));
   if (backward) j.kv("bwd_flops", attention_bwd_flops(p)).kv("bwd_bytes", attention_bwd_bytes(p));
+  if (p.dropout())  // the probability and the generator's rounds (dropout.h)
+    j.kv("dropout_p", static_cast<double>(p.dropout_p)).kv("dropout_rounds", p.dropout_rounds);
   if (p.varlen()) {  // a packed batch: its prefix sums, as flash_attn_varlen_func takes them
     auto list = [](const std::vector<int>& v) {
       std::string s = "[";

@@ -209,6 +209,31 @@ class DocgenTest(unittest.TestCase):
         self.assertIn("cuDNN's FP8 dQ, dK, dV 4.0e-02, 4.0e-02, 3.7e-02 on the values", written)
         self.assertIn("cuDNN 9.19.0 through nvidia-cudnn-frontend==1.14.0", written)
 
+    def test_rung16_dropout_ab_block(self):
+        # rung16-dropout-ab (bench/studies/rung16_dropout_ab.sh): without / with dropout per pass, and the same
+        # calls with Philox4x32-10 (`-philox10` runs) in their own columns; the footnote names the generator.
+        def run(ms, p=0.0, rounds=None):
+            prob = {"dtype": "bf16", "head_dim": 128, "seqlen_k": 4096, "batch": 4, "heads_q": 16, "heads_kv": 16,
+                    "causal": True, "flops": 4.0 * 128 * 1e9}
+            if p:
+                prob.update(dropout_p=p, dropout_rounds=rounds)
+            return {"problem": prob, "timing": {"median_ms": ms}, "date": "2026-11-29T10:00:00+00:00",
+                    "git_sha": "abc1234", "device": {"name": "NVIDIA H200", "clock_mhz": 1980, "sms": 132}}
+        shape = "bf16_d128_N4096_B4_H16_KV16_c1"
+        files = {}
+        for r in range(2):
+            files["%s_forward_p0_r%d.json" % (shape, r)] = run(1.0)
+            files["%s_forward_p0.1_r%d.json" % (shape, r)] = run(1.3, 0.1, 7)
+            files["%s_forward_p0.1-philox10_r%d.json" % (shape, r)] = run(1.5, 0.1, 10)
+            files["%s_backward_p0_r%d.json" % (shape, r)] = run(2.0)
+            files["%s_backward_p0.1_r%d.json" % (shape, r)] = run(2.6, 0.1, 7)
+            files["%s_backward_p0.1-philox10_r%d.json" % (shape, r)] = run(3.0, 0.1, 10)
+        written = self.write_run_doc(files, ["rung16-dropout-ab"])
+        self.assertIn("| bf16, 128, 4096, 4, 16/16, yes | 0.1 | 1.000 / 1.300 | 1.30× | 2.000 / 2.600 | 1.30× | "
+                      "1.30× |", written)
+        self.assertIn("| 1.500 / 3.000 | 1.50× | – / – | 2 |", written)
+        self.assertIn("with dropout: Philox4x32-7, and in the Philox4x32-10 columns", written)
+
     def test_torch_blocks(self):
         # torch-train and torch-overhead (bench/pytorch/torch_train.py, bench/pytorch/torch_overhead.py) from
         # synthetic runs in a temp folder, named relative to bench/results/ as gpu= names a run.

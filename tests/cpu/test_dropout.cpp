@@ -183,6 +183,45 @@ TEST_CASE(
   CHECK(d.rp == Approx(1.0 / (1.0 - 0.2f)));
   CHECK(d.threshold == keep_threshold(0.2f));
   CHECK(d.state == nullptr);
+  CHECK(d.rounds == kDropoutRounds);
+}
+
+TEST_CASE("the dropout generator: FlashAttention 2's 7 rounds, the published 10 as the ablation",
+          "[cpu][dropout]") {
+  STATIC_REQUIRE(kDropoutRounds == 7);
+  // Two generators: their outputs differ, and each mask keeps (t + 1) / 256 within 5 sigma.
+  uint32_t a[4] = {1u, 2u, 3u, 4u}, b[4] = {1u, 2u, 3u, 4u};
+  philox4x32_rounds<7>(a, 5u, 6u);
+  philox4x32_rounds<10>(b, 5u, 6u);
+  CHECK((a[0] != b[0] || a[1] != b[1] || a[2] != b[2] || a[3] != b[3]));
+  const uint32_t t = keep_threshold(0.3f);
+  const double keep = keep_probability(t);
+  for (int rounds : {7, 10}) {
+    INFO("rounds " << rounds);
+    const DropoutKey k = dropout_key(0xabcdef12345ull, 99, t, rounds);
+    CHECK(k.rounds == rounds);
+    long long kept = 0, n = 0, differ = 0;
+    const DropoutKey other = dropout_key(0xabcdef12345ull, 99, t, rounds == 7 ? 10 : 7);
+    for (int i = 0; i < 64; ++i)
+      for (int j = 0; j < 256; ++j, ++n) {
+        const bool keep_ij = dropout_keep(k, 0, 1, 2, i, j);
+        kept += keep_ij;
+        differ += keep_ij != dropout_keep(other, 0, 1, 2, i, j);
+      }
+    const double sigma = std::sqrt(keep * (1 - keep) / n);
+    CHECK(std::fabs(static_cast<double>(kept) / n - keep) <= 5 * sigma);
+    CHECK(differ > n / 10);  // another generator, another mask
+  }
+  Problem p = shape(1, 64, 64, 2, 2, 64, false);
+  p.dropout_p = 0.2f;
+  CHECK(p.dropout_key().rounds == kDropoutRounds);
+  p.dropout_rounds = 10;
+  CHECK(p.dropout_key().rounds == 10);
+  CHECK(validate(p).empty());
+  CHECK(make_attn_params(p).dropout.rounds == 10);
+  CHECK(problem_of(make_attn_params(p)).dropout_rounds == 10);
+  p.dropout_rounds = 8;
+  CHECK(validate(p).find("--dropout-rounds") != std::string::npos);
 }
 
 TEST_CASE("the mask keeps (t + 1) / 256 of the elements, within 5 sigma, seed by seed and over all",
@@ -368,6 +407,14 @@ TEST_CASE("--dropout parses to Problem::dropout_p, seeded by --seed; bad values 
     CHECK(o.problem.dropout());
     CHECK(o.shape_set);
     CHECK(o.problem.describe().find("dropout=") != std::string::npos);
+    CHECK(o.problem.dropout_rounds == kDropoutRounds);
+  }
+  {
+    Options o;
+    const char* argv[] = {"x", "--dropout", "0.1", "--dropout-rounds", "10"};
+    REQUIRE(parse_cli(5, argv, &o).ok);
+    CHECK(o.problem.dropout_rounds == 10);
+    CHECK(o.problem.describe().find("philox_rounds=10") != std::string::npos);
   }
   for (const char* bad : {"1", "-0.1", "x"}) {
     Options o;

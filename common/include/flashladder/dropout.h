@@ -1,6 +1,7 @@
 /// @file dropout.h
-/// @brief Attention dropout, FlashAttention's way: a counter-based generator (Philox4x32-10,
-/// Salmon, Moraes, Dror and Shaw, SC 2011) turns each element's coordinates into its random
+/// @brief Attention dropout, FlashAttention's way: a counter-based generator (Philox4x32,
+/// Salmon, Moraes, Dror and Shaw, SC 2011, with FlashAttention 2's 7 rounds: kDropoutRounds)
+/// turns each element's coordinates into its random
 /// byte, so the forward and the backward regenerate the same mask wherever the element lands in
 /// their tiles, and no mask is ever stored (FlashAttention, Dao et al., 2022, §3.1). FL_HD: the
 /// kernels, the fp64 reference and the CPU tests call the same functions.
@@ -63,14 +64,16 @@ FL_HD void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
 #endif
 }
 
-/// Philox4x32 with @p rounds rounds (10: Philox4x32-10, the published generator): counter
-/// @p c (4 words) under key (@p k0, @p k1), the result in place of @p c. Per round two 32 x 32
-/// -> 64 multiplies, four XORs; the key advances by the Weyl increments between rounds.
-FL_HD void philox4x32(uint32_t (&c)[4], uint32_t k0, uint32_t k1, int rounds = 10) {
+/// Philox4x32 with ROUNDS rounds (10: Philox4x32-10, the published generator and its known
+/// answers; 7: FlashAttention 2's, the dropout's: kDropoutRounds): counter @p c (4 words) under
+/// key (@p k0, @p k1), the result in place of @p c. Per round two 32 x 32 -> 64 multiplies, four
+/// XORs; the key advances by the Weyl increments between rounds.
+template <int ROUNDS>
+FL_HD void philox4x32_rounds(uint32_t (&c)[4], uint32_t k0, uint32_t k1) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
-  for (int r = 0; r < rounds; ++r) {
+  for (int r = 0; r < ROUNDS; ++r) {
     if (r > 0) {
       k0 += kPhiloxW0;
       k1 += kPhiloxW1;
@@ -85,6 +88,15 @@ FL_HD void philox4x32(uint32_t (&c)[4], uint32_t k0, uint32_t k1, int rounds = 1
     c[3] = lo0;
   }
 }
+/// Philox4x32-10 (the published generator; the CPU test checks Random123's known answers).
+FL_HD void philox4x32(uint32_t (&c)[4], uint32_t k0, uint32_t k1) { philox4x32_rounds<10>(c, k0, k1); }
+
+/// The dropout generator's rounds: 7, FlashAttention 2's (its csrc/flash_attn/src/philox.cuh: six
+/// rounds with the key advanced, then a last one). Salmon et al. (2011) find Philox4x32 passing
+/// TestU01's BigCrush from 7 rounds and choose 10 as a safety margin; at 7 the generator is 42
+/// integer instructions a call instead of 60 (rung 16's README, section 7, measures the saving;
+/// `--dropout-rounds 10`, DropoutParams::rounds, is the ablation with the published 10).
+constexpr int kDropoutRounds = 7;
 
 /// CUDA's __byte_perm(x, y, s) (PRMT): byte k of the result is byte (s >> 4k) & 7 of the eight
 /// bytes (x's 0-3, y's 4-7). The host's copy, so the CPU tests run the kernels' packing.
@@ -110,6 +122,7 @@ struct DropoutParams {
   uint32_t threshold;     ///< keep an element iff its byte <= threshold (keep_threshold)
   uint64_t seed, offset;  ///< the call's generator state, when state is null
   const int64_t* state;   ///< device {seed, offset}, or null
+  int rounds;             ///< Philox rounds: kDropoutRounds (7), or 10 (the ablation)
 };
 
 /// floor((1 - p) 255) with 1 - p in float, as FlashAttention 2's p_dropout_in_uint8_t: an
@@ -125,8 +138,9 @@ FL_HD double keep_probability(uint32_t threshold) {
 
 /// A DropoutParams with the probability's derived fields set (p = 0: off).
 inline DropoutParams make_dropout(float p, uint64_t seed, uint64_t offset,
-                                  const int64_t* state = nullptr) {
+                                  const int64_t* state = nullptr, int rounds = kDropoutRounds) {
   DropoutParams d{};
+  d.rounds = rounds;
   d.p = p;
   d.rp = p > 0.f ? 1.f / (1.f - p) : 1.f;
   d.threshold = keep_threshold(p);
@@ -141,12 +155,14 @@ struct DropoutKey {
   uint32_t k0, k1;  ///< seed's low word; seed's high word ^ offset's high word
   uint32_t c3;      ///< offset's low word
   uint32_t threshold;
+  int rounds;       ///< Philox rounds (kDropoutRounds, or 10)
 };
 
-FL_HD DropoutKey dropout_key(uint64_t seed, uint64_t offset, uint32_t threshold) {
+FL_HD DropoutKey dropout_key(uint64_t seed, uint64_t offset, uint32_t threshold,
+                             int rounds = kDropoutRounds) {
   return {static_cast<uint32_t>(seed),
           static_cast<uint32_t>(seed >> 32) ^ static_cast<uint32_t>(offset >> 32),
-          static_cast<uint32_t>(offset), threshold};
+          static_cast<uint32_t>(offset), threshold, rounds};
 }
 /// The key of @p d, reading the device state when there is one (device code only reads it there).
 FL_HD DropoutKey dropout_key(const DropoutParams& d) {
@@ -155,7 +171,7 @@ FL_HD DropoutKey dropout_key(const DropoutParams& d) {
     seed = static_cast<uint64_t>(d.state[0]);
     offset = static_cast<uint64_t>(d.state[1]);
   }
-  return dropout_key(seed, offset, d.threshold);
+  return dropout_key(seed, offset, d.threshold, d.rounds);
 }
 
 /// Element (query @p i, key @p j)'s cell (the file comment): its row cell, key cell, word of
@@ -174,14 +190,18 @@ FL_HD int dropout_byte(int i, int j) {
 }
 
 /// The 16 random bytes of cell (@p row_cell, @p key_cell) of (sequence, head) @p bh = b x
-/// heads_q + h: one Philox4x32-10 call.
+/// heads_q + h: one Philox4x32 call of the key's rounds (both forms compiled; the branch is
+/// uniform over the launch).
 FL_HD void dropout_cell(const DropoutKey& k, uint32_t bh, uint32_t row_cell, uint32_t key_cell,
                         uint32_t (&w)[4]) {
   w[0] = key_cell;
   w[1] = row_cell;
   w[2] = bh;
   w[3] = k.c3;
-  philox4x32(w, k.k0, k.k1);
+  if (k.rounds == 10)
+    philox4x32_rounds<10>(w, k.k0, k.k1);
+  else
+    philox4x32_rounds<kDropoutRounds>(w, k.k0, k.k1);
 }
 
 /// Is byte @p b of @p word at most @p threshold (the element kept)?

@@ -79,13 +79,16 @@ struct Problem {
   /// Empty: off; else heads_q values.
   std::vector<float> sinks;
   /// Attention dropout (FlashAttention's dropout_p; dropout.h has the rule): each element of P is
-  /// kept when its byte of Philox4x32-10 (under dropout_seed, dropout_offset and the element's
+  /// kept when its byte of Philox4x32 (under dropout_seed, dropout_offset and the element's
   /// coordinates) is at most floor((1 - dropout_p) 255), so with probability (t + 1) / 256 as in
   /// FlashAttention 2, and the kept ones are scaled by 1 / (1 - dropout_p). 0: off.
   /// Rungs with Rung::dropout only.
   float dropout_p = 0;
   uint64_t dropout_seed = 0;
   uint64_t dropout_offset = 0;
+  /// The generator's rounds: kDropoutRounds (7, FlashAttention 2's), or 10 (Philox4x32-10, the
+  /// ablation: `--dropout-rounds 10`).
+  int dropout_rounds = kDropoutRounds;
   /// The mask's (sequence, head) numbers of a sub-problem cut out of a larger one (check_bwd.h's
   /// group_problem: a sampled (batch, KV head) group renumbers its sequences and heads): sequence
   /// b's head h draws the mask of dropout_bh0[b] + h. Empty: b x heads_q + h, its own numbering.
@@ -95,7 +98,7 @@ struct Problem {
   bool dropout() const { return dropout_p > 0; }
   /// The mask's key (dropout.h) of this problem's seed, offset and probability.
   DropoutKey dropout_key() const {
-    return fl::dropout_key(dropout_seed, dropout_offset, keep_threshold(dropout_p));
+    return fl::dropout_key(dropout_seed, dropout_offset, keep_threshold(dropout_p), dropout_rounds);
   }
   /// Is element (query i, key j) of sequence b, head h kept? (dropout.h's dropout_keep; true when
   /// off)
