@@ -126,7 +126,7 @@ struct BwdMods {
 #pragma unroll 1
     for (int kk = 0; kk < SN / 16; ++kk) {
       uint32_t w[4], mine, send, words[2];
-      dropout_cell(key, bh, dropout_row_cell(q0 + 16 * kk + 2 * q + odd), key_cell, w);
+      dropout_cell_rounds<DROP::kRounds>(key, bh, dropout_row_cell(q0 + 16 * kk + 2 * q + odd), key_cell, w);
       dropout_bwd_pack(w, upper, odd, mine, send);
       const uint32_t theirs = __shfl_xor_sync(0xffffffffu, send, 4);
       dropout_bwd_rows(mine, theirs, odd, words[0], words[1]);

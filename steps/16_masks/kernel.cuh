@@ -145,15 +145,15 @@ __device__ __forceinline__ Tile get_item(uint32_t slot, int* n_blocks) {
 /// one call per 16 elements. Blocks of 80 or 176 keys start at 16 mod 32 every other block: the
 /// walk is compiled for both starts and picked once per block (warp-uniform). A dropped element's
 /// P becomes 0; l keeps it (the LSE is the undropped one's).
-template <int BLOCK_N>
+template <int BLOCK_N, int ROUNDS>
 __device__ __forceinline__ void dropout_block(float (&S)[BLOCK_N / 2], const DropoutKey& key, uint32_t bh,
                                               uint32_t row_cell, int key0, int t4) {
   static_assert(BLOCK_N % 16 == 0, "whole 16-key halves of a cell");
   if constexpr (BLOCK_N % 32 == 0) {
-    dropout_fwd_fragment<BLOCK_N, 0>(S, key, bh, row_cell, key0, t4);
+    dropout_fwd_fragment<BLOCK_N, 0, ROUNDS>(S, key, bh, row_cell, key0, t4);
   } else {
-    if (key0 & 16) dropout_fwd_fragment<BLOCK_N, 1>(S, key, bh, row_cell, key0, t4);
-    else dropout_fwd_fragment<BLOCK_N, 0>(S, key, bh, row_cell, key0, t4);
+    if (key0 & 16) dropout_fwd_fragment<BLOCK_N, 1, ROUNDS>(S, key, bh, row_cell, key0, t4);
+    else dropout_fwd_fragment<BLOCK_N, 0, ROUNDS>(S, key, bh, row_cell, key0, t4);
   }
 }
 
@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // The key is read from the device state per block (16 bytes in L1): held over the loop it
       // took registers that O and S need at d = 256.
       if constexpr (DROP::kOn)
-        dropout_block<BLOCK_N>(S, dropout_key(drop.params), drop_bh, drop_row_cell,
+        dropout_block<BLOCK_N, DROP::kRounds>(S, dropout_key(drop.params), drop_bh, drop_row_cell,
                                BlockMaskLayout::block_of(entry) * BLOCK_N, t4);
     };
 
@@ -507,8 +507,20 @@ void with_mods_and_dropout(const AttnParams& p, F&& f) {
     return;
   }
   if (p.softcap > 0) throw std::runtime_error("rung 16: dropout with softcap is not built");
-  const PDropout<true> drop{p.dropout};
   const MaskSpec spec = mask_spec_of(p);
+  if (p.dropout.rounds == 10) {  // the ablation's generator: without a modifier only
+    if (p.alibi) throw std::runtime_error("rung 16: the 10-round dropout ablation is built without ALiBi");
+    const PDropout<true, 10> drop10{p.dropout};
+    const ScoreMod<false, false> score{p.scale_log2, 0.f, 0.f};
+    if constexpr (CAUSAL_TILES) {
+      if (is_plain_causal(spec)) f(CausalMask{}, score, drop10);
+      else f(SpanMask{spec}, score, drop10);
+    } else {
+      f(SpanMask{spec}, score, drop10);
+    }
+    return;
+  }
+  const PDropout<true> drop{p.dropout};
   if (p.alibi) {
     f(SpanMask{spec}, ScoreMod<false, true>{p.scale_log2, 0.f, 0.f}, drop);
     return;

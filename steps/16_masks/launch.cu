@@ -50,6 +50,8 @@ std::string check_limits(const Problem& p, const DeviceInfo& d) {
   if (p.dropout() && p.softcap > 0)
     return "dropout with softcap is not built (rung 16 compiles dropout with ALiBi or no score "
            "modifier, as FlashAttention 2 does)";
+  if (p.dropout() && p.dropout_rounds != kDropoutRounds && p.alibi)
+    return "the 10-round dropout ablation (--dropout-rounds 10) is built without ALiBi";
   if (p.dropout() && (!p.seqused_k.empty() || !p.seqstart_k.empty()))
     return "dropout with a KV cache's lengths or starts (seqused_k, seqstart_k) is not taken";
   if (p.head_dim % 8 != 0 || p.head_dim > 256)

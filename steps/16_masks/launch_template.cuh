@@ -3,7 +3,8 @@
 /// (masks_hdim64.cu, masks_hdim128.cu, masks_hdim256.cu, in parallel translation units). Per
 /// head_dim and dtype: 16 forward kernels without dropout and 5 with it (with_mods_and_dropout),
 /// 4 backward kernels without dropout and 2 with it (with_bwd_mods), beside the classifier and
-/// the backward's pre- and post-passes.
+/// the backward's pre- and post-passes; and the `--dropout-rounds 10` ablation's generator in 3
+/// forward kernels and 1 backward kernel (no modifier).
 #pragma once
 
 #include <string>
@@ -61,7 +62,9 @@ std::vector<KernelInfo> kernels_masks16(const Problem& pr) {
  const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
         const std::string label = "masked_fwd<d=" + dims + ", 128x" + std::to_string(Cfg::kBlockN) + ", " +
                                   (M::kLower ? "span mask" : "causal mask") + (S::kSoftcap ? ", softcap" : "") +
-                                  (S::kAlibi ? ", ALiBi" : "") + (P::kOn ? ", dropout" : "") + ", block lists>";
+                                  (S::kAlibi ? ", ALiBi" : "") +
+                                  (P::kOn ? (P::kRounds == 10 ? ", dropout (Philox4x32-10)" : ", dropout") : "") +
+                                  ", block lists>";
         out.push_back({"classify_blocks", reinterpret_cast<const void*>(&classify_kernel<M, Cfg::kBlockM, Cfg::kBlockN>),
                        Cfg::kBlockM, 0});
         out.push_back({label, prepared_masked_kernel<T, Cfg, M, S, P>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)});
@@ -97,7 +100,11 @@ void with_bwd_mods(const AttnParams& p, F&& f) {
       mods.drop.params = p.dropout;
       f(mods);
     };
-    if (p.alibi)
+    if (p.dropout.rounds == 10) {  // the ablation's generator: without a modifier only
+      if (p.alibi) throw std::runtime_error("rung 16: the 10-round dropout ablation is built without ALiBi");
+      dropped(BwdMods<ScoreMod<false, false>, PDropout<true, 10>>{
+          mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss});
+    } else if (p.alibi)
       dropped(BwdMods<ScoreMod<false, true>, PDropout<true>>{
           mask, {p.scale_log2, 0.f, 0.f}, p.heads_q, sl, ss});
     else
@@ -171,7 +178,9 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr) {
       out.push_back(hopper14::prep_kernel_info<T, D>(hopper14::kRungPrep));
       out.push_back({"masked_bwd<d=" + dims + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
                          std::to_string(Cfg::kBlockM) + " queries, span mask by key" + (S::kSoftcap ? ", softcap" : "") +
-                         (S::kAlibi ? ", ALiBi" : "") + (Drop::kOn ? ", dropout" : "") + ", rung 14's kernel>",
+                         (S::kAlibi ? ", ALiBi" : "") +
+                         (Drop::kOn ? (Drop::kRounds == 10 ? ", dropout (Philox4x32-10)" : ", dropout") : "") +
+                         ", rung 14's kernel>",
                      hopper14::prepared_kernel<T, Cfg, true, decltype(mods)>(), Cfg::kThreads,
                      static_cast<size_t>(Cfg::kSmemBytes)});
       out.push_back(hopper14::convert_kernel_info<T, Cfg>(hopper14::kRungPrep));

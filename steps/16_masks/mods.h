@@ -124,10 +124,12 @@ struct ScoreMod {
 /// Attention dropout as a P-modifier (dropout.h, FlashAttention's): compiled in or not, like the
 /// score modifiers. Off, the kernels are the ones without it; on, each element of P is kept or
 /// zeroed after the softmax by its byte of a Philox cell (dropout.h; the LSE stays the undropped
-/// one's) and O, or dV, is scaled by 1 / (1 - p).
-template <bool DROPOUT>
+/// one's) and O, or dV, is scaled by 1 / (1 - p). ROUNDS: the generator's rounds, compiled in
+/// (kDropoutRounds; 10 in the `--dropout-rounds 10` ablation's kernels, built without ALiBi).
+template <bool DROPOUT, int ROUNDS = kDropoutRounds>
 struct PDropout {
   static constexpr bool kOn = DROPOUT;
+  static constexpr int kRounds = ROUNDS;
   DropoutParams params;  ///< AttnParams::dropout (read only when kOn)
 };
 

@@ -346,6 +346,23 @@ TEST_CASE("dropout: the backward regenerates the forward's mask (dQ, dK, dV, dsi
   s.run();
 }
 
+TEST_CASE("dropout: the 10-round ablation's kernels (--dropout-rounds 10) against the fp64 reference",
+          "[rung16_dropout]") {
+  // Philox4x32-10 compiled in (PDropout<true, 10>): the dense tiles, the causal tiles with the causal
+  // and the span mask, forward and backward; the reference draws the 10-round mask.
+  Section s("rung 16: dropout with Philox4x32-10");
+  for (int d : {64, 128})
+    for (const Problem& base : {dropped(shape(2, 333, 333, 8, 2, d, false, DType::bf16), 0.17f, 41),
+                                dropped(shape(1, 300, 530, 8, 2, d, true), 0.3f, 42, 7),
+                                dropped(window(shape(1, 700, 700, 8, 2, d, true), 128, 0), 0.2f, 43)}) {
+      Problem p = base;
+      p.dropout_rounds = 10;
+      s.add(rung16(), p);
+      s.add(rung16("backward"), p);
+    }
+  s.run();
+}
+
 TEST_CASE("dropout: taken with ALiBi; refused with softcap or a KV cache's lengths, in one line",
           "[rung16_dropout]") {
   DeviceInfo dev;  // an H100-like description: the refusals read the problem, not the device
@@ -357,6 +374,12 @@ TEST_CASE("dropout: taken with ALiBi; refused with softcap or a KV cache's lengt
   Problem cap_alibi = with_alibi(cap);
   Problem cache = dropped(shape(2, 128, 256, 4, 2, 64, true), 0.1f, 1);
   cache.seqused_k = {200, 17};
+  Problem ten_alibi = with_alibi(dropped(shape(1, 128, 128, 4, 2, 64, true), 0.1f, 1));
+  ten_alibi.dropout_rounds = 10;
+  for (const char* variant : {"", "backward"}) {
+    const std::string why = supports(rung16(variant), ten_alibi, dev);
+    if (why != hopper_supports(dev, false)) CHECK(why.find("--dropout-rounds 10") != std::string::npos);
+  }
   for (const Problem& p : {cap, cap_alibi, cache}) {
     INFO(p.describe());
     const std::string why = supports(rung16(), p, dev);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The Python package on a GPU, against PyTorch (ctest: gpu_python_<part>, label gpu).
 
-    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout|mla|fp8|fp8_kvcache
+    PYTHONPATH=build/ci/python python3 tests/python/test_gpu.py forward|backward|compile|errors|transformers|models|flash|kvcache|metadata|dropout|bert_dropout|mla|fp8|fp8_kvcache|heldout
 
 Exits 77 (ctest: skipped) without PyTorch or a CUDA device, 0 when every check passes, 1 if one
 fails. Each comparison prints its max error next to the tolerance.
@@ -80,6 +80,10 @@ fp8           FP8 from PyTorch (rung 13): fp8_quantize against its definition; f
               causal with seqlen_q > seqlen_k, decode, the LSE; outlier channels with and without
               the Hadamard rotation of q and k; descales left out; strided views; the refusals.
               Skipped without rung 13 or off sm_90.
+heldout       shapes no other part names, as a user calls them: one query against 100k keys (GQA
+              32/8) through flash_attn_func and the cache; training shapes with lengths no tile
+              divides (3000, 1037 x 2049, 777, 5000, 129, one query), head_dims 64 to 256 (96,
+              112), GQA 4:1, 8:1, 5:1, a window; a packed batch of 1, 513, 2000, 7 and 64 tokens.
 
 Tolerances are the ladder's per-dtype floors (fl::tolerance_floor, for gradients
 fl::gradient_tolerance_floor): relative Frobenius and max abs, the latter scaled by
@@ -2663,6 +2667,54 @@ def part_fp8_kvcache():
         expect(exc, text, call)
 
 
+# ---- held-out shapes ------------------------------------------------------------------------------
+
+def part_heldout():
+    """Shapes no other part names, through the package as a user calls it: one query against 100k
+    keys (GQA 32/8, bf16) through flash_attn_func and a cache of 100352 slots; training shapes with
+    lengths that are no multiple of a tile (3000, 1037 x 2049, 777, 5000, 129, one query), head_dims
+    64, 96, 112, 128 and 256, GQA 4:1, 8:1 and 5:1, a window; a packed batch of 1, 513, 2000, 7 and
+    64 tokens with GQA 8:1. Forward, LSE and backward against the fp32 reference (flash_case: each
+    called twice)."""
+    from flashladder import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+
+    bf, fp = torch.bfloat16, torch.float16
+    q = randn(1, 1, 32, 128, dtype=bf)
+    k, v = randn(1, 100000, 8, 128, dtype=bf), randn(1, 100000, 8, 128, dtype=bf)
+    ref, _ = reference_mods(q, k, v, True)
+    judge("1 query x 100k keys, GQA 32/8, flash_attn_func", flash_attn_func(q, k, v, causal=True).float(), ref,
+          "bf16")
+    kc = torch.zeros(1, 100352, 8, 128, dtype=bf, device="cuda")
+    vc = torch.zeros_like(kc)
+    kc[:, :100000], vc[:, :100000] = k, v
+    lens = torch.tensor([100000], dtype=torch.int32, device="cuda")
+    judge("1 query x 100k keys, GQA 32/8, flash_attn_with_kvcache",
+          flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True).float(), ref, "bf16")
+    del k, v, kc, vc
+    for dt, (b, sq, sk, hq, hkv, d, causal, win) in [
+            (bf, (2, 3000, 3000, 32, 8, 128, True, (-1, -1))),
+            (fp, (1, 1037, 2049, 12, 4, 96, True, (-1, -1))),
+            (bf, (3, 777, 777, 16, 2, 64, False, (255, 0))),
+            (fp, (1, 5000, 5000, 8, 8, 256, True, (-1, -1))),
+            (bf, (4, 129, 129, 20, 4, 112, False, (-1, -1))),
+            (bf, (1, 1, 4097, 16, 16, 128, False, (-1, -1)))]:
+        leaves = [randn(b, sq, hq, d, dtype=dt), randn(b, sk, hkv, d, dtype=dt), randn(b, sk, hkv, d, dtype=dt)]
+        flash_case("%s b%d %dx%d %d/%d d%d causal=%s window=%s" % (
+                       "bf16" if dt == bf else "fp16", b, sq, sk, hq, hkv, d, causal, win),
+                   "bf16" if dt == bf else "fp16",
+                   lambda q, k, v, s, c=causal, w=win: flash_attn_func(q, k, v, causal=c, window_size=w,
+                                                                       return_attn_probs=True),
+                   lambda q, k, v, s, c=causal, w=win: reference_mods(q, k, v, c, window=w), leaves)
+    seqs = [1, 513, 2000, 7, 64]
+    cu = torch.tensor([0] + list(itertools_accumulate(seqs)), dtype=torch.int32, device="cuda")
+    total = int(cu[-1])
+    leaves = [randn(total, 16, 64, dtype=bf), randn(total, 2, 64, dtype=bf), randn(total, 2, 64, dtype=bf)]
+    flash_case("varlen %s GQA 16/2 d64 causal" % seqs, "bf16",
+               lambda q, k, v, s: flash_attn_varlen_func(q, k, v, cu, cu, max(seqs), max(seqs), causal=True,
+                                                         return_attn_probs=True),
+               lambda q, k, v, s: reference_varlen(q, k, v, cu, cu, True), leaves)
+
+
 def itertools_accumulate(xs):
     total = 0
     for x in xs:
@@ -2674,7 +2726,7 @@ PARTS = {"forward": part_forward, "backward": part_backward, "compile": part_com
          "errors": part_errors, "transformers": part_transformers, "models": part_models,
          "flash": part_flash, "kvcache": part_kvcache, "metadata": part_metadata, "dropout": part_dropout,
          "bert_dropout": part_bert_dropout, "mla": part_mla, "fp8": part_fp8,
-         "fp8_kvcache": part_fp8_kvcache}
+         "fp8_kvcache": part_fp8_kvcache, "heldout": part_heldout}
 
 
 def main():

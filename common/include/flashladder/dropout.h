@@ -190,18 +190,26 @@ FL_HD int dropout_byte(int i, int j) {
 }
 
 /// The 16 random bytes of cell (@p row_cell, @p key_cell) of (sequence, head) @p bh = b x
-/// heads_q + h: one Philox4x32 call of the key's rounds (both forms compiled; the branch is
-/// uniform over the launch).
-FL_HD void dropout_cell(const DropoutKey& k, uint32_t bh, uint32_t row_cell, uint32_t key_cell,
-                        uint32_t (&w)[4]) {
+/// heads_q + h: one Philox4x32 call of ROUNDS rounds. The kernels compile it for their
+/// PDropout's rounds (rung 16: kDropoutRounds, or 10 in the ablation's kernels); the key's own
+/// `rounds` must match (the launch picks the kernel by it).
+template <int ROUNDS>
+FL_HD void dropout_cell_rounds(const DropoutKey& k, uint32_t bh, uint32_t row_cell, uint32_t key_cell,
+                               uint32_t (&w)[4]) {
   w[0] = key_cell;
   w[1] = row_cell;
   w[2] = bh;
   w[3] = k.c3;
+  philox4x32_rounds<ROUNDS>(w, k.k0, k.k1);
+}
+/// The same cell with the key's rounds chosen at run time (the reference, the CPU tests and the
+/// element-wise mask of dropout_mask.h).
+FL_HD void dropout_cell(const DropoutKey& k, uint32_t bh, uint32_t row_cell, uint32_t key_cell,
+                        uint32_t (&w)[4]) {
   if (k.rounds == 10)
-    philox4x32_rounds<10>(w, k.k0, k.k1);
+    dropout_cell_rounds<10>(k, bh, row_cell, key_cell, w);
   else
-    philox4x32_rounds<kDropoutRounds>(w, k.k0, k.k1);
+    dropout_cell_rounds<kDropoutRounds>(k, bh, row_cell, key_cell, w);
 }
 
 /// Is byte @p b of @p word at most @p threshold (the element kept)?
@@ -225,8 +233,9 @@ FL_HD bool dropout_keep(const DropoutKey& k, int b, int h, int heads_q, int i, i
 /// @p S of one S block (rows = queries: element 4n + 2h + e is row cell @p row_cell's row h, key
 /// @p key0 + 8n + 2t + e), one call per 32-key block the fragment meets. SHIFT (0 or 1): the block
 /// starts 16 keys into a 32-key block (key0 mod 32 = 16 SHIFT), so chunk n is word (n + 2 SHIFT)
-/// mod 4 of call (n + 2 SHIFT) / 4; both compile-time, the caller branches on key0 once.
-template <int BLOCK_N, int SHIFT, class F>
+/// mod 4 of call (n + 2 SHIFT) / 4; both compile-time, the caller branches on key0 once. ROUNDS:
+/// the generator's, compiled in (the key's `rounds` must be the same).
+template <int BLOCK_N, int SHIFT, int ROUNDS = kDropoutRounds, class F>
 FL_HD void dropout_fwd_fragment(F (&S)[BLOCK_N / 2], const DropoutKey& key, uint32_t bh,
                                 uint32_t row_cell, int key0, int t) {
   constexpr int kChunks = BLOCK_N / 8;
@@ -237,7 +246,7 @@ FL_HD void dropout_fwd_fragment(F (&S)[BLOCK_N / 2], const DropoutKey& key, uint
 #endif
   for (int u = 0; u < kCalls; ++u) {
     uint32_t w[4];
-    dropout_cell(key, bh, row_cell, key_cell0 + 4u * static_cast<uint32_t>(u), w);
+    dropout_cell_rounds<ROUNDS>(key, bh, row_cell, key_cell0 + 4u * static_cast<uint32_t>(u), w);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
