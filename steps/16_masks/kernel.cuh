@@ -499,7 +499,8 @@ void with_mods(const AttnParams& p, F&& f) {
 /// plain causal mask is one of its specs; CausalMask would save one comparison per element of the
 /// partial blocks, the diagonal's, for one more kernel). So dropout adds five kernels per head_dim
 /// and dtype, not with_mods' sixteen: three without a modifier, two with ALiBi (the span mask on
-/// each tile set).
+/// each tile set); the `--dropout-rounds 10` ablation's generator (PDropout<true, 10>) three more,
+/// without a modifier.
 template <bool CAUSAL_TILES, class F>
 void with_mods_and_dropout(const AttnParams& p, F&& f) {
   if (p.dropout.p <= 0.f) {
@@ -508,16 +509,19 @@ void with_mods_and_dropout(const AttnParams& p, F&& f) {
   }
   if (p.softcap > 0) throw std::runtime_error("rung 16: dropout with softcap is not built");
   const MaskSpec spec = mask_spec_of(p);
-  if (p.dropout.rounds == 10) {  // the ablation's generator: without a modifier only
-    if (p.alibi) throw std::runtime_error("rung 16: the 10-round dropout ablation is built without ALiBi");
-    const PDropout<true, 10> drop10{p.dropout};
+  // No score modifier: the masks the tiles run (the dense tiles take the span mask alone).
+  auto unmodified = [&](auto drop) {
     const ScoreMod<false, false> score{p.scale_log2, 0.f, 0.f};
     if constexpr (CAUSAL_TILES) {
-      if (is_plain_causal(spec)) f(CausalMask{}, score, drop10);
-      else f(SpanMask{spec}, score, drop10);
+      if (is_plain_causal(spec)) f(CausalMask{}, score, drop);
+      else f(SpanMask{spec}, score, drop);
     } else {
-      f(SpanMask{spec}, score, drop10);
+      f(SpanMask{spec}, score, drop);
     }
+  };
+  if (p.dropout.rounds == 10) {  // the ablation's generator: without a modifier only
+    if (p.alibi) throw std::runtime_error("rung 16: the 10-round dropout ablation is built without ALiBi");
+    unmodified(PDropout<true, 10>{p.dropout});
     return;
   }
   const PDropout<true> drop{p.dropout};
@@ -525,13 +529,7 @@ void with_mods_and_dropout(const AttnParams& p, F&& f) {
     f(SpanMask{spec}, ScoreMod<false, true>{p.scale_log2, 0.f, 0.f}, drop);
     return;
   }
-  const ScoreMod<false, false> score{p.scale_log2, 0.f, 0.f};
-  if constexpr (CAUSAL_TILES) {
-    if (is_plain_causal(spec)) f(CausalMask{}, score, drop);
-    else f(SpanMask{spec}, score, drop);
-  } else {
-    f(SpanMask{spec}, score, drop);
-  }
+  unmodified(drop);
 }
 
 }  // namespace fl::masks16
