@@ -34,8 +34,9 @@ using namespace fl::hopper;
 namespace wg = fl::wgmma;
 
 /// Named barriers (0 is __syncthreads'): the math warps' dS^T tile complete (256 threads); the
-/// dQ hand-off between the math warps and the writer warp (288: 256 + 32).
-constexpr uint32_t kDsReady = 1, kDqFull = 2, kDqEmpty = 3;
+/// dQ hand-off between the math warps and the writer warp (288: 256 + 32); fp8-dq: every math
+/// warp's |max| of K_j, or of the step's dS, in shared memory (256).
+constexpr uint32_t kDsReady = 1, kDqFull = 2, kDqEmpty = 3, kAmaxReady = 4;
 constexpr uint32_t kMathThreads = 256, kDqHandoff = kMathThreads + 32;
 
 /// Where the kernel writes, besides dK and dV: the padded statistics and the dQ accumulator
@@ -189,6 +190,9 @@ struct BwdSmem {
     return base + Cfg::kDS + b * Cfg::kDsBytes;
   }
   __device__ __forceinline__ uint32_t Pt() const { return base + Cfg::kP; }
+  /// fp8-dq: K_j^T in e4m3; the 8 math warps' |max| of K_j (row 0) and of dS tile b (row 1 + b).
+  __device__ __forceinline__ uint32_t Kt() const { return base + Cfg::kKt; }
+  __device__ __forceinline__ uint32_t amax(int row) const { return base + Cfg::kAmax + row * 32; }
   __device__ __forceinline__ uint32_t dQ() const { return base + Cfg::kDQ; }
   __device__ __forceinline__ uint32_t lse(int s) const {
     return base + Cfg::kLse + s * Cfg::kRowStatBytes;
@@ -613,6 +617,96 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
     }
 }
 
+// ---- fp8-dq: dQ_i = dS K_j on e4m3 wgmma (Cfg::kFp8Dq; README, "dQ in e4m3") ------------------
+
+/// Two floats, each times @p inv, to e4m3 (saturating): the first in the low byte.
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b, float inv) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+}
+
+/// The scale that maps an |max| of @p amax onto e4m3's largest finite value, 448 (1 for a tile of
+/// zeros, which any scale leaves zero).
+__device__ __forceinline__ float e4m3_scale(float amax) {
+  return amax > 0.f ? amax / 448.f : 1.f;
+}
+
+/// The |max| over the 256 math threads of @p v: a warp's by shuffles, then the 8 warps' through
+/// row @p row of the amax slots and one named barrier. Every math thread gets it.
+template <class Cfg>
+__device__ __forceinline__ float math_amax(const BwdSmem<Cfg>& sm, float v, int row, int math_warp) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, s));
+  if (threadIdx.x % 32 == 0)
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.amax(row) + 4 * math_warp), "f"(v) : "memory");
+  named_barrier_sync(kAmaxReady, kMathThreads);
+  float m = 0.f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float x;
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(sm.amax(row) + 4 * i) : "memory");
+    m = fmaxf(m, x);
+  }
+  return m;
+}
+
+/// K_j^T in e4m3, once per block, by the 256 math threads (@p mt = 128 w + thread of the
+/// warpgroup): its |max| over the block, then every element (key k, dim c) divided by the scale
+/// and written at row c, byte k of the [d][128 keys] tile (128B swizzle, K-major: dQ's B).
+/// Returns the scale (K_j = scale x the e4m3 values). The tile is read by wgmma after the step's
+/// proxy fence and kDsReady barrier.
+template <class T, class Cfg>
+__device__ __forceinline__ float build_kt_e4m3(const BwdSmem<Cfg>& sm, int mt) {
+  constexpr int D = Cfg::kHeadDim, N = Cfg::kBlockN, PAIRS = N * D / 2;
+  // Pair p: key p / (D / 2), dims c = 2 (p % (D / 2)) and c + 1, in the 16-bit K tile (64-column
+  // blocks of 128-byte rows) at column block c / 64, row k, byte 2 (c % 64).
+  auto at = [&](int p) {
+    const int k = p / (D / 2), c = 2 * (p % (D / 2));
+    return sm.K() + wg::sw128((c / 64) * N * 128 + k * 128 + (c % 64) * 2);
+  };
+  float amax = 0.f;
+  for (int p = mt; p < PAIRS; p += kMathThreads) {
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(at(p)));
+    const float2 f = unpack2<T>(v);
+    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+  const float scale = e4m3_scale(math_amax(sm, amax, 0, mt / 32));
+  const float inv = 1.f / scale;
+  for (int p = mt; p < PAIRS; p += kMathThreads) {
+    uint32_t v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(at(p)));
+    const float2 f = unpack2<T>(v);
+    const uint32_t b = e4m3x2(f.x, f.y, inv);
+    const int k = p / (D / 2), c = 2 * (p % (D / 2));
+    asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(sm.Kt() + wg::sw128(c * N + k)), "r"(b & 0xffu) : "memory");
+    asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(sm.Kt() + wg::sw128((c + 1) * N + k)), "r"(b >> 8) : "memory");
+  }
+  return scale;
+}
+
+/// The step's dS in e4m3 for dQ = dS K_j: the warpgroup's dS^T A fragments @p a (16-bit, as
+/// store_keys_by_queries takes them: a[kk][i] holds columns (queries) 16 kk + 8 (i / 2) + 2q, + 1
+/// of row (key) 16 warp + g + 8 (i % 2), offset by kSKey0(w), kSCol0(w)) times @p inv, written
+/// transposed: row = query, byte = key of the [BLOCK_M][128 keys] tile (128B swizzle, K-major:
+/// dQ's A). The 16-bit rounding first, as the 16-bit path has it; then e4m3's.
+template <class T, class Cfg>
+__device__ __forceinline__ void store_ds_e4m3(uint32_t tile, const uint32_t (&a)[Cfg::kSN / 16][4], float inv,
+                                              int w, int warp, int g, int q) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::kSN / 16; ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = Cfg::kSKey0(w) + 16 * warp + g + 8 * (i % 2);
+      const int col = Cfg::kSCol0(w) + 16 * kk + 8 * (i / 2) + 2 * q;
+      const float2 f = unpack2<T>(a[kk][i]);
+      const uint32_t b = e4m3x2(f.x, f.y, inv);
+      asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(tile + wg::sw128(col * Cfg::kBlockN + key)), "r"(b & 0xffu)
+                   : "memory");
+      asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(tile + wg::sw128((col + 1) * Cfg::kBlockN + key)),
+                   "r"(b >> 8) : "memory");
+    }
+}
+
 /// The backward kernel. Grid: (K/V blocks, heads_kv x kv_split, batch); Cfg::kThreads threads.
 /// WRITER: the dQ share goes through shared memory to a bulk reduce-add (else fp32 atomics from
 /// the math warps: the `atomic-dq` ablation). MODS: the mask and scores (CausalOrNone: rung 14's).
@@ -725,6 +819,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     }
     mbarrier_wait_parity(sm.kv_full(), 0);
   }
+  // fp8-dq: K_j^T in e4m3 and its scale, once for the whole walk (every math thread, so the
+  // barrier inside counts all 256; a block with no step has nothing to transpose).
+  float k_scale = 1.f;
+  if constexpr (Cfg::kFp8Dq) {
+    if (work.steps > 0) k_scale = build_kt_e4m3<T, Cfg>(sm, 128 * w + mtid);
+  }
 
 #pragma unroll 1
   for (int it = 0; it < work.steps; ++it) {
@@ -773,6 +873,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_fence_operand(dP);
     MODS::template after_dp<SN>(mods, S, dP, rows);
     uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
+    float ds_amax = 0.f;  // fp8-dq: this thread's |max| of dS
 #pragma unroll
     for (int kk = 0; kk < SN / 16; ++kk) {
       MODS::template ds_at_pack<SN>(mods, S, dP, rows, kk);
@@ -780,6 +881,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       for (int i = 0; i < 4; ++i) {
         Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
         dSa[kk][i] = pack2<T>(dP[8 * kk + 2 * i], dP[8 * kk + 2 * i + 1]);
+        if constexpr (Cfg::kFp8Dq)
+          ds_amax = fmaxf(ds_amax, fmaxf(fabsf(dP[8 * kk + 2 * i]), fabsf(dP[8 * kk + 2 * i + 1])));
       }
     }
 
@@ -802,8 +905,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
     }
-    // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys.
-    store_keys_by_queries<T, Cfg>(dS_tile, dSa, w, warp, g, q);
+    // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys. fp8-dq: dS in
+    // e4m3, [query][key], scaled by the tile's |max| over both warpgroups (one barrier more).
+    float ds_scale = 1.f;
+    if constexpr (Cfg::kFp8Dq) {
+      ds_scale = e4m3_scale(math_amax(sm, ds_amax, 1 + it % Cfg::kDsBufs, 4 * w + warp));
+      store_ds_e4m3<T, Cfg>(dS_tile, dSa, 1.f / ds_scale, w, warp, g, q);
+    } else {
+      store_keys_by_queries<T, Cfg>(dS_tile, dSa, w, warp, g, q);
+    }
     fence_proxy_async_smem();
     named_barrier_sync(kDsReady, kMathThreads);
 
@@ -859,12 +969,20 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // warpgroup's 64 x kDqN of it: rows 64 w (a 128-query block) or columns kDqN w (a 64-query
     // block).
     const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqN * w;
+    if constexpr (Cfg::kFp8Dq) {
+      // fp8-dq: A = dS [query][key] and B = K_j^T [dim][key], both K-major e4m3, 32 keys a step.
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-      wgmma_ss<T, Cfg::kDqN, 1, 1>(
-          dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
-          wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
-          kk > 0);
+      for (int kk = 0; kk < BLOCK_N / 32; ++kk)
+        wgmma_ss_e4m3<Cfg::kDqN>(dQ, wg::desc_kmajor_sw(dS_tile + wg::kmajor_offset(128, BLOCK_M, m0, 32 * kk), 128),
+                                 wg::desc_kmajor_sw(sm.Kt() + wg::kmajor_offset(128, D, n0, 32 * kk), 128), kk > 0);
+    } else {
+#pragma unroll
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+        wgmma_ss<T, Cfg::kDqN, 1, 1>(
+            dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
+            wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
+            kk > 0);
+    }
     wgmma_commit();
     // Q_i, dO_i (and LSE_i, D_i, read by this thread) go back to the producer once the GEMMs that
     // read them are done: at d = 256 Q after dK^T, dO after dV^T, while dQ still runs.
@@ -881,6 +999,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence_operand(dV[t]);
     }
     wgmma_fence_operand(dQ);
+    if constexpr (Cfg::kFp8Dq) {  // the e4m3 operands' scales back in (fp32)
+      const float dq_scale = ds_scale * k_scale;
+#pragma unroll
+      for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= dq_scale;
+    }
     if constexpr (!Cfg::kSplitRelease)
       mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
     if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);

@@ -31,7 +31,7 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free };
+                  late_free, fp8_dq };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
@@ -76,7 +76,7 @@ template <Mode M, int D>
 struct ModeTiles {
   static constexpr int kBlockM = hopper14::kRungBlockM<D>;
   using type = hopper14::BwdTiles<D, kBlockM, M == Mode::one_stage ? 1 : 2, M != Mode::no_ws,
-                                  (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv>;
+                                  (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv, M == Mode::fp8_dq>;
 };
 template <Mode M>
 struct ModeTiles<M, 256> {
@@ -123,7 +123,8 @@ std::vector<KernelInfo> kernel_list() {
                            std::to_string(Cfg::kStages) + (Cfg::kStages == 1 ? " stage" : " stages") +
                            (Cfg::kWarpSpecialized ? ", producer + dQ writer + 2 math warpgroups" : ", 2 math warpgroups") +
                            (Cfg::kDkvT ? ", dK^T and dV^T (head_dim as M)" : "") +
-                           (Cfg::kPSmem ? ", P and dS from shared memory" : "");
+                           (Cfg::kPSmem ? ", P and dS from shared memory" : "") +
+                           (Cfg::kFp8Dq ? ", dQ = dS K on e4m3" : "");
   constexpr bool kWriter = M != Mode::atomic_dq;
   return {hopper14::prep_kernel_info<T, D>(prep_of(M)),
           {"bwd_hopper<" + tile + (kWriter ? ", dQ by bulk reduce-add>" : ", dQ by atomics>"),
@@ -145,6 +146,7 @@ Rung make_rung(const char* variant, const char* summary) {
   r.forward_rung = kForwardRung;
   r.builds_on = {11, 10};
   r.writes_o_fp32 = true;  // `launch` is rung 15's forward, which writes the fp32 O asked for
+  r.fp8_dq = M == Mode::fp8_dq;
   r.varlen = true;         // packed batches (cu_seqlens): per-sequence K/V blocks, padded statistics
   r.in_tour = false;
   if (M == Mode::rung)
@@ -156,7 +158,9 @@ Rung make_rung(const char* variant, const char* summary) {
     if (!forward_rung().not_implemented.empty()) return "needs rung 15's forward pass, which is not implemented here";
     if (!registry().find(11)) return "needs rung 11 in the build (its exact D pass)";
     if (p.head_dim != 64 && p.head_dim != 128 && (!kRungKernel<M> || p.head_dim != 256))
-      return kRungKernel<M> ? "head_dim must be 64, 128 or 256" : "head_dim must be 64 or 128 (the ablations)";
+      return kRungKernel<M>         ? "head_dim must be 64, 128 or 256"
+             : M == Mode::fp8_dq ? "head_dim must be 64 or 128 (fp8-dq: 128 keys, one 128-byte e4m3 row, per block)"
+                                 : "head_dim must be 64 or 128 (the ablations)";
     const bool exact_pass = bwd::delta_source(delta_policy(M), p.seqlen_k, true) == bwd::DeltaSource::exact;
     if (p.head_dim == 256 && exact_pass)
       return "head_dim 256: rows of more than 16384 keys need rung 11's exact D pass, built for head_dim 64 and 128";
@@ -233,6 +237,9 @@ void register_rung_14(Registry& reg) {
                                                     "schedule model's causal split"));
   reg.add(make_rung<Mode::late_free>("late-free", "ablation: deterministic, the dQ tile freed for the math warps only "
                                                   "once its add has landed (not once the copy engine has read it)"));
+  reg.add(make_rung<Mode::fp8_dq>("fp8-dq", "rung 18's first GEMM: dQ = dS K on e4m3 wgmma (K_j^T in e4m3 once per "
+                                            "block, dS in e4m3 with a scale per tile from every math warp's |max|); "
+                                            "dK, dV 16-bit"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

@@ -57,8 +57,12 @@ constexpr int kv_block_keys(int d) { return d > 128 ? 64 : 128; }
 /// One configuration of the kernel. WS: a producer warpgroup (else the math warps issue their own
 /// loads and dQ adds: the `no-ws` ablation); STAGES: the Q/dO ring's depth; DS_BUFS: dS^T tiles
 /// (2 lets a warpgroup write the next one while the other still reads the last); P_SMEM: P^T
-/// through shared memory for the `ss-dkv` ablation (and always at d = 256, where it is dV^T's B).
-template <int HEAD_DIM, int BLOCK_M, int STAGES = 2, bool WS = true, int DS_BUFS = 2, bool P_SMEM = false>
+/// through shared memory for the `ss-dkv` ablation (and always at d = 256, where it is dV^T's B);
+/// FP8_DQ: dQ = dS K on e4m3 wgmma (the `fp8-dq` variant, rung 18's first GEMM: README, "dQ in
+/// e4m3"): K_j^T transposed into e4m3 once per block, dS written [query][key] in e4m3 with a scale
+/// per tile, both in 128-byte K-major rows (d = 64 and 128: 128 keys per block).
+template <int HEAD_DIM, int BLOCK_M, int STAGES = 2, bool WS = true, int DS_BUFS = 2, bool P_SMEM = false,
+          bool FP8_DQ = false>
 struct BwdTiles {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kBlockM = BLOCK_M;  ///< queries per step
@@ -67,6 +71,7 @@ struct BwdTiles {
   static constexpr bool kWarpSpecialized = WS;
   static constexpr int kDsBufs = DS_BUFS;
   static constexpr bool kPSmem = P_SMEM;
+  static constexpr bool kFp8Dq = FP8_DQ;
   /// d = 256: dK^T, dV^T with head_dim as wgmma's M (the file comment).
   static constexpr bool kDkvT = HEAD_DIM > 128;
   static constexpr int kMathThreads = 256;
@@ -99,11 +104,18 @@ struct BwdTiles {
   static constexpr int kDS = kDO + STAGES * kQBytes;
   static constexpr int kP = kDS + DS_BUFS * kDsBytes;
   static constexpr int kDQ = kP + (P_SMEM ? kDsBytes : 0);
-  static constexpr int kLse = kDQ + kDqBytes, kDelta = kLse + STAGES * kRowStatBytes;
+  /// FP8_DQ: K_j^T in e4m3, [HEAD_DIM rows][BLOCK_N keys] (128-byte rows, 128B-swizzled); the
+  /// dS tiles then hold dS in e4m3, [BLOCK_M rows][BLOCK_N keys], in the 16-bit tiles' place.
+  static constexpr int kKtBytes = FP8_DQ ? HEAD_DIM * kBlockN : 0;
+  static constexpr int kKt = kDQ + kDqBytes;
+  static constexpr int kLse = kKt + kKtBytes, kDelta = kLse + STAGES * kRowStatBytes;
   /// Q and dO released apart (d = 256: Q after dK^T, dO after dV^T), else together.
   static constexpr bool kSplitRelease = kDkvT;
+  /// FP8_DQ: the 8 math warps' |max| of K_j (one row), then of each dS tile (a row per buffer).
+  static constexpr int kAmax = kDelta + STAGES * kRowStatBytes;
+  static constexpr int kAmaxBytes = FP8_DQ ? (1 + DS_BUFS) * 8 * 4 : 0;
   /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free".
-  static constexpr int kBars = kDelta + STAGES * kRowStatBytes;
+  static constexpr int kBars = kAmax + kAmaxBytes;
   static constexpr int kSmemBytes = kBars + 8 * (1 + (kSplitRelease ? 4 : 3) * STAGES) + 1024;  // + alignment slack
   /// fp32 registers a math thread holds for dK and dV together.
   static constexpr int kDkvRegs = 2 * kDkvTiles * kDkvN / 2;
@@ -112,6 +124,9 @@ struct BwdTiles {
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "a query block of one or two 64-column swizzle blocks");
   static_assert(kDqN == 64 || kDkvT, "each warpgroup's dQ share is 64 x 64 (one m64n64 wgmma per 16 keys)");
   static_assert(!kDkvT || (BLOCK_M == 64 && P_SMEM), "d = 256: 64 queries, P^T from shared memory");
+  static_assert(!FP8_DQ || (!kDkvT && !P_SMEM && kBlockN == 128),
+                "fp8-dq: d = 64 and 128, dS^T from registers for dK, 128-byte e4m3 rows of keys");
+  static_assert(!FP8_DQ || BLOCK_M * kBlockN <= kDsBytes, "the e4m3 dS tile fits the 16-bit one's place");
   static_assert(kSmemBytes <= kSmemOptin, "must fit the 227 KB of an sm_90 block");
   static_assert(kDkvRegs + kSN <= kMathRegs - 48,
                 "dK, dV and S^T, dP^T (kSN / 2 each) fit the math registers");

@@ -582,7 +582,7 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     INFO(name);
     if (name.find("bwd_hopper_kernel") == std::string::npos) continue;
-    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, STAGES, WS, DS_BUFS, P_SMEM>, WRITER> (traits.h).
+    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, STAGES, WS, DS_BUFS, P_SMEM, FP8_DQ>, WRITER> (traits.h).
     const size_t at = name.find("BwdTilesILi");
     REQUIRE(at != std::string::npos);
     const int d = std::atoi(name.c_str() + at + 11);
@@ -592,6 +592,7 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     const bool ws = name[ws_at + 3] == '1';
     const size_t p_at = name.find("ELb", ws_at + 4);
     const bool p_smem = name[p_at + 3] == '1';
+    const bool fp8_dq = name[name.find("ELb", p_at + 4) + 3] == '1';  // dQ = dS K on e4m3 (QGMMA)
     const bool writer = name[name.find("EEELb", p_at) + 5] == '1';
     // S^T and dP^T: d / 16 k-steps each; dV and dK: BLOCK_M / 16 (at d = 256 twice: dK^T and dV^T
     // are two m64 tiles of a warpgroup's 128 dims, A = Q, dO read MN-major); dQ: the block's keys / 16
@@ -605,10 +606,13 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
       rs += hgmma_a_from_registers(i);
       tnsp_a += i.operands.find(".tnspA") != std::string::npos;
     }
-    CHECK(hgmma == 2 * (d / 16) + 2 * dkv_tiles * (block_m / 16) + block_n / 16);
+    const int dq_hgmma = fp8_dq ? 0 : block_n / 16;
+    CHECK(hgmma == 2 * (d / 16) + 2 * dkv_tiles * (block_m / 16) + dq_hgmma);
     CHECK(rs == (p_smem ? 0 : 2 * (block_m / 16)));  // P^T and dS^T from registers, unless ss-dkv (or d = 256)
-    // dQ = dS K_j: A read MN-major; at d = 256 dK^T and dV^T too.
-    CHECK(tnsp_a == block_n / 16 + (dkv_t ? 2 * dkv_tiles * (block_m / 16) : 0));
+    // dQ = dS K_j: A read MN-major; at d = 256 dK^T and dV^T too. fp8-dq: dQ's k32 steps on e4m3,
+    // both operands K-major (8-bit wgmma has no transpose).
+    CHECK(tnsp_a == dq_hgmma + (dkv_t ? 2 * dkv_tiles * (block_m / 16) : 0));
+    CHECK(count_opcode(code, "QGMMA") == (fp8_dq ? block_n / 32 : 0));
     CHECK(count_opcode(code, "UTMALDG.4D") >= 4 * (d / 64));  // Q, dO, K, V
     CHECK(count_opcode(code, "UBLKCP.S.G") >= 2);             // LSE_i and D_i
     CHECK(count_opcode(code, "UBLKRED.G.S.ADD.F32.RN") == (writer ? 1 : 0));
@@ -629,8 +633,9 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     }
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
-  // 2 head_dims x (rung, atomic-dq, ss-dkv, one-stage) warp-specialized, and the rung at d = 256; no-ws.
-  CHECK(ws_kernels == (2 * 4 + 1) * dtypes);
+  // 2 head_dims x (rung, atomic-dq, ss-dkv, one-stage, fp8-dq) warp-specialized, and the rung at
+  // d = 256; no-ws.
+  CHECK(ws_kernels == (2 * 5 + 1) * dtypes);
   CHECK(no_ws_kernels == 2 * dtypes);
   status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG14_BINARY, &text);
   REQUIRE(status == 0);
