@@ -118,7 +118,7 @@ BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, co
   BwdCheck c = check_backward(p, in, dout, run.grads->download_dq(), run.grads->download_dk(),
                               run.grads->download_dv(), mode, seed, kBwdCheckWork, &dsinks);
   if (r.fp8_dq && c.grads.dq.checked) {  // dQ from e4m3 operands: the FP8 floor (Rung::fp8_dq)
-    c.grads.dq.tol = tolerance_for(tolerance_floor_fp8(p.dtype), c.grads.dq.fp32_err);
+    c.grads.dq.tol = tolerance_for(gradient_tolerance_floor_fp8(p.dtype), c.grads.dq.fp32_err);
     decide(&c.grads.dq);
     c.grads.finish();
     summarize(&c);

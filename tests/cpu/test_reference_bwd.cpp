@@ -375,6 +375,10 @@ TEST_CASE("gradient floors are the forward's, with twice the relative one", "[cp
   for (DType t : {DType::fp16, DType::bf16}) {
     REQUIRE(gradient_tolerance_floor(t).rel_fro == 2 * tolerance_floor(t).rel_fro);
     REQUIRE(gradient_tolerance_floor(t).max_abs == tolerance_floor(t).max_abs);
+    // The same rule on the FP8 floors (a gradient from e4m3 operands: rung 14's fp8-dq dQ).
+    REQUIRE(gradient_tolerance_floor_fp8(t).rel_fro == 2 * tolerance_floor_fp8(t).rel_fro);
+    REQUIRE(gradient_tolerance_floor_fp8(t).rel_fro == 0x1p-4);
+    REQUIRE(gradient_tolerance_floor_fp8(t).max_abs == tolerance_floor_fp8(t).max_abs);
   }
   ErrorStats big;
   big.rel_fro = 0.1;

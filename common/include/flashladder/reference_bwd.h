@@ -96,6 +96,10 @@ struct BwdCheckResult {
 /// tolerance_floor() (dQ's error grows with the keys a row sees once dS is rounded to 16 bits),
 /// absolute as the forward's; lse_abs unused.
 Tolerance gradient_tolerance_floor(DType t);
+/// The same rule on the FP8 floors (tolerance_floor_fp8): relative Frobenius twice the FP8
+/// forward's, 2^-4, for a gradient made from e4m3 operands (rung 14's fp8-dq: dQ = dS K with dS
+/// and K_j in e4m3; rung 13's README measures 3.4e-2 to 3.9e-2 for it by emulation).
+Tolerance gradient_tolerance_floor_fp8(DType t);
 
 /// Judges 16-bit dQ, dK, dV (dense, laid out like Q, K, V) against references already computed
 /// (@p ref from reference_bwd_fp64, @p fp32 from reference_bwd_fp32 on the same inputs).

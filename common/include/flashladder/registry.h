@@ -108,7 +108,7 @@ struct Rung {
   /// makes them (its cache mode), paged or contiguous.
   bool fp8_kv_cache = false;
   /// A backward rung whose dQ comes from e4m3 operands (rung 14's `fp8-dq`: dS and K_j in e4m3):
-  /// its dQ is judged against tolerance_floor_fp8, dK and dV against the 16-bit gradient floor.
+  /// its dQ is judged against gradient_tolerance_floor_fp8, dK and dV against the 16-bit one.
   bool fp8_dq = false;
   /// `launch` writes AttnParams::o_fp32 (O before its 16-bit rounding) when that pointer is set:
   /// the forward passes a backward pass can take its D from (rungs 05, 06, 09, 10; a backward
