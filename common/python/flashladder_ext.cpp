@@ -155,6 +155,7 @@ nb::dict rung_dict(const Rung& r) {
   d["backward"] = static_cast<bool>(r.launch_bwd);
   d["forward_rung"] = r.forward_rung;
   d["writes_o_fp32"] = r.writes_o_fp32;
+  d["fp8_dq"] = r.fp8_dq;
   d["head_dim_v"] = r.head_dim_v;
   d["paged_kv"] = r.paged_kv;
   d["in_tour"] = r.in_tour;
@@ -531,8 +532,8 @@ NB_MODULE(_ext, m) {
         DType t;
         if (!parse_dtype(dtype, &t))
           throw nb::value_error(("dtype must be fp16 or bf16, got '" + dtype + "'").c_str());
-        if (gradients && fp8) throw nb::value_error("tolerance_floor: no FP8 backward, so no FP8 gradient floor");
-        const Tolerance f = fp8 ? tolerance_floor_fp8(t) : gradients ? gradient_tolerance_floor(t) : tolerance_floor(t);
+        const Tolerance f = fp8 ? (gradients ? gradient_tolerance_floor_fp8(t) : tolerance_floor_fp8(t))
+                                : gradients ? gradient_tolerance_floor(t) : tolerance_floor(t);
         nb::dict d;
         d["rel_fro"] = f.rel_fro;
         d["max_abs"] = f.max_abs;
@@ -542,7 +543,8 @@ NB_MODULE(_ext, m) {
       },
       "dtype"_a, "gradients"_a = false, "fp8"_a = false,
       "The ladder's per-dtype tolerance floors (check.h; gradients: reference_bwd.h; fp8: an FP8 rung's "
-      "output of that dtype, tolerance_floor_fp8): relative Frobenius, max abs (scaled by max(1, max |ref|)), "
+      "output of that dtype, tolerance_floor_fp8, or with gradients a gradient from e4m3 operands, "
+      "gradient_tolerance_floor_fp8): relative Frobenius, max abs (scaled by max(1, max |ref|)), "
       "LSE max abs and LSE relative (of max |LSE|)");
 
   m.def("device_count", &device_count, "CUDA devices visible (0, never an error, without one)");

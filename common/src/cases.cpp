@@ -112,17 +112,20 @@ BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const
   return run;
 }
 
+void apply_rung_floors(const Rung& r, const Problem& p, BwdCheck* c) {
+  if (!r.fp8_dq || !c->grads.dq.checked) return;
+  c->grads.dq.tol = tolerance_for(gradient_tolerance_floor_fp8(p.dtype), c->grads.dq.fp32_err);
+  decide(&c->grads.dq);
+  c->grads.finish();
+  summarize(c);
+}
+
 BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                        const BwdRun& run, CheckMode mode, unsigned long long seed) {
   const std::vector<float> dsinks = run.grads->download_dsinks();
   BwdCheck c = check_backward(p, in, dout, run.grads->download_dq(), run.grads->download_dk(),
                               run.grads->download_dv(), mode, seed, kBwdCheckWork, &dsinks);
-  if (r.fp8_dq && c.grads.dq.checked) {  // dQ from e4m3 operands: the FP8 floor (Rung::fp8_dq)
-    c.grads.dq.tol = tolerance_for(gradient_tolerance_floor_fp8(p.dtype), c.grads.dq.fp32_err);
-    decide(&c.grads.dq);
-    c.grads.finish();
-    summarize(&c);
-  }
+  apply_rung_floors(r, p, &c);
   if (run.forward_unwritten > 0) {
     c.grads.pass = false;
     c.grads.reason = "the forward pass (" + forward_label(r) + ") left " + std::to_string(run.forward_unwritten) +

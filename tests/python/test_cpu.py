@@ -493,6 +493,12 @@ class DefaultRung(unittest.TestCase):
         f16, b16 = _ext.tolerance_floor("fp16"), _ext.tolerance_floor("bf16")
         self.assertLess(f16["max_abs"], b16["max_abs"])
         self.assertEqual(_ext.tolerance_floor("fp16", True)["rel_fro"], 2 * f16["rel_fro"])
+        # A gradient from e4m3 operands (rung 14's fp8-dq dQ): the same rule on the FP8 floor.
+        self.assertEqual(_ext.tolerance_floor("bf16", True, True)["rel_fro"],
+                         2 * _ext.tolerance_floor("bf16", fp8=True)["rel_fro"])
+        fp8_dq = [r.label for r in flashladder.rungs(variants=True) if r.fp8_dq]
+        self.assertEqual(fp8_dq, ["14_hopper_backward[fp8-dq]"] if any(
+            r.number == 14 for r in flashladder.rungs()) else [])
 
 
 class Mods(unittest.TestCase):

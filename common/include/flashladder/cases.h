@@ -70,8 +70,13 @@ struct BwdRun {
 BwdRun run_bwd_once(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                     unsigned long long seed, bool deterministic);
 
-/// Checks @p run's gradients (check_backward); a forward pass that left O or LSE unwritten
-/// fails the check.
+/// A backward rung's own floors on a check_backward result: Rung::fp8_dq's dQ judged against
+/// gradient_tolerance_floor_fp8 (dK, dV keep the 16-bit floor). check_bwd_run applies it; a test
+/// that calls check_backward itself applies it too.
+void apply_rung_floors(const Rung& r, const Problem& p, BwdCheck* c);
+
+/// Checks @p run's gradients (check_backward, apply_rung_floors); a forward pass that left O or
+/// LSE unwritten fails the check.
 BwdCheck check_bwd_run(const Rung& r, const Problem& p, const HostInputs& in, const std::vector<uint16_t>& dout,
                        const BwdRun& run, CheckMode mode, unsigned long long seed);
 

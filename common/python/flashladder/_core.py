@@ -59,6 +59,7 @@ class Rung:
     baselines: tuple  # "vs 05_tensor_cores: <why>" lines
     not_implemented: str  # set in a lab starter tree only
     writes_o_fp32: bool  # its forward can also write O in fp32 (the backward's D reads it)
+    fp8_dq: bool  # its backward's dQ comes from e4m3 operands (rung 14's fp8-dq): the FP8 gradient floor
     head_dim_v: bool  # takes V and O with a head_dim of their own (Problem.head_dim_v)
     route: str  # when rung=None runs this entry ('' never): route_forward's rule, in words
 
