@@ -625,9 +625,11 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b, float inv) {
 }
 
 /// The scale that maps an |max| of @p amax onto e4m3's largest finite value, 448 (1 for a tile of
-/// zeros, which any scale leaves zero).
+/// zeros, which any scale leaves zero), floored at fp32's smallest normal: where the softmax has
+/// all but vanished dS's |max| can be subnormal, amax / 448 would round to 0 and its inverse to
+/// infinity (rung 13's README: the emulation floors its scales the same way).
 __device__ __forceinline__ float e4m3_scale(float amax) {
-  return amax > 0.f ? amax / 448.f : 1.f;
+  return amax > 0.f ? fmaxf(amax / 448.f, 1.17549435e-38f) : 1.f;
 }
 
 /// The |max| over the 256 math threads of @p v: a warp's by shuffles, then the 8 warps' through
