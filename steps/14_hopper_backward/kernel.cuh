@@ -527,6 +527,18 @@ __device__ __forceinline__ void release_dq_turn(int* counter, int token) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(token) : "memory");
 }
 
+/// Where register a[kk][i] of a warpgroup's packed S^T / dS^T A fragment (16-bit pairs, 16 queries
+/// per kk) sits in the block's [key][query] tile: row (key) 16 warp + g + 8 (i % 2) of the
+/// warpgroup's keys, columns (queries) 16 kk + 8 (i / 2) + 2q and + 1 of its queries.
+template <class Cfg>
+__device__ __forceinline__ int frag_key(int w, int warp, int g, int i) {
+  return Cfg::kSKey0(w) + 16 * warp + g + 8 * (i % 2);
+}
+template <class Cfg>
+__device__ __forceinline__ int frag_col(int w, int q, int kk, int i) {
+  return Cfg::kSCol0(w) + 16 * kk + 8 * (i / 2) + 2 * q;
+}
+
 /// Stores a warpgroup's 64 x kSN accumulator tile (keys x queries, 16-bit, packed as A fragments)
 /// at rows kSKey0(w), columns kSCol0(w) of a [key][query] tile of kBlockN rows with 128B-swizzled
 /// 64-query column blocks: the layout dQ = dS K reads as an MN-major A, the ss-dkv ablation's dV,
@@ -539,9 +551,7 @@ __device__ __forceinline__ void store_keys_by_queries(uint32_t tile,
   for (int kk = 0; kk < Cfg::kSN / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int key = Cfg::kSKey0(w) + 16 * warp + g + 8 * (i % 2);
-      const int col = Cfg::kSCol0(w) + 16 * kk + 8 * (i / 2) +
-                      2 * q;  // a[kk][i]: columns 16 kk + 8 (i / 2) + 2q, +1
+      const int key = frag_key<Cfg>(w, warp, g, i), col = frag_col<Cfg>(w, q, kk, i);
       const uint32_t off = (col / 64) * Cfg::kBlockN * 128 + key * 128 + (col % 64) * 2;
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)), "r"(a[kk][i])
                    : "memory");
@@ -698,8 +708,7 @@ __device__ __forceinline__ void store_ds_e4m3(uint32_t tile, const uint32_t (&a)
   for (int kk = 0; kk < Cfg::kSN / 16; ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const int key = Cfg::kSKey0(w) + 16 * warp + g + 8 * (i % 2);
-      const int col = Cfg::kSCol0(w) + 16 * kk + 8 * (i / 2) + 2 * q;
+      const int key = frag_key<Cfg>(w, warp, g, i), col = frag_col<Cfg>(w, q, kk, i);
       const float2 f = unpack2<T>(a[kk][i]);
       const uint32_t b = e4m3x2(f.x, f.y, inv);
       asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(tile + wg::sw128(col * Cfg::kBlockN + key)), "r"(b & 0xffu)
