@@ -54,6 +54,10 @@ struct BwdBuffers {
   /// engine has read it, the next block's turn given once the add has landed (the rung); false:
   /// both once it has landed (the late-free ablation), the math warps waiting for the add.
   bool early_free;
+  /// Cfg::kPersistent: the grid of K/V blocks the persistent blocks walk (x the K/V block, y the
+  /// KV head and slice, z the batch, as the non-persistent grid's blockIdx), tile t = x + X (y +
+  /// Y z) taken by block t mod gridDim.x, in order.
+  int tiles_x, tiles_y, tiles_z;
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
@@ -214,6 +218,8 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t do_empty(int s) const {
     return Cfg::kSplitRelease ? base + Cfg::kBars + 8u * (1 + 3 * Cfg::kStages + s) : q_empty(s);
   }
+  /// Persistent: K_j, V_j free for the next block's (the last of the barriers).
+  __device__ __forceinline__ uint32_t kv_empty() const { return base + Cfg::kBars + 8u * (Cfg::kBarCount - 1); }
 };
 
 /// What the block walks: its K/V block, its slice of query heads and the query blocks that see the
@@ -232,12 +238,16 @@ struct BlockWork {
   int64_t stat0;       ///< its padded row of query 0, head 0 (workspace.h's stat_row0)
   __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split,
                                        int block_m, int block_n_, bool deterministic)
+      : BlockWork(p, head_rows, kv_split, block_m, block_n_, deterministic, blockIdx.x, blockIdx.y, blockIdx.z) {}
+  /// The work of grid coordinates (@p bx, @p by, @p bz): a persistent block's tile.
+  __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split,
+                                       int block_m, int block_n_, bool deterministic, int bx, int by, int bz)
       : block_n(block_n_) {
     // The K/V block varies fastest: the blocks running at once share their query heads, so they
     // read the same Q_i, dO_i and add into the same dQ tiles while those are in L2. Block 0 first:
     // under a causal mask the longest. The deterministic mode under a causal mask launches (and
     // adds) from the last block down instead (add_dq_tile says why).
-    batch = blockIdx.z;
+    batch = bz;
     const SeqSpan seq = seq_span(p, batch);
     len_q = seq.len_q;
     len_k = seq.len_k;
@@ -246,11 +256,10 @@ struct BlockWork {
     k_tok0 = seq.k0;
     stat0 = stat_row0(p, head_rows, batch);
     n_kv_blocks = (len_k + block_n - 1) / block_n;
-    active = static_cast<int>(blockIdx.x) < n_kv_blocks;
+    active = bx < n_kv_blocks;
     reverse_order = deterministic && p.causal;
-    j = reverse_order ? n_kv_blocks - 1 - static_cast<int>(blockIdx.x)
-                      : static_cast<int>(blockIdx.x);
-    const int head_slice = blockIdx.y;
+    j = reverse_order ? n_kv_blocks - 1 - bx : bx;
+    const int head_slice = by;
     kv_head = head_slice / kv_split;
     slice = head_slice % kv_split;
     slice_heads = p.group / kv_split;
@@ -438,10 +447,12 @@ struct Loads {
                   w.k_tok0 + w.key0, tma_batch(w));
     }
   }
-  __device__ __forceinline__ void step(const BwdSmem<Cfg>& sm, const BlockWork& w, int it) const {
-    const int s = it % Cfg::kStages;
+  /// Step @p it of the block's walk, the block's step @p gs in all (a persistent block's steps
+  /// over its earlier K/V blocks count: the ring goes on), into stage gs % STAGES.
+  __device__ __forceinline__ void step(const BwdSmem<Cfg>& sm, const BlockWork& w, int it, int gs) const {
+    const int s = gs % Cfg::kStages;
     // The k-th refill of stage s waits for the k-th release (a fresh barrier passes parity 1).
-    mbarrier_wait_parity(sm.q_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
+    mbarrier_wait_parity(sm.q_empty(s), ((gs / Cfg::kStages) & 1) ^ 1);
     const int h = w.head(it), q0 = w.q_block(it) * Cfg::kBlockM;
     const int64_t stat = w.stat0 + h * head_rows + q0;
     mbarrier_arrive_expect_tx(sm.q_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
@@ -451,7 +462,7 @@ struct Loads {
                   tma_batch(w));
     bulk_load(sm.lse(s), lse_log2 + stat, Cfg::kRowStatBytes, sm.q_full(s));
     if constexpr (Cfg::kSplitRelease)
-      mbarrier_wait_parity(sm.do_empty(s), ((it / Cfg::kStages) & 1) ^ 1);
+      mbarrier_wait_parity(sm.do_empty(s), ((gs / Cfg::kStages) & 1) ^ 1);
     mbarrier_arrive_expect_tx(sm.do_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
 #pragma unroll
     for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
@@ -637,10 +648,16 @@ __device__ __forceinline__ uint32_t e4m3x2(float a, float b, float inv) {
 /// The scale that maps an |max| of @p amax onto e4m3's largest finite value, 448 (1 for a tile of
 /// zeros, which any scale leaves zero), floored at fp32's smallest normal: where the softmax has
 /// all but vanished dS's |max| can be subnormal, amax / 448 would round to 0 and its inverse to
-/// infinity (rung 13's README: the emulation floors its scales the same way).
+/// infinity (rung 13's README: the emulation floors its scales the same way). A multiply by
+/// 1 / 448, not a division: an IEEE division is a called subroutine in SASS (FCHK, CALL), and a
+/// scale an ulp off 448's only moves the tile's largest value an ulp (the conversion saturates).
 __device__ __forceinline__ float e4m3_scale(float amax) {
-  return amax > 0.f ? fmaxf(amax / 448.f, 1.17549435e-38f) : 1.f;
+  return amax > 0.f ? fmaxf(amax * (1.f / 448.f), 1.17549435e-38f) : 1.f;
 }
+
+/// 1 / @p scale of e4m3_scale, by the fast reciprocal (MUFU.RCP, within 2 ulp): the values are multiplied
+/// by it before their conversion, and dequantized by @p scale itself.
+__device__ __forceinline__ float e4m3_inv(float scale) { return __fdividef(1.f, scale); }
 
 /// The |max| over the 256 math threads of @p v: a warp's by shuffles, then the 8 warps' through
 /// row @p row of the amax slots and one named barrier. Every math thread gets it.
@@ -664,34 +681,52 @@ __device__ __forceinline__ float math_amax(const BwdSmem<Cfg>& sm, float v, int 
 /// K_j^T in e4m3, once per block, by the 256 math threads (@p mt = 128 w + thread of the
 /// warpgroup): its |max| over the block, then every element (key k, dim c) divided by the scale
 /// and written at row c, byte k of the [d][128 keys] tile (128B swizzle, K-major: dQ's B).
+/// A thread takes units of 4 keys by 2 dims: four 4-byte loads of the 16-bit K tile, two 4-byte
+/// stores of e4m3 (dims c and c + 1, keys 4 kg ..). A warp's 32 units are 4 key groups by 8 dim
+/// pairs, so that its loads and stores each meet at most two-way bank conflicts.
 /// Returns the scale (K_j = scale x the e4m3 values). The tile is read by wgmma after the step's
 /// proxy fence and kDsReady barrier.
 template <class T, class Cfg>
 __device__ __forceinline__ float build_kt_e4m3(const BwdSmem<Cfg>& sm, int mt) {
-  constexpr int D = Cfg::kHeadDim, N = Cfg::kBlockN, PAIRS = N * D / 2;
-  // Pair p: key p / (D / 2), dims c = 2 (p % (D / 2)) and c + 1, in the 16-bit K tile (64-column
-  // blocks of 128-byte rows) at column block c / 64, row k, byte 2 (c % 64).
-  auto at = [&](int p) {
-    const int k = p / (D / 2), c = 2 * (p % (D / 2));
-    return sm.K() + wg::sw128((c / 64) * N * 128 + k * 128 + (c % 64) * 2);
+  constexpr int D = Cfg::kHeadDim, N = Cfg::kBlockN, UNITS = (N / 4) * (D / 2);
+  static_assert(N == 128 && D % 16 == 0, "K_j^T's rows are 128 keys of one byte");
+  // Unit u: key group kg (keys 4 kg .. 4 kg + 3), dim pair cp (dims 2 cp, 2 cp + 1).
+  auto kg_of = [](int u) { return u % 4 + 4 * ((u / 32) % (N / 16)); };
+  auto cp_of = [](int u) { return (u / 4) % 8 + 8 * (u / (2 * N)); };
+  // Key k, dims c and c + 1 in the 16-bit K tile (64-column blocks of 128-byte rows).
+  auto at = [&](int k, int c) { return sm.K() + wg::sw128((c / 64) * N * 128 + k * 128 + (c % 64) * 2); };
+  auto load4 = [&](int u, uint32_t (&v)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v[i]) : "r"(at(4 * kg_of(u) + i, 2 * cp_of(u))));
   };
   float amax = 0.f;
-  for (int p = mt; p < PAIRS; p += kMathThreads) {
-    uint32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(at(p)));
-    const float2 f = unpack2<T>(v);
-    amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+  for (int u = mt; u < UNITS; u += kMathThreads) {
+    uint32_t v[4];
+    load4(u, v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = unpack2<T>(v[i]);
+      amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
+    }
   }
   const float scale = e4m3_scale(math_amax(sm, amax, 0, mt / 32));
-  const float inv = 1.f / scale;
-  for (int p = mt; p < PAIRS; p += kMathThreads) {
-    uint32_t v;
-    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(at(p)));
-    const float2 f = unpack2<T>(v);
-    const uint32_t b = e4m3x2(f.x, f.y, inv);
-    const int k = p / (D / 2), c = 2 * (p % (D / 2));
-    asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(sm.Kt() + wg::sw128(c * N + k)), "r"(b & 0xffu) : "memory");
-    asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(sm.Kt() + wg::sw128((c + 1) * N + k)), "r"(b >> 8) : "memory");
+  const float inv = e4m3_inv(scale);
+  for (int u = mt; u < UNITS; u += kMathThreads) {
+    uint32_t v[4];
+    load4(u, v);
+    uint32_t b[4];  // key 4 kg + i: dim c in the low byte, c + 1 in the next
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = unpack2<T>(v[i]);
+      b[i] = e4m3x2(f.x, f.y, inv);
+    }
+    const uint32_t lo = b[0] | (b[1] << 16), hi = b[2] | (b[3] << 16);
+    const int c = 2 * cp_of(u), k = 4 * kg_of(u);
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.Kt() + wg::sw128(c * N + k)), "r"(__byte_perm(lo, hi, 0x6420))
+                 : "memory");
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.Kt() + wg::sw128((c + 1) * N + k)),
+                 "r"(__byte_perm(lo, hi, 0x7531)) : "memory");
   }
   return scale;
 }
@@ -701,20 +736,29 @@ __device__ __forceinline__ float build_kt_e4m3(const BwdSmem<Cfg>& sm, int mt) {
 /// of row (key) 16 warp + g + 8 (i % 2), offset by kSKey0(w), kSCol0(w)) times @p inv, written
 /// transposed: row = query, byte = key of the [BLOCK_M][128 keys] tile (128B swizzle, K-major:
 /// dQ's A). The 16-bit rounding first, as the 16-bit path has it; then e4m3's.
+///
+/// A thread's four bytes of one key (queries c, c + 1, c + 8, c + 9) become, between the four
+/// lanes that hold keys 4 (g / 4) .. + 3 (g ^ 1: lane ^ 4, g ^ 2: lane ^ 8), one query's four
+/// keys: a 4 x 4 byte transpose in two shuffles and two byte permutes, so that each lane stores
+/// a 4-byte word (the 128B swizzle moves 16-byte chunks, which keeps a word whole) where it
+/// stored four single bytes. Lane r = g % 4 ends with query c + (r % 2) + 8 (r / 2).
 template <class T, class Cfg>
 __device__ __forceinline__ void store_ds_e4m3(uint32_t tile, const uint32_t (&a)[Cfg::kSN / 16][4], float inv,
                                               int w, int warp, int g, int q) {
+  const int r = g % 4;
+  const uint32_t sel1 = (r & 1) ? 0x3715u : 0x6240u;  // odd: queries 1, 3 of keys r - 1, r; even: 0, 2 of r, r + 1
+  const uint32_t sel2 = (r & 2) ? 0x3276u : 0x5410u;  // keys 0, 1 of the pair below, then 2, 3
+  const int jcol = (r & 1) + 8 * (r >> 1);
 #pragma unroll
   for (int kk = 0; kk < Cfg::kSN / 16; ++kk)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int key = frag_key<Cfg>(w, warp, g, i), col = frag_col<Cfg>(w, q, kk, i);
-      const float2 f = unpack2<T>(a[kk][i]);
-      const uint32_t b = e4m3x2(f.x, f.y, inv);
-      asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(tile + wg::sw128(col * Cfg::kBlockN + key)), "r"(b & 0xffu)
-                   : "memory");
-      asm volatile("st.shared.u8 [%0], %1;\n" ::"r"(tile + wg::sw128((col + 1) * Cfg::kBlockN + key)),
-                   "r"(b >> 8) : "memory");
+    for (int h = 0; h < 2; ++h) {  // key 16 warp + g + 8 h: fragments i = h (queries c, c + 1), h + 2 (c + 8, c + 9)
+      const float2 f0 = unpack2<T>(a[kk][h]), f1 = unpack2<T>(a[kk][h + 2]);
+      const uint32_t x = e4m3x2(f0.x, f0.y, inv) | (e4m3x2(f1.x, f1.y, inv) << 16);
+      const uint32_t z = __byte_perm(x, __shfl_xor_sync(0xffffffffu, x, 4), sel1);
+      const uint32_t y = __byte_perm(z, __shfl_xor_sync(0xffffffffu, z, 8), sel2);
+      const int key = frag_key<Cfg>(w, warp, g & ~3, h), col = frag_col<Cfg>(w, q, kk, 0) + jcol;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(col * Cfg::kBlockN + key)), "r"(y) : "memory");
     }
 }
 
@@ -737,11 +781,33 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const AttnParams& p = P.fwd;
   const bool deterministic = P.deterministic != 0;
 
-  BlockWork work(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
-  if (!work.active) return;  // a packed sequence shorter than the grid's longest: no such K/V block
+  // The block's K/V block; persistent (the `persistent` variant): its first tile of the grid,
+  // then every gridDim.x-th (set_tile), each role walking the same tiles in the same order.
+  constexpr bool PERSISTENT = Cfg::kPersistent;
+  const int n_tiles = PERSISTENT ? buf.tiles_x * buf.tiles_y * buf.tiles_z : 1;
+  const int tile0 = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;
+  auto work_of = [&](int t) {
+    if constexpr (PERSISTENT)
+      return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, t % buf.tiles_x,
+                       (t / buf.tiles_x) % buf.tiles_y, t / (buf.tiles_x * buf.tiles_y));
+    else
+      return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
+  };
+  BlockWork work = work_of(tile0);
+  if constexpr (!PERSISTENT) {
+    if (!work.active) return;  // a packed sequence shorter than the grid's longest: no such K/V block
+  }
   MODS mods = mods_arg;
   mods.set_block(work);
   work.walk(mods.query_rows(work.key0, min(work.key0 + BLOCK_N, work.len_k) - 1), BLOCK_M);
+  // Persistent: tile t's work and mask in place of the last (a tile of a packed sequence past its
+  // keys has no step, and every role skips it).
+  auto set_tile = [&](int t) {
+    work = work_of(t);
+    mods = mods_arg;
+    mods.set_block(work);
+    work.walk(mods.query_rows(work.key0, min(work.key0 + BLOCK_N, work.len_k) - 1), BLOCK_M);
+  };
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const BwdSmem<Cfg> sm(smem_raw);
   const Loads<Cfg> loads{&map_q,       &map_k,    &map_v,        &map_do,
@@ -763,6 +829,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_init(sm.q_empty(s), kMathThreads);
       if (Cfg::kSplitRelease) mbarrier_init(sm.do_empty(s), kMathThreads);
     }
+    if (PERSISTENT) mbarrier_init(sm.kv_empty(), kMathThreads);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -774,10 +841,54 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // ----------------
       setmaxnreg_dec<kProducerRegs>();
       const int warp = tid / 32;
-      if (warp == 0 && tid == 0 && work.steps > 0) {
+      if constexpr (PERSISTENT) {
+        // The same two roles over the block's tiles. The Q/dO ring goes on from tile to tile
+        // (step gs in all): the next K/V block's first Q_i, dO_i load into the stage the last
+        // block's next-to-last step freed while its last step runs, and its K_j, V_j once the
+        // math warps release the last block's (kv_empty), while they write its dK, dV.
+        if (warp == 0 && tid == 0) {
+          int gs = 0, round = 0;
+#pragma unroll 1
+          for (int t = tile0; t < n_tiles; t += gridDim.x) {
+            set_tile(t);
+            if (work.steps == 0) continue;
+            loads.step(sm, work, 0, gs);
+            if (round > 0) mbarrier_wait_parity(sm.kv_empty(), (round - 1) & 1);
+            loads.kv(sm, work);
+#pragma unroll 1
+            for (int it = 1; it < work.steps; ++it) loads.step(sm, work, it, gs + it);
+            gs += work.steps;
+            ++round;
+          }
+        } else if (warp == 1 && WRITER) {
+          int total = 0;  // the block's steps in all: the hand-off's last step frees no tile
+#pragma unroll 1
+          for (int t = tile0; t < n_tiles; t += gridDim.x) {
+            set_tile(t);
+            total += work.steps;
+          }
+          if (total > 0) named_barrier_arrive(kDqEmpty, kDqHandoff);  // the tile starts free
+          int done = 0;
+#pragma unroll 1
+          for (int t = tile0; t < n_tiles; t += gridDim.x) {
+            set_tile(t);
+#pragma unroll 1
+            for (int it = 0; it < work.steps; ++it) {
+              named_barrier_sync(kDqFull, kDqHandoff);
+              int* turn = nullptr;
+              if (tid == 32) turn = add_dq_tile<Cfg>(sm, buf, p, work, mods, it, deterministic, buf.early_free);
+              __syncwarp();
+              if (++done < total) named_barrier_arrive(kDqEmpty, kDqHandoff);
+              if (tid == 32 && turn != nullptr) release_dq_turn(turn, work.j + 1);
+              __syncwarp();
+            }
+          }
+          if (tid == 32) bulk_wait_group<0>();
+        }
+      } else if (warp == 0 && tid == 0 && work.steps > 0) {
         loads.kv(sm, work);
 #pragma unroll 1
-        for (int it = 0; it < work.steps; ++it) loads.step(sm, work, it);
+        for (int it = 0; it < work.steps; ++it) loads.step(sm, work, it, it);
       } else if (warp == 1 && WRITER && work.steps > 0) {
         // LAB-BEGIN(14-writer-loop): the writer warp's side of the dQ hand-off, step by step
         named_barrier_arrive(kDqEmpty, kDqHandoff);  // the tile starts free
@@ -810,282 +921,305 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const bool loader =
       !WS && tid == 0;  // the no-ws ablation: this thread issues the loads and dQ adds
   const float scale_log2 = p.scale_log2;
-  {  // the thread's two keys of S^T (rows 16 warp + g and + 8 of its warpgroup's 64)
-    const int wg_key0 = work.key0 + Cfg::kSKey0(w);
-    mods.set_keys(wg_key0, wg_key0 + 16 * warp + g, wg_key0 + 16 * warp + g + 8);
-  }
-
-  // dK_j, dV_j: [0] is 64 keys x d; at d = 256 [t] is dims 128 w + 64 t .. x 64 keys (transposed).
-  DkvRegs<Cfg> dK, dV;
-#pragma unroll
-  for (int t = 0; t < Cfg::kDkvTiles; ++t)
-#pragma unroll
-    for (int r = 0; r < Cfg::kDkvN / 2; ++r) dK[t][r] = dV[t][r] = 0.f;
-
-  if (work.steps > 0) {
-    if (loader) {
-      loads.kv(sm, work);
-      for (int it = 0; it < min(STAGES - 1, work.steps); ++it) loads.step(sm, work, it);
-      if (STAGES == 1) loads.step(sm, work, 0);
+  // One K/V block's walk, its steps being the block's steps gs0 .. in all (the ring's stages, the
+  // dS tiles), and its K_j, V_j the load of parity kv_parity (persistent: the block's tiles in
+  // turn; else one call, gs0 = 0).
+  auto math_block = [&](int gs0, uint32_t kv_parity) {
+    {  // the thread's two keys of S^T (rows 16 warp + g and + 8 of its warpgroup's 64)
+      const int wg_key0 = work.key0 + Cfg::kSKey0(w);
+      mods.set_keys(wg_key0, wg_key0 + 16 * warp + g, wg_key0 + 16 * warp + g + 8);
     }
-    mbarrier_wait_parity(sm.kv_full(), 0);
-  }
-  // fp8-dq: K_j^T in e4m3 and its scale, once for the whole walk (every math thread, so the
-  // barrier inside counts all 256; a block with no step has nothing to transpose).
-  float k_scale = 1.f;
-  if constexpr (Cfg::kFp8Dq) {
-    if (work.steps > 0) k_scale = build_kt_e4m3<T, Cfg>(sm, 128 * w + mtid);
-  }
+
+    // dK_j, dV_j: [0] is 64 keys x d; at d = 256 [t] is dims 128 w + 64 t .. x 64 keys (transposed).
+    DkvRegs<Cfg> dK, dV;
+#pragma unroll
+    for (int t = 0; t < Cfg::kDkvTiles; ++t)
+#pragma unroll
+      for (int r = 0; r < Cfg::kDkvN / 2; ++r) dK[t][r] = dV[t][r] = 0.f;
+
+    if (work.steps > 0) {
+      if (loader) {
+        loads.kv(sm, work);
+        for (int it = 0; it < min(STAGES - 1, work.steps); ++it) loads.step(sm, work, it, gs0 + it);
+        if (STAGES == 1) loads.step(sm, work, 0, gs0);
+      }
+      mbarrier_wait_parity(sm.kv_full(), kv_parity);
+    }
+    // fp8-dq: K_j^T in e4m3 and its scale, once for the whole walk (every math thread, so the
+    // barrier inside counts all 256; a block with no step has nothing to transpose).
+    float k_scale = 1.f;
+    if constexpr (Cfg::kFp8Dq) {
+      if (work.steps > 0) k_scale = build_kt_e4m3<T, Cfg>(sm, 128 * w + mtid);
+    }
 
 #pragma unroll 1
-  for (int it = 0; it < work.steps; ++it) {
-    const int s = it % STAGES;
-    const uint32_t phase = (it / STAGES) & 1;
-    if (loader && STAGES > 1 && it + STAGES - 1 < work.steps) loads.step(sm, work, it + STAGES - 1);
-    const int q0 = work.q_block(it) * BLOCK_M;
-    const int s_key0 = Cfg::kSKey0(w),
-              s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
-    mods.template set_step<SN>(work.head(it), q0 + s_col0);
+    for (int it = 0; it < work.steps; ++it) {
+      const int gs = gs0 + it;  // the block's step in all
+      const int s = gs % STAGES;
+      const uint32_t phase = (gs / STAGES) & 1;
+      if (loader && STAGES > 1 && it + STAGES - 1 < work.steps)
+        loads.step(sm, work, it + STAGES - 1, gs + STAGES - 1);
+      const int q0 = work.q_block(it) * BLOCK_M;
+      const int s_key0 = Cfg::kSKey0(w),
+                s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
+      mods.template set_step<SN>(work.head(it), q0 + s_col0);
 
-    // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight. V and dO narrower than
-    // the tile (V's head_dim below Q's: MLA's 128 of 192) come in as zeros past their columns (the
-    // maps' own width), so dP^T sums zeros there and dV_j's columns past them stay zero.
-    float S[SN / 2], dP[SN / 2];
-    mbarrier_wait_parity(sm.q_full(s), phase);
-    wgmma_fence_operand(S);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, SN>(
-          S, wg::desc_kmajor_sw128(sm.K() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
-          wg::desc_kmajor_sw128(sm.Q(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
-    wgmma_commit();
-    mbarrier_wait_parity(sm.do_full(s), phase);
-    wgmma_fence_operand(dP);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<T, SN>(
-          dP, wg::desc_kmajor_sw128(sm.V() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
-          wg::desc_kmajor_sw128(sm.dO(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
-    wgmma_commit();
-
-    // P^T = exp2(S^T scale log2e - LSE log2e) while dP^T runs, then dS^T = P^T ∘ (dP^T - D), both
-    // packed to 16-bit A fragments 16 queries at a time (so that each fp32 P^T register dies as
-    // soon as it is packed: at d = 64 the whole S^T and dP^T at once leave the math warps a
-    // register short). MODS places the two (CausalOrNone: probs, then ds_of at the packing).
-    const StepRows rows{
-        reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw))) + s_col0,
-        reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw))) + s_col0,
-        q0 + s_col0, q, scale_log2};
-    wgmma_wait<1>();  // S^T is in (groups complete in order); dP^T may still run
-    wgmma_fence_operand(S);
-    MODS::template p_while_dp<SN>(mods, S, rows);
-    wgmma_wait<0>();
-    wgmma_fence_operand(dP);
-    MODS::template after_dp<SN>(mods, S, dP, rows);
-    uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
-    float ds_amax = 0.f;  // fp8-dq: this thread's |max| of dS
-#pragma unroll
-    for (int kk = 0; kk < SN / 16; ++kk) {
-      MODS::template ds_at_pack<SN>(mods, S, dP, rows, kk);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
-        dSa[kk][i] = pack2<T>(dP[8 * kk + 2 * i], dP[8 * kk + 2 * i + 1]);
-        if constexpr (Cfg::kFp8Dq)
-          ds_amax = fmaxf(ds_amax, fmaxf(fabsf(dP[8 * kk + 2 * i]), fabsf(dP[8 * kk + 2 * i + 1])));
-      }
-    }
-
-    const uint32_t dS_tile = sm.dS(it % Cfg::kDsBufs);
-    if (Cfg::kDsBufs == 1 && it > 0)
-      named_barrier_sync(kDsReady, kMathThreads);  // the last dQ read it
-    if constexpr (!Cfg::kPSmem) {
-      // dV_j += P^T dO_i (RS): P^T straight from the registers.
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_M / 16; ++kk) wgmma_fence_operand(Pa[kk]);
-      wgmma_fence_operand(dV[0]);
+      // S^T = K_j Q_i^T and dP^T = V_j dO_i^T (SS): two groups in flight. V and dO narrower than
+      // the tile (V's head_dim below Q's: MLA's 128 of 192) come in as zeros past their columns (the
+      // maps' own width), so dP^T sums zeros there and dV_j's columns past them stay zero.
+      float S[SN / 2], dP[SN / 2];
+      mbarrier_wait_parity(sm.q_full(s), phase);
+      wgmma_fence_operand(S);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_rs<T, D, 1>(
-            dV[0], Pa[kk],
-            wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
-            1);
+      for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss<T, SN>(
+            S, wg::desc_kmajor_sw128(sm.K() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
+            wg::desc_kmajor_sw128(sm.Q(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
       wgmma_commit();
-    } else {
-      store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
-    }
-    // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys. fp8-dq: dS in
-    // e4m3, [query][key], scaled by the tile's |max| over both warpgroups (one barrier more).
-    float ds_scale = 1.f;
-    if constexpr (Cfg::kFp8Dq) {
-      ds_scale = e4m3_scale(math_amax(sm, ds_amax, 1 + it % Cfg::kDsBufs, 4 * w + warp));
-      store_ds_e4m3<T, Cfg>(dS_tile, dSa, 1.f / ds_scale, w, warp, g, q);
-    } else {
-      store_keys_by_queries<T, Cfg>(dS_tile, dSa, w, warp, g, q);
-    }
-    fence_proxy_async_smem();
-    named_barrier_sync(kDsReady, kMathThreads);
+      mbarrier_wait_parity(sm.do_full(s), phase);
+      wgmma_fence_operand(dP);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        wgmma_ss<T, SN>(
+            dP, wg::desc_kmajor_sw128(sm.V() + wg::sw128_kmajor_offset(BLOCK_N, s_key0, kk)),
+            wg::desc_kmajor_sw128(sm.dO(s) + wg::sw128_kmajor_offset(BLOCK_M, s_col0, kk)), kk > 0);
+      wgmma_commit();
 
-    float dQ[Cfg::kDqRegs];
+      // P^T = exp2(S^T scale log2e - LSE log2e) while dP^T runs, then dS^T = P^T ∘ (dP^T - D), both
+      // packed to 16-bit A fragments 16 queries at a time (so that each fp32 P^T register dies as
+      // soon as it is packed: at d = 64 the whole S^T and dP^T at once leave the math warps a
+      // register short). MODS places the two (CausalOrNone: probs, then ds_of at the packing).
+      const StepRows rows{
+          reinterpret_cast<const float*>(smem_raw + (sm.lse(s) - smem_addr(smem_raw))) + s_col0,
+          reinterpret_cast<const float*>(smem_raw + (sm.delta(s) - smem_addr(smem_raw))) + s_col0,
+          q0 + s_col0, q, scale_log2};
+      wgmma_wait<1>();  // S^T is in (groups complete in order); dP^T may still run
+      wgmma_fence_operand(S);
+      MODS::template p_while_dp<SN>(mods, S, rows);
+      wgmma_wait<0>();
+      wgmma_fence_operand(dP);
+      MODS::template after_dp<SN>(mods, S, dP, rows);
+      uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
+      float ds_amax = 0.f;  // fp8-dq: this thread's |max| of dS
 #pragma unroll
-    for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(dK[t]);
-    wgmma_fence_operand(dQ);
+      for (int kk = 0; kk < SN / 16; ++kk) {
+        MODS::template ds_at_pack<SN>(mods, S, dP, rows, kk);
 #pragma unroll
-    for (int kk = 0; kk < SN / 16; ++kk) wgmma_fence_operand(dSa[kk]);
-    wgmma_fence();
-    if constexpr (Cfg::kDkvT) {
-      // d = 256: dK_j^T += Q_i^T dS, then dV_j^T += dO_i^T P (SS): A = Q_i, dO_i read MN-major
-      // (head_dim as M: this warpgroup's dims 128 w + 64 t ..), B = the dS^T, P^T tiles K-major.
-      // One commit group each, so that Q and dO are released one after the other (below).
-      auto transposed_gemm = [&](DkvRegs<Cfg>& acc, uint32_t a_tile, uint32_t b_tile) {
+        for (int i = 0; i < 4; ++i) {
+          Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
+          dSa[kk][i] = pack2<T>(dP[8 * kk + 2 * i], dP[8 * kk + 2 * i + 1]);
+          if constexpr (Cfg::kFp8Dq)
+            ds_amax = fmaxf(ds_amax, fmaxf(fabsf(dP[8 * kk + 2 * i]), fabsf(dP[8 * kk + 2 * i + 1])));
+        }
+      }
+
+      const uint32_t dS_tile = sm.dS(gs % Cfg::kDsBufs);
+      if (Cfg::kDsBufs == 1 && gs > 0)
+        named_barrier_sync(kDsReady, kMathThreads);  // the last dQ read it
+      if constexpr (!Cfg::kPSmem) {
+        // dV_j += P^T dO_i (RS): P^T straight from the registers.
 #pragma unroll
-        for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(acc[t]);
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk) wgmma_fence_operand(Pa[kk]);
+        wgmma_fence_operand(dV[0]);
+        wgmma_fence();
 #pragma unroll
-        for (int t = 0; t < Cfg::kDkvTiles; ++t)
-#pragma unroll
-          for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-            const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
-            wgmma_ss<T, BLOCK_N, 0, 1>(
-                acc[t], wg::desc_mnmajor_sw128(a_tile + dims, BLOCK_M),
-                wg::desc_kmajor_sw128(b_tile + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
-          }
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+          wgmma_rs<T, D, 1>(
+              dV[0], Pa[kk],
+              wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
+              1);
         wgmma_commit();
-      };
-      transposed_gemm(dK, sm.Q(s), dS_tile);
-      transposed_gemm(dV, sm.dO(s), sm.Pt());
-    } else if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from
-                                         // shared memory
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_ss<T, D, 1>(
-            dV[0], wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-            wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
-            1);
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_ss<T, D, 1>(
-            dK[0], wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-            wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
-    } else {
-      // dK_j += dS^T Q_i (RS).
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-        wgmma_rs<T, D, 1>(
-            dK[0], dSa[kk],
-            wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
-    }
-    // dQ_i's share = dS K_j (SS): A = dS read MN-major (trans-a) from the [key][query] tile; this
-    // warpgroup's 64 x kDqN of it: rows 64 w (a 128-query block) or columns kDqN w (a 64-query
-    // block).
-    const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqN * w;
-    if constexpr (Cfg::kFp8Dq) {
-      // fp8-dq: A = dS [query][key] and B = K_j^T [dim][key], both K-major e4m3, 32 keys a step.
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 32; ++kk)
-        wgmma_ss_e4m3<Cfg::kDqN>(dQ, wg::desc_kmajor_sw(dS_tile + wg::kmajor_offset(128, BLOCK_M, m0, 32 * kk), 128),
-                                 wg::desc_kmajor_sw(sm.Kt() + wg::kmajor_offset(128, D, n0, 32 * kk), 128), kk > 0);
-    } else {
-#pragma unroll
-      for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-        wgmma_ss<T, Cfg::kDqN, 1, 1>(
-            dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
-            wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
-            kk > 0);
-    }
-    wgmma_commit();
-    // Q_i, dO_i (and LSE_i, D_i, read by this thread) go back to the producer once the GEMMs that
-    // read them are done: at d = 256 Q after dK^T, dO after dV^T, while dQ still runs.
-    if constexpr (Cfg::kSplitRelease) {
-      wgmma_wait<2>();
-      mbarrier_arrive(sm.q_empty(s));
-      wgmma_wait<1>();
-      mbarrier_arrive(sm.do_empty(s));
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int t = 0; t < Cfg::kDkvTiles; ++t) {
-      wgmma_fence_operand(dK[t]);
-      wgmma_fence_operand(dV[t]);
-    }
-    wgmma_fence_operand(dQ);
-    if constexpr (Cfg::kFp8Dq) {  // the e4m3 operands' scales back in (fp32)
-      const float dq_scale = ds_scale * k_scale;
-#pragma unroll
-      for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= dq_scale;
-    }
-    if constexpr (!Cfg::kSplitRelease)
-      mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
-    if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1);
-
-    // dQ_i's share out: through shared memory to the writer, or by atomics.
-    if constexpr (WRITER) {
-      // LAB-BEGIN(14-dq-handoff): the math warps' side: wait for a free tile, store, hand it over
-      float* dq_s = reinterpret_cast<float*>(smem_raw + (sm.dQ() - smem_addr(smem_raw)));
-      if constexpr (WS) {
-        named_barrier_sync(kDqEmpty, kDqHandoff);  // the writer has handed the last tile over
       } else {
-        if (loader && it > 0) bulk_wait_group_read<0>();
-        named_barrier_sync(kDqEmpty, kMathThreads);
+        store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
       }
-#pragma unroll
-      for (int r = 0; r < Cfg::kDqRegs; r += 4)
-        *reinterpret_cast<float4*>(dq_s + dq_slot<Cfg>(w, mtid, r)) =
-            make_float4(dQ[r], dQ[r + 1], dQ[r + 2], dQ[r + 3]);
+      // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys. fp8-dq: dS in
+      // e4m3, [query][key], scaled by the tile's |max| over both warpgroups (one barrier more).
+      float ds_scale = 1.f;
+      if constexpr (Cfg::kFp8Dq) {
+        ds_scale = e4m3_scale(math_amax(sm, ds_amax, 1 + gs % Cfg::kDsBufs, 4 * w + warp));
+        store_ds_e4m3<T, Cfg>(dS_tile, dSa, e4m3_inv(ds_scale), w, warp, g, q);
+      } else {
+        store_keys_by_queries<T, Cfg>(dS_tile, dSa, w, warp, g, q);
+      }
       fence_proxy_async_smem();
-      if constexpr (WS) {
-        named_barrier_arrive(kDqFull, kDqHandoff);
-      } else {
-        named_barrier_sync(kDqFull, kMathThreads);
-        if (loader) add_dq_tile<Cfg>(sm, buf, p, work, mods, it, deterministic);
-        __syncwarp();  // the warp whole again before its next wgmma (else ptxas serializes them)
-      }
-      // LAB-END(14-dq-handoff)
-    } else {
-      float* tile = dq_tile<Cfg>(buf, work, it);
-#pragma unroll
-      for (int r = 0; r < Cfg::kDqRegs; r += 2)
-        atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)),
-                  make_float2(dQ[r], dQ[r + 1]));
-    }
-  }
-  if (loader && WRITER) bulk_wait_group<0>();
+      named_barrier_sync(kDsReady, kMathThreads);
 
-  // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums
-  // -------------------
-  if constexpr (Cfg::kDkvT) {
-    store_dkv_transposed<T, Cfg>(P, buf, work, dK, dV, w, warp, g, q);
-  } else {
+      float dQ[Cfg::kDqRegs];
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int key = work.key0 + 64 * w + 16 * warp + g + 8 * hh;
-      if (key >= work.len_k) continue;
-      if (buf.kv_split > 1) {
-        float *dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
+      for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(dK[t]);
+      wgmma_fence_operand(dQ);
+#pragma unroll
+      for (int kk = 0; kk < SN / 16; ++kk) wgmma_fence_operand(dSa[kk]);
+      wgmma_fence();
+      if constexpr (Cfg::kDkvT) {
+        // d = 256: dK_j^T += Q_i^T dS, then dV_j^T += dO_i^T P (SS): A = Q_i, dO_i read MN-major
+        // (head_dim as M: this warpgroup's dims 128 w + 64 t ..), B = the dS^T, P^T tiles K-major.
+        // One commit group each, so that Q and dO are released one after the other (below).
+        auto transposed_gemm = [&](DkvRegs<Cfg>& acc, uint32_t a_tile, uint32_t b_tile) {
+#pragma unroll
+          for (int t = 0; t < Cfg::kDkvTiles; ++t) wgmma_fence_operand(acc[t]);
+#pragma unroll
+          for (int t = 0; t < Cfg::kDkvTiles; ++t)
+#pragma unroll
+            for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+              const uint32_t dims = wg::sw128_mnmajor_offset(BLOCK_M, 128 * w + 64 * t, kk);
+              wgmma_ss<T, BLOCK_N, 0, 1>(
+                  acc[t], wg::desc_mnmajor_sw128(a_tile + dims, BLOCK_M),
+                  wg::desc_kmajor_sw128(b_tile + wg::sw128_kmajor_offset(BLOCK_N, 0, kk)), 1);
+            }
+          wgmma_commit();
+        };
+        transposed_gemm(dK, sm.Q(s), dS_tile);
+        transposed_gemm(dV, sm.dO(s), sm.Pt());
+      } else if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from
+                                           // shared memory
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+          wgmma_ss<T, D, 1>(
+              dV[0], wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+              wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
+              1);
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+          wgmma_ss<T, D, 1>(
+              dK[0], wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+              wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+      } else {
+        // dK_j += dS^T Q_i (RS).
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+          wgmma_rs<T, D, 1>(
+              dK[0], dSa[kk],
+              wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+      }
+      // dQ_i's share = dS K_j (SS): A = dS read MN-major (trans-a) from the [key][query] tile; this
+      // warpgroup's 64 x kDqN of it: rows 64 w (a 128-query block) or columns kDqN w (a 64-query
+      // block).
+      const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqN * w;
+      if constexpr (Cfg::kFp8Dq) {
+        // fp8-dq: A = dS [query][key] and B = K_j^T [dim][key], both K-major e4m3, 32 keys a step.
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 32; ++kk)
+          wgmma_ss_e4m3<Cfg::kDqN>(dQ, wg::desc_kmajor_sw(dS_tile + wg::kmajor_offset(128, BLOCK_M, m0, 32 * kk), 128),
+                                   wg::desc_kmajor_sw(sm.Kt() + wg::kmajor_offset(128, D, n0, 32 * kk), 128), kk > 0);
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+          wgmma_ss<T, Cfg::kDqN, 1, 1>(
+              dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
+              wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
+              kk > 0);
+      }
+      wgmma_commit();
+      // Q_i, dO_i (and LSE_i, D_i, read by this thread) go back to the producer once the GEMMs that
+      // read them are done: at d = 256 Q after dK^T, dO after dV^T, while dQ still runs.
+      if constexpr (Cfg::kSplitRelease) {
+        wgmma_wait<2>();
+        mbarrier_arrive(sm.q_empty(s));
+        wgmma_wait<1>();
+        mbarrier_arrive(sm.do_empty(s));
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int t = 0; t < Cfg::kDkvTiles; ++t) {
+        wgmma_fence_operand(dK[t]);
+        wgmma_fence_operand(dV[t]);
+      }
+      wgmma_fence_operand(dQ);
+      if constexpr (Cfg::kFp8Dq) {  // the e4m3 operands' scales back in (fp32)
+        const float dq_scale = ds_scale * k_scale;
+#pragma unroll
+        for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= dq_scale;
+      }
+      if constexpr (!Cfg::kSplitRelease)
+        mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
+      if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1, gs + 1);
+
+      // dQ_i's share out: through shared memory to the writer, or by atomics.
+      if constexpr (WRITER) {
+        // LAB-BEGIN(14-dq-handoff): the math warps' side: wait for a free tile, store, hand it over
+        float* dq_s = reinterpret_cast<float*>(smem_raw + (sm.dQ() - smem_addr(smem_raw)));
+        if constexpr (WS) {
+          named_barrier_sync(kDqEmpty, kDqHandoff);  // the writer has handed the last tile over
+        } else {
+          if (loader && it > 0) bulk_wait_group_read<0>();
+          named_barrier_sync(kDqEmpty, kMathThreads);
+        }
+#pragma unroll
+        for (int r = 0; r < Cfg::kDqRegs; r += 4)
+          *reinterpret_cast<float4*>(dq_s + dq_slot<Cfg>(w, mtid, r)) =
+              make_float4(dQ[r], dQ[r + 1], dQ[r + 2], dQ[r + 3]);
+        fence_proxy_async_smem();
+        if constexpr (WS) {
+          named_barrier_arrive(kDqFull, kDqHandoff);
+        } else {
+          named_barrier_sync(kDqFull, kMathThreads);
+          if (loader) add_dq_tile<Cfg>(sm, buf, p, work, mods, it, deterministic);
+          __syncwarp();  // the warp whole again before its next wgmma (else ptxas serializes them)
+        }
+        // LAB-END(14-dq-handoff)
+      } else {
+        float* tile = dq_tile<Cfg>(buf, work, it);
+#pragma unroll
+        for (int r = 0; r < Cfg::kDqRegs; r += 2)
+          atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)),
+                    make_float2(dQ[r], dQ[r + 1]));
+      }
+    }
+    if (loader && WRITER) bulk_wait_group<0>();
+    if constexpr (PERSISTENT) mbarrier_arrive(sm.kv_empty());  // K_j, V_j (and K_j^T) read for the last time
+
+    // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums
+    // -------------------
+    if constexpr (Cfg::kDkvT) {
+      store_dkv_transposed<T, Cfg>(P, buf, work, dK, dV, w, warp, g, q);
+    } else {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int key = work.key0 + 64 * w + 16 * warp + g + 8 * hh;
+        if (key >= work.len_k) continue;
+        if (buf.kv_split > 1) {
+          float *dk = dkv_partial(P, buf, work, key, 0), *dv = dkv_partial(P, buf, work, key, 1);
+#pragma unroll
+          for (int c = 0; c < D / 8; ++c) {
+            if (8 * c < p.head_dim) {  // a head_dim below the tile's: zero columns past it
+              *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) =
+                  make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
+              *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) =
+                  make_float2(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
+            }
+          }
+          continue;
+        }
+        T *dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
+        const int dv_cols = p.dv();  // dV's columns: V's head_dim, at most head_dim (MLA's 128 of 192)
 #pragma unroll
         for (int c = 0; c < D / 8; ++c) {
-          if (8 * c < p.head_dim) {  // a head_dim below the tile's: zero columns past it
-            *reinterpret_cast<float2*>(dk + 8 * c + 2 * q) =
-                make_float2(dK[0][4 * c + 2 * hh], dK[0][4 * c + 2 * hh + 1]);
-            *reinterpret_cast<float2*>(dv + 8 * c + 2 * q) =
-                make_float2(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
-          }
+          if (8 * c < p.head_dim)
+            *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) = pack2<T>(
+                dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
+          if (8 * c < dv_cols)  // past it dV's columns are zeros (V and dO read as zeros there)
+            *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) =
+                pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
         }
-        continue;
-      }
-      T *dk = grad_row<T>(P.dk, p, work, key, 0), *dv = grad_row<T>(P.dv, p, work, key, 1);
-      const int dv_cols = p.dv();  // dV's columns: V's head_dim, at most head_dim (MLA's 128 of 192)
-#pragma unroll
-      for (int c = 0; c < D / 8; ++c) {
-        if (8 * c < p.head_dim)
-          *reinterpret_cast<uint32_t*>(dk + 8 * c + 2 * q) = pack2<T>(
-              dK[0][4 * c + 2 * hh] * p.softmax_scale, dK[0][4 * c + 2 * hh + 1] * p.softmax_scale);
-        if (8 * c < dv_cols)  // past it dV's columns are zeros (V and dO read as zeros there)
-          *reinterpret_cast<uint32_t*>(dv + 8 * c + 2 * q) =
-              pack2<T>(dV[0][4 * c + 2 * hh], dV[0][4 * c + 2 * hh + 1]);
       }
     }
+  };  // math_block
+
+  if constexpr (PERSISTENT) {
+    int gs = 0;
+    uint32_t round = 0;
+#pragma unroll 1
+    for (int t = tile0; t < n_tiles; t += gridDim.x) {
+      set_tile(t);
+      if (work.steps == 0) continue;
+      math_block(gs, round & 1);
+      gs += work.steps;
+      ++round;
+    }
+  } else {
+    math_block(0, 0);
   }
 }
 

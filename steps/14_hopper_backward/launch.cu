@@ -31,7 +31,7 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq };
+                  late_free, fp8_dq, persistent };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
@@ -76,7 +76,8 @@ template <Mode M, int D>
 struct ModeTiles {
   static constexpr int kBlockM = hopper14::kRungBlockM<D>;
   using type = hopper14::BwdTiles<D, kBlockM, M == Mode::one_stage ? 1 : 2, M != Mode::no_ws,
-                                  (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv, M == Mode::fp8_dq>;
+                                  (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv, M == Mode::fp8_dq,
+                                  M == Mode::persistent>;
 };
 template <Mode M>
 struct ModeTiles<M, 256> {
@@ -124,7 +125,8 @@ std::vector<KernelInfo> kernel_list() {
                            (Cfg::kWarpSpecialized ? ", producer + dQ writer + 2 math warpgroups" : ", 2 math warpgroups") +
                            (Cfg::kDkvT ? ", dK^T and dV^T (head_dim as M)" : "") +
                            (Cfg::kPSmem ? ", P and dS from shared memory" : "") +
-                           (Cfg::kFp8Dq ? ", dQ = dS K on e4m3" : "");
+                           (Cfg::kFp8Dq ? ", dQ = dS K on e4m3" : "") +
+                           (Cfg::kPersistent ? ", one block per SM walking the K/V blocks" : "");
   constexpr bool kWriter = M != Mode::atomic_dq;
   return {hopper14::prep_kernel_info<T, D>(prep_of(M)),
           {"bwd_hopper<" + tile + (kWriter ? ", dQ by bulk reduce-add>" : ", dQ by atomics>"),
@@ -240,6 +242,10 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::fp8_dq>("fp8-dq", "rung 18's first GEMM: dQ = dS K on e4m3 wgmma (K_j^T in e4m3 once per "
                                             "block, dS in e4m3 with a scale per tile from every math warp's |max|); "
                                             "dK, dV 16-bit"));
+  reg.add(make_rung<Mode::persistent>("persistent", "candidate: a persistent grid, one block per SM walking the K/V "
+                                                    "blocks in turn; the next block's K_j, V_j and first Q_i, dO_i "
+                                                    "load while the math warps end the last (README, \"A persistent "
+                                                    "grid\")"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

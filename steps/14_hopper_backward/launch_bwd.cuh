@@ -13,6 +13,7 @@
 #include <string>
 
 #include "flashladder/cuda_check.h"
+#include "flashladder/device.h"
 #include "flashladder/registry.h"
 #include "flashladder/tma.h"
 #include "../11_backward/exact_delta.cuh"
@@ -209,7 +210,15 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
                                                 Cfg::kBlockN, p.q);
   const CUtensorMap map_v = make_tma_map_tokens(dt, p, true, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
                                                 Cfg::kBlockN, p.q, p.dv());
-  const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv * buf.kv_split, p.batch);
+  dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv * buf.kv_split, p.batch);
+  buf.tiles_x = static_cast<int>(grid.x);
+  buf.tiles_y = static_cast<int>(grid.y);
+  buf.tiles_z = static_cast<int>(grid.z);
+  if constexpr (Cfg::kPersistent) {  // one block per SM walks the tiles (kernel.cuh, set_tile)
+    const int64_t tiles = int64_t(grid.x) * grid.y * grid.z;
+    if (tiles > INT32_MAX) throw std::runtime_error("rung 14's persistent grid: more than 2^31 - 1 K/V blocks");
+    grid = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, device_sm_count()))), 1, 1);
+  }
   bool writer = true;
   if constexpr (!WRITER) {
     if (!deterministic) {

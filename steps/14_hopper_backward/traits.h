@@ -60,9 +60,12 @@ constexpr int kv_block_keys(int d) { return d > 128 ? 64 : 128; }
 /// through shared memory for the `ss-dkv` ablation (and always at d = 256, where it is dV^T's B);
 /// FP8_DQ: dQ = dS K on e4m3 wgmma (the `fp8-dq` variant, rung 18's first GEMM: README, "dQ in
 /// e4m3"): K_j^T transposed into e4m3 once per block, dS written [query][key] in e4m3 with a scale
-/// per tile, both in 128-byte K-major rows (d = 64 and 128: 128 keys per block).
+/// per tile, both in 128-byte K-major rows (d = 64 and 128: 128 keys per block). PERSISTENT: one
+/// block per SM walks the grid's K/V blocks in turn (the `persistent` variant: README,
+/// "A persistent grid"), the producer loading the next K/V block while the math warps write the
+/// last one's dK, dV.
 template <int HEAD_DIM, int BLOCK_M, int STAGES = 2, bool WS = true, int DS_BUFS = 2, bool P_SMEM = false,
-          bool FP8_DQ = false>
+          bool FP8_DQ = false, bool PERSISTENT = false>
 struct BwdTiles {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kBlockM = BLOCK_M;  ///< queries per step
@@ -72,6 +75,7 @@ struct BwdTiles {
   static constexpr int kDsBufs = DS_BUFS;
   static constexpr bool kPSmem = P_SMEM;
   static constexpr bool kFp8Dq = FP8_DQ;
+  static constexpr bool kPersistent = PERSISTENT;
   /// d = 256: dK^T, dV^T with head_dim as wgmma's M (the file comment).
   static constexpr bool kDkvT = HEAD_DIM > 128;
   static constexpr int kMathThreads = 256;
@@ -114,9 +118,11 @@ struct BwdTiles {
   /// FP8_DQ: the 8 math warps' |max| of K_j (one row), then of each dS tile (a row per buffer).
   static constexpr int kAmax = kDelta + STAGES * kRowStatBytes;
   static constexpr int kAmaxBytes = FP8_DQ ? (1 + DS_BUFS) * 8 * 4 : 0;
-  /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free".
+  /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free";
+  /// PERSISTENT: then "K and V free" (the math warps done with the last K/V block).
   static constexpr int kBars = kAmax + kAmaxBytes;
-  static constexpr int kSmemBytes = kBars + 8 * (1 + (kSplitRelease ? 4 : 3) * STAGES) + 1024;  // + alignment slack
+  static constexpr int kBarCount = 1 + (kSplitRelease ? 4 : 3) * STAGES + (PERSISTENT ? 1 : 0);
+  static constexpr int kSmemBytes = kBars + 8 * kBarCount + 1024;  // + alignment slack
   /// fp32 registers a math thread holds for dK and dV together.
   static constexpr int kDkvRegs = 2 * kDkvTiles * kDkvN / 2;
 
@@ -127,6 +133,7 @@ struct BwdTiles {
   static_assert(!FP8_DQ || (!kDkvT && !P_SMEM && kBlockN == 128),
                 "fp8-dq: d = 64 and 128, dS^T from registers for dK, 128-byte e4m3 rows of keys");
   static_assert(!FP8_DQ || BLOCK_M * kBlockN <= kDsBytes, "the e4m3 dS tile fits the 16-bit one's place");
+  static_assert(!PERSISTENT || WS, "persistent: the producer warpgroup loads the next K/V block");
   static_assert(kSmemBytes <= kSmemOptin, "must fit the 227 KB of an sm_90 block");
   static_assert(kDkvRegs + kSN <= kMathRegs - 48,
                 "dK, dV and S^T, dP^T (kSN / 2 each) fit the math registers");
