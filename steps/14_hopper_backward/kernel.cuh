@@ -1168,7 +1168,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       }
     }
     if (loader && WRITER) bulk_wait_group<0>();
-    if constexpr (PERSISTENT) mbarrier_arrive(sm.kv_empty());  // K_j, V_j (and K_j^T) read for the last time
+    if constexpr (PERSISTENT)  // K_j, V_j (and K_j^T) read for the last time (a block of no step loaded none)
+      if (work.steps > 0) mbarrier_arrive(sm.kv_empty());
 
     // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums
     // -------------------
@@ -1213,8 +1214,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll 1
     for (int t = tile0; t < n_tiles; t += gridDim.x) {
       set_tile(t);
+      if (!work.active) continue;  // no such K/V block in its sequence
+      math_block(gs, round & 1);   // with no step: dK_j = dV_j = 0, written
       if (work.steps == 0) continue;
-      math_block(gs, round & 1);
       gs += work.steps;
       ++round;
     }
