@@ -472,12 +472,18 @@ def shape_cell(prob):
                                         prob["heads_q"], prob["heads_kv"], "yes" if prob["causal"] else "no")
 
 
+def ab_commit(meta):
+    """The report's commit, 7 digits (or as gen_rung14_ab's rung_at spelled it)."""
+    sha = meta.get("git_sha", "")
+    return sha if "`" in sha else sha[:7]
+
+
 def ab_caption(meta, what):
     return ("%s, %s, commit `%s`; time of the whole backward (median of 50 launches, L2 flushed), median over the "
             "rounds; %s; checks: the study's check run of each entry against the fp64 backward reference (full: every "
             "(batch, KV head) group; sample: two; coverage: every element written, the gradients not compared, one "
             "group being above the reference's work cap; – where it did not finish)." % (
-                meta["device"]["name"], meta["date"][:10], meta.get("git_sha", "")[:7], what))
+                meta["device"]["name"], meta["date"][:10], ab_commit(meta), what))
 
 
 @generator("rung14-prep-ab")
@@ -513,11 +519,15 @@ def gen_rung14_prep_ab(ctx, gpu):
 
 
 @generator("rung14-ab")
-def gen_rung14_ab(ctx, gpu, other):
+def gen_rung14_ab(ctx, gpu, other, rung_at=None):
     """The rung against one of its variants (@p other), per shape of a rung14_prep_ab.sh folder run
-    with OTHER=@p other: median over the rounds of each entry's median time and their ratio."""
+    with OTHER=@p other: median over the rounds of each entry's median time and their ratio.
+    @p rung_at: the commit of steps/14_hopper_backward/ when the binary was built from an older
+    rung 14 over the tree its reports name (their git_sha), as the folder's README says."""
     res = ctx.results(gpu)
     runs, meta = ab_runs(res)
+    if rung_at:
+        meta = dict(meta, git_sha="%s` with rung 14 at `%s" % (meta.get("git_sha", "")[:7], rung_at))
     shapes = [s for s in ab_shapes(runs) if "rung" in runs[s] and other in runs[s]]
     if not shapes:
         raise Missing("rung 14 against %s in %s" % (other, gpu), "OTHER=%s bench/studies/rung14_prep_ab.sh" % other)
