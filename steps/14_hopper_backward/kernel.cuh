@@ -194,9 +194,16 @@ struct BwdSmem {
     return base + Cfg::kDS + b * Cfg::kDsBytes;
   }
   __device__ __forceinline__ uint32_t Pt() const { return base + Cfg::kP; }
-  /// fp8-dq: K_j^T in e4m3; the 8 math warps' |max| of K_j (row 0) and of dS tile b (row 1 + b).
+  /// fp8-dq: K_j^T in e4m3; the 8 math warps' |max| of K_j (row 0) and (per tile) of dS tile b
+  /// (row 1 + b); per query row, each warp's |max| of each row of the step's dS, the rows' scales
+  /// and their inverses (traits.h).
   __device__ __forceinline__ uint32_t Kt() const { return base + Cfg::kKt; }
   __device__ __forceinline__ uint32_t amax(int row) const { return base + Cfg::kAmax + row * 32; }
+  __device__ __forceinline__ uint32_t ds_warp_max(int math_warp, int row) const {
+    return base + Cfg::kDsWarpMax + 4 * (math_warp * Cfg::kBlockM + row);
+  }
+  __device__ __forceinline__ uint32_t ds_scale(int row) const { return base + Cfg::kDsScale + 4 * row; }
+  __device__ __forceinline__ uint32_t ds_inv(int row) const { return base + Cfg::kDsInv + 4 * row; }
   __device__ __forceinline__ uint32_t dQ() const { return base + Cfg::kDQ; }
   __device__ __forceinline__ uint32_t lse(int s) const {
     return base + Cfg::kLse + s * Cfg::kRowStatBytes;
@@ -640,10 +647,11 @@ __device__ __forceinline__ void store_dkv_transposed(const AttnBwdParams& P, con
 
 // ---- fp8-dq: dQ_i = dS K_j on e4m3 wgmma (Cfg::kFp8Dq; README, "dQ in e4m3") ------------------
 
-/// Two floats, each times @p inv, to e4m3 (saturating): the first in the low byte.
-__device__ __forceinline__ uint32_t e4m3x2(float a, float b, float inv) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+/// Two floats, times @p inv.x and @p inv.y, to e4m3 (saturating): the first in the low byte.
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b, float2 inv) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a * inv.x, b * inv.y), __NV_SATFINITE, __NV_E4M3);
 }
+__device__ __forceinline__ uint32_t e4m3x2(float a, float b, float inv) { return e4m3x2(a, b, make_float2(inv, inv)); }
 
 /// The scale that maps an |max| of @p amax onto e4m3's largest finite value, 448 (1 for a tile of
 /// zeros, which any scale leaves zero), floored at fp32's smallest normal: where the softmax has
@@ -731,35 +739,83 @@ __device__ __forceinline__ float build_kt_e4m3(const BwdSmem<Cfg>& sm, int mt) {
   return scale;
 }
 
+/// fp8-dq, a scale per query row: the |max| of this warp's 16 keys of each of the 16 queries
+/// 16 kk .. of the step's dS^T, into shared memory ([warp][query]). @p v[c] is this thread's
+/// |max| over its two keys (16 warp + g, + 8) of column 16 kk + 8 (c / 2) + 2 q + c % 2. The eight
+/// lanes of one q halve their columns at each shuffle: across lane bit 4 a lane keeps the columns
+/// its bit names (+ 8) and takes its partner's |max| of them, across bit 3 the same for the odd
+/// column, across bit 2 both keep the one left: 4 shuffles for 16 columns (a shuffle per column
+/// and key bit would be 12), and lanes with bit 2 clear store one column each.
+template <class Cfg>
+__device__ __forceinline__ void ds_warp_max_store(const BwdSmem<Cfg>& sm, const float (&v)[4], int kk,
+                                                  int math_warp, int lane) {
+  const bool hi = lane & 16, odd = lane & 8;
+  const float keep0 = hi ? v[2] : v[0], keep1 = hi ? v[3] : v[1];
+  const float give0 = hi ? v[0] : v[2], give1 = hi ? v[1] : v[3];
+  const float m0 = fmaxf(keep0, __shfl_xor_sync(0xffffffffu, give0, 16));
+  const float m1 = fmaxf(keep1, __shfl_xor_sync(0xffffffffu, give1, 16));
+  float m = fmaxf(odd ? m1 : m0, __shfl_xor_sync(0xffffffffu, odd ? m0 : m1, 8));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
+  const int col = 16 * kk + 8 * hi + 2 * (lane % 4) + odd;
+  if ((lane & 4) == 0)
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_warp_max(math_warp, col)), "f"(m) : "memory");
+}
+
+/// fp8-dq, a scale per query row, after ds_warp_max_store of every column by every math warp
+/// (@p mt = 128 w + thread of the warpgroup): one thread per query takes the 8 warps' |max| of its
+/// row (the block's 128 keys) and writes the row's scale and inverse; every math thread may read
+/// them on return (two barriers: the warps' maxima in, the scales out).
+template <class Cfg>
+__device__ __forceinline__ void ds_row_scales(const BwdSmem<Cfg>& sm, int mt) {
+  named_barrier_sync(kAmaxReady, kMathThreads);
+  if (mt < Cfg::kBlockM) {
+    float m = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float x;
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(sm.ds_warp_max(i, mt)) : "memory");
+      m = fmaxf(m, x);
+    }
+    const float scale = e4m3_scale(m);
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_scale(mt)), "f"(scale) : "memory");
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_inv(mt)), "f"(e4m3_inv(scale)) : "memory");
+  }
+  named_barrier_sync(kAmaxReady, kMathThreads);
+}
+
 /// The step's dS in e4m3 for dQ = dS K_j: the warpgroup's dS^T A fragments @p a (16-bit, as
 /// store_keys_by_queries takes them: a[kk][i] holds columns (queries) 16 kk + 8 (i / 2) + 2q, + 1
 /// of row (key) 16 warp + g + 8 (i % 2), offset by kSKey0(w), kSCol0(w)) times @p inv, written
 /// transposed: row = query, byte = key of the [BLOCK_M][128 keys] tile (128B swizzle, K-major:
-/// dQ's A). The 16-bit rounding first, as the 16-bit path has it; then e4m3's.
+/// dQ's A). The 16-bit rounding first, as the 16-bit path has it; then e4m3's. @p inv_of(kk, c)
+/// gives the inverse scales of columns 16 kk + 8 c + 2 q and + 1 (the tile's one, or each query
+/// row's).
 ///
 /// A thread's four bytes of one key (queries c, c + 1, c + 8, c + 9) become, between the four
 /// lanes that hold keys 4 (g / 4) .. + 3 (g ^ 1: lane ^ 4, g ^ 2: lane ^ 8), one query's four
 /// keys: a 4 x 4 byte transpose in two shuffles and two byte permutes, so that each lane stores
 /// a 4-byte word (the 128B swizzle moves 16-byte chunks, which keeps a word whole) where it
 /// stored four single bytes. Lane r = g % 4 ends with query c + (r % 2) + 8 (r / 2).
-template <class T, class Cfg>
-__device__ __forceinline__ void store_ds_e4m3(uint32_t tile, const uint32_t (&a)[Cfg::kSN / 16][4], float inv,
+template <class T, class Cfg, class INV>
+__device__ __forceinline__ void store_ds_e4m3(uint32_t tile, const uint32_t (&a)[Cfg::kSN / 16][4], const INV& inv_of,
                                               int w, int warp, int g, int q) {
   const int r = g % 4;
   const uint32_t sel1 = (r & 1) ? 0x3715u : 0x6240u;  // odd: queries 1, 3 of keys r - 1, r; even: 0, 2 of r, r + 1
   const uint32_t sel2 = (r & 2) ? 0x3276u : 0x5410u;  // keys 0, 1 of the pair below, then 2, 3
   const int jcol = (r & 1) + 8 * (r >> 1);
 #pragma unroll
-  for (int kk = 0; kk < Cfg::kSN / 16; ++kk)
+  for (int kk = 0; kk < Cfg::kSN / 16; ++kk) {
+    const float2 inv0 = inv_of(kk, 0), inv1 = inv_of(kk, 1);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {  // key 16 warp + g + 8 h: fragments i = h (queries c, c + 1), h + 2 (c + 8, c + 9)
       const float2 f0 = unpack2<T>(a[kk][h]), f1 = unpack2<T>(a[kk][h + 2]);
-      const uint32_t x = e4m3x2(f0.x, f0.y, inv) | (e4m3x2(f1.x, f1.y, inv) << 16);
+      const uint32_t x = e4m3x2(f0.x, f0.y, inv0) | (e4m3x2(f1.x, f1.y, inv1) << 16);
       const uint32_t z = __byte_perm(x, __shfl_xor_sync(0xffffffffu, x, 4), sel1);
       const uint32_t y = __byte_perm(z, __shfl_xor_sync(0xffffffffu, z, 8), sel2);
       const int key = frag_key<Cfg>(w, warp, g & ~3, h), col = frag_col<Cfg>(w, q, kk, 0) + jcol;
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(col * Cfg::kBlockN + key)), "r"(y) : "memory");
     }
+  }
 }
 
 /// The backward kernel. Grid: (K/V blocks, heads_kv x kv_split, batch); Cfg::kThreads threads.
@@ -1001,17 +1057,23 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence_operand(dP);
       MODS::template after_dp<SN>(mods, S, dP, rows);
       uint32_t Pa[SN / 16][4], dSa[SN / 16][4];
-      float ds_amax = 0.f;  // fp8-dq: this thread's |max| of dS
+      float ds_amax = 0.f;  // fp8-dq, per tile: this thread's |max| of dS
 #pragma unroll
       for (int kk = 0; kk < SN / 16; ++kk) {
         MODS::template ds_at_pack<SN>(mods, S, dP, rows, kk);
+        float col_max[4] = {0.f, 0.f, 0.f, 0.f};  // fp8-dq, per row: columns 16 kk + 8 (c / 2) + 2 q + c % 2
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
           dSa[kk][i] = pack2<T>(dP[8 * kk + 2 * i], dP[8 * kk + 2 * i + 1]);
-          if constexpr (Cfg::kFp8Dq)
+          if constexpr (Cfg::kDsRowScale) {
+            col_max[2 * (i / 2)] = fmaxf(col_max[2 * (i / 2)], fabsf(dP[8 * kk + 2 * i]));
+            col_max[2 * (i / 2) + 1] = fmaxf(col_max[2 * (i / 2) + 1], fabsf(dP[8 * kk + 2 * i + 1]));
+          } else if constexpr (Cfg::kFp8Dq) {
             ds_amax = fmaxf(ds_amax, fmaxf(fabsf(dP[8 * kk + 2 * i]), fabsf(dP[8 * kk + 2 * i + 1])));
+          }
         }
+        if constexpr (Cfg::kDsRowScale) ds_warp_max_store(sm, col_max, kk, 4 * w + warp, lane);
       }
 
       const uint32_t dS_tile = sm.dS(gs % Cfg::kDsBufs);
@@ -1034,11 +1096,21 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
       }
       // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys. fp8-dq: dS in
-      // e4m3, [query][key], scaled by the tile's |max| over both warpgroups (one barrier more).
+      // e4m3, [query][key], scaled by each query row's |max| over both warpgroups (two barriers
+      // more), or (fp8-dq-tile) by the tile's (one more).
       float ds_scale = 1.f;
-      if constexpr (Cfg::kFp8Dq) {
+      if constexpr (Cfg::kDsRowScale) {
+        ds_row_scales(sm, 128 * w + mtid);
+        store_ds_e4m3<T, Cfg>(dS_tile, dSa, [&](int kk, int c) {
+          float2 inv;
+          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                       : "=f"(inv.x), "=f"(inv.y) : "r"(sm.ds_inv(frag_col<Cfg>(w, q, kk, 2 * c))) : "memory");
+          return inv;
+        }, w, warp, g, q);
+      } else if constexpr (Cfg::kFp8Dq) {
         ds_scale = e4m3_scale(math_amax(sm, ds_amax, 1 + gs % Cfg::kDsBufs, 4 * w + warp));
-        store_ds_e4m3<T, Cfg>(dS_tile, dSa, e4m3_inv(ds_scale), w, warp, g, q);
+        const float inv = e4m3_inv(ds_scale);
+        store_ds_e4m3<T, Cfg>(dS_tile, dSa, [inv](int, int) { return make_float2(inv, inv); }, w, warp, g, q);
       } else {
         store_keys_by_queries<T, Cfg>(dS_tile, dSa, w, warp, g, q);
       }
@@ -1127,7 +1199,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         wgmma_fence_operand(dV[t]);
       }
       wgmma_fence_operand(dQ);
-      if constexpr (Cfg::kFp8Dq) {  // the e4m3 operands' scales back in (fp32)
+      if constexpr (Cfg::kDsRowScale) {  // the e4m3 operands' scales back in (fp32): registers r with
+        // r % 4 < 2 hold row 16 warp + g of the share, the others row + 8 (dq_slot_coord)
+        const int row = (Cfg::kDqSplitRows ? 64 * w : 0) + 16 * warp + g;
+        float s0, s1;
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s0) : "r"(sm.ds_scale(row)) : "memory");
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s1) : "r"(sm.ds_scale(row + 8)) : "memory");
+        s0 *= k_scale;
+        s1 *= k_scale;
+#pragma unroll
+        for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= r % 4 < 2 ? s0 : s1;
+      } else if constexpr (Cfg::kFp8Dq) {  // the e4m3 operands' scales back in (fp32)
         const float dq_scale = ds_scale * k_scale;
 #pragma unroll
         for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= dq_scale;

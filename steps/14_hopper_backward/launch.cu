@@ -31,7 +31,7 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq, persistent };
+                  late_free, fp8_dq, fp8_dq_tile, persistent };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
@@ -69,6 +69,11 @@ constexpr bwd::GroupSplit group_split(Mode m) {
                                                              : bwd::GroupSplit::modeled;
 }
 
+/// dQ on e4m3 (traits.h's FP8_DQ): dS scaled per query row (fp8-dq) or per tile (fp8-dq-tile).
+constexpr int fp8_dq_of(Mode m) {
+  return m == Mode::fp8_dq ? hopper14::kFp8DqRow : m == Mode::fp8_dq_tile ? hopper14::kFp8DqTile : hopper14::kFp8DqOff;
+}
+
 /// The tiles of @p M at head_dim @p D (traits.h). ss-dkv at d = 64 keeps one dS^T tile: P^T's
 /// own tile would not fit beside two. d = 256 has the rung's tiles only (the ablations are
 /// measured at d = 64 and 128).
@@ -76,7 +81,7 @@ template <Mode M, int D>
 struct ModeTiles {
   static constexpr int kBlockM = hopper14::kRungBlockM<D>;
   using type = hopper14::BwdTiles<D, kBlockM, M == Mode::one_stage ? 1 : 2, M != Mode::no_ws,
-                                  (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv, M == Mode::fp8_dq,
+                                  (M == Mode::ss_dkv && D == 64) ? 1 : 2, M == Mode::ss_dkv, fp8_dq_of(M),
                                   M == Mode::persistent>;
 };
 template <Mode M>
@@ -125,7 +130,7 @@ std::vector<KernelInfo> kernel_list() {
                            (Cfg::kWarpSpecialized ? ", producer + dQ writer + 2 math warpgroups" : ", 2 math warpgroups") +
                            (Cfg::kDkvT ? ", dK^T and dV^T (head_dim as M)" : "") +
                            (Cfg::kPSmem ? ", P and dS from shared memory" : "") +
-                           (Cfg::kFp8Dq ? ", dQ = dS K on e4m3" : "") +
+                           (Cfg::kFp8Dq ? (Cfg::kDsRowScale ? ", dQ = dS K on e4m3 (dS per row)" : ", dQ = dS K on e4m3 (dS per tile)") : "") +
                            (Cfg::kPersistent ? ", one block per SM walking the K/V blocks" : "");
   constexpr bool kWriter = M != Mode::atomic_dq;
   return {hopper14::prep_kernel_info<T, D>(prep_of(M)),
@@ -148,7 +153,7 @@ Rung make_rung(const char* variant, const char* summary) {
   r.forward_rung = kForwardRung;
   r.builds_on = {11, 10};
   r.writes_o_fp32 = true;  // `launch` is rung 15's forward, which writes the fp32 O asked for
-  r.fp8_dq = M == Mode::fp8_dq;
+  r.fp8_dq = fp8_dq_of(M) != hopper14::kFp8DqOff;
   r.varlen = true;         // packed batches (cu_seqlens): per-sequence K/V blocks, padded statistics
   r.in_tour = false;
   if (M == Mode::rung)
@@ -161,7 +166,8 @@ Rung make_rung(const char* variant, const char* summary) {
     if (!registry().find(11)) return "needs rung 11 in the build (its exact D pass)";
     if (p.head_dim != 64 && p.head_dim != 128 && (!kRungKernel<M> || p.head_dim != 256))
       return kRungKernel<M>         ? "head_dim must be 64, 128 or 256"
-             : M == Mode::fp8_dq ? "head_dim must be 64 or 128 (fp8-dq: 128 keys, one 128-byte e4m3 row, per block)"
+             : fp8_dq_of(M) != hopper14::kFp8DqOff
+                 ? "head_dim must be 64 or 128 (fp8-dq: 128 keys, one 128-byte e4m3 row, per block)"
                                  : "head_dim must be 64 or 128 (the ablations)";
     const bool exact_pass = bwd::delta_source(delta_policy(M), p.seqlen_k, true) == bwd::DeltaSource::exact;
     if (p.head_dim == 256 && exact_pass)
@@ -240,8 +246,11 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::late_free>("late-free", "ablation: deterministic, the dQ tile freed for the math warps only "
                                                   "once its add has landed (not once the copy engine has read it)"));
   reg.add(make_rung<Mode::fp8_dq>("fp8-dq", "rung 18's first GEMM: dQ = dS K on e4m3 wgmma (K_j^T in e4m3 once per "
-                                            "block, dS in e4m3 with a scale per tile from every math warp's |max|); "
+                                            "block with a scale per block, dS in e4m3 with a scale per query row); "
                                             "dK, dV 16-bit"));
+  reg.add(make_rung<Mode::fp8_dq_tile>("fp8-dq-tile", "ablation of fp8-dq: one scale per dS tile (64 or 128 queries x "
+                                                      "128 keys) instead of one per query row (README, \"dQ in "
+                                                      "e4m3\")"));
   reg.add(make_rung<Mode::persistent>("persistent", "candidate: a persistent grid, one block per SM walking the K/V "
                                                     "blocks in turn; the next block's K_j, V_j and first Q_i, dO_i "
                                                     "load while the math warps end the last (README, \"A persistent "

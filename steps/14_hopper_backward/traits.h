@@ -58,14 +58,18 @@ constexpr int kv_block_keys(int d) { return d > 128 ? 64 : 128; }
 /// loads and dQ adds: the `no-ws` ablation); STAGES: the Q/dO ring's depth; DS_BUFS: dS^T tiles
 /// (2 lets a warpgroup write the next one while the other still reads the last); P_SMEM: P^T
 /// through shared memory for the `ss-dkv` ablation (and always at d = 256, where it is dV^T's B);
-/// FP8_DQ: dQ = dS K on e4m3 wgmma (the `fp8-dq` variant, rung 18's first GEMM: README, "dQ in
-/// e4m3"): K_j^T transposed into e4m3 once per block, dS written [query][key] in e4m3 with a scale
-/// per tile, both in 128-byte K-major rows (d = 64 and 128: 128 keys per block). PERSISTENT: one
+/// FP8_DQ: dQ = dS K on e4m3 wgmma (rung 18's first GEMM: README, "dQ in e4m3"): K_j^T transposed
+/// into e4m3 once per block, dS written [query][key] in e4m3, both in 128-byte K-major rows
+/// (d = 64 and 128: 128 keys per block); dS with a scale per query row (kFp8DqRow: the `fp8-dq`
+/// variant) or one per tile (kFp8DqTile: the `fp8-dq-tile` ablation). PERSISTENT: one
 /// block per SM walks the grid's K/V blocks in turn (the `persistent` variant: README,
 /// "A persistent grid"), the producer loading the next K/V block while the math warps write the
 /// last one's dK, dV.
+/// BwdTiles' FP8_DQ: 16-bit dQ, or dQ on e4m3 with dS scaled per tile or per query row.
+constexpr int kFp8DqOff = 0, kFp8DqTile = 1, kFp8DqRow = 2;
+
 template <int HEAD_DIM, int BLOCK_M, int STAGES = 2, bool WS = true, int DS_BUFS = 2, bool P_SMEM = false,
-          bool FP8_DQ = false, bool PERSISTENT = false>
+          int FP8_DQ = kFp8DqOff, bool PERSISTENT = false>
 struct BwdTiles {
   static constexpr int kHeadDim = HEAD_DIM;
   static constexpr int kBlockM = BLOCK_M;  ///< queries per step
@@ -74,7 +78,8 @@ struct BwdTiles {
   static constexpr bool kWarpSpecialized = WS;
   static constexpr int kDsBufs = DS_BUFS;
   static constexpr bool kPSmem = P_SMEM;
-  static constexpr bool kFp8Dq = FP8_DQ;
+  static constexpr bool kFp8Dq = FP8_DQ != kFp8DqOff;
+  static constexpr bool kDsRowScale = FP8_DQ == kFp8DqRow;  ///< fp8-dq: dS's scale per query row
   static constexpr bool kPersistent = PERSISTENT;
   /// d = 256: dK^T, dV^T with head_dim as wgmma's M (the file comment).
   static constexpr bool kDkvT = HEAD_DIM > 128;
@@ -110,17 +115,23 @@ struct BwdTiles {
   static constexpr int kDQ = kP + (P_SMEM ? kDsBytes : 0);
   /// FP8_DQ: K_j^T in e4m3, [HEAD_DIM rows][BLOCK_N keys] (128-byte rows, 128B-swizzled); the
   /// dS tiles then hold dS in e4m3, [BLOCK_M rows][BLOCK_N keys], in the 16-bit tiles' place.
-  static constexpr int kKtBytes = FP8_DQ ? HEAD_DIM * kBlockN : 0;
+  static constexpr int kKtBytes = kFp8Dq ? HEAD_DIM * kBlockN : 0;
   static constexpr int kKt = kDQ + kDqBytes;
   static constexpr int kLse = kKt + kKtBytes, kDelta = kLse + STAGES * kRowStatBytes;
   /// Q and dO released apart (d = 256: Q after dK^T, dO after dV^T), else together.
   static constexpr bool kSplitRelease = kDkvT;
-  /// FP8_DQ: the 8 math warps' |max| of K_j (one row), then of each dS tile (a row per buffer).
+  /// FP8_DQ: the 8 math warps' |max| of K_j (one row of 8 floats); per tile, then the |max| of
+  /// each dS tile (a row per buffer); per query row, then each warp's |max| of each query row of the
+  /// step's dS ([8 warps][BLOCK_M]), and the rows' scales and their inverses (BLOCK_M each).
   static constexpr int kAmax = kDelta + STAGES * kRowStatBytes;
-  static constexpr int kAmaxBytes = FP8_DQ ? (1 + DS_BUFS) * 8 * 4 : 0;
+  static constexpr int kAmaxBytes = !kFp8Dq ? 0 : kDsRowScale ? 8 * 4 : (1 + DS_BUFS) * 8 * 4;
+  static constexpr int kDsWarpMax = kAmax + kAmaxBytes;
+  static constexpr int kDsWarpMaxBytes = kDsRowScale ? 8 * BLOCK_M * 4 : 0;
+  static constexpr int kDsScale = kDsWarpMax + kDsWarpMaxBytes, kDsInv = kDsScale + BLOCK_M * 4;
+  static constexpr int kDsScaleBytes = kDsRowScale ? 2 * BLOCK_M * 4 : 0;
   /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free";
   /// PERSISTENT: then "K and V free" (the math warps done with the last K/V block).
-  static constexpr int kBars = kAmax + kAmaxBytes;
+  static constexpr int kBars = kDsScale + kDsScaleBytes;
   static constexpr int kBarCount = 1 + (kSplitRelease ? 4 : 3) * STAGES + (PERSISTENT ? 1 : 0);
   static constexpr int kSmemBytes = kBars + 8 * kBarCount + 1024;  // + alignment slack
   /// fp32 registers a math thread holds for dK and dV together.
@@ -130,9 +141,10 @@ struct BwdTiles {
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "a query block of one or two 64-column swizzle blocks");
   static_assert(kDqN == 64 || kDkvT, "each warpgroup's dQ share is 64 x 64 (one m64n64 wgmma per 16 keys)");
   static_assert(!kDkvT || (BLOCK_M == 64 && P_SMEM), "d = 256: 64 queries, P^T from shared memory");
-  static_assert(!FP8_DQ || (!kDkvT && !P_SMEM && kBlockN == 128),
+  static_assert(FP8_DQ == kFp8DqOff || FP8_DQ == kFp8DqTile || FP8_DQ == kFp8DqRow, "FP8_DQ: off, tile or row");
+  static_assert(!kFp8Dq || (!kDkvT && !P_SMEM && kBlockN == 128),
                 "fp8-dq: d = 64 and 128, dS^T from registers for dK, 128-byte e4m3 rows of keys");
-  static_assert(!FP8_DQ || BLOCK_M * kBlockN <= kDsBytes, "the e4m3 dS tile fits the 16-bit one's place");
+  static_assert(!kFp8Dq || BLOCK_M * kBlockN <= kDsBytes, "the e4m3 dS tile fits the 16-bit one's place");
   static_assert(!PERSISTENT || WS, "persistent: the producer warpgroup loads the next K/V block");
   static_assert(kSmemBytes <= kSmemOptin, "must fit the 227 KB of an sm_90 block");
   static_assert(kDkvRegs + kSN <= kMathRegs - 48,

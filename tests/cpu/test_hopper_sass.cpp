@@ -578,12 +578,12 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
   int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG14_BINARY, &text);
   INFO("cuobjdump -sass " << FL_RUNG14_BINARY << " exited " << status);
   REQUIRE(status == 0);
-  int ws_kernels = 0, no_ws_kernels = 0, persistent_kernels = 0;
+  int ws_kernels = 0, no_ws_kernels = 0, persistent_kernels = 0, fp8_row_kernels = 0, fp8_tile_kernels = 0;
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     INFO(name);
     if (name.find("bwd_hopper_kernel") == std::string::npos) continue;
     // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, STAGES, WS, DS_BUFS, P_SMEM, FP8_DQ, PERSISTENT>, WRITER>
-    // (traits.h).
+    // (traits.h; FP8_DQ an int: 0 off, 1 dS per tile, 2 dS per row).
     const size_t at = name.find("BwdTilesILi");
     REQUIRE(at != std::string::npos);
     const int d = std::atoi(name.c_str() + at + 11);
@@ -593,10 +593,13 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     const bool ws = name[ws_at + 3] == '1';
     const size_t p_at = name.find("ELb", ws_at + 4);
     const bool p_smem = name[p_at + 3] == '1';
-    const size_t f_at = name.find("ELb", p_at + 4);
-    const bool fp8_dq = name[f_at + 3] == '1';  // dQ = dS K on e4m3 (QGMMA)
+    const size_t f_at = name.find("ELi", p_at + 4);
+    const int fp8_mode = std::atoi(name.c_str() + f_at + 3);
+    const bool fp8_dq = fp8_mode != 0;  // dQ = dS K on e4m3 (QGMMA)
     const bool persistent = name[name.find("ELb", f_at + 4) + 3] == '1';
     persistent_kernels += persistent;
+    fp8_row_kernels += fp8_mode == 2;
+    fp8_tile_kernels += fp8_mode == 1;
     const bool writer = name[name.find("EEELb", p_at) + 5] == '1';
     // S^T and dP^T: d / 16 k-steps each; dV and dK: BLOCK_M / 16 (at d = 256 twice: dK^T and dV^T
     // are two m64 tiles of a warpgroup's 128 dims, A = Q, dO read MN-major); dQ: the block's keys / 16
@@ -640,11 +643,13 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     }
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
-  // 2 head_dims x (rung, atomic-dq, ss-dkv, one-stage, fp8-dq, persistent) warp-specialized, and
-  // the rung at d = 256; no-ws.
-  CHECK(ws_kernels == (2 * 6 + 1) * dtypes);
+  // 2 head_dims x (rung, atomic-dq, ss-dkv, one-stage, fp8-dq, fp8-dq-tile, persistent)
+  // warp-specialized, and the rung at d = 256; no-ws.
+  CHECK(ws_kernels == (2 * 7 + 1) * dtypes);
   CHECK(no_ws_kernels == 2 * dtypes);
   CHECK(persistent_kernels == 2 * dtypes);
+  CHECK(fp8_row_kernels == 2 * dtypes);
+  CHECK(fp8_tile_kernels == 2 * dtypes);
   status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG14_BINARY, &text);
   REQUIRE(status == 0);
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
