@@ -200,8 +200,10 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t Kt() const { return base + Cfg::kKt; }
   __device__ __forceinline__ uint32_t amax(int row) const { return base + Cfg::kAmax + row * 32; }
   __device__ __forceinline__ uint32_t ds_warp_max(int math_warp, int row) const {
-    return base + Cfg::kDsWarpMax + 4 * (8 * row + math_warp);
+    return base + Cfg::kDsWarpMax + 4 * (math_warp * Cfg::kBlockM + row);
   }
+  __device__ __forceinline__ uint32_t ds_scale(int row) const { return base + Cfg::kDsScale + 4 * row; }
+  __device__ __forceinline__ uint32_t ds_inv(int row) const { return base + Cfg::kDsInv + 4 * row; }
   __device__ __forceinline__ uint32_t dQ() const { return base + Cfg::kDQ; }
   __device__ __forceinline__ uint32_t lse(int s) const {
     return base + Cfg::kLse + s * Cfg::kRowStatBytes;
@@ -738,7 +740,7 @@ __device__ __forceinline__ float build_kt_e4m3(const BwdSmem<Cfg>& sm, int mt) {
 }
 
 /// fp8-dq, a scale per query row: the |max| of this warp's 16 keys of each of the 16 queries
-/// 16 kk .. of the step's dS^T, into shared memory ([query][warp]). @p v[c] is this thread's
+/// 16 kk .. of the step's dS^T, into shared memory ([warp][query]). @p v[c] is this thread's
 /// |max| over its two keys (16 warp + g, + 8) of column 16 kk + 8 (c / 2) + 2 q + c % 2. The eight
 /// lanes of one q halve their columns at each shuffle: across lane bit 4 a lane keeps the columns
 /// its bit names (+ 8) and takes its partner's |max| of them, across bit 3 the same for the odd
@@ -759,16 +761,26 @@ __device__ __forceinline__ void ds_warp_max_store(const BwdSmem<Cfg>& sm, const 
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_warp_max(math_warp, col)), "f"(m) : "memory");
 }
 
-/// fp8-dq, a scale per query row: the |max| of row @p row of the step's dS over the block's 128
-/// keys, from the 8 warps' maxima ds_warp_max_store wrote (two 16-byte loads).
+/// fp8-dq, a scale per query row, after ds_warp_max_store of every column by every math warp
+/// (@p mt = 128 w + thread of the warpgroup): one thread per query takes the 8 warps' |max| of its
+/// row (the block's 128 keys) and writes the row's scale and inverse; every math thread may read
+/// them on return (two barriers: the warps' maxima in, the scales out).
 template <class Cfg>
-__device__ __forceinline__ float ds_row_max(const BwdSmem<Cfg>& sm, int row) {
-  float a[8];
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(a[0]), "=f"(a[1]), "=f"(a[2]), "=f"(a[3]) : "r"(sm.ds_warp_max(0, row)) : "memory");
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-               : "=f"(a[4]), "=f"(a[5]), "=f"(a[6]), "=f"(a[7]) : "r"(sm.ds_warp_max(4, row)) : "memory");
-  return fmaxf(fmaxf(fmaxf(a[0], a[1]), fmaxf(a[2], a[3])), fmaxf(fmaxf(a[4], a[5]), fmaxf(a[6], a[7])));
+__device__ __forceinline__ void ds_row_scales(const BwdSmem<Cfg>& sm, int mt) {
+  named_barrier_sync(kAmaxReady, kMathThreads);
+  if (mt < Cfg::kBlockM) {
+    float m = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      float x;
+      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(sm.ds_warp_max(i, mt)) : "memory");
+      m = fmaxf(m, x);
+    }
+    const float scale = e4m3_scale(m);
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_scale(mt)), "f"(scale) : "memory");
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_inv(mt)), "f"(e4m3_inv(scale)) : "memory");
+  }
+  named_barrier_sync(kAmaxReady, kMathThreads);
 }
 
 /// The step's dS in e4m3 for dQ = dS K_j: the warpgroup's dS^T A fragments @p a (16-bit, as
@@ -1084,31 +1096,16 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         store_keys_by_queries<T, Cfg>(sm.Pt(), Pa, w, warp, g, q);
       }
       // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys. fp8-dq: dS in
-      // e4m3, [query][key], scaled by each query row's |max| over both warpgroups, or
-      // (fp8-dq-tile) by the tile's: either way one barrier more.
-      float ds_scale = 1.f, dq_row_scale[2] = {1.f, 1.f};
+      // e4m3, [query][key], scaled by each query row's |max| over both warpgroups (two barriers
+      // more), or (fp8-dq-tile) by the tile's (one more).
+      float ds_scale = 1.f;
       if constexpr (Cfg::kDsRowScale) {
-        // The columns' inverse scales: the eight lanes of one q convert the same SN / 4 columns,
-        // 16 kk + 8 c + 2 q + e (j = 4 kk + 2 c + e); lane g takes the 8 warps' |max| of columns
-        // j = n g .. n g + n - 1 and shares their inverses by shuffles as the conversion needs
-        // them (one per column), so no lane waits on another's shared-memory write. The dQ rows'
-        // scales (rows 16 warp + g and + 8 of the share) are read now, before the next step's
-        // maxima may overwrite them.
-        constexpr int n = SN / 32;
-        named_barrier_sync(kAmaxReady, kMathThreads);  // every warp's |max| of every row is in
-        float own_inv[n];
-#pragma unroll
-        for (int t = 0; t < n; ++t) {
-          const int j = n * g + t;
-          own_inv[t] = e4m3_inv(e4m3_scale(ds_row_max(sm, frag_col<Cfg>(w, q, j / 4, 2 * ((j / 2) % 2)) + j % 2)));
-        }
-        const int row = (Cfg::kDqSplitRows ? 64 * w : 0) + 16 * warp + g;
-        dq_row_scale[0] = e4m3_scale(ds_row_max(sm, row)) * k_scale;
-        dq_row_scale[1] = e4m3_scale(ds_row_max(sm, row + 8)) * k_scale;
+        ds_row_scales(sm, 128 * w + mtid);
         store_ds_e4m3<T, Cfg>(dS_tile, dSa, [&](int kk, int c) {
-          const int j = 4 * kk + 2 * c, src = 4 * (j / n) + q;
-          return make_float2(__shfl_sync(0xffffffffu, own_inv[j % n], src),
-                             __shfl_sync(0xffffffffu, own_inv[(j + 1) % n], src));
+          float2 inv;
+          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                       : "=f"(inv.x), "=f"(inv.y) : "r"(sm.ds_inv(frag_col<Cfg>(w, q, kk, 2 * c))) : "memory");
+          return inv;
         }, w, warp, g, q);
       } else if constexpr (Cfg::kFp8Dq) {
         ds_scale = e4m3_scale(math_amax(sm, ds_amax, 1 + gs % Cfg::kDsBufs, 4 * w + warp));
@@ -1204,8 +1201,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence_operand(dQ);
       if constexpr (Cfg::kDsRowScale) {  // the e4m3 operands' scales back in (fp32): registers r with
         // r % 4 < 2 hold row 16 warp + g of the share, the others row + 8 (dq_slot_coord)
+        const int row = (Cfg::kDqSplitRows ? 64 * w : 0) + 16 * warp + g;
+        float s0, s1;
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s0) : "r"(sm.ds_scale(row)) : "memory");
+        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s1) : "r"(sm.ds_scale(row + 8)) : "memory");
+        s0 *= k_scale;
+        s1 *= k_scale;
 #pragma unroll
-        for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= dq_row_scale[r % 4 < 2 ? 0 : 1];
+        for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= r % 4 < 2 ? s0 : s1;
       } else if constexpr (Cfg::kFp8Dq) {  // the e4m3 operands' scales back in (fp32)
         const float dq_scale = ds_scale * k_scale;
 #pragma unroll

@@ -122,14 +122,16 @@ struct BwdTiles {
   static constexpr bool kSplitRelease = kDkvT;
   /// FP8_DQ: the 8 math warps' |max| of K_j (one row of 8 floats); per tile, then the |max| of
   /// each dS tile (a row per buffer); per query row, then each warp's |max| of each query row of the
-  /// step's dS ([BLOCK_M][8 warps]).
+  /// step's dS ([8 warps][BLOCK_M]), and the rows' scales and their inverses (BLOCK_M each).
   static constexpr int kAmax = kDelta + STAGES * kRowStatBytes;
   static constexpr int kAmaxBytes = !kFp8Dq ? 0 : kDsRowScale ? 8 * 4 : (1 + DS_BUFS) * 8 * 4;
   static constexpr int kDsWarpMax = kAmax + kAmaxBytes;
-  static constexpr int kDsWarpMaxBytes = kDsRowScale ? BLOCK_M * 8 * 4 : 0;
+  static constexpr int kDsWarpMaxBytes = kDsRowScale ? 8 * BLOCK_M * 4 : 0;
+  static constexpr int kDsScale = kDsWarpMax + kDsWarpMaxBytes, kDsInv = kDsScale + BLOCK_M * 4;
+  static constexpr int kDsScaleBytes = kDsRowScale ? 2 * BLOCK_M * 4 : 0;
   /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free";
   /// PERSISTENT: then "K and V free" (the math warps done with the last K/V block).
-  static constexpr int kBars = kDsWarpMax + kDsWarpMaxBytes;
+  static constexpr int kBars = kDsScale + kDsScaleBytes;
   static constexpr int kBarCount = 1 + (kSplitRelease ? 4 : 3) * STAGES + (PERSISTENT ? 1 : 0);
   static constexpr int kSmemBytes = kBars + 8 * kBarCount + 1024;  // + alignment slack
   /// fp32 registers a math thread holds for dK and dV together.
