@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include <string>
+#include <type_traits>
 
 #include "../11_backward/kernel.cuh"  // bwd::row_delta: D = rowsum(dO ∘ O), rung 11's
 #include "flashladder/backward.h"
@@ -200,7 +201,7 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t Kt() const { return base + Cfg::kKt; }
   __device__ __forceinline__ uint32_t amax(int row) const { return base + Cfg::kAmax + row * 32; }
   __device__ __forceinline__ uint32_t ds_warp_max(int math_warp, int row) const {
-    return base + Cfg::kDsWarpMax + 4 * (math_warp * Cfg::kBlockM + row);
+    return base + Cfg::kDsWarpMax + 2 * (math_warp * Cfg::kBlockM + row);
   }
   __device__ __forceinline__ uint32_t ds_scale(int row) const { return base + Cfg::kDsScale + 4 * row; }
   __device__ __forceinline__ uint32_t ds_inv(int row) const { return base + Cfg::kDsInv + 4 * row; }
@@ -739,44 +740,53 @@ __device__ __forceinline__ float build_kt_e4m3(const BwdSmem<Cfg>& sm, int mt) {
   return scale;
 }
 
+/// The larger of two packed 16-bit pairs, lane by lane (HMNMX2).
+template <class T>
+__device__ __forceinline__ uint32_t max2(uint32_t a, uint32_t b) {
+  using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  const T2 m = __hmax2(*reinterpret_cast<const T2*>(&a), *reinterpret_cast<const T2*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&m);
+}
+/// |x| of a packed 16-bit pair (fp16 and bf16 alike: the sign bits cleared, one LOP3).
+__device__ __forceinline__ uint32_t abs2(uint32_t x) { return x & 0x7fff7fffu; }
+
 /// fp8-dq, a scale per query row: the |max| of this warp's 16 keys of each of the 16 queries
-/// 16 kk .. of the step's dS^T, into shared memory ([warp][query]). @p v[c] is this thread's
-/// |max| over its two keys (16 warp + g, + 8) of column 16 kk + 8 (c / 2) + 2 q + c % 2. The eight
-/// lanes of one q halve their columns at each shuffle: across lane bit 4 a lane keeps the columns
-/// its bit names (+ 8) and takes its partner's |max| of them, across bit 3 the same for the odd
-/// column, across bit 2 both keep the one left: 4 shuffles for 16 columns (a shuffle per column
-/// and key bit would be 12), and lanes with bit 2 clear store one column each.
-template <class Cfg>
-__device__ __forceinline__ void ds_warp_max_store(const BwdSmem<Cfg>& sm, const float (&v)[4], int kk,
+/// 16 kk .. of the step's dS^T, into shared memory ([warp][query], 16-bit). The maxima are taken
+/// on the packed 16-bit dS, two columns an instruction, the values store_ds_e4m3 converts. @p a
+/// is the thread's 16-bit dS of kk (store_ds_e4m3's a[kk]): a[c2 * 2 + h] holds columns
+/// 16 kk + 8 c2 + 2 q, + 1 of key 16 warp + g + 8 h. The thread's |max| over its two keys gives
+/// two pairs (c2 = 0, 1); across lane bit 4 a lane keeps the pair its bit names and takes its
+/// partner's |max| of it, across bits 3 and 2 the eight lanes of one q end with the same pair:
+/// 3 shuffles for 16 columns, and lanes with bits 2 and 3 clear store one pair each.
+template <class T, class Cfg>
+__device__ __forceinline__ void ds_warp_max_store(const BwdSmem<Cfg>& sm, const uint32_t (&a)[4], int kk,
                                                   int math_warp, int lane) {
-  const bool hi = lane & 16, odd = lane & 8;
-  const float keep0 = hi ? v[2] : v[0], keep1 = hi ? v[3] : v[1];
-  const float give0 = hi ? v[0] : v[2], give1 = hi ? v[1] : v[3];
-  const float m0 = fmaxf(keep0, __shfl_xor_sync(0xffffffffu, give0, 16));
-  const float m1 = fmaxf(keep1, __shfl_xor_sync(0xffffffffu, give1, 16));
-  float m = fmaxf(odd ? m1 : m0, __shfl_xor_sync(0xffffffffu, odd ? m0 : m1, 8));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-  const int col = 16 * kk + 8 * hi + 2 * (lane % 4) + odd;
-  if ((lane & 4) == 0)
-    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_warp_max(math_warp, col)), "f"(m) : "memory");
+  const bool hi = lane & 16;
+  const uint32_t m0 = max2<T>(abs2(a[0]), abs2(a[1])), m1 = max2<T>(abs2(a[2]), abs2(a[3]));  // columns + 0, + 8 ..
+  uint32_t m = max2<T>(hi ? m1 : m0, __shfl_xor_sync(0xffffffffu, hi ? m0 : m1, 16));
+  m = max2<T>(m, __shfl_xor_sync(0xffffffffu, m, 8));
+  m = max2<T>(m, __shfl_xor_sync(0xffffffffu, m, 4));
+  if ((lane & 12) == 0)
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.ds_warp_max(math_warp, 16 * kk + 8 * hi + 2 * (lane % 4))),
+                 "r"(m) : "memory");
 }
 
 /// fp8-dq, a scale per query row, after ds_warp_max_store of every column by every math warp
 /// (@p mt = 128 w + thread of the warpgroup): one thread per query takes the 8 warps' |max| of its
 /// row (the block's 128 keys) and writes the row's scale and inverse; every math thread may read
 /// them on return (two barriers: the warps' maxima in, the scales out).
-template <class Cfg>
+template <class T, class Cfg>
 __device__ __forceinline__ void ds_row_scales(const BwdSmem<Cfg>& sm, int mt) {
   named_barrier_sync(kAmaxReady, kMathThreads);
   if (mt < Cfg::kBlockM) {
-    float m = 0.f;
+    uint32_t m = 0;  // the row's |max| in the low half (the values are magnitudes already)
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      float x;
-      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(x) : "r"(sm.ds_warp_max(i, mt)) : "memory");
-      m = fmaxf(m, x);
+      uint16_t x;
+      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(x) : "r"(sm.ds_warp_max(i, mt)) : "memory");
+      m = max2<T>(m, x);
     }
-    const float scale = e4m3_scale(m);
+    const float scale = e4m3_scale(unpack2<T>(m).x);
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_scale(mt)), "f"(scale) : "memory");
     asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sm.ds_inv(mt)), "f"(e4m3_inv(scale)) : "memory");
   }
@@ -1061,19 +1071,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < SN / 16; ++kk) {
         MODS::template ds_at_pack<SN>(mods, S, dP, rows, kk);
-        float col_max[4] = {0.f, 0.f, 0.f, 0.f};  // fp8-dq, per row: columns 16 kk + 8 (c / 2) + 2 q + c % 2
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           Pa[kk][i] = pack2<T>(S[8 * kk + 2 * i], S[8 * kk + 2 * i + 1]);
           dSa[kk][i] = pack2<T>(dP[8 * kk + 2 * i], dP[8 * kk + 2 * i + 1]);
-          if constexpr (Cfg::kDsRowScale) {
-            col_max[2 * (i / 2)] = fmaxf(col_max[2 * (i / 2)], fabsf(dP[8 * kk + 2 * i]));
-            col_max[2 * (i / 2) + 1] = fmaxf(col_max[2 * (i / 2) + 1], fabsf(dP[8 * kk + 2 * i + 1]));
-          } else if constexpr (Cfg::kFp8Dq) {
+          if constexpr (Cfg::kFp8Dq && !Cfg::kDsRowScale)
             ds_amax = fmaxf(ds_amax, fmaxf(fabsf(dP[8 * kk + 2 * i]), fabsf(dP[8 * kk + 2 * i + 1])));
-          }
         }
-        if constexpr (Cfg::kDsRowScale) ds_warp_max_store(sm, col_max, kk, 4 * w + warp, lane);
+        if constexpr (Cfg::kDsRowScale) ds_warp_max_store<T>(sm, dSa[kk], kk, 4 * w + warp, lane);
       }
 
       const uint32_t dS_tile = sm.dS(gs % Cfg::kDsBufs);
@@ -1100,7 +1105,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // more), or (fp8-dq-tile) by the tile's (one more).
       float ds_scale = 1.f;
       if constexpr (Cfg::kDsRowScale) {
-        ds_row_scales(sm, 128 * w + mtid);
+        ds_row_scales<T>(sm, 128 * w + mtid);
         store_ds_e4m3<T, Cfg>(dS_tile, dSa, [&](int kk, int c) {
           float2 inv;
           asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"

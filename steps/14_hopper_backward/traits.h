@@ -122,11 +122,12 @@ struct BwdTiles {
   static constexpr bool kSplitRelease = kDkvT;
   /// FP8_DQ: the 8 math warps' |max| of K_j (one row of 8 floats); per tile, then the |max| of
   /// each dS tile (a row per buffer); per query row, then each warp's |max| of each query row of the
-  /// step's dS ([8 warps][BLOCK_M]), and the rows' scales and their inverses (BLOCK_M each).
+  /// step's dS ([8 warps][BLOCK_M], 16-bit), and the rows' scales and their inverses (BLOCK_M
+  /// floats each).
   static constexpr int kAmax = kDelta + STAGES * kRowStatBytes;
   static constexpr int kAmaxBytes = !kFp8Dq ? 0 : kDsRowScale ? 8 * 4 : (1 + DS_BUFS) * 8 * 4;
   static constexpr int kDsWarpMax = kAmax + kAmaxBytes;
-  static constexpr int kDsWarpMaxBytes = kDsRowScale ? 8 * BLOCK_M * 4 : 0;
+  static constexpr int kDsWarpMaxBytes = kDsRowScale ? 8 * BLOCK_M * 2 : 0;
   static constexpr int kDsScale = kDsWarpMax + kDsWarpMaxBytes, kDsInv = kDsScale + BLOCK_M * 4;
   static constexpr int kDsScaleBytes = kDsRowScale ? 2 * BLOCK_M * 4 : 0;
   /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free";
