@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Rung 14's backward kernel under Nsight Compute, the rung beside its fp8-dq variants (dS scaled
+# per query row, and per tile: fp8-dq-tile): issue slots, instructions, the tensor pipe, shared-
+# memory wavefronts and the warps' stall reasons, on one shape (rung 14's README, "dQ in e4m3":
+# where the row scale's time goes).
+#
+#   bench/studies/rung14_fp8dq_ncu.sh BIN_DIR OUT_DIR
+#
+# Writes OUT_DIR/ncu_<variant>.csv (ncu --csv, one row per metric of the first bwd_hopper launch)
+# and OUT_DIR/ncu_<variant>.cmd (the runner's arguments).
+# Exit: 0 written; 77 no ncu; otherwise the failing command's code.
+set -uo pipefail
+BIN=${1:?usage: rung14_fp8dq_ncu.sh BIN_DIR OUT_DIR}
+OUT=${2:?usage: rung14_fp8dq_ncu.sh BIN_DIR OUT_DIR}
+command -v "${NCU:-ncu}" >/dev/null || { echo "rung14_fp8dq_ncu.sh: no ncu on PATH"; exit 77; }
+mkdir -p "$OUT"
+S=smsp__average_warps_issue_stalled
+M=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+M=$M,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum
+for r in barrier long_scoreboard wait math_pipe_throttle mio_throttle short_scoreboard lg_throttle sleeping \
+         dispatch_stall selected not_selected no_instruction branch_resolving misc membar; do
+  M=$M,${S}_${r}_per_issue_active.ratio
+done
+A="--dtype bf16 --batch 4 --seqlen 4096 --heads 16 --dim 128 --causal 1 --iters 1 --warmup 0 --check none --no-compare"
+rc=0
+for v in rung fp8-dq-tile fp8-dq; do
+  flag=""
+  [ "$v" != rung ] && flag="--variant $v"
+  echo "14_hopper_backward $flag $A" > "$OUT/ncu_$v.cmd"
+  "${NCU:-ncu}" --metrics "$M" --csv -c 1 -k regex:bwd_hopper "$BIN/14_hopper_backward" $flag $A > "$OUT/ncu_$v.csv" || rc=$?
+done
+exit $rc
