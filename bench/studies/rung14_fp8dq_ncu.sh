@@ -15,11 +15,11 @@ OUT=${2:?usage: rung14_fp8dq_ncu.sh BIN_DIR OUT_DIR}
 command -v "${NCU:-ncu}" >/dev/null || { echo "rung14_fp8dq_ncu.sh: no ncu on PATH"; exit 77; }
 mkdir -p "$OUT"
 S=smsp__average_warps_issue_stalled
-M=gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
+M=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 M=$M,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
-M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum
-for r in barrier long_scoreboard wait math_pipe_throttle mio_throttle short_scoreboard lg_throttle sleeping \
-         dispatch_stall selected not_selected no_instruction branch_resolving misc membar; do
+M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
+for r in barrier long_scoreboard wait math_pipe_throttle mio_throttle short_scoreboard membar sleeping dispatch_stall \
+         selected not_selected no_instruction branch_resolving misc; do
   M=$M,${S}_${r}_per_issue_active.ratio
 done
 A="--dtype bf16 --batch 4 --seqlen 4096 --heads 16 --dim 128 --causal 1 --iters 1 --warmup 0 --check none --no-compare"
