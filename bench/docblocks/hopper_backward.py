@@ -13,7 +13,7 @@ import glob
 import os
 import re
 
-from .core import Missing, bench_module, generator, varlen_lengths
+from .core import Missing, bench_module, generator, link, varlen_lengths
 
 SEQLENS = [1024, 2048, 4096, 8192, 16384]
 
@@ -542,6 +542,63 @@ def gen_rung14_ab(ctx, gpu, other, rung_at=None):
     mode = {(True,): "deterministic mode (dQ summed in key order)",
             (False,): "not deterministic (dQ summed in any order)"}.get(tuple(modes), "deterministic on some runs")
     rows += ["", ab_caption(meta, "%s; `%s` / rung below 1.0× is the variant faster" % (mode, other))]
+    return "\n".join(rows)
+
+
+# ---- rung 14's kernel and its fp8-dq variants under Nsight Compute (rung14_fp8dq_ncu.sh) --------
+
+NCU_STALLS = ["barrier", "short_scoreboard", "wait", "long_scoreboard", "mio_throttle", "math_pipe_throttle",
+              "not_selected", "dispatch_stall"]
+
+
+def ncu_details(path):
+    """{metric: float} of the first kernel of an `ncu --csv` export (details page: one row per metric)."""
+    import csv
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = [r for r in csv.reader(line for line in f if line.startswith('"'))]
+    head, out = rows[0], {}
+    mi, vi, ki = head.index("Metric Name"), head.index("Metric Value"), head.index("ID")
+    first = rows[1][ki]
+    for r in rows[1:]:
+        if r[ki] == first:
+            out[r[mi]] = float(r[vi].replace(",", ""))
+    return out
+
+
+@generator("rung14-fp8dq-ncu")
+def gen_rung14_fp8dq_ncu(ctx, gpu, variants="rung,fp8-dq-tile,fp8-dq"):
+    """Per variant of rung14_fp8dq_ncu.sh's folder: the kernel's time, instructions, issue slots and
+    tensor pipe, and each stall reason as warp-cycles in all (ncu's stall per issued instruction times
+    the instructions issued), so that the variants' columns add up against each other."""
+    res = ctx.results(gpu)
+    names = variants.split(",")
+    m = {}
+    for v in names:
+        f = "ncu_%s.csv" % v
+        if not res.has(f):
+            raise Missing(f, "bench/studies/rung14_fp8dq_ncu.sh")
+        m[v] = ncu_details(res.path(f))
+    inst = {v: m[v]["smsp__inst_executed.sum"] for v in names}
+    rows = ["| | " + " | ".join("`%s`" % v if v != "rung" else "rung 14" for v in names) + " |",
+            "|---|" + "--:|" * len(names),
+            "| kernel time (ms) | " + " | ".join("%.3f" % (m[v]["gpu__time_duration.sum"] / 1e6) for v in names) + " |",
+            "| warp instructions issued (M) | " + " | ".join("%.0f" % (inst[v] / 1e6) for v in names) + " |",
+            "| issue slots busy | " + " | ".join(
+                "%.1f %%" % m[v]["smsp__issue_active.avg.pct_of_peak_sustained_active"] for v in names) + " |",
+            "| tensor pipe busy | " + " | ".join(
+                "%.1f %%" % m[v]["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"]
+                for v in names) + " |",
+            "| shared-memory wavefronts (M) | " + " | ".join(
+                "%.0f" % (m[v]["l1tex__data_pipe_lsu_wavefronts_mem_shared.sum"] / 1e6) for v in names) + " |"]
+    for r in NCU_STALLS:
+        key = "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio" % r
+        rows.append("| stalled: %s (M warp-cycles) | " % r.replace("_", " ") + " | ".join(
+            "%.0f" % (m[v][key] * inst[v] / 1e6) for v in names) + " |")
+    cmd = open(res.path("ncu_%s.cmd" % names[0]), encoding="utf-8").read().split(None, 1)[1].strip()
+    rows += ["", "Nsight Compute, the first `bwd_hopper` launch of `14_hopper_backward %s` per variant, at ncu's "
+             "default clocks; stalls: `smsp__average_warps_issue_stalled_<reason>_per_issue_active` times "
+             "`smsp__inst_executed`; %s." % (cmd.replace("--variant fp8-dq-tile ", "").replace("--variant fp8-dq ", ""),
+                                             ", ".join(link(res, "ncu_%s.csv" % v) for v in names))]
     return "\n".join(rows)
 
 
