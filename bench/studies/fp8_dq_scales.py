@@ -3,21 +3,26 @@
 error against fp64, emulated on the CPU with NumPy (no GPU, no PyTorch).
 
     python3 bench/studies/fp8_dq_scales.py --out DIR [--seqlen 1024] [--head-dim 128] [--heads 2]
+        [--dtype bf16|fp16] [--seed 2024]
 
 Needs numpy and ml_dtypes (its float8_e4m3fn: round to nearest even; values are clamped to
 +-448 first, as the kernel's saturating conversion does). Pinned: numpy 2.4.6, ml_dtypes 0.6.0.
 
-What is emulated (steps/14_hopper_backward/README.md, "dQ in e4m3"): Q, K, V and dO in bf16; S,
-P = exp(S - LSE) (the fp64 LSE), dP = dO V^T and dS = P o (dP - D) in fp32; dS rounded to bf16
-(the 16-bit path's rounding, which the kernel keeps), then to e4m3 with one scale per tile; K
+What is emulated (steps/14_hopper_backward/README.md, "dQ in e4m3"): Q, K, V and dO in bf16 (or
+fp16, --dtype); S, P = exp(S - LSE) (the fp64 LSE), dP = dO V^T and dS = P o (dP - D) in fp32; dS
+rounded to the 16-bit type (the 16-bit path's rounding, which the kernel keeps), then to e4m3 with
+one scale per tile; K
 rounded to e4m3 with one scale per block of keys; dQ = sum over key blocks of the e4m3 products in
 fp32, each times its scales. A scale is amax / 448, at least fp32's smallest normal, 1 for zeros.
 
 The scales compared (`SCALES`):
-- the variant as built: dS per M-query x 128-key tile (M = 64 at d = 128, 128 at d = 64), K per
-  128-key block;
+- `fp8-dq-tile` (the variant as first built): dS per M-query x 128-key tile (M = 64 at d = 128,
+  128 at d = 64), K per 128-key block;
 - dS per 64 x 64 tile (the emulation of rung 13's README);
-- dS per query row of its tile (a scale per row of dS is legal: rows are dQ's rows);
+- dS per query row of its tile, `fp8-dq` as built since `05aa235` (a scale per row of dS is legal:
+  rows are dQ's rows);
+- dS per query row of each 64-key half of the block (two scales per row: each math warpgroup's
+  keys alone, so no exchange between the warpgroups; dQ's GEMM then sums the halves apart);
 - K per dim of its block (legal too: K's dims are dQ's columns, so each column is rescaled
   after the GEMM by its own scale);
 - both.
@@ -47,9 +52,10 @@ FLT_MIN = float(np.finfo(np.float32).tiny)
 #: (name, dS tile (queries, keys) or "row" of the variant's tile, K scale "block" or "dim"); M is
 #: the variant's query block: 64 at d = 128, 128 at d = 64 (--tile-rows)
 SCALES = [
-    ("as built: dS per M x 128 tile, K per 128-key block", ("M", 128), "block"),
+    ("fp8-dq-tile: dS per M x 128 tile, K per 128-key block", ("M", 128), "block"),
     ("dS per 64 x 64 tile, K per 128-key block", (64, 64), "block"),
-    ("dS per query row of its tile, K per 128-key block", "row", "block"),
+    ("fp8-dq: dS per query row of its tile, K per 128-key block", "row", "block"),
+    ("dS per query row of each 64-key half, K per 128-key block", ("row", 64), "block"),
     ("dS per M x 128 tile, K per dim of a 128-key block", ("M", 128), "dim"),
     ("dS per query row, K per dim of a 128-key block", "row", "dim"),
 ]
@@ -58,6 +64,14 @@ KEY_BLOCK = 128
 
 def bf16(x):
     return x.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+def fp16(x):
+    return x.astype(np.float16).astype(np.float32)
+
+
+#: the 16-bit type of the inputs and of dS (--dtype)
+ROUND16 = {"bf16": bf16, "fp16": fp16}
 
 
 def e4m3(x):
@@ -81,7 +95,7 @@ def harness_outlier_factors(d):
     return factor
 
 
-def inputs(h, n, d, outlier, seed):
+def inputs(h, n, d, outlier, seed, r16=bf16):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((h, n, d)) + 0.25
     k = rng.standard_normal((h, n, d)) + 0.25
@@ -90,7 +104,7 @@ def inputs(h, n, d, outlier, seed):
     if outlier:
         f = harness_outlier_factors(d)
         q, k = q * f, k * f
-    return tuple(bf16(t).astype(np.float64) for t in (q, k, v, do))
+    return tuple(r16(t).astype(np.float64) for t in (q, k, v, do))
 
 
 def reference(q, k, v, do, causal):
@@ -109,7 +123,7 @@ def reference(q, k, v, do, causal):
     return ds @ k * sc, lse, o
 
 
-def dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows):
+def dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows, r16=bf16):
     """dQ with dS and K in e4m3 (module docstring), fp32 sums; @p tile_rows: the variant's M."""
     f32 = np.float32
     n, d = q.shape[-2], q.shape[-1]
@@ -120,9 +134,10 @@ def dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows):
     if causal:
         p = np.where(np.triu(np.ones((n, n), dtype=bool), 1), f32(0), p)
     dp = do32 @ v32.transpose(0, 2, 1)
-    ds = bf16(p * (dp - (do32 * o.astype(f32)).sum(-1, keepdims=True)))
+    ds = r16(p * (dp - (do32 * o.astype(f32)).sum(-1, keepdims=True)))
     dq = np.zeros(q.shape, dtype=f32)
-    rows_t, keys_t = (tile_rows, 128) if ds_tile == "row" else ds_tile
+    per_row = ds_tile == "row" or ds_tile[0] == "row"
+    rows_t, keys_t = (tile_rows, 128) if ds_tile == "row" else (tile_rows, ds_tile[1]) if per_row else ds_tile
     rows_t = tile_rows if rows_t == "M" else rows_t
     for k0 in range(0, n, KEY_BLOCK):
         kb = k32[:, k0:k0 + KEY_BLOCK]  # [h, keys, d]
@@ -134,8 +149,7 @@ def dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows):
             part = np.zeros(q.shape, dtype=f32)
             for r0 in range(0, n, rows_t):
                 t = ds[:, r0:r0 + rows_t, c0:c1]
-                a = np.abs(t).max(axis=2, keepdims=True) if ds_tile == "row" else np.abs(t).max(axis=(1, 2),
-                                                                                              keepdims=True)
+                a = np.abs(t).max(axis=2, keepdims=True) if per_row else np.abs(t).max(axis=(1, 2), keepdims=True)
                 dss = scale_of(a)
                 part[:, r0:r0 + rows_t] = (e4m3(t / dss) @ k8[:, c0 - k0:c1 - k0]) * dss
             dq += part * ks  # K's scale: per block, or per dim (dQ's columns)
@@ -153,6 +167,7 @@ def main(argv=None):
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--heads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=2024)
+    ap.add_argument("--dtype", choices=sorted(ROUND16), default="bf16", help="Q, K, V, dO and dS's 16-bit type")
     ap.add_argument("--tile-rows", type=int, default=None,
                     help="the variant's query block M (default: 64 at head_dim 128, 128 at 64)")
     a = ap.parse_args(argv)
@@ -160,10 +175,10 @@ def main(argv=None):
     rows = []
     for outlier in (False, True):
         for causal in (False, True):
-            q, k, v, do = inputs(a.heads, a.seqlen, a.head_dim, outlier, a.seed)
+            q, k, v, do = inputs(a.heads, a.seqlen, a.head_dim, outlier, a.seed, ROUND16[a.dtype])
             ref, lse, o = reference(q, k, v, do, causal)
             for name, ds_tile, k_mode in SCALES:
-                err = rel(dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows), ref)
+                err = rel(dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows, ROUND16[a.dtype]), ref)
                 rows.append({"input": "outlier" if outlier else "random", "causal": causal, "config": name,
                              "rel_fro_dq": err})
                 print("%-8s causal=%d %-58s dQ %.2e" % (rows[-1]["input"], causal, name, err))
@@ -174,18 +189,21 @@ def main(argv=None):
         sha = "unknown"
     meta = {"what": "dQ = dS K in e4m3, its scales, emulated on the CPU (bench/studies/fp8_dq_scales.py)",
             "shape": {"batch": 1, "heads": a.heads, "seqlen": a.seqlen, "head_dim": a.head_dim, "tile_rows": tile_rows},
-            "seed": a.seed,
+            "seed": a.seed, "dtype": a.dtype,
             "numpy": np.__version__, "ml_dtypes": ml_dtypes.__version__, "python": platform.python_version(),
             "git_sha": sha,
-            "command": "python3 bench/studies/fp8_dq_scales.py --out %s --seqlen %d --head-dim %d --heads %d"
-                       % (os.path.relpath(a.out), a.seqlen, a.head_dim, a.heads)}
+            "command": "python3 bench/studies/fp8_dq_scales.py --out %s --seqlen %d --head-dim %d --heads %d%s%s"
+                       % (os.path.relpath(a.out), a.seqlen, a.head_dim, a.heads,
+                          "" if a.dtype == "bf16" else " --dtype %s" % a.dtype,
+                          "" if a.seed == 2024 else " --seed %d" % a.seed)}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "fp8_dq_scales.json"), "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
         f.write("\n")
     out = ["# dQ = dS K in e4m3: its scales, emulated (`bench/studies/fp8_dq_scales.py`)", "",
            "Relative Frobenius error of dQ against fp64, dQ's GEMM alone in e4m3; batch 1, %(heads)d heads, "
-           "seqlen %(seqlen)d, head_dim %(head_dim)d, M = %(tile_rows)d; NumPy on the CPU." % meta["shape"],
+           "seqlen %(seqlen)d, head_dim %(head_dim)d, M = %(tile_rows)d; " % meta["shape"]
+           + "%s inputs, seed %d; NumPy on the CPU." % (a.dtype, a.seed),
            "Command: `%s` (commit `%s`, NumPy %s, ml_dtypes %s)." % (meta["command"], sha, np.__version__,
                                                                     ml_dtypes.__version__), "",
            "| scales | random | random, causal | outlier | outlier, causal |", "|---|--:|--:|--:|--:|"]
