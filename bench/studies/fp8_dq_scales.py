@@ -25,7 +25,13 @@ The scales compared (`SCALES`):
   keys alone, so no exchange between the warpgroups; dQ's GEMM then sums the halves apart);
 - K per dim of its block (legal too: K's dims are dQ's columns, so each column is rescaled
   after the GEMM by its own scale);
-- both.
+- both;
+- and, to tell which rounding the error comes from (bounds, not kernels): `fp8-dq` with K kept
+  16-bit (dS alone in e4m3), and `fp8-dq` with dS rounded to e4m3's 3 mantissa bits but without
+  its exponent range (no value flushed or saturated);
+- `fp8-dq` with a Hadamard rotation over each block's 128 keys, the GEMM's reduction dimension:
+  dQ = (dS H)(H^T K), both rotated operands in e4m3 (a tail block padded with zero keys). It
+  spreads a sharp row of dS, and each dim of K, over the block's keys before they are rounded.
 
 Inputs: the harness's random input (N(0, 1) + 0.25 for Q and K, + 0.5 for V; dO N(0, 1)) and its
 `--input outlier` (common/src/inputs.cpp: max(2, d / 32) channels of Q and K times 10 to 100, every
@@ -58,6 +64,9 @@ SCALES = [
     ("dS per query row of each 64-key half, K per 128-key block", ("row", 64), "block"),
     ("dS per M x 128 tile, K per dim of a 128-key block", ("M", 128), "dim"),
     ("dS per query row, K per dim of a 128-key block", "row", "dim"),
+    ("bound: fp8-dq with K 16-bit (dS alone in e4m3)", "row", "block", "e4m3", "k16"),
+    ("bound: fp8-dq with dS in 3 mantissa bits, no range limit", "row", "block", "m3", "e4m3"),
+    ("fp8-dq with a Hadamard rotation over each block's 128 keys", "row", "block", "e4m3", "e4m3", True),
 ]
 KEY_BLOCK = 128
 
@@ -77,6 +86,20 @@ ROUND16 = {"bf16": bf16, "fp16": fp16}
 def e4m3(x):
     """x (already divided by its scale) rounded to e4m3, saturated at +-448, in fp32."""
     return np.clip(x, -E4M3_MAX, E4M3_MAX).astype(ml_dtypes.float8_e4m3fn).astype(np.float32)
+
+
+def hadamard(n):
+    """The n x n Hadamard matrix (Sylvester's, n a power of 2) over sqrt(n): orthogonal."""
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return (h / np.sqrt(n)).astype(np.float32)
+
+
+def m3(x):
+    """x rounded to 4 significant bits (e4m3's mantissa) at any exponent: e4m3 without its range."""
+    m, e = np.frexp(x)
+    return np.ldexp(np.round(m * 16) / 16, e).astype(np.float32)
 
 
 def scale_of(amax):
@@ -123,7 +146,8 @@ def reference(q, k, v, do, causal):
     return ds @ k * sc, lse, o
 
 
-def dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows, r16=bf16):
+def dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows, r16=bf16, ds_round="e4m3", k_round="e4m3",
+            rotate=False):
     """dQ with dS and K in e4m3 (module docstring), fp32 sums; @p tile_rows: the variant's M."""
     f32 = np.float32
     n, d = q.shape[-2], q.shape[-1]
@@ -139,19 +163,29 @@ def dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows, r16=bf16):
     per_row = ds_tile == "row" or ds_tile[0] == "row"
     rows_t, keys_t = (tile_rows, 128) if ds_tile == "row" else (tile_rows, ds_tile[1]) if per_row else ds_tile
     rows_t = tile_rows if rows_t == "M" else rows_t
-    for k0 in range(0, n, KEY_BLOCK):
+    if rotate:  # pad the keys to whole blocks (zero keys add nothing) and rotate each block's keys
+        pad = -n % KEY_BLOCK
+        k32 = np.concatenate([k32, np.zeros((k32.shape[0], pad, d), f32)], axis=1)
+        ds = np.concatenate([ds, np.zeros(ds.shape[:2] + (pad,), f32)], axis=2)
+        hm = hadamard(KEY_BLOCK)
+        nb = k32.shape[1] // KEY_BLOCK
+        k32 = np.einsum("ij,hbjd->hbid", hm.T, k32.reshape(k32.shape[0], nb, KEY_BLOCK, d)).reshape(k32.shape)
+        ds = np.einsum("hqbj,ji->hqbi", ds.reshape(ds.shape[0], n, nb, KEY_BLOCK), hm).reshape(ds.shape)
+    nk = k32.shape[1]
+    for k0 in range(0, nk, KEY_BLOCK):
         kb = k32[:, k0:k0 + KEY_BLOCK]  # [h, keys, d]
         ks = scale_of(np.abs(kb).max(axis=1, keepdims=True)) if k_mode == "dim" else \
             scale_of(np.abs(kb).max(axis=(1, 2), keepdims=True))
-        k8 = e4m3(kb / ks)
-        for c0 in range(k0, min(k0 + KEY_BLOCK, n), keys_t):  # the dS tiles' key columns in this block
-            c1 = min(c0 + keys_t, k0 + KEY_BLOCK, n)
+        k8 = kb / ks if k_round == "k16" else e4m3(kb / ks)
+        for c0 in range(k0, min(k0 + KEY_BLOCK, nk), keys_t):  # the dS tiles' key columns in this block
+            c1 = min(c0 + keys_t, k0 + KEY_BLOCK, nk)
             part = np.zeros(q.shape, dtype=f32)
             for r0 in range(0, n, rows_t):
                 t = ds[:, r0:r0 + rows_t, c0:c1]
                 a = np.abs(t).max(axis=2, keepdims=True) if per_row else np.abs(t).max(axis=(1, 2), keepdims=True)
                 dss = scale_of(a)
-                part[:, r0:r0 + rows_t] = (e4m3(t / dss) @ k8[:, c0 - k0:c1 - k0]) * dss
+                t8 = m3(t / dss) if ds_round == "m3" else e4m3(t / dss)
+                part[:, r0:r0 + rows_t] = (t8 @ k8[:, c0 - k0:c1 - k0]) * dss
             dq += part * ks  # K's scale: per block, or per dim (dQ's columns)
     return dq * sc
 
@@ -177,8 +211,9 @@ def main(argv=None):
         for causal in (False, True):
             q, k, v, do = inputs(a.heads, a.seqlen, a.head_dim, outlier, a.seed, ROUND16[a.dtype])
             ref, lse, o = reference(q, k, v, do, causal)
-            for name, ds_tile, k_mode in SCALES:
-                err = rel(dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows, ROUND16[a.dtype]), ref)
+            for name, ds_tile, k_mode, *rounding in SCALES:
+                err = rel(dq_e4m3(q, k, v, do, lse, o, causal, ds_tile, k_mode, tile_rows, ROUND16[a.dtype], *rounding),
+                          ref)
                 rows.append({"input": "outlier" if outlier else "random", "causal": causal, "config": name,
                              "rel_fro_dq": err})
                 print("%-8s causal=%d %-58s dQ %.2e" % (rows[-1]["input"], causal, name, err))
