@@ -602,6 +602,106 @@ def gen_rung14_fp8dq_ncu(ctx, gpu, variants="rung,fp8-dq-tile,fp8-dq"):
     return "\n".join(rows)
 
 
+# ---- fp8-dq's checks against fp64, from a smoke folder's run reports, and its emulation ----------
+
+def smoke_runs(res, folder="smoke", variants=("fp8-dq", "fp8-dq-tile")):
+    """The runs of a smoke folder (summary.txt: "<variant> <runner args> -> rc=.. PASS|FAIL", run n in
+    <variant>_<n>.log) of @p variants, each as a dict: variant, args, the problem line's fields, and
+    per gradient (rel_fro, tol) from the report's check lines."""
+    out = []
+    with open(res.path(folder + "/summary.txt"), encoding="utf-8") as f:
+        lines = [line.rstrip("\n") for line in f if line.strip()]
+    for n, line in enumerate(lines, 1):
+        variant, rest = line.split(" ", 1)
+        if variant not in variants:
+            continue
+        args = rest.split(" -> ")[0]
+        with open(res.path("%s/%s_%d.log" % (folder, variant, n)), encoding="utf-8") as f:
+            text = f.read()
+        prob = dict(kv.split("=", 1) for kv in re.search(r"problem\s+(.*)", text).group(1).split() if "=" in kv)
+        prob["dtype"] = re.search(r"problem\s+.*? (bf16|fp16) ", text).group(1)
+        grads = {g: (float(a), float(b)) for g, a, b in
+                 re.findall(r"(dQ|dK|dV) rel_fro ([0-9.e+-]+) \(tol ([0-9.e+-]+)\)", text)}
+        run = re.search(r"run\s+(\S+), commit (\w+)", text)
+        check = re.search(r"check\s+(PASS|FAIL)", text)
+        out.append(dict(variant=variant, args=args, prob=prob, grads=grads, date=run.group(1)[:10], commit=run.group(2),
+                        device=re.search(r"device\s+(.*?) \(", text).group(1), check=check.group(1) if check else "–"))
+    return out
+
+
+def smoke_shape(r):
+    """dtype, d, the batch in words, mask and input of a smoke run."""
+    a, p = r["args"], r["prob"]
+    if "--seqlens-q" in a:
+        batch = "packed " + re.search(r"--seqlens-q (\S+)", a).group(1).replace(",", ", ") + " tokens"
+    else:
+        batch = "B%s, %s quer%s x %s keys, heads %s" % (p["B"], p["Sq"], "y" if p["Sq"] == "1" else "ies", p["Sk"], p["H"])
+    extra = ", deterministic" if "--deterministic 1" in a else ""
+    return "%s, %s, %s, %s%s, %s" % (p["dtype"], p["d"], batch, "causal" if p["causal"] == "1" else "not causal",
+                                    extra, p["input"])
+
+
+@generator("rung14-fp8dq-checks")
+def gen_rung14_fp8dq_checks(ctx, gpu, folder="smoke"):
+    """Each fp8-dq and fp8-dq-tile run of a smoke folder (`--check full` against the fp64 backward
+    reference): its shape and input, dQ's, dK's and dV's relative Frobenius error, and the check."""
+    res = ctx.results(gpu)
+    runs = smoke_runs(res, folder)
+    if not runs:
+        raise Missing("fp8-dq runs in %s/%s" % (gpu, folder), "the smoke runs of rung 14's fp8-dq (README)")
+    rows = ["| variant | dtype, d, batch, mask, input | dQ (bound) | dK | dV | check |", "|---|---|--:|--:|--:|---|"]
+    for r in runs:
+        g = r["grads"]
+        rows.append("| `%s` | %s | %.2e (%.2e) | %.2e | %.2e | %s |" % (
+            r["variant"], smoke_shape(r), g["dQ"][0], g["dQ"][1], g["dK"][0], g["dV"][0], r["check"]))
+    commits = sorted({r["commit"] for r in runs})
+    rows += ["", "%s, %s, commit %s; `14_hopper_backward --variant <variant> <shape> --check full --iters 3`, "
+             "relative Frobenius error against the fp64 backward reference (every (batch, KV head) group); %s." % (
+                 runs[0]["device"], runs[0]["date"], ", ".join("`%s`" % c for c in commits),
+                 link(res, folder + "/summary.txt"))]
+    return "\n".join(rows)
+
+
+@generator("rung14-fp8dq-emulated")
+def gen_rung14_fp8dq_emulated(ctx, gpu, emu):
+    """The kernel's dQ error on the outlier input under the causal mask (smoke runs of @p gpu,
+    fp8-dq and fp8-dq-tile) beside fp8_dq_scales.py's emulation of the same shape (@p emu:
+    comma-separated folders, one per seed and (d, dtype)): the range over the seeds of fp8-dq's,
+    fp8-dq-tile's and two scales per row's."""
+    res = ctx.results(gpu)
+    runs = [r for r in smoke_runs(res) if r["prob"]["input"] == "outlier" and r["prob"]["causal"] == "1"]
+    emus = collections.defaultdict(list)  # (d, dtype) -> [(seed, rows)]
+    folders = [ctx.results(e) for e in emu.split(",")]
+    for f in folders:
+        j = f.json("fp8_dq_scales.json")
+        emus[(j["meta"]["shape"]["head_dim"], j["meta"]["dtype"])].append((j["meta"]["seed"], j["rows"]))
+
+    def emu_range(key, prefix):
+        vals = [r["rel_fro_dq"] for _, rows in emus[key] for r in rows
+                if r["input"] == "outlier" and r["causal"] and r["config"].startswith(prefix)]
+        return "%.2e to %.2e" % (min(vals), max(vals)) if vals else "–"
+
+    def kernel(d, dtype, variant):
+        v = [r["grads"]["dQ"][0] for r in runs if r["variant"] == variant and int(r["prob"]["d"]) == d
+             and r["prob"]["dtype"] == dtype]
+        return "%.2e" % v[0] if v else "–"
+
+    rows = ["| d, dtype | kernel, per row | emulated, per row | kernel, per tile | emulated, per tile | "
+            "emulated, per row and 64-key half |", "|---|--:|--:|--:|--:|--:|"]
+    for d, dtype in sorted(emus, reverse=True):
+        rows.append("| %d, %s | %s | %s | %s | %s | %s |" % (
+            d, dtype, kernel(d, dtype, "fp8-dq"), emu_range((d, dtype), "fp8-dq:"), kernel(d, dtype, "fp8-dq-tile"),
+            emu_range((d, dtype), "fp8-dq-tile:"), emu_range((d, dtype), "dS per query row of each 64-key half")))
+    seeds = sorted({s for v in emus.values() for s, _ in v})
+    shapes = sorted({"%d heads, %d keys" % (f.json("fp8_dq_scales.json")["meta"]["shape"]["heads"],
+                                           f.json("fp8_dq_scales.json")["meta"]["shape"]["seqlen"]) for f in folders})
+    rows += ["", "dQ's relative Frobenius error, outlier input, causal. Kernel: the smoke runs (%s). Emulated: "
+             "`bench/studies/fp8_dq_scales.py` at %s, seeds %s (%s)." % (
+                 link(res, "smoke/summary.txt"), ", ".join(shapes), ", ".join(str(s) for s in seeds),
+                 ", ".join(link(f, "fp8_dq_scales.md", "`%s`" % f.gpu.split("/")[-1]) for f in folders))]
+    return "\n".join(rows)
+
+
 # ---- the backward kernel by kernel, beside cuDNN's (bench/pytorch/torch_bwd_profile.py) ----------
 
 def short_kernel(name, width=48):
