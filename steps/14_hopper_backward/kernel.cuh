@@ -758,16 +758,20 @@ __device__ __forceinline__ uint32_t abs2(uint32_t x) { return x & 0x7fff7fffu; }
 /// two pairs (c2 = 0, 1); across lane bit 4 a lane keeps the pair its bit names and takes its
 /// partner's |max| of it, across bits 3 and 2 the eight lanes of one q end with the same pair:
 /// 3 shuffles for 16 columns, and lanes with bits 2 and 3 clear store one pair each.
-template <class T, class Cfg>
-__device__ __forceinline__ void ds_warp_max_store(const BwdSmem<Cfg>& sm, const uint32_t (&a)[4], int kk,
-                                                  int math_warp, int lane) {
+template <class T>
+__device__ __forceinline__ uint32_t ds_warp_max(const uint32_t (&a)[4], int lane) {
   const bool hi = lane & 16;
   const uint32_t m0 = max2<T>(abs2(a[0]), abs2(a[1])), m1 = max2<T>(abs2(a[2]), abs2(a[3]));  // columns + 0, + 8 ..
   uint32_t m = max2<T>(hi ? m1 : m0, __shfl_xor_sync(0xffffffffu, hi ? m0 : m1, 16));
   m = max2<T>(m, __shfl_xor_sync(0xffffffffu, m, 8));
-  m = max2<T>(m, __shfl_xor_sync(0xffffffffu, m, 4));
+  return max2<T>(m, __shfl_xor_sync(0xffffffffu, m, 4));
+}
+/// ds_warp_max's pair of columns 16 kk + 8 (lane bit 4) + 2 q, + 1, stored by the lanes with bits 2
+/// and 3 clear (after every group's maxima are taken, so that their shuffle chains overlap).
+template <class Cfg>
+__device__ __forceinline__ void ds_warp_max_store(const BwdSmem<Cfg>& sm, uint32_t m, int kk, int math_warp, int lane) {
   if ((lane & 12) == 0)
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.ds_warp_max(math_warp, 16 * kk + 8 * hi + 2 * (lane % 4))),
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.ds_warp_max(math_warp, 16 * kk + 8 * ((lane >> 4) & 1) + 2 * (lane % 4))),
                  "r"(m) : "memory");
 }
 
@@ -1078,7 +1082,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           if constexpr (Cfg::kFp8Dq && !Cfg::kDsRowScale)
             ds_amax = fmaxf(ds_amax, fmaxf(fabsf(dP[8 * kk + 2 * i]), fabsf(dP[8 * kk + 2 * i + 1])));
         }
-        if constexpr (Cfg::kDsRowScale) ds_warp_max_store<T>(sm, dSa[kk], kk, 4 * w + warp, lane);
+      }
+      if constexpr (Cfg::kDsRowScale) {  // every group's maxima first, then their stores
+        uint32_t m[SN / 16];
+#pragma unroll
+        for (int kk = 0; kk < SN / 16; ++kk) m[kk] = ds_warp_max<T>(dSa[kk], lane);
+#pragma unroll
+        for (int kk = 0; kk < SN / 16; ++kk) ds_warp_max_store(sm, m[kk], kk, 4 * w + warp, lane);
       }
 
       const uint32_t dS_tile = sm.dS(gs % Cfg::kDsBufs);
@@ -1103,15 +1113,24 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       // dS^T to shared memory for dQ = dS K_j, which needs both warpgroups' keys. fp8-dq: dS in
       // e4m3, [query][key], scaled by each query row's |max| over both warpgroups (two barriers
       // more), or (fp8-dq-tile) by the tile's (one more).
-      float ds_scale = 1.f;
+      float ds_scale = 1.f, dq_row_scale[2] = {1.f, 1.f};
       if constexpr (Cfg::kDsRowScale) {
         ds_row_scales<T>(sm, 128 * w + mtid);
-        store_ds_e4m3<T, Cfg>(dS_tile, dSa, [&](int kk, int c) {
-          float2 inv;
-          asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
-                       : "=f"(inv.x), "=f"(inv.y) : "r"(sm.ds_inv(frag_col<Cfg>(w, q, kk, 2 * c))) : "memory");
-          return inv;
-        }, w, warp, g, q);
+        // Every inverse this thread converts with, and its dQ rows' scales, loaded at once before the
+        // first conversion (each group's load would otherwise wait behind the last group's stores).
+        float2 inv[SN / 16][2];
+#pragma unroll
+        for (int kk = 0; kk < SN / 16; ++kk)
+#pragma unroll
+          for (int c = 0; c < 2; ++c)
+            asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n"
+                         : "=f"(inv[kk][c].x), "=f"(inv[kk][c].y) : "r"(sm.ds_inv(frag_col<Cfg>(w, q, kk, 2 * c))));
+        {
+          const int row = (Cfg::kDqSplitRows ? 64 * w : 0) + 16 * warp + g;
+          asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(dq_row_scale[0]) : "r"(sm.ds_scale(row)));
+          asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(dq_row_scale[1]) : "r"(sm.ds_scale(row + 8)));
+        }
+        store_ds_e4m3<T, Cfg>(dS_tile, dSa, [&](int kk, int c) { return inv[kk][c]; }, w, warp, g, q);
       } else if constexpr (Cfg::kFp8Dq) {
         ds_scale = e4m3_scale(math_amax(sm, ds_amax, 1 + gs % Cfg::kDsBufs, 4 * w + warp));
         const float inv = e4m3_inv(ds_scale);
@@ -1206,12 +1225,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       wgmma_fence_operand(dQ);
       if constexpr (Cfg::kDsRowScale) {  // the e4m3 operands' scales back in (fp32): registers r with
         // r % 4 < 2 hold row 16 warp + g of the share, the others row + 8 (dq_slot_coord)
-        const int row = (Cfg::kDqSplitRows ? 64 * w : 0) + 16 * warp + g;
-        float s0, s1;
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s0) : "r"(sm.ds_scale(row)) : "memory");
-        asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(s1) : "r"(sm.ds_scale(row + 8)) : "memory");
-        s0 *= k_scale;
-        s1 *= k_scale;
+        const float s0 = dq_row_scale[0] * k_scale, s1 = dq_row_scale[1] * k_scale;
 #pragma unroll
         for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= r % 4 < 2 ? s0 : s1;
       } else if constexpr (Cfg::kFp8Dq) {  // the e4m3 operands' scales back in (fp32)
