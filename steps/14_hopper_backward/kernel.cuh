@@ -57,8 +57,11 @@ struct BwdBuffers {
   bool early_free;
   /// Cfg::kPersistent: the grid of K/V blocks the persistent blocks walk (x the K/V block, y the
   /// KV head and slice, z the batch, as the non-persistent grid's blockIdx), tile t = x + X (y +
-  /// Y z) taken by block t mod gridDim.x, in order.
+  /// Y z): block b takes tile b first, then tile_counter's next value + gridDim.x each time it
+  /// needs one (the hardware's order for a non-persistent grid: a block takes the next tile when
+  /// it is free).
   int tiles_x, tiles_y, tiles_z;
+  int* tile_counter;  ///< zeroed before the launch (workspace.h's tile_counter_offset)
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
@@ -226,8 +229,13 @@ struct BwdSmem {
   __device__ __forceinline__ uint32_t do_empty(int s) const {
     return Cfg::kSplitRelease ? base + Cfg::kBars + 8u * (1 + 3 * Cfg::kStages + s) : q_empty(s);
   }
-  /// Persistent: K_j, V_j free for the next block's (the last of the barriers).
-  __device__ __forceinline__ uint32_t kv_empty() const { return base + Cfg::kBars + 8u * (Cfg::kBarCount - 1); }
+  /// Persistent: K_j, V_j free for the next block's; the tile ring's slot @p k, published and read.
+  __device__ __forceinline__ uint32_t kv_empty() const { return base + Cfg::kBars + 8u * Cfg::kKvEmptyBar; }
+  __device__ __forceinline__ uint32_t tile_slot(int k) const { return base + Cfg::kTileSlots + 4u * k; }
+  __device__ __forceinline__ uint32_t tile_full(int k) const { return base + Cfg::kBars + 8u * (Cfg::kKvEmptyBar + 1 + k); }
+  __device__ __forceinline__ uint32_t tile_empty(int k) const {
+    return base + Cfg::kBars + 8u * (Cfg::kKvEmptyBar + 3 + k);
+  }
 };
 
 /// What the block walks: its K/V block, its slice of query heads and the query blocks that see the
@@ -880,6 +888,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   };
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const BwdSmem<Cfg> sm(smem_raw);
+  // Persistent: the k-th tile of the block's walk, from the loader's tile ring (every math thread
+  // and the writer warp read each slot, then free it).
+  auto read_tile = [&](int k) {
+    mbarrier_wait_parity(sm.tile_full(k & 1), (k >> 1) & 1);
+    int t;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(t) : "r"(sm.tile_slot(k & 1)) : "memory");
+    mbarrier_arrive(sm.tile_empty(k & 1));
+    return t;
+  };
   const Loads<Cfg> loads{&map_q,       &map_k,    &map_v,        &map_do,
                          buf.lse_log2, buf.delta, buf.head_rows, p.cu_seqlens_q != nullptr};
   const int tid = threadIdx.x;
@@ -899,7 +916,13 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       mbarrier_init(sm.q_empty(s), kMathThreads);
       if (Cfg::kSplitRelease) mbarrier_init(sm.do_empty(s), kMathThreads);
     }
-    if (PERSISTENT) mbarrier_init(sm.kv_empty(), kMathThreads);
+    if (PERSISTENT) {
+      mbarrier_init(sm.kv_empty(), kMathThreads);
+      for (int k = 0; k < 2; ++k) {
+        mbarrier_init(sm.tile_full(k), 1);
+        mbarrier_init(sm.tile_empty(k), kMathThreads + (WRITER ? 32 : 0));
+      }
+    }
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -912,35 +935,42 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       setmaxnreg_dec<kProducerRegs>();
       const int warp = tid / 32;
       if constexpr (PERSISTENT) {
-        // The same two roles over the block's tiles. The Q/dO ring goes on from tile to tile
-        // (step gs in all): the next K/V block's first Q_i, dO_i load into the stage the last
-        // block's next-to-last step freed while its last step runs, and its K_j, V_j once the
-        // math warps release the last block's (kv_empty), while they write its dK, dV.
+        // The same two roles over the block's tiles. The loader takes them (tile0, then the tile
+        // counter's next, in the grid's order: the hardware's for a non-persistent grid) and
+        // publishes each in the two-slot tile ring before its loads, a tile >= n_tiles ending the
+        // walk. The Q/dO ring goes on from tile to tile (step gs in all): the next K/V block's
+        // first Q_i, dO_i load into the stage the last block's next-to-last step freed while its
+        // last step runs, and its K_j, V_j once the math warps release the last block's
+        // (kv_empty), while they write its dK, dV.
         if (warp == 0 && tid == 0) {
-          int gs = 0, round = 0;
+          int gs = 0, round = 0, t = tile0;
 #pragma unroll 1
-          for (int t = tile0; t < n_tiles; t += gridDim.x) {
+          for (int k = 0;; ++k) {
+            if (k >= 2) mbarrier_wait_parity(sm.tile_empty(k & 1), ((k >> 1) - 1) & 1);  // read by all
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm.tile_slot(k & 1)), "r"(t) : "memory");
+            mbarrier_arrive(sm.tile_full(k & 1));
+            if (t >= n_tiles) break;
             set_tile(t);
-            if (work.steps == 0) continue;
-            loads.step(sm, work, 0, gs);
-            if (round > 0) mbarrier_wait_parity(sm.kv_empty(), (round - 1) & 1);
-            loads.kv(sm, work);
+            if (work.steps > 0) {
+              loads.step(sm, work, 0, gs);
+              if (round > 0) mbarrier_wait_parity(sm.kv_empty(), (round - 1) & 1);
+              loads.kv(sm, work);
 #pragma unroll 1
-            for (int it = 1; it < work.steps; ++it) loads.step(sm, work, it, gs + it);
-            gs += work.steps;
-            ++round;
+              for (int it = 1; it < work.steps; ++it) loads.step(sm, work, it, gs + it);
+              gs += work.steps;
+              ++round;
+            }
+            t = atomicAdd(buf.tile_counter, 1) + static_cast<int>(gridDim.x);
           }
         } else if (warp == 1 && WRITER) {
-          int total = 0;  // the block's steps in all: the hand-off's last step frees no tile
+          // The hand-off as the rung's writer runs it, over the tiles the ring gives: the tile
+          // starts free, and each add frees it again, the last too (the math warps take that last
+          // phase once the ring says the walk is over).
+          named_barrier_arrive(kDqEmpty, kDqHandoff);
 #pragma unroll 1
-          for (int t = tile0; t < n_tiles; t += gridDim.x) {
-            set_tile(t);
-            total += work.steps;
-          }
-          if (total > 0) named_barrier_arrive(kDqEmpty, kDqHandoff);  // the tile starts free
-          int done = 0;
-#pragma unroll 1
-          for (int t = tile0; t < n_tiles; t += gridDim.x) {
+          for (int k = 0;; ++k) {
+            const int t = read_tile(k);
+            if (t >= n_tiles) break;
             set_tile(t);
 #pragma unroll 1
             for (int it = 0; it < work.steps; ++it) {
@@ -948,7 +978,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
               int* turn = nullptr;
               if (tid == 32) turn = add_dq_tile<Cfg>(sm, buf, p, work, mods, it, deterministic, buf.early_free);
               __syncwarp();
-              if (++done < total) named_barrier_arrive(kDqEmpty, kDqHandoff);
+              named_barrier_arrive(kDqEmpty, kDqHandoff);
               if (tid == 32 && turn != nullptr) release_dq_turn(turn, work.j + 1);
               __syncwarp();
             }
@@ -1313,7 +1343,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     int gs = 0;
     uint32_t round = 0;
 #pragma unroll 1
-    for (int t = tile0; t < n_tiles; t += gridDim.x) {
+    for (int k = 0;; ++k) {
+      const int t = read_tile(k);
+      if (t >= n_tiles) break;
       set_tile(t);
       if (!work.active) continue;  // no such K/V block in its sequence
       math_block(gs, round & 1);   // with no step: dK_j = dV_j = 0, written
@@ -1321,6 +1353,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       gs += work.steps;
       ++round;
     }
+    if constexpr (WRITER) named_barrier_sync(kDqEmpty, kDqHandoff);  // the writer's arrival after its last add
   } else {
     math_block(0, 0);
   }

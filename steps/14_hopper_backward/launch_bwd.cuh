@@ -168,6 +168,7 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.delta = ws + stat_rows(shape);
   buf.dq_acc = ws + dq_acc_offset(shape);
   buf.counters = deterministic ? reinterpret_cast<int*>(ws + counter_offset(shape)) : nullptr;
+  buf.tile_counter = reinterpret_cast<int*>(ws + tile_counter_offset(shape, deterministic));
   buf.dkv_acc = ws + dkv_acc_offset(shape, deterministic);
   buf.kv_split = kv_splits(shape, how);
   buf.early_free = early_free;
@@ -178,8 +179,9 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
 
   float* exact_d = exact_delta<T, D>(P, shape, ws, deterministic, policy, how, stream);
 
-  // The dQ accumulator and the counters start at zero; the statistics are padded. stat_rows is a
-  // multiple of 128 (workspace.h), so of every block's rows; the zeroed floats of 32.
+  // The dQ accumulator and the counters (the persistent grid's tile counter too) start at zero; the
+  // statistics are padded. stat_rows is a multiple of 128 (workspace.h), so of every block's rows;
+  // the zeroed floats of 32.
   const size_t zero_floats = dkv_acc_offset(shape, deterministic) - dq_acc_offset(shape);
   const int64_t stat_rows = static_cast<int64_t>(hopper14::stat_rows(shape));
   if (prep == Prep::fused) {

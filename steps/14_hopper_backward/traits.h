@@ -130,10 +130,15 @@ struct BwdTiles {
   static constexpr int kDsWarpMaxBytes = kDsRowScale ? 8 * BLOCK_M * 2 : 0;
   static constexpr int kDsScale = kDsWarpMax + kDsWarpMaxBytes, kDsInv = kDsScale + BLOCK_M * 4;
   static constexpr int kDsScaleBytes = kDsRowScale ? 2 * BLOCK_M * 4 : 0;
+  /// PERSISTENT: the two slots of the tile ring (the producer's next K/V blocks, one int each).
+  static constexpr int kTileSlots = kDsScale + kDsScaleBytes;
+  static constexpr int kTileSlotBytes = PERSISTENT ? 16 : 0;
   /// mbarriers: K and V, then per stage "Q landed", "dO landed", "stage (Q) free", "dO free";
-  /// PERSISTENT: then "K and V free" (the math warps done with the last K/V block).
-  static constexpr int kBars = kDsScale + kDsScaleBytes;
-  static constexpr int kBarCount = 1 + (kSplitRelease ? 4 : 3) * STAGES + (PERSISTENT ? 1 : 0);
+  /// PERSISTENT: then "K and V free" (the math warps done with the last K/V block), and per tile
+  /// slot "tile published", then per slot "tile read".
+  static constexpr int kBars = kTileSlots + kTileSlotBytes;
+  static constexpr int kKvEmptyBar = 1 + (kSplitRelease ? 4 : 3) * STAGES;
+  static constexpr int kBarCount = kKvEmptyBar + (PERSISTENT ? 5 : 0);
   static constexpr int kSmemBytes = kBars + 8 * kBarCount + 1024;  // + alignment slack
   /// fp32 registers a math thread holds for dK and dV together.
   static constexpr int kDkvRegs = 2 * kDkvTiles * kDkvN / 2;

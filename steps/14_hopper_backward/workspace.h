@@ -11,6 +11,7 @@
 ///   D            [batch, heads_q, rows_padded]            at stat_rows         0 past seqlen_q
 ///   dQ acc.      [batch, heads_q, rows_padded / M][M x d] at dq_acc_offset     one tile per query block
 ///   counters     [batch, heads_q, rows_padded / 64] int32 at counter_offset    deterministic only
+///   tile counter one int32 (a 128-byte slot) at tile_counter_offset
 ///   dK, dV       [2][kv_split][batch, seqlen_k, heads_kv, d]   (rung 11's)     kv_split > 1 only
 ///   exact D      [rows] + [delta_splits][2][rows]              (rung 11's)     the exact D pass only
 ///   // clang-format on
@@ -114,10 +115,14 @@ inline size_t dq_acc_offset(const WsShape& s) { return 2 * stat_rows(s); }
 inline size_t counter_count(const WsShape& s) { return stat_rows(s) / 64; }
 inline size_t counter_offset(const WsShape& s) { return dq_acc_offset(s) + stat_rows(s) * s.p.head_dim; }
 
-/// The split group's partial dK, dV (rung 11's layout and convert kernel): after the counters.
-inline size_t dkv_acc_offset(const WsShape& s, bool deterministic) {
+/// The persistent grid's tile counter (one int in a 128-byte slot, zeroed with the accumulator):
+/// each block's next K/V block after its first (kernel.cuh's persistent producer).
+inline size_t tile_counter_offset(const WsShape& s, bool deterministic) {
   return counter_offset(s) + (deterministic ? (counter_count(s) + 31) / 32 * 32 : 0);
 }
+
+/// The split group's partial dK, dV (rung 11's layout and convert kernel): after the counters.
+inline size_t dkv_acc_offset(const WsShape& s, bool deterministic) { return tile_counter_offset(s, deterministic) + 32; }
 
 /// Key rows of dK, dV: batch x seqlen_k, or total_k packed.
 inline int64_t key_rows(const WsShape& s) { return s.packed ? s.total_k : int64_t(s.p.batch) * s.p.seqlen_k; }

@@ -146,7 +146,8 @@ TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, si
       for (size_t off : {stat, dq, cnt, dkv, exact}) CHECK(off % 32 == 0);  // floats: 128 bytes
       CHECK(dq == 2 * stat);                                     // LSE, then D
       CHECK(cnt == dq + stat * p.head_dim);                      // the accumulator: one row per padded row
-      CHECK(dkv - cnt == (det ? (hopper14::counter_count(p) + 31) / 32 * 32 : 0));
+      CHECK(hopper14::tile_counter_offset(p, det) - cnt == (det ? (hopper14::counter_count(p) + 31) / 32 * 32 : 0));
+      CHECK(dkv - hopper14::tile_counter_offset(p, det) == 32);  // the persistent grid's tile counter
       CHECK(hopper14::counter_count(p) * 64 == stat);            // a counter per 64-row block
       const int split = hopper14::kv_splits(p);
       const size_t part = split > 1 ? 2 * size_t(split) * p.batch * p.seqlen_k * p.heads_kv * p.head_dim : 0;
