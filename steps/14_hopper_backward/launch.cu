@@ -31,14 +31,14 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq, fp8_dq_tile, persistent };
+                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
-    M == Mode::rule_split || M == Mode::late_free;
+    M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
 /// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
@@ -104,6 +104,22 @@ decltype(auto) with_tiles(int head_dim, F&& f) {
     if (head_dim == 256) return f(TypeTag<typename ModeTiles<M, 256>::type>{});
   if (head_dim == 64) return f(TypeTag<typename ModeTiles<M, 64>::type>{});
   return f(TypeTag<typename ModeTiles<M, 128>::type>{});
+}
+
+/// Calls f(TypeTag<tiles>{}) with the tiles @p M runs for a problem of @p head_dim and @p seqlen_q
+/// (the longest sequence's queries): with_tiles' for every entry but the rung, which takes the
+/// persistent grid's tiles where traits.h's rung_grid_persistent says (README, "A persistent grid").
+template <Mode M, class F>
+decltype(auto) with_grid(int head_dim, int seqlen_q, F&& f) {
+  if constexpr (M == Mode::rung)
+    if (hopper14::rung_grid_persistent(head_dim, seqlen_q)) return with_tiles<Mode::persistent>(head_dim, f);
+  return with_tiles<M>(head_dim, f);
+}
+
+/// Whether @p M runs the persistent grid on @p p (with_grid's choice).
+template <Mode M>
+bool persistent_grid(const Problem& p) {
+  return M == Mode::persistent || (M == Mode::rung && hopper14::rung_grid_persistent(p.head_dim, p.seqlen_q));
 }
 
 const Rung& forward_rung() {
@@ -174,7 +190,8 @@ Rung make_rung(const char* variant, const char* summary) {
       return "head_dim 256: rows of more than 16384 keys need rung 11's exact D pass, built for head_dim 64 and 128";
     if (p.varlen() && exact_pass)
       return "a packed batch with a sequence of more than 16384 keys: rung 11's exact D pass takes dense batches only";
-    const int smem = with_tiles<M>(p.head_dim, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
+    const int smem =
+        with_grid<M>(p.head_dim, p.seqlen_q, [](auto tiles) { return decltype(tiles)::type::kSmemBytes; });
     const std::string limits = tile_limits(p, d, smem);
     if (!limits.empty()) return limits;
     if (int64_t(p.heads_kv) * hopper14::kv_splits(p, group_split(M)) > 65535)
@@ -188,7 +205,8 @@ Rung make_rung(const char* variant, const char* summary) {
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
 #if FL_HOPPER_SM90A
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
-      with_tiles<M>(P.fwd.head_dim, [&](auto tiles) { launch_backward<M, T, typename decltype(tiles)::type>(P, s); });
+      with_grid<M>(P.fwd.head_dim, P.fwd.seqlen_q,
+                   [&](auto tiles) { launch_backward<M, T, typename decltype(tiles)::type>(P, s); });
     });
 #else
     (void)P;
@@ -199,7 +217,8 @@ Rung make_rung(const char* variant, const char* summary) {
   r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
 #if FL_HOPPER_SM90A
     return FL_DTYPE_SWITCH(p.dtype, T, [&] {
-      return with_tiles<M>(p.head_dim, [](auto tiles) { return kernel_list<M, T, typename decltype(tiles)::type>(); });
+      return with_grid<M>(p.head_dim, p.seqlen_q,
+                          [](auto tiles) { return kernel_list<M, T, typename decltype(tiles)::type>(); });
     });
 #else
     (void)p;
@@ -211,6 +230,8 @@ Rung make_rung(const char* variant, const char* summary) {
         "backward pass after rung 15's forward (O and LSE); FLOPs by FlashAttention's convention: 2.5 x the forward's",
         std::string("D from ") + bwd::delta_source_name(bwd::delta_source(delta_policy(M), p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
+    notes.push_back(persistent_grid<M>(p) ? "grid: persistent, one block per SM walking the K/V blocks"
+                                          : "grid: one block per K/V block");
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
       notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));
     }
@@ -251,10 +272,14 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::fp8_dq_tile>("fp8-dq-tile", "ablation of fp8-dq: one scale per dS tile (64 or 128 queries x "
                                                       "128 keys) instead of one per query row (README, \"dQ in "
                                                       "e4m3\")"));
-  reg.add(make_rung<Mode::persistent>("persistent", "candidate: a persistent grid, one block per SM walking the K/V "
-                                                    "blocks in turn; the next block's K_j, V_j and first Q_i, dO_i "
-                                                    "load while the math warps end the last (README, \"A persistent "
-                                                    "grid\")"));
+  reg.add(make_rung<Mode::persistent>("persistent", "ablation: the persistent grid at every length (the rung's at "
+                                                    "d = 64 and 128 on rows of at most 2048 queries): one block per "
+                                                    "SM takes K/V blocks from a counter; the next block's K_j, V_j "
+                                                    "and first Q_i, dO_i load while the math warps end the last "
+                                                    "(README, \"A persistent grid\")"));
+  reg.add(make_rung<Mode::tile_grid>("tile-grid", "ablation: one block per K/V block at every length (the rung's "
+                                                  "grid is persistent at d = 64 and 128 on rows of at most 2048 "
+                                                  "queries: README, \"A persistent grid\")"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

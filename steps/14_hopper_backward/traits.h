@@ -167,6 +167,17 @@ constexpr int kRungStages = HEAD_DIM == 256 ? 1 : 2;
 template <int HEAD_DIM>
 using RungTiles = BwdTiles<HEAD_DIM, kRungBlockM<HEAD_DIM>, kRungStages<HEAD_DIM>, true, 2, HEAD_DIM == 256>;
 
+/// The rung's grid (README, "A persistent grid"): at d = 64 and 128, on rows of at most
+/// kPersistentMaxQueries queries (the longest sequence of a packed batch), one block per SM walks
+/// the K/V blocks (RungTiles with PERSISTENT; the `persistent` variant at every length). There a
+/// K/V block walks at most 32 query blocks, and the next block's loads under the last one's dK, dV
+/// stores pay; above, the persistent kernel's spills cost about 1 % and the rung keeps one block
+/// per K/V block (the `tile-grid` ablation at every length).
+constexpr int kPersistentMaxQueries = 2048;
+constexpr bool rung_grid_persistent(int head_dim, int seqlen_q) {
+  return head_dim <= 128 && seqlen_q <= kPersistentMaxQueries;
+}
+
 /// The fp32 slot, in a dQ tile, of a math thread's register @p r of its dQ share (warpgroup
 /// @p w, thread @p tid of it): 16-byte runs of four registers, thread after thread, so that the
 /// math warps' stores are 512 contiguous bytes per warp and the accumulator holds the tile as the
