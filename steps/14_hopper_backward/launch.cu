@@ -272,14 +272,14 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::fp8_dq_tile>("fp8-dq-tile", "ablation of fp8-dq: one scale per dS tile (64 or 128 queries x "
                                                       "128 keys) instead of one per query row (README, \"dQ in "
                                                       "e4m3\")"));
-  reg.add(make_rung<Mode::persistent>("persistent", "ablation: the persistent grid at every length (the rung's at "
-                                                    "d = 64 and 128 on rows of at most 2048 queries): one block per "
-                                                    "SM takes K/V blocks from a counter; the next block's K_j, V_j "
-                                                    "and first Q_i, dO_i load while the math warps end the last "
-                                                    "(README, \"A persistent grid\")"));
+  reg.add(make_rung<Mode::persistent>("persistent", "ablation: the persistent grid at every length (the rung's on "
+                                                    "rows of at most 4096 queries at d = 64, 1024 at d = 128): one "
+                                                    "block per SM takes K/V blocks from a counter; the next block's "
+                                                    "K_j, V_j and first Q_i, dO_i load while the math warps end the "
+                                                    "last (README, \"A persistent grid\")"));
   reg.add(make_rung<Mode::tile_grid>("tile-grid", "ablation: one block per K/V block at every length (the rung's "
-                                                  "grid is persistent at d = 64 and 128 on rows of at most 2048 "
-                                                  "queries: README, \"A persistent grid\")"));
+                                                  "grid is persistent on rows of at most 4096 queries at d = 64, "
+                                                  "1024 at d = 128: README, \"A persistent grid\")"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

@@ -167,15 +167,16 @@ constexpr int kRungStages = HEAD_DIM == 256 ? 1 : 2;
 template <int HEAD_DIM>
 using RungTiles = BwdTiles<HEAD_DIM, kRungBlockM<HEAD_DIM>, kRungStages<HEAD_DIM>, true, 2, HEAD_DIM == 256>;
 
-/// The rung's grid (README, "A persistent grid"): at d = 64 and 128, on rows of at most
-/// kPersistentMaxQueries queries (the longest sequence of a packed batch), one block per SM walks
-/// the K/V blocks (RungTiles with PERSISTENT; the `persistent` variant at every length). There a
-/// K/V block walks at most 32 query blocks, and the next block's loads under the last one's dK, dV
-/// stores pay; above, the persistent kernel's spills cost about 1 % and the rung keeps one block
-/// per K/V block (the `tile-grid` ablation at every length).
-constexpr int kPersistentMaxQueries = 2048;
+/// The rung's grid (README, "A persistent grid"): one block per SM walking the K/V blocks
+/// (RungTiles with PERSISTENT; the `persistent` variant at every length) on rows of at most
+/// persistent_max_queries(d) queries (the longest sequence of a packed batch), else one block per
+/// K/V block (the `tile-grid` ablation at every length). The bounds are the longest rows where the
+/// persistent grid was measured faster on the H200: 4096 queries at d = 64 (3 to 9 % faster, 512 to
+/// 4096 queries), 1024 at d = 128 (1 to 4 % at 512 and 1024; at 2048 within 2 % either way, and
+/// 1 % slower from 4096 on); never at d = 256, where it is not built.
+constexpr int persistent_max_queries(int head_dim) { return head_dim == 64 ? 4096 : head_dim == 128 ? 1024 : 0; }
 constexpr bool rung_grid_persistent(int head_dim, int seqlen_q) {
-  return head_dim <= 128 && seqlen_q <= kPersistentMaxQueries;
+  return persistent_max_queries(head_dim) > 0 && seqlen_q <= persistent_max_queries(head_dim);
 }
 
 /// The fp32 slot, in a dQ tile, of a math thread's register @p r of its dQ share (warpgroup

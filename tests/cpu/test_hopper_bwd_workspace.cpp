@@ -129,6 +129,19 @@ TEST_CASE("rung 14's tiles: d = 256 transposes dK, dV (head_dim as M) and fits o
   CHECK(hopper14::kv_block_keys(256) == 64);
 }
 
+TEST_CASE("rung 14's grid: persistent on short rows at d = 64 and 128, never at d = 256", "[cpu][hopper_bwd]") {
+  // The bounds README "A persistent grid" measured; an empty packed batch (seqlen_q 0) at d = 256
+  // must not take d = 128's persistent tiles.
+  CHECK(hopper14::rung_grid_persistent(64, 1));
+  CHECK(hopper14::rung_grid_persistent(64, 4096));
+  CHECK_FALSE(hopper14::rung_grid_persistent(64, 4097));
+  CHECK(hopper14::rung_grid_persistent(128, 1024));
+  CHECK_FALSE(hopper14::rung_grid_persistent(128, 1025));
+  CHECK_FALSE(hopper14::rung_grid_persistent(256, 0));
+  CHECK_FALSE(hopper14::rung_grid_persistent(256, 512));
+  CHECK_FALSE(hopper14::rung_grid_persistent(96, 512));  // not a tile of the rung
+}
+
 TEST_CASE("rung 14's workspace: regions in order, disjoint, 128-byte aligned, sized by the mode",
           "[cpu][hopper_bwd]") {
   for (const Problem& p : shapes())
