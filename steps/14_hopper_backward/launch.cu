@@ -116,12 +116,6 @@ decltype(auto) with_grid(int head_dim, int seqlen_q, F&& f) {
   return with_tiles<M>(head_dim, f);
 }
 
-/// Whether @p M runs the persistent grid on @p p (with_grid's choice).
-template <Mode M>
-bool persistent_grid(const Problem& p) {
-  return M == Mode::persistent || (M == Mode::rung && hopper14::rung_grid_persistent(p.head_dim, p.seqlen_q));
-}
-
 const Rung& forward_rung() {
   const Rung* f = registry().find(kForwardRung);
   if (!f) throw std::runtime_error("rung 14 runs rung 15's forward pass, which is not built");
@@ -230,8 +224,9 @@ Rung make_rung(const char* variant, const char* summary) {
         "backward pass after rung 15's forward (O and LSE); FLOPs by FlashAttention's convention: 2.5 x the forward's",
         std::string("D from ") + bwd::delta_source_name(bwd::delta_source(delta_policy(M), p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
-    notes.push_back(persistent_grid<M>(p) ? "grid: persistent, one block per SM walking the K/V blocks"
-                                          : "grid: one block per K/V block");
+    const bool persistent = with_grid<M>(p.head_dim, p.seqlen_q, [](auto t) { return decltype(t)::type::kPersistent; });
+    notes.push_back(persistent ? "grid: persistent, one block per SM walking the K/V blocks"
+                               : "grid: one block per K/V block");
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
       notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));
     }
