@@ -11,13 +11,15 @@
 //             heads, head_dim 128, seqlen_k 16k/64k/128k, pages of 16, 64 and
 //             256 tokens and contiguous (page 0), back to back
 //   backward: the backward rungs (Rung::launch_bwd: 11, 14) on the prefill shapes,
-//             seqlen 1k..16k, head_dim 64, 128 and 256, causal 0/1, once with
+//             seqlen 512..16k, head_dim 64, 128 and 256, causal 0/1, once with
 //             deterministic=0 and once with 1 ("/det"); the forward pass runs
 //             once before (O, LSE), only launch_bwd is timed; TFLOPS by
 //             attention_bwd_flops (2.5 x the forward's), GB/s by attention_bwd_bytes
 //   backward-gqa: the backward family's shapes with GQA 4:1 (heads_kv = heads_q / 4: 16 query
 //             heads on 4 KV heads at head_dim 128, 32 on 8 at 64, 8 on 2 at 256), deterministic=0 only: the
 //             layers of a GQA model, where a KV head's dK, dV sum over its group's query heads
+//   backward-gqa8: the same with GQA 8:1 (heads_kv = heads_q / 8: 16 on 2 at 128, 32 on 4 at 64,
+//             8 on 1 at 256)
 //   hopper-prefill: the Hopper forward rungs (09, 10, 15) on the prefill shapes at head_dim 64,
 //             128 and 256, seqlen 512..16k, causal 0/1 (rung 15's grid: short sequences too)
 //   llama:    the Hopper forward rungs on Llama-3-8B's prefill: batch 1, 32 query heads on 8 KV
@@ -65,7 +67,7 @@
 // PyTorch script's JSON. A shape a rung does not support is not registered:
 // it is listed with its reason on stderr and in the JSON context ("skip: ...").
 //
-// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|fp8|
+// Own flags (before Google Benchmark's): --fl_family=prefill|decode|ablation|paged|backward|backward-gqa|backward-gqa8|fp8|
 // hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward|
 // decode-fp8|all
 // (comma-separated list allowed) --fl_rungs=1,4,6 --fl_variants (variants in the prefill
@@ -95,7 +97,7 @@ namespace {
 
 struct Config {
   std::set<std::string> families{"prefill", "decode",        "ablation",       "paged", "backward",
-                                 "backward-gqa", "fp8", "hopper-prefill", "llama", "varlen",
+                                 "backward-gqa", "backward-gqa8", "fp8", "hopper-prefill", "llama", "varlen",
                                  "varlen-backward", "masks", "masks-backward", "mla-decode", "mla-prefill",
                                  "mla-prefill-backward", "decode-fp8"};
   std::set<int> rungs;  // empty: all
@@ -110,7 +112,7 @@ struct Config {
 
 /// The families that time a backward pass (launch_bwd).
 bool is_backward(const std::string& family) {
-  return family == "backward" || family == "backward-gqa" || family == "varlen-backward" ||
+  return family == "backward" || family == "backward-gqa" || family == "backward-gqa8" || family == "varlen-backward" ||
          family == "masks-backward" || family == "mla-prefill-backward";
 }
 
@@ -371,8 +373,8 @@ std::vector<Shape> sweep(const Config& c) {
     for (int d : {64, 128, 256}) {
       if (!dim_ok(d)) continue;
       for (int causal : {0, 1})
-        for (int n : {1024, 2048, 4096, 8192, 16384}) {
-          if (c.quick && n == 8192) continue;
+        for (int n : {512, 1024, 2048, 4096, 8192, 16384}) {
+          if (c.quick && (n == 512 || n == 8192)) continue;
           for (bool det : {false, true}) {
             Shape s = prefill_shape("backward", n, d, causal);
             s.deterministic = det;
@@ -380,17 +382,18 @@ std::vector<Shape> sweep(const Config& c) {
           }
         }
     }
-  if (c.wants("backward-gqa"))
-    for (int d : {64, 128, 256}) {
-      if (!dim_ok(d)) continue;
-      for (int causal : {0, 1})
-        for (int n : {1024, 2048, 4096, 8192, 16384}) {
-          if (c.quick && n == 8192) continue;
-          Shape s = prefill_shape("backward-gqa", n, d, causal);
-          s.p.heads_kv = s.p.heads_q / 4;
-          out.push_back(s);
-        }
-    }
+  for (const auto& [family, group] : {std::pair<const char*, int>{"backward-gqa", 4}, {"backward-gqa8", 8}})
+    if (c.wants(family))
+      for (int d : {64, 128, 256}) {
+        if (!dim_ok(d)) continue;
+        for (int causal : {0, 1})
+          for (int n : {512, 1024, 2048, 4096, 8192, 16384}) {
+            if (c.quick && (n == 512 || n == 8192)) continue;
+            Shape s = prefill_shape(family, n, d, causal);
+            s.p.heads_kv = s.p.heads_q / group;
+            out.push_back(s);
+          }
+      }
   for (Shape& s : out)
     if (s.family != "fp8") s.p.dtype = c.dtype;
   return out;
@@ -654,7 +657,7 @@ int main(int argc, char** argv) {
         if (f == "all") cfg.families = Config{}.families;
         else if (Config{}.families.count(f)) cfg.families.insert(f);
         else {
-          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, decode-fp8, all)\n",
+          std::fprintf(stderr, "ladder_bench: --fl_family: unknown family '%s' (prefill, decode, ablation, paged, backward, backward-gqa, backward-gqa8, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, decode-fp8, all)\n",
                        f.c_str());
           return 2;
         }

@@ -95,7 +95,7 @@ def group_title(family, key, records):
         )
     if family in BACKWARD_FAMILIES:
         d, causal = key
-        gqa = family == "backward-gqa"
+        gqa = family != "backward"
         return (
             "Backward%s, head_dim %d, %s" % (", GQA %d:1" % (r["heads_q"] // r["heads_kv"]) if gqa else "", d,
                                              "causal" if causal else "not causal"),

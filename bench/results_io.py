@@ -32,9 +32,10 @@ import tempfile
 TORCH_ORDER = ["torch_flex", "torch_flash", "torch_cudnn", "torch_efficient", "torch_math"]
 LABEL_RE = re.compile(r"^(?P<num>\d+)_(?P<name>[A-Za-z0-9_]+)(\[(?P<variant>[^\]]*)\])?$")
 SHAPE_FIELDS = ("batch", "seqlen_q", "seqlen_k", "heads_q", "heads_kv", "head_dim", "causal", "page_size")
-FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "fp8", "hopper-prefill", "llama",
+FAMILIES = ("prefill", "decode", "ablation", "paged", "backward", "backward-gqa", "backward-gqa8", "fp8",
+            "hopper-prefill", "llama",
             "masks", "masks-backward", "mla-decode", "mla-prefill", "mla-prefill-backward", "decode-fp8")
-BACKWARD_FAMILIES = ("backward", "backward-gqa")
+BACKWARD_FAMILIES = ("backward", "backward-gqa", "backward-gqa8")
 # Rung 16's masks and score modifiers: one table per family, a column per (case, seqlen) of
 # "masks/d128/<case>/N<n>", in ladder_bench's order (mask_shapes); an unknown case after them.
 MASK_FAMILIES = ("masks", "masks-backward")

@@ -7,7 +7,7 @@
 #   0. ceilings: the measured FFMA, mma.sync, cuBLAS and copy rates   -> ceilings.json
 #   1. ladder_bench: every rung over the sweeps of the families       -> ladder_bench.json
 #   2. bench/pytorch/torch_sdpa.py on the same shapes, if PyTorch imports      -> torch_sdpa.json
-#      (families prefill, decode, backward, backward-gqa, ablation and fp8: SDPA's backward pass
+#      (families prefill, decode, backward, backward-gqa(8), ablation and fp8: SDPA's backward pass
 #      alone for the backward families, the 16-bit backends for fp8)
 #      bench/pytorch/torch_flex.py on the masks families (FlexAttention, and    -> torch_flex.json
 #      SDPA flash / cuDNN on their causal cells)
@@ -22,7 +22,7 @@
 #   9. meta.json: device, date, git sha (and whether the tree had local changes), the commands,
 #      written relative to the repository root
 #
-# Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, fp8,
+# Families (bench/README.md): prefill, decode, ablation, paged, backward, backward-gqa, backward-gqa8, fp8,
 # hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward,
 # decode-fp8;
 # "all" (the default) is all seventeen. bench/studies/mla_decode.sh runs the MLA families (bf16).
@@ -70,10 +70,10 @@ find_bin() {
   # Newest build/*/bin/ladder_bench.
   ls -t "$ROOT"/build/*/bin/ladder_bench 2>/dev/null | head -1 | xargs -r dirname || true
 }
-[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill,mla-prefill-backward,decode-fp8
+[ "$family" = all ] && family=prefill,decode,ablation,paged,backward,backward-gqa,backward-gqa8,fp8,hopper-prefill,llama,varlen,varlen-backward,masks,masks-backward,mla-decode,mla-prefill,mla-prefill-backward,decode-fp8
 for f in ${family//,/ }; do
-  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward|decode-fp8) ;;
-    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, decode-fp8 or all (comma-separated), got '$f'" >&2; exit 2 ;;
+  case "$f" in prefill|decode|ablation|paged|backward|backward-gqa|backward-gqa8|fp8|hopper-prefill|llama|varlen|varlen-backward|masks|masks-backward|mla-decode|mla-prefill|mla-prefill-backward|decode-fp8) ;;
+    *) echo "run_all.sh: --family takes prefill, decode, ablation, paged, backward, backward-gqa, backward-gqa8, fp8, hopper-prefill, llama, varlen, varlen-backward, masks, masks-backward, mla-decode, mla-prefill, mla-prefill-backward, decode-fp8 or all (comma-separated), got '$f'" >&2; exit 2 ;;
   esac
 done
 has_family() { [[ ",$family," == *",$1,"* ]]; }
@@ -142,7 +142,7 @@ else
   tq=()
   [ $quick = 1 ] && tq=(--quick)
   tfam=""
-  for f in prefill decode backward backward-gqa ablation fp8 hopper-prefill llama varlen varlen-backward; do
+  for f in prefill decode backward backward-gqa backward-gqa8 ablation fp8 hopper-prefill llama varlen varlen-backward; do
     has_family $f && tfam=${tfam:+$tfam,}$f
   done
   ffam=""

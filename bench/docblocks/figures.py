@@ -314,10 +314,10 @@ def ratio_colour(v, span=0.5):
 def fig_rung14(ctx, gpu=PRIMARY + "/rung14-sweep-fp16", rung="14_hopper_backward", against="torch_cudnn"):
     """Rung 14's backward over cuDNN's on one grid (time of cuDNN / time of the rung: above 1 the
     rung is faster): rows head_dim x causal, columns seqlen, one panel per family (MHA: backward,
-    GQA: backward-gqa); not deterministic (dQ summed in any order)."""
+    GQA: backward-gqa and backward-gqa8); not deterministic (dQ summed in any order)."""
     res = results_folder(ctx, gpu, "rung 14's backward sweep", "bench/run_all.sh --family backward,backward-gqa")
     panels = []
-    for fam, name in (("backward", "MHA"), ("backward-gqa", "GQA")):
+    for fam, name in (("backward", "MHA"), ("backward-gqa", "GQA"), ("backward-gqa8", "GQA")):
         mine = [r for r in res.records if r["family"] == fam and r["rung"] == rung and not r["deterministic"]]
         if not mine:
             continue

@@ -27,9 +27,22 @@ def dtype_of(res):
     return res.json("ladder_bench.json")["context"].get("dtype", "fp16")
 
 
+#: The backward sweep's families (ladder_bench), by their heads.
+HEADS = {"backward": "MHA", "backward-gqa": "GQA 4:1", "backward-gqa8": "GQA 8:1"}
+
+
 def head_of(fam, d, c):
-    return "%s, %s, %s" % ("MHA" if fam == "backward" else "GQA 4:1", d.replace("d", "d = "),
-                           "causal" if c == "causal1" else "not causal")
+    return "%s, %s, %s" % (HEADS[fam], d.replace("d", "d = "), "causal" if c == "causal1" else "not causal")
+
+
+def n_label(n):
+    """A seqlen as a column: N=512, N=1k, ..."""
+    return "N=%d" % n if n < 1024 else "N=%dk" % (n // 1024)
+
+
+def seqlens_of(rate):
+    """The seqlens a backward sweep folder has (rates()' keys), in order."""
+    return sorted({int(k[3][1:]) for k in rate})
 
 
 def rates(res):
@@ -56,9 +69,8 @@ def cudnn_cells(rate):
     for (rung, fam, d, n, c), v in rate.items():
         cudnn = rate.get(("torch_cudnn", fam, d, n, c))
         if rung == "14" and cudnn:
-            out.append((v / cudnn, "%s %s N=%dk %s" % ("MHA" if fam == "backward" else "GQA 4:1",
-                                                       d.replace("d", "d="), int(n[1:]) // 1024,
-                                                       "causal" if c == "causal1" else "not causal")))
+            out.append((v / cudnn, "%s %s %s %s" % (HEADS[fam], d.replace("d", "d="), n_label(int(n[1:])),
+                                                    "causal" if c == "causal1" else "not causal")))
     return sorted(out)
 
 
@@ -73,7 +85,7 @@ def summary(rate, dtype):
 
 
 def shapes():
-    for fam in ("backward", "backward-gqa"):
+    for fam in HEADS:
         for d in ("d64", "d128", "d256"):
             for c in ("causal0", "causal1"):
                 yield fam, d, c
@@ -89,19 +101,20 @@ def gen_rung14_backward(ctx, gpu):
     rows = [("11", "rung 11"), ("14", "rung 14"), ("14det", "rung 14 deterministic"),
             ("torch_flash", "PyTorch flash"), ("torch_cudnn", "PyTorch cuDNN")]
     out = [summary(rate, dtype)]
+    seqlens = seqlens_of(rate)
     for fam, d, c in shapes():
-        if not any(rate.get((k, fam, d, "N%d" % n, c)) for k, _ in rows for n in SEQLENS):
+        if not any(rate.get((k, fam, d, "N%d" % n, c)) for k, _ in rows for n in seqlens):
             continue
         out.append("\n**%s, %s** (TFLOP/s; last row: rung 14 / cuDNN)\n" % (head_of(fam, d, c), dtype))
-        out.append("| | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |")
-        out.append("|---|" + "--:|" * len(SEQLENS))
+        out.append("| | " + " | ".join(n_label(n) for n in seqlens) + " |")
+        out.append("|---|" + "--:|" * len(seqlens))
         for key, label in rows:
-            vals = [rate.get((key, fam, d, "N%d" % n, c)) for n in SEQLENS]
+            vals = [rate.get((key, fam, d, "N%d" % n, c)) for n in seqlens]
             if all(v is None for v in vals):
                 continue
             out.append("| %s | " % label + " | ".join("%.0f" % v if v else "–" for v in vals) + " |")
         ratio = []
-        for n in SEQLENS:
+        for n in seqlens:
             a, b = rate.get(("14", fam, d, "N%d" % n, c)), rate.get(("torch_cudnn", fam, d, "N%d" % n, c))
             ratio.append("%.2f×" % (a / b) if a and b else "–")
         out.append("| rung 14 / cuDNN | " + " | ".join(ratio) + " |")
@@ -114,12 +127,13 @@ def gen_rung14_ratios(ctx, gpu):
     14 deterministic / rung 14), one row per (heads, head_dim, mask); first the worst and best cell."""
     res = ctx.results(gpu)
     rate, dtype = rates(res), dtype_of(res)
+    seqlens = seqlens_of(rate)
     out = [summary(rate, dtype) + "\n",
            "**%s: rung 14 / PyTorch cuDNN** (in brackets: rung 14 deterministic / rung 14)\n" % dtype,
-           "| | " + " | ".join("N=%dk" % (n // 1024) for n in SEQLENS) + " |", "|---|" + "--:|" * len(SEQLENS)]
+           "| | " + " | ".join(n_label(n) for n in seqlens) + " |", "|---|" + "--:|" * len(seqlens)]
     for fam, d, c in shapes():
         row = []
-        for n in SEQLENS:
+        for n in seqlens:
             k = (fam, d, "N%d" % n, c)
             a, b, det = rate.get(("14",) + k), rate.get(("torch_cudnn",) + k), rate.get(("14det",) + k)
             cell = "%.2f×" % (a / b) if a and b else "–"

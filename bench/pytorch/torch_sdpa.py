@@ -60,17 +60,18 @@ HIDDEN = 2048
 TOKENS = 16384
 PREFILL_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 PREFILL_HEAD_DIMS = [32, 64, 128]
-BACKWARD_SEQLENS = [1024, 2048, 4096, 8192, 16384]
+BACKWARD_SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 BACKWARD_HEAD_DIMS = [64, 128, 256]
 ABLATION_HEAD_DIMS = [32, 64, 128, 256]
 FP8_HEAD_DIMS = [64, 128, 256]
-FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "ablation", "fp8", "hopper-prefill", "llama", "varlen",
-            "varlen-backward")
+FAMILIES = ("prefill", "decode", "backward", "backward-gqa", "backward-gqa8", "ablation", "fp8", "hopper-prefill",
+            "llama", "varlen", "varlen-backward")
 HOPPER_HEAD_DIMS = [64, 128, 256]
 VARLEN = dict(count=64, lo=128, hi=8192, seed=2024)  # ladder_bench's varlen family
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 DTYPE = "fp16"  # the inputs' type (--dtype), as ladder_bench --fl_dtype
-BACKWARD_FAMILIES = ("backward", "backward-gqa", "varlen-backward")
+BACKWARD_FAMILIES = ("backward", "backward-gqa", "backward-gqa8", "varlen-backward")
+GQA_GROUPS = {"backward-gqa": 4, "backward-gqa8": 8}  # the GQA backward families' query heads per KV head
 VARLEN_FAMILIES = ("varlen", "varlen-backward")
 DECODE_SEQLENS = [1024 << i for i in range(8)]  # 1k ... 128k
 MATH_LIMIT_BYTES = 4 << 30  # the math backend materializes S (and P): skip above this
@@ -159,16 +160,16 @@ def ablation_shapes(quick):
 
 def backward_shapes(quick, family="backward"):
     """ladder_bench's backward family: the prefill shapes of the backward rungs; its backward-gqa
-    family: the same with heads_kv = heads_q / 4."""
+    and backward-gqa8 families: the same with heads_kv = heads_q / 4 and / 8."""
     out = []
     for d in BACKWARD_HEAD_DIMS:
         for causal in (0, 1):
             for n in BACKWARD_SEQLENS:
-                if quick and n == 8192:
+                if quick and n in (512, 8192):
                     continue
                 heads = HIDDEN // d
                 out.append(dict(family=family, batch=TOKENS // n, seqlen_q=n, seqlen_k=n,
-                                heads_q=heads, heads_kv=heads // 4 if family == "backward-gqa" else heads,
+                                heads_q=heads, heads_kv=heads // GQA_GROUPS.get(family, 1),
                                 head_dim=d, causal=causal))
     return out
 
@@ -504,7 +505,7 @@ def main():
         shapes += prefill_shapes(args.quick)
     if "decode" in families:
         shapes += decode_shapes(args.quick)
-    for family in ("backward", "backward-gqa"):
+    for family in ("backward", "backward-gqa", "backward-gqa8"):
         if family in families:
             shapes += backward_shapes(args.quick, family)
     if "ablation" in families:

@@ -258,6 +258,32 @@ class MaskShapes(unittest.TestCase):
         self.assertTrue(flex["masks/d128/docs/N32768"].startswith("doc_starts=0,4327,"))
 
 
+class BackwardShapes(unittest.TestCase):
+    """torch_sdpa.py's backward families are ladder_bench's shapes (the runs are compared cell by
+    cell): MHA, GQA 4:1 and 8:1, 512 to 16k keys."""
+
+    @unittest.skipUnless(ladder_bench(), "no built ladder_bench (set FL_LADDER_BENCH)")
+    def test_same_as_ladder_bench(self):
+        import torch_sdpa  # noqa: E402  (imports no PyTorch at module level)
+        families = ("backward", "backward-gqa", "backward-gqa8")
+        out = subprocess.run([ladder_bench(), "--fl_list", "--fl_family=" + ",".join(families)], capture_output=True,
+                             text=True, cwd=ROOT)
+        self.assertNotIn("unknown family 'backward-gqa8'", out.stderr,
+                         "%s predates the backward-gqa8 family: rebuild it" % ladder_bench())
+        self.assertEqual(out.returncode, 0, out.stderr)
+        ladder = set()
+        for line in out.stdout.splitlines():
+            name, desc = line.split("\t")[:2]
+            fields = dict(kv.split("=", 1) for kv in desc.split() if "=" in kv)
+            hq, hkv = fields["H"].split("/") if "/" in fields["H"] else (fields["H"], fields["H"])
+            ladder.add((name.split("/")[0], int(fields["d"]), int(fields["Sq"]), int(fields["causal"]),
+                        int(fields["B"]), int(hq), int(hkv)))
+        torch = {(s["family"], s["head_dim"], s["seqlen_q"], s["causal"], s["batch"], s["heads_q"], s["heads_kv"])
+                 for f in families for s in torch_sdpa.backward_shapes(False, f)}
+        self.assertEqual(torch, ladder)
+        self.assertIn(("backward-gqa8", 256, 512, 1, 32, 8, 1), torch)
+
+
 class Timing(unittest.TestCase):
     """bench/pytorch/timing.py's parts that need no GPU, and that it is the only place with events."""
 
