@@ -10,18 +10,11 @@
 # and OUT_DIR/ncu_<variant>.cmd (the runner's arguments).
 # Exit: 0 written; 77 no ncu; otherwise the failing command's code.
 set -uo pipefail
-BIN=${1:?usage: rung14_fp8dq_ncu.sh BIN_DIR OUT_DIR}
-OUT=${2:?usage: rung14_fp8dq_ncu.sh BIN_DIR OUT_DIR}
-command -v "${NCU:-ncu}" >/dev/null || { echo "rung14_fp8dq_ncu.sh: no ncu on PATH"; exit 77; }
-mkdir -p "$OUT"
-S=smsp__average_warps_issue_stalled
+. "$(dirname "$0")/ncu_common.sh"
+ncu_study_start rung14_fp8dq_ncu.sh "$@"
 M=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 M=$M,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
-M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum
-for r in barrier long_scoreboard wait math_pipe_throttle mio_throttle short_scoreboard membar sleeping dispatch_stall \
-         selected not_selected no_instruction branch_resolving misc; do
-  M=$M,${S}_${r}_per_issue_active.ratio
-done
+M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,$(ncu_stall_metrics)
 A="--dtype bf16 --batch 4 --seqlen 4096 --heads 16 --dim 128 --causal 1 --iters 1 --warmup 0 --check none --no-compare"
 rc=0
 for v in rung fp8-dq-tile fp8-dq; do

@@ -9,19 +9,12 @@
 # launch and its timed one) and OUT_DIR/ncu_<shape>.cmd (the runner's arguments).
 # Exit: 0 written; 77 no ncu; otherwise the failing command's code.
 set -uo pipefail
-BIN=${1:?usage: rung17_ncu.sh BIN_DIR OUT_DIR}
-OUT=${2:?usage: rung17_ncu.sh BIN_DIR OUT_DIR}
-command -v "${NCU:-ncu}" >/dev/null || { echo "rung17_ncu.sh: no ncu on PATH"; exit 77; }
-mkdir -p "$OUT"
-S=smsp__average_warps_issue_stalled
+. "$(dirname "$0")/ncu_common.sh"
+ncu_study_start rung17_ncu.sh "$@"
 M=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 M=$M,sm__inst_executed_pipe_tensor_op_hmma.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
 M=$M,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__throughput.avg.pct_of_peak_sustained_active
-M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct
-for r in barrier long_scoreboard wait math_pipe_throttle mio_throttle short_scoreboard membar sleeping dispatch_stall \
-         selected not_selected no_instruction branch_resolving misc; do
-  M=$M,${S}_${r}_per_issue_active.ratio
-done
+M=$M,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,$(ncu_stall_metrics)
 A="--kv-heads 1 --dim 576 --dim-v 512 --v-in-k --dtype bf16 --iters 1 --warmup 0 --check none --no-compare --page-size 64"
 rc=0
 for s in "--batch 8 --seqlen-q 2 --seqlen-k 65536 --heads 128 --causal 1" "--batch 32 --seqlen-q 1 --seqlen-k 8192 --heads 128"; do
