@@ -859,8 +859,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const AttnParams& p = P.fwd;
   const bool deterministic = P.deterministic != 0;
 
-  // The block's K/V block; persistent (the `persistent` variant): its first tile of the grid,
-  // then every gridDim.x-th (set_tile), each role walking the same tiles in the same order.
+  // The block's K/V block; persistent (rung_grid_persistent): its first tile of the grid, then
+  // the tile counter's next (the loader's tile ring), each role walking the same tiles in order.
   constexpr bool PERSISTENT = Cfg::kPersistent;
   const int n_tiles = PERSISTENT ? buf.tiles_x * buf.tiles_y * buf.tiles_z : 1;
   const int tile0 = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;

@@ -62,9 +62,9 @@ constexpr int kv_block_keys(int d) { return d > 128 ? 64 : 128; }
 /// into e4m3 once per block, dS written [query][key] in e4m3, both in 128-byte K-major rows
 /// (d = 64 and 128: 128 keys per block); dS with a scale per query row (kFp8DqRow: the `fp8-dq`
 /// variant) or one per tile (kFp8DqTile: the `fp8-dq-tile` ablation). PERSISTENT: one
-/// block per SM walks the grid's K/V blocks in turn (the `persistent` variant: README,
-/// "A persistent grid"), the producer loading the next K/V block while the math warps write the
-/// last one's dK, dV.
+/// block per SM takes the grid's K/V blocks from a tile counter (the rung's grid on short rows,
+/// rung_grid_persistent below; README, "A persistent grid"), the producer loading the next K/V
+/// block while the math warps write the last one's dK, dV.
 /// BwdTiles' FP8_DQ: 16-bit dQ, or dQ on e4m3 with dS scaled per tile or per query row.
 constexpr int kFp8DqOff = 0, kFp8DqTile = 1, kFp8DqRow = 2;
 
