@@ -533,11 +533,13 @@ def gen_rung14_prep_ab(ctx, gpu):
 
 
 @generator("rung14-ab")
-def gen_rung14_ab(ctx, gpu, other, rung_at=None):
+def gen_rung14_ab(ctx, gpu, other, rung_at=None, base="rung 14"):
     """The rung against one of its variants (@p other), per shape of a rung14_prep_ab.sh folder run
     with OTHER=@p other: median over the rounds of each entry's median time and their ratio.
     @p rung_at: the commit of steps/14_hopper_backward/ when the binary was built from an older
-    rung 14 over the tree its reports name (their git_sha), as the folder's README says."""
+    rung 14 over the tree its reports name (their git_sha), as the folder's README says. @p base:
+    the column of the folder's base entry (BINARY=16_masks BASE=backward: "rung 16's backward",
+    with underscores for spaces in the marker)."""
     res = ctx.results(gpu)
     runs, meta = ab_runs(res)
     if rung_at:
@@ -545,8 +547,8 @@ def gen_rung14_ab(ctx, gpu, other, rung_at=None):
     shapes = [s for s in ab_shapes(runs) if "rung" in runs[s] and other in runs[s]]
     if not shapes:
         raise Missing("rung 14 against %s in %s" % (other, gpu), "OTHER=%s bench/studies/rung14_prep_ab.sh" % other)
-    rows = ["| dtype, d, seqlen, batch, heads (q/kv), causal | rung 14 (ms) | `%s` (ms) | `%s` / rung | rounds | "
-            "checks |" % (other, other), "|---|--:|--:|--:|--:|---|"]
+    rows = ["| dtype, d, seqlen, batch, heads (q/kv), causal | %s (ms) | `%s` (ms) | `%s` / rung | rounds | "
+            "checks |" % (base.replace("_", " "), other, other), "|---|--:|--:|--:|--:|---|"]
     for shape in shapes:
         r, o = runs[shape]["rung"], runs[shape][other]
         rows.append("| %s | %.3f | %.3f | %.2f× | %d | %s |" % (

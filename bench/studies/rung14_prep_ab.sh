@@ -17,8 +17,13 @@
 #   )" bench/studies/rung14_prep_ab.sh BIN OUT 3
 #   EXTRA_ARGS=<runner flags for every run>, e.g. the deterministic mode against late-free:
 #   OTHER=late-free EXTRA_ARGS="--deterministic 1" SHAPES=... bench/studies/rung14_prep_ab.sh BIN OUT 3
+#   BINARY=<runner> BASE=<its entry>: another backward than rung 14's (its files still tagged "rung"),
+#   e.g. rung 16's masked backward against its grid ablation on a window:
+#   BINARY=16_masks BASE=backward OTHER=backward-tile-grid EXTRA_ARGS="--window 511,0" SHAPES=... \
+#   bench/studies/rung14_prep_ab.sh BIN OUT 2
 set -u
-B=$1/14_hopper_backward
+B=$1/${BINARY:-14_hopper_backward}
+BASE=${BASE:-}
 R=$2
 ROUNDS=${3:-3}
 ONLY=${4:-}
@@ -37,15 +42,17 @@ while read -r t d n b h kv c; do
   [ -n "$ONLY" ] && ! grep -qE "$ONLY" <<< "$shape" && continue
   args=(--dtype "$t" --dim "$d" --seqlen "$n" --batch "$b" --heads "$h" --kv-heads "$kv" --causal "$c" --no-compare
         ${EXTRA_ARGS:-})
-  for v in "" "$OTHER"; do  # the check, once per entry
-    timeout 300 "$B" ${v:+--variant $v} "${args[@]}" --check auto --iters 3 > "$R/${shape}_${v:-rung}_check.log" 2>&1
-    echo "$shape ${v:-rung} check: $(grep -o 'PASS\|FAIL' "$R/${shape}_${v:-rung}_check.log" | head -1)"
+  for v in "$BASE" "$OTHER"; do  # the check, once per entry
+    name=rung && [ "$v" != "$BASE" ] && name=$v
+    timeout 300 "$B" ${v:+--variant $v} "${args[@]}" --check auto --iters 3 > "$R/${shape}_${name}_check.log" 2>&1
+    echo "$shape $name check: $(grep -o 'PASS\|FAIL' "$R/${shape}_${name}_check.log" | head -1)"
   done
   for ((i = 0; i < ROUNDS; i++)); do
-    order=("" "$OTHER")
-    [ $((i % 2)) = 1 ] && order=("$OTHER" "")
+    order=("$BASE" "$OTHER")
+    [ $((i % 2)) = 1 ] && order=("$OTHER" "$BASE")
     for v in "${order[@]}"; do
-      tag=${shape}_${v:-rung}_r$i
+      name=rung && [ "$v" != "$BASE" ] && name=$v
+      tag=${shape}_${name}_r$i
       timeout 60 "$B" ${v:+--variant $v} "${args[@]}" --check none --iters 50 --json "$R/$tag.json" > "$R/$tag.log" 2>&1
       echo "$tag $(grep -o 'rate *[0-9.]* TFLOP/s' "$R/$tag.log")"
     done

@@ -166,6 +166,10 @@ template <int HEAD_DIM>
 constexpr int kRungStages = HEAD_DIM == 256 ? 1 : 2;
 template <int HEAD_DIM>
 using RungTiles = BwdTiles<HEAD_DIM, kRungBlockM<HEAD_DIM>, kRungStages<HEAD_DIM>, true, 2, HEAD_DIM == 256>;
+/// The rung's tiles on its persistent grid (rung_grid_persistent below; d = 64 and 128).
+template <int HEAD_DIM>
+using RungPersistentTiles =
+    BwdTiles<HEAD_DIM, kRungBlockM<HEAD_DIM>, kRungStages<HEAD_DIM>, true, 2, HEAD_DIM == 256, kFp8DqOff, true>;
 
 /// The rung's grid (README, "A persistent grid"): one block per SM walking the K/V blocks
 /// (RungTiles with PERSISTENT; the `persistent` variant at every length) on rows of at most

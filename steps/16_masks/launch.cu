@@ -2,6 +2,7 @@
 /// @brief Rung 16's registration: the rung (block lists from a classifier, masks and score
 /// modifiers as functors, sinks in the epilogue), the two ablations of its classification, and
 /// its backward pass (rung 14's kernel with the masks and modifiers: backward.cuh).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -137,23 +138,33 @@ Rung make(Classify mode, const char* variant, const char* summary) {
 /// sinks' gradient. V with a head_dim of its own up to Q's (MLA's training, 192/128): V's and dO's
 /// maps at its columns, zeros past them on Q's tile; D over O's and dO's columns, dV stored at
 /// them (launch_bwd.cuh, kernel.cuh).
+template <bool TILE_GRID>
 Rung make_backward() {
-  Rung r = base_entry("backward", "backward: rung 14's kernel with the masks read by key (the query blocks that see a "
-                                  "K/V block, full or partial per warpgroup), softcap's derivative, ALiBi, the sinks' "
-                                  "gradient");
+  Rung r = TILE_GRID
+               ? base_entry("backward-tile-grid", "ablation: the backward with one block per K/V block at every length "
+                                                  "(the backward's grid is rung 14's persistent one where its walks "
+                                                  "are short and no score modifier nor dropout is on: README)")
+               : base_entry("backward", "backward: rung 14's kernel with the masks read by key (the query blocks that "
+                                        "see a K/V block, full or partial per warpgroup), softcap's derivative, ALiBi, "
+                                        "the sinks' gradient; rung 14's persistent grid on short walks");
   r.forward_rung = 16;
   r.builds_on = {14};
   r.seqused_k = false;  // a KV cache has no backward pass; rung 11's exact D pass ignores seqused_k
   r.in_tour = false;
-  r.baselines = {Baseline::on(14, "the backward it builds on: the same kernel with the causal mask as special code")};
+  r.baselines = {TILE_GRID ? Baseline::on(16, "the backward whose grid it changes", "backward")
+                           : Baseline::on(14, "the backward it builds on: the same kernel with the causal mask as special code")};
   r.head_dim_v = true;  // up to head_dim (supports): the tile is Q's and K's
   r.supports = [](const Problem& p, const DeviceInfo& d) -> std::string {
     if (p.dv() > p.head_dim)
       return "the backward takes V's head_dim (--dim-v) up to --dim only (its tiles are Q's and K's; MLA's 192/128 "
              "runs)";
     if (std::string why = check_limits(p, d); !why.empty()) return why;  // the forward's
-    return tile_limits(p, d, with_head_dim(p.head_dim, [](auto t) {
-                         return hopper14::RungTiles<decltype(t)::value>::kSmemBytes;  // the backward tile's
+    return tile_limits(p, d, with_head_dim(p.head_dim, [](auto t) {  // the backward tile's, either grid
+                         constexpr int D = decltype(t)::value;
+                         if constexpr (D <= 128)
+                           return std::max(hopper14::RungTiles<D>::kSmemBytes, hopper14::RungPersistentTiles<D>::kSmemBytes);
+                         else
+                           return hopper14::RungTiles<D>::kSmemBytes;
                        }));
   };
   r.bwd_supports = [](const Problem& p, bool deterministic) -> std::string {
@@ -175,7 +186,7 @@ Rung make_backward() {
   };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
 #if FL_HOPPER_SM90A
-    with_head_dim(P.fwd.head_dim, [&](auto d) { masks16::launch_masks16_bwd<decltype(d)::value>(P, s); });
+    with_head_dim(P.fwd.head_dim, [&](auto d) { masks16::launch_masks16_bwd<decltype(d)::value>(P, s, TILE_GRID); });
 #else
     (void)P;
     (void)s;
@@ -184,7 +195,8 @@ Rung make_backward() {
   };
   r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
 #if FL_HOPPER_SM90A
-    return with_head_dim(p.head_dim, [&](auto d) { return masks16::bwd_kernels_masks16<decltype(d)::value>(p); });
+    return with_head_dim(p.head_dim,
+                         [&](auto d) { return masks16::bwd_kernels_masks16<decltype(d)::value>(p, TILE_GRID); });
 #else
     (void)p;
     return {};
@@ -213,7 +225,8 @@ void register_rung_16(Registry& reg) {
   reg.add(make(Classify::exact, "", "masks and score modifiers as functors: blocks classified empty, full or partial on the device, only non-empty ones visited, the element mask on partial ones only; softcap, ALiBi, sinks"));
   reg.add(make(Classify::no_full, "no-full-blocks", "ablation: every visited block partial (the element mask on every block)"));
   reg.add(make(Classify::no_skip, "no-skip", "ablation: every block of the sequence visited and masked (nothing skipped)"));
-  reg.add(make_backward());
+  reg.add(make_backward<false>());
+  reg.add(make_backward<true>());
 }
 
 }  // namespace fl

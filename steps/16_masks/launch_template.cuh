@@ -7,6 +7,7 @@
 /// forward kernels and 1 backward kernel (no modifier).
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -137,8 +138,32 @@ inline bwd::DeltaPolicy bwd_policy(const AttnParams& p) {
                                          p.cu_seqlens_q != nullptr, p.head_dim, p.dv()));
 }
 
+/// The most query rows that see one K/V block of @p block_n keys under @p m: a window open on
+/// neither side bounds them (left + right + the block's keys), every other mask may reach all of
+/// them (a prefix's keys are seen by every query; a document mask is bounded by its longest
+/// document, which the host does not read here).
+inline int walk_rows(const MaskSpec& m, int seqlen_q, int block_n) {
+  if (m.prefix > 0 || m.window_left < 0 || m.window_right < 0) return seqlen_q;
+  return static_cast<int>(std::min<long long>(seqlen_q, static_cast<long long>(m.window_left) + m.window_right + block_n));
+}
+
+/// The backward's plain mods: a mask alone, no score modifier and no dropout (sinks add their own
+/// pass after the kernel).
+template <class MODS>
+constexpr bool kPlainBwdMods = std::is_same<MODS, BwdMods<ScoreMod<false, false>>>::value;
+
+/// Whether the backward runs rung 14's persistent grid (traits.h, rung_grid_persistent) on a
+/// problem of tile head_dim @p D: the plain mods (the persistent kernel is built for them alone),
+/// Q's, K's and V's head_dim the tile's, and a walk of at most rung 14's bound of query rows
+/// (walk_rows). @p tile_grid: the `backward-tile-grid` ablation, never.
 template <int D>
-void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
+bool bwd_persistent(const MaskSpec& m, int seqlen_q, int head_dim, int head_dim_v, bool plain, bool tile_grid) {
+  return !tile_grid && plain && D <= 128 && head_dim == D && head_dim_v == D &&
+         hopper14::rung_grid_persistent(D, walk_rows(m, seqlen_q, hopper14::RungTiles<D>::kBlockN));
+}
+
+template <int D>
+void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s, bool tile_grid) {
   using Cfg = hopper14::RungTiles<D>;
   const AttnParams& p = P.fwd;
   if (p.sinks != nullptr && P.dsinks == nullptr)
@@ -146,6 +171,14 @@ void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s) {
   hopper14::BwdBuffers buf{};
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     with_bwd_mods(p, [&](auto mods) {
+      using Mods = decltype(mods);
+      if constexpr (D <= 128 && kPlainBwdMods<Mods>) {
+        if (bwd_persistent<D>(mask_spec_of(p), p.seqlen_q, p.head_dim, p.dv(), true, tile_grid)) {
+          buf = hopper14::launch_backward<T, hopper14::RungPersistentTiles<D>, true>(
+              P, bwd_policy(p), bwd_split(p.head_dim, p.dv(), D), mods, s);
+          return;
+        }
+      }
       buf = hopper14::launch_backward<T, Cfg, true>(P, bwd_policy(p), bwd_split(p.head_dim, p.dv(), D), mods, s);
     });
   });
@@ -164,28 +197,39 @@ size_t bwd_workspace_masks16(const Problem& pr, bool deterministic) {
                                    bwd_split(pr.head_dim, pr.dv(), D));
 }
 
+/// The kernels of one backward launch on tiles Cfg with mods of type MODS (bwd_kernels_masks16).
+template <class T, class Cfg, int D, class MODS>
+void bwd_kernel_list(const Problem& pr, std::vector<KernelInfo>* out) {
+  using S = decltype(MODS::score);
+  using Drop = decltype(MODS::drop);
+  const std::string dims = (pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles") +
+                           (pr.dv() != pr.head_dim ? ", V's " + std::to_string(pr.dv()) : std::string());
+  out->push_back(hopper14::prep_kernel_info<T, D>(hopper14::kRungPrep));
+  out->push_back({"masked_bwd<d=" + dims + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
+                      std::to_string(Cfg::kBlockM) + " queries, span mask by key" + (S::kSoftcap ? ", softcap" : "") +
+                      (S::kAlibi ? ", ALiBi" : "") +
+                      (Drop::kOn ? (Drop::kRounds == 10 ? ", dropout (Philox4x32-10)" : ", dropout") : "") +
+                      (Cfg::kPersistent ? ", persistent grid" : "") + ", rung 14's kernel>",
+                  hopper14::prepared_kernel<T, Cfg, true, MODS>(), Cfg::kThreads,
+                  static_cast<size_t>(Cfg::kSmemBytes)});
+  out->push_back(hopper14::convert_kernel_info<T, Cfg>(hopper14::kRungPrep));
+  if (!pr.sinks.empty()) out->push_back({"sink_grad", reinterpret_cast<const void*>(&sink_grad_kernel), 256, 0});
+}
+
 template <int D>
-std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr) {
-  using Cfg = hopper14::RungTiles<D>;
+std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr, bool tile_grid) {
   AttnParams p = make_attn_params(pr);
   std::vector<KernelInfo> out;
   FL_DTYPE_SWITCH(pr.dtype, T, [&] {
     with_bwd_mods(p, [&](auto mods) {
-      using S = decltype(mods.score);
-      using Drop = decltype(mods.drop);
-      const std::string dims = (pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles") +
-                               (pr.dv() != pr.head_dim ? ", V's " + std::to_string(pr.dv()) : std::string());
-      out.push_back(hopper14::prep_kernel_info<T, D>(hopper14::kRungPrep));
-      out.push_back({"masked_bwd<d=" + dims + ", " + std::to_string(Cfg::kBlockN) + " keys x " +
-                         std::to_string(Cfg::kBlockM) + " queries, span mask by key" + (S::kSoftcap ? ", softcap" : "") +
-                         (S::kAlibi ? ", ALiBi" : "") +
-                         (Drop::kOn ? (Drop::kRounds == 10 ? ", dropout (Philox4x32-10)" : ", dropout") : "") +
-                         ", rung 14's kernel>",
-                     hopper14::prepared_kernel<T, Cfg, true, decltype(mods)>(), Cfg::kThreads,
-                     static_cast<size_t>(Cfg::kSmemBytes)});
-      out.push_back(hopper14::convert_kernel_info<T, Cfg>(hopper14::kRungPrep));
-      if (!pr.sinks.empty())
-        out.push_back({"sink_grad", reinterpret_cast<const void*>(&sink_grad_kernel), 256, 0});
+      using Mods = decltype(mods);
+      if constexpr (D <= 128 && kPlainBwdMods<Mods>) {
+        if (bwd_persistent<D>(pr.mask_spec(), pr.seqlen_q, pr.head_dim, pr.dv(), true, tile_grid)) {
+          bwd_kernel_list<T, hopper14::RungPersistentTiles<D>, D, Mods>(pr, &out);
+          return;
+        }
+      }
+      bwd_kernel_list<T, hopper14::RungTiles<D>, D, Mods>(pr, &out);
     });
   });
   return out;
@@ -195,8 +239,8 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr) {
   template void launch_masks16<D>(const AttnParams&, Classify, cudaStream_t);                       \
   template std::vector<KernelInfo> kernels_masks16<D>(const Problem&);                              \
   template size_t workspace_masks16<D>(const Problem&);                                             \
-  template void launch_masks16_bwd<D>(const AttnBwdParams&, cudaStream_t);                          \
+  template void launch_masks16_bwd<D>(const AttnBwdParams&, cudaStream_t, bool);                    \
   template size_t bwd_workspace_masks16<D>(const Problem&, bool);                                   \
-  template std::vector<KernelInfo> bwd_kernels_masks16<D>(const Problem&);
+  template std::vector<KernelInfo> bwd_kernels_masks16<D>(const Problem&, bool);
 
 }  // namespace fl::masks16

@@ -672,11 +672,11 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
   const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG16_BINARY, &text);
   INFO("cuobjdump -sass " << FL_RUNG16_BINARY << " exited " << status);
   REQUIRE(status == 0);
-  int kernels = 0, softcapped = 0, dropped = 0, ten_rounds = 0;
+  int kernels = 0, softcapped = 0, dropped = 0, ten_rounds = 0, persistent = 0;
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     INFO(name);
-    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, ...>, true, BwdMods<ScoreMod<SOFTCAP, ALIBI>,
-    // PDropout<DROPOUT, ROUNDS>>>.
+    // bwd_hopper_kernel<T, BwdTiles<D, BLOCK_M, ..., PERSISTENT>, true, BwdMods<ScoreMod<SOFTCAP,
+    // ALIBI>, PDropout<DROPOUT, ROUNDS>>>.
     if (name.find("bwd_hopper_kernel") == std::string::npos) continue;
     const size_t mod = name.find("8ScoreModILb");
     REQUIRE(mod != std::string::npos);
@@ -690,6 +690,9 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
     softcapped += softcap;
     dropped += name.find("8PDropoutILb1E") != std::string::npos;
     ten_rounds += name.find("8PDropoutILb1ELi10E") != std::string::npos;  // the ablation's generator
+    const bool walks = name.find("ELb1EEELb") != std::string::npos;  // BwdTiles' last flag: PERSISTENT
+    persistent += walks;
+    if (walks) CHECK((!softcap && !alibi && name.find("8PDropoutILb0E") != std::string::npos && d <= 128));
     // The kernel is compiled in more than one of the rung's translation units (launch_template.cuh,
     // once per head_dim file): the archive holds `copies` identical bodies under one name.
     const int gemms = 2 * (d / 16) + 2 * dkv_tiles * (block_m / 16) + block_n / 16;
@@ -705,8 +708,10 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
   // head_dims 64, 128, 256 x (ScoreMod<softcap, alibi>, dropout without a modifier or with ALiBi,
-  // and the 10-round ablation's dropout without a modifier)
-  CHECK(kernels == 3 * 7 * dtypes);
+  // and the 10-round ablation's dropout without a modifier), and the persistent grid's kernel at
+  // d = 64 and 128 (the mask alone: launch_template.cuh, bwd_persistent)
+  CHECK(kernels == (3 * 7 + 2) * dtypes);
+  CHECK(persistent == 2 * dtypes);
   CHECK(softcapped == 3 * 2 * dtypes);
   CHECK(dropped == 3 * 3 * dtypes);
   CHECK(ten_rounds == 3 * dtypes);
