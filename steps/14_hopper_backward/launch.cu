@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "flashladder/cuda_check.h"
@@ -89,6 +90,10 @@ struct ModeTiles<M, 256> {
   static_assert(kRungKernel<M>, "the kernel's ablations are built at d = 64 and 128");
   using type = hopper14::RungTiles<256>;
 };
+// The persistent grid's tiles are the ones rung 16's masked backward takes (traits.h).
+static_assert(std::is_same<ModeTiles<Mode::persistent, 64>::type, hopper14::RungPersistentTiles<64>>::value &&
+                  std::is_same<ModeTiles<Mode::persistent, 128>::type, hopper14::RungPersistentTiles<128>>::value,
+              "the persistent variant runs RungPersistentTiles");
 
 /// The head_dims of @p M: 64, 128, and 256 where it runs the rung's kernel.
 template <Mode M>
