@@ -16,6 +16,7 @@
 #include "flashladder/static_switch.h"
 #include "backward.cuh"
 #include "bwd_delta.h"
+#include "bwd_grid.h"
 #include "kernel.cuh"
 
 namespace fl::masks16 {
@@ -138,29 +139,10 @@ inline bwd::DeltaPolicy bwd_policy(const AttnParams& p) {
                                          p.cu_seqlens_q != nullptr, p.head_dim, p.dv()));
 }
 
-/// The most query rows that see one K/V block of @p block_n keys under @p m: a window open on
-/// neither side bounds them (left + right + the block's keys), every other mask may reach all of
-/// them (a prefix's keys are seen by every query; a document mask is bounded by its longest
-/// document, which the host does not read here).
-inline int walk_rows(const MaskSpec& m, int seqlen_q, int block_n) {
-  if (m.prefix > 0 || m.window_left < 0 || m.window_right < 0) return seqlen_q;
-  return static_cast<int>(std::min<long long>(seqlen_q, static_cast<long long>(m.window_left) + m.window_right + block_n));
-}
-
 /// The backward's plain mods: a mask alone, no score modifier and no dropout (sinks add their own
 /// pass after the kernel).
 template <class MODS>
 constexpr bool kPlainBwdMods = std::is_same<MODS, BwdMods<ScoreMod<false, false>>>::value;
-
-/// Whether the backward runs rung 14's persistent grid (traits.h, rung_grid_persistent) on a
-/// problem of tile head_dim @p D: the plain mods (the persistent kernel is built for them alone),
-/// Q's, K's and V's head_dim the tile's, and a walk of at most rung 14's bound of query rows
-/// (walk_rows). @p tile_grid: the `backward-tile-grid` ablation, never.
-template <int D>
-bool bwd_persistent(const MaskSpec& m, int seqlen_q, int head_dim, int head_dim_v, bool plain, bool tile_grid) {
-  return !tile_grid && plain && D <= 128 && head_dim == D && head_dim_v == D &&
-         hopper14::rung_grid_persistent(D, walk_rows(m, seqlen_q, hopper14::RungTiles<D>::kBlockN));
-}
 
 template <int D>
 void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s, bool tile_grid) {
@@ -173,7 +155,7 @@ void launch_masks16_bwd(const AttnBwdParams& P, cudaStream_t s, bool tile_grid) 
     with_bwd_mods(p, [&](auto mods) {
       using Mods = decltype(mods);
       if constexpr (D <= 128 && kPlainBwdMods<Mods>) {
-        if (bwd_persistent<D>(mask_spec_of(p), p.seqlen_q, p.head_dim, p.dv(), true, tile_grid)) {
+        if (bwd_persistent(D, mask_spec_of(p), p.seqlen_q, p.head_dim, p.dv(), tile_grid)) {
           buf = hopper14::launch_backward<T, hopper14::RungPersistentTiles<D>, true>(
               P, bwd_policy(p), bwd_split(p.head_dim, p.dv(), D), mods, s);
           return;
@@ -224,7 +206,7 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr, bool tile_grid) {
     with_bwd_mods(p, [&](auto mods) {
       using Mods = decltype(mods);
       if constexpr (D <= 128 && kPlainBwdMods<Mods>) {
-        if (bwd_persistent<D>(pr.mask_spec(), pr.seqlen_q, pr.head_dim, pr.dv(), true, tile_grid)) {
+        if (bwd_persistent(D, pr.mask_spec(), pr.seqlen_q, pr.head_dim, pr.dv(), tile_grid)) {
           bwd_kernel_list<T, hopper14::RungPersistentTiles<D>, D, Mods>(pr, &out);
           return;
         }

@@ -14,6 +14,7 @@
 #include "catch_compat.h"
 #include "14_hopper_backward/traits.h"
 #include "16_masks/bwd_delta.h"
+#include "16_masks/bwd_grid.h"
 #include "16_masks/mods.h"
 #include "mask_cases.h"
 
@@ -146,6 +147,44 @@ TEST_CASE("backward by key: both ends of a key's rows grow with the key, on ever
       REQUIRE(m.col(c.len_q, c.len_k, j).hi >= m.col(c.len_q, c.len_k, j - 1).hi);
     }
   }
+}
+
+TEST_CASE("backward grid: walk_rows bounds the query rows that see each K/V block, on every mask", "[cpu][block_lists]") {
+  // The persistent grid's choice (bwd_grid.h) rests on it: no K/V block of 32 or 128 keys is seen
+  // by more rows than walk_rows says; a window on both sides bounds it below seqlen_q.
+  for (const Case& c : cases(kDocs)) {
+    const SpanMask m{c.m};
+    for (int block_n : {32, 128}) {
+      const int bound = walk_rows(c.m, c.len_q, block_n);
+      for (int k0 = 0; k0 < c.len_k; k0 += block_n) {
+        const int k1 = std::min(k0 + block_n, c.len_k) - 1;
+        // col(j) is monotonic in j (the test above): the block's rows run from col(k0).lo to col(k1).hi.
+        const int lo = std::max(m.col(c.len_q, c.len_k, k0).lo, 0);
+        const int hi = std::min(m.col(c.len_q, c.len_k, k1).hi, c.len_q - 1);
+        INFO(c.name << " len_q=" << c.len_q << " len_k=" << c.len_k << " block_n=" << block_n << " keys " << k0 << ".."
+                    << k1 << " rows " << lo << ".." << hi << " bound " << bound);
+        CHECK(hi - lo + 1 <= bound);
+      }
+      if (c.m.prefix == 0 && c.m.window_left >= 0 && c.m.window_right >= 0)
+        CHECK(bound <= c.m.window_left + c.m.window_right + block_n);
+      else
+        CHECK(bound == c.len_q);
+    }
+  }
+  // The grid: d = 64 and 128 with the tile's own head_dims and rung 14's bounds; the ablation never.
+  MaskSpec window;
+  window.window_left = 511;
+  window.window_right = 0;
+  CHECK(bwd_persistent(64, window, 100000, 64, 64, false));    // 511 + 128 rows at any length
+  CHECK(bwd_persistent(128, window, 100000, 128, 128, false));  // 639 <= 1024
+  CHECK_FALSE(bwd_persistent(128, window, 100000, 128, 128, true));
+  CHECK_FALSE(bwd_persistent(128, window, 1000, 96, 96, false));  // d = 96 on the d = 128 tiles
+  CHECK_FALSE(bwd_persistent(256, window, 1000, 256, 256, false));
+  MaskSpec causal;
+  causal.window_right = 0;
+  CHECK(bwd_persistent(64, causal, 4096, 64, 64, false));
+  CHECK_FALSE(bwd_persistent(64, causal, 4097, 64, 64, false));
+  CHECK_FALSE(bwd_persistent(128, causal, 2048, 128, 128, false));
 }
 
 TEST_CASE("backward by key: the visited query blocks hold every seen element, and full tiles have no masked one",
