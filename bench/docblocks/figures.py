@@ -542,6 +542,6 @@ register("roofline", "docs/figures/roofline.svg", fig_roofline, gpu=SWEEP)
 register("rung14-vs-cudnn-h100", "docs/figures/rung14-vs-cudnn-h100.svg", fig_rung14,
          gpu=PRIMARY + "/rung14-sweep-fp16")
 register("rung14-vs-cudnn-h200", "docs/figures/rung14-vs-cudnn-h200.svg", fig_rung14,
-         gpu="nvidia-h200/rung14-sweep-fp16")
+         gpu="nvidia-h200/rung14-grid-fp16")
 register("decode-bandwidth", "docs/figures/decode-bandwidth.svg", fig_decode, gpu=PRIMARY)  # rung 08 README's run
 register("ring-scaling", "docs/figures/ring-scaling.svg", fig_ring, gpu="nvidia-h200-x4/ring-backward")

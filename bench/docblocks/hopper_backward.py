@@ -533,15 +533,19 @@ def gen_rung14_prep_ab(ctx, gpu):
 
 
 @generator("rung14-ab")
-def gen_rung14_ab(ctx, gpu, other, rung_at=None, base="rung 14"):
+def gen_rung14_ab(ctx, gpu, other, rung_at=None, base="rung 14", tree_at=None):
     """The rung against one of its variants (@p other), per shape of a rung14_prep_ab.sh folder run
     with OTHER=@p other: median over the rounds of each entry's median time and their ratio.
     @p rung_at: the commit of steps/14_hopper_backward/ when the binary was built from an older
     rung 14 over the tree its reports name (their git_sha), as the folder's README says. @p base:
     the column of the folder's base entry (BINARY=16_masks BASE=backward: "rung 16's backward",
-    with underscores for spaces in the marker)."""
+    with underscores for spaces in the marker). @p tree_at: the commit whose tree was built, where the
+    build was the reports' commit with that commit's diff applied (its README says so)."""
     res = ctx.results(gpu)
     runs, meta = ab_runs(res)
+    if tree_at:
+        meta = dict(meta, git_sha="%s`, built as `%s` with its diff applied; the reports name `%s" % (
+            tree_at, meta.get("git_sha", "")[:7], meta.get("git_sha", "")[:7]))
     if rung_at:
         meta = dict(meta, git_sha="%s` with rung 14 at `%s" % (meta.get("git_sha", "")[:7], rung_at))
     shapes = [s for s in ab_shapes(runs) if "rung" in runs[s] and other in runs[s]]

@@ -49,8 +49,10 @@ def summary_with_every_rung(ctx, res, text):
         entries = sorted((l, e) for l, e in ctx.info.items() if e["number"] == n)
         forward_rung = any(not e["variant"] and not e.get("backward") for _, e in entries)
         for label, e in entries:
-            # the main entry, and a forward rung's backward entry (a backward rung's variants stay out)
-            if (not e["variant"] or (forward_rung and e.get("backward"))) and label not in shown:
+            # the main entry, and a forward rung's backward entry (a backward rung's variants and the
+            # backward's ablations stay out)
+            ablation = e.get("summary", "").startswith("ablation")
+            if (not e["variant"] or (forward_rung and e.get("backward") and not ablation)) and label not in shown:
                 wanted.append((label, e))
     if not wanted:
         return text
