@@ -145,6 +145,59 @@ def gen_rung14_ratios(ctx, gpu):
     return "\n".join(out)
 
 
+def kv_block_keys(d):
+    """Keys per K/V block of rung 14's tiles at head_dim @p d (traits.h's kv_block_keys)."""
+    return 64 if d > 128 else 128
+
+
+@generator("rung14-det-cost")
+def gen_rung14_det_cost(ctx, gpu, family="backward"):
+    """What the deterministic mode costs per cell of a backward sweep folder (@p family, not
+    causal then causal): its time minus the default's (ms), and that difference over the K/V blocks
+    of one head that a wave of the grid holds times the waves (µs): the cost per block of a chain
+    in which each block's add into a query block waits for the block before it."""
+    res = ctx.results(gpu)
+    ms = {}
+    for b in res.json("ladder_bench.json")["benchmarks"]:
+        if "[" in b["name"].split("/")[0] or b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        fam, d, n, c = b["name"].split("/")[1:5]
+        if fam == family and b["rung"] == 14:
+            ms[int(d[1:]), int(n[1:]), c == "causal1", "/det/" in b["name"]] = (
+                b["real_time"], int(b["batch"]), int(b["heads_q"]))
+    if not ms:
+        raise Missing("rung 14's %s family in %s" % (family, gpu), "bench/run_all.sh --family %s" % family)
+    sms = int(res.json("ladder_bench.json")["context"].get("sms", 0) or 0)
+    seqlens = sorted({k[1] for k in ms})
+    out = ["| head_dim, mask | | " + " | ".join(n_label(n) for n in seqlens) + " |", "|---|---|" + "--:|" * len(seqlens)]
+    for d in sorted({k[0] for k in ms}):
+        for c in (False, True):
+            extra, per = [], []
+            for n in seqlens:
+                a, b = ms.get((d, n, c, False)), ms.get((d, n, c, True))
+                if a is None or b is None:
+                    extra.append("–")
+                    per.append("–")
+                    continue
+                (a, batch, heads), b = a, b[0]
+                blocks = -(-n // kv_block_keys(d))
+                tiles = blocks * heads * batch
+                waves = tiles / float(sms) if sms else 0
+                chain = min(blocks, sms)
+                extra.append("%.3f" % (b - a))
+                per.append("%.2f" % ((b - a) * 1e3 / (waves * chain)) if waves else "–")
+            label = "d = %d, %s" % (d, "causal" if c else "not causal")
+            out.append("| %s | deterministic - default (ms) | " % label + " | ".join(extra) + " |")
+            out.append("| | per block of a wave's chain (µs) | " + " | ".join(per) + " |")
+    ctxt = res.json("ladder_bench.json")["context"]
+    out += ["", "%s, %s, commit `%s`, %s, the %s family's shapes, the runner's median times (D and the dQ "
+            "conversion included); a wave is %s K/V blocks (one per SM), a chain the K/V blocks of one head in a "
+            "wave (at most a wave's); per block: the difference / (waves x chain). From %s." % (
+                ctxt.get("device", "?"), str(ctxt.get("date", "?"))[:10], str(ctxt.get("git_sha", "?"))[:7],
+                dtype_of(res), family, sms or "?", link(res, "ladder_bench.json"))]
+    return "\n".join(out)
+
+
 @generator("rung14-ablation")
 def gen_rung14_ablation(ctx, gpu):
     """Rung 14 and each ablation variant (TFLOP/s of its run report) at d = 64 and 128, 4k and 16k
