@@ -63,25 +63,32 @@ def rates(res):
     return rate
 
 
-def cudnn_cells(rate):
-    """(rung 14 / cuDNN, cell name) of every cell where both ran, worst first."""
+#: The rows a backward sweep folder can set against cuDNN: rung 14 through the runner, and the
+#: package through PyTorch's autograd (torch_sdpa.py --backends ...,ladder).
+MINE = {"14": "rung 14", "torch_ladder": "the package (autograd)"}
+
+
+def cudnn_cells(rate, mine="14"):
+    """(@p mine / cuDNN, cell name) of every cell where both ran, worst first."""
     out = []
     for (rung, fam, d, n, c), v in rate.items():
         cudnn = rate.get(("torch_cudnn", fam, d, n, c))
-        if rung == "14" and cudnn:
+        if rung == mine and cudnn:
             out.append((v / cudnn, "%s %s %s %s" % (HEADS[fam], d.replace("d", "d="), n_label(int(n[1:])),
                                                     "causal" if c == "causal1" else "not causal")))
     return sorted(out)
 
 
-def summary(rate, dtype):
-    """One line: the worst and best cell of rung 14 / cuDNN and how many are below 1.0x."""
-    ratios = cudnn_cells(rate)
+def summary(rate, dtype, mine="14"):
+    """One line: the worst and best cell of @p mine (MINE) / cuDNN and how many are below 1.0x."""
+    ratios = cudnn_cells(rate, mine)
     if not ratios:
-        raise Missing("rung 14 beside PyTorch's cuDNN backward", "bench/run_all.sh --family backward,backward-gqa")
+        raise Missing("%s beside PyTorch's cuDNN backward" % MINE[mine],
+                      "bench/run_all.sh --family backward,backward-gqa" +
+                      (" --torch-backends cudnn,ladder" if mine != "14" else ""))
     below = [r for r in ratios if r[0] < 1.0]
-    return "%s: rung 14 / cuDNN from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×." % (
-        dtype, ratios[0][0], ratios[0][1], ratios[-1][0], ratios[-1][1], len(below), len(ratios))
+    return "%s: %s / cuDNN from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×." % (
+        dtype, MINE[mine], ratios[0][0], ratios[0][1], ratios[-1][0], ratios[-1][1], len(below), len(ratios))
 
 
 def shapes():
@@ -122,20 +129,24 @@ def gen_rung14_backward(ctx, gpu):
 
 
 @generator("rung14-ratios")
-def gen_rung14_ratios(ctx, gpu):
+def gen_rung14_ratios(ctx, gpu, mine="14"):
     """Rung 14 / PyTorch's cuDNN backward per cell of a backward sweep folder (in brackets: rung
-    14 deterministic / rung 14), one row per (heads, head_dim, mask); first the worst and best cell."""
+    14 deterministic / rung 14), one row per (heads, head_dim, mask); first the worst and best cell.
+    @p mine=torch_ladder: the package's autograd instead of the runner (no brackets), both from
+    torch_sdpa.json, one process."""
     res = ctx.results(gpu)
     rate, dtype = rates(res), dtype_of(res)
     seqlens = seqlens_of(rate)
-    out = [summary(rate, dtype) + "\n",
-           "**%s: rung 14 / PyTorch cuDNN** (in brackets: rung 14 deterministic / rung 14)\n" % dtype,
+    det_note = " (in brackets: rung 14 deterministic / rung 14)" if mine == "14" else ""
+    out = [summary(rate, dtype, mine) + "\n",
+           "**%s: %s / PyTorch cuDNN**%s\n" % (dtype, MINE[mine], det_note),
            "| | " + " | ".join(n_label(n) for n in seqlens) + " |", "|---|" + "--:|" * len(seqlens)]
     for fam, d, c in shapes():
         row = []
         for n in seqlens:
             k = (fam, d, "N%d" % n, c)
-            a, b, det = rate.get(("14",) + k), rate.get(("torch_cudnn",) + k), rate.get(("14det",) + k)
+            a, b = rate.get((mine,) + k), rate.get(("torch_cudnn",) + k)
+            det = rate.get(("14det",) + k) if mine == "14" else None
             cell = "%.2f×" % (a / b) if a and b else "–"
             if a and det:
                 cell += " (%.2f)" % (det / a)

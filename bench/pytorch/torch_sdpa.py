@@ -9,11 +9,11 @@ torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
             seqlen 512 ... 16384, head_dim 32, 64, 128, causal 0 / 1, fp16
   decode:   batch 1 and 8, 32 query heads, 32 or 8 KV heads (GQA), d = 128,
             seqlen_q 1, seqlen_k 1k ... 128k
-  backward: the prefill shapes at seqlen 1k ... 16k, head_dim 64, 128, 256, causal
+  backward: the prefill shapes at seqlen 512 ... 16k, head_dim 64, 128, 256, causal
             0 / 1: the backward pass only (torch.autograd.grad of the forward's
             output with dO, the graph retained; the forward runs once, untimed)
-  backward-gqa: the backward shapes with GQA 4:1 (heads_kv = heads_q / 4,
-            enable_gqa=True), seqlen 1k ... 16k, head_dim 64, 128, 256, causal 0 / 1
+  backward-gqa, backward-gqa8: the backward shapes with GQA 4:1 and 8:1 (heads_kv =
+            heads_q / 4 or / 8, enable_gqa=True)
   hopper-prefill: the prefill shapes at head_dim 64, 128, 256
   llama:    Llama-3-8B's prefill: batch 1, 32 / 8 heads, d = 128, causal, seqlen 8k and 16k
   varlen:   64 sequences of 128 ... 8k tokens (mixed_lengths, seed 2024), 32 / 8 heads, d = 128,
@@ -23,6 +23,11 @@ torch.nn.attention.sdpa_kernel, over the same sweeps as ladder_bench:
             batch's in both, so TFLOP/s compare as tokens/s do
   varlen-backward: the same packed batch, both ways, the backward pass alone (as the backward
             family times it; nested: the gradients of the packed [total, heads, d] leaves)
+
+Beside SDPA's backends, "ladder" (--backends ...,ladder) times the package as a training step
+calls it, in the same process: flashladder.attention on [B, S, H, D] leaves under autograd, the
+backward pass alone as the backward families time SDPA's ("torch_ladder/backward/d128/N4096/
+causal1"; the backward families only). The package comes from PYTHONPATH (or build/*/python).
 
 and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
 same names and counters as ladder_bench, so the report can join the two:
@@ -423,6 +428,28 @@ def run_varlen(torch, bench, backend, s, layout, backward=False):
     return ms, note
 
 
+def run_backward_ladder(torch, bench, fl, s):
+    """The package's backward pass as a training step runs it: q, k, v leaves [B, S, H, D] (its
+    layout), flashladder.attention(q, k, v, causal) under autograd once, then
+    torch.autograd.grad(out, (q, k, v), dO, retain_graph=True) timed alone, as run_backward times
+    SDPA's (the package's backward rung, its D and dQ passes and its host path included). Returns
+    (median_ms, note)."""
+    b, sq, sk = s["batch"], s["seqlen_q"], s["seqlen_k"]
+    hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
+    gen = torch.Generator(device="cuda").manual_seed(2024)
+    dt = getattr(torch, TORCH_DTYPES[DTYPE])
+
+    def make(seqlen, heads):
+        return torch.randn(b, seqlen, heads, d, device="cuda", dtype=dt, generator=gen).requires_grad_(True)
+
+    q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
+    out = fl.attention(q, k, v, causal=bool(s["causal"]))
+    dout = torch.empty_like(out).normal_(generator=gen)
+    ms = time_backward(torch, bench, out, (q, k, v), dout)
+    del q, k, v, out, dout
+    return ms, "flashladder.attention under autograd, [B, S, H, D] leaves"
+
+
 def run_backward(torch, bench, backend, s, layout):
     """The backward pass of SDPA with @p backend: the forward once under sdpa_kernel (which picks
     the backward kernel: flash's, cuDNN's, ...), then torch.autograd.grad(out, (q, k, v), dO,
@@ -469,7 +496,8 @@ def main():
                     help="bhsd: contiguous [B,H,S,D] (PyTorch's native, its best case); "
                     "bshd: FlashLadder's [B,S,H,D] viewed as [B,H,S,D]")
     ap.add_argument("--backends", default="flash,cudnn,efficient,math",
-                    help="comma-separated subset of flash,cudnn,efficient,math")
+                    help="comma-separated subset of flash,cudnn,efficient,math, and ladder: the package's "
+                    "autograd (flashladder.attention) on the backward families")
     ap.add_argument("--dtype", default="fp16", choices=sorted(TORCH_DTYPES),
                     help="the inputs' 16-bit type (as ladder_bench --fl_dtype)")
     args = ap.parse_args()
@@ -497,6 +525,7 @@ def main():
         "math": getattr(SDPBackend, "MATH", None),
     }
     wanted = [b.strip() for b in args.backends.split(",") if b.strip()]
+    fl = runinfo.import_flashladder() if "ladder" in wanted else None
     iters = max(20, args.iters) if args.iters else (20 if args.quick else 30)
     bench = Bench(torch, iters=iters, warmup=3 if args.quick else 5)
 
@@ -535,20 +564,25 @@ def main():
                          time_unit="ms", real_time=0.0, cpu_time=0.0, TFLOPS=0.0, skipped="",
                          note="", **fields)
             entry["GB/s"] = 0.0
-            backend = all_backends.get(name)
+            backend = all_backends.get(name) if name != "ladder" else fl
             math_bytes = ELEM_BYTES * 3 * b * hq * sq * sk  # S, P and a softmax temporary
             if s["family"] in BACKWARD_FAMILIES:
                 math_bytes *= 2  # the saved P and dP / dS of the backward as well
-            if backend is None:
+            if name == "ladder" and s["family"] not in BACKWARD_FAMILIES:
+                entry["skipped"] = "the package is timed on the backward families only"
+            elif name == "ladder" and fl is None:
+                entry["skipped"] = "flashladder not importable (PYTHONPATH=build/release/python)"
+            elif backend is None:
                 entry["skipped"] = "backend not in this torch"
             elif name == "math" and math_bytes > MATH_LIMIT_BYTES:
                 entry["skipped"] = "math backend would materialize ~%.1f GB of scores" % (
                     math_bytes / 2**30)
             else:
                 try:
-                    ms, note = run_backend(torch, bench, backend, s, layout)
+                    ms, note = (run_backward_ladder(torch, bench, fl, s) if name == "ladder" else
+                                run_backend(torch, bench, backend, s, layout))
                     record_time(entry, ms, note, flops, nbytes)
-                except (RuntimeError, ValueError) as e:  # the backend refused this shape
+                except (RuntimeError, ValueError, TypeError) as e:  # the backend (or the package) refused it
                     record_refusal(torch, entry, e)
             finish_entry(entry, results, 48)
 

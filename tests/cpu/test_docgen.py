@@ -122,6 +122,16 @@ class DocgenTest(unittest.TestCase):
                 self.assertEqual(rc, 1, "%s: an edited figure in %s passed\n%s" % (readme, name, out))
                 self.assertIn(edited_value, out)  # the diff shows the hand-edited line
 
+    def test_package_grid_without_its_run_is_said(self):
+        # The backward grid through the package (torch_sdpa.py --backends ...,ladder) on a folder whose
+        # run timed SDPA alone: the block says what is missing and the command, and carries no figure.
+        doc = ("<!-- gen:rung14-ratios gpu=nvidia-h200/rung14-grid-bf16 mine=torch_ladder -->\n"
+               "<!-- /gen:rung14-ratios -->\n")
+        written = self.write_doc(doc)
+        self.assertIn("Not in a committed run yet", written)
+        self.assertIn("--torch-backends cudnn,ladder", written)
+        self.assertNotIn("×", written)
+
     def test_missing_data_is_said_not_invented(self):
         # The H200 run predates the ablation family: its folder has no ablation records.
         doc = "<!-- gen:ablation rung=4 gpu=nvidia-h200 -->\n<!-- /gen:ablation -->\n"
