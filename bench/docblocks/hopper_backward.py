@@ -84,8 +84,9 @@ def summary(rate, dtype, mine="14"):
     ratios = cudnn_cells(rate, mine)
     if not ratios:
         raise Missing("%s beside PyTorch's cuDNN backward" % MINE[mine],
-                      "bench/run_all.sh --family backward,backward-gqa" +
-                      (" --torch-backends cudnn,ladder" if mine != "14" else ""))
+                      "bench/run_all.sh --family backward,backward-gqa" if mine == "14" else
+                      "PYTHONPATH=build/release/python bench/run_all.sh --family backward,backward-gqa,backward-gqa8 "
+                      "--torch-backends cudnn,ladder")
     below = [r for r in ratios if r[0] < 1.0]
     return "%s: %s / cuDNN from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×." % (
         dtype, MINE[mine], ratios[0][0], ratios[0][1], ratios[-1][0], ratios[-1][1], len(below), len(ratios))
