@@ -146,9 +146,9 @@ def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, ex
 
 
 def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-                 extras=None, checked=False, dropout_state=None, step=None, xextras=None):
+                 extras=None, checked=False, dropout_state=None, step=None, xextras=None, trusted=False):
     LOG.append(("backward", dict(deterministic=deterministic, o32=out_fp32 is not None, key=key, dout=dout,
-                                 state=dropout_state, slopes=extras[3] if extras else None)))
+                                 state=dropout_state, slopes=extras[3] if extras else None, trusted=trusted)))
     a = mods_args(key, mods, extras, dropout_state)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     sinks = a.get("sinks")
@@ -227,6 +227,8 @@ def test_attention():
     bwd = LOG[-1][1]
     check(LOG[1][1]["o_fp32"] and bwd["o32"], "the forward writes the fp32 O and the backward gets it")
     check(bwd["key"] == cpu_key(q, k, v, True), "the backward launches on the key the forward was checked into")
+    check(bwd["trusted"], "autograd's backward call is trusted: the forward's own O, LSE and fp32 O and autograd's dO "
+                          "are not checked again")
 
     for t in (q, k, v):
         t.grad = None

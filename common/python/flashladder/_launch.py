@@ -225,7 +225,7 @@ def _grad_like(t):
 
 
 def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="", out_fp32=None, mods=None,
-             extras=None, checked=False, dropout_state=None, step=None, xextras=None):
+             extras=None, checked=False, dropout_state=None, step=None, xextras=None, trusted=False):
     """dQ, dK, dV of backward entry ``rung`` (None: default_backward's) from the forward's O and
     LSE, and its fp32 O when given (None or an empty tensor: D from the 16-bit O); q, k, v checked
     into ``key``, the rest checked here (_core.check_grads). With ``mods`` and ``extras`` (as
@@ -233,9 +233,11 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     ``dropout_state``: the forward's (the mask is regenerated from it). ``step``: the Step of the
     forward's signature (autograd's own call: dout is checked by autograd against O, out, the LSE
     and the fp32 O are the forward's), its plan and strides reused; ``xextras``: the forward's
-    _extras(extras) (the same saved tensors)."""
+    _extras(extras) (the same saved tensors). ``trusted``: autograd's own call of the plain path
+    (_ops._EagerAttention): out, the LSE and the fp32 O are the forward's, dense, and dout is
+    checked by autograd against O, so check_grads is not run again and no copy is asked for them."""
     o32_ptr = 0
-    if step is not None:
+    if step is not None or trusted:
         if out_fp32 is not None and out_fp32.numel():
             o32_ptr = out_fp32.data_ptr()  # the forward's, dense
     elif _core.check_grads(dout, q, out, lse, out_fp32, torch.Tensor, v.shape[-1]):
@@ -250,9 +252,10 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     # dO is indexed with O's strides (backward.h): both dense, [batch, seqlen, heads, head_dim].
     # planned=True below: the plan asked supports, bwd_supports and the workspace's size once per
     # signature; the binding keeps its layout, pointer and stride checks.
-    out = out.contiguous()
+    if not trusted:  # the forward's own are dense
+        out = out.contiguous()
+        lse = lse.contiguous()
     dout = dout.contiguous()
-    lse = lse.contiguous()
     ws_ptr, ws_bytes, ws = _workspace(plan, q)
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
             dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
