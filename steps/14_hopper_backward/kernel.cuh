@@ -62,6 +62,9 @@ struct BwdBuffers {
   /// it is free).
   int tiles_x, tiles_y, tiles_z;
   int* tile_counter;  ///< zeroed before the launch (workspace.h's tile_counter_offset)
+  /// Deterministic, not causal, rung 14's masks: each K/V block's walk starts at its own query
+  /// block (the block's index) and wraps (traits.h's dq_prev_token_rotated, rotated_walk); false: from 0.
+  bool rotated_walk;
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
@@ -239,25 +242,28 @@ struct BwdSmem {
 };
 
 /// What the block walks: its K/V block, its slice of query heads and the query blocks that see the
-/// K/V block. Step `it` is query head head0 + it / n_i, query block i_first + it % n_i.
+/// K/V block. Step `it` is query head head0 + it / n_i, query block i_first + it % n_i, or on the
+/// rotated walk (it + j) % n_i (traits.h's dq_prev_token_rotated).
 /// A packed batch (varlen.h): blockIdx.z is the sequence, its own len_q, len_k and causal diagonal
 /// (len_k - len_q) apply, and the grid's K/V blocks past its len_k exit at once (`active`).
 struct BlockWork {
   int kv_head, slice, slice_heads, head0, batch, j, key0, i_first, n_i, steps;
   int n_kv_blocks;     ///< K/V blocks of the sequence
   bool active;         ///< the K/V block exists in this sequence
-  bool reverse_order;  ///< deterministic under a causal mask: dQ adds from the last K/V block down
+  bool reverse_order;  ///< deterministic, causal or rotated: launched (and added) from the last K/V block down
   int block_n;         ///< keys per K/V block
   int len_q, len_k,
       causal_offset;   ///< the sequence's lengths; causal: query q sees key k <= q + causal_offset
   int q_tok0, k_tok0;  ///< its first query / key token in the [tokens, heads, d] view (0 dense)
   int64_t stat0;       ///< its padded row of query 0, head 0 (workspace.h's stat_row0)
   __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split,
-                                       int block_m, int block_n_, bool deterministic)
-      : BlockWork(p, head_rows, kv_split, block_m, block_n_, deterministic, blockIdx.x, blockIdx.y, blockIdx.z) {}
+                                       int block_m, int block_n_, bool deterministic, bool rotated_walk)
+      : BlockWork(p, head_rows, kv_split, block_m, block_n_, deterministic, rotated_walk, blockIdx.x, blockIdx.y,
+                  blockIdx.z) {}
   /// The work of grid coordinates (@p bx, @p by, @p bz): a persistent block's tile.
   __device__ __forceinline__ BlockWork(const AttnParams& p, int64_t head_rows, int kv_split,
-                                       int block_m, int block_n_, bool deterministic, int bx, int by, int bz)
+                                       int block_m, int block_n_, bool deterministic, bool rotated_walk, int bx,
+                                       int by, int bz)
       : block_n(block_n_) {
     // The K/V block varies fastest: the blocks running at once share their query heads, so they
     // read the same Q_i, dO_i and add into the same dQ tiles while those are in L2. Block 0 first:
@@ -273,7 +279,7 @@ struct BlockWork {
     stat0 = stat_row0(p, head_rows, batch);
     n_kv_blocks = (len_k + block_n - 1) / block_n;
     active = bx < n_kv_blocks;
-    reverse_order = deterministic && p.causal;
+    reverse_order = deterministic && (p.causal || rotated_walk);
     j = reverse_order ? n_kv_blocks - 1 - bx : bx;
     const int head_slice = by;
     kv_head = head_slice / kv_split;
@@ -297,13 +303,26 @@ struct BlockWork {
   __device__ __forceinline__ int64_t key_row0(const AttnParams& p) const {
     return p.cu_seqlens_q ? int64_t(k_tok0) : int64_t(batch) * p.seqlen_k;
   }
-  __device__ __forceinline__ int q_block(int it) const { return i_first + it % n_i; }
+  /// Whether this block walks rotated: the launch's rotated_walk (@p walk_rotated, a kernel
+  /// parameter) and at most as many K/V blocks as query blocks in the sequence.
+  __device__ __forceinline__ bool rotated(bool walk_rotated) const { return walk_rotated && n_kv_blocks <= n_i; }
+  /// @p walk_rotated: BwdBuffers::rotated_walk.
+  __device__ __forceinline__ int q_block(int it, bool walk_rotated) const {
+    int k = it % n_i;
+    if (rotated(walk_rotated)) {
+      k += j;
+      if (k >= n_i) k -= n_i;
+    }
+    return i_first + k;
+  }
   /// The deterministic mode's turn at query block @p i: the token of the K/V block that adds into
   /// it just before this one, or 0 (traits.h's dq_prev_token, over the blocks' walks as
   /// MODS::query_rows gives them: rung 14's causal mask or none, or rung 16's masks).
   template <class MODS>
-  __device__ __forceinline__ int prev_token(const MODS& mods, int i, int block_m) const {
+  __device__ __forceinline__ int prev_token(const MODS& mods, int i, int block_m, bool walk_rotated) const {
     if constexpr (!MODS::kSpans) {
+      if (walk_rotated)
+        return rotated(walk_rotated) ? dq_prev_token_rotated(j, i, n_kv_blocks) : dq_prev_token_descending(j, n_kv_blocks);
       return dq_prev_token_causal(j, i, n_kv_blocks, block_m, block_n, causal_offset,
                                   reverse_order);
     } else {
@@ -447,7 +466,8 @@ struct Loads {
   const float* lse_log2;
   const float* delta;
   int64_t head_rows;
-  bool packed;  ///< a packed batch: one sequence of all the tokens to TMA (batch coordinate 0)
+  bool packed;   ///< a packed batch: one sequence of all the tokens to TMA (batch coordinate 0)
+  bool rotated;  ///< BwdBuffers::rotated_walk
 
   __device__ __forceinline__ int tma_batch(const BlockWork& w) const {
     return packed ? 0 : w.batch;
@@ -469,7 +489,7 @@ struct Loads {
     const int s = gs % Cfg::kStages;
     // The k-th refill of stage s waits for the k-th release (a fresh barrier passes parity 1).
     mbarrier_wait_parity(sm.q_empty(s), ((gs / Cfg::kStages) & 1) ^ 1);
-    const int h = w.head(it), q0 = w.q_block(it) * Cfg::kBlockM;
+    const int h = w.head(it), q0 = w.q_block(it, rotated) * Cfg::kBlockM;
     const int64_t stat = w.stat0 + h * head_rows + q0;
     mbarrier_arrive_expect_tx(sm.q_full(s), Cfg::kQBytes + Cfg::kRowStatBytes);
 #pragma unroll
@@ -491,7 +511,7 @@ struct Loads {
 /// The dQ tile of step @p it in the accumulator.
 template <class Cfg>
 __device__ __forceinline__ int64_t dq_row(const BwdBuffers& buf, const BlockWork& w, int it) {
-  return w.stat0 + w.head(it) * buf.head_rows + int64_t(w.q_block(it)) * Cfg::kBlockM;
+  return w.stat0 + w.head(it) * buf.head_rows + int64_t(w.q_block(it, buf.rotated_walk)) * Cfg::kBlockM;
 }
 template <class Cfg>
 __device__ __forceinline__ float* dq_tile(const BwdBuffers& buf, const BlockWork& w, int it) {
@@ -522,9 +542,13 @@ __device__ __forceinline__ int* add_dq_tile(const BwdSmem<Cfg>& sm, const BwdBuf
     // on its diagonal, which the blocks after j do not see, so each block's first adds wait for
     // nobody and the blocks running side by side add in a wavefront. In the ascending order, block
     // j would wait at its diagonal for block 0 to get there: every block as long as the longest.
+    // The rotated walk (no mask, BwdBuffers::rotated_walk) has the same wavefront, launched from
+    // the last block down too, save its wrap: the last blocks wait at their walks' ends for block
+    // 0, launched last. The launch takes it only where a head's K/V blocks fit on the device at
+    // once (traits.h's rotated_walk), so block 0 is resident by then.
     // A token, not a count of adds: under rung 16's masks a block's neighbours need not visit
     // every query block it visits, and the neighbour is all that must be known.
-    const int token = w.prev_token(mods, w.q_block(it), Cfg::kBlockM);
+    const int token = w.prev_token(mods, w.q_block(it, buf.rotated_walk), Cfg::kBlockM, buf.rotated_walk);
     int seen;
     do {
       asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
@@ -866,10 +890,11 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int tile0 = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;
   auto work_of = [&](int t) {
     if constexpr (PERSISTENT)
-      return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, t % buf.tiles_x,
+      return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk,
+                       t % buf.tiles_x,
                        (t / buf.tiles_x) % buf.tiles_y, t / (buf.tiles_x * buf.tiles_y));
     else
-      return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic);
+      return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk);
   };
   BlockWork work = work_of(tile0);
   if constexpr (!PERSISTENT) {
@@ -898,7 +923,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     return t;
   };
   const Loads<Cfg> loads{&map_q,       &map_k,    &map_v,        &map_do,
-                         buf.lse_log2, buf.delta, buf.head_rows, p.cu_seqlens_q != nullptr};
+                         buf.lse_log2, buf.delta, buf.head_rows, p.cu_seqlens_q != nullptr,
+                         buf.rotated_walk};
   const int tid = threadIdx.x;
 
   if (tid == 0) {
@@ -1059,7 +1085,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       const uint32_t phase = (gs / STAGES) & 1;
       if (loader && STAGES > 1 && it + STAGES - 1 < work.steps)
         loads.step(sm, work, it + STAGES - 1, gs + STAGES - 1);
-      const int q0 = work.q_block(it) * BLOCK_M;
+      const int q0 = work.q_block(it, buf.rotated_walk) * BLOCK_M;
       const int s_key0 = Cfg::kSKey0(w),
                 s_col0 = Cfg::kSCol0(w);  // this warpgroup's S^T: rows, columns
       mods.template set_step<SN>(work.head(it), q0 + s_col0);

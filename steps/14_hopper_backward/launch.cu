@@ -32,14 +32,14 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid };
+                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
-    M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid;
+    M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid || M == Mode::det_linear;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
 /// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
@@ -112,11 +112,12 @@ decltype(auto) with_tiles(int head_dim, F&& f) {
 }
 
 /// Calls f(TypeTag<tiles>{}) with the tiles @p M runs for a problem of @p head_dim and @p seqlen_q
-/// (the longest sequence's queries): with_tiles' for every entry but the rung, which takes the
-/// persistent grid's tiles where traits.h's rung_grid_persistent says (README, "A persistent grid").
+/// (the longest sequence's queries): with_tiles' for every entry but the rung (and det-linear, its
+/// deterministic order's ablation), which takes the persistent grid's tiles where traits.h's
+/// rung_grid_persistent says (README, "A persistent grid").
 template <Mode M, class F>
 decltype(auto) with_grid(int head_dim, int seqlen_q, F&& f) {
-  if constexpr (M == Mode::rung)
+  if constexpr (M == Mode::rung || M == Mode::det_linear)
     if (hopper14::rung_grid_persistent(head_dim, seqlen_q)) return with_tiles<Mode::persistent>(head_dim, f);
   return with_tiles<M>(head_dim, f);
 }
@@ -133,7 +134,7 @@ template <Mode M, class T, class Cfg>
 void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
   hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream,
-                                                         prep_of(M), M != Mode::late_free);
+                                                         prep_of(M), M != Mode::late_free, M != Mode::det_linear);
 }
 
 template <Mode M, class T, class Cfg>
@@ -280,6 +281,10 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::tile_grid>("tile-grid", "ablation: one block per K/V block at every length (the rung's "
                                                   "grid is persistent on rows of at most 4096 queries at d = 64, "
                                                   "1024 at d = 128: README, \"A persistent grid\")"));
+  reg.add(make_rung<Mode::det_linear>("det-linear", "ablation: deterministic, every K/V block's walk from query "
+                                                    "block 0 and the adds in K/V block order when not causal (the "
+                                                    "rung rotates each block's walk: README, \"Deterministic "
+                                                    "mode\")"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

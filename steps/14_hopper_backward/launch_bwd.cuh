@@ -142,7 +142,7 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// (a packed batch of empty sequences).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
-                     cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true) {
+                     cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true, bool rotate = true) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
   // A packed batch's token counts included. The dQ tiles are the kernel's (D columns): a head_dim
@@ -216,6 +216,10 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.tiles_x = static_cast<int>(grid.x);
   buf.tiles_y = static_cast<int>(grid.y);
   buf.tiles_z = static_cast<int>(grid.z);
+  // The deterministic mode's rotated walk (traits.h): rung 14's own masks only (rung 16's keep the
+  // order from block 0 or the last block down), a head's K/V blocks resident at once.
+  buf.rotated_walk = rotate && !MODS::kSpans &&
+                     rotated_walk(deterministic, p.causal != 0, buf.tiles_x, std::max(1, device_sm_count()));
   if constexpr (Cfg::kPersistent) {  // one block per SM walks the tiles (kernel.cuh, set_tile)
     const int64_t tiles = int64_t(grid.x) * grid.y * grid.z;
     if (tiles > INT32_MAX) throw std::runtime_error("rung 14's persistent grid: more than 2^31 - 1 K/V blocks");

@@ -250,4 +250,38 @@ FL_HD int dq_prev_token_causal(int j, int i, int n_blocks, int block_m, int bloc
   return j < j_last ? j + 2 : 0;
 }
 
+/// The deterministic mode's rotated walk (no mask, launched from the last K/V block down): K/V
+/// block j of a sequence's n starts its walk at query block j and wraps around (it needs n at
+/// most the n_q query blocks), so the blocks running side by side add into different query blocks
+/// (README, "Deterministic mode"). Without it every block starts at query block 0 and block j's
+/// first add waits for the j before it. The start needs no register of its own: the block's index.
+///
+/// Block j's turn at query block @p i (dq_prev_token's token: the index + 1 of the block that adds
+/// just before it, or 0 when j adds first). A query block takes its adds in the order the blocks
+/// arrive there: block j arrives at step i - j (mod n_q), so first block min(i, n - 1), then the
+/// blocks below it down to 0, then from the last block down to the first's successor (arrived
+/// after wrapping). Each block's turn is its successor's (j + 1, or block 0 after the last),
+/// except the first's: a block's first add waits for nobody and each later one for a block one
+/// step ahead of it. The wrap makes the last blocks wait for block 0, launched last: a sequence's
+/// K/V blocks must all be resident at once (the launch's rule: rotated_walk).
+FL_HD int dq_prev_token_rotated(int j, int i, int n_blocks) {
+  const int first = i < n_blocks - 1 ? i : n_blocks - 1;
+  return j == first ? 0 : (j + 1 < n_blocks ? j + 2 : 1);
+}
+
+/// The order from the last K/V block down without a mask (a sequence of a packed batch with more
+/// K/V blocks than query blocks, when the launch takes the rotated walk): block j's turn is block
+/// j + 1's, the last block's nobody's.
+FL_HD int dq_prev_token_descending(int j, int n_blocks) { return j + 1 < n_blocks ? j + 2 : 0; }
+
+/// Whether the deterministic mode's walk is rotated: not causal (the causal order from the last
+/// block down has the same wavefront already), rung 14's own masks, and the longest sequence's
+/// K/V blocks (@p kv_blocks) at most the blocks the device runs at once (@p resident: one per
+/// SM), so that a sequence's blocks are all resident when the last ones wait for block 0. A
+/// sequence with more K/V blocks than query blocks walks from query block 0 in the order from the
+/// last block down (BlockWork::rotated).
+inline bool rotated_walk(bool deterministic, bool causal, int kv_blocks, int resident) {
+  return deterministic && !causal && kv_blocks > 1 && kv_blocks <= resident;
+}
+
 }  // namespace fl::hopper14

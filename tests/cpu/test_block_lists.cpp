@@ -274,6 +274,86 @@ TEST_CASE(
   CHECK(firsts > 0);
 }
 
+TEST_CASE("deterministic backward, not causal: the rotated walk's turns follow the blocks' arrivals",
+          "[cpu][block_lists]") {
+  // traits.h's dq_prev_token_rotated (BlockWork's rotated walk: block j of n starts at query block
+  // j of m >= n and wraps): at every query block the turns chain all K/V blocks once, from one
+  // first block (token 0); along the chain each block arrives at the query block later than the
+  // one before it; and the blocks, all resident, each walking its query blocks in its order and
+  // adding only on its turn, all finish. dq_prev_token_descending (a packed sequence with more K/V
+  // blocks than query blocks) chains them from the last block down.
+  using fl::hopper14::dq_prev_token_descending;
+  using fl::hopper14::dq_prev_token_rotated;
+  long long chains = 0;
+  for (int n : {1, 2, 3, 4, 5, 7, 8, 16, 31, 64, 128, 132})
+    for (int m : {1, 2, 3, 4, 7, 8, 9, 16, 33, 64, 128, 256, 264}) {
+      if (m < n) continue;  // BlockWork::rotated: at most as many K/V blocks as query blocks
+      auto step_at = [&](int j, int i) { return ((i - j) % m + m) % m; };
+      for (int i = 0; i < m; ++i) {
+        INFO("n_blocks=" << n << " n_q=" << m << " query block " << i);
+        std::vector<int> next(n + 1, -1);  // next[token]: the block whose turn that token is
+        int firsts = 0;
+        for (int j = 0; j < n; ++j) {
+          const int t = dq_prev_token_rotated(j, i, n);
+          REQUIRE(t >= 0);
+          REQUIRE(t <= n);
+          REQUIRE(t != j + 1);
+          REQUIRE(next[t] == -1);  // one successor per token
+          next[t] = j;
+          if (t == 0) ++firsts;
+        }
+        REQUIRE(firsts == 1);
+        int seen = 0, prev = -1;
+        for (int j = next[0]; j >= 0; j = next[j + 1]) {
+          if (prev >= 0) REQUIRE(step_at(prev, i) < step_at(j, i));
+          prev = j;
+          if (++seen > n) break;
+        }
+        REQUIRE(seen == n);
+        ++chains;
+      }
+      // All resident, in rounds: in each, every block whose add at its next query block is due
+      // (its turn's block added there in an earlier round) adds and moves on. No round may pass
+      // without an add, and the blocks lose no round to the order: each finishes its m steps in
+      // m rounds. Beside it the order from block 0 (every walk from query block 0, block j after
+      // block j - 1): block j's first add waits j rounds, m + n - 1 in all.
+      auto rounds_of = [&](auto query_block, auto turn) {
+        std::vector<int> done(n, 0), last(m, 0);  // steps each block finished; per query block the last token
+        int left = n * m, rounds = 0;
+        while (left > 0) {
+          std::vector<std::pair<int, int>> adds;  // (query block, token), decided on the round's start
+          for (int j = 0; j < n; ++j) {
+            if (done[j] == m) continue;
+            const int i = query_block(j, done[j]);
+            if (turn(j, i) == last[i]) adds.emplace_back(i, j + 1);
+          }
+          INFO("n_blocks=" << n << " n_q=" << m << " steps left " << left);
+          REQUIRE(!adds.empty());
+          for (const auto& a : adds) {
+            last[a.first] = a.second;
+            ++done[a.second - 1];
+            --left;
+          }
+          ++rounds;
+        }
+        return rounds;
+      };
+      CHECK(rounds_of([&](int j, int s) { return (j + s) % m; },
+                      [&](int j, int i) { return dq_prev_token_rotated(j, i, n); }) == m);
+      CHECK(rounds_of([](int, int s) { return s; }, [](int j, int) { return j; }) == m + n - 1);
+      // The packed sequence's fallback: one chain from the last block down.
+      for (int j = 0; j < n; ++j)
+        REQUIRE(dq_prev_token_descending(j, n) == (j == n - 1 ? 0 : j + 2));
+    }
+  CHECK(chains > 0);
+  // The launch's rule: not causal and deterministic, a sequence's K/V blocks all resident at once.
+  CHECK(fl::hopper14::rotated_walk(true, false, 132, 132));
+  CHECK_FALSE(fl::hopper14::rotated_walk(true, false, 133, 132));
+  CHECK_FALSE(fl::hopper14::rotated_walk(true, true, 64, 132));
+  CHECK_FALSE(fl::hopper14::rotated_walk(false, false, 64, 132));
+  CHECK_FALSE(fl::hopper14::rotated_walk(true, false, 1, 132));
+}
+
 TEST_CASE("ALiBi's slope in float, as the kernels compute it, against the fp64 definition",
           "[cpu][block_lists]") {
   for (int heads : {1, 2, 3, 8, 12, 16, 20, 32, 40, 64, 128})
