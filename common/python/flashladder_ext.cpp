@@ -238,6 +238,20 @@ class PreparedForward {
     return true;
   }
 
+  /// launch() with O also written in fp32 at @p o_fp32 (the autograd step's forward: the backward's
+  /// D reads it); refused where the rung writes no fp32 copy of O (Rung::writes_o_fp32).
+  bool launch_o32(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t o_fp32,
+                  uintptr_t workspace, uintptr_t stream) const {
+    if (!rung_->writes_o_fp32) refuse_if(rung_->label() + " writes no fp32 copy of O");
+    AttnParams a;
+    if (!params_at(q, k, v, o, lse, workspace, &a) || o_fp32 == 0 || o_fp32 % 8 != 0) return false;
+    a.o_fp32 = reinterpret_cast<float*>(o_fp32);
+    DeviceGuard guard(device_);
+    nb::gil_scoped_release release;
+    rung_->launch(a, reinterpret_cast<cudaStream_t>(stream));
+    return true;
+  }
+
   /// The C++ runner's timing loop (timing.cpp, time_launches: the L2 flushed by cudaMemsetAsync,
   /// a start event, the launch, a stop event; @p iters times after @p warmup launches; the median in
   /// ms) on the default stream, run inside this process: the runner's own loop over these tensors,
@@ -257,6 +271,7 @@ class PreparedForward {
   size_t workspace_bytes() const { return workspace_bytes_; }
   std::string label() const { return rung_->label(); }
   bool lse_optional() const { return rung_->lse_optional; }
+  bool writes_o_fp32() const { return rung_->writes_o_fp32; }
 
  private:
   /// The prepared parameters with these addresses in @p a; false when a pointer is null or
@@ -284,6 +299,77 @@ class PreparedForward {
   int device_;
   size_t workspace_bytes_;
   AttnParams params_{};
+};
+
+/// A backward launch prepared once for one input signature and deterministic flag
+/// (flashladder._launch.Prepared: the autograd step of plain attention). The constructor does what
+/// the backward binding repeats per call: supports() and bwd_supports() on the device, the
+/// problem's parameters, and the strides' checks (dO like O, dQ like Q, dK like K, dV like V; against
+/// 16-byte aligned stand-in pointers). A launch sets the eleven pointers and the stream; when one
+/// is null or misaligned it launches nothing and returns false, so the caller's checked path says why.
+class PreparedBackward {
+ public:
+  PreparedBackward(int number, const std::string& variant, const Problem& p, const std::array<Strides4, 8>& strides,
+                   int device, size_t workspace_bytes, bool deterministic)
+      : rung_(&find_rung(number, variant)), device_(device) {
+    if (!rung_->launch_bwd) refuse_if(rung_->label() + " has no backward pass");
+    if (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 || p.v_in_k)
+      refuse_if("a prepared backward takes no mask, modifier, packing, cache lengths or V inside K (call backward)");
+    refuse_if(supports_reason(*rung_, p, device_info(device)));
+    if (rung_->bwd_supports) refuse_if(rung_->bwd_supports(p, deterministic));
+    const size_t need = rung_->bwd_workspace_bytes ? rung_->bwd_workspace_bytes(p, deterministic) : 0;
+    if (workspace_bytes < need)
+      refuse_if("workspace: the rung needs " + std::to_string(need) + " bytes, got " + std::to_string(workspace_bytes));
+    constexpr uintptr_t kAligned = 256;  // stands in for the pointers: only the strides are checked here
+    b_.fwd = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned},
+                        {strides[0], strides[1], strides[2], strides[3]}, Extras{});
+    set_dropout(&b_.fwd, p, 0);  // as the backward binding's: no dropout (a problem with it is refused)
+    const char* names[4] = {"dout", "dq", "dk", "dv"};
+    const char* like[4] = {"out", "q", "k", "v"};
+    const int same[4] = {3, 0, 1, 2};
+    const std::array<int64_t, 4> shapes[4] = {q_shape_of(p, p.dv()), q_shape_of(p), kv_shape_of(p),
+                                              kv_shape_of(p, 0, p.dv())};
+    for (int i = 0; i < 4; ++i)
+      if (checked_strides(names[i], kAligned, shapes[i], strides[4 + i]) !=
+          checked_strides(like[i], kAligned, shapes[i], strides[same[i]]))
+        refuse_if(std::string(names[i]) + " must have the strides of " + like[i] +
+                  " (the backward kernels index both with one set)");
+    b_.workspace_bytes = workspace_bytes;
+    b_.deterministic = deterministic ? 1 : 0;
+  }
+
+  /// Launches on @p stream (asynchronous); false (nothing launched) when a pointer is null or
+  /// misaligned (16 bytes; the LSE 4, the fp32 O 8; o_fp32 0: D from the 16-bit O).
+  bool launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dout, uintptr_t dq,
+              uintptr_t dk, uintptr_t dv, uintptr_t o_fp32, uintptr_t workspace, uintptr_t stream) const {
+    if (!q || !k || !v || !o || !lse || !dout || !dq || !dk || !dv || ((q | k | v | o | dout | dq | dk | dv) % 16) ||
+        lse % 4 || o_fp32 % 8 || (b_.workspace_bytes > 0 && workspace == 0))
+      return false;
+    AttnBwdParams b = b_;
+    b.fwd.q = reinterpret_cast<const void*>(q);
+    b.fwd.k = reinterpret_cast<const void*>(k);
+    b.fwd.v = reinterpret_cast<const void*>(v);
+    b.fwd.o = reinterpret_cast<void*>(o);
+    b.fwd.lse = reinterpret_cast<float*>(lse);
+    b.fwd.o_fp32 = reinterpret_cast<float*>(o_fp32);
+    b.dout = reinterpret_cast<const void*>(dout);
+    b.dq = reinterpret_cast<void*>(dq);
+    b.dk = reinterpret_cast<void*>(dk);
+    b.dv = reinterpret_cast<void*>(dv);
+    b.workspace = reinterpret_cast<void*>(workspace);
+    DeviceGuard guard(device_);
+    nb::gil_scoped_release release;
+    rung_->launch_bwd(b, reinterpret_cast<cudaStream_t>(stream));
+    return true;
+  }
+
+  size_t workspace_bytes() const { return b_.workspace_bytes; }
+  std::string label() const { return rung_->label(); }
+
+ private:
+  const Rung* rung_;
+  int device_;
+  AttnBwdParams b_{};
 };
 
 /// A serving call prepared once for one signature (flashladder._kvcache's fast path): a
@@ -949,6 +1035,10 @@ NB_MODULE(_ext, m) {
       .def("launch", &PreparedForward::launch, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "workspace"_a, "stream"_a,
            "Launches (asynchronous); False, launching nothing, when a pointer is null or not aligned "
            "(16 bytes; the LSE 4). lse may be 0 where lse_optional: no LSE is stored")
+      .def("launch_o32", &PreparedForward::launch_o32, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "o_fp32"_a,
+           "workspace"_a, "stream"_a,
+           "launch() with O also written in fp32 at o_fp32 (dense like out, 8-byte aligned): the "
+           "autograd step's forward; refused where writes_o_fp32 is False")
       .def("time_runner_loop", &PreparedForward::time_runner_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
            "workspace"_a, "iters"_a, "warmup"_a,
            "The C++ runner's timing loop (time_launches: memset flush, events, median ms) on the default "
@@ -956,7 +1046,24 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("workspace_bytes", &PreparedForward::workspace_bytes)
       .def_prop_ro("lse_optional", &PreparedForward::lse_optional,
                    "True when launch() takes lse = 0 and then stores no LSE (Rung::lse_optional)")
+      .def_prop_ro("writes_o_fp32", &PreparedForward::writes_o_fp32,
+                   "True when launch_o32() can write O in fp32 too (Rung::writes_o_fp32)")
       .def_prop_ro("label", &PreparedForward::label);
+
+  nb::class_<PreparedBackward>(m, "PreparedBackward",
+                               "A backward launch prepared for one input signature and deterministic "
+                               "flag: supports(), bwd_supports(), the parameters and the strides checked "
+                               "once; launch() sets the pointers and the stream")
+      .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 8>&, int, size_t, bool>(),
+           "number"_a, "variant"_a, "problem"_a, "strides"_a, "device"_a, "workspace_bytes"_a, "deterministic"_a,
+           "strides: q, k, v, out, dout, dq, dk, dv (4 each, elements); workspace_bytes: the plan's "
+           "(bwd_workspace_bytes())")
+      .def("launch", &PreparedBackward::launch, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a,
+           "dv"_a, "o_fp32"_a, "workspace"_a, "stream"_a,
+           "Launches (asynchronous); False, launching nothing, when a pointer is null or not aligned "
+           "(16 bytes; the LSE 4, o_fp32 8, 0 for D from the 16-bit O)")
+      .def_prop_ro("workspace_bytes", &PreparedBackward::workspace_bytes)
+      .def_prop_ro("label", &PreparedBackward::label);
 
   m.def(
       "backward",

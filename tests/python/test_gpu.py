@@ -431,7 +431,84 @@ def part_backward():
         print("ok   deterministic backward: autograd twice and attention_backward() bitwise identical")
     if lse.requires_grad:
         fail("the LSE must be non-differentiable (rung 11 has no gradient through it)")
+    prepared_step_cases()
     autograd_step_kernels()
+
+
+def prepared_step_cases():
+    """A signature's second autograd step takes the prepared launches (_launch.TRAIN, made by the
+    first, checked call): with torch.use_deterministic_algorithms(True), O and dQ, dK, dV of steps 2
+    and 3 equal step 1's bit for bit, and the reference's within the bound; dense leaves and
+    transposed ones (transformers' layout, O then not like q), GQA 4:1, causal with seqlen_q !=
+    seqlen_k. A dO off the 16-byte grid is refused by the prepared backward and goes through the
+    checked one, which says why in one line."""
+    from flashladder import _launch
+    calls = {"forward": 0, "backward": 0}
+    originals = (_launch.Prepared.launch_forward, _launch.Prepared.launch_backward)
+
+    def counted(name, fn):
+        def wrapper(*args):
+            calls[name] += 1
+            return fn(*args)
+        return wrapper
+
+    _launch.Prepared.launch_forward = counted("forward", originals[0])
+    _launch.Prepared.launch_backward = counted("backward", originals[1])
+    torch.use_deterministic_algorithms(True)
+    try:
+        for layout in ("dense", "transposed"):
+            b, sq, sk, hq, hkv, d = 2, 131, 257, 8, 2, 128
+            dt = torch.bfloat16
+            if layout == "dense":
+                leaves = [randn(b, sq, hq, d, dtype=dt, offset=0.5), randn(b, sk, hkv, d, dtype=dt),
+                          randn(b, sk, hkv, d, dtype=dt, offset=0.5)]
+                view = lambda t: t  # noqa: E731
+            else:
+                leaves = [randn(b, hq, sq, d, dtype=dt, offset=0.5), randn(b, hkv, sk, d, dtype=dt),
+                          randn(b, hkv, sk, d, dtype=dt, offset=0.5)]
+                view = lambda t: t.transpose(1, 2)  # noqa: E731
+            for t in leaves:
+                t.requires_grad_()
+            dout = randn(b, sq, hq, d, dtype=dt)
+            before = dict(calls)
+            runs = []
+            for _ in range(3):
+                for t in leaves:
+                    t.grad = None
+                out = flashladder.attention(*(view(t) for t in leaves), causal=True)
+                out.backward(dout)
+                runs.append((out.detach().clone(),) + tuple(t.grad.clone() for t in leaves))
+            what = "the prepared autograd step (%s leaves, bf16 d=128 GQA 8/2 Sq=%d Sk=%d causal)" % (layout, sq, sk)
+            COMPARED[0] += 1
+            if calls["forward"] - before["forward"] != 2 or calls["backward"] - before["backward"] != 2:
+                fail("%s: steps 2 and 3 took %d prepared forwards and %d prepared backwards, expected 2 each"
+                     % (what, calls["forward"] - before["forward"], calls["backward"] - before["backward"]))
+            elif not all(torch.equal(a, c) for run in runs[1:] for a, c in zip(runs[0], run)):
+                fail("%s: O or a gradient differs from the first (checked) step's" % what)
+            else:
+                print("ok   %s: steps 2 and 3 prepared, bitwise equal to step 1" % what)
+            ref_in = [view(t).detach().float().requires_grad_() for t in leaves]
+            ref, _ = reference(*ref_in, True)
+            ref.backward(dout.float())
+            for name, g, r in zip(("dQ", "dK", "dV"), runs[2][1:], ref_in):
+                judge("%s %s" % (what, name), view(g).float(), torch.nan_to_num(r.grad), "bf16", True)
+        # dO off the 16-byte grid (a view one element into a buffer), in the checked step and in
+        # the prepared one: copied to an aligned buffer, the gradients those of the aligned dO.
+        q, k, v = (randn(1, 64, 4, 64).requires_grad_() for _ in range(3))
+        odd = randn(1 * 64 * 4 * 64 + 1)[1:].view(1, 64, 4, 64)
+        got = []
+        for dout in (odd, odd, odd.clone()):
+            q.grad = k.grad = v.grad = None
+            flashladder.attention(q, k, v).backward(dout)
+            got.append((q.grad.clone(), k.grad.clone(), v.grad.clone()))
+        COMPARED[0] += 1
+        if not all(torch.equal(a, c) for run in got[:2] for a, c in zip(run, got[2])):
+            fail("a dO off the 16-byte grid: the gradients differ from the aligned dO's")
+        else:
+            print("ok   a dO off the 16-byte grid (checked and prepared step): the aligned dO's gradients")
+    finally:
+        torch.use_deterministic_algorithms(False)
+        _launch.Prepared.launch_forward, _launch.Prepared.launch_backward = originals
 
 
 def gpu_events(fn):

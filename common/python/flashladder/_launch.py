@@ -256,6 +256,8 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
         out = out.contiguous()
         lse = lse.contiguous()
     dout = dout.contiguous()
+    if dout.data_ptr() & 15:
+        dout = dout.clone()  # off the 16-byte grid (a view into a buffer): an aligned copy
     ws_ptr, ws_bytes, ws = _workspace(plan, q)
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
             dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
@@ -348,3 +350,93 @@ def prepare_fast(sig, q, k, v, out, key, number, variant):
     lse_like = q.new_empty((0,), dtype=torch.float32)
     FAST[sig] = (launch, tuple(out.shape), o_like_q, lse_shape, lse_like, plan.workspace_bytes, q.device.index,
                  launch.lse_optional)
+
+
+# ---- the autograd step's prepared launches: plain attention under autograd -----------------------
+
+#: Input signatures (fast_signature) of autograd calls that passed every check and planned, to
+#: their Prepared: the forward's prepared launch with the fp32 O, and the backward's per
+#: deterministic flag. A training step calls attention with a few signatures, every step.
+TRAIN = {}
+atexit.register(TRAIN.clear)
+
+
+class Prepared:
+    """What one autograd step of plain attention repeats otherwise, made once per input signature
+    after the checked path ran it (_ops.attention): the forward's _ext.PreparedForward (O, the LSE
+    and the fp32 O the backward's D reads), the backward's _ext.PreparedBackward per deterministic
+    flag (made on its first backward), the shapes and strides of what both allocate. Only for q, k, v
+    whose gradient buffers get their strides from empty_like (dense), and an O dense in q's
+    shape: dO is made contiguous like it. launch_forward/launch_backward return None, launching
+    nothing, where a pointer breaks the alignment rule: the caller's checked path says why."""
+
+    __slots__ = ("key", "index", "fwd", "o_like_q", "o_shape", "o_stride", "lse_shape", "lse_like", "fws",
+                 "bwd", "strides")
+
+    def __init__(self, q, k, v, key, number, variant):
+        self.key, self.index = key, q.device.index
+        plan = _core.plan_forward(number, variant, key, self.index, True, None)
+        self.o_like_q = q.is_contiguous()
+        self.o_shape = tuple(q.shape)
+        self.o_stride = q.new_empty(self.o_shape).stride() if not self.o_like_q else q.stride()
+        self.strides = (q.stride(), k.stride(), v.stride(), self.o_stride)
+        self.fwd = _ext.PreparedForward(plan.number, plan.variant, plan.problem, self.strides, self.index,
+                                        plan.workspace_bytes)
+        if not self.fwd.writes_o_fp32:
+            raise ValueError("no fp32 O")  # prepare_train keeps no entry: the checked path widens O
+        self.fws = plan.workspace_bytes
+        self.lse_shape = (key[0], key[3], key[1])
+        self.lse_like = q.new_empty((0,), dtype=torch.float32)
+        self.bwd = {}
+
+    def launch_forward(self, q, k, v):
+        """(O, LSE, fp32 O) launched, or None (nothing launched: a pointer breaks the rule)."""
+        out = torch.empty_like(q) if self.o_like_q else q.new_empty(self.o_shape)
+        lse = self.lse_like.new_empty(self.lse_shape)
+        o32 = self.lse_like.new_empty(self.o_shape)
+        ws = q.new_empty((self.fws,), dtype=torch.uint8) if self.fws else None
+        s = _raw_stream(self.index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
+        if self.fwd.launch_o32(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                               o32.data_ptr(), 0 if ws is None else ws.data_ptr(), s):
+            return out, lse, o32
+        return None
+
+    def launch_backward(self, dout, q, k, v, out, lse, o32, deterministic):
+        """(dQ, dK, dV) launched, or None (nothing launched: a pointer breaks the rule)."""
+        launch = self.bwd.get(deterministic)
+        if launch is None:
+            plan = _core.plan_backward(None, "", self.key, deterministic, self.index, None)
+            launch = self.bwd[deterministic] = _ext.PreparedBackward(
+                plan.number, plan.variant, plan.problem, self.strides + (self.o_stride,) + self.strides[:3],
+                self.index, plan.workspace_bytes, deterministic)
+        if dout.stride() != self.o_stride:
+            dout = dout.contiguous()  # O is contiguous (o_like_q: q is)
+        elif dout.data_ptr() & 15:
+            dout = dout.clone()  # off the 16-byte grid (a view into a buffer): an aligned copy
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        wsb = launch.workspace_bytes
+        ws = q.new_empty((wsb,), dtype=torch.uint8) if wsb else None
+        s = _raw_stream(self.index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
+        if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
+                         dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), o32.data_ptr(), 0 if ws is None else ws.data_ptr(),
+                         s):
+            return dq, dk, dv
+        return None
+
+
+def prepare_train(sig, q, k, v, key, number, variant):
+    """Keeps the Prepared of an autograd call that just passed the checked path with these very
+    q, k, v: where each one's empty_like has its strides (dense: the gradient buffers need no copy)
+    and the forward rung writes the fp32 O."""
+    if sig is None or sig in TRAIN:
+        return
+    for t in (q, k, v):
+        if torch.empty_like(t).stride() != t.stride():
+            return
+    try:
+        prepared = Prepared(q, k, v, key, number, variant)
+    except (ValueError, TypeError, RuntimeError):  # a refusal of the prepared launch: the checked path stays
+        return
+    if len(TRAIN) >= _FAST_MAX:
+        TRAIN.clear()
+    TRAIN[sig] = prepared

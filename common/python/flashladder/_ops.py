@@ -25,6 +25,7 @@ from . import _core, _ext, _launch
 _is_compiling = torch.compiler.is_compiling
 # The fast path's names, bound here: what attention() reads per call stays one global lookup each.
 _FAST, _fast_signature, _fast_forward = _launch.FAST, _launch.fast_signature, _launch.fast_forward
+_TRAIN = _launch.TRAIN
 
 
 # ---- plain attention -----------------------------------------------------------------------------
@@ -167,6 +168,37 @@ class _EagerAttentionMods(torch.autograd.Function):
                                               mods=step.mods, extras=(cu_q, cu_k, sinks, slopes), checked=True,
                                               dropout_state=dropout_state, step=step, xextras=ctx.xextras)
         return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
+
+
+class _PreparedAttention(torch.autograd.Function):
+    """_EagerAttention through a _launch.Prepared: the step of a signature seen before, its forward
+    and backward each one prepared launch (the checks and plans made by the first call's checked
+    path). attention() takes it only for 16-byte aligned q, k, v; a dO the prepared backward
+    refuses (not aligned) goes through the checked backward, which copies it or says why."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, prepared, _number, _variant):
+        res = prepared.launch_forward(q, k, v)  # q, k, v 16-byte aligned: attention() asked
+        if res is None:
+            raise RuntimeError("flashladder: the prepared forward refused its own buffers (a bug: please report it)")
+        out, lse, o32 = res
+        ctx.save_for_backward(q, k, v, out, lse, o32)
+        ctx.prepared = prepared
+        ctx.set_materialize_grads(False)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, _dlse):
+        if dout is None:
+            return None, None, None, None, None, None
+        q, k, v, out, lse, o32 = ctx.saved_tensors
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        grads = ctx.prepared.launch_backward(dout, q, k, v, out, lse, o32, deterministic)
+        if grads is None:  # dO breaks the alignment rule: the checked launch copies or says why
+            grads = _launch.backward(dout, q, k, v, out, lse, ctx.prepared.key, deterministic, None, "", o32,
+                                     trusted=True)
+        return grads + (None, None, None)
 
 
 def attention_autograd(q, k, v, key, number, variant):
@@ -445,16 +477,31 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         grad = (q.requires_grad or k.requires_grad or v.requires_grad) and torch.is_grad_enabled()
     except AttributeError:  # not tensors: the checks below say so
         grad = False
+    eager_grad = grad and not _is_compiling()
+    if eager_grad:
+        # Eager autograd: the two launches as one autograd.Function. A signature seen before takes
+        # its prepared launches (_launch.Prepared, kept by the first call below: its inputs were
+        # neither padded nor copied), when q, k, v are 16-byte aligned.
+        sig = _fast_signature(q, k, v, causal, softmax_scale, number, variant)
+        try:
+            prepared = _TRAIN.get(sig) if sig is not None else None
+        except TypeError:  # an unhashable argument: no prepared step
+            sig, prepared = None, None
+        if prepared is not None and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
+            out, lse = _PreparedAttention.apply(q, k, v, prepared, number, variant)
+            return (out, lse) if return_lse else out
     if grad or _is_compiling():
         padded = _attention_padded(q, k, v, rung, variant, causal, softmax_scale, return_lse)
         if padded is not None:  # a head_dim that is not a multiple of 8: padded, as FlashAttention does
             return padded
-    if grad and not _is_compiling():
-        # Eager autograd: the two launches as one autograd.Function, checked and planned once per
-        # signature (attention_autograd); softmax_scale checked first, as the call without grad does.
+    if eager_grad:
+        # The first call of a signature: checked and planned (attention_autograd), softmax_scale
+        # first, as the call without grad does.
         _core.check_scale(softmax_scale)
-        key, (q, k, v) = _core.check_qkv_realigned(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
-        out, lse = attention_autograd(q, k, v, key, number, variant)
+        key, qkv = _core.check_qkv_realigned(q, k, v, causal, softmax_scale, tensor_type=torch.Tensor)
+        out, lse = attention_autograd(*qkv, key, number, variant)
+        if qkv[0] is q and qkv[1] is k and qkv[2] is v:
+            _launch.prepare_train(sig, q, k, v, key, number, variant)
         return (out, lse) if return_lse else out
     if grad or _is_compiling():
         # The op checks (the fake implementation shapes while tracing), and with grad refuses a
