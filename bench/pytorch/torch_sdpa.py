@@ -28,6 +28,9 @@ Beside SDPA's backends, "ladder" (--backends ...,ladder) times the package as a 
 calls it, in the same process: flashladder.attention on [B, S, H, D] leaves under autograd, the
 backward pass alone as the backward families time SDPA's ("torch_ladder/backward/d128/N4096/
 causal1"; the backward families only). The package comes from PYTHONPATH (or build/*/python).
+The backward families draw N(0, 1) inputs; --inputs offset draws the runner's instead (N(0, 1)
+plus 0.25 for Q, K and dO, 0.5 for V), for every backend, so that the runner's timing and this
+script's can be set side by side on one distribution (the context's "inputs" names it).
 
 and writes Google Benchmark's JSON format ({"context", "benchmarks"}) with the
 same names and counters as ladder_bench, so the report can join the two:
@@ -75,6 +78,18 @@ HOPPER_HEAD_DIMS = [64, 128, 256]
 VARLEN = dict(count=64, lo=128, hi=8192, seed=2024)  # ladder_bench's varlen family
 TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16"}
 DTYPE = "fp16"  # the inputs' type (--dtype), as ladder_bench --fl_dtype
+# The backward families' inputs (--inputs): "randn", N(0, 1) each; "offset", the runner's random
+# input (common/include/flashladder/inputs.h: N(0, 1) plus 0.25 for Q, K and dO, 0.5 for V), so
+# that a timing can be set beside the runner's on the same distribution.
+INPUTS = "randn"
+OFFSETS = {"q": 0.25, "k": 0.25, "v": 0.5, "dout": 0.25}
+
+
+def offset_(x, role):
+    """@p x (a fresh tensor, not requiring grad yet) with --inputs offset's shift for @p role."""
+    if INPUTS == "offset":
+        x.add_(OFFSETS[role])
+    return x
 BACKWARD_FAMILIES = ("backward", "backward-gqa", "backward-gqa8", "varlen-backward")
 GQA_GROUPS = {"backward-gqa": 4, "backward-gqa8": 8}  # the GQA backward families' query heads per KV head
 VARLEN_FAMILIES = ("varlen", "varlen-backward")
@@ -275,6 +290,7 @@ def run_context(torch, executable, layout, bench):
         "cudnn": str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else "",
         "git_sha": git_sha(),
         "layout": layout,
+        "inputs": INPUTS,
         "iterations": bench.iters,
         "l2_flush_bytes": bench.flush_buf.numel(),
         "library_build_type": "release",
@@ -440,15 +456,15 @@ def run_backward_ladder(torch, bench, fl, s):
     gen = torch.Generator(device="cuda").manual_seed(2024)
     dt = getattr(torch, TORCH_DTYPES[DTYPE])
 
-    def make(seqlen, heads):
-        return torch.randn(b, seqlen, heads, d, device="cuda", dtype=dt, generator=gen).requires_grad_(True)
+    def make(seqlen, heads, role):
+        return offset_(torch.randn(b, seqlen, heads, d, device="cuda", dtype=dt, generator=gen), role).requires_grad_(True)
 
-    q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
+    q, k, v = make(sq, hq, "q"), make(sk, hkv, "k"), make(sk, hkv, "v")
     # The signature's first call is the checked one; from the second on, a training step takes the
     # prepared launches (flashladder._launch.Prepared): the graph timed is the second call's.
     fl.attention(q, k, v, causal=bool(s["causal"]))
     out = fl.attention(q, k, v, causal=bool(s["causal"]))
-    dout = torch.empty_like(out).normal_(generator=gen)
+    dout = offset_(torch.empty_like(out).normal_(generator=gen), "dout")
     ms = time_backward(torch, bench, out, (q, k, v), dout)
     del q, k, v, out, dout
     return ms, "flashladder.attention under autograd, [B, S, H, D] leaves"
@@ -465,15 +481,16 @@ def run_backward(torch, bench, backend, s, layout):
     hq, hkv, d = s["heads_q"], s["heads_kv"], s["head_dim"]
     gen = torch.Generator(device="cuda").manual_seed(2024)
 
-    def make(seqlen, heads):
+    def make(seqlen, heads, role):
         if layout == "bshd":
             x = torch.randn(b, seqlen, heads, d, device="cuda", dtype=getattr(torch, TORCH_DTYPES[DTYPE]), generator=gen)
-            x = x.transpose(1, 2)
+            x = offset_(x, role).transpose(1, 2)
         else:
             x = torch.randn(b, heads, seqlen, d, device="cuda", dtype=getattr(torch, TORCH_DTYPES[DTYPE]), generator=gen)
+            x = offset_(x, role)
         return x.requires_grad_(True)
 
-    q, k, v = make(sq, hq), make(sk, hkv), make(sk, hkv)
+    q, k, v = make(sq, hq, "q"), make(sk, hkv, "k"), make(sk, hkv, "v")
     assert not s["causal"] or sq == sk  # SDPA's is_causal is top-left aligned (see run_backend)
     kwargs = dict(is_causal=bool(s["causal"]))
     note = ""
@@ -481,7 +498,7 @@ def run_backward(torch, bench, backend, s, layout):
         kwargs["enable_gqa"] = True
     with sdpa_kernel([backend]):
         out = F.scaled_dot_product_attention(q, k, v, **kwargs)
-    dout = torch.empty_like(out).normal_(generator=gen)  # out's strides: no copy in the backward
+    dout = offset_(torch.empty_like(out).normal_(generator=gen), "dout")  # out's strides: no copy in the backward
     ms = time_backward(torch, bench, out, (q, k, v), dout)  # raises if the backend has no backward here
     del q, k, v, out, dout
     return ms, note
@@ -504,9 +521,12 @@ def main():
                     "autograd (flashladder.attention) on the backward families")
     ap.add_argument("--dtype", default="fp16", choices=sorted(TORCH_DTYPES),
                     help="the inputs' 16-bit type (as ladder_bench --fl_dtype)")
+    ap.add_argument("--inputs", default="randn", choices=["randn", "offset"],
+                    help="the backward families' inputs: randn, N(0, 1); offset, the runner's random input "
+                    "(N(0, 1) + 0.25 for Q, K, dO, + 0.5 for V)")
     args = ap.parse_args()
-    global DTYPE
-    DTYPE = args.dtype
+    global DTYPE, INPUTS
+    DTYPE, INPUTS = args.dtype, args.inputs
     try:
         families = parse_families(args.family)
     except ValueError as e:
