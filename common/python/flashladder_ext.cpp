@@ -207,6 +207,50 @@ void set_varlen_shape(Problem* p, int batch, int64_t total_q, int64_t total_k, i
   p->seqlen_k = std::max(max_k, 1);
 }
 
+/// The extras a prepared launch of a masked, modified or packed problem takes per call: which of
+/// the seven (Extras' order) the problem needs (bit i set: required, non-null) or allows (ALiBi's
+/// slopes: null means the paper's), the ints its parameters were made with, and stand-in pointers.
+struct PreparedExtras {
+  unsigned need = 0, allow = 0;
+  std::array<int64_t, 3> ints{0, 0, 0};
+
+  PreparedExtras() = default;
+  PreparedExtras(const Problem& p, const std::array<int64_t, 3>& extra_ints) : ints(extra_ints) {
+    const bool wanted[7] = {p.varlen(), p.varlen(), !p.sinks.empty(), false, !p.seqused_k.empty(), p.page_size > 0,
+                            !p.seqstart_k.empty()};
+    for (int i = 0; i < 7; ++i)
+      if (wanted[i]) need |= 1u << i;
+    allow = need | (p.alibi ? 1u << 3 : 0u);
+  }
+  /// Extras with a 256-byte aligned stand-in for every pointer the problem needs or allows.
+  Extras stand_in() const {
+    std::array<uintptr_t, 7> ptrs{};
+    for (int i = 0; i < 7; ++i) ptrs[i] = (allow >> i & 1u) ? 256 : 0;
+    return extras_of(ptrs, ints);
+  }
+  /// Whether @p ptrs and @p call_ints fit what the parameters were made with: each needed pointer
+  /// non-null, each pointer 4-byte aligned, none the problem does not take, the same ints.
+  bool fits(const std::array<uintptr_t, 7>& ptrs, const std::array<int64_t, 3>& call_ints) const {
+    if (call_ints != ints) return false;
+    for (int i = 0; i < 7; ++i) {
+      const bool given = ptrs[i] != 0;
+      if ((need >> i & 1u) && !given) return false;
+      if (given && (!(allow >> i & 1u) || ptrs[i] % 4 != 0)) return false;
+    }
+    return true;
+  }
+  /// Sets the seven pointers in @p a (after fits()).
+  static void set(AttnParams* a, const std::array<uintptr_t, 7>& ptrs) {
+    a->cu_seqlens_q = reinterpret_cast<const int*>(ptrs[0]);
+    a->cu_seqlens_k = reinterpret_cast<const int*>(ptrs[1]);
+    a->sinks = reinterpret_cast<const float*>(ptrs[2]);
+    a->alibi_slopes = reinterpret_cast<const float*>(ptrs[3]);
+    a->seqused_k = reinterpret_cast<const int*>(ptrs[4]);
+    a->block_table = reinterpret_cast<const int*>(ptrs[5]);
+    a->seqstart_k = reinterpret_cast<const int*>(ptrs[6]);
+  }
+};
+
 /// Refuses dO, dQ, dK and dV (@p ptr 5 to 8, @p strides 4 to 7) unless each has the strides of O,
 /// Q, K and V (ptr and strides 3, 0, 1, 2): the backward kernels index both with one set
 /// (backward.h). Every pointer and stride is checked on the way (checked_strides).
@@ -233,21 +277,53 @@ void check_grad_strides(const Problem& p, const std::array<uintptr_t, 9>& ptr, c
 /// when one fails it, launches nothing and returns false, so the caller's full checks say why.
 class PreparedForward {
  public:
+  /// @p mods: a masked, modified or packed problem (flashladder._ops.Step's launches), whose
+  /// extras and dropout state launch_mods() takes per call; @p extra_ints: their ints (as the
+  /// forward binding's), which every call must repeat.
   PreparedForward(int number, const std::string& variant, const Problem& p, const std::array<Strides4, 4>& strides,
-                  int device, size_t workspace_bytes)
-      : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes) {
+                  int device, size_t workspace_bytes, bool mods = false,
+                  const std::array<int64_t, 3>& extra_ints = {0, 0, 0})
+      : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes), problem_(p),
+        mods_(mods) {
     if (!rung_->launch) refuse_if(rung_->label() + " has no forward launch");
-    if (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 || p.v_in_k)
+    if (!mods && (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 ||
+                  p.v_in_k))
       refuse_if("a prepared launch takes no mask, modifier, packing, cache lengths or V inside K (call forward)");
-    refuse_if(supports_reason(*rung_, p, device_info(device)));
+    if (p.v_in_k) refuse_if("a prepared launch takes no V inside K (call forward)");
+    refuse_if(supports_reason(*rung_, problem_, device_info(device)));
     constexpr uintptr_t kAligned = 256;  // stands in for the pointers: only the strides are checked here
-    params_ = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned}, strides, Extras{});
+    if (mods) extras_ = PreparedExtras(problem_, extra_ints);
+    params_ = params_for(problem_, {kAligned, kAligned, kAligned, kAligned, kAligned}, strides, extras_.stand_in());
+    set_dropout(&params_, problem_, problem_.dropout() ? kAligned : 0);
+    params_.dropout.state = nullptr;
+  }
+
+  /// A prepared launch of a masked, modified or packed problem (constructed with mods): launch_o32's
+  /// pointers (o_fp32 0: none) and the extras (Extras' order) and ints, the dropout state (the
+  /// device {seed, offset}; 0 without dropout). False (nothing launched) when one does not fit.
+  bool launch_mods(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t o_fp32,
+                   const std::array<uintptr_t, 7>& extras, const std::array<int64_t, 3>& extra_ints,
+                   uintptr_t dropout_state, uintptr_t workspace, uintptr_t stream) const {
+    if (!mods_) refuse_if("launch_mods: prepared without mods (call launch)");
+    if (o_fp32 != 0 && !rung_->writes_o_fp32) refuse_if(rung_->label() + " writes no fp32 copy of O");
+    AttnParams a;
+    if (!params_at(q, k, v, o, lse, workspace, &a) || o_fp32 % 8 != 0 || !extras_.fits(extras, extra_ints) ||
+        (problem_.dropout() != (dropout_state != 0)) || dropout_state % 8 != 0)
+      return false;
+    PreparedExtras::set(&a, extras);
+    a.o_fp32 = reinterpret_cast<float*>(o_fp32);
+    a.dropout.state = reinterpret_cast<const int64_t*>(dropout_state);
+    DeviceGuard guard(device_);
+    nb::gil_scoped_release release;
+    rung_->launch(a, reinterpret_cast<cudaStream_t>(stream));
+    return true;
   }
 
   /// Launches on @p stream (asynchronous) with q, k, v, out, lse at these addresses and the plan's
   /// workspace; false (nothing launched) when a pointer is null or misaligned.
   bool launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
               uintptr_t stream) const {
+    if (mods_) refuse_if("launch: prepared with mods (call launch_mods)");
     AttnParams a;
     if (!params_at(q, k, v, o, lse, workspace, &a)) return false;
     DeviceGuard guard(device_);
@@ -260,6 +336,7 @@ class PreparedForward {
   /// D reads it); refused where the rung writes no fp32 copy of O (Rung::writes_o_fp32).
   bool launch_o32(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t o_fp32,
                   uintptr_t workspace, uintptr_t stream) const {
+    if (mods_) refuse_if("launch_o32: prepared with mods (call launch_mods)");
     if (!rung_->writes_o_fp32) refuse_if(rung_->label() + " writes no fp32 copy of O");
     AttnParams a;
     if (!params_at(q, k, v, o, lse, workspace, &a) || o_fp32 == 0 || o_fp32 % 8 != 0) return false;
@@ -277,6 +354,7 @@ class PreparedForward {
   /// pointer is null or misaligned.
   double time_runner_loop(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
                           int iters, int warmup) const {
+    if (mods_) refuse_if("time_runner_loop: prepared with mods");
     AttnParams a;
     if (!params_at(q, k, v, o, lse, workspace, &a)) return -1.0;
     if (iters < 1 || warmup < 0) refuse_if("time_runner_loop: iters >= 1 and warmup >= 0");
@@ -316,6 +394,9 @@ class PreparedForward {
   const Rung* rung_;
   int device_;
   size_t workspace_bytes_;
+  Problem problem_;  // the parameters may point into it (a document mask's starts): kept with them
+  bool mods_;
+  PreparedExtras extras_;
   AttnParams params_{};
 };
 
@@ -327,21 +408,29 @@ class PreparedForward {
 /// is null or misaligned it launches nothing and returns false, so the caller's checked path says why.
 class PreparedBackward {
  public:
-  PreparedBackward(int number, const std::string& variant, const Problem& p, const std::array<Strides4, 8>& strides,
-                   int device, size_t workspace_bytes, bool deterministic)
-      : rung_(&find_rung(number, variant)), device_(device) {
+  /// @p mods, @p extra_ints: as PreparedForward's (launch_mods takes the extras, the sinks'
+  /// gradient and the dropout state per call).
+  PreparedBackward(int number, const std::string& variant, const Problem& problem,
+                   const std::array<Strides4, 8>& strides, int device, size_t workspace_bytes, bool deterministic,
+                   bool mods = false, const std::array<int64_t, 3>& extra_ints = {0, 0, 0})
+      : rung_(&find_rung(number, variant)), device_(device), problem_(problem), mods_(mods) {
+    const Problem& p = problem_;
     if (!rung_->launch_bwd) refuse_if(rung_->label() + " has no backward pass");
-    if (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 || p.v_in_k)
+    if (!mods && (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 ||
+                  p.v_in_k))
       refuse_if("a prepared backward takes no mask, modifier, packing, cache lengths or V inside K (call backward)");
+    if (p.v_in_k) refuse_if("v_in_k: the backward pass takes V of its own (MLA's latent cache is forward only)");
     refuse_if(supports_reason(*rung_, p, device_info(device)));
     if (rung_->bwd_supports) refuse_if(rung_->bwd_supports(p, deterministic));
     const size_t need = rung_->bwd_workspace_bytes ? rung_->bwd_workspace_bytes(p, deterministic) : 0;
     if (workspace_bytes < need)
       refuse_if("workspace: the rung needs " + std::to_string(need) + " bytes, got " + std::to_string(workspace_bytes));
     constexpr uintptr_t kAligned = 256;  // stands in for the pointers: only the strides are checked here
+    if (mods) extras_ = PreparedExtras(p, extra_ints);
     b_.fwd = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned},
-                        {strides[0], strides[1], strides[2], strides[3]}, Extras{});
-    set_dropout(&b_.fwd, p, 0);  // as the backward binding's: no dropout (a problem with it is refused)
+                        {strides[0], strides[1], strides[2], strides[3]}, extras_.stand_in());
+    set_dropout(&b_.fwd, p, p.dropout() ? kAligned : 0);  // the state: launch_mods' (the forward's)
+    b_.fwd.dropout.state = nullptr;
     check_grad_strides(p, {kAligned, kAligned, kAligned, kAligned, kAligned, kAligned, kAligned, kAligned, kAligned},
                        strides);
     b_.workspace_bytes = workspace_bytes;
@@ -352,10 +441,44 @@ class PreparedBackward {
   /// misaligned (16 bytes; the LSE 4, the fp32 O 8; o_fp32 0: D from the 16-bit O).
   bool launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dout, uintptr_t dq,
               uintptr_t dk, uintptr_t dv, uintptr_t o_fp32, uintptr_t workspace, uintptr_t stream) const {
+    if (mods_) refuse_if("launch: prepared with mods (call launch_mods)");
+    return launch_at(q, k, v, o, lse, dout, dq, dk, dv, o_fp32, workspace, stream, nullptr);
+  }
+
+  /// launch() of a masked, modified or packed problem (constructed with mods): the extras
+  /// (Extras' order) and ints, the sinks' gradient (fp32 [heads_q], where the problem has sinks;
+  /// else 0) and the dropout state (the forward's; 0 without dropout). False (nothing launched)
+  /// when one does not fit.
+  bool launch_mods(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dout, uintptr_t dq,
+                   uintptr_t dk, uintptr_t dv, uintptr_t o_fp32, const std::array<uintptr_t, 7>& extras,
+                   const std::array<int64_t, 3>& extra_ints, uintptr_t dsinks, uintptr_t dropout_state,
+                   uintptr_t workspace, uintptr_t stream) const {
+    if (!mods_) refuse_if("launch_mods: prepared without mods (call launch)");
+    const bool sinks = !problem_.sinks.empty();
+    if (!extras_.fits(extras, extra_ints) || sinks != (dsinks != 0) || dsinks % 4 != 0 ||
+        problem_.dropout() != (dropout_state != 0) || dropout_state % 8 != 0)
+      return false;
+    auto set = [&](AttnBwdParams* b) {
+      PreparedExtras::set(&b->fwd, extras);
+      b->dsinks = reinterpret_cast<float*>(dsinks);
+      b->fwd.dropout.state = reinterpret_cast<const int64_t*>(dropout_state);
+    };
+    return launch_at(q, k, v, o, lse, dout, dq, dk, dv, o_fp32, workspace, stream, set);
+  }
+
+  size_t workspace_bytes() const { return b_.workspace_bytes; }
+  std::string label() const { return rung_->label(); }
+
+ private:
+  template <class Set>
+  bool launch_at(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t dout, uintptr_t dq,
+                 uintptr_t dk, uintptr_t dv, uintptr_t o_fp32, uintptr_t workspace, uintptr_t stream,
+                 const Set& set) const {
     if (!q || !k || !v || !o || !lse || !dout || !dq || !dk || !dv || ((q | k | v | o | dout | dq | dk | dv) % 16) ||
         lse % 4 || o_fp32 % 8 || (b_.workspace_bytes > 0 && workspace == 0))
       return false;
     AttnBwdParams b = b_;
+    if constexpr (!std::is_same<Set, std::nullptr_t>::value) set(&b);
     b.fwd.q = reinterpret_cast<const void*>(q);
     b.fwd.k = reinterpret_cast<const void*>(k);
     b.fwd.v = reinterpret_cast<const void*>(v);
@@ -373,12 +496,11 @@ class PreparedBackward {
     return true;
   }
 
-  size_t workspace_bytes() const { return b_.workspace_bytes; }
-  std::string label() const { return rung_->label(); }
-
- private:
   const Rung* rung_;
   int device_;
+  Problem problem_;  // the parameters may point into it (a document mask's starts): kept with them
+  bool mods_;
+  PreparedExtras extras_;
   AttnBwdParams b_{};
 };
 
@@ -1039,9 +1161,17 @@ NB_MODULE(_ext, m) {
                               "A forward launch prepared for one input signature: supports(), the "
                               "problem's parameters and the strides checked once; launch() sets the "
                               "pointers and the stream")
-      .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 4>&, int, size_t>(),
-           "number"_a, "variant"_a, "problem"_a, "strides"_a, "device"_a, "workspace_bytes"_a,
-           "strides: q, k, v, out (4 each, elements); workspace_bytes: the plan's (workspace_bytes())")
+      .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 4>&, int, size_t, bool,
+                    const std::array<int64_t, 3>&>(),
+           "number"_a, "variant"_a, "problem"_a, "strides"_a, "device"_a, "workspace_bytes"_a, "mods"_a = false,
+           "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
+           "strides: q, k, v, out (4 each, elements; packed: of the [1, tokens, heads, head_dim] view); "
+           "workspace_bytes: the plan's (workspace_bytes()); mods: a masked, modified or packed problem, "
+           "launched by launch_mods; extra_ints: as forward's, repeated by every launch_mods")
+      .def("launch_mods", &PreparedForward::launch_mods, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "o_fp32"_a,
+           "extras"_a, "extra_ints"_a, "dropout_state"_a, "workspace"_a, "stream"_a,
+           "A launch of a problem prepared with mods: forward's extras, extra_ints and dropout_state, o_fp32 "
+           "0 or a dense fp32 O; False, launching nothing, when a pointer or the ints do not fit")
       .def("launch", &PreparedForward::launch, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "workspace"_a, "stream"_a,
            "Launches (asynchronous); False, launching nothing, when a pointer is null or not aligned "
            "(16 bytes; the LSE 4). lse may be 0 where lse_optional: no LSE is stored")
@@ -1064,10 +1194,17 @@ NB_MODULE(_ext, m) {
                                "A backward launch prepared for one input signature and deterministic "
                                "flag: supports(), bwd_supports(), the parameters and the strides checked "
                                "once; launch() sets the pointers and the stream")
-      .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 8>&, int, size_t, bool>(),
+      .def(nb::init<int, const std::string&, const Problem&, const std::array<Strides4, 8>&, int, size_t, bool, bool,
+                    const std::array<int64_t, 3>&>(),
            "number"_a, "variant"_a, "problem"_a, "strides"_a, "device"_a, "workspace_bytes"_a, "deterministic"_a,
+           "mods"_a = false, "extra_ints"_a = std::array<int64_t, 3>{0, 0, 0},
            "strides: q, k, v, out, dout, dq, dk, dv (4 each, elements); workspace_bytes: the plan's "
-           "(bwd_workspace_bytes())")
+           "(bwd_workspace_bytes()); mods, extra_ints: as PreparedForward's")
+      .def("launch_mods", &PreparedBackward::launch_mods, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a,
+           "dk"_a, "dv"_a, "o_fp32"_a, "extras"_a, "extra_ints"_a, "dsinks"_a, "dropout_state"_a, "workspace"_a,
+           "stream"_a,
+           "A launch of a problem prepared with mods: backward's extras, extra_ints, dsinks and dropout_state; "
+           "False, launching nothing, when a pointer or the ints do not fit")
       .def("launch", &PreparedBackward::launch, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a,
            "dv"_a, "o_fp32"_a, "workspace"_a, "stream"_a,
            "Launches (asynchronous); False, launching nothing, when a pointer is null or not aligned "

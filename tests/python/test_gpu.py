@@ -432,6 +432,7 @@ def part_backward():
     if lse.requires_grad:
         fail("the LSE must be non-differentiable (rung 11 has no gradient through it)")
     prepared_step_cases()
+    prepared_mods_cases()
     autograd_step_kernels()
 
 
@@ -509,6 +510,87 @@ def prepared_step_cases():
     finally:
         torch.use_deterministic_algorithms(False)
         _launch.Prepared.launch_forward, _launch.Prepared.launch_backward = originals
+
+
+def prepared_mods_cases():
+    """A masked, modified or packed step's second call takes its Step's prepared launches
+    (_ops.Step.prepared_forward / prepared_backward: PreparedForward / PreparedBackward with the
+    extras per launch): with torch.use_deterministic_algorithms(True), steps 2 and 3 launch both
+    prepared and their O, dQ, dK, dV (and dsinks) equal step 1's (the checked binding's) bit for
+    bit: softcap, a window, ALiBi slopes, learnable sinks, a packed batch; bf16 GQA 8/2."""
+    from flashladder import _ops
+    calls = {"forward": 0, "backward": 0}
+    originals = (_ops.Step.prepared_forward, _ops.Step.prepared_backward)
+
+    class Counted:
+        def __init__(self, name, launch):
+            self.name, self.launch = name, launch
+
+        def launch_mods(self, *args):
+            done = self.launch.launch_mods(*args)
+            calls[self.name] += bool(done)
+            return done
+
+    def counted(name, fn):
+        def wrapper(*args):
+            launch = fn(*args)
+            return None if launch is None else Counted(name, launch)
+        return wrapper
+
+    _ops.Step.prepared_forward = counted("forward", originals[0])
+    _ops.Step.prepared_backward = counted("backward", originals[1])
+    torch.use_deterministic_algorithms(True)
+    try:
+        b, sq, sk, hq, hkv, d = 2, 131, 257, 8, 2, 64
+        dt = torch.bfloat16
+        lens_q, lens_k = [131, 77], [257, 190]
+        cu_q = torch.tensor([0, 131, 208], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, 257, 447], dtype=torch.int32, device="cuda")
+        slopes = torch.rand(hq, device="cuda") * 0.3
+        sinks = torch.randn(hq, device="cuda").requires_grad_()
+        cases = [
+            ("softcap 30, causal", False, lambda q, k, v: flashladder.flash_attn_func(q, k, v, causal=True,
+                                                                                      softcap=30.0)),
+            ("window (63, 0)", False, lambda q, k, v: flashladder.flash_attn_func(q, k, v, window_size=(63, 0))),
+            ("ALiBi slopes, causal", False, lambda q, k, v: flashladder.flash_attn_func(q, k, v, causal=True,
+                                                                                        alibi_slopes=slopes)),
+            ("learnable sinks, window (31, 31)", False, lambda q, k, v: flashladder.flash_attn_func(
+                q, k, v, window_size=(31, 31), learnable_sink=sinks)),
+            ("packed batch (varlen), causal", True, lambda q, k, v: flashladder.flash_attn_varlen_func(
+                q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=True)),
+        ]
+        for name, packed, call in cases:
+            if packed:
+                shapes = [(sum(lens_q), hq, d), (sum(lens_k), hkv, d), (sum(lens_k), hkv, d)]
+            else:
+                shapes = [(b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)]
+            leaves = [randn(*shape, dtype=dt, offset=0.25).requires_grad_() for shape in shapes]
+            dout = randn(*shapes[0], dtype=dt)
+            before = dict(calls)
+            runs = []
+            for _ in range(3):
+                for t in leaves + [sinks]:
+                    t.grad = None
+                out = call(*leaves)
+                out.backward(dout)
+                got = (out.detach().clone(),) + tuple(t.grad.clone() for t in leaves)
+                if sinks.grad is not None:
+                    got += (sinks.grad.clone(),)
+                runs.append(got)
+            what = "the prepared masked step (%s, bf16 d=%d GQA %d/%d)" % (name, d, hq, hkv)
+            COMPARED[0] += 1
+            took = (calls["forward"] - before["forward"], calls["backward"] - before["backward"])
+            if took != (2, 2):
+                fail("%s: steps 2 and 3 took %d prepared forwards and %d prepared backwards, expected 2 each"
+                     % ((what,) + took))
+            elif len(runs[0]) != len(runs[2]) or not all(
+                    torch.equal(a, c) for run in runs[1:] for a, c in zip(runs[0], run)):
+                fail("%s: O or a gradient differs from the first (checked) step's" % what)
+            else:
+                print("ok   %s: steps 2 and 3 prepared, bitwise equal to step 1" % what)
+    finally:
+        torch.use_deterministic_algorithms(False)
+        _ops.Step.prepared_forward, _ops.Step.prepared_backward = originals
 
 
 def gpu_events(fn):

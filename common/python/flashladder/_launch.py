@@ -192,10 +192,16 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         if not checked:
             extras = checked_extras(extras, mods, q)
         xptrs, ints = _extras(extras) if xextras is None else xextras
-        strides = (_strides4(q), _strides4(k), _strides4(v), _strides4(out)) if step is None else step.strides[:4]
-        _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream(q),
-                     q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints,
-                     dropout_state=0 if dropout_state is None else dropout_state.data_ptr(), planned=True)
+        state_ptr = 0 if dropout_state is None else dropout_state.data_ptr()
+        # A Step's prepared launch (the strides, supports() and the parameters made once per
+        # signature); a pointer or an int it does not fit launches nothing, and the checked
+        # binding below says why.
+        launch = None if step is None else step.prepared_forward(q.device.index, bool(o_fp32), ints)
+        if launch is None or not launch.launch_mods(*ptrs, o32_ptr, xptrs, ints, state_ptr, ws_ptr, stream(q)):
+            strides = (_strides4(q), _strides4(k), _strides4(v), _strides4(out)) if step is None else step.strides[:4]
+            _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream(q),
+                         q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints, dropout_state=state_ptr,
+                         planned=True)
     del ws
     if o_fp32 and o32 is None:
         o32 = out.float()
@@ -274,14 +280,21 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     dsinks = None
     if mods.sinks:
         dsinks = torch.empty((q.shape[-2],), dtype=torch.float32, device=q.device)
+    dsinks_ptr = 0 if dsinks is None else dsinks.data_ptr()
+    state_ptr = 0 if dropout_state is None else dropout_state.data_ptr()
+    launch = None
     if step is not None and q is q0 and k is k0 and v is v0:
-        strides = step.strides  # no copy: dQ, dK and dV have q's, k's and v's strides, dO is dense as O
-    else:
-        strides = tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv))
-    _ext.backward(plan.number, plan.variant, plan.problem, ptrs, strides,
-                  ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr,
-                  extras=xptrs, extra_ints=ints, dsinks=0 if dsinks is None else dsinks.data_ptr(),
-                  dropout_state=0 if dropout_state is None else dropout_state.data_ptr(), planned=True)
+        # no copy: dQ, dK and dV have q's, k's and v's strides, dO is dense as O; the Step's
+        # prepared launch, or (a pointer or an int it does not fit) the checked binding
+        launch = step.prepared_backward(q.device.index, bool(deterministic), ints)
+    if launch is None or not launch.launch_mods(*ptrs, o32_ptr, xptrs, ints, dsinks_ptr, state_ptr, ws_ptr, stream(q)):
+        if step is not None and q is q0 and k is k0 and v is v0:
+            strides = step.strides
+        else:
+            strides = tuple(_strides4(t) for t in (q, k, v, out, dout, dq, dk, dv))
+        _ext.backward(plan.number, plan.variant, plan.problem, ptrs, strides,
+                      ws_ptr, ws_bytes, bool(deterministic), stream(q), q.device.index, o_fp32=o32_ptr,
+                      extras=xptrs, extra_ints=ints, dsinks=dsinks_ptr, dropout_state=state_ptr, planned=True)
     del ws
     return dq, dk, dv, dsinks
 

@@ -197,7 +197,8 @@ class Step:
     ``key``, the ``Mods``, the window's sides and the scale as the checks gave them, the plans
     (per device, and the backward's per deterministic flag: _core.plan_forward / plan_backward),
     and the strides the launches take (q, k, v, O, dO, dQ, dK, dV; 4 each, _launch._strides4:
-    O, dO dense, each gradient with its input's strides)."""
+    O, dO dense, each gradient with its input's strides), and the prepared launches of these plans
+    (prepared_forward, prepared_backward)."""
 
     __slots__ = ("key", "mods", "left", "right", "scale", "strides", "_plans")
 
@@ -222,6 +223,37 @@ class Step:
             plan = self._plans[(device, "bwd", deterministic)] = _core.plan_backward(None, "", self.key,
                                                                                     deterministic, device, self.mods)
         return plan
+
+    def prepared_forward(self, device, o_fp32, ints):
+        """The forward plan's _ext.PreparedForward (mods: the extras and the dropout state per
+        launch) with the extras' ``ints``, made on first use; None where it refuses (the checked
+        binding then runs, and says why)."""
+        key = (device, "pfwd", o_fp32, ints)
+        launch = self._plans.get(key)
+        if launch is None:
+            plan = self.forward_plan(device, o_fp32)
+            try:
+                launch = _ext.PreparedForward(plan.number, plan.variant, plan.problem, self.strides[:4], device,
+                                              plan.workspace_bytes, True, ints)
+            except (ValueError, TypeError, RuntimeError):
+                launch = False
+            self._plans[key] = launch
+        return launch or None
+
+    def prepared_backward(self, device, deterministic, ints):
+        """The backward plan's _ext.PreparedBackward per deterministic flag (mods: the extras, the
+        sinks' gradient and the dropout state per launch), as prepared_forward."""
+        key = (device, "pbwd", deterministic, ints)
+        launch = self._plans.get(key)
+        if launch is None:
+            plan = self.backward_plan(device, deterministic)
+            try:
+                launch = _ext.PreparedBackward(plan.number, plan.variant, plan.problem, self.strides, device,
+                                               plan.workspace_bytes, deterministic, True, ints)
+            except (ValueError, TypeError, RuntimeError):
+                launch = False
+            self._plans[key] = launch
+        return launch or None
 
 
 def _dense_strides4(shape):
