@@ -112,13 +112,23 @@ attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
 # zero gradient for it (and for the custom op's fp32 O: a tensor the size of O in fp32) every step.
 
 class _EagerAttention(torch.autograd.Function):
-    """attention_op and its backward for one eager call: (O, LSE) of q, k, v checked into ``key``."""
+    """attention_op and its backward for one eager call: (O, LSE) of q, k, v checked into ``key``.
+    With ``prepared`` (a _launch.Prepared: the step of a signature seen before, attention() having
+    checked that q, k, v are 16-byte aligned) the forward and the backward are each one prepared
+    launch; a dO the prepared backward refuses (not aligned) goes through the checked backward,
+    which copies it or says why."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key, number, variant):
-        out, lse, o32 = _launch.forward(q, k, v, key, number, variant, o_fp32=True)
+    def forward(ctx, q, k, v, key, number, variant, prepared=None):
+        if prepared is None:
+            out, lse, o32 = _launch.forward(q, k, v, key, number, variant, o_fp32=True)
+        else:
+            res = prepared.launch_forward(q, k, v)
+            if res is None:
+                raise RuntimeError("flashladder: the prepared forward refused its own buffers (a bug: please report it)")
+            out, lse, o32 = res
         ctx.save_for_backward(q, k, v, out, lse, o32)
-        ctx.key = key
+        ctx.key, ctx.prepared = key, prepared
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -126,12 +136,16 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         if dout is None:  # only the LSE was used: no gradient reaches q, k, v
-            return None, None, None, None, None, None
+            return (None,) * 7
         q, k, v, out, lse, o32 = ctx.saved_tensors
-        # trusted: out, the LSE and the fp32 O are the forward's, dout autograd's (checked against O).
-        dq, dk, dv = _launch.backward(dout, q, k, v, out, lse, ctx.key, torch.are_deterministic_algorithms_enabled(),
-                                      None, "", o32, trusted=True)
-        return dq, dk, dv, None, None, None
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        grads = None
+        if ctx.prepared is not None:
+            grads = ctx.prepared.launch_backward(dout, q, k, v, out, lse, o32, deterministic)
+        if grads is None:
+            # trusted: out, the LSE and the fp32 O are the forward's, dout autograd's (checked against O).
+            grads = _launch.backward(dout, q, k, v, out, lse, ctx.key, deterministic, None, "", o32, trusted=True)
+        return grads + (None,) * 4
 
 
 class _EagerAttentionMods(torch.autograd.Function):
@@ -168,37 +182,6 @@ class _EagerAttentionMods(torch.autograd.Function):
                                               mods=step.mods, extras=(cu_q, cu_k, sinks, slopes), checked=True,
                                               dropout_state=dropout_state, step=step, xextras=ctx.xextras)
         return (dq, dk, dv, dsinks if sinks is not None else None) + (None,) * 6
-
-
-class _PreparedAttention(torch.autograd.Function):
-    """_EagerAttention through a _launch.Prepared: the step of a signature seen before, its forward
-    and backward each one prepared launch (the checks and plans made by the first call's checked
-    path). attention() takes it only for 16-byte aligned q, k, v; a dO the prepared backward
-    refuses (not aligned) goes through the checked backward, which copies it or says why."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, prepared, _number, _variant):
-        res = prepared.launch_forward(q, k, v)  # q, k, v 16-byte aligned: attention() asked
-        if res is None:
-            raise RuntimeError("flashladder: the prepared forward refused its own buffers (a bug: please report it)")
-        out, lse, o32 = res
-        ctx.save_for_backward(q, k, v, out, lse, o32)
-        ctx.prepared = prepared
-        ctx.set_materialize_grads(False)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, dout, _dlse):
-        if dout is None:
-            return None, None, None, None, None, None
-        q, k, v, out, lse, o32 = ctx.saved_tensors
-        deterministic = torch.are_deterministic_algorithms_enabled()
-        grads = ctx.prepared.launch_backward(dout, q, k, v, out, lse, o32, deterministic)
-        if grads is None:  # dO breaks the alignment rule: the checked launch copies or says why
-            grads = _launch.backward(dout, q, k, v, out, lse, ctx.prepared.key, deterministic, None, "", o32,
-                                     trusted=True)
-        return grads + (None, None, None)
 
 
 def attention_autograd(q, k, v, key, number, variant):
@@ -488,7 +471,7 @@ def attention(q, k, v, rung=None, variant="", causal=False, softmax_scale=None, 
         except TypeError:  # an unhashable argument: no prepared step
             sig, prepared = None, None
         if prepared is not None and not (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15:
-            out, lse = _PreparedAttention.apply(q, k, v, prepared, number, variant)
+            out, lse = _EagerAttention.apply(q, k, v, prepared.key, number, variant, prepared)
             return (out, lse) if return_lse else out
     if grad or _is_compiling():
         padded = _attention_padded(q, k, v, rung, variant, causal, softmax_scale, return_lse)
