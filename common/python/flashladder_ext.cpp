@@ -207,6 +207,24 @@ void set_varlen_shape(Problem* p, int batch, int64_t total_q, int64_t total_k, i
   p->seqlen_k = std::max(max_k, 1);
 }
 
+/// Refuses dO, dQ, dK and dV (@p ptr 5 to 8, @p strides 4 to 7) unless each has the strides of O,
+/// Q, K and V (ptr and strides 3, 0, 1, 2): the backward kernels index both with one set
+/// (backward.h). Every pointer and stride is checked on the way (checked_strides).
+void check_grad_strides(const Problem& p, const std::array<uintptr_t, 9>& ptr, const std::array<Strides4, 8>& strides) {
+  const char* names[4] = {"dout", "dq", "dk", "dv"};
+  const char* like[4] = {"out", "q", "k", "v"};
+  const int same[4] = {3, 0, 1, 2};
+  const std::array<int64_t, 4> shapes[4] = {q_shape_of(p, p.dv()), q_shape_of(p), kv_shape_of(p),
+                                            kv_shape_of(p, 0, p.dv())};
+  for (int i = 0; i < 4; ++i) {
+    const auto grad = checked_strides(names[i], ptr[5 + i], shapes[i], strides[4 + i]);  // the gradient's first
+    const auto its = checked_strides(like[i], ptr[same[i]], shapes[i], strides[same[i]]);
+    if (grad != its)
+      refuse_if(std::string(names[i]) + " must have the strides of " + like[i] +
+                " (the backward kernels index both with one set)");
+  }
+}
+
 /// A forward launch prepared once for one input signature (flashladder._ops' fast path: a call
 /// with no mask, modifier or packing and no autograd). The constructor does what every call would
 /// repeat: the entry's supports() on the device, the problem's AttnParams, and the strides' checks
@@ -324,16 +342,8 @@ class PreparedBackward {
     b_.fwd = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned},
                         {strides[0], strides[1], strides[2], strides[3]}, Extras{});
     set_dropout(&b_.fwd, p, 0);  // as the backward binding's: no dropout (a problem with it is refused)
-    const char* names[4] = {"dout", "dq", "dk", "dv"};
-    const char* like[4] = {"out", "q", "k", "v"};
-    const int same[4] = {3, 0, 1, 2};
-    const std::array<int64_t, 4> shapes[4] = {q_shape_of(p, p.dv()), q_shape_of(p), kv_shape_of(p),
-                                              kv_shape_of(p, 0, p.dv())};
-    for (int i = 0; i < 4; ++i)
-      if (checked_strides(names[i], kAligned, shapes[i], strides[4 + i]) !=
-          checked_strides(like[i], kAligned, shapes[i], strides[same[i]]))
-        refuse_if(std::string(names[i]) + " must have the strides of " + like[i] +
-                  " (the backward kernels index both with one set)");
+    check_grad_strides(p, {kAligned, kAligned, kAligned, kAligned, kAligned, kAligned, kAligned, kAligned, kAligned},
+                       strides);
     b_.workspace_bytes = workspace_bytes;
     b_.deterministic = deterministic ? 1 : 0;
   }
@@ -1087,20 +1097,7 @@ NB_MODULE(_ext, m) {
         if (!p.sinks.empty() && (dsinks == 0 || dsinks % 4 != 0))
           refuse_if("dsinks: the problem has sinks: a 4-byte aligned fp32 [heads_q] buffer for their gradient");
         b.dsinks = p.sinks.empty() ? nullptr : reinterpret_cast<float*>(dsinks);
-        // dO has O's strides, dQ Q's, dK K's and dV V's (backward.h).
-        const char* names[4] = {"dout", "dq", "dk", "dv"};
-        const char* like[4] = {"out", "q", "k", "v"};
-        const int same[4] = {3, 0, 1, 2};
-        const std::array<int64_t, 4> shapes[4] = {q_shape_of(p, p.dv()), q_shape_of(p), kv_shape_of(p),
-                                                  kv_shape_of(p, 0, p.dv())};
-        for (int i = 0; i < 4; ++i) {
-          const std::array<int64_t, 4>& shape = shapes[i];
-          const auto s = checked_strides(names[i], ptr[5 + i], shape, strides[4 + i]);
-          const auto t = checked_strides(like[i], ptr[same[i]], shape, strides[same[i]]);
-          if (s != t)
-            refuse_if(std::string(names[i]) + " must have the strides of " + like[i] +
-                      " (the backward kernels index both with one set)");
-        }
+        check_grad_strides(p, ptr, strides);
         b.fwd.o_fp32 = fp32_o_pointer(o_fp32);  // D from O before its rounding, when given
         b.dout = reinterpret_cast<const void*>(ptr[5]);
         b.dq = reinterpret_cast<void*>(ptr[6]);
