@@ -107,6 +107,11 @@ Rung make(Classify mode, const char* variant, const char* summary, bool exp_fma 
   // own columns, O stored at them, on the tile of the wider (with_head_dims). The backward takes
   // V's head_dim up to Q's (make_backward).
   r.head_dim_v = true;
+  if (exp_fma) {  // the study's kernels: softcap, d <= 64 (exp_fma_reason)
+    r.head_dims.erase(std::remove_if(r.head_dims.begin(), r.head_dims.end(), [](int d) { return d > 64; }),
+                      r.head_dims.end());
+    r.study_problem = [](Problem& p) { p.softcap = 30; };
+  }
   r.supports = [exp_fma](const Problem& p, const DeviceInfo& d) {
     const std::string why = check_limits(p, d);
     return why.empty() && exp_fma ? exp_fma_reason(p) : why;
