@@ -43,6 +43,7 @@
 #include "flashladder/kv_blocks.h"
 #include "flashladder/hopper.cuh"
 #include "flashladder/problem.h"
+#include "flashladder/softmax_math.h"
 #include "flashladder/ptx.cuh"
 #include "flashladder/tma.h"
 #include "traits.h"
@@ -60,6 +61,17 @@ constexpr uint32_t kConsumerThreads = 256;
 /// The softmax's exponential: ex2.approx, one MUFU instruction on the XU pipe.
 struct Ex2Mufu {
   static __device__ __forceinline__ float apply(float x, int /*col_block*/) { return ptx::ex2_approx(x); }
+};
+
+/// The softmax's exponential split between two pipes: POLY of every 4 8-column blocks of S by
+/// fl::exp2_poly (softmax_math.h: a cubic on the FMA pipe), the others by ex2.approx, so that the
+/// FMA pipe takes part of the XU pipe's load where that pipe sets the pace (rung 13's `exp-fma`
+/// studies, rung 16's softcap at d = 64, whose tanh shares the XU pipe).
+template <int POLY>
+struct Ex2Split {
+  static __device__ __forceinline__ float apply(float x, int col_block) {
+    return (col_block % 4) < POLY ? exp2_poly(x) : ptx::ex2_approx(x);
+  }
 };
 
 /// Online softmax of one S block in place (rung 05's code on the wgmma layout): masks, updates

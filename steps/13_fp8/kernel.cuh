@@ -53,28 +53,11 @@ __device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float 
   return lo | (hi << 16);
 }
 
-/// 2^x on the FMA pipe (x <= 8 here): 2^n 2^f with n = round(x), f = x - n in [-0.5, 0.5] and
-/// 2^f by a cubic fitted for relative error (1.0e-4 = 2^-13.3 at most, far below e4m3's 2^-4).
-/// Adding 1.5 x 2^23 rounds x to an integer n held in the low mantissa bits; n << 23 is then
-/// added to the exponent field of 2^f. x is clamped at -126, where 2^x is below anything e4m3
-/// keeps. Three FADDs, three FFMAs, a FMNMX, a shift and an integer add, where ex2.approx is
-/// one instruction on the XU pipe, which issues 16 per clock per SM against 128 FFMAs.
-__device__ __forceinline__ float exp2_fma(float x) {
-  x = fmaxf(x, -126.f);
-  const float j = x + 12582912.f;
-  const float f = x - (j - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.05500843f, f, 0.24220999f), f, 0.6932829f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
-}
-
-/// The exponential of rung 13's softmax: POLY of every 4 8-column blocks of S by exp2_fma, the
-/// others by ex2.approx, so the FMA pipe takes part of the XU pipe's load.
+/// The exponential of rung 13's softmax: POLY of every 4 8-column blocks of S by a cubic on the
+/// FMA pipe (fl::exp2_poly, softmax_math.h: relative error 1.02e-4 at most, far below e4m3's
+/// 2^-4), the others by ex2.approx (rung 10's hopper10::Ex2Split).
 template <int POLY>
-struct Ex2Split {
-  static __device__ __forceinline__ float apply(float x, int col_block) {
-    return (col_block % 4) < POLY ? exp2_fma(x) : ptx::ex2_approx(x);
-  }
-};
+using Ex2Split = hopper10::Ex2Split<POLY>;
 
 /// The TMA copies of one e4m3 tile, for rung 10's producer (hopper10::produce): Q and K rows of
 /// head_dim bytes in boxes of kSwizzleQK bytes, one per column block (coordinates: column, head,

@@ -27,7 +27,7 @@ namespace fl::hopper13 {
 constexpr int kPShift = 8;
 
 /// Of every 4 8-column blocks of S, how many take their exp2 from a polynomial on the FMA pipe
-/// instead of ex2.approx on the XU pipe (kernel.cuh, exp2_fma). The `exp-fma-25` and
+/// instead of ex2.approx on the XU pipe (softmax_math.h, exp2_poly). The `exp-fma-25` and
 /// `exp-fma-50` variants take 1 and 2.
 constexpr int kExpFma = 0;
 

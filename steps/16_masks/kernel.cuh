@@ -160,7 +160,9 @@ __device__ __forceinline__ void dropout_block(float (&S)[BLOCK_N / 2], const Dro
 /// Rung 16's forward: rung 15's persistent kernel on the block lists. MASK gives each row's span,
 /// SCORE the score modifiers (mods.h); a sink, when p.sinks is set, joins the epilogue's l. DROP
 /// (PDropout<true>) zeroes the dropped elements of P after each block's softmax and scales O.
-template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
+/// EXP2 computes the softmax's exponentials (rung 10's Ex2Mufu; Ex2Split moves part of them to
+/// the FMA pipe: the `softcap-exp-fma` study).
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>, class EXP2 = hopper10::Ex2Mufu>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     masked_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v, const AttnParams p, const TileScheduler sched,
@@ -317,7 +319,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         }
       }
       // LAB-END(16-mask)
-      hopper10::softmax_block<BLOCK_N>(S, m_i, l_i, alpha, scale_log2, false, 0, no_mask);
+      hopper10::softmax_block<BLOCK_N, 0, EXP2>(S, m_i, l_i, alpha, scale_log2, false, 0, no_mask);
       // The key is read from the device state per block (16 bytes in L1): held over the loop it
       // took registers that O and S need at d = 256.
       if constexpr (DROP::kOn)
@@ -428,15 +430,15 @@ inline MaskSpec mask_spec_of(const AttnParams& p) {
 /// True when the spec bounds some row's keys from the right (a longer tile sees more keys: LPT).
 inline bool grows_with_rows(const MaskSpec& m) { return m.window_right >= 0 || m.prefix > 0 || m.doc_starts != nullptr; }
 
-template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>, class EXP2 = hopper10::Ex2Mufu>
 const void* prepared_masked_kernel() {
   static const bool once = [] {
-    FL_CUDA_CHECK(cudaFuncSetAttribute(masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>,
+    FL_CUDA_CHECK(cudaFuncSetAttribute(masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP, EXP2>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return true;
   }();
   (void)once;
-  return reinterpret_cast<const void*>(&masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>);
+  return reinterpret_cast<const void*>(&masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP, EXP2>);
 }
 
 template <class Cfg>
@@ -444,10 +446,10 @@ BlockMaskLayout layout_of(const AttnParams& p) {
   return block_mask_layout(p.cu_seqlens_q != nullptr || p.seqused_k != nullptr, p.batch, p.seqlen_q, p.seqlen_k, Cfg::kBlockM, Cfg::kBlockN);
 }
 
-template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>>
+template <class T, class Cfg, class MASK, class SCORE, class DROP = PDropout<false>, class EXP2 = hopper10::Ex2Mufu>
 void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& score, Classify mode, cudaStream_t stream,
                         const DROP& drop = DROP{}) {
-  prepared_masked_kernel<T, Cfg, MASK, SCORE, DROP>();
+  prepared_masked_kernel<T, Cfg, MASK, SCORE, DROP, EXP2>();
   const bool packed = p.cu_seqlens_q != nullptr;
   if (packed && p.total_q == 0) return;
   const BlockMaskLayout L = layout_of<Cfg>(p);
@@ -471,7 +473,7 @@ void launch_masked_with(const AttnParams& p, const MASK& mask, const SCORE& scor
   sched.lpt = grows_with_rows(spec);
   sched.dynamic = true;  // items of unequal cost under every mask but none; the counter is cheap
   const int blocks = std::min(sched.dense_total(), hopper15::sm_count_cached());
-  masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP>
+  masked_fwd_kernel<T, Cfg, MASK, SCORE, DROP, EXP2>
       <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched, L, mask, score, drop);
   FL_LAUNCH_CHECK("masked_fwd_kernel");
 }

@@ -89,16 +89,33 @@ Rung base_entry(const char* variant, const char* summary) {
   return r;
 }
 
-Rung make(Classify mode, const char* variant, const char* summary) {
+/// Why the `softcap-exp-fma` study cannot run @p p ("" when it can): its kernels are built for
+/// softcap at d = 64 (launch_template.cuh, exp_fma_built).
+std::string exp_fma_reason(const Problem& p) {
+  if (p.softcap <= 0 || p.alibi || p.dropout() || std::max(p.head_dim, p.dv()) > 64)
+    return "softcap-exp-fma: a study built for softcap without ALiBi or dropout, head_dim <= 64";
+  return "";
+}
+
+/// @p exp_fma: the `softcap-exp-fma` study (a quarter of the softmax's exponentials on the FMA pipe).
+Rung make(Classify mode, const char* variant, const char* summary, bool exp_fma = false) {
   Rung r = base_entry(variant, summary);
-  r.in_tour = mode == Classify::exact;
-  if (mode == Classify::exact)
+  r.in_tour = mode == Classify::exact && !exp_fma;
+  if (mode == Classify::exact && !exp_fma)
     r.baselines = {Baseline::on(15, "the rung it builds on: the same kernel with the causal mask as special code")};
   // V and O with a head_dim of their own (--dim-v; MLA's prefill 192/128): V's tensor map at its
   // own columns, O stored at them, on the tile of the wider (with_head_dims). The backward takes
   // V's head_dim up to Q's (make_backward).
   r.head_dim_v = true;
-  r.supports = [](const Problem& p, const DeviceInfo& d) { return check_limits(p, d); };
+  if (exp_fma) {  // the study's kernels: softcap, d <= 64 (exp_fma_reason)
+    r.head_dims.erase(std::remove_if(r.head_dims.begin(), r.head_dims.end(), [](int d) { return d > 64; }),
+                      r.head_dims.end());
+    r.study_problem = [](Problem& p) { p.softcap = 30; };
+  }
+  r.supports = [exp_fma](const Problem& p, const DeviceInfo& d) {
+    const std::string why = check_limits(p, d);
+    return why.empty() && exp_fma ? exp_fma_reason(p) : why;
+  };
   r.workspace_bytes = [](const Problem& p) -> size_t {
 #if FL_HOPPER_SM90A
     return with_head_dims(p.head_dim, p.dv(),
@@ -108,21 +125,25 @@ Rung make(Classify mode, const char* variant, const char* summary) {
     return 16;
 #endif
   };
-  r.launch = [mode](const AttnParams& p, cudaStream_t s) {
+  r.launch = [mode, exp_fma](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A
-    with_head_dims(p.head_dim, p.dv(), [&](auto d) { masks16::launch_masks16<decltype(d)::value>(p, mode, s); });
+    with_head_dims(p.head_dim, p.dv(),
+                   [&](auto d) { masks16::launch_masks16<decltype(d)::value>(p, mode, s, exp_fma); });
 #else
     (void)p;
     (void)s;
     (void)mode;
+    (void)exp_fma;
     throw std::runtime_error("rung 16 was built without sm_90a");
 #endif
   };
-  r.kernels = [](const Problem& p) -> std::vector<KernelInfo> {
+  r.kernels = [exp_fma](const Problem& p) -> std::vector<KernelInfo> {
 #if FL_HOPPER_SM90A
-    return with_head_dims(p.head_dim, p.dv(), [&](auto d) { return masks16::kernels_masks16<decltype(d)::value>(p); });
+    return with_head_dims(p.head_dim, p.dv(),
+                          [&](auto d) { return masks16::kernels_masks16<decltype(d)::value>(p, exp_fma); });
 #else
     (void)p;
+    (void)exp_fma;
     return {};
 #endif
   };
@@ -225,6 +246,10 @@ void register_rung_16(Registry& reg) {
   reg.add(make(Classify::exact, "", "masks and score modifiers as functors: blocks classified empty, full or partial on the device, only non-empty ones visited, the element mask on partial ones only; softcap, ALiBi, sinks"));
   reg.add(make(Classify::no_full, "no-full-blocks", "ablation: every visited block partial (the element mask on every block)"));
   reg.add(make(Classify::no_skip, "no-skip", "ablation: every block of the sequence visited and masked (nothing skipped)"));
+  reg.add(make(Classify::exact, "softcap-exp-fma",
+               "study: softcap at d <= 64 with a quarter of the softmax's exponentials on the FMA pipe (exp2_poly), "
+               "the rest and softcap's tanh on the XU pipe",
+               true));
   reg.add(make_backward<false>());
   reg.add(make_backward<true>());
 }

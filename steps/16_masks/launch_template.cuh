@@ -2,6 +2,7 @@
 /// @brief Rung 16's launches and kernel lists for one head_dim, compiled once per head_dim
 /// (masks_hdim64.cu, masks_hdim128.cu, masks_hdim256.cu, in parallel translation units). Per
 /// head_dim and dtype: 16 forward kernels without dropout and 5 with it (with_mods_and_dropout),
+/// 4 more at d = 64 for the `softcap-exp-fma` study (exp_fma_built: both tile sets, both masks),
 /// 4 backward kernels without dropout and 2 with it (with_bwd_mods), beside the classifier and
 /// the backward's pre- and post-passes; and the `--dropout-rounds 10` ablation's generator in 3
 /// forward kernels and 1 backward kernel (no modifier).
@@ -35,12 +36,28 @@ constexpr bool causal_tiles() {
   return std::is_same<Cfg, hopper15::Tiles<D, true>>::value;
 }
 
+/// The `softcap-exp-fma` study's kernels (exp_fma: a quarter of the softmax's exponentials on
+/// the FMA pipe, rung 10's Ex2Split<1>): built where the XU pipe sets the forward's pace, softcap
+/// at d = 64 (README, "What softcap costs, measured"), without ALiBi or dropout.
+template <int D, class SCORE, class DROP>
+constexpr bool exp_fma_built() {
+  return D == 64 && SCORE::kSoftcap && !SCORE::kAlibi && !DROP::kOn;
+}
+using ExpFma = hopper10::Ex2Split<1>;
+
 template <int D>
-void launch_masks16(const AttnParams& p, Classify mode, cudaStream_t s) {
+void launch_masks16(const AttnParams& p, Classify mode, cudaStream_t s, bool exp_fma) {
   FL_DTYPE_SWITCH(static_cast<DType>(p.dtype), T, [&] {
     with_tiles_of<D>(mask_spec_of(p), [&](auto tiles) {
       using Cfg = typename decltype(tiles)::type;
       with_mods_and_dropout<causal_tiles<D, Cfg>()>(p, [&](auto mask, auto score, auto drop) {
+        using M = decltype(mask);
+        using S = decltype(score);
+        using P = decltype(drop);
+        if constexpr (exp_fma_built<D, S, P>()) {
+          if (exp_fma) return launch_masked_with<T, Cfg, M, S, P, ExpFma>(p, mask, score, mode, s, drop);
+        }
+        if (exp_fma) throw std::runtime_error("rung 16[softcap-exp-fma]: built for softcap at d <= 64 only");
         launch_masked_with<T, Cfg>(p, mask, score, mode, s, drop);
       });
     });
@@ -48,7 +65,7 @@ void launch_masks16(const AttnParams& p, Classify mode, cudaStream_t s) {
 }
 
 template <int D>
-std::vector<KernelInfo> kernels_masks16(const Problem& pr) {
+std::vector<KernelInfo> kernels_masks16(const Problem& pr, bool exp_fma) {
   const AttnParams p = make_attn_params(pr);
   const MaskSpec spec = pr.mask_spec();
   return FL_DTYPE_SWITCH(pr.dtype, T, [&] {
@@ -69,7 +86,15 @@ std::vector<KernelInfo> kernels_masks16(const Problem& pr) {
                                   ", block lists>";
         out.push_back({"classify_blocks", reinterpret_cast<const void*>(&classify_kernel<M, Cfg::kBlockM, Cfg::kBlockN>),
                        Cfg::kBlockM, 0});
-        out.push_back({label, prepared_masked_kernel<T, Cfg, M, S, P>(), Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)});
+        const void* kernel = prepared_masked_kernel<T, Cfg, M, S, P>();
+        std::string name = label;
+        if constexpr (exp_fma_built<D, S, P>()) {
+          if (exp_fma) {
+            kernel = prepared_masked_kernel<T, Cfg, M, S, P, ExpFma>();
+            name.insert(name.size() - 1, ", a quarter of exp2 on the FMA pipe");
+          }
+        }
+        out.push_back({name, kernel, Cfg::kThreads, static_cast<size_t>(Cfg::kSmemBytes)});
       });
       return out;
     });
@@ -218,8 +243,8 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr, bool tile_grid) {
 }
 
 #define FL_MASKS16_INSTANTIATE(D)                                                                   \
-  template void launch_masks16<D>(const AttnParams&, Classify, cudaStream_t);                       \
-  template std::vector<KernelInfo> kernels_masks16<D>(const Problem&);                              \
+  template void launch_masks16<D>(const AttnParams&, Classify, cudaStream_t, bool);                 \
+  template std::vector<KernelInfo> kernels_masks16<D>(const Problem&, bool);                        \
   template size_t workspace_masks16<D>(const Problem&);                                             \
   template void launch_masks16_bwd<D>(const AttnBwdParams&, cudaStream_t, bool);                    \
   template size_t bwd_workspace_masks16<D>(const Problem&, bool);                                   \

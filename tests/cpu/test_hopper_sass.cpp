@@ -716,6 +716,47 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
   CHECK(dropped == 3 * 3 * dtypes);
   CHECK(ten_rounds == 3 * dtypes);
 }
+
+TEST_CASE("rung 16's softcap-exp-fma study: a quarter of the forward's exp2 moved off the XU pipe, the tanh kept",
+          "[cpu][hopper_rung16]") {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+  }
+  std::string text;
+  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG16_BINARY, &text);
+  REQUIRE(status == 0);
+  // masked_fwd_kernel<T, Tiles<64, CAUSAL>, MASK, ScoreMod<1, 0>, PDropout<0>, EXP2>: per (dtype,
+  // tiles, mask) the study's body (EXP2 = hopper10::Ex2Split<1>) against the rung's (Ex2Mufu).
+  // Both take one MUFU.TANH per score; the rung one MUFU.EX2 per score plus the rescale's
+  // (alpha, per row), the study three per four scores plus the same rescale's.
+  struct Counts {
+    int tanh = -1, ex2 = -1, split_tanh = -1, split_ex2 = -1;
+  };
+  std::map<std::string, Counts> bodies;
+  for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
+    if (name.find("masked_fwd_kernel") == std::string::npos || name.find("8ScoreModILb1ELb0E") == std::string::npos ||
+        name.find("TilesILi64E") == std::string::npos)
+      continue;
+    const bool split = name.find("8Ex2SplitILi1E") != std::string::npos;
+    if (!split) REQUIRE(name.find("7Ex2MufuE") != std::string::npos);
+    Counts& c = bodies[name.substr(0, name.find("8ScoreModILb1ELb0E"))];  // the dtype, the tiles, the mask
+    (split ? c.split_tanh : c.tanh) = count_opcode(code, "MUFU.TANH");
+    (split ? c.split_ex2 : c.ex2) = count_opcode(code, "MUFU.EX2");
+  }
+  int pairs = 0;
+  for (const auto& [key, c] : bodies) {
+    INFO(key);
+    if (c.split_ex2 < 0 || c.ex2 < 0) continue;
+    ++pairs;
+    CHECK(c.tanh > 0);
+    CHECK(c.split_tanh == c.tanh);
+    CHECK(c.tanh % 4 == 0);
+    CHECK(c.split_ex2 == c.ex2 - c.tanh / 4);
+  }
+  const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
+  CHECK(pairs == 4 * dtypes);  // both tile sets, both masks (launch_template.cuh, exp_fma_built)
+}
 #endif  // FL_RUNG16_BINARY
 
 #ifdef FL_RUNG17_BINARY

@@ -274,3 +274,33 @@ TEST_CASE("lse_combine / lse_reduce / lse_weight equal a direct LSE", "[cpu][sof
     REQUIRE(fl::lse_weight(-1e4f, 1e4f) == 0.f);
   }
 }
+
+TEST_CASE("exp2_poly: 2^x within 1.02e-4 relative on [-126, 8], 0 below and at -inf", "[cpu][softmax]") {
+  // Every float step of 2^-10 over the softmax's range (x = s - m <= 0, and up to 8 with rung 13's
+  // P shift), against exp2 in double precision.
+  double worst = 0.0;
+  float worst_at = 0.f;
+  for (int i = -126 * 1024; i <= 8 * 1024; ++i) {
+    const float x = static_cast<float>(i) / 1024.f;
+    const double want = std::exp2(static_cast<double>(x));
+    const double rel = std::fabs(static_cast<double>(fl::exp2_poly(x)) - want) / want;
+    if (rel > worst) worst = rel, worst_at = x;
+  }
+  INFO("worst relative error " << worst << " at x = " << worst_at);
+  CHECK(worst <= 1.02e-4);
+  // Integers are exact up to the cubic's error at f = 0 (its constant term is 1).
+  for (int n = -126; n <= 8; ++n) CHECK(fl::exp2_poly(static_cast<float>(n)) == std::ldexp(1.f, n));
+  // Below the range, as ex2.approx.ftz: 0, never a tiny positive P that a row with no key would sum.
+  CHECK(fl::exp2_poly(-126.5f) == 0.f);
+  CHECK(fl::exp2_poly(-1.0e4f) == 0.f);
+  CHECK(fl::exp2_poly(-INFINITY) == 0.f);
+  // Monotone over a fine grid near 0, where P's largest values are.
+  float prev = fl::exp2_poly(-4.f);
+  int decreasing = 0;
+  for (int i = -4 * 4096 + 1; i <= 0; ++i) {
+    const float y = fl::exp2_poly(static_cast<float>(i) / 4096.f);
+    decreasing += y < prev;
+    prev = y;
+  }
+  CHECK(decreasing == 0);
+}

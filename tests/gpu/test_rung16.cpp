@@ -7,7 +7,8 @@
 //     window, not causal);
 //   - head_dims 64, 128, 256, fp16 and bf16, GQA, tails, seqlen_q != seqlen_k, packed batches with
 //     lengths of 1 and empty sequences, rows that see no key (O = 0, LSE = -inf or the sink);
-//   - the two classification ablations on the same cases.
+//   - the two classification ablations on the same cases, and the softcap-exp-fma study on its
+//     softcapped ones.
 // Every section lists its cases, then asserts that as many ran as supports() accepted, and that
 // supports() refused none (expected_runs.h); on a GPU other than sm_90 the test is skipped.
 #include <string>
@@ -175,6 +176,21 @@ TEST_CASE("the classification ablations compute the same attention", "[rung16]")
   Section s("rung 16: the classification ablations compute the same attention");
   for (const char* v : {"no-full-blocks", "no-skip"})
     for (const Problem& p : cases(128, DType::fp16)) s.add(rung16(v), p);
+  s.run();
+}
+
+TEST_CASE("softcap-exp-fma: softcap at d <= 64 with a quarter of exp2 on the FMA pipe", "[rung16]") {
+  Section s("rung 16[softcap-exp-fma]: every mask under softcap, rows that see no key included");
+  // Every case of the matrix with softcap 30 (none with ALiBi), at d = 64 and 40 (the d = 64 tiles),
+  // fp16 and bf16: the polynomial's 1.0e-4 within the 16-bit tolerance, and a masked score's P
+  // exactly 0 (rows that see no key: O = 0, LSE = -inf or the sink).
+  for (int d : {64, 40})
+    for (DType t : {DType::fp16, DType::bf16})
+      for (Problem p : cases(d, t)) {
+        if (p.alibi) continue;
+        p.softcap = p.softcap > 0 ? p.softcap : 30.f;
+        s.add(rung16("softcap-exp-fma"), p);
+      }
   s.run();
 }
 

@@ -151,6 +151,7 @@ TEST_CASE("variants (ablations, sweep points) pass a small matrix", "[gpu][matri
           p.head_dim = d;
           p.dtype = t;
           p.causal = causal;
+          if (r->study_problem) r->study_problem(p);
           add_case(s, *r, p, InputKind::random, 3);
         }
     s.run();

@@ -314,6 +314,13 @@ class Supports(unittest.TestCase):
             self.assertTrue(r.head_dim_v, r.label)
             p = _core.make_problem(1, 128, 128, 4, 4, 192)
             p.head_dim_v = 128
+            if r.variant == "softcap-exp-fma":  # a study built for softcap at head_dim <= 64: it says so
+                why = _ext.supports(r.number, r.variant, p, H100)
+                self.assertIn("softcap-exp-fma", why, r.label)
+                self.assertNotIn("\n", why, r.label)
+                p = _core.make_problem(1, 128, 128, 4, 4, 64)
+                p.head_dim_v = 32
+                p.softcap = 30.0
             self.assertEqual(_ext.supports(r.number, r.variant, p, H100), "", r.label)
             if r.variant == "backward":
                 wide = _core.make_problem(1, 128, 128, 4, 4, 64)

@@ -72,6 +72,9 @@ struct Rung {
   std::function<std::vector<KernelInfo>(const Problem& p)> kernels;
   /// Optional extra report lines (e.g. rung 01: the bytes S needs in HBM).
   std::function<std::vector<std::string>(const Problem& p)> notes;
+  /// Optional: a study built for one kind of problem only (rung 16's softcap-exp-fma: softcap)
+  /// sets what it needs on a generic test problem, so the shared GPU matrix runs it.
+  std::function<void(Problem& p)> study_problem;
   /// Shown in the tour and by default in the bench (variants set false).
   bool in_tour = true;
   /// A decode kernel (a few query rows against a long KV cache): the tour runs

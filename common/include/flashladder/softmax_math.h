@@ -8,6 +8,8 @@
 #pragma once
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "flashladder/types.h"
 
@@ -91,6 +93,43 @@ FL_HD float lse_reduce(const float* lse, int n) {
 /// Weight of a partial with log-sum-exp @p lse_part in a total @p lse_total.
 FL_HD float lse_weight(float lse_part, float lse_total) {
   return (lse_total == -INFINITY || lse_part == -INFINITY) ? 0.f : expf(lse_part - lse_total);
+}
+
+/// The bits of a float and back (__float_as_uint and __uint_as_float on the device).
+FL_HD uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+FL_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+/// 2^x on the FMA pipe, for the softmax's exponentials (x <= 8 there): 2^n 2^f with n = round(x),
+/// f = x - n in [-0.5, 0.5], and 2^f by a cubic fitted for relative error (1.02e-4 = 2^-13.3 at
+/// most, at f = +-0.5; the CPU test measures it over [-126, 8]: far below fp16's 2^-11 rounding). Adding 1.5 x 2^23 rounds x to the integer n,
+/// held in the low mantissa bits; n << 23 is then added to the exponent field of 2^f. Below -126
+/// it is 0, as ex2.approx.ftz's flushed result: a masked score (-inf) gives P = 0 exactly, and a
+/// row that sees no key keeps l = 0. Three FADDs, three FFMAs, a FMNMX, a shift, an integer add and
+/// a select, where ex2.approx is one MUFU.EX2 on the XU pipe, which issues 16 per clock per SM
+/// against the FMA pipe's 128 (rung 13's and rung 16's `Ex2Split` move part of the softmax here).
+FL_HD float exp2_poly(float x) {
+  const float xc = fmaxf(x, -126.f);
+  const float j = xc + 12582912.f;  // 1.5 x 2^23: round to nearest, n in the low bits
+  const float f = xc - (j - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.05500843f, f, 0.24220999f), f, 0.6932829f), f, 1.f);
+  const float r = bits_float(float_bits(p) + (float_bits(j) << 23));
+  return x < -126.f ? 0.f : r;
 }
 
 }  // namespace fl
