@@ -311,6 +311,14 @@ std::string problem_json(const Problem& p, bool backward) {
       .kv("flops", attention_flops(p))
       .kv("bytes", attention_bytes(p));
   if (backward) j.kv("bwd_flops", attention_bwd_flops(p)).kv("bwd_bytes", attention_bwd_bytes(p));
+  // The masks and score modifiers beyond causal (Problem::has_mods), each only when set, as
+  // describe() names them: a masked run's report says which mask it timed.
+  if (p.window_left >= 0 || p.window_right >= 0) j.kv("window_left", p.window_left).kv("window_right", p.window_right);
+  if (p.prefix > 0) j.kv("prefix", p.prefix);
+  if (!p.doc_starts.empty()) j.kv("documents", static_cast<int>(p.doc_starts.size()) - 1);
+  if (p.softcap > 0) j.kv("softcap", static_cast<double>(p.softcap));
+  if (p.alibi) j.kv("alibi", true);
+  if (!p.sinks.empty()) j.kv("sinks", true);
   if (p.dropout())  // the probability and the generator's rounds (dropout.h)
     j.kv("dropout_p", static_cast<double>(p.dropout_p)).kv("dropout_rounds", p.dropout_rounds);
   if (p.varlen()) {  // a packed batch: its prefix sums, as flash_attn_varlen_func takes them

@@ -46,3 +46,21 @@ TEST_CASE("a run report has the fields the bench and notebooks read", "[cpu][rep
                           "\"git_sha\":\"abc123\""})
     REQUIRE(js.find(key) != std::string::npos);
 }
+
+TEST_CASE("a run report's problem names its masks and score modifiers, only those set", "[cpu][report]") {
+  RunReport r;
+  r.problem.head_dim = 64;
+  const std::string plain = to_json(r);
+  for (const char* key : {"\"softcap\"", "\"window_left\"", "\"prefix\"", "\"documents\"", "\"alibi\"", "\"sinks\""})
+    CHECK(plain.find(key) == std::string::npos);
+  r.problem.softcap = 50;
+  r.problem.window_left = 255;
+  r.problem.prefix = 16;
+  r.problem.doc_starts = {0, 100, r.problem.seqlen_k};
+  r.problem.alibi = true;
+  r.problem.sinks.assign(r.problem.heads_q, 0.5f);
+  const std::string js = to_json(r);
+  for (const char* key : {"\"softcap\":50", "\"window_left\":255", "\"window_right\":-1", "\"prefix\":16",
+                          "\"documents\":2", "\"alibi\":true", "\"sinks\":true"})
+    CHECK(js.find(key) != std::string::npos);
+}
