@@ -512,6 +512,11 @@ def ab_runs(res):
         m = re.match(r"(.+_c[01])_(.+)_r\d+\.json$", os.path.basename(path))
         if m:
             run = res.json(os.path.basename(path))
+            log = path[:-len(".json")] + ".log"
+            if os.path.exists(log):  # the report's problem line (the masks and modifiers, on any commit)
+                with open(log, encoding="utf-8") as f:
+                    run["problem_line"] = next((line.split(None, 1)[1].strip() for line in f
+                                                if line.strip().startswith("problem ")), "")
             runs[m.group(1)][m.group(2)].append(run)
             meta = meta or run
     return runs, meta
@@ -557,12 +562,16 @@ def ab_commit(meta):
     return sha if "`" in sha else sha[:7]
 
 
-def ab_caption(meta, what):
-    return ("%s, %s, commit `%s`; time of the whole backward (median of 50 launches, L2 flushed), median over the "
-            "rounds; %s; checks: the study's check run of each entry against the fp64 backward reference (full: every "
-            "(batch, KV head) group; sample: two; coverage: every element written, the gradients not compared, one "
-            "group being above the reference's work cap; – where it did not finish)." % (
-                meta["device"]["name"], meta["date"][:10], ab_commit(meta), what))
+def ab_caption(meta, what, pass_="backward"):
+    """@p pass_: what the runner timed and checked, "backward" (rung 14's, rung 16's backward entry)
+    or "forward" (BINARY=16_masks with a forward entry)."""
+    checks = ("full: every (batch, KV head) group; sample: two; coverage: every element written, the gradients not "
+              "compared, one group being above the reference's work cap" if pass_ == "backward" else
+              "full: every row; sample: a sample of rows")
+    return ("%s, %s, commit `%s`; time of the whole %s (median of 50 launches, L2 flushed), median over the "
+            "rounds; %s; checks: the study's check run of each entry against the fp64 %s reference (%s; – where it "
+            "did not finish)." % (meta["device"]["name"], meta["date"][:10], ab_commit(meta), pass_, what, pass_,
+                                  checks))
 
 
 @generator("rung14-prep-ab")
@@ -597,15 +606,26 @@ def gen_rung14_prep_ab(ctx, gpu):
     return "\n".join(rows)
 
 
+def modifiers_of(run):
+    """The masks and score modifiers of a run, in words (the forward A/B's caption): from its
+    report's problem line (describe(): "window=(l,r)", "softcap=50", "alibi", ...; reports before
+    the JSON's problem named them have only the line)."""
+    words = run.get("problem_line", "").split()
+    mods = [w.replace("=", " ") for w in words if w.split("=")[0] in
+            ("window", "prefix", "docs", "softcap", "alibi", "sinks", "dropout")]
+    return ", ".join(mods) or "no mask or modifier beyond causal"
+
+
 @generator("rung14-ab")
-def gen_rung14_ab(ctx, gpu, other, rung_at=None, base="rung 14", tree_at=None):
+def gen_rung14_ab(ctx, gpu, other, rung_at=None, base="rung 14", tree_at=None, pass_="backward"):
     """The rung against one of its variants (@p other), per shape of a rung14_prep_ab.sh folder run
     with OTHER=@p other: median over the rounds of each entry's median time and their ratio.
     @p rung_at: the commit of steps/14_hopper_backward/ when the binary was built from an older
     rung 14 over the tree its reports name (their git_sha), as the folder's README says. @p base:
     the column of the folder's base entry (BINARY=16_masks BASE=backward: "rung 16's backward",
     with underscores for spaces in the marker). @p tree_at: the commit whose tree was built, where the
-    build was the reports' commit with that commit's diff applied (its README says so)."""
+    build was the reports' commit with that commit's diff applied (its README says so). @p pass_:
+    "forward" where the entries are forwards (rung 16's softcap-exp-fma study)."""
     res = ctx.results(gpu)
     runs, meta = ab_runs(res)
     if tree_at:
@@ -626,7 +646,9 @@ def gen_rung14_ab(ctx, gpu, other, rung_at=None, base="rung 14", tree_at=None):
     modes = {bool(run.get("deterministic")) for s in shapes for e in ("rung", other) for run in runs[s][e]}
     mode = {(True,): "deterministic mode (dQ summed in key order)",
             (False,): "not deterministic (dQ summed in any order)"}.get(tuple(modes), "deterministic on some runs")
-    rows += ["", ab_caption(meta, "%s; `%s` / rung below 1.0× is the variant faster" % (mode, other))]
+    if pass_ == "forward":
+        mode = "; ".join(sorted({modifiers_of(run) for s in shapes for run in runs[s]["rung"]}))
+    rows += ["", ab_caption(meta, "%s; `%s` / rung below 1.0× is the variant faster" % (mode, other), pass_)]
     return "\n".join(rows)
 
 
