@@ -157,6 +157,51 @@ def gen_rung14_ratios(ctx, gpu, mine="14"):
     return "\n".join(out)
 
 
+@generator("torch-inputs-ab")
+def gen_torch_inputs_ab(ctx, gpu, files="torch_sdpa_randn.json,torch_sdpa_offset.json"):
+    """The package's backward (autograd) against cuDNN's on two input distributions, one
+    torch_sdpa.py run each (--inputs randn, --inputs offset: the runner's), in one folder: per
+    (head_dim, mask) and seqlen, package / cuDNN on each; then each backend's time on the second
+    distribution over the first, from 8k keys (where one cell's time is long enough to read 1 %)."""
+    res = ctx.results(gpu)
+    names = files.split(",")
+    runs = []
+    for f in names:
+        if not res.has(f):
+            raise Missing(f, "bench/pytorch/torch_sdpa.py --family backward --backends cudnn,ladder --inputs ...")
+        runs.append({tuple(b["name"].split("/")[:5]): b for b in res.json(f)["benchmarks"] if not b.get("skipped")})
+    inputs = [res.json(f)["context"].get("inputs", f) for f in names]
+    cells = sorted({k[1:] for k in runs[0]}, key=lambda k: (k[0], int(k[1][1:]), k[3], int(k[2][1:])))
+    seqlens = sorted({int(k[2][1:]) for k in cells})
+    rows = ["| | " + " | ".join(n_label(n) for n in seqlens) + " |", "|---|" + "--:|" * len(seqlens)]
+    for fam, d, c in shapes():
+        row = []
+        for n in seqlens:
+            k = (fam, d, "N%d" % n, c)
+            r = [(run.get(("torch_ladder",) + k), run.get(("torch_cudnn",) + k)) for run in runs]
+            row.append(" / ".join("%.2f×" % (b["TFLOPS"] / a["TFLOPS"]) if a and b else "–" for b, a in
+                                  ((x[0], x[1]) for x in r)))
+        if any(x.strip("– /") for x in row):
+            rows.append("| %s | " % head_of(fam, d, c) + " | ".join(row) + " |")
+    ratio = collections.defaultdict(list)
+    for k in cells:
+        if int(k[2][1:]) >= 8192:
+            for backend in ("torch_ladder", "torch_cudnn"):
+                a, b = runs[0].get((backend,) + k), runs[1].get((backend,) + k)
+                if a and b:
+                    ratio[backend].append(b["real_time"] / a["real_time"])
+    ctxt = res.json(names[0])["context"]
+    rows += ["", "The package (autograd) / PyTorch cuDNN, TFLOP/s ratio per cell: `--inputs %s` / `--inputs %s`. "
+             "Each backend's time on `%s` over its time on `%s`, the cells from 8k keys: the package %s, cuDNN %s. "
+             "%s, %s, commit `%s`, PyTorch %s; %s." % (
+                 inputs[0], inputs[1], inputs[1], inputs[0],
+                 "%.3f–%.3f" % (min(ratio["torch_ladder"]), max(ratio["torch_ladder"])) if ratio["torch_ladder"] else "–",
+                 "%.3f–%.3f" % (min(ratio["torch_cudnn"]), max(ratio["torch_cudnn"])) if ratio["torch_cudnn"] else "–",
+                 ctxt.get("device", "?"), ctxt.get("date", "?")[:10], ctxt.get("git_sha", "?")[:7],
+                 ctxt.get("torch", "?"), ", ".join(link(res, f) for f in names))]
+    return "\n".join(rows)
+
+
 def kv_block_keys(d):
     """Keys per K/V block of rung 14's tiles at head_dim @p d (traits.h's kv_block_keys)."""
     return 64 if d > 128 else 128
