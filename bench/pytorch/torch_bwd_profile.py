@@ -13,8 +13,15 @@ the passes) and the pass's total of those (kernels only: the gaps between them a
     PYTHONPATH=build/release/python python3 bench/pytorch/torch_bwd_profile.py --out DIR [--passes N]
                                                                              [--shapes NAME,...]
 
+--window: also the pass as torch_sdpa.py times it (timing.EventTimer: the L2 flushed by PyTorch's
+fill kernel, a start event, the pass, an end event), PASSES times without the profiler (the
+events' interval, as torch_sdpa.py's figure) and PASSES times under it, each profiled interval
+taken apart (window()): from the flush's end to the first kernel ("lead": the GPU waiting for
+the host's first launch), the kernels, the gaps between them, and the rest of the interval.
+
 Writes DIR/torch_bwd_profile.json ({"context", "shapes": [{name, shape, backends: {name:
-{"kernels": [{name, role, ms, launches}], "pre_ms", "main_ms", "post_ms", "total_ms"} or
+{"kernels": [{name, role, ms, launches}], "pre_ms", "main_ms", "post_ms", "total_ms"[, "window":
+{"events_ms", "events_profiled_ms", "lead_ms", "kernels_ms", "gaps_ms", "rest_ms"}]} or
 {"skipped": why}}}]}) and DIR/torch_bwd_profile.log; bench/docblocks (gen:bwd-profile) renders the
 table. --list prints the shapes and needs no PyTorch. Exits 0 with a message without PyTorch or a
 CUDA GPU.
@@ -28,6 +35,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import runinfo  # noqa: E402  bench/pytorch/runinfo.py
+import timing  # noqa: E402  bench/pytorch/timing.py
 
 # name: (dtype, head_dim, seqlen, batch, heads_q, heads_kv, causal): the issue's cells and the
 # training demo's attention.
@@ -83,6 +91,26 @@ def summarize(passes):
     return rec
 
 
+def window(events, events_ms):
+    """One timed pass taken apart: @p events [(start µs, name, ms)] of the profiled interval, the
+    flush's fill kernel first, then the pass's kernels; @p events_ms the interval between the
+    events. {"lead_ms": the flush's end to the first kernel's start, "kernels_ms": their sum,
+    "gaps_ms": the idle time between them, "rest_ms": the interval less the three (the end
+    event's wait after the last kernel, and the start event's after the flush)}."""
+    events = sorted(events)
+    flush, rest = events[0], events[1:]
+    if not rest:
+        return {"lead_ms": 0.0, "kernels_ms": 0.0, "gaps_ms": 0.0, "rest_ms": events_ms}
+    end = lambda e: e[0] + e[2] * 1e3  # noqa: E731  µs
+    lead = max(0.0, rest[0][0] - end(flush)) / 1e3
+    kernels = sum(e[2] for e in rest)
+    gaps, last = 0.0, end(rest[0])
+    for e in rest[1:]:
+        gaps += max(0.0, e[0] - last) / 1e3
+        last = max(last, end(e))
+    return {"lead_ms": lead, "kernels_ms": kernels, "gaps_ms": gaps, "rest_ms": events_ms - lead - kernels - gaps}
+
+
 def gpu_events(prof):
     """[(start µs, name, ms)] of a profile's GPU kernels and memsets."""
     out = []
@@ -92,8 +120,9 @@ def gpu_events(prof):
     return out
 
 
-def profile_backend(torch, fl, backend, shape, passes):
-    """summarize() of @p passes backward passes of @p backend on @p shape."""
+def profile_backend(torch, fl, backend, shape, passes, timed_window=False):
+    """summarize() of @p passes backward passes of @p backend on @p shape; @p timed_window: with
+    the passes as torch_sdpa.py times them ("window", the module's docstring)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.profiler import ProfilerActivity, profile
 
@@ -126,9 +155,21 @@ def profile_backend(torch, fl, backend, shape, passes):
             grad()
             torch.cuda.synchronize()
         runs.append(roles(gpu_events(prof)))
+    rec = summarize(runs)
+    if timed_window:
+        timer = timing.EventTimer(torch)
+        plain = [timer.once(grad, "fill")[0] for _ in range(passes)]
+        parts = []
+        for _ in range(passes):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                ms = timer.once(grad, "fill")[0]
+            parts.append(dict(window(gpu_events(prof), ms), events_profiled_ms=ms))
+        rec["window"] = {key: statistics.median(p[key] for p in parts) for key in parts[0]}
+        rec["window"]["events_ms"] = statistics.median(plain)
+        del timer
     del q, k, v, out, dout
     torch.cuda.empty_cache()
-    return summarize(runs)
+    return rec
 
 
 def main(argv=None):
@@ -139,6 +180,8 @@ def main(argv=None):
     ap.add_argument("--shapes", help="comma-separated names of SHAPES (default: all)")
     ap.add_argument("--package", help="folder holding the flashladder package (default: PYTHONPATH)")
     ap.add_argument("--list", action="store_true", help="print the shapes and exit")
+    ap.add_argument("--window", action="store_true",
+                    help="also time the pass as torch_sdpa.py does and take the interval apart (the docstring)")
     args = ap.parse_args(argv)
     names = args.shapes.split(",") if args.shapes else list(SHAPES)
     unknown = [s for s in names if s not in SHAPES]
@@ -165,7 +208,8 @@ def run(args, names):
     git = runinfo.git_info()
     device = torch.cuda.get_device_name()
     result = {"context": dict(git, date=runinfo.now(), device=device, command=runinfo.command_line(),
-                              versions=runinfo.versions(), passes=args.passes, package=runinfo.package_path(fl),
+                              versions=runinfo.versions(), passes=args.passes, window=args.window,
+                              package=runinfo.package_path(fl),
                               cudnn=str(torch.backends.cudnn.version())),
               "shapes": []}
     print("torch_bwd_profile.py: %s, PyTorch %s, cuDNN %s, commit %s" % (
@@ -176,7 +220,7 @@ def run(args, names):
                                                  "causal"), shape)), "backends": {}}
         for backend in BACKENDS:
             try:
-                rec["backends"][backend] = profile_backend(torch, fl, backend, shape, args.passes)
+                rec["backends"][backend] = profile_backend(torch, fl, backend, shape, args.passes, args.window)
             except (RuntimeError, ValueError) as e:  # a backend that refuses the shape: say so
                 rec["backends"][backend] = {"skipped": str(e).split("\n")[0]}
             r = rec["backends"][backend]
@@ -185,6 +229,11 @@ def run(args, names):
             else:
                 print("%-32s %-6s total %.3f ms: pre %.3f, main %.3f, post %.3f (%d kernels)" % (
                     name, backend, r["total_ms"], r["pre_ms"], r["main_ms"], r["post_ms"], len(r["kernels"])))
+                if "window" in r:
+                    w = r["window"]
+                    print("%-32s %-6s timed as torch_sdpa.py: %.3f ms (profiled %.3f: lead %.3f, kernels %.3f, "
+                          "gaps %.3f, rest %.3f)" % (name, backend, w["events_ms"], w["events_profiled_ms"],
+                                                     w["lead_ms"], w["kernels_ms"], w["gaps_ms"], w["rest_ms"]))
         result["shapes"].append(rec)
     runinfo.write_json(os.path.join(args.out, "torch_bwd_profile.json"), result)
     runinfo.update_meta(args.out, device, git, runinfo.command_line())

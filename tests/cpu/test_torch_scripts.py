@@ -442,6 +442,17 @@ class BwdProfile(unittest.TestCase):
         self.assertAlmostEqual(r["total_ms"], 1.34)  # medians of 1.14, 1.5, 1.34
         self.assertEqual(r["passes"], 3)
 
+    def test_window(self):
+        # The flush (fill) ends at 100 µs; the first kernel starts at 150 (lead 0.05 ms), the second
+        # 10 µs after the first ends (a gap), the third overlaps nothing; the interval 1.2 ms.
+        events = [(300.0, "convert", 0.1), (0.0, "fill", 0.1), (150.0, "prep", 0.05), (210.0, "main", 0.08)]
+        w = torch_bwd_profile.window(events, 1.2)
+        self.assertAlmostEqual(w["lead_ms"], 0.05)
+        self.assertAlmostEqual(w["kernels_ms"], 0.23)
+        self.assertAlmostEqual(w["gaps_ms"], 0.01 + 0.01)  # 200 -> 210, 290 -> 300
+        self.assertAlmostEqual(w["rest_ms"], 1.2 - 0.05 - 0.23 - 0.02)
+        self.assertEqual(torch_bwd_profile.window([(0.0, "fill", 0.1)], 0.5)["rest_ms"], 0.5)
+
     def test_list_and_no_gpu(self):
         rc, text = run_script("bench/pytorch/torch_bwd_profile.py", "--list")
         self.assertEqual(rc, 0, text)
