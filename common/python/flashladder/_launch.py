@@ -30,6 +30,11 @@ def stream(t):
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
+def stream_at(index, t):
+    """stream(t) where the fast paths already hold ``t``'s device index (no attribute lookup)."""
+    return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(t.device).cuda_stream
+
+
 def _workspace(plan, like):
     """(pointer, bytes, tensor) of the plan's scratch; the tensor keeps it alive until the
     launch is queued, and the allocator's stream order keeps it from reuse until it has run."""
@@ -337,7 +342,7 @@ def fast_forward(fast, q, k, v, return_lse):
     out = torch.empty_like(q) if o_like_q else q.new_empty(o_shape)
     lse = lse_like.new_empty(lse_shape) if return_lse or not lse_optional else None
     ws = q.new_empty((ws_bytes,), dtype=torch.uint8) if ws_bytes else None
-    s = _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
+    s = stream_at(index, q)
     if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
                      0 if ws is None else ws.data_ptr(), s):
         return out, lse
@@ -408,7 +413,7 @@ class Prepared:
         lse = self.lse_like.new_empty(self.lse_shape)
         o32 = self.lse_like.new_empty(self.o_shape)
         ws = q.new_empty((self.fws,), dtype=torch.uint8) if self.fws else None
-        s = _raw_stream(self.index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
+        s = stream_at(self.index, q)
         if self.fwd.launch_o32(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                                o32.data_ptr(), 0 if ws is None else ws.data_ptr(), s):
             return out, lse, o32
@@ -429,7 +434,7 @@ class Prepared:
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         wsb = launch.workspace_bytes
         ws = q.new_empty((wsb,), dtype=torch.uint8) if wsb else None
-        s = _raw_stream(self.index) if _raw_stream is not None else torch.cuda.current_stream(q.device).cuda_stream
+        s = stream_at(self.index, q)
         if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
                          dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), o32.data_ptr(), 0 if ws is None else ws.data_ptr(),
                          s):
