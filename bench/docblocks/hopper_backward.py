@@ -862,6 +862,40 @@ def short_kernel(name, width=48):
     return base if len(base) <= width else base[:width - 1] + "…"
 
 
+@generator("bwd-window")
+def gen_bwd_window(ctx, gpu):
+    """Per shape and backend of a torch_bwd_profile.py --window folder: the kernels' device time per
+    pass, the pass timed as torch_sdpa.py times it (events around the call after the L2 flush), and
+    that interval under the profiler taken apart (torch_bwd_profile.window: the GPU's wait for the
+    first launch after the flush, the kernels, the gaps between them, the rest)."""
+    res = ctx.results(gpu)
+    if not res.has("torch_bwd_profile.json"):
+        raise Missing("the backward's timed window in %s" % gpu,
+                      "PYTHONPATH=build/release/python python3 bench/pytorch/torch_bwd_profile.py --window --out DIR")
+    run = res.json("torch_bwd_profile.json")
+    rows = ["| shape | backend | kernels (ms) | timed as `torch_sdpa.py` (ms) | over the kernels (ms) | profiled: "
+            "wait for the first launch | kernels | gaps | rest |", "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for shp in run["shapes"]:
+        for backend in ("ladder", "cudnn", "flash"):
+            r = shp["backends"].get(backend)
+            if r is None or "window" not in r:
+                continue
+            w = r["window"]
+            label = {"ladder": "flashladder", "cudnn": "SDPA cuDNN", "flash": "SDPA flash"}[backend]
+            rows.append("| %s | %s | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |" % (
+                shp["name"], label, r["total_ms"], w["events_ms"], w["events_ms"] - r["total_ms"], w["lead_ms"],
+                w["kernels_ms"], w["gaps_ms"], w["rest_ms"]))
+    if len(rows) == 2:
+        raise Missing("a --window run in %s" % gpu, "bench/pytorch/torch_bwd_profile.py --window")
+    c = run["context"]
+    rows += ["", "%s, %s, commit `%s`, PyTorch %s, cuDNN %s; medians of %d passes each: the kernels profiled alone, "
+             "the pass timed as `torch_sdpa.py` times it, and that interval profiled and taken apart (ms; the "
+             "profiler's own host cost lengthens its wait for the first launch)." % (
+                 c["device"], c["date"][:10], c["git_sha"][:7], c["versions"].get("torch", "?"), c["cudnn"],
+                 c["passes"])]
+    return "\n".join(rows)
+
+
 @generator("bwd-profile")
 def gen_bwd_profile(ctx, gpu):
     """Per shape of torch_bwd_profile.py's folder and per backend (the package's autograd, SDPA cuDNN,
