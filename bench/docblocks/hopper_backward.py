@@ -862,6 +862,48 @@ def short_kernel(name, width=48):
     return base if len(base) <= width else base[:width - 1] + "…"
 
 
+@generator("bwd-kernel-ratios")
+def gen_bwd_kernel_ratios(ctx, gpu):
+    """The backward's kernels against cuDNN's kernels over a bench grid (torch_bwd_profile.py
+    --family ...: each cell's profiled device time per pass, pre- and post-passes included, no host
+    wait): cuDNN's time / the package's per cell, one row per (heads, head_dim, mask); first the
+    worst and best cell and the cells below 1.0x."""
+    res = ctx.results(gpu)
+    if not res.has("torch_bwd_profile.json"):
+        raise Missing("the backward grid's kernels in %s" % gpu,
+                      "bench/pytorch/torch_bwd_profile.py --family backward,backward-gqa,backward-gqa8 --backends "
+                      "ladder,cudnn")
+    run = res.json("torch_bwd_profile.json")
+    ratio = {}
+    for shp in run["shapes"]:
+        r, c = shp["backends"].get("ladder", {}), shp["backends"].get("cudnn", {})
+        if "total_ms" in r and "total_ms" in c and shp["name"].count("/") == 3:
+            fam, d, n, causal = shp["name"].split("/")
+            ratio[fam, d, int(n[1:]), causal] = c["total_ms"] / r["total_ms"]
+    if not ratio:
+        raise Missing("a --family run in %s" % gpu, "bench/pytorch/torch_bwd_profile.py --family ...")
+    cells = sorted((v, k) for k, v in ratio.items())
+    name = lambda k: "%s d=%s %s %s" % (HEADS[k[0]], k[1][1:], n_label(k[2]),  # noqa: E731
+                                        "causal" if k[3] == "causal1" else "not causal")
+    dtype = run["context"].get("dtype") or "?"
+    out = ["%s: the package's kernels / cuDNN's from %.2f× (%s) to %.2f× (%s); %d of %d cells below 1.0×.\n" % (
+        dtype, cells[0][0], name(cells[0][1]), cells[-1][0], name(cells[-1][1]),
+        sum(1 for v, _ in cells if v < 1.0), len(cells))]
+    seqlens = sorted({k[2] for k in ratio})
+    out += ["| | " + " | ".join(n_label(n) for n in seqlens) + " |", "|---|" + "--:|" * len(seqlens)]
+    for fam, d, c in shapes():
+        row = ["%.2f×" % ratio[fam, d, n, c] if (fam, d, n, c) in ratio else "–" for n in seqlens]
+        if any(x != "–" for x in row):
+            out.append("| %s | " % head_of(fam, d, c) + " | ".join(row) + " |")
+    ctxt = run["context"]
+    out += ["", "cuDNN's backward kernels' device time per pass over the package's (rung 14's), above 1.0× the "
+            "package faster: the PyTorch profiler, the median of %d passes per backend and cell, each pass's kernels "
+            "and memsets (pre- and post-passes included), no host wait. %s, %s, commit `%s`, PyTorch %s, cuDNN %s." % (
+                ctxt["passes"], ctxt["device"], ctxt["date"][:10], ctxt["git_sha"][:7],
+                ctxt["versions"].get("torch", "?"), ctxt["cudnn"])]
+    return "\n".join(out)
+
+
 @generator("bwd-window")
 def gen_bwd_window(ctx, gpu):
     """Per shape and backend of a torch_bwd_profile.py --window folder: the kernels' device time per

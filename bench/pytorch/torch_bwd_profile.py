@@ -13,6 +13,11 @@ the passes) and the pass's total of those (kernels only: the gaps between them a
     PYTHONPATH=build/release/python python3 bench/pytorch/torch_bwd_profile.py --out DIR [--passes N]
                                                                              [--shapes NAME,...]
 
+--family F[,F...] (backward, backward-gqa, backward-gqa8) and --dtype: instead of SHAPES, every cell of
+those bench families (torch_sdpa.py's backward_shapes: d = 64, 128, 256, 512 to 16k keys, causal and
+not), each named as torch_sdpa.py names it ("backward-gqa/d128/N4096/causal1"); --backends picks
+the backends (default ladder, cudnn, flash). The kernels against the kernels over the whole grid.
+
 --window: also the pass as torch_sdpa.py times it (timing.EventTimer: the L2 flushed by PyTorch's
 fill kernel, a start event, the pass, an end event), PASSES times without the profiler (the
 events' interval, as torch_sdpa.py's figure) and PASSES times under it, each profiled interval
@@ -36,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import runinfo  # noqa: E402  bench/pytorch/runinfo.py
 import timing  # noqa: E402  bench/pytorch/timing.py
+import torch_sdpa  # noqa: E402  bench/pytorch/torch_sdpa.py: the bench families' shapes (imports no PyTorch)
 
 # name: (dtype, head_dim, seqlen, batch, heads_q, heads_kv, causal): the issue's cells and the
 # training demo's attention.
@@ -53,6 +59,20 @@ SHAPES = {
     "bf16-d256-16k": ("bf16", 256, 16384, 1, 8, 8, False),
 }
 BACKENDS = ("ladder", "cudnn", "flash")
+GRID_FAMILIES = ("backward", "backward-gqa", "backward-gqa8")
+
+
+def grid_shapes(families, dtype):
+    """{name: SHAPES-style tuple} of every cell of the bench @p families (torch_sdpa.py's
+    backward_shapes), named as torch_sdpa.py names them: "<family>/d<d>/N<seqlen>/causal<0|1>"."""
+    out = {}
+    for fam in families:
+        if fam not in GRID_FAMILIES:
+            raise ValueError("unknown family %r; known: %s" % (fam, ", ".join(GRID_FAMILIES)))
+        for c in torch_sdpa.backward_shapes(False, fam):
+            name = "%s/d%d/N%d/causal%d" % (fam, c["head_dim"], c["seqlen_k"], c["causal"])
+            out[name] = (dtype, c["head_dim"], c["seqlen_k"], c["batch"], c["heads_q"], c["heads_kv"], bool(c["causal"]))
+    return out
 
 
 def roles(events):
@@ -180,25 +200,38 @@ def main(argv=None):
     ap.add_argument("--shapes", help="comma-separated names of SHAPES (default: all)")
     ap.add_argument("--package", help="folder holding the flashladder package (default: PYTHONPATH)")
     ap.add_argument("--list", action="store_true", help="print the shapes and exit")
+    ap.add_argument("--family", help="comma-separated bench families (%s): their whole grid instead of SHAPES"
+                    % ", ".join(GRID_FAMILIES))
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"), help="the grid's dtype (with --family)")
+    ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of %s" % ", ".join(BACKENDS))
     ap.add_argument("--window", action="store_true",
                     help="also time the pass as torch_sdpa.py does and take the interval apart (the docstring)")
     args = ap.parse_args(argv)
-    names = args.shapes.split(",") if args.shapes else list(SHAPES)
-    unknown = [s for s in names if s not in SHAPES]
+    shapes = SHAPES
+    if args.family:
+        try:
+            shapes = grid_shapes(args.family.split(","), args.dtype)
+        except ValueError as e:
+            ap.error(str(e))
+    names = args.shapes.split(",") if args.shapes else list(shapes)
+    unknown = [s for s in names if s not in shapes]
     if unknown:
-        ap.error("unknown shape(s) %s; known: %s" % (", ".join(unknown), ", ".join(SHAPES)))
+        ap.error("unknown shape(s) %s; known: %s" % (", ".join(unknown), ", ".join(shapes)))
+    backends = args.backends.split(",")
+    if any(b not in BACKENDS for b in backends):
+        ap.error("--backends: a subset of %s" % ", ".join(BACKENDS))
     if args.list:
         for s in names:
-            print(s, *SHAPES[s])
+            print(s, *shapes[s])
         return 0
     if not args.out:
         ap.error("--out is required")
     os.makedirs(args.out, exist_ok=True)
     with runinfo.Log(os.path.join(args.out, "torch_bwd_profile.log")):
-        return run(args, names)
+        return run(args, names, shapes, backends)
 
 
-def run(args, names):
+def run(args, names, shapes=SHAPES, backends=BACKENDS):
     torch = runinfo.cuda_torch("torch_bwd_profile.py")
     if torch is None:
         return 0
@@ -209,16 +242,17 @@ def run(args, names):
     device = torch.cuda.get_device_name()
     result = {"context": dict(git, date=runinfo.now(), device=device, command=runinfo.command_line(),
                               versions=runinfo.versions(), passes=args.passes, window=args.window,
+                              family=args.family, dtype=args.dtype if args.family else None,
                               package=runinfo.package_path(fl),
                               cudnn=str(torch.backends.cudnn.version())),
               "shapes": []}
     print("torch_bwd_profile.py: %s, PyTorch %s, cuDNN %s, commit %s" % (
         device, torch.__version__, result["context"]["cudnn"], git["git_sha"]))
     for name in names:
-        shape = SHAPES[name]
+        shape = shapes[name]
         rec = {"name": name, "shape": dict(zip(("dtype", "head_dim", "seqlen", "batch", "heads_q", "heads_kv",
                                                  "causal"), shape)), "backends": {}}
-        for backend in BACKENDS:
+        for backend in backends:
             try:
                 rec["backends"][backend] = profile_backend(torch, fl, backend, shape, args.passes, args.window)
             except (RuntimeError, ValueError) as e:  # a backend that refuses the shape: say so

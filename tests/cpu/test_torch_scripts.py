@@ -453,6 +453,18 @@ class BwdProfile(unittest.TestCase):
         self.assertAlmostEqual(w["rest_ms"], 1.2 - 0.05 - 0.23 - 0.02)
         self.assertEqual(torch_bwd_profile.window([(0.0, "fill", 0.1)], 0.5)["rest_ms"], 0.5)
 
+    def test_grid(self):
+        # --family: the bench families' cells under torch_sdpa.py's names, GQA's heads divided.
+        g = torch_bwd_profile.grid_shapes(["backward", "backward-gqa8"], "fp16")
+        self.assertEqual(len(g), 2 * 36)
+        self.assertEqual(g["backward/d128/N4096/causal1"], ("fp16", 128, 4096, 4, 16, 16, True))
+        self.assertEqual(g["backward-gqa8/d64/N512/causal0"], ("fp16", 64, 512, 32, 32, 4, False))
+        with self.assertRaises(ValueError):
+            torch_bwd_profile.grid_shapes(["varlen-backward"], "bf16")
+        rc, text = run_script("bench/pytorch/torch_bwd_profile.py", "--family", "backward-gqa", "--list")
+        self.assertEqual(rc, 0, text)
+        self.assertEqual(len(text.strip().splitlines()), 36)
+
     def test_list_and_no_gpu(self):
         rc, text = run_script("bench/pytorch/torch_bwd_profile.py", "--list")
         self.assertEqual(rc, 0, text)
