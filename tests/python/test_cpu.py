@@ -316,8 +316,10 @@ class Supports(unittest.TestCase):
             p.head_dim_v = 128
             if r.variant == "softcap-exp-fma":  # a study built for softcap at head_dim <= 64: it says so
                 why = _ext.supports(r.number, r.variant, p, H100)
-                self.assertIn("softcap-exp-fma", why, r.label)
+                self.assertIn("head_dim 192 not supported", why, r.label)  # its head_dims stop at 64
                 self.assertNotIn("\n", why, r.label)
+                q = _core.make_problem(1, 128, 128, 4, 4, 64)  # at 64 without softcap: the study's own reason
+                self.assertIn("softcap-exp-fma", _ext.supports(r.number, r.variant, q, H100), r.label)
                 p = _core.make_problem(1, 128, 128, 4, 4, 64)
                 p.head_dim_v = 32
                 p.softcap = 30.0
