@@ -55,6 +55,20 @@ bool hgmma_a_from_registers(const SassInstr& i) {
          i.operands.compare(comma + 2, 2, "RZ") != 0;
 }
 
+/// cuobjdump's @p what ("-sass", "-res-usage") of @p binary: fails the test without cuobjdump and
+/// requires it to exit 0.
+std::string cuobjdump_text(const char* what, const char* binary) {
+  const std::string cuobjdump = fl_test::find_cuobjdump();
+  if (cuobjdump.empty()) {
+    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
+  }
+  std::string text;
+  const int status = fl_test::run_cuobjdump(cuobjdump, what, binary, &text);
+  INFO("cuobjdump " << what << " " << binary << " exited " << status);
+  REQUIRE(status == 0);
+  return text;
+}
+
 }  // namespace
 
 TEST_CASE("SASS parsing of cuobjdump -sass", "[cpu][hopper]") {
@@ -117,14 +131,7 @@ HgmmaCounts hgmma_counts(const std::vector<SassInstr>& code, const std::string& 
 
 TEST_CASE("Hopper probe: every wrapper is the Hopper instruction, no serialization, no spill",
           "[cpu][hopper]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_HOPPER_PROBE_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_HOPPER_PROBE_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_HOPPER_PROBE_BINARY);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
   REQUIRE(kernels.size() == 3);  // the three probes, sm_90a only (fl_hopper_target)
 
@@ -196,8 +203,7 @@ TEST_CASE("Hopper probe: every wrapper is the Hopper instruction, no serializati
     CHECK(count_opcode(code, "STL") == 0);
   }
 
-  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_HOPPER_PROBE_BINARY, &text);
-  REQUIRE(status == 0);
+  text = cuobjdump_text("-res-usage", FL_HOPPER_PROBE_BINARY);
   const auto usage = fl_test::parse_res_usage(text, "sm_90a");
   REQUIRE(usage.size() == 3);
   for (const auto& [name, u] : usage) {
@@ -302,10 +308,6 @@ std::vector<std::string> wgmma_events(const std::vector<SassInstr>& code) {
 
 TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spill (sm_90a)",
           "[cpu][hopper_rung09]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
   using namespace fl::hopper09;
   // launch.cu instantiates the three head_dims of the rung and its six ablation variants (three
   // at d = 128, two at d = 64, one at d = 256), for each dtype the build keeps (FL_DTYPE):
@@ -331,10 +333,7 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
                          Dtype{fl::DType::bf16, "13__nv_bfloat16", "F32.BF16"}})
     if (fl::dtype_built(d.dtype)) dtypes.push_back(d);
 
-  std::string text;
-  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG09_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_RUNG09_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG09_BINARY);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
   CHECK(kernels.size() == instances.size() * dtypes.size());
   for (const auto& [name, code] : kernels) {
@@ -416,8 +415,7 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
     }
   }
 
-  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG09_BINARY, &text);
-  REQUIRE(status == 0);
+  text = cuobjdump_text("-res-usage", FL_RUNG09_BINARY);
   const auto usage = fl_test::parse_res_usage(text, "sm_90a");
   CHECK(usage.size() == instances.size() * dtypes.size());
   for (const auto& [name, u] : usage) {
@@ -432,14 +430,7 @@ TEST_CASE("rung 09: SS wgmma for QK^T, RS wgmma for PV, TMA on mbarriers, no spi
 #ifdef FL_RUNG10_BINARY
 TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_group 1 (sm_90a)",
           "[cpu][hopper_rung10]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG10_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_RUNG10_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG10_BINARY);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
   struct Tiles {
     const char* mangled;  // the tile struct's name inside the kernel's mangled name
@@ -510,8 +501,7 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
   CHECK(ws_kernels == (4 * 3 + 3) * dtypes);
   CHECK(no_ws_kernels == 4 * dtypes);
 
-  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG10_BINARY, &text);
-  REQUIRE(status == 0);
+  text = cuobjdump_text("-res-usage", FL_RUNG10_BINARY);
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
     CHECK(u.stack == 0);
@@ -526,14 +516,7 @@ TEST_CASE("rung 10: producer with setmaxnreg, empty barriers, ping-pong, wait_gr
 #ifdef FL_RUNG13_BINARY
 TEST_CASE("rung 13: FP8 wgmma (QGMMA e4m3) only, no 16-bit tensor op, no local memory (sm_90a)",
           "[cpu][hopper_rung13]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG13_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_RUNG13_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG13_BINARY);
   int kernels = 0;
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     INFO(name);
@@ -557,8 +540,7 @@ TEST_CASE("rung 13: FP8 wgmma (QGMMA e4m3) only, no 16-bit tensor op, no local m
   }
   // 3 head_dims x (rung, p-unscaled, fast-accum, exp-fma-25, exp-fma-50) per output dtype.
   CHECK(kernels == 15 * (fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16)));
-  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG13_BINARY, &text);
-  REQUIRE(status == 0);
+  text = cuobjdump_text("-res-usage", FL_RUNG13_BINARY);
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
     CHECK(u.stack == 0);
@@ -570,14 +552,7 @@ TEST_CASE("rung 13: FP8 wgmma (QGMMA e4m3) only, no 16-bit tensor op, no local m
 #ifdef FL_RUNG14_BINARY
 TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bulk reduce-add, setmaxnreg (sm_90a)",
           "[cpu][hopper_rung14]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG14_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_RUNG14_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG14_BINARY);
   int ws_kernels = 0, no_ws_kernels = 0, persistent_kernels = 0, fp8_row_kernels = 0, fp8_tile_kernels = 0;
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     INFO(name);
@@ -650,8 +625,7 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
   CHECK(persistent_kernels == 2 * dtypes);
   CHECK(fp8_row_kernels == 2 * dtypes);
   CHECK(fp8_tile_kernels == 2 * dtypes);
-  status = fl_test::run_cuobjdump(cuobjdump, "-res-usage", FL_RUNG14_BINARY, &text);
-  REQUIRE(status == 0);
+  text = cuobjdump_text("-res-usage", FL_RUNG14_BINARY);
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
     const bool persistent = name.find("ELb1EEELb") != std::string::npos;  // BwdTiles' last flag: PERSISTENT
@@ -664,14 +638,7 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
 #ifdef FL_RUNG16_BINARY
 TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, one tanh per exponential with softcap",
           "[cpu][hopper_rung16]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG16_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_RUNG16_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG16_BINARY);
   int kernels = 0, softcapped = 0, dropped = 0, ten_rounds = 0, persistent = 0;
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     INFO(name);
@@ -719,13 +686,7 @@ TEST_CASE("rung 16's backward: rung 14's GEMMs under every mask and modifier, on
 
 TEST_CASE("rung 16's softcap-exp-fma study: a quarter of the forward's exp2 moved off the XU pipe, the tanh kept",
           "[cpu][hopper_rung16]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG16_BINARY, &text);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG16_BINARY);
   // masked_fwd_kernel<T, Tiles<64, CAUSAL>, MASK, ScoreMod<1, 0>, PDropout<0>, EXP2>: per (dtype,
   // tiles, mask) the study's body (EXP2 = hopper10::Ex2Split<1>) against the rung's (Ex2Mufu).
   // Both take one MUFU.TANH per score; the rung one MUFU.EX2 per score plus the rescale's
@@ -762,14 +723,7 @@ TEST_CASE("rung 16's softcap-exp-fma study: a quarter of the forward's exp2 move
 #ifdef FL_RUNG17_BINARY
 TEST_CASE("rung 17: MLA decode's GEMMs are wgmma, its K blocks TMA boxes, nothing spills (sm_90a)",
           "[cpu][hopper_rung17]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG17_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_RUNG17_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG17_BINARY);
   int kernels = 0;
   for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
     if (name.find("mla_decode_kernel") == std::string::npos) continue;
@@ -789,14 +743,7 @@ TEST_CASE("rung 17: MLA decode's GEMMs are wgmma, its K blocks TMA boxes, nothin
 #ifdef FL_RUNG15_BINARY
 TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, the counter (sm_90a)",
           "[cpu][hopper_rung15]") {
-  const std::string cuobjdump = fl_test::find_cuobjdump();
-  if (cuobjdump.empty()) {
-    FAIL("cuobjdump not found (set FL_CUOBJDUMP, or pip install nvidia-cuda-cuobjdump)");
-  }
-  std::string text;
-  const int status = fl_test::run_cuobjdump(cuobjdump, "-sass", FL_RUNG15_BINARY, &text);
-  INFO("cuobjdump -sass " << FL_RUNG15_BINARY << " exited " << status);
-  REQUIRE(status == 0);
+  std::string text = cuobjdump_text("-sass", FL_RUNG15_BINARY);
   const auto kernels = fl_test::parse_sass(text, "sm_90a");
   struct Tiles {
     const char* mangled;  // the tile struct's name inside the kernel's mangled name
