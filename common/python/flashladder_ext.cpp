@@ -269,6 +269,12 @@ void check_grad_strides(const Problem& p, const std::array<uintptr_t, 9>& ptr, c
   }
 }
 
+/// True when @p p needs more than a plain prepared launch (the extras, a cache's lengths and
+/// starts, pages or V inside K): PreparedForward and PreparedBackward without mods refuse it.
+bool beyond_plain(const Problem& p) {
+  return p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 || p.v_in_k;
+}
+
 /// A forward launch prepared once for one input signature (flashladder._ops' fast path: a call
 /// with no mask, modifier or packing and no autograd). The constructor does what every call would
 /// repeat: the entry's supports() on the device, the problem's AttnParams, and the strides' checks
@@ -286,8 +292,7 @@ class PreparedForward {
       : rung_(&find_rung(number, variant)), device_(device), workspace_bytes_(workspace_bytes), problem_(p),
         mods_(mods) {
     if (!rung_->launch) refuse_if(rung_->label() + " has no forward launch");
-    if (!mods && (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 ||
-                  p.v_in_k))
+    if (!mods && beyond_plain(p))
       refuse_if("a prepared launch takes no mask, modifier, packing, cache lengths or V inside K (call forward)");
     if (p.v_in_k) refuse_if("a prepared launch takes no V inside K (call forward)");
     refuse_if(supports_reason(*rung_, problem_, device_info(device)));
@@ -416,8 +421,7 @@ class PreparedBackward {
       : rung_(&find_rung(number, variant)), device_(device), problem_(problem), mods_(mods) {
     const Problem& p = problem_;
     if (!rung_->launch_bwd) refuse_if(rung_->label() + " has no backward pass");
-    if (!mods && (p.has_mods() || p.varlen() || !p.seqused_k.empty() || !p.seqstart_k.empty() || p.page_size > 0 ||
-                  p.v_in_k))
+    if (!mods && beyond_plain(p))
       refuse_if("a prepared backward takes no mask, modifier, packing, cache lengths or V inside K (call backward)");
     if (p.v_in_k) refuse_if("v_in_k: the backward pass takes V of its own (MLA's latent cache is forward only)");
     refuse_if(supports_reason(*rung_, p, device_info(device)));
