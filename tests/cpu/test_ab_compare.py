@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """bench/studies/ab_compare.py (the A/B table of bench/studies/ab_timing.sh) on synthetic runs, and
-bench/studies/sass_loop.py on a synthetic SASS listing: no GPU needed.
+bench/studies/sass_loop.py on a synthetic SASS listing, bench/studies/ncu_source_top.py on a synthetic
+Nsight Compute source page: no GPU needed.
 
     python3 tests/cpu/test_ab_compare.py      (ctest: cpu_ab_compare)
 
@@ -17,6 +18,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "studies"))
 import ab_compare  # noqa: E402
+import ncu_source_top  # noqa: E402
 import sass_loop  # noqa: E402
 
 
@@ -88,6 +90,32 @@ class SassLoopTest(unittest.TestCase):
         self.assertEqual([sass_loop.opcode(i) for i in loop],
                          ["HMMA", "BRA", "LDSM", "F2FP", "BRA", "HMMA", "BRA"])
         self.assertIsNone(sass_loop.main_loop([(0, "NOP"), (0x10, "BRA 0x20")]))  # forward only
+
+class NcuSourceTopTest(unittest.TestCase):
+    def test_ranks_by_reason(self):
+        # ncu's source page: progress text, then quoted CSV rows (address, SASS, samples by reason).
+        text = ('==PROF== Connected\n"Address","Source","Warp Stall Sampling (All Samples)","stall_mio_throttle",'
+                '"stall_barrier"\n"0x10","STS.128 [R1], R4","50","40","0"\n"0x20","HGMMA.64x64x16.F32","30","0","5"\n'
+                '"0x30","BAR.SYNC 0x1","20","0","15"\n')
+        fd, path = tempfile.mkstemp(suffix=".csv", prefix="ncu-source-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        try:
+            import contextlib
+            import io
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                self.assertEqual(ncu_source_top.main([path, "--top", "2"]), 0)
+        finally:
+            os.remove(path)
+        lines = out.getvalue().splitlines()
+        at = lines.index("stall_mio_throttle:")
+        self.assertIn("100.0 %", lines[at + 1])
+        self.assertIn("STS.128", lines[at + 1])
+        every = lines.index("Warp Stall Sampling (All Samples) (3 instructions):")
+        self.assertIn("50.0 %", lines[every + 1])
+        self.assertEqual(len([x for x in lines[every + 1:every + 4] if "%" in x]), 2)  # --top 2
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Rung 14's main kernel at the training demo's shape (bf16, batch 2, 4k keys, 16/4 heads of 128,
+# causal) under Nsight Compute's per-instruction view: each SASS instruction's sampled warp stalls
+# by reason (ncu's source page), so that a reason the kernel-wide metrics single out (mio_throttle,
+# eleven times cuDNN's: rung 14's README, "On the H200") is traced to the
+# instructions that wait on it.
+#
+#   bench/studies/rung14_ncu_source.sh BIN_DIR OUT_DIR
+#
+# Writes OUT_DIR/rung14_demo_source.csv (ncu --page source --print-source sass --csv: one row per
+# SASS instruction, its stall samples by reason), OUT_DIR/rung14_demo_source.cmd (the runner's
+# arguments) and OUT_DIR/rung14_demo_top.txt (ncu_source_top.py: the instructions with the most
+# samples, overall and per reason). The report itself (.ncu-rep) is not kept.
+# Exit: 0 written; 77 no ncu; otherwise the failing command's code.
+set -uo pipefail
+. "$(dirname "$0")/ncu_common.sh"
+ncu_study_start rung14_ncu_source.sh "$@"
+A="--dtype bf16 --batch 2 --seqlen 4096 --heads 16 --kv-heads 4 --dim 128 --causal 1 --iters 1 --warmup 0 --check none --no-compare"
+echo "14_hopper_backward $A" > "$OUT/rung14_demo_source.cmd"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# shellcheck disable=SC2086
+"${NCU:-ncu}" --section SourceCounters --section WarpStateStats -k regex:bwd_hopper_kernel -c 1 -o "$tmp/rung14_demo" \
+  "$BIN/14_hopper_backward" $A > "$OUT/rung14_demo_ncu.log" 2>&1 || exit $?
+"${NCU:-ncu}" -i "$tmp/rung14_demo.ncu-rep" --page source --print-source sass --csv > "$OUT/rung14_demo_source.csv" || exit $?
+python3 "$(dirname "$0")/ncu_source_top.py" "$OUT/rung14_demo_source.csv" > "$OUT/rung14_demo_top.txt" || exit $?
