@@ -91,6 +91,16 @@ class SassLoopTest(unittest.TestCase):
                          ["HMMA", "BRA", "LDSM", "F2FP", "BRA", "HMMA", "BRA"])
         self.assertIsNone(sass_loop.main_loop([(0, "NOP"), (0x10, "BRA 0x20")]))  # forward only
 
+    def test_narrowest_loop_and_counts(self):
+        body = dict(sass_loop.kernels(self.LISTING))["_Z6kernelv"]
+        # The narrowest back edge around an LDSM is 0x30..0x50; around an HMMA only the wide one.
+        self.assertEqual(sass_loop.narrowest_loop(body, "LDSM"), (0x30, 0x50))
+        self.assertEqual(sass_loop.narrowest_loop(body, "HMMA"), (0x10, 0x70))
+        self.assertIsNone(sass_loop.narrowest_loop(body, "STSM"))
+        ins = ["STS [R1], R2", "STS.128 [R1], R4", "@P0 STSM.16.M88.4 [R1], R4", "LDS.64 R2, [R1]", "STS [R3], R2"]
+        counts = sass_loop.count_prefixes(ins, ["STSM", "STS.128", "STS", "LDS"])
+        self.assertEqual(dict(counts), {"STS": 2, "STS.128": 1, "STSM": 1, "LDS": 1})  # the longest prefix wins
+
 class NcuSourceTopTest(unittest.TestCase):
     def test_ranks_by_reason(self):
         # ncu's source page: progress text, then quoted CSV rows (address, SASS, samples by reason).
