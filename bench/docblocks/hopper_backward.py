@@ -12,6 +12,7 @@ import collections
 import glob
 import os
 import re
+import statistics
 
 from .core import Missing, bench_module, generator, link, varlen_lengths
 
@@ -860,6 +861,59 @@ def short_kernel(name, width=48):
     """A kernel's name without its template arguments and return type, cut to @p width."""
     base = name.split("(")[0].split("<")[0].replace("void ", "").strip() or name
     return base if len(base) <= width else base[:width - 1] + "…"
+
+
+def build_ab_runs(res, folder):
+    """{shape index: (runner args, {"a": [TFLOP/s, ...], "b": [...]})} of an A/B of two builds run
+    in turn (@p folder/summary.txt: "s<i> <a|b><round> <args> -> rate <x> TFLOP/s"; a: the first
+    build, b: the second)."""
+    out = collections.OrderedDict()
+    with open(res.path(folder + "/summary.txt"), encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"s(\d+) ([ab])\d+ (.*?) -> rate +([0-9.]+) TFLOP/s", line.strip())
+            if m:
+                args, rates = out.setdefault(int(m.group(1)), (m.group(3), {"a": [], "b": []}))
+                rates[m.group(2)].append(float(m.group(4)))
+    return out
+
+
+def args_cell(args):
+    """A runner's arguments as the A/B table's shape: dtype, d, seqlen, batch, heads, mask, mode."""
+    opt = dict(re.findall(r"--([\w-]+) (\S+)", args))
+    heads = opt.get("heads", "?") + ("/" + opt["kv-heads"] if "kv-heads" in opt else "")
+    return "%s, %s, %s, %s, %s, %s%s" % (opt.get("dtype", "?"), opt.get("dim", "?"), opt.get("seqlen", "?"),
+                                         opt.get("batch", "?"), heads,
+                                         "causal" if opt.get("causal") == "1" else "not causal",
+                                         ", deterministic" if opt.get("deterministic") == "1" else "")
+
+
+@generator("build-ab")
+def gen_build_ab(ctx, gpu, a="A", b="B", folder="abmain"):
+    """Two builds of a rung's runner timed in turn on the same shapes (@p folder/summary.txt, its
+    logs beside it): per shape each build's TFLOP/s per round, their medians and B / A; @p a, @p b
+    name the builds (underscores for spaces)."""
+    res = ctx.results(gpu)
+    if not res.has(folder + "/summary.txt"):
+        raise Missing("an A/B of two builds in %s" % gpu, "the builds' runners in turn, summary.txt")
+    runs = build_ab_runs(res, folder)
+    a, b = a.replace("_", " "), b.replace("_", " ")
+    rows = ["| dtype, d, seqlen, batch, heads, mask | %s (TFLOP/s) | %s (TFLOP/s) | %s / %s |" % (a, b, b, a),
+            "|---|---|---|--:|"]
+    for args, rates in runs.values():
+        ma, mb = statistics.median(rates["a"]), statistics.median(rates["b"])
+        rows.append("| %s | %s | %s | %.3f× |" % (args_cell(args), ", ".join("%.1f" % x for x in rates["a"]),
+                                                 ", ".join("%.1f" % x for x in rates["b"]), mb / ma))
+    first = sorted(glob.glob(res.path(folder + "/s1_a1.log")))
+    stamp = ""
+    if first:
+        with open(first[0], encoding="utf-8") as f:
+            m = re.search(r"run +(\S+), commit (\w+)", f.read())
+        if m:
+            stamp = "; the first run %s, commit `%s` (as its report says)" % (m.group(1)[:10], m.group(2)[:7])
+    rows += ["", "Each build's rate per round (median of its launches, L2 flushed), the two builds in turn on one "
+             "GPU; the last column the ratio of their medians over the rounds, above 1.0× the second build faster%s; "
+             "%s." % (stamp, link(res, folder + "/summary.txt"))]
+    return "\n".join(rows)
 
 
 @generator("bwd-kernel-ratios")
