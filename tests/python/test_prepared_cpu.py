@@ -43,43 +43,41 @@ from cpu_stubs import check, exit_status  # noqa: E402  tests/python/cpu_stubs.p
 LOG = []  # (what, args)
 
 
-class FakeForward:
+class FakePrepared:
+    """A stand-in for _ext.PreparedForward / PreparedBackward: its construction (NAME) and each
+    launch are logged; a class with refuse set raises as a refusing constructor does, and an
+    instance with fit False launches nothing."""
     refuse = False
+    NAME = PREFIX = ""
 
     def __init__(self, *args):
-        if FakeForward.refuse:
+        if type(self).refuse:
             raise ValueError("refused")
-        LOG.append(("PreparedForward", args))
+        LOG.append((self.NAME, args))
         self.args, self.fit = args, True
         self.writes_o_fp32 = True
         self.workspace_bytes = args[5]
 
-    def launch_o32(self, *ptrs):
-        LOG.append(("launch_o32", ptrs))
+    def _launch(self, what, ptrs):
+        LOG.append((what, ptrs))
         return self.fit
 
     def launch_mods(self, *ptrs):
-        LOG.append(("fwd.launch_mods", ptrs))
-        return self.fit
+        return self._launch(self.PREFIX + "launch_mods", ptrs)
 
 
-class FakeBackward:
-    refuse = False
+class FakeForward(FakePrepared):
+    NAME, PREFIX = "PreparedForward", "fwd."
 
-    def __init__(self, *args):
-        if FakeBackward.refuse:
-            raise ValueError("refused")
-        LOG.append(("PreparedBackward", args))
-        self.args, self.fit = args, True
-        self.workspace_bytes = args[5]
+    def launch_o32(self, *ptrs):
+        return self._launch("launch_o32", ptrs)
+
+
+class FakeBackward(FakePrepared):
+    NAME, PREFIX = "PreparedBackward", "bwd."
 
     def launch(self, *ptrs):
-        LOG.append(("bwd.launch", ptrs))
-        return self.fit
-
-    def launch_mods(self, *ptrs):
-        LOG.append(("bwd.launch_mods", ptrs))
-        return self.fit
+        return self._launch("bwd.launch", ptrs)
 
 
 def plan(kind):
