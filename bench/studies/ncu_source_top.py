@@ -41,6 +41,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     with open(args.csv, encoding="utf-8", newline="") as f:
         lines = [line for line in f if line.startswith('"')]
+    # ncu may print a "Kernel Name" line before the table: the table starts at its "Address" header
+    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)
+    lines = lines[start:]
     rows = list(csv.DictReader(lines))
     if not rows:
         print("ncu_source_top.py: no rows in %s" % args.csv)

@@ -513,11 +513,13 @@ def prepared_step_cases():
 
 
 def prepared_mods_cases():
-    """A masked, modified or packed step's second call takes its Step's prepared launches
-    (_ops.Step.prepared_forward / prepared_backward: PreparedForward / PreparedBackward with the
-    extras per launch): with torch.use_deterministic_algorithms(True), steps 2 and 3 launch both
-    prepared and their O, dQ, dK, dV (and dsinks) equal step 1's (the checked binding's) bit for
-    bit: softcap, a window, ALiBi slopes, learnable sinks, a packed batch; bf16 GQA 8/2."""
+    """A masked, modified or packed call takes its Step's prepared launches (_ops.Step.prepared_forward
+    / prepared_backward: PreparedForward / PreparedBackward with the extras per launch) from its
+    first call on: the Step is made once the call's checks pass, before it runs. With
+    torch.use_deterministic_algorithms(True), a first step with the prepared launches refused (the
+    checked binding runs, as it does where a launch does not fit), then three steps that launch both
+    prepared, and their O, dQ, dK, dV (and dsinks) equal the checked step's bit for bit: softcap, a
+    window, ALiBi slopes, learnable sinks, a packed batch; bf16 GQA 8/2."""
     from flashladder import _ops
     calls = {"forward": 0, "backward": 0}
     originals = (_ops.Step.prepared_forward, _ops.Step.prepared_backward)
@@ -531,10 +533,12 @@ def prepared_mods_cases():
             calls[self.name] += bool(done)
             return done
 
+    refused = [False]
+
     def counted(name, fn):
         def wrapper(*args):
             launch = fn(*args)
-            return None if launch is None else Counted(name, launch)
+            return None if launch is None or refused[0] else Counted(name, launch)
         return wrapper
 
     _ops.Step.prepared_forward = counted("forward", originals[0])
@@ -568,7 +572,8 @@ def prepared_mods_cases():
             dout = randn(*shapes[0], dtype=dt)
             before = dict(calls)
             runs = []
-            for _ in range(3):
+            for i in range(4):
+                refused[0] = i == 0  # the first step: the checked binding
                 for t in leaves + [sinks]:
                     t.grad = None
                 out = call(*leaves)
@@ -577,17 +582,20 @@ def prepared_mods_cases():
                 if sinks.grad is not None:
                     got += (sinks.grad.clone(),)
                 runs.append(got)
+            refused[0] = False
             what = "the prepared masked step (%s, bf16 d=%d GQA %d/%d)" % (name, d, hq, hkv)
             COMPARED[0] += 1
             took = (calls["forward"] - before["forward"], calls["backward"] - before["backward"])
-            if took != (2, 2):
-                fail("%s: steps 2 and 3 took %d prepared forwards and %d prepared backwards, expected 2 each"
+            names = ("O", "dQ", "dK", "dV", "dsinks")
+            differ = sorted({names[j] for run in runs[1:] for j, (a, c) in enumerate(zip(runs[0], run))
+                             if not torch.equal(a, c)})
+            if took != (3, 3):
+                fail("%s: steps 2 to 4 took %d prepared forwards and %d prepared backwards, expected 3 each"
                      % ((what,) + took))
-            elif len(runs[0]) != len(runs[2]) or not all(
-                    torch.equal(a, c) for run in runs[1:] for a, c in zip(runs[0], run)):
-                fail("%s: O or a gradient differs from the first (checked) step's" % what)
+            elif len(set(len(run) for run in runs)) != 1 or differ:
+                fail("%s: %s differ from the checked step's" % (what, ", ".join(differ) or "the gradients"))
             else:
-                print("ok   %s: steps 2 and 3 prepared, bitwise equal to step 1" % what)
+                print("ok   %s: steps 2 to 4 prepared, bitwise equal to the checked step" % what)
     finally:
         torch.use_deterministic_algorithms(False)
         _ops.Step.prepared_forward, _ops.Step.prepared_backward = originals
