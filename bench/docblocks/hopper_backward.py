@@ -9,7 +9,9 @@ Every block names its folder(s) under bench/results/ with gpu=; several folders 
 commas. The sweep's dtype is the one its ladder run's context records."""
 
 import collections
+import csv
 import glob
+import gzip
 import os
 import re
 import statistics
@@ -955,6 +957,71 @@ def gen_bwd_kernel_ratios(ctx, gpu):
             "and memsets (pre- and post-passes included), no host wait. %s, %s, commit `%s`, PyTorch %s, cuDNN %s." % (
                 ctxt["passes"], ctxt["device"], ctxt["date"][:10], ctxt["git_sha"][:7],
                 ctxt["versions"].get("torch", "?"), ctxt["cudnn"])]
+    return "\n".join(out)
+
+
+def ncu_source_rows(path):
+    """The rows of an ncu source-page CSV (rung14_ncu_source.sh: .csv or .csv.gz), from its
+    "Address" header on (ncu may print the kernel's name first)."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        lines = [line for line in f if line.startswith('"')]
+    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)
+    return list(csv.DictReader(lines[start:]))
+
+
+def sass_text(source):
+    """A SASS line of ncu's source page without its predicate, its operands cut after 40 characters."""
+    words = source.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    text = " ".join(words)
+    return text if len(text) <= 48 else text[:47] + "…"
+
+
+@generator("ncu-source")
+def gen_ncu_source(ctx, gpu, builds, names="", reasons="mio,barrier,long_sb,wait", top=4):
+    """Nsight Compute's per-instruction stall samples of rung 14's main kernel
+    (bench/studies/rung14_ncu_source.sh) for one or more builds (@p builds: folders under @p gpu,
+    comma-separated; @p names: their labels, underscores for spaces): per build the samples in all,
+    each reason's share of them, and for each of @p reasons the @p top instructions with the most of
+    its samples (the opcode and the share of the reason's samples)."""
+    top = int(top)
+    folders = builds.split(",")
+    labels = [n.replace("_", " ") for n in names.split(",")] if names else folders
+    res = ctx.results(gpu)
+    runs = []
+    for folder in folders:
+        path = next((res.path(folder + "/rung14_demo_source.csv" + z) for z in (".gz", "")
+                     if res.has(folder + "/rung14_demo_source.csv" + z)), None)
+        if path is None:
+            raise Missing("ncu's source page in %s/%s" % (gpu, folder), "bench/studies/rung14_ncu_source.sh BIN OUT")
+        runs.append((folder, ncu_source_rows(path)))
+    num = lambda r, c: float((r.get(c) or "0").replace(",", "") or 0)  # noqa: E731
+    every = "Warp Stall Sampling (All Samples)"
+    shown = [r.strip() for r in reasons.split(",")]
+    out = ["| | " + " | ".join(labels) + " |", "|---|" + "--:|" * len(labels)]
+    totals = [sum(num(r, every) for r in rows) for _, rows in runs]
+    out.append("| stall samples, all reasons | " + " | ".join("{:,.0f}".format(t) for t in totals) + " |")
+    for reason in shown:
+        col = "stall_" + reason
+        out.append("| `%s`, share of all | " % col + " | ".join(
+            "%.1f %%" % (100 * sum(num(r, col) for r in rows) / t) for (_, rows), t in zip(runs, totals)) + " |")
+    for reason in shown:
+        col = "stall_" + reason
+        cells = []
+        for _, rows in runs:
+            tot = sum(num(r, col) for r in rows)
+            ranked = sorted(rows, key=lambda r: -num(r, col))[:top]
+            cells.append("<br>".join("%.1f %% `%s`" % (100 * num(r, col) / tot, sass_text(r.get("Source", "")))
+                                     for r in ranked if tot > 0))
+        out.append("| top `%s` instructions | " % col + " | ".join(cells) + " |")
+    with open(res.path(folders[0] + "/rung14_demo_source.cmd"), encoding="utf-8") as f:
+        cmd = f.read().strip()
+    out += ["", "Nsight Compute's warp-state samples per SASS instruction of rung 14's main kernel, one launch each "
+            "(`bench/studies/rung14_ncu_source.sh`: `%s`); a reason's share is its samples over all samples, an "
+            "instruction's its samples over the reason's. %s." % (cmd, ", ".join(
+                link(res, f + "/rung14_demo_top.txt") for f in folders))]
     return "\n".join(out)
 
 

@@ -3,7 +3,7 @@
 
     python3 bench/studies/ncu_source_top.py SOURCE_CSV [--top N] [--reasons mio,barrier,...]
 
-SOURCE_CSV is `ncu -i REPORT --page source --print-source sass --csv`: one row per SASS
+SOURCE_CSV (or SOURCE_CSV.gz) is `ncu -i REPORT --page source --print-source sass --csv`: one row per SASS
 instruction, with its address, its text and its stall samples (all reasons together, and one
 column per reason). Prints, for the samples of all reasons and then for each column whose name
 holds one of --reasons (default: mio, barrier, long_scoreboard, short_scoreboard, wait,
@@ -13,6 +13,7 @@ these substrings, and the header is printed first. Needs no GPU and no PyTorch.
 """
 import argparse
 import csv
+import gzip
 import sys
 
 
@@ -39,7 +40,8 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--reasons", default="mio,barrier,long_scoreboard,short_scoreboard,wait,math_pipe")
     args = ap.parse_args(argv)
-    with open(args.csv, encoding="utf-8", newline="") as f:
+    opener = gzip.open if args.csv.endswith(".gz") else open
+    with opener(args.csv, "rt", encoding="utf-8", newline="") as f:
         lines = [line for line in f if line.startswith('"')]
     # ncu may print a "Kernel Name" line before the table: the table starts at its "Address" header
     start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)

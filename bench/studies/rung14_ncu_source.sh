@@ -7,7 +7,7 @@
 #
 #   bench/studies/rung14_ncu_source.sh BIN_DIR OUT_DIR
 #
-# Writes OUT_DIR/rung14_demo_source.csv (ncu --page source --print-source sass --csv: one row per
+# Writes OUT_DIR/rung14_demo_source.csv.gz (ncu --page source --print-source sass --csv: one row per
 # SASS instruction, its stall samples by reason), OUT_DIR/rung14_demo_source.cmd (the runner's
 # arguments) and OUT_DIR/rung14_demo_top.txt (ncu_source_top.py: the instructions with the most
 # samples, overall and per reason). The report itself (.ncu-rep) is not kept.
@@ -24,3 +24,4 @@ trap 'rm -rf "$tmp"' EXIT
   "$BIN/14_hopper_backward" $A > "$OUT/rung14_demo_ncu.log" 2>&1 || exit $?
 "${NCU:-ncu}" -i "$tmp/rung14_demo.ncu-rep" --page source --print-source sass --csv > "$OUT/rung14_demo_source.csv" || exit $?
 python3 "$(dirname "$0")/ncu_source_top.py" "$OUT/rung14_demo_source.csv" > "$OUT/rung14_demo_top.txt" || exit $?
+gzip -9f "$OUT/rung14_demo_source.csv"  # ncu_source_top.py reads the .gz as well

@@ -104,21 +104,27 @@ class SassLoopTest(unittest.TestCase):
 class NcuSourceTopTest(unittest.TestCase):
     def test_ranks_by_reason(self):
         # ncu's source page: progress text, then quoted CSV rows (address, SASS, samples by reason).
-        text = ('==PROF== Connected\n"Address","Source","Warp Stall Sampling (All Samples)","stall_mio_throttle",'
+        # ncu 2025 prints the kernel's name first, as a quoted row of its own.
+        text = ('==PROF== Connected\n"Kernel Name","void k<(int)1, (bool)0>(float *)",\n"Address","Source","Warp Stall Sampling (All Samples)","stall_mio_throttle",'
                 '"stall_barrier"\n"0x10","STS.128 [R1], R4","50","40","0"\n"0x20","HGMMA.64x64x16.F32","30","0","5"\n'
                 '"0x30","BAR.SYNC 0x1","20","0","15"\n')
-        fd, path = tempfile.mkstemp(suffix=".csv", prefix="ncu-source-")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        try:
-            import contextlib
-            import io
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                self.assertEqual(ncu_source_top.main([path, "--top", "2"]), 0)
-        finally:
-            os.remove(path)
-        lines = out.getvalue().splitlines()
+        import contextlib
+        import gzip
+        import io
+        outs = []
+        for zipped in (False, True):  # the committed copies are gzipped (rung14_ncu_source.sh)
+            fd, path = tempfile.mkstemp(suffix=".csv.gz" if zipped else ".csv", prefix="ncu-source-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(gzip.compress(text.encode()) if zipped else text.encode())
+            try:
+                out = io.StringIO()
+                with contextlib.redirect_stdout(out):
+                    self.assertEqual(ncu_source_top.main([path, "--top", "2"]), 0)
+                outs.append(out.getvalue())
+            finally:
+                os.remove(path)
+        self.assertEqual(outs[0], outs[1])
+        lines = outs[0].splitlines()
         at = lines.index("stall_mio_throttle:")
         self.assertIn("100.0 %", lines[at + 1])
         self.assertIn("STS.128", lines[at + 1])
