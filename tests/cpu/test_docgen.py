@@ -219,6 +219,26 @@ class DocgenTest(unittest.TestCase):
         self.assertIn("cuDNN's FP8 dQ, dK, dV 4.0e-02, 4.0e-02, 3.7e-02 on the values", written)
         self.assertIn("cuDNN 9.19.0 through nvidia-cudnn-frontend==1.14.0", written)
 
+    def test_host_serving_ab_block(self):
+        # host-serving-ab (bench/pytorch/host_serving_ab.py): each build's µs per call per round, each over
+        # its own process's SDPA decode call (the median over the rounds), and B's ratio over A's.
+        sdpa, paged = "F.scaled_dot_product_attention, decode", "with_kvcache, paged, appending one token"
+        def run(build, r, s, p):
+            return {"build": build, "round": r, "package": "x", "call_us": {sdpa: s, paged: p},
+                    "call_alone_us": {sdpa: s, paged: p}, "not_run": {}}
+        d = {"context": {"device": "NVIDIA H200", "date": "2026-11-30T10:00:00+00:00", "git_sha": "abc1234def",
+                         "versions": {"torch": "2.11.0"}},
+             "names": ["main", "fused"], "calls": 2000,
+             "shape": {"batch": 2, "heads_q": 8, "heads_kv": 2, "head_dim": 128, "slots": 1024, "used": 500,
+                       "page": 64, "dtype": "fp16"},
+             "runs": [run("a", 1, 20.0, 40.0), run("b", 1, 20.0, 30.0), run("a", 2, 10.0, 20.0),
+                      run("b", 2, 30.0, 45.0)]}
+        written = self.write_run_doc({"host_serving_ab.json": d}, ["host-serving-ab"])
+        self.assertIn("| `%s` | 40.0, 20.0 | 30.0, 45.0 | 2.00× | 1.50× | 0.75× |" % paged, written)
+        self.assertIn("| `%s` | 20.0, 10.0 | 20.0, 30.0 | 1.00× | 1.00× | — |" % sdpa, written)
+        self.assertIn("Each round runs main's package, then fused's", written)
+        self.assertIn("NVIDIA H200, 2026-11-30, commit `abc1234`, PyTorch 2.11.0", written)
+
     def test_rung16_dropout_ab_block(self):
         # rung16-dropout-ab (bench/studies/rung16_dropout_ab.sh): without / with dropout per pass, and the same
         # calls with Philox4x32-10 (`-philox10` runs) in their own columns; the footnote names the generator.

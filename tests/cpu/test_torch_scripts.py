@@ -24,6 +24,8 @@
 8. bench/studies/fp8_bwd_error.py's emulated backward (with PyTorch): its 16-bit arithmetic within
    bf16's error of the fp64 backward, each FP8 GEMM's error in its own gradient only, and the
    scales floored so that a vanishing slice cannot make 0 / 0.
+9. bench/pytorch/host_serving_ab.py: its child's program, the record among the child's output, the
+   arguments it refuses; without a GPU it measures nothing.
 """
 
 import glob
@@ -477,6 +479,26 @@ class BwdProfile(unittest.TestCase):
                 self.assertFalse(os.path.exists(os.path.join(out, "torch_bwd_profile.json")))
 
 
+class HostServingAB(unittest.TestCase):
+    """bench/pytorch/host_serving_ab.py's parts that need no GPU: the child's program compiles with
+    its folders in, its record is found among the child's other output, and bad arguments fail."""
+
+    def test_child_and_record(self):
+        import host_serving_ab
+
+        code = host_serving_ab.CHILD.format(here="/h", package="/p", calls=20, mark=host_serving_ab.MARK)
+        compile(code, "<child>", "exec")
+        self.assertIn("sys.path.insert(0, '/p')", code)
+        rec = {"call_us": {"x": 1.0}, "call_alone_us": {"x": 2.0}}
+        out = "  x  1.0 us per call\n%s%s\ntrailing\n" % (host_serving_ab.MARK, json.dumps(rec))
+        self.assertEqual(host_serving_ab.parse_child(out), rec)
+        self.assertIsNone(host_serving_ab.parse_child("no record here"))
+        rc, text = run_script("bench/pytorch/host_serving_ab.py", "--a", "x", "--b", "y", "--out", "z",
+                              "--names", "one")
+        self.assertEqual(rc, 2, text)
+        self.assertIn("two names", text)
+
+
 class Scripts(unittest.TestCase):
     @unittest.skipIf(gpu_visible(), "a CUDA device is visible: the scripts would measure")
     def test_without_a_gpu(self):
@@ -494,6 +516,10 @@ class Scripts(unittest.TestCase):
             self.assertEqual(rc, 0, text)
             self.assertIn("nothing measured", text)
             self.assertFalse(os.path.exists(os.path.join(out, "torch_flex.json")))
+            rc, text = run_script("bench/pytorch/host_serving_ab.py", "--a", "x", "--b", "y", "--out", out)
+            self.assertEqual(rc, 0, text)
+            self.assertIn("nothing measured", text)
+            self.assertFalse(os.path.exists(os.path.join(out, "host_serving_ab.json")))
             rc, text = run_script("bench/pytorch/cudnn_fp8.py", "--out", out)
             self.assertEqual(rc, 0, text)
             self.assertIn("nothing measured", text)
