@@ -9,9 +9,7 @@ Every block names its folder(s) under bench/results/ with gpu=; several folders 
 commas. The sweep's dtype is the one its ladder run's context records."""
 
 import collections
-import csv
 import glob
-import gzip
 import os
 import re
 import statistics
@@ -960,16 +958,6 @@ def gen_bwd_kernel_ratios(ctx, gpu):
     return "\n".join(out)
 
 
-def ncu_source_rows(path):
-    """The rows of an ncu source-page CSV (rung14_ncu_source.sh: .csv or .csv.gz), from its
-    "Address" header on (ncu may print the kernel's name first)."""
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", newline="") as f:
-        lines = [line for line in f if line.startswith('"')]
-    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)
-    return list(csv.DictReader(lines[start:]))
-
-
 def sass_text(source):
     """A SASS line of ncu's source page without its predicate, its operands cut after 40 characters."""
     words = source.split()
@@ -996,7 +984,7 @@ def gen_ncu_source(ctx, gpu, builds, names="", reasons="mio,barrier,long_sb,wait
                      if res.has(folder + "/rung14_demo_source.csv" + z)), None)
         if path is None:
             raise Missing("ncu's source page in %s/%s" % (gpu, folder), "bench/studies/rung14_ncu_source.sh BIN OUT")
-        runs.append((folder, ncu_source_rows(path)))
+        runs.append((folder, bench_module("ncu_source_top").read_rows(path)))
     num = lambda r, c: float((r.get(c) or "0").replace(",", "") or 0)  # noqa: E731
     every = "Warp Stall Sampling (All Samples)"
     shown = [r.strip() for r in reasons.split(",")]

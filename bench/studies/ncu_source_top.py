@@ -24,6 +24,16 @@ def number(text):
         return 0.0
 
 
+def read_rows(path):
+    """The rows of ncu's source page at @p path (.csv, or .csv.gz), one dict per SASS instruction:
+    ncu may print a "Kernel Name" line before the table, which starts at its "Address" header."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        lines = [line for line in f if line.startswith('"')]
+    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)
+    return list(csv.DictReader(lines[start:]))
+
+
 def top(rows, column, source, address, n):
     """The @p n rows with the most samples in @p column, as printable lines."""
     total = sum(number(r.get(column)) for r in rows)
@@ -40,13 +50,7 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--reasons", default="mio,barrier,long_scoreboard,short_scoreboard,wait,math_pipe")
     args = ap.parse_args(argv)
-    opener = gzip.open if args.csv.endswith(".gz") else open
-    with opener(args.csv, "rt", encoding="utf-8", newline="") as f:
-        lines = [line for line in f if line.startswith('"')]
-    # ncu may print a "Kernel Name" line before the table: the table starts at its "Address" header
-    start = next((i for i, line in enumerate(lines) if line.startswith('"Address"')), 0)
-    lines = lines[start:]
-    rows = list(csv.DictReader(lines))
+    rows = read_rows(args.csv)
     if not rows:
         print("ncu_source_top.py: no rows in %s" % args.csv)
         return 1
