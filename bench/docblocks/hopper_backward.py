@@ -959,7 +959,7 @@ def gen_bwd_kernel_ratios(ctx, gpu):
 
 
 def sass_text(source):
-    """A SASS line of ncu's source page without its predicate, its operands cut after 40 characters."""
+    """A SASS line of ncu's source page without its predicate, cut to 48 characters."""
     words = source.split()
     if words and words[0].startswith("@"):
         words = words[1:]
@@ -985,7 +985,8 @@ def gen_ncu_source(ctx, gpu, builds, names="", reasons="mio,barrier,long_sb,wait
         if path is None:
             raise Missing("ncu's source page in %s/%s" % (gpu, folder), "bench/studies/rung14_ncu_source.sh BIN OUT")
         runs.append((folder, bench_module("ncu_source_top").read_rows(path)))
-    num = lambda r, c: float((r.get(c) or "0").replace(",", "") or 0)  # noqa: E731
+    number = bench_module("ncu_source_top").number
+    num = lambda r, c: number(r.get(c))  # noqa: E731  a cell's samples (0 where empty)
     every = "Warp Stall Sampling (All Samples)"
     shown = [r.strip() for r in reasons.split(",")]
     out = ["| | " + " | ".join(labels) + " |", "|---|" + "--:|" * len(labels)]
