@@ -219,6 +219,33 @@ class DocgenTest(unittest.TestCase):
         self.assertIn("cuDNN's FP8 dQ, dK, dV 4.0e-02, 4.0e-02, 3.7e-02 on the values", written)
         self.assertIn("cuDNN 9.19.0 through nvidia-cudnn-frontend==1.14.0", written)
 
+    def test_ncu_source_block(self):
+        # ncu-source (bench/studies/rung14_ncu_source.sh): per build the samples in all, each reason's share,
+        # and the instructions with the most of a reason's samples, read from the gzipped source page with
+        # ncu's "Kernel Name" line before the table.
+        import gzip
+        head = '"Kernel Name","k"\n"Address","Source","Warp Stall Sampling (All Samples)","stall_mio","stall_wait"\n'
+        pages = {"one": head + '"0x10","STS.128 [R3], R4","60","45","0"\n'
+                               '"0x20","@P0 MUFU.EX2 R1, R1","40","15","10"\n',
+                 "two": head + '"0x10","STSM.16.M88.4 [R3], R4","50","10","5"\n'
+                               '"0x20","MUFU.EX2 R1, R1","50","30","15"\n'}
+        with tempfile.TemporaryDirectory() as run:
+            for name, text in pages.items():
+                os.makedirs(os.path.join(run, name))
+                with gzip.open(os.path.join(run, name, "rung14_demo_source.csv.gz"), "wt", encoding="utf-8") as f:
+                    f.write(text)
+                with open(os.path.join(run, name, "rung14_demo_source.cmd"), "w", encoding="utf-8") as f:
+                    f.write("14_hopper_backward --dim 128\n")
+            gpu = os.path.relpath(run, os.path.join(ROOT, "bench", "results"))
+            written = self.write_doc("<!-- gen:ncu-source gpu=%s builds=one,two names=main,the_branch "
+                                     "reasons=mio,wait top=2 -->\n<!-- /gen:ncu-source -->\n" % gpu)
+        self.assertIn("| | main | the branch |", written)
+        self.assertIn("| stall samples, all reasons | 100 | 100 |", written)
+        self.assertIn("| `stall_mio`, share of all | 60.0 % | 40.0 % |", written)
+        self.assertIn("| top `stall_mio` instructions | 75.0 % `STS.128 [R3], R4`<br>25.0 % `MUFU.EX2 R1, R1` | "
+                      "75.0 % `MUFU.EX2 R1, R1`<br>25.0 % `STSM.16.M88.4 [R3], R4` |", written)
+        self.assertIn("`14_hopper_backward --dim 128`", written)
+
     def test_host_serving_ab_block(self):
         # host-serving-ab (bench/pytorch/host_serving_ab.py): each build's µs per call per round, each over
         # its own process's SDPA decode call (the median over the rounds), and B's ratio over A's.
