@@ -1224,59 +1224,67 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         };
         transposed_gemm(dK, sm.Q(s), dS_tile);
         transposed_gemm(dV, sm.dO(s), sm.Pt());
-      } else if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from
-                                           // shared memory
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-          wgmma_ss<T, D, 1>(
-              dV[0], wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-              wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
-              1);
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-          wgmma_ss<T, D, 1>(
-              dK[0], wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
-              wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
-      } else {
-        // dK_j += dS^T Q_i (RS).
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-          wgmma_rs<T, D, 1>(
-              dK[0], dSa[kk],
-              wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
       }
       // dQ_i's share = dS K_j (SS): A = dS read MN-major (trans-a) from the [key][query] tile; this
       // warpgroup's 64 x kDqN of it: rows 64 w (a 128-query block) or columns kDqN w (a 64-query
       // block).
       const int m0 = Cfg::kDqSplitRows ? 64 * w : 0, n0 = Cfg::kDqSplitRows ? 0 : Cfg::kDqN * w;
-      if constexpr (Cfg::kFp8Dq) {
-        // fp8-dq: A = dS [query][key] and B = K_j^T [dim][key], both K-major e4m3, 32 keys a step.
+      auto dq_gemm = [&] {
+        if constexpr (Cfg::kFp8Dq) {
+          // fp8-dq: A = dS [query][key] and B = K_j^T [dim][key], both K-major e4m3, 32 keys a step.
 #pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 32; ++kk)
-          wgmma_ss_e4m3<Cfg::kDqN>(dQ, wg::desc_kmajor_sw(dS_tile + wg::kmajor_offset(128, BLOCK_M, m0, 32 * kk), 128),
-                                   wg::desc_kmajor_sw(sm.Kt() + wg::kmajor_offset(128, D, n0, 32 * kk), 128), kk > 0);
-      } else {
+          for (int kk = 0; kk < BLOCK_N / 32; ++kk)
+            wgmma_ss_e4m3<Cfg::kDqN>(dQ, wg::desc_kmajor_sw(dS_tile + wg::kmajor_offset(128, BLOCK_M, m0, 32 * kk), 128),
+                                     wg::desc_kmajor_sw(sm.Kt() + wg::kmajor_offset(128, D, n0, 32 * kk), 128), kk > 0);
+        } else {
 #pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-          wgmma_ss<T, Cfg::kDqN, 1, 1>(
-              dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
-              wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
-              kk > 0);
-      }
-      wgmma_commit();
-      // Q_i, dO_i (and LSE_i, D_i, read by this thread) go back to the producer once the GEMMs that
-      // read them are done: at d = 256 Q after dK^T, dO after dV^T, while dQ still runs.
-      if constexpr (Cfg::kSplitRelease) {
+          for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+            wgmma_ss<T, Cfg::kDqN, 1, 1>(
+                dQ, wg::desc_mnmajor_sw128(dS_tile + wg::sw128_mnmajor_offset(BLOCK_N, m0, kk), BLOCK_N),
+                wg::desc_mnmajor_sw128(sm.K() + wg::sw128_mnmajor_offset(BLOCK_N, n0, kk), BLOCK_N),
+                kk > 0);
+        }
+      };
+      if constexpr (Cfg::kDkvT) {
+        dq_gemm();
+        wgmma_commit();
+        // Q_i, dO_i (and LSE_i, D_i, read by this thread) go back to the producer once the GEMMs
+        // that read them are done: at d = 256 Q after dK^T, dO after dV^T, while dQ still runs.
+        static_assert(Cfg::kSplitRelease, "d = 256 releases Q and dO apart");
         wgmma_wait<2>();
         mbarrier_arrive(sm.q_empty(s));
         wgmma_wait<1>();
         mbarrier_arrive(sm.do_empty(s));
-      }
-      wgmma_wait<0>();
+        wgmma_wait<0>();
+      } else {
+        // dQ's GEMM first, then dK_j's in a group of its own: once dQ's share is in, it goes to the
+        // writer (the stores and the fence below, which wait on the shared-memory queue) while
+        // dK_j's GEMM still runs on the tensor cores (FlashAttention 3's order).
+        dq_gemm();
+        wgmma_commit();
+        if constexpr (Cfg::kPSmem) {  // the ss-dkv ablation: P^T and dS^T as K-major A from shared
+                                      // memory
 #pragma unroll
-      for (int t = 0; t < Cfg::kDkvTiles; ++t) {
-        wgmma_fence_operand(dK[t]);
-        wgmma_fence_operand(dV[t]);
+          for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+            wgmma_ss<T, D, 1>(
+                dV[0], wg::desc_kmajor_sw128(sm.Pt() + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+                wg::desc_mnmajor_sw128(sm.dO(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M),
+                1);
+#pragma unroll
+          for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+            wgmma_ss<T, D, 1>(
+                dK[0], wg::desc_kmajor_sw128(dS_tile + wg::sw128_kmajor_offset(BLOCK_N, 64 * w, kk)),
+                wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        } else {
+          // dK_j += dS^T Q_i (RS).
+#pragma unroll
+          for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+            wgmma_rs<T, D, 1>(
+                dK[0], dSa[kk],
+                wg::desc_mnmajor_sw128(sm.Q(s) + wg::sw128_mnmajor_offset(BLOCK_M, 0, kk), BLOCK_M), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // dQ's share is in (groups complete in order); dK_j's GEMM may still run
       }
       wgmma_fence_operand(dQ);
       if constexpr (Cfg::kDsRowScale) {  // the e4m3 operands' scales back in (fp32): registers r with
@@ -1289,9 +1297,6 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int r = 0; r < Cfg::kDqRegs; ++r) dQ[r] *= dq_scale;
       }
-      if constexpr (!Cfg::kSplitRelease)
-        mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
-      if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1, gs + 1);
 
       // dQ_i's share out: through shared memory to the writer, or by atomics.
       if constexpr (WRITER) {
@@ -1323,6 +1328,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           atomicAdd(reinterpret_cast<float2*>(tile + dq_slot<Cfg>(w, mtid, r)),
                     make_float2(dQ[r], dQ[r + 1]));
       }
+      if constexpr (!Cfg::kDkvT) wgmma_wait<0>();  // dK_j's GEMM: Q_i and dS^T's registers free
+#pragma unroll
+      for (int t = 0; t < Cfg::kDkvTiles; ++t) {
+        wgmma_fence_operand(dK[t]);
+        wgmma_fence_operand(dV[t]);
+      }
+      if constexpr (!Cfg::kSplitRelease)
+        mbarrier_arrive(sm.q_empty(s));  // the stage: Q_i, dO_i, LSE_i, D_i
+      if (loader && STAGES == 1 && it + 1 < work.steps) loads.step(sm, work, it + 1, gs + 1);
     }
     if (loader && WRITER) bulk_wait_group<0>();
     if constexpr (PERSISTENT)  // K_j, V_j (and K_j^T) read for the last time (a block of no step loaded none)

@@ -598,6 +598,20 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     CHECK(count_opcode(code, "UTMALDG.4D") >= 4 * (d / 64));  // Q, dO, K, V
     CHECK(count_opcode(code, "UBLKCP.S.G") >= 2);             // LSE_i and D_i
     CHECK(count_opcode(code, "UBLKRED.G.S.ADD.F32.RN") == (writer ? 1 : 0));
+    if (ws && writer && !dkv_t) {
+      // dQ's GEMM before dK_j's, each its own group: dQ's share goes to the writer (its 16-byte
+      // stores) while dK_j's GEMM still runs, between the last wgmma issued and the wait for all.
+      bool pending = false, overlapped = false;
+      for (const SassInstr& i : code) {
+        if (i.opcode.rfind("HGMMA", 0) == 0 || i.opcode.rfind("QGMMA", 0) == 0)
+          pending = true;
+        else if (i.opcode.rfind("WARPGROUP.DEPBAR", 0) == 0 && i.operands.find("0x0") != std::string::npos)
+          pending = false;
+        else if (pending && i.opcode == "STS.128")
+          overlapped = true;
+      }
+      CHECK(overlapped);
+    }
     // No local memory, except one register in the no-ws ablation at d = 64 (S^T and dP^T are 64
     // registers each there, and its math warps also hold the loader's addresses): ptxas spills
     // it once per query block (steps/14_hopper_backward/README.md, "Registers").
