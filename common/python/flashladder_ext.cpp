@@ -568,11 +568,18 @@ class PreparedCacheCall {
     e.block_table_stride = static_cast<int>(ints[1]);
     e.pool_rows = ints[2];
     params_ = params_for(p, {kAligned, kAligned, kAligned, kAligned, kAligned}, strides, e);
+    if (rung_->split_counters) {  // rung 08's plan on this device: its splits merged without kernel 2
+      DeviceGuard guard(device_);
+      const long long n = rung_->split_counters(p);
+      if (n < 0 || n > (1 << 24)) refuse_if("a prepared cache call: " + std::to_string(n) + " split counters");
+      counters_ = static_cast<int>(n);
+    }
   }
 
   /// Ints of scratch (int32) a launch needs: the clamped lengths before and after the append, the
-  /// left padding and the table.
-  int64_t scratch_ints() const { return 3 * int64_t(batch_) + int64_t(batch_) * columns_; }
+  /// left padding and the table, then the rung's split counters (Rung::split_counters: zeroed by
+  /// the check's launch, counted by the split kernel, whose last CTA per tile merges the splits).
+  int64_t scratch_ints() const { return 3 * int64_t(batch_) + int64_t(batch_) * columns_ + counters_; }
 
   /// The step on @p stream: q, the caches as the rung reads them (@p k_read, @p v_read) and as the
   /// append writes them (@p k_cache, @p v_cache: the same memory), out, lse, the workspace, the
@@ -599,6 +606,7 @@ class PreparedCacheCall {
     int* out_used = out_seqlens + batch_;
     int* out_leftpad = out_used + batch_;
     int* out_table = out_leftpad + batch_;
+    int* counters = counters_ > 0 ? out_table + int64_t(batch_) * columns_ : nullptr;
     AttnParams a = params_;
     a.q = reinterpret_cast<const void*>(q);
     a.k = reinterpret_cast<const void*>(k_read);
@@ -614,6 +622,7 @@ class PreparedCacheCall {
     a.alibi_slopes = reinterpret_cast<const float*>(slopes);
     a.k_descale = reinterpret_cast<const float*>(scores_k_descale);
     a.v_descale = reinterpret_cast<const float*>(v_descale);
+    a.split_counters = counters;
     DeviceGuard guard(device_);
     const MetadataSink sink = metadata_sink(device_);
     const auto st = reinterpret_cast<cudaStream_t>(stream);
@@ -626,7 +635,8 @@ class PreparedCacheCall {
                             reinterpret_cast<const void*>(k_new), append_[0].data(), reinterpret_cast<void*>(k_read),
                             append_[1].data(), reinterpret_cast<const void*>(v_new), append_[2].data(),
                             reinterpret_cast<void*>(v_read), append_[3].data(), heads_kv_, head_dim_, sink, st, elems_,
-                            reinterpret_cast<const float*>(k_descale), reinterpret_cast<const float*>(v_descale));
+                            reinterpret_cast<const float*>(k_descale), reinterpret_cast<const float*>(v_descale),
+                            counters, counters_);
     rung_->launch(a, st);
     return true;
   }
@@ -641,7 +651,7 @@ class PreparedCacheCall {
   std::array<Strides4, 4> append_;
   AppendElems elems_ = AppendElems::copy16;
   bool fp8_kv_ = false;
-  int batch_ = 0, new_keys_ = 0, page_ = 0, columns_ = 0, heads_kv_ = 0, head_dim_ = 0;
+  int batch_ = 0, new_keys_ = 0, page_ = 0, columns_ = 0, heads_kv_ = 0, head_dim_ = 0, counters_ = 0;
   int64_t slots_ = 0, pool_pages_ = 0;
   bool leftpad_ = false, sinks_ = false, slopes_ = false, paged_read_ = false;
   AttnParams params_{};

@@ -224,8 +224,11 @@ __global__ void append_cache_kernel(Append p, MetadataSink err) {
 /// The check and the append in one launch (a serving step's first kernel): blocks [0, batch)
 /// check one sequence each, the rest append one (new key, sequence, side) each. The two read
 /// only the caller's metadata, never each other's output, so they need no order between them.
-__global__ void check_and_append_kernel(CacheCheck c, Append p, int batch, MetadataSink err) {
+__global__ void check_and_append_kernel(CacheCheck c, Append p, int batch, MetadataSink err, int* zero,
+                                        int zero_count) {
   const int blk = blockIdx.x;
+  if (blk == 0)  // the counters the next launch takes, zeroed (sanitize_and_append's @p zero)
+    for (int i = threadIdx.x; i < zero_count; i += blockDim.x) zero[i] = 0;
   if (blk < batch) {
     check_cache_row(c, blk, err);
     return;
@@ -373,8 +376,10 @@ void sanitize_and_append(const int* seqlens, int new_keys, int batch, int64_t sl
                          const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4], const void* v,
                          const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4], int heads,
                          int head_dim, MetadataSink err, cudaStream_t stream, AppendElems elems,
-                         const float* k_descale, const float* v_descale) {
+                         const float* k_descale, const float* v_descale, int* zero, int zero_count) {
   if (batch <= 0) return;
+  if (zero_count < 0 || (zero_count > 0 && zero == nullptr))
+    throw std::invalid_argument("sanitize_and_append: counters to zero without a pointer");
   if (new_keys > 0) check_elems(elems, k_descale, v_descale);
   if (new_keys < 0 || new_keys > slots) throw std::invalid_argument("sanitize_and_append: new keys past the cache's slots");
   if (table != nullptr && page <= 0) throw std::invalid_argument("sanitize_and_append: a block table needs a page size");
@@ -385,7 +390,7 @@ void sanitize_and_append(const int* seqlens, int new_keys, int batch, int64_t sl
   const Append a{side_of(k, k_strides, k_cache, k_cache_strides, k_descale),
                  side_of(v, v_strides, v_cache, v_cache_strides, v_descale),
                  heads, head_dim, new_keys, seqlens, slots, table, table_stride, page, pool_pages, nullptr, elems};
-  check_and_append_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(c, a, batch, err);
+  check_and_append_kernel<<<static_cast<unsigned>(blocks), 128, 0, stream>>>(c, a, batch, err, zero, zero_count);
   FL_LAUNCH_CHECK("check_and_append_kernel");
 }
 

@@ -140,6 +140,9 @@ struct SplitArgs {
   int split_len;    ///< keys per split
   float* o_part;    ///< [batch*heads_q*seqlen_q][num_splits][head_dim], normalized partial O
   float* lse_part;  ///< [batch*heads_q*seqlen_q][num_splits], natural-log partial LSE
+  /// Null, or one zeroed counter per CTA tile (blockIdx.z * gridDim.y + blockIdx.y): the tile's
+  /// last split to finish merges the tile's rows (merge_split_rows) and kernel 2 is not launched.
+  int* counters;
 };
 
 /// Index of output row (b, h, i) in LSE [batch, heads_q, seqlen_q]; the
@@ -290,6 +293,111 @@ __device__ __forceinline__ void fp8_pv(float (&O_acc)[Tr::kDTiles][4], const uin
       ptx::mma_m16n8k16<__half>(O_acc[dt], P_frag, even_b0, even_b1);
       ptx::mma_m16n8k16<__half>(O_acc[dt + 1], P_frag, odd_b0, odd_b1);
     }
+  }
+}
+
+/// Shape of kernel 2: one CTA of 128 threads per output row. Thread
+/// (sg, cg) = (threadIdx.x / kColGroups, threadIdx.x % kColGroups) owns the 4
+/// columns 4 cg .. 4 cg + 3 of splits sg, sg + kSplitGroups, ...: its loads are
+/// 16-byte float4s, all independent, so a row's partials arrive in one round
+/// trip instead of one per split.
+template <int HEAD_DIM>
+struct CombineTraits {
+  static constexpr int kThreads = 128;
+  static constexpr int kVec = 4;  ///< fp32 columns per load (16 bytes)
+  static constexpr int kColGroups = HEAD_DIM / kVec;
+  static constexpr int kSplitGroups = kThreads / kColGroups;
+  static_assert(kThreads % kColGroups == 0 && kSplitGroups >= 1, "whole column groups per CTA");
+};
+
+/// The merge of one output row (b, h, i), @p row in LSE order, by the 128 threads of a CTA
+/// (CombineTraits): kernel 2's body, and the body of the fused merge at the end of kernel 1.
+/// Split s holds O_s = softmax over its keys times V, and LSE_s = log of its
+/// sum of exp(scores). The whole row's LSE is log sum_s exp(LSE_s) and
+/// O = sum_s exp(LSE_s - LSE) O_s: each split weighs by its share of the total
+/// softmax mass (the reduction step of the Flash-Decoding write-up, Dao et al., 2023).
+/// The partials are read from L2 (__ldcg): in the fused merge other SMs wrote them during this
+/// grid, and a line this SM's L1 held could be stale. Starts and ends with every thread.
+template <class T, int HEAD_DIM>
+__device__ __forceinline__ void combine_row(const AttnParams& p, const SplitArgs& a, int64_t row,
+                                            float4 (*part_smem)[CombineTraits<HEAD_DIM>::kColGroups]) {
+  using Ct = CombineTraits<HEAD_DIM>;
+  constexpr int kWarpSize = 32;
+  const int lane = threadIdx.x % kWarpSize;
+  const int cg = threadIdx.x % Ct::kColGroups, sg = threadIdx.x / Ct::kColGroups;
+  const float* lse_s = a.lse_part + row * a.num_splits;
+  const float* O_s = a.o_part + row * a.num_splits * HEAD_DIM;
+  float lse = -INFINITY;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  // LAB-BEGIN(08-lse-combine): merge the partial outputs by their log-sum-exp
+  // (1) LSE = log sum_s exp(LSE_s) (fl::lse_reduce), computed by every warp
+  // with the splits spread over its lanes: no barrier needed to share it.
+  float m = -INFINITY;
+  for (int s = lane; s < a.num_splits; s += kWarpSize) m = fmaxf(m, __ldcg(lse_s + s));
+  m = warp_max(m);
+  float sum = 0.f;
+  for (int s = lane; s < a.num_splits; s += kWarpSize) sum += exp_diff(__ldcg(lse_s + s), m);
+  sum = warp_sum(sum);
+  lse = (m == -INFINITY) ? -INFINITY : m + logf(sum);
+  // (2) This thread's share of O = sum_s w_s O_s, w_s = exp(LSE_s - LSE)
+  // (fl::lse_weight: 0 for a split whose keys were all masked). Unrolled so
+  // that all of its splits' loads are in flight at once.
+#pragma unroll 8
+  for (int s = sg; s < a.num_splits; s += Ct::kSplitGroups) {
+    const float w = lse_weight(__ldcg(lse_s + s), lse);
+    const float4 v =
+        __ldcg(reinterpret_cast<const float4*>(O_s + static_cast<int64_t>(s) * HEAD_DIM + cg * Ct::kVec));
+    o = make_float4(fmaf(w, v.x, o.x), fmaf(w, v.y, o.y), fmaf(w, v.z, o.z), fmaf(w, v.w, o.w));
+  }
+  // LAB-END(08-lse-combine)
+
+  // Sum the split groups' shares of each column group.
+  part_smem[sg][cg] = o;
+  __syncthreads();
+  if (sg == 0) {
+#pragma unroll
+    for (int k = 1; k < Ct::kSplitGroups; ++k) {
+      const float4 q = part_smem[k][cg];
+      o = make_float4(o.x + q.x, o.y + q.y, o.z + q.z, o.w + q.w);
+    }
+    const int i = static_cast<int>(row % p.seqlen_q);
+    const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
+    const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
+    T* o_gmem = static_cast<T*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride +
+                h * p.o_head_stride + cg * Ct::kVec;
+    *reinterpret_cast<uint2*>(o_gmem) = make_uint2(pack2<T>(o.x, o.y), pack2<T>(o.z, o.w));
+    if (threadIdx.x == 0) p.lse[row] = lse;
+  }
+  __syncthreads();  // part_smem free for the next row
+}
+
+/// The fused merge (SplitArgs::counters set): after a split CTA has written its partials, the
+/// tile's counter counts it in; the CTA that counts last (every other split of the tile is written
+/// and visible: each thread's __threadfence before the count) merges the tile's rows itself, with
+/// kernel 2's code (combine_row, the same arithmetic: the same bits), and sets the counter back to
+/// zero. One launch instead of two: the serving path's host time (the package's prepared cache
+/// call zeroes the counters in its metadata check). @p smem: the split's shared memory, free here.
+template <class T, int HEAD_DIM>
+__device__ __forceinline__ void merge_split_rows(const AttnParams& p, const SplitArgs& a, unsigned char* smem,
+                                                 int row0, int rows, int kvh, int b) {
+  using Ct = CombineTraits<HEAD_DIM>;
+  static_assert(Ct::kThreads == 128, "combine_row's threads are the split CTA's");
+  __shared__ int last;
+  __threadfence();  // this thread's partials, visible to the CTA that merges
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = a.counters + static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y;
+    last = atomicAdd(counter, 1) == a.num_splits - 1;
+    if (last) *counter = 0;  // the next launch on these counters starts from zero
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other splits' partials before this CTA's reads (combine_row: __ldcg)
+  auto* part_smem = reinterpret_cast<float4(*)[Ct::kColGroups]>(smem);
+  for (int r = 0; r < rows; ++r) {
+    const int row = row0 + r, i = row / p.group, h = kvh * p.group + row % p.group;
+    combine_row<T, HEAD_DIM>(p, a, out_row(p, b, h, i), part_smem);
   }
 }
 
@@ -677,83 +785,19 @@ __global__ void __launch_bounds__(Tr::kThreads)
       if (col == 0) a.lse_part[out_row(p, b, h, i) * a.num_splits + split] = softmax_lse(merged);
     }
   }
+  if (a.num_splits > 1 && a.counters != nullptr) merge_split_rows<T, D>(p, a, smem_raw, row0, rows, kvh, b);
 }
 
-/// Shape of kernel 2: one CTA of 128 threads per output row. Thread
-/// (sg, cg) = (threadIdx.x / kColGroups, threadIdx.x % kColGroups) owns the 4
-/// columns 4 cg .. 4 cg + 3 of splits sg, sg + kSplitGroups, ...: its loads are
-/// 16-byte float4s, all independent, so a row's partials arrive in one round
-/// trip instead of one per split.
-template <int HEAD_DIM>
-struct CombineTraits {
-  static constexpr int kThreads = 128;
-  static constexpr int kVec = 4;  ///< fp32 columns per load (16 bytes)
-  static constexpr int kColGroups = HEAD_DIM / kVec;
-  static constexpr int kSplitGroups = kThreads / kColGroups;
-  static_assert(kThreads % kColGroups == 0 && kSplitGroups >= 1, "whole column groups per CTA");
-};
-
-/// Kernel 2: merges the splits of one output row (b, h, i) per CTA.
-/// Split s holds O_s = softmax over its keys times V, and LSE_s = log of its
-/// sum of exp(scores). The whole row's LSE is log sum_s exp(LSE_s) and
-/// O = sum_s exp(LSE_s - LSE) O_s: each split weighs by its share of the total
-/// softmax mass (the reduction step of the Flash-Decoding write-up, Dao et al., 2023).
+/// Kernel 2: merges the splits of one output row (b, h, i) per CTA (combine_row).
 /// Launched with programmatic stream serialization: its CTAs may start while
 /// kernel 1 still runs, and wait for its results in griddepcontrol.wait.
 template <class T, int HEAD_DIM>
 __global__ void __launch_bounds__(CombineTraits<HEAD_DIM>::kThreads)
     combine_splits(const AttnParams p, const SplitArgs a) {
   using Ct = CombineTraits<HEAD_DIM>;
-  constexpr int kWarpSize = 32;
   __shared__ float4 part_smem[Ct::kSplitGroups][Ct::kColGroups];
   ptx::griddep_wait();  // kernel 1's partials are complete and visible
-
-  const int64_t row = blockIdx.x;  // in LSE order [batch, heads_q, seqlen_q]
-  const int lane = threadIdx.x % kWarpSize;
-  const int cg = threadIdx.x % Ct::kColGroups, sg = threadIdx.x / Ct::kColGroups;
-  const float* lse_s = a.lse_part + row * a.num_splits;
-  const float* O_s = a.o_part + row * a.num_splits * HEAD_DIM;
-  float lse = -INFINITY;
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-
-  // LAB-BEGIN(08-lse-combine): merge the partial outputs by their log-sum-exp
-  // (1) LSE = log sum_s exp(LSE_s) (fl::lse_reduce), computed by every warp
-  // with the splits spread over its lanes: no barrier needed to share it.
-  float m = -INFINITY;
-  for (int s = lane; s < a.num_splits; s += kWarpSize) m = fmaxf(m, lse_s[s]);
-  m = warp_max(m);
-  float sum = 0.f;
-  for (int s = lane; s < a.num_splits; s += kWarpSize) sum += exp_diff(lse_s[s], m);
-  sum = warp_sum(sum);
-  lse = (m == -INFINITY) ? -INFINITY : m + logf(sum);
-  // (2) This thread's share of O = sum_s w_s O_s, w_s = exp(LSE_s - LSE)
-  // (fl::lse_weight: 0 for a split whose keys were all masked). Unrolled so
-  // that all of its splits' loads are in flight at once.
-#pragma unroll 8
-  for (int s = sg; s < a.num_splits; s += Ct::kSplitGroups) {
-    const float w = lse_weight(lse_s[s], lse);
-    const float4 v =
-        *reinterpret_cast<const float4*>(O_s + static_cast<int64_t>(s) * HEAD_DIM + cg * Ct::kVec);
-    o = make_float4(fmaf(w, v.x, o.x), fmaf(w, v.y, o.y), fmaf(w, v.z, o.z), fmaf(w, v.w, o.w));
-  }
-  // LAB-END(08-lse-combine)
-
-  // Sum the split groups' shares of each column group.
-  part_smem[sg][cg] = o;
-  __syncthreads();
-  if (sg != 0) return;
-#pragma unroll
-  for (int k = 1; k < Ct::kSplitGroups; ++k) {
-    const float4 q = part_smem[k][cg];
-    o = make_float4(o.x + q.x, o.y + q.y, o.z + q.z, o.w + q.w);
-  }
-  const int i = static_cast<int>(row % p.seqlen_q);
-  const int h = static_cast<int>((row / p.seqlen_q) % p.heads_q);
-  const int b = static_cast<int>(row / (static_cast<int64_t>(p.seqlen_q) * p.heads_q));
-  T* o_gmem = static_cast<T*>(p.o) + b * p.o_batch_stride + i * p.o_row_stride +
-              h * p.o_head_stride + cg * Ct::kVec;
-  *reinterpret_cast<uint2*>(o_gmem) = make_uint2(pack2<T>(o.x, o.y), pack2<T>(o.z, o.w));
-  if (threadIdx.x == 0) p.lse[row] = lse;
+  combine_row<T, HEAD_DIM>(p, a, blockIdx.x, part_smem);
 }
 
 }  // namespace fl::decode

@@ -126,6 +126,7 @@ void register_rung_08(Registry& reg) {
   r.min_cc = 80;  // cp.async, ldmatrix, mma.sync
   r.supports = supports_08<2>;
   r.workspace_bytes = decode_workspace_bytes;
+  r.split_counters = decode_split_counters;
   r.grid_ctas = [](const Problem& p, const DeviceInfo& d) {
     const DecodePlan plan = make_decode_plan(p.batch, p.heads_kv, p.group(), p.seqlen_q, p.seqlen_k,
                                              p.num_splits, d.sm_count);

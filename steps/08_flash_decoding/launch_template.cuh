@@ -72,6 +72,12 @@ inline DecodePlan plan_for(const AttnParams& p) {
 inline size_t decode_workspace_bytes(const Problem& p) {
   return workspace_bytes(plan_for(p), p.batch, p.heads_q, p.seqlen_q, p.head_dim);
 }
+/// Rung::split_counters: one per CTA tile of the split grid (batch x heads_kv x row tiles), 0 when
+/// the plan does not split (kernel 1 then writes O itself).
+inline long long decode_split_counters(const Problem& p) {
+  const DecodePlan plan = plan_for(p);
+  return plan.num_splits > 1 ? plan.work_items : 0;
+}
 
 /// 16-byte loads need 16-byte aligned rows (8-byte stores of O in kernel 2):
 /// pointers and strides are checked here because supports() only sees the
@@ -101,7 +107,7 @@ inline void check_alignment(const AttnParams& p, int kv_bytes = 2) {
 template <class T, class Tr, bool WITH_PAGED = true>
 void launch_decode(const AttnParams& p, const DecodePlan& plan, cudaStream_t stream, bool pdl) {
   constexpr int D = Tr::kHeadDim;
-  SplitArgs a{plan.rows_total, plan.num_splits, plan.split_len, nullptr, nullptr};
+  SplitArgs a{plan.rows_total, plan.num_splits, plan.split_len, nullptr, nullptr, nullptr};
   if (plan.num_splits > 1) {
     const size_t need = workspace_bytes(plan, p.batch, p.heads_q, p.seqlen_q, D);
     if (p.workspace == nullptr || p.workspace_bytes < need)
@@ -109,6 +115,7 @@ void launch_decode(const AttnParams& p, const DecodePlan& plan, cudaStream_t str
                                   " bytes, the split plan needs " + std::to_string(need));
     a.o_part = static_cast<float*>(p.workspace);
     a.lse_part = a.o_part + partial_o_elems(plan, p.batch, p.heads_q, p.seqlen_q, D);
+    a.counters = p.split_counters;  // zeroed by the caller: kernel 1 merges, no kernel 2
   }
   const dim3 grid(plan.num_splits, p.heads_kv * plan.row_tiles, p.batch);
   auto launch_split = [&](auto paged) {
@@ -126,7 +133,7 @@ void launch_decode(const AttnParams& p, const DecodePlan& plan, cudaStream_t str
     launch_split(std::false_type{});
   }
   FL_LAUNCH_CHECK("split_kv_attention");
-  if (plan.num_splits == 1) return;
+  if (plan.num_splits == 1 || a.counters != nullptr) return;
 
   // One CTA per output row.
   static const bool has_pdl = compute_capability() >= 90;

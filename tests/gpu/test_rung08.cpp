@@ -9,7 +9,10 @@
 #include "catch_compat.h"
 #include "expected_runs.h"
 #include "rung_runs.h"
+#include "flashladder/cuda_check.h"
+#include "flashladder/device_problem.h"
 #include "flashladder/runner.h"
+#include "flashladder/timing.h"
 
 using namespace fl;
 
@@ -138,6 +141,50 @@ TEST_CASE("rung 08: one split, several splits and the heuristic agree", "[gpu][r
     CHECK(max_o <= 2e-3);  // a couple of fp16 ulps at |O| ~ 0.5
     CHECK(max_lse <= 1e-4);
   }
+}
+
+TEST_CASE("rung 08: the fused merge (split counters) equals kernel 2 bit for bit", "[gpu][rung08]") {
+  // AttnParams::split_counters (the package's prepared cache call): kernel 1's last CTA of each
+  // tile merges the splits with kernel 2's code, so O and LSE are kernel 2's to the bit; the
+  // counters are back at zero after each launch (a second launch on them, unzeroed, agrees too).
+  // Contiguous and paged, per-sequence lengths with a sequence of no key, GQA and MQA, decode and
+  // speculative rows, d = 64 and 128, fp16 and bf16, split counts from 2 to 300.
+  int k = 0;
+  for (int page : {0, 64})
+    for (int splits : {2, 7, 300, 0})
+      for (int sq : {1, 4}) {
+        const DType t = (k++ % 2) ? DType::bf16 : DType::fp16;
+        Problem p = decode_problem(3, 16, sq == 1 ? 4 : 1, sq, 2000, (k % 3) ? 128 : 64, t, sq > 1, splits, page);
+        p.seqused_k = {2000, 0, 1333};
+        const long long n = rung08().split_counters(p);
+        INFO("page " << page << ", splits " << splits << ", seqlen_q " << sq << ", " << n << " counters");
+        REQUIRE(n > 0);  // every case splits (2000 keys, 3 x heads_kv tiles on any GPU)
+        const HostInputs in = make_inputs(p, InputKind::random, 11);
+        DeviceProblem dp(p, in, rung08().workspace_bytes(p), 11);
+        dp.poison_outputs();
+        launch_once(rung08(), dp);
+        const std::vector<uint16_t> o2 = dp.download_o();
+        const std::vector<float> lse2 = dp.download_lse();
+        int* counters = nullptr;
+        FL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&counters), n * sizeof(int)));
+        FL_CUDA_CHECK(cudaMemset(counters, 0, n * sizeof(int)));
+        AttnParams a = dp.params();
+        a.split_counters = counters;
+        for (int round = 0; round < 2; ++round) {
+          dp.poison_outputs();
+          rung08().launch(a, nullptr);
+          FL_CUDA_CHECK(cudaDeviceSynchronize());
+          CHECK(dp.download_o() == o2);
+          CHECK(dp.download_lse() == lse2);
+          std::vector<int> left(n, -1);
+          FL_CUDA_CHECK(cudaMemcpy(left.data(), counters, n * sizeof(int), cudaMemcpyDeviceToHost));
+          CHECK(left == std::vector<int>(n, 0));
+        }
+        FL_CUDA_CHECK(cudaFree(counters));
+        // And the split plan's workspace alone: without counters, O and LSE as before.
+        expect_pass(p);
+      }
+  CHECK(rung08().split_counters(decode_problem(1, 32, 8, 1, 100, 128, DType::fp16, false, 1)) == 0);  // no split
 }
 
 TEST_CASE("rung 08: refuses what it cannot do", "[gpu][rung08]") {

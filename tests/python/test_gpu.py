@@ -1890,6 +1890,32 @@ def part_metadata():
             fail("kvcache %s: the fast path's steps differ from the checked path's" % layout)
         else:
             print("ok   kvcache %s: 3 steps on the fast path equal to the checked path (output and cache)" % layout)
+    # A cache long enough for rung 08 to split its keys: the prepared call merges the splits in the
+    # split kernel (Rung::split_counters, zeroed by the check's launch), so a step is two launches,
+    # the check with the append and the split kernel, no combine_splits; O and the LSE equal the
+    # checked path's (kernel 2's) bit for bit, step after step.
+    long_k, long_v = randn(b, 4096, hkv, d), randn(b, 4096, hkv, d)
+    lens_long = torch.tensor([3000, 4001], dtype=torch.int32, device="cuda")
+    _kvcache.KV_FAST.clear()
+    checked = flash_attn_with_kvcache(qd, long_k, long_v, cache_seqlens=lens_long, causal=True,
+                                      return_softmax_lse=True)
+    names = gpu_events(lambda: flash_attn_with_kvcache(qd, long_k, long_v, cache_seqlens=lens_long, causal=True,
+                                                       return_softmax_lse=True))
+    fast = [flash_attn_with_kvcache(qd, long_k, long_v, cache_seqlens=lens_long, causal=True,
+                                    return_softmax_lse=True) for _ in range(2)]
+    preps = [f.prepared for f in _kvcache.KV_FAST.values() if isinstance(f.prepared, _ext.PreparedCacheCall)]
+    COMPARED[0] += 1
+    if not preps:
+        fail("kvcache, 4096 slots: no prepared call made for the fast path")
+    elif not all(torch.equal(x, y) for run in fast for x, y in zip(checked, run)):
+        fail("kvcache, 4096 slots: the prepared call's O or LSE differs from the checked path's")
+    elif preps[0].label.startswith("08_flash_decoding") and (
+            any("combine_splits" in n for n in names) or sum("split_kv_attention" in n for n in names) != 1):
+        fail("kvcache, 4096 slots (%s): the prepared step launched %s, expected the check and the split kernel "
+             "without combine_splits" % (preps[0].label, names))
+    else:
+        print("ok   kvcache, 4096 slots (%s): the prepared step launches %d kernels (%s), O and LSE equal to the "
+              "checked path's" % (preps[0].label, len(names), ", ".join(n.split("<")[0].split("(")[0] for n in names)))
     # A decode step with its append captured in a CUDA graph (how serving engines call it): replayed
     # with new cache_seqlens and new keys written in place, it matches the same step run eagerly on
     # a twin of the pool, output and pool, step after step.

@@ -177,13 +177,15 @@ void append_cache(const void* k, const int64_t k_strides[4], void* k_cache, cons
 /// sanitize_cache and append_cache in one launch (a serving step's first kernel: one launch fewer
 /// on the host), for a cache without cache_batch_idx: the lengths, left padding and table checked
 /// and clamped into @p out_*, and the new keys and values (when @p new_keys > 0) written at the
-/// caller's lengths, each exactly as the two functions do.
+/// caller's lengths, each exactly as the two functions do. @p zero, @p zero_count: int32s the same
+/// launch sets to 0 (the next launch's counters: rung 08's AttnParams::split_counters), or none.
 void sanitize_and_append(const int* seqlens, int new_keys, int batch, int64_t slots, const int* leftpad,
                          const int* table, int columns, int64_t table_stride, int page, int64_t pool_pages,
                          int* out_seqlens, int* out_used, int* out_leftpad, int* out_table, const void* k,
                          const int64_t k_strides[4], void* k_cache, const int64_t k_cache_strides[4], const void* v,
                          const int64_t v_strides[4], void* v_cache, const int64_t v_cache_strides[4], int heads,
                          int head_dim, MetadataSink err, cudaStream_t stream, AppendElems elems = AppendElems::copy16,
-                         const float* k_descale = nullptr, const float* v_descale = nullptr);
+                         const float* k_descale = nullptr, const float* v_descale = nullptr, int* zero = nullptr,
+                         int zero_count = 0);
 
 }  // namespace fl

@@ -232,6 +232,11 @@ struct AttnParams {
 
   void* workspace;          ///< rung-owned scratch (e.g. rung 01's S), may be null
   size_t workspace_bytes;   ///< its size
+  /// Optional, for a rung with Rung::split_counters (rung 08): that many int32 counters, zero when
+  /// the launch starts (the caller's earlier launch on the stream zeroed them). The rung then
+  /// merges its splits in the split kernel (its last CTA of each tile) and launches no combine.
+  /// Null: the combine kernel, as the rung teaches it.
+  int* split_counters;
 
   int num_splits;           ///< decode rungs: requested split count (0 = heuristic)
   int page_size;            ///< paged KV: tokens per page (0 = contiguous)

@@ -68,6 +68,9 @@ struct Rung {
   std::function<long long(const Problem& p, const DeviceInfo& d)> grid_ctas;
   /// Launches the rung's kernels on @p stream (asynchronous; throws on launch errors).
   std::function<void(const AttnParams& params, cudaStream_t stream)> launch;
+  /// Optional (rung 08): the int32 counters `launch` takes in AttnParams::split_counters for @p p
+  /// (zeroed by the caller) to merge a split plan without its combine launch; 0: none needed.
+  std::function<long long(const Problem& p)> split_counters;
   /// The kernels it launches for @p p (for the resource report).
   std::function<std::vector<KernelInfo>(const Problem& p)> kernels;
   /// Optional extra report lines (e.g. rung 01: the bytes S needs in HBM).
