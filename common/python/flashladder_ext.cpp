@@ -882,6 +882,17 @@ NB_MODULE(_ext, m) {
       "Bytes of scratch the backward pass needs");
 
   m.def(
+      "bwd_reads_o_fp32",
+      [](int number, const std::string& variant, const Problem& p) {
+        const Rung& r = find_rung(number, variant);
+        return r.bwd_reads_o_fp32 && r.bwd_reads_o_fp32(p);
+      },
+      "number"_a, "variant"_a, "problem"_a,
+      "Whether the backward's D reads the forward's fp32 O on this problem (Rung::bwd_reads_o_fp32: the "
+      "16-bit O on short rows, the exact pass on the longest, delta_policy.h); the autograd "
+      "forward writes it only then");
+
+  m.def(
       "forward",
       [](int number, const std::string& variant, const Problem& p, const std::array<uintptr_t, 5>& ptr,
          const std::array<Strides4, 4>& strides, uintptr_t workspace, size_t workspace_bytes,

@@ -16,12 +16,16 @@ size_t forward_workspace_bytes(const Rung& r, const Problem& p) {
   return 0;
 }
 
+bool bwd_wants_o_fp32(const Rung& r, const Problem& p) {
+  return r.writes_o_fp32 && r.bwd_reads_o_fp32 && r.bwd_reads_o_fp32(p);
+}
+
 size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic) {
   size_t need = DeviceProblem::device_bytes(p, forward_workspace_bytes(r, p));
   if (r.fp8_inputs) need += DeviceFp8::device_bytes(p, r.fp8_kv_cache);
   if (r.launch_bwd)
     need += DeviceGrads::device_bytes(p, r.bwd_workspace_bytes ? r.bwd_workspace_bytes(p, deterministic) : 0) +
-            (r.writes_o_fp32 ? p.o_elements() * sizeof(float) : 0);  // the fp32 O for D
+            (bwd_wants_o_fp32(r, p) ? p.o_elements() * sizeof(float) : 0);  // the fp32 O for D
   return need;
 }
 
@@ -92,7 +96,7 @@ BwdRun prepare_bwd(const Rung& r, const Problem& p, const HostInputs& in, const 
                    unsigned long long seed, bool deterministic) {
   BwdRun run;
   run.dp = std::make_unique<DeviceProblem>(p, in, forward_workspace_bytes(r, p), seed);
-  if (r.writes_o_fp32) run.dp->want_o_fp32();  // the backward's D reads O before its rounding
+  if (bwd_wants_o_fp32(r, p)) run.dp->want_o_fp32();  // the backward's D reads O before its rounding
   run.dp->poison_outputs();
   launch_once(r, *run.dp);
   run.forward_unwritten = count_unwritten(p, run.dp->download_o(), run.dp->download_lse());

@@ -19,8 +19,11 @@
 ///          `exact-delta` variant measures it).
 ///
 /// The rung takes `exact` only where a row is long enough for the drift to matter (the measured
-/// errors against seqlen_k: README, "D from the backward's own P"), else o32 when the forward wrote
-/// it, else o16.
+/// errors against seqlen_k: README, "D from the backward's own P"); o16 on rows of at most
+/// kO16DeltaKeys keys, where O's rounding costs dQ less than the fp32 O costs in bytes (written by
+/// the forward, read by the pre-pass, kept by autograd: README, "D from the 16-bit O on short
+/// rows"), as FlashAttention-2 and 3 and cuDNN do on every row; o32 in between when the forward
+/// wrote it, else o16.
 #pragma once
 
 namespace fl::bwd {
@@ -35,6 +38,12 @@ enum class DeltaPolicy { rung, o16, o32, exact };
 /// sweep (seqlen <= 16k) stays below it; one query against 100k keys does not.
 constexpr int kExactDeltaKeys = 16384;
 
+/// Rows that see at most this many keys take D from the 16-bit O (the rung's rule): there dQ's
+/// error against fp64 with it is under a fifth of the tolerance in fp16 and bf16 (README, "D from
+/// the 16-bit O on short rows"), and the forward writes no fp32 O for them.
+constexpr int kO16DeltaKeys = 4096;
+static_assert(kO16DeltaKeys < kExactDeltaKeys, "the fp32 O's range lies between the two");
+
 /// The source of D for a problem whose rows see at most @p max_keys keys, when the forward wrote
 /// its fp32 O (@p have_o32) or not. `o32` without the fp32 O falls back to o16.
 constexpr DeltaSource delta_source(DeltaPolicy policy, int max_keys, bool have_o32) {
@@ -45,7 +54,14 @@ constexpr DeltaSource delta_source(DeltaPolicy policy, int max_keys, bool have_o
     case DeltaPolicy::rung: break;
   }
   if (max_keys > kExactDeltaKeys) return DeltaSource::exact;
+  if (max_keys <= kO16DeltaKeys) return DeltaSource::o16;
   return have_o32 ? DeltaSource::o32 : DeltaSource::o16;
+}
+
+/// Whether a backward pass with @p policy on rows of at most @p max_keys keys reads the forward's
+/// fp32 O (the forward then writes it; else it need not, and autograd keeps none).
+constexpr bool reads_o32(DeltaPolicy policy, int max_keys) {
+  return delta_source(policy, max_keys, true) == DeltaSource::o32;
 }
 
 /// "exact pass", "fp32 O" or "16-bit O", for the notes.

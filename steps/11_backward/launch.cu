@@ -234,6 +234,7 @@ Rung make_rung() {
       return bwd::workspace_bytes(p, decltype(cfg)::kBlockN, deterministic, group_split(TILES), delta_policy(TILES));
     });
   };
+  r.bwd_reads_o_fp32 = [](const Problem& p) { return bwd::reads_o32(delta_policy(TILES), p.seqlen_k); };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
       with_tiles<TILES>(P.fwd.head_dim,
@@ -256,8 +257,9 @@ Rung make_rung() {
         "convention: 2.5 x the forward's",
         std::string("D from ") +
             bwd::delta_source_name(bwd::delta_source(delta_policy(TILES), p.seqlen_k, true)) +
-            " (delta_policy.h: the exact pass for rows of more than " + std::to_string(bwd::kExactDeltaKeys) +
-            " keys, else the forward's fp32 O)"};
+            " (delta_policy.h: the 16-bit O for rows of at most " + std::to_string(bwd::kO16DeltaKeys) +
+            " keys, the exact pass for more than " + std::to_string(bwd::kExactDeltaKeys) +
+            ", else the forward's fp32 O)"};
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv && (p.head_dim == 64 || p.head_dim == 128)) {
       const int split = with_tiles<TILES>(p.head_dim, [&](auto cfg) {
         return bwd::kv_splits(p, decltype(cfg)::kBlockN, false, group_split(TILES));

@@ -32,22 +32,24 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear };
+                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
 template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
-    M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid || M == Mode::det_linear;
+    M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid || M == Mode::det_linear ||
+    M == Mode::o16_delta;
 
-/// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the exact pass on rows of
-/// more than 16384 keys), or, for o32-delta, always the O it is given (its fp32 copy when given,
-/// else the 16-bit O). Rung 12's ring needs that one: each ring step is a chunk of a row's keys
-/// under the row's global LSE, and only the global O gives D; the exact pass would sum the chunk's
-/// P * dP alone.
+/// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the 16-bit O on rows of at
+/// most 4096 keys, the exact pass on rows of more than 16384, the fp32 O between), or, for
+/// o32-delta, always the O it is given (its fp32 copy when given, else the 16-bit O). Rung 12's
+/// ring needs that one: each ring step is a chunk of a row's keys under the row's global LSE, and
+/// only the global O gives D; the exact pass would sum the chunk's P * dP alone. o16-delta: the
+/// 16-bit O always (the ablation that measures the rule's choice on longer rows).
 constexpr bwd::DeltaPolicy delta_policy(Mode m) {
-  return m == Mode::o32_delta ? bwd::DeltaPolicy::o32 : bwd::DeltaPolicy::rung;
+  return m == Mode::o32_delta ? bwd::DeltaPolicy::o32 : m == Mode::o16_delta ? bwd::DeltaPolicy::o16 : bwd::DeltaPolicy::rung;
 }
 
 /// The pre- and post-passes (launch_bwd.cuh): the rung's one pre-pass and 16-byte convert, or
@@ -202,6 +204,7 @@ Rung make_rung(const char* variant, const char* summary) {
   r.bwd_workspace_bytes = [](const Problem& p, bool deterministic) {
     return hopper14::workspace_bytes(p, deterministic, delta_policy(M), group_split(M));
   };
+  r.bwd_reads_o_fp32 = [](const Problem& p) { return bwd::reads_o32(delta_policy(M), p.seqlen_k); };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
 #if FL_HOPPER_SM90A
     FL_DTYPE_SWITCH(static_cast<DType>(P.fwd.dtype), T, [&] {
@@ -285,6 +288,9 @@ void register_rung_14(Registry& reg) {
                                                     "block 0 and the adds in K/V block order when not causal (the "
                                                     "rung rotates each block's walk: README, \"Deterministic "
                                                     "mode\")"));
+  reg.add(make_rung<Mode::o16_delta>("o16-delta", "ablation: D = rowsum(dO * O) from the 16-bit O at every length, as "
+                                                  "FlashAttention-2 and 3 (the rung: on rows of at most 4096 keys; "
+                                                  "README, \"D from the 16-bit O on short rows\")"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

@@ -205,6 +205,9 @@ Rung make_backward() {
     return 0;
 #endif
   };
+  r.bwd_reads_o_fp32 = [](const Problem& p) {
+    return bwd::reads_o32(masks16::delta_policy(masks16::exact_pass_applies(p)), p.seqlen_k);
+  };
   r.launch_bwd = [](const AttnBwdParams& P, cudaStream_t s) {
 #if FL_HOPPER_SM90A
     with_head_dim(P.fwd.head_dim, [&](auto d) { masks16::launch_masks16_bwd<decltype(d)::value>(P, s, TILE_GRID); });
@@ -230,7 +233,7 @@ Rung make_backward() {
         std::string("D from ") +
             bwd::delta_source_name(bwd::delta_source(masks16::delta_policy(masks16::exact_pass_applies(p)),
                                                      p.seqlen_k, true)) +
-            " (bwd_delta.h: rung 11's exact pass on long rows where it applies, the fp32 O elsewhere)"};
+            " (bwd_delta.h: rung 11's rule where its exact pass applies, the fp32 O elsewhere)"};
     if ((p.head_dim % 64 != 0 || p.dv() != p.head_dim) && p.heads_q > p.heads_kv)
       notes.push_back(p.dv() != p.head_dim
                           ? "V's head_dim not Q's: each block walks its whole GQA group (no split)"

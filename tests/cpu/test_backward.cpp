@@ -527,15 +527,30 @@ TEST_CASE("a backward run report: the backward's work, rate, per-gradient check 
   REQUIRE(fjs.find("\"bwd_flops\"") == std::string::npos);
 }
 
-TEST_CASE("rung 11's source of D: the exact pass past kExactDeltaKeys keys, the fp32 O below", "[cpu][backward]") {
+TEST_CASE("rung 11's source of D: the exact pass past kExactDeltaKeys keys, the fp32 O below, the 16-bit O on short rows",
+          "[cpu][backward]") {
   using fl::bwd::DeltaPolicy;
   using fl::bwd::DeltaSource;
   using fl::bwd::delta_source;
   using fl::bwd::kExactDeltaKeys;
-  // The bench's backward sweep (up to 16k keys) stays on the forward's fp32 O; one query against
-  // 100k keys (the held-out failure) takes the exact pass.
+  using fl::bwd::kO16DeltaKeys;
+  using fl::bwd::reads_o32;
+  // The bench's backward sweep takes the 16-bit O up to 4k keys and the forward's fp32 O at 8k and
+  // 16k; one query against 100k keys (the held-out failure) takes the exact pass.
   REQUIRE(kExactDeltaKeys >= 16384);
+  REQUIRE(kO16DeltaKeys == 4096);
   REQUIRE(delta_source(DeltaPolicy::rung, 16384, true) == DeltaSource::o32);
+  REQUIRE(delta_source(DeltaPolicy::rung, kO16DeltaKeys + 1, true) == DeltaSource::o32);
+  for (int keys : {1, 512, kO16DeltaKeys}) {  // short rows: the 16-bit O, fp32 O given or not
+    REQUIRE(delta_source(DeltaPolicy::rung, keys, true) == DeltaSource::o16);
+    REQUIRE(!reads_o32(DeltaPolicy::rung, keys));
+  }
+  // The forward writes the fp32 O only where the backward reads it.
+  REQUIRE(reads_o32(DeltaPolicy::rung, kO16DeltaKeys + 1));
+  REQUIRE(reads_o32(DeltaPolicy::rung, kExactDeltaKeys));
+  REQUIRE(!reads_o32(DeltaPolicy::rung, kExactDeltaKeys + 1));
+  REQUIRE(reads_o32(DeltaPolicy::o32, 100003));
+  REQUIRE(!reads_o32(DeltaPolicy::o16, 8192));
   REQUIRE(delta_source(DeltaPolicy::rung, 100003, true) == DeltaSource::exact);
   REQUIRE(delta_source(DeltaPolicy::rung, 100003, false) == DeltaSource::exact);
   REQUIRE(delta_source(DeltaPolicy::rung, kExactDeltaKeys, false) == DeltaSource::o16);  // no fp32 O given

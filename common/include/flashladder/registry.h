@@ -103,6 +103,10 @@ struct Rung {
   /// A backward rung's refusals that depend on the deterministic mode ("" when it runs), after
   /// `supports`; unset: none.
   std::function<std::string(const Problem& p, bool deterministic)> bwd_supports;
+  /// A backward rung: whether its D = rowsum(dO ∘ O) reads the forward's fp32 O on @p p
+  /// (steps/11_backward/delta_policy.h's reads_o32); the runner and the package then have the
+  /// forward write it, and else not (D from the 16-bit O, or the exact pass). Unset: never.
+  std::function<bool(const Problem& p)> bwd_reads_o_fp32;
   /// The rung whose forward pass a backward rung runs first (0 = none).
   int forward_rung = 0;
   /// An FP8 rung (13): `launch` receives e4m3 Q, K and a transposed V with their descales

@@ -584,6 +584,9 @@ class Plan:
     problem: object  # _ext.Problem
     workspace_bytes: int
     writes_o_fp32: bool  # its forward can also write O in fp32 (Rung.writes_o_fp32)
+    # A backward plan: its D reads the forward's fp32 O on this problem (_ext.bwd_reads_o_fp32;
+    # the 16-bit O on short rows, delta_policy.h): the autograd forward writes it only then.
+    reads_o32: bool = False
 
 
 def _cannot(label, problem, why):
@@ -680,7 +683,7 @@ def route_forward(problem, device, backward=False):
     decode_built = any(r.number == DECODE_RUNG and not r.variant for r in _registry())
     why = "not built" if not decode_built else _ext.supports(DECODE_RUNG, "", problem, device)
     if not why and backward:
-        why = "a backward pass follows, and its D reads the prefill rung's fp32 O"
+        why = "a backward pass follows (its D reads the prefill rung's fp32 O on longer rows)"
     if not why:
         decode_t, prefill_t = kv_stream_estimate(problem, device)
         if decode_t > prefill_t:
@@ -727,7 +730,7 @@ def plan_backward(rung, variant, key, deterministic, device, mods=NO_MODS):
         raise _cannot(r.label + "'s backward", problem, why)
     return Plan(r.number, r.variant, r.label, problem,
                 _ext.bwd_workspace_bytes(r.number, r.variant, problem, bool(deterministic), device),
-                r.writes_o_fp32)
+                r.writes_o_fp32, _ext.bwd_reads_o_fp32(r.number, r.variant, problem))
 
 
 # ---- FlashMLA's arguments (flashladder._mla) -----------------------------------------------------

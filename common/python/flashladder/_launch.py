@@ -157,20 +157,22 @@ def _extras(extras):
 
 
 def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
-            dropout_state=None, step=None, xextras=None):
-    """O and LSE of entry ``rung`` (None: the route, _core.route_forward) on q, k, v, checked into
-    ``key`` (_core.check_qkv's), and with ``o_fp32`` (a backward pass follows) also O in fp32,
-    dense like O: the rung's own fp32 copy when it writes one (Rung.writes_o_fp32), else the
-    16-bit O widened. The backward's D = rowsum(dO * O) reads it (rung 11's README: D from the
-    16-bit O costs dQ its precision on long rows). ``mods`` (a _core.Mods) and ``extras`` (its
-    tensors in EXTRAS' order) for masks, modifiers, packed batches and caches; a packed q is
+            dropout_state=None, step=None, xextras=None, backward=False):
+    """O and LSE of entry ``rung`` (None: the route, _core.route_forward; ``backward`` or
+    ``o_fp32``: a backward pass follows) on q, k, v, checked into ``key`` (_core.check_qkv's), and
+    with ``o_fp32`` also O in fp32, dense like O: the rung's own fp32 copy when it writes one
+    (Rung.writes_o_fp32), else the 16-bit O widened. The backward's D = rowsum(dO * O) reads it
+    where the backward plan's reads_o32 says (rung 11's README: D from the 16-bit O costs dQ its
+    precision on long rows; on short rows the rung takes it, delta_policy.h). ``mods`` (a
+    _core.Mods) and ``extras`` (its tensors in EXTRAS' order) for masks, modifiers, packed batches and caches; a packed q is
     [total_q, heads, head_dim] and its LSE [heads, total_q]; ``checked``: the extras came through
     checked_extras already. ``dropout_state``: with mods.dropout, the int64 {seed, offset} on the
     device (_core.dropout_state). ``step``: the Step of this signature (mods only: _ops.Step), its
     plan and strides; ``xextras``: _extras(extras), computed already. Returns (out, lse, o_fp32 or
     None)."""
-    plan = _core.plan_forward(rung, variant, key, q.device.index, bool(o_fp32), mods) if step is None else \
-        step.forward_plan(q.device.index, bool(o_fp32))
+    routed = bool(o_fp32 or backward)  # the route of a forward a backward pass follows
+    plan = _core.plan_forward(rung, variant, key, q.device.index, routed, mods) if step is None else \
+        step.forward_plan(q.device.index, routed)
     # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
     # breakdown measures it against torch.empty(shape, dtype=, device=)).
     shape = q.shape
@@ -201,7 +203,7 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         # A Step's prepared launch (the strides, supports() and the parameters made once per
         # signature); a pointer or an int it does not fit launches nothing, and the checked
         # binding below says why.
-        launch = None if step is None else step.prepared_forward(q.device.index, bool(o_fp32), ints)
+        launch = None if step is None else step.prepared_forward(q.device.index, routed, ints)
         if launch is None or not launch.launch_mods(*ptrs, o32_ptr, xptrs, ints, state_ptr, ws_ptr, stream(q)):
             strides = (_strides4(q), _strides4(k), _strides4(v), _strides4(out)) if step is None else step.strides[:4]
             _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream(q),
@@ -381,15 +383,15 @@ atexit.register(TRAIN.clear)
 
 class Prepared:
     """What one autograd step of plain attention repeats otherwise, made once per input signature
-    after the checked path ran it (_ops.attention): the forward's _ext.PreparedForward (O, the LSE
-    and the fp32 O the backward's D reads), the backward's _ext.PreparedBackward per deterministic
+    after the checked path ran it (_ops.attention): the forward's _ext.PreparedForward (O, the LSE,
+    and the fp32 O where the backward's D reads it: ``reads_o32``), the backward's _ext.PreparedBackward per deterministic
     flag (made on its first backward), the shapes and strides of what both allocate. Only for q, k, v
     whose gradient buffers get their strides from empty_like (dense), and an O dense in q's
     shape: dO is made contiguous like it. launch_forward/launch_backward return None, launching
     nothing, where a pointer breaks the alignment rule: the caller's checked path says why."""
 
     __slots__ = ("key", "index", "fwd", "o_like_q", "o_shape", "o_stride", "lse_shape", "lse_like", "fws",
-                 "bwd", "strides")
+                 "bwd", "strides", "reads_o32")
 
     def __init__(self, q, k, v, key, number, variant):
         self.key, self.index = key, q.device.index
@@ -400,7 +402,8 @@ class Prepared:
         self.strides = (q.stride(), k.stride(), v.stride(), self.o_stride)
         self.fwd = _ext.PreparedForward(plan.number, plan.variant, plan.problem, self.strides, self.index,
                                         plan.workspace_bytes)
-        if not self.fwd.writes_o_fp32:
+        self.reads_o32 = _core.plan_backward(None, "", key, False, self.index, None).reads_o32
+        if self.reads_o32 and not self.fwd.writes_o_fp32:
             raise ValueError("no fp32 O")  # prepare_train keeps no entry: the checked path widens O
         self.fws = plan.workspace_bytes
         self.lse_shape = (key[0], key[3], key[1])
@@ -408,12 +411,17 @@ class Prepared:
         self.bwd = {}
 
     def launch_forward(self, q, k, v):
-        """(O, LSE, fp32 O) launched, or None (nothing launched: a pointer breaks the rule)."""
+        """(O, LSE, fp32 O or None) launched, or None (nothing launched: a pointer breaks the rule)."""
         out = torch.empty_like(q) if self.o_like_q else q.new_empty(self.o_shape)
         lse = self.lse_like.new_empty(self.lse_shape)
-        o32 = self.lse_like.new_empty(self.o_shape)
         ws = q.new_empty((self.fws,), dtype=torch.uint8) if self.fws else None
         s = stream_at(self.index, q)
+        if not self.reads_o32:  # D from the 16-bit O (short rows: delta_policy.h): no fp32 O
+            if self.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                               0 if ws is None else ws.data_ptr(), s):
+                return out, lse, None
+            return None
+        o32 = self.lse_like.new_empty(self.o_shape)
         if self.fwd.launch_o32(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
                                o32.data_ptr(), 0 if ws is None else ws.data_ptr(), s):
             return out, lse, o32
@@ -436,7 +444,8 @@ class Prepared:
         ws = q.new_empty((wsb,), dtype=torch.uint8) if wsb else None
         s = stream_at(self.index, q)
         if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
-                         dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), o32.data_ptr(), 0 if ws is None else ws.data_ptr(),
+                         dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), 0 if o32 is None else o32.data_ptr(),
+                         0 if ws is None else ws.data_ptr(),
                          s):
             return dq, dk, dv
         return None
@@ -445,7 +454,7 @@ class Prepared:
 def prepare_train(sig, q, k, v, key, number, variant):
     """Keeps the Prepared of an autograd call that just passed the checked path with these very
     q, k, v: where each one's empty_like has its strides (dense: the gradient buffers need no copy)
-    and the forward rung writes the fp32 O."""
+    and, where the backward's D reads the fp32 O (Prepared.reads_o32), the forward rung writes it."""
     if sig is None or sig in TRAIN:
         return
     for t in (q, k, v):

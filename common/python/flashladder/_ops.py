@@ -38,23 +38,25 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                  with_o_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(O, LSE, O in fp32) of a forward rung: O like q (dense), LSE float32 [batch, heads_q,
     seqlen_q], and with ``with_o_fp32`` (autograd: a backward pass follows, and a problem the
-    backward rung cannot run is refused now, not after the forward) O in fp32 for the backward's D,
-    else an empty tensor."""
+    backward rung cannot run is refused now, not after the forward) O in fp32 where the backward's
+    D reads it (Plan.reads_o32: longer rows, delta_policy.h), else an empty tensor."""
     key = _core.check_qkv_cached(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor)
+    reads = False
     if with_o_fp32:  # the backward's own plan (the same arguments: planned once, cached)
-        _core.plan_backward(None, "", key, False, q.device.index, None)
-    out, lse, o32 = _launch.forward(q, k, v, key, rung or None, variant, o_fp32=with_o_fp32)
+        reads = _core.plan_backward(None, "", key, False, q.device.index, None).reads_o32
+    out, lse, o32 = _launch.forward(q, k, v, key, rung or None, variant, o_fp32=reads, backward=with_o_fp32)
     return out, lse, o32 if o32 is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, causal, softmax_scale, rung, variant, with_o_fp32):
-    _core.check_qkv(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor,
-                    check_layout=False)
+    key = _core.check_qkv(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor,
+                          check_layout=False)
     batch, seqlen_q, heads_q, head_dim = q.shape
     o_shape = (batch, seqlen_q, heads_q, head_dim)
+    reads = with_o_fp32 and _core.plan_backward(None, "", key, False, q.device.index, None).reads_o32
     return (q.new_empty(o_shape), q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32),
-            q.new_empty(o_shape if with_o_fp32 else (0,), dtype=torch.float32))
+            q.new_empty(o_shape if reads else (0,), dtype=torch.float32))
 
 
 @torch.library.custom_op("flashladder::attention_backward", mutates_args=())
@@ -120,8 +122,9 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, key, number, variant, prepared=None):
-        if prepared is None:
-            out, lse, o32 = _launch.forward(q, k, v, key, number, variant, o_fp32=True)
+        if prepared is None:  # the fp32 O where the backward's D reads it (plan_backward: cached)
+            reads = _core.plan_backward(None, "", key, False, q.device.index, None).reads_o32
+            out, lse, o32 = _launch.forward(q, k, v, key, number, variant, o_fp32=reads, backward=True)
         else:
             res = prepared.launch_forward(q, k, v)
             if res is None:
@@ -160,8 +163,9 @@ class _EagerAttentionMods(torch.autograd.Function):
         # saved-tensor error, as for any input it keeps).
         extras = _launch.checked_extras((cu_q, cu_k, sinks, slopes), step.mods, q)
         xextras = _launch._extras(extras)  # the pointers, for the backward too: the same tensors
-        out, lse, o32 = _launch.forward(q, k, v, step.key, o_fp32=True, mods=step.mods, extras=extras, checked=True,
-                                        dropout_state=dropout_state, step=step, xextras=xextras)
+        reads = step.backward_plan(q.device.index, deterministic).reads_o32  # the fp32 O where D reads it
+        out, lse, o32 = _launch.forward(q, k, v, step.key, o_fp32=reads, mods=step.mods, extras=extras, checked=True,
+                                        dropout_state=dropout_state, step=step, xextras=xextras, backward=True)
         # The dropout state is saved with the rest: the backward regenerates the forward's mask.
         ctx.save_for_backward(q, k, v, out, lse, o32, extras[0], extras[1], sinks, slopes, dropout_state)
         ctx.step, ctx.deterministic, ctx.xextras = step, deterministic, xextras
