@@ -58,6 +58,7 @@ Exits 77 (ctest: skipped) without PyTorch.
 import concurrent.futures
 import math
 import sys
+import types
 
 SKIP = 77
 
@@ -134,8 +135,8 @@ LOG = []  # ("forward" | "backward" | "plan", details)
 
 
 def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
-                dropout_state=None, step=None, xextras=None):
-    LOG.append(("forward", dict(o_fp32=o_fp32, mods=mods, head_dim=q.shape[-1], state=dropout_state,
+                dropout_state=None, step=None, xextras=None, backward=False):
+    LOG.append(("forward", dict(o_fp32=o_fp32, backward=backward, mods=mods, head_dim=q.shape[-1], state=dropout_state,
                                 slopes=extras[3] if extras else None)))
     a = mods_args(key, mods, extras, dropout_state)
     with torch.no_grad():
@@ -172,13 +173,14 @@ def cpu_backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant
 
 
 REFUSE = [None]  # a ValueError message plan_backward raises, or None
+READS_O32 = [True]  # the plan's reads_o32: its D reads the forward's fp32 O (rows past kO16DeltaKeys)
 
 
 def cpu_plan_backward(rung, variant, key, deterministic, device, mods=None):
     LOG.append(("plan", dict(deterministic=deterministic)))
     if REFUSE[0]:
         raise ValueError(REFUSE[0])
-    return None
+    return types.SimpleNamespace(reads_o32=READS_O32[0])
 
 
 def custom_op_called(*args, **kwargs):
@@ -225,7 +227,19 @@ def test_attention():
     check(all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
           "attention(): dQ, dK, dV equal the reference's through torch's autograd (GQA 4:1, sq != sk)")
     bwd = LOG[-1][1]
-    check(LOG[1][1]["o_fp32"] and bwd["o32"], "the forward writes the fp32 O and the backward gets it")
+    check(LOG[1][1]["o_fp32"] and LOG[1][1]["backward"] and bwd["o32"],
+          "where the plan's D reads it, the forward writes the fp32 O (routed for a backward) and the backward gets it")
+    for t in (q, k, v):
+        t.grad = None
+    LOG.clear()
+    READS_O32[0] = False
+    out = flashladder.attention(q, k, v, causal=True)
+    out.backward(dout)
+    READS_O32[0] = True
+    check([e[0] for e in LOG] == ["plan", "forward", "backward"] and not LOG[1][1]["o_fp32"] and LOG[1][1]["backward"]
+          and not LOG[-1][1]["o32"] and all(close(t.grad, r.grad) for t, r in zip((q, k, v), ref_leaves)),
+          "short rows (the plan's D from the 16-bit O): the forward, routed for a backward, writes no fp32 O, the "
+          "backward gets none, the gradients are the same")
     check(bwd["key"] == cpu_key(q, k, v, True), "the backward launches on the key the forward was checked into")
     check(bwd["trusted"], "autograd's backward call is trusted: the forward's own O, LSE and fp32 O and autograd's dO "
                           "are not checked again")
@@ -414,7 +428,7 @@ def test_varlen_checked_once():
     seen = []
 
     def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
-                dropout_state=None, step=None, xextras=None):
+                dropout_state=None, step=None, xextras=None, backward=False):
         seen.append(("forward", extras[0].data_ptr(), extras[1].data_ptr(), checked))
         out = torch.zeros_like(q)
         return out, torch.zeros(q.shape[1], q.shape[0], dtype=torch.float32), (out.clone() if o_fp32 else None)

@@ -1331,7 +1331,7 @@ class MaskedSteps(unittest.TestCase):
         calls = {"check": 0, "mods_key": 0, "fwd": [], "bwd": [], "sanitize": 0}
 
         class Plan:
-            number, variant, problem, workspace_bytes, writes_o_fp32 = 16, "", None, 0, True
+            number, variant, problem, workspace_bytes, writes_o_fp32, reads_o32 = 16, "", None, 0, True, True
 
         def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, own_dv=False):
             calls["check"] += 1

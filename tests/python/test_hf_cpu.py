@@ -79,7 +79,7 @@ DROPOUT = []  # (Mods.dropout, the generator state) of each call with mods
 
 
 def cpu_forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras=None, checked=False,
-                dropout_state=None, step=None, xextras=None):
+                dropout_state=None, step=None, xextras=None, backward=False):
     """_launch.forward on the CPU: a KV cache's runs (extras: used, start), a packed batch (cu_seqlens),
     or a dense batch; causal and the scale from the key (cpu_key's). Dropout is recorded, not applied."""
     CALLS[0] += 1

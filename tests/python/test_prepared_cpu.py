@@ -72,6 +72,9 @@ class FakeForward(FakePrepared):
     def launch_o32(self, *ptrs):
         return self._launch("launch_o32", ptrs)
 
+    def launch(self, *ptrs):
+        return self._launch("fwd.launch", ptrs)
+
 
 class FakeBackward(FakePrepared):
     NAME, PREFIX = "PreparedBackward", "bwd."
@@ -80,11 +83,14 @@ class FakeBackward(FakePrepared):
         return self._launch("bwd.launch", ptrs)
 
 
+READS_O32 = [True]  # the backward plan's reads_o32 (its D reads the fp32 O: rows past kO16DeltaKeys)
+
+
 def plan(kind):
     def make(rung, variant, key, device, flag, mods):
         LOG.append(("plan_" + kind, (flag, mods is not None)))
         return types.SimpleNamespace(number=15 if kind == "forward" else 14, variant="", problem="P" + kind,
-                                     workspace_bytes=64, writes_o_fp32=True)
+                                     workspace_bytes=64, writes_o_fp32=True, reads_o32=READS_O32[0])
     return make
 
 
@@ -152,6 +158,21 @@ for transposed in (False, True):
     p.bwd[False].fit = False
     check(p.launch_backward(dout, q, k, v, out, lse, o32, False) is None,
           "Prepared.launch_backward: a launch that refuses its pointers gives None (the checked path runs)")
+
+# Short rows (the backward plan's D from the 16-bit O): the forward's plain launch, no fp32 O, and the
+# backward's pointer to it 0.
+LOG.clear()
+READS_O32[0] = False
+q, k, v = leaves()
+p = _launch.Prepared(q, k, v, KEY, None, "")
+out, lse, o32 = p.launch_forward(q, k, v)
+ptrs = last("fwd.launch")
+check(o32 is None and count("launch_o32") == 0 and ptrs is not None
+      and ptrs[:5] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()),
+      "Prepared.launch_forward without reads_o32: launch() with q, k, v, O and the LSE, no fp32 O")
+p.launch_backward(torch.randn(b, sq, hq, d, dtype=torch.float16), q, k, v, out, lse, o32, False)
+check(last("bwd.launch")[9] == 0, "Prepared.launch_backward without the fp32 O: its pointer 0 (D from the 16-bit O)")
+READS_O32[0] = True
 
 # ---- 2. attention() under autograd: checked first, prepared after ----------------------------------
 LOG.clear()

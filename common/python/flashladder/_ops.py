@@ -121,10 +121,9 @@ class _EagerAttention(torch.autograd.Function):
     which copies it or says why."""
 
     @staticmethod
-    def forward(ctx, q, k, v, key, number, variant, prepared=None):
-        if prepared is None:  # the fp32 O where the backward's D reads it (plan_backward: cached)
-            reads = _core.plan_backward(None, "", key, False, q.device.index, None).reads_o32
-            out, lse, o32 = _launch.forward(q, k, v, key, number, variant, o_fp32=reads, backward=True)
+    def forward(ctx, q, k, v, key, number, variant, prepared=None, reads_o32=False):
+        if prepared is None:  # the fp32 O where the backward's D reads it (the backward plan's reads_o32)
+            out, lse, o32 = _launch.forward(q, k, v, key, number, variant, o_fp32=reads_o32, backward=True)
         else:
             res = prepared.launch_forward(q, k, v)
             if res is None:
@@ -139,7 +138,7 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):
         if dout is None:  # only the LSE was used: no gradient reaches q, k, v
-            return (None,) * 7
+            return (None,) * 8
         q, k, v, out, lse, o32 = ctx.saved_tensors
         deterministic = torch.are_deterministic_algorithms_enabled()
         grads = None
@@ -148,7 +147,7 @@ class _EagerAttention(torch.autograd.Function):
         if grads is None:
             # trusted: out, the LSE and the fp32 O are the forward's, dout autograd's (checked against O).
             grads = _launch.backward(dout, q, k, v, out, lse, ctx.key, deterministic, None, "", o32, trusted=True)
-        return grads + (None,) * 4
+        return grads + (None,) * 5
 
 
 class _EagerAttentionMods(torch.autograd.Function):
@@ -190,9 +189,10 @@ class _EagerAttentionMods(torch.autograd.Function):
 
 def attention_autograd(q, k, v, key, number, variant):
     """(O, LSE) under autograd in eager mode: the backward's plan first (a problem it cannot run is
-    refused before the forward, as attention_op does), then _EagerAttention."""
-    _core.plan_backward(None, "", key, False, q.device.index, None)
-    return _EagerAttention.apply(q, k, v, key, number, variant)
+    refused before the forward, as attention_op does), then _EagerAttention, with the fp32 O where
+    that plan's D reads it."""
+    plan = _core.plan_backward(None, "", key, False, q.device.index, None)
+    return _EagerAttention.apply(q, k, v, key, number, variant, None, plan.reads_o32)
 
 
 class Step:
