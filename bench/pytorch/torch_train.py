@@ -27,7 +27,7 @@ the same order.
      torch.nn.attention.sdpa_kernel(SDPBackend.FLASH_ATTENTION) (so nothing else can run), SDPA
      with SDPBackend.CUDNN_ATTENTION forced (the fastest path PyTorch offers on Hopper; --no-cudnn
      skips it), the ladder (forward: the default rung; backward: the default backward rung, rung 14
-     on sm_90 and rung 11 elsewhere, through the custom op's autograd), and SDPA flash again
+     on sm_90 and rung 11 elsewhere, through the package's eager autograd), and SDPA flash again
      (--no-rerun skips it): the second SDPA run measures how far two runs of the
      same kernels drift apart (atomics in the backward pass make them differ), the noise that
      "the ladder's curve matches SDPA's" is judged against. Recorded per step: the training loss,
@@ -258,7 +258,7 @@ def ladder_setup(torch, args, device):
     fwd = _core.plan_forward(None, "", key, device.index or 0).label
     bwd = _core.plan_backward(None, "", key, False, device.index or 0).label
     info = fl.device_info(device.index or 0)
-    print("ladder: package %s; forward %s, backward %s (autograd through the custom op) on %s (%s)" % (
+    print("ladder: package %s; forward %s, backward %s (the package's eager autograd) on %s (%s)" % (
         runinfo.package_path(fl), fwd, bwd, info.name, info.arch))
     return {"impl": impl, "calls": calls, "forward_rung": fwd, "backward_rung": bwd,
             "package": runinfo.package_path(fl)}, ""

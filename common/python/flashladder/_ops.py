@@ -38,25 +38,26 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
                  with_o_fp32: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(O, LSE, O in fp32) of a forward rung: O like q (dense), LSE float32 [batch, heads_q,
     seqlen_q], and with ``with_o_fp32`` (autograd: a backward pass follows, and a problem the
-    backward rung cannot run is refused now, not after the forward) O in fp32 where the backward's
-    D reads it (Plan.reads_o32: longer rows, delta_policy.h), else an empty tensor."""
+    backward rung cannot run is refused now, not after the forward) O in fp32 for the backward's D,
+    else an empty tensor. Unlike the eager path (_EagerAttention), the op writes the fp32 O
+    whenever a backward follows, also on the short rows whose D the backward takes from the 16-bit
+    O (delta_policy.h): its fake implementation gives the output's shape from the sizes alone,
+    which may be symbolic under torch.compile, so it cannot ask the backward plan."""
     key = _core.check_qkv_cached(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor)
-    reads = False
     if with_o_fp32:  # the backward's own plan (the same arguments: planned once, cached)
-        reads = _core.plan_backward(None, "", key, False, q.device.index, None).reads_o32
-    out, lse, o32 = _launch.forward(q, k, v, key, rung or None, variant, o_fp32=reads, backward=with_o_fp32)
+        _core.plan_backward(None, "", key, False, q.device.index, None)
+    out, lse, o32 = _launch.forward(q, k, v, key, rung or None, variant, o_fp32=with_o_fp32)
     return out, lse, o32 if o32 is not None else q.new_empty((0,), dtype=torch.float32)
 
 
 @attention_op.register_fake
 def _attention_fake(q, k, v, causal, softmax_scale, rung, variant, with_o_fp32):
-    key = _core.check_qkv(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor,
-                          check_layout=False)
+    _core.check_qkv(q, k, v, causal, softmax_scale or None, tensor_type=torch.Tensor,
+                    check_layout=False)
     batch, seqlen_q, heads_q, head_dim = q.shape
     o_shape = (batch, seqlen_q, heads_q, head_dim)
-    reads = with_o_fp32 and _core.plan_backward(None, "", key, False, q.device.index, None).reads_o32
     return (q.new_empty(o_shape), q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32),
-            q.new_empty(o_shape if reads else (0,), dtype=torch.float32))
+            q.new_empty(o_shape if with_o_fp32 else (0,), dtype=torch.float32))
 
 
 @torch.library.custom_op("flashladder::attention_backward", mutates_args=())
