@@ -9,8 +9,8 @@ backward grid (batch x seqlen = 16k tokens, 2048 / head_dim heads, MHA).
 Per shape, CUDA-event medians (L2 flushed before each call, bench/pytorch/timing.py) of four calls,
 timed in rounds in a rotated order: the forward writing O, the LSE and the fp32 O (what autograd
 ran before this rule on every row), the forward without the fp32 O, the backward from the fp32 O,
-the backward from the 16-bit O. Writes o32_cost.json and prints a table. Exits 77 without a CUDA
-device or without the package."""
+the backward from the 16-bit O. Writes o32_cost.json and prints a table. Without PyTorch, a CUDA
+device or the package it says so and measures nothing."""
 
 import argparse
 import json
@@ -19,6 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pytorch"))
 
+import runinfo  # noqa: E402
 import timing  # noqa: E402
 
 
@@ -32,16 +33,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="folder for o32_cost.json")
     a = ap.parse_args()
-    try:
-        import torch
-        import flashladder
-        from flashladder import _core, _launch
-    except ImportError as e:
-        print("no PyTorch or no flashladder package (%s): skipped (exit 77)" % e)
-        return 77
-    if not torch.cuda.is_available():
-        print("no CUDA device: skipped (exit 77)")
-        return 77
+    torch = runinfo.cuda_torch("o32_cost.py")
+    flashladder = runinfo.import_flashladder() if torch else None
+    if flashladder is None:
+        return 0
+    from flashladder import _core, _launch
     dt = torch.bfloat16 if a.dtype == "bf16" else torch.float16
     timer = timing.EventTimer(torch)
     rows = []
