@@ -290,7 +290,7 @@ void register_rung_14(Registry& reg) {
                                                     "mode\")"));
   reg.add(make_rung<Mode::o16_delta>("o16-delta", "ablation: D = rowsum(dO * O) from the 16-bit O at every length, as "
                                                   "FlashAttention-2 and 3 (the rung: on rows of at most 4096 keys; "
-                                                  "README, \"D from the 16-bit O on short rows\")"));
+                                                  "rung 11's README, \"D from the 16-bit O on short rows\")"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

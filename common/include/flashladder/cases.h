@@ -36,11 +36,13 @@ namespace fl {
 /// backward rung) that of its Rung::forward_rung in the registry, else 0.
 size_t forward_workspace_bytes(const Rung& r, const Problem& p);
 
-/// Bytes @p r needs on the device for @p p: the forward's tensors and workspace, plus for a
-/// backward rung dO, dQ, dK, dV and bwd_workspace_bytes(p, @p deterministic).
 /// Whether the runner has backward rung @p r's forward write the fp32 O for @p p: where the
 /// forward can (Rung::writes_o_fp32) and the backward's D reads it (Rung::bwd_reads_o_fp32).
 bool bwd_wants_o_fp32(const Rung& r, const Problem& p);
+
+/// Bytes @p r needs on the device for @p p: the forward's tensors and workspace, plus for a
+/// backward rung dO, dQ, dK, dV and bwd_workspace_bytes(p, @p deterministic) (and the fp32 O
+/// where bwd_wants_o_fp32).
 size_t rung_device_bytes(const Rung& r, const Problem& p, bool deterministic = false);
 
 /// "" if @p r can run @p p on @p dev (supports, memory, not a lab stub; a backward rung: also a
