@@ -65,6 +65,11 @@ struct BwdBuffers {
   /// Deterministic, not causal, rung 14's masks: each K/V block's walk starts at its own query
   /// block (the block's index) and wraps (traits.h's dq_prev_token_rotated, rotated_walk); false: from 0.
   bool rotated_walk;
+  /// dK and dV of a whole K/V block out through shared memory and a TMA store (map_dk, map_dv:
+  /// store_dkv_tma); false, or a split group's partial sums, or a packed sequence's last block
+  /// (its rows past the sequence belong to the next one): each math thread's own stores (the
+  /// `direct-dkv` ablation, the rung before `tma-dkv`).
+  bool tma_dkv;
 };
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
@@ -635,6 +640,73 @@ __device__ __forceinline__ float* dkv_partial(const AttnBwdParams& P, const BwdB
 template <class Cfg>
 using DkvRegs = float[Cfg::kDkvTiles][Cfg::kDkvN / 2];
 
+/// dK_j (times @p scale) and dV_j of a whole K/V block out by TMA (BwdBuffers::tma_dkv; d = 64 and
+/// 128). Each thread's stores straight from its accumulators are 4 bytes of 8 rows per warp
+/// instruction, half-sector writes, and the math warps cannot go on to the next block until they
+/// issued them all: 4.4 to 5.6 us per K/V block at d = 128 on the H200 (README, "dK and dV by
+/// TMA"). Here the math warps stage the tiles in shared memory in the maps' 128-byte swizzle (the
+/// layout K_j and V_j load in; a warp's 4-byte stores then hit 32 banks), and one thread hands them
+/// to the TMA unit. The staging is the dS^T tiles' place, free once both warpgroups' last GEMMs
+/// are done (the first barrier): 32 KB at d = 128 (dK, then dV once the copy engine has read dK),
+/// 64 KB at d = 64 (both at once). The last copy's read is waited for before the next block's
+/// first dS^T store (dkv_wait_staged), not here; or, if the block had no step (@p pending: no dS^T
+/// store came between), before this one's staging. @p issuer: the thread that issues the copies.
+template <class T, class Cfg>
+__device__ __forceinline__ void store_dkv_tma(const BwdSmem<Cfg>& sm, const CUtensorMap* map_dk,
+                                              const CUtensorMap* map_dv, const BlockWork& work, int batch,
+                                              float scale, const DkvRegs<Cfg>& dK, const DkvRegs<Cfg>& dV,
+                                              int w, int warp, int g, int q, bool issuer, bool pending) {
+  constexpr int D = Cfg::kHeadDim, TILE = Cfg::kKBytes;
+  constexpr int kStaging = Cfg::kDsBufs * Cfg::kDsBytes;
+  constexpr int kPasses = kStaging >= 2 * TILE ? 1 : 2;
+  static_assert(!Cfg::kDkvT && kStaging >= TILE, "a dK or dV tile fits the dS^T tiles' place");
+  const uint32_t stage = sm.dS(0);
+  if (pending && issuer) bulk_wait_group_read<0>();
+  named_barrier_sync(kDsReady, kMathThreads);  // both warpgroups' GEMMs (and the last copies) have read the place
+#pragma unroll
+  for (int t = 0; t < 2; ++t) {  // t = 0: dK, 1: dV
+    const uint32_t tile = stage + (kPasses == 1 ? t * TILE : 0);
+    const float mul = t == 0 ? scale : 1.f;
+    const auto& acc = t == 0 ? dK : dV;
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int key = 64 * w + 16 * warp + g + 8 * hh;
+#pragma unroll
+      for (int c = 0; c < D / 8; ++c) {
+        const int col = 8 * c + 2 * q;
+        const uint32_t off = (col / 64) * Cfg::kBlockN * 128 + key * 128 + (col % 64) * 2;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)),
+                     "r"(pack2<T>(acc[0][4 * c + 2 * hh] * mul, acc[0][4 * c + 2 * hh + 1] * mul))
+                     : "memory");
+      }
+    }
+    if (kPasses == 2 || t == 1) {
+      fence_proxy_async_smem();
+      named_barrier_sync(kDsReady, kMathThreads);  // the tile (or both) staged
+      if (issuer) {
+#pragma unroll
+        for (int tt = kPasses == 1 ? 0 : t; tt <= t; ++tt)
+#pragma unroll
+          for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+            tma_store_4d(tt == 0 ? map_dk : map_dv, stage + (kPasses == 1 ? tt * TILE : 0) + cb * Cfg::kBlockN * 128,
+                         64 * cb, work.kv_head, work.k_tok0 + work.key0, batch);
+        bulk_commit_group();
+      }
+      if (kPasses == 2 && t == 0) {  // dV goes where dK was, once the copy engine has read it
+        if (issuer) bulk_wait_group_read<0>();
+        named_barrier_sync(kDsReady, kMathThreads);
+      }
+    }
+  }
+}
+
+/// Before a block's first dS^T store after store_dkv_tma: the copy engine has read the staged
+/// tiles (the issuer waits, the barrier tells the other math threads).
+__device__ __forceinline__ void dkv_wait_staged(bool issuer) {
+  if (issuer) bulk_wait_group_read<0>();
+  named_barrier_sync(kDsReady, kMathThreads);
+}
+
 /// d = 256's dK^T, dV^T out: accumulator t of warpgroup w holds dims 128 w + 64 t + 16 warp + g
 /// + 8 (e / 2) of keys key0 + 8c + 2q + e % 2 (register 4c + e), so each register is one element
 /// of a [key][dim] row and a warp's store covers 8 dims of 4 keys. Once per block, against the
@@ -872,7 +944,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     bwd_hopper_kernel(const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v,
-                      const __grid_constant__ CUtensorMap map_do, const AttnBwdParams P,
+                      const __grid_constant__ CUtensorMap map_do,
+                      const __grid_constant__ CUtensorMap map_dk,
+                      const __grid_constant__ CUtensorMap map_dv, const AttnBwdParams P,
                       const BwdBuffers buf, const MODS mods_arg) {
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_M = Cfg::kBlockM;
@@ -1050,6 +1124,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   // One K/V block's walk, its steps being the block's steps gs0 .. in all (the ring's stages, the
   // dS tiles), and its K_j, V_j the load of parity kv_parity (persistent: the block's tiles in
   // turn; else one call, gs0 = 0).
+  // store_dkv_tma's issuer, and whether its last copy may still read the dS^T tiles' place.
+  const bool dkv_issuer = w == 0 && mtid == 0;
+  bool dkv_staged = false;
   auto math_block = [&](int gs0, uint32_t kv_parity) {
     {  // the thread's two keys of S^T (rows 16 warp + g and + 8 of its warpgroup's 64)
       const int wg_key0 = work.key0 + Cfg::kSKey0(w);
@@ -1147,6 +1224,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         for (int kk = 0; kk < SN / 16; ++kk) ds_warp_max_store(sm, m[kk], kk, 4 * w + warp, lane);
       }
 
+      if (dkv_staged) {  // the last K/V block's dK, dV staged where dS^T goes (store_dkv_tma)
+        dkv_wait_staged(dkv_issuer);
+        dkv_staged = false;
+      }
       const uint32_t dS_tile = sm.dS(gs % Cfg::kDsBufs);
       if (Cfg::kDsBufs == 1 && gs > 0)
         named_barrier_sync(kDsReady, kMathThreads);  // the last dQ read it
@@ -1346,6 +1427,12 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     // -------------------
     if constexpr (Cfg::kDkvT) {
       store_dkv_transposed<T, Cfg>(P, buf, work, dK, dV, w, warp, g, q);
+    } else if (buf.tma_dkv && buf.kv_split == 1 && (!loads.packed || work.key0 + BLOCK_N <= work.len_k)) {
+      // A whole block (a dense batch's last one too: the map ends at seqlen_k), through shared
+      // memory and the TMA unit.
+      store_dkv_tma<T, Cfg>(sm, &map_dk, &map_dv, work, loads.tma_batch(work), p.softmax_scale, dK, dV, w, warp, g,
+                            q, dkv_issuer, dkv_staged);
+      dkv_staged = true;
     } else {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
@@ -1397,6 +1484,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   } else {
     math_block(0, 0);
   }
+  if (dkv_staged && dkv_issuer) bulk_wait_group<0>();  // the last dK, dV copies landed
 }
 
 /// dQ = scale · accumulator, from the accumulator's register order (dq_slot) to Q's layout

@@ -32,7 +32,7 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta };
+                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta, direct_dkv };
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
@@ -40,7 +40,7 @@ template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
     M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid || M == Mode::det_linear ||
-    M == Mode::o16_delta;
+    M == Mode::o16_delta || M == Mode::direct_dkv;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the 16-bit O on rows of at
 /// most 4096 keys, the exact pass on rows of more than 16384, the fp32 O between), or, for
@@ -114,12 +114,13 @@ decltype(auto) with_tiles(int head_dim, F&& f) {
 }
 
 /// Calls f(TypeTag<tiles>{}) with the tiles @p M runs for a problem of @p head_dim and @p seqlen_q
-/// (the longest sequence's queries): with_tiles' for every entry but the rung (and det-linear, its
-/// deterministic order's ablation), which takes the persistent grid's tiles where traits.h's
+/// (the longest sequence's queries): with_tiles' for every entry but the rung (and det-linear and
+/// direct-dkv, ablations of its deterministic order and of its dK, dV stores), which takes the
+/// persistent grid's tiles where traits.h's
 /// rung_grid_persistent says (README, "A persistent grid").
 template <Mode M, class F>
 decltype(auto) with_grid(int head_dim, int seqlen_q, F&& f) {
-  if constexpr (M == Mode::rung || M == Mode::det_linear)
+  if constexpr (M == Mode::rung || M == Mode::det_linear || M == Mode::direct_dkv)
     if (hopper14::rung_grid_persistent(head_dim, seqlen_q)) return with_tiles<Mode::persistent>(head_dim, f);
   return with_tiles<M>(head_dim, f);
 }
@@ -136,7 +137,8 @@ template <Mode M, class T, class Cfg>
 void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
   hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream,
-                                                         prep_of(M), M != Mode::late_free, M != Mode::det_linear);
+                                                         prep_of(M), M != Mode::late_free, M != Mode::det_linear,
+                                                         M != Mode::direct_dkv);
 }
 
 template <Mode M, class T, class Cfg>
@@ -291,6 +293,10 @@ void register_rung_14(Registry& reg) {
   reg.add(make_rung<Mode::o16_delta>("o16-delta", "ablation: D = rowsum(dO * O) from the 16-bit O at every length, as "
                                                   "FlashAttention-2 and 3 (the rung: on rows of at most 4096 keys; "
                                                   "rung 11's README, \"D from the 16-bit O on short rows\")"));
+  reg.add(make_rung<Mode::direct_dkv>("direct-dkv", "ablation: each math thread stores its own dK, dV from its "
+                                                    "accumulators (4-byte stores; the rung stages a whole K/V block's "
+                                                    "in shared memory and writes it by TMA: README, \"dK and dV by "
+                                                    "TMA\")"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

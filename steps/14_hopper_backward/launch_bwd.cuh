@@ -139,10 +139,13 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// dK, dV convert. WRITER false: the atomic-dq ablation, which has no deterministic order of its
 /// own (asked for one, the writer runs). Returns where the statistics and accumulators are (rung
 /// 16 reads the LSE and D rows again for the sinks' gradient); lse_log2 null: nothing was written
-/// (a packed batch of empty sequences).
+/// (a packed batch of empty sequences). @p tma_dkv false: each math thread stores its own dK, dV
+/// (the `direct-dkv` ablation); true: whole blocks by TMA where dK and dV are 16-byte aligned
+/// (kernel.cuh's store_dkv_tma).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
-                     cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true, bool rotate = true) {
+                     cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true, bool rotate = true,
+                     bool tma_dkv = true) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
   // A packed batch's token counts included. The dQ tiles are the kernel's (D columns): a head_dim
@@ -212,6 +215,16 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
                                                 Cfg::kBlockN, p.q);
   const CUtensorMap map_v = make_tma_map_tokens(dt, p, true, p.v, p.v_batch_stride, p.v_row_stride, p.v_head_stride,
                                                 Cfg::kBlockN, p.q, p.dv());
+  // dK and dV have K's and V's strides (kernel.cuh's grad_row), so their maps are K's and V's on
+  // other bases; a base off the 16-byte rule TMA needs keeps the threads' own stores.
+  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  buf.tma_dkv = tma_dkv && !Cfg::kDkvT && buf.kv_split == 1 && aligned16(P.dk) && aligned16(P.dv);
+  const CUtensorMap map_dk = buf.tma_dkv ? make_tma_map_tokens(dt, p, true, P.dk, p.k_batch_stride, p.k_row_stride,
+                                                               p.k_head_stride, Cfg::kBlockN, p.q)
+                                         : map_k;
+  const CUtensorMap map_dv = buf.tma_dkv ? make_tma_map_tokens(dt, p, true, P.dv, p.v_batch_stride, p.v_row_stride,
+                                                               p.v_head_stride, Cfg::kBlockN, p.q, p.dv())
+                                         : map_v;
   dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv * buf.kv_split, p.batch);
   buf.tiles_x = static_cast<int>(grid.x);
   buf.tiles_y = static_cast<int>(grid.y);
@@ -231,13 +244,13 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
       writer = false;
       prepared_kernel<T, Cfg, false, MODS>();
       bwd_hopper_kernel<T, Cfg, false, MODS>
-          <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf, mods);
+          <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, map_dk, map_dv, P, buf, mods);
     }
   }
   if (writer) {
     prepared_kernel<T, Cfg, true, MODS>();
     bwd_hopper_kernel<T, Cfg, true, MODS>
-        <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, P, buf, mods);
+        <<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, map_do, map_dk, map_dv, P, buf, mods);
   }
   FL_LAUNCH_CHECK("bwd_hopper_kernel");
   convert_gradients<T, Cfg>(P, buf, stat_rows, prep, stream);

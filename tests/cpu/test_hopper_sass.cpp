@@ -27,6 +27,7 @@
 #include <stdlib.h>  // atoi
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -615,12 +616,31 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
     // No local memory, except one register in the no-ws ablation at d = 64 (S^T and dP^T are 64
     // registers each there, and its math warps also hold the loader's addresses): ptxas spills
     // it once per query block (steps/14_hopper_backward/README.md, "Registers").
-    // The persistent candidate keeps its tile loop's counters on the stack (24 bytes): in the
-    // producer warpgroup's 24 registers the loader and the writer rebuild each tile's walk, and
-    // the math warps spill their tile index; read once per tile or per step, never in the GEMMs.
-    const int spill = persistent ? 24 : (d == 64 && !ws) ? 1 : 0;
+    // The persistent grid keeps its tile loop's counters on the stack: in the producer
+    // warpgroup's 24 registers the loader and the writer rebuild each tile's walk, and the math
+    // warps spill their tile index and, around the dK, dV stores by TMA, the block's coordinates:
+    // read once per tile. Between the first and the last wgmma of the walk (the GEMMs and the
+    // softmax), no spill but at d = 64 (the no-ws ablation's register, and on the persistent grid
+    // the dS^T stores' addresses, reloaded once per query block).
+    const int spill = persistent ? 32 : (d == 64 && !ws) ? 1 : 0;
     CHECK(count_opcode(code, "LDL") <= spill);
     CHECK(count_opcode(code, "STL") <= spill);
+    {
+      size_t first = code.size(), last = 0;
+      for (size_t k = 0; k < code.size(); ++k)
+        if (code[k].opcode.rfind("HGMMA", 0) == 0 || code[k].opcode.rfind("QGMMA", 0) == 0) {
+          first = std::min(first, k);
+          last = k;
+        }
+      int inside = 0;
+      for (size_t k = first; k < last; ++k)
+        inside += code[k].opcode.rfind("LDL", 0) == 0 || code[k].opcode.rfind("STL", 0) == 0;
+      CHECK(inside <= (d == 64 && (!ws || persistent) ? 2 : 0));
+    }
+    // dK and dV out by TMA (kernel.cuh's store_dkv_tma) at d = 64 and 128: one store per
+    // 64-column box of each, dK's and dV's issued apart at d = 128 (they take turns in the dS^T
+    // tiles' place), together at d = 64; d = 256's transposed tiles keep the threads' stores.
+    CHECK(count_opcode(code, "UTMASTG.4D") == (dkv_t ? 0 : 2 * (d / 64)));
     if (ws) {
       ++ws_kernels;
       CHECK(count_opcode(code, "USETMAXREG.DEALLOC") == 1);

@@ -279,6 +279,22 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, ui
 #endif
 }
 
+/// 4D box from shared @p src to global at (c0, c1, c2, c3) of @p map (tma_load_4d's coordinates;
+/// its bulk group: the next bulk_commit_group). Elements of the box outside the tensor are not
+/// written. Rung 14 writes each K/V block's dK and dV with it: the math warps stage a tile in shared
+/// memory in the map's 128-byte swizzle, fence (fence_proxy_async_smem), meet at a barrier, and one
+/// thread issues the copy, then waits for its read (bulk_wait_group_read) before the tile is reused.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1, int c2, int c3) {
+#if FL_SM90A_OR_TRAP
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+
 /// Closes this thread's bulk copies issued since the last commit into one bulk group.
 __device__ __forceinline__ void bulk_commit_group() {
 #if FL_SM90A_OR_TRAP
