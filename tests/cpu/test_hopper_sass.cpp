@@ -663,7 +663,9 @@ TEST_CASE("rung 14: five GEMMs on wgmma (RS for dV, dK; trans-a for dQ), TMA, bu
   for (const auto& [name, u] : fl_test::parse_res_usage(text, "sm_90a")) {
     INFO(name << ": REG " << u.reg << " STACK " << u.stack << " LOCAL " << u.local);
     const bool persistent = name.find("ELb1EEELb") != std::string::npos;  // BwdTiles' last flag: PERSISTENT
-    CHECK(u.stack <= (persistent ? 24 : name.find("BwdTilesILi64E") != std::string::npos ? 8 : 0));  // the spills above
+    // The spills above: the persistent kernels' per-tile values (48 bytes at d = 128 since dK and dV
+    // go out by TMA, 24 at d = 64), the no-ws ablation's register at d = 64.
+    CHECK(u.stack <= (persistent ? 48 : name.find("BwdTilesILi64E") != std::string::npos ? 8 : 0));
     CHECK(u.local == 0);
   }
 }
