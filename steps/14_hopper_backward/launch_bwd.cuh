@@ -44,17 +44,19 @@ enum class Prep { unfused, fused };
 /// The passes the rungs run (rung 14's entries but unfused-prep, rung 16's backward).
 constexpr Prep kRungPrep = Prep::fused;
 
+/// A device address on the 16-byte boundary the fused passes' accesses and TMA need.
+inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
 /// The fused passes' 16-byte accesses need O's, dO's and dQ's rows 16-byte aligned and head_dim a
 /// multiple of 8, which the layout rule every entry checks gives (fl::tensor_layout_reason: strides
 /// multiples of 8 elements, 16-byte aligned data); a launch that breaks it is refused, not run.
 inline void require_rows_aligned16(const AttnBwdParams& P) {
   const AttnParams& p = P.fwd;
-  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   const auto strides = [](int64_t row, int64_t head, int64_t batch) {
     return row % 8 == 0 && head % 8 == 0 && batch % 8 == 0;
   };
-  if (p.head_dim % 8 != 0 || p.dv() % 8 != 0 || !aligned(p.o) || !aligned(P.dout) || !aligned(P.dq) ||
-      (p.o_fp32 != nullptr && !aligned(p.o_fp32)) || !strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride) ||
+  if (p.head_dim % 8 != 0 || p.dv() % 8 != 0 || !aligned16(p.o) || !aligned16(P.dout) || !aligned16(P.dq) ||
+      (p.o_fp32 != nullptr && !aligned16(p.o_fp32)) || !strides(p.o_row_stride, p.o_head_stride, p.o_batch_stride) ||
       !strides(p.q_row_stride, p.q_head_stride, p.q_batch_stride))
     throw std::runtime_error("rung 14's backward: O, dO and dQ need 16-byte aligned rows (head_dim, V's head_dim "
                              "and strides multiples of 8 elements)");
@@ -217,7 +219,6 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
                                                 Cfg::kBlockN, p.q, p.dv());
   // dK and dV have K's and V's strides (kernel.cuh's grad_row), so their maps are K's and V's on
   // other bases; a base off the 16-byte rule TMA needs keeps the threads' own stores.
-  const auto aligned16 = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
   buf.tma_dkv = tma_dkv && !Cfg::kDkvT && buf.kv_split == 1 && aligned16(P.dk) && aligned16(P.dv);
   const CUtensorMap map_dk = buf.tma_dkv ? make_tma_map_tokens(dt, p, true, P.dk, p.k_batch_stride, p.k_row_stride,
                                                                p.k_head_stride, Cfg::kBlockN, p.q)
