@@ -68,7 +68,7 @@ struct BwdBuffers {
   /// dK and dV of a whole K/V block out through shared memory and a TMA store (map_dk, map_dv:
   /// store_dkv_tma); false, or a split group's partial sums, or a packed sequence's last block
   /// (its rows past the sequence belong to the next one): each math thread's own stores (the
-  /// `direct-dkv` ablation, the rung before `tma-dkv`).
+  /// `direct-dkv` ablation, the rung's stores before).
   bool tma_dkv;
 };
 
@@ -648,7 +648,10 @@ using DkvRegs = float[Cfg::kDkvTiles][Cfg::kDkvN / 2];
 /// layout K_j and V_j load in; a warp's 4-byte stores then hit 32 banks), and one thread hands them
 /// to the TMA unit. The staging is the dS^T tiles' place, free once both warpgroups' last GEMMs
 /// are done (the first barrier): 32 KB at d = 128 (dK, then dV once the copy engine has read dK),
-/// 64 KB at d = 64 (both at once). The last copy's read is waited for before the next block's
+/// 64 KB at d = 64 (both at once). At d = 256 (dK^T, dV^T: a warpgroup holds 128 of the dims of
+/// all 64 keys) the place is 16 KB, two of the block's 64-column boxes: each warpgroup stages one
+/// box of its dims at a time, 16-bit stores (a register is one element), four turns in all.
+/// The last copy's read is waited for before the next block's
 /// first dS^T store (dkv_wait_staged), not here; or, if the block had no step (@p pending: no dS^T
 /// store came between), before this one's staging. @p issuer: the thread that issues the copies.
 template <class T, class Cfg>
@@ -659,42 +662,80 @@ __device__ __forceinline__ void store_dkv_tma(const BwdSmem<Cfg>& sm, const CUte
   constexpr int D = Cfg::kHeadDim, TILE = Cfg::kKBytes;
   constexpr int kStaging = Cfg::kDsBufs * Cfg::kDsBytes;
   constexpr int kPasses = kStaging >= 2 * TILE ? 1 : 2;
-  static_assert(!Cfg::kDkvT && kStaging >= TILE, "a dK or dV tile fits the dS^T tiles' place");
   const uint32_t stage = sm.dS(0);
   if (pending && issuer) bulk_wait_group_read<0>();
   named_barrier_sync(kDsReady, kMathThreads);  // both warpgroups' GEMMs (and the last copies) have read the place
+  if constexpr (Cfg::kDkvT) {
+    // Register (t, 4 c + 2 hh + e2) of warpgroup w: dim 128 w + 64 t + 16 warp + g + 8 hh, key
+    // 8 c + 2 q + e2 (store_dkv_transposed). Turn (tensor, t): box 2 w + t of each warpgroup.
+    constexpr int BOX = Cfg::kBlockN * 128;
+    static_assert(kStaging >= 2 * BOX, "one box per warpgroup fits the dS^T tiles' place");
 #pragma unroll
-  for (int t = 0; t < 2; ++t) {  // t = 0: dK, 1: dV
-    const uint32_t tile = stage + (kPasses == 1 ? t * TILE : 0);
-    const float mul = t == 0 ? scale : 1.f;
-    const auto& acc = t == 0 ? dK : dV;
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int key = 64 * w + 16 * warp + g + 8 * hh;
-#pragma unroll
-      for (int c = 0; c < D / 8; ++c) {
-        const int col = 8 * c + 2 * q;
-        const uint32_t off = (col / 64) * Cfg::kBlockN * 128 + key * 128 + (col % 64) * 2;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)),
-                     "r"(pack2<T>(acc[0][4 * c + 2 * hh] * mul, acc[0][4 * c + 2 * hh + 1] * mul))
-                     : "memory");
-      }
-    }
-    if (kPasses == 2 || t == 1) {
-      fence_proxy_async_smem();
-      named_barrier_sync(kDsReady, kMathThreads);  // the tile (or both) staged
-      if (issuer) {
-#pragma unroll
-        for (int tt = kPasses == 1 ? 0 : t; tt <= t; ++tt)
-#pragma unroll
-          for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
-            tma_store_4d(tt == 0 ? map_dk : map_dv, stage + (kPasses == 1 ? tt * TILE : 0) + cb * Cfg::kBlockN * 128,
-                         64 * cb, work.kv_head, work.k_tok0 + work.key0, batch);
-        bulk_commit_group();
-      }
-      if (kPasses == 2 && t == 0) {  // dV goes where dK was, once the copy engine has read it
+    for (int turn = 0; turn < 2 * Cfg::kDkvTiles; ++turn) {
+      const int tensor = turn / Cfg::kDkvTiles, t = turn % Cfg::kDkvTiles;
+      if (turn > 0) {  // the last turn's boxes read
         if (issuer) bulk_wait_group_read<0>();
         named_barrier_sync(kDsReady, kMathThreads);
+      }
+      const float mul = tensor == 0 ? scale : 1.f;
+      const auto& acc = tensor == 0 ? dK : dV;
+#pragma unroll
+      for (int c = 0; c < Cfg::kDkvN / 8; ++c)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const T v = from_float<T>(acc[t][4 * c + 2 * hh + e2] * mul);
+            const uint32_t off = (8 * c + 2 * q + e2) * 128 + (16 * warp + g + 8 * hh) * 2;
+            asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(stage + w * BOX + wg::sw128(off)),
+                         "h"(*reinterpret_cast<const unsigned short*>(&v))
+                         : "memory");
+          }
+      fence_proxy_async_smem();
+      named_barrier_sync(kDsReady, kMathThreads);
+      if (issuer) {
+#pragma unroll
+        for (int ww = 0; ww < 2; ++ww)
+          tma_store_4d(tensor == 0 ? map_dk : map_dv, stage + ww * BOX, 128 * ww + 64 * t, work.kv_head,
+                       work.k_tok0 + work.key0, batch);
+        bulk_commit_group();
+      }
+    }
+  } else {
+    static_assert(kStaging >= TILE, "a dK or dV tile fits the dS^T tiles' place");
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {  // t = 0: dK, 1: dV
+      const uint32_t tile = stage + (kPasses == 1 ? t * TILE : 0);
+      const float mul = t == 0 ? scale : 1.f;
+      const auto& acc = t == 0 ? dK : dV;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int key = 64 * w + 16 * warp + g + 8 * hh;
+#pragma unroll
+        for (int c = 0; c < D / 8; ++c) {
+          const int col = 8 * c + 2 * q;
+          const uint32_t off = (col / 64) * Cfg::kBlockN * 128 + key * 128 + (col % 64) * 2;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(tile + wg::sw128(off)),
+                       "r"(pack2<T>(acc[0][4 * c + 2 * hh] * mul, acc[0][4 * c + 2 * hh + 1] * mul))
+                       : "memory");
+        }
+      }
+      if (kPasses == 2 || t == 1) {
+        fence_proxy_async_smem();
+        named_barrier_sync(kDsReady, kMathThreads);  // the tile (or both) staged
+        if (issuer) {
+#pragma unroll
+          for (int tt = kPasses == 1 ? 0 : t; tt <= t; ++tt)
+#pragma unroll
+            for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+              tma_store_4d(tt == 0 ? map_dk : map_dv, stage + (kPasses == 1 ? tt * TILE : 0) + cb * Cfg::kBlockN * 128,
+                           64 * cb, work.kv_head, work.k_tok0 + work.key0, batch);
+          bulk_commit_group();
+        }
+        if (kPasses == 2 && t == 0) {  // dV goes where dK was, once the copy engine has read it
+          if (issuer) bulk_wait_group_read<0>();
+          named_barrier_sync(kDsReady, kMathThreads);
+        }
       }
     }
   }
@@ -1425,14 +1466,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
     // ---- dK_j (scaled) and dV_j out: 16-bit, or a split group's fp32 partial sums
     // -------------------
-    if constexpr (Cfg::kDkvT) {
-      store_dkv_transposed<T, Cfg>(P, buf, work, dK, dV, w, warp, g, q);
-    } else if (buf.tma_dkv && buf.kv_split == 1 && (!loads.packed || work.key0 + BLOCK_N <= work.len_k)) {
+    if (buf.tma_dkv && buf.kv_split == 1 && (!loads.packed || work.key0 + BLOCK_N <= work.len_k)) {
       // A whole block (a dense batch's last one too: the map ends at seqlen_k), through shared
       // memory and the TMA unit.
       store_dkv_tma<T, Cfg>(sm, &map_dk, &map_dv, work, loads.tma_batch(work), p.softmax_scale, dK, dV, w, warp, g,
                             q, dkv_issuer, dkv_staged);
       dkv_staged = true;
+    } else if constexpr (Cfg::kDkvT) {
+      store_dkv_transposed<T, Cfg>(P, buf, work, dK, dV, w, warp, g, q);
     } else {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {

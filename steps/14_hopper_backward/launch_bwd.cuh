@@ -219,7 +219,7 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
                                                 Cfg::kBlockN, p.q, p.dv());
   // dK and dV have K's and V's strides (kernel.cuh's grad_row), so their maps are K's and V's on
   // other bases; a base off the 16-byte rule TMA needs keeps the threads' own stores.
-  buf.tma_dkv = tma_dkv && !Cfg::kDkvT && buf.kv_split == 1 && aligned16(P.dk) && aligned16(P.dv);
+  buf.tma_dkv = tma_dkv && buf.kv_split == 1 && aligned16(P.dk) && aligned16(P.dv);
   const CUtensorMap map_dk = buf.tma_dkv ? make_tma_map_tokens(dt, p, true, P.dk, p.k_batch_stride, p.k_row_stride,
                                                                p.k_head_stride, Cfg::kBlockN, p.q)
                                          : map_k;
