@@ -143,11 +143,13 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// 16 reads the LSE and D rows again for the sinks' gradient); lse_log2 null: nothing was written
 /// (a packed batch of empty sequences). @p tma_dkv false: each math thread stores its own dK, dV
 /// (the `direct-dkv` ablation); true: whole blocks by TMA where dK and dV are 16-byte aligned
-/// (kernel.cuh's store_dkv_tma).
+/// (kernel.cuh's store_dkv_tma). @p lpt: under rung 14's causal mask, not deterministic, the
+/// blocks in longest-first order (BwdBuffers::lpt_order; the `lpt-grid` candidate), on the grid of
+/// one block per K/V block (the persistent grid keeps its tile order).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
                      cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true, bool rotate = true,
-                     bool tma_dkv = true) {
+                     bool tma_dkv = true, bool lpt = false) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
   // A packed batch's token counts included. The dQ tiles are the kernel's (D columns): a head_dim
@@ -230,13 +232,18 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.tiles_x = static_cast<int>(grid.x);
   buf.tiles_y = static_cast<int>(grid.y);
   buf.tiles_z = static_cast<int>(grid.z);
+  if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)  // kernel.cuh's grid_coords: an int index
+    throw std::runtime_error("rung 14's backward: more than 2^31 - 1 K/V blocks");
+  // Longest first: rung 14's causal mask makes K/V block 0 the longest walk of every group; the
+  // deterministic mode keeps its own order (the counters' turns follow the launch).
+  buf.lpt_order = lpt && !Cfg::kPersistent && Cfg::kWarpSpecialized && !MODS::kSpans && p.causal != 0 &&
+                  !deterministic;
   // The deterministic mode's rotated walk (traits.h): rung 14's own masks only (rung 16's keep the
   // order from block 0 or the last block down), a head's K/V blocks resident at once.
   buf.rotated_walk = rotate && !MODS::kSpans &&
                      rotated_walk(deterministic, p.causal != 0, buf.tiles_x, std::max(1, device_sm_count()));
   if constexpr (Cfg::kPersistent) {  // one block per SM walks the tiles (kernel.cuh, set_tile)
     const int64_t tiles = int64_t(grid.x) * grid.y * grid.z;
-    if (tiles > INT32_MAX) throw std::runtime_error("rung 14's persistent grid: more than 2^31 - 1 K/V blocks");
     grid = dim3(static_cast<unsigned>(std::min<int64_t>(tiles, std::max(1, device_sm_count()))), 1, 1);
   }
   bool writer = true;
