@@ -1022,15 +1022,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int n_tiles = PERSISTENT ? buf.tiles_x * buf.tiles_y * buf.tiles_z : 1;
   const int tile0 = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;
   // The one-block-per-K/V-block grid in longest-first order (BwdBuffers::lpt_order, the lpt-grid
-  // candidate; the warp-specialized kernel only): the block's own index in the grid's order, read as
-  // grid_coords' K/V block slowest.
+  // candidate; the warp-specialized kernel with rung 14's masks only): the block's own index in the
+  // grid's order, read as grid_coords' K/V block slowest.
   auto work_of = [&](int t) {
     if constexpr (PERSISTENT) {
       return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk,
                        t % buf.tiles_x,
                        (t / buf.tiles_x) % buf.tiles_y, t / (buf.tiles_x * buf.tiles_y));
     } else {
-      if constexpr (WS) {
+      if constexpr (WS && !MODS::kSpans) {  // rung 14's own masks (rung 16's keep the hardware's order)
         if (buf.lpt_order) {
           const int3 c = grid_coords(static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
                                      buf.tiles_x, buf.tiles_y, buf.tiles_z, true);
