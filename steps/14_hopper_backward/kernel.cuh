@@ -658,8 +658,8 @@ __device__ __forceinline__ float* dkv_partial(const AttnBwdParams& P, const BwdB
 template <class Cfg>
 using DkvRegs = float[Cfg::kDkvTiles][Cfg::kDkvN / 2];
 
-/// dK_j (times @p scale) and dV_j of a whole K/V block out by TMA (BwdBuffers::tma_dkv; d = 64 and
-/// 128). Each thread's stores straight from its accumulators are 4 bytes of 8 rows per warp
+/// dK_j (times @p scale) and dV_j of a whole K/V block out by TMA (BwdBuffers::tma_dkv; every
+/// head_dim). Each thread's stores straight from its accumulators are 4 bytes of 8 rows per warp
 /// instruction, half-sector writes, and the math warps cannot go on to the next block until they
 /// issued them all: 4.4 to 5.6 us per K/V block at d = 128 on the H200 (README, "dK and dV by
 /// TMA"). Here the math warps stage the tiles in shared memory in the maps' 128-byte swizzle (the
