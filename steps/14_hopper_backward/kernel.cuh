@@ -71,23 +71,20 @@ struct BwdBuffers {
   /// `direct-dkv` ablation, the rung's stores before).
   bool tma_dkv;
   /// Under a causal mask, not deterministic, one block per K/V block with the warp roles
-  /// (launch_bwd.cuh): the grid's blocks taken in longest-first order (grid_coords: the K/V block
+  /// (launch_bwd.cuh): the grid's blocks taken in longest-first order (lpt_coords: the K/V block
   /// slowest, so every group's block 0, the longest walk, goes out before any block 1); false: the
   /// K/V block fastest, the hardware's order of blockIdx.
   bool lpt_order;
 };
 
 /// The grid coordinates (x the K/V block, y the KV head and slice, z the batch) of linear index
-/// @p t of an X x Y x Z grid: x fastest (the hardware's order of a grid's blocks), or with @p lpt
-/// x slowest, so that under a causal mask the blocks go out longest first (the same K/V block of
-/// every group, then the next): a list schedule's longest-processing-time rule, which leaves no
-/// group's block 0 to start last and end the kernel alone.
-__device__ __forceinline__ int3 grid_coords(int t, int X, int Y, int Z, bool lpt) {
-  if (lpt) {
-    const int yz = Y * Z, r = t % yz;
-    return make_int3(t / yz, r % Y, r / Y);
-  }
-  return make_int3(t % X, (t / X) % Y, t / (X * Y));
+/// @p t of a grid of Y x Z groups read with x slowest (the hardware's order has x fastest), so that
+/// under a causal mask the blocks go out longest first (the same K/V block of every group, then the
+/// next): a list schedule's longest-processing-time rule, which leaves no group's block 0 to start
+/// last and end the kernel alone.
+__device__ __forceinline__ int3 lpt_coords(int t, int Y, int Z) {
+  const int yz = Y * Z, r = t % yz;
+  return make_int3(t / yz, r % Y, r / Y);
 }
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
@@ -1023,7 +1020,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   const int tile0 = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;
   // The one-block-per-K/V-block grid in longest-first order (BwdBuffers::lpt_order, the lpt-grid
   // candidate; the warp-specialized kernel with rung 14's masks only): the block's own index in the
-  // grid's order, read as grid_coords' K/V block slowest.
+  // grid's order, read as lpt_coords' K/V block slowest.
   auto work_of = [&](int t) {
     if constexpr (PERSISTENT) {
       return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk,
@@ -1032,8 +1029,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     } else {
       if constexpr (WS && !MODS::kSpans) {  // rung 14's own masks (rung 16's keep the hardware's order)
         if (buf.lpt_order) {
-          const int3 c = grid_coords(static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
-                                     buf.tiles_x, buf.tiles_y, buf.tiles_z, true);
+          const int3 c = lpt_coords(static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
+                                    buf.tiles_y, buf.tiles_z);
           return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk, c.x,
                            c.y, c.z);
         }

@@ -232,12 +232,13 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.tiles_x = static_cast<int>(grid.x);
   buf.tiles_y = static_cast<int>(grid.y);
   buf.tiles_z = static_cast<int>(grid.z);
-  if (int64_t(grid.x) * grid.y * grid.z > INT32_MAX)  // kernel.cuh's grid_coords: an int index
-    throw std::runtime_error("rung 14's backward: more than 2^31 - 1 K/V blocks");
   // Longest first: rung 14's causal mask makes K/V block 0 the longest walk of every group; the
   // deterministic mode keeps its own order (the counters' turns follow the launch).
   buf.lpt_order = lpt && !Cfg::kPersistent && Cfg::kWarpSpecialized && !MODS::kSpans && p.causal != 0 &&
                   !deterministic;
+  // The persistent tiles and the longest-first order number the grid's blocks in one int.
+  if ((Cfg::kPersistent || buf.lpt_order) && int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
+    throw std::runtime_error("rung 14's backward: more than 2^31 - 1 K/V blocks in one grid");
   // The deterministic mode's rotated walk (traits.h): rung 14's own masks only (rung 16's keep the
   // order from block 0 or the last block down), a head's K/V blocks resident at once.
   buf.rotated_walk = rotate && !MODS::kSpans &&
