@@ -32,7 +32,14 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta, direct_dkv, lpt_grid };
+                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta, direct_dkv, lpt_grid,
+                  lpt_s8, lpt_s16, lpt_s32 };
+
+/// The causal grid longest first (BwdBuffers::lpt_section): lpt-grid over all the groups at once,
+/// lpt-s<n> in sections of n groups (README, "Longest first"); 0: the rung's order.
+constexpr int lpt_section(Mode m) {
+  return m == Mode::lpt_grid ? INT32_MAX : m == Mode::lpt_s8 ? 8 : m == Mode::lpt_s16 ? 16 : m == Mode::lpt_s32 ? 32 : 0;
+}
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
@@ -40,7 +47,7 @@ template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
     M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid || M == Mode::det_linear ||
-    M == Mode::o16_delta || M == Mode::direct_dkv || M == Mode::lpt_grid;
+    M == Mode::o16_delta || M == Mode::direct_dkv || lpt_section(M) > 0;
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the 16-bit O on rows of at
 /// most 4096 keys, the exact pass on rows of more than 16384, the fp32 O between), or, for
@@ -120,7 +127,7 @@ decltype(auto) with_tiles(int head_dim, F&& f) {
 /// rung_grid_persistent says (README, "A persistent grid").
 template <Mode M, class F>
 decltype(auto) with_grid(int head_dim, int seqlen_q, F&& f) {
-  if constexpr (M == Mode::rung || M == Mode::det_linear || M == Mode::direct_dkv || M == Mode::lpt_grid)
+  if constexpr (M == Mode::rung || M == Mode::det_linear || M == Mode::direct_dkv || lpt_section(M) > 0)
     if (hopper14::rung_grid_persistent(head_dim, seqlen_q)) return with_tiles<Mode::persistent>(head_dim, f);
   return with_tiles<M>(head_dim, f);
 }
@@ -138,7 +145,7 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
   hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream,
                                                          prep_of(M), M != Mode::late_free, M != Mode::det_linear,
-                                                         M != Mode::direct_dkv, M == Mode::lpt_grid);
+                                                         M != Mode::direct_dkv, lpt_section(M));
 }
 
 template <Mode M, class T, class Cfg>
@@ -238,8 +245,10 @@ Rung make_rung(const char* variant, const char* summary) {
     const bool persistent = with_grid<M>(p.head_dim, p.seqlen_q, [](auto t) { return decltype(t)::type::kPersistent; });
     notes.push_back(std::string(persistent ? "grid: persistent, one block per SM walking the K/V blocks"
                                            : "grid: one block per K/V block") +
-                    (M == Mode::lpt_grid && p.causal && !persistent
-                         ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...)"
+                    (lpt_section(M) > 0 && p.causal && !persistent
+                         ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...), " +
+                               (M == Mode::lpt_grid ? std::string("one section")
+                                                    : "in sections of " + std::to_string(lpt_section(M)) + " groups")
                          : ""));
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
       notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));
@@ -305,6 +314,10 @@ void register_rung_14(Registry& reg) {
                                                "group's block 0 before any block 1 "
                                                "(the rung: the K/V block fastest, so the last groups' longest blocks "
                                                "start last; README, \"Longest first\")"));
+  reg.add(make_rung<Mode::lpt_s8>("lpt-s8", "candidate: lpt-grid's order within sections of 8 groups (KV heads x "
+                                           "slices x batch), the sections in turn"));
+  reg.add(make_rung<Mode::lpt_s16>("lpt-s16", "candidate: lpt-grid's order within sections of 16 groups"));
+  reg.add(make_rung<Mode::lpt_s32>("lpt-s32", "candidate: lpt-grid's order within sections of 32 groups"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

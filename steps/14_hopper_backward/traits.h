@@ -183,6 +183,29 @@ constexpr bool rung_grid_persistent(int head_dim, int seqlen_q) {
   return persistent_max_queries(head_dim) > 0 && seqlen_q <= persistent_max_queries(head_dim);
 }
 
+/// A block's grid coordinates: x the K/V block, y the KV head and slice, z the batch.
+struct GridCoord {
+  int x, y, z;
+};
+
+/// The grid coordinates of linear index @p t of an X x Y x Z grid: x fastest (the hardware's order
+/// of a grid's blocks), or, with @p section > 0, longest first within sections of that many of the
+/// Y x Z groups: in a section x slowest, so that under a causal mask every group's K/V block 0 goes
+/// out before any block 1 (a list schedule's longest-processing-time rule, which leaves no group's
+/// block 0 to start last and end the kernel alone), while a section's groups, few enough, keep
+/// several blocks each running at once, reading the same Q_i, dO_i tiles from L2 (README, "Longest
+/// first"). The sections go in turn, the last one holding the groups left over.
+FL_HD GridCoord grid_coords(int t, int X, int Y, int Z, int section) {
+  if (section > 0) {
+    const int groups = Y * Z, full = groups / section, per = X * section;
+    int s = t / per, size = section;
+    if (s >= full) s = full, size = groups - full * section;
+    const int r = t - s * per, g = s * section + r % size;
+    return {r / size, g % Y, g / Y};
+  }
+  return {t % X, (t / X) % Y, t / (X * Y)};
+}
+
 /// The fp32 slot, in a dQ tile, of a math thread's register @p r of its dQ share (warpgroup
 /// @p w, thread @p tid of it): 16-byte runs of four registers, thread after thread, so that the
 /// math warps' stores are 512 contiguous bytes per warp and the accumulator holds the tile as the
