@@ -183,6 +183,13 @@ constexpr bool rung_grid_persistent(int head_dim, int seqlen_q) {
   return persistent_max_queries(head_dim) > 0 && seqlen_q <= persistent_max_queries(head_dim);
 }
 
+/// The rung's section of the causal grid's longest-first order, in groups (grid_coords): the
+/// schedule model's choice (bench/studies/rung14_split_model.py's list schedule, run by
+/// rung14_lpt_model.py): 8 groups reach 0.97-1.00 of a perfect schedule on the shapes measured with
+/// lpt-grid while a group keeps 8.6 or more blocks running at once (L2 reuse), where lpt-grid, one
+/// section, lost 29 % on MHA. A prediction until the lpt-s16, lpt-s32 and x-order runs.
+constexpr int kRungLptSection = 8;
+
 /// A block's grid coordinates: x the K/V block, y the KV head and slice, z the batch.
 struct GridCoord {
   int x, y, z;
