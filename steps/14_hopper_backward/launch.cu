@@ -35,17 +35,17 @@ enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit,
                   late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta, direct_dkv, lpt_grid,
                   lpt_s16, lpt_s32, x_order };
 
-/// The causal grid longest first (BwdBuffers::lpt_section): the rung's in sections of
-/// hopper14::kRungLptSection groups, and so every ablation of one other idea; lpt-grid over all the
-/// groups at once, lpt-s<n> in sections of n groups (README, "Longest first"); x-order, the
-/// ablation, and o32-delta, the ring's (rung 12: its steps' chunks not measured with the order),
-/// the K/V block fastest.
-constexpr int lpt_section(Mode m) {
+/// The causal grid longest first (BwdBuffers::lpt_section) for rows of @p seqlen_q queries at
+/// @p head_dim: the rung's in sections of hopper14::rung_lpt_section groups, and so every ablation
+/// of one other idea; lpt-grid over all the groups at once, lpt-s<n> in sections of n groups
+/// whatever the length (README, "Longest first"); x-order, the ablation, and o32-delta, the ring's
+/// (rung 12: its steps' chunks not measured with the order), the K/V block fastest.
+constexpr int lpt_section(Mode m, int64_t seqlen_q, int head_dim) {
   return m == Mode::x_order || m == Mode::o32_delta ? 0
          : m == Mode::lpt_grid                       ? INT32_MAX
          : m == Mode::lpt_s16                        ? 16
          : m == Mode::lpt_s32                        ? 32
-                                                     : hopper14::kRungLptSection;
+                                                     : hopper14::rung_lpt_section(seqlen_q, head_dim);
 }
 /// The order's candidates and its ablation: the rung's kernel at every head_dim.
 constexpr bool lpt_entry(Mode m) {
@@ -156,7 +156,7 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
   hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream,
                                                          prep_of(M), M != Mode::late_free, M != Mode::det_linear,
-                                                         M != Mode::direct_dkv, lpt_section(M));
+                                                         M != Mode::direct_dkv, lpt_section(M, P.fwd.seqlen_q, P.fwd.head_dim));
 }
 
 template <Mode M, class T, class Cfg>
@@ -254,14 +254,15 @@ Rung make_rung(const char* variant, const char* summary) {
         std::string("D from ") + bwd::delta_source_name(bwd::delta_source(delta_policy(M), p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
     const bool persistent = with_grid<M>(p.head_dim, p.seqlen_q, [](auto t) { return decltype(t)::type::kPersistent; });
+    const int section = lpt_section(M, p.seqlen_q, p.head_dim);
     const bool warp_roles =  // the order is the warp-specialized kernel's (launch_bwd.cuh)
         with_grid<M>(p.head_dim, p.seqlen_q, [](auto t) { return decltype(t)::type::kWarpSpecialized; });
     notes.push_back(std::string(persistent ? "grid: persistent, one block per SM walking the K/V blocks"
                                            : "grid: one block per K/V block") +
-                    (lpt_section(M) > 0 && p.causal && !persistent && warp_roles
+                    (section > 0 && p.causal && !persistent && warp_roles
                          ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...), " +
                                (M == Mode::lpt_grid ? std::string("one section")
-                                                    : "in sections of " + std::to_string(lpt_section(M)) + " groups")
+                                                    : "in sections of " + std::to_string(section) + (section == 1 ? " group" : " groups"))
                          : ""));
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
       notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));
