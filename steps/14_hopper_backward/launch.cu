@@ -36,10 +36,11 @@ enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit,
                   lpt_s16, lpt_s32, x_order };
 
 /// The causal grid longest first (BwdBuffers::lpt_section) for rows of @p seqlen_q queries at
-/// @p head_dim: the rung's in sections of hopper14::rung_lpt_section groups, and so every ablation
-/// of one other idea; lpt-grid over all the groups at once, lpt-s<n> in sections of n groups
-/// whatever the length (README, "Longest first"); x-order, the ablation, and o32-delta, the ring's
-/// (rung 12: its steps' chunks not measured with the order), the K/V block fastest.
+/// @p head_dim: the rung's in sections of hopper14::rung_lpt_section groups (none, the K/V block
+/// fastest, on rows too long for L2), and so every ablation of one other idea; lpt-grid over all
+/// the groups at once, lpt-s<n> in sections of n groups whatever the length (README, "Longest
+/// first"); x-order, the ablation, and o32-delta, the ring's (rung 12: its steps' chunks not
+/// measured with the order), the K/V block fastest.
 constexpr int lpt_section(Mode m, int64_t seqlen_q, int head_dim) {
   return m == Mode::x_order || m == Mode::o32_delta ? 0
          : m == Mode::lpt_grid                       ? INT32_MAX
@@ -262,7 +263,7 @@ Rung make_rung(const char* variant, const char* summary) {
                     (section > 0 && p.causal && !persistent && warp_roles
                          ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...), " +
                                (M == Mode::lpt_grid ? std::string("one section")
-                                                    : "in sections of " + std::to_string(section) + (section == 1 ? " group" : " groups"))
+                                                    : "in sections of " + std::to_string(section) + " groups")
                          : ""));
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
       notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));

@@ -183,24 +183,26 @@ constexpr bool rung_grid_persistent(int head_dim, int seqlen_q) {
   return persistent_max_queries(head_dim) > 0 && seqlen_q <= persistent_max_queries(head_dim);
 }
 
-/// The rung's section of the causal grid's longest-first order, in groups (grid_coords), at most:
-/// the schedule model's choice (bench/studies/rung14_lpt_model.py): 8 groups reach 0.97-1.00 of a
+/// The rung's section of the causal grid's longest-first order, in groups (grid_coords): the
+/// schedule model's choice (bench/studies/rung14_lpt_model.py): 8 groups reach 0.97-1.00 of a
 /// perfect schedule on the shapes measured while a group keeps 8.6 or more blocks running at once.
-/// Measured on the H200 (README, "Longest first"): 3 to 19 % faster than the K/V block fastest
-/// (x-order) on causal rows of 2k to 8k queries, where lpt-grid, one section, lost up to 29 % on MHA.
+/// Measured on the H200 (README, "Longest first"): 1.02 to 1.19x the rate of the K/V block fastest
+/// on causal rows of 2k to 8k queries at d = 64 and 128, MHA kept, where lpt-grid, one section,
+/// lost 29 % on MHA.
 constexpr int kRungLptSection = 8;
-/// Fewer groups where their rows would not stay in L2: a section's heads' Q and dO rows, in
-/// 16-bit types, within 32 MiB, two thirds of the H100's and H200's 50 MiB L2. Sections of 8
-/// groups whose rows filled 64 MiB or more (MHA d = 128 at 16k queries, d = 256 at 8k) ran 5 to
-/// 8 % slower than x-order; at 32 MiB within 1 % of it or faster.
+/// Longest first only where a section's query heads' Q and dO rows, in 16-bit types, fit
+/// kLptRowsBudget (32 MiB, two thirds of the H100's and H200's 50 MiB L2), else the K/V block
+/// fastest (x-order). Beyond it, on the H200 (README, "Longest first"), sections of 8 ran 0.92 to
+/// 1.01x x-order's rate (MHA 0.92 to 0.95x), sections of 4 and 2 0.86 to 1.04x: the longest walks
+/// are a small part of a grid of that many waves, and spreading the running blocks over more
+/// heads reads their rows again from HBM.
 constexpr int64_t kLptRowsBudget = int64_t(32) << 20;
 /// The rung's section for rows of @p seqlen_q queries (the longest sequence's) at @p head_dim:
-/// kRungLptSection, or as many groups as kLptRowsBudget holds one query head's Q and dO rows of,
-/// at least 1 (a section of one group is x-order).
+/// kRungLptSection where that many query heads' Q and dO rows fit kLptRowsBudget, else 0 (the
+/// K/V block fastest).
 constexpr int rung_lpt_section(int64_t seqlen_q, int head_dim) {
   const int64_t head_rows = seqlen_q * head_dim * 2 * 2;  // Q and dO, 2 bytes an element
-  const int64_t fit = head_rows > 0 ? kLptRowsBudget / head_rows : kRungLptSection;
-  return static_cast<int>(fit < 1 ? 1 : fit > kRungLptSection ? kRungLptSection : fit);
+  return head_rows * kRungLptSection <= kLptRowsBudget ? kRungLptSection : 0;
 }
 
 /// A block's grid coordinates: x the K/V block, y the KV head and slice, z the batch.

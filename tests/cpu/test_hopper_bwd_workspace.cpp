@@ -332,18 +332,17 @@ TEST_CASE("rung 14's grid order (traits.h's grid_coords): a permutation of the g
   }
 }
 
-TEST_CASE("rung 14's section (traits.h's rung_lpt_section): 8 groups, fewer where their Q and dO rows pass 32 MiB",
+TEST_CASE("rung 14's section (traits.h's rung_lpt_section): 8 groups where their Q and dO rows fit 32 MiB, else none",
           "[cpu][hopper_bwd]") {
   using hopper14::rung_lpt_section;
   CHECK(rung_lpt_section(2048, 128) == 8);
-  CHECK(rung_lpt_section(8192, 128) == 8);   // 4 MiB a head: 8 of them fill the budget
-  CHECK(rung_lpt_section(16384, 128) == 4);  // 8 MiB a head
+  CHECK(rung_lpt_section(8192, 128) == 8);  // 4 MiB a head: 8 of them fill the budget
+  CHECK(rung_lpt_section(8193, 128) == 0);
+  CHECK(rung_lpt_section(16384, 128) == 0);  // 8 MiB a head: the K/V block fastest
   CHECK(rung_lpt_section(16384, 64) == 8);
   CHECK(rung_lpt_section(4096, 256) == 8);
-  CHECK(rung_lpt_section(8192, 256) == 4);
-  CHECK(rung_lpt_section(16384, 256) == 2);
-  CHECK(rung_lpt_section(40000, 256) == 1);    // one head past the budget: x-order
-  CHECK(rung_lpt_section(262144, 128) == 1);
+  CHECK(rung_lpt_section(8192, 256) == 0);
+  CHECK(rung_lpt_section(262144, 128) == 0);
   CHECK(rung_lpt_section(1, 64) == 8);
   CHECK(rung_lpt_section(0, 128) == 8);
 }
