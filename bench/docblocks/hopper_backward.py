@@ -887,6 +887,51 @@ def args_cell(args):
                                          ", deterministic" if opt.get("deterministic") == "1" else "")
 
 
+@generator("rung14-order-sweep")
+def gen_rung14_order_sweep(ctx, gpu, file="variants.json", base="x-order", variant="rung", others=""):
+    """The causal grid's orders side by side in one ladder_bench --fl_variants run (@p file, the
+    backward families at one dtype): per (heads, head_dim) and seqlen @p variant's rate / @p base's
+    (the time of base over variant's), and a span of the same ratio for each of @p others
+    (comma-separated variant names). The deterministic cells are left out (their order is their
+    own)."""
+    res = ctx.results(gpu)
+    if not res.has(file):
+        raise Missing("a ladder_bench --fl_variants run of the backward families in %s" % gpu,
+                      "ladder_bench --fl_family=backward,backward-gqa,backward-gqa8 --fl_rungs=14 --fl_variants")
+    run = res.json(file)
+    t = {}
+    for b in run["benchmarks"]:
+        if b.get("error_occurred") or "/det" in b["name"]:
+            continue
+        label, fam, d, n, c = b["name"].split("/")[:5]
+        m = re.match(r"14_hopper_backward(?:\[(.*)\])?$", label)
+        if m and c == "causal1":
+            t[m.group(1) or "rung", fam, d, int(n[1:])] = b["real_time"]
+    ratio = lambda v, k: t[(base,) + k] / t[(v,) + k] if (base,) + k in t and (v,) + k in t else None  # noqa: E731
+    seqlens = sorted({k[3] for k in t})
+    out = ["| %s / %s | " % (variant, base) + " | ".join(n_label(n) for n in seqlens) + " |",
+           "|---|" + "--:|" * len(seqlens)]
+    for fam in HEADS:
+        for d in ("d64", "d128", "d256"):
+            row = [ratio(variant, (fam, d, n)) for n in seqlens]
+            if any(x is not None for x in row):
+                out.append("| %s | " % head_of(fam, d, "causal1") + " | ".join(
+                    "%.2f×" % x if x is not None else "–" for x in row) + " |")
+    spans = []
+    for v in [x for x in others.split(",") if x]:
+        rs = [r for r in (ratio(v, k[1:]) for k in t if k[0] == base) if r is not None]
+        if rs:
+            spans.append("`%s` %s (median %.2f×)" % (v, span_text(rs, "×"), statistics.median(rs)))
+    ctxt = run["context"]
+    out += ["", "Rate of `%s` over `%s`'s (time of `%s` / time of `%s`), above 1.0× `%s` faster: rung 14's "
+            "entries in one `ladder_bench --fl_variants` run, %s, causal, each cell the median of its launches "
+            "(L2 flushed)%s. %s, %s, commit `%s`; %s." % (
+                variant, base, base, variant, variant, ctxt.get("dtype", "?"),
+                ("; over the same cells " + ", ".join(spans)) if spans else "", ctxt.get("device", "?"),
+                ctxt["date"][:10], ctxt.get("git_sha", "?")[:7], link(res, file))]
+    return "\n".join(out)
+
+
 @generator("build-ab")
 def gen_build_ab(ctx, gpu, a="A", b="B", folder="abmain"):
     """Two builds of a rung's runner timed in turn on the same shapes (@p folder/summary.txt, its

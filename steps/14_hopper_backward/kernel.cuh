@@ -71,21 +71,12 @@ struct BwdBuffers {
   /// `direct-dkv` ablation, the rung's stores before).
   bool tma_dkv;
   /// Under a causal mask, not deterministic, one block per K/V block with the warp roles
-  /// (launch_bwd.cuh): the grid's blocks taken in longest-first order (lpt_coords: the K/V block
-  /// slowest, so every group's block 0, the longest walk, goes out before any block 1); false: the
-  /// K/V block fastest, the hardware's order of blockIdx.
-  bool lpt_order;
+  /// (launch_bwd.cuh): the grid's blocks taken longest first within sections of this many groups
+  /// (grid_coords: in a section the K/V block slowest, so every group's block 0, the longest walk,
+  /// goes out before any block 1; the sections one after the other); 0: the K/V block fastest, the
+  /// hardware's order of blockIdx.
+  int lpt_section;
 };
-
-/// The grid coordinates (x the K/V block, y the KV head and slice, z the batch) of linear index
-/// @p t of a grid of Y x Z groups read with x slowest (the hardware's order has x fastest), so that
-/// under a causal mask the blocks go out longest first (the same K/V block of every group, then the
-/// next): a list schedule's longest-processing-time rule, which leaves no group's block 0 to start
-/// last and end the kernel alone.
-__device__ __forceinline__ int3 lpt_coords(int t, int Y, int Z) {
-  const int yz = Y * Z, r = t % yz;
-  return make_int3(t / yz, r % Y, r / Y);
-}
 
 /// LSE·log2(e) and D per query row, padded (workspace.h; +inf and 0 on padding rows, so they have
 /// P = 0 and dS = 0): one warp per padded row of the @p rows, 4-byte loads (the unfused-prep
@@ -1018,9 +1009,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool PERSISTENT = Cfg::kPersistent;
   const int n_tiles = PERSISTENT ? buf.tiles_x * buf.tiles_y * buf.tiles_z : 1;
   const int tile0 = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;
-  // The one-block-per-K/V-block grid in longest-first order (BwdBuffers::lpt_order, the lpt-grid
-  // candidate; the warp-specialized kernel with rung 14's masks only): the block's own index in the
-  // grid's order, read as lpt_coords' K/V block slowest.
+  // The one-block-per-K/V-block grid in longest-first order (BwdBuffers::lpt_section, the lpt-*
+  // candidates; the warp-specialized kernel with rung 14's masks only): the block's own index in the
+  // grid's order, read as grid_coords' K/V block slowest.
   auto work_of = [&](int t) {
     if constexpr (PERSISTENT) {
       return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk,
@@ -1028,9 +1019,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
                        (t / buf.tiles_x) % buf.tiles_y, t / (buf.tiles_x * buf.tiles_y));
     } else {
       if constexpr (WS && !MODS::kSpans) {  // rung 14's own masks (rung 16's keep the hardware's order)
-        if (buf.lpt_order) {
-          const int3 c = lpt_coords(static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
-                                    buf.tiles_y, buf.tiles_z);
+        if (buf.lpt_section > 0) {
+          const GridCoord c = grid_coords(static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)),
+                                          buf.tiles_x, buf.tiles_y, buf.tiles_z, buf.lpt_section);
           return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk, c.x,
                            c.y, c.z);
         }

@@ -32,7 +32,26 @@ constexpr int kForwardRung = 15;
 /// The rung and its ablations: each turns one idea off (nosplit, fullsplit: the group split's
 /// extremes, rung 11's variants of the same names).
 enum class Mode { rung, no_ws, atomic_dq, ss_dkv, one_stage, nosplit, fullsplit, o32_delta, unfused_prep, rule_split,
-                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta, direct_dkv, lpt_grid };
+                  late_free, fp8_dq, fp8_dq_tile, persistent, tile_grid, det_linear, o16_delta, direct_dkv, lpt_grid,
+                  lpt_s16, lpt_s32, x_order };
+
+/// The causal grid longest first (BwdBuffers::lpt_section) for rows of @p seqlen_q queries at
+/// @p head_dim: the rung's in sections of hopper14::rung_lpt_section groups (none, the K/V block
+/// fastest, on rows too long for L2), and so every ablation of one other idea; lpt-grid over all
+/// the groups at once, lpt-s<n> in sections of n groups whatever the length (README, "Longest
+/// first"); x-order, the ablation, and o32-delta, the ring's (rung 12: its steps' chunks not
+/// measured with the order), the K/V block fastest.
+constexpr int lpt_section(Mode m, int64_t seqlen_q, int head_dim) {
+  return m == Mode::x_order || m == Mode::o32_delta ? 0
+         : m == Mode::lpt_grid                       ? INT32_MAX
+         : m == Mode::lpt_s16                        ? 16
+         : m == Mode::lpt_s32                        ? 32
+                                                     : hopper14::rung_lpt_section(seqlen_q, head_dim);
+}
+/// The order's candidates and its ablation: the rung's kernel at every head_dim.
+constexpr bool lpt_entry(Mode m) {
+  return m == Mode::lpt_grid || m == Mode::lpt_s16 || m == Mode::lpt_s32 || m == Mode::x_order;
+}
 
 /// The kernel's own ablations have the rung's tiles at d = 64 and 128 only; the rung and the group
 /// split's variants run the rung's kernel at every head_dim.
@@ -40,7 +59,7 @@ template <Mode M>
 constexpr bool kRungKernel =
     M == Mode::rung || M == Mode::nosplit || M == Mode::fullsplit || M == Mode::o32_delta || M == Mode::unfused_prep ||
     M == Mode::rule_split || M == Mode::late_free || M == Mode::tile_grid || M == Mode::det_linear ||
-    M == Mode::o16_delta || M == Mode::direct_dkv || M == Mode::lpt_grid;
+    M == Mode::o16_delta || M == Mode::direct_dkv || lpt_entry(M);
 
 /// Where D = rowsum(dO * O) comes from: the rung's rule (delta_policy.h: the 16-bit O on rows of at
 /// most 4096 keys, the exact pass on rows of more than 16384, the fp32 O between), or, for
@@ -120,7 +139,7 @@ decltype(auto) with_tiles(int head_dim, F&& f) {
 /// rung_grid_persistent says (README, "A persistent grid").
 template <Mode M, class F>
 decltype(auto) with_grid(int head_dim, int seqlen_q, F&& f) {
-  if constexpr (M == Mode::rung || M == Mode::det_linear || M == Mode::direct_dkv || M == Mode::lpt_grid)
+  if constexpr (M == Mode::rung || M == Mode::det_linear || M == Mode::direct_dkv || lpt_entry(M))
     if (hopper14::rung_grid_persistent(head_dim, seqlen_q)) return with_tiles<Mode::persistent>(head_dim, f);
   return with_tiles<M>(head_dim, f);
 }
@@ -138,7 +157,7 @@ void launch_backward(const AttnBwdParams& P, cudaStream_t stream) {
   const hopper14::CausalOrNone mods{P.fwd.causal != 0};
   hopper14::launch_backward<T, Cfg, M != Mode::atomic_dq>(P, delta_policy(M), group_split(M), mods, stream,
                                                          prep_of(M), M != Mode::late_free, M != Mode::det_linear,
-                                                         M != Mode::direct_dkv, M == Mode::lpt_grid);
+                                                         M != Mode::direct_dkv, lpt_section(M, P.fwd.seqlen_q, P.fwd.head_dim));
 }
 
 template <Mode M, class T, class Cfg>
@@ -236,10 +255,15 @@ Rung make_rung(const char* variant, const char* summary) {
         std::string("D from ") + bwd::delta_source_name(bwd::delta_source(delta_policy(M), p.seqlen_k, true)) +
             " (rung 11's delta_policy.h)"};
     const bool persistent = with_grid<M>(p.head_dim, p.seqlen_q, [](auto t) { return decltype(t)::type::kPersistent; });
+    const int section = lpt_section(M, p.seqlen_q, p.head_dim);
+    const bool warp_roles =  // the order is the warp-specialized kernel's (launch_bwd.cuh)
+        with_grid<M>(p.head_dim, p.seqlen_q, [](auto t) { return decltype(t)::type::kWarpSpecialized; });
     notes.push_back(std::string(persistent ? "grid: persistent, one block per SM walking the K/V blocks"
                                            : "grid: one block per K/V block") +
-                    (M == Mode::lpt_grid && p.causal && !persistent
-                         ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...)"
+                    (section > 0 && p.causal && !persistent && warp_roles
+                         ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...), " +
+                               (M == Mode::lpt_grid ? std::string("one section")
+                                                    : "in sections of " + std::to_string(section) + " groups")
                          : ""));
     if (p.heads_kv > 0 && p.heads_q > p.heads_kv) {
       notes.push_back(bwd::group_split_note(p.heads_q / p.heads_kv, hopper14::kv_splits(p, group_split(M))));
@@ -300,11 +324,16 @@ void register_rung_14(Registry& reg) {
                                                     "accumulators (4-byte stores; the rung stages a whole K/V block's "
                                                     "in shared memory and writes it by TMA: README, \"dK and dV by "
                                                     "TMA\")"));
+  reg.add(make_rung<Mode::x_order>("x-order", "ablation: under a causal mask, the K/V block fastest in the grid's "
+                                             "order, so a group's blocks go out together and the last groups' "
+                                             "longest blocks start last (the rung: longest first within sections "
+                                             "of groups; README, \"Longest first\")"));
   reg.add(make_rung<Mode::lpt_grid>("lpt-grid", "candidate: under a causal mask (not deterministic), on the grid of "
-                                               "one block per K/V block, the blocks in longest-first order, every "
-                                               "group's block 0 before any block 1 "
-                                               "(the rung: the K/V block fastest, so the last groups' longest blocks "
-                                               "start last; README, \"Longest first\")"));
+                                               "one block per K/V block, the blocks longest first over all the "
+                                               "groups at once, every group's block 0 before any block 1"));
+  reg.add(make_rung<Mode::lpt_s16>("lpt-s16", "candidate: the rung's order in sections of 16 groups (KV heads x "
+                                             "slices x batch), the sections in turn"));
+  reg.add(make_rung<Mode::lpt_s32>("lpt-s32", "candidate: the rung's order in sections of 32 groups"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));

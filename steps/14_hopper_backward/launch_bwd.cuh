@@ -143,13 +143,14 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// 16 reads the LSE and D rows again for the sinks' gradient); lse_log2 null: nothing was written
 /// (a packed batch of empty sequences). @p tma_dkv false: each math thread stores its own dK, dV
 /// (the `direct-dkv` ablation); true: whole blocks by TMA where dK and dV are 16-byte aligned
-/// (kernel.cuh's store_dkv_tma). @p lpt: under rung 14's causal mask, not deterministic, the
-/// blocks in longest-first order (BwdBuffers::lpt_order; the `lpt-grid` candidate), on the grid of
-/// one block per K/V block (the persistent grid keeps its tile order).
+/// (kernel.cuh's store_dkv_tma). @p lpt_section > 0: under rung 14's causal mask, not
+/// deterministic, the blocks longest first within sections of that many groups, at most all of them
+/// (BwdBuffers::lpt_section; the `lpt-*` candidates), on the grid of one block per K/V block (the
+/// persistent grid keeps its tile order).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
                      cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true, bool rotate = true,
-                     bool tma_dkv = true, bool lpt = false) {
+                     bool tma_dkv = true, int lpt_section = 0) {
   constexpr int D = Cfg::kHeadDim;
   const AttnParams& p = given.fwd;
   // A packed batch's token counts included. The dQ tiles are the kernel's (D columns): a head_dim
@@ -234,10 +235,11 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.tiles_z = static_cast<int>(grid.z);
   // Longest first: rung 14's causal mask makes K/V block 0 the longest walk of every group; the
   // deterministic mode keeps its own order (the counters' turns follow the launch).
-  buf.lpt_order = lpt && !Cfg::kPersistent && Cfg::kWarpSpecialized && !MODS::kSpans && p.causal != 0 &&
-                  !deterministic;
+  const bool lpt = lpt_section > 0 && !Cfg::kPersistent && Cfg::kWarpSpecialized && !MODS::kSpans &&
+                   p.causal != 0 && !deterministic;
+  buf.lpt_section = lpt ? static_cast<int>(std::min<int64_t>(lpt_section, int64_t(grid.y) * grid.z)) : 0;
   // The persistent tiles and the longest-first order number the grid's blocks in one int.
-  if ((Cfg::kPersistent || buf.lpt_order) && int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
+  if ((Cfg::kPersistent || lpt) && int64_t(grid.x) * grid.y * grid.z > INT32_MAX)
     throw std::runtime_error("rung 14's backward: more than 2^31 - 1 K/V blocks in one grid");
   // The deterministic mode's rotated walk (traits.h): rung 14's own masks only (rung 16's keep the
   // order from block 0 or the last block down), a head's K/V blocks resident at once.

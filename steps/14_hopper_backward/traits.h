@@ -183,6 +183,51 @@ constexpr bool rung_grid_persistent(int head_dim, int seqlen_q) {
   return persistent_max_queries(head_dim) > 0 && seqlen_q <= persistent_max_queries(head_dim);
 }
 
+/// The rung's section of the causal grid's longest-first order, in groups (grid_coords): the
+/// schedule model's choice (bench/studies/rung14_lpt_model.py): 8 groups reach 0.97-1.00 of a
+/// perfect schedule on the shapes measured while a group keeps 8.6 or more blocks running at once.
+/// Measured on the H200 (README, "Longest first"): 1.02 to 1.19x the rate of the K/V block fastest
+/// on causal rows of 2k to 8k queries at d = 64 and 128, MHA kept, where lpt-grid, one section,
+/// lost 29 % on MHA.
+constexpr int kRungLptSection = 8;
+/// Longest first only where a section's query heads' Q and dO rows, in 16-bit types, fit
+/// kLptRowsBudget (32 MiB, two thirds of the H100's and H200's 50 MiB L2), else the K/V block
+/// fastest (x-order). Beyond it, on the H200 (README, "Longest first"), sections of 8 ran 0.92 to
+/// 1.01x x-order's rate (MHA 0.92 to 0.95x), sections of 4 and 2 0.86 to 1.04x: the longest walks
+/// are a small part of a grid of that many waves, and spreading the running blocks over more
+/// heads reads their rows again from HBM.
+constexpr int64_t kLptRowsBudget = int64_t(32) << 20;
+/// The rung's section for rows of @p seqlen_q queries (the longest sequence's) at @p head_dim:
+/// kRungLptSection where that many query heads' Q and dO rows fit kLptRowsBudget, else 0 (the
+/// K/V block fastest).
+constexpr int rung_lpt_section(int64_t seqlen_q, int head_dim) {
+  const int64_t head_rows = seqlen_q * head_dim * 2 * 2;  // Q and dO, 2 bytes an element
+  return head_rows * kRungLptSection <= kLptRowsBudget ? kRungLptSection : 0;
+}
+
+/// A block's grid coordinates: x the K/V block, y the KV head and slice, z the batch.
+struct GridCoord {
+  int x, y, z;
+};
+
+/// The grid coordinates of linear index @p t of an X x Y x Z grid: x fastest (the hardware's order
+/// of a grid's blocks), or, with @p section > 0, longest first within sections of that many of the
+/// Y x Z groups: in a section x slowest, so that under a causal mask every group's K/V block 0 goes
+/// out before any block 1 (a list schedule's longest-processing-time rule, which leaves no group's
+/// block 0 to start last and end the kernel alone), while a section's groups, few enough, keep
+/// several blocks each running at once, reading the same Q_i, dO_i tiles from L2 (README, "Longest
+/// first"). The sections go in turn, the last one holding the groups left over.
+FL_HD GridCoord grid_coords(int t, int X, int Y, int Z, int section) {
+  if (section > 0) {
+    const int groups = Y * Z, full = groups / section, per = X * section;
+    int s = t / per, size = section;
+    if (s >= full) s = full, size = groups - full * section;
+    const int r = t - s * per, g = s * section + r % size;
+    return {r / size, g % Y, g / Y};
+  }
+  return {t % X, (t / X) % Y, t / (X * Y)};
+}
+
 /// The fp32 slot, in a dQ tile, of a math thread's register @p r of its dQ share (warpgroup
 /// @p w, thread @p tid of it): 16-byte runs of four registers, thread after thread, so that the
 /// math warps' stores are 512 contiguous bytes per warp and the accumulator holds the tile as the

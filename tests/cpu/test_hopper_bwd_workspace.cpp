@@ -295,3 +295,54 @@ TEST_CASE("rung 14's packed statistics: each sequence padded to 128-row blocks, 
   CHECK(at.real);
   CHECK(!hopper14::padded_row_at(a, rows, 77).real);
 }
+
+TEST_CASE("rung 14's grid order (traits.h's grid_coords): a permutation of the grid, longest first by section",
+          "[cpu][hopper_bwd]") {
+  const int dims[][3] = {{16, 4, 8}, {32, 16, 2}, {7, 3, 5}, {1, 1, 1}, {128, 2, 1}, {5, 1, 13}};
+  for (const auto& d : dims) {
+    const int X = d[0], Y = d[1], Z = d[2], groups = Y * Z;
+    for (int section : {0, 1, 3, 8, 16, 32, groups, groups + 5}) {
+      std::set<std::vector<int>> seen;
+      int last_group_section = 0, last_x = -1;
+      for (int t = 0; t < X * groups; ++t) {
+        const hopper14::GridCoord c = hopper14::grid_coords(t, X, Y, Z, section);
+        REQUIRE(c.x >= 0);
+        REQUIRE(c.x < X);
+        REQUIRE(c.y >= 0);
+        REQUIRE(c.y < Y);
+        REQUIRE(c.z >= 0);
+        REQUIRE(c.z < Z);
+        seen.insert({c.x, c.y, c.z});
+        if (section == 0) {  // the hardware's order: x fastest, as blockIdx
+          CHECK(c.x == t % X);
+          CHECK(c.y == (t / X) % Y);
+          CHECK(c.z == t / (X * Y));
+          continue;
+        }
+        // Longest first within a section: its groups' K/V block 0, then 1, ...; the sections in turn.
+        const int s = (c.y + Y * c.z) / section;
+        CHECK(s >= last_group_section);
+        if (s != last_group_section) last_x = -1;
+        CHECK(c.x >= last_x);
+        last_group_section = s;
+        last_x = c.x;
+      }
+      CHECK(seen.size() == size_t(X) * groups);  // every block once
+    }
+  }
+}
+
+TEST_CASE("rung 14's section (traits.h's rung_lpt_section): 8 groups where their Q and dO rows fit 32 MiB, else none",
+          "[cpu][hopper_bwd]") {
+  using hopper14::rung_lpt_section;
+  CHECK(rung_lpt_section(2048, 128) == 8);
+  CHECK(rung_lpt_section(8192, 128) == 8);  // 4 MiB a head: 8 of them fill the budget
+  CHECK(rung_lpt_section(8193, 128) == 0);
+  CHECK(rung_lpt_section(16384, 128) == 0);  // 8 MiB a head: the K/V block fastest
+  CHECK(rung_lpt_section(16384, 64) == 8);
+  CHECK(rung_lpt_section(4096, 256) == 8);
+  CHECK(rung_lpt_section(8192, 256) == 0);
+  CHECK(rung_lpt_section(262144, 128) == 0);
+  CHECK(rung_lpt_section(1, 64) == 8);
+  CHECK(rung_lpt_section(0, 128) == 8);
+}
