@@ -326,14 +326,15 @@ void register_rung_14(Registry& reg) {
                                                     "TMA\")"));
   reg.add(make_rung<Mode::x_order>("x-order", "ablation: under a causal mask, the K/V block fastest in the grid's "
                                              "order, so a group's blocks go out together and the last groups' "
-                                             "longest blocks start last (the rung: longest first within sections "
-                                             "of groups; README, \"Longest first\")"));
-  reg.add(make_rung<Mode::lpt_grid>("lpt-grid", "candidate: under a causal mask (not deterministic), on the grid of "
-                                               "one block per K/V block, the blocks longest first over all the "
-                                               "groups at once, every group's block 0 before any block 1"));
-  reg.add(make_rung<Mode::lpt_s16>("lpt-s16", "candidate: the rung's order in sections of 16 groups (KV heads x "
-                                             "slices x batch), the sections in turn"));
-  reg.add(make_rung<Mode::lpt_s32>("lpt-s32", "candidate: the rung's order in sections of 32 groups"));
+                                             "longest blocks start last (the rung: longest first in sections of 8 "
+                                             "groups where their rows fit L2; README, \"Longest first\")"));
+  reg.add(make_rung<Mode::lpt_grid>("lpt-grid", "ablation of the section's size: under a causal mask (not "
+                                               "deterministic), on the grid of one block per K/V block, longest "
+                                               "first over all the groups at once at every length (MHA's L2 reuse "
+                                               "lost: README, \"Longest first\")"));
+  reg.add(make_rung<Mode::lpt_s16>("lpt-s16", "ablation of the section's size: the rung's order in sections of 16 "
+                                             "groups (KV heads x slices x batch) at every length"));
+  reg.add(make_rung<Mode::lpt_s32>("lpt-s32", "ablation of the section's size: sections of 32 groups at every length"));
   reg.add(make_rung<Mode::o32_delta>("o32-delta", "D = rowsum(dO * O) from the O it is given (fp32 when given) at "
                                                   "every length, never the exact pass: what a ring step needs "
                                                   "(rung 12: a chunk of keys under the row's global LSE)"));
