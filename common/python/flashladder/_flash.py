@@ -59,21 +59,32 @@ def _step_signature(q, k, v, softmax_scale, causal, window_size, softcap, alibi_
     the checks then run every call, and say why where they refuse."""
     try:
         window = tuple(window_size)
-        if len(window) != 2 or not all(type(x) is int for x in window + (max_seqlen_q, max_seqlen_k)) or not all(
-                type(x) in _SCALARS for x in (softmax_scale, softcap, causal, deterministic)):
+        # Written out, not as all() over generators: this runs on every call of a masked step.
+        if (len(window) != 2 or type(window[0]) is not int or type(window[1]) is not int
+                or type(max_seqlen_q) is not int or type(max_seqlen_k) is not int
+                or type(softmax_scale) not in _SCALARS or type(softcap) not in _SCALARS
+                or type(causal) not in _SCALARS or type(deterministic) not in _SCALARS):
             return None  # a tensor or another object kept in the key would never match again
         sig = (type(q), q.shape, q.stride(), q.dtype, q.device, q.data_ptr() & 15,
                type(k), k.shape, k.stride(), k.dtype, k.device, k.data_ptr() & 15,
                type(v), v.shape, v.stride(), v.dtype, v.device, v.data_ptr() & 15,
                type(softmax_scale), softmax_scale, type(causal), causal, window, type(softcap), softcap,
                type(deterministic), deterministic, dropout_p, type(max_seqlen_q), max_seqlen_q,
-               type(max_seqlen_k), max_seqlen_k) + tuple(
-            None if t is None else (type(t), t.shape, t.stride(), t.dtype, t.device)
-            for t in (cu_seqlens_q, cu_seqlens_k, alibi_slopes, learnable_sink))
-        hash(sig)
+               type(max_seqlen_k), max_seqlen_k,
+               None if cu_seqlens_q is None else _layout(cu_seqlens_q),
+               None if cu_seqlens_k is None else _layout(cu_seqlens_k),
+               None if alibi_slopes is None else _layout(alibi_slopes),
+               None if learnable_sink is None else _layout(learnable_sink))
+        # Every field is hashable once the type checks above passed (no explicit hash: the lookup
+        # hashes it once).
         return sig
     except Exception:  # noqa: BLE001  not tensors, or unhashable arguments: the checks say why
         return None
+
+
+def _layout(t):
+    """A metadata or modifier tensor's part of _step_signature: its type and layout, not its values."""
+    return type(t), t.shape, t.stride(), t.dtype, t.device
 
 
 def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -86,12 +97,15 @@ def _attention(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slope
         _fp8.check_fp8_args(dropout_p, window_size, softcap, alibi_slopes, learnable_sink, deterministic)
         res = _fp8.attention_fp8(q, k, v, None, None, None, softmax_scale, causal, return_lse=return_attn_probs)
         return (res[0], res[1], None) if return_attn_probs else res
-    compiling = torch.compiler.is_compiling()
+    compiling = _ops._is_compiling()
     sig = None
     if not compiling:
         sig = _step_signature(q, k, v, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                               learnable_sink, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
-        step = STEPS.get(sig) if sig is not None else None
+        try:
+            step = STEPS.get(sig) if sig is not None else None
+        except TypeError:  # a field that is not hashable after all: the checks run every call
+            sig, step = None, None
         if step is PLAIN:  # this signature took the plain route: attention()'s own checks and fast path
             out = _ops.attention(q, k, v, causal=bool(causal), softmax_scale=softmax_scale,
                                  return_lse=return_attn_probs)

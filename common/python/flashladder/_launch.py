@@ -87,7 +87,9 @@ VARLEN_CHECKED_MAX = 16
 
 
 def _capturing():
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    """Whether the current stream is capturing a CUDA graph. Only asked with a CUDA tensor in hand
+    (sanitized_varlen), so CUDA is there: no is_available() per call."""
+    return torch.cuda.is_current_stream_capturing()
 
 
 def sanitized_varlen(cu_q, cu_k, varlen, q):
@@ -142,12 +144,16 @@ def checked_extras(extras, mods, q):
     return (cu_q, cu_k) + tuple(extras[2:])
 
 
+_NO_EXTRAS = ((0,) * 7, (0, 0, 0))
+
+
 def _extras(extras):
     """(pointers, ints) of the extension's extras from a tuple in EXTRAS' order (and the pool's
     rows): pointers in that order, ints (alibi batch stride, block_table's pages per sequence,
     the pool's rows)."""
-    if extras is None:
-        return (0,) * 7, (0, 0, 0)
+    if extras is None or (len(extras) <= 4 and extras[0] is None and extras[1] is None and extras[2] is None
+                          and extras[3] is None):
+        return _NO_EXTRAS  # a window or softcap alone: no tensor, every call
     tensors = tuple(extras[:7]) + (None,) * (7 - min(len(extras), 7))
     pool_rows = extras[7] if len(extras) > 7 else 0
     ptrs = tuple(0 if t is None else t.data_ptr() for t in tensors)
@@ -173,20 +179,33 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
     routed = bool(o_fp32 or backward)  # the route of a forward a backward pass follows
     plan = _core.plan_forward(rung, variant, key, q.device.index, routed, mods) if step is None else \
         step.forward_plan(q.device.index, routed)
-    # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
-    # breakdown measures it against torch.empty(shape, dtype=, device=)).
-    shape = q.shape
-    if q.dim() == 4:
-        lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
-    else:
-        lse = q.new_empty((shape[1], shape[0]), dtype=torch.float32)
-    if mods is not None and mods.head_dim_v:  # O has V's head_dim (MLA's latent cache: 512 of 576)
-        shape = shape[:-1] + (mods.head_dim_v,)
-    out = q.new_empty(shape)
     o32 = None
-    if o_fp32 and plan.writes_o_fp32:
-        o32 = q.new_empty(shape, dtype=torch.float32)
-    ws_ptr, ws_bytes, ws = _workspace(plan, q)
+    if step is not None:
+        # The Step's shapes and typed empty tensors (Step.alloc, made with the Step): O as
+        # empty_like(q) where q is contiguous, the LSE, the fp32 O and the workspace by new_empty
+        # without a dtype to parse (the fast path's way: torch_overhead.py's breakdown).
+        o_like_q, shape, lse_shape, f32, u8 = step.alloc
+        out = torch.empty_like(q) if o_like_q else q.new_empty(shape)
+        lse = f32.new_empty(lse_shape)
+        if o_fp32 and plan.writes_o_fp32:
+            o32 = f32.new_empty(shape)
+        ws_bytes = plan.workspace_bytes
+        ws = u8.new_empty((ws_bytes,)) if ws_bytes else None
+        ws_ptr = 0 if ws is None else ws.data_ptr()
+    else:
+        # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
+        # breakdown measures it against torch.empty(shape, dtype=, device=)).
+        shape = q.shape
+        if q.dim() == 4:
+            lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
+        else:
+            lse = q.new_empty((shape[1], shape[0]), dtype=torch.float32)
+        if mods is not None and mods.head_dim_v:  # O has V's head_dim (MLA's latent cache: 512 of 576)
+            shape = shape[:-1] + (mods.head_dim_v,)
+        out = q.new_empty(shape)
+        if o_fp32 and plan.writes_o_fp32:
+            o32 = q.new_empty(shape, dtype=torch.float32)
+        ws_ptr, ws_bytes, ws = _workspace(plan, q)
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr())
     o32_ptr = 0 if o32 is None else o32.data_ptr()
     # planned: the plan checked the problem against the rung (supports) and sized the workspace;
@@ -271,7 +290,13 @@ def backward(dout, q, k, v, out, lse, key, deterministic, rung=None, variant="",
     dout = dout.contiguous()
     if dout.data_ptr() & 15:
         dout = dout.clone()  # off the 16-byte grid (a view into a buffer): an aligned copy
-    ws_ptr, ws_bytes, ws = _workspace(plan, q)
+    if step is not None:  # the Step's typed empty: no dtype to parse
+        u8 = step.alloc[4]
+        ws_bytes = plan.workspace_bytes
+        ws = u8.new_empty((ws_bytes,)) if ws_bytes else None
+        ws_ptr = 0 if ws is None else ws.data_ptr()
+    else:
+        ws_ptr, ws_bytes, ws = _workspace(plan, q)
     ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
             dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
     if mods is None:

@@ -202,10 +202,10 @@ class Step:
     ``key``, the ``Mods``, the window's sides and the scale as the checks gave them, the plans
     (per device, and the backward's per deterministic flag: _core.plan_forward / plan_backward),
     and the strides the launches take (q, k, v, O, dO, dQ, dK, dV; 4 each, _launch._strides4:
-    O, dO dense, each gradient with its input's strides), and the prepared launches of these plans
-    (prepared_forward, prepared_backward)."""
+    O, dO dense, each gradient with its input's strides), what the launches allocate (``alloc``),
+    and the prepared launches of these plans (prepared_forward, prepared_backward)."""
 
-    __slots__ = ("key", "mods", "left", "right", "scale", "strides", "_plans")
+    __slots__ = ("key", "mods", "left", "right", "scale", "strides", "alloc", "_plans")
 
     def __init__(self, key, mods, left, right, scale, q, k, v):
         self.key, self.mods, self.left, self.right, self.scale = key, mods, left, right, scale
@@ -213,6 +213,13 @@ class Step:
         o_strides = _dense_strides4(o_shape)
         sq, sk, sv = (_launch._strides4(t) for t in (q, k, v))
         self.strides = (sq, sk, sv, o_strides, o_strides, sq, sk, sv)
+        # What _launch.forward and backward allocate per call, as _launch.Prepared keeps it: O as
+        # empty_like(q) where that is O's dense layout (q contiguous, O at q's head_dim), O's and
+        # the LSE's shapes, and empty fp32 and uint8 tensors on q's device whose new_empty has no
+        # dtype to parse.
+        lse_shape = (q.shape[0], q.shape[2], q.shape[1]) if q.dim() == 4 else (q.shape[1], q.shape[0])
+        self.alloc = (q.is_contiguous() and not mods.head_dim_v, o_shape, lse_shape,
+                      q.new_empty((0,), dtype=torch.float32), q.new_empty((0,), dtype=torch.uint8))
         self._plans = {}
 
     def forward_plan(self, device, o_fp32):
