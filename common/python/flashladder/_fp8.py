@@ -268,13 +268,15 @@ atexit.register(FP8_KV_FAST.clear)
 
 class _Fp8KvFast:
     """A signature's prepared step: the binding's call, its buffer's layout (_kvcache._kv_layout),
-    whether q is e4m3 (read as bf16, q_descale joining k_descale), and a descale of 1 for one left
-    out."""
+    whether q is e4m3 (read as bf16, q_descale joining k_descale), a descale of 1 for one left out,
+    and the typed empty tensors _kvcache._kv_prepared allocates from."""
 
-    __slots__ = ("prepared", "layout", "q_e4m3", "ones")
+    __slots__ = ("prepared", "layout", "q_e4m3", "ones", "likes")
 
     def __init__(self, prepared, layout, q_e4m3, ones):
         self.prepared, self.layout, self.q_e4m3, self.ones = prepared, layout, q_e4m3, ones
+        # _kvcache._kv_prepared's empty fp32 and uint8 tensors (its _KvFast.likes)
+        self.likes = (ones.new_empty((0,)), ones.new_empty((0,), dtype=torch.uint8))
 
 
 def _fp8_kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale, causal,

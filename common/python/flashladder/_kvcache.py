@@ -205,30 +205,44 @@ def kv_signature(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_
     metadata's values are checked on the device every call), an int cache_seqlens' value, and the
     arguments. None when an argument is not what a tensor or a number should be."""
 
-    def t(x):
-        return None if x is None else (x.shape, x.stride(), x.dtype, x.device)
-
+    # Each tensor's part written out, not through a helper per tensor: a serving loop makes this
+    # key once per layer per token.
     try:
-        return (t(q), t(k_cache), t(v_cache), t(k), t(v),
-                cache_seqlens if cache_seqlens is None or isinstance(cache_seqlens, int) else t(cache_seqlens),
-                t(cache_leftpad), t(block_table), softmax_scale, bool(causal), tuple(window_size), float(softcap),
-                t(alibi_slopes), num_splits if isinstance(num_splits, int) else None, t(learnable_sink),
-                bool(return_softmax_lse))
+        return ((q.shape, q.stride(), q.dtype, q.device),
+                (k_cache.shape, k_cache.stride(), k_cache.dtype, k_cache.device),
+                (v_cache.shape, v_cache.stride(), v_cache.dtype, v_cache.device),
+                None if k is None else (k.shape, k.stride(), k.dtype, k.device),
+                None if v is None else (v.shape, v.stride(), v.dtype, v.device),
+                cache_seqlens if cache_seqlens is None or isinstance(cache_seqlens, int) else (
+                    cache_seqlens.shape, cache_seqlens.stride(), cache_seqlens.dtype, cache_seqlens.device),
+                None if cache_leftpad is None else _layout(cache_leftpad),
+                None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype,
+                                                  block_table.device),
+                softmax_scale, bool(causal), tuple(window_size), float(softcap),
+                None if alibi_slopes is None else _layout(alibi_slopes),
+                num_splits if isinstance(num_splits, int) else None,
+                None if learnable_sink is None else _layout(learnable_sink), bool(return_softmax_lse))
     except Exception:  # noqa: BLE001  not tensors or numbers: the checked path says why
         return None
+
+
+def _layout(x):
+    """kv_signature's part of a tensor it rarely gets (left padding, slopes, sinks)."""
+    return x.shape, x.stride(), x.dtype, x.device
 
 
 class _KvFast:
     """A checked call's plan for the next ones: the problem's key and Mods, the cache's slots, page
     (0: contiguous), pages and rows in the pool, and the new keys' count."""
 
-    __slots__ = ("key", "mods", "slots", "page", "pool_pages", "pool_rows", "new", "prepared", "layout")
+    __slots__ = ("key", "mods", "slots", "page", "pool_pages", "pool_rows", "new", "prepared", "layout", "likes")
 
     def __init__(self, key, mods, slots, page, pool_pages, pool_rows, new):
         self.key, self.mods, self.slots, self.page = key, mods, slots, page
         self.pool_pages, self.pool_rows, self.new = pool_pages, pool_rows, new
         self.prepared = None  # _ext.PreparedCacheCall, False where it does not apply, None: not tried
         self.layout = None  # _kv_layout's offsets of the prepared call's one buffer
+        self.likes = None  # empty fp32 and uint8 tensors on the device: new_empty with no dtype to parse
 
 
 def _prepare_cache_call(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
@@ -282,13 +296,14 @@ def _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, blo
     # workspace and, unless returned, the LSE), each at a 256-byte offset: each allocation through
     # PyTorch's caching allocator costs microseconds of host time per call (_kv_layout).
     lse_bytes, scratch_at, ws_at, total = f.layout
+    f32, u8 = f.likes
     if return_softmax_lse:
-        lse = q.new_empty((shape[0], shape[2], shape[1]), dtype=torch.float32)
-        buf = q.new_empty((total - lse_bytes,), dtype=torch.uint8)
+        lse = f32.new_empty((shape[0], shape[2], shape[1]))
+        buf = u8.new_empty((total - lse_bytes,))
         base = buf.data_ptr() - lse_bytes
         lse_ptr = lse.data_ptr()
     else:
-        buf = q.new_empty((total,), dtype=torch.uint8)
+        buf = u8.new_empty((total,))
         base = lse_ptr = buf.data_ptr()
     ok = prep.launch(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse_ptr,
                      base + ws_at if prep.workspace_bytes else 0, cache_seqlens.data_ptr(),
@@ -329,6 +344,7 @@ def _kv_fast(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_t
                                          alibi_slopes, learnable_sink)
         if f.prepared:
             f.layout = _kv_layout(q, f.prepared)
+            f.likes = (q.new_empty((0,), dtype=torch.float32), q.new_empty((0,), dtype=torch.uint8))
     if f.prepared:
         res = _kv_prepared(f, q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, alibi_slopes,
                            learnable_sink, return_softmax_lse)
