@@ -145,8 +145,8 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// (the `direct-dkv` ablation); true: whole blocks by TMA where dK and dV are 16-byte aligned
 /// (kernel.cuh's store_dkv_tma). @p lpt_section > 0: under rung 14's causal mask, not
 /// deterministic, the blocks longest first within sections of that many groups, at most all of them
-/// (BwdBuffers::lpt_section; the `lpt-*` candidates), on the grid of one block per K/V block (the
-/// persistent grid keeps its tile order).
+/// (BwdBuffers::lpt_section; the rung's traits.h rung_lpt_section, the `lpt-*` ablations), on the
+/// grid of one block per K/V block (the persistent grid keeps its tile order).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
                      cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true, bool rotate = true,
