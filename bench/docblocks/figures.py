@@ -10,6 +10,7 @@ of the run it plots); a README embeds it with one image line.
     climb     TFLOP/s per rung at one prefill shape, with PyTorch SDPA's cuDNN and flash lines
     roofline  every rung by arithmetic intensity, under the measured ceilings (ceilings.json)
     rung14    rung 14's backward over cuDNN's as a heatmap (head_dim x causal x seqlen, MHA, GQA)
+    bwd-kernels  the same heatmap kernel against kernel, from torch_bwd_profile.py's grid
     decode    decode bandwidth against seqlen_k: rung 08, PyTorch's backends, the HBM ceilings
     ring      rung 12's scaling efficiency, forward + backward, per P and length
 """
@@ -336,18 +337,27 @@ def fig_rung14(ctx, gpu=PRIMARY + "/rung14-sweep-fp16", rung="14_hopper_backward
     if not panels or not any(p[3] for p in panels):
         raise Missing("%s and %s in the backward families in %s" % (rung, against, res.rel("")),
                       "bench/run_all.sh --family backward,backward-gqa")
+    return ratio_heatmap(panels, "Rung 14's backward against cuDNN's: time of cuDNN / time of rung 14",
+                         "Heatmap of cuDNN's backward time over rung 14's, by head_dim, causal mask and seqlen, for "
+                         "MHA and GQA; above 1 rung 14 is faster.",
+                         "above 1 (blue): rung 14 faster; below 1 (orange): cuDNN faster; dQ summed in any order",
+                         "time of cuDNN / time of rung 14",
+                         ["fp16, hidden 2048 (heads = 2048 / head_dim); the backward pass alone; PyTorch SDPA's "
+                          "cuDNN backend in the same run.", run_caption(res)])
+
+
+def ratio_heatmap(panels, title, desc, subtitle, key_text, captions):
+    """A heatmap of ratios, one panel per (name, rows (head_dim, causal), cols (seqlen), cells
+    {(head_dim, causal, seqlen): ratio}), each cell coloured by ratio_colour and labelled."""
     cw, ch = 64, 34
     left, top = 130, 100
     pw = max(len(p[2]) for p in panels) * cw
     W = max(900, left + len(panels) * pw + (len(panels) - 1) * 70 + 40)
     nrows = max(len(p[1]) for p in panels)
-    H = top + nrows * ch + 150
-    title = "Rung 14's backward against cuDNN's: time of cuDNN / time of rung 14"
-    s = svg.Svg(W, H, title, "Heatmap of cuDNN's backward time over rung 14's, by head_dim, causal mask and "
-                "seqlen, for MHA and GQA; above 1 rung 14 is faster.")
+    H = top + nrows * ch + 118 + 16 * len(captions)
+    s = svg.Svg(W, H, title, desc)
     s.text(16, 30, title, 16, bold=True)
-    s.text(16, 50, "above 1 (blue): rung 14 faster; below 1 (orange): cuDNN faster; dQ summed in any order", 12,
-           colour="#444444")
+    s.text(16, 50, subtitle, 12, colour="#444444")
     for k, (name, rows, cols, cells) in enumerate(panels):
         x0 = left + k * (pw + 70)
         s.text(x0 + len(cols) * cw / 2.0, top - 22, name, 13, "middle", bold=True)
@@ -374,14 +384,51 @@ def fig_rung14(ctx, gpu=PRIMARY + "/rung14-sweep-fp16", rung="14_hopper_backward
     # The colour key.
     ky = top + nrows * ch + 44
     kx = left + 120
-    s.text(kx - 8, ky + 13, "time of cuDNN / time of rung 14", 11, "end")
+    s.text(kx - 8, ky + 13, key_text, 11, "end")
     for i, v in enumerate((1 / 1.5, 1 / 1.25, 1 / 1.1, 1.0, 1.1, 1.25, 1.5)):
         s.rect(kx + i * 56, ky, 56, 16, ratio_colour(v), "#BBBBBB", 0.5)
         s.text(kx + i * 56 + 28, ky + 30, results_io.fmt_ratio(v), 10, "middle")
-    caption(s, H - 28, "fp16, hidden 2048 (heads = 2048 / head_dim); the backward pass alone; PyTorch SDPA's "
-                       "cuDNN backend in the same run.")
-    caption(s, H - 12, run_caption(res))
+    for n, text in enumerate(captions):
+        caption(s, H - 12 - 16 * (len(captions) - 1 - n), text)
     return s.render()
+
+
+def fig_bwd_kernels(ctx, gpu="nvidia-h200/bwd-kernels-bf16"):
+    """The package's backward kernels against cuDNN's over the bench grid, kernel against kernel
+    (bench/pytorch/torch_bwd_profile.py: each cell's profiled device time per pass, pre- and
+    post-passes included, no host wait): time of cuDNN / time of the package's, one panel per
+    family, as fig_rung14 draws the runner's grid."""
+    res = results_folder(ctx, gpu, "the backward grid's kernels",
+                         "bench/pytorch/torch_bwd_profile.py --family backward,backward-gqa,backward-gqa8")
+    if not res.has("torch_bwd_profile.json"):
+        raise Missing("torch_bwd_profile.json in %s" % res.rel(""), "bench/pytorch/torch_bwd_profile.py")
+    run = res.json("torch_bwd_profile.json")
+    panels = []
+    for fam, name in (("backward", "MHA"), ("backward-gqa", "GQA 4:1"), ("backward-gqa8", "GQA 8:1")):
+        cells = {}
+        for shp in run["shapes"]:
+            r, c = shp["backends"].get("ladder", {}), shp["backends"].get("cudnn", {})
+            if shp["name"].split("/")[0] == fam and "total_ms" in r and "total_ms" in c:
+                sh = shp["shape"]
+                cells[(sh["head_dim"], bool(sh["causal"]), sh["seqlen"])] = c["total_ms"] / r["total_ms"]
+        if cells:
+            panels.append((name, sorted({k[:2] for k in cells}), sorted({k[2] for k in cells}), cells))
+    if not panels:
+        raise Missing("a --family run in %s" % res.rel(""), "bench/pytorch/torch_bwd_profile.py --family ...")
+    ctxt = run["context"]
+    dtype = ctxt.get("dtype") or "?"
+    return ratio_heatmap(
+        panels, "The backward's kernels against cuDNN's, %s: time of cuDNN / time of the package's" % dtype,
+        "Heatmap of cuDNN's backward kernel time over the package's (rung 14's kernels with D's pass and dQ's "
+        "conversion), by head_dim, causal mask and seqlen, for MHA, GQA 4:1 and GQA 8:1; above 1 the package is "
+        "faster.",
+        "above 1 (blue): rung 14's kernels faster; below 1 (orange): cuDNN's faster; the PyTorch profiler's device "
+        "time per pass, no host wait",
+        "time of cuDNN / time of rung 14",
+        ["%s; the package under autograd against SDPA's cuDNN backward, the median of %d passes each; PyTorch %s, "
+         "cuDNN %s." % (dtype, ctxt["passes"], ctxt["versions"].get("torch", "?"), ctxt.get("cudnn", "?")),
+         "%s, %s, commit %s; data: %s" % (ctxt.get("device", "?"), str(ctxt.get("date", "?"))[:10],
+                                          str(ctxt.get("git_sha", "?"))[:12], res.rel(""))])
 
 
 # ---- decode bandwidth -------------------------------------------------------------------------------
@@ -543,5 +590,9 @@ register("rung14-vs-cudnn-h100", "docs/figures/rung14-vs-cudnn-h100.svg", fig_ru
          gpu=PRIMARY + "/rung14-sweep-fp16")
 register("rung14-vs-cudnn-h200", "docs/figures/rung14-vs-cudnn-h200.svg", fig_rung14,
          gpu="nvidia-h200/rung14-grid-fp16")
+register("bwd-kernels-h200-bf16", "docs/figures/bwd-kernels-h200-bf16.svg", fig_bwd_kernels,
+         gpu="nvidia-h200/bwd-kernels-bf16")
+register("bwd-kernels-h200-fp16", "docs/figures/bwd-kernels-h200-fp16.svg", fig_bwd_kernels,
+         gpu="nvidia-h200/bwd-kernels-fp16")
 register("decode-bandwidth", "docs/figures/decode-bandwidth.svg", fig_decode, gpu=PRIMARY)  # rung 08 README's run
 register("ring-scaling", "docs/figures/ring-scaling.svg", fig_ring, gpu="nvidia-h200-x4/ring-backward")

@@ -1009,9 +1009,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   constexpr bool PERSISTENT = Cfg::kPersistent;
   const int n_tiles = PERSISTENT ? buf.tiles_x * buf.tiles_y * buf.tiles_z : 1;
   const int tile0 = PERSISTENT ? static_cast<int>(blockIdx.x) : 0;
-  // The one-block-per-K/V-block grid in longest-first order (BwdBuffers::lpt_section, the lpt-*
-  // candidates; the warp-specialized kernel with rung 14's masks only): the block's own index in the
-  // grid's order, read as grid_coords' K/V block slowest.
+  // The one-block-per-K/V-block grid in longest-first order (BwdBuffers::lpt_section: the rung's
+  // sections and the lpt-* ablations; the warp-specialized kernel with rung 14's masks only): the
+  // block's own index in the grid's order, read by grid_coords, the K/V block slowest in a section.
   auto work_of = [&](int t) {
     if constexpr (PERSISTENT) {
       return BlockWork(p, buf.head_rows, buf.kv_split, BLOCK_M, BLOCK_N, deterministic, buf.rotated_walk,

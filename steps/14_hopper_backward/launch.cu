@@ -48,7 +48,7 @@ constexpr int lpt_section(Mode m, int64_t seqlen_q, int head_dim) {
          : m == Mode::lpt_s32                        ? 32
                                                      : hopper14::rung_lpt_section(seqlen_q, head_dim);
 }
-/// The order's candidates and its ablation: the rung's kernel at every head_dim.
+/// The order's ablations (x-order, the section's sizes): the rung's kernel at every head_dim.
 constexpr bool lpt_entry(Mode m) {
   return m == Mode::lpt_grid || m == Mode::lpt_s16 || m == Mode::lpt_s32 || m == Mode::x_order;
 }
@@ -258,10 +258,11 @@ Rung make_rung(const char* variant, const char* summary) {
     const int section = lpt_section(M, p.seqlen_q, p.head_dim);
     const bool warp_roles =  // the order is the warp-specialized kernel's (launch_bwd.cuh)
         with_grid<M>(p.head_dim, p.seqlen_q, [](auto t) { return decltype(t)::type::kWarpSpecialized; });
+    // launch_bwd.cuh's rule, the deterministic mode aside (the note says "unless deterministic")
+    const bool lpt = hopper14::lpt_order(section, persistent, warp_roles, false, p.causal, false);
     notes.push_back(std::string(persistent ? "grid: persistent, one block per SM walking the K/V blocks"
                                            : "grid: one block per K/V block") +
-                    (section > 0 && p.causal && !persistent && warp_roles
-                         ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...), " +
+                    (lpt ? ", longest first unless deterministic (K/V block 0 of every group, then 1, ...), " +
                                (M == Mode::lpt_grid ? std::string("one section")
                                                     : "in sections of " + std::to_string(section) + " groups")
                          : ""));

@@ -145,8 +145,8 @@ float* exact_delta(const AttnBwdParams& P, const WsShape& shape, float* ws, bool
 /// (the `direct-dkv` ablation); true: whole blocks by TMA where dK and dV are 16-byte aligned
 /// (kernel.cuh's store_dkv_tma). @p lpt_section > 0: under rung 14's causal mask, not
 /// deterministic, the blocks longest first within sections of that many groups, at most all of them
-/// (BwdBuffers::lpt_section; the `lpt-*` candidates), on the grid of one block per K/V block (the
-/// persistent grid keeps its tile order).
+/// (BwdBuffers::lpt_section; the rung's traits.h rung_lpt_section, the `lpt-*` ablations), on the
+/// grid of one block per K/V block (the persistent grid keeps its tile order).
 template <class T, class Cfg, bool WRITER, class MODS = CausalOrNone>
 BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, bwd::GroupSplit how, const MODS& mods,
                      cudaStream_t stream, Prep prep = kRungPrep, bool early_free = true, bool rotate = true,
@@ -233,10 +233,9 @@ BwdBuffers launch_backward(const AttnBwdParams& given, bwd::DeltaPolicy policy, 
   buf.tiles_x = static_cast<int>(grid.x);
   buf.tiles_y = static_cast<int>(grid.y);
   buf.tiles_z = static_cast<int>(grid.z);
-  // Longest first: rung 14's causal mask makes K/V block 0 the longest walk of every group; the
-  // deterministic mode keeps its own order (the counters' turns follow the launch).
-  const bool lpt = lpt_section > 0 && !Cfg::kPersistent && Cfg::kWarpSpecialized && !MODS::kSpans &&
-                   p.causal != 0 && !deterministic;
+  // Longest first: rung 14's causal mask makes K/V block 0 the longest walk of every group.
+  const bool lpt = lpt_order(lpt_section, Cfg::kPersistent, Cfg::kWarpSpecialized, MODS::kSpans, p.causal != 0,
+                             deterministic);
   buf.lpt_section = lpt ? static_cast<int>(std::min<int64_t>(lpt_section, int64_t(grid.y) * grid.z)) : 0;
   // The persistent tiles and the longest-first order number the grid's blocks in one int.
   if ((Cfg::kPersistent || lpt) && int64_t(grid.x) * grid.y * grid.z > INT32_MAX)

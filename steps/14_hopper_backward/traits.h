@@ -193,9 +193,9 @@ constexpr int kRungLptSection = 8;
 /// Longest first only where a section's query heads' Q and dO rows, in 16-bit types, fit
 /// kLptRowsBudget (32 MiB, two thirds of the H100's and H200's 50 MiB L2), else the K/V block
 /// fastest (x-order). Beyond it, on the H200 (README, "Longest first"), sections of 8 ran 0.92 to
-/// 1.01x x-order's rate (MHA 0.92 to 0.95x), sections of 4 and 2 0.86 to 1.04x: the longest walks
-/// are a small part of a grid of that many waves, and spreading the running blocks over more
-/// heads reads their rows again from HBM.
+/// 1.01x x-order's rate (MHA 0.92 to 0.95x), sections of 4 and 2 0.86 to 1.04x. Our reading,
+/// neither part measured alone: the longest walks are a small part of a grid of that many waves,
+/// and spreading the running blocks over more heads reads their rows again from HBM.
 constexpr int64_t kLptRowsBudget = int64_t(32) << 20;
 /// The rung's section for rows of @p seqlen_q queries (the longest sequence's) at @p head_dim:
 /// kRungLptSection where that many query heads' Q and dO rows fit kLptRowsBudget, else 0 (the
@@ -203,6 +203,14 @@ constexpr int64_t kLptRowsBudget = int64_t(32) << 20;
 constexpr int rung_lpt_section(int64_t seqlen_q, int head_dim) {
   const int64_t head_rows = seqlen_q * head_dim * 2 * 2;  // Q and dO, 2 bytes an element
   return head_rows * kRungLptSection <= kLptRowsBudget ? kRungLptSection : 0;
+}
+
+/// Whether a launch takes the grid longest first (grid_coords with @p section): a section asked
+/// for, under rung 14's causal mask (not rung 16's spans), not deterministic (its counters' turns
+/// follow the launch), on the grid of one block per K/V block with the warp roles (the persistent
+/// grid keeps its tile order). launch_bwd.cuh decides by it; the runner's report says it.
+constexpr bool lpt_order(int section, bool persistent, bool warp_roles, bool spans, bool causal, bool deterministic) {
+  return section > 0 && !persistent && warp_roles && !spans && causal && !deterministic;
 }
 
 /// A block's grid coordinates: x the K/V block, y the KV head and slice, z the batch.

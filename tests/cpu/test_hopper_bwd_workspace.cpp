@@ -346,3 +346,15 @@ TEST_CASE("rung 14's section (traits.h's rung_lpt_section): 8 groups where their
   CHECK(rung_lpt_section(1, 64) == 8);
   CHECK(rung_lpt_section(0, 128) == 8);
 }
+
+TEST_CASE("rung 14's longest-first rule (traits.h's lpt_order): the causal, non-deterministic one-block-per-K/V-block grid only",
+          "[cpu][hopper_bwd]") {
+  using hopper14::lpt_order;
+  CHECK(lpt_order(8, false, true, false, true, false));
+  CHECK_FALSE(lpt_order(0, false, true, false, true, false));  // no section: the K/V block fastest
+  CHECK_FALSE(lpt_order(8, true, true, false, true, false));   // the persistent grid keeps its tile order
+  CHECK_FALSE(lpt_order(8, false, false, false, true, false));  // no warp roles
+  CHECK_FALSE(lpt_order(8, false, true, true, true, false));   // rung 16's spans
+  CHECK_FALSE(lpt_order(8, false, true, false, false, false));  // not causal: every block walks alike
+  CHECK_FALSE(lpt_order(8, false, true, false, true, true));   // deterministic: the counters' order
+}
