@@ -18,6 +18,8 @@ TORCH_RUN_COMMANDS = {
                       "--out bench/results/<gpu>/cudnn-fp8",
     "fa_tests.json": "PYTHONPATH=build/release/python python3 bench/studies/fa_tests/run.py --tests "
                      "PATH/flash-attention/tests/test_flash_attn.py --out bench/results/<gpu>/fa-tests --sample 1/64",
+    "torch_flex_steps.json": "PYTHONPATH=build/release/python python3 bench/pytorch/torch_flex_steps.py "
+                             "--out bench/results/<gpu>/flex-steps/bf16-4k",
     "host_serving_ab.json": "python3 bench/pytorch/host_serving_ab.py --a BUILD_A/python --b BUILD_B/python "
                             "--names A,B --out bench/results/<gpu>/<folder>",
 }
@@ -398,6 +400,105 @@ def gen_host_serving_ab(ctx, gpu=None):
                 t["used"], t["page"], d["calls"], c["device"], c["date"][:10], c["git_sha"][:7],
                 c["versions"].get("torch", "?"), link(res, "host_serving_ab.json")))
     return table + "\n\n" + note
+
+
+@generator("overhead-ab")
+def gen_overhead_ab(ctx, gpu=None, a="main", b="branch"):
+    """Two packages' host paths from torch_overhead.py runs in turn (folders <gpu>/<a>-1, <b>-1,
+    <a>-2, ...: one process each): per forward + backward step (host_steps) and per serving call
+    (host_serving), each package's µs in a loop per run, its ratio over SDPA's in the same process
+    (the median over its runs), and B's ratio over A's."""
+    import glob
+    import os
+    import statistics
+
+    command = TORCH_RUN_COMMANDS["torch_overhead.json"]
+    folder = gpu or ""
+    runs = {}
+    for side in (a, b):
+        paths = sorted(glob.glob(os.path.join(ctx.results(folder).dir, "%s-*" % side, "torch_overhead.json")))
+        runs[side] = [(os.path.basename(os.path.dirname(p)), ctx.results("%s/%s" % (folder, os.path.basename(
+            os.path.dirname(p)))).json("torch_overhead.json")) for p in paths]
+        if not runs[side]:
+            raise Missing("%s-<n>/torch_overhead.json in bench/results/%s" % (side, folder), command)
+    out = []
+    for key, unit, base_prefix, base_name in (("host_steps", "step", "F.scaled_dot_product_attention, causal (default",
+                                               "SDPA's step"),
+                                              ("host_serving", "call", "F.scaled_dot_product_attention, decode",
+                                               "SDPA's decode")):
+        field = "step_us" if key == "host_steps" else "call_us"
+        first = runs[a][0][1][key][field]
+        base = next((n for n in first if n.startswith(base_prefix)), None)
+        if base is None:
+            raise Missing("SDPA's entry in %s's %s" % (a, key), command)
+        rows = []
+        for name in first:
+            if name == base or not all(name in d[key][field] for side in (a, b) for _, d in runs[side]):
+                continue
+            over = {side: statistics.median(d[key][field][name] / d[key][field][base] for _, d in runs[side])
+                    for side in (a, b)}
+            rows.append(["`%s`" % name] + [", ".join("%.1f" % d[key][field][name] for _, d in runs[side])
+                                           for side in (a, b)] +
+                        [results_io.fmt_ratio(over[a]), results_io.fmt_ratio(over[b]),
+                         results_io.fmt_ratio(over[b] / over[a])])
+        rows.append(["`%s`" % base] + [", ".join("%.1f" % d[key][field][base] for _, d in runs[side])
+                                       for side in (a, b)] + ["1.00×", "1.00×", "—"])
+        out.append(results_io.markdown_table(
+            ["%s" % ("entry point (forward + backward step)" if key == "host_steps" else "serving call"),
+             "%s: µs per %s in a loop, per run" % (a, unit), "%s: µs per %s in a loop, per run" % (b, unit),
+             "%s over %s" % (a, base_name), "%s over %s" % (b, base_name), "%s / %s" % (b, a)],
+            rows, ["---", "--:", "--:", "--:", "--:", "--:"]))
+    d0 = runs[b][0][1]
+    order = ", ".join(n for n, _ in sorted(runs[a] + runs[b], key=lambda x: x[1].get("date", "")))
+    note = ("Each run is `torch_overhead.py` in a process of its own (in this order: %s); a package's ratio over "
+            "SDPA is the median over its runs of the ratio within each process, SDPA's call timed beside the "
+            "package's. Steps: batch 1, seqlen 128, 2 heads, head_dim 64, fp16, under autograd; serving calls: "
+            "no autograd. %s; %s." % (order, torch_provenance(d0), link(ctx.results(folder), "%s/torch_overhead.json"
+                                                                         % runs[b][0][0])))
+    return "\n\n".join(out) + "\n\n" + note
+
+
+@generator("torch-flex-steps")
+def gen_torch_flex_steps(ctx, gpu=None):
+    """Masked training steps through the package against compiled FlexAttention
+    (bench/pytorch/torch_flex_steps.py, torch_flex_steps.json): per case the forward + backward step's ms
+    of each, SDPA cuDNN's on the causal case, the forward alone, the ratios, and the worst and best cell."""
+    res, d = torch_run(ctx, gpu, "torch_flex_steps.json")
+    rows, steps, fwds = [], [], []
+
+    def cell(r, name):
+        return "%.3f" % r["ms"][name] if name in r["ms"] else ("refused" if name in r.get("refused", {}) else "—")
+
+    for r in d["rows"]:
+        s = r["shape"]
+        what = "d=%d %s N=%s" % (s["head_dim"], s["case"], results_io.seqlen_text(s["seqlen_q"]))
+        if "flex_over_ladder" in r:
+            steps.append((r["flex_over_ladder"], what))
+        if "flex_fwd_over_ladder_fwd" in r:
+            fwds.append((r["flex_fwd_over_ladder_fwd"], what))
+        rows.append(["%d" % s["head_dim"], s["case"], "%d × %s" % (s["batch"], results_io.seqlen_text(s["seqlen_q"])),
+                     cell(r, "ladder"), "%.0f" % r["tflops"]["ladder"] if "ladder" in r.get("tflops", {}) else "—",
+                     cell(r, "flex"), cell(r, "cudnn"),
+                     results_io.fmt_ratio(r.get("flex_over_ladder")), results_io.fmt_ratio(r.get("cudnn_over_ladder")),
+                     cell(r, "ladder_fwd"), cell(r, "flex_fwd"), results_io.fmt_ratio(r.get("flex_fwd_over_ladder_fwd"))])
+    head = ["head_dim", "case", "batch × seqlen", "ladder step, ms", "TFLOP/s", "FlexAttention step, ms",
+            "SDPA cuDNN step, ms", "Flex / ladder", "cuDNN / ladder", "ladder fwd, ms", "Flex fwd, ms",
+            "Flex / ladder, fwd"]
+    out = results_io.markdown_table(head, rows, ["--:", "---", "---"] + ["--:"] * 9)
+    notes = []
+    for name, xs in (("forward + backward", steps), ("the forward alone", fwds)):
+        if xs:
+            lo, hi = min(xs), max(xs)
+            notes.append("FlexAttention's time over the ladder's, %s: worst %s (%s), best %s (%s)." % (
+                name, results_io.fmt_ratio(lo[0]), lo[1], results_io.fmt_ratio(hi[0]), hi[1]))
+    notes.append("A step is the forward and `torch.autograd.grad` of its output, %s, %d heads, 16k tokens; the "
+                 "ladder through `flash_attn_func` (`flash_attn_varlen_func` for the documents, packed as one "
+                 "sequence), FlexAttention compiled with its BlockMask made outside the time. Median of %d steps "
+                 "after a warm-up, the L2 flushed before each, the columns in turn over %d rounds. TFLOP/s: 4 × "
+                 "head_dim FLOPs per unmasked (query, key) pair, × 3.5. Measured on %s; %s." % (
+                     d["dtype"], d["heads"], d["iters"], d["repeats"], torch_provenance(d),
+                     link(res, "torch_flex_steps.json")))
+    return out + "\n\n" + " ".join(notes)
 
 
 @generator("torch-fp8")
