@@ -14,7 +14,9 @@
 5. bench/pytorch/torch_flex.py's masks families: the names, the document starts (pinned, and the same as
    `ladder_bench --fl_list` prints where a built ladder_bench is found: FL_LADDER_BENCH, else the
    newest build/*/bin/ladder_bench), ALiBi's slopes (the paper's recipe, as test_masks.cpp), and
-   the unmasked pairs of each case against a count over the dense mask of a small copy.
+   the unmasked pairs of each case against a count over the dense mask of a small copy; and
+   torch_flex_steps.py's cases (16k tokens each, the windows narrower than the sequence, the
+   documents packed, a step's FLOPs).
 6. bench/pytorch/timing.py, the one timing module: its rounds in turn (each series once per round,
    the order rotated), the paired differences and the medians; and no script in bench/pytorch/
    makes its own CUDA events.
@@ -236,6 +238,26 @@ class MaskShapes(unittest.TestCase):
             self.assertEqual(torch_flex.unmasked_pairs(small), dense_count(small), s["case"])
         causal = torch_flex.mask_shapes("masks")[0]
         self.assertEqual(torch_flex.flops_of(causal), 4.0 * 128 * 8192 * 8193 // 2 * 4 * 16)
+
+    def test_flex_steps_cases(self):
+        """torch_flex_steps.py's cases: 16k tokens each, the windows narrower than the sequence, the
+        documents packed as one sequence of every token, and a step's FLOPs 3.5 x the forward's."""
+        import torch_flex
+        import torch_flex_steps as fs
+
+        names = [s["case"] for s in fs.cases(4096, 64, False)]
+        self.assertEqual(names, ["causal", "window256", "window512", "window1024", "window2048", "docs", "softcap30",
+                                 "alibi"])
+        self.assertIn("window4096", [s["case"] for s in fs.cases(8192, 128, False)])
+        self.assertEqual([s["case"] for s in fs.cases(4096, 64, True)], ["causal", "window256", "window2048"])
+        for s in fs.cases(8192, 128, False):
+            self.assertEqual(s["batch"] * s["seqlen_q"], fs.TOKENS)
+            if s["case"] == "docs":
+                self.assertEqual((s["batch"], s["doc_starts"][0], s["doc_starts"][-1]), (1, 0, fs.TOKENS))
+        w = fs.cases(4096, 64, False)[1]  # window256: row i sees min(i, 256) + 1 keys
+        pairs = sum(min(i, 256) + 1 for i in range(4096)) * 4 * 16
+        self.assertEqual(torch_flex.unmasked_pairs(w), pairs)
+        self.assertEqual(fs.flops(w), 4.0 * 64 * pairs * 3.5)
 
     @unittest.skipUnless(ladder_bench(), "no built ladder_bench (set FL_LADDER_BENCH)")
     def test_same_as_ladder_bench(self):
