@@ -60,6 +60,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     wgmma_tma_fwd_kernel(const __grid_constant__ CUtensorMap map_q,
                          const __grid_constant__ CUtensorMap map_k,
                          const __grid_constant__ CUtensorMap map_v, const AttnParams p) {
+  static_assert(Cfg::kHeadDimV == Cfg::kHeadDim, "rung 09 reads V on K's tiles");
   constexpr int D = Cfg::kHeadDim;
   constexpr int BLOCK_M = Cfg::kBlockM;
   constexpr int BLOCK_N = Cfg::kBlockN;

@@ -22,10 +22,13 @@ namespace fl::hopper09 {
 constexpr int kSmemOptinSm90 = 227 * 1024;
 
 /// The tiles of one instantiation. WARPGROUPS consumer warpgroups of 128 threads each own 64
-/// query rows; K/V come through a STAGES-deep TMA ring of BLOCK_N-key tiles.
-template <int HEAD_DIM, int WARPGROUPS, int BLOCK_N, int STAGES>
-struct WgmmaTiles {
+/// query rows; K/V come through a STAGES-deep TMA ring of BLOCK_N-key tiles. HEAD_DIM_V: V's and
+/// O's columns, fewer than Q's and K's in MLA's prefill (192 and 128: rung 15's MlaTiles); this
+/// rung's tiles are WgmmaTiles, V at Q's head_dim.
+template <int HEAD_DIM, int WARPGROUPS, int BLOCK_N, int STAGES, int HEAD_DIM_V>
+struct WgmmaTilesV {
   static constexpr int kHeadDim = HEAD_DIM;
+  static constexpr int kHeadDimV = HEAD_DIM_V;
   static constexpr int kWarpgroups = WARPGROUPS;
   static constexpr int kBlockM = 64 * WARPGROUPS;
   static constexpr int kBlockN = BLOCK_N;
@@ -33,24 +36,31 @@ struct WgmmaTiles {
   static constexpr int kThreads = 128 * WARPGROUPS;
   /// 64-column blocks of head_dim: one TMA box (128 B wide rows) each.
   static constexpr int kColBlocks = HEAD_DIM / 64;
+  static constexpr int kColBlocksV = HEAD_DIM_V / 64;  ///< V's 64-column blocks
   static constexpr int kQBytes = kBlockM * HEAD_DIM * 2;
-  static constexpr int kKVBytes = BLOCK_N * HEAD_DIM * 2;  ///< one K (or V) tile of the ring
+  static constexpr int kKVBytes = BLOCK_N * HEAD_DIM * 2;  ///< one K tile of the ring (and V's, at V = Q's head_dim)
+  static constexpr int kVTileBytes = BLOCK_N * HEAD_DIM_V * 2;  ///< one V tile of the ring
   /// mbarriers: Q, then a "K landed" and a "V landed" barrier per stage.
   static constexpr int kBarrierBytes = 8 * (1 + 2 * STAGES);
   /// The tiles, the barriers, and 1024 bytes of slack to align the base to the swizzle atom.
-  static constexpr int kSmemBytes = kQBytes + 2 * STAGES * kKVBytes + kBarrierBytes + 1024;
-  /// Accumulator registers per thread: S (fp32), P (16-bit pairs), O (fp32).
-  static constexpr int kAccRegs = BLOCK_N / 2 + BLOCK_N / 4 + HEAD_DIM / 2;
+  static constexpr int kSmemBytes = kQBytes + STAGES * (kKVBytes + kVTileBytes) + kBarrierBytes + 1024;
+  /// Accumulator registers per thread: S (fp32), P (16-bit pairs), O (fp32, V's columns).
+  static constexpr int kAccRegs = BLOCK_N / 2 + BLOCK_N / 4 + HEAD_DIM_V / 2;
 
   static_assert(HEAD_DIM % 64 == 0 && HEAD_DIM <= 256, "head_dim: 64, 128, 192 or 256");
+  static_assert(HEAD_DIM_V % 64 == 0 && HEAD_DIM_V <= HEAD_DIM, "V's head_dim: a multiple of 64, at most Q's");
   static_assert(BLOCK_N % 16 == 0 && BLOCK_N >= 16 && BLOCK_N <= 256, "wgmma N: 16..256, by 16");
   static_assert(WARPGROUPS >= 1 && WARPGROUPS <= 3, "1 to 3 warpgroups (BLOCK_M 64..192)");
   static_assert(STAGES >= 1, "at least one K/V stage");
-  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0,
+  static_assert(kQBytes % 1024 == 0 && kKVBytes % 1024 == 0 && kVTileBytes % 1024 == 0,
                 "every tile starts on a 1024-byte swizzle atom");
   static_assert(kSmemBytes <= kSmemOptinSm90, "must fit the 227 KB an sm_90 block may use");
   static_assert(kAccRegs <= 200, "the accumulators leave room for addresses and softmax state");
 };
+
+/// This rung's tiles: V and O at Q's and K's head_dim.
+template <int HEAD_DIM, int WARPGROUPS, int BLOCK_N, int STAGES>
+struct WgmmaTiles : WgmmaTilesV<HEAD_DIM, WARPGROUPS, BLOCK_N, STAGES, HEAD_DIM> {};
 
 /// The rung's tiles for head_dim HEAD_DIM (every choice: 2 warpgroups, 256 threads).
 template <int HEAD_DIM>

@@ -184,7 +184,7 @@ struct TileLoads {
   }
   __device__ __forceinline__ void v(uint32_t V_tile, uint32_t bar, int key0) const {
 #pragma unroll
-    for (int cb = 0; cb < Cfg::kColBlocks; ++cb)
+    for (int cb = 0; cb < Cfg::kColBlocksV; ++cb)
       tma_load_4d(V_tile + cb * Cfg::kBlockN * 128, map_v, bar, 64 * cb, kv_head, key0, batch);
   }
 };
@@ -256,14 +256,14 @@ __device__ __forceinline__ void issue_qk_block(const WsSmem<Cfg>& sm, int c, flo
   for (int kk = 0; kk < Cfg::kHeadDim / 16; ++kk) {
     const uint64_t desc_q = wg::desc_kmajor_sw128(sm.Q_s + wg::sw128_kmajor_offset(Cfg::kBlockM, 64 * c, kk));
     const uint64_t desc_k =
-        wg::desc_kmajor_sw128(sm.K_s + s * Cfg::kKVBytes + wg::sw128_kmajor_offset(Cfg::kBlockN, 0, kk));
+        wg::desc_kmajor_sw128(sm.K_s + s * Cfg::kKBytes + wg::sw128_kmajor_offset(Cfg::kBlockN, 0, kk));
     wgmma_ss<T, Cfg::kBlockN>(S, desc_q, desc_k, kk > 0);
   }
   wgmma_commit();
 }
 
 template <class T, class Cfg>
-__device__ __forceinline__ void issue_pv_block(const WsSmem<Cfg>& sm, float (&O_acc)[Cfg::kHeadDim / 2],
+__device__ __forceinline__ void issue_pv_block(const WsSmem<Cfg>& sm, float (&O_acc)[Cfg::kHeadDimV / 2],
                                                uint32_t (&P_frag)[Cfg::kBlockN / 16][4], int n) {
   constexpr int PV_STEPS = Cfg::kBlockN / 16;
   const int s = n % Cfg::kStages;
@@ -275,8 +275,8 @@ __device__ __forceinline__ void issue_pv_block(const WsSmem<Cfg>& sm, float (&O_
 #pragma unroll
   for (int kk = 0; kk < PV_STEPS; ++kk) {
     const uint64_t desc_v = wg::desc_mnmajor_sw128(
-        sm.V_s + s * Cfg::kKVBytes + wg::sw128_mnmajor_offset(Cfg::kBlockN, 0, kk), Cfg::kBlockN);
-    wgmma_rs<T, Cfg::kHeadDim, 1>(O_acc, P_frag[kk], desc_v, 1);
+        sm.V_s + s * Cfg::kVBytes + wg::sw128_mnmajor_offset(Cfg::kBlockN, 0, kk), Cfg::kBlockN);
+    wgmma_rs<T, Cfg::kHeadDimV, 1>(O_acc, P_frag[kk], desc_v, 1);
   }
   wgmma_commit();
 }
@@ -284,11 +284,11 @@ __device__ __forceinline__ void issue_pv_block(const WsSmem<Cfg>& sm, float (&O_
 /// After a block's softmax: O scaled by its rows' alpha, and the exponentiated S packed to the
 /// 16-bit A operand of the next O += P V.
 template <class T, class Cfg>
-__device__ __forceinline__ void rescale_and_pack_p(float (&O_acc)[Cfg::kHeadDim / 2],
+__device__ __forceinline__ void rescale_and_pack_p(float (&O_acc)[Cfg::kHeadDimV / 2],
                                                    uint32_t (&P_frag)[Cfg::kBlockN / 16][4],
                                                    const float (&S)[Cfg::kBlockN / 2], const float (&alpha)[2]) {
 #pragma unroll
-  for (int j = 0; j < Cfg::kHeadDim / 8; ++j)
+  for (int j = 0; j < Cfg::kHeadDimV / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       O_acc[4 * j + 2 * h] *= alpha[h];
@@ -305,7 +305,7 @@ template <class T, class Cfg, bool PINGPONG, bool OVERLAP>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     ws_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                   const __grid_constant__ CUtensorMap map_v, const AttnParams p) {
-  constexpr int D = Cfg::kHeadDim;
+  constexpr int D = Cfg::kHeadDimV;  // O's columns: V's head_dim (Q's and K's: Cfg::kHeadDim)
   constexpr int BLOCK_M = Cfg::kBlockM;
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int STAGES = Cfg::kStages;

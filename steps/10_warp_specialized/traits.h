@@ -23,23 +23,29 @@ constexpr int kConsumerRegs = 240;
 static_assert(128 * kProducerRegs + 2 * 128 * kConsumerRegs <= 65536,
               "the register file of one SM holds the three warpgroups");
 
-/// Rung 09's tiles with a producer warpgroup in front of its two consumer warpgroups.
-template <int HEAD_DIM, int BLOCK_N, int STAGES>
-struct WsTiles : hopper09::WgmmaTiles<HEAD_DIM, 2, BLOCK_N, STAGES> {
-  using Base = hopper09::WgmmaTiles<HEAD_DIM, 2, BLOCK_N, STAGES>;
+/// Rung 09's tiles with a producer warpgroup in front of its two consumer warpgroups; V's and O's
+/// head_dim HEAD_DIM_V (rung 09's WgmmaTilesV; WsTiles below: V at Q's).
+template <int HEAD_DIM, int BLOCK_N, int STAGES, int HEAD_DIM_V>
+struct WsTilesV : hopper09::WgmmaTilesV<HEAD_DIM, 2, BLOCK_N, STAGES, HEAD_DIM_V> {
+  using Base = hopper09::WgmmaTilesV<HEAD_DIM, 2, BLOCK_N, STAGES, HEAD_DIM_V>;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  /// A K tile and a V tile of the ring: the same size here (rung 13's e4m3 K and V^T name them too).
+  /// A K tile and a V tile of the ring: the same size unless V has fewer columns (rung 13's e4m3
+  /// K and V^T name them too).
   static constexpr int kKBytes = Base::kKVBytes;
-  static constexpr int kVBytes = Base::kKVBytes;
+  static constexpr int kVBytes = Base::kVTileBytes;
   /// mbarriers: Q, then per stage "K landed", "V landed", "K empty", "V empty".
   static constexpr int kBarrierBytes = 8 * (1 + 4 * STAGES);
   static constexpr int kSmemBytes =
-      Base::kQBytes + 2 * STAGES * Base::kKVBytes + kBarrierBytes + 1024;
+      Base::kQBytes + STAGES * (kKBytes + kVBytes) + kBarrierBytes + 1024;
   static_assert(kSmemBytes <= hopper09::kSmemOptinSm90, "must fit the 227 KB of an sm_90 block");
   static_assert(Base::kAccRegs <= kConsumerRegs - 40,
                 "S of block n+1, P of block n (still read by its wgmma) and O fit the consumers");
 };
+
+/// This rung's tiles: V and O at Q's and K's head_dim.
+template <int HEAD_DIM, int BLOCK_N, int STAGES>
+struct WsTiles : WsTilesV<HEAD_DIM, BLOCK_N, STAGES, HEAD_DIM> {};
 
 /// The rung's tiles, per head_dim and (at 128) causal or not. Each choice was timed against the
 /// variants below in one H100 run (bench/results/nvidia-h100-80gb-hbm3/hopper-rungs/):

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     persistent_fwd_kernel(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                           const __grid_constant__ CUtensorMap map_v, const AttnParams p,
                           const TileScheduler sched) {
-  constexpr int D = Cfg::kHeadDim;
+  constexpr int D = Cfg::kHeadDimV;  // O's columns: V's head_dim (Q's and K's: Cfg::kHeadDim)
   constexpr int BLOCK_N = Cfg::kBlockN;
   constexpr int STAGES = Cfg::kStages;
   constexpr int PV_STEPS = BLOCK_N / 16;

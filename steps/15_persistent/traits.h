@@ -19,16 +19,21 @@ namespace fl::hopper15 {
 constexpr size_t kWorkspaceBytes = 16;
 
 /// Rung 10's tiles plus the "Q empty" barrier and the item slot; with Q_BUFS = 2 a second set
-/// (slot, "Q landed", "Q empty") and a second Q tile after the barriers, 1024-byte aligned.
-template <int HEAD_DIM, int BLOCK_N, int STAGES, int Q_BUFS = 1>
-struct PersistentTiles : hopper10::WsTiles<HEAD_DIM, BLOCK_N, STAGES> {
-  using Ws = hopper10::WsTiles<HEAD_DIM, BLOCK_N, STAGES>;
+/// (slot, "Q landed", "Q empty") and a second Q tile after the barriers, 1024-byte aligned. V's
+/// and O's head_dim HEAD_DIM_V (rung 10's WsTilesV; PersistentTiles below: V at Q's, MlaTiles).
+template <int HEAD_DIM, int BLOCK_N, int STAGES, int Q_BUFS, int HEAD_DIM_V>
+struct PersistentTilesV : hopper10::WsTilesV<HEAD_DIM, BLOCK_N, STAGES, HEAD_DIM_V> {
+  using Ws = hopper10::WsTilesV<HEAD_DIM, BLOCK_N, STAGES, HEAD_DIM_V>;
   static constexpr int kQBufs = Q_BUFS;
   static constexpr int kBarrierBytes = Ws::kBarrierBytes + 8 + 16 + (Q_BUFS == 2 ? 32 : 0);
   static constexpr int kSmemBytes = Ws::kSmemBytes + 8 + 16 + (Q_BUFS == 2 ? 32 + 1024 + Ws::kQBytes : 0);
   static_assert(Q_BUFS == 1 || Q_BUFS == 2, "one or two Q tiles");
   static_assert(kSmemBytes <= hopper09::kSmemOptinSm90, "must fit the 227 KB of an sm_90 block");
 };
+
+/// The rung's tiles: V and O at Q's and K's head_dim.
+template <int HEAD_DIM, int BLOCK_N, int STAGES, int Q_BUFS = 1>
+struct PersistentTiles : PersistentTilesV<HEAD_DIM, BLOCK_N, STAGES, Q_BUFS, HEAD_DIM> {};
 
 /// The rung's tiles per head_dim and mask: rung 10's (traits.h there gives each one's measured
 /// reason), which rung 15's own sweep keeps (README: "Tiles").
@@ -42,6 +47,15 @@ template <>
 struct Tiles<128, true> : PersistentTiles<128, 128, 2> {};
 template <bool CAUSAL>
 struct Tiles<256, CAUSAL> : PersistentTiles<256, 80, 2> {};
+
+/// MLA's prefill and training forward (DeepSeek-V2/V3: Q and K of 128 + 64 RoPE = 192 columns,
+/// V and O of 128) on tiles of its own rather than the d = 256 ones with zero columns, which
+/// spend 256 / 192 of Q K^T's FLOPs and 256 / 128 of P V's (1.6x the pair's 2 x (192 + 128)).
+/// FlashAttention-3's 192/128 tile: 128 x 128, 2 stages; shared memory 48 (Q) + 2 x (48 (K) +
+/// 32 (V)) = 208 KB; registers S 64 + P 32 + O 64 = 160, the d = 128 causal tile's. Rung 16
+/// runs it for head_dims in (128, 192] with V's up to 128 (its with_head_dims), under every mask.
+struct MlaTiles : PersistentTilesV<192, 128, 2, 1, 128> {};
+static_assert(MlaTiles::kSmemBytes <= 214 * 1024 && MlaTiles::kAccRegs == 160, "the budget above");
 
 // ---- tile variants for the sweep (registered as rung 15 variants, one head_dim each) ----------
 using Variant_d64_128x192 = PersistentTiles<64, 192, 2>;    ///< d = 64, a wider S (FA3's d = 64 N)

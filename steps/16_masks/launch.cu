@@ -13,6 +13,7 @@
 #include "bwd_delta.h"
 #include "mods.h"
 #include "../14_hopper_backward/traits.h"
+#include "../15_persistent/traits.h"
 #if FL_HOPPER_SM90A
 #include "launch_template.cuh"
 #endif
@@ -38,10 +39,19 @@ decltype(auto) with_head_dim(int d, F&& f) {
   if (d <= 128) return f(std::integral_constant<int, 128>{});
   return f(std::integral_constant<int, 256>{});
 }
-/// The forward's tile head_dim for Q and K of @p d columns and V and O of @p dv (MLA's prefill:
-/// 192 and 128): the tile of the wider, the narrower's columns past its own read as zeros.
+/// True where the forward runs rung 15's MlaTiles: Q's and K's head_dim @p d in (128, 192], V's
+/// @p dv up to 128 (MLA's prefill, DeepSeek's 192 and 128).
+bool mla_tiles_take(int d, int dv) {
+  using Mla = hopper15::MlaTiles;
+  return d > 128 && d <= Mla::kHeadDim && dv <= Mla::kHeadDimV;
+}
+
+/// The forward's tile head_dim for Q and K of @p d columns and V and O of @p dv: MlaTiles (key
+/// 192) where they take the pair and @p mla is on; any other pair on the tile of the wider, the
+/// narrower's columns past its own read as zeros (the `mla-on-d256` ablation: 192/128 too).
 template <class F>
-decltype(auto) with_head_dims(int d, int dv, F&& f) {
+decltype(auto) with_head_dims(int d, int dv, bool mla, F&& f) {
+  if (mla && mla_tiles_take(d, dv)) return f(std::integral_constant<int, hopper15::MlaTiles::kHeadDim>{});
   return with_head_dim(std::max(d, dv), std::forward<F>(f));
 }
 
@@ -97,53 +107,64 @@ std::string exp_fma_reason(const Problem& p) {
   return "";
 }
 
-/// @p exp_fma: the `softcap-exp-fma` study (a quarter of the softmax's exponentials on the FMA pipe).
-Rung make(Classify mode, const char* variant, const char* summary, bool exp_fma = false) {
+/// @p exp_fma: the `softcap-exp-fma` study (a quarter of the softmax's exponentials on the FMA pipe);
+/// @p mla: MlaTiles where they take the head_dims (off: the `mla-on-d256` ablation).
+Rung make(Classify mode, const char* variant, const char* summary, bool exp_fma = false, bool mla = true) {
   Rung r = base_entry(variant, summary);
-  r.in_tour = mode == Classify::exact && !exp_fma;
-  if (mode == Classify::exact && !exp_fma)
+  r.in_tour = mode == Classify::exact && !exp_fma && mla;
+  if (mode == Classify::exact && !exp_fma && mla)
     r.baselines = {Baseline::on(15, "the rung it builds on: the same kernel with the causal mask as special code")};
   // V and O with a head_dim of their own (--dim-v; MLA's prefill 192/128): V's tensor map at its
-  // own columns, O stored at them, on the tile of the wider (with_head_dims). The backward takes
-  // V's head_dim up to Q's (make_backward).
+  // own columns, O stored at them, on rung 15's MlaTiles where they take the pair, else on the tile
+  // of the wider (with_head_dims). The backward takes V's head_dim up to Q's (make_backward).
   r.head_dim_v = true;
   if (exp_fma) {  // the study's kernels: softcap, d <= 64 (exp_fma_reason)
     r.head_dims.erase(std::remove_if(r.head_dims.begin(), r.head_dims.end(), [](int d) { return d > 64; }),
                       r.head_dims.end());
     r.study_problem = [](Problem& p) { p.softcap = 30; };
   }
-  r.supports = [exp_fma](const Problem& p, const DeviceInfo& d) {
+  if (!mla) {  // the ablation: only where MlaTiles would run
+    r.head_dims.erase(std::remove_if(r.head_dims.begin(), r.head_dims.end(), [](int d) { return d <= 128 || d > 192; }),
+                      r.head_dims.end());
+  }
+  r.supports = [exp_fma, mla](const Problem& p, const DeviceInfo& d) {
     const std::string why = check_limits(p, d);
-    return why.empty() && exp_fma ? exp_fma_reason(p) : why;
+    if (!why.empty()) return why;
+    if (!mla && !mla_tiles_take(p.head_dim, p.dv()))
+      return std::string("mla-on-d256: an ablation of MlaTiles' head_dims (Q and K in (128, 192], V up to 128)");
+    return exp_fma ? exp_fma_reason(p) : why;
   };
-  r.workspace_bytes = [](const Problem& p) -> size_t {
+  r.workspace_bytes = [mla](const Problem& p) -> size_t {
 #if FL_HOPPER_SM90A
-    return with_head_dims(p.head_dim, p.dv(),
+    return with_head_dims(p.head_dim, p.dv(), mla,
                           [&](auto d) { return masks16::workspace_masks16<decltype(d)::value>(p); });
 #else
     (void)p;
+    (void)mla;
     return 16;
 #endif
   };
-  r.launch = [mode, exp_fma](const AttnParams& p, cudaStream_t s) {
+  r.launch = [mode, exp_fma, mla](const AttnParams& p, cudaStream_t s) {
 #if FL_HOPPER_SM90A
-    with_head_dims(p.head_dim, p.dv(),
+    with_head_dims(p.head_dim, p.dv(), mla,
                    [&](auto d) { masks16::launch_masks16<decltype(d)::value>(p, mode, s, exp_fma); });
 #else
     (void)p;
     (void)s;
     (void)mode;
     (void)exp_fma;
+    (void)mla;
     throw std::runtime_error("rung 16 was built without sm_90a");
 #endif
   };
-  r.kernels = [exp_fma](const Problem& p) -> std::vector<KernelInfo> {
+  r.kernels = [exp_fma, mla](const Problem& p) -> std::vector<KernelInfo> {
 #if FL_HOPPER_SM90A
-    return with_head_dims(p.head_dim, p.dv(),
+    return with_head_dims(p.head_dim, p.dv(), mla,
                           [&](auto d) { return masks16::kernels_masks16<decltype(d)::value>(p, exp_fma); });
 #else
     (void)p;
     (void)exp_fma;
+    (void)mla;
     return {};
 #endif
   };
@@ -253,6 +274,9 @@ void register_rung_16(Registry& reg) {
                "study: softcap at d <= 64 with a quarter of the softmax's exponentials on the FMA pipe (exp2_poly), "
                "the rest and softcap's tanh on the XU pipe",
                true));
+  reg.add(make(Classify::exact, "mla-on-d256",
+               "ablation: MLA's 192/128 forward on the d = 256 tiles (zero columns past 192 and 128), as before MlaTiles",
+               false, false));
   reg.add(make_backward<false>());
   reg.add(make_backward<true>());
 }

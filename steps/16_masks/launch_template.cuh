@@ -1,6 +1,7 @@
 /// @file steps/16_masks/launch_template.cuh
 /// @brief Rung 16's launches and kernel lists for one head_dim, compiled once per head_dim
-/// (masks_hdim64.cu, masks_hdim128.cu, masks_hdim256.cu, in parallel translation units). Per
+/// (masks_hdim64.cu, masks_hdim128.cu, masks_hdim256.cu, in parallel translation units; and
+/// masks_hdim192.cu, the forward on rung 15's MlaTiles). Per
 /// head_dim and dtype: 16 forward kernels without dropout and 5 with it (with_mods_and_dropout),
 /// 4 more at d = 64 for the `softcap-exp-fma` study (exp_fma_built: both tile sets, both masks),
 /// 4 backward kernels without dropout and 2 with it (with_bwd_mods), beside the classifier and
@@ -22,18 +23,31 @@
 
 namespace fl::masks16 {
 
+/// The forward's key for rung 15's MlaTiles (Q and K 192 columns, V and O 128: launch.cu's
+/// with_head_dims picks it); its kernels are instantiated in masks_hdim192.cu, forward only (the
+/// backward of those head_dims runs on rung 14's d = 256 tiles).
+constexpr int kMlaTileDim = hopper15::MlaTiles::kHeadDim;
+
 /// Calls f(TypeTag<tiles>) with rung 15's tiles for head_dim D: its causal tiles for every mask
-/// that bounds the keys (the lists are short, as causal ones), its dense tiles otherwise.
+/// that bounds the keys (the lists are short, as causal ones), its dense tiles otherwise; MlaTiles
+/// for every mask at kMlaTileDim.
 template <int D, class F>
 decltype(auto) with_tiles_of(const MaskSpec& spec, F&& f) {
-  if (is_no_mask(spec)) return f(TypeTag<hopper15::Tiles<D, false>>{});
-  return f(TypeTag<hopper15::Tiles<D, true>>{});
+  if constexpr (D == kMlaTileDim) {
+    (void)spec;
+    return f(TypeTag<hopper15::MlaTiles>{});
+  } else {
+    if (is_no_mask(spec)) return f(TypeTag<hopper15::Tiles<D, false>>{});
+    return f(TypeTag<hopper15::Tiles<D, true>>{});
+  }
 }
 
-/// True for rung 15's causal tiles of head_dim D (with_tiles_of's choice for every mask).
+/// True for the tiles with_tiles_of takes under masks that bound the keys: rung 15's causal
+/// tiles of head_dim D, and MlaTiles (one tile for every mask: the causal mask's own functor is
+/// built for it).
 template <int D, class Cfg>
 constexpr bool causal_tiles() {
-  return std::is_same<Cfg, hopper15::Tiles<D, true>>::value;
+  return D == kMlaTileDim || std::is_same<Cfg, hopper15::Tiles<D, true>>::value;
 }
 
 /// The `softcap-exp-fma` study's kernels (exp_fma: a quarter of the softmax's exponentials on
@@ -78,7 +92,8 @@ std::vector<KernelInfo> kernels_masks16(const Problem& pr, bool exp_fma) {
         using M = decltype(mask);
         using S = decltype(score);
         using P = decltype(drop);
- const std::string dims = pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles";
+ const std::string dims = (pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles") +
+                                 (Cfg::kHeadDimV != Cfg::kHeadDim ? ", V and O " + std::to_string(Cfg::kHeadDimV) : std::string());
         const std::string label = "masked_fwd<d=" + dims + ", 128x" + std::to_string(Cfg::kBlockN) + ", " +
                                   (M::kLower ? "span mask" : "causal mask") + (S::kSoftcap ? ", softcap" : "") +
                                   (S::kAlibi ? ", ALiBi" : "") +
@@ -242,10 +257,14 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr, bool tile_grid) {
   return out;
 }
 
-#define FL_MASKS16_INSTANTIATE(D)                                                                   \
+/// The forward's launches of one tile key D (masks_hdim192.cu: MlaTiles, forward only).
+#define FL_MASKS16_INSTANTIATE_FWD(D)                                                               \
   template void launch_masks16<D>(const AttnParams&, Classify, cudaStream_t, bool);                 \
   template std::vector<KernelInfo> kernels_masks16<D>(const Problem&, bool);                        \
-  template size_t workspace_masks16<D>(const Problem&);                                             \
+  template size_t workspace_masks16<D>(const Problem&);
+
+#define FL_MASKS16_INSTANTIATE(D)                                                                   \
+  FL_MASKS16_INSTANTIATE_FWD(D)                                                                     \
   template void launch_masks16_bwd<D>(const AttnBwdParams&, cudaStream_t, bool);                    \
   template size_t bwd_workspace_masks16<D>(const Problem&, bool);                                   \
   template std::vector<KernelInfo> bwd_kernels_masks16<D>(const Problem&, bool);

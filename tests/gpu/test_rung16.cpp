@@ -430,6 +430,25 @@ TEST_CASE("dropout: taken with ALiBi; refused with softcap or a KV cache's lengt
   }
 }
 
+// ---- the forward on rung 15's MlaTiles (Q and K 192, V and O 128) ------------------------------
+
+// Head_dims in (128, 192] with V's up to 128 run on MlaTiles (launch.cu's with_head_dims) instead
+// of the d = 256 tiles; the cases above (192/128: causal GQA, seqlen_q < seqlen_k, packed,
+// window with softcap and sinks) run there too. These add what no case above has on that tile:
+// no mask with tails, a head_dim and V's below the tile's (136 and 72, zero columns past them),
+// ALiBi, dropout, a long row, and a problem whose V is wider than 128 (the d = 256 tiles).
+TEST_CASE("forward on MlaTiles (192/128): no mask, tails, head_dims below the tile's, ALiBi, dropout", "[rung16]") {
+  Section s("rung 16: the forward on MlaTiles (192/128 and below)");
+  for (DType t : {DType::fp16, DType::bf16})
+    s.add(rung16(), with_dv(shape(2, 257, 257, 4, 4, 192, false, t), 128));                 // no mask, tails
+  s.add(rung16(), with_dv(shape(1, 200, 330, 8, 8, 136, true, DType::bf16), 72));           // 136/72: zero columns
+  s.add(rung16(), with_dv(with_alibi(shape(1, 300, 530, 8, 2, 192, true, DType::bf16)), 128));
+  s.add(rung16(), with_dv(dropped(shape(1, 300, 530, 8, 2, 192, true, DType::bf16), 0.2f, 41), 128));
+  s.add(rung16(), with_dv(shape(1, 4100, 4100, 4, 1, 192, true, DType::bf16), 128));       // MQA, many blocks
+  s.add(rung16(), with_dv(shape(1, 300, 300, 4, 2, 192, true, DType::bf16), 192));         // V 192: the d = 256 tiles
+  s.run();
+}
+
 // ---- the backward with V's head_dim its own (MLA's training: 192/128) -------------------------
 // V and dO read at dv columns on Q's tile (zeros past them), D = rowsum(dO ∘ O) over dv columns,
 // dV stored at dv columns; dQ, dK, dV against the fp64 backward reference at dv.

@@ -324,6 +324,14 @@ class Supports(unittest.TestCase):
                 p.head_dim_v = 32
                 p.softcap = 30.0
             self.assertEqual(_ext.supports(r.number, r.variant, p, H100), "", r.label)
+            if r.variant == "mla-on-d256":  # the ablation of MlaTiles: their head_dims only, said in one line
+                q = _core.make_problem(1, 128, 128, 4, 4, 128)
+                self.assertIn("head_dim 128 not supported", _ext.supports(r.number, r.variant, q, H100), r.label)
+                q = _core.make_problem(1, 128, 128, 4, 4, 192)
+                q.head_dim_v = 192
+                why = _ext.supports(r.number, r.variant, q, H100)
+                self.assertIn("mla-on-d256", why, r.label)
+                self.assertNotIn("\n", why, r.label)
             if r.variant == "backward":
                 wide = _core.make_problem(1, 128, 128, 4, 4, 64)
                 wide.head_dim_v = 96  # dv > d: the forward takes it, the backward not
