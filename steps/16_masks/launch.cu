@@ -16,6 +16,14 @@
 #include "../15_persistent/traits.h"
 #if FL_HOPPER_SM90A
 #include "launch_template.cuh"
+namespace fl::masks16 {
+// Instantiated in masks_hdim64.cu, masks_hdim128.cu, masks_hdim192.cu (the forward) and
+// masks_hdim256.cu, in parallel.
+FL_MASKS16_EXTERN(64)
+FL_MASKS16_EXTERN(128)
+FL_MASKS16_EXTERN_FWD(192)
+FL_MASKS16_EXTERN(256)
+}  // namespace fl::masks16
 #endif
 
 namespace fl {

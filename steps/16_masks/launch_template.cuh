@@ -269,4 +269,18 @@ std::vector<KernelInfo> bwd_kernels_masks16(const Problem& pr, bool tile_grid) {
   template size_t bwd_workspace_masks16<D>(const Problem&, bool);                                   \
   template std::vector<KernelInfo> bwd_kernels_masks16<D>(const Problem&, bool);
 
+/// The same functions declared instantiated elsewhere (launch.cu, which includes this file: without
+/// these it would instantiate every head_dim's kernels again, one translation unit compiling them
+/// all in series, 260 s of a 2-core build, instead of masks_hdim*.cu in parallel).
+#define FL_MASKS16_EXTERN_FWD(D)                                                                    \
+  extern template void launch_masks16<D>(const AttnParams&, Classify, cudaStream_t, bool);          \
+  extern template std::vector<KernelInfo> kernels_masks16<D>(const Problem&, bool);                 \
+  extern template size_t workspace_masks16<D>(const Problem&);
+
+#define FL_MASKS16_EXTERN(D)                                                                        \
+  FL_MASKS16_EXTERN_FWD(D)                                                                          \
+  extern template void launch_masks16_bwd<D>(const AttnBwdParams&, cudaStream_t, bool);             \
+  extern template size_t bwd_workspace_masks16<D>(const Problem&, bool);                            \
+  extern template std::vector<KernelInfo> bwd_kernels_masks16<D>(const Problem&, bool);
+
 }  // namespace fl::masks16
