@@ -30,6 +30,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -753,6 +754,34 @@ TEST_CASE("rung 16's softcap-exp-fma study: a quarter of the forward's exp2 move
   }
   const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
   CHECK(pairs == 4 * dtypes);  // both tile sets, both masks (launch_template.cuh, exp_fma_built)
+}
+TEST_CASE("rung 16's forward on MlaTiles (Q and K 192, V 128): its GEMMs' k-steps and TMA boxes, no local memory "
+          "before the producer's release", "[cpu][hopper_rung16]") {
+  std::string text = cuobjdump_text("-sass", FL_RUNG16_BINARY);
+  std::set<std::string> names;
+  for (const auto& [name, code] : fl_test::parse_sass(text, "sm_90a")) {
+    if (name.find("masked_fwd_kernel") == std::string::npos || name.find("8MlaTiles") == std::string::npos) continue;
+    INFO(name);
+    names.insert(name);
+    // Rung 15's loop (head, steady loop and tail: each GEMM twice): S = Q K^T in 192 / 16 = 12
+    // k-steps, O += P V in 128 / 16 = 8 (the tile's 128 keys), the wgmma 128 wide (V's columns).
+    CHECK(count_opcode(code, "HGMMA") == 2 * (192 / 16 + 128 / 16));
+    // Q's and K's boxes: 3 of 64 columns each; V's: 2 (the d = 256 tiles would take 4 of each).
+    CHECK(count_opcode(code, "UTMALDG.4D") == 3 + 3 + 2);
+    size_t dealloc = code.size();
+    for (size_t i = 0; i < code.size(); ++i)
+      if (code[i].opcode.rfind("USETMAXREG.DEALLOC", 0) == 0) dealloc = i;
+    for (size_t i = 0; i < code.size(); ++i)
+      if (code[i].opcode.rfind("LDL", 0) == 0 || code[i].opcode.rfind("STL", 0) == 0) {
+        INFO("local memory at instruction " << i << " (DEALLOC at " << dealloc << ")");
+        CHECK(i > dealloc);
+      }
+  }
+  const int dtypes = fl::dtype_built(fl::DType::fp16) + fl::dtype_built(fl::DType::bf16);
+  // One tile for every mask (launch_template.cuh, with_tiles_of): with_mods' 4 score modifiers x
+  // 2 masks, dropout's 3 (no modifier under both masks, ALiBi under the span mask) and the 10-round
+  // ablation's 2.
+  CHECK(static_cast<int>(names.size()) == (4 * 2 + 3 + 2) * dtypes);
 }
 #endif  // FL_RUNG16_BINARY
 
