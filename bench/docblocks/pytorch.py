@@ -361,43 +361,60 @@ def gen_torch_host_serving(ctx, gpu=None):
 
 
 @generator("host-serving-ab")
-def gen_host_serving_ab(ctx, gpu=None):
+def gen_host_serving_ab(ctx, gpu=None, what="serving"):
     """Two builds' serving calls in turn (bench/pytorch/host_serving_ab.py, host_serving_ab.json):
     per entry point each build's µs per call in a loop (one figure per round), each over SDPA's
-    decode call timed in the same process (the median over the rounds), and B's ratio over A's."""
+    decode call timed in the same process (the median over the rounds), and B's ratio over A's.
+    what=steps: the forward + backward steps of a run made with --steps, over SDPA's default causal
+    step."""
     import statistics
 
     res, d = torch_run(ctx, gpu, "host_serving_ab.json")
     command = TORCH_RUN_COMMANDS["host_serving_ab.json"]
     a_name, b_name = d["names"]
-    runs = {b: [r for r in d["runs"] if r["build"] == b] for b in ("a", "b")}
+    steps = what == "steps"
+    key, unit = ("step_us", "step") if steps else ("call_us", "call")
+    base_name = "SDPA's step" if steps else "SDPA's decode"
+    runs = {b: [r for r in d["runs"] if r["build"] == b and key in r] for b in ("a", "b")}
     if not runs["a"] or not runs["b"]:
-        raise Missing("both builds' runs in %s" % res.rel("host_serving_ab.json"), command)
-    sdpa = next((n for n in runs["a"][0]["call_us"] if n.startswith("F.scaled_dot_product_attention")), None)
+        raise Missing("both builds' runs (%s) in %s" % (key, res.rel("host_serving_ab.json")), command)
+    sdpa = next((n for n in runs["a"][0][key] if n.startswith("F.scaled_dot_product_attention")
+                 and (not steps or "default" in n)), None)
     if sdpa is None:
-        raise Missing("SDPA's decode call in %s" % res.rel("host_serving_ab.json"), command)
+        raise Missing("SDPA's entry in %s" % res.rel("host_serving_ab.json"), command)
     rows = []
-    for name in runs["a"][0]["call_us"]:
-        if name == sdpa or not all(name in r["call_us"] for b in "ab" for r in runs[b]):
+    for name in runs["a"][0][key]:
+        if name == sdpa or not all(name in r[key] for b in "ab" for r in runs[b]):
             continue
-        over = {b: statistics.median(r["call_us"][name] / r["call_us"][sdpa] for r in runs[b]) for b in "ab"}
-        rows.append(["`%s`" % name] + [", ".join("%.1f" % r["call_us"][name] for r in runs[b]) for b in "ab"] +
+        over = {b: statistics.median(r[key][name] / r[key][sdpa] for r in runs[b]) for b in "ab"}
+        rows.append(["`%s`" % name] + [", ".join("%.1f" % r[key][name] for r in runs[b]) for b in "ab"] +
                     [results_io.fmt_ratio(over["a"]), results_io.fmt_ratio(over["b"]),
                      results_io.fmt_ratio(over["b"] / over["a"])])
-    rows.append(["`%s`" % sdpa] + [", ".join("%.1f" % r["call_us"][sdpa] for r in runs[b]) for b in "ab"] +
+    rows.append(["`%s`" % sdpa] + [", ".join("%.1f" % r[key][sdpa] for r in runs[b]) for b in "ab"] +
                 ["1.00×", "1.00×", "—"])
     table = results_io.markdown_table(
-        ["call", "%s: µs per call in a loop, per round" % a_name, "%s: µs per call in a loop, per round" % b_name,
-         "%s over SDPA's decode" % a_name, "%s over SDPA's decode" % b_name, "%s / %s" % (b_name, a_name)],
+        ["entry point (forward + backward step)" if steps else "call",
+         "%s: µs per %s in a loop, per round" % (a_name, unit), "%s: µs per %s in a loop, per round" % (b_name, unit),
+         "%s over %s" % (a_name, base_name), "%s over %s" % (b_name, base_name), "%s / %s" % (b_name, a_name)],
         rows, ["---", "--:", "--:", "--:", "--:", "--:"])
-    c, t = d["context"], d["shape"]
+    c = d["context"]
+    if steps:
+        t = d["steps_shape"]
+        what_text = ("Batch %d, seqlen %d, %d heads, head_dim %d, %s; a step is `out = f(q, k, v); "
+                     "out.backward(dout)` under autograd; %d steps per entry point per process" % (
+                         t["batch"], t["seqlen"], t["heads"], t["head_dim"], t["dtype"], d["calls"]))
+    else:
+        t = d["shape"]
+        what_text = ("Batch %d, %d query heads on %d KV heads, head_dim %d, %s; a cache of %d slots holding %d keys "
+                     "(pages of %d when paged); %d calls per entry point per process; no autograd" % (
+                         t["batch"], t["heads_q"], t["heads_kv"], t["head_dim"], t["dtype"], t["slots"], t["used"],
+                         t["page"], d["calls"]))
+    timed = "SDPA's default causal step beside the package's steps" if steps else \
+        "SDPA's decode call beside the package's calls"
     note = ("Each round runs %s's package, then %s's, each in a process of its own on one GPU; every process times "
-            "SDPA's decode call beside the package's calls, and a build's ratio over SDPA is the median over the "
-            "rounds of the ratio within its process. Batch %d, %d query heads on %d KV heads, head_dim %d, %s; a "
-            "cache of %d slots holding %d keys (pages of %d when paged); %d calls per entry point per process; no "
-            "autograd. %s, %s, commit `%s`, PyTorch %s; %s." % (
-                a_name, b_name, t["batch"], t["heads_q"], t["heads_kv"], t["head_dim"], t["dtype"], t["slots"],
-                t["used"], t["page"], d["calls"], c["device"], c["date"][:10], c["git_sha"][:7],
+            "%s, and a build's ratio over SDPA is the median over the rounds of the ratio within its process. "
+            "%s. %s, %s, commit `%s`, PyTorch %s; %s." % (
+                a_name, b_name, timed, what_text, c["device"], c["date"][:10], c["git_sha"][:7],
                 c["versions"].get("torch", "?"), link(res, "host_serving_ab.json")))
     return table + "\n\n" + note
 

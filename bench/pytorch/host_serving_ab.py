@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""The host time of a serving call (host_serving.py) on two builds of the package, in turn.
+"""The host time of a serving call (host_serving.py) on two builds of the package, in turn; with
+--steps, of a forward + backward step under autograd (host_steps.py) too.
 
     python3 bench/pytorch/host_serving_ab.py --a DIR_A --b DIR_B --out DIR [--names A,B] [--rounds 2] [--calls 2000]
+                                             [--steps]
 
 DIR_A and DIR_B each hold a flashladder package (a build's python/ folder). Each round measures
 build A, then build B (host_serving.measure: every serving entry point beside SDPA's decode call),
@@ -13,6 +15,10 @@ much less. Writes DIR/host_serving_ab.json:
     {"context": {...}, "names": [A, B], "shape": host_serving.SERVING_SHAPE, "calls": N,
      "runs": [{"build": "a" or "b", "round": r, "package": DIR, "call_us": {...},
                "call_alone_us": {...}, "not_run": {...}}, ...]}
+
+and with --steps, per run also "step_us", "step_alone_us" and "steps_not_run" (host_steps.measure
+in the same process, after the serving calls, beside SDPA's default causal step), and
+"steps_shape" at the top.
 
 and DIR/host_serving_ab.log (each process's output). docs render it with `gen:host-serving-ab`.
 Exits 0 without measuring when PyTorch or a CUDA device is missing (runinfo.cuda_torch).
@@ -41,6 +47,13 @@ import flashladder
 import host_serving
 r = host_serving.measure(torch, F, flashladder, torch.device("cuda"), {calls})
 r.pop("cpu_profile", None)
+if {steps}:
+    import host_steps
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    s = host_steps.measure(torch, F, flashladder, torch.device("cuda"), {calls},
+                           lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION))
+    r["step_us"], r["step_alone_us"] = s["step_us"], s["step_alone_us"]
+    r["steps_not_run"] = s.get("not_run", {{}})
 r["package_file"] = flashladder.__file__
 print({mark!r} + json.dumps(r))
 """
@@ -54,10 +67,10 @@ def parse_child(output):
     return None
 
 
-def measure_once(package, calls):
-    """host_serving.measure in a fresh process with the package from @p package: (record or
-    None, the process's output)."""
-    code = CHILD.format(here=HERE, package=os.path.abspath(package), calls=calls, mark=MARK)
+def measure_once(package, calls, steps=False):
+    """host_serving.measure (and with @p steps host_steps.measure) in a fresh process with the
+    package from @p package: (record or None, the process's output)."""
+    code = CHILD.format(here=HERE, package=os.path.abspath(package), calls=calls, mark=MARK, steps=bool(steps))
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)  # the package comes from @p package alone
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
@@ -73,6 +86,8 @@ def main(argv=None):
     ap.add_argument("--names", default="A,B", help="the builds' names, comma-separated (for the tables)")
     ap.add_argument("--rounds", type=int, default=2, help="rounds of A then B")
     ap.add_argument("--calls", type=int, default=2000, help="calls per entry point per process (host_serving)")
+    ap.add_argument("--steps", action="store_true",
+                    help="also time a forward + backward step under autograd per entry point (host_steps.py)")
     ap.add_argument("--out", required=True, help="folder for host_serving_ab.json and .log")
     args = ap.parse_args(argv)
     names = args.names.split(",")
@@ -91,19 +106,25 @@ def main(argv=None):
                                   versions=runinfo.versions()),
                   "names": names, "shape": dict(host_serving.SERVING_SHAPE, dtype="fp16"), "calls": args.calls,
                   "runs": []}
+        if args.steps:
+            import host_steps
+            result["steps_shape"] = dict(host_steps.STEP_SHAPE, dtype="fp16")
         failed = 0
         for r in range(1, args.rounds + 1):
             for build, package in (("a", args.a), ("b", args.b)):
-                rec, out = measure_once(package, args.calls)
+                rec, out = measure_once(package, args.calls, args.steps)
                 print("== round %d, build %s (%s, %s)" % (r, build, names[build == "b"], package))
                 print(out.rstrip())
                 if rec is None:
                     failed += 1
                     print("host_serving_ab.py: round %d, build %s: no result" % (r, build))
                     continue
-                result["runs"].append({"build": build, "round": r, "package": package,
-                                       "call_us": rec["call_us"], "call_alone_us": rec["call_alone_us"],
-                                       "not_run": rec.get("not_run", {})})
+                run = {"build": build, "round": r, "package": package, "call_us": rec["call_us"],
+                       "call_alone_us": rec["call_alone_us"], "not_run": rec.get("not_run", {})}
+                for key in ("step_us", "step_alone_us", "steps_not_run"):
+                    if key in rec:
+                        run[key] = rec[key]
+                result["runs"].append(run)
         runinfo.write_json(os.path.join(args.out, "host_serving_ab.json"), result)
         runinfo.update_meta(args.out, device, git, runinfo.command_line())
         return 1 if failed else 0
