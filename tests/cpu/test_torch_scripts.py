@@ -503,14 +503,23 @@ class BwdProfile(unittest.TestCase):
 
 class HostServingAB(unittest.TestCase):
     """bench/pytorch/host_serving_ab.py's parts that need no GPU: the child's program compiles with
-    its folders in, its record is found among the child's other output, and bad arguments fail."""
+    its folders in (and with --steps times the steps too), its record is found among the child's
+    other output, and bad arguments fail."""
 
     def test_child_and_record(self):
         import host_serving_ab
 
-        code = host_serving_ab.CHILD.format(here="/h", package="/p", calls=20, mark=host_serving_ab.MARK)
+        code = host_serving_ab.CHILD.format(here="/h", package="/p", calls=20, mark=host_serving_ab.MARK,
+                                            steps=False)
         compile(code, "<child>", "exec")
         self.assertIn("sys.path.insert(0, '/p')", code)
+        self.assertIn("if False:", code)  # without --steps the child times no step
+        steps = host_serving_ab.CHILD.format(here="/h", package="/p", calls=20, mark=host_serving_ab.MARK,
+                                             steps=True)
+        compile(steps, "<child>", "exec")
+        self.assertIn("if True:", steps)
+        self.assertIn("host_steps.measure(", steps)
+        self.assertIn('r["steps_not_run"] = s.get("not_run", {})', steps)
         rec = {"call_us": {"x": 1.0}, "call_alone_us": {"x": 2.0}}
         out = "  x  1.0 us per call\n%s%s\ntrailing\n" % (host_serving_ab.MARK, json.dumps(rec))
         self.assertEqual(host_serving_ab.parse_child(out), rec)
