@@ -93,7 +93,9 @@ std::vector<KernelInfo> kernels_masks16(const Problem& pr, bool exp_fma) {
         using S = decltype(score);
         using P = decltype(drop);
  const std::string dims = (pr.head_dim == D ? std::to_string(D) : std::to_string(pr.head_dim) + " on the d=" + std::to_string(D) + " tiles") +
-                                 (Cfg::kHeadDimV != Cfg::kHeadDim ? ", V and O " + std::to_string(Cfg::kHeadDimV) : std::string());
+                                 (Cfg::kHeadDimV == Cfg::kHeadDim ? std::string()
+                                  : pr.dv() == Cfg::kHeadDimV ? ", V and O " + std::to_string(Cfg::kHeadDimV)
+                                  : ", V and O " + std::to_string(pr.dv()) + " on " + std::to_string(Cfg::kHeadDimV));
         const std::string label = "masked_fwd<d=" + dims + ", 128x" + std::to_string(Cfg::kBlockN) + ", " +
                                   (M::kLower ? "span mask" : "causal mask") + (S::kSoftcap ? ", softcap" : "") +
                                   (S::kAlibi ? ", ALiBi" : "") +
