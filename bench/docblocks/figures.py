@@ -582,6 +582,70 @@ def fig_ring(ctx, gpu="nvidia-h200-x4/ring-backward", gpus="2,4", variant="zigza
     return s.render()
 
 
+def fig_flex_steps(ctx, gpus="nvidia-h200/flex-steps/bf16-4k,nvidia-h200/flex-steps/bf16-8k"):
+    """Masked training steps through the package against compiled FlexAttention
+    (bench/pytorch/torch_flex_steps.py): per case, FlexAttention's forward + backward time over the
+    ladder's, a bar per head_dim; one panel per run (folder in @p gpus); the issue's 1.2x marked."""
+    command = "PYTHONPATH=build/release/python python3 bench/pytorch/torch_flex_steps.py --out bench/results/<gpu>/flex-steps/<run>"
+    panels = []
+    for folder in gpus.split(","):
+        res = results_folder(ctx, folder, "torch_flex_steps.json", command)
+        if not res.has("torch_flex_steps.json"):
+            raise Missing("torch_flex_steps.json in bench/results/%s" % folder, command)
+        d = res.json("torch_flex_steps.json")
+        rows = [r for r in d["rows"] if "flex_over_ladder" in r]
+        cases = []
+        for r in rows:
+            if r["shape"]["case"] not in cases:
+                cases.append(r["shape"]["case"])
+        dims = sorted({r["shape"]["head_dim"] for r in rows})
+        value = {(r["shape"]["case"], r["shape"]["head_dim"]): r["flex_over_ladder"] for r in rows}
+        seqlen = max(r["shape"]["seqlen_q"] for r in rows if r["shape"]["case"] != "docs")
+        panels.append((res, d, cases, dims, value, seqlen))
+    colours = [svg.BLUE, svg.ORANGE, svg.GREEN, svg.PURPLE]
+    hi = max(v for p in panels for v in p[4].values())
+    ytop = math.ceil(hi * 2 + 0.5) / 2.0
+    pw, gap = 470, 70
+    W = 80 + len(panels) * pw + (len(panels) - 1) * gap + 30
+    H = 520
+    title = "Masked training steps: compiled FlexAttention's time over the ladder's"
+    s = svg.Svg(W, H, title, "Forward + backward under autograd, per mask or modifier and head_dim: "
+                "FlexAttention's time divided by the ladder's (above 1: the ladder is faster); the dashed "
+                "line is the 1.2x target.")
+    s.text(80, 30, title, 16, bold=True)
+    for k, (res, d, cases, dims, value, seqlen) in enumerate(panels):
+        x0 = 80 + k * (pw + gap)
+        box = (x0, 70, x0 + pw, H - 170)
+        slot = (box[2] - box[0]) / float(len(cases))
+        xs = svg.Scale(0, len(cases), box[0], box[2])
+        ys = svg.Scale(0, ytop, box[3], box[1])
+        s.text((box[0] + box[2]) / 2.0, box[1] - 10, "%s, %s keys (documents: 16k packed)" % (
+            d["dtype"], results_io.seqlen_text(seqlen)), 13, "middle", bold=True)
+        svg.frame(s, box, xs, ys, "", "FlexAttention time / ladder time",
+                  xticks=[(i + 0.5, c.replace("window", "window\n").replace("softcap", "softcap\n"))
+                          for i, c in enumerate(cases)])
+        s.line(box[0], ys(1.2), box[2], ys(1.2), svg.BLACK, 1.2, dash="5,3")
+        s.text(box[2] - 6, ys(1.2) - 5, "1.2x", 10, "end", colour="#555555")
+        bw = slot * 0.8 / len(dims)
+        for i, c in enumerate(cases):
+            for j, dim in enumerate(dims):
+                v = value.get((c, dim))
+                if v is None:
+                    continue
+                x = box[0] + slot * i + slot * 0.1 + bw * j
+                s.rect(x, ys(v), bw, ys(0) - ys(v), colours[j % 4])
+                s.text(x + bw / 2.0, ys(v) - 4, "%.2f" % v, 8, "middle")
+    svg.legend(s, 80, H - 104, [("marker", colours[j % 4], "head_dim %d" % dim, ("square", True))
+                                for j, dim in enumerate(panels[0][3])], columns=len(panels[0][3]))
+    res, d = panels[0][0], panels[0][1]
+    caption(s, H - 28, "%d heads, 16k tokens per step; the ladder through flash_attn_func (flash_attn_varlen_func "
+                       "for documents), FlexAttention compiled with its BlockMask made outside the time." % d["heads"])
+    caption(s, H - 12, "%s, %s, commit %s; data: %s" % (d["device"]["name"], str(d["date"])[:10],
+                                                        str(d["git_sha"])[:12],
+                                                        ", ".join(p[0].rel("") for p in panels)))
+    return s.render()
+
+
 # ---- the registry: (name, output path, generator, params) ---------------------------------------------
 
 register("climb", "docs/figures/climb.svg", fig_climb, gpu=SWEEP)
@@ -596,3 +660,5 @@ register("bwd-kernels-h200-fp16", "docs/figures/bwd-kernels-h200-fp16.svg", fig_
          gpu="nvidia-h200/bwd-kernels-fp16")
 register("decode-bandwidth", "docs/figures/decode-bandwidth.svg", fig_decode, gpu=PRIMARY)  # rung 08 README's run
 register("ring-scaling", "docs/figures/ring-scaling.svg", fig_ring, gpu="nvidia-h200-x4/ring-backward")
+register("flex-steps-h200", "docs/figures/flex-steps-h200.svg", fig_flex_steps,
+         gpus="nvidia-h200/flex-steps/bf16-4k,nvidia-h200/flex-steps/bf16-8k")
