@@ -360,6 +360,31 @@ def gen_torch_host_serving(ctx, gpu=None):
     return out + "\n\n" + "\n\n".join(notes)
 
 
+def ab_table(per_run, base, first, unit, names, base_name, per="round"):
+    """The table of two packages' host times run in turn: @p per_run maps "a" and "b" to one
+    {entry: µs} per process; per entry each package's µs per @p unit in a loop (one figure per
+    process), its ratio over entry @p base in the same process (the median over its processes), and
+    B's ratio over A's; @p base's row last. @p names: A's and B's names."""
+    import statistics
+
+    a_name, b_name = names
+    rows = []
+    for name in per_run["a"][0]:
+        if name == base or not all(name in r for side in "ab" for r in per_run[side]):
+            continue
+        over = {side: statistics.median(r[name] / r[base] for r in per_run[side]) for side in "ab"}
+        rows.append(["`%s`" % name] + [", ".join("%.1f" % r[name] for r in per_run[side]) for side in "ab"] +
+                    [results_io.fmt_ratio(over["a"]), results_io.fmt_ratio(over["b"]),
+                     results_io.fmt_ratio(over["b"] / over["a"])])
+    rows.append(["`%s`" % base] + [", ".join("%.1f" % r[base] for r in per_run[side]) for side in "ab"] +
+                ["1.00×", "1.00×", "—"])
+    return results_io.markdown_table(
+        [first, "%s: µs per %s in a loop, per %s" % (a_name, unit, per),
+         "%s: µs per %s in a loop, per %s" % (b_name, unit, per),
+         "%s over %s" % (a_name, base_name), "%s over %s" % (b_name, base_name), "%s / %s" % (b_name, a_name)],
+        rows, ["---", "--:", "--:", "--:", "--:", "--:"])
+
+
 @generator("host-serving-ab")
 def gen_host_serving_ab(ctx, gpu=None, what="serving"):
     """Two builds' serving calls in turn (bench/pytorch/host_serving_ab.py, host_serving_ab.json):
@@ -367,8 +392,6 @@ def gen_host_serving_ab(ctx, gpu=None, what="serving"):
     decode call timed in the same process (the median over the rounds), and B's ratio over A's.
     what=steps: the forward + backward steps of a run made with --steps, over SDPA's default causal
     step."""
-    import statistics
-
     res, d = torch_run(ctx, gpu, "host_serving_ab.json")
     command = TORCH_RUN_COMMANDS["host_serving_ab.json"]
     a_name, b_name = d["names"]
@@ -382,21 +405,9 @@ def gen_host_serving_ab(ctx, gpu=None, what="serving"):
                  and (not steps or "default" in n)), None)
     if sdpa is None:
         raise Missing("SDPA's entry in %s" % res.rel("host_serving_ab.json"), command)
-    rows = []
-    for name in runs["a"][0][key]:
-        if name == sdpa or not all(name in r[key] for b in "ab" for r in runs[b]):
-            continue
-        over = {b: statistics.median(r[key][name] / r[key][sdpa] for r in runs[b]) for b in "ab"}
-        rows.append(["`%s`" % name] + [", ".join("%.1f" % r[key][name] for r in runs[b]) for b in "ab"] +
-                    [results_io.fmt_ratio(over["a"]), results_io.fmt_ratio(over["b"]),
-                     results_io.fmt_ratio(over["b"] / over["a"])])
-    rows.append(["`%s`" % sdpa] + [", ".join("%.1f" % r[key][sdpa] for r in runs[b]) for b in "ab"] +
-                ["1.00×", "1.00×", "—"])
-    table = results_io.markdown_table(
-        ["entry point (forward + backward step)" if steps else "call",
-         "%s: µs per %s in a loop, per round" % (a_name, unit), "%s: µs per %s in a loop, per round" % (b_name, unit),
-         "%s over %s" % (a_name, base_name), "%s over %s" % (b_name, base_name), "%s / %s" % (b_name, a_name)],
-        rows, ["---", "--:", "--:", "--:", "--:", "--:"])
+    table = ab_table({side: [r[key] for r in runs[side]] for side in "ab"}, sdpa,
+                     "entry point (forward + backward step)" if steps else "call", unit, (a_name, b_name),
+                     base_name)
     c = d["context"]
     if steps:
         t = d["steps_shape"]
@@ -427,7 +438,6 @@ def gen_overhead_ab(ctx, gpu=None, a="main", b="branch"):
     (the median over its runs), and B's ratio over A's."""
     import glob
     import os
-    import statistics
 
     command = TORCH_RUN_COMMANDS["torch_overhead.json"]
     folder = gpu or ""
@@ -444,27 +454,12 @@ def gen_overhead_ab(ctx, gpu=None, a="main", b="branch"):
                                               ("host_serving", "call", "F.scaled_dot_product_attention, decode",
                                                "SDPA's decode")):
         field = "step_us" if key == "host_steps" else "call_us"
-        first = runs[a][0][1][key][field]
-        base = next((n for n in first if n.startswith(base_prefix)), None)
+        base = next((n for n in runs[a][0][1][key][field] if n.startswith(base_prefix)), None)
         if base is None:
             raise Missing("SDPA's entry in %s's %s" % (a, key), command)
-        rows = []
-        for name in first:
-            if name == base or not all(name in d[key][field] for side in (a, b) for _, d in runs[side]):
-                continue
-            over = {side: statistics.median(d[key][field][name] / d[key][field][base] for _, d in runs[side])
-                    for side in (a, b)}
-            rows.append(["`%s`" % name] + [", ".join("%.1f" % d[key][field][name] for _, d in runs[side])
-                                           for side in (a, b)] +
-                        [results_io.fmt_ratio(over[a]), results_io.fmt_ratio(over[b]),
-                         results_io.fmt_ratio(over[b] / over[a])])
-        rows.append(["`%s`" % base] + [", ".join("%.1f" % d[key][field][base] for _, d in runs[side])
-                                       for side in (a, b)] + ["1.00×", "1.00×", "—"])
-        out.append(results_io.markdown_table(
-            ["%s" % ("entry point (forward + backward step)" if key == "host_steps" else "serving call"),
-             "%s: µs per %s in a loop, per run" % (a, unit), "%s: µs per %s in a loop, per run" % (b, unit),
-             "%s over %s" % (a, base_name), "%s over %s" % (b, base_name), "%s / %s" % (b, a)],
-            rows, ["---", "--:", "--:", "--:", "--:", "--:"]))
+        out.append(ab_table({"a": [d[key][field] for _, d in runs[a]], "b": [d[key][field] for _, d in runs[b]]},
+                            base, "entry point (forward + backward step)" if key == "host_steps" else "serving call",
+                            unit, (a, b), base_name, per="run"))
     d0 = runs[b][0][1]
     order = ", ".join(n for n, _ in sorted(runs[a] + runs[b], key=lambda x: x[1].get("date", "")))
     note = ("Each run is `torch_overhead.py` in a process of its own (in this order: %s); a package's ratio over "
