@@ -155,6 +155,7 @@ nb::dict rung_dict(const Rung& r) {
   d["backward"] = static_cast<bool>(r.launch_bwd);
   d["forward_rung"] = r.forward_rung;
   d["writes_o_fp32"] = r.writes_o_fp32;
+  d["workspace_kept"] = r.workspace_kept;
   d["fp8_dq"] = r.fp8_dq;
   d["head_dim_v"] = r.head_dim_v;
   d["paged_kv"] = r.paged_kv;
@@ -308,11 +309,12 @@ class PreparedForward {
   /// device {seed, offset}; 0 without dropout). False (nothing launched) when one does not fit.
   bool launch_mods(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t o_fp32,
                    const std::array<uintptr_t, 7>& extras, const std::array<int64_t, 3>& extra_ints,
-                   uintptr_t dropout_state, uintptr_t workspace, uintptr_t stream) const {
+                   uintptr_t dropout_state, uintptr_t workspace, uintptr_t stream, bool workspace_kept = false) const {
     if (!mods_) refuse_if("launch_mods: prepared without mods (call launch)");
     if (o_fp32 != 0 && !rung_->writes_o_fp32) refuse_if(rung_->label() + " writes no fp32 copy of O");
     AttnParams a;
-    if (!params_at(q, k, v, o, lse, workspace, &a) || o_fp32 % 8 != 0 || !extras_.fits(extras, extra_ints) ||
+    if (!params_at(q, k, v, o, lse, workspace, workspace_kept, &a) || o_fp32 % 8 != 0 ||
+        !extras_.fits(extras, extra_ints) ||
         (problem_.dropout() != (dropout_state != 0)) || dropout_state % 8 != 0)
       return false;
     PreparedExtras::set(&a, extras);
@@ -325,12 +327,14 @@ class PreparedForward {
   }
 
   /// Launches on @p stream (asynchronous) with q, k, v, out, lse at these addresses and the plan's
-  /// workspace; false (nothing launched) when a pointer is null or misaligned.
+  /// workspace (@p workspace_kept: the one the previous launch on @p stream left, which the caller
+  /// keeps: AttnParams::workspace_kept, Rung::workspace_kept); false (nothing launched) when a
+  /// pointer is null or misaligned.
   bool launch(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
-              uintptr_t stream) const {
+              uintptr_t stream, bool workspace_kept = false) const {
     if (mods_) refuse_if("launch: prepared with mods (call launch_mods)");
     AttnParams a;
-    if (!params_at(q, k, v, o, lse, workspace, &a)) return false;
+    if (!params_at(q, k, v, o, lse, workspace, workspace_kept, &a)) return false;
     DeviceGuard guard(device_);
     nb::gil_scoped_release release;
     rung_->launch(a, reinterpret_cast<cudaStream_t>(stream));
@@ -340,11 +344,11 @@ class PreparedForward {
   /// launch() with O also written in fp32 at @p o_fp32 (the autograd step's forward: the backward's
   /// D reads it); refused where the rung writes no fp32 copy of O (Rung::writes_o_fp32).
   bool launch_o32(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t o_fp32,
-                  uintptr_t workspace, uintptr_t stream) const {
+                  uintptr_t workspace, uintptr_t stream, bool workspace_kept = false) const {
     if (mods_) refuse_if("launch_o32: prepared with mods (call launch_mods)");
     if (!rung_->writes_o_fp32) refuse_if(rung_->label() + " writes no fp32 copy of O");
     AttnParams a;
-    if (!params_at(q, k, v, o, lse, workspace, &a) || o_fp32 == 0 || o_fp32 % 8 != 0) return false;
+    if (!params_at(q, k, v, o, lse, workspace, workspace_kept, &a) || o_fp32 == 0 || o_fp32 % 8 != 0) return false;
     a.o_fp32 = reinterpret_cast<float*>(o_fp32);
     DeviceGuard guard(device_);
     nb::gil_scoped_release release;
@@ -361,7 +365,7 @@ class PreparedForward {
                           int iters, int warmup) const {
     if (mods_) refuse_if("time_runner_loop: prepared with mods");
     AttnParams a;
-    if (!params_at(q, k, v, o, lse, workspace, &a)) return -1.0;
+    if (!params_at(q, k, v, o, lse, workspace, false, &a)) return -1.0;
     if (iters < 1 || warmup < 0) refuse_if("time_runner_loop: iters >= 1 and warmup >= 0");
     DeviceGuard guard(device_);
     const DeviceInfo dev = device_info(device_);
@@ -370,6 +374,7 @@ class PreparedForward {
   }
 
   size_t workspace_bytes() const { return workspace_bytes_; }
+  bool workspace_kept() const { return rung_->workspace_kept; }
   std::string label() const { return rung_->label(); }
   bool lse_optional() const { return rung_->lse_optional; }
   bool writes_o_fp32() const { return rung_->writes_o_fp32; }
@@ -379,7 +384,7 @@ class PreparedForward {
   /// misaligned (16 bytes; the LSE 4). The LSE may be null where the rung stores none then
   /// (Rung::lse_optional).
   bool params_at(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t workspace,
-                 AttnParams* a) const {
+                 bool workspace_kept, AttnParams* a) const {
     if (q == 0 || k == 0 || v == 0 || o == 0 || (lse == 0 && !rung_->lse_optional) ||
         ((q | k | v | o) % 16) != 0 || lse % 4 != 0)
       return false;
@@ -393,6 +398,7 @@ class PreparedForward {
     a->lse = reinterpret_cast<float*>(lse);
     a->workspace = reinterpret_cast<void*>(workspace);
     a->workspace_bytes = workspace_bytes_;
+    a->workspace_kept = workspace_kept && rung_->workspace_kept ? 1 : 0;
     return true;
   }
 
@@ -1194,14 +1200,17 @@ NB_MODULE(_ext, m) {
            "workspace_bytes: the plan's (workspace_bytes()); mods: a masked, modified or packed problem, "
            "launched by launch_mods; extra_ints: as forward's, repeated by every launch_mods")
       .def("launch_mods", &PreparedForward::launch_mods, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "o_fp32"_a,
-           "extras"_a, "extra_ints"_a, "dropout_state"_a, "workspace"_a, "stream"_a,
+           "extras"_a, "extra_ints"_a, "dropout_state"_a, "workspace"_a, "stream"_a, "workspace_kept"_a = false,
            "A launch of a problem prepared with mods: forward's extras, extra_ints and dropout_state, o_fp32 "
            "0 or a dense fp32 O; False, launching nothing, when a pointer or the ints do not fit")
       .def("launch", &PreparedForward::launch, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "workspace"_a, "stream"_a,
+           "workspace_kept"_a = false,
            "Launches (asynchronous); False, launching nothing, when a pointer is null or not aligned "
-           "(16 bytes; the LSE 4). lse may be 0 where lse_optional: no LSE is stored")
+           "(16 bytes; the LSE 4). lse may be 0 where lse_optional: no LSE is stored. workspace_kept: the "
+           "workspace is the one the previous launch on this stream left (zeros before the first), kept by "
+           "the caller, where workspace_kept is True (Rung::workspace_kept)")
       .def("launch_o32", &PreparedForward::launch_o32, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "o_fp32"_a,
-           "workspace"_a, "stream"_a,
+           "workspace"_a, "stream"_a, "workspace_kept"_a = false,
            "launch() with O also written in fp32 at o_fp32 (dense like out, 8-byte aligned): the "
            "autograd step's forward; refused where writes_o_fp32 is False")
       .def("time_runner_loop", &PreparedForward::time_runner_loop, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a,
@@ -1209,6 +1218,8 @@ NB_MODULE(_ext, m) {
            "The C++ runner's timing loop (time_launches: memset flush, events, median ms) on the default "
            "stream, inside this process; -1 when a pointer is null or misaligned")
       .def_prop_ro("workspace_bytes", &PreparedForward::workspace_bytes)
+      .def_prop_ro("workspace_kept", &PreparedForward::workspace_kept,
+                   "True when a workspace kept per stream across launches serves them (Rung::workspace_kept)")
       .def_prop_ro("lse_optional", &PreparedForward::lse_optional,
                    "True when launch() takes lse = 0 and then stores no LSE (Rung::lse_optional)")
       .def_prop_ro("writes_o_fp32", &PreparedForward::writes_o_fp32,

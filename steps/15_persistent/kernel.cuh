@@ -207,6 +207,17 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
       more = t >= 0 && locate(sched, t, &cursor, &tile);
     }
     // LAB-END(15-producer)
+    if (PERSISTENT && sched.dynamic) {
+      // The counter back to zero for the next launch on the stream (a workspace the caller keeps:
+      // AttnParams::workspace_kept): the last block to finish claiming, counted in counter[1],
+      // zeroes both. Every block's last claim comes before its count (the fence), so no claim
+      // follows the reset.
+      __threadfence();
+      if (atomicAdd(sched.counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+        atomicExch(sched.counter, 0);
+        atomicExch(sched.counter + 1, 0);
+      }
+    }
     return;
   }
 
@@ -404,9 +415,11 @@ void launch_persistent(const AttnParams& p, bool lpt, bool dynamic, cudaStream_t
   const int items = sched.dense_total();
   const int blocks = PERSISTENT ? std::min(items, sm_count_cached()) : items;
   if (PERSISTENT && sched.dynamic) {
-    if (p.workspace == nullptr || p.workspace_bytes < sizeof(int))
-      throw std::runtime_error("rung 15: the dynamic schedule needs its workspace (the counter)");
-    FL_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, sizeof(int), stream));
+    if (p.workspace == nullptr || p.workspace_bytes < 2 * sizeof(int))
+      throw std::runtime_error("rung 15: the dynamic schedule needs its workspace (the counters)");
+    // A kept workspace holds the zeros the previous launch on the stream left (the kernel's end
+    // puts them back): no memset, one stream operation fewer per call.
+    if (!p.workspace_kept) FL_CUDA_CHECK(cudaMemsetAsync(p.workspace, 0, 2 * sizeof(int), stream));
   }
   persistent_fwd_kernel<T, Cfg, PERSISTENT, EPILOGUE_OVERLAP, ROW16>
       <<<blocks, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(map_q, map_k, map_v, p, sched);

@@ -97,6 +97,7 @@ Rung make(const char* variant, const char* summary) {
   r.peak = Peak::tensor_16bit;
   r.writes_o_fp32 = true;  // the epilogue's store_o2 (epilogue.cuh)
   r.lse_optional = true;   // the epilogue skips a null LSE
+  r.workspace_kept = true;  // the kernel's last block zeroes the counters it used (kernel.cuh)
   r.varlen = true;
   r.seqused_k = true;  // a KV cache's lengths: seq_span (varlen.h) reads them
   r.min_cc = 90;

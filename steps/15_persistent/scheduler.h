@@ -46,7 +46,9 @@ struct TileScheduler {
   bool lpt;                  ///< query tiles longest first; else in row order (fifo)
   bool dynamic;              ///< items from the counter; else static rounds
   const int* cu_seqlens_q;   ///< a packed batch's prefix sums (null: dense)
-  int* counter;              ///< dynamic: items handed out after the first grid's, zero at launch
+  /// dynamic: counter[0] the items handed out after the first grid's, counter[1] the blocks done
+  /// claiming; both zero at launch, and zero again when the kernel ends (its last block resets them)
+  int* counter;
 
   /// Query tiles of sequence @p b.
   FL_HD int m_count(int b) const {

@@ -15,7 +15,9 @@
 
 namespace fl::hopper15 {
 
-/// Workspace bytes of a launch: the dynamic schedule's counter (scheduler.h), zeroed by the launch.
+/// Workspace bytes of a launch: the dynamic schedule's two counters (scheduler.h), zeroed by the
+/// launch or, in a workspace the caller keeps (AttnParams::workspace_kept), left at zero by the
+/// kernel's last block.
 constexpr size_t kWorkspaceBytes = 16;
 
 /// Rung 10's tiles plus the "Q empty" barrier and the item slot; with Q_BUFS = 2 a second set

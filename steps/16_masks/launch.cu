@@ -120,6 +120,7 @@ std::string exp_fma_reason(const Problem& p) {
 Rung make(Classify mode, const char* variant, const char* summary, bool exp_fma = false, bool mla = true) {
   Rung r = base_entry(variant, summary);
   r.in_tour = mode == Classify::exact && !exp_fma && mla;
+  r.workspace_kept = true;  // the classifier rewrites the lists and zeroes the counter every launch
   if (mode == Classify::exact && !exp_fma && mla)
     r.baselines = {Baseline::on(15, "the rung it builds on: the same kernel with the causal mask as special code")};
   // V and O with a head_dim of their own (--dim-v; MLA's prefill 192/128): V's tensor map at its

@@ -851,8 +851,7 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
     // mbarriers: rung 10's (Q + 4 per stage) and Q empty; with two Q tiles, the second's pair.
     CHECK(count_opcode(code, "SYNCS.EXCH.64") == 2 + 4 * t->stages + 2 * (t->q_bufs - 1));
     CHECK(count_opcode(code, "UTMALDG.4D") == 3 * (t->head_dim / 64));
-    // The item slot: 16-byte stores (an item, and "no more") and the consumers' 16-byte load; the
-    // counter's atomic add (the dynamic schedule; one block per item without PERSISTENT).
+    // The item slot: 16-byte stores (an item, and "no more") and the consumers' 16-byte load.
     CHECK(count_opcode(code, "STS.128") == 2);
     // O's stores: 16-byte pieces after the quad's transpose (two shuffle rounds of two per group
     // of four 8-column blocks and row), or the ablation's 4-byte pairs.
@@ -869,7 +868,10 @@ TEST_CASE("rung 15: rung 10's loop in a persistent block: item slot, Q empty, th
       CHECK(stg128 == 0);
     }
     CHECK(count_opcode(code, "LDS.128") >= 1);
-    CHECK(count_opcode(code, "ATOMG.E.ADD") == (persistent ? 1 : 0));
+    // The persistent grid's claims, its count of blocks done claiming, and the last block's reset
+    // of both counters (AttnParams::workspace_kept: the next launch finds them at zero).
+    CHECK(count_opcode(code, "ATOMG.E.ADD") == (persistent ? 2 : 0));
+    CHECK(count_opcode(code, "ATOMG.E.EXCH") == (persistent ? 2 : 0));
     // Local memory only in the producer, between its register release and its exit: its 24
     // registers hold less than its loop (README: "What is not here yet"); none on the consumers'
     // side, before the release.

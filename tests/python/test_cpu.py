@@ -1340,6 +1340,7 @@ class MaskedSteps(unittest.TestCase):
 
         class Plan:
             number, variant, problem, workspace_bytes, writes_o_fp32, reads_o32 = 16, "", None, 0, True, True
+            workspace_kept = False
 
         def check_qkv(q, k, v, causal=False, softmax_scale=None, tensor_type=None, own_dv=False):
             calls["check"] += 1

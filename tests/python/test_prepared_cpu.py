@@ -48,6 +48,7 @@ class FakePrepared:
     launch are logged; a class with refuse set raises as a refusing constructor does, and an
     instance with fit False launches nothing."""
     refuse = False
+    kept = False  # the entry's Rung.workspace_kept
     NAME = PREFIX = ""
 
     def __init__(self, *args):
@@ -57,6 +58,7 @@ class FakePrepared:
         self.args, self.fit = args, True
         self.writes_o_fp32 = True
         self.workspace_bytes = args[5]
+        self.workspace_kept = type(self).kept
 
     def _launch(self, what, ptrs):
         LOG.append((what, ptrs))
@@ -90,7 +92,8 @@ def plan(kind):
     def make(rung, variant, key, device, flag, mods):
         LOG.append(("plan_" + kind, (flag, mods is not None)))
         return types.SimpleNamespace(number=15 if kind == "forward" else 14, variant="", problem="P" + kind,
-                                     workspace_bytes=64, writes_o_fp32=True, reads_o32=READS_O32[0])
+                                     workspace_bytes=64, writes_o_fp32=True, reads_o32=READS_O32[0],
+                                     workspace_kept=FakePrepared.kept)
     return make
 
 
@@ -173,6 +176,33 @@ check(o32 is None and count("launch_o32") == 0 and ptrs is not None
 p.launch_backward(torch.randn(b, sq, hq, d, dtype=torch.float16), q, k, v, out, lse, o32, False)
 check(last("bwd.launch")[9] == 0, "Prepared.launch_backward without the fp32 O: its pointer 0 (D from the 16-bit O)")
 READS_O32[0] = True
+
+# A workspace the entry keeps (Rung.workspace_kept: rung 15's counters, rung 16's lists): one
+# buffer per stream, zeroed once, passed with workspace_kept on every call; during a CUDA graph's
+# capture a buffer of the call's own, not kept.
+LOG.clear()
+FakeForward.kept = True
+q, k, v = leaves()
+p = _launch.Prepared(q, k, v, KEY, None, "")
+p.launch_forward(q, k, v)
+first = last("launch_o32")
+p.launch_forward(q, k, v)
+second = last("launch_o32")
+check(first[6] == second[6] and first[6] != 0 and first[8] is True and second[8] is True
+      and len(p.kept.by_stream) == 1 and p.kept.by_stream[99].sum().item() == 0,
+      "Prepared with a kept workspace: the same zeroed buffer on both calls of one stream, workspace_kept True")
+capturing = _launch.capturing_now
+_launch.capturing_now = lambda: True
+p.launch_forward(q, k, v)
+captured = last("launch_o32")
+_launch.capturing_now = capturing
+check(captured[6] != first[6] and captured[8] is False,
+      "Prepared with a kept workspace, under a graph's capture: a buffer of the call's own, workspace_kept False")
+FakeForward.kept = False
+p = _launch.Prepared(q, k, v, KEY, None, "")
+p.launch_forward(q, k, v)
+check(p.kept is None and last("launch_o32")[8] is False,
+      "Prepared without a kept workspace: a buffer per call, workspace_kept False")
 
 # ---- 2. attention() under autograd: checked first, prepared after ----------------------------------
 LOG.clear()

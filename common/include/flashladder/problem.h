@@ -232,6 +232,11 @@ struct AttnParams {
 
   void* workspace;          ///< rung-owned scratch (e.g. rung 01's S), may be null
   size_t workspace_bytes;   ///< its size
+  /// 1: the workspace is the one the previous launch of this entry on this stream left, zeros
+  /// before the first, kept by the caller (Rung::workspace_kept: the package's prepared launches);
+  /// rung 15 then skips zeroing its counters, which its kernel puts back to zero as it ends. 0:
+  /// the launch zeroes what it needs (the runner, every other caller).
+  int workspace_kept;
   /// Optional, for a rung with Rung::split_counters (rung 08): that many int32 counters, zero when
   /// the launch starts (the caller's earlier launch on the stream zeroed them). The rung then
   /// merges its splits in the split kernel (its last CTA of each tile) and launches no combine.

@@ -127,6 +127,12 @@ struct Rung {
   /// `launch` takes AttnParams::lse == nullptr and then stores no LSE (rung 15): the package's
   /// fast path allocates none when the caller does not ask for it.
   bool lse_optional = false;
+  /// A workspace kept across the launches of one signature on one stream serves each of them:
+  /// zeros before the first, and each launch leaves it fit for the next (rung 15: its kernel puts
+  /// its counters back to zero; rung 16: its classifier rewrites the lists and zeroes the counter).
+  /// The package then allocates it once per stream, not per call, and sets
+  /// AttnParams::workspace_kept (rung 15 skips its counters' memset).
+  bool workspace_kept = false;
   /// Optional: what `--sweep` runs (rung 07's variant table). Returns an ExitCode.
   std::function<int(const Options& opt)> sweep;
   /// Set only in a generated lab starter tree: the runner then prints

@@ -59,6 +59,7 @@ class Rung:
     baselines: tuple  # "vs 05_tensor_cores: <why>" lines
     not_implemented: str  # set in a lab starter tree only
     writes_o_fp32: bool  # its forward can also write O in fp32 (the backward's D reads it)
+    workspace_kept: bool  # a zeroed workspace kept per stream serves its launches (Rung::workspace_kept)
     fp8_dq: bool  # its backward's dQ comes from e4m3 operands (rung 14's fp8-dq): the FP8 gradient floor
     head_dim_v: bool  # takes V and O with a head_dim of their own (Problem.head_dim_v)
     route: str  # when rung=None runs this entry ('' never): route_forward's rule, in words
@@ -587,6 +588,9 @@ class Plan:
     # A backward plan: its D reads the forward's fp32 O on this problem (_ext.bwd_reads_o_fp32;
     # the 16-bit O on short rows, delta_policy.h): the autograd forward writes it only then.
     reads_o32: bool = False
+    # A forward plan whose workspace, zeroed once and kept per stream, serves every launch
+    # (Rung.workspace_kept; _launch.KeptWorkspace): no allocation and no memset per call.
+    workspace_kept: bool = False
 
 
 def _cannot(label, problem, why):
@@ -710,7 +714,8 @@ def plan_forward(rung, variant, key, device, backward=False, mods=NO_MODS):
 
 def _plan(r, problem, device):
     return Plan(r.number, r.variant, r.label, problem,
-                _ext.workspace_bytes(r.number, r.variant, problem, device), r.writes_o_fp32)
+                _ext.workspace_bytes(r.number, r.variant, problem, device), r.writes_o_fp32,
+                workspace_kept=r.workspace_kept)
 
 
 @functools.lru_cache(maxsize=4096)

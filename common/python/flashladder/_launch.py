@@ -180,6 +180,7 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
     plan = _core.plan_forward(rung, variant, key, q.device.index, routed, mods) if step is None else \
         step.forward_plan(q.device.index, routed)
     o32 = None
+    keep = False  # the workspace is a kept one (KeptWorkspace): the launch may skip zeroing it
     if step is not None:
         # The Step's shapes and typed empty tensors (Step.alloc, made with the Step): O as
         # empty_like(q) where q is contiguous, the LSE, the fp32 O and the workspace by new_empty
@@ -190,7 +191,10 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         if o_fp32 and plan.writes_o_fp32:
             o32 = f32.new_empty(shape)
         ws_bytes = plan.workspace_bytes
-        ws = u8.new_empty((ws_bytes,)) if ws_bytes else None
+        if ws_bytes and plan.workspace_kept and KEEP_WORKSPACE:  # the Step's buffer for this stream (KeptWorkspace)
+            ws, keep = step.kept_workspace(q.device.index, routed, ws_bytes).take(q, stream(q))
+        else:
+            ws = u8.new_empty((ws_bytes,)) if ws_bytes else None
         ws_ptr = 0 if ws is None else ws.data_ptr()
     else:
         # new_empty: q's device and dtype without parsing them again (bench/pytorch/torch_overhead.py's
@@ -223,7 +227,7 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         # signature); a pointer or an int it does not fit launches nothing, and the checked
         # binding below says why.
         launch = None if step is None else step.prepared_forward(q.device.index, routed, ints)
-        if launch is None or not launch.launch_mods(*ptrs, o32_ptr, xptrs, ints, state_ptr, ws_ptr, stream(q)):
+        if launch is None or not launch.launch_mods(*ptrs, o32_ptr, xptrs, ints, state_ptr, ws_ptr, stream(q), keep):
             strides = (_strides4(q), _strides4(k), _strides4(v), _strides4(out)) if step is None else step.strides[:4]
             _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream(q),
                          q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints, dropout_state=state_ptr,
@@ -357,21 +361,64 @@ def fast_signature(q, k, v, causal, softmax_scale, rung, variant):
         return None
 
 
+#: Keep a forward's workspace per stream where its rung allows it (KeptWorkspace); False: a fresh
+#: workspace per call, zeroed by the launch (the A/B of bench/pytorch/host_serving_ab.py runs a
+#: copy of the package with False).
+KEEP_WORKSPACE = True
+
+#: Whether the current stream is capturing a CUDA graph (KeptWorkspace.take asks on every call; a
+#: name of its own so that the CPU tests can stand in for it).
+capturing_now = torch.cuda.is_current_stream_capturing
+
+
+class KeptWorkspace:
+    """A prepared forward's workspace kept across its calls (Rung.workspace_kept: rung 15's
+    counters, which its kernel leaves at zero; rung 16's lists, which its classifier rewrites): one
+    buffer per stream, zeroed by the first call on that stream, so a call allocates nothing and
+    rung 15 queues no memset. Launches on one stream run in order, so each finds the buffer as the
+    previous one left it; another stream has a buffer of its own. While a CUDA graph is captured a
+    call takes a buffer of its own, zeroed by its launch as before: a graph's replay may run beside
+    eager calls on another stream."""
+
+    __slots__ = ("nbytes", "by_stream")
+
+    def __init__(self, nbytes):
+        self.nbytes, self.by_stream = nbytes, {}
+
+    def take(self, like, s):
+        """(the workspace tensor, True when it is the kept one) for a launch on stream handle @p s,
+        the current stream of @p like's device."""
+        if capturing_now():
+            return like.new_empty((self.nbytes,), dtype=torch.uint8), False
+        ws = self.by_stream.get(s)
+        if ws is None:
+            ws = self.by_stream[s] = like.new_zeros((self.nbytes,), dtype=torch.uint8)
+        return ws, True
+
+
+def take_workspace(nbytes, kept, like, s):
+    """(workspace tensor or None, kept flag) of a forward launch: @p kept's buffer for stream @p s
+    where the plan keeps one (KeptWorkspace), else a fresh buffer of @p nbytes (none for 0)."""
+    if kept is not None:
+        return kept.take(like, s)
+    return (like.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None), False
+
+
 def fast_forward(fast, q, k, v, return_lse):
     """(O, LSE) through a prepared launch: the allocations, the pointers, one launch. The LSE is
     None, neither allocated nor stored, when the caller does not ask for it and the rung stores
     none on a null pointer (Rung::lse_optional). None when a pointer fails the alignment rule
     (nothing launched: the checked path says why)."""
-    launch, o_shape, o_like_q, lse_shape, lse_like, ws_bytes, index, lse_optional = fast
+    launch, o_shape, o_like_q, lse_shape, lse_like, ws_bytes, index, lse_optional, kept = fast
     # empty_like(q) skips new_empty's shape argument; it gives O q's strides, which the entry
     # allows only where they are O's prepared ones (o_like_q). The LSE comes from an fp32 tensor
     # of the device, so that no dtype argument is parsed per call.
     out = torch.empty_like(q) if o_like_q else q.new_empty(o_shape)
     lse = lse_like.new_empty(lse_shape) if return_lse or not lse_optional else None
-    ws = q.new_empty((ws_bytes,), dtype=torch.uint8) if ws_bytes else None
     s = stream_at(index, q)
+    ws, keep = take_workspace(ws_bytes, kept, q, s)
     if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
-                     0 if ws is None else ws.data_ptr(), s):
+                     0 if ws is None else ws.data_ptr(), s, keep):
         return out, lse
     return None
 
@@ -393,8 +440,10 @@ def prepare_fast(sig, q, k, v, out, key, number, variant):
     # dense tensor's strides).
     o_like_q = out.shape == q.shape and out.stride() == q.stride() and q.is_contiguous()
     lse_like = q.new_empty((0,), dtype=torch.float32)
+    kept = KeptWorkspace(plan.workspace_bytes) if KEEP_WORKSPACE and plan.workspace_bytes and launch.workspace_kept \
+        else None
     FAST[sig] = (launch, tuple(out.shape), o_like_q, lse_shape, lse_like, plan.workspace_bytes, q.device.index,
-                 launch.lse_optional)
+                 launch.lse_optional, kept)
 
 
 # ---- the autograd step's prepared launches: plain attention under autograd -----------------------
@@ -416,7 +465,7 @@ class Prepared:
     nothing, where a pointer breaks the alignment rule: the caller's checked path says why."""
 
     __slots__ = ("key", "index", "fwd", "o_like_q", "o_shape", "o_stride", "lse_shape", "lse_like", "fws",
-                 "bwd", "strides", "reads_o32")
+                 "kept", "bwd", "strides", "reads_o32")
 
     def __init__(self, q, k, v, key, number, variant):
         self.key, self.index = key, q.device.index
@@ -431,6 +480,7 @@ class Prepared:
         if self.reads_o32 and not self.fwd.writes_o_fp32:
             raise ValueError("no fp32 O")  # prepare_train keeps no entry: the checked path widens O
         self.fws = plan.workspace_bytes
+        self.kept = KeptWorkspace(self.fws) if KEEP_WORKSPACE and self.fws and self.fwd.workspace_kept else None
         self.lse_shape = (key[0], key[3], key[1])
         self.lse_like = q.new_empty((0,), dtype=torch.float32)
         self.bwd = {}
@@ -439,16 +489,16 @@ class Prepared:
         """(O, LSE, fp32 O or None) launched, or None (nothing launched: a pointer breaks the rule)."""
         out = torch.empty_like(q) if self.o_like_q else q.new_empty(self.o_shape)
         lse = self.lse_like.new_empty(self.lse_shape)
-        ws = q.new_empty((self.fws,), dtype=torch.uint8) if self.fws else None
         s = stream_at(self.index, q)
+        ws, keep = take_workspace(self.fws, self.kept, q, s)
         if not self.reads_o32:  # D from the 16-bit O (short rows: delta_policy.h): no fp32 O
             if self.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                               0 if ws is None else ws.data_ptr(), s):
+                               0 if ws is None else ws.data_ptr(), s, keep):
                 return out, lse, None
             return None
         o32 = self.lse_like.new_empty(self.o_shape)
         if self.fwd.launch_o32(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                               o32.data_ptr(), 0 if ws is None else ws.data_ptr(), s):
+                               o32.data_ptr(), 0 if ws is None else ws.data_ptr(), s, keep):
             return out, lse, o32
         return None
 

@@ -229,6 +229,15 @@ class Step:
                                                                             self.mods)
         return plan
 
+    def kept_workspace(self, device, o_fp32, nbytes):
+        """The forward plan's workspace kept per stream (_launch.KeptWorkspace; the plan's
+        workspace_kept), made on first use."""
+        key = (device, "kept", o_fp32)
+        kept = self._plans.get(key)
+        if kept is None:
+            kept = self._plans[key] = _launch.KeptWorkspace(nbytes)
+        return kept
+
     def backward_plan(self, device, deterministic):
         plan = self._plans.get((device, "bwd", deterministic))
         if plan is None:
