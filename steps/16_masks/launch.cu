@@ -132,9 +132,9 @@ Rung make(Classify mode, const char* variant, const char* summary, bool exp_fma 
                       r.head_dims.end());
     r.study_problem = [](Problem& p) { p.softcap = 30; };
   }
-  if (!mla) {  // the ablation: only where MlaTiles would run
-    r.head_dims.erase(std::remove_if(r.head_dims.begin(), r.head_dims.end(), [](int d) { return d <= 128 || d > 192; }),
-                      r.head_dims.end());
+  if (!mla) {  // the ablation: only where MlaTiles would run (MLA's prefill, 192/128)
+    r.head_dims = {hopper15::MlaTiles::kHeadDim};
+    r.study_problem = [](Problem& p) { p.head_dim_v = hopper15::MlaTiles::kHeadDimV; };
   }
   r.supports = [exp_fma, mla](const Problem& p, const DeviceInfo& d) {
     const std::string why = check_limits(p, d);

@@ -40,11 +40,15 @@ bool is_decode_rung(const Rung& r) { return r.decode; }
 /// first 512 columns); the matrix and the diagnostic inputs give it that family.
 bool is_mla_rung(const Rung& r) { return r.head_dims.size() == 1 && r.head_dims[0] == kMlaHeadDim; }
 
+/// The head_dims a rung's cases take: those of 32, 64, 128 and 256 it claims (none claimed: up to
+/// 128); where it claims none of them, its own (an ablation of one tile: rung 16's mla-on-d256 at
+/// 192, V's head_dim set by its study_problem). MLA's rung takes its own family (is_mla_rung).
 std::vector<int> head_dims_of(const Rung& r) {
   std::vector<int> dims;
   for (int d : {32, 64, 128, 256})
     if ((r.head_dims.empty() && d <= 128) || std::find(r.head_dims.begin(), r.head_dims.end(), d) != r.head_dims.end())
       dims.push_back(d);
+  if (dims.empty() && !is_mla_rung(r)) dims = r.head_dims;
   return dims;
 }
 

@@ -178,8 +178,10 @@ check(last("bwd.launch")[9] == 0, "Prepared.launch_backward without the fp32 O: 
 READS_O32[0] = True
 
 # A workspace the entry keeps (Rung.workspace_kept: rung 15's counters, rung 16's lists): one
-# buffer per stream, zeroed once, passed with workspace_kept on every call; during a CUDA graph's
-# capture a buffer of the call's own, not kept.
+# buffer per stream. Its first call takes it fresh and passes workspace_kept False, so the launch
+# zeroes it as a per-call launch does (no PyTorch fill); every later call on that stream passes the
+# same buffer with workspace_kept True. During a CUDA graph's capture a buffer of the call's own,
+# not kept; a refused launch (an unaligned pointer) keeps nothing.
 LOG.clear()
 FakeForward.kept = True
 q, k, v = leaves()
@@ -188,16 +190,28 @@ p.launch_forward(q, k, v)
 first = last("launch_o32")
 p.launch_forward(q, k, v)
 second = last("launch_o32")
-check(first[6] == second[6] and first[6] != 0 and first[8] is True and second[8] is True
-      and len(p.kept.by_stream) == 1 and p.kept.by_stream[99].sum().item() == 0,
-      "Prepared with a kept workspace: the same zeroed buffer on both calls of one stream, workspace_kept True")
+p.launch_forward(q, k, v)
+third = last("launch_o32")
+check(first[6] == second[6] == third[6] and first[6] != 0 and first[8] is False and second[8] is True
+      and third[8] is True and len(p.kept.by_stream) == 1 and p.kept.by_stream[99].data_ptr() == first[6],
+      "Prepared with a kept workspace: one buffer on every call of one stream, workspace_kept False on "
+      "the first (its launch zeroes it), True after")
 capturing = _launch.capturing_now
 _launch.capturing_now = lambda: True
 p.launch_forward(q, k, v)
 captured = last("launch_o32")
 _launch.capturing_now = capturing
-check(captured[6] != first[6] and captured[8] is False,
-      "Prepared with a kept workspace, under a graph's capture: a buffer of the call's own, workspace_kept False")
+check(captured[6] != first[6] and captured[8] is False and len(p.kept.by_stream) == 1,
+      "Prepared with a kept workspace, under a graph's capture: a buffer of the call's own, workspace_kept False, "
+      "not kept")
+p = _launch.Prepared(q, k, v, KEY, None, "")
+p.fwd.fit = False
+check(p.launch_forward(q, k, v) is None and not p.kept.by_stream,
+      "Prepared with a kept workspace: a refused launch keeps no buffer (nothing zeroed it)")
+p.fwd.fit = True
+p.launch_forward(q, k, v)
+check(last("launch_o32")[8] is False and len(p.kept.by_stream) == 1,
+      "Prepared with a kept workspace: the launch after a refused one takes a fresh buffer, workspace_kept False")
 FakeForward.kept = False
 p = _launch.Prepared(q, k, v, KEY, None, "")
 p.launch_forward(q, k, v)

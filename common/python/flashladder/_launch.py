@@ -181,6 +181,7 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
         step.forward_plan(q.device.index, routed)
     o32 = None
     keep = False  # the workspace is a kept one (KeptWorkspace): the launch may skip zeroing it
+    fresh = None  # (KeptWorkspace, stream) of a fresh buffer of a Step's, kept once launched
     if step is not None:
         # The Step's shapes and typed empty tensors (Step.alloc, made with the Step): O as
         # empty_like(q) where q is contiguous, the LSE, the fp32 O and the workspace by new_empty
@@ -192,7 +193,10 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
             o32 = f32.new_empty(shape)
         ws_bytes = plan.workspace_bytes
         if ws_bytes and plan.workspace_kept and KEEP_WORKSPACE:  # the Step's buffer for this stream (KeptWorkspace)
-            ws, keep = step.kept_workspace(q.device.index, routed, ws_bytes).take(q, stream(q))
+            kept = step.kept_workspace(q.device.index, routed, ws_bytes)
+            ws, keep = kept.take(q, stream(q))
+            if not keep:
+                fresh = (kept, stream(q))  # settled below, once a launch on it is queued
         else:
             ws = u8.new_empty((ws_bytes,)) if ws_bytes else None
         ws_ptr = 0 if ws is None else ws.data_ptr()
@@ -232,6 +236,8 @@ def forward(q, k, v, key, rung=None, variant="", o_fp32=False, mods=None, extras
             _ext.forward(plan.number, plan.variant, plan.problem, ptrs, strides, ws_ptr, ws_bytes, stream(q),
                          q.device.index, o_fp32=o32_ptr, extras=xptrs, extra_ints=ints, dropout_state=state_ptr,
                          planned=True)
+    if fresh is not None:
+        fresh[0].settle(fresh[1], ws)
     del ws
     if o_fp32 and o32 is None:
         o32 = out.float()
@@ -387,18 +393,26 @@ class KeptWorkspace:
 
     def take(self, like, s):
         """(the workspace tensor, True when it is the kept one) for a launch on stream handle @p s,
-        the current stream of @p like's device."""
-        if capturing_now():
-            return like.new_empty((self.nbytes,), dtype=torch.uint8), False
+        the current stream of @p like's device. The first call on a stream (and a call under
+        capture) gets a fresh buffer, not kept: its launch zeroes it as a per-call launch does (no
+        PyTorch fill), and settle() keeps it once that launch is queued."""
         ws = self.by_stream.get(s)
-        if ws is None:
-            ws = self.by_stream[s] = like.new_zeros((self.nbytes,), dtype=torch.uint8)
-        return ws, True
+        if ws is not None and not capturing_now():
+            return ws, True
+        return like.new_empty((self.nbytes,), dtype=torch.uint8), False
+
+    def settle(self, s, ws):
+        """Keeps @p ws, a fresh buffer from take(), for stream @p s once a launch on it is queued:
+        the kernel leaves it as the next launch on that stream expects it. Not under capture (the
+        graph keeps its own), and not where a launch was refused (nothing zeroed it)."""
+        if s not in self.by_stream and not capturing_now():
+            self.by_stream[s] = ws
 
 
 def take_workspace(nbytes, kept, like, s):
     """(workspace tensor or None, kept flag) of a forward launch: @p kept's buffer for stream @p s
-    where the plan keeps one (KeptWorkspace), else a fresh buffer of @p nbytes (none for 0)."""
+    where the plan keeps one (KeptWorkspace), else a fresh buffer of @p nbytes (none for 0). A
+    launch made on a fresh buffer of @p kept (flag False) calls kept.settle(s, ws)."""
     if kept is not None:
         return kept.take(like, s)
     return (like.new_empty((nbytes,), dtype=torch.uint8) if nbytes else None), False
@@ -419,6 +433,8 @@ def fast_forward(fast, q, k, v, return_lse):
     ws, keep = take_workspace(ws_bytes, kept, q, s)
     if launch.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), 0 if lse is None else lse.data_ptr(),
                      0 if ws is None else ws.data_ptr(), s, keep):
+        if not keep and kept is not None:
+            kept.settle(s, ws)
         return out, lse
     return None
 
@@ -492,15 +508,18 @@ class Prepared:
         s = stream_at(self.index, q)
         ws, keep = take_workspace(self.fws, self.kept, q, s)
         if not self.reads_o32:  # D from the 16-bit O (short rows: delta_policy.h): no fp32 O
-            if self.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                               0 if ws is None else ws.data_ptr(), s, keep):
-                return out, lse, None
+            o32 = None
+            ran = self.fwd.launch(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                                  0 if ws is None else ws.data_ptr(), s, keep)
+        else:
+            o32 = self.lse_like.new_empty(self.o_shape)
+            ran = self.fwd.launch_o32(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                                      o32.data_ptr(), 0 if ws is None else ws.data_ptr(), s, keep)
+        if not ran:
             return None
-        o32 = self.lse_like.new_empty(self.o_shape)
-        if self.fwd.launch_o32(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr(),
-                               o32.data_ptr(), 0 if ws is None else ws.data_ptr(), s, keep):
-            return out, lse, o32
-        return None
+        if not keep and self.kept is not None:
+            self.kept.settle(s, ws)
+        return out, lse, o32
 
     def launch_backward(self, dout, q, k, v, out, lse, o32, deterministic):
         """(dQ, dK, dV) launched, or None (nothing launched: a pointer breaks the rule)."""
