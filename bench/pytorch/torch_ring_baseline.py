@@ -40,10 +40,10 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import runinfo  # noqa: E402  bench/pytorch/runinfo.py: the commit measured (git_info)
 import timing  # noqa: E402  bench/pytorch/timing.py: the events (imports no PyTorch)
 
 
@@ -64,11 +64,8 @@ def chunks_of_rank(r, ranks):
 
 
 def git_sha():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("FL_GIT_SHA", "unknown")
+    """The commit measured: runinfo.git_info's (FL_GIT_SHA where set, else the checkout's)."""
+    return runinfo.git_info()["git_sha"]
 
 
 def parse(argv):

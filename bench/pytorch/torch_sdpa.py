@@ -57,7 +57,6 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -255,12 +254,8 @@ def shape_name(s):
 
 
 def git_sha():
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=here,
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """The commit measured: runinfo.git_info's (FL_GIT_SHA where set, else the checkout's)."""
+    return runinfo.git_info()["git_sha"]
 
 
 class Bench(timing.EventTimer):
