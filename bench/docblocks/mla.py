@@ -61,11 +61,13 @@ def gen_mla_decode(ctx, gpu=None, heads="", sq="", batch="", sk=""):
 def _prefill_block(ctx, gpu, family):
     """The table of @p family (mla-prefill or mla-prefill-backward) of one run: per causal and
     seqlen, each ladder entry's TFLOP/s at head_dim 192 (V 128) beside SDPA's fastest backend that
-    ran the shape, and the ratio."""
+    ran the shape, and the ratio. The entries: the rungs (the forward), the backward entries
+    (`N[backward]`; their ablations stay in the run's report)."""
     res, recs = mla_run(ctx, gpu, "the %s family" % family)
     recs = [r for r in recs if r["family"] == family]
     ladder = sorted({r["rung"] for r in recs if r["source"] == "ladder" and not r["error"]
-                     and (results_io.is_main(r["rung"]) or family.endswith("backward"))},
+                     and (r["rung"].endswith("[backward]") if family.endswith("backward")
+                          else results_io.is_main(r["rung"]))},
                     key=lambda l: results_io.rung_order([l]))
     if not ladder:
         raise Missing("a rung in the %s family in bench/results/%s" % (family, res.gpu), MLA_COMMAND)
