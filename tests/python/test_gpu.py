@@ -81,9 +81,10 @@ fp8           FP8 from PyTorch (rung 13): fp8_quantize against its definition; f
               the Hadamard rotation of q and k; descales left out; strided views; the refusals.
               Skipped without rung 13 or off sm_90.
 heldout       shapes no other part names, as a user calls them: one query against 100k keys (GQA
-              32/8) through flash_attn_func and the cache; training shapes with lengths no tile
-              divides (3000, 1037 x 2049, 777, 5000, 129, one query), head_dims 64 to 256 (96,
-              112), GQA 4:1, 8:1, 5:1, a window; a packed batch of 1, 513, 2000, 7 and 64 tokens.
+              32/8) through flash_attn_func and the cache, and against 256k keys in the cache;
+              training shapes with lengths no tile divides (3000, 1037 x 2049, 777, 5000, 129,
+              1500, 999, one query), head_dims 40 to 256 (96, 112, 200; MLA's 192/128), GQA 4:1,
+              8:1, 5:1, a window; a packed batch of 1, 513, 2000, 7 and 64 tokens.
 
 Tolerances are the ladder's per-dtype floors (fl::tolerance_floor, for gradients
 fl::gradient_tolerance_floor): relative Frobenius and max abs, the latter scaled by
@@ -2866,11 +2867,12 @@ def part_fp8_kvcache():
 
 def part_heldout():
     """Shapes no other part names, through the package as a user calls it: one query against 100k
-    keys (GQA 32/8, bf16) through flash_attn_func and a cache of 100352 slots; training shapes with
-    lengths that are no multiple of a tile (3000, 1037 x 2049, 777, 5000, 129, one query), head_dims
-    64, 96, 112, 128 and 256, GQA 4:1, 8:1 and 5:1, a window; a packed batch of 1, 513, 2000, 7 and
-    64 tokens with GQA 8:1. Forward, LSE and backward against the fp32 reference (flash_case: each
-    called twice)."""
+    keys (GQA 32/8, bf16) through flash_attn_func and a cache of 100352 slots, and against 256k
+    keys (fp16) in a cache; training shapes with lengths that are no multiple of a tile (3000,
+    1037 x 2049, 777, 5000, 129, 1500, 300 x 700, 999, one query), head_dims 40, 64, 96, 112, 128,
+    200 and 256 and MLA's 192 with V at 128, GQA 4:1, 8:1 and 5:1, a window; a packed batch of 1,
+    513, 2000, 7 and 64 tokens with GQA 8:1. Forward, LSE and backward against the fp32 reference
+    (flash_case: each called twice)."""
     from flashladder import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
 
     bf, fp = torch.bfloat16, torch.float16
@@ -2886,16 +2888,30 @@ def part_heldout():
     judge("1 query x 100k keys, GQA 32/8, flash_attn_with_kvcache",
           flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True).float(), ref, "bf16")
     del k, v, kc, vc
-    for dt, (b, sq, sk, hq, hkv, d, causal, win) in [
-            (bf, (2, 3000, 3000, 32, 8, 128, True, (-1, -1))),
-            (fp, (1, 1037, 2049, 12, 4, 96, True, (-1, -1))),
-            (bf, (3, 777, 777, 16, 2, 64, False, (255, 0))),
-            (fp, (1, 5000, 5000, 8, 8, 256, True, (-1, -1))),
-            (bf, (4, 129, 129, 20, 4, 112, False, (-1, -1))),
-            (bf, (1, 1, 4097, 16, 16, 128, False, (-1, -1)))]:
-        leaves = [randn(b, sq, hq, d, dtype=dt), randn(b, sk, hkv, d, dtype=dt), randn(b, sk, hkv, d, dtype=dt)]
-        flash_case("%s b%d %dx%d %d/%d d%d causal=%s window=%s" % (
-                       "bf16" if dt == bf else "fp16", b, sq, sk, hq, hkv, d, causal, win),
+    # The longest length claimed, 256k keys, in the cache (one query, GQA 32/8, fp16).
+    n = 262144
+    q = randn(1, 1, 32, 128)
+    kc, vc = randn(1, n, 8, 128), randn(1, n, 8, 128)
+    ref, _ = reference_mods(q, kc, vc, True)
+    lens = torch.tensor([n], dtype=torch.int32, device="cuda")
+    judge("1 query x 256k keys, GQA 32/8, flash_attn_with_kvcache",
+          flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=True).float(), ref, "fp16")
+    del kc, vc, ref
+    for dt, (b, sq, sk, hq, hkv, d, dv, causal, win) in [
+            (bf, (2, 3000, 3000, 32, 8, 128, 128, True, (-1, -1))),
+            (fp, (1, 1037, 2049, 12, 4, 96, 96, True, (-1, -1))),
+            (bf, (3, 777, 777, 16, 2, 64, 64, False, (255, 0))),
+            (fp, (1, 5000, 5000, 8, 8, 256, 256, True, (-1, -1))),
+            (bf, (4, 129, 129, 20, 4, 112, 112, False, (-1, -1))),
+            (bf, (1, 1, 4097, 16, 16, 128, 128, False, (-1, -1))),
+            # MLA's prefill shape (192/128) at a length no tile divides, GQA 4:1; head_dims 40 and 200
+            (bf, (2, 1500, 1500, 16, 4, 192, 128, True, (-1, -1))),
+            (fp, (1, 300, 700, 8, 2, 40, 40, False, (-1, -1))),
+            (bf, (1, 999, 999, 4, 4, 200, 200, True, (-1, -1)))]:
+        leaves = [randn(b, sq, hq, d, dtype=dt), randn(b, sk, hkv, d, dtype=dt), randn(b, sk, hkv, dv, dtype=dt)]
+        flash_case("%s b%d %dx%d %d/%d d%s causal=%s window=%s" % (
+                       "bf16" if dt == bf else "fp16", b, sq, sk, hq, hkv, d if dv == d else "%d/%d" % (d, dv),
+                       causal, win),
                    "bf16" if dt == bf else "fp16",
                    lambda q, k, v, s, c=causal, w=win: flash_attn_func(q, k, v, causal=c, window_size=w,
                                                                        return_attn_probs=True),
